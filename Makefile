@@ -1,0 +1,109 @@
+# Fleet in C - plain Makefile.  `make` builds build/libfleet.{a,so}, tools and examples.
+# Targets: all test demo bench install asan ubsan tsan valgrind clean deps
+CC      ?= cc
+PREFIX  ?= /usr/local
+DESTDIR ?=
+BUILD   ?= build
+VERSION := 0.1.0
+SOVER   := 0
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-missing-field-initializers
+OPT     ?= -O2
+CFLAGS  ?=
+CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC $(OPT) -g $(WARN) -Iinclude -pthread $(SAN)
+LDLIBS  := -lopenblas -lm -pthread
+LDFLAGS += $(SAN)
+
+LIB_SRC  := $(sort $(wildcard src/*/*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+EX_SRC   := $(sort $(wildcard examples/*/*.c))
+EX_BIN   := $(EX_SRC:examples/%.c=$(BUILD)/examples/%)
+BENCH_SRC:= $(sort $(wildcard bench/*.c))
+BENCH_BIN:= $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+TOOL_SRC := $(sort $(wildcard tools/*.c))
+TOOL_BIN := $(TOOL_SRC:tools/%.c=$(BUILD)/tools/%)
+HEADERS  := $(wildcard include/fleet/*.h) include/fleet.h
+
+.PHONY: all test demo bench install asan ubsan tsan valgrind clean deps lib
+all: lib $(TEST_BIN) $(EX_BIN) $(BENCH_BIN) $(TOOL_BIN)
+lib: $(BUILD)/libfleet.a $(BUILD)/libfleet.so
+
+deps:
+	@scripts/ensure-deps.sh $(DEPS_PROFILE)
+
+DEPS_PROFILE ?= build
+
+$(BUILD)/%.o: %.c $(HEADERS) $(wildcard src/*/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libfleet.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libfleet.so: $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,libfleet.so.$(SOVER) -o $@.$(VERSION) $^ $(LDFLAGS) $(LDLIBS)
+	ln -sf libfleet.so.$(VERSION) $(BUILD)/libfleet.so.$(SOVER)
+	ln -sf libfleet.so.$(VERSION) $@
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libfleet.a $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Isrc -Itests $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libfleet.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libfleet.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Isrc $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tools/%: tools/%.c $(BUILD)/libfleet.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Isrc $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
+
+# The README's test command.  Each test binary runs in its own process with a timeout.
+test: DEPS_PROFILE=test
+test: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/run-tests.sh $(BUILD)
+
+demo: DEPS_PROFILE=build
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/demo.sh $(BUILD)
+
+bench: DEPS_PROFILE=bench
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@bench/run.sh $(BUILD)
+
+asan:
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" all
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 scripts/run-tests.sh build-asan
+
+ubsan:
+	@$(MAKE) --no-print-directory BUILD=build-ubsan OPT=-O1 SAN="-fsanitize=undefined -fno-sanitize-recover=all" all
+	@UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 scripts/run-tests.sh build-ubsan
+
+tsan:
+	@$(MAKE) --no-print-directory BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all
+	@TSAN_OPTIONS=halt_on_error=1 scripts/run-tests.sh build-tsan
+
+valgrind: all
+	@FLEET_TEST_WRAPPER="valgrind -q --error-exitcode=99 --leak-check=full" scripts/run-tests.sh $(BUILD)
+
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/include/fleet $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 include/fleet.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/fleet/*.h $(DESTDIR)$(PREFIX)/include/fleet/
+	install -m 644 $(BUILD)/libfleet.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libfleet.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libfleet.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libfleet.so.$(SOVER)
+	ln -sf libfleet.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libfleet.so
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' fleet.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fleet.pc
+
+clean:
+	rm -rf build build-asan build-ubsan build-tsan

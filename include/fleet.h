@@ -1,0 +1,14 @@
+/*
+ * fleet.h - umbrella header of Fleet in C.  Include this and link with -lfleet
+ * (pkg-config --cflags --libs fleet).
+ */
+#ifndef FLEET_H
+#define FLEET_H
+
+#include "fleet/base.h"
+#include "fleet/tensor.h"
+#include "fleet/graph.h"
+#include "fleet/exec.h"
+#include "fleet/io.h"
+
+#endif

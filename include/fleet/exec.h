@@ -1,0 +1,55 @@
+/*
+ * fleet/exec.h - scopes and the executor.
+ *
+ * A scope maps variable names to tensors; a child scope sees its parent's variables.
+ * The executor runs a program against a scope: run the startup program once, then the
+ * main program with feeds and fetches, as Paddle's Executor.run.
+ *
+ * The executor compiles each program once into a flat plan of kernel calls with resolved
+ * tensors, so a step does no name lookups.  An executor is used by one thread at a time;
+ * several executors may share a root scope (Hogwild) when each has its own child scope.
+ */
+#ifndef FLEET_EXEC_H
+#define FLEET_EXEC_H
+
+#include "fleet/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fl_scope fl_scope;
+typedef struct fl_exe fl_exe;
+
+/* Creates a scope; parent may be NULL.  The parent must outlive the child. */
+fl_scope *fl_scope_create(fl_scope *parent);
+void fl_scope_free(fl_scope *s);
+/* Finds a variable in s or its ancestors; NULL if absent. */
+fl_tensor *fl_scope_find(const fl_scope *s, const char *name);
+/* Finds a variable in s itself, creating an empty float32 tensor if absent. */
+fl_tensor *fl_scope_var(fl_scope *s, const char *name);
+/* Variables of s itself (not ancestors), in insertion order. */
+int fl_scope_num_vars(const fl_scope *s);
+const char *fl_scope_name_at(const fl_scope *s, int i);
+
+/* Creates an executor running in `scope` (borrowed; NULL creates a private scope). */
+fl_exe *fl_exe_create(fl_scope *scope);
+void fl_exe_free(fl_exe *e);
+fl_scope *fl_exe_scope(fl_exe *e);
+
+typedef struct {
+    const char *name;
+    const fl_tensor *value;
+} fl_feed;
+
+/* Runs program p once.  Each feed is checked against its variable (dtype, rank, fixed
+ * dimensions, LoD for lod_level 1) and copied in.  out[i] receives a borrowed pointer to
+ * the tensor named fetch[i], valid until the next run on this executor.  Errors name the
+ * variable and the expected and given shapes; nothing is half-run on a feed error. */
+int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed,
+               const char *const *fetch, int nfetch, fl_tensor **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

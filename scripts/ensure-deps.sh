@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# ensure-deps.sh [build|test|bench] - makes sure the Debian packages Fleet needs are
+# installed.  As root it installs the missing ones with apt-get; otherwise it prints the
+# exact command to run and exits 1.  Nothing is downloaded from anywhere but Debian.
+#   build: compiler, make, OpenBLAS, OpenSSL (libcrypto, used by the network layer)
+#   test:  build + python3-numpy (reads our safetensors files back in a test)
+#   bench: build + python3-torch and python3-numpy (the PyTorch reference runs)
+set -euo pipefail
+profile=${1:-test}
+pkgs=(gcc make libc6-dev libopenblas-dev libssl-dev pkg-config)
+case "$profile" in
+  build) ;;
+  test) pkgs+=(python3 python3-numpy) ;;
+  bench) pkgs+=(python3 python3-numpy python3-torch) ;;
+  *) echo "ensure-deps.sh: unknown profile '$profile' (expected build, test or bench)" >&2; exit 2 ;;
+esac
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+cmd="apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "Fleet needs these Debian packages: ${missing[*]}" >&2
+  echo "Run as root:  apt-get update && $cmd" >&2
+  exit 1
+fi
+echo "ensure-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+if ! apt-get install -y --no-install-recommends "${missing[@]}" >/tmp/fleet-apt.log 2>&1; then
+  apt-get update >>/tmp/fleet-apt.log 2>&1 || true
+  apt-get install -y --no-install-recommends "${missing[@]}" >>/tmp/fleet-apt.log 2>&1 || {
+    echo "ensure-deps: apt-get failed; see /tmp/fleet-apt.log" >&2; tail -20 /tmp/fleet-apt.log >&2; exit 1; }
+fi

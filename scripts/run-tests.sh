@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# run-tests.sh BUILD_DIR - runs every test binary in BUILD_DIR/tests, each in its own
+# process under a timeout (each case inside also forks with its own timeout), and ends
+# with "N passed, N failed".  Exit status 1 if anything failed.
+# FLEET_TEST_WRAPPER (e.g. "valgrind -q") prefixes each binary; FLEET_TEST_FILTER selects
+# binaries by substring.
+set -u
+build=${1:-build}
+cd "$(dirname "$0")/.." || exit 2
+pass=0; fail=0; failed_bins=()
+per_bin_timeout=${FLEET_TEST_BIN_TIMEOUT:-600}
+for t in "$build"/tests/test_*; do
+  [ -x "$t" ] || continue
+  case "$t" in *"${FLEET_TEST_FILTER:-}"*) ;; *) continue ;; esac
+  name=$(basename "$t")
+  echo "== $name"
+  out=$(timeout -k 5 "$per_bin_timeout" ${FLEET_TEST_WRAPPER:-} "$t" 2>&1)
+  rc=$?
+  printf '%s\n' "$out" | grep -v -E '^[0-9]+ passed, [0-9]+ failed$'
+  p=$(printf '%s\n' "$out" | grep -c '^PASS ' || true)
+  f=$(printf '%s\n' "$out" | grep -c '^FAIL ' || true)
+  if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then
+    echo "FAIL $name (binary exited with status $rc)"
+    f=1
+  fi
+  pass=$((pass + p)); fail=$((fail + f))
+  [ "$f" -gt 0 ] && failed_bins+=("$name")
+done
+[ ${#failed_bins[@]} -gt 0 ] && echo "failed binaries: ${failed_bins[*]}"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

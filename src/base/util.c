@@ -1,0 +1,98 @@
+/* util.c - aligned memory, strings, hashing, random normals, time, text buffers. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "base_internal.h"
+
+void *fl__alloc_aligned(size_t bytes)
+{
+    void *p = NULL;
+    if (bytes == 0) bytes = 64;
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (posix_memalign(&p, 64, bytes) != 0) return NULL;
+    return p;
+}
+
+void fl__free_aligned(void *p) { free(p); }
+
+char *fl__strdup(const char *s)
+{
+    if (!s) return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+uint64_t fl__hash_bytes(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+double fl__rng_normal(fl_rng *r)
+{
+    /* Box-Muller; uses two uniforms per value (no cached state, keeps runs reproducible). */
+    double u1 = ((double)(fl__rng_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    double u2 = (double)(fl__rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+uint64_t fl__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+double fl__now(void) { return (double)fl__now_ns() * 1e-9; }
+
+static int buf_reserve(fl_buf *b, size_t extra)
+{
+    if (b->failed) return -1;
+    if (b->len + extra + 1 <= b->cap) return 0;
+    size_t nc = b->cap ? b->cap * 2 : 256;
+    while (nc < b->len + extra + 1) nc *= 2;
+    char *np = realloc(b->p, nc);
+    if (!np) {
+        b->failed = 1;
+        return -1;
+    }
+    b->p = np;
+    b->cap = nc;
+    return 0;
+}
+
+void fl__buf_put(fl_buf *b, const void *data, size_t n)
+{
+    if (buf_reserve(b, n)) return;
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+void fl__buf_printf(fl_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || buf_reserve(b, (size_t)n)) return;
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+void fl__buf_free(fl_buf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}

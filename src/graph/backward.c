@@ -1,0 +1,210 @@
+/*
+ * backward.c - append_backward: walks the forward ops in reverse and asks each op's
+ * gradient maker for its gradient ops.  A variable used by several ops receives one
+ * gradient variable per use (<v>@GRAD@RENAME@k) and a `sum` op adds them up just before
+ * the gradient is read, as Paddle does.  Variables with stop_gradient, variables named in
+ * the no-grad set, and outputs of ops without a gradient get no gradient.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "graph_internal.h"
+
+typedef struct {
+    fl_var **v;
+    int n, cap;
+    fl_var *final;
+} contrib;
+
+struct fl_grad_ctx {
+    fl_prog *p;
+    int nfwd;          /* vars that existed before backward */
+    char *needs;       /* needs[idx]: forward var wants a gradient */
+    contrib *c;
+    int status;
+};
+
+static int add_sum(fl_grad_ctx *g, fl_var *v, contrib *c)
+{
+    char name[512];
+    /* the first contribution was named v@GRAD; move it aside so the sum can take the name */
+    snprintf(name, sizeof name, "%s@GRAD@RENAME@0", v->name);
+    FL_CHECK(fl__var_rename(c->v[0], name));
+    snprintf(name, sizeof name, "%s@GRAD", v->name);
+    fl_var *out = fl__var_create(g->p, name, v->dtype, v->ndim, v->shape);
+    if (!out) return fl_prog_status(g->p);
+    int sparse = 1;
+    for (int i = 0; i < c->n; i++) sparse &= c->v[i]->is_sparse_grad;
+    out->is_sparse_grad = sparse;
+    fl_io in = {"X", c->v, c->n};
+    fl_io o = FL_IO1("Out", out);
+    if (!fl__op_append(g->p, "sum", &in, 1, &o, 1)) return fl_prog_status(g->p);
+    c->final = out;
+    return FL_OK;
+}
+
+fl_var *fl__grad_of(fl_grad_ctx *g, fl_var *v)
+{
+    if (!v || v->idx >= g->nfwd) return NULL;
+    contrib *c = &g->c[v->idx];
+    if (c->final) return c->final;
+    if (c->n == 0) return NULL;
+    if (c->n == 1) {
+        c->final = c->v[0];
+        return c->final;
+    }
+    if (add_sum(g, v, c) != FL_OK) {
+        g->status = fl_prog_status(g->p);
+        return NULL;
+    }
+    return c->final;
+}
+
+fl_var *fl__grad_for(fl_grad_ctx *g, fl_var *v)
+{
+    if (!v || v->idx >= g->nfwd || !g->needs[v->idx]) return NULL;
+    contrib *c = &g->c[v->idx];
+    if (c->final) {
+        fl__prog_error(g->p, FL_EINVAL, "append_backward: gradient of '%s' written after it was read", v->name);
+        g->status = FL_EINVAL;
+        return NULL;
+    }
+    char name[512];
+    if (c->n == 0)
+        snprintf(name, sizeof name, "%s@GRAD", v->name);
+    else
+        snprintf(name, sizeof name, "%s@GRAD@RENAME@%d", v->name, c->n);
+    if (c->n == c->cap) {
+        int nc = c->cap ? c->cap * 2 : 2;
+        fl_var **nv = realloc(c->v, (size_t)nc * sizeof *nv);
+        if (!nv) {
+            g->status = fl__prog_error(g->p, FL_ENOMEM, "out of memory");
+            return NULL;
+        }
+        c->v = nv;
+        c->cap = nc;
+    }
+    fl_var *gv = fl__var_create(g->p, name, v->dtype, v->ndim, v->shape);
+    if (!gv) {
+        g->status = fl_prog_status(g->p);
+        return NULL;
+    }
+    gv->lod_level = v->lod_level;
+    c->v[c->n++] = gv;
+    return gv;
+}
+
+int fl_append_backward(fl_var *loss, const char *const *no_grad, int n_no_grad, fl_param_grad **pairs, int *npairs)
+{
+    if (pairs) *pairs = NULL;
+    if (npairs) *npairs = 0;
+    if (!loss || loss->magic != FL_VAR_MAGIC) return fl__err(FL_EINVAL, "append_backward: loss is NULL or not a variable");
+    fl_prog *p = loss->prog;
+    if (p->status != FL_OK) return p->status;
+    int64_t lnumel = 1;
+    for (int i = 0; i < loss->ndim; i++) lnumel *= loss->shape[i];
+    if (lnumel != 1)
+        return fl__prog_error(p, FL_EINVAL,
+                              "append_backward: loss '%s' must have one element (use mean or reduce_sum), "
+                              "its shape has %d dims",
+                              loss->name, loss->ndim);
+    fl_grad_ctx g = {p, p->nvars, calloc((size_t)p->nvars + 1, 1), calloc((size_t)p->nvars + 1, sizeof(contrib)),
+                     FL_OK};
+    int nfwd_ops = p->nops, st = FL_OK;
+    fl_param_grad *out = NULL;
+    int nout = 0;
+    if (!g.needs || !g.c) {
+        st = fl__prog_error(p, FL_ENOMEM, "out of memory");
+        goto done;
+    }
+    /* forward pass: which variables carry a gradient */
+    for (int i = 0; i < p->nvars; i++) {
+        fl_var *v = p->vars[i];
+        int blocked = v->stop_gradient;
+        for (int k = 0; k < n_no_grad && !blocked; k++) blocked = no_grad[k] && !strcmp(no_grad[k], v->name);
+        g.needs[i] = (char)(v->is_param && !blocked);
+        if (blocked) g.needs[i] = 2; /* 2: never */
+    }
+    for (int i = 0; i < nfwd_ops; i++) {
+        fl_op *op = p->ops[i];
+        if (op->role != FL_ROLE_FORWARD) continue;
+        int any = 0;
+        for (int s = 0; s < FL_OP_MAX_SLOTS; s++)
+            for (int k = 0; k < op->in[s].n; k++) any |= g.needs[op->in[s].vars[k]->idx] == 1;
+        for (int s = 0; s < FL_OP_MAX_SLOTS; s++)
+            for (int k = 0; k < op->out[s].n; k++) {
+                fl_var *o = op->out[s].vars[k];
+                if (g.needs[o->idx] != 2 && !o->persistable) g.needs[o->idx] = (char)(any && op->def->grad != NULL);
+            }
+    }
+    for (int i = 0; i < p->nvars; i++)
+        if (g.needs[i] == 2) g.needs[i] = 0;
+    if (!g.needs[loss->idx]) {
+        st = fl__prog_error(p, FL_EINVAL, "append_backward: loss '%s' does not depend on any trainable parameter",
+                            loss->name);
+        goto done;
+    }
+    fl__prog_set_role(p, FL_ROLE_BACKWARD);
+    /* d loss / d loss = 1 */
+    fl_var *lg = fl__grad_for(&g, loss);
+    if (!lg) {
+        st = fl_prog_status(p);
+        goto done;
+    }
+    {
+        fl_io o = FL_IO1("Out", lg);
+        fl_op *op = fl__op_new(p, "fill_constant", NULL, 0, &o, 1);
+        if (!op) {
+            st = fl_prog_status(p);
+            goto done;
+        }
+        fl__attr_set_ints(op, "shape", loss->shape, loss->ndim);
+        fl__attr_set_i(op, "dtype", FL_FLOAT32);
+        fl__attr_set_f(op, "value", 1.0);
+        FL_CHECK_GOTO(fl__op_finish(op), st, done);
+    }
+    for (int i = nfwd_ops - 1; i >= 0; i--) {
+        fl_op *op = p->ops[i];
+        if (op->role != FL_ROLE_FORWARD || !op->def->grad) continue;
+        int has = 0;
+        for (int s = 0; s < FL_OP_MAX_SLOTS; s++)
+            for (int k = 0; k < op->out[s].n; k++) {
+                fl_var *o = op->out[s].vars[k];
+                has |= o->idx < g.nfwd && g.c[o->idx].n > 0;
+            }
+        if (!has) continue;
+        int any_in = 0;
+        for (int s = 0; s < FL_OP_MAX_SLOTS; s++)
+            for (int k = 0; k < op->in[s].n; k++) any_in |= g.needs[op->in[s].vars[k]->idx];
+        if (!any_in) continue;
+        FL_CHECK_GOTO(op->def->grad(op, &g), st, done);
+        FL_CHECK_GOTO(g.status, st, done);
+    }
+    out = calloc((size_t)g.nfwd + 1, sizeof *out);
+    if (!out) {
+        st = fl__prog_error(p, FL_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < g.nfwd; i++) {
+        fl_var *v = p->vars[i];
+        if (!v->is_param || !g.needs[i] || !g.c[i].n) continue;
+        fl_var *gv = fl__grad_of(&g, v);
+        FL_CHECK_GOTO(g.status, st, done);
+        out[nout].param = v;
+        out[nout].grad = gv;
+        nout++;
+    }
+done:
+    fl__prog_set_role(p, FL_ROLE_FORWARD);
+    if (g.c)
+        for (int i = 0; i < g.nfwd; i++) free(g.c[i].v);
+    free(g.c);
+    free(g.needs);
+    if (st == FL_OK && pairs) {
+        *pairs = out;
+        if (npairs) *npairs = nout;
+    } else {
+        free(out);
+    }
+    return st;
+}

@@ -1,0 +1,207 @@
+/*
+ * graph_internal.h - program, variable and operator structures, the op registry, the
+ * kernel context and the gradient-maker context.  Shared by graph/, exec/ and io/.
+ *
+ * How to add an operator (see src/graph/ops_basic.c for examples):
+ *   1. write `static const fl_op_def def_<type>` with its input and output slot names,
+ *      an infer() that checks inputs and sets output var dtype/shape at build time (-1
+ *      for run-time dims), a run() kernel and, if it has a gradient, a grad() maker;
+ *   2. list it in the group table at the end of the file (fl__ops_<group>[]);
+ *   3. write a layer builder (fl_layer_*) that calls fl__op_append();
+ *   4. add a finite-difference check to tests/test_grad.c.
+ */
+#ifndef FL_GRAPH_INTERNAL_H
+#define FL_GRAPH_INTERNAL_H
+
+#include "fleet/graph.h"
+#include "../tensor/tensor_internal.h"
+
+#define FL_PROG_MAGIC 0x50524f47u /* "PROG" */
+#define FL_VAR_MAGIC 0x56415221u
+#define FL_OP_MAX_SLOTS 8
+#define FL_OP_MAX_ATTRS 16
+
+/* Op roles, as Paddle's op_role: used by clone(for_test), pruning and fleet rewrites. */
+enum { FL_ROLE_FORWARD = 0, FL_ROLE_BACKWARD = 1, FL_ROLE_OPTIMIZE = 2, FL_ROLE_LRSCHED = 3 };
+
+struct fl_var {
+    uint32_t magic;
+    char *name;
+    fl_prog *prog;
+    fl_dtype dtype;
+    int ndim;
+    int64_t shape[FL_MAX_DIMS];
+    int lod_level;
+    int persistable;
+    int stop_gradient;
+    int is_param;
+    int is_data;
+    int is_sparse_grad;  /* gradient variable that holds SelectedRows at run time */
+    float lr_scale;      /* parameters: learning-rate multiplier */
+    float l2_decay;      /* parameters: extra L2 coefficient */
+    int idx;             /* position in prog->vars */
+};
+
+typedef enum { FL_ATTR_INT, FL_ATTR_FLOAT, FL_ATTR_STR, FL_ATTR_INTS, FL_ATTR_FLOATS } fl_attr_type;
+
+typedef struct {
+    char *name;
+    fl_attr_type type;
+    int64_t i;
+    double f;
+    char *s;
+    int n;          /* list length */
+    int64_t *ints;
+    float *floats;
+} fl_attr;
+
+typedef struct {
+    int n;
+    fl_var **vars;
+} fl_slot;
+
+typedef struct fl_op_def fl_op_def;
+
+typedef struct fl_op {
+    const fl_op_def *def;
+    fl_prog *prog;
+    int role;
+    fl_slot in[FL_OP_MAX_SLOTS];  /* indexed like def->in_names */
+    fl_slot out[FL_OP_MAX_SLOTS]; /* indexed like def->out_names */
+    int nattr;
+    fl_attr attr[FL_OP_MAX_ATTRS];
+} fl_op;
+
+struct fl_prog {
+    uint32_t magic;
+    fl_var **vars;
+    int nvars, cap_vars;
+    fl_op **ops;
+    int nops, cap_ops;
+    fl_prog *startup;    /* owned; NULL for a startup program */
+    fl_prog *main;       /* for a startup program: its main program */
+    uint64_t seed;
+    uint64_t version;    /* bumped on every change; executors re-plan on change */
+    int status;
+    char err[512];
+    fl_strmap names;     /* name -> var index */
+    fl_strmap uniq;      /* prefix -> next counter for unique names */
+    int cur_role;        /* role of ops appended now */
+};
+
+/* ---- kernel context ----------------------------------------------------------------- */
+
+typedef struct fl_kctx {
+    const fl_op *op;
+    fl_tensor **in[FL_OP_MAX_SLOTS];  /* in[slot][k] */
+    int nin[FL_OP_MAX_SLOTS];
+    fl_tensor **out[FL_OP_MAX_SLOTS];
+    int nout[FL_OP_MAX_SLOTS];
+    void **state;    /* per-op, per-executor state slot (kernels may malloc; freed with free()) */
+    uint64_t step;   /* how many times this executor has run this program before */
+} fl_kctx;
+
+#define FL_IN(c, s) ((c)->nin[s] ? (c)->in[s][0] : NULL)
+#define FL_OUT(c, s) ((c)->nout[s] ? (c)->out[s][0] : NULL)
+
+/* ---- gradient-maker context ---------------------------------------------------------- */
+
+typedef struct fl_grad_ctx fl_grad_ctx;
+/* Gradient of forward output `v`, or NULL if no gradient flows into it. */
+fl_var *fl__grad_of(fl_grad_ctx *g, fl_var *v);
+/* Variable to write the gradient of forward input `v` to, or NULL if v needs none.  When
+ * several ops contribute, each gets its own variable and append_backward sums them. */
+fl_var *fl__grad_for(fl_grad_ctx *g, fl_var *v);
+
+struct fl_op_def {
+    const char *type;
+    const char *in_names[FL_OP_MAX_SLOTS];  /* NULL-terminated */
+    const char *out_names[FL_OP_MAX_SLOTS];
+    /* Build time: validate inputs and set output var dtype/shape.  Return status; use
+     * fl__op_error() for messages (names the op and the variable). */
+    int (*infer)(fl_op *op);
+    /* Run time: compute outputs (resize them first).  Return status. */
+    int (*run)(fl_kctx *ctx);
+    /* Append gradient ops for op (NULL: the op has no gradient). */
+    int (*grad)(fl_op *op, fl_grad_ctx *g);
+    /* Frees what run() left in *ctx->state (NULL: plain free()). */
+    void (*state_free)(void *state);
+};
+
+/* ---- registry and building ------------------------------------------------------------ */
+
+const fl_op_def *fl__op_lookup(const char *type);
+
+typedef struct {
+    const char *slot;
+    fl_var *const *vars;
+    int n;
+} fl_io;
+/* One-variable slot.  The compound literal lives until the end of the enclosing block:
+ * never use it as the body of an unbraced if/for whose result is used afterwards. */
+#define FL_IO1(slot, v) {(slot), (fl_var *const[]){(v)}, 1}
+
+/* Building an op is two calls: fl__op_new() checks that the type exists, that every slot
+ * name is known to the op and that every var belongs to p, and appends the op (role =
+ * FORWARD unless p is in backward/optimize building, see fl__prog_set_role); the builder
+ * then sets attributes; fl__op_finish() runs def->infer and, on failure, removes the op
+ * again and returns the status (the program error names the op).  fl__op_new returns NULL
+ * with the program error set.  fl__op_append() = new + finish for ops without attrs. */
+fl_op *fl__op_new(fl_prog *p, const char *type, const fl_io *ins, int nins, const fl_io *outs, int nouts);
+int fl__op_finish(fl_op *op);
+fl_op *fl__op_append(fl_prog *p, const char *type, const fl_io *ins, int nins, const fl_io *outs,
+                     int nouts);
+/* Role given to ops appended from now on (FL_ROLE_*). */
+void fl__prog_set_role(fl_prog *p, int role);
+
+int fl__attr_set_i(fl_op *op, const char *name, int64_t v);
+int fl__attr_set_f(fl_op *op, const char *name, double v);
+int fl__attr_set_s(fl_op *op, const char *name, const char *v);
+int fl__attr_set_ints(fl_op *op, const char *name, const int64_t *v, int n);
+int fl__attr_set_floats(fl_op *op, const char *name, const float *v, int n);
+const fl_attr *fl__attr_find(const fl_op *op, const char *name);
+int64_t fl__attr_i(const fl_op *op, const char *name, int64_t def);
+double fl__attr_f(const fl_op *op, const char *name, double def);
+const char *fl__attr_s(const fl_op *op, const char *name, const char *def);
+
+/* Records an error on op's program naming the op ("fc: ...") and returns FL_EINVAL. */
+int fl__op_error(fl_op *op, const char *fmt, ...) FL_PRINTF(2, 3);
+/* Records a build error on p (first one wins) and returns status. */
+int fl__prog_error(fl_prog *p, int status, const char *fmt, ...) FL_PRINTF(3, 4);
+
+/* Variables. */
+fl_var *fl__var_create(fl_prog *p, const char *name, fl_dtype dt, int ndim, const int64_t *shape);
+/* Unique name "<prefix>_<k>.<suffix>_<j>"-style generator (Paddle: fc_0.w_0, fc_0.tmp_0). */
+void fl__unique_name(fl_prog *p, const char *prefix, char *out, size_t cap);
+/* Temporary output var named "<base>.tmp_<k>". */
+fl_var *fl__tmp_var(fl_prog *p, const char *base, fl_dtype dt, int ndim, const int64_t *shape);
+void fl__var_set_shape(fl_var *v, fl_dtype dt, int ndim, const int64_t *shape);
+/* Creates a parameter in p and its copy in p's startup program with an initializer op.
+ * fan_in/fan_out are used by Xavier; def_init is used when attr->init is DEFAULT. */
+fl_var *fl__param_create(fl_prog *p, const char *name, int ndim, const int64_t *shape,
+                         const fl_param_attr *attr, fl_initializer def_init, int64_t fan_in,
+                         int64_t fan_out);
+/* Creates a persistable non-parameter var in p and in its startup program, filled with a
+ * constant there (optimizer moments, learning rates, counters). */
+fl_var *fl__persistable_create(fl_prog *p, const char *name, fl_dtype dt, int ndim,
+                               const int64_t *shape, float value);
+/* Renames v (the new name must be free). */
+int fl__var_rename(fl_var *v, const char *name);
+/* Gets or creates the var of the same name/shape in another program. */
+fl_var *fl__var_mirror(fl_prog *dst, const fl_var *v);
+/* Returns first non-NULL program of the given vars, or NULL (no error) if any var is NULL. */
+fl_prog *fl__prog_of(fl_var *const *vars, int n);
+
+/* Shape-check helpers for infer(): */
+int fl__shapes_equal(const fl_var *a, const fl_var *b);
+void fl__shape_str(const fl_var *v, char *buf, size_t cap);
+
+/* Op groups (each a NULL-terminated list), registered by graph/registry.c. */
+extern const fl_op_def *const fl__ops_basic[];    /* ops_basic.c: fill, init, mul, add, act, losses core */
+extern const fl_op_def *const fl__ops_nn[];       /* ops_nn.c */
+extern const fl_op_def *const fl__ops_seq[];      /* ops_seq.c: embedding, sequence_pool, concat, reshape */
+extern const fl_op_def *const fl__ops_loss[];     /* ops_loss.c */
+extern const fl_op_def *const fl__ops_metric[];   /* ops_metric.c */
+extern const fl_op_def *const fl__ops_optim[];    /* ops_optim.c */
+
+#endif

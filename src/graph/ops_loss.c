@@ -1,0 +1,4 @@
+/* ops_loss.c - operator group "loss" (see graph_internal.h for how to add an op). */
+#include "graph_internal.h"
+
+const fl_op_def *const fl__ops_loss[] = {NULL};

@@ -1,0 +1,4 @@
+/* ops_seq.c - operator group "seq" (see graph_internal.h for how to add an op). */
+#include "graph_internal.h"
+
+const fl_op_def *const fl__ops_seq[] = {NULL};

@@ -1,0 +1,126 @@
+/*
+ * kernels.c - CPU kernels on contiguous float32 arrays.  Matrix products go to OpenBLAS;
+ * everything else is a plain loop the compiler vectorises (no calls per element: exp is
+ * an inline polynomial, accurate to about 2 ulp over the float range).
+ */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "tensor_internal.h"
+
+void fl__sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+               const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m,
+                (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+
+void fl__vadd(float *restrict y, const float *restrict a, const float *restrict b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+
+void fl__vaxpy(float *restrict y, float alpha, const float *restrict x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+
+void fl__vscale(float *restrict y, float alpha, const float *restrict x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = alpha * x[i];
+}
+
+void fl__vfill(float *y, float v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = v;
+}
+
+void fl__add_rowvec(float *restrict y, const float *restrict b, int64_t m, int64_t n)
+{
+    for (int64_t i = 0; i < m; i++) {
+        float *restrict r = y + i * n;
+        for (int64_t j = 0; j < n; j++) r[j] += b[j];
+    }
+}
+
+void fl__col_sum(float *restrict db, const float *restrict dy, int64_t m, int64_t n, int accumulate)
+{
+    if (!accumulate) memset(db, 0, (size_t)n * sizeof *db);
+    for (int64_t i = 0; i < m; i++) {
+        const float *restrict r = dy + i * n;
+        for (int64_t j = 0; j < n; j++) db[j] += r[j];
+    }
+}
+
+/* exp(x) for x in float range: 2^k * p(r), r = x - k ln2, |r| <= ln2/2, degree-6 minimax. */
+static inline float fast_expf(float x)
+{
+    x = x < 88.3762626647949f ? x : 88.3762626647949f;
+    x = x > -87.3365447504f ? x : -87.3365447504f;
+    float kf = x * 1.44269504088896341f;
+    kf = kf >= 0 ? (float)(int)(kf + 0.5f) : (float)(int)(kf - 0.5f);
+    float r = x - kf * 0.693359375f;
+    r = r + kf * 2.12194440e-4f;
+    float r2 = r * r;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r2 + r + 1.0f;
+    union {
+        uint32_t u;
+        float f;
+    } s;
+    s.u = (uint32_t)((int32_t)kf + 127) << 23;
+    return p * s.f;
+}
+
+void fl__tanh(float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        float a = v < 0 ? -v : v;
+        float e = fast_expf(-2.0f * a);
+        float t = (1.0f - e) / (1.0f + e);
+        /* small |x|: odd series keeps relative precision where 1-e cancels */
+        float v2 = v * v;
+        float s = v * (1.0f + v2 * (-0.333333333f + v2 * (0.133333333f + v2 * -0.0539682540f)));
+        y[i] = a < 0.0625f ? s : (v < 0 ? -t : t);
+    }
+}
+
+void fl__sigmoid(float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + fast_expf(-x[i]));
+}
+
+void fl__relu(float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void fl__softmax_rows(float *restrict y, const float *restrict x, int64_t m, int64_t n)
+{
+    for (int64_t i = 0; i < m; i++) {
+        const float *restrict xr = x + i * n;
+        float *restrict yr = y + i * n;
+        float mx = xr[0];
+        for (int64_t j = 1; j < n; j++) mx = xr[j] > mx ? xr[j] : mx;
+        float s = 0.0f;
+        for (int64_t j = 0; j < n; j++) {
+            yr[j] = fast_expf(xr[j] - mx);
+            s += yr[j];
+        }
+        float inv = 1.0f / s;
+        for (int64_t j = 0; j < n; j++) yr[j] *= inv;
+    }
+}

@@ -1,0 +1,67 @@
+/*
+ * tensor_internal.h - the tensor struct, visible to the library's kernels only, and the
+ * CPU kernel entry points of src/tensor/kernels.c.
+ */
+#ifndef FL_TENSOR_INTERNAL_H
+#define FL_TENSOR_INTERNAL_H
+
+#include "fleet/tensor.h"
+#include "../base/base_internal.h"
+
+#define FL_TENSOR_MAGIC 0x544e5352u /* "TNSR" */
+
+struct fl_tensor {
+    uint32_t magic;
+    fl_dtype dtype;
+    int ndim;
+    int64_t shape[FL_MAX_DIMS];
+    int64_t numel;
+    void *data;
+    size_t cap;           /* bytes allocated at data */
+    int64_t *lod;         /* one level of offsets, lod_n entries (0 = no LoD) */
+    int64_t lod_n, lod_cap;
+    int64_t *rows;        /* SelectedRows indices (is_rows) */
+    int64_t rows_cap;
+    int is_rows;
+    int64_t height;       /* SelectedRows: rows of the full matrix */
+};
+
+/* Resize keeping LoD/rows untouched (kernels set them explicitly). */
+int fl__tensor_reshape_raw(fl_tensor *t, fl_dtype dt, int ndim, const int64_t *shape);
+/* Shorthand for 2-D float32 outputs. */
+static inline int fl__tensor_resize2(fl_tensor *t, int64_t a, int64_t b)
+{
+    int64_t s[2] = {a, b};
+    return fl__tensor_reshape_raw(t, FL_FLOAT32, 2, s);
+}
+/* Copies LoD of src to dst (clears if src has none). */
+int fl__tensor_share_lod(fl_tensor *dst, const fl_tensor *src);
+/* Product of dims [from, to). */
+static inline int64_t fl__dims_prod(const int64_t *s, int from, int to)
+{
+    int64_t p = 1;
+    for (int i = from; i < to; i++) p *= s[i];
+    return p;
+}
+
+/* ---- CPU kernels (kernels.c): plain loops over contiguous float arrays ---- */
+
+/* C[m,n] = alpha * op(A) op(B) + beta * C, row-major, through cblas_sgemm. */
+void fl__sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+               int64_t ldc);
+void fl__vadd(float *restrict y, const float *restrict a, const float *restrict b, int64_t n);
+void fl__vaxpy(float *restrict y, float alpha, const float *restrict x, int64_t n); /* y += a*x */
+void fl__vscale(float *restrict y, float alpha, const float *restrict x, int64_t n); /* y = a*x */
+void fl__vfill(float *y, float v, int64_t n);
+/* Adds row vector b[n] to each of m rows of y[m,n]. */
+void fl__add_rowvec(float *restrict y, const float *restrict b, int64_t m, int64_t n);
+/* db[n] (+)= column sums of dy[m,n]. accumulate=0 overwrites. */
+void fl__col_sum(float *restrict db, const float *restrict dy, int64_t m, int64_t n, int accumulate);
+void fl__tanh(float *y, const float *x, int64_t n);
+void fl__sigmoid(float *y, const float *x, int64_t n);
+void fl__relu(float *y, const float *x, int64_t n);
+/* Row-wise softmax of x[m,n]. */
+void fl__softmax_rows(float *restrict y, const float *restrict x, int64_t m, int64_t n);
+
+#endif

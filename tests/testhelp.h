@@ -1,0 +1,142 @@
+/*
+ * testhelp.h - a small test harness.  Each test case runs in its own forked process with
+ * a timeout (FLEET_TEST_TIMEOUT seconds, default 120); a case passes when it returns
+ * normally.  Assertions print both operands and the location, then exit the child.
+ *
+ *   TEST(my_case) { CHECK_EQ_INT(1 + 1, 2); }
+ *   TEST_MAIN(T(my_case), T(other_case))
+ *
+ * Run one case: ./test_x my_case.  Output: one "PASS name" / "FAIL name (why)" line per
+ * case and a closing "N passed, N failed" line; exit status 1 if any failed.
+ */
+#ifndef FLEET_TESTHELP_H
+#define FLEET_TESTHELP_H
+
+#include <fleet.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct {
+    const char *name;
+    void (*fn)(void);
+} test_case;
+
+#define TEST(name) static void name(void)
+#define T(name) {#name, name}
+
+#define TFAIL(...)                                                                                 \
+    do {                                                                                           \
+        fprintf(stderr, "  %s:%d: ", __FILE__, __LINE__);                                          \
+        fprintf(stderr, __VA_ARGS__);                                                              \
+        fprintf(stderr, "\n");                                                                     \
+        fflush(stderr);                                                                            \
+        _exit(1);                                                                                  \
+    } while (0)
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) TFAIL("CHECK(%s) failed (last error: %s)", #cond, fl_last_error());           \
+    } while (0)
+#define CHECK_OK(call)                                                                             \
+    do {                                                                                           \
+        int st_ = (call);                                                                          \
+        if (st_ != FL_OK) TFAIL("%s returned %s: %s", #call, fl_strerror(st_), fl_last_error());   \
+    } while (0)
+#define CHECK_EQ_INT(a, b)                                                                         \
+    do {                                                                                           \
+        long long a_ = (long long)(a), b_ = (long long)(b);                                        \
+        if (a_ != b_) TFAIL("%s == %s failed: %lld != %lld", #a, #b, a_, b_);                      \
+    } while (0)
+#define CHECK_NEAR(a, b, tol)                                                                      \
+    do {                                                                                           \
+        double a_ = (double)(a), b_ = (double)(b), t_ = (double)(tol);                             \
+        if (!(fabs(a_ - b_) <= t_)) TFAIL("|%s - %s| <= %g failed: %.9g vs %.9g", #a, #b, t_, a_, b_); \
+    } while (0)
+#define CHECK_STR_HAS(s, sub)                                                                      \
+    do {                                                                                           \
+        const char *s_ = (s), *u_ = (sub);                                                         \
+        if (!s_ || !strstr(s_, u_)) TFAIL("expected \"%s\" in \"%s\"", u_, s_ ? s_ : "(null)");    \
+    } while (0)
+/* A call that must fail with status `st` and an error message containing `sub`. */
+#define CHECK_FAILS(call, st, sub)                                                                 \
+    do {                                                                                           \
+        int st_ = (call);                                                                          \
+        if (st_ != (st)) TFAIL("%s returned %s, expected %s (%s)", #call, fl_strerror(st_), fl_strerror(st), fl_last_error()); \
+        CHECK_STR_HAS(fl_last_error(), sub);                                                       \
+    } while (0)
+
+static inline int th_run_cases(const test_case *cases, int n, int argc, char **argv)
+{
+    int pass = 0, fail = 0;
+    const char *to = getenv("FLEET_TEST_TIMEOUT");
+    unsigned timeout = to && atoi(to) > 0 ? (unsigned)atoi(to) : 120;
+    for (int i = 0; i < n; i++) {
+        if (argc > 1) {
+            int want = 0;
+            for (int a = 1; a < argc; a++) want |= !strcmp(argv[a], cases[i].name);
+            if (!want) continue;
+        }
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid == 0) {
+            alarm(timeout);
+            cases[i].fn();
+            fflush(stdout);
+            _exit(0);
+        }
+        int ws = 0;
+        if (pid < 0 || waitpid(pid, &ws, 0) < 0) {
+            printf("FAIL %s (fork/wait failed)\n", cases[i].name);
+            fail++;
+            continue;
+        }
+        if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0) {
+            printf("PASS %s\n", cases[i].name);
+            pass++;
+        } else if (WIFSIGNALED(ws)) {
+            printf("FAIL %s (%s%s)\n", cases[i].name, strsignal(WTERMSIG(ws)),
+                   WTERMSIG(ws) == SIGALRM ? ": timed out" : "");
+            fail++;
+        } else {
+            printf("FAIL %s (exit %d)\n", cases[i].name, WEXITSTATUS(ws));
+            fail++;
+        }
+        fflush(stdout);
+    }
+    printf("%d passed, %d failed\n", pass, fail);
+    return fail ? 1 : 0;
+}
+
+#define TEST_MAIN(...)                                                                             \
+    int main(int argc, char **argv)                                                                \
+    {                                                                                              \
+        static const test_case cases_[] = {__VA_ARGS__};                                           \
+        return th_run_cases(cases_, (int)(sizeof cases_ / sizeof cases_[0]), argc, argv);          \
+    }
+
+/* Small helpers for building tensors in tests. */
+static inline fl_tensor *th_f32(int ndim, const int64_t *shape, const float *data)
+{
+    return fl_tensor_from_data(FL_FLOAT32, ndim, shape, data);
+}
+static inline fl_tensor *th_i64(int ndim, const int64_t *shape, const int64_t *data)
+{
+    return fl_tensor_from_data(FL_INT64, ndim, shape, data);
+}
+/* Deterministic uniform values in [lo, hi). */
+static inline void th_fill_uniform(float *x, int64_t n, float lo, float hi, unsigned seed)
+{
+    unsigned s = seed * 2654435761u + 1u;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = lo + (hi - lo) * ((float)(s >> 8) / 16777216.0f);
+    }
+}
+
+#endif
