@@ -8,9 +8,9 @@ VERSION := 0.1.0
 SOVER   := 0
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-missing-field-initializers
-OPT     ?= -O2
+OPT     ?= -O3
 CFLAGS  ?=
-CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC $(OPT) -g $(WARN) -Iinclude -pthread $(SAN)
+CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC $(OPT) -fno-trapping-math -fno-math-errno -g $(WARN) -Iinclude -pthread $(SAN)
 LDLIBS  := -lopenblas -lm -pthread
 LDFLAGS += $(SAN)
 
@@ -35,34 +35,43 @@ deps:
 
 DEPS_PROFILE ?= build
 
+Q := $(if $(V),,@)
+
 $(BUILD)/%.o: %.c $(HEADERS) $(wildcard src/*/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	@$(if $(V),,echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libfleet.a: $(LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	@$(if $(V),,echo "  AR      $@")
+	$(Q)ar rcs $@ $^
 
 $(BUILD)/libfleet.so: $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,libfleet.so.$(SOVER) -o $@.$(VERSION) $^ $(LDFLAGS) $(LDLIBS)
-	ln -sf libfleet.so.$(VERSION) $(BUILD)/libfleet.so.$(SOVER)
-	ln -sf libfleet.so.$(VERSION) $@
+	@$(if $(V),,echo "  LD      $@")
+	$(Q)$(CC) -shared -Wl,-soname,libfleet.so.$(SOVER) -o $@.$(VERSION) $^ $(LDFLAGS) $(LDLIBS)
+	$(Q)ln -sf libfleet.so.$(VERSION) $(BUILD)/libfleet.so.$(SOVER)
+	$(Q)ln -sf libfleet.so.$(VERSION) $@
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libfleet.a $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Isrc -Itests $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
+	@$(if $(V),,echo "  CCLD    $@")
+	$(Q)$(CC) $(CFLAGS) -Isrc -Itests $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libfleet.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
+	@$(if $(V),,echo "  CCLD    $@")
+	$(Q)$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libfleet.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Isrc $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
+	@$(if $(V),,echo "  CCLD    $@")
+	$(Q)$(CC) $(CFLAGS) -Isrc $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/tools/%: tools/%.c $(BUILD)/libfleet.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Isrc $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
+	@$(if $(V),,echo "  CCLD    $@")
+	$(Q)$(CC) $(CFLAGS) -Isrc $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
 
 # The README's test command.  Each test binary runs in its own process with a timeout.
 test: DEPS_PROFILE=test

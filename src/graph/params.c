@@ -91,6 +91,21 @@ fl_var *fl__param_create(fl_prog *p, const char *name, int ndim, const int64_t *
     fl_param_attr none;
     memset(&none, 0, sizeof none);
     if (!attr) attr = &none;
+    fl_var *old = fl_prog_var(p, name);
+    if (old) {
+        /* Paddle semantics: naming an existing parameter shares it, if the shapes agree */
+        int same = old->is_param && old->ndim == ndim;
+        for (int i = 0; same && i < ndim; i++) same = old->shape[i] == shape[i];
+        if (same) return old;
+        char have[96], want[96] = "[";
+        fl__shape_str(old, have, sizeof have);
+        for (int i = 0; i < ndim; i++)
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? ", " : "", (long long)shape[i]);
+        snprintf(want + strlen(want), sizeof want - strlen(want), "]");
+        fl__prog_error(p, FL_EINVAL, "parameter '%s' already exists with shape %s%s; this use needs shape %s", name, have,
+                       old->is_param ? "" : " (and is not a parameter)", want);
+        return NULL;
+    }
     fl_var *v = persist_pair(p, name, FL_FLOAT32, ndim, shape);
     if (!v) return NULL;
     v->is_param = 1;

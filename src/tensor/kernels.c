@@ -9,6 +9,14 @@
 
 #include "tensor_internal.h"
 
+/* Hot elementwise kernels are compiled for AVX-512, AVX2 and baseline x86-64; the loader
+ * picks the best the CPU has (GCC function multiversioning). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define FL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define FL_CLONES
+#endif
+
 void fl__sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
@@ -22,17 +30,17 @@ void fl__sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, con
                 (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
 
-void fl__vadd(float *restrict y, const float *restrict a, const float *restrict b, int64_t n)
+FL_CLONES void fl__vadd(float *restrict y, const float *restrict a, const float *restrict b, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
 
-void fl__vaxpy(float *restrict y, float alpha, const float *restrict x, int64_t n)
+FL_CLONES void fl__vaxpy(float *restrict y, float alpha, const float *restrict x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
-void fl__vscale(float *restrict y, float alpha, const float *restrict x, int64_t n)
+FL_CLONES void fl__vscale(float *restrict y, float alpha, const float *restrict x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) y[i] = alpha * x[i];
 }
@@ -42,7 +50,7 @@ void fl__vfill(float *y, float v, int64_t n)
     for (int64_t i = 0; i < n; i++) y[i] = v;
 }
 
-void fl__add_rowvec(float *restrict y, const float *restrict b, int64_t m, int64_t n)
+FL_CLONES void fl__add_rowvec(float *restrict y, const float *restrict b, int64_t m, int64_t n)
 {
     for (int64_t i = 0; i < m; i++) {
         float *restrict r = y + i * n;
@@ -50,7 +58,7 @@ void fl__add_rowvec(float *restrict y, const float *restrict b, int64_t m, int64
     }
 }
 
-void fl__col_sum(float *restrict db, const float *restrict dy, int64_t m, int64_t n, int accumulate)
+FL_CLONES void fl__col_sum(float *restrict db, const float *restrict dy, int64_t m, int64_t n, int accumulate)
 {
     if (!accumulate) memset(db, 0, (size_t)n * sizeof *db);
     for (int64_t i = 0; i < m; i++) {
@@ -59,13 +67,14 @@ void fl__col_sum(float *restrict db, const float *restrict dy, int64_t m, int64_
     }
 }
 
-/* exp(x) for x in float range: 2^k * p(r), r = x - k ln2, |r| <= ln2/2, degree-6 minimax. */
+/* exp(x) for x in float range: 2^k * p(r), r = x - k ln2, |r| <= ln2/2, degree-6 minimax.
+ * Branch-free (selects and integer bit tricks only) so loops calling it vectorise. */
 static inline float fast_expf(float x)
 {
     x = x < 88.3762626647949f ? x : 88.3762626647949f;
     x = x > -87.3365447504f ? x : -87.3365447504f;
-    float kf = x * 1.44269504088896341f;
-    kf = kf >= 0 ? (float)(int)(kf + 0.5f) : (float)(int)(kf - 0.5f);
+    /* round to nearest with the 1.5*2^23 trick */
+    float kf = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - kf * 0.693359375f;
     r = r + kf * 2.12194440e-4f;
     float r2 = r * r;
@@ -76,39 +85,39 @@ static inline float fast_expf(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r2 + r + 1.0f;
-    union {
-        uint32_t u;
-        float f;
-    } s;
-    s.u = (uint32_t)((int32_t)kf + 127) << 23;
-    return p * s.f;
+    int32_t ki = (int32_t)kf;
+    uint32_t bits = (uint32_t)(ki + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
 }
 
-void fl__tanh(float *y, const float *x, int64_t n)
+FL_CLONES void fl__tanh(float *y, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
-        float a = v < 0 ? -v : v;
+        float a = v < 0.0f ? -v : v;
         float e = fast_expf(-2.0f * a);
         float t = (1.0f - e) / (1.0f + e);
         /* small |x|: odd series keeps relative precision where 1-e cancels */
         float v2 = v * v;
         float s = v * (1.0f + v2 * (-0.333333333f + v2 * (0.133333333f + v2 * -0.0539682540f)));
-        y[i] = a < 0.0625f ? s : (v < 0 ? -t : t);
+        float r = v < 0.0f ? -t : t;
+        y[i] = a < 0.0625f ? s : r;
     }
 }
 
-void fl__sigmoid(float *y, const float *x, int64_t n)
+FL_CLONES void fl__sigmoid(float *y, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + fast_expf(-x[i]));
 }
 
-void fl__relu(float *y, const float *x, int64_t n)
+FL_CLONES void fl__relu(float *y, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-void fl__softmax_rows(float *restrict y, const float *restrict x, int64_t m, int64_t n)
+FL_CLONES void fl__softmax_rows(float *restrict y, const float *restrict x, int64_t m, int64_t n)
 {
     for (int64_t i = 0; i < m; i++) {
         const float *restrict xr = x + i * n;

@@ -1,0 +1,233 @@
+/*
+ * atomic.c - crash-safe file writes (temporary file, fsync, rename, fsync of the
+ * directory), mkdir -p and whole-file reads.  Every failure is reported with the path and
+ * strerror(errno).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "io_internal.h"
+
+char *fl__path_join(const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    int slash = a > 0 && dir[a - 1] != '/';
+    char *p = malloc(a + (size_t)slash + b + 1);
+    if (!p) {
+        fl__err(FL_ENOMEM, "out of memory joining '%s' and '%s'", dir, name);
+        return NULL;
+    }
+    memcpy(p, dir, a);
+    if (slash) p[a] = '/';
+    memcpy(p + a + (size_t)slash, name, b + 1);
+    return p;
+}
+
+int fl__mkdir_p(const char *dir)
+{
+    if (!dir) return fl__err(FL_EINVAL, "mkdir: directory is NULL");
+    size_t n = strlen(dir);
+    if (n == 0) return FL_OK;
+    char *p = fl__strdup(dir);
+    if (!p) return fl__err(FL_ENOMEM, "mkdir '%s': out of memory", dir);
+    int st = FL_OK;
+    /* create every prefix ending before a '/', then the whole path */
+    for (size_t i = 1; i <= n && st == FL_OK; i++) {
+        if (i < n && p[i] != '/') continue;
+        if (i < n && p[i - 1] == '/') continue; /* "a//b" */
+        char save = p[i];
+        p[i] = 0;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+            st = fl__err(FL_EIO, "cannot create directory '%s': %s", p, strerror(errno));
+        } else {
+            struct stat sb;
+            if (stat(p, &sb) != 0)
+                st = fl__err(FL_EIO, "cannot create directory '%s': %s", p, strerror(errno));
+            else if (!S_ISDIR(sb.st_mode))
+                st = fl__err(FL_EIO, "cannot create directory '%s': a file of that name exists", p);
+        }
+        p[i] = save;
+    }
+    free(p);
+    return st;
+}
+
+/* Directory part of path ("." when there is none). */
+static char *dir_of(const char *path)
+{
+    const char *sl = strrchr(path, '/');
+    if (!sl) return fl__strdup(".");
+    if (sl == path) return fl__strdup("/");
+    size_t n = (size_t)(sl - path);
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, path, n);
+        d[n] = 0;
+    }
+    return d;
+}
+
+void fl__afile_abort(fl__afile *f)
+{
+    if (!f) return;
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+    if (f->tmp) unlink(f->tmp);
+    free(f->tmp);
+    free(f->path);
+    f->tmp = NULL;
+    f->path = NULL;
+}
+
+int fl__afile_open(fl__afile *f, const char *path)
+{
+    f->fd = -1;
+    f->path = NULL;
+    f->tmp = NULL;
+    if (!path || !*path) return fl__err(FL_EINVAL, "atomic write: path is empty");
+    char *dir = dir_of(path);
+    if (!dir) return fl__err(FL_ENOMEM, "atomic write '%s': out of memory", path);
+    int st = fl__mkdir_p(dir);
+    free(dir);
+    if (st != FL_OK) return st;
+    size_t n = strlen(path) + 32;
+    f->path = fl__strdup(path);
+    f->tmp = malloc(n);
+    if (!f->path || !f->tmp) {
+        fl__afile_abort(f);
+        return fl__err(FL_ENOMEM, "atomic write '%s': out of memory", path);
+    }
+    snprintf(f->tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (f->fd < 0) {
+        st = fl__err(FL_EIO, "cannot create '%s': %s", f->tmp, strerror(errno));
+        free(f->tmp); /* nothing was created: do not unlink a file that may be someone else's */
+        f->tmp = NULL;
+        fl__afile_abort(f);
+        return st;
+    }
+    return FL_OK;
+}
+
+int fl__afile_write(fl__afile *f, const void *data, size_t n)
+{
+    const char *p = data;
+    while (n > 0) {
+        ssize_t w = write(f->fd, p, n > (size_t)1 << 30 ? (size_t)1 << 30 : n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : EIO;
+            int st = fl__err(FL_EIO, "cannot write '%s': %s", f->tmp, strerror(e));
+            fl__afile_abort(f);
+            return st;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return FL_OK;
+}
+
+int fl__afile_commit(fl__afile *f)
+{
+    int st;
+    if (fsync(f->fd) != 0) {
+        st = fl__err(FL_EIO, "cannot fsync '%s': %s", f->tmp, strerror(errno));
+        fl__afile_abort(f);
+        return st;
+    }
+    int rc = close(f->fd);
+    f->fd = -1;
+    if (rc != 0) {
+        st = fl__err(FL_EIO, "cannot close '%s': %s", f->tmp, strerror(errno));
+        fl__afile_abort(f);
+        return st;
+    }
+    if (rename(f->tmp, f->path) != 0) {
+        st = fl__err(FL_EIO, "cannot rename '%s' to '%s': %s", f->tmp, f->path, strerror(errno));
+        fl__afile_abort(f);
+        return st;
+    }
+    free(f->tmp); /* renamed: nothing to remove any more */
+    f->tmp = NULL;
+    st = FL_OK;
+    char *dir = dir_of(f->path);
+    if (!dir) {
+        st = fl__err(FL_ENOMEM, "atomic write '%s': out of memory", f->path);
+    } else {
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0) {
+            st = fl__err(FL_EIO, "cannot open directory '%s' of '%s': %s", dir, f->path, strerror(errno));
+        } else {
+            /* some file systems cannot fsync a directory (EINVAL): the rename is as durable
+             * as they make it */
+            if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS)
+                st = fl__err(FL_EIO, "cannot fsync directory '%s' of '%s': %s", dir, f->path, strerror(errno));
+            close(dfd);
+        }
+        free(dir);
+    }
+    fl__afile_abort(f);
+    return st;
+}
+
+int fl__write_file_atomic(const char *path, const void *data, size_t n)
+{
+    fl__afile f;
+    FL_CHECK(fl__afile_open(&f, path));
+    FL_CHECK(fl__afile_write(&f, data, n));
+    return fl__afile_commit(&f);
+}
+
+int fl__read_file(const char *path, size_t max_bytes, char **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return fl__err(e == ENOENT ? FL_ENOTFOUND : FL_EIO, "cannot open '%s': %s", path, strerror(e));
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return fl__err(FL_EIO, "cannot stat '%s': %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return fl__err(FL_EIO, "'%s' is not a regular file", path);
+    }
+    if (sb.st_size < 0 || (uint64_t)sb.st_size > (uint64_t)max_bytes) {
+        close(fd);
+        return fl__err(FL_ECORRUPT, "'%s' is %lld bytes, more than the limit of %zu", path, (long long)sb.st_size,
+                       max_bytes);
+    }
+    size_t n = (size_t)sb.st_size, got = 0;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        close(fd);
+        return fl__err(FL_ENOMEM, "cannot allocate %zu bytes to read '%s'", n + 1, path);
+    }
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            int e = errno;
+            free(buf);
+            close(fd);
+            return fl__err(FL_EIO, "cannot read '%s': %s", path, strerror(e));
+        }
+        if (r == 0) break; /* shrank while reading */
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[got] = 0;
+    *out = buf;
+    *len = got;
+    return FL_OK;
+}
