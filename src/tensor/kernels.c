@@ -92,30 +92,37 @@ static inline float fast_expf(float x)
     return p * scale;
 }
 
-FL_CLONES void fl__tanh(float *y, const float *x, int64_t n)
+static inline float tanh1(float v)
 {
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        float a = v < 0.0f ? -v : v;
-        float e = fast_expf(-2.0f * a);
-        float t = (1.0f - e) / (1.0f + e);
-        /* small |x|: odd series keeps relative precision where 1-e cancels */
-        float v2 = v * v;
-        float s = v * (1.0f + v2 * (-0.333333333f + v2 * (0.133333333f + v2 * -0.0539682540f)));
-        float r = v < 0.0f ? -t : t;
-        y[i] = a < 0.0625f ? s : r;
+    float a = v < 0.0f ? -v : v;
+    float e = fast_expf(-2.0f * a);
+    float t = (1.0f - e) / (1.0f + e);
+    /* small |x|: odd series keeps relative precision where 1-e cancels */
+    float v2 = v * v;
+    float s = v * (1.0f + v2 * (-0.333333333f + v2 * (0.133333333f + v2 * -0.0539682540f)));
+    float r = v < 0.0f ? -t : t;
+    return a < 0.0625f ? s : r;
+}
+static inline float sigmoid1(float v) { return 1.0f / (1.0f + fast_expf(-v)); }
+static inline float relu1(float v) { return v > 0.0f ? v : 0.0f; }
+
+/* In-place (y == x) and out-of-place loops are separate so both vectorise: a possibly
+ * overlapping pair makes the compiler fall back to scalar code at run time. */
+#define UNARY_KERNEL(name, f)                                                                     \
+    FL_CLONES void name(float *y, const float *x, int64_t n)                                      \
+    {                                                                                             \
+        if (y == x) {                                                                             \
+            float *restrict z = y;                                                                \
+            for (int64_t i = 0; i < n; i++) z[i] = f(z[i]);                                       \
+        } else {                                                                                  \
+            float *restrict o = y;                                                                \
+            const float *restrict a = x;                                                          \
+            for (int64_t i = 0; i < n; i++) o[i] = f(a[i]);                                       \
+        }                                                                                         \
     }
-}
-
-FL_CLONES void fl__sigmoid(float *y, const float *x, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + fast_expf(-x[i]));
-}
-
-FL_CLONES void fl__relu(float *y, const float *x, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
-}
+UNARY_KERNEL(fl__tanh, tanh1)
+UNARY_KERNEL(fl__sigmoid, sigmoid1)
+UNARY_KERNEL(fl__relu, relu1)
 
 FL_CLONES void fl__softmax_rows(float *restrict y, const float *restrict x, int64_t m, int64_t n)
 {
