@@ -11,7 +11,7 @@ WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-missing-fie
 OPT     ?= -O3
 CFLAGS  ?=
 CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC $(OPT) -fno-trapping-math -fno-math-errno -g $(WARN) -Iinclude -pthread $(SAN)
-LDLIBS  := -lopenblas -lm -pthread
+LDLIBS  := -lopenblas -lcrypto -lm -pthread
 LDFLAGS += $(SAN)
 
 LIB_SRC  := $(sort $(wildcard src/*/*.c))
@@ -23,11 +23,14 @@ EX_BIN   := $(EX_SRC:examples/%.c=$(BUILD)/examples/%)
 BENCH_SRC:= $(sort $(wildcard bench/*.c))
 BENCH_BIN:= $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 TOOL_SRC := $(sort $(wildcard tools/*.c))
+# helper programs that multi-process tests start (tests/bin/NAME.c -> BUILD/tests/bin/NAME)
+TBIN_SRC := $(sort $(wildcard tests/bin/*.c))
+TBIN_BIN := $(TBIN_SRC:tests/bin/%.c=$(BUILD)/tests/bin/%)
 TOOL_BIN := $(TOOL_SRC:tools/%.c=$(BUILD)/tools/%)
 HEADERS  := $(wildcard include/fleet/*.h) include/fleet.h
 
 .PHONY: all test demo bench install asan ubsan tsan valgrind clean deps lib
-all: lib $(TEST_BIN) $(EX_BIN) $(BENCH_BIN) $(TOOL_BIN)
+all: lib $(TEST_BIN) $(TBIN_BIN) $(EX_BIN) $(BENCH_BIN) $(TOOL_BIN)
 lib: $(BUILD)/libfleet.a $(BUILD)/libfleet.so
 
 deps:
@@ -54,6 +57,11 @@ $(BUILD)/libfleet.so: $(LIB_OBJ)
 	$(Q)ln -sf libfleet.so.$(VERSION) $@
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libfleet.a $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	@$(if $(V),,echo "  CCLD    $@")
+	$(Q)$(CC) $(CFLAGS) -Isrc -Itests $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tests/bin/%: tests/bin/%.c $(BUILD)/libfleet.a $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  CCLD    $@")
 	$(Q)$(CC) $(CFLAGS) -Isrc -Itests $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)

@@ -10,5 +10,6 @@
 #include "fleet/graph.h"
 #include "fleet/exec.h"
 #include "fleet/io.h"
+#include "fleet/fleet.h"
 
 #endif

@@ -11,7 +11,7 @@ pass=0; fail=0; failed_bins=()
 per_bin_timeout=${FLEET_TEST_BIN_TIMEOUT:-600}
 for t in "$build"/tests/test_*; do
   [ -x "$t" ] || continue
-  case "$t" in *"${FLEET_TEST_FILTER:-}"*) ;; *) continue ;; esac
+  case "$(basename "$t")" in *"${FLEET_TEST_FILTER:-}"*) ;; *) continue ;; esac
   name=$(basename "$t")
   echo "== $name"
   out=$(timeout -k 5 "$per_bin_timeout" ${FLEET_TEST_WRAPPER:-} "$t" 2>&1)

@@ -168,7 +168,8 @@ fl_var *fl_layer_softsign(fl_var *x);
 fl_var *fl_layer_softmax(fl_var *x);
 /* -log(prob[label]) per row; prob [N, C] float, label int64 [N, 1] -> [N, 1]. */
 fl_var *fl_layer_cross_entropy(fl_var *prob, fl_var *label);
-/* Numerically stable softmax + cross entropy on logits -> loss [N, 1]. */
+/* Numerically stable softmax + cross entropy on logits -> loss [N, 1].  Rows whose label
+ * is -100 (Paddle's ignore_index) get loss 0 and no gradient. */
 fl_var *fl_layer_softmax_with_cross_entropy(fl_var *logits, fl_var *label);
 /* Elementwise max(x,0) - x*z + log(1+exp(-|x|)); label float, same shape as x. */
 fl_var *fl_layer_sigmoid_cross_entropy_with_logits(fl_var *x, fl_var *label);
@@ -184,11 +185,14 @@ fl_var *fl_layer_cos_sim(fl_var *x, fl_var *y);
 fl_var *fl_layer_scale(fl_var *x, float scale, float bias, int bias_after_scale);
 /* implementation: "downgrade_in_infer" (Paddle's default) or "upscale_in_train". */
 fl_var *fl_layer_dropout(fl_var *x, float prob, const char *implementation);
-/* Top-k accuracy of probabilities [N, C] against int64 labels [N, 1] -> [1]. */
+/* Top-k accuracy of probabilities [N, C] against int64 labels [N, 1] -> float32 [1]
+ * (built from top_k + accuracy ops; the counts Correct and Total are the int64 [1]
+ * variables accuracy.tmp_1 and accuracy.tmp_2). */
 fl_var *fl_layer_accuracy(fl_var *input, fl_var *label, int k);
 /* ROC AUC as Paddle's auc op: input [N, 2] probabilities (column 1 = positive), label
  * int64 [N, 1]; num_thresholds buckets; the global AUC accumulates over all batches,
- * the batch AUC over the last slide_steps batches.  Returns the global AUC [1]. */
+ * the batch AUC over the last slide_steps batches.  Both are float64 [1] (as in Paddle):
+ * read them with *(const double *)fl_tensor_cdata(t).  Returns the global AUC. */
 fl_var *fl_layer_auc(fl_var *input, fl_var *label, int num_thresholds, int slide_steps,
                      fl_var **batch_auc);
 

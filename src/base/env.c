@@ -4,6 +4,21 @@
  *
  *   FLEET_LOG_LEVEL    error|warn|info|debug|trace (default warn)
  *   FLEET_LOG_SUBSYS   comma list of subsystems, "all", ^name excludes (default all)
+ *
+ * Paddle's launcher variables, read by the role makers (src/fleet/role.c):
+ *   PADDLE_TRAINER_ID            this trainer's index (integer in [0, trainers))
+ *   PADDLE_TRAINER_ENDPOINTS     host:port,... of all trainers
+ *   PADDLE_CURRENT_ENDPOINT      this trainer's host:port (collective)
+ *   PADDLE_TRAINERS_NUM          number of trainers
+ *   PADDLE_TRAINING_ROLE         TRAINER (collective)
+ *   TRAINING_ROLE                TRAINER or PSERVER (parameter server)
+ *   PADDLE_PSERVERS_IP_PORT_LIST host:port,... of all parameter servers
+ *   POD_IP, PADDLE_PORT          a server's own address and port
+ *
+ * Job secret and networking (src/net, src/coll):
+ *   FLEET_JOB_SECRET             hex job secret (set by fleetrun; never logged)
+ *   FLEET_JOB_SECRET_FILE        file holding the secret, must be mode 0600
+ *   FLEET_COLL_TIMEOUT_MS        deadline of each collective step (default 30000)
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@
  *      for run-time dims), a run() kernel and, if it has a gradient, a grad() maker;
  *   2. list it in the group table at the end of the file (fl__ops_<group>[]);
  *   3. write a layer builder (fl_layer_*) that calls fl__op_append();
- *   4. add a finite-difference check to tests/test_grad.c.
+ *   4. add a finite-difference check to tests/test_grad_<group>.c.
  */
 #ifndef FL_GRAPH_INTERNAL_H
 #define FL_GRAPH_INTERNAL_H
@@ -151,6 +151,9 @@ fl_op *fl__op_new(fl_prog *p, const char *type, const fl_io *ins, int nins, cons
 int fl__op_finish(fl_op *op);
 fl_op *fl__op_append(fl_prog *p, const char *type, const fl_io *ins, int nins, const fl_io *outs,
                      int nouts);
+/* For infer(): every declared input and output slot holds exactly one variable (else a
+ * build error naming the op and slot).  Ops with optional or list slots check their own. */
+int fl__op_check_slots(fl_op *op);
 /* Role given to ops appended from now on (FL_ROLE_*). */
 void fl__prog_set_role(fl_prog *p, int role);
 

@@ -434,6 +434,18 @@ fl_op *fl__op_append(fl_prog *p, const char *type, const fl_io *ins, int nins, c
 
 void fl__prog_set_role(fl_prog *p, int role) { p->cur_role = role; }
 
+int fl__op_check_slots(fl_op *op)
+{
+    const fl_op_def *d = op->def;
+    for (int s = 0; s < FL_OP_MAX_SLOTS && d->in_names[s]; s++)
+        if (op->in[s].n != 1)
+            return fl__op_error(op, "input '%s' needs exactly one variable, got %d", d->in_names[s], op->in[s].n);
+    for (int s = 0; s < FL_OP_MAX_SLOTS && d->out_names[s]; s++)
+        if (op->out[s].n != 1)
+            return fl__op_error(op, "output '%s' needs exactly one variable, got %d", d->out_names[s], op->out[s].n);
+    return FL_OK;
+}
+
 int fl__var_rename(fl_var *v, const char *name)
 {
     fl_prog *p = v->prog;

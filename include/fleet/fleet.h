@@ -1,0 +1,162 @@
+/*
+ * fleet/fleet.h - the Fleet facade: role makers, DistributedStrategy and the handle that
+ * turns a single-machine program into a distributed one.
+ *
+ *   fleet_t *fleet = fleet_init(NULL, &strategy);                 (role from the environment)
+ *   opt = fleet_distributed_optimizer(fleet, opt, &strategy);
+ *   fl_opt_minimize(opt, cost);
+ *   if (fleet_is_server(fleet)) { fleet_init_server(fleet, dir); fleet_run_server(fleet); }
+ *   else { fleet_init_worker(fleet); ...train...; fleet_stop_worker(fleet); }
+ *
+ * With no distributed environment set (no PADDLE_* variables), fleet_init gives one local
+ * worker and the lifecycle calls are no-ops: the same program runs on one machine, as
+ * Paddle 2.x's non-distributed fallback.
+ *
+ * There is no hidden global: every call takes the fleet_t handle.  A handle is used from
+ * one thread, except the fleet_util_* collectives which follow the communicator's rules.
+ */
+#ifndef FLEET_FLEET_H
+#define FLEET_FLEET_H
+
+#include "fleet/io.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- role makers ---------------------------------------------------------------------- */
+
+typedef enum { FLEET_ROLE_WORKER = 1, FLEET_ROLE_SERVER = 2 } fleet_role_kind;
+
+typedef struct fleet_role fleet_role;
+
+/* PaddleCloudRoleMaker: reads Paddle's launcher variables.
+ *  collective (is_collective=1): PADDLE_TRAINER_ID (default 0), PADDLE_TRAINER_ENDPOINTS
+ *    (ip:port,...; unset = one local trainer), PADDLE_CURRENT_ENDPOINT (must equal the
+ *    trainer's endpoint when set), PADDLE_TRAINERS_NUM (must equal the endpoint count when
+ *    set), PADDLE_TRAINING_ROLE (TRAINER, default).
+ *  parameter server (is_collective=0): PADDLE_PSERVERS_IP_PORT_LIST (unset = one local
+ *    worker, no servers); then TRAINING_ROLE (TRAINER|PSERVER) and PADDLE_TRAINERS_NUM are
+ *    required; a TRAINER needs PADDLE_TRAINER_ID, a PSERVER needs POD_IP and PADDLE_PORT
+ *    (its index is the position of POD_IP:PADDLE_PORT in the list);
+ *    PADDLE_TRAINER_ENDPOINTS is optional.
+ * A missing or malformed variable is an FL_EINVAL error naming it and the expected form. */
+int fleet_role_paddlecloud(int is_collective, fleet_role **out);
+
+/* UserDefinedRoleMaker (Paddle 2.x arguments). worker_num 0 means the number of worker
+ * endpoints.  Endpoint lists are copied; server_endpoints must be non-empty and unique in
+ * parameter-server mode. */
+typedef struct {
+    int is_collective;
+    int current_id;
+    fleet_role_kind role;
+    int worker_num;
+    const char *const *worker_endpoints;
+    int n_worker_endpoints;
+    const char *const *server_endpoints;
+    int n_server_endpoints;
+} fleet_user_role;
+int fleet_role_user_defined(const fleet_user_role *spec, fleet_role **out);
+void fleet_role_free(fleet_role *r);
+
+/* ---- DistributedStrategy ----------------------------------------------------------------- */
+
+/* Paddle 2.x field names and defaults (distributed_strategy.proto).  Initialise with
+ * fleet_strategy_default(); set fields directly or by name with fleet_strategy_set()
+ * ("a_sync", "a_sync_configs.k_steps", ...) or from text with fleet_strategy_parse()
+ * (key=value lines or a JSON object).  Fields this build does not implement are
+ * rejected when they differ from their default (fleet_strategy_check). */
+typedef struct {
+    int a_sync; /* true */
+    struct {
+        int64_t k_steps; /* -1 */
+        int max_merge_var_num, send_queue_size, independent_recv_thread;   /* 1, 16, false */
+        int min_send_grad_num_before_recv, thread_pool_size, send_wait_times; /* 1, 1, 1 */
+        int runtime_split_send_recv, launch_barrier;                        /* false, true */
+    } a_sync_configs;
+    int localsgd; /* false */
+    struct {
+        int64_t k_steps, begin_step; /* 1, 1 */
+    } localsgd_configs;
+    int adaptive_localsgd;
+    struct {
+        int64_t init_k_steps, begin_step; /* 1, 1 */
+    } adaptive_localsgd_configs;
+    int gradient_merge;
+    struct {
+        int64_t k_steps; /* 1 */
+        int avg;         /* true */
+    } gradient_merge_configs;
+    int amp;
+    struct {
+        double init_loss_scaling;                        /* 32768 */
+        int64_t incr_every_n_steps, decr_every_n_nan_or_inf; /* 1000, 2 */
+        double incr_ratio, decr_ratio;                   /* 2.0, 0.8 */
+        int use_dynamic_loss_scaling;                    /* true */
+    } amp_configs;
+    int dgc;
+    struct {
+        int64_t rampup_begin_step, rampup_step; /* 0, 1 */
+    } dgc_configs;
+    int recompute, lars, lamb, pipeline, sharding, tensor_parallel, elastic, auto_mode;
+    int sync_batch_norm, use_hierarchical_allreduce;
+    int64_t hierarchical_allreduce_inter_nranks; /* 1 */
+    int fuse_all_reduce_ops;                     /* true */
+    double fuse_grad_size_in_MB;                 /* 32 */
+    double fuse_grad_size_in_TFLOPS;             /* 50 */
+    int64_t nccl_comm_num;                       /* 1 */
+    int sync_nccl_allreduce;                     /* true */
+} fleet_strategy;
+
+fleet_strategy fleet_strategy_default(void);
+/* Sets one field by name from a string ("true"/"false"/"1"/"0", integers, numbers).
+ * Unknown keys are FL_EINVAL naming the key.  As in Paddle, setting "a_sync" resets
+ * a_sync_configs.k_steps to 0. */
+int fleet_strategy_set(fleet_strategy *s, const char *key, const char *value);
+/* Parses key=value lines ('#' comments) or one JSON object with nested configs
+ * ({"a_sync": true, "a_sync_configs": {"k_steps": 100}}).  All-or-nothing. */
+int fleet_strategy_parse(fleet_strategy *s, const char *text);
+int fleet_strategy_load(fleet_strategy *s, const char *path);
+/* Rejects fields set away from their default that this build does not implement, and
+ * out-of-range values, naming the field. */
+int fleet_strategy_check(const fleet_strategy *s);
+/* Writes "key=value" lines of the fields that differ from the defaults (malloc'ed). */
+char *fleet_strategy_to_text(const fleet_strategy *s);
+
+/* ---- the facade ---------------------------------------------------------------------------- */
+
+typedef struct fleet fleet_t;
+
+/* Creates the handle.  role NULL means fleet_role_paddlecloud(0, ...) (parameter-server
+ * variables); fleet_init_collective uses the collective variables.  The handle takes
+ * ownership of role.  strategy may be NULL (defaults) and is copied.  Returns NULL with
+ * fl_last_error() set on a bad environment or strategy. */
+fleet_t *fleet_init(fleet_role *role, const fleet_strategy *strategy);
+fleet_t *fleet_init_collective(fleet_role *role, const fleet_strategy *strategy);
+void fleet_free(fleet_t *f);
+
+int fleet_is_collective(const fleet_t *f);
+/* 1 when running distributed (more than one process or any server). */
+int fleet_is_distributed(const fleet_t *f);
+int fleet_is_worker(const fleet_t *f);
+int fleet_is_server(const fleet_t *f);
+int fleet_is_first_worker(const fleet_t *f);
+int fleet_worker_index(const fleet_t *f);
+int fleet_worker_num(const fleet_t *f);
+int fleet_server_index(const fleet_t *f);
+int fleet_server_num(const fleet_t *f);
+/* Endpoint i, or NULL out of range. fleet_*_endpoints_str returns "a,b,c" (owned by f). */
+const char *fleet_worker_endpoint(const fleet_t *f, int i);
+const char *fleet_server_endpoint(const fleet_t *f, int i);
+const char *fleet_worker_endpoints_str(fleet_t *f);
+const char *fleet_server_endpoints_str(fleet_t *f);
+const fleet_strategy *fleet_get_strategy(const fleet_t *f);
+
+/* Paddle's split_files / util.get_file_shard: contiguous blocks of len/n files, the first
+ * len%n workers get one more.  *out is a malloc'ed array of pointers into files. */
+int fleet_split_files(const fleet_t *f, const char *const *files, int n, const char ***out, int *nout);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

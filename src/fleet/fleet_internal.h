@@ -1,0 +1,35 @@
+/* fleet_internal.h - role and facade structures shared inside src/fleet/. */
+#ifndef FL_FLEET_INTERNAL_H
+#define FL_FLEET_INTERNAL_H
+
+#include "fleet/fleet.h"
+#include "../graph/graph_internal.h"
+
+#define FLEET_ROLE_MAGIC 0x524f4c45u
+#define FLEET_MAGIC 0x464c4554u
+
+struct fleet_role {
+    uint32_t magic;
+    int is_collective;
+    int distributed;       /* 0: non-distributed fallback */
+    fleet_role_kind kind;
+    int worker_index, server_index, worker_num;
+    char **workers;        /* worker endpoints (may be empty in PS mode) */
+    int nworkers;
+    char **servers;
+    int nservers;
+};
+
+struct fleet {
+    uint32_t magic;
+    fleet_role *role;
+    fleet_strategy strategy;
+    char *workers_str, *servers_str;
+};
+
+/* Splits "a:1,b:2" into a malloc'ed array of malloc'ed endpoints, validating host:port.
+ * `what` names the source (environment variable or argument) in errors. */
+int fl__parse_endpoints(const char *list, const char *what, char ***out, int *n);
+void fl__free_strv(char **v, int n);
+
+#endif

@@ -1,0 +1,253 @@
+/* test_fleet.c - role makers, DistributedStrategy, the facade's queries and file splits.
+ * Each case runs in its own process, so it may change the environment freely. */
+#include "testhelp.h"
+
+static void clear_env(void)
+{
+    const char *vars[] = {"PADDLE_TRAINER_ID", "PADDLE_TRAINER_ENDPOINTS", "PADDLE_CURRENT_ENDPOINT",
+                          "PADDLE_TRAINERS_NUM", "PADDLE_TRAINING_ROLE", "TRAINING_ROLE",
+                          "PADDLE_PSERVERS_IP_PORT_LIST", "POD_IP", "PADDLE_PORT"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+}
+
+TEST(fallback_is_one_local_worker)
+{
+    clear_env();
+    fleet_t *f = fleet_init(NULL, NULL);
+    CHECK(f);
+    CHECK(!fleet_is_distributed(f));
+    CHECK(fleet_is_worker(f) && !fleet_is_server(f) && fleet_is_first_worker(f));
+    CHECK_EQ_INT(fleet_worker_num(f), 1);
+    CHECK_EQ_INT(fleet_server_num(f), 0);
+    fleet_free(f);
+    f = fleet_init_collective(NULL, NULL);
+    CHECK(f && fleet_is_collective(f) && !fleet_is_distributed(f) && fleet_worker_num(f) == 1);
+    fleet_free(f);
+}
+
+TEST(collective_env)
+{
+    clear_env();
+    setenv("PADDLE_TRAINER_ENDPOINTS", "127.0.0.1:6170,127.0.0.1:6171,127.0.0.1:6172", 1);
+    setenv("PADDLE_TRAINER_ID", "2", 1);
+    setenv("PADDLE_CURRENT_ENDPOINT", "127.0.0.1:6172", 1);
+    setenv("PADDLE_TRAINERS_NUM", "3", 1);
+    fleet_t *f = fleet_init_collective(NULL, NULL);
+    CHECK(f);
+    CHECK(fleet_is_distributed(f) && !fleet_is_first_worker(f));
+    CHECK_EQ_INT(fleet_worker_index(f), 2);
+    CHECK_EQ_INT(fleet_worker_num(f), 3);
+    CHECK(!strcmp(fleet_worker_endpoint(f, 1), "127.0.0.1:6171"));
+    CHECK(!strcmp(fleet_worker_endpoints_str(f), "127.0.0.1:6170,127.0.0.1:6171,127.0.0.1:6172"));
+    fleet_free(f);
+}
+
+static void expect_env_error(int collective, const char *sub)
+{
+    fleet_role *r = NULL;
+    CHECK(fleet_role_paddlecloud(collective, &r) == FL_EINVAL);
+    CHECK(r == NULL);
+    CHECK_STR_HAS(fl_last_error(), sub);
+}
+
+TEST(collective_env_errors)
+{
+    clear_env();
+    setenv("PADDLE_TRAINER_ENDPOINTS", "127.0.0.1:6170,127.0.0.1", 1);
+    expect_env_error(1, "PADDLE_TRAINER_ENDPOINTS: endpoint '127.0.0.1' is malformed: expected host:port");
+    setenv("PADDLE_TRAINER_ENDPOINTS", "127.0.0.1:6170,127.0.0.1:99999", 1);
+    expect_env_error(1, "invalid port");
+    setenv("PADDLE_TRAINER_ENDPOINTS", "127.0.0.1:6170,,127.0.0.1:6171", 1);
+    expect_env_error(1, "empty entry");
+    setenv("PADDLE_TRAINER_ENDPOINTS", "127.0.0.1:6170,127.0.0.1:6171", 1);
+    setenv("PADDLE_TRAINER_ID", "2", 1);
+    expect_env_error(1, "PADDLE_TRAINER_ID='2' is invalid: expected an integer in [0, 1]");
+    setenv("PADDLE_TRAINER_ID", "one", 1);
+    expect_env_error(1, "PADDLE_TRAINER_ID='one' is invalid");
+    setenv("PADDLE_TRAINER_ID", "1", 1);
+    setenv("PADDLE_TRAINERS_NUM", "3", 1);
+    expect_env_error(1, "PADDLE_TRAINERS_NUM=3 does not match the 2 endpoints");
+    unsetenv("PADDLE_TRAINERS_NUM");
+    setenv("PADDLE_CURRENT_ENDPOINT", "127.0.0.1:6170", 1);
+    expect_env_error(1, "PADDLE_CURRENT_ENDPOINT='127.0.0.1:6170' is not trainer 1's endpoint");
+    unsetenv("PADDLE_CURRENT_ENDPOINT");
+    setenv("PADDLE_TRAINING_ROLE", "PSERVER", 1);
+    expect_env_error(1, "PADDLE_TRAINING_ROLE='PSERVER' is invalid");
+}
+
+TEST(ps_env_worker_and_server)
+{
+    clear_env();
+    setenv("PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:6000,127.0.0.1:6001", 1);
+    setenv("TRAINING_ROLE", "TRAINER", 1);
+    setenv("PADDLE_TRAINERS_NUM", "4", 1);
+    setenv("PADDLE_TRAINER_ID", "3", 1);
+    fleet_t *f = fleet_init(NULL, NULL);
+    CHECK(f && fleet_is_worker(f) && fleet_worker_index(f) == 3 && fleet_worker_num(f) == 4 && fleet_server_num(f) == 2);
+    CHECK(!strcmp(fleet_server_endpoint(f, 1), "127.0.0.1:6001"));
+    fleet_free(f);
+    setenv("TRAINING_ROLE", "PSERVER", 1);
+    setenv("POD_IP", "127.0.0.1", 1);
+    setenv("PADDLE_PORT", "6001", 1);
+    f = fleet_init(NULL, NULL);
+    CHECK(f && fleet_is_server(f) && fleet_server_index(f) == 1);
+    fleet_free(f);
+}
+
+TEST(ps_env_errors)
+{
+    clear_env();
+    setenv("PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:6000", 1);
+    expect_env_error(0, "environment variable TRAINING_ROLE is not set: expected TRAINER or PSERVER");
+    setenv("TRAINING_ROLE", "WORKER", 1);
+    expect_env_error(0, "PADDLE_TRAINERS_NUM is not set");
+    setenv("PADDLE_TRAINERS_NUM", "2", 1);
+    expect_env_error(0, "TRAINING_ROLE='WORKER' is invalid: expected TRAINER or PSERVER");
+    setenv("TRAINING_ROLE", "TRAINER", 1);
+    expect_env_error(0, "PADDLE_TRAINER_ID is not set");
+    setenv("PADDLE_TRAINER_ID", "5", 1);
+    expect_env_error(0, "PADDLE_TRAINER_ID='5' is invalid");
+    setenv("TRAINING_ROLE", "PSERVER", 1);
+    expect_env_error(0, "POD_IP is not set");
+    setenv("POD_IP", "127.0.0.1", 1);
+    expect_env_error(0, "PADDLE_PORT is not set");
+    setenv("PADDLE_PORT", "70000", 1);
+    expect_env_error(0, "PADDLE_PORT='70000' is invalid");
+    setenv("PADDLE_PORT", "6009", 1);
+    expect_env_error(0, "'127.0.0.1:6009' is not in PADDLE_PSERVERS_IP_PORT_LIST");
+    setenv("PADDLE_TRAINERS_NUM", "-1", 1);
+    expect_env_error(0, "PADDLE_TRAINERS_NUM='-1' is invalid");
+    /* fleet_init reports the same error and returns NULL */
+    CHECK(fleet_init(NULL, NULL) == NULL);
+    CHECK_STR_HAS(fl_last_error(), "PADDLE_TRAINERS_NUM");
+}
+
+TEST(user_defined_role)
+{
+    const char *servers[] = {"127.0.0.1:6001", "127.0.0.1:6002"};
+    fleet_user_role u = {0, 1, FLEET_ROLE_WORKER, 3, NULL, 0, servers, 2};
+    fleet_role *r;
+    CHECK_OK(fleet_role_user_defined(&u, &r));
+    fleet_t *f = fleet_init(r, NULL);
+    CHECK(f && fleet_worker_index(f) == 1 && fleet_worker_num(f) == 3 && fleet_server_num(f) == 2 && fleet_is_distributed(f));
+    fleet_free(f);
+    u.current_id = 3;
+    CHECK_FAILS(fleet_role_user_defined(&u, &r), FL_EINVAL, "current_id 3 out of range [0, 3) for a worker");
+    u.current_id = 0;
+    u.n_server_endpoints = 0;
+    CHECK_FAILS(fleet_role_user_defined(&u, &r), FL_EINVAL, "server_endpoints must be a non-empty list");
+    const char *dup[] = {"127.0.0.1:6001", "127.0.0.1:6001"};
+    u.server_endpoints = dup;
+    u.n_server_endpoints = 2;
+    CHECK_FAILS(fleet_role_user_defined(&u, &r), FL_EINVAL, "contains '127.0.0.1:6001' twice");
+    u.server_endpoints = servers;
+    u.role = FLEET_ROLE_SERVER;
+    u.current_id = 1;
+    CHECK_OK(fleet_role_user_defined(&u, &r));
+    f = fleet_init(r, NULL);
+    CHECK(f && fleet_is_server(f) && fleet_server_index(f) == 1);
+    fleet_free(f);
+    /* a collective role maker given to the PS form is refused */
+    const char *workers[] = {"127.0.0.1:7001", "127.0.0.1:7002"};
+    fleet_user_role c = {1, 0, FLEET_ROLE_WORKER, 0, workers, 2, NULL, 0};
+    CHECK_OK(fleet_role_user_defined(&c, &r));
+    f = fleet_init_collective(r, NULL);
+    CHECK(f && fleet_worker_num(f) == 2);
+    fleet_free(f);
+}
+
+TEST(strategy_defaults_and_set)
+{
+    fleet_strategy s = fleet_strategy_default();
+    CHECK(s.a_sync == 1 && s.a_sync_configs.k_steps == -1 && s.a_sync_configs.send_queue_size == 16);
+    CHECK(s.fuse_all_reduce_ops == 1 && s.fuse_grad_size_in_MB == 32 && s.nccl_comm_num == 1);
+    CHECK(s.localsgd_configs.k_steps == 1 && s.gradient_merge_configs.avg == 1);
+    CHECK(s.amp_configs.init_loss_scaling == 32768);
+    CHECK_OK(fleet_strategy_set(&s, "a_sync_configs.k_steps", "100"));
+    CHECK_OK(fleet_strategy_set(&s, "a_sync", "true"));
+    CHECK_EQ_INT(s.a_sync_configs.k_steps, 0); /* Paddle: the a_sync setter resets k_steps */
+    CHECK_FAILS(fleet_strategy_set(&s, "a_synk", "true"), FL_EINVAL, "unknown strategy field 'a_synk'");
+    CHECK_FAILS(fleet_strategy_set(&s, "localsgd", "yes"), FL_EINVAL, "expected true or false");
+    CHECK_FAILS(fleet_strategy_set(&s, "localsgd_configs.k_steps", "0"), FL_EINVAL, "expected >= 1");
+    CHECK_FAILS(fleet_strategy_set(&s, "fuse_grad_size_in_MB", "abc"), FL_EINVAL, "expected a number");
+    CHECK_OK(fleet_strategy_check(&s));
+}
+
+TEST(strategy_unimplemented_rejected)
+{
+    fleet_strategy s = fleet_strategy_default();
+    s.amp = 1;
+    CHECK_FAILS(fleet_strategy_check(&s), FL_EUNSUPPORTED, "strategy field 'amp' is set to 1 but AMP");
+    CHECK(fleet_init(NULL, &s) == NULL);
+    CHECK_STR_HAS(fl_last_error(), "'amp'");
+    s = fleet_strategy_default();
+    s.dgc = 1;
+    CHECK_FAILS(fleet_strategy_check(&s), FL_EUNSUPPORTED, "DGC");
+    s = fleet_strategy_default();
+    s.nccl_comm_num = 2;
+    CHECK_FAILS(fleet_strategy_check(&s), FL_EUNSUPPORTED, "nccl_comm_num");
+    s = fleet_strategy_default();
+    s.localsgd = s.gradient_merge = 1;
+    CHECK_FAILS(fleet_strategy_check(&s), FL_EINVAL, "cannot be combined");
+}
+
+TEST(strategy_parse_text_and_json)
+{
+    fleet_strategy s = fleet_strategy_default();
+    CHECK_OK(fleet_strategy_parse(&s, "# comment\nlocalsgd = true\nlocalsgd_configs.k_steps=4\n\nfuse_grad_size_in_MB=16.5\n"));
+    CHECK(s.localsgd == 1 && s.localsgd_configs.k_steps == 4 && s.fuse_grad_size_in_MB == 16.5);
+    fleet_strategy j = fleet_strategy_default();
+    CHECK_OK(fleet_strategy_parse(&j, "{\"a_sync\": true, \"a_sync_configs\": {\"k_steps\": 100, \"max_merge_var_num\": 4},\n"
+                                      " \"gradient_merge\": false}"));
+    CHECK(j.a_sync == 1 && j.a_sync_configs.k_steps == 100 && j.a_sync_configs.max_merge_var_num == 4);
+    fleet_strategy e = fleet_strategy_default();
+    CHECK_FAILS(fleet_strategy_parse(&e, "localsgd=true\nbogus=1\n"), FL_EINVAL, "strategy line 2: unknown strategy field 'bogus'");
+    CHECK(e.localsgd == 0); /* all-or-nothing */
+    CHECK_FAILS(fleet_strategy_parse(&e, "{\"a_sync_configs\": {\"k_stepz\": 1}}"), FL_EINVAL, "'a_sync_configs.k_stepz'");
+    CHECK_FAILS(fleet_strategy_parse(&e, "{\"a_sync\": true"), FL_EINVAL, "expected ',' or '}'");
+    CHECK_FAILS(fleet_strategy_parse(&e, "localsgd"), FL_EINVAL, "is not key=value");
+    char *t = fleet_strategy_to_text(&s);
+    CHECK_STR_HAS(t, "localsgd=true\n");
+    CHECK_STR_HAS(t, "localsgd_configs.k_steps=4\n");
+    fleet_strategy r = fleet_strategy_default();
+    CHECK_OK(fleet_strategy_parse(&r, t));
+    CHECK(memcmp(&r, &s, sizeof r) == 0);
+    free(t);
+    char path[] = "/tmp/fleet_strategy_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    CHECK(write(fd, "gradient_merge=true\n", 20) == 20);
+    close(fd);
+    fleet_strategy l = fleet_strategy_default();
+    CHECK_OK(fleet_strategy_load(&l, path));
+    CHECK(l.gradient_merge == 1);
+    unlink(path);
+    CHECK_FAILS(fleet_strategy_load(&l, "/nonexistent/strategy.txt"), FL_EIO, "/nonexistent/strategy.txt");
+}
+
+TEST(split_files_as_paddle)
+{
+    const char *files[] = {"a", "b", "c", "d", "e"};
+    const char *workers[] = {"127.0.0.1:7001", "127.0.0.1:7002"};
+    const char *want[2][3] = {{"a", "b", "c"}, {"d", "e", NULL}};
+    for (int id = 0; id < 2; id++) {
+        fleet_user_role c = {1, id, FLEET_ROLE_WORKER, 0, workers, 2, NULL, 0};
+        fleet_role *r;
+        CHECK_OK(fleet_role_user_defined(&c, &r));
+        fleet_t *f = fleet_init_collective(r, NULL);
+        const char **out;
+        int n;
+        CHECK_OK(fleet_split_files(f, files, 5, &out, &n));
+        CHECK_EQ_INT(n, id == 0 ? 3 : 2);
+        for (int i = 0; i < n; i++) CHECK(!strcmp(out[i], want[id][i]));
+        free(out);
+        CHECK_OK(fleet_split_files(f, files, 1, &out, &n));
+        CHECK_EQ_INT(n, id == 0 ? 1 : 0);
+        free(out);
+        fleet_free(f);
+    }
+}
+
+TEST_MAIN(T(fallback_is_one_local_worker), T(collective_env), T(collective_env_errors), T(ps_env_worker_and_server),
+          T(ps_env_errors), T(user_defined_role), T(strategy_defaults_and_set), T(strategy_unimplemented_rejected),
+          T(strategy_parse_text_and_json), T(split_files_as_paddle))
