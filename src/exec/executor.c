@@ -13,6 +13,7 @@ typedef struct {
     const fl_op *op;
     fl_kctx ctx;
     void *state;
+    const fl_tensor *cond; /* run only when its first element is non-zero */
 } plan_op;
 
 typedef struct plan {
@@ -123,6 +124,7 @@ static int plan_build(fl_exe *e, const fl_prog *p, plan **out)
         po->op = op;
         po->ctx.op = op;
         po->ctx.state = &po->state;
+        if (op->cond) po->cond = pl->tensors[op->cond->idx];
         for (int s = 0; s < FL_OP_MAX_SLOTS; s++) {
             if (op->in[s].n) {
                 po->ctx.in[s] = malloc((size_t)op->in[s].n * sizeof(fl_tensor *));
@@ -178,6 +180,17 @@ static int get_plan(fl_exe *e, const fl_prog *p, plan **out)
     *pp = np;
     *out = np;
     return FL_OK;
+}
+
+static int cond_true(const fl_tensor *t)
+{
+    if (!t->numel) return 0;
+    switch (t->dtype) {
+    case FL_INT64: return ((const int64_t *)t->data)[0] != 0;
+    case FL_INT32: return ((const int32_t *)t->data)[0] != 0;
+    case FL_FLOAT64: return ((const double *)t->data)[0] != 0.0;
+    default: return ((const float *)t->data)[0] != 0.0f;
+    }
 }
 
 static int check_feed(const fl_prog *p, const fl_feed *f, fl_var **vout)
@@ -254,6 +267,7 @@ int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed, const char
     for (int i = 0; i < nfeed; i++) FL_CHECK_GOTO(fl_tensor_copy(pl->tensors[fvars[i]->idx], feed[i].value), st, out);
     for (int i = 0; i < pl->nops; i++) {
         plan_op *po = &pl->ops[i];
+        if (po->cond && !cond_true(po->cond)) continue;
         po->ctx.step = pl->runs;
         st = po->op->def->run(&po->ctx);
         if (st != FL_OK) {

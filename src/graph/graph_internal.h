@@ -70,6 +70,7 @@ typedef struct fl_op {
     fl_slot out[FL_OP_MAX_SLOTS]; /* indexed like def->out_names */
     int nattr;
     fl_attr attr[FL_OP_MAX_ATTRS];
+    fl_var *cond; /* optional: the op runs only when cond's first element is non-zero */
 } fl_op;
 
 struct fl_prog {
@@ -198,6 +199,26 @@ fl_prog *fl__prog_of(fl_var *const *vars, int n);
 /* Shape-check helpers for infer(): */
 int fl__shapes_equal(const fl_var *a, const fl_var *b);
 void fl__shape_str(const fl_var *v, char *buf, size_t cap);
+
+/* Upper layers (fleet/) add op groups of their own (collective ops) before building
+ * programs that use them.  Idempotent; thread safe; at most 8 extra groups. */
+int fl__op_register_group(const fl_op_def *const *group);
+
+/* Optimizer hook, used by fleet/ to turn minimize() into a distributed minimize.
+ * Phase AFTER_BACKWARD runs after append_backward and before the learning-rate and update
+ * ops: it may append ops (allreduce of gradients), replace pairs[i].grad, and set
+ * update_cond (update ops then run only on steps where it is non-zero).  Phase
+ * AFTER_UPDATE runs after the update ops (LocalSGD parameter averaging). */
+enum { FL_HOOK_AFTER_BACKWARD = 1, FL_HOOK_AFTER_UPDATE = 2 };
+typedef struct {
+    fl_prog *prog;
+    fl_param_grad *pairs;
+    int npairs;
+    fl_var *update_cond;
+    const char *opt_type;
+} fl_opt_hook_ctx;
+typedef int (*fl_opt_hook_fn)(void *user, int phase, fl_opt_hook_ctx *ctx);
+int fl__opt_set_hook(fl_opt *o, fl_opt_hook_fn fn, void *user);
 
 /* Op groups (each a NULL-terminated list), registered by graph/registry.c. */
 extern const fl_op_def *const fl__ops_basic[];    /* ops_basic.c: fill, init, mul, add, act, losses core */

@@ -21,7 +21,17 @@ struct fl_opt {
     int has_decay, staircase;
     int64_t decay_steps;
     float decay_rate;
+    fl_opt_hook_fn hook;
+    void *hook_user;
 };
+
+int fl__opt_set_hook(fl_opt *o, fl_opt_hook_fn fn, void *user)
+{
+    if (!o || o->magic != FL_OPT_MAGIC) return fl__err(FL_EINVAL, "optimizer is NULL or invalid");
+    o->hook = fn;
+    o->hook_user = user;
+    return FL_OK;
+}
 
 static fl_opt *opt_new(const char *type, float lr)
 {
@@ -126,7 +136,7 @@ static fl_var *make_lr(fl_opt *o, fl_prog *p)
     return lr;
 }
 
-static int append_update(fl_opt *o, fl_prog *p, fl_var *lr, fl_param_grad pg)
+static int append_update(fl_opt *o, fl_prog *p, fl_var *lr, fl_param_grad pg, fl_var *cond)
 {
     fl_var *w = pg.param, *gr = pg.grad;
     fl_io in[8], out[6];
@@ -172,6 +182,7 @@ static int append_update(fl_opt *o, fl_prog *p, fl_var *lr, fl_param_grad pg)
         FL_CHECK(fl__attr_set_f(op, "beta2", o->beta2));
         FL_CHECK(fl__attr_set_f(op, "epsilon", o->eps));
     }
+    op->cond = cond;
     return fl__op_finish(op);
 }
 
@@ -189,10 +200,17 @@ int fl_opt_minimize_ex(fl_opt *o, fl_var *loss, const char *const *no_grad, int 
     int n = 0;
     FL_CHECK(fl_append_backward(loss, no_grad, n_no_grad, &pairs, &n));
     int st = FL_OK;
-    fl_var *lr = make_lr(o, p);
+    fl_opt_hook_ctx hc = {p, pairs, n, NULL, o->type};
+    if (o->hook) {
+        fl__prog_set_role(p, FL_ROLE_BACKWARD);
+        st = o->hook(o->hook_user, FL_HOOK_AFTER_BACKWARD, &hc);
+        fl__prog_set_role(p, FL_ROLE_FORWARD);
+    }
+    fl_var *lr = st == FL_OK ? make_lr(o, p) : NULL;
     fl__prog_set_role(p, FL_ROLE_OPTIMIZE);
-    if (!lr) st = fl_prog_status(p);
-    for (int i = 0; i < n && st == FL_OK; i++) st = append_update(o, p, lr, pairs[i]);
+    if (!lr && st == FL_OK) st = fl_prog_status(p);
+    for (int i = 0; i < n && st == FL_OK; i++) st = append_update(o, p, lr, pairs[i], hc.update_cond);
+    if (st == FL_OK && o->hook) st = o->hook(o->hook_user, FL_HOOK_AFTER_UPDATE, &hc);
     fl__prog_set_role(p, FL_ROLE_FORWARD);
     free(pairs);
     return st == FL_OK ? p->status : st;

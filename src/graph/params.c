@@ -189,6 +189,7 @@ static fl_prog *clone1(const fl_prog *src, int for_test)
             if (st != FL_OK) goto fail;
         }
         if (for_test && fl__attr_find(o, "is_test") && fl__attr_set_i(o, "is_test", 1) != FL_OK) goto fail;
+        if (so->cond) o->cond = fl_prog_var(d, so->cond->name);
     }
     return d;
 fail:
