@@ -192,7 +192,7 @@ int fl_tensor_set_rows(fl_tensor *t, const int64_t *rows, int64_t nrows, int64_t
     if (t->ndim < 1 || t->shape[0] != nrows)
         return fl__err(FL_EINVAL, "SelectedRows: %lld rows given for a tensor with dimension 0 = %lld",
                        (long long)nrows, (long long)(t->ndim ? t->shape[0] : 0));
-    if (nrows > t->rows_cap) {
+    if (nrows > t->rows_cap || !t->rows) {
         int64_t *nr = realloc(t->rows, (size_t)(nrows ? nrows : 1) * sizeof *nr);
         if (!nr) return fl__err(FL_ENOMEM, "SelectedRows: out of memory");
         t->rows = nr;
