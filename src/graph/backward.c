@@ -36,6 +36,7 @@ static int add_sum(fl_grad_ctx *g, fl_var *v, contrib *c)
     int sparse = 1;
     for (int i = 0; i < c->n; i++) sparse &= c->v[i]->is_sparse_grad;
     out->is_sparse_grad = sparse;
+    out->lod_level = v->lod_level;
     fl_io in = {"X", c->v, c->n};
     fl_io o = FL_IO1("Out", out);
     if (!fl__op_append(g->p, "sum", &in, 1, &o, 1)) return fl_prog_status(g->p);

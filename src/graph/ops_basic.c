@@ -439,7 +439,7 @@ static int run_sum(fl_kctx *c)
         for (int i = 0; i < n; i++) {
             fl_tensor *x = c->in[0][i];
             memcpy((float *)out->data + at * width, x->data, (size_t)x->numel * sizeof(float));
-            memcpy(rows + at, x->rows, (size_t)x->shape[0] * sizeof *rows);
+            if (x->shape[0]) memcpy(rows + at, x->rows, (size_t)x->shape[0] * sizeof *rows);
             at += x->shape[0];
         }
         int st = fl_tensor_set_rows(out, rows, total, x0->height);
