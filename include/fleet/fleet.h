@@ -152,6 +152,43 @@ const char *fleet_worker_endpoints_str(fleet_t *f);
 const char *fleet_server_endpoints_str(fleet_t *f);
 const fleet_strategy *fleet_get_strategy(const fleet_t *f);
 
+/* ---- training -------------------------------------------------------------------------------- */
+
+/* Wraps opt so that fl_opt_minimize() builds the distributed program for the mode (returns
+ * opt itself, as Paddle's static-graph fleet does; NULL with an error on failure).  A
+ * non-NULL strategy replaces the one given to fleet_init.  Collective mode: parameters are
+ * broadcast from rank 0 by the startup program; gradients are summed over the trainers and
+ * scaled by 1/n before the optimizer, in fusion buckets of fuse_grad_size_in_MB allreduced
+ * on a communication thread while backward goes on; sparse (SelectedRows) gradients are
+ * all-gathered (rows and values of every trainer).  LocalSGD averages parameters every
+ * localsgd_configs.k_steps steps (every step before begin_step) instead; gradient merge
+ * sums gradients over gradient_merge_configs.k_steps steps (divided by k when avg) and
+ * updates on the last.  Without a distributed environment minimize is local (gradient
+ * merge still applies).  fleet must outlive every program built with the result. */
+fl_opt *fleet_distributed_optimizer(fleet_t *f, fl_opt *opt, const fleet_strategy *strategy);
+
+/* Lifecycle.  Collective and non-distributed: init_worker / stop_worker do nothing.
+ * Parameter-server mode is not available in this build: these return FL_EUNSUPPORTED. */
+int fleet_init_worker(fleet_t *f);
+int fleet_stop_worker(fleet_t *f);
+int fleet_init_server(fleet_t *f, const char *model_dir);
+int fleet_run_server(fleet_t *f);
+/* Blocks until every worker has called it (deadline: the collective timeout). */
+int fleet_barrier_worker(fleet_t *f);
+
+/* fleet.util collectives over the workers (in place; mode "sum", "max" or "min").  With
+ * one worker they return the input unchanged. */
+int fleet_util_all_reduce(fleet_t *f, void *buf, size_t count, fl_dtype dtype, const char *mode);
+/* recv holds worker_num * count elements, worker i's at i * count. */
+int fleet_util_all_gather(fleet_t *f, const void *send, void *recv, size_t count, fl_dtype dtype);
+int fleet_util_barrier(fleet_t *f);
+
+/* The first worker saves (fl_io_save_persistables / fl_io_save_inference_model); every
+ * worker returns once it has, with an error if it failed. */
+int fleet_save_persistables(fleet_t *f, fl_exe *exe, const char *dir, const fl_prog *prog);
+int fleet_save_inference_model(fleet_t *f, fl_exe *exe, const char *dir, const char *const *feeds, int nfeed,
+                               fl_var *const *targets, int ntarget, const fl_prog *prog);
+
 /* Paddle's split_files / util.get_file_shard: contiguous blocks of len/n files, the first
  * len%n workers get one more.  *out is a malloc'ed array of pointers into files. */
 int fleet_split_files(const fleet_t *f, const char *const *files, int n, const char ***out, int *nout);

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "fleet_internal.h"
+#include "comm.h"
 
 static fleet_t *init_common(fleet_role *role, const fleet_strategy *strategy, int is_collective)
 {
@@ -31,6 +31,7 @@ static fleet_t *init_common(fleet_role *role, const fleet_strategy *strategy, in
     f->magic = FLEET_MAGIC;
     f->role = role;
     f->strategy = s;
+
     fl_log_set_identity(role->kind == FLEET_ROLE_SERVER ? "server" : "worker",
                         role->kind == FLEET_ROLE_SERVER ? role->server_index : role->worker_index);
     if (!role->distributed)
@@ -41,9 +42,16 @@ static fleet_t *init_common(fleet_role *role, const fleet_strategy *strategy, in
 fleet_t *fleet_init(fleet_role *role, const fleet_strategy *strategy) { return init_common(role, strategy, role ? role->is_collective : 0); }
 fleet_t *fleet_init_collective(fleet_role *role, const fleet_strategy *strategy) { return init_common(role, strategy, 1); }
 
+int fl__fleet_comm(fleet_t *f)
+{
+    if (f->comm || !f->role->is_collective) return FL_OK;
+    return fl__comm_create(f->role, &f->comm);
+}
+
 void fleet_free(fleet_t *f)
 {
     if (!f || f->magic != FLEET_MAGIC) return;
+    fl__comm_free(f->comm);
     fleet_role_free(f->role);
     free(f->workers_str);
     free(f->servers_str);

@@ -20,12 +20,20 @@ struct fleet_role {
     int nservers;
 };
 
+struct fl_comm;
+
 struct fleet {
     uint32_t magic;
     fleet_role *role;
     fleet_strategy strategy;
     char *workers_str, *servers_str;
+    struct fl_comm *comm; /* collective mode: the trainers' communicator */
+    fl_var *gm_cond;      /* gradient merge: the apply-step condition */
 };
+
+/* Creates the collective communicator on first use (rendezvous with every trainer, bounded
+ * by the collective deadline); a no-op in parameter-server mode. */
+int fl__fleet_comm(fleet_t *f);
 
 /* Splits "a:1,b:2" into a malloc'ed array of malloc'ed endpoints, validating host:port.
  * `what` names the source (environment variable or argument) in errors. */

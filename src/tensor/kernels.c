@@ -45,6 +45,11 @@ FL_CLONES void fl__vscale(float *restrict y, float alpha, const float *restrict 
     for (int64_t i = 0; i < n; i++) y[i] = alpha * x[i];
 }
 
+void fl__vscal(float *restrict y, float alpha, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] *= alpha;
+}
+
 void fl__vfill(float *y, float v, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) y[i] = v;

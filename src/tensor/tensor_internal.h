@@ -53,6 +53,7 @@ void fl__sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float 
 void fl__vadd(float *restrict y, const float *restrict a, const float *restrict b, int64_t n);
 void fl__vaxpy(float *restrict y, float alpha, const float *restrict x, int64_t n); /* y += a*x */
 void fl__vscale(float *restrict y, float alpha, const float *restrict x, int64_t n); /* y = a*x */
+void fl__vscal(float *restrict y, float alpha, int64_t n); /* y *= a, in place */
 void fl__vfill(float *y, float v, int64_t n);
 /* Adds row vector b[n] to each of m rows of y[m,n]. */
 void fl__add_rowvec(float *restrict y, const float *restrict b, int64_t m, int64_t n);

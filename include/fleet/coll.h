@@ -1,0 +1,135 @@
+/*
+ * fleet/coll.h - the collective communicator: allreduce, broadcast, allgather,
+ * reduce-scatter and barrier among `world_size` processes (ranks).
+ *
+ * What it is.  A communicator is made once per job (or per group) by every rank with the
+ * same endpoint list - PADDLE_TRAINER_ENDPOINTS style "host:port" per rank.  Each rank
+ * listens on its own endpoint and connects to every other rank (a full mesh of TCP
+ * connections, each authenticated with the job secret as described in fleet/net.h).  When
+ * every rank can map one POSIX shared-memory segment (they run on one host and share
+ * /dev/shm) the collectives move data through it; otherwise they run over TCP.  The TCP
+ * connections stay open in both cases: they carry abort notices and tell a rank that a peer
+ * died.
+ *
+ * What it is not.  There is no GPU (NCCL) backend and no hierarchical (shared memory within
+ * a host + TCP across hosts) algorithm yet: with ranks on several hosts every collective
+ * runs over TCP.  Collectives are blocking; a communicator is not thread safe (use one from
+ * one thread at a time - e.g. a communication thread - and make one per concurrent stream).
+ *
+ * Algorithms (sizes are payload bytes = count * dtype size; per-rank for allgather and
+ * reduce-scatter):
+ *   shared memory  a segment of per-rank slots, each double buffered (2 x chunk_bytes,
+ *                  default 256 KiB), and sequence-numbered flags, one cache line each.
+ *                  allreduce up to small_max_bytes (default 64 KiB): every rank publishes
+ *                  its vector and reduces all of them (one flag wait).  Larger: pipelined
+ *                  in chunks; in each chunk rank r reduces the r-th 1/n of it from all
+ *                  slots and publishes the result, then every rank copies the other parts
+ *                  (reduce-scatter + allgather in shared memory; two flag waits per chunk).
+ *                  broadcast/allgather/reduce-scatter: the same slots, chunked.
+ *   TCP            allreduce up to small_max_bytes: direct exchange (every rank sends its
+ *                  vector to every other and reduces in rank order; one round trip).
+ *                  Larger: ring reduce-scatter + ring allgather, in chunks of chunk_bytes,
+ *                  each chunk a framed message checked against the op descriptor.
+ *                  broadcast: direct below small_max_bytes, a pipelined chain above;
+ *                  allgather and reduce-scatter: direct / ring likewise.
+ * Every rank gets bit-identical results: each element is reduced once, in a fixed order,
+ * and then copied.  float16/bfloat16 are accumulated in float32 and rounded once to
+ * nearest-even on store; AVG is SUM divided by world_size (for int64, C division: rounds
+ * toward zero).  MAX/MIN with NaN inputs: unspecified which operand wins.
+ *
+ * Safety.  Every collective carries a sequence number and a descriptor (op, dtype, count,
+ * reduction, root); a rank whose call differs from another's (another collective, another
+ * count, a skipped call) gets FL_EPROTO naming both ranks' calls, on both sides - data is
+ * never reduced across different calls.  No wait lasts longer than timeout_ms: a rank that
+ * dies (its connections close) makes the others fail at once with FL_EREMOTE naming its rank
+ * and endpoint; a rank that stalls makes them fail with FL_ETIMEDOUT after timeout_ms.  A
+ * rank that fails sends an abort notice (with the root cause) to every peer, so ranks not
+ * adjacent to the failure report the same cause.  After any error the communicator is
+ * broken: further calls return FL_ESTATE with the first error; free it and make a new one.
+ *
+ * Environment (read in fl_coll_create through src/base/env.c):
+ *   FLEET_COLL_TIMEOUT_MS   per-wait deadline when opts->timeout_ms is 0 (default 30000)
+ *   FLEET_JOB_SECRET, FLEET_JOB_SECRET_FILE   the job secret when opts->secret is NULL
+ */
+#ifndef FLEET_COLL_H
+#define FLEET_COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fleet/base.h"
+#include "fleet/net.h"
+#include "fleet/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { FL_COLL_SUM = 0, FL_COLL_MAX = 1, FL_COLL_MIN = 2, FL_COLL_AVG = 3, FL_COLL_OP_COUNT } fl_coll_op;
+
+/* "sum", "max", "min", "avg" (case-insensitive) -> op; FL_EINVAL otherwise. */
+int fl_coll_op_parse(const char *name, fl_coll_op *out);
+const char *fl_coll_op_name(fl_coll_op op);
+
+typedef struct fl_coll fl_coll;
+
+typedef struct {
+    int rank;                     /* this process, 0 <= rank < world_size */
+    int world_size;               /* number of ranks, >= 1 */
+    const char *const *endpoints; /* world_size "host:port" strings; this rank listens on
+                                     endpoints[rank] (bound to that host only) */
+    const uint8_t *secret;        /* job secret (>= 16 bytes); NULL: FLEET_JOB_SECRET[_FILE] */
+    size_t secret_len;
+    int insecure_local;           /* 1: no secret configured is allowed (loopback only) */
+    int timeout_ms;               /* 0: FLEET_COLL_TIMEOUT_MS or 30000 */
+    int disable_shm;              /* 1: TCP only, even on one host */
+    fl_net_listener *listener;    /* optional: an already bound listener for this rank's
+                                     endpoint (e.g. bound to port 0 before the endpoints
+                                     were published).  Borrowed: it is used during
+                                     fl_coll_create only, and the caller frees it. */
+    size_t small_max_bytes;       /* 0: 65536.  Latency algorithms up to this size. */
+    size_t chunk_bytes;           /* 0: 262144.  Pipeline chunk (and shm slot size). */
+} fl_coll_opts;
+
+/* Creates the communicator: listens on endpoints[rank] (unless opts->listener is given),
+ * connects to every other rank and accepts their connections, authenticates each
+ * connection, checks that all ranks agree on world size, endpoints and tuning, and sets up
+ * shared memory when every rank can attach it.  Blocks until all ranks have joined or
+ * timeout_ms passes (FL_ETIMEDOUT naming the ranks that did not join, and any connection
+ * that was refused, e.g. for a wrong secret).  Connections from processes that fail the
+ * handshake are refused and logged; the rendezvous keeps waiting for the real rank.
+ * world_size 1 needs no network.  The options (and endpoint strings) are copied. */
+int fl_coll_create(const fl_coll_opts *opts, fl_coll **out);
+/* Closes the connections and unmaps shared memory.  Peers blocked in a collective with this
+ * rank fail with FL_EREMOTE.  NULL is ignored. */
+void fl_coll_free(fl_coll *c);
+int fl_coll_rank(const fl_coll *c);
+int fl_coll_size(const fl_coll *c);
+/* 1 if the collectives of this communicator use shared memory. */
+int fl_coll_uses_shm(const fl_coll *c);
+
+/* All of these block until every rank has made the same call, and fail as described at the
+ * top of this file.  Buffers are the caller's; counts are elements of dt, which may be
+ * FL_FLOAT32, FL_FLOAT64, FL_INT64, FL_FLOAT16 or FL_BFLOAT16 (FL_INT32 too, for
+ * broadcast and allgather).  count 0 is valid (the call still synchronises and checks the
+ * descriptor).  Buffers may be NULL only when their size is 0. */
+
+/* recv[i] = op over ranks of send[i], i < count.  send == recv is in place; other overlap
+ * is not allowed. */
+int fl_coll_allreduce(fl_coll *c, const void *send, void *recv, size_t count, fl_dtype dt, fl_coll_op op);
+/* buf (count elements) of rank root is copied to buf of every rank. */
+int fl_coll_broadcast(fl_coll *c, void *buf, size_t count, fl_dtype dt, int root);
+/* recv[r * count_per_rank + i] = send of rank r [i]; recv holds world_size * count_per_rank
+ * elements.  send may be recv + rank * count_per_rank (in place). */
+int fl_coll_allgather(fl_coll *c, const void *send, void *recv, size_t count_per_rank, fl_dtype dt);
+/* recv[i] = op over ranks of send[rank * count_per_rank + i]; send holds world_size *
+ * count_per_rank elements, recv count_per_rank.  send and recv must not overlap. */
+int fl_coll_reduce_scatter(fl_coll *c, const void *send, void *recv, size_t count_per_rank, fl_dtype dt,
+                           fl_coll_op op);
+/* Returns when every rank has entered the barrier. */
+int fl_coll_barrier(fl_coll *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,209 @@
+/*
+ * fleet/net.h - the TCP transport: listeners, authenticated connections, byte streams and
+ * framed messages, every blocking call bounded by a deadline.
+ *
+ * What it is.  The one transport the collective communicator (fleet/coll.h) and the
+ * parameter-server RPC sit on.  Every connection starts with a mutual HMAC-SHA256
+ * challenge-response on a per-job secret (below); nothing else is read from a peer before
+ * that handshake has succeeded.  Sockets are non-blocking with TCP_NODELAY; EINTR and
+ * EAGAIN are retried in one place; a peer that closes between messages is told apart from a
+ * read cut short in the middle of one.
+ *
+ * What it is not.  It does not encrypt: the handshake proves both ends know the job secret,
+ * and nothing more (run across untrusted networks inside a VPN or similar).  It keeps no
+ * global state, starts no threads and never raises SIGPIPE (sends use MSG_NOSIGNAL).
+ *
+ * Deadlines.  Blocking calls take an absolute deadline in CLOCK_MONOTONIC nanoseconds, made
+ * with fl_net_deadline(timeout_ms); a sequence of calls can then share one deadline.  A call
+ * that runs past its deadline returns FL_ETIMEDOUT and names the peer and what it waited for.
+ *
+ * Job secret (environment, read through src/base/env.c):
+ *   FLEET_JOB_SECRET       the secret as hex (at least 32 hex digits = 16 bytes, at most
+ *                          512 = 256 bytes).  Visible to processes that can read this one's
+ *                          environment; prefer the file on shared machines.
+ *   FLEET_JOB_SECRET_FILE  path of a file holding the secret as hex (surrounding white space
+ *                          ignored).  The file must be a regular file owned by this user with
+ *                          no group or other permission bits (mode 0600 or 0400); otherwise it
+ *                          is refused with a message naming the file and its mode.
+ * Setting both is an error.  Error messages never contain the secret or any part of it.
+ *
+ * Handshake (all integers little-endian; fixed sizes, read with the caller's deadline):
+ *   acceptor -> connector  HELLO_S = magic "FLA1" u32, version u16, flags u16, service u32,
+ *                                    role u32, rank i32, nonce_s[32]                 (52 B)
+ *   connector -> acceptor  HELLO_C = same fields with nonce_c, then
+ *                                    mac_c = HMAC(K, "fleet-auth-v1|c|" HELLO_S HELLO_C[0..52))
+ *                                                                                     (84 B)
+ *   acceptor -> connector  FINISH  = status u32 (0 ok, 1 bad proof, 2 wrong service),
+ *                                    mac_s = HMAC(K, "fleet-auth-v1|s|" HELLO_S HELLO_C) (36 B)
+ * Both MACs are compared with CRYPTO_memcmp; nonces come from RAND_bytes.  The role tags
+ * ("c"/"s") stop reflection, the fresh nonces stop replay.  A failed proof closes the
+ * connection with FL_EPROTO "authentication failed: peer <endpoint> does not know the job
+ * secret".  `service` must be equal on both sides (a PS client cannot open a collective
+ * port); `role` and `rank` are reported to the other side (fl_net_conn_peer_rank).
+ *
+ * Insecure local mode: with no secret and `insecure_local` set, the same handshake runs with
+ * an empty key (so it still checks versions and services) and both ends must be loopback
+ * addresses; without a secret and without the flag, connect and accept refuse to run.
+ *
+ * Thread safety: a connection or listener may be used by one thread at a time; different
+ * handles are independent.
+ */
+#ifndef FLEET_NET_H
+#define FLEET_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "fleet/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- deadlines ------------------------------------------------------------------------ */
+
+/* Returns now + timeout_ms as an absolute CLOCK_MONOTONIC time in nanoseconds
+ * (timeout_ms <= 0 gives "now": calls then try once without waiting). */
+uint64_t fl_net_deadline(int64_t timeout_ms);
+
+/* ---- endpoints ------------------------------------------------------------------------ */
+
+#define FL_NET_HOST_MAX 256
+
+/* Splits "host:port" or "[v6addr]:port" into host (NUL-terminated, at most host_cap-1
+ * characters) and port (1..65535, or 0 when allow_zero is set).  FL_EINVAL names the
+ * endpoint and what is wrong with it. */
+int fl_net_parse_endpoint(const char *endpoint, char *host, size_t host_cap, int *port, int allow_zero);
+
+/* ---- the job secret ------------------------------------------------------------------- */
+
+#define FL_NET_SECRET_MIN 16
+#define FL_NET_SECRET_MAX 256
+
+typedef struct {
+    uint8_t bytes[FL_NET_SECRET_MAX];
+    size_t len;
+} fl_net_secret;
+
+/* Loads the secret from FLEET_JOB_SECRET or FLEET_JOB_SECRET_FILE (see the top of this
+ * file).  Returns FL_ENOTFOUND when neither is set, FL_EINVAL for malformed hex, a bad file
+ * mode or both variables set, FL_EIO when the file cannot be read. */
+int fl_net_secret_from_env(fl_net_secret *out);
+/* Decodes hex (FL_NET_SECRET_MIN..MAX bytes).  `what` names the source in messages. */
+int fl_net_secret_from_hex(const char *hex, const char *what, fl_net_secret *out);
+/* Reads a secret file (hex), enforcing owner-only permissions. */
+int fl_net_secret_from_file(const char *path, fl_net_secret *out);
+/* Fills 32 random bytes (RAND_bytes); for launchers and tests. */
+int fl_net_secret_generate(fl_net_secret *out);
+/* Formats the secret as lowercase hex into out (cap >= 2*len+1), e.g. to export it to
+ * children through FLEET_JOB_SECRET.  Returns FL_EINVAL when cap is too small. */
+int fl_net_secret_to_hex(const fl_net_secret *s, char *out, size_t cap);
+/* Overwrites the secret with zeros (OPENSSL_cleanse). */
+void fl_net_secret_clear(fl_net_secret *s);
+
+/* ---- handshake parameters --------------------------------------------------------------- */
+
+enum { FL_NET_SERVICE_COLL = 1, FL_NET_SERVICE_PS = 2, FL_NET_SERVICE_TEST = 99 };
+
+typedef struct {
+    const uint8_t *secret; /* the job secret; NULL or len 0: insecure (needs insecure_local) */
+    size_t secret_len;
+    int insecure_local;    /* 1: allow running without a secret, loopback peers only */
+    uint32_t service;      /* FL_NET_SERVICE_*: both ends must agree */
+    uint32_t role;         /* this side's role tag, reported to the peer (free-form) */
+    int32_t rank;          /* this side's rank, reported to the peer (-1 if none) */
+} fl_net_auth;
+
+/* ---- listeners and connections ---------------------------------------------------------- */
+
+typedef struct fl_net_listener fl_net_listener;
+typedef struct fl_net_conn fl_net_conn;
+
+/* Binds and listens on host:port (host NULL or "" = 127.0.0.1: loopback unless told
+ * otherwise; "0.0.0.0" or "::" listen on every interface).  Binds only to that address.
+ * port 0 picks a free port; read it back with fl_net_listener_port.  SO_REUSEADDR is set
+ * so a restarted job can rebind a port in TIME_WAIT.  Errors (FL_EIO) name host:port. */
+int fl_net_listen(const char *host, int port, fl_net_listener **out);
+int fl_net_listener_port(const fl_net_listener *l);
+/* "host:port" as bound (port resolved). */
+const char *fl_net_listener_endpoint(const fl_net_listener *l);
+/* The listening socket, for poll(POLLIN) by event loops. */
+int fl_net_listener_fd(const fl_net_listener *l);
+/* Closes the socket and frees.  NULL is ignored. */
+void fl_net_listener_free(fl_net_listener *l);
+
+/* Accepts one connection and runs the acceptor side of the handshake, both before
+ * deadline_ns.  On a failed handshake the connection is closed and the error returned
+ * (FL_EPROTO for a wrong secret or service, FL_ETIMEDOUT for a silent peer, FL_EREMOTE for
+ * a peer that hung up); the listener stays usable, so a server can log and accept again. */
+int fl_net_accept(fl_net_listener *l, const fl_net_auth *auth, uint64_t deadline_ns, fl_net_conn **out);
+
+/* Connects to host:port and runs the connector side of the handshake.  While the peer is
+ * not listening yet (connection refused, unreachable, name not resolvable) it retries with
+ * backoff (10 ms doubling to 500 ms) until deadline_ns, then returns FL_ETIMEDOUT with the
+ * last error.  A handshake failure is not retried. */
+int fl_net_connect(const char *host, int port, const fl_net_auth *auth, uint64_t deadline_ns,
+                   fl_net_conn **out);
+
+/* Closes and frees.  NULL is ignored. */
+void fl_net_conn_free(fl_net_conn *c);
+/* Half-closes both directions now (shutdown(2)); the handle stays valid for freeing. */
+void fl_net_conn_shutdown(fl_net_conn *c);
+
+/* The peer's rank, role and service as sent in its handshake. */
+int32_t fl_net_conn_peer_rank(const fl_net_conn *c);
+uint32_t fl_net_conn_peer_role(const fl_net_conn *c);
+/* The remote address "ip:port" of the socket. */
+const char *fl_net_conn_addr(const fl_net_conn *c);
+/* How the peer is named in error messages; defaults to the remote address.  Callers that
+ * know better set e.g. "rank 3 (10.0.0.4:6170)". */
+const char *fl_net_conn_label(const fl_net_conn *c);
+void fl_net_conn_set_label(fl_net_conn *c, const char *label);
+/* The socket (non-blocking), for poll by event loops.  Do not close it. */
+int fl_net_conn_fd(const fl_net_conn *c);
+/* While a send or receive would block, keep retrying for up to spin_us microseconds before
+ * sleeping in poll (default 0).  Spinning saves the ~30-70 us wake-up of a sleeping
+ * process on small round trips, at the price of a busy core. */
+void fl_net_conn_set_spin(fl_net_conn *c, int spin_us);
+
+/* ---- byte streams ------------------------------------------------------------------------ */
+
+/* Sends all n bytes before deadline_ns.  FL_EREMOTE if the peer closed or reset the
+ * connection, FL_ETIMEDOUT on the deadline (with how many bytes went out), FL_EIO else. */
+int fl_net_send_all(fl_net_conn *c, const void *buf, size_t n, uint64_t deadline_ns);
+/* Receives exactly n bytes before deadline_ns.  A peer that closes before the first byte
+ * gives FL_EREMOTE ("closed the connection"); one that closes after some but not all bytes
+ * gives FL_ECORRUPT ("truncated: got k of n bytes").  n == 0 returns at once. */
+int fl_net_recv_all(fl_net_conn *c, void *buf, size_t n, uint64_t deadline_ns);
+
+/* Non-blocking primitives for event loops: send (writev) or receive what the socket takes
+ * now without waiting.  *done gets the bytes moved (0 when it would block).  FL_EREMOTE when
+ * the peer closed (recv returned 0) or reset; FL_EIO on other errors. */
+int fl_net_try_sendv(fl_net_conn *c, const struct iovec *iov, int iovcnt, size_t *done);
+int fl_net_try_recv(fl_net_conn *c, void *buf, size_t n, size_t *done);
+/* Like fl_net_try_recv but leaves the bytes in the socket (MSG_PEEK). */
+int fl_net_try_peek(fl_net_conn *c, void *buf, size_t n, size_t *done);
+
+/* ---- framed messages ----------------------------------------------------------------------- */
+
+/* Frame header on the wire (24 bytes, little-endian): magic "FLF1" u32, version u16,
+ * type u16, flags u32, reserved u32, body length u64; then the body. */
+typedef struct {
+    uint16_t type;
+    uint32_t flags;
+    uint64_t len;
+} fl_net_frame;
+
+/* Sends header + body (len may be 0). */
+int fl_net_send_frame(fl_net_conn *c, uint16_t type, uint32_t flags, const void *body, size_t len,
+                      uint64_t deadline_ns);
+/* Receives and checks a header: wrong magic or version gives FL_EPROTO, a length above
+ * max_len gives FL_EPROTO before anything is allocated.  The caller then reads hdr->len body
+ * bytes with fl_net_recv_all. */
+int fl_net_recv_frame_header(fl_net_conn *c, uint64_t max_len, fl_net_frame *hdr, uint64_t deadline_ns);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

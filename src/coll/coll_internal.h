@@ -1,0 +1,176 @@
+/*
+ * coll_internal.h - private structures of the collective communicator: the handle, the op
+ * descriptor every collective carries, the TCP message header, the shared-memory segment,
+ * and the functions the files of this module share.
+ *
+ *   comm.c     create/free, rendezvous, setup messages, failure and abort notices
+ *   ops.c      public entry points: argument checks, descriptors, dispatch
+ *   tcp.c      the TCP progress engine (non-blocking, every peer at once, deadlines)
+ *   tcp_ops.c  TCP algorithms: direct exchange, ring reduce-scatter/allgather, chain
+ *   shm.c      the shared-memory segment, flag waits, shared-memory algorithms
+ *   reduce.c   reduction kernels for every dtype and op; float16/bfloat16 conversion
+ */
+#ifndef FL_COLL_INTERNAL_H
+#define FL_COLL_INTERNAL_H
+
+#include <stdatomic.h>
+
+#include "../base/base_internal.h"
+#include "../net/net_internal.h" /* little-endian helpers only; coll uses the public net API */
+#include "fleet/coll.h"
+
+#define FL_COLL_MAGIC 0x4c4f4346u /* "FCOL" */
+#define FL_COLL_DEFAULT_TIMEOUT_MS 30000
+#define FL_COLL_DEFAULT_SMALL_MAX (64u << 10)
+#define FL_COLL_DEFAULT_CHUNK (256u << 10)
+#define FL_COLL_MSG_MAX 1024 /* abort reasons */
+
+/* What a collective call is; equal on every rank for the same call. */
+typedef enum { K_ALLREDUCE = 1, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_BARRIER } fl__coll_kind;
+
+typedef struct {
+    uint64_t seq;   /* 1, 2, ... per communicator */
+    uint64_t count; /* count, or count_per_rank */
+    uint8_t kind, dtype, redop, pad;
+    int32_t root;
+} fl__coll_desc;
+
+/* "allreduce #5 (count 1000, float32, sum)" */
+void fl__coll_desc_str(const fl__coll_desc *d, char *buf, size_t cap);
+int fl__coll_desc_equal(const fl__coll_desc *a, const fl__coll_desc *b);
+
+/* TCP message header (48 bytes, little-endian):
+ *   0 magic "FLC1" u32 | 4 kind u16 (DATA, ABORT) | 6 op kind u16 | 8 seq u64 | 16 count u64 |
+ *   24 dtype u8 | 25 redop u8 | 26 reserved u16 | 28 root i32 | 32 tag u64 | 40 len u64
+ * DATA: the payload follows; tag identifies the message within the op (step << 32 | chunk)
+ * and must be the one the receiver expects.  ABORT: the descriptor of the op the sender
+ * failed in, tag holds the status (int64), the reason text (len <= FL_COLL_MSG_MAX bytes)
+ * follows. */
+#define FL_COLL_HDR 48
+#define FL_COLL_WIRE_MAGIC 0x31434c46u /* "FLC1" */
+enum { FL_COLL_MSG_DATA = 1, FL_COLL_MSG_ABORT = 2 };
+
+/* One peer's share of a TCP exchange round: at most one message out, one in. */
+typedef struct {
+    int s_on;
+    uint8_t s_hdr[FL_COLL_HDR];
+    const uint8_t *s_buf;
+    size_t s_len, s_done; /* s_done counts header + payload bytes */
+    int r_on;
+    uint8_t r_hdr[FL_COLL_HDR];
+    size_t r_hdone;
+    uint8_t *r_buf;
+    size_t r_len, r_done;
+    uint64_t r_tag;
+} fl__xfer;
+
+typedef struct fl__shm fl__shm;
+
+struct fl_coll {
+    uint32_t magic;
+    int rank, size;
+    int timeout_ms;
+    size_t small_max, chunk;
+    int spin;                 /* 1 when this host has a core per local rank: spin before sleeping */
+    char **endpoints;         /* [size] */
+    fl_net_conn **conns;      /* [size], NULL at [rank] */
+    int *tx_mid;              /* [size]: our stream to that peer stops mid-message */
+    int *idle_blocked;        /* [size]: the peer's next message belongs to a later op */
+    int *peer_closed;         /* [size]: the peer closed its end (it finished, freed or died) */
+    fl__xfer *xf;             /* [size] */
+    uint64_t seq;             /* sequence number of the last op started */
+    fl__coll_desc cur;        /* descriptor of the op in progress (for abort notices) */
+    int failed;               /* first error status, 0 while healthy */
+    int abort_seen;           /* set when an abort notice was read */
+    char failmsg[FL_COLL_MSG_MAX];
+    void *scratch;            /* grown on demand, 64-byte aligned */
+    size_t scratch_cap;
+    void *tmp;                /* one chunk (chunk bytes), for ring receives */
+    fl__shm *shm;             /* NULL: TCP */
+};
+
+/* comm.c */
+/* Grows c->scratch to at least n bytes; returns it or NULL (error set).  The contents are
+ * not kept across growth. */
+void *fl__coll_scratch(fl_coll *c, size_t n);
+/* Records the first failure (status st, message from fl_last_error()), sends abort notices
+ * to every peer whose stream is at a message boundary, shuts the connections down, and
+ * returns st with the error message restored. */
+int fl__coll_fail(fl_coll *c, int st);
+/* "rank 3 (127.0.0.1:4003)" */
+const char *fl__coll_peer(const fl_coll *c, int p);
+
+/* tcp.c */
+void fl__tcp_hdr(uint8_t *h, const fl__coll_desc *d, uint16_t kind, uint64_t tag, uint64_t len);
+/* Queues a message to / from peer p in c->xf (the round runs in fl__tcp_run). */
+void fl__tcp_send(fl_coll *c, int p, const fl__coll_desc *d, uint64_t tag, const void *buf, size_t len);
+void fl__tcp_recv(fl_coll *c, int p, uint64_t tag, void *buf, size_t len);
+/* Runs every queued message to completion; no wait lasts beyond timeout_ms without
+ * progress.  Checks each received header against d. */
+int fl__tcp_run(fl_coll *c, const fl__coll_desc *d);
+/* Checks the connections of the given peers (all when only is NULL) for an abort notice
+ * without waiting; an abort is returned as an error.  A peer that closed its end is only
+ * marked in c->peer_closed: it may have finished the op legitimately, so callers decide
+ * (a peer we still need data from has died). */
+int fl__tcp_check_peers(fl_coll *c, const fl__coll_desc *d, const int *only, int nonly);
+/* FL_EREMOTE "rank p (...) closed its connection during <op> ..." */
+int fl__coll_closed_error(fl_coll *c, const fl__coll_desc *d, int p, int mid);
+/* Reads an abort notice whose header is in h from peer p and returns its status with the
+ * message "rank p (...) aborted <op>: <reason>". */
+int fl__tcp_read_abort(fl_coll *c, int p, const uint8_t *h);
+
+/* tcp_ops.c */
+int fl__tcp_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t n, fl_dtype dt,
+                      fl_coll_op op);
+int fl__tcp_broadcast(fl_coll *c, const fl__coll_desc *d, void *buf, size_t n, fl_dtype dt, int root);
+int fl__tcp_allgather(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t n, fl_dtype dt);
+int fl__tcp_reduce_scatter(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t n,
+                           fl_dtype dt, fl_coll_op op);
+int fl__tcp_barrier(fl_coll *c, const fl__coll_desc *d);
+
+/* shm.c */
+/* Rank 0 creates the segment and offers it to the others over TCP; every rank attaches
+ * or not; shm is used when all attached.  Called from fl_coll_create with its deadline. */
+int fl__shm_setup(fl_coll *c, int want, uint64_t deadline_ns);
+void fl__shm_free(fl__shm *s);
+int fl__shm_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t n, fl_dtype dt,
+                      fl_coll_op op);
+int fl__shm_broadcast(fl_coll *c, const fl__coll_desc *d, void *buf, size_t n, fl_dtype dt, int root);
+int fl__shm_allgather(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t n, fl_dtype dt);
+int fl__shm_reduce_scatter(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t n,
+                           fl_dtype dt, fl_coll_op op);
+int fl__shm_barrier(fl_coll *c, const fl__coll_desc *d);
+
+/* reduce.c */
+/* dst[i] = srcs[0][i] op srcs[1][i] op ... (in that order), accumulated in float32 for
+ * float16/bfloat16 sources, then divided by avg_div when op is AVG, then stored as dst_dt.
+ * src_dt is dst_dt, or float32 with a float16/bfloat16 dst_dt.  dst may be one of srcs
+ * exactly (not a partial overlap).  nsrc >= 1. */
+void fl__coll_reduce(void *dst, fl_dtype dst_dt, const void *const *srcs, int nsrc, fl_dtype src_dt, size_t n,
+                     fl_coll_op op, int avg_div);
+/* float16/bfloat16 <-> float32 (round to nearest even; NaN stays NaN). */
+void fl__coll_to_f32(float *dst, const void *src, fl_dtype dt, size_t n);
+void fl__coll_from_f32(void *dst, fl_dtype dt, const float *src, size_t n);
+float fl__half_to_f32(uint16_t h);
+uint16_t fl__f32_to_half(float f);
+float fl__bf16_to_f32(uint16_t h);
+uint16_t fl__f32_to_bf16(float f);
+
+static inline int fl__is_half(fl_dtype dt) { return dt == FL_FLOAT16 || dt == FL_BFLOAT16; }
+
+/* Segment i of n elements split into k parts (the first n % k parts one longer). */
+static inline size_t fl__seg_off(size_t n, int k, int i)
+{
+    size_t q = n / (size_t)k, r = n % (size_t)k;
+    return (size_t)i * q + ((size_t)i < r ? (size_t)i : r);
+}
+static inline size_t fl__seg_len(size_t n, int k, int i) { return n / (size_t)k + ((size_t)i < n % (size_t)k); }
+
+static inline void fl__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+#endif

@@ -1,0 +1,352 @@
+/*
+ * comm.c - the communicator's life: options, rendezvous (every rank connects to the lower
+ * ranks and accepts the higher ones; each connection authenticated), the setup message that
+ * checks all ranks agree, shared-memory setup, failure (abort notices to every peer) and
+ * freeing.
+ */
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coll_internal.h"
+
+#define ROLE_COLL 0x434f4c4cu /* "COLL" */
+#define SETUP_HELLO 1
+#define SETUP_VERSION 1
+#define HELLO_BYTES 48
+#define HS_CAP_MS 5000 /* a connecting process gets this long to finish its handshake */
+
+const char *fl__coll_peer(const fl_coll *c, int p)
+{
+    if (p >= 0 && p < c->size && c->conns && c->conns[p]) return fl_net_conn_label(c->conns[p]);
+    return "(this rank)";
+}
+
+void *fl__coll_scratch(fl_coll *c, size_t n)
+{
+    if (n <= c->scratch_cap) return c->scratch;
+    size_t cap = c->scratch_cap ? c->scratch_cap : 4096;
+    while (cap < n) cap *= 2;
+    void *p = fl__alloc_aligned(cap);
+    if (!p) {
+        fl__err(FL_ENOMEM, "collective: out of memory for %zu bytes of scratch space", cap);
+        return NULL;
+    }
+    fl__free_aligned(c->scratch);
+    c->scratch = p;
+    c->scratch_cap = cap;
+    return p;
+}
+
+int fl__coll_fail(fl_coll *c, int st)
+{
+    if (c->failed) return st;
+    c->failed = st;
+    snprintf(c->failmsg, sizeof c->failmsg, "%s", fl_last_error());
+    size_t len = strlen(c->failmsg);
+    uint8_t h[FL_COLL_HDR];
+    fl__tcp_hdr(h, &c->cur, FL_COLL_MSG_ABORT, (uint64_t)(int64_t)st, len);
+    for (int p = 0; p < c->size; p++) {
+        if (!c->conns[p]) continue;
+        if (!c->tx_mid[p]) {
+            uint64_t dl = fl_net_deadline(200);
+            if (fl_net_send_all(c->conns[p], h, sizeof h, dl) == FL_OK)
+                fl_net_send_all(c->conns[p], c->failmsg, len, dl);
+        }
+        fl_net_conn_shutdown(c->conns[p]);
+    }
+    FL_WARN(FL_SUB_COLL, "communicator of rank %d failed: %s", c->rank, c->failmsg);
+    return fl__err(st, "%s", c->failmsg);
+}
+
+/* ---- options ------------------------------------------------------------------------------- */
+
+static uint64_t endpoints_hash(const fl_coll_opts *o)
+{
+    uint64_t h = 0;
+    for (int i = 0; i < o->world_size; i++) h = fl__hash_u64(h ^ fl__hash_bytes(o->endpoints[i], strlen(o->endpoints[i])));
+    return h;
+}
+
+static int check_opts(const fl_coll_opts *o)
+{
+    if (o->world_size < 1 || o->world_size > 4096)
+        return fl__err(FL_EINVAL, "fl_coll_create: world_size %d out of range [1, 4096]", o->world_size);
+    if (o->rank < 0 || o->rank >= o->world_size)
+        return fl__err(FL_EINVAL, "fl_coll_create: rank %d out of range [0, %d)", o->rank, o->world_size);
+    if (o->timeout_ms < 0) return fl__err(FL_EINVAL, "fl_coll_create: timeout_ms %d is negative", o->timeout_ms);
+    if (o->world_size > 1 && !o->endpoints)
+        return fl__err(FL_EINVAL, "fl_coll_create: endpoints is NULL with world_size %d", o->world_size);
+    for (int i = 0; o->endpoints && i < o->world_size; i++) {
+        char host[FL_NET_HOST_MAX];
+        int port;
+        if (!o->endpoints[i]) return fl__err(FL_EINVAL, "fl_coll_create: endpoints[%d] is NULL", i);
+        if (fl_net_parse_endpoint(o->endpoints[i], host, sizeof host, &port, i == o->rank && o->listener) != FL_OK)
+            return fl__err(FL_EINVAL, "fl_coll_create: endpoints[%d]: %s", i, fl_last_error());
+        for (int j = 0; j < i; j++)
+            if (!strcmp(o->endpoints[i], o->endpoints[j]))
+                return fl__err(FL_EINVAL, "fl_coll_create: endpoints[%d] and endpoints[%d] are both '%s'", j, i,
+                               o->endpoints[i]);
+    }
+    if (o->chunk_bytes && (o->chunk_bytes < 4096 || o->chunk_bytes > (64u << 20)))
+        return fl__err(FL_EINVAL, "fl_coll_create: chunk_bytes %zu out of range [4096, 64 MiB]", o->chunk_bytes);
+    if (o->small_max_bytes > (64u << 20))
+        return fl__err(FL_EINVAL, "fl_coll_create: small_max_bytes %zu is above 64 MiB", o->small_max_bytes);
+    return FL_OK;
+}
+
+/* 1 if this host seems to have a core for every rank that runs on it. */
+static int enough_cores(const fl_coll_opts *o)
+{
+    char mine[FL_NET_HOST_MAX], h[FL_NET_HOST_MAX];
+    int port, local = 0;
+    if (o->world_size == 1) return 1;
+    if (fl_net_parse_endpoint(o->endpoints[o->rank], mine, sizeof mine, &port, 1)) return 0;
+    for (int i = 0; i < o->world_size; i++)
+        if (fl_net_parse_endpoint(o->endpoints[i], h, sizeof h, &port, 1) == FL_OK && !strcmp(h, mine)) local++;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    return ncpu > 0 && local <= ncpu;
+}
+
+/* ---- rendezvous ------------------------------------------------------------------------------ */
+
+static int set_peer(fl_coll *c, int p, fl_net_conn *conn)
+{
+    char label[FL_NET_LABEL_MAX];
+    snprintf(label, sizeof label, "rank %d (%s)", p, c->endpoints[p]);
+    fl_net_conn_set_label(conn, label);
+    if (c->spin) fl_net_conn_set_spin(conn, 50);
+    c->conns[p] = conn;
+    return FL_OK;
+}
+
+static int connect_lower(fl_coll *c, const fl_net_auth *auth, uint64_t dl)
+{
+    for (int p = 0; p < c->rank; p++) {
+        char host[FL_NET_HOST_MAX];
+        int port;
+        FL_CHECK(fl_net_parse_endpoint(c->endpoints[p], host, sizeof host, &port, 0));
+        fl_net_conn *conn;
+        int st = fl_net_connect(host, port, auth, dl, &conn);
+        if (st) return fl__err(st, "rendezvous of rank %d: cannot join rank %d (%s): %s", c->rank, p, c->endpoints[p],
+                               fl_last_error());
+        if (fl_net_conn_peer_rank(conn) != p || fl_net_conn_peer_role(conn) != ROLE_COLL) {
+            st = fl__err(FL_EPROTO, "rendezvous of rank %d: endpoint %s answered as rank %d of another job or role, "
+                                    "expected rank %d (are two jobs sharing ports?)", c->rank, c->endpoints[p],
+                         fl_net_conn_peer_rank(conn), p);
+            fl_net_conn_free(conn);
+            return st;
+        }
+        set_peer(c, p, conn);
+    }
+    return FL_OK;
+}
+
+static int accept_higher(fl_coll *c, fl_net_listener *l, const fl_net_auth *auth, uint64_t dl, uint64_t t0)
+{
+    int missing = c->size - 1 - c->rank, refused = 0;
+    char note[512] = "";
+    while (missing > 0) {
+        uint64_t now = fl__now_ns();
+        if (now >= dl) {
+            char who[512] = "";
+            size_t o = 0;
+            for (int p = c->rank + 1; p < c->size && o < sizeof who - 64; p++)
+                if (!c->conns[p])
+                    o += (size_t)snprintf(who + o, sizeof who - o, "%s%d (%s)", o ? ", " : "", p, c->endpoints[p]);
+            return fl__err(FL_ETIMEDOUT, "rendezvous of rank %d timed out after %.0f ms: rank %s did not connect%s%s%s",
+                           c->rank, (double)(now - t0) / 1e6, who, refused ? "; refused a connection: " : "", note,
+                           refused > 1 ? " (and others)" : "");
+        }
+        struct pollfd pf = {.fd = fl_net_listener_fd(l), .events = POLLIN};
+        uint64_t left = (dl - now) / 1000000ull + 1;
+        int r = poll(&pf, 1, left > 1000 ? 1000 : (int)left);
+        if (r <= 0) continue;
+        uint64_t hs_dl = fl_net_deadline(HS_CAP_MS);
+        if (hs_dl > dl) hs_dl = dl;
+        fl_net_conn *conn;
+        int st = fl_net_accept(l, auth, hs_dl, &conn);
+        if (st) {
+            refused++;
+            snprintf(note, sizeof note, "%s", fl_last_error());
+            FL_WARN(FL_SUB_COLL, "rendezvous of rank %d: refused a connection: %s", c->rank, note);
+            continue;
+        }
+        int p = fl_net_conn_peer_rank(conn);
+        if (fl_net_conn_peer_role(conn) != ROLE_COLL || p <= c->rank || p >= c->size || c->conns[p]) {
+            refused++;
+            snprintf(note, sizeof note, "%s claimed to be rank %d, which is not expected here", fl_net_conn_addr(conn), p);
+            FL_WARN(FL_SUB_COLL, "rendezvous of rank %d: refused a connection: %s", c->rank, note);
+            fl_net_conn_free(conn);
+            continue;
+        }
+        set_peer(c, p, conn);
+        missing--;
+    }
+    return FL_OK;
+}
+
+/* Every rank sends one setup message to every other and checks theirs. */
+static int exchange_hello(fl_coll *c, const fl_coll_opts *o, uint64_t dl, int *all_want_shm)
+{
+    uint8_t m[HELLO_BYTES] = {0}, r[HELLO_BYTES];
+    uint64_t eh = endpoints_hash(o);
+    fl__put_u32(m, SETUP_VERSION);
+    fl__put_u32(m + 4, (uint32_t)c->size);
+    fl__put_u32(m + 8, (uint32_t)c->rank);
+    fl__put_u32(m + 12, o->disable_shm ? 0 : 1);
+    fl__put_u64(m + 16, eh);
+    fl__put_u64(m + 24, c->small_max);
+    fl__put_u64(m + 32, c->chunk);
+    for (int p = 0; p < c->size; p++)
+        if (c->conns[p]) FL_CHECK(fl_net_send_frame(c->conns[p], SETUP_HELLO, 0, m, sizeof m, dl));
+    *all_want_shm = !o->disable_shm;
+    for (int p = 0; p < c->size; p++) {
+        if (!c->conns[p]) continue;
+        fl_net_frame f;
+        int st = fl_net_recv_frame_header(c->conns[p], sizeof r, &f, dl);
+        if (st == FL_OK && (f.type != SETUP_HELLO || f.len != sizeof r))
+            st = fl__err(FL_EPROTO, "unexpected setup message type %u from %s", f.type, fl__coll_peer(c, p));
+        if (st == FL_OK) st = fl_net_recv_all(c->conns[p], r, sizeof r, dl);
+        if (st) return fl__err(st, "rendezvous of rank %d: setup with %s failed: %s", c->rank, fl__coll_peer(c, p),
+                               fl_last_error());
+        const char *what = NULL;
+        if (fl__get_u32(r) != SETUP_VERSION) what = "protocol version";
+        else if (fl__get_u32(r + 4) != (uint32_t)c->size) what = "world size";
+        else if (fl__get_u32(r + 8) != (uint32_t)p) what = "rank";
+        else if (fl__get_u64(r + 16) != eh) what = "endpoint list";
+        else if (fl__get_u64(r + 24) != c->small_max) what = "small_max_bytes";
+        else if (fl__get_u64(r + 32) != c->chunk) what = "chunk_bytes";
+        if (what)
+            return fl__err(FL_EINVAL, "rendezvous of rank %d: %s disagrees on the %s (world size %u here %d; every "
+                                      "rank must pass the same endpoints and tuning)", c->rank, fl__coll_peer(c, p),
+                           what, fl__get_u32(r + 4), c->size);
+        if (!fl__get_u32(r + 12)) *all_want_shm = 0;
+    }
+    return FL_OK;
+}
+
+int fl_coll_create(const fl_coll_opts *o, fl_coll **out)
+{
+    if (!out) return fl__err(FL_EINVAL, "fl_coll_create: out is NULL");
+    *out = NULL;
+    if (!o) return fl__err(FL_EINVAL, "fl_coll_create: opts is NULL");
+    FL_CHECK(check_opts(o));
+    int64_t tmo = o->timeout_ms;
+    if (tmo == 0) FL_CHECK(fl__env_int("FLEET_COLL_TIMEOUT_MS", FL_COLL_DEFAULT_TIMEOUT_MS, 1, 86400000, &tmo));
+
+    fl_net_secret sec = {0};
+    const uint8_t *key = o->secret;
+    size_t keylen = o->secret ? o->secret_len : 0;
+    if (o->secret && (o->secret_len < FL_NET_SECRET_MIN || o->secret_len > FL_NET_SECRET_MAX))
+        return fl__err(FL_EINVAL, "fl_coll_create: secret_len %zu out of range [%d, %d]", o->secret_len,
+                       FL_NET_SECRET_MIN, FL_NET_SECRET_MAX);
+    if (!o->secret && o->world_size > 1) {
+        int st = fl_net_secret_from_env(&sec);
+        if (st == FL_OK) {
+            key = sec.bytes;
+            keylen = sec.len;
+        } else if (st != FL_ENOTFOUND || !o->insecure_local) {
+            return fl__err(st == FL_ENOTFOUND ? FL_EINVAL : st, "fl_coll_create: %s%s", fl_last_error(),
+                           st == FL_ENOTFOUND ? " (or set insecure_local for an unauthenticated loopback-only job)" : "");
+        }
+    }
+
+    int st = FL_OK;
+    fl_net_listener *own = NULL;
+    fl_coll *c = calloc(1, sizeof *c);
+    if (!c) {
+        fl_net_secret_clear(&sec);
+        return fl__err(FL_ENOMEM, "fl_coll_create: out of memory");
+    }
+    c->magic = FL_COLL_MAGIC;
+    c->rank = o->rank;
+    c->size = o->world_size;
+    c->timeout_ms = (int)tmo;
+    c->small_max = o->small_max_bytes ? o->small_max_bytes : FL_COLL_DEFAULT_SMALL_MAX;
+    c->chunk = o->chunk_bytes ? (o->chunk_bytes + 4095) / 4096 * 4096 : FL_COLL_DEFAULT_CHUNK;
+    c->spin = enough_cores(o);
+    size_t P = (size_t)c->size;
+    c->endpoints = calloc(P, sizeof *c->endpoints);
+    c->conns = calloc(P, sizeof *c->conns);
+    c->tx_mid = calloc(P, sizeof *c->tx_mid);
+    c->idle_blocked = calloc(P, sizeof *c->idle_blocked);
+    c->peer_closed = calloc(P, sizeof *c->peer_closed);
+    c->xf = calloc(P, sizeof *c->xf);
+    if (!c->endpoints || !c->conns || !c->tx_mid || !c->idle_blocked || !c->peer_closed || !c->xf) {
+        st = fl__err(FL_ENOMEM, "fl_coll_create: out of memory");
+        goto fail;
+    }
+    for (int i = 0; o->endpoints && i < c->size; i++)
+        if (!(c->endpoints[i] = fl__strdup(o->endpoints[i]))) {
+            st = fl__err(FL_ENOMEM, "fl_coll_create: out of memory");
+            goto fail;
+        }
+    if (c->size > 1) {
+        uint64_t t0 = fl__now_ns(), dl = fl_net_deadline(tmo);
+        fl_net_listener *l = o->listener;
+        if (!l) {
+            char host[FL_NET_HOST_MAX];
+            int port;
+            FL_CHECK_GOTO(fl_net_parse_endpoint(c->endpoints[c->rank], host, sizeof host, &port, 0), st, fail);
+            st = fl_net_listen(host, port, &own);
+            if (st) {
+                st = fl__err(st, "fl_coll_create: rank %d cannot listen on its endpoint %s: %s", c->rank,
+                             c->endpoints[c->rank], fl_last_error());
+                goto fail;
+            }
+            l = own;
+        }
+        fl_net_auth auth = {key, keylen, o->insecure_local, FL_NET_SERVICE_COLL, ROLE_COLL, c->rank};
+        FL_CHECK_GOTO(connect_lower(c, &auth, dl), st, fail);
+        FL_CHECK_GOTO(accept_higher(c, l, &auth, dl, t0), st, fail);
+        fl_net_listener_free(own);
+        own = NULL;
+        if (!(c->tmp = fl__alloc_aligned(c->chunk))) {
+            st = fl__err(FL_ENOMEM, "fl_coll_create: out of memory for a %zu-byte chunk buffer", c->chunk);
+            goto fail;
+        }
+        int want_shm = 0;
+        FL_CHECK_GOTO(exchange_hello(c, o, dl, &want_shm), st, fail);
+        FL_CHECK_GOTO(fl__shm_setup(c, want_shm, dl), st, fail);
+        FL_INFO(FL_SUB_COLL, "rank %d of %d joined in %.1f ms (%s)", c->rank, c->size, (double)(fl__now_ns() - t0) / 1e6,
+                c->shm ? "shared memory" : "tcp");
+    }
+    fl_net_secret_clear(&sec);
+    *out = c;
+    return FL_OK;
+fail:
+    fl_net_secret_clear(&sec);
+    fl_net_listener_free(own);
+    {
+        char msg[FL_COLL_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", fl_last_error());
+        fl_coll_free(c);
+        return fl__err(st, "%s", msg);
+    }
+}
+
+void fl_coll_free(fl_coll *c)
+{
+    if (!c || c->magic != FL_COLL_MAGIC) return;
+    c->magic = 0;
+    fl__shm_free(c->shm);
+    for (int p = 0; p < c->size; p++) {
+        if (c->conns && c->conns[p]) fl_net_conn_free(c->conns[p]);
+        if (c->endpoints) free(c->endpoints[p]);
+    }
+    free(c->endpoints);
+    free(c->conns);
+    free(c->tx_mid);
+    free(c->idle_blocked);
+    free(c->peer_closed);
+    free(c->xf);
+    fl__free_aligned(c->scratch);
+    fl__free_aligned(c->tmp);
+    free(c);
+}
+
+int fl_coll_rank(const fl_coll *c) { return c && c->magic == FL_COLL_MAGIC ? c->rank : -1; }
+int fl_coll_size(const fl_coll *c) { return c && c->magic == FL_COLL_MAGIC ? c->size : -1; }
+int fl_coll_uses_shm(const fl_coll *c) { return c && c->magic == FL_COLL_MAGIC && c->shm != NULL; }

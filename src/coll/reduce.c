@@ -1,0 +1,221 @@
+/*
+ * reduce.c - reduction kernels of the collectives: SUM/MAX/MIN/AVG over float32, float64,
+ * int64, and float16/bfloat16 accumulated in float32 with one round-to-nearest-even store.
+ *
+ * Two shapes: a fast path for two sources of one plain dtype written to a distinct
+ * destination (the common case of the shared-memory and TCP paths), and a blockwise path
+ * (blocks of BLK elements accumulated in a stack buffer) for everything else - more sources,
+ * half precision, AVG, or a destination that is one of the sources.  The loops are plain C
+ * that GCC vectorises, compiled for AVX-512, AVX2 and baseline x86-64 (function
+ * multiversioning, as in src/tensor/kernels.c).
+ */
+#include <string.h>
+
+#include "coll_internal.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
+#define FL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define FL_CLONES
+#endif
+
+#define BLK 2048
+
+static inline uint32_t f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* IEEE half <-> float, branch-free so the loops vectorise (after M. Maratyszcza's FP16
+ * library).  The float->half direction relies on the FPU's round-to-nearest-even. */
+static inline float h2f(uint16_t h)
+{
+    uint32_t w = (uint32_t)h << 16, sign = w & 0x80000000u, two_w = w + w;
+    float norm = u2f((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+    float denorm = u2f((two_w >> 17) | (126u << 23)) - 0.5f;
+    return u2f(sign | (two_w < (1u << 27) ? f2u(denorm) : f2u(norm)));
+}
+static inline uint16_t f2h(float f)
+{
+    float base = (__builtin_fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
+    uint32_t w = f2u(f), shl1_w = w + w, sign = w & 0x80000000u, bias = shl1_w & 0xFF000000u;
+    if (bias < 0x71000000u) bias = 0x71000000u;
+    base = u2f((bias >> 1) + 0x07800000u) + base;
+    uint32_t bits = f2u(base), nonsign = ((bits >> 13) & 0x00007C00u) + (bits & 0x00000FFFu);
+    return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+static inline float b2f(uint16_t h) { return u2f((uint32_t)h << 16); }
+static inline uint16_t f2b(float f)
+{
+    uint32_t u = f2u(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float fl__half_to_f32(uint16_t h) { return h2f(h); }
+uint16_t fl__f32_to_half(float f) { return f2h(f); }
+float fl__bf16_to_f32(uint16_t h) { return b2f(h); }
+uint16_t fl__f32_to_bf16(float f) { return f2b(f); }
+
+FL_CLONES static void cvt_h2f(float *restrict d, const uint16_t *restrict s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) d[i] = h2f(s[i]);
+}
+FL_CLONES static void cvt_f2h(uint16_t *restrict d, const float *restrict s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) d[i] = f2h(s[i]);
+}
+FL_CLONES static void cvt_b2f(float *restrict d, const uint16_t *restrict s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) d[i] = b2f(s[i]);
+}
+FL_CLONES static void cvt_f2b(uint16_t *restrict d, const float *restrict s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) d[i] = f2b(s[i]);
+}
+
+void fl__coll_to_f32(float *dst, const void *src, fl_dtype dt, size_t n)
+{
+    if (dt == FL_FLOAT16) cvt_h2f(dst, src, n);
+    else if (dt == FL_BFLOAT16) cvt_b2f(dst, src, n);
+    else if ((const void *)dst != src) memcpy(dst, src, n * 4);
+}
+
+void fl__coll_from_f32(void *dst, fl_dtype dt, const float *src, size_t n)
+{
+    if (dt == FL_FLOAT16) cvt_f2h(dst, src, n);
+    else if (dt == FL_BFLOAT16) cvt_f2b(dst, src, n);
+    else if (dst != (const void *)src) memcpy(dst, src, n * 4);
+}
+
+/* Element-wise kernels: d = a op b (three arrays) and d op= a (accumulate). */
+#define OP_SUM(x, y) ((x) + (y))
+#define OP_MAX(x, y) ((x) > (y) ? (x) : (y))
+#define OP_MIN(x, y) ((x) < (y) ? (x) : (y))
+#define OP_ISUM(x, y) ((int64_t)((uint64_t)(x) + (uint64_t)(y))) /* wraps instead of UB */
+
+#define DEF_KERNELS(T, SFX, SUM)                                                                   \
+    FL_CLONES static void k3_sum_##SFX(T *restrict d, const T *restrict a, const T *restrict b, size_t n) \
+    {                                                                                              \
+        for (size_t i = 0; i < n; i++) d[i] = SUM(a[i], b[i]);                                     \
+    }                                                                                              \
+    FL_CLONES static void k3_max_##SFX(T *restrict d, const T *restrict a, const T *restrict b, size_t n) \
+    {                                                                                              \
+        for (size_t i = 0; i < n; i++) d[i] = OP_MAX(a[i], b[i]);                                  \
+    }                                                                                              \
+    FL_CLONES static void k3_min_##SFX(T *restrict d, const T *restrict a, const T *restrict b, size_t n) \
+    {                                                                                              \
+        for (size_t i = 0; i < n; i++) d[i] = OP_MIN(a[i], b[i]);                                  \
+    }                                                                                              \
+    FL_CLONES static void k2_sum_##SFX(T *restrict d, const T *restrict a, size_t n)               \
+    {                                                                                              \
+        for (size_t i = 0; i < n; i++) d[i] = SUM(d[i], a[i]);                                     \
+    }                                                                                              \
+    FL_CLONES static void k2_max_##SFX(T *restrict d, const T *restrict a, size_t n)               \
+    {                                                                                              \
+        for (size_t i = 0; i < n; i++) d[i] = OP_MAX(d[i], a[i]);                                  \
+    }                                                                                              \
+    FL_CLONES static void k2_min_##SFX(T *restrict d, const T *restrict a, size_t n)               \
+    {                                                                                              \
+        for (size_t i = 0; i < n; i++) d[i] = OP_MIN(d[i], a[i]);                                  \
+    }                                                                                              \
+    static void k3_##SFX(T *d, const T *a, const T *b, size_t n, fl_coll_op op)                    \
+    {                                                                                              \
+        if (op == FL_COLL_MAX) k3_max_##SFX(d, a, b, n);                                           \
+        else if (op == FL_COLL_MIN) k3_min_##SFX(d, a, b, n);                                      \
+        else k3_sum_##SFX(d, a, b, n);                                                             \
+    }                                                                                              \
+    static void k2_##SFX(T *d, const T *a, size_t n, fl_coll_op op)                                \
+    {                                                                                              \
+        if (op == FL_COLL_MAX) k2_max_##SFX(d, a, n);                                              \
+        else if (op == FL_COLL_MIN) k2_min_##SFX(d, a, n);                                         \
+        else k2_sum_##SFX(d, a, n);                                                                \
+    }
+
+DEF_KERNELS(float, f32, OP_SUM)
+DEF_KERNELS(double, f64, OP_SUM)
+DEF_KERNELS(int64_t, i64, OP_ISUM)
+
+FL_CLONES static void div_f32(float *restrict d, float k, size_t n)
+{
+    for (size_t i = 0; i < n; i++) d[i] = d[i] / k;
+}
+FL_CLONES static void div_f64(double *restrict d, double k, size_t n)
+{
+    for (size_t i = 0; i < n; i++) d[i] = d[i] / k;
+}
+static void div_i64(int64_t *d, int64_t k, size_t n)
+{
+    for (size_t i = 0; i < n; i++) d[i] = d[i] / k;
+}
+
+/* Loads n source elements (dtype sdt) as the accumulation type into acc. */
+static void load_acc(void *acc, const void *src, fl_dtype sdt, size_t n)
+{
+    if (fl__is_half(sdt)) fl__coll_to_f32(acc, src, sdt, n);
+    else memcpy(acc, src, n * fl_dtype_size(sdt));
+}
+
+void fl__coll_reduce(void *dst, fl_dtype ddt, const void *const *srcs, int nsrc, fl_dtype sdt, size_t n,
+                     fl_coll_op op, int avg_div)
+{
+    if (n == 0) return;
+    fl_dtype adt = (ddt == FL_FLOAT64) ? FL_FLOAT64 : (ddt == FL_INT64) ? FL_INT64 : FL_FLOAT32;
+    int alias = 0;
+    for (int k = 0; k < nsrc; k++) alias |= srcs[k] == dst;
+    int avg = op == FL_COLL_AVG && avg_div != 1;
+    if (op == FL_COLL_AVG) op = FL_COLL_SUM;
+    /* fast paths: no conversion, no scaling, distinct destination */
+    if (sdt == ddt && !fl__is_half(ddt) && !avg && !alias) {
+        if (nsrc == 1) {
+            memcpy(dst, srcs[0], n * fl_dtype_size(ddt));
+            return;
+        }
+        if (adt == FL_FLOAT32) {
+            k3_f32(dst, srcs[0], srcs[1], n, op);
+            for (int k = 2; k < nsrc; k++) k2_f32(dst, srcs[k], n, op);
+        } else if (adt == FL_FLOAT64) {
+            k3_f64(dst, srcs[0], srcs[1], n, op);
+            for (int k = 2; k < nsrc; k++) k2_f64(dst, srcs[k], n, op);
+        } else {
+            k3_i64(dst, srcs[0], srcs[1], n, op);
+            for (int k = 2; k < nsrc; k++) k2_i64(dst, srcs[k], n, op);
+        }
+        return;
+    }
+    /* blockwise: accumulate each block of every source in a stack buffer, then store */
+    _Alignas(64) unsigned char accb[BLK * 8], tmpb[BLK * 8];
+    size_t ss = fl_dtype_size(sdt), ds = fl_dtype_size(ddt);
+    for (size_t o = 0; o < n; o += BLK) {
+        size_t m = n - o < BLK ? n - o : BLK;
+        load_acc(accb, (const char *)srcs[0] + o * ss, sdt, m);
+        for (int k = 1; k < nsrc; k++) {
+            const void *s = (const char *)srcs[k] + o * ss;
+            if (fl__is_half(sdt)) {
+                load_acc(tmpb, s, sdt, m);
+                s = tmpb;
+            }
+            if (adt == FL_FLOAT32) k2_f32((float *)accb, s, m, op);
+            else if (adt == FL_FLOAT64) k2_f64((double *)accb, s, m, op);
+            else k2_i64((int64_t *)accb, s, m, op);
+        }
+        if (avg) {
+            if (adt == FL_FLOAT32) div_f32((float *)accb, (float)avg_div, m);
+            else if (adt == FL_FLOAT64) div_f64((double *)accb, (double)avg_div, m);
+            else div_i64((int64_t *)accb, avg_div, m);
+        }
+        void *d = (char *)dst + o * ds;
+        if (fl__is_half(ddt)) fl__coll_from_f32(d, ddt, (const float *)accb, m);
+        else memcpy(d, accb, m * ds);
+    }
+}

@@ -1,0 +1,447 @@
+/*
+ * shm.c - the shared-memory path.
+ *
+ * Segment.  Rank 0 creates a POSIX shm object named /fleet-coll-<pid>-<64 random bits>
+ * (mode 0600, pages reserved with posix_fallocate so a full /dev/shm is an error, not a
+ * SIGBUS), writes a header with a 32-byte random token and offers name + token to every
+ * rank over its authenticated TCP connection.  Each rank maps it and checks the token; rank
+ * 0 collects the answers, tells everyone whether all attached, and unlinks the name at once
+ * (nothing is left in /dev/shm even if a process crashes later).  Layout:
+ *   [header 4 KiB][control: 256 B per rank][stage: 2 slots of chunk bytes per rank]
+ *   [result: 2 slots of chunk bytes]
+ * A rank's control block holds flag `a` and two op descriptors in one cache line, and flag
+ * `b` two lines further (no false sharing).  Flags carry step numbers that only grow.
+ *
+ * Protocol.  Every op is a series of steps t = 1, 2, ...; slot t & 1 of each buffer
+ * belongs to step t.  In a step a rank writes its stage slot, publishes a = t (release),
+ * waits until every peer's a >= t (acquire), then reads peers' slots.  Because a rank
+ * publishes a = t+1 only after finishing step t, waiting for everyone's a >= t+1 also
+ * proves every slot of step t-1 is free again: two slots suffice and no further handshake
+ * is needed.  The first step of every op also publishes its descriptor (slot seq & 1) and
+ * checks every peer's, so different calls fail with FL_EPROTO on every rank before any
+ * data is combined.  The large allreduce adds flag b per step (results published).
+ *
+ * Waits spin (pause) while this host has a core per rank, then yield, then sleep briefly;
+ * every 200 us they poll the TCP connections, so a peer that died (its sockets close) or
+ * aborted (its notice arrives) fails the wait at once, and a wait longer than timeout_ms
+ * fails with FL_ETIMEDOUT naming the ranks that did not arrive.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/rand.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coll_internal.h"
+
+#define SHM_MAGIC 0x314d48534c46ull /* "FLSHM1" */
+#define HDR_BYTES 4096
+#define CTL_BYTES 256
+#define NAME_MAX_ 64
+#define CHECK_NS 200000ull
+enum { OFFER = 10, NONE = 11, RESULT = 12, DECIDE = 13 };
+
+typedef struct {
+    _Atomic uint64_t a;
+    fl__coll_desc desc[2];
+    char pad0[CTL_BYTES / 2 - 8 - 2 * sizeof(fl__coll_desc)];
+    _Atomic uint64_t b;
+    char pad1[CTL_BYTES / 2 - 8];
+} shm_ctl;
+_Static_assert(sizeof(shm_ctl) == CTL_BYTES, "control block size");
+
+typedef struct {
+    uint64_t magic;
+    uint64_t total, chunk;
+    uint32_t nranks, pad;
+    uint8_t token[32];
+} shm_hdr;
+
+struct fl__shm {
+    uint8_t *base;
+    size_t bytes, slot;
+    int P, me;
+    uint64_t step;
+    shm_ctl *ctl;
+    uint8_t *stage, *res;
+};
+
+static size_t layout(int P, size_t chunk, size_t *ctl_off, size_t *stage_off, size_t *res_off)
+{
+    *ctl_off = HDR_BYTES;
+    *stage_off = (HDR_BYTES + (size_t)P * CTL_BYTES + 4095) / 4096 * 4096;
+    *res_off = *stage_off + (size_t)P * 2 * chunk;
+    return *res_off + 2 * chunk;
+}
+
+static fl__shm *shm_wrap(uint8_t *base, size_t bytes, int P, int me, size_t chunk)
+{
+    fl__shm *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    size_t co, so, ro;
+    layout(P, chunk, &co, &so, &ro);
+    s->base = base;
+    s->bytes = bytes;
+    s->slot = chunk;
+    s->P = P;
+    s->me = me;
+    s->ctl = (shm_ctl *)(base + co);
+    s->stage = base + so;
+    s->res = base + ro;
+    return s;
+}
+
+void fl__shm_free(fl__shm *s)
+{
+    if (!s) return;
+    munmap(s->base, s->bytes);
+    free(s);
+}
+
+/* Rank 0: create and map.  Returns 0 on success (name, token, map filled). */
+static int shm_create(fl_coll *c, char *name, uint8_t *token, uint8_t **map, size_t *bytes)
+{
+    size_t co, so, ro, total = layout(c->size, c->chunk, &co, &so, &ro);
+    uint64_t rnd;
+    if (RAND_bytes((unsigned char *)&rnd, sizeof rnd) != 1 || RAND_bytes(token, 32) != 1) return -1;
+    snprintf(name, NAME_MAX_, "/fleet-coll-%d-%016llx", (int)getpid(), (unsigned long long)rnd);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        FL_INFO(FL_SUB_COLL, "shm_open(%s) failed: %s; using TCP", name, strerror(errno));
+        return -1;
+    }
+    int e = ftruncate(fd, (off_t)total) ? errno : posix_fallocate(fd, 0, (off_t)total);
+    uint8_t *m = e ? MAP_FAILED : mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (!e && m == MAP_FAILED) e = errno;
+    close(fd);
+    if (e) {
+        FL_WARN(FL_SUB_COLL, "cannot reserve %zu bytes of shared memory (%s): %s; using TCP", total, name, strerror(e));
+        shm_unlink(name);
+        return -1;
+    }
+    shm_hdr *h = (shm_hdr *)m;
+    h->total = total;
+    h->chunk = c->chunk;
+    h->nranks = (uint32_t)c->size;
+    memcpy(h->token, token, 32);
+    atomic_thread_fence(memory_order_release);
+    h->magic = SHM_MAGIC;
+    *map = m;
+    *bytes = total;
+    return 0;
+}
+
+static int shm_attach(fl_coll *c, const char *name, const uint8_t *token, size_t total, uint8_t **map)
+{
+    size_t co, so, ro;
+    if (total != layout(c->size, c->chunk, &co, &so, &ro)) return -1;
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        FL_INFO(FL_SUB_COLL, "rank %d cannot open shared memory %s (%s): another host or namespace; using TCP",
+                c->rank, name, strerror(errno));
+        return -1;
+    }
+    struct stat sb;
+    uint8_t *m = MAP_FAILED;
+    if (fstat(fd, &sb) == 0 && (size_t)sb.st_size == total)
+        m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) return -1;
+    const shm_hdr *h = (const shm_hdr *)m;
+    if (h->magic != SHM_MAGIC || h->total != total || h->chunk != c->chunk || h->nranks != (uint32_t)c->size ||
+        memcmp(h->token, token, 32) != 0) {
+        munmap(m, total);
+        return -1;
+    }
+    *map = m;
+    return 0;
+}
+
+int fl__shm_setup(fl_coll *c, int want, uint64_t dl)
+{
+    if (!want || c->size < 2) return FL_OK;
+    if (c->chunk < (size_t)c->size * 256) {
+        FL_INFO(FL_SUB_COLL, "chunk_bytes %zu is too small for %d ranks in shared memory; using TCP", c->chunk, c->size);
+        return FL_OK;
+    }
+    uint8_t msg[NAME_MAX_ + 32 + 8] = {0}, *map = NULL;
+    size_t bytes = 0;
+    int ok = 1;
+    if (c->rank == 0) {
+        char name[NAME_MAX_] = {0};
+        uint8_t token[32];
+        int have = shm_create(c, name, token, &map, &bytes) == 0;
+        memcpy(msg, name, NAME_MAX_);
+        memcpy(msg + NAME_MAX_, token, 32);
+        fl__put_u64(msg + NAME_MAX_ + 32, bytes);
+        int st = FL_OK;
+        for (int p = 1; p < c->size && st == FL_OK; p++)
+            st = fl_net_send_frame(c->conns[p], have ? OFFER : NONE, 0, msg, sizeof msg, dl);
+        for (int p = 1; p < c->size && st == FL_OK && have; p++) {
+            fl_net_frame f;
+            uint8_t r[4];
+            st = fl_net_recv_frame_header(c->conns[p], sizeof r, &f, dl);
+            if (st == FL_OK && (f.type != RESULT || f.len != sizeof r))
+                st = fl__err(FL_EPROTO, "unexpected setup message from %s", fl__coll_peer(c, p));
+            if (st == FL_OK) st = fl_net_recv_all(c->conns[p], r, sizeof r, dl);
+            if (st == FL_OK && !fl__get_u32(r)) ok = 0;
+        }
+        if (have) shm_unlink(name);
+        ok = ok && have && st == FL_OK;
+        uint8_t dmsg[4];
+        fl__put_u32(dmsg, (uint32_t)ok);
+        for (int p = 1; p < c->size && st == FL_OK && have; p++)
+            st = fl_net_send_frame(c->conns[p], DECIDE, 0, dmsg, sizeof dmsg, dl);
+        if (st) {
+            if (map) munmap(map, bytes);
+            return fl__err(st, "shared-memory setup: %s", fl_last_error());
+        }
+    } else {
+        fl_net_frame f;
+        int st = fl_net_recv_frame_header(c->conns[0], sizeof msg, &f, dl);
+        if (st == FL_OK && ((f.type != OFFER && f.type != NONE) || f.len != sizeof msg))
+            st = fl__err(FL_EPROTO, "unexpected setup message from %s", fl__coll_peer(c, 0));
+        if (st == FL_OK) st = fl_net_recv_all(c->conns[0], msg, sizeof msg, dl);
+        if (st) return fl__err(st, "shared-memory setup: %s", fl_last_error());
+        if (f.type == NONE) return FL_OK;
+        char name[NAME_MAX_];
+        memcpy(name, msg, NAME_MAX_);
+        name[NAME_MAX_ - 1] = 0;
+        bytes = (size_t)fl__get_u64(msg + NAME_MAX_ + 32);
+        int have = shm_attach(c, name, msg + NAME_MAX_, bytes, &map) == 0;
+        uint8_t r[4];
+        fl__put_u32(r, (uint32_t)have);
+        st = fl_net_send_frame(c->conns[0], RESULT, 0, r, sizeof r, dl);
+        if (st == FL_OK) st = fl_net_recv_frame_header(c->conns[0], sizeof r, &f, dl);
+        if (st == FL_OK && (f.type != DECIDE || f.len != sizeof r))
+            st = fl__err(FL_EPROTO, "unexpected setup message from %s", fl__coll_peer(c, 0));
+        if (st == FL_OK) st = fl_net_recv_all(c->conns[0], r, sizeof r, dl);
+        if (st) {
+            if (map) munmap(map, bytes);
+            return fl__err(st, "shared-memory setup: %s", fl_last_error());
+        }
+        ok = have && fl__get_u32(r);
+    }
+    if (!ok) {
+        if (map) munmap(map, bytes);
+        return FL_OK;
+    }
+    if (!(c->shm = shm_wrap(map, bytes, c->size, c->rank, c->chunk))) {
+        munmap(map, bytes);
+        return fl__err(FL_ENOMEM, "shared-memory setup: out of memory");
+    }
+    return FL_OK;
+}
+
+/* ---- waits ----------------------------------------------------------------------------------- */
+
+static inline _Atomic uint64_t *flag(fl__shm *s, int p, int which) { return which ? &s->ctl[p].b : &s->ctl[p].a; }
+
+static int wait_timeout(fl_coll *c, const fl__coll_desc *d, int which, uint64_t t)
+{
+    char ds[160], who[512] = "";
+    size_t o = 0;
+    fl__coll_desc_str(d, ds, sizeof ds);
+    for (int p = 0; p < c->size && o < sizeof who - 80; p++)
+        if (p != c->rank && atomic_load_explicit(flag(c->shm, p, which), memory_order_acquire) < t)
+            o += (size_t)snprintf(who + o, sizeof who - o, "%s%s", o ? ", " : "", fl__coll_peer(c, p));
+    return fl__err(FL_ETIMEDOUT, "%s timed out after %d ms waiting in shared memory for %s (stalled, or busy in "
+                                 "another call)", ds, c->timeout_ms, who);
+}
+
+/* Abort notices from anyone fail the wait; a closed connection does only for a peer that
+ * has not arrived (re-read after the close: a peer publishes before it exits). */
+static int check_alive(fl_coll *c, const fl__coll_desc *d, int which, uint64_t t)
+{
+    FL_CHECK(fl__tcp_check_peers(c, d, NULL, 0));
+    for (int p = 0; p < c->size; p++)
+        if (p != c->rank && c->peer_closed[p] && atomic_load_explicit(flag(c->shm, p, which), memory_order_acquire) < t)
+            return fl__coll_closed_error(c, d, p, 0);
+    return FL_OK;
+}
+
+static int shm_wait(fl_coll *c, const fl__coll_desc *d, int which, uint64_t t)
+{
+    fl__shm *s = c->shm;
+    int p = 0, P = c->size;
+    uint64_t it = 0, t0 = 0, next = 0, tmo = (uint64_t)c->timeout_ms * 1000000ull;
+    for (;;) {
+        while (p < P && (p == s->me || atomic_load_explicit(flag(s, p, which), memory_order_acquire) >= t)) p++;
+        if (p == P) return FL_OK;
+        it++;
+        if (c->spin && it < 256) {
+            fl__cpu_relax();
+            continue;
+        }
+        if (c->spin && (it & 31)) {
+            fl__cpu_relax();
+            continue;
+        }
+        uint64_t now = fl__now_ns();
+        if (!t0) {
+            t0 = now;
+            next = now + CHECK_NS;
+        }
+        if (now >= next) {
+            FL_CHECK(check_alive(c, d, which, t));
+            next = now + CHECK_NS;
+        }
+        if (now - t0 >= tmo) return wait_timeout(c, d, which, t);
+        uint64_t waited = now - t0;
+        if (waited > 20000000ull) {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        } else if (!c->spin || waited > 2000000ull) {
+            sched_yield();
+        }
+    }
+}
+
+/* Publishes flag a = t (with the op descriptor on an op's first step), waits for every
+ * peer's a >= t, and on the first step compares descriptors. */
+static int pub_wait(fl_coll *c, const fl__coll_desc *d, uint64_t t, int first)
+{
+    fl__shm *s = c->shm;
+    if (first) s->ctl[s->me].desc[d->seq & 1] = *d;
+    atomic_store_explicit(&s->ctl[s->me].a, t, memory_order_release);
+    FL_CHECK(shm_wait(c, d, 0, t));
+    if (!first) return FL_OK;
+    for (int p = 0; p < c->size; p++) {
+        if (p == s->me) continue;
+        fl__coll_desc pd = s->ctl[p].desc[d->seq & 1];
+        if (!fl__coll_desc_equal(&pd, d)) {
+            char a[160], b[160];
+            fl__coll_desc_str(d, a, sizeof a);
+            fl__coll_desc_str(&pd, b, sizeof b);
+            return fl__err(FL_EPROTO, "collective mismatch: rank %d (%s) called %s but %s called %s", c->rank,
+                           c->endpoints[c->rank], a, fl__coll_peer(c, p), b);
+        }
+    }
+    return FL_OK;
+}
+
+/* ---- algorithms -------------------------------------------------------------------------------- */
+
+static inline uint8_t *stage(fl__shm *s, int r, uint64_t t) { return s->stage + ((size_t)r * 2 + (t & 1)) * s->slot; }
+static inline uint8_t *result(fl__shm *s, uint64_t t) { return s->res + (t & 1) * s->slot; }
+static inline size_t clamp_len(size_t total, size_t off, size_t q) { return off >= total ? 0 : (total - off < q ? total - off : q); }
+
+int fl__shm_barrier(fl_coll *c, const fl__coll_desc *d) { return pub_wait(c, d, ++c->shm->step, 1); }
+
+int fl__shm_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t n, fl_dtype dt,
+                      fl_coll_op op)
+{
+    fl__shm *s = c->shm;
+    int P = c->size, r = s->me;
+    size_t es = fl_dtype_size(dt), nb = n * es;
+    const uint8_t *in = send;
+    uint8_t *out = recv;
+    const void *srcs[P];
+    if (nb <= c->small_max && nb <= s->slot) {
+        /* direct: every rank publishes its vector and reduces all of them in rank order */
+        uint64_t t = ++s->step;
+        if (nb) memcpy(stage(s, r, t), in, nb);
+        FL_CHECK(pub_wait(c, d, t, 1));
+        for (int p = 0; p < P; p++) srcs[p] = stage(s, p, t);
+        fl__coll_reduce(out, dt, srcs, P, dt, n, op, P);
+        return FL_OK;
+    }
+    /* pipelined reduce-scatter + allgather: per chunk, P cache-line aligned parts of q elements */
+    size_t al = 64 / es, qmax = s->slot / es / (size_t)P / al * al, cmax = qmax * (size_t)P;
+    int first = 1;
+    for (size_t base = 0; base < n; base += cmax) {
+        size_t ce = n - base < cmax ? n - base : cmax;
+        size_t q = ((ce + (size_t)P - 1) / (size_t)P + al - 1) / al * al;
+        uint64_t t = ++s->step;
+        uint8_t *mine = stage(s, r, t), *res = result(s, t);
+        for (int p = 0; p < P; p++) {
+            size_t o = (size_t)p * q, l = clamp_len(ce, o, q);
+            if (p != r && l) memcpy(mine + o * es, in + (base + o) * es, l * es);
+        }
+        FL_CHECK(pub_wait(c, d, t, first));
+        first = 0;
+        size_t o = (size_t)r * q, l = clamp_len(ce, o, q);
+        if (l) {
+            for (int p = 0; p < P; p++) srcs[p] = p == r ? in + (base + o) * es : stage(s, p, t) + o * es;
+            fl__coll_reduce(res + o * es, dt, srcs, P, dt, l, op, P);
+            memcpy(out + (base + o) * es, res + o * es, l * es);
+        }
+        atomic_store_explicit(&s->ctl[r].b, t, memory_order_release);
+        FL_CHECK(shm_wait(c, d, 1, t));
+        for (int p = 0; p < P; p++) {
+            size_t po = (size_t)p * q, pl = clamp_len(ce, po, q);
+            if (p != r && pl) memcpy(out + (base + po) * es, res + po * es, pl * es);
+        }
+    }
+    return FL_OK;
+}
+
+int fl__shm_broadcast(fl_coll *c, const fl__coll_desc *d, void *buf, size_t n, fl_dtype dt, int root)
+{
+    fl__shm *s = c->shm;
+    size_t es = fl_dtype_size(dt), k = s->slot / es;
+    uint8_t *b = buf;
+    int first = 1;
+    for (size_t base = 0; base < n || first; base += k) {
+        size_t l = clamp_len(n, base, k);
+        uint64_t t = ++s->step;
+        if (s->me == root && l) memcpy(stage(s, root, t), b + base * es, l * es);
+        FL_CHECK(pub_wait(c, d, t, first));
+        first = 0;
+        if (s->me != root && l) memcpy(b + base * es, stage(s, root, t), l * es);
+    }
+    return FL_OK;
+}
+
+int fl__shm_allgather(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t cpr, fl_dtype dt)
+{
+    fl__shm *s = c->shm;
+    int P = c->size, r = s->me;
+    size_t es = fl_dtype_size(dt), k = s->slot / es;
+    uint8_t *out = recv;
+    const uint8_t *in = send;
+    if (cpr && in != out + (size_t)r * cpr * es) memmove(out + (size_t)r * cpr * es, in, cpr * es);
+    in = out + (size_t)r * cpr * es;
+    int first = 1;
+    for (size_t base = 0; base < cpr || first; base += k) {
+        size_t l = clamp_len(cpr, base, k);
+        uint64_t t = ++s->step;
+        if (l) memcpy(stage(s, r, t), in + base * es, l * es);
+        FL_CHECK(pub_wait(c, d, t, first));
+        first = 0;
+        for (int p = 0; p < P && l; p++)
+            if (p != r) memcpy(out + ((size_t)p * cpr + base) * es, stage(s, p, t), l * es);
+    }
+    return FL_OK;
+}
+
+int fl__shm_reduce_scatter(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t cpr,
+                           fl_dtype dt, fl_coll_op op)
+{
+    fl__shm *s = c->shm;
+    int P = c->size, r = s->me;
+    size_t es = fl_dtype_size(dt), q = s->slot / es / (size_t)P;
+    const uint8_t *in = send;
+    uint8_t *out = recv;
+    const void *srcs[P];
+    int first = 1;
+    for (size_t base = 0; base < cpr || first; base += q) {
+        size_t l = clamp_len(cpr, base, q);
+        uint64_t t = ++s->step;
+        uint8_t *mine = stage(s, r, t);
+        for (int p = 0; p < P && l; p++)
+            if (p != r) memcpy(mine + (size_t)p * q * es, in + ((size_t)p * cpr + base) * es, l * es);
+        FL_CHECK(pub_wait(c, d, t, first));
+        first = 0;
+        if (!l) continue;
+        for (int p = 0; p < P; p++)
+            srcs[p] = p == r ? in + ((size_t)r * cpr + base) * es : stage(s, p, t) + (size_t)r * q * es;
+        fl__coll_reduce(out + base * es, dt, srcs, P, dt, l, op, P);
+    }
+    return FL_OK;
+}

@@ -1,0 +1,233 @@
+/*
+ * collective_ops.c - operators that collective training inserts into programs:
+ *   c_broadcast          startup: copies rank 0's initial parameters to every rank
+ *   c_allreduce_start    after the last gradient of a fusion bucket is produced: packs the
+ *                        bucket and queues its allreduce on the communication thread
+ *   c_allreduce_wait     before the optimizer: waits for every bucket, scales by 1/n and
+ *                        unpacks into the gradients
+ *   c_sparse_allgather   SelectedRows gradients: gathers every rank's rows and values
+ *                        (scaled by 1/n), so each rank applies the same sparse update
+ *   c_localsgd           after the optimizer: every k steps, parameters averaged
+ *   gm_accumulate / gm_zero   gradient merge: sum gradients over k steps, apply, clear
+ * They find their communicator through the ring_id attribute (comm.h).
+ */
+#include <string.h>
+
+#include "comm.h"
+
+static int infer_nop(fl_op *op)
+{
+    (void)op;
+    return FL_OK;
+}
+
+static int get_comm(fl_kctx *c, fl_comm **out)
+{
+    int64_t id = fl__attr_i(c->op, "ring_id", -1);
+    *out = fl__comm_lookup(id);
+    if (!*out)
+        return fl__err(FL_ESTATE, "%s: no communicator with ring_id %lld (the fleet handle was freed or never initialised)",
+                       c->op->def->type, (long long)id);
+    return FL_OK;
+}
+
+/* ---- c_broadcast: X (list) from root, in place ---------------------------------------------- */
+
+static int run_broadcast(fl_kctx *c)
+{
+    fl_comm *cm;
+    FL_CHECK(get_comm(c, &cm));
+    int root = (int)fl__attr_i(c->op, "root", 0);
+    for (int i = 0; i < c->nin[0]; i++) {
+        fl_tensor *t = c->in[0][i];
+        FL_CHECK(fl__comm_broadcast(cm, t->data, (size_t)t->numel, t->dtype, root));
+    }
+    return FL_OK;
+}
+
+/* ---- c_allreduce_start / c_allreduce_wait ----------------------------------------------------- */
+
+static int run_ar_start(fl_kctx *c)
+{
+    fl_comm *cm;
+    FL_CHECK(get_comm(c, &cm));
+    int b = (int)fl__attr_i(c->op, "bucket", 0);
+    size_t n = 0;
+    for (int i = 0; i < c->nin[0]; i++) n += (size_t)c->in[0][i]->numel;
+    if (fl__comm_size(cm) == 1) return FL_OK;
+    float *buf = fl__comm_bucket(cm, b, n);
+    if (!buf) return fl_last_status();
+    size_t at = 0;
+    for (int i = 0; i < c->nin[0]; i++) {
+        fl_tensor *t = c->in[0][i];
+        memcpy(buf + at, t->data, (size_t)t->numel * sizeof(float));
+        at += (size_t)t->numel;
+    }
+    return fl__comm_start(cm, b, n);
+}
+
+static int run_ar_wait(fl_kctx *c)
+{
+    fl_comm *cm;
+    FL_CHECK(get_comm(c, &cm));
+    FL_CHECK(fl__comm_wait_all(cm));
+    int n = fl__comm_size(cm);
+    if (n == 1) return FL_OK;
+    const fl_attr *sizes = fl__attr_find(c->op, "bucket_sizes");
+    float scale = 1.0f / (float)n;
+    int k = 0;
+    for (int b = 0; sizes && b < sizes->n; b++) {
+        float *buf = fl__comm_bucket(cm, b, 0);
+        size_t at = 0;
+        for (int64_t j = 0; j < sizes->ints[b]; j++, k++) {
+            if (k >= c->nin[0]) return fl__err(FL_EINVAL, "c_allreduce_wait: bucket sizes exceed the gradients");
+            fl_tensor *t = c->out[0][k];
+            fl__vscale(t->data, scale, buf + at, t->numel);
+            at += (size_t)t->numel;
+        }
+    }
+    return FL_OK;
+}
+
+/* ---- c_sparse_allgather --------------------------------------------------------------------- */
+
+static int run_sparse_allgather(fl_kctx *c)
+{
+    fl_comm *cm;
+    FL_CHECK(get_comm(c, &cm));
+    fl_tensor *g = FL_IN(c, 0), *o = FL_OUT(c, 0);
+    int n = fl__comm_size(cm);
+    if (n == 1) return o == g ? FL_OK : fl_tensor_copy(o, g);
+    if (!g->is_rows) {
+        /* a dense gradient reaching here (a table used densely somewhere else): allreduce */
+        if (o != g) FL_CHECK(fl_tensor_copy(o, g));
+        FL_CHECK(fl__comm_allreduce(cm, o->data, (size_t)o->numel, FL_FLOAT32, "sum"));
+        fl__vscal(o->data, 1.0f / (float)n, o->numel);
+        return FL_OK;
+    }
+    int64_t rows = g->shape[0], width = rows ? g->numel / rows : (g->ndim > 1 ? fl__dims_prod(g->shape, 1, g->ndim) : 1);
+    int64_t *counts = malloc((size_t)n * sizeof *counts);
+    if (!counts) return fl__err(FL_ENOMEM, "c_sparse_allgather: out of memory");
+    int st = fl__comm_allgather(cm, &rows, counts, 1, FL_INT64);
+    int64_t maxr = 0, total = 0;
+    for (int i = 0; st == FL_OK && i < n; i++) {
+        maxr = counts[i] > maxr ? counts[i] : maxr;
+        total += counts[i];
+    }
+    int64_t *srow = NULL, *arow = NULL;
+    float *sval = NULL, *aval = NULL;
+    if (st == FL_OK) {
+        srow = calloc((size_t)(maxr ? maxr : 1), sizeof *srow);
+        arow = calloc((size_t)(maxr ? maxr : 1) * (size_t)n, sizeof *arow);
+        size_t vals = (size_t)(maxr * width) + 1;
+        sval = calloc(vals, sizeof *sval);
+        aval = calloc(vals * (size_t)n, sizeof *aval);
+        if (!srow || !arow || !sval || !aval) st = fl__err(FL_ENOMEM, "c_sparse_allgather: out of memory");
+    }
+    if (st == FL_OK) {
+        if (rows) {
+            memcpy(srow, g->rows, (size_t)rows * sizeof *srow);
+            memcpy(sval, g->data, (size_t)(rows * width) * sizeof *sval);
+        }
+        st = fl__comm_allgather(cm, srow, arow, (size_t)maxr, FL_INT64);
+        if (st == FL_OK) st = fl__comm_allgather(cm, sval, aval, (size_t)(maxr * width), FL_FLOAT32);
+    }
+    if (st == FL_OK) {
+        int64_t height = g->height, sh[FL_MAX_DIMS];
+        memcpy(sh, g->shape, sizeof sh);
+        sh[0] = total;
+        st = fl__tensor_reshape_raw(o, FL_FLOAT32, g->ndim ? g->ndim : 2, sh);
+        int64_t at = 0;
+        float scale = 1.0f / (float)n;
+        for (int r = 0; st == FL_OK && r < n; r++) {
+            for (int64_t i = 0; i < counts[r]; i++) arow[at + i] = arow[r * maxr + i];
+            fl__vscale((float *)o->data + at * width, scale, aval + r * maxr * width, counts[r] * width);
+            at += counts[r];
+        }
+        if (st == FL_OK) st = fl_tensor_set_rows(o, arow, total, height);
+    }
+    free(counts);
+    free(srow);
+    free(arow);
+    free(sval);
+    free(aval);
+    return st;
+}
+
+/* ---- LocalSGD: Param (list), Step -> Param, Step ------------------------------------------------ */
+
+static int average_params(fl_kctx *c, fl_comm *cm, int slot)
+{
+    size_t n = 0;
+    for (int i = 0; i < c->nin[slot]; i++) n += (size_t)c->in[slot][i]->numel;
+    float *buf = fl__comm_bucket(cm, 0, n);
+    if (!buf) return fl_last_status();
+    size_t at = 0;
+    for (int i = 0; i < c->nin[slot]; i++) {
+        memcpy(buf + at, c->in[slot][i]->data, (size_t)c->in[slot][i]->numel * sizeof(float));
+        at += (size_t)c->in[slot][i]->numel;
+    }
+    FL_CHECK(fl__comm_allreduce(cm, buf, n, FL_FLOAT32, "sum"));
+    float scale = 1.0f / (float)fl__comm_size(cm);
+    at = 0;
+    for (int i = 0; i < c->nin[slot]; i++) {
+        fl_tensor *t = c->in[slot][i];
+        fl__vscale(t->data, scale, buf + at, t->numel);
+        at += (size_t)t->numel;
+    }
+    return FL_OK;
+}
+
+static int run_localsgd(fl_kctx *c)
+{
+    fl_comm *cm;
+    FL_CHECK(get_comm(c, &cm));
+    int64_t *step = FL_IN(c, 1)->data;
+    int64_t k = fl__attr_i(c->op, "k_steps", 1), begin = fl__attr_i(c->op, "begin_step", 1);
+    int64_t s = ++step[0]; /* steps completed, 1-based */
+    if (fl__comm_size(cm) == 1) return FL_OK;
+    /* before begin_step parameters are averaged every step (plain data parallel) */
+    if (s < begin || (s - begin) % k == 0) return average_params(c, cm, 0);
+    return FL_OK;
+}
+
+/* ---- gradient merge: Grad (list), Step -> Merged (list), Step, Cond -------------------------------- */
+
+static int run_gm_accumulate(fl_kctx *c)
+{
+    int64_t k = fl__attr_i(c->op, "k_steps", 1);
+    int avg = (int)fl__attr_i(c->op, "avg", 1);
+    int64_t *step = FL_IN(c, 1)->data, s = ++step[0];
+    int apply = s % k == 0;
+    for (int i = 0; i < c->nin[0]; i++) {
+        fl_tensor *g = c->in[0][i], *m = c->out[0][i];
+        if (g->is_rows) return fl__err(FL_EUNSUPPORTED, "gradient merge: sparse gradient '%s' is not supported; use a dense embedding",
+                                       c->op->in[0].vars[i]->name);
+        if (m->numel != g->numel) return fl__err(FL_EINVAL, "gradient merge: accumulator of '%s' has %lld elements, gradient %lld",
+                                                 c->op->in[0].vars[i]->name, (long long)m->numel, (long long)g->numel);
+        fl__vaxpy(m->data, 1.0f, g->data, g->numel);
+        if (apply && avg) fl__vscal(m->data, 1.0f / (float)k, m->numel);
+    }
+    fl_tensor *cond = FL_OUT(c, 1);
+    int64_t one = 1;
+    FL_CHECK(fl__tensor_reshape_raw(cond, FL_INT64, 1, &one));
+    ((int64_t *)cond->data)[0] = apply;
+    return FL_OK;
+}
+
+static int run_gm_zero(fl_kctx *c)
+{
+    for (int i = 0; i < c->nin[0]; i++) memset(c->in[0][i]->data, 0, fl_tensor_nbytes(c->in[0][i]));
+    return FL_OK;
+}
+
+static const fl_op_def def_broadcast = {"c_broadcast", {"X"}, {"Out"}, infer_nop, run_broadcast, NULL};
+static const fl_op_def def_ar_start = {"c_allreduce_start", {"X"}, {NULL}, infer_nop, run_ar_start, NULL};
+static const fl_op_def def_ar_wait = {"c_allreduce_wait", {"X"}, {"Out"}, infer_nop, run_ar_wait, NULL};
+static const fl_op_def def_sparse_ag = {"c_sparse_allgather", {"X"}, {"Out"}, infer_nop, run_sparse_allgather, NULL};
+static const fl_op_def def_localsgd = {"c_localsgd", {"Param", "Step"}, {"ParamOut", "StepOut"}, infer_nop, run_localsgd, NULL};
+static const fl_op_def def_gm_acc = {"gm_accumulate", {"Grad", "Step"}, {"Merged", "Cond", "StepOut"}, infer_nop, run_gm_accumulate, NULL};
+static const fl_op_def def_gm_zero = {"gm_zero", {"Merged"}, {"MergedOut"}, infer_nop, run_gm_zero, NULL};
+
+const fl_op_def *const fl__ops_collective[] = {&def_broadcast, &def_ar_start, &def_ar_wait, &def_sparse_ag,
+                                               &def_localsgd, &def_gm_acc, &def_gm_zero, NULL};

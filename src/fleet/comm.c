@@ -1,0 +1,248 @@
+/* comm.c - the fleet communicator: registry by ring id, blocking collectives, and the
+ * communication thread that overlaps bucket allreduces with backward. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "comm.h"
+#include "fleet/coll.h"
+
+#define MAX_RINGS 64
+#define MAX_BUCKETS 4096
+
+typedef struct {
+    float *buf;
+    size_t cap;
+} bucket;
+
+struct fl_comm {
+    fl_coll *coll;
+    int ring_id, rank, size;
+    bucket *buckets;
+    int nbuckets;
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int *queue;          /* bucket ids waiting (ring buffer) */
+    size_t *qcount;
+    int qhead, qtail, qcap, busy, stop;
+    int err;
+    char errmsg[512];
+};
+
+/* The process-wide ring table: ring id -> communicator (ops find theirs by attribute). */
+static fl_comm *rings[MAX_RINGS];
+static pthread_mutex_t rings_mu = PTHREAD_MUTEX_INITIALIZER;
+
+fl_comm *fl__comm_lookup(int64_t id)
+{
+    if (id < 0 || id >= MAX_RINGS) return NULL;
+    pthread_mutex_lock(&rings_mu);
+    fl_comm *c = rings[id];
+    pthread_mutex_unlock(&rings_mu);
+    return c;
+}
+
+int fl__comm_ring_id(const fl_comm *c) { return c->ring_id; }
+int fl__comm_rank(const fl_comm *c) { return c->rank; }
+int fl__comm_size(const fl_comm *c) { return c->size; }
+
+int fl__comm_allreduce(fl_comm *c, void *buf, size_t count, fl_dtype dt, const char *op)
+{
+    fl_coll_op o = FL_COLL_SUM;
+    FL_CHECK(fl_coll_op_parse(op, &o));
+    if (c->size == 1 || count == 0) return FL_OK;
+    return fl_coll_allreduce(c->coll, buf, buf, count, dt, o);
+}
+
+int fl__comm_broadcast(fl_comm *c, void *buf, size_t count, fl_dtype dt, int root)
+{
+    if (c->size == 1 || count == 0) return FL_OK;
+    return fl_coll_broadcast(c->coll, buf, count, dt, root);
+}
+
+int fl__comm_allgather(fl_comm *c, const void *send, void *recv, size_t count, fl_dtype dt)
+{
+    if (c->size == 1) {
+        if (count) memmove(recv, send, count * fl_dtype_size(dt));
+        return FL_OK;
+    }
+    return fl_coll_allgather(c->coll, send, recv, count, dt);
+}
+
+int fl__comm_barrier(fl_comm *c) { return c->size == 1 ? FL_OK : fl_coll_barrier(c->coll); }
+
+float *fl__comm_bucket(fl_comm *c, int b, size_t n)
+{
+    if (b < 0 || b >= MAX_BUCKETS) {
+        fl__err(FL_EINVAL, "collective: bucket %d out of range", b);
+        return NULL;
+    }
+    if (b >= c->nbuckets) {
+        int nb = b + 1;
+        bucket *nbk = realloc(c->buckets, (size_t)nb * sizeof *nbk);
+        if (!nbk) {
+            fl__err(FL_ENOMEM, "collective: out of memory");
+            return NULL;
+        }
+        memset(nbk + c->nbuckets, 0, (size_t)(nb - c->nbuckets) * sizeof *nbk);
+        c->buckets = nbk;
+        c->nbuckets = nb;
+    }
+    bucket *k = &c->buckets[b];
+    if (n > k->cap) {
+        float *nbuf = fl__alloc_aligned(n * sizeof(float));
+        if (!nbuf) {
+            fl__err(FL_ENOMEM, "collective: cannot allocate a %zu-element bucket", n);
+            return NULL;
+        }
+        fl__free_aligned(k->buf);
+        k->buf = nbuf;
+        k->cap = n;
+    }
+    return k->buf;
+}
+
+static void *comm_main(void *arg)
+{
+    fl_comm *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (c->qhead == c->qtail && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
+        if (c->qhead == c->qtail && c->stop) break;
+        int b = c->queue[c->qhead % c->qcap];
+        size_t n = c->qcount[c->qhead % c->qcap];
+        c->busy = 1;
+        int failed = c->err != FL_OK;
+        pthread_mutex_unlock(&c->mu);
+        /* after a failure the remaining jobs are dropped: the step reports the first error */
+        int st = failed ? FL_OK : fl_coll_allreduce(c->coll, c->buckets[b].buf, c->buckets[b].buf, n, FL_FLOAT32, FL_COLL_SUM);
+        pthread_mutex_lock(&c->mu);
+        if (st != FL_OK && c->err == FL_OK) {
+            c->err = st;
+            snprintf(c->errmsg, sizeof c->errmsg, "%s", fl_last_error());
+        }
+        c->qhead++;
+        c->busy = 0;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+int fl__comm_start(fl_comm *c, int b, size_t n)
+{
+    if (c->size == 1 || n == 0) return FL_OK;
+    pthread_mutex_lock(&c->mu);
+    if (c->qtail - c->qhead >= c->qcap) {
+        int nc = c->qcap ? c->qcap * 2 : 64;
+        int *nq = malloc((size_t)nc * sizeof *nq);
+        size_t *nn = malloc((size_t)nc * sizeof *nn);
+        if (!nq || !nn) {
+            free(nq);
+            free(nn);
+            pthread_mutex_unlock(&c->mu);
+            return fl__err(FL_ENOMEM, "collective: out of memory");
+        }
+        for (int i = c->qhead; i < c->qtail; i++) {
+            nq[i - c->qhead] = c->queue[i % c->qcap];
+            nn[i - c->qhead] = c->qcount[i % c->qcap];
+        }
+        c->qtail -= c->qhead;
+        c->qhead = 0;
+        free(c->queue);
+        free(c->qcount);
+        c->queue = nq;
+        c->qcount = nn;
+        c->qcap = nc;
+    }
+    c->queue[c->qtail % c->qcap] = b;
+    c->qcount[c->qtail % c->qcap] = n;
+    c->qtail++;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return FL_OK;
+}
+
+int fl__comm_wait_all(fl_comm *c)
+{
+    if (c->size == 1) return FL_OK;
+    pthread_mutex_lock(&c->mu);
+    while (c->qhead != c->qtail) pthread_cond_wait(&c->cv, &c->mu);
+    int st = c->err;
+    char msg[512];
+    memcpy(msg, c->errmsg, sizeof msg);
+    c->err = FL_OK;
+    pthread_mutex_unlock(&c->mu);
+    if (st != FL_OK) return fl__err(st, "gradient allreduce failed: %s", msg);
+    return FL_OK;
+}
+
+int fl__comm_create(const fleet_role *role, fl_comm **out)
+{
+    *out = NULL;
+    fl_comm *c = calloc(1, sizeof *c);
+    if (!c) return fl__err(FL_ENOMEM, "collective: out of memory");
+    c->rank = role->worker_index;
+    c->size = role->nworkers ? role->nworkers : 1;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    int st = FL_OK;
+    if (c->size > 1) {
+        fl_coll_opts o;
+        memset(&o, 0, sizeof o);
+        o.rank = c->rank;
+        o.world_size = c->size;
+        o.endpoints = (const char *const *)role->workers;
+        /* secret NULL: the communicator reads FLEET_JOB_SECRET / FLEET_JOB_SECRET_FILE */
+        st = fl_coll_create(&o, &c->coll);
+        if (st != FL_OK) goto fail;
+        if (pthread_create(&c->thread, NULL, comm_main, c) != 0) {
+            st = fl__err(FL_ENOMEM, "collective: cannot start the communication thread");
+            goto fail;
+        }
+        c->thread_started = 1;
+    }
+    pthread_mutex_lock(&rings_mu);
+    c->ring_id = -1;
+    for (int i = 0; i < MAX_RINGS; i++)
+        if (!rings[i]) {
+            rings[i] = c;
+            c->ring_id = i;
+            break;
+        }
+    pthread_mutex_unlock(&rings_mu);
+    if (c->ring_id < 0) {
+        st = fl__err(FL_ENOMEM, "collective: more than %d communicators in one process", MAX_RINGS);
+        goto fail;
+    }
+    *out = c;
+    return FL_OK;
+fail:
+    fl__comm_free(c);
+    return st;
+}
+
+void fl__comm_free(fl_comm *c)
+{
+    if (!c) return;
+    if (c->thread_started) {
+        pthread_mutex_lock(&c->mu);
+        c->stop = 1;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(c->thread, NULL);
+    }
+    pthread_mutex_lock(&rings_mu);
+    if (c->ring_id >= 0 && c->ring_id < MAX_RINGS && rings[c->ring_id] == c) rings[c->ring_id] = NULL;
+    pthread_mutex_unlock(&rings_mu);
+    if (c->coll) fl_coll_free(c->coll);
+    for (int i = 0; i < c->nbuckets; i++) fl__free_aligned(c->buckets[i].buf);
+    free(c->buckets);
+    free(c->queue);
+    free(c->qcount);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+}
