@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# demo.sh BUILD_DIR - the main job: trains the quick-start MLP locally and prints its
-# falling cost.
+# demo.sh BUILD_DIR - the main job: the seed's quick-start MLP trained locally, then the
+# same program made distributed (collective_train.c: + 5 lines) on two processes started
+# by fleetrun on this machine.
 set -euo pipefail
 build=${1:-build}
-echo "== Fleet quick start: x[32] -> fc128 tanh -> fc128 tanh -> fc2 softmax, SGD 0.01, batch 128"
-"$build"/examples/quick_start/local_train 1001
+steps=${DEMO_STEPS:-1001}
+echo "== 1. Local training: x[32] -> fc128 tanh -> fc128 tanh -> fc2 softmax, SGD 0.01, batch 128"
+"$build"/examples/quick_start/local_train "$steps"
+echo
+echo "== 2. The same model, data-parallel on 2 trainers: fleetrun --nproc_per_node 2"
+logdir=$(mktemp -d /tmp/fleet-demo-log.XXXXXX)
+"$build"/tools/fleetrun --nproc_per_node 2 --log_dir "$logdir" "$build"/examples/quick_start/collective_train "$steps"
+echo "(trainer 1's output: $logdir/workerlog.1)"
+tail -n 3 "$logdir/workerlog.1"
