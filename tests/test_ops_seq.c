@@ -223,14 +223,15 @@ TEST(embedding_shared_table)
 
     fl_embedding_attr bad = at;
     CHECK(!fl_layer_embedding(a, 6, 3, &bad));
-    CHECK_STR_HAS(fl_prog_error(p), "embedding: variable 'shared.w' already exists as parameter float32 [5, 3]");
+    CHECK_STR_HAS(fl_prog_error(p), "parameter 'shared.w' already exists with shape [5, 3]; this use needs shape");
     fl_prog_free(p);
 
     p = fl_prog_create();
     a = fl_layer_data(p, "a", FL_SHAPE(1), FL_INT64, 1);
     bad.param.name = "a";
     CHECK(!fl_layer_embedding(a, 5, 3, &bad));
-    CHECK_STR_HAS(fl_prog_error(p), "variable 'a' already exists as non-parameter");
+    CHECK_STR_HAS(fl_prog_error(p), "parameter 'a' already exists with shape");
+    CHECK_STR_HAS(fl_prog_error(p), "(and is not a parameter)");
     fl_prog_free(p);
 }
 

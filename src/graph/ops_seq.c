@@ -219,26 +219,14 @@ fl_var *fl_layer_embedding(fl_var *ids, int64_t vocab, int64_t dim, const fl_emb
     }
     char base[128], nm[256];
     fl__unique_name(p, "embedding", base, sizeof base);
-    fl_var *w = NULL;
-    if (attr->param.name) {
+    if (attr->param.name)
         snprintf(nm, sizeof nm, "%s", attr->param.name);
-        w = fl_prog_var(p, nm);
-    } else {
+    else
         snprintf(nm, sizeof nm, "%s.w_0", base);
-    }
-    if (w && (!w->is_param || w->dtype != FL_FLOAT32 || w->ndim != 2 || w->shape[0] != vocab || w->shape[1] != dim)) {
-        char ws[96];
-        fl__shape_str(w, ws, sizeof ws);
-        fl__prog_error(p, FL_EINVAL, "embedding: variable '%s' already exists as %s %s %s; a shared table must be a "
-                       "float32 parameter of shape [%lld, %lld]", nm, w->is_param ? "parameter" : "non-parameter",
-                       fl_dtype_name(w->dtype), ws, (long long)vocab, (long long)dim);
-        return NULL;
-    }
-    if (!w) {
-        int64_t wsh[2] = {vocab, dim};
-        w = fl__param_create(p, nm, 2, wsh, &attr->param, fl_init_xavier(0), vocab, dim);
-        if (!w) return NULL;
-    }
+    /* an existing [vocab, dim] parameter of that name is shared (fl__param_create) */
+    int64_t wsh[2] = {vocab, dim};
+    fl_var *w = fl__param_create(p, nm, 2, wsh, &attr->param, fl_init_xavier(0), vocab, dim);
+    if (!w) return NULL;
     fl_io in[2] = {FL_IO1("W", w), FL_IO1("Ids", ids)};
     fl_var *out;
     fl_op *op = layer_op(p, "lookup_table", base, FL_FLOAT32, in, 2, &out, NULL);
