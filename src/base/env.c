@@ -15,6 +15,11 @@
  *   PADDLE_PSERVERS_IP_PORT_LIST host:port,... of all parameter servers
  *   POD_IP, PADDLE_PORT          a server's own address and port
  *
+ * The launcher (tools/fleetrun.c) also reads:
+ *   POD_IP                       this machine's IP when --ips / --servers list several
+ *   FLAGS_START_PORT             first fixed port (as Paddle), instead of free ports
+ *   PATH                         program lookup
+ *
  * Job secret and networking (src/net, src/coll):
  *   FLEET_JOB_SECRET             hex job secret (set by fleetrun; never logged)
  *   FLEET_JOB_SECRET_FILE        file holding the secret, must be mode 0600

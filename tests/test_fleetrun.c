@@ -1,0 +1,831 @@
+/*
+ * test_fleetrun.c - runs the fleetrun launcher (BUILD/tools/fleetrun) on the helper program
+ * BUILD/tests/bin/fr_child (its steps are described in tests/bin/fr_child.c) and checks the
+ * environment of every process, the logs, failure handling, teardown on signals, orphans
+ * and the job secret.  Every case is a subreaper (PR_SET_CHILD_SUBREAPER), so processes
+ * orphaned by fleetrun come back to it and "nothing is left" is checked with waitpid.
+ * Everything runs on 127.0.0.x; every wait has a deadline.
+ */
+#include "testhelp.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static char FR[PATH_MAX], CH[PATH_MAX];
+
+typedef struct {
+    char dir[64]; /* temporary directory, fleetrun's working directory */
+    pid_t pid;
+    int done, ws;
+    double t0, elapsed;
+    char *out; /* fleetrun's stdout + stderr */
+} run_t;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void setup(run_t *r)
+{
+    char self[PATH_MAX - 64];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) TFAIL("readlink /proc/self/exe failed");
+    self[n] = 0;
+    *strrchr(self, '/') = 0;
+    snprintf(FR, sizeof FR, "%s/../tools/fleetrun", self);
+    snprintf(CH, sizeof CH, "%s/bin/fr_child", self);
+    if (access(FR, X_OK) || access(CH, X_OK)) TFAIL("%s or %s is not built (make all)", FR, CH);
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    memset(r, 0, sizeof *r);
+    strcpy(r->dir, "/tmp/fr_test.XXXXXX");
+    if (!mkdtemp(r->dir)) TFAIL("mkdtemp failed");
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    return remove(p);
+}
+static void cleanup(run_t *r)
+{
+    free(r->out);
+    nftw(r->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    size_t cap = 4096, len = 0, k;
+    char *b = malloc(cap);
+    while (b && (k = fread(b + len, 1, cap - len - 1, f)) > 0)
+        if ((len += k) + 1 == cap) b = realloc(b, cap *= 2);
+    fclose(f);
+    if (b) b[len] = 0;
+    return b;
+}
+
+/* "@T" in an argument becomes the run's directory, "@C" the path of fr_child. */
+static char *expand(const run_t *r, const char *a)
+{
+    char *o = malloc(strlen(a) + 4 * PATH_MAX), *w = o;
+    for (; *a; a++) {
+        if (a[0] == '@' && (a[1] == 'T' || a[1] == 'C')) {
+            w += sprintf(w, "%s", a[1] == 'T' ? r->dir : CH);
+            a++;
+        } else {
+            *w++ = *a;
+        }
+    }
+    *w = 0;
+    return o;
+}
+
+/* Starts fleetrun in r->dir with args; env: "NAME=VALUE" strings added to a clean environment. */
+static void start(run_t *r, const char *const *env, const char *const *args)
+{
+    char *argv[64];
+    int n = 0;
+    argv[n++] = FR;
+    for (; *args && n < 63; args++) argv[n++] = expand(r, *args);
+    argv[n] = NULL;
+    r->t0 = now();
+    r->done = 0;
+    fflush(NULL);
+    r->pid = fork();
+    if (r->pid == 0) {
+        static const char *const drop[] = {"FLEET_JOB_SECRET", "FLEET_JOB_SECRET_FILE", "POD_IP",
+                                           "FLAGS_START_PORT", "PADDLE_TRAINER_ID", "TRAINING_ROLE"};
+        if (chdir(r->dir) != 0) _exit(126);
+        int fd = open("out.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644), nul = open("/dev/null", O_RDONLY);
+        dup2(nul, 0), dup2(fd, 1), dup2(fd, 2);
+        for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) unsetenv(drop[i]);
+        for (; env && *env; env++) putenv(expand(r, *env));
+        execv(FR, argv);
+        _exit(127);
+    }
+    for (int i = 1; i < n; i++) free(argv[i]);
+    if (r->pid < 0) TFAIL("fork failed");
+}
+
+/* Reaps whatever has ended (orphans come to us); notes fleetrun's own end. */
+static void reap(run_t *r)
+{
+    int ws;
+    pid_t p;
+    while ((p = waitpid(-1, &ws, WNOHANG)) > 0)
+        if (r && p == r->pid) r->done = 1, r->ws = ws, r->elapsed = now() - r->t0;
+}
+
+static void load_out(run_t *r)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/out.txt", r->dir);
+    free(r->out);
+    r->out = slurp(path);
+    if (!r->out) r->out = calloc(1, 1);
+}
+
+/* Waits for fleetrun to end; returns its exit status (128+N after death by signal N). */
+static int finish(run_t *r, double timeout)
+{
+    double end = now() + timeout;
+    for (reap(r); !r->done; reap(r)) {
+        if (now() > end) {
+            kill(r->pid, SIGKILL);
+            load_out(r);
+            TFAIL("fleetrun did not finish within %g s; its output:\n%s", timeout, r->out);
+        }
+        usleep(5000);
+    }
+    load_out(r);
+    return WIFEXITED(r->ws) ? WEXITSTATUS(r->ws) : 128 + WTERMSIG(r->ws);
+}
+
+#define RUN_EXPECT(r, timeout, code)                                                               \
+    do {                                                                                           \
+        int rc_ = finish((r), (timeout));                                                          \
+        if (rc_ != (code)) TFAIL("fleetrun exited %d, expected %d; output:\n%s", rc_, (code), (r)->out); \
+    } while (0)
+#define HAS(r, s)                                                                                  \
+    do {                                                                                           \
+        if (!strstr((r)->out, (s))) TFAIL("expected \"%s\" in fleetrun's output:\n%s", (s), (r)->out); \
+    } while (0)
+
+static int exists(const run_t *r, const char *name)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", r->dir, name);
+    return access(path, F_OK) == 0;
+}
+
+/* Waits until each file (NULL-terminated list) exists in r->dir, fleetrun still running. */
+static void wait_files(run_t *r, const char *const *names, double timeout)
+{
+    double end = now() + timeout;
+    for (const char *const *n = names; *n; n++)
+        while (!exists(r, *n)) {
+            reap(r);
+            if (r->done || now() > end) {
+                load_out(r);
+                TFAIL("%s/%s did not appear (fleetrun %s); output:\n%s", r->dir, *n,
+                      r->done ? "ended" : "still running", r->out);
+            }
+            usleep(5000);
+        }
+}
+
+/* The file TAG.EXT that fr_child wrote (must exist). */
+static char *file_of(const run_t *r, const char *tag, const char *ext)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s.%s", r->dir, tag, ext);
+    char *t = slurp(path);
+    if (!t) TFAIL("%s is missing; fleetrun's output:\n%s", path, r->out ? r->out : "");
+    return t;
+}
+
+/* Value of NAME in "NAME=VALUE" lines, copied to a static slot (4 in rotation), or NULL. */
+static const char *get(const char *text, const char *name)
+{
+    static char slots[4][8192];
+    static int k;
+    size_t nl = strlen(name);
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (!strncmp(l, name, nl) && l[nl] == '=') {
+            char *s = slots[k++ & 3];
+            size_t vl = strcspn(l + nl + 1, "\n");
+            snprintf(s, sizeof slots[0], "%.*s", (int)vl, l + nl + 1);
+            return s;
+        }
+    return NULL;
+}
+#define CHECK_VAR(text, name, want)                                                                \
+    do {                                                                                           \
+        const char *v_ = get((text), (name));                                                      \
+        if (!v_ || strcmp(v_, (want))) TFAIL("%s is '%s', expected '%s'", (name), v_ ? v_ : "(unset)", (want)); \
+    } while (0)
+
+static int alive(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
+}
+
+static void wait_gone(run_t *r, const pid_t *pids, int n, double timeout)
+{
+    double end = now() + timeout;
+    for (int i = 0; i < n; i++)
+        while (alive(pids[i])) {
+            reap(r);
+            if (now() > end) TFAIL("pid %d is still alive %g s later", (int)pids[i], timeout);
+            usleep(5000);
+        }
+}
+
+/* Every process fleetrun started (children, grandchildren, its guard) is gone: as a subreaper
+ * we would have inherited any survivor. */
+static void no_descendants(double timeout)
+{
+    double end = now() + timeout;
+    for (;;) {
+        pid_t p = waitpid(-1, NULL, WNOHANG);
+        if (p < 0 && errno == ECHILD) return;
+        if (p == 0 && now() > end) TFAIL("a process started by fleetrun outlived it by %g s", timeout);
+        if (p == 0) usleep(5000);
+    }
+}
+
+static pid_t pid_of(const run_t *r, const char *tag, const char *ext)
+{
+    char *t = file_of(r, tag, ext);
+    pid_t p = (pid_t)atoi(get(t, "pid"));
+    free(t);
+    return p;
+}
+
+static int is_hex64(const char *s) {
+    if (!s || strlen(s) != 64) return 0;
+    for (; *s; s++)
+        if (!isxdigit((unsigned char)*s)) return 0;
+    return 1;
+}
+
+/* Splits a comma list into out (static copies); returns the count. */
+static int split(const char *s, char out[][64], int max)
+{
+    int n = 0;
+    while (s && *s && n < max) {
+        size_t l = strcspn(s, ",");
+        snprintf(out[n++], 64, "%.*s", (int)l, s);
+        s += l + (s[l] == ',');
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------------ cases */
+
+TEST(collective_env)
+{
+    run_t r;
+    setup(&r);
+    start(&r, (const char *[]){"FR_TEST_MARK=kept", "TRAINING_ROLE=PSERVER", NULL},
+          (const char *[]){"--nproc_per_node", "3", "--log_dir", "@T/log", "@C", "env:@T", "bind", NULL});
+    RUN_EXPECT(&r, 20, 0);
+    char eps[8][64], secret[80] = "", *t0 = file_of(&r, "w0", "env"), all[512];
+    snprintf(all, sizeof all, "%s", get(t0, "PADDLE_TRAINER_ENDPOINTS") ? get(t0, "PADDLE_TRAINER_ENDPOINTS") : "");
+    free(t0);
+    CHECK_EQ_INT(split(all, eps, 8), 3);
+    for (int i = 0; i < 3; i++) {
+        char tag[24], num[24];
+        snprintf(tag, sizeof tag, "w%d", i);
+        snprintf(num, sizeof num, "%d", i);
+        char *t = file_of(&r, tag, "env");
+        CHECK_VAR(t, "PADDLE_TRAINER_ID", num);
+        CHECK_VAR(t, "PADDLE_RANK_IN_NODE", num);
+        CHECK_VAR(t, "PADDLE_TRAINERS_NUM", "3");
+        CHECK_VAR(t, "PADDLE_TRAINING_ROLE", "TRAINER");
+        CHECK_VAR(t, "FR_TEST_MARK", "kept");
+        CHECK(!get(t, "TRAINING_ROLE") && !get(t, "FLAGS_selected_gpus") && !get(t, "PADDLE_PSERVERS_IP_PORT_LIST"));
+        CHECK_VAR(t, "PADDLE_TRAINER_ENDPOINTS", all);
+        CHECK_VAR(t, "PADDLE_CURRENT_ENDPOINT", eps[i]);
+        const char *s = get(t, "FLEET_JOB_SECRET");
+        if (!is_hex64(s)) TFAIL("rank %d: FLEET_JOB_SECRET is not 64 hex characters", i);
+        if (i == 0) snprintf(secret, sizeof secret, "%s", s);
+        CHECK(!strcmp(s, secret));
+        free(t);
+    }
+    for (int i = 0; i < 3; i++) {
+        CHECK(!strncmp(eps[i], "127.0.0.1:", 10));
+        int port = atoi(eps[i] + 10);
+        CHECK(port > 0 && port < 65536);
+        for (int k = 0; k < i; k++) CHECK(strcmp(eps[i], eps[k]) != 0);
+    }
+    no_descendants(5);
+    cleanup(&r);
+}
+
+TEST(device_lists)
+{
+    static const char *const flags[][2] = {{"--gpus=0,2", NULL}, {"--devices", "5"}, {"--selected_gpus", "3,1,4"}};
+    static const char *const want[][3] = {{"0", "2"}, {"5"}, {"3", "1", "4"}};
+    static const int count[] = {2, 1, 3};
+    for (int c = 0; c < 3; c++) {
+        run_t r;
+        setup(&r);
+        const char *args[] = {flags[c][0], flags[c][1] ? flags[c][1] : "@C", flags[c][1] ? "@C" : "env:@T",
+                              flags[c][1] ? "env:@T" : NULL, NULL};
+        start(&r, NULL, args);
+        RUN_EXPECT(&r, 20, 0);
+        for (int i = 0; i < count[c]; i++) {
+            char tag[24], n[24];
+            snprintf(tag, sizeof tag, "w%d", i);
+            snprintf(n, sizeof n, "%d", count[c]);
+            char *t = file_of(&r, tag, "env");
+            CHECK_VAR(t, "FLAGS_selected_gpus", want[c][i]);
+            CHECK_VAR(t, "PADDLE_TRAINERS_NUM", n);
+            free(t);
+        }
+        char tag[24];
+        snprintf(tag, sizeof tag, "w%d.env", count[c]);
+        CHECK(!exists(&r, tag));
+        cleanup(&r);
+    }
+}
+
+TEST(logs_table_and_tee)
+{
+    run_t r;
+    setup(&r);
+    for (int run = 0; run < 2; run++) {
+        start(&r, NULL, (const char *[]){"--nproc_per_node", "2", "@C", "env:@T", "say:hello", NULL});
+        RUN_EXPECT(&r, 20, 0);
+    }
+    HAS(&r, "Distributed Envs");
+    HAS(&r, "collective");
+    HAS(&r, "log_dir");
+    HAS(&r, "w0: hello"); /* rank 0's output is shown */
+    CHECK(!strstr(r.out, "w1: hello"));
+    for (int i = 0; i < 2; i++) {
+        char path[128], line[32];
+        snprintf(path, sizeof path, "%s/log/workerlog.%d", r.dir, i);
+        snprintf(line, sizeof line, "w%d: hello\n", i);
+        char *log = slurp(path);
+        if (!log) TFAIL("%s is missing", path);
+        char *second = strstr(log, line); /* appended: both runs are there */
+        CHECK(second && strstr(second + 1, line));
+        free(log);
+    }
+    char path[128], want[256];
+    snprintf(path, sizeof path, "%s/log/endpoints.log", r.dir);
+    char *eps = slurp(path), *w0 = file_of(&r, "w0", "env"), items[4][64];
+    CHECK(eps != NULL);
+    int n = split(get(w0, "PADDLE_TRAINER_ENDPOINTS"), items, 4);
+    CHECK_EQ_INT(n, 2);
+    snprintf(want, sizeof want, "PADDLE_TRAINER_ENDPOINTS: \n%s\n%s\n", items[0], items[1]);
+    if (strcmp(eps, want)) TFAIL("endpoints.log is:\n%s\nexpected:\n%s", eps, want);
+    free(eps), free(w0);
+    no_descendants(5);
+    cleanup(&r);
+}
+
+TEST(child_exit_code_stops_job)
+{
+    run_t r;
+    setup(&r);
+    start(&r, NULL, (const char *[]){"--nproc_per_node", "3", "--grace_s", "10", "@C", "env:@T", "await:@T:3",
+                                     "w1=say:going down", "w1=exit:3", "hang", NULL});
+    RUN_EXPECT(&r, 30, 1);
+    pid_t p[3] = {pid_of(&r, "w0", "env"), pid_of(&r, "w1", "env"), pid_of(&r, "w2", "env")};
+    char want[64];
+    HAS(&r, "root cause");
+    HAS(&r, "role:   worker");
+    HAS(&r, "rank:   1");
+    snprintf(want, sizeof want, "pid:    %d", (int)p[1]);
+    HAS(&r, want);
+    HAS(&r, "exited with code 3");
+    HAS(&r, "log/workerlog.1");
+    HAS(&r, "| w1: going down");
+    CHECK(!alive(p[0]) && !alive(p[2])); /* reaped before fleetrun returned */
+    if (r.elapsed >= 8) TFAIL("teardown took %.1f s although SIGTERM suffices", r.elapsed);
+    no_descendants(5);
+    cleanup(&r);
+}
+
+TEST(child_sigsegv_named)
+{
+    run_t r;
+    setup(&r);
+    start(&r, NULL, (const char *[]){"--nproc_per_node", "2", "@C", "env:@T", "await:@T:2", "w1=sig:SEGV", "hang", NULL});
+    RUN_EXPECT(&r, 30, 128 + SIGSEGV);
+    HAS(&r, "rank:   1");
+    HAS(&r, "killed by signal SIGSEGV");
+    CHECK(!alive(pid_of(&r, "w0", "env")));
+    no_descendants(5);
+    cleanup(&r);
+}
+
+TEST(sigterm_ignored_gets_sigkill)
+{
+    run_t r;
+    setup(&r);
+    start(&r, NULL, (const char *[]){"--nproc_per_node", "2", "--grace_s", "1", "@C", "w0=ignterm", "env:@T",
+                                     "await:@T:2", "w1=exit:3", "hang", NULL});
+    RUN_EXPECT(&r, 30, 1);
+    HAS(&r, "did not exit within --grace_s=1 s");
+    HAS(&r, "SIGKILLed by fleetrun");
+    if (r.elapsed < 1.0 || r.elapsed > 6) TFAIL("took %.2f s with --grace_s 1", r.elapsed);
+    CHECK(!alive(pid_of(&r, "w0", "env")));
+    no_descendants(5);
+    cleanup(&r);
+}
+
+static void signal_fleetrun(int sig, int ignterm)
+{
+    run_t r;
+    setup(&r);
+    start(&r, NULL, (const char *[]){"--nproc_per_node", "2", "--grace_s", "2", "@C", ignterm ? "ignterm" : "say:x",
+                                     "env:@T", "grandchild:@T", "hang", NULL});
+    wait_files(&r, (const char *[]){"w0.env", "w1.env", "w0.gpid", "w1.gpid", NULL}, 20);
+    pid_t p[4] = {pid_of(&r, "w0", "env"), pid_of(&r, "w1", "env"), pid_of(&r, "w0", "gpid"), pid_of(&r, "w1", "gpid")};
+    for (int i = 0; i < 4; i++) CHECK(alive(p[i]));
+    kill(r.pid, sig);
+    RUN_EXPECT(&r, 30, 128 + sig);
+    wait_gone(&r, p, 4, sig == SIGKILL ? 5 : 0.01); /* after kill -9: PDEATHSIG and the guard */
+    no_descendants(5);
+    if (sig != SIGKILL) {
+        char want[64];
+        snprintf(want, sizeof want, "received SIG%s", sigabbrev_np(sig));
+        HAS(&r, want);
+    }
+    cleanup(&r);
+}
+
+TEST(sigterm_to_fleetrun_stops_all) { signal_fleetrun(SIGTERM, 0); }
+TEST(sigint_sighup_to_fleetrun_stop_all)
+{
+    signal_fleetrun(SIGINT, 0);
+    signal_fleetrun(SIGHUP, 1);
+}
+TEST(kill9_fleetrun_leaves_nothing) { signal_fleetrun(SIGKILL, 1); }
+
+TEST(grandchild_dies_with_group)
+{
+    run_t r;
+    setup(&r);
+    start(&r, NULL, (const char *[]){"--nproc_per_node", "2", "--grace_s", "1", "@C", "ignterm", "env:@T",
+                                     "grandchild:@T", "await:@T:2", "w1=exit:3", "hang", NULL});
+    RUN_EXPECT(&r, 30, 1);
+    pid_t g[2] = {pid_of(&r, "w0", "gpid"), pid_of(&r, "w1", "gpid")};
+    CHECK(!alive(g[0]) && !alive(g[1]));
+    no_descendants(5);
+    cleanup(&r);
+    /* success, but a grandchild left running: fleetrun stops it */
+    setup(&r);
+    start(&r, NULL, (const char *[]){"--nproc_per_node", "2", "--grace_s", "1", "@C", "env:@T", "w1=grandchild:@T",
+                                     "exit:0", NULL});
+    RUN_EXPECT(&r, 30, 0);
+    HAS(&r, "left behind");
+    CHECK(!alive(pid_of(&r, "w1", "gpid")));
+    no_descendants(5);
+    cleanup(&r);
+}
+
+TEST(ps_roles_and_env)
+{
+    run_t r;
+    setup(&r);
+    start(&r, NULL, (const char *[]){"--server_num", "2", "--worker_num", "3", "@C", "env:@T", "await:@T:5",
+                                     "s*=sleep:0.3", NULL});
+    RUN_EXPECT(&r, 30, 0);
+    CHECK(!strstr(r.out, "warning"));
+    char sv[4][64], wv[4][64], *w0 = file_of(&r, "w0", "env");
+    const char *secret = get(w0, "FLEET_JOB_SECRET");
+    char sec[80];
+    snprintf(sec, sizeof sec, "%s", secret ? secret : "");
+    CHECK(is_hex64(sec));
+    CHECK_EQ_INT(split(get(w0, "PADDLE_PSERVERS_IP_PORT_LIST"), sv, 4), 2);
+    CHECK_EQ_INT(split(get(w0, "PADDLE_TRAINER_ENDPOINTS"), wv, 4), 3);
+    free(w0);
+    for (int i = 0; i < 5; i++) {
+        int srv = i < 2, k = srv ? i : i - 2;
+        char tag[24], num[24], log[128];
+        snprintf(tag, sizeof tag, "%c%d", srv ? 's' : 'w', k);
+        snprintf(num, sizeof num, "%d", k);
+        snprintf(log, sizeof log, "log/%slog.%d", srv ? "server" : "worker", k);
+        CHECK(exists(&r, log));
+        char *t = file_of(&r, tag, "env"), port[16];
+        const char *ep = srv ? sv[k] : wv[k];
+        snprintf(port, sizeof port, "%s", strchr(ep, ':') + 1);
+        CHECK_VAR(t, "TRAINING_ROLE", srv ? "PSERVER" : "TRAINER");
+        CHECK_VAR(t, "PADDLE_TRAINERS_NUM", "3");
+        CHECK_VAR(t, "PADDLE_PORT", port);
+        CHECK_VAR(t, "POD_IP", "127.0.0.1");
+        CHECK_VAR(t, "PADDLE_CURRENT_ENDPOINT", ep);
+        CHECK_VAR(t, "FLEET_JOB_SECRET", sec);
+        if (srv) CHECK(get(t, "PADDLE_TRAINER_ID") == NULL);
+        else CHECK_VAR(t, "PADDLE_TRAINER_ID", num);
+        CHECK(get(t, "PADDLE_TRAINER_ENDPOINTS") && get(t, "PADDLE_PSERVERS_IP_PORT_LIST"));
+        free(t);
+    }
+    CHECK(!exists(&r, "s2.env") && !exists(&r, "w3.env"));
+    char path[128];
+    snprintf(path, sizeof path, "%s/log/endpoints.log", r.dir);
+    char *eps = slurp(path);
+    CHECK(eps && strstr(eps, "PADDLE_PSERVERS_IP_PORT_LIST") && strstr(eps, sv[1]) && strstr(eps, wv[2]));
+    free(eps);
+    no_descendants(5);
+    cleanup(&r);
+}
+
+TEST(ps_servers_stopped_after_grace)
+{
+    run_t r;
+    setup(&r);
+    start(&r, NULL, (const char *[]){"--server_num", "1", "--worker_num", "2", "--server_grace_s", "1", "--grace_s", "1",
+                                     "@C", "env:@T", "await:@T:3", "s*=hang", "exit:0", NULL});
+    RUN_EXPECT(&r, 30, 0);
+    HAS(&r, "did not exit within --server_grace_s=1 s");
+    HAS(&r, "server 0");
+    if (r.elapsed < 1.0 || r.elapsed > 6) TFAIL("took %.2f s with --server_grace_s 1", r.elapsed);
+    CHECK(!alive(pid_of(&r, "s0", "env")));
+    no_descendants(5);
+    cleanup(&r);
+}
+
+TEST(ps_failures)
+{
+    static const char *const step[] = {"w1=exit:4", "s1=exit:5"};
+    static const char *const want[][3] = {{"role:   worker", "exited with code 4", "log/workerlog.1"},
+                                          {"role:   server", "exited with code 5", "log/serverlog.1"}};
+    for (int c = 0; c < 2; c++) {
+        run_t r;
+        setup(&r);
+        start(&r, NULL, (const char *[]){"--server_num", "2", "--worker_num", "2", "@C", "env:@T", "await:@T:4",
+                                         step[c], "hang", NULL});
+        RUN_EXPECT(&r, 30, 1);
+        HAS(&r, "rank:   1");
+        for (int k = 0; k < 3; k++) HAS(&r, want[c][k]);
+        static const char *const tags[] = {"s0", "s1", "w0", "w1"};
+        for (int k = 0; k < 4; k++) CHECK(!alive(pid_of(&r, tags[k], "env")));
+        no_descendants(5);
+        cleanup(&r);
+    }
+}
+
+TEST(usage_errors_exit_2)
+{
+    static const struct { const char *args[8]; const char *want; } cases[] = {
+        {{"--bogus", "2", "@C", NULL}, "--bogus"},
+        {{"--nproc_per_node", "2", NULL}, "no program"},
+        {{NULL}, "no program"},
+        {{"--nproc_per_node", "0", "@C", NULL}, "--nproc_per_node expects a positive integer"},
+        {{"--nproc_per_node", "abc", "@C", NULL}, "--nproc_per_node expects a positive integer"},
+        {{"--nproc_per_node=-1", "@C", NULL}, "--nproc_per_node expects a positive integer"},
+        {{"--nproc_per_node", "2x", "@C", NULL}, "--nproc_per_node expects a positive integer"},
+        {{"--nproc_per_node", NULL}, "--nproc_per_node expects a value"},
+        {{"--grace_s", "-1", "@C", NULL}, "--grace_s expects"},
+        {{"--gpus", "0,a", "@C", NULL}, "--gpus expects"},
+        {{"--gpus", "0,1", "--nproc_per_node", "3", "@C", NULL}, "--nproc_per_node 3 does not match --gpus"},
+        {{"--ips", "127.0.0.1,127.0.0.2", "@C", NULL}, "--node_ip"},
+        {{"--ips", "1.2.3", "@C", NULL}, "--ips: '1.2.3' is not an IPv4 address"},
+        {{"--servers", "127.0.0.1:99999", "@C", NULL}, "--servers expects"},
+        {{"--server_num", "2", "--servers", "127.0.0.1", "@C", NULL}, "--server_num 2 does not match"},
+        {{"--run_mode", "mpi", "@C", NULL}, "--run_mode"},
+        {{"/nonexistent/prog", NULL}, "/nonexistent/prog"},
+        {{"no-such-program-fr", NULL}, "not found in PATH"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        run_t r;
+        setup(&r);
+        start(&r, NULL, cases[c].args);
+        int rc = finish(&r, 20);
+        if (rc != 2) TFAIL("case %zu: exit %d, expected 2; output:\n%s", c, rc, r.out);
+        if (!strstr(r.out, cases[c].want)) TFAIL("case %zu: expected \"%s\" in:\n%s", c, cases[c].want, r.out);
+        CHECK(!exists(&r, "log") && !exists(&r, "w0.env"));
+        no_descendants(5);
+        cleanup(&r);
+    }
+    run_t r;
+    setup(&r);
+    start(&r, NULL, (const char *[]){"--help", NULL});
+    RUN_EXPECT(&r, 20, 0);
+    HAS(&r, "--nproc_per_node");
+    cleanup(&r);
+}
+
+/* Binary-safe search (cmdline and environ hold NULs). */
+static int contains(const char *path, const char *needle)
+{
+    static char buf[1 << 20];
+    size_t n = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    return memmem(buf, n, needle, strlen(needle)) != NULL;
+}
+
+/* The secret is on no argv (/proc/PID/cmdline), in no log and not in fleetrun's output or
+ * in fleetrun's own environment. */
+TEST(secret_never_leaks)
+{
+    run_t r;
+    setup(&r);
+    start(&r, NULL, (const char *[]){"--nproc_per_node", "2", "@C", "say:started", "env:@T", "grandchild:@T", "hang", NULL});
+    wait_files(&r, (const char *[]){"w0.env", "w1.env", "w0.gpid", "w1.gpid", NULL}, 20);
+    char *t = file_of(&r, "w0", "env"), secret[80], path[64];
+    snprintf(secret, sizeof secret, "%s", get(t, "FLEET_JOB_SECRET") ? get(t, "FLEET_JOB_SECRET") : "");
+    free(t);
+    CHECK(is_hex64(secret));
+    pid_t pids[16] = {r.pid, pid_of(&r, "w0", "env"), pid_of(&r, "w1", "env"), pid_of(&r, "w0", "gpid"),
+                      pid_of(&r, "w1", "gpid")};
+    int n = 5;
+    DIR *d = opendir("/proc"); /* every child of fleetrun, its guard included */
+    for (struct dirent *e; d && (e = readdir(d)) && n < 16;) {
+        snprintf(path, sizeof path, "/proc/%.16s/stat", e->d_name);
+        char *st = isdigit((unsigned char)e->d_name[0]) ? slurp(path) : NULL, *rp = st ? strrchr(st, ')') : NULL;
+        int ppid = 0;
+        if (rp && sscanf(rp + 1, " %*c %d", &ppid) == 1 && ppid == r.pid) pids[n++] = atoi(e->d_name);
+        free(st);
+    }
+    if (d) closedir(d);
+    CHECK(n >= 6); /* two workers and the guard at least */
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pids[i]);
+        if (contains(path, secret)) TFAIL("the secret is on the command line of pid %d", (int)pids[i]);
+    }
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)r.pid);
+    CHECK(!contains(path, secret));
+    kill(r.pid, SIGTERM);
+    RUN_EXPECT(&r, 30, 128 + SIGTERM);
+    static const char *const files[] = {"out.txt", "log/workerlog.0", "log/workerlog.1", "log/endpoints.log"};
+    for (int i = 0; i < 4; i++) {
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", r.dir, files[i]);
+        CHECK(access(p, F_OK) == 0);
+        if (contains(p, secret)) TFAIL("the secret appears in %s", files[i]);
+    }
+    no_descendants(5);
+    cleanup(&r);
+}
+
+TEST(secret_fresh_or_passed_through)
+{
+    static const char fixed[] = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+    char got[2][80], *t;
+    run_t r;
+    for (int i = 0; i < 2; i++) { /* a new secret each run */
+        setup(&r);
+        start(&r, NULL, (const char *[]){"@C", "env:@T", NULL});
+        RUN_EXPECT(&r, 20, 0);
+        t = file_of(&r, "w0", "env");
+        snprintf(got[i], sizeof got[i], "%s", get(t, "FLEET_JOB_SECRET") ? get(t, "FLEET_JOB_SECRET") : "");
+        free(t);
+        CHECK(is_hex64(got[i]));
+        cleanup(&r);
+    }
+    CHECK(strcmp(got[0], got[1]) != 0);
+    setup(&r);
+    start(&r, (const char *[]){"FLEET_JOB_SECRET=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", NULL},
+          (const char *[]){"@C", "env:@T", NULL});
+    RUN_EXPECT(&r, 20, 0);
+    t = file_of(&r, "w0", "env");
+    CHECK_VAR(t, "FLEET_JOB_SECRET", fixed);
+    CHECK(!strstr(r.out, fixed));
+    free(t);
+    cleanup(&r);
+
+    setup(&r);
+    char path[128];
+    snprintf(path, sizeof path, "%s/secret", r.dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "%s\n", fixed);
+    fclose(f);
+    chmod(path, 0600);
+    start(&r, (const char *[]){"FLEET_JOB_SECRET_FILE=@T/secret", NULL}, (const char *[]){"@C", "env:@T", NULL});
+    RUN_EXPECT(&r, 20, 0);
+    t = file_of(&r, "w0", "env");
+    CHECK_VAR(t, "FLEET_JOB_SECRET_FILE", path);
+    CHECK(!get(t, "FLEET_JOB_SECRET"));
+    free(t);
+    chmod(path, 0644);
+    start(&r, (const char *[]){"FLEET_JOB_SECRET_FILE=@T/secret", NULL}, (const char *[]){"@C", "env:@T", NULL});
+    RUN_EXPECT(&r, 20, 2);
+    HAS(&r, "job secret file");
+    HAS(&r, "chmod 600");
+    start(&r, (const char *[]){"FLEET_JOB_SECRET=c0ffee", NULL}, (const char *[]){"@C", "env:@T", NULL});
+    RUN_EXPECT(&r, 20, 2);
+    HAS(&r, "environment variable FLEET_JOB_SECRET is invalid");
+    CHECK(!strstr(r.out, "c0ffee"));
+    no_descendants(5);
+    cleanup(&r);
+}
+
+/* Two free ports P, P+1 on 127.0.0.2 (checked, not reserved: a small race, retried). */
+static int free_pair(void)
+{
+    for (int tries = 0; tries < 50; tries++) {
+        struct sockaddr_in a = {.sin_family = AF_INET};
+        socklen_t al = sizeof a;
+        inet_pton(AF_INET, "127.0.0.2", &a.sin_addr);
+        int f0 = socket(AF_INET, SOCK_STREAM, 0), f1 = socket(AF_INET, SOCK_STREAM, 0), ok = 0;
+        if (bind(f0, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(f0, (struct sockaddr *)&a, &al) == 0 &&
+            ntohs(a.sin_port) < 65535) {
+            a.sin_port = htons((uint16_t)(ntohs(a.sin_port) + 1));
+            ok = bind(f1, (struct sockaddr *)&a, sizeof a) == 0;
+        }
+        close(f0), close(f1);
+        if (ok) return ntohs(a.sin_port) - 1;
+    }
+    TFAIL("no free pair of ports on 127.0.0.2");
+    return 0;
+}
+
+TEST(multinode_collective_starts_local_ranks)
+{
+    static const char fixed[] = "FLEET_JOB_SECRET=ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+    char sport[16], eps[256], me[2][64];
+    int P = free_pair();
+    snprintf(sport, sizeof sport, "%d", P);
+    snprintf(eps, sizeof eps, "127.0.0.1:%d,127.0.0.1:%d,127.0.0.2:%d,127.0.0.2:%d", P, P + 1, P, P + 1);
+    for (int variant = 0; variant < 2; variant++) { /* --node_ip, then POD_IP */
+        run_t r;
+        setup(&r);
+        const char *env[] = {fixed, variant ? "POD_IP=127.0.0.2" : NULL, NULL};
+        start(&r, env, (const char *[]){"--ips", "127.0.0.1,127.0.0.2", variant ? "--log_dir" : "--node_ip",
+                                        variant ? "log" : "127.0.0.2", "--start_port", sport, "--nproc_per_node", "2",
+                                        "@C", "env:@T", "bind", NULL});
+        RUN_EXPECT(&r, 20, 0);
+        CHECK(!exists(&r, "w0.env") && !exists(&r, "w1.env"));
+        for (int i = 0; i < 2; i++) {
+            char tag[24], num[24];
+            snprintf(tag, sizeof tag, "w%d", 2 + i);
+            snprintf(num, sizeof num, "%d", i);
+            snprintf(me[i], sizeof me[i], "127.0.0.2:%d", P + i);
+            char *t = file_of(&r, tag, "env");
+            CHECK_VAR(t, "PADDLE_TRAINERS_NUM", "4");
+            CHECK_VAR(t, "PADDLE_TRAINER_ENDPOINTS", eps);
+            CHECK_VAR(t, "PADDLE_CURRENT_ENDPOINT", me[i]);
+            CHECK_VAR(t, "PADDLE_RANK_IN_NODE", num);
+            CHECK_VAR(t, "FLEET_JOB_SECRET", fixed + strlen("FLEET_JOB_SECRET="));
+            free(t);
+        }
+        no_descendants(5);
+        cleanup(&r);
+    }
+    run_t r; /* several machines need a shared secret */
+    setup(&r);
+    start(&r, NULL, (const char *[]){"--ips", "127.0.0.1,127.0.0.2", "--node_ip", "127.0.0.2", "@C", NULL});
+    RUN_EXPECT(&r, 20, 2);
+    HAS(&r, "FLEET_JOB_SECRET");
+    cleanup(&r);
+}
+
+TEST(port_in_use_reported)
+{
+    run_t r;
+    setup(&r);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t al = sizeof a;
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 1) == 0);
+    getsockname(fd, (struct sockaddr *)&a, &al);
+    char ep[64], want[96];
+    snprintf(ep, sizeof ep, "127.0.0.1:%d", ntohs(a.sin_port));
+    start(&r, NULL, (const char *[]){"--servers", ep, "--worker_num", "1", "@C", "env:@T", NULL});
+    RUN_EXPECT(&r, 20, 1);
+    snprintf(want, sizeof want, "server 0 cannot have %s", ep);
+    HAS(&r, want);
+    HAS(&r, "already in use");
+    CHECK(!exists(&r, "w0.env"));
+    close(fd);
+    no_descendants(5);
+    cleanup(&r);
+}
+
+TEST(exec_failure_is_root_cause)
+{
+    run_t r;
+    setup(&r);
+    char path[128];
+    snprintf(path, sizeof path, "%s/bad.sh", r.dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "#!/nonexistent/interpreter\n");
+    fclose(f);
+    chmod(path, 0755);
+    start(&r, NULL, (const char *[]){"--nproc_per_node", "2", "./bad.sh", NULL});
+    RUN_EXPECT(&r, 20, 1);
+    HAS(&r, "exited with code 127");
+    HAS(&r, "cannot execute");
+    no_descendants(5);
+    cleanup(&r);
+}
+
+TEST_MAIN(T(collective_env), T(device_lists), T(logs_table_and_tee), T(child_exit_code_stops_job),
+          T(child_sigsegv_named), T(sigterm_ignored_gets_sigkill), T(sigterm_to_fleetrun_stops_all),
+          T(sigint_sighup_to_fleetrun_stop_all), T(kill9_fleetrun_leaves_nothing), T(grandchild_dies_with_group),
+          T(ps_roles_and_env), T(ps_servers_stopped_after_grace), T(ps_failures), T(usage_errors_exit_2),
+          T(secret_never_leaks), T(secret_fresh_or_passed_through), T(multinode_collective_starts_local_ranks),
+          T(port_in_use_reported), T(exec_failure_is_root_cause))
