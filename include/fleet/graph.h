@@ -196,6 +196,57 @@ fl_var *fl_layer_accuracy(fl_var *input, fl_var *label, int k);
 fl_var *fl_layer_auc(fl_var *input, fl_var *label, int num_thresholds, int slide_steps,
                      fl_var **batch_auc);
 
+/* ---- convolution, pooling, batch normalisation (NCHW, float32) ----------------------- */
+#define FLEET_GRAPH_HAS_CONV 1
+
+typedef struct {
+    int stride[2];        /* [h, w]; 0 means 1 */
+    int padding[2];       /* [h, w] zeros added on both sides */
+    int dilation[2];      /* [h, w]; 0 means 1 */
+    int groups;           /* 0 means 1; C and num_filters must be divisible by it */
+    fl_param_attr filter; /* default "conv2d_<k>.w_0", Normal(0, sqrt(2 / (kh * kw * C))) as Paddle;
+                             naming an existing filter shares it (shapes must agree) */
+    fl_param_attr bias;   /* default "conv2d_<k>.b_0", init 0 */
+    int no_bias;
+} fl_conv2d_attr;
+/* fluid.layers.conv2d: input [N, C, H, W] -> [N, num_filters, Ho, Wo] with
+ * Ho = (H + 2 pad - dil (kh - 1) - 1) / stride + 1; filter [num_filters, C/groups, kh, kw],
+ * bias added per output channel.  act: NULL, "relu", "tanh", "sigmoid" (fused into the
+ * op), "softmax", "softsign" (own op).  attr NULL: stride 1, no padding, dilation 1, 1 group. */
+fl_var *fl_layer_conv2d(fl_var *input, int64_t num_filters, int filter_h, int filter_w, const char *act,
+                        const fl_conv2d_attr *attr);
+
+typedef struct {
+    int pool_size[2];   /* [h, w]; unused with global_pooling */
+    int stride[2];      /* 0 means 1 */
+    int padding[2];
+    int global_pooling; /* one window over the whole image, no padding */
+    int inclusive;      /* avg: 1 divides by the whole window, padding included (Paddle exclusive=False) */
+    int ceil_mode;      /* output size rounded up */
+} fl_pool2d_attr;
+/* fluid.layers.pool2d on [N, C, H, W] with square windows: pool_type "max" or "avg" (NULL:
+ * max), pool_stride >= 1, exclusive 1 (Paddle's default): avg divides by the window clipped
+ * to the image.  Windows are clipped to the image; max ignores padding. */
+fl_var *fl_layer_pool2d(fl_var *input, int pool_size, const char *pool_type, int pool_stride, int pool_padding,
+                        int global_pooling, int exclusive);
+/* Per-dimension sizes and ceil_mode; a zeroed attr means stride 1, no padding, exclusive. */
+fl_var *fl_layer_pool2d_ex(fl_var *input, const char *pool_type, const fl_pool2d_attr *attr);
+
+typedef struct {
+    fl_param_attr scale;              /* default "batch_norm_<k>.w_0", init 1 */
+    fl_param_attr bias;               /* default "batch_norm_<k>.b_0", init 0 */
+    const char *moving_mean_name;     /* default "batch_norm_<k>.w_1" (init 0); an existing one is shared */
+    const char *moving_variance_name; /* default "batch_norm_<k>.w_2" (init 1) */
+    int use_global_stats;             /* 1: normalise with the moving statistics in training too */
+} fl_batch_norm_attr;
+/* fluid.layers.batch_norm over axis 1 of [N, C] or [N, C, ...] (rank 2 to 5).  Training:
+ * batch mean and biased variance per channel; the moving statistics (persistable, not
+ * trained) become moving * momentum + batch * (1 - momentum).  is_test (set to 1 by
+ * fl_prog_clone(p, 1)): the moving statistics normalise and are not updated.  momentum in
+ * [0, 1] (Paddle: 0.9), epsilon in [0, 0.001] (Paddle: 1e-5); act as for conv2d (own op). */
+fl_var *fl_layer_batch_norm(fl_var *input, const char *act, int is_test, float momentum, float epsilon,
+                            const fl_batch_norm_attr *attr);
+
 /* ---- backward and optimizers --------------------------------------------------------- */
 
 typedef struct {

@@ -155,6 +155,8 @@ fl_op *fl__op_append(fl_prog *p, const char *type, const fl_io *ins, int nins, c
 /* For infer(): every declared input and output slot holds exactly one variable (else a
  * build error naming the op and slot).  Ops with optional or list slots check their own. */
 int fl__op_check_slots(fl_op *op);
+/* Moves the last op of p to index pos (later ops shift by one). */
+int fl__prog_move_last_op(fl_prog *p, int pos);
 /* Role given to ops appended from now on (FL_ROLE_*). */
 void fl__prog_set_role(fl_prog *p, int role);
 
@@ -227,5 +229,6 @@ extern const fl_op_def *const fl__ops_seq[];      /* ops_seq.c: embedding, seque
 extern const fl_op_def *const fl__ops_loss[];     /* ops_loss.c */
 extern const fl_op_def *const fl__ops_metric[];   /* ops_metric.c */
 extern const fl_op_def *const fl__ops_optim[];    /* ops_optim.c */
+extern const fl_op_def *const fl__ops_conv[];     /* ops_conv.c: conv2d, pool2d, batch_norm */
 
 #endif

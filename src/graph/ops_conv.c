@@ -1,0 +1,993 @@
+/*
+ * ops_conv.c - operator group "conv": conv2d, pool2d and batch_norm with their gradients
+ * and layer builders, following Paddle's fluid ops (NCHW, float32 only).  Port choices:
+ *   - conv2d fuses the per-channel bias (optional input "Bias") and the activation
+ *     (attribute "act": relu, tanh, sigmoid), as this port's fc op does; Paddle appends
+ *     an elementwise_add (axis 1) and an activation op instead.  The results are the same.
+ *   - data_format / data_layout other than "NCHW" (NHWC) and adaptive pooling are rejected
+ *     with an error naming the option.
+ *   - pool2d windows that lie entirely in the padding (possible with ceil_mode or a padding
+ *     >= the window) output 0 and pass no gradient (Paddle leaves them undefined).
+ * Kernels: conv2d is im2col + fl__sgemm per group and image (or per batch of images when
+ * the filter is large, see run_conv2d; a 1x1 filter with stride 1 and no padding skips
+ * im2col); im2col and col2im copy whole rows with the out-of-image border computed once
+ * per kernel offset, so their inner loops have no calls or tests per element.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "graph_internal.h"
+
+extern const fl_op_def *const fl__ops_conv[];
+
+/* ---- shared helpers ------------------------------------------------------------------ */
+
+static int infer_nop(fl_op *op) { (void)op; return FL_OK; }
+
+static const char *vname(const fl_kctx *c, int slot, int out)
+{
+    const fl_slot *s = out ? &c->op->out[slot] : &c->op->in[slot];
+    return s->n ? s->vars[0]->name : "?";
+}
+
+static int dense_f32(const fl_kctx *c, int slot)
+{
+    const fl_tensor *t = FL_IN(c, slot);
+    if (!t) return fl__err(FL_EINVAL, "%s: input %s is missing", c->op->def->type, c->op->def->in_names[slot]);
+    if (t->dtype != FL_FLOAT32 || t->is_rows)
+        return fl__err(FL_EINVAL, "%s: input '%s' must be a dense float32 tensor, is %s%s", c->op->def->type,
+                       vname(c, slot, 0), fl_dtype_name(t->dtype), t->is_rows ? " SelectedRows" : "");
+    return FL_OK;
+}
+
+static int need_f32(fl_op *op, const fl_var *v)
+{
+    if (v->dtype == FL_FLOAT32) return FL_OK;
+    return fl__op_error(op, "input '%s' must be float32, is %s", v->name, fl_dtype_name(v->dtype));
+}
+
+static int need_nchw(fl_op *op, const char *attr, const fl_var *x)
+{
+    const char *f = fl__attr_s(op, attr, "NCHW");
+    if (!strcmp(f, "NCHW") || !strcmp(f, "AnyLayout")) return FL_OK;
+    return fl__op_error(op, "%s '%s' (input '%s') is not supported: only NCHW", attr, f, x->name);
+}
+
+/* Two-element int attribute (one element means both); 0 if present and well formed. */
+static int attr2(const fl_op *op, const char *name, int64_t def, int64_t v[2])
+{
+    const fl_attr *a = fl__attr_find(op, name);
+    v[0] = v[1] = def;
+    if (!a) return 0;
+    if (a->type != FL_ATTR_INTS || a->n < 1 || a->n > 2) return -1;
+    v[0] = a->ints[0];
+    v[1] = a->ints[a->n - 1];
+    return 0;
+}
+
+/* Appends a gradient op carrying all of op's attributes (Paddle's default grad maker). */
+static int grad_append(fl_op *op, const char *type, const fl_io *in, int nin, const fl_io *out, int nout)
+{
+    fl_op *go = fl__op_new(op->prog, type, in, nin, out, nout);
+    if (!go) return fl_prog_status(op->prog);
+    for (int i = 0; i < op->nattr; i++) {
+        const fl_attr *a = &op->attr[i];
+        int st = a->type == FL_ATTR_INT     ? fl__attr_set_i(go, a->name, a->i)
+                 : a->type == FL_ATTR_FLOAT ? fl__attr_set_f(go, a->name, a->f)
+                 : a->type == FL_ATTR_STR   ? fl__attr_set_s(go, a->name, a->s)
+                 : a->type == FL_ATTR_INTS  ? fl__attr_set_ints(go, a->name, a->ints, a->n)
+                                            : fl__attr_set_floats(go, a->name, a->floats, a->n);
+        FL_CHECK(st);
+    }
+    return fl__op_finish(go);
+}
+
+/* Per-executor scratch kept in the op's state slot (freed by the executor with free()). */
+typedef struct {
+    size_t n;
+    float buf[];
+} scratch;
+
+static float *scratch_get(fl_kctx *c, int64_t n)
+{
+    scratch *s = *c->state;
+    if (!s || s->n < (size_t)n) {
+        scratch *ns = realloc(s, sizeof *s + (size_t)(n ? n : 1) * sizeof(float));
+        if (!ns) {
+            fl__err(FL_ENOMEM, "%s: cannot allocate %lld floats of scratch", c->op->def->type, (long long)n);
+            return NULL;
+        }
+        ns->n = (size_t)n;
+        *c->state = s = ns;
+    }
+    return s->buf;
+}
+
+enum { ACT_NONE = 0, ACT_RELU, ACT_TANH, ACT_SIGMOID, ACT_POST_SOFTMAX, ACT_POST_SOFTSIGN };
+
+static int act_code(const char *a)
+{
+    if (!a || !*a || !strcmp(a, "none") || !strcmp(a, "linear")) return ACT_NONE;
+    if (!strcmp(a, "relu")) return ACT_RELU;
+    if (!strcmp(a, "tanh")) return ACT_TANH;
+    if (!strcmp(a, "sigmoid")) return ACT_SIGMOID;
+    if (!strcmp(a, "softmax")) return ACT_POST_SOFTMAX;
+    if (!strcmp(a, "softsign")) return ACT_POST_SOFTSIGN;
+    return -1;
+}
+
+static void act_apply(int a, float *y, int64_t n)
+{
+    if (a == ACT_RELU) fl__relu(y, y, n);
+    if (a == ACT_TANH) fl__tanh(y, y, n);
+    if (a == ACT_SIGMOID) fl__sigmoid(y, y, n);
+}
+
+/* Layer tail: activations that are not fused become their own op (as fluid's
+ * append_activation). */
+static fl_var *post_act(fl_var *y, int a)
+{
+    if (!y) return NULL;
+    switch (a) {
+    case ACT_RELU: return fl_layer_relu(y);
+    case ACT_TANH: return fl_layer_tanh(y);
+    case ACT_SIGMOID: return fl_layer_sigmoid(y);
+    case ACT_POST_SOFTMAX: return fl_layer_softmax(y);
+    case ACT_POST_SOFTSIGN: return fl_layer_softsign(y);
+    default: return y;
+    }
+}
+
+/* ---- conv2d ------------------------------------------------------------------------------ */
+
+/* Paddle's conv2d: Input [N, C, H, W], Filter [M, C/groups, kh, kw], optional Bias [M]
+ * (port: fused) -> Output [N, M, Ho, Wo] with Ho = (H + 2p - d(kh - 1) - 1) / s + 1.
+ * Attributes strides, paddings, dilations ([h, w]), groups, data_format, act (port). */
+typedef struct {
+    int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g;
+    int64_t cg, mg, k, hw, ohw; /* C/g, M/g, K = C/g*kh*kw, H*W, Ho*Wo */
+} conv_geo;
+
+static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d)
+{
+    if (in < 0) return -1;
+    int64_t ext = d * (k - 1) + 1;
+    return in + 2 * p < ext ? 0 : (in + 2 * p - ext) / s + 1;
+}
+
+/* Fills g from shapes and attributes; returns a reason (NULL if fine).  Unknown (-1)
+ * input dims give -1 output dims and skip their checks. */
+static const char *conv_geo_make(const fl_op *op, const int64_t *xs, const int64_t *fs, conv_geo *g)
+{
+    int64_t s[2], p[2], d[2];
+    if (attr2(op, "strides", 1, s) || attr2(op, "paddings", 0, p) || attr2(op, "dilations", 1, d))
+        return "strides, paddings and dilations must be int lists of 1 or 2 entries";
+    g->g = fl__attr_i(op, "groups", 1);
+    g->sh = s[0], g->sw = s[1], g->ph = p[0], g->pw = p[1], g->dh = d[0], g->dw = d[1];
+    if (s[0] < 1 || s[1] < 1 || d[0] < 1 || d[1] < 1 || p[0] < 0 || p[1] < 0 || g->g < 1)
+        return "strides, dilations and groups must be >= 1 and paddings >= 0";
+    g->n = xs[0], g->c = xs[1], g->h = xs[2], g->w = xs[3];
+    g->m = fs[0], g->kh = fs[2], g->kw = fs[3];
+    if (g->m < 1 || fs[1] < 1 || g->kh < 1 || g->kw < 1) return "the filter has an empty dimension";
+    if (g->m % g->g) return "num_filters (filter dim 0) is not divisible by groups";
+    if (g->c >= 0 && g->c != fs[1] * g->g) return "the filter's channels (dim 1) times groups differ from the input's C";
+    g->cg = fs[1], g->mg = g->m / g->g, g->k = g->cg * g->kh * g->kw;
+    g->oh = conv_out(g->h, g->kh, g->sh, g->ph, g->dh);
+    g->ow = conv_out(g->w, g->kw, g->sw, g->pw, g->dw);
+    if (g->oh == 0 || g->ow == 0) return "the dilated filter is larger than the padded input";
+    g->hw = g->h * g->w, g->ohw = g->oh * g->ow;
+    if (g->h > 0 && g->w > 0 && (g->k * g->ohw > INT32_MAX || g->hw > INT32_MAX)) return "the image is too large";
+    return NULL;
+}
+
+static int infer_conv2d(fl_op *op)
+{
+    if (op->in[0].n != 1 || op->in[1].n != 1 || op->in[2].n > 1 || op->out[0].n != 1)
+        return fl__op_error(op, "needs one Input, one Filter, at most one Bias and one Output");
+    fl_var *x = op->in[0].vars[0], *f = op->in[1].vars[0];
+    FL_CHECK(need_f32(op, x));
+    FL_CHECK(need_f32(op, f));
+    FL_CHECK(need_nchw(op, "data_format", x));
+    char xs[96], fs[96];
+    fl__shape_str(x, xs, sizeof xs);
+    fl__shape_str(f, fs, sizeof fs);
+    if (x->ndim != 4) return fl__op_error(op, "input '%s' must be 4-D NCHW [N, C, H, W], is %s", x->name, xs);
+    if (f->ndim != 4) return fl__op_error(op, "filter '%s' must be 4-D [M, C/groups, kh, kw], is %s", f->name, fs);
+    if (act_code(fl__attr_s(op, "act", "")) < 0 || act_code(fl__attr_s(op, "act", "")) > ACT_SIGMOID)
+        return fl__op_error(op, "fused activation '%s' (input '%s') must be relu, tanh, sigmoid or empty",
+                            fl__attr_s(op, "act", ""), x->name);
+    conv_geo g;
+    const char *why = conv_geo_make(op, x->shape, f->shape, &g);
+    if (why)
+        return fl__op_error(op, "input '%s' %s, filter '%s' %s, groups %lld: %s", x->name, xs, f->name, fs,
+                            (long long)fl__attr_i(op, "groups", 1), why);
+    if (op->in[2].n) {
+        fl_var *b = op->in[2].vars[0];
+        FL_CHECK(need_f32(op, b));
+        if (fl__dims_prod(b->shape, 0, b->ndim) != g.m)
+            return fl__op_error(op, "bias '%s' must have %lld elements (one per filter of '%s')", b->name,
+                                (long long)g.m, f->name);
+    }
+    int64_t os[4] = {g.n, g.m, g.oh, g.ow};
+    fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, 4, os);
+    return FL_OK;
+}
+
+/* Run-time geometry of Input (slot 0) and Filter (slot 1). */
+static int conv_geo_rt(fl_kctx *c, conv_geo *g)
+{
+    FL_CHECK(dense_f32(c, 0));
+    FL_CHECK(dense_f32(c, 1));
+    const fl_tensor *x = FL_IN(c, 0), *f = FL_IN(c, 1);
+    const char *why = x->ndim != 4 || f->ndim != 4 ? "input and filter must be 4-D" : conv_geo_make(c->op, x->shape, f->shape, g);
+    if (why) {
+        char xs[96], fs[96];
+        fl_tensor_describe(x, xs, sizeof xs);
+        fl_tensor_describe(f, fs, sizeof fs);
+        return fl__err(FL_EINVAL, "%s: input '%s' %s, filter '%s' %s: %s", c->op->def->type, vname(c, 0, 0), xs,
+                       vname(c, 1, 0), fs, why);
+    }
+    return FL_OK;
+}
+
+/* Output columns ow whose input column ow*s + off lies in [0, w): [*lo, *hi). */
+static void valid_range(int64_t off, int64_t s, int64_t w, int64_t ow, int64_t *lo, int64_t *hi)
+{
+    int64_t a = off >= 0 ? 0 : (-off + s - 1) / s;
+    int64_t b = w - off <= 0 ? 0 : (w - off - 1) / s + 1;
+    if (b > ow) b = ow;
+    if (a > b) a = b;
+    *lo = a;
+    *hi = b;
+}
+
+/* col[(c*kh + i)*kw + j][y*ow + x] = img[c][y*sh - ph + i*dh][x*sw - pw + j*dw] (0 outside),
+ * rows of col `ld` apart; with `back` the transpose: img[...] += col[...] (col2im; img
+ * zeroed by the caller). */
+static void im2col(const conv_geo *g, float *restrict img, float *restrict col, int64_t ld, int back)
+{
+    for (int64_t c = 0; c < g->cg; c++)
+        for (int64_t i = 0; i < g->kh; i++)
+            for (int64_t j = 0; j < g->kw; j++) {
+                float *restrict row = col + ((c * g->kh + i) * g->kw + j) * ld;
+                const int64_t off = j * g->dw - g->pw, sw = g->sw; /* input column = x*sw + off */
+                int64_t lo, hi;
+                valid_range(off, sw, g->w, g->ow, &lo, &hi);
+                for (int64_t y = 0; y < g->oh; y++) {
+                    float *restrict r = row + y * g->ow;
+                    const int64_t ih = y * g->sh - g->ph + i * g->dh;
+                    if (ih < 0 || ih >= g->h) { /* a padding row */
+                        if (!back) memset(r, 0, (size_t)g->ow * sizeof(float));
+                        continue;
+                    }
+                    float *restrict in = img + (c * g->h + ih) * g->w;
+                    if (back) {
+                        if (sw == 1)
+                            for (int64_t x = lo; x < hi; x++) in[x + off] += r[x];
+                        else
+                            for (int64_t x = lo; x < hi; x++) in[x * sw + off] += r[x];
+                        continue;
+                    }
+                    for (int64_t x = 0; x < lo; x++) r[x] = 0.0f;
+                    if (sw == 1)
+                        memcpy(r + lo, in + lo + off, (size_t)(hi - lo) * sizeof(float));
+                    else
+                        for (int64_t x = lo; x < hi; x++) r[x] = in[x * sw + off];
+                    for (int64_t x = hi; x < g->ow; x++) r[x] = 0.0f;
+                }
+            }
+}
+
+/* 1x1 filter, stride 1, no padding: the image is its own column matrix. */
+static int conv_direct(const conv_geo *g)
+{
+    return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
+}
+
+static int run_conv2d(fl_kctx *c)
+{
+    conv_geo g;
+    FL_CHECK(conv_geo_rt(c, &g));
+    fl_tensor *x = FL_IN(c, 0), *f = FL_IN(c, 1), *b = FL_IN(c, 2), *out = FL_OUT(c, 0);
+    if (b && (b->dtype != FL_FLOAT32 || b->numel != g.m))
+        return fl__err(FL_EINVAL, "conv2d: bias '%s' must be float32 with %lld elements", vname(c, 2, 0),
+                       (long long)g.m);
+    int64_t os[4] = {g.n, g.m, g.oh, g.ow};
+    FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, 4, os));
+    const float *fd = f->data, *bd = b ? (const float *)b->data : NULL;
+    int act = act_code(fl__attr_s(c->op, "act", "")), direct = conv_direct(&g);
+    /* nb images at a time when K is large: their column matrices side by side
+     * [K, nb*Ho*Wo] (about 1 MB of scratch) make one larger sgemm, which amortises
+     * OpenBLAS's packing (for small K, per-image products take its faster small-matrix
+     * path).  The product prod [M/g, nb*Ho*Wo] stays in cache, and bias and activation
+     * are applied on the way to the NCHW output, so the output is written once. */
+    int64_t nb = direct || g.k < 64 ? 1 : 262144 / (g.k * g.ohw > 0 ? g.k * g.ohw : 1);
+    nb = nb < 1 ? 1 : nb > g.n ? (g.n > 0 ? g.n : 1) : nb;
+    float *col = scratch_get(c, (direct ? 0 : g.k * nb * g.ohw) + g.mg * nb * g.ohw);
+    if (!col) return fl_last_status();
+    float *prod = direct ? col : col + g.k * nb * g.ohw;
+    const int64_t ld = nb * g.ohw;
+    for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
+        int64_t cnt = g.n - n0 < nb ? g.n - n0 : nb;
+        for (int64_t gr = 0; gr < g.g; gr++) {
+            float *xg = (float *)x->data + (n0 * g.c + gr * g.cg) * g.hw;
+            for (int64_t j = 0; !direct && j < cnt; j++) im2col(&g, xg + j * g.c * g.hw, col + j * g.ohw, ld, 0);
+            fl__sgemm(0, 0, g.mg, cnt * g.ohw, g.k, 1.0f, fd + gr * g.mg * g.k, g.k, direct ? xg : col,
+                      direct ? g.ohw : ld, 0.0f, prod, ld);
+            for (int64_t j = 0; j < cnt; j++)
+                for (int64_t m = 0; m < g.mg; m++) {
+                    const float *restrict src = prod + m * ld + j * g.ohw;
+                    float *restrict o = (float *)out->data + ((n0 + j) * g.m + gr * g.mg + m) * g.ohw;
+                    const float v = bd ? bd[gr * g.mg + m] : 0.0f;
+                    if (act == ACT_RELU)
+                        for (int64_t i = 0; i < g.ohw; i++) o[i] = src[i] + v > 0.0f ? src[i] + v : 0.0f;
+                    else
+                        for (int64_t i = 0; i < g.ohw; i++) o[i] = src[i] + v;
+                    if (act == ACT_TANH || act == ACT_SIGMOID) act_apply(act, o, g.ohw);
+                }
+        }
+    }
+    out->lod_n = 0;
+    return FL_OK;
+}
+
+/* Grad op: inputs Input, Filter, Output@GRAD (after the activation's gradient); outputs
+ * Input@GRAD = col2im(W^T dOut), Filter@GRAD = sum over images of dOut col^T,
+ * Bias@GRAD = dOut summed per channel; each only when requested. */
+static int run_conv2d_grad(fl_kctx *c)
+{
+    conv_geo g;
+    FL_CHECK(conv_geo_rt(c, &g));
+    FL_CHECK(dense_f32(c, 2));
+    fl_tensor *x = FL_IN(c, 0), *f = FL_IN(c, 1), *dy = FL_IN(c, 2);
+    fl_tensor *dx = FL_OUT(c, 0), *df = FL_OUT(c, 1), *db = FL_OUT(c, 2);
+    if (dy->numel != g.n * g.m * g.ohw)
+        return fl__err(FL_EINVAL, "conv2d_grad: gradient '%s' has %lld elements, the output of '%s' has %lld",
+                       vname(c, 2, 0), (long long)dy->numel, vname(c, 0, 0), (long long)(g.n * g.m * g.ohw));
+    int direct = conv_direct(&g);
+    float *col = NULL, *dcol = NULL;
+    if (!direct) {
+        if (!(col = scratch_get(c, 2 * g.k * g.ohw))) return fl_last_status();
+        dcol = col + g.k * g.ohw;
+    }
+    if (dx) {
+        FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, 4, x->shape));
+        if (!direct) memset(dx->data, 0, (size_t)dx->numel * sizeof(float));
+        dx->lod_n = 0;
+    }
+    if (df) {
+        FL_CHECK(fl__tensor_reshape_raw(df, FL_FLOAT32, 4, f->shape));
+        memset(df->data, 0, (size_t)df->numel * sizeof(float));
+    }
+    const float *fd = f->data;
+    for (int64_t n = 0; n < g.n && (dx || df); n++)
+        for (int64_t gr = 0; gr < g.g; gr++) {
+            float *xg = (float *)x->data + (n * g.c + gr * g.cg) * g.hw;
+            const float *og = (const float *)dy->data + (n * g.m + gr * g.mg) * g.ohw;
+            if (df) {
+                if (!direct) im2col(&g, xg, col, g.ohw, 0);
+                fl__sgemm(0, 1, g.mg, g.k, g.ohw, 1.0f, og, g.ohw, direct ? xg : col, g.ohw, 1.0f,
+                          (float *)df->data + gr * g.mg * g.k, g.k);
+            }
+            if (dx) {
+                float *dxg = (float *)dx->data + (n * g.c + gr * g.cg) * g.hw;
+                fl__sgemm(1, 0, g.k, g.ohw, g.mg, 1.0f, fd + gr * g.mg * g.k, g.k, og, g.ohw, 0.0f,
+                          direct ? dxg : dcol, g.ohw);
+                if (!direct) im2col(&g, dxg, dcol, g.ohw, 1);
+            }
+        }
+    if (db) {
+        int64_t bs[1] = {g.m};
+        FL_CHECK(fl__tensor_reshape_raw(db, FL_FLOAT32, 1, bs));
+        float *bd = db->data;
+        for (int64_t m = 0; m < g.m; m++) {
+            double s = 0.0;
+            for (int64_t n = 0; n < g.n; n++) {
+                const float *restrict r = (const float *)dy->data + (n * g.m + m) * g.ohw;
+                float part = 0.0f;
+                for (int64_t i = 0; i < g.ohw; i++) part += r[i];
+                s += part;
+            }
+            bd[m] = (float)s;
+        }
+    }
+    return FL_OK;
+}
+
+static int grad_conv2d(fl_op *op, fl_grad_ctx *g)
+{
+    fl_prog *p = op->prog;
+    fl_var *out = op->out[0].vars[0], *dz = fl__grad_of(g, out);
+    if (!dz) return FL_OK;
+    fl_var *x = op->in[0].vars[0], *w = op->in[1].vars[0], *b = op->in[2].n ? op->in[2].vars[0] : NULL;
+    fl_var *gv[3] = {fl__grad_for(g, x), fl__grad_for(g, w), b ? fl__grad_for(g, b) : NULL};
+    static const char *const names[3] = {"Input@GRAD", "Filter@GRAD", "Bias@GRAD"};
+    fl_io o[3];
+    int no = 0;
+    for (int i = 0; i < 3; i++)
+        if (gv[i]) o[no++] = (fl_io){names[i], &gv[i], 1};
+    if (!no) return FL_OK;
+    int a = act_code(fl__attr_s(op, "act", ""));
+    if (a != ACT_NONE) { /* dOut through the fused activation first, as fc does */
+        fl_var *dpre = fl__tmp_var(p, out->name, FL_FLOAT32, out->ndim, out->shape);
+        if (!dpre) return fl_prog_status(p);
+        fl_io ai[2] = {FL_IO1("Out", out), FL_IO1("Out@GRAD", dz)};
+        fl_io ao = FL_IO1("X@GRAD", dpre);
+        const char *t = a == ACT_RELU ? "relu_grad" : a == ACT_TANH ? "tanh_grad" : "sigmoid_grad";
+        if (!fl__op_append(p, t, ai, 2, &ao, 1)) return fl_prog_status(p);
+        dz = dpre;
+    }
+    fl_io in[3] = {FL_IO1("Input", x), FL_IO1("Filter", w), FL_IO1("Output@GRAD", dz)};
+    return grad_append(op, "conv2d_grad", in, 3, o, no);
+}
+
+static const fl_op_def def_conv2d = {"conv2d", {"Input", "Filter", "Bias"}, {"Output"}, infer_conv2d, run_conv2d,
+                                     grad_conv2d, NULL};
+static const fl_op_def def_conv2d_grad = {"conv2d_grad", {"Input", "Filter", "Output@GRAD"},
+                                          {"Input@GRAD", "Filter@GRAD", "Bias@GRAD"}, infer_nop, run_conv2d_grad,
+                                          NULL, NULL};
+
+fl_var *fl_layer_conv2d(fl_var *input, int64_t num_filters, int filter_h, int filter_w, const char *act,
+                        const fl_conv2d_attr *attr)
+{
+    fl_prog *p = fl__prog_of(&input, 1);
+    if (!p || p->status != FL_OK) return NULL;
+    fl_conv2d_attr none;
+    memset(&none, 0, sizeof none);
+    if (!attr) attr = &none;
+    char xs[96];
+    fl__shape_str(input, xs, sizeof xs);
+    int64_t s[2], pd[2] = {attr->padding[0], attr->padding[1]}, d[2], g = attr->groups ? attr->groups : 1;
+    for (int i = 0; i < 2; i++) {
+        s[i] = attr->stride[i] ? attr->stride[i] : 1;
+        d[i] = attr->dilation[i] ? attr->dilation[i] : 1;
+    }
+    int a = act_code(act);
+    const char *bad = NULL;
+    if (input->ndim != 4) bad = "must be 4-D NCHW [N, C, H, W]";
+    else if (input->dtype != FL_FLOAT32) bad = "must be float32";
+    else if (input->shape[1] <= 0) bad = "needs a known channel count (dim 1)";
+    else if (num_filters <= 0 || filter_h <= 0 || filter_w <= 0) bad = "needs num_filters and filter sizes > 0";
+    else if (s[0] < 1 || s[1] < 1 || d[0] < 1 || d[1] < 1 || pd[0] < 0 || pd[1] < 0 || g < 1)
+        bad = "needs stride, dilation, groups >= 1 and padding >= 0";
+    else if (input->shape[1] % g || num_filters % g) bad = "has channels or num_filters not divisible by groups";
+    else if (a < 0) bad = "got an unknown activation (expected relu, tanh, sigmoid, softmax, softsign or NULL)";
+    if (bad) {
+        fl__prog_error(p, FL_EINVAL, "conv2d: input '%s' %s %s (num_filters %lld, filter %dx%d, groups %lld, act %s)",
+                       input->name, xs, bad, (long long)num_filters, filter_h, filter_w, (long long)g,
+                       act ? act : "NULL");
+        return NULL;
+    }
+    int64_t C = input->shape[1], fs[4] = {num_filters, C / g, filter_h, filter_w};
+    char base[128], nm[192];
+    fl__unique_name(p, "conv2d", base, sizeof base);
+    if (attr->filter.name) snprintf(nm, sizeof nm, "%s", attr->filter.name); else snprintf(nm, sizeof nm, "%s.w_0", base);
+    fl_var *old = fl_prog_var(p, nm);
+    if (old && (old->ndim != 4 || memcmp(old->shape, fs, sizeof fs))) {
+        char ws[96];
+        fl__shape_str(old, ws, sizeof ws);
+        fl__prog_error(p, FL_EINVAL, "conv2d: shared filter '%s' is %s but input '%s' %s with groups %lld needs "
+                       "[%lld, %lld, %d, %d]", nm, ws, input->name, xs, (long long)g, (long long)num_filters,
+                       (long long)(C / g), filter_h, filter_w);
+        return NULL;
+    }
+    double std = sqrt(2.0 / (double)(filter_h * filter_w * C)); /* Paddle: (2 / (kh*kw*C))^0.5 */
+    fl_var *w = fl__param_create(p, nm, 4, fs, &attr->filter, fl_init_normal(0.0f, (float)std),
+                                 fs[1] * filter_h * filter_w, num_filters * filter_h * filter_w);
+    if (!w) return NULL;
+    fl_var *b = NULL;
+    if (!attr->no_bias) {
+        if (attr->bias.name) snprintf(nm, sizeof nm, "%s", attr->bias.name); else snprintf(nm, sizeof nm, "%s.b_0", base);
+        int64_t bs[1] = {num_filters};
+        if (!(b = fl__param_create(p, nm, 1, bs, &attr->bias, fl_init_constant(0.0f), 0, 0))) return NULL;
+    }
+    int64_t os[4] = {input->shape[0], num_filters, -1, -1};
+    fl_var *out = fl__tmp_var(p, base, FL_FLOAT32, 4, os);
+    if (!out) return NULL;
+    fl_io ins[3] = {FL_IO1("Input", input), FL_IO1("Filter", w), {"Bias", &b, b ? 1 : 0}};
+    fl_io o = FL_IO1("Output", out);
+    fl_op *op = fl__op_new(p, "conv2d", ins, 3, &o, 1);
+    if (!op || fl__attr_set_ints(op, "strides", s, 2) || fl__attr_set_ints(op, "paddings", pd, 2) ||
+        fl__attr_set_ints(op, "dilations", d, 2) || fl__attr_set_i(op, "groups", g) ||
+        fl__attr_set_s(op, "data_format", "NCHW") || fl__attr_set_s(op, "act", a <= ACT_SIGMOID && act ? act : "") ||
+        fl__op_finish(op))
+        return NULL;
+    return a > ACT_SIGMOID ? post_act(out, a) : out;
+}
+
+/* ---- pool2d ---------------------------------------------------------------------------- */
+
+/* Paddle's pool2d: X [N, C, H, W] -> Out [N, C, Ho, Wo], Ho = (H - k + 2p) / s + 1 (ceil_mode:
+ * rounded up).  Attributes pooling_type ("max" | "avg"), ksize, global_pooling (window =
+ * the whole image, no padding), strides, paddings, exclusive (avg divides by the window
+ * clipped to the image; else by kh*kw), ceil_mode, adaptive (rejected), data_format.
+ * Windows are clipped to the image as Paddle's CPU kernel: max ignores padding. */
+typedef struct {
+    int64_t n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
+    int max, excl;
+} pool_geo;
+
+static const char *pool_geo_make(const fl_op *op, const int64_t *xs, pool_geo *g)
+{
+    const char *t = fl__attr_s(op, "pooling_type", "max");
+    int64_t k[2], s[2], p[2];
+    if (strcmp(t, "max") && strcmp(t, "avg")) return "pooling_type must be 'max' or 'avg'";
+    if (fl__attr_i(op, "adaptive", 0)) return "adaptive pooling is not supported";
+    if (attr2(op, "ksize", -1, k) || attr2(op, "strides", 1, s) || attr2(op, "paddings", 0, p))
+        return "ksize, strides and paddings must be int lists of 1 or 2 entries";
+    g->max = !strcmp(t, "max");
+    g->excl = (int)fl__attr_i(op, "exclusive", 1) != 0;
+    g->n = xs[0], g->c = xs[1], g->h = xs[2], g->w = xs[3];
+    if (fl__attr_i(op, "global_pooling", 0)) {
+        g->kh = g->h, g->kw = g->w, g->sh = g->sw = 1, g->ph = g->pw = 0, g->oh = g->ow = 1;
+        return NULL;
+    }
+    g->kh = k[0], g->kw = k[1], g->sh = s[0], g->sw = s[1], g->ph = p[0], g->pw = p[1];
+    if (k[0] < 1 || k[1] < 1) return "pool size must be positive (or use global_pooling)";
+    if (s[0] < 1 || s[1] < 1 || p[0] < 0 || p[1] < 0) return "strides must be >= 1 and paddings >= 0";
+    int ceil = fl__attr_i(op, "ceil_mode", 0) != 0;
+    int64_t dims[2] = {g->h, g->w}, out[2];
+    for (int i = 0; i < 2; i++) {
+        int64_t span = dims[i] + 2 * p[i] - k[i];
+        out[i] = dims[i] < 0 ? -1 : span < 0 ? 0 : (span + (ceil ? s[i] - 1 : 0)) / s[i] + 1;
+    }
+    g->oh = out[0], g->ow = out[1];
+    if (!g->oh || !g->ow) return "the pool window is larger than the padded input";
+    return NULL;
+}
+
+static int infer_pool2d(fl_op *op)
+{
+    FL_CHECK(fl__op_check_slots(op));
+    fl_var *x = op->in[0].vars[0];
+    FL_CHECK(need_f32(op, x));
+    FL_CHECK(need_nchw(op, "data_format", x));
+    char xs[96];
+    fl__shape_str(x, xs, sizeof xs);
+    if (x->ndim != 4) return fl__op_error(op, "input '%s' must be 4-D NCHW [N, C, H, W], is %s", x->name, xs);
+    pool_geo g;
+    const char *why = pool_geo_make(op, x->shape, &g);
+    if (why) {
+        int64_t k[2];
+        attr2(op, "ksize", -1, k);
+        return fl__op_error(op, "input '%s' %s, pool size [%lld, %lld]: %s", x->name, xs, (long long)k[0],
+                            (long long)k[1], why);
+    }
+    int64_t os[4] = {g.n, g.c, g.oh, g.ow};
+    fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, 4, os);
+    return FL_OK;
+}
+
+static int pool_geo_rt(fl_kctx *c, pool_geo *g)
+{
+    FL_CHECK(dense_f32(c, 0));
+    const fl_tensor *x = FL_IN(c, 0);
+    const char *why = x->ndim != 4 ? "the input must be 4-D" : pool_geo_make(c->op, x->shape, g);
+    if (!why) return FL_OK;
+    char xs[96];
+    fl_tensor_describe(x, xs, sizeof xs);
+    return fl__err(FL_EINVAL, "%s: input '%s' %s: %s", c->op->def->type, vname(c, 0, 0), xs, why);
+}
+
+/* Window of output (y, x) clipped to the image: rows [w[0], w[1]), columns [w[2], w[3]). */
+static int pool_window(const pool_geo *g, int64_t y, int64_t x, int64_t w[4])
+{
+    int64_t h0 = y * g->sh - g->ph, w0 = x * g->sw - g->pw;
+    w[0] = h0 > 0 ? h0 : 0;
+    w[1] = h0 + g->kh < g->h ? h0 + g->kh : g->h;
+    w[2] = w0 > 0 ? w0 : 0;
+    w[3] = w0 + g->kw < g->w ? w0 + g->kw : g->w;
+    return w[0] < w[1] && w[2] < w[3]; /* 0: the window lies in the padding only */
+}
+
+/* Index (in the image) of the first maximum of the window, -1 if the window is empty. */
+static int64_t pool_argmax(const pool_geo *g, const float *img, int64_t y, int64_t x)
+{
+    int64_t w[4];
+    if (!pool_window(g, y, x, w)) return -1;
+    int64_t best = w[0] * g->w + w[2];
+    for (int64_t i = w[0]; i < w[1]; i++)
+        for (int64_t j = w[2]; j < w[3]; j++)
+            if (img[i * g->w + j] > img[best]) best = i * g->w + j;
+    return best;
+}
+
+/* Divisor of an avg window: its clipped size (exclusive) or kh*kw. */
+static float pool_div(const pool_geo *g, const int64_t w[4])
+{
+    return (float)(g->excl ? (w[1] - w[0]) * (w[3] - w[2]) : g->kh * g->kw);
+}
+
+static int run_pool2d(fl_kctx *c)
+{
+    pool_geo g;
+    FL_CHECK(pool_geo_rt(c, &g));
+    fl_tensor *x = FL_IN(c, 0), *out = FL_OUT(c, 0);
+    int64_t os[4] = {g.n, g.c, g.oh, g.ow}, hw = g.h * g.w;
+    FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, 4, os));
+    out->lod_n = 0;
+    for (int64_t nc = 0; nc < g.n * g.c; nc++) {
+        const float *img = (const float *)x->data + nc * hw;
+        float *o = (float *)out->data + nc * g.oh * g.ow;
+        for (int64_t y = 0; y < g.oh; y++)
+            for (int64_t xx = 0; xx < g.ow; xx++) {
+                if (g.max) {
+                    int64_t a = pool_argmax(&g, img, y, xx);
+                    o[y * g.ow + xx] = a < 0 ? 0.0f : img[a];
+                    continue;
+                }
+                int64_t w[4];
+                float s = 0.0f;
+                if (!pool_window(&g, y, xx, w)) {
+                    o[y * g.ow + xx] = 0.0f;
+                    continue;
+                }
+                for (int64_t i = w[0]; i < w[1]; i++)
+                    for (int64_t j = w[2]; j < w[3]; j++) s += img[i * g.w + j];
+                o[y * g.ow + xx] = s / pool_div(&g, w);
+            }
+    }
+    return FL_OK;
+}
+
+/* Grad op: inputs X, Out, Out@GRAD -> X@GRAD.  max: each dOut goes to the first maximum
+ * of its window (Paddle: the first x equal to out); avg: dOut / divisor over the window. */
+static int run_pool2d_grad(fl_kctx *c)
+{
+    pool_geo g;
+    FL_CHECK(pool_geo_rt(c, &g));
+    FL_CHECK(dense_f32(c, 2));
+    fl_tensor *x = FL_IN(c, 0), *dy = FL_IN(c, 2), *dx = FL_OUT(c, 0);
+    int64_t hw = g.h * g.w, ohw = g.oh * g.ow;
+    if (dy->numel != g.n * g.c * ohw)
+        return fl__err(FL_EINVAL, "pool2d_grad: gradient '%s' has %lld elements, expected %lld", vname(c, 2, 0),
+                       (long long)dy->numel, (long long)(g.n * g.c * ohw));
+    FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, 4, x->shape));
+    memset(dx->data, 0, (size_t)dx->numel * sizeof(float));
+    dx->lod_n = 0;
+    for (int64_t nc = 0; nc < g.n * g.c; nc++) {
+        const float *img = (const float *)x->data + nc * hw, *d = (const float *)dy->data + nc * ohw;
+        float *gi = (float *)dx->data + nc * hw;
+        for (int64_t y = 0; y < g.oh; y++)
+            for (int64_t xx = 0; xx < g.ow; xx++) {
+                float v = d[y * g.ow + xx];
+                if (g.max) {
+                    int64_t a = pool_argmax(&g, img, y, xx);
+                    if (a >= 0) gi[a] += v;
+                    continue;
+                }
+                int64_t w[4];
+                if (!pool_window(&g, y, xx, w)) continue;
+                v /= pool_div(&g, w);
+                for (int64_t i = w[0]; i < w[1]; i++)
+                    for (int64_t j = w[2]; j < w[3]; j++) gi[i * g.w + j] += v;
+            }
+    }
+    return FL_OK;
+}
+
+static int grad_pool2d(fl_op *op, fl_grad_ctx *g)
+{
+    fl_var *x = op->in[0].vars[0], *out = op->out[0].vars[0];
+    fl_var *dout = fl__grad_of(g, out), *dx = fl__grad_for(g, x);
+    if (!dout || !dx) return FL_OK;
+    fl_io in[3] = {FL_IO1("X", x), FL_IO1("Out", out), FL_IO1("Out@GRAD", dout)};
+    fl_io o = FL_IO1("X@GRAD", dx);
+    return grad_append(op, "pool2d_grad", in, 3, &o, 1);
+}
+
+static const fl_op_def def_pool2d = {"pool2d", {"X"}, {"Out"}, infer_pool2d, run_pool2d, grad_pool2d, NULL};
+static const fl_op_def def_pool2d_grad = {"pool2d_grad", {"X", "Out", "Out@GRAD"}, {"X@GRAD"}, infer_nop,
+                                          run_pool2d_grad, NULL, NULL};
+
+fl_var *fl_layer_pool2d_ex(fl_var *input, const char *pool_type, const fl_pool2d_attr *attr)
+{
+    fl_prog *p = fl__prog_of(&input, 1);
+    if (!p || p->status != FL_OK) return NULL;
+    fl_pool2d_attr none;
+    memset(&none, 0, sizeof none);
+    if (!attr) attr = &none;
+    const char *t = pool_type ? pool_type : "max";
+    if (strcmp(t, "max") && strcmp(t, "avg")) {
+        fl__prog_error(p, FL_EINVAL, "pool2d: pool_type '%s' (input '%s') must be 'max' or 'avg'", t, input->name);
+        return NULL;
+    }
+    int64_t k[2], s[2], pd[2];
+    for (int i = 0; i < 2; i++) {
+        k[i] = attr->global_pooling ? -1 : attr->pool_size[i];
+        s[i] = attr->stride[i] ? attr->stride[i] : 1;
+        pd[i] = attr->padding[i];
+    }
+    char base[128];
+    fl__unique_name(p, "pool2d", base, sizeof base);
+    int64_t os[4] = {-1, -1, -1, -1};
+    fl_var *out = fl__tmp_var(p, base, FL_FLOAT32, 4, os);
+    if (!out) return NULL;
+    fl_io in = FL_IO1("X", input), o = FL_IO1("Out", out);
+    fl_op *op = fl__op_new(p, "pool2d", &in, 1, &o, 1);
+    if (!op || fl__attr_set_s(op, "pooling_type", t) || fl__attr_set_ints(op, "ksize", k, 2) ||
+        fl__attr_set_i(op, "global_pooling", attr->global_pooling != 0) || fl__attr_set_ints(op, "strides", s, 2) ||
+        fl__attr_set_ints(op, "paddings", pd, 2) || fl__attr_set_i(op, "exclusive", !attr->inclusive) ||
+        fl__attr_set_i(op, "adaptive", 0) || fl__attr_set_i(op, "ceil_mode", attr->ceil_mode != 0) ||
+        fl__attr_set_s(op, "data_format", "NCHW") || fl__op_finish(op))
+        return NULL;
+    return out;
+}
+
+fl_var *fl_layer_pool2d(fl_var *input, int pool_size, const char *pool_type, int pool_stride, int pool_padding,
+                        int global_pooling, int exclusive)
+{
+    fl_prog *p = fl__prog_of(&input, 1);
+    if (!p || p->status != FL_OK) return NULL;
+    if (pool_stride < 1) {
+        fl__prog_error(p, FL_EINVAL, "pool2d: pool_stride %d (input '%s') must be >= 1", pool_stride, input->name);
+        return NULL;
+    }
+    fl_pool2d_attr a = {{pool_size, pool_size}, {pool_stride, pool_stride}, {pool_padding, pool_padding},
+                        global_pooling, !exclusive, 0};
+    return fl_layer_pool2d_ex(input, pool_type, &a);
+}
+
+/* ---- batch_norm ------------------------------------------------------------------------- */
+
+/* Paddle's batch_norm over axis 1 of X [N, C, ...] (rank 2 to 5; statistics over N and the
+ * trailing dims).  Inputs X, Scale, Bias, Mean, Variance (the moving statistics); outputs
+ * Y, MeanOut, VarianceOut (the same variables as Mean / Variance: updated in place),
+ * SavedMean, SavedVariance (the batch mean and the inverse std 1/sqrt(var + eps), for the
+ * gradient).  Training: batch statistics, variance biased (divided by N*S) as Paddle, and
+ * moving = moving*momentum + batch*(1 - momentum).  is_test or use_global_stats: the
+ * moving statistics normalise, nothing is updated, Saved* hold them (so the gradient then
+ * is the one of a fixed affine map).  Attributes momentum, epsilon, is_test,
+ * use_global_stats, data_layout. */
+static int infer_batch_norm(fl_op *op)
+{
+    FL_CHECK(fl__op_check_slots(op));
+    fl_var *x = op->in[0].vars[0];
+    FL_CHECK(need_f32(op, x));
+    FL_CHECK(need_nchw(op, "data_layout", x));
+    char xs[96];
+    fl__shape_str(x, xs, sizeof xs);
+    if (x->ndim < 2 || x->ndim > 5)
+        return fl__op_error(op, "input '%s' must have rank 2 to 5 ([N, C] or NCHW), is %s", x->name, xs);
+    int64_t C = x->shape[1];
+    for (int s = 1; s < 5; s++) {
+        fl_var *v = op->in[s].vars[0];
+        FL_CHECK(need_f32(op, v));
+        if (C > 0 && fl__dims_prod(v->shape, 0, v->ndim) != C)
+            return fl__op_error(op, "%s '%s' must have %lld elements (channels of input '%s' %s)",
+                                op->def->in_names[s], v->name, (long long)C, x->name, xs);
+    }
+    double eps = fl__attr_f(op, "epsilon", 1e-5), mom = fl__attr_f(op, "momentum", 0.9);
+    if (!((float)eps >= 0.0f && (float)eps <= 0.001f) || !(mom >= 0.0 && mom <= 1.0)) /* Paddle: float compare */
+        return fl__op_error(op, "epsilon %g must be in [0, 0.001] and momentum %g in [0, 1] (input '%s')", eps, mom,
+                            x->name);
+    fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, x->ndim, x->shape);
+    op->out[0].vars[0]->lod_level = x->lod_level;
+    for (int s = 1; s < 5; s++) {
+        fl_var *v = op->out[s].vars[0];
+        if (!v->persistable) fl__var_set_shape(v, FL_FLOAT32, 1, &C);
+    }
+    return FL_OK;
+}
+
+/* Run-time layout [N, C, S] of X, with Scale .. Variance checked to hold C values. */
+static int bn_dims(fl_kctx *c, int64_t *n, int64_t *ch, int64_t *s, int nparam)
+{
+    FL_CHECK(dense_f32(c, 0));
+    const fl_tensor *x = FL_IN(c, 0);
+    if (x->ndim < 2 || x->ndim > 5)
+        return fl__err(FL_EINVAL, "%s: input '%s' must have rank 2 to 5, has %d", c->op->def->type, vname(c, 0, 0),
+                       x->ndim);
+    *n = x->shape[0], *ch = x->shape[1], *s = fl__dims_prod(x->shape, 2, x->ndim);
+    for (int k = 1; k <= nparam; k++) {
+        FL_CHECK(dense_f32(c, k));
+        if (FL_IN(c, k)->numel != *ch)
+            return fl__err(FL_EINVAL, "%s: '%s' has %lld values, input '%s' has %lld channels", c->op->def->type,
+                           vname(c, k, 0), (long long)FL_IN(c, k)->numel, vname(c, 0, 0), (long long)*ch);
+    }
+    return FL_OK;
+}
+
+static int run_batch_norm(fl_kctx *c)
+{
+    int64_t N, C, S;
+    FL_CHECK(bn_dims(c, &N, &C, &S, 4));
+    fl_tensor *x = FL_IN(c, 0), *y = FL_OUT(c, 0);
+    const float *scale = FL_IN(c, 1)->data, *bias = FL_IN(c, 2)->data;
+    const float *mean_in = FL_IN(c, 3)->data, *var_in = FL_IN(c, 4)->data;
+    float eps = (float)fl__attr_f(c->op, "epsilon", 1e-5), mom = (float)fl__attr_f(c->op, "momentum", 0.9);
+    int global = fl__attr_i(c->op, "is_test", 0) || fl__attr_i(c->op, "use_global_stats", 0);
+    if (!global && N * S == 0)
+        return fl__err(FL_EINVAL, "batch_norm: input '%s' is empty: no batch statistics", vname(c, 0, 0));
+    FL_CHECK(fl__tensor_reshape_raw(y, FL_FLOAT32, x->ndim, x->shape));
+    FL_CHECK(fl__tensor_share_lod(y, x));
+    fl_tensor *mo = FL_OUT(c, 1), *vo = FL_OUT(c, 2), *sm = FL_OUT(c, 3), *sv = FL_OUT(c, 4);
+    /* MeanOut / VarianceOut are normally the input tensors themselves: same shape, no
+     * reallocation, updated element by element below */
+    FL_CHECK(fl__tensor_reshape_raw(mo, FL_FLOAT32, FL_IN(c, 3)->ndim, FL_IN(c, 3)->shape));
+    FL_CHECK(fl__tensor_reshape_raw(vo, FL_FLOAT32, FL_IN(c, 4)->ndim, FL_IN(c, 4)->shape));
+    FL_CHECK(fl__tensor_reshape_raw(sm, FL_FLOAT32, 1, &C));
+    FL_CHECK(fl__tensor_reshape_raw(sv, FL_FLOAT32, 1, &C));
+    float *mout = mo->data, *vout = vo->data, *smd = sm->data, *svd = sv->data;
+    const float *xd = x->data;
+    for (int64_t ch = 0; ch < C; ch++) {
+        double mean, var;
+        if (global) {
+            mean = mean_in[ch], var = var_in[ch];
+        } else {
+            double s1 = 0.0, s2 = 0.0;
+            for (int64_t n = 0; n < N; n++) {
+                const float *restrict r = xd + (n * C + ch) * S;
+                float part = 0.0f;
+                for (int64_t i = 0; i < S; i++) part += r[i];
+                s1 += part;
+            }
+            mean = s1 / (double)(N * S);
+            const float m = (float)mean;
+            for (int64_t n = 0; n < N; n++) {
+                const float *restrict r = xd + (n * C + ch) * S;
+                float part = 0.0f;
+                for (int64_t i = 0; i < S; i++) part += (r[i] - m) * (r[i] - m);
+                s2 += part;
+            }
+            var = s2 / (double)(N * S);
+        }
+        float inv = (float)(1.0 / sqrt(var + eps));
+        smd[ch] = (float)mean;
+        svd[ch] = inv;
+        mout[ch] = global ? mean_in[ch] : mean_in[ch] * mom + (float)mean * (1.0f - mom);
+        vout[ch] = global ? var_in[ch] : var_in[ch] * mom + (float)var * (1.0f - mom);
+        const float a = scale[ch] * inv, b = bias[ch] - (float)mean * a;
+        for (int64_t n = 0; n < N; n++) {
+            const float *restrict r = xd + (n * C + ch) * S;
+            float *restrict o = (float *)y->data + (n * C + ch) * S;
+            for (int64_t i = 0; i < S; i++) o[i] = r[i] * a + b;
+        }
+    }
+    return FL_OK;
+}
+
+/* Grad op: inputs X, Scale, SavedMean, SavedVariance (inverse std), Y@GRAD; outputs
+ * X@GRAD, Scale@GRAD, Bias@GRAD (as requested).  With xh = (x - mean) * inv, M = N*S:
+ *   dBias = sum dy, dScale = sum dy * xh,
+ *   dX = scale * inv / M * (M dy - dBias - xh dScale)   (training: the batch statistics
+ *        depend on X), or scale * inv * dy (is_test / use_global_stats). */
+static int run_batch_norm_grad(fl_kctx *c)
+{
+    int64_t N, C, S;
+    FL_CHECK(bn_dims(c, &N, &C, &S, 3));
+    FL_CHECK(dense_f32(c, 4));
+    fl_tensor *x = FL_IN(c, 0), *dyt = FL_IN(c, 4), *dx = FL_OUT(c, 0), *ds = FL_OUT(c, 1), *db = FL_OUT(c, 2);
+    if (dyt->numel != x->numel)
+        return fl__err(FL_EINVAL, "batch_norm_grad: gradient '%s' has %lld elements, input '%s' %lld", vname(c, 4, 0),
+                       (long long)dyt->numel, vname(c, 0, 0), (long long)x->numel);
+    const float *xd = x->data, *dy = dyt->data, *scale = FL_IN(c, 1)->data, *mean = FL_IN(c, 2)->data,
+                *inv = FL_IN(c, 3)->data;
+    int global = fl__attr_i(c->op, "is_test", 0) || fl__attr_i(c->op, "use_global_stats", 0);
+    if (dx) {
+        FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, x->ndim, x->shape));
+        FL_CHECK(fl__tensor_share_lod(dx, x));
+    }
+    if (ds) FL_CHECK(fl__tensor_reshape_raw(ds, FL_FLOAT32, 1, &C));
+    if (db) FL_CHECK(fl__tensor_reshape_raw(db, FL_FLOAT32, 1, &C));
+    const double M = (double)(N * S);
+    for (int64_t ch = 0; ch < C; ch++) {
+        const float m = mean[ch], iv = inv[ch];
+        double sb = 0.0, ss = 0.0;
+        for (int64_t n = 0; n < N; n++) {
+            const float *restrict r = xd + (n * C + ch) * S, *restrict g = dy + (n * C + ch) * S;
+            float pb = 0.0f, ps = 0.0f;
+            for (int64_t i = 0; i < S; i++) {
+                pb += g[i];
+                ps += g[i] * (r[i] - m);
+            }
+            sb += pb;
+            ss += ps;
+        }
+        ss *= iv; /* sum dy * xh */
+        if (ds) ((float *)ds->data)[ch] = (float)ss;
+        if (db) ((float *)db->data)[ch] = (float)sb;
+        if (!dx) continue;
+        const float k = scale[ch] * iv;
+        const float kb = global || M == 0 ? 0.0f : (float)(sb / M), ks = global || M == 0 ? 0.0f : (float)(ss / M);
+        for (int64_t n = 0; n < N; n++) {
+            const float *restrict r = xd + (n * C + ch) * S, *restrict g = dy + (n * C + ch) * S;
+            float *restrict o = (float *)dx->data + (n * C + ch) * S;
+            for (int64_t i = 0; i < S; i++) o[i] = k * (g[i] - kb - (r[i] - m) * iv * ks);
+        }
+    }
+    return FL_OK;
+}
+
+static int grad_batch_norm(fl_op *op, fl_grad_ctx *g)
+{
+    fl_var *dy = fl__grad_of(g, op->out[0].vars[0]);
+    if (!dy) return FL_OK;
+    fl_var *gv[3] = {fl__grad_for(g, op->in[0].vars[0]), fl__grad_for(g, op->in[1].vars[0]),
+                     fl__grad_for(g, op->in[2].vars[0])};
+    static const char *const names[3] = {"X@GRAD", "Scale@GRAD", "Bias@GRAD"};
+    fl_io o[3];
+    int no = 0;
+    for (int i = 0; i < 3; i++)
+        if (gv[i]) o[no++] = (fl_io){names[i], &gv[i], 1};
+    if (!no) return FL_OK;
+    fl_io in[5] = {FL_IO1("X", op->in[0].vars[0]), FL_IO1("Scale", op->in[1].vars[0]),
+                   FL_IO1("SavedMean", op->out[3].vars[0]), FL_IO1("SavedVariance", op->out[4].vars[0]),
+                   FL_IO1("Y@GRAD", dy)};
+    return grad_append(op, "batch_norm_grad", in, 5, o, no);
+}
+
+static const fl_op_def def_batch_norm = {"batch_norm", {"X", "Scale", "Bias", "Mean", "Variance"},
+                                         {"Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"},
+                                         infer_batch_norm, run_batch_norm, grad_batch_norm, NULL};
+static const fl_op_def def_batch_norm_grad = {"batch_norm_grad", {"X", "Scale", "SavedMean", "SavedVariance", "Y@GRAD"},
+                                              {"X@GRAD", "Scale@GRAD", "Bias@GRAD"}, infer_nop, run_batch_norm_grad,
+                                              NULL, NULL};
+
+/* Moving statistic: an existing persistable [C] variable of that name is shared. */
+static fl_var *bn_moving(fl_prog *p, const char *name, int64_t C, float init, const fl_var *x)
+{
+    fl_var *v = fl_prog_var(p, name);
+    if (!v) return fl__persistable_create(p, name, FL_FLOAT32, 1, &C, init);
+    if (v->persistable && v->dtype == FL_FLOAT32 && fl__dims_prod(v->shape, 0, v->ndim) == C) return v;
+    char vs[96];
+    fl__shape_str(v, vs, sizeof vs);
+    fl__prog_error(p, FL_EINVAL, "batch_norm: moving statistic '%s' %s cannot be shared with input '%s' of %lld "
+                   "channels (needs a persistable float32 [%lld])", name, vs, x->name, (long long)C, (long long)C);
+    return NULL;
+}
+
+fl_var *fl_layer_batch_norm(fl_var *input, const char *act, int is_test, float momentum, float epsilon,
+                            const fl_batch_norm_attr *attr)
+{
+    fl_prog *p = fl__prog_of(&input, 1);
+    if (!p || p->status != FL_OK) return NULL;
+    fl_batch_norm_attr none;
+    memset(&none, 0, sizeof none);
+    if (!attr) attr = &none;
+    char xs[96];
+    fl__shape_str(input, xs, sizeof xs);
+    int a = act_code(act);
+    if (input->ndim < 2 || input->ndim > 5 || input->shape[1] <= 0 || a < 0) {
+        fl__prog_error(p, FL_EINVAL, "batch_norm: input '%s' %s must have rank 2 to 5 with a known channel count "
+                       "(dim 1), and act '%s' must be relu, tanh, sigmoid, softmax, softsign or NULL", input->name,
+                       xs, act ? act : "NULL");
+        return NULL;
+    }
+    int64_t C = input->shape[1];
+    char base[128], nm[4][192];
+    fl__unique_name(p, "batch_norm", base, sizeof base);
+    const char *given[4] = {attr->scale.name, attr->bias.name, attr->moving_mean_name, attr->moving_variance_name};
+    static const char *const suffix[4] = {"w_0", "b_0", "w_1", "w_2"}; /* Paddle's names */
+    for (int i = 0; i < 4; i++) {
+        if (given[i]) snprintf(nm[i], sizeof nm[i], "%s", given[i]); else snprintf(nm[i], sizeof nm[i], "%s.%s", base, suffix[i]);
+    }
+    fl_var *v[5];
+    v[0] = input;
+    if (!(v[1] = fl__param_create(p, nm[0], 1, &C, &attr->scale, fl_init_constant(1.0f), 0, 0)) ||
+        !(v[2] = fl__param_create(p, nm[1], 1, &C, &attr->bias, fl_init_constant(0.0f), 0, 0)) ||
+        !(v[3] = bn_moving(p, nm[2], C, 0.0f, input)) || !(v[4] = bn_moving(p, nm[3], C, 1.0f, input)))
+        return NULL;
+    fl_var *sm = fl__tmp_var(p, base, FL_FLOAT32, 1, &C), *sv = sm ? fl__tmp_var(p, base, FL_FLOAT32, 1, &C) : NULL;
+    fl_var *y = sv ? fl__tmp_var(p, base, FL_FLOAT32, input->ndim, input->shape) : NULL;
+    if (!y) return NULL;
+    sm->stop_gradient = sv->stop_gradient = 1;
+    static const char *const in_names[5] = {"X", "Scale", "Bias", "Mean", "Variance"};
+    static const char *const out_names[5] = {"Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"};
+    fl_var *ov[5] = {y, v[3], v[4], sm, sv};
+    fl_io ins[5], outs[5];
+    for (int i = 0; i < 5; i++) {
+        ins[i] = (fl_io){in_names[i], &v[i], 1};
+        outs[i] = (fl_io){out_names[i], &ov[i], 1};
+    }
+    fl_op *op = fl__op_new(p, "batch_norm", ins, 5, outs, 5);
+    if (!op || fl__attr_set_f(op, "momentum", momentum) || fl__attr_set_f(op, "epsilon", epsilon) ||
+        fl__attr_set_i(op, "is_test", is_test != 0) || fl__attr_set_i(op, "use_global_stats", attr->use_global_stats != 0) ||
+        fl__attr_set_s(op, "data_layout", "NCHW") || fl__op_finish(op))
+        return NULL;
+    return post_act(y, a);
+}
+
+const fl_op_def *const fl__ops_conv[] = {&def_conv2d,     &def_conv2d_grad,     &def_pool2d, &def_pool2d_grad,
+                                         &def_batch_norm, &def_batch_norm_grad, NULL};
