@@ -1,5 +1,6 @@
 /* test_tensor.c - tensors, LoD and SelectedRows validation. */
 #include "testhelp.h"
+#include "tensor/tensor_internal.h"
 
 TEST(create_and_resize)
 {
@@ -78,4 +79,32 @@ TEST(error_strings)
     CHECK(fl_last_error()[0] == 0);
 }
 
-TEST_MAIN(T(create_and_resize), T(bad_shapes), T(lod_validation), T(selected_rows), T(error_strings))
+/* fl__sgemm against a naive product, for every transpose combination, on one thread and
+ * split over two (FLEET_NUM_THREADS=2 engages the helper for products this large). */
+static void sgemm_case(int threads)
+{
+    setenv("FLEET_NUM_THREADS", threads == 2 ? "2" : "1", 1);
+    enum { M = 200, N = 96, K = 150 };
+    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N), *c = malloc(sizeof(float) * M * N);
+    th_fill_uniform(a, M * K, -1, 1, 1);
+    th_fill_uniform(b, K * N, -1, 1, 2);
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            for (int i = 0; i < M * N; i++) c[i] = 1.0f;
+            /* A is [M,K] (or [K,M] when transposed), B is [K,N] (or [N,K]) */
+            fl__sgemm(ta, tb, M, N, K, 0.5f, a, ta ? M : K, b, tb ? K : N, 2.0f, c, N);
+            for (int i = 0; i < M; i += 7)
+                for (int j = 0; j < N; j += 5) {
+                    double r = 0;
+                    for (int k = 0; k < K; k++) r += (double)(ta ? a[k * M + i] : a[i * K + k]) * (tb ? b[j * K + k] : b[k * N + j]);
+                    CHECK_NEAR(c[i * N + j], 0.5 * r + 2.0, 1e-4);
+                }
+        }
+    free(a);
+    free(b);
+    free(c);
+}
+TEST(sgemm_one_thread) { sgemm_case(1); }
+TEST(sgemm_two_threads) { sgemm_case(2); }
+
+TEST_MAIN(T(sgemm_one_thread), T(sgemm_two_threads), T(create_and_resize), T(bad_shapes), T(lod_validation), T(selected_rows), T(error_strings))

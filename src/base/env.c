@@ -4,6 +4,8 @@
  *
  *   FLEET_LOG_LEVEL    error|warn|info|debug|trace (default warn)
  *   FLEET_LOG_SUBSYS   comma list of subsystems, "all", ^name excludes (default all)
+ *   FLEET_NUM_THREADS  1 or 2: threads for large matrix products (default 1; see
+ *                      src/tensor/parallel.c)
  *
  * Paddle's launcher variables, read by the role makers (src/fleet/role.c):
  *   PADDLE_TRAINER_ID            this trainer's index (integer in [0, trainers))

@@ -50,6 +50,10 @@ static inline int64_t fl__dims_prod(const int64_t *s, int from, int to)
 void fl__sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                int64_t ldc);
+/* Runs the sgemm on two threads when FLEET_NUM_THREADS=2 and it is large enough; returns 0
+ * (doing nothing) otherwise.  parallel.c. */
+int fl__sgemm_parallel(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                       int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 void fl__vadd(float *restrict y, const float *restrict a, const float *restrict b, int64_t n);
 void fl__vaxpy(float *restrict y, float alpha, const float *restrict x, int64_t n); /* y += a*x */
 void fl__vscale(float *restrict y, float alpha, const float *restrict x, int64_t n); /* y = a*x */

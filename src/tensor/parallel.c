@@ -1,0 +1,119 @@
+/*
+ * parallel.c - splits large sgemm calls over two threads.
+ *
+ * OpenBLAS's own threads cost about 30 us to wake on this kind of machine and split
+ * small matrices poorly; a training step of a small model is a chain of 100-500 us
+ * GEMMs.  With FLEET_NUM_THREADS=2 one helper thread takes half of the rows of C of each
+ * sgemm of at least 2^20 multiply-adds; it spins for a short while after each job (so the
+ * next GEMM of the step starts at once) and then sleeps on a condition variable.  OpenBLAS
+ * is then kept single-threaded.  When the helper is busy (another thread of the process is
+ * using it) a call simply runs on its own thread.  Default FLEET_NUM_THREADS=1: no helper,
+ * OpenBLAS threads as configured by the user.
+ */
+#include <cblas.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "tensor_internal.h"
+
+#define SPIN_NS 200000ull /* helper spins this long after a job before sleeping */
+#define MIN_WORK (1ll << 20)
+
+typedef struct {
+    int ta, tb;
+    int64_t m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+} gemm_job;
+
+static struct {
+    pthread_once_t once;
+    int enabled;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_int busy;     /* a caller owns the helper */
+    atomic_int state;    /* 0 idle, 1 job posted, 2 job done */
+    atomic_int sleeping; /* helper waits on cv */
+    gemm_job job;
+} pool = {PTHREAD_ONCE_INIT, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, {0}};
+
+static void run_job(const gemm_job *j)
+{
+    cblas_sgemm(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans, j->tb ? CblasTrans : CblasNoTrans, (int)j->m, (int)j->n,
+                (int)j->k, j->alpha, j->a, (int)j->lda, j->b, (int)j->ldb, j->beta, j->c, (int)j->ldc);
+}
+
+static void *helper_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        uint64_t t0 = fl__now_ns();
+        while (atomic_load(&pool.state) != 1) {
+            if (fl__now_ns() - t0 > SPIN_NS) {
+                pthread_mutex_lock(&pool.mu);
+                atomic_store(&pool.sleeping, 1);
+                while (atomic_load(&pool.state) != 1) pthread_cond_wait(&pool.cv, &pool.mu);
+                atomic_store(&pool.sleeping, 0);
+                pthread_mutex_unlock(&pool.mu);
+                break;
+            }
+#if defined(__x86_64__)
+            __builtin_ia32_pause();
+#endif
+        }
+        run_job(&pool.job);
+        atomic_store(&pool.state, 2);
+    }
+    return NULL;
+}
+
+static void pool_init(void)
+{
+    int64_t n = 1;
+    if (fl__env_int("FLEET_NUM_THREADS", 1, 1, 2, &n) != FL_OK) {
+        FL_WARN(FL_SUB_TENSOR, "%s; using 1", fl_last_error());
+        n = 1;
+    }
+    if (n < 2) return;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&pool.th, &at, helper_main, NULL) == 0) {
+        openblas_set_num_threads(1);
+        pool.enabled = 1;
+    }
+    pthread_attr_destroy(&at);
+}
+
+int fl__sgemm_parallel(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                       const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    if (m < 16 || m * n * k < MIN_WORK) return 0;
+    pthread_once(&pool.once, pool_init);
+    if (!pool.enabled) return 0;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&pool.busy, &expected, 1)) return 0;
+    /* the helper takes the second half of C's rows (rows of A, or columns of A when transposed) */
+    int64_t m1 = (m / 2 + 7) & ~(int64_t)7;
+    gemm_job j = {ta, tb, m - m1, n, k, lda, ldb, ldc, alpha, beta, ta ? a + m1 : a + m1 * lda, b, c + m1 * ldc};
+    pool.job = j;
+    atomic_store(&pool.state, 1);
+    if (atomic_load(&pool.sleeping)) {
+        pthread_mutex_lock(&pool.mu);
+        pthread_cond_signal(&pool.cv);
+        pthread_mutex_unlock(&pool.mu);
+    }
+    gemm_job mine = {ta, tb, m1, n, k, lda, ldb, ldc, alpha, beta, a, b, c};
+    run_job(&mine);
+    while (atomic_load(&pool.state) != 2) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+    }
+    atomic_store(&pool.state, 0);
+    atomic_store(&pool.busy, 0);
+    return 1;
+}
