@@ -434,6 +434,16 @@ fl_op *fl__op_append(fl_prog *p, const char *type, const fl_io *ins, int nins, c
 
 void fl__prog_set_role(fl_prog *p, int role) { p->cur_role = role; }
 
+int fl__prog_move_last_op(fl_prog *p, int pos)
+{
+    if (p->nops == 0 || pos < 0 || pos >= p->nops) return fl__err(FL_EINVAL, "move op: position %d out of range", pos);
+    fl_op *op = p->ops[p->nops - 1];
+    memmove(p->ops + pos + 1, p->ops + pos, (size_t)(p->nops - 1 - pos) * sizeof *p->ops);
+    p->ops[pos] = op;
+    p->version++;
+    return FL_OK;
+}
+
 int fl__op_check_slots(fl_op *op)
 {
     const fl_op_def *d = op->def;
