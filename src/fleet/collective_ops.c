@@ -15,11 +15,6 @@
 
 #include "comm.h"
 
-static int infer_nop(fl_op *op)
-{
-    (void)op;
-    return FL_OK;
-}
 
 static int get_comm(fl_kctx *c, fl_comm **out)
 {
@@ -221,13 +216,13 @@ static int run_gm_zero(fl_kctx *c)
     return FL_OK;
 }
 
-static const fl_op_def def_broadcast = {"c_broadcast", {"X"}, {"Out"}, infer_nop, run_broadcast, NULL};
-static const fl_op_def def_ar_start = {"c_allreduce_start", {"X"}, {NULL}, infer_nop, run_ar_start, NULL};
-static const fl_op_def def_ar_wait = {"c_allreduce_wait", {"X"}, {"Out"}, infer_nop, run_ar_wait, NULL};
-static const fl_op_def def_sparse_ag = {"c_sparse_allgather", {"X"}, {"Out"}, infer_nop, run_sparse_allgather, NULL};
-static const fl_op_def def_localsgd = {"c_localsgd", {"Param", "Step"}, {"ParamOut", "StepOut"}, infer_nop, run_localsgd, NULL};
-static const fl_op_def def_gm_acc = {"gm_accumulate", {"Grad", "Step"}, {"Merged", "Cond", "StepOut"}, infer_nop, run_gm_accumulate, NULL};
-static const fl_op_def def_gm_zero = {"gm_zero", {"Merged"}, {"MergedOut"}, infer_nop, run_gm_zero, NULL};
+static const fl_op_def def_broadcast = {"c_broadcast", {"X"}, {"Out"}, fl__infer_nop, run_broadcast, NULL};
+static const fl_op_def def_ar_start = {"c_allreduce_start", {"X"}, {NULL}, fl__infer_nop, run_ar_start, NULL};
+static const fl_op_def def_ar_wait = {"c_allreduce_wait", {"X"}, {"Out"}, fl__infer_nop, run_ar_wait, NULL};
+static const fl_op_def def_sparse_ag = {"c_sparse_allgather", {"X"}, {"Out"}, fl__infer_nop, run_sparse_allgather, NULL};
+static const fl_op_def def_localsgd = {"c_localsgd", {"Param", "Step"}, {"ParamOut", "StepOut"}, fl__infer_nop, run_localsgd, NULL};
+static const fl_op_def def_gm_acc = {"gm_accumulate", {"Grad", "Step"}, {"Merged", "Cond", "StepOut"}, fl__infer_nop, run_gm_accumulate, NULL};
+static const fl_op_def def_gm_zero = {"gm_zero", {"Merged"}, {"MergedOut"}, fl__infer_nop, run_gm_zero, NULL};
 
 const fl_op_def *const fl__ops_collective[] = {&def_broadcast, &def_ar_start, &def_ar_wait, &def_sparse_ag,
                                                &def_localsgd, &def_gm_acc, &def_gm_zero, NULL};

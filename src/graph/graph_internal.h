@@ -152,6 +152,14 @@ fl_op *fl__op_new(fl_prog *p, const char *type, const fl_io *ins, int nins, cons
 int fl__op_finish(fl_op *op);
 fl_op *fl__op_append(fl_prog *p, const char *type, const fl_io *ins, int nins, const fl_io *outs,
                      int nouts);
+/* infer() of ops whose outputs are shaped at run time (gradient ops). */
+int fl__infer_nop(fl_op *op);
+/* Name of the first variable of input (out=0) or output (out=1) slot, "?" if empty. */
+const char *fl__kctx_var_name(const fl_kctx *c, int slot, int out);
+/* Run-time check: input `slot` is a dense float32 tensor (error names op and variable). */
+int fl__kctx_dense_f32(const fl_kctx *c, int slot);
+/* Build-time check: v is float32 (error names op and variable). */
+int fl__op_need_f32(fl_op *op, const fl_var *v);
 /* For infer(): every declared input and output slot holds exactly one variable (else a
  * build error naming the op and slot).  Ops with optional or list slots check their own. */
 int fl__op_check_slots(fl_op *op);

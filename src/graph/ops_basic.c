@@ -248,12 +248,6 @@ static int run_fc(fl_kctx *c)
     return fl__tensor_share_lod(out, x0);
 }
 
-/* dX = dOut W^T (if X@GRAD), dW = X^T dOut (if Y@GRAD); X flattened at num_flatten_dims. */
-static int infer_nop(fl_op *op)
-{
-    (void)op;
-    return FL_OK;
-}
 
 static int run_mul_grad(fl_kctx *c)
 {
@@ -282,8 +276,8 @@ static int run_col_sum(fl_kctx *c)
     return FL_OK;
 }
 
-static const fl_op_def def_mul_grad = {"mul_grad", {"X", "Y", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"}, infer_nop, run_mul_grad, NULL};
-static const fl_op_def def_col_sum = {"bias_grad", {"Out@GRAD", "Bias"}, {"Bias@GRAD"}, infer_nop, run_col_sum, NULL};
+static const fl_op_def def_mul_grad = {"mul_grad", {"X", "Y", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"}, fl__infer_nop, run_mul_grad, NULL};
+static const fl_op_def def_col_sum = {"bias_grad", {"Out@GRAD", "Bias"}, {"Bias@GRAD"}, fl__infer_nop, run_col_sum, NULL};
 
 static const char *act_grad_type(int a)
 {
@@ -617,7 +611,7 @@ static int grad_softmax(fl_op *op, fl_grad_ctx *g) { return unary_grad(op, g, "s
 
 #define ACT_DEFS(name)                                                                                  \
     static const fl_op_def def_##name = {#name, {"X"}, {"Out"}, infer_same, run_##name, grad_##name};     \
-    static const fl_op_def def_##name##_grad = {#name "_grad", {"Out", "Out@GRAD"}, {"X@GRAD"}, infer_nop, \
+    static const fl_op_def def_##name##_grad = {#name "_grad", {"Out", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, \
                                                 run_##name##_grad, NULL};
 ACT_DEFS(relu)
 ACT_DEFS(tanh)
@@ -725,7 +719,7 @@ static int grad_cross_entropy(fl_op *op, fl_grad_ctx *g)
 }
 
 static const fl_op_def def_cross_entropy = {"cross_entropy", {"X", "Label"}, {"Y"}, fl__infer_label_loss, run_cross_entropy, grad_cross_entropy};
-static const fl_op_def def_cross_entropy_grad = {"cross_entropy_grad", {"X", "Label", "Y@GRAD"}, {"X@GRAD"}, infer_nop, run_cross_entropy_grad, NULL};
+static const fl_op_def def_cross_entropy_grad = {"cross_entropy_grad", {"X", "Label", "Y@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_cross_entropy_grad, NULL};
 
 fl_var *fl_layer_cross_entropy(fl_var *prob, fl_var *label)
 {
@@ -780,7 +774,7 @@ static int grad_mean(fl_op *op, fl_grad_ctx *g)
 }
 
 static const fl_op_def def_mean = {"mean", {"X"}, {"Out"}, infer_mean, run_mean, grad_mean};
-static const fl_op_def def_mean_grad = {"mean_grad", {"X", "Out@GRAD"}, {"X@GRAD"}, infer_nop, run_mean_grad, NULL};
+static const fl_op_def def_mean_grad = {"mean_grad", {"X", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_mean_grad, NULL};
 
 fl_var *fl_layer_mean(fl_var *x)
 {

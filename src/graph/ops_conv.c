@@ -23,29 +23,9 @@ extern const fl_op_def *const fl__ops_conv[];
 
 /* ---- shared helpers ------------------------------------------------------------------ */
 
-static int infer_nop(fl_op *op) { (void)op; return FL_OK; }
 
-static const char *vname(const fl_kctx *c, int slot, int out)
-{
-    const fl_slot *s = out ? &c->op->out[slot] : &c->op->in[slot];
-    return s->n ? s->vars[0]->name : "?";
-}
 
-static int dense_f32(const fl_kctx *c, int slot)
-{
-    const fl_tensor *t = FL_IN(c, slot);
-    if (!t) return fl__err(FL_EINVAL, "%s: input %s is missing", c->op->def->type, c->op->def->in_names[slot]);
-    if (t->dtype != FL_FLOAT32 || t->is_rows)
-        return fl__err(FL_EINVAL, "%s: input '%s' must be a dense float32 tensor, is %s%s", c->op->def->type,
-                       vname(c, slot, 0), fl_dtype_name(t->dtype), t->is_rows ? " SelectedRows" : "");
-    return FL_OK;
-}
 
-static int need_f32(fl_op *op, const fl_var *v)
-{
-    if (v->dtype == FL_FLOAT32) return FL_OK;
-    return fl__op_error(op, "input '%s' must be float32, is %s", v->name, fl_dtype_name(v->dtype));
-}
 
 static int need_nchw(fl_op *op, const char *attr, const fl_var *x)
 {
@@ -186,8 +166,8 @@ static int infer_conv2d(fl_op *op)
     if (op->in[0].n != 1 || op->in[1].n != 1 || op->in[2].n > 1 || op->out[0].n != 1)
         return fl__op_error(op, "needs one Input, one Filter, at most one Bias and one Output");
     fl_var *x = op->in[0].vars[0], *f = op->in[1].vars[0];
-    FL_CHECK(need_f32(op, x));
-    FL_CHECK(need_f32(op, f));
+    FL_CHECK(fl__op_need_f32(op, x));
+    FL_CHECK(fl__op_need_f32(op, f));
     FL_CHECK(need_nchw(op, "data_format", x));
     char xs[96], fs[96];
     fl__shape_str(x, xs, sizeof xs);
@@ -204,7 +184,7 @@ static int infer_conv2d(fl_op *op)
                             (long long)fl__attr_i(op, "groups", 1), why);
     if (op->in[2].n) {
         fl_var *b = op->in[2].vars[0];
-        FL_CHECK(need_f32(op, b));
+        FL_CHECK(fl__op_need_f32(op, b));
         if (fl__dims_prod(b->shape, 0, b->ndim) != g.m)
             return fl__op_error(op, "bias '%s' must have %lld elements (one per filter of '%s')", b->name,
                                 (long long)g.m, f->name);
@@ -217,16 +197,16 @@ static int infer_conv2d(fl_op *op)
 /* Run-time geometry of Input (slot 0) and Filter (slot 1). */
 static int conv_geo_rt(fl_kctx *c, conv_geo *g)
 {
-    FL_CHECK(dense_f32(c, 0));
-    FL_CHECK(dense_f32(c, 1));
+    FL_CHECK(fl__kctx_dense_f32(c, 0));
+    FL_CHECK(fl__kctx_dense_f32(c, 1));
     const fl_tensor *x = FL_IN(c, 0), *f = FL_IN(c, 1);
     const char *why = x->ndim != 4 || f->ndim != 4 ? "input and filter must be 4-D" : conv_geo_make(c->op, x->shape, f->shape, g);
     if (why) {
         char xs[96], fs[96];
         fl_tensor_describe(x, xs, sizeof xs);
         fl_tensor_describe(f, fs, sizeof fs);
-        return fl__err(FL_EINVAL, "%s: input '%s' %s, filter '%s' %s: %s", c->op->def->type, vname(c, 0, 0), xs,
-                       vname(c, 1, 0), fs, why);
+        return fl__err(FL_EINVAL, "%s: input '%s' %s, filter '%s' %s: %s", c->op->def->type, fl__kctx_var_name(c, 0, 0), xs,
+                       fl__kctx_var_name(c, 1, 0), fs, why);
     }
     return FL_OK;
 }
@@ -291,7 +271,7 @@ static int run_conv2d(fl_kctx *c)
     FL_CHECK(conv_geo_rt(c, &g));
     fl_tensor *x = FL_IN(c, 0), *f = FL_IN(c, 1), *b = FL_IN(c, 2), *out = FL_OUT(c, 0);
     if (b && (b->dtype != FL_FLOAT32 || b->numel != g.m))
-        return fl__err(FL_EINVAL, "conv2d: bias '%s' must be float32 with %lld elements", vname(c, 2, 0),
+        return fl__err(FL_EINVAL, "conv2d: bias '%s' must be float32 with %lld elements", fl__kctx_var_name(c, 2, 0),
                        (long long)g.m);
     int64_t os[4] = {g.n, g.m, g.oh, g.ow};
     FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, 4, os));
@@ -339,12 +319,12 @@ static int run_conv2d_grad(fl_kctx *c)
 {
     conv_geo g;
     FL_CHECK(conv_geo_rt(c, &g));
-    FL_CHECK(dense_f32(c, 2));
+    FL_CHECK(fl__kctx_dense_f32(c, 2));
     fl_tensor *x = FL_IN(c, 0), *f = FL_IN(c, 1), *dy = FL_IN(c, 2);
     fl_tensor *dx = FL_OUT(c, 0), *df = FL_OUT(c, 1), *db = FL_OUT(c, 2);
     if (dy->numel != g.n * g.m * g.ohw)
         return fl__err(FL_EINVAL, "conv2d_grad: gradient '%s' has %lld elements, the output of '%s' has %lld",
-                       vname(c, 2, 0), (long long)dy->numel, vname(c, 0, 0), (long long)(g.n * g.m * g.ohw));
+                       fl__kctx_var_name(c, 2, 0), (long long)dy->numel, fl__kctx_var_name(c, 0, 0), (long long)(g.n * g.m * g.ohw));
     int direct = conv_direct(&g);
     float *col = NULL, *dcol = NULL;
     if (!direct) {
@@ -425,7 +405,7 @@ static int grad_conv2d(fl_op *op, fl_grad_ctx *g)
 static const fl_op_def def_conv2d = {"conv2d", {"Input", "Filter", "Bias"}, {"Output"}, infer_conv2d, run_conv2d,
                                      grad_conv2d, NULL};
 static const fl_op_def def_conv2d_grad = {"conv2d_grad", {"Input", "Filter", "Output@GRAD"},
-                                          {"Input@GRAD", "Filter@GRAD", "Bias@GRAD"}, infer_nop, run_conv2d_grad,
+                                          {"Input@GRAD", "Filter@GRAD", "Bias@GRAD"}, fl__infer_nop, run_conv2d_grad,
                                           NULL, NULL};
 
 fl_var *fl_layer_conv2d(fl_var *input, int64_t num_filters, int filter_h, int filter_w, const char *act,
@@ -541,7 +521,7 @@ static int infer_pool2d(fl_op *op)
 {
     FL_CHECK(fl__op_check_slots(op));
     fl_var *x = op->in[0].vars[0];
-    FL_CHECK(need_f32(op, x));
+    FL_CHECK(fl__op_need_f32(op, x));
     FL_CHECK(need_nchw(op, "data_format", x));
     char xs[96];
     fl__shape_str(x, xs, sizeof xs);
@@ -561,13 +541,13 @@ static int infer_pool2d(fl_op *op)
 
 static int pool_geo_rt(fl_kctx *c, pool_geo *g)
 {
-    FL_CHECK(dense_f32(c, 0));
+    FL_CHECK(fl__kctx_dense_f32(c, 0));
     const fl_tensor *x = FL_IN(c, 0);
     const char *why = x->ndim != 4 ? "the input must be 4-D" : pool_geo_make(c->op, x->shape, g);
     if (!why) return FL_OK;
     char xs[96];
     fl_tensor_describe(x, xs, sizeof xs);
-    return fl__err(FL_EINVAL, "%s: input '%s' %s: %s", c->op->def->type, vname(c, 0, 0), xs, why);
+    return fl__err(FL_EINVAL, "%s: input '%s' %s: %s", c->op->def->type, fl__kctx_var_name(c, 0, 0), xs, why);
 }
 
 /* Window of output (y, x) clipped to the image: rows [w[0], w[1]), columns [w[2], w[3]). */
@@ -637,11 +617,11 @@ static int run_pool2d_grad(fl_kctx *c)
 {
     pool_geo g;
     FL_CHECK(pool_geo_rt(c, &g));
-    FL_CHECK(dense_f32(c, 2));
+    FL_CHECK(fl__kctx_dense_f32(c, 2));
     fl_tensor *x = FL_IN(c, 0), *dy = FL_IN(c, 2), *dx = FL_OUT(c, 0);
     int64_t hw = g.h * g.w, ohw = g.oh * g.ow;
     if (dy->numel != g.n * g.c * ohw)
-        return fl__err(FL_EINVAL, "pool2d_grad: gradient '%s' has %lld elements, expected %lld", vname(c, 2, 0),
+        return fl__err(FL_EINVAL, "pool2d_grad: gradient '%s' has %lld elements, expected %lld", fl__kctx_var_name(c, 2, 0),
                        (long long)dy->numel, (long long)(g.n * g.c * ohw));
     FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, 4, x->shape));
     memset(dx->data, 0, (size_t)dx->numel * sizeof(float));
@@ -678,7 +658,7 @@ static int grad_pool2d(fl_op *op, fl_grad_ctx *g)
 }
 
 static const fl_op_def def_pool2d = {"pool2d", {"X"}, {"Out"}, infer_pool2d, run_pool2d, grad_pool2d, NULL};
-static const fl_op_def def_pool2d_grad = {"pool2d_grad", {"X", "Out", "Out@GRAD"}, {"X@GRAD"}, infer_nop,
+static const fl_op_def def_pool2d_grad = {"pool2d_grad", {"X", "Out", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop,
                                           run_pool2d_grad, NULL, NULL};
 
 fl_var *fl_layer_pool2d_ex(fl_var *input, const char *pool_type, const fl_pool2d_attr *attr)
@@ -744,7 +724,7 @@ static int infer_batch_norm(fl_op *op)
 {
     FL_CHECK(fl__op_check_slots(op));
     fl_var *x = op->in[0].vars[0];
-    FL_CHECK(need_f32(op, x));
+    FL_CHECK(fl__op_need_f32(op, x));
     FL_CHECK(need_nchw(op, "data_layout", x));
     char xs[96];
     fl__shape_str(x, xs, sizeof xs);
@@ -753,7 +733,7 @@ static int infer_batch_norm(fl_op *op)
     int64_t C = x->shape[1];
     for (int s = 1; s < 5; s++) {
         fl_var *v = op->in[s].vars[0];
-        FL_CHECK(need_f32(op, v));
+        FL_CHECK(fl__op_need_f32(op, v));
         if (C > 0 && fl__dims_prod(v->shape, 0, v->ndim) != C)
             return fl__op_error(op, "%s '%s' must have %lld elements (channels of input '%s' %s)",
                                 op->def->in_names[s], v->name, (long long)C, x->name, xs);
@@ -774,17 +754,17 @@ static int infer_batch_norm(fl_op *op)
 /* Run-time layout [N, C, S] of X, with Scale .. Variance checked to hold C values. */
 static int bn_dims(fl_kctx *c, int64_t *n, int64_t *ch, int64_t *s, int nparam)
 {
-    FL_CHECK(dense_f32(c, 0));
+    FL_CHECK(fl__kctx_dense_f32(c, 0));
     const fl_tensor *x = FL_IN(c, 0);
     if (x->ndim < 2 || x->ndim > 5)
-        return fl__err(FL_EINVAL, "%s: input '%s' must have rank 2 to 5, has %d", c->op->def->type, vname(c, 0, 0),
+        return fl__err(FL_EINVAL, "%s: input '%s' must have rank 2 to 5, has %d", c->op->def->type, fl__kctx_var_name(c, 0, 0),
                        x->ndim);
     *n = x->shape[0], *ch = x->shape[1], *s = fl__dims_prod(x->shape, 2, x->ndim);
     for (int k = 1; k <= nparam; k++) {
-        FL_CHECK(dense_f32(c, k));
+        FL_CHECK(fl__kctx_dense_f32(c, k));
         if (FL_IN(c, k)->numel != *ch)
             return fl__err(FL_EINVAL, "%s: '%s' has %lld values, input '%s' has %lld channels", c->op->def->type,
-                           vname(c, k, 0), (long long)FL_IN(c, k)->numel, vname(c, 0, 0), (long long)*ch);
+                           fl__kctx_var_name(c, k, 0), (long long)FL_IN(c, k)->numel, fl__kctx_var_name(c, 0, 0), (long long)*ch);
     }
     return FL_OK;
 }
@@ -799,7 +779,7 @@ static int run_batch_norm(fl_kctx *c)
     float eps = (float)fl__attr_f(c->op, "epsilon", 1e-5), mom = (float)fl__attr_f(c->op, "momentum", 0.9);
     int global = fl__attr_i(c->op, "is_test", 0) || fl__attr_i(c->op, "use_global_stats", 0);
     if (!global && N * S == 0)
-        return fl__err(FL_EINVAL, "batch_norm: input '%s' is empty: no batch statistics", vname(c, 0, 0));
+        return fl__err(FL_EINVAL, "batch_norm: input '%s' is empty: no batch statistics", fl__kctx_var_name(c, 0, 0));
     FL_CHECK(fl__tensor_reshape_raw(y, FL_FLOAT32, x->ndim, x->shape));
     FL_CHECK(fl__tensor_share_lod(y, x));
     fl_tensor *mo = FL_OUT(c, 1), *vo = FL_OUT(c, 2), *sm = FL_OUT(c, 3), *sv = FL_OUT(c, 4);
@@ -857,11 +837,11 @@ static int run_batch_norm_grad(fl_kctx *c)
 {
     int64_t N, C, S;
     FL_CHECK(bn_dims(c, &N, &C, &S, 3));
-    FL_CHECK(dense_f32(c, 4));
+    FL_CHECK(fl__kctx_dense_f32(c, 4));
     fl_tensor *x = FL_IN(c, 0), *dyt = FL_IN(c, 4), *dx = FL_OUT(c, 0), *ds = FL_OUT(c, 1), *db = FL_OUT(c, 2);
     if (dyt->numel != x->numel)
-        return fl__err(FL_EINVAL, "batch_norm_grad: gradient '%s' has %lld elements, input '%s' %lld", vname(c, 4, 0),
-                       (long long)dyt->numel, vname(c, 0, 0), (long long)x->numel);
+        return fl__err(FL_EINVAL, "batch_norm_grad: gradient '%s' has %lld elements, input '%s' %lld", fl__kctx_var_name(c, 4, 0),
+                       (long long)dyt->numel, fl__kctx_var_name(c, 0, 0), (long long)x->numel);
     const float *xd = x->data, *dy = dyt->data, *scale = FL_IN(c, 1)->data, *mean = FL_IN(c, 2)->data,
                 *inv = FL_IN(c, 3)->data;
     int global = fl__attr_i(c->op, "is_test", 0) || fl__attr_i(c->op, "use_global_stats", 0);
@@ -922,7 +902,7 @@ static const fl_op_def def_batch_norm = {"batch_norm", {"X", "Scale", "Bias", "M
                                          {"Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"},
                                          infer_batch_norm, run_batch_norm, grad_batch_norm, NULL};
 static const fl_op_def def_batch_norm_grad = {"batch_norm_grad", {"X", "Scale", "SavedMean", "SavedVariance", "Y@GRAD"},
-                                              {"X@GRAD", "Scale@GRAD", "Bias@GRAD"}, infer_nop, run_batch_norm_grad,
+                                              {"X@GRAD", "Scale@GRAD", "Bias@GRAD"}, fl__infer_nop, run_batch_norm_grad,
                                               NULL, NULL};
 
 /* Moving statistic: an existing persistable [C] variable of that name is shared. */

@@ -25,11 +25,6 @@ int fl__infer_label_loss(fl_op *op);
 /* Paddle's kIgnoreIndex: the default ignore_index of softmax_with_cross_entropy. */
 #define IGNORE_INDEX_DEFAULT (-100)
 
-static int infer_nop(fl_op *op)
-{
-    (void)op;
-    return FL_OK;
-}
 
 /* Every slot of the def must hold exactly one variable (a program read from text may omit
  * some). */
@@ -176,7 +171,7 @@ static int grad_swce(fl_op *op, fl_grad_ctx *g)
 static const fl_op_def def_swce = {"softmax_with_cross_entropy", {"Logits", "Label"}, {"Softmax", "Loss"},
                                    infer_swce, run_swce, grad_swce, NULL};
 static const fl_op_def def_swce_grad = {"softmax_with_cross_entropy_grad", {"Label", "Softmax", "Loss@GRAD"},
-                                        {"Logits@GRAD"}, infer_nop, run_swce_grad, NULL, NULL};
+                                        {"Logits@GRAD"}, fl__infer_nop, run_swce_grad, NULL, NULL};
 
 fl_var *fl_layer_softmax_with_cross_entropy(fl_var *logits, fl_var *label)
 {
@@ -291,7 +286,7 @@ static int grad_sce(fl_op *op, fl_grad_ctx *g)
 static const fl_op_def def_sce = {"sigmoid_cross_entropy_with_logits", {"X", "Label"}, {"Out"}, infer_sce, run_sce,
                                   grad_sce, NULL};
 static const fl_op_def def_sce_grad = {"sigmoid_cross_entropy_with_logits_grad", {"X", "Label", "Out@GRAD"},
-                                       {"X@GRAD"}, infer_nop, run_sce_grad, NULL, NULL};
+                                       {"X@GRAD"}, fl__infer_nop, run_sce_grad, NULL, NULL};
 
 fl_var *fl_layer_sigmoid_cross_entropy_with_logits(fl_var *x, fl_var *label)
 {
@@ -386,7 +381,7 @@ static int grad_log_loss(fl_op *op, fl_grad_ctx *g)
 static const fl_op_def def_log_loss = {"log_loss", {"Predicted", "Labels"}, {"Loss"}, infer_log_loss, run_log_loss,
                                        grad_log_loss, NULL};
 static const fl_op_def def_log_loss_grad = {"log_loss_grad", {"Predicted", "Labels", "Loss@GRAD"},
-                                            {"Predicted@GRAD"}, infer_nop, run_log_loss_grad, NULL, NULL};
+                                            {"Predicted@GRAD"}, fl__infer_nop, run_log_loss_grad, NULL, NULL};
 
 fl_var *fl_layer_log_loss(fl_var *pred, fl_var *label, float epsilon)
 {

@@ -10,30 +10,9 @@
 
 #include "graph_internal.h"
 
-static int infer_nop(fl_op *op) { (void)op; return FL_OK; }
 
-static const char *vname(const fl_kctx *c, int slot, int out)
-{
-    const fl_slot *s = out ? &c->op->out[slot] : &c->op->in[slot];
-    return s->n ? s->vars[0]->name : "?";
-}
 
-/* Run-time check that input `slot` is a dense float32 tensor. */
-static int dense_f32(const fl_kctx *c, int slot)
-{
-    const fl_tensor *t = FL_IN(c, slot);
-    if (!t) return fl__err(FL_EINVAL, "%s: input %s is missing", c->op->def->type, c->op->def->in_names[slot]);
-    if (t->dtype != FL_FLOAT32 || t->is_rows)
-        return fl__err(FL_EINVAL, "%s: input '%s' must be a dense float32 tensor, is %s%s", c->op->def->type,
-                       vname(c, slot, 0), fl_dtype_name(t->dtype), t->is_rows ? " SelectedRows" : "");
-    return FL_OK;
-}
 
-static int need_f32(fl_op *op, const fl_var *v)
-{
-    if (v->dtype == FL_FLOAT32) return FL_OK;
-    return fl__op_error(op, "input '%s' must be float32, is %s", v->name, fl_dtype_name(v->dtype));
-}
 
 /* infer(): output `slot` takes the shape and LoD level of input X. */
 static fl_var *out_like_x(fl_op *op, int slot)
@@ -134,8 +113,8 @@ static int infer_ew(fl_op *op)
 {
     FL_CHECK(fl__op_check_slots(op)); /* one variable per slot */
     fl_var *x = op->in[0].vars[0], *y = op->in[1].vars[0];
-    FL_CHECK(need_f32(op, x));
-    FL_CHECK(need_f32(op, y));
+    FL_CHECK(fl__op_need_f32(op, x));
+    FL_CHECK(fl__op_need_f32(op, y));
     int axis = (int)fl__attr_i(op, "axis", -1);
     ew_dims d;
     int code = ew_layout(x->shape, x->ndim, y->shape, y->ndim, axis, 1, &d);
@@ -157,8 +136,8 @@ static int infer_ew(fl_op *op)
 /* Run-time layout of X (slot 0) and Y (slot 1). */
 static int ew_runtime(fl_kctx *c, ew_dims *d)
 {
-    FL_CHECK(dense_f32(c, 0));
-    FL_CHECK(dense_f32(c, 1));
+    FL_CHECK(fl__kctx_dense_f32(c, 0));
+    FL_CHECK(fl__kctx_dense_f32(c, 1));
     const fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1);
     int axis = (int)fl__attr_i(c->op, "axis", -1);
     if (ew_layout(x->shape, x->ndim, y->shape, y->ndim, axis, 0, d)) {
@@ -166,7 +145,7 @@ static int ew_runtime(fl_kctx *c, ew_dims *d)
         fl_tensor_describe(x, xs, sizeof xs);
         fl_tensor_describe(y, ys, sizeof ys);
         return fl__err(FL_EINVAL, "%s: Y '%s' %s does not broadcast to X '%s' %s (axis %d)", c->op->def->type,
-                       vname(c, 1, 0), ys, vname(c, 0, 0), xs, axis);
+                       fl__kctx_var_name(c, 1, 0), ys, fl__kctx_var_name(c, 0, 0), xs, axis);
     }
     return FL_OK;
 }
@@ -257,11 +236,11 @@ static int run_ew_grad(fl_kctx *c)
     int kind = ew_kind(c);
     ew_dims d;
     FL_CHECK(ew_runtime(c, &d));
-    FL_CHECK(dense_f32(c, 2));
+    FL_CHECK(fl__kctx_dense_f32(c, 2));
     fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1), *gt = FL_IN(c, 2), *dx = FL_OUT(c, 0), *dy = FL_OUT(c, 1);
     if (gt->numel != x->numel)
         return fl__err(FL_EINVAL, "%s: gradient '%s' has %lld elements, X '%s' has %lld", c->op->def->type,
-                       vname(c, 2, 0), (long long)gt->numel, vname(c, 0, 0), (long long)x->numel);
+                       fl__kctx_var_name(c, 2, 0), (long long)gt->numel, fl__kctx_var_name(c, 0, 0), (long long)x->numel);
     if (dx) {
         FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, x->ndim, x->shape));
         switch (kind) {
@@ -297,7 +276,7 @@ static int grad_ew(fl_op *op, fl_grad_ctx *g)
 #define EW_DEFS(name)                                                                              \
     static const fl_op_def def_##name = {"elementwise_" #name, {"X", "Y"}, {"Out"}, infer_ew, run_ew, grad_ew}; \
     static const fl_op_def def_##name##_grad = {"elementwise_" #name "_grad", {"X", "Y", "Out@GRAD"}, \
-                                                {"X@GRAD", "Y@GRAD"}, infer_nop, run_ew_grad, NULL};
+                                                {"X@GRAD", "Y@GRAD"}, fl__infer_nop, run_ew_grad, NULL};
 EW_DEFS(add)
 EW_DEFS(sub)
 EW_DEFS(mul)
@@ -323,7 +302,7 @@ static int infer_scale(fl_op *op)
 {
     FL_CHECK(fl__op_check_slots(op));
     fl_var *x = op->in[0].vars[0];
-    FL_CHECK(need_f32(op, x));
+    FL_CHECK(fl__op_need_f32(op, x));
     out_like_x(op, 0)->is_sparse_grad = x->is_sparse_grad;
     return FL_OK;
 }
@@ -332,7 +311,7 @@ static int run_scale(fl_kctx *c)
 {
     fl_tensor *x = FL_IN(c, 0), *out = FL_OUT(c, 0);
     if (x->dtype != FL_FLOAT32)
-        return fl__err(FL_EINVAL, "scale: input '%s' must be float32, is %s", vname(c, 0, 0), fl_dtype_name(x->dtype));
+        return fl__err(FL_EINVAL, "scale: input '%s' must be float32, is %s", fl__kctx_var_name(c, 0, 0), fl_dtype_name(x->dtype));
     float s = (float)fl__attr_f(c->op, "scale", 1.0), b = (float)fl__attr_f(c->op, "bias", 0.0);
     if (!fl__attr_i(c->op, "bias_after_scale", 1)) b *= s;
     FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, x->ndim, x->shape));
@@ -392,7 +371,7 @@ static int infer_dropout(fl_op *op)
 {
     FL_CHECK(fl__op_check_slots(op));
     fl_var *x = op->in[0].vars[0];
-    FL_CHECK(need_f32(op, x));
+    FL_CHECK(fl__op_need_f32(op, x));
     double p = fl__attr_f(op, "dropout_prob", 0.5);
     int up;
     if (!(p >= 0.0 && p <= 1.0)) return fl__op_error(op, "dropout_prob of '%s' must be in [0, 1], got %g", x->name, p);
@@ -406,7 +385,7 @@ static int infer_dropout(fl_op *op)
 
 static int run_dropout(fl_kctx *c)
 {
-    FL_CHECK(dense_f32(c, 0));
+    FL_CHECK(fl__kctx_dense_f32(c, 0));
     fl_tensor *x = FL_IN(c, 0), *out = FL_OUT(c, 0), *mask = FL_OUT(c, 1);
     float p = (float)fl__attr_f(c->op, "dropout_prob", 0.5);
     int up = 0;
@@ -428,7 +407,7 @@ static int run_dropout(fl_kctx *c)
     if (fl__attr_i(c->op, "fix_seed", 0)) {
         seed = fl__hash_u64((uint64_t)fl__attr_i(c->op, "seed", 0) + 0x6a09e667f3bcc909ULL);
     } else {
-        const char *nm = vname(c, 0, 1);
+        const char *nm = fl__kctx_var_name(c, 0, 1);
         seed = fl__hash_u64(c->op->prog->seed) ^ fl__hash_bytes(nm, strlen(nm));
         seed = fl__hash_u64(seed + 0x9e3779b97f4a7c15ULL * (c->step + 1));
     }
@@ -444,12 +423,12 @@ static int run_dropout_grad(fl_kctx *c)
 {
     if (fl__attr_i(c->op, "is_test", 0))
         return fl__err(FL_EINVAL, "dropout_grad: the gradient of dropout is only defined when is_test is 0");
-    FL_CHECK(dense_f32(c, 0));
-    FL_CHECK(dense_f32(c, 1));
+    FL_CHECK(fl__kctx_dense_f32(c, 0));
+    FL_CHECK(fl__kctx_dense_f32(c, 1));
     fl_tensor *mask = FL_IN(c, 0), *g = FL_IN(c, 1), *dx = FL_OUT(c, 0);
     if (mask->numel != g->numel)
-        return fl__err(FL_EINVAL, "dropout_grad: Mask '%s' has %lld elements, gradient '%s' %lld", vname(c, 0, 0),
-                       (long long)mask->numel, vname(c, 1, 0), (long long)g->numel);
+        return fl__err(FL_EINVAL, "dropout_grad: Mask '%s' has %lld elements, gradient '%s' %lld", fl__kctx_var_name(c, 0, 0),
+                       (long long)mask->numel, fl__kctx_var_name(c, 1, 0), (long long)g->numel);
     float p = (float)fl__attr_f(c->op, "dropout_prob", 0.5);
     int up = 0;
     dropout_impl(c->op, &up);
@@ -471,7 +450,7 @@ static int grad_dropout(fl_op *op, fl_grad_ctx *g)
 }
 
 static const fl_op_def def_dropout = {"dropout", {"X"}, {"Out", "Mask"}, infer_dropout, run_dropout, grad_dropout};
-static const fl_op_def def_dropout_grad = {"dropout_grad", {"Mask", "Out@GRAD"}, {"X@GRAD"}, infer_nop, run_dropout_grad, NULL};
+static const fl_op_def def_dropout_grad = {"dropout_grad", {"Mask", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_dropout_grad, NULL};
 
 /* dropout_prob and the implementation are checked by infer (error names op and input). */
 fl_var *fl_layer_dropout(fl_var *x, float prob, const char *implementation)
@@ -523,7 +502,7 @@ static int infer_reduce_sum(fl_op *op)
 {
     FL_CHECK(fl__op_check_slots(op));
     fl_var *x = op->in[0].vars[0], *o = op->out[0].vars[0];
-    FL_CHECK(need_f32(op, x));
+    FL_CHECK(fl__op_need_f32(op, x));
     char red[FL_MAX_DIMS], xs[96];
     int64_t os[FL_MAX_DIMS];
     int n, bad = reduce_dims(op, x->ndim, x->shape, red, os, &n);
@@ -590,13 +569,13 @@ static int reduce_runtime(fl_kctx *c, const fl_tensor *x, char *red, int64_t *os
 {
     if (reduce_dims(c->op, x->ndim, x->shape, red, os, n))
         return fl__err(FL_EINVAL, "%s: attribute 'dim' does not fit input '%s' of rank %d", c->op->def->type,
-                       vname(c, 0, 0), x->ndim);
+                       fl__kctx_var_name(c, 0, 0), x->ndim);
     return FL_OK;
 }
 
 static int run_reduce_sum(fl_kctx *c)
 {
-    FL_CHECK(dense_f32(c, 0));
+    FL_CHECK(fl__kctx_dense_f32(c, 0));
     fl_tensor *x = FL_IN(c, 0), *out = FL_OUT(c, 0);
     char red[FL_MAX_DIMS];
     int64_t os[FL_MAX_DIMS];
@@ -611,14 +590,14 @@ static int run_reduce_sum(fl_kctx *c)
 /* Grad op: inputs X, Out@GRAD; X@GRAD = Out@GRAD broadcast over the reduced dims. */
 static int run_reduce_sum_grad(fl_kctx *c)
 {
-    FL_CHECK(dense_f32(c, 1));
+    FL_CHECK(fl__kctx_dense_f32(c, 1));
     fl_tensor *x = FL_IN(c, 0), *g = FL_IN(c, 1), *dx = FL_OUT(c, 0);
     char red[FL_MAX_DIMS];
     int64_t os[FL_MAX_DIMS];
     int n;
     FL_CHECK(reduce_runtime(c, x, red, os, &n));
     if (g->numel != fl__dims_prod(os, 0, n))
-        return fl__err(FL_EINVAL, "reduce_sum_grad: gradient '%s' has %lld elements, expected %lld", vname(c, 1, 0),
+        return fl__err(FL_EINVAL, "reduce_sum_grad: gradient '%s' has %lld elements, expected %lld", fl__kctx_var_name(c, 1, 0),
                        (long long)g->numel, (long long)fl__dims_prod(os, 0, n));
     FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, x->ndim, x->shape));
     reduce_walk(dx->data, g->data, x->shape, x->ndim, red, x->numel, 1);
@@ -635,7 +614,7 @@ static int grad_reduce_sum(fl_op *op, fl_grad_ctx *g)
 }
 
 static const fl_op_def def_reduce_sum = {"reduce_sum", {"X"}, {"Out"}, infer_reduce_sum, run_reduce_sum, grad_reduce_sum};
-static const fl_op_def def_reduce_sum_grad = {"reduce_sum_grad", {"X", "Out@GRAD"}, {"X@GRAD"}, infer_nop,
+static const fl_op_def def_reduce_sum_grad = {"reduce_sum_grad", {"X", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop,
                                               run_reduce_sum_grad, NULL};
 
 fl_var *fl_layer_reduce_sum(fl_var *x, const int *dims, int ndims, int keep_dim)
@@ -667,8 +646,8 @@ static int infer_cos_sim(fl_op *op)
 {
     FL_CHECK(fl__op_check_slots(op));
     fl_var *x = op->in[0].vars[0], *y = op->in[1].vars[0];
-    FL_CHECK(need_f32(op, x));
-    FL_CHECK(need_f32(op, y));
+    FL_CHECK(fl__op_need_f32(op, x));
+    FL_CHECK(fl__op_need_f32(op, y));
     int ok = x->ndim >= 2 && x->ndim == y->ndim;
     for (int d = 1; ok && d < x->ndim; d++) ok = x->shape[d] == y->shape[d] || x->shape[d] < 0 || y->shape[d] < 0;
     ok = ok && (y->shape[0] == 1 || x->shape[0] == y->shape[0] || x->shape[0] < 0 || y->shape[0] < 0);
@@ -690,8 +669,8 @@ static int infer_cos_sim(fl_op *op)
 /* Run-time shapes: rows of X, rows of Y (N or 1), row length. */
 static int cos_dims(fl_kctx *c, int64_t *n, int64_t *ny, int64_t *len)
 {
-    FL_CHECK(dense_f32(c, 0));
-    FL_CHECK(dense_f32(c, 1));
+    FL_CHECK(fl__kctx_dense_f32(c, 0));
+    FL_CHECK(fl__kctx_dense_f32(c, 1));
     const fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1);
     *n = x->ndim ? x->shape[0] : 1;
     *ny = y->ndim ? y->shape[0] : 1;
@@ -700,8 +679,8 @@ static int cos_dims(fl_kctx *c, int64_t *n, int64_t *ny, int64_t *len)
         char xs[96], ys[96];
         fl_tensor_describe(x, xs, sizeof xs);
         fl_tensor_describe(y, ys, sizeof ys);
-        return fl__err(FL_EINVAL, "%s: X '%s' %s and Y '%s' %s do not match", c->op->def->type, vname(c, 0, 0), xs,
-                       vname(c, 1, 0), ys);
+        return fl__err(FL_EINVAL, "%s: X '%s' %s and Y '%s' %s do not match", c->op->def->type, fl__kctx_var_name(c, 0, 0), xs,
+                       fl__kctx_var_name(c, 1, 0), ys);
     }
     return FL_OK;
 }
@@ -745,7 +724,7 @@ static int run_cos_sim_grad(fl_kctx *c)
     const float *g = FL_IN(c, 5)->data;
     if (FL_IN(c, 2)->numel != n || FL_IN(c, 3)->numel != n || FL_IN(c, 4)->numel != ny || FL_IN(c, 5)->numel != n)
         return fl__err(FL_EINVAL, "cos_sim_grad: Out, XNorm, YNorm or Out@GRAD of '%s' has the wrong size",
-                       vname(c, 0, 0));
+                       fl__kctx_var_name(c, 0, 0));
     if (dx) FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, x->ndim, x->shape));
     if (dy) FL_CHECK(fl__tensor_reshape_raw(dy, FL_FLOAT32, y->ndim, y->shape));
     if (dy) memset(dy->data, 0, (size_t)y->numel * sizeof(float)); /* rows accumulate when Y is broadcast */
@@ -783,7 +762,7 @@ static int grad_cos_sim(fl_op *op, fl_grad_ctx *g)
 static const fl_op_def def_cos_sim = {"cos_sim", {"X", "Y"}, {"Out", "XNorm", "YNorm"}, infer_cos_sim, run_cos_sim,
                                       grad_cos_sim};
 static const fl_op_def def_cos_sim_grad = {"cos_sim_grad", {"X", "Y", "Out", "XNorm", "YNorm", "Out@GRAD"},
-                                           {"X@GRAD", "Y@GRAD"}, infer_nop, run_cos_sim_grad, NULL};
+                                           {"X@GRAD", "Y@GRAD"}, fl__infer_nop, run_cos_sim_grad, NULL};
 
 fl_var *fl_layer_cos_sim(fl_var *x, fl_var *y)
 {

@@ -444,6 +444,34 @@ int fl__prog_move_last_op(fl_prog *p, int pos)
     return FL_OK;
 }
 
+int fl__infer_nop(fl_op *op)
+{
+    (void)op;
+    return FL_OK;
+}
+
+const char *fl__kctx_var_name(const fl_kctx *c, int slot, int out)
+{
+    const fl_slot *s = out ? &c->op->out[slot] : &c->op->in[slot];
+    return s->n ? s->vars[0]->name : "?";
+}
+
+int fl__kctx_dense_f32(const fl_kctx *c, int slot)
+{
+    const fl_tensor *t = FL_IN(c, slot);
+    if (!t) return fl__err(FL_EINVAL, "%s: input %s is missing", c->op->def->type, c->op->def->in_names[slot]);
+    if (t->dtype != FL_FLOAT32 || t->is_rows)
+        return fl__err(FL_EINVAL, "%s: input '%s' must be a dense float32 tensor, is %s%s", c->op->def->type,
+                       fl__kctx_var_name(c, slot, 0), fl_dtype_name(t->dtype), t->is_rows ? " SelectedRows" : "");
+    return FL_OK;
+}
+
+int fl__op_need_f32(fl_op *op, const fl_var *v)
+{
+    if (v->dtype == FL_FLOAT32) return FL_OK;
+    return fl__op_error(op, "input '%s' must be float32, is %s", v->name, fl_dtype_name(v->dtype));
+}
+
 int fl__op_check_slots(fl_op *op)
 {
     const fl_op_def *d = op->def;
