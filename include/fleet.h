@@ -10,6 +10,8 @@
 #include "fleet/graph.h"
 #include "fleet/exec.h"
 #include "fleet/io.h"
+#include "fleet/net.h"
+#include "fleet/coll.h"
 #include "fleet/fleet.h"
 
 #endif

@@ -19,13 +19,21 @@
  * Algorithms (sizes are payload bytes = count * dtype size; per-rank for allgather and
  * reduce-scatter):
  *   shared memory  a segment of per-rank slots, each double buffered (2 x chunk_bytes,
- *                  default 256 KiB), and sequence-numbered flags, one cache line each.
- *                  allreduce up to small_max_bytes (default 64 KiB): every rank publishes
- *                  its vector and reduces all of them (one flag wait).  Larger: pipelined
- *                  in chunks; in each chunk rank r reduces the r-th 1/n of it from all
- *                  slots and publishes the result, then every rank copies the other parts
- *                  (reduce-scatter + allgather in shared memory; two flag waits per chunk).
+ *                  default 1 MiB), and sequence-numbered flags, one cache line each.
+ *                  allreduce up to small_max_bytes (default 64 KiB), and at every size
+ *                  with 2 ranks: every rank publishes its vector, chunk by chunk, and
+ *                  reduces all of them in rank order (one flag wait per chunk; with 2 ranks
+ *                  this moves as many bytes between cores as reduce-scatter + allgather,
+ *                  with half the waits).  Larger, with 3 or more ranks: pipelined in
+ *                  chunks; in each chunk rank r reduces the r-th 1/n of it from all slots
+ *                  and publishes the result, then every rank copies the other parts
+ *                  (reduce-scatter + allgather; two flag waits per chunk).  Results of 8 MiB
+ *                  and more are written with streaming stores.
  *                  broadcast/allgather/reduce-scatter: the same slots, chunked.
+ *                  A wait spins for 20 us when the host has a core per rank, then sleeps
+ *                  on a futex that the publishing rank wakes (so a rank that shares its core
+ *                  with other busy processes is not starved); pin one rank per core, as
+ *                  mpirun does, for the lowest latency.
  *   TCP            allreduce up to small_max_bytes: direct exchange (every rank sends its
  *                  vector to every other and reduces in rank order; one round trip).
  *                  Larger: ring reduce-scatter + ring allgather, in chunks of chunk_bytes,
@@ -46,6 +54,8 @@
  * rank that fails sends an abort notice (with the root cause) to every peer, so ranks not
  * adjacent to the failure report the same cause.  After any error the communicator is
  * broken: further calls return FL_ESTATE with the first error; free it and make a new one.
+ * A rank that was late may still complete the call the others gave up on (everything it
+ * needed had arrived); its next call then fails with the others' error.
  *
  * Environment (read in fl_coll_create through src/base/env.c):
  *   FLEET_COLL_TIMEOUT_MS   per-wait deadline when opts->timeout_ms is 0 (default 30000)
@@ -88,7 +98,7 @@ typedef struct {
                                      were published).  Borrowed: it is used during
                                      fl_coll_create only, and the caller frees it. */
     size_t small_max_bytes;       /* 0: 65536.  Latency algorithms up to this size. */
-    size_t chunk_bytes;           /* 0: 262144.  Pipeline chunk (and shm slot size). */
+    size_t chunk_bytes;           /* 0: 1048576.  Pipeline chunk (and shm slot size). */
 } fl_coll_opts;
 
 /* Creates the communicator: listens on endpoints[rank] (unless opts->listener is given),

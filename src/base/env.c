@@ -24,8 +24,10 @@
  *
  * Job secret and networking (src/net, src/coll):
  *   FLEET_JOB_SECRET             hex job secret (set by fleetrun; never logged)
- *   FLEET_JOB_SECRET_FILE        file holding the secret, must be mode 0600
- *   FLEET_COLL_TIMEOUT_MS        deadline of each collective step (default 30000)
+ *   FLEET_JOB_SECRET_FILE        file holding the secret: a regular file owned by the user,
+ *                                mode 0600 or 0400
+ *   FLEET_COLL_TIMEOUT_MS        deadline of each wait inside a collective (default 30000),
+ *                                used when the caller gives no timeout
  */
 #include <errno.h>
 #include <stdlib.h>

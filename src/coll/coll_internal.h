@@ -22,8 +22,9 @@
 #define FL_COLL_MAGIC 0x4c4f4346u /* "FCOL" */
 #define FL_COLL_DEFAULT_TIMEOUT_MS 30000
 #define FL_COLL_DEFAULT_SMALL_MAX (64u << 10)
-#define FL_COLL_DEFAULT_CHUNK (256u << 10)
+#define FL_COLL_DEFAULT_CHUNK (1u << 20)
 #define FL_COLL_MSG_MAX 1024 /* abort reasons */
+#define FL_COLL_NT_MIN (8u << 20) /* results this large are written with streaming stores */
 
 /* What a collective call is; equal on every rank for the same call. */
 typedef enum { K_ALLREDUCE = 1, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_BARRIER } fl__coll_kind;
@@ -82,6 +83,8 @@ struct fl_coll {
     fl__coll_desc cur;        /* descriptor of the op in progress (for abort notices) */
     int failed;               /* first error status, 0 while healthy */
     int abort_seen;           /* set when an abort notice was read */
+    int pending_abort;        /* status of an abort notice for a later op (0: none) */
+    char pending_msg[FL_COLL_MSG_MAX];
     char failmsg[FL_COLL_MSG_MAX];
     void *scratch;            /* grown on demand, 64-byte aligned */
     size_t scratch_cap;
@@ -148,6 +151,10 @@ int fl__shm_barrier(fl_coll *c, const fl__coll_desc *d);
  * exactly (not a partial overlap).  nsrc >= 1. */
 void fl__coll_reduce(void *dst, fl_dtype dst_dt, const void *const *srcs, int nsrc, fl_dtype src_dt, size_t n,
                      fl_coll_op op, int avg_div);
+/* Same, for a dst that is none of srcs, written with non-temporal stores (for results
+ * larger than the caches, which are then not read back before being written). */
+void fl__coll_reduce_nt(void *dst, fl_dtype dst_dt, const void *const *srcs, int nsrc, fl_dtype src_dt, size_t n,
+                        fl_coll_op op, int avg_div);
 /* float16/bfloat16 <-> float32 (round to nearest even; NaN stays NaN). */
 void fl__coll_to_f32(float *dst, const void *src, fl_dtype dt, size_t n);
 void fl__coll_from_f32(void *dst, fl_dtype dt, const float *src, size_t n);

@@ -42,6 +42,8 @@ static int enter(fl_coll *c, const char *fn, fl__coll_desc *d, int kind, size_t 
     d->pad = 0;
     d->root = root;
     c->cur = *d;
+    if (c->pending_abort) /* a peer failed in this op while we finished the previous one */
+        return fl__coll_fail(c, fl__err(c->pending_abort, "%s", c->pending_msg));
     return FL_OK;
 }
 

@@ -13,6 +13,10 @@
 
 #include "coll_internal.h"
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
     !defined(__SANITIZE_THREAD__)
 #define FL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -218,4 +222,48 @@ void fl__coll_reduce(void *dst, fl_dtype ddt, const void *const *srcs, int nsrc,
         if (fl__is_half(ddt)) fl__coll_from_f32(d, ddt, (const float *)accb, m);
         else memcpy(d, accb, m * ds);
     }
+}
+
+/* Copies with non-temporal (streaming) stores where the CPU has them: the destination lines
+ * are not read first (no read-for-ownership) and do not evict the working set. */
+static void nt_copy(void *dst, const void *src, size_t bytes)
+{
+#if defined(__x86_64__)
+    uint8_t *d = dst;
+    const uint8_t *s = src;
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    if (head > bytes) head = bytes;
+    memcpy(d, s, head);
+    d += head;
+    s += head;
+    bytes -= head;
+    for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
+        _mm_stream_si128((__m128i *)d, a);
+        _mm_stream_si128((__m128i *)(d + 16), b);
+        _mm_stream_si128((__m128i *)(d + 32), c);
+        _mm_stream_si128((__m128i *)(d + 48), e);
+    }
+    memcpy(d, s, bytes);
+#else
+    memcpy(dst, src, bytes);
+#endif
+}
+
+void fl__coll_reduce_nt(void *dst, fl_dtype ddt, const void *const *srcs, int nsrc, fl_dtype sdt, size_t n,
+                        fl_coll_op op, int avg_div)
+{
+    _Alignas(64) unsigned char blk[BLK * 8];
+    const void *bs[nsrc];
+    size_t ss = fl_dtype_size(sdt), ds = fl_dtype_size(ddt);
+    for (size_t o = 0; o < n; o += BLK) {
+        size_t m = n - o < BLK ? n - o : BLK;
+        for (int k = 0; k < nsrc; k++) bs[k] = (const char *)srcs[k] + o * ss;
+        fl__coll_reduce(blk, ddt, bs, nsrc, sdt, m, op, avg_div);
+        nt_copy((char *)dst + o * ds, blk, m * ds);
+    }
+#if defined(__x86_64__)
+    _mm_sfence();
+#endif
 }

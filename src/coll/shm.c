@@ -9,8 +9,9 @@
  * (nothing is left in /dev/shm even if a process crashes later).  Layout:
  *   [header 4 KiB][control: 256 B per rank][stage: 2 slots of chunk bytes per rank]
  *   [result: 2 slots of chunk bytes]
- * A rank's control block holds flag `a` and two op descriptors in one cache line, and flag
- * `b` two lines further (no false sharing).  Flags carry step numbers that only grow.
+ * A rank's control block holds flag `a` and two op descriptors in one cache line, flag `b`
+ * two lines further, and its futex word, sleeper count and CPU in the last line (no false
+ * sharing).  Flags carry step numbers that only grow.
  *
  * Protocol.  Every op is a series of steps t = 1, 2, ...; slot t & 1 of each buffer
  * belongs to step t.  In a step a rank writes its stage slot, publishes a = t (release),
@@ -19,17 +20,25 @@
  * proves every slot of step t-1 is free again: two slots suffice and no further handshake
  * is needed.  The first step of every op also publishes its descriptor (slot seq & 1) and
  * checks every peer's, so different calls fail with FL_EPROTO on every rank before any
- * data is combined.  The large allreduce adds flag b per step (results published).
+ * data is combined.  The reduce-scatter + allgather allreduce (3+ ranks) adds flag b per step
+ * (results published); its result slots are protected by the same argument.
  *
- * Waits spin (pause) while this host has a core per rank, then yield, then sleep briefly;
- * every 200 us they poll the TCP connections, so a peer that died (its sockets close) or
+ * Waits spin (pause) for 20 us when this host has a core per rank (yield instead when the
+ * awaited peer last ran on this same core: it needs the core), then sleep on the
+ * peer's futex word (a publisher wakes sleepers; a sleeper wakes at least every 1 ms).  A
+ * spinning or yielding waiter keeps losing its core to other busy processes; a sleeper is
+ * woken as soon as its peer publishes and, having slept, gets the core back at once.  Every
+ * 200 us the waits poll the TCP connections, so a peer that died (its sockets close) or
  * aborted (its notice arrives) fails the wait at once, and a wait longer than timeout_ms
  * fails with FL_ETIMEDOUT naming the ranks that did not arrive.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/rand.h>
+#include <limits.h>
 #include <sched.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -43,15 +52,21 @@
 #define HDR_BYTES 4096
 #define CTL_BYTES 256
 #define NAME_MAX_ 64
-#define CHECK_NS 200000ull
+#define CHECK_NS 200000ull /* poll the TCP connections this often while waiting */
+#define SPIN_NS 20000ull   /* spin this long (only with a core per rank), then sleep on a futex */
+#define NAP_NS 1000000ull  /* futex sleeps last at most this long */
 enum { OFFER = 10, NONE = 11, RESULT = 12, DECIDE = 13 };
 
 typedef struct {
-    _Atomic uint64_t a;
+    _Atomic uint64_t a;           /* line 0: flag a and the op descriptors */
     fl__coll_desc desc[2];
     char pad0[CTL_BYTES / 2 - 8 - 2 * sizeof(fl__coll_desc)];
-    _Atomic uint64_t b;
-    char pad1[CTL_BYTES / 2 - 8];
+    _Atomic uint64_t b;           /* line 2: flag b */
+    char pad1[CTL_BYTES / 4 - 8];
+    _Atomic uint32_t fseq;        /* line 3: futex word, bumped on every publish */
+    _Atomic uint32_t waiters;     /* peers asleep on fseq */
+    _Atomic int32_t cpu;          /* the CPU this rank last published from */
+    char pad2[CTL_BYTES / 4 - 12];
 } shm_ctl;
 _Static_assert(sizeof(shm_ctl) == CTL_BYTES, "control block size");
 
@@ -129,7 +144,6 @@ static int shm_create(fl_coll *c, char *name, uint8_t *token, uint8_t **map, siz
     h->chunk = c->chunk;
     h->nranks = (uint32_t)c->size;
     memcpy(h->token, token, 32);
-    atomic_thread_fence(memory_order_release);
     h->magic = SHM_MAGIC;
     *map = m;
     *bytes = total;
@@ -235,6 +249,7 @@ int fl__shm_setup(fl_coll *c, int want, uint64_t dl)
         munmap(map, bytes);
         return fl__err(FL_ENOMEM, "shared-memory setup: out of memory");
     }
+    atomic_store(&c->shm->ctl[c->rank].cpu, sched_getcpu());
     return FL_OK;
 }
 
@@ -265,20 +280,33 @@ static int check_alive(fl_coll *c, const fl__coll_desc *d, int which, uint64_t t
     return FL_OK;
 }
 
+static void futex_wait(_Atomic uint32_t *w, uint32_t v, uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, v, &ts, NULL, 0);
+}
+
+/* Publishes flag `which` = t, then wakes peers that sleep on this rank's futex word. */
+static void publish(fl__shm *s, int which, uint64_t t)
+{
+    shm_ctl *me = &s->ctl[s->me];
+    atomic_store_explicit(which ? &me->b : &me->a, t, memory_order_release);
+    int cpu = sched_getcpu();
+    if (atomic_load_explicit(&me->cpu, memory_order_relaxed) != cpu) atomic_store_explicit(&me->cpu, cpu, memory_order_relaxed);
+    atomic_fetch_add(&me->fseq, 1);
+    if (atomic_load(&me->waiters)) syscall(SYS_futex, (uint32_t *)&me->fseq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
 static int shm_wait(fl_coll *c, const fl__coll_desc *d, int which, uint64_t t)
 {
     fl__shm *s = c->shm;
     int p = 0, P = c->size;
-    uint64_t it = 0, t0 = 0, next = 0, tmo = (uint64_t)c->timeout_ms * 1000000ull;
+    unsigned it = 0;
+    uint64_t t0 = 0, next = 0, tmo = (uint64_t)c->timeout_ms * 1000000ull;
     for (;;) {
         while (p < P && (p == s->me || atomic_load_explicit(flag(s, p, which), memory_order_acquire) >= t)) p++;
         if (p == P) return FL_OK;
-        it++;
-        if (c->spin && it < 256) {
-            fl__cpu_relax();
-            continue;
-        }
-        if (c->spin && (it & 31)) {
+        if (c->spin && (++it & 63)) {
             fl__cpu_relax();
             continue;
         }
@@ -291,14 +319,24 @@ static int shm_wait(fl_coll *c, const fl__coll_desc *d, int which, uint64_t t)
             FL_CHECK(check_alive(c, d, which, t));
             next = now + CHECK_NS;
         }
-        if (now - t0 >= tmo) return wait_timeout(c, d, which, t);
         uint64_t waited = now - t0;
-        if (waited > 20000000ull) {
-            struct timespec ts = {0, 50000};
-            nanosleep(&ts, NULL);
-        } else if (!c->spin || waited > 2000000ull) {
-            sched_yield();
+        if (waited >= tmo) return wait_timeout(c, d, which, t);
+        shm_ctl *pc = &s->ctl[p];
+        if (waited < SPIN_NS && atomic_load_explicit(&pc->cpu, memory_order_relaxed) == sched_getcpu()) {
+            sched_yield(); /* the peer last ran on this very core: let it have it */
+            continue;
         }
+        if (c->spin && waited < SPIN_NS) {
+            fl__cpu_relax();
+            continue;
+        }
+        /* sleep until rank p publishes (no lost wake-up: the count of sleepers is raised
+         * before the flag is re-read, and the publisher bumps fseq before reading the count) */
+        atomic_fetch_add(&pc->waiters, 1);
+        uint32_t v = atomic_load(&pc->fseq);
+        if (atomic_load_explicit(flag(s, p, which), memory_order_acquire) < t)
+            futex_wait(&pc->fseq, v, tmo - waited < NAP_NS ? tmo - waited : NAP_NS);
+        atomic_fetch_sub(&pc->waiters, 1);
     }
 }
 
@@ -308,7 +346,7 @@ static int pub_wait(fl_coll *c, const fl__coll_desc *d, uint64_t t, int first)
 {
     fl__shm *s = c->shm;
     if (first) s->ctl[s->me].desc[d->seq & 1] = *d;
-    atomic_store_explicit(&s->ctl[s->me].a, t, memory_order_release);
+    publish(s, 0, t);
     FL_CHECK(shm_wait(c, d, 0, t));
     if (!first) return FL_OK;
     for (int p = 0; p < c->size; p++) {
@@ -342,13 +380,22 @@ int fl__shm_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, void
     const uint8_t *in = send;
     uint8_t *out = recv;
     const void *srcs[P];
-    if (nb <= c->small_max && nb <= s->slot) {
-        /* direct: every rank publishes its vector and reduces all of them in rank order */
-        uint64_t t = ++s->step;
-        if (nb) memcpy(stage(s, r, t), in, nb);
-        FL_CHECK(pub_wait(c, d, t, 1));
-        for (int p = 0; p < P; p++) srcs[p] = stage(s, p, t);
-        fl__coll_reduce(out, dt, srcs, P, dt, n, op, P);
+    if ((nb <= c->small_max && nb <= s->slot) || P == 2) {
+        /* direct, chunk by chunk: every rank publishes its chunk and reduces all of them in
+         * rank order (one flag wait per chunk).  With 2 ranks this moves as many bytes
+         * between the cores as reduce-scatter + allgather, with half the waits. */
+        size_t k = s->slot / es;
+        int first = 1;
+        for (size_t base = 0; base < n || first; base += k) {
+            size_t l = clamp_len(n, base, k);
+            uint64_t t = ++s->step;
+            if (l) memcpy(stage(s, r, t), in + base * es, l * es);
+            FL_CHECK(pub_wait(c, d, t, first));
+            first = 0;
+            for (int p = 0; p < P; p++) srcs[p] = stage(s, p, t);
+            if (nb >= FL_COLL_NT_MIN) fl__coll_reduce_nt(out + base * es, dt, srcs, P, dt, l, op, P);
+            else fl__coll_reduce(out + base * es, dt, srcs, P, dt, l, op, P);
+        }
         return FL_OK;
     }
     /* pipelined reduce-scatter + allgather: per chunk, P cache-line aligned parts of q elements */
@@ -371,7 +418,7 @@ int fl__shm_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, void
             fl__coll_reduce(res + o * es, dt, srcs, P, dt, l, op, P);
             memcpy(out + (base + o) * es, res + o * es, l * es);
         }
-        atomic_store_explicit(&s->ctl[r].b, t, memory_order_release);
+        publish(s, 1, t);
         FL_CHECK(shm_wait(c, d, 1, t));
         for (int p = 0; p < P; p++) {
             size_t po = (size_t)p * q, pl = clamp_len(ce, po, q);

@@ -163,7 +163,15 @@ static int check_idle(fl_coll *c, const fl__coll_desc *d, int p)
         return fl__err(FL_EPROTO, "%s sent a message with a bad magic", fl__coll_peer(c, p));
     if (fl__get_u16(h + 4) == FL_COLL_MSG_ABORT) {
         FL_CHECK(fl_net_recv_all(c->conns[p], h, sizeof h, fl_net_deadline(1000)));
-        return fl__tcp_read_abort(c, p, h);
+        st = fl__tcp_read_abort(c, p, h);
+        if (fl__get_u64(h + 8) <= d->seq) return st;
+        /* The peer failed in a later op, so it finished this one: everything it owes us for
+         * this op precedes the notice.  Finish this op; the next one fails. */
+        c->pending_abort = st;
+        snprintf(c->pending_msg, sizeof c->pending_msg, "%s", fl_last_error());
+        fl_clear_error();
+        c->idle_blocked[p] = 1;
+        return FL_OK;
     }
     if (c->shm) return fl__err(FL_EPROTO, "%s sent data over TCP while shared memory is in use", fl__coll_peer(c, p));
     c->idle_blocked[p] = 1;
@@ -173,21 +181,21 @@ static int check_idle(fl_coll *c, const fl__coll_desc *d, int p)
 int fl__tcp_check_peers(fl_coll *c, const fl__coll_desc *d, const int *only, int nonly)
 {
     struct pollfd pf[64];
-    int who[64], n = 0, P = c->size;
-    for (int i = 0; i < (only ? nonly : P); i++) {
-        int p = only ? only[i] : i;
-        if (!c->conns[p] || c->idle_blocked[p] || c->peer_closed[p]) continue;
-        if (n == 64) break;
-        pf[n].fd = fl_net_conn_fd(c->conns[p]);
-        pf[n].events = POLLIN;
-        pf[n].revents = 0;
-        who[n++] = p;
+    int who[64], total = only ? nonly : c->size;
+    for (int i = 0; i < total;) { /* in batches of 64 */
+        int n = 0;
+        for (; i < total && n < 64; i++) {
+            int p = only ? only[i] : i;
+            if (!c->conns[p] || c->idle_blocked[p] || c->peer_closed[p]) continue;
+            pf[n].fd = fl_net_conn_fd(c->conns[p]);
+            pf[n].events = POLLIN;
+            pf[n].revents = 0;
+            who[n++] = p;
+        }
+        if (n == 0 || poll(pf, (nfds_t)n, 0) <= 0) continue;
+        for (int k = 0; k < n; k++)
+            if (pf[k].revents) FL_CHECK(check_idle(c, d, who[k]));
     }
-    if (n == 0) return FL_OK;
-    int r = poll(pf, (nfds_t)n, 0);
-    if (r <= 0) return FL_OK;
-    for (int i = 0; i < n; i++)
-        if (pf[i].revents) FL_CHECK(check_idle(c, d, who[i]));
     return FL_OK;
 }
 

@@ -200,13 +200,20 @@ static int check_feed(const fl_prog *p, const fl_feed *f, fl_var **vout)
     if (!v) return fl__err(FL_ENOTFOUND, "feed '%s': no variable of that name in the program", f->name);
     if (!f->value) return fl__err(FL_EINVAL, "feed '%s': tensor is NULL", f->name);
     const fl_tensor *t = f->value;
+    int ok = t->dtype == v->dtype && t->ndim == v->ndim && (v->lod_level == 0 || t->lod_n);
+    for (int i = 0; ok && i < v->ndim; i++) ok = v->shape[i] < 0 || v->shape[i] == t->shape[i];
+    if (ok) {
+        *vout = v;
+        return FL_OK;
+    }
+    /* the messages are built only on the error path */
     char want[128], got[128];
     fl__shape_str(v, want, sizeof want);
     fl_tensor_describe(t, got, sizeof got);
     if (t->dtype != v->dtype)
         return fl__err(FL_EINVAL, "feed '%s': expected dtype %s shape %s, got %s", f->name, fl_dtype_name(v->dtype),
                        want, got);
-    int ok = t->ndim == v->ndim;
+    ok = t->ndim == v->ndim;
     for (int i = 0; ok && i < v->ndim; i++) ok = v->shape[i] < 0 || v->shape[i] == t->shape[i];
     if (!ok) return fl__err(FL_EINVAL, "feed '%s': expected shape %s, got %s", f->name, want, got);
     if (v->lod_level > 0 && !t->lod_n)

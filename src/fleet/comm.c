@@ -48,8 +48,18 @@ int fl__comm_ring_id(const fl_comm *c) { return c->ring_id; }
 int fl__comm_rank(const fl_comm *c) { return c->rank; }
 int fl__comm_size(const fl_comm *c) { return c->size; }
 
+static int check_idle(fl_comm *c, const char *what)
+{
+    pthread_mutex_lock(&c->mu);
+    int busy = c->qhead != c->qtail;
+    pthread_mutex_unlock(&c->mu);
+    if (busy) return fl__err(FL_ESTATE, "collective %s called while gradient allreduces are in flight", what);
+    return FL_OK;
+}
+
 int fl__comm_allreduce(fl_comm *c, void *buf, size_t count, fl_dtype dt, const char *op)
 {
+    FL_CHECK(check_idle(c, "allreduce"));
     fl_coll_op o = FL_COLL_SUM;
     FL_CHECK(fl_coll_op_parse(op, &o));
     if (c->size == 1 || count == 0) return FL_OK;
@@ -58,12 +68,14 @@ int fl__comm_allreduce(fl_comm *c, void *buf, size_t count, fl_dtype dt, const c
 
 int fl__comm_broadcast(fl_comm *c, void *buf, size_t count, fl_dtype dt, int root)
 {
+    FL_CHECK(check_idle(c, "broadcast"));
     if (c->size == 1 || count == 0) return FL_OK;
     return fl_coll_broadcast(c->coll, buf, count, dt, root);
 }
 
 int fl__comm_allgather(fl_comm *c, const void *send, void *recv, size_t count, fl_dtype dt)
 {
+    FL_CHECK(check_idle(c, "allgather"));
     if (c->size == 1) {
         if (count) memmove(recv, send, count * fl_dtype_size(dt));
         return FL_OK;
@@ -71,7 +83,11 @@ int fl__comm_allgather(fl_comm *c, const void *send, void *recv, size_t count, f
     return fl_coll_allgather(c->coll, send, recv, count, dt);
 }
 
-int fl__comm_barrier(fl_comm *c) { return c->size == 1 ? FL_OK : fl_coll_barrier(c->coll); }
+int fl__comm_barrier(fl_comm *c)
+{
+    FL_CHECK(check_idle(c, "barrier"));
+    return c->size == 1 ? FL_OK : fl_coll_barrier(c->coll);
+}
 
 float *fl__comm_bucket(fl_comm *c, int b, size_t n)
 {

@@ -20,7 +20,13 @@ int fl__comm_size(const fl_comm *c);
 /* The communicator registered under ring_id, or NULL. */
 fl_comm *fl__comm_lookup(int64_t ring_id);
 
-/* Blocking collectives on this thread (float32 unless dt says otherwise).  op: "sum",
+/* A communicator is not thread safe.  The programs collective.c builds keep to one rule:
+ * the communication thread runs bucket allreduces between c_allreduce_start and
+ * c_allreduce_wait; every other collective (these blocking calls) runs on the executor's
+ * thread after c_allreduce_wait has drained the queue.  fl__comm_allreduce and friends
+ * check it: they fail with FL_ESTATE while bucket jobs are queued.
+ *
+ * Blocking collectives on this thread (float32 unless dt says otherwise).  op: "sum",
  * "max", "min", "avg". */
 int fl__comm_allreduce(fl_comm *c, void *buf, size_t count, fl_dtype dt, const char *op);
 int fl__comm_broadcast(fl_comm *c, void *buf, size_t count, fl_dtype dt, int root);

@@ -539,29 +539,29 @@ static int grad_prep(fl_kctx *c, const float **o, const float **dy, float **dx, 
 }
 static int run_relu_grad(fl_kctx *c)
 {
-    const float *o, *dy;
-    float *dx;
-    int64_t n;
+    const float *o = NULL, *dy = NULL;
+    float *dx = NULL;
+    int64_t n = 0;
     FL_CHECK(grad_prep(c, &o, &dy, &dx, &n));
-    for (int64_t i = 0; i < n; i++) dx[i] = o[i] > 0.0f ? dy[i] : 0.0f;
+    fl__act_grad(FL_ACT_RELU, dx, o, dy, n);
     return FL_OK;
 }
 static int run_tanh_grad(fl_kctx *c)
 {
-    const float *o, *dy;
-    float *dx;
-    int64_t n;
+    const float *o = NULL, *dy = NULL;
+    float *dx = NULL;
+    int64_t n = 0;
     FL_CHECK(grad_prep(c, &o, &dy, &dx, &n));
-    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - o[i] * o[i]);
+    fl__act_grad(FL_ACT_TANH, dx, o, dy, n);
     return FL_OK;
 }
 static int run_sigmoid_grad(fl_kctx *c)
 {
-    const float *o, *dy;
-    float *dx;
-    int64_t n;
+    const float *o = NULL, *dy = NULL;
+    float *dx = NULL;
+    int64_t n = 0;
     FL_CHECK(grad_prep(c, &o, &dy, &dx, &n));
-    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * o[i] * (1.0f - o[i]);
+    fl__act_grad(FL_ACT_SIGMOID, dx, o, dy, n);
     return FL_OK;
 }
 static int run_softsign_grad(fl_kctx *c)

@@ -66,6 +66,9 @@ void fl__col_sum(float *restrict db, const float *restrict dy, int64_t m, int64_
 void fl__tanh(float *y, const float *x, int64_t n);
 void fl__sigmoid(float *y, const float *x, int64_t n);
 void fl__relu(float *y, const float *x, int64_t n);
+/* Activation gradients from the activation's output: dx = dy * act'(out). */
+enum { FL_ACT_RELU = 1, FL_ACT_TANH = 2, FL_ACT_SIGMOID = 3 };
+void fl__act_grad(int act, float *dx, const float *out, const float *dy, int64_t n);
 /* Row-wise softmax of x[m,n]. */
 void fl__softmax_rows(float *restrict y, const float *restrict x, int64_t m, int64_t n);
 

@@ -1,0 +1,731 @@
+/*
+ * test_coll.c - the collective communicator: every op, dtype and reduction against a serial
+ * reference for 1..8 ranks (odd counts too), over shared memory and over TCP; uneven and
+ * empty counts; 16M floats; and the failure cases: a rank killed with SIGKILL mid-allreduce,
+ * a wrong secret, mismatched calls, a stalled rank, a secret file with a bad mode.
+ *
+ * Inputs are small integers, so every sum is exact in every dtype and results must equal
+ * the reference bit for bit (AVG too: both sides divide the exact sum once, in float32 for
+ * float16/bfloat16, and round once).  The random-float case checks float32 sums within
+ * 1e-5 of a float64 reference and that every rank holds identical bits.
+ */
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "testhelp.h"
+#include <fleet/coll.h>
+#include <fleet/net.h>
+
+#define CH_MAXP 16
+static const uint8_t ch_secret[32] = "fleet-test-secret-0123456789abc";
+
+typedef struct {
+    int P;
+    int shm;           /* 1: allow shared memory */
+    int timeout_ms;    /* 0: 20000 */
+    size_t small_max, chunk;
+    fl_net_listener *ls[CH_MAXP];
+    char epbuf[CH_MAXP][64];
+    const char *eps[CH_MAXP];
+    pid_t pids[CH_MAXP];
+} ch_world;
+
+typedef void (*ch_rank_fn)(ch_world *w, int rank, void *arg);
+
+/* Options for rank r of w (the test secret, the pre-bound listener). */
+static inline fl_coll_opts ch_opts(ch_world *w, int r)
+{
+    fl_coll_opts o = {0};
+    o.rank = r;
+    o.world_size = w->P;
+    o.endpoints = w->eps;
+    o.secret = ch_secret;
+    o.secret_len = sizeof ch_secret;
+    o.timeout_ms = w->timeout_ms ? w->timeout_ms : 20000;
+    o.disable_shm = !w->shm;
+    o.listener = w->ls[r];
+    o.small_max_bytes = w->small_max;
+    o.chunk_bytes = w->chunk;
+    return o;
+}
+
+static inline fl_coll *ch_comm(ch_world *w, int r)
+{
+    fl_coll_opts o = ch_opts(w, r);
+    fl_coll *c = NULL;
+    CHECK_OK(fl_coll_create(&o, &c));
+    CHECK_EQ_INT(fl_coll_uses_shm(c), w->P > 1 && w->shm);
+    return c;
+}
+
+static inline void ch_init(ch_world *w, int P, int shm)
+{
+    memset(w, 0, sizeof *w);
+    w->P = P;
+    w->shm = shm;
+    for (int r = 0; r < P; r++) {
+        CHECK_OK(fl_net_listen("127.0.0.1", 0, &w->ls[r]));
+        snprintf(w->epbuf[r], sizeof w->epbuf[r], "127.0.0.1:%d", fl_net_listener_port(w->ls[r]));
+        w->eps[r] = w->epbuf[r];
+    }
+}
+
+/* Forks the ranks; each runs fn and exits 0 unless a CHECK failed. */
+static inline void ch_start(ch_world *w, ch_rank_fn fn, void *arg)
+{
+    pid_t parent = getpid();
+    for (int r = 0; r < w->P; r++) {
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid < 0) TFAIL("fork failed");
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent) _exit(3);
+            alarm(100);
+            for (int q = 0; q < w->P; q++)
+                if (q != r) fl_net_listener_free(w->ls[q]);
+            fn(w, r, arg);
+            fl_net_listener_free(w->ls[r]);
+            fflush(stdout);
+            _exit(0);
+        }
+        w->pids[r] = pid;
+    }
+    for (int r = 0; r < w->P; r++) fl_net_listener_free(w->ls[r]);
+}
+
+/* Waits for every rank (skipping `skip`, -1 for none); returns the number that failed. */
+static inline int ch_wait(ch_world *w, int skip)
+{
+    int bad = 0;
+    for (int r = 0; r < w->P; r++) {
+        int ws = 0;
+        if (waitpid(w->pids[r], &ws, 0) < 0) continue;
+        if (r == skip) continue;
+        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+            fprintf(stderr, "  rank %d of %d failed (%s %d)\n", r, w->P, WIFEXITED(ws) ? "exit" : "signal",
+                    WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws));
+            bad++;
+        }
+    }
+    return bad;
+}
+
+static inline void ch_run(int P, int shm, ch_rank_fn fn, void *arg)
+{
+    ch_world w;
+    ch_init(&w, P, shm);
+    ch_start(&w, fn, arg);
+    if (ch_wait(&w, -1)) TFAIL("%d ranks (%s): some ranks failed", P, shm ? "shm" : "tcp");
+}
+
+static inline double ch_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+
+/* ---- serial reference ------------------------------------------------------------------- */
+
+static const fl_dtype DTS[] = {FL_FLOAT32, FL_FLOAT64, FL_INT64, FL_FLOAT16, FL_BFLOAT16};
+static const fl_coll_op OPS[] = {FL_COLL_SUM, FL_COLL_MAX, FL_COLL_MIN, FL_COLL_AVG};
+#define NDTS 5
+#define NOPS 4
+
+static int64_t ival(int r, size_t i) { return (int64_t)((i * 7 + (size_t)r * 13) % 17) - 8; }
+
+/* float -> bfloat16, round to nearest even, written independently of the library: pick the
+ * nearer of the two truncation neighbours, ties to the even one. */
+static uint16_t t_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+    float fl, fh;
+    memcpy(&fl, &lo, 4);
+    memcpy(&fh, &hi, 4);
+    double dl = fabs((double)f - (double)fl), dh = fabs((double)fh - (double)f);
+    if (dl < dh || (dl == dh && !((lo >> 16) & 1))) return (uint16_t)(lo >> 16);
+    return (uint16_t)(hi >> 16);
+}
+
+static void put(void *b, fl_dtype dt, size_t i, double v)
+{
+    switch (dt) {
+    case FL_FLOAT32: ((float *)b)[i] = (float)v; break;
+    case FL_FLOAT64: ((double *)b)[i] = v; break;
+    case FL_INT64: ((int64_t *)b)[i] = (int64_t)v; break;
+    case FL_INT32: ((int32_t *)b)[i] = (int32_t)v; break;
+    case FL_FLOAT16: {
+        _Float16 h = (_Float16)(float)v;
+        memcpy((uint16_t *)b + i, &h, 2);
+        break;
+    }
+    case FL_BFLOAT16: ((uint16_t *)b)[i] = t_bf16((float)v); break;
+    default: break;
+    }
+}
+
+static void fill(void *b, fl_dtype dt, size_t n, int r, size_t off)
+{
+    for (size_t i = 0; i < n; i++) put(b, dt, i, (double)ival(r, off + i));
+}
+
+/* Reference reduction of element off+i over P ranks, stored as dt. */
+static void reference(void *out, fl_dtype dt, fl_coll_op op, size_t n, int P, size_t off)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (dt == FL_INT64) {
+            int64_t a = ival(0, off + i);
+            for (int r = 1; r < P; r++) {
+                int64_t x = ival(r, off + i);
+                a = op == FL_COLL_MAX ? (x > a ? x : a) : op == FL_COLL_MIN ? (x < a ? x : a) : a + x;
+            }
+            ((int64_t *)out)[i] = op == FL_COLL_AVG ? a / P : a;
+        } else if (dt == FL_FLOAT64) {
+            double a = (double)ival(0, off + i);
+            for (int r = 1; r < P; r++) {
+                double x = (double)ival(r, off + i);
+                a = op == FL_COLL_MAX ? (x > a ? x : a) : op == FL_COLL_MIN ? (x < a ? x : a) : a + x;
+            }
+            ((double *)out)[i] = op == FL_COLL_AVG ? a / P : a;
+        } else {
+            float a = (float)ival(0, off + i);
+            for (int r = 1; r < P; r++) {
+                float x = (float)ival(r, off + i);
+                a = op == FL_COLL_MAX ? (x > a ? x : a) : op == FL_COLL_MIN ? (x < a ? x : a) : a + x;
+            }
+            if (op == FL_COLL_AVG) a = a / (float)P;
+            put(out, dt, i, a);
+        }
+    }
+}
+
+static void check_same(const void *got, const void *want, fl_dtype dt, size_t n, const char *what, int r)
+{
+    size_t es = fl_dtype_size(dt);
+    if (!memcmp(got, want, n * es)) return;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp((const char *)got + i * es, (const char *)want + i * es, es)) {
+            uint64_t g = 0, w = 0;
+            memcpy(&g, (const char *)got + i * es, es);
+            memcpy(&w, (const char *)want + i * es, es);
+            TFAIL("rank %d: %s (%s, n=%zu): element %zu is 0x%llx, expected 0x%llx", r, what, fl_dtype_name(dt), n, i,
+                  (unsigned long long)g, (unsigned long long)w);
+        }
+}
+
+static uint64_t fnv(const void *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
+    return h;
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) TFAIL("out of memory");
+    return p;
+}
+
+/* ---- correctness of each op ----------------------------------------------------------------- */
+
+static const size_t SIZES[] = {0, 1, 7, 1000, 70001};
+#define NSIZES 5
+
+static void rank_allreduce(ch_world *w, int r, void *arg)
+{
+    (void)arg;
+    fl_coll *c = ch_comm(w, r);
+    int k = 0;
+    for (int si = 0; si < NSIZES; si++)
+        for (int di = 0; di < NDTS; di++)
+            for (int oi = 0; oi < NOPS; oi++, k++) {
+                size_t n = SIZES[si], es = fl_dtype_size(DTS[di]);
+                void *s = xmalloc(n * es), *d = xmalloc(n * es), *ref = xmalloc(n * es);
+                fill(s, DTS[di], n, r, 0);
+                reference(ref, DTS[di], OPS[oi], n, w->P, 0);
+                memset(d, 0xab, n * es);
+                char what[64];
+                snprintf(what, sizeof what, "allreduce %s%s", fl_coll_op_name(OPS[oi]), k % 2 ? " in place" : "");
+                if (k % 2) {
+                    memcpy(d, s, n * es);
+                    CHECK_OK(fl_coll_allreduce(c, d, d, n, DTS[di], OPS[oi]));
+                } else {
+                    CHECK_OK(fl_coll_allreduce(c, s, d, n, DTS[di], OPS[oi]));
+                }
+                check_same(d, ref, DTS[di], n, what, r);
+                free(s);
+                free(d);
+                free(ref);
+            }
+    fl_coll_free(c);
+}
+
+TEST(allreduce_shm)
+{
+    for (int P = 1; P <= 8; P++) ch_run(P, 1, rank_allreduce, NULL);
+}
+
+TEST(allreduce_tcp)
+{
+    for (int P = 2; P <= 8; P++) ch_run(P, 0, rank_allreduce, NULL);
+}
+
+static void rank_broadcast(ch_world *w, int r, void *arg)
+{
+    (void)arg;
+    static const fl_dtype bdt[] = {FL_FLOAT32, FL_INT32, FL_FLOAT16, FL_INT64};
+    fl_coll *c = ch_comm(w, r);
+    for (int root = 0; root < w->P; root++)
+        for (int si = 0; si < NSIZES; si++)
+            for (int di = 0; di < 4; di++) {
+                size_t n = SIZES[si], es = fl_dtype_size(bdt[di]);
+                void *b = xmalloc(n * es), *ref = xmalloc(n * es);
+                fill(ref, bdt[di], n, root + 100, 0);
+                if (r == root) memcpy(b, ref, n * es);
+                else fill(b, bdt[di], n, r, 5);
+                CHECK_OK(fl_coll_broadcast(c, b, n, bdt[di], root));
+                check_same(b, ref, bdt[di], n, "broadcast", r);
+                free(b);
+                free(ref);
+            }
+    fl_coll_free(c);
+}
+
+TEST(broadcast_every_root)
+{
+    static const int Ps[] = {1, 2, 3, 5, 8};
+    for (int i = 0; i < 5; i++) {
+        ch_run(Ps[i], 1, rank_broadcast, NULL);
+        if (Ps[i] > 1) ch_run(Ps[i], 0, rank_broadcast, NULL);
+    }
+}
+
+static void rank_allgather(ch_world *w, int r, void *arg)
+{
+    (void)arg;
+    static const size_t cprs[] = {0, 1, 7, 1000, 20001};
+    fl_coll *c = ch_comm(w, r);
+    for (int si = 0; si < 5; si++)
+        for (int di = 0; di < 2; di++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                fl_dtype dt = di ? FL_FLOAT64 : FL_FLOAT32;
+                size_t n = cprs[si], es = fl_dtype_size(dt), P = (size_t)w->P;
+                char *s = xmalloc(n * es), *d = xmalloc(P * n * es), *ref = xmalloc(P * n * es);
+                for (int q = 0; q < w->P; q++) fill(ref + (size_t)q * n * es, dt, n, q, 0);
+                memset(d, 0xcd, P * n * es);
+                if (inplace) {
+                    fill(d + (size_t)r * n * es, dt, n, r, 0);
+                    CHECK_OK(fl_coll_allgather(c, d + (size_t)r * n * es, d, n, dt));
+                } else {
+                    fill(s, dt, n, r, 0);
+                    CHECK_OK(fl_coll_allgather(c, s, d, n, dt));
+                }
+                check_same(d, ref, dt, P * n, inplace ? "allgather in place" : "allgather", r);
+                free(s);
+                free(d);
+                free(ref);
+            }
+    fl_coll_free(c);
+}
+
+TEST(allgather)
+{
+    static const int Ps[] = {1, 2, 3, 5, 8};
+    for (int i = 0; i < 5; i++) {
+        ch_run(Ps[i], 1, rank_allgather, NULL);
+        if (Ps[i] > 1) ch_run(Ps[i], 0, rank_allgather, NULL);
+    }
+}
+
+static void rank_reduce_scatter(ch_world *w, int r, void *arg)
+{
+    (void)arg;
+    static const size_t cprs[] = {0, 1, 7, 1000, 20001};
+    fl_coll *c = ch_comm(w, r);
+    for (int si = 0; si < 5; si++)
+        for (int di = 0; di < NDTS; di++)
+            for (int oi = 0; oi < NOPS; oi++) {
+                size_t n = cprs[si], es = fl_dtype_size(DTS[di]), P = (size_t)w->P;
+                void *s = xmalloc(P * n * es), *d = xmalloc(n * es), *ref = xmalloc(n * es);
+                fill(s, DTS[di], P * n, r, 0);
+                reference(ref, DTS[di], OPS[oi], n, w->P, (size_t)r * n);
+                CHECK_OK(fl_coll_reduce_scatter(c, s, d, n, DTS[di], OPS[oi]));
+                check_same(d, ref, DTS[di], n, "reduce_scatter", r);
+                free(s);
+                free(d);
+                free(ref);
+            }
+    fl_coll_free(c);
+}
+
+TEST(reduce_scatter)
+{
+    static const int Ps[] = {1, 2, 3, 5, 8};
+    for (int i = 0; i < 5; i++) {
+        ch_run(Ps[i], 1, rank_reduce_scatter, NULL);
+        if (Ps[i] > 1) ch_run(Ps[i], 0, rank_reduce_scatter, NULL);
+    }
+}
+
+/* Every rank writes the time it enters the barrier into memory shared by all ranks; no
+ * rank may leave before the last one entered. */
+static void rank_barrier(ch_world *w, int r, void *arg)
+{
+    volatile double *entered = arg;
+    fl_coll *c = ch_comm(w, r);
+    for (int round = 0; round < 3; round++) {
+        CHECK_OK(fl_coll_barrier(c));
+        struct timespec ts = {0, (long)((r + round) % w->P) * 20000000L};
+        nanosleep(&ts, NULL);
+        entered[round * CH_MAXP + r] = ch_now();
+        CHECK_OK(fl_coll_barrier(c));
+        double left = ch_now();
+        for (int q = 0; q < w->P; q++)
+            if (entered[round * CH_MAXP + q] == 0 || entered[round * CH_MAXP + q] > left)
+                TFAIL("rank %d left barrier round %d before rank %d entered it", r, round, q);
+    }
+    fl_coll_free(c);
+}
+
+TEST(barrier)
+{
+    static const int Ps[] = {2, 3, 5};
+    double *entered = mmap(NULL, 3 * CH_MAXP * sizeof(double), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(entered != MAP_FAILED);
+    for (int i = 0; i < 3; i++)
+        for (int shm = 0; shm < 2; shm++) {
+            memset(entered, 0, 3 * CH_MAXP * sizeof(double));
+            ch_run(Ps[i], shm, rank_barrier, entered);
+        }
+    munmap(entered, 3 * CH_MAXP * sizeof(double));
+}
+
+/* Tens of MB: 16M floats, and an uneven count over 3 ranks; every element checked. */
+static void rank_big(ch_world *w, int r, void *arg)
+{
+    size_t n = *(const size_t *)arg;
+    fl_coll *c = ch_comm(w, r);
+    float *s = xmalloc(n * 4), *d = xmalloc(n * 4);
+    for (size_t i = 0; i < n; i++) s[i] = (float)ival(r, i);
+    CHECK_OK(fl_coll_allreduce(c, s, d, n, FL_FLOAT32, FL_COLL_SUM));
+    for (size_t i = 0; i < n; i++) {
+        float want = 0;
+        for (int q = 0; q < w->P; q++) want += (float)ival(q, i);
+        if (d[i] != want) TFAIL("rank %d: element %zu is %g, expected %g", r, i, d[i], want);
+    }
+    CHECK_OK(fl_coll_allreduce(c, s, s, n, FL_FLOAT32, FL_COLL_MAX)); /* in place */
+    for (size_t i = 0; i < n; i += 4099) {
+        int64_t want = ival(0, i);
+        for (int q = 1; q < w->P; q++) want = ival(q, i) > want ? ival(q, i) : want;
+        CHECK_EQ_INT((int64_t)s[i], want);
+    }
+    free(s);
+    free(d);
+    fl_coll_free(c);
+}
+
+TEST(allreduce_16m_floats)
+{
+    size_t n = 16u << 20, n3 = (16u << 20) + 3;
+    ch_run(2, 1, rank_big, &n);
+    ch_run(2, 0, rank_big, &n);
+    ch_run(3, 1, rank_big, &n3);
+}
+
+/* Random floats: within 1e-5 of a float64 reference, and identical bits on every rank. */
+static void rank_random(ch_world *w, int r, void *arg)
+{
+    (void)arg;
+    size_t n = 1u << 20;
+    fl_coll *c = ch_comm(w, r);
+    float *x = xmalloc(n * 4), *y = xmalloc(n * 4);
+    th_fill_uniform(x, (int64_t)n, -1.0f, 1.0f, 1000u + (unsigned)r);
+    CHECK_OK(fl_coll_allreduce(c, x, y, n, FL_FLOAT32, FL_COLL_SUM));
+    float *ref = xmalloc(n * 4);
+    double *acc = calloc(n, sizeof(double));
+    for (int q = 0; q < w->P; q++) {
+        th_fill_uniform(ref, (int64_t)n, -1.0f, 1.0f, 1000u + (unsigned)q);
+        for (size_t i = 0; i < n; i++) acc[i] += ref[i];
+    }
+    for (size_t i = 0; i < n; i++) CHECK_NEAR(y[i], acc[i], 1e-5);
+    int64_t h = (int64_t)(fnv(y, n * 4) >> 1), all[CH_MAXP];
+    CHECK_OK(fl_coll_allgather(c, &h, all, 1, FL_INT64));
+    for (int q = 0; q < w->P; q++) CHECK_EQ_INT(all[q], h);
+    free(x);
+    free(y);
+    free(ref);
+    free(acc);
+    fl_coll_free(c);
+}
+
+TEST(allreduce_random_floats)
+{
+    for (int P = 2; P <= 5; P += 3) {
+        ch_run(P, 1, rank_random, NULL);
+        ch_run(P, 0, rank_random, NULL);
+    }
+}
+
+/* ---- failures ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    int victim, pipe_w;
+} kill_arg;
+
+/* Every rank loops over 16 MB allreduces; the parent kills the victim with SIGKILL. */
+static void rank_kill(ch_world *w, int r, void *arg)
+{
+    const kill_arg *ka = arg;
+    size_t n = 4u << 20;
+    fl_coll *c = ch_comm(w, r);
+    float *x = xmalloc(n * 4);
+    for (size_t i = 0; i < n; i++) x[i] = 1.0f;
+    int st = FL_OK;
+    for (int it = 0; it < 1000000 && st == FL_OK; it++) {
+        st = fl_coll_allreduce(c, x, x, n, FL_FLOAT32, FL_COLL_AVG);
+        if (it == 0 && write(ka->pipe_w, "x", 1) != 1) TFAIL("pipe");
+    }
+    if (r == ka->victim) TFAIL("the victim returned %s: %s", fl_strerror(st), fl_last_error());
+    char want[96];
+    snprintf(want, sizeof want, "rank %d (%s)", ka->victim, w->eps[ka->victim]);
+    if (st != FL_EREMOTE) TFAIL("rank %d: expected FL_EREMOTE, got %s: %s", r, fl_strerror(st), fl_last_error());
+    CHECK_STR_HAS(fl_last_error(), want);
+    fprintf(stderr, "  rank %d: %s\n", r, fl_last_error());
+    CHECK_EQ_INT(fl_coll_allreduce(c, x, x, n, FL_FLOAT32, FL_COLL_SUM), FL_ESTATE);
+    free(x);
+    fl_coll_free(c);
+}
+
+static void kill_case(int P, int shm, int victim)
+{
+    ch_world w;
+    int pfd[2];
+    CHECK(pipe(pfd) == 0);
+    ch_init(&w, P, shm);
+    w.timeout_ms = 30000; /* death must be noticed through the sockets, not a timeout */
+    kill_arg ka = {victim, pfd[1]};
+    ch_start(&w, rank_kill, &ka);
+    close(pfd[1]);
+    char b;
+    for (int i = 0; i < P; i++) CHECK(read(pfd[0], &b, 1) == 1);
+    struct timespec ts = {0, 30000000};
+    nanosleep(&ts, NULL);
+    double t0 = ch_now();
+    kill(w.pids[victim], SIGKILL);
+    int bad = ch_wait(&w, victim);
+    double dt = ch_now() - t0;
+    close(pfd[0]);
+    fprintf(stderr, "  %d ranks (%s), rank %d killed: the others failed after %.3f s\n", P, shm ? "shm" : "tcp",
+            victim, dt);
+    if (bad) TFAIL("some surviving ranks did not report the dead peer");
+    if (dt > 10.0) TFAIL("survivors took %.1f s to notice the dead peer", dt);
+}
+
+TEST(kill_rank_mid_allreduce)
+{
+    kill_case(2, 1, 1);
+    kill_case(3, 1, 1);
+    kill_case(2, 0, 0);
+    kill_case(4, 0, 1); /* rank 3 is not adjacent to rank 1 in the ring: learns it from an abort notice */
+}
+
+static void rank_wrong_secret(ch_world *w, int r, void *arg)
+{
+    int liar = *(const int *)arg;
+    fl_coll_opts o = ch_opts(w, r);
+    o.timeout_ms = 2000;
+    uint8_t other[32];
+    memset(other, 'x', sizeof other);
+    if (r == liar) o.secret = other;
+    fl_coll *c = NULL;
+    double t0 = ch_now();
+    int st = fl_coll_create(&o, &c);
+    double dt = ch_now() - t0;
+    fprintf(stderr, "  rank %d%s: %s after %.2f s: %s\n", r, r == liar ? " (wrong secret)" : "", fl_strerror(st), dt,
+            fl_last_error());
+    if (st == FL_OK) TFAIL("rank %d joined a communicator with a rank that has the wrong secret", r);
+    if (dt > 6.0) TFAIL("rank %d took %.1f s to fail", r, dt);
+    if (strstr(fl_last_error(), "78797879")) TFAIL("a message contains secret bytes");
+    /* the refused connection is reported: by the liar, and by whoever it talked to */
+    if (r == liar || r == 0 || (liar == 0 && r == 1)) CHECK_STR_HAS(fl_last_error(), "authentication failed");
+    /* rank 0 only accepts: it cannot tell it is the odd one out, it refuses everyone */
+    if (r == liar) CHECK_EQ_INT(st, liar == 0 ? FL_ETIMEDOUT : FL_EPROTO);
+}
+
+TEST(wrong_secret_is_refused)
+{
+    for (int liar = 0; liar < 3; liar += 1) {
+        ch_world w;
+        ch_init(&w, 3, 1);
+        ch_start(&w, rank_wrong_secret, &liar);
+        if (ch_wait(&w, -1)) TFAIL("liar %d: some ranks misbehaved", liar);
+    }
+}
+
+/* scenario 0: allreduce vs broadcast; 1: different counts; 2: 3 ranks, rank 2 has another
+ * count on a large (ring) allreduce. */
+static void rank_mismatch(ch_world *w, int r, void *arg)
+{
+    int sc = *(const int *)arg;
+    fl_coll *c = ch_comm(w, r);
+    size_t n = sc == 2 ? 100000 : 1000;
+    float *x = xmalloc((n + 1) * 4);
+    memset(x, 0, (n + 1) * 4);
+    CHECK_OK(fl_coll_allreduce(c, x, x, 10, FL_FLOAT32, FL_COLL_SUM)); /* a good call first */
+    int st;
+    if (sc == 0 && r == 1) st = fl_coll_broadcast(c, x, n, FL_FLOAT32, 0);
+    else if ((sc == 1 && r == 1) || (sc == 2 && r == 2)) st = fl_coll_allreduce(c, x, x, n + 1, FL_FLOAT32, FL_COLL_SUM);
+    else st = fl_coll_allreduce(c, x, x, n, FL_FLOAT32, FL_COLL_SUM);
+    fprintf(stderr, "  rank %d: %s: %s\n", r, fl_strerror(st), fl_last_error());
+    CHECK_EQ_INT(st, FL_EPROTO);
+    CHECK_STR_HAS(fl_last_error(), "collective mismatch");
+    CHECK_STR_HAS(fl_last_error(), sc == 0 ? "broadcast #2" : "allreduce #2");
+    CHECK_STR_HAS(fl_last_error(), sc == 2 ? "count 100001" : "count 1000");
+    CHECK_EQ_INT(fl_coll_barrier(c), FL_ESTATE);
+    free(x);
+    fl_coll_free(c);
+}
+
+TEST(mismatched_calls_fail_on_every_rank)
+{
+    for (int sc = 0; sc < 3; sc++)
+        for (int shm = 0; shm < 2; shm++) ch_run(sc == 2 ? 3 : 2, shm, rank_mismatch, &sc);
+}
+
+static void rank_stall(ch_world *w, int r, void *arg)
+{
+    (void)arg;
+    fl_coll *c = ch_comm(w, r);
+    float x[4] = {0};
+    if (r == 1) {
+        struct timespec ts = {1, 500000000};
+        nanosleep(&ts, NULL);
+        /* rank 0 had contributed before it gave up, so this call may still complete; the
+         * next one reads rank 0's abort notice */
+        int st = fl_coll_allreduce(c, x, x, 4, FL_FLOAT32, FL_COLL_SUM);
+        if (st == FL_OK) st = fl_coll_barrier(c);
+        fprintf(stderr, "  rank 1 after its nap: %s\n", fl_last_error());
+        CHECK(st != FL_OK);
+        CHECK_STR_HAS(fl_last_error(), "rank 0 (");
+    } else {
+        double t0 = ch_now();
+        int st = fl_coll_allreduce(c, x, x, 4, FL_FLOAT32, FL_COLL_SUM);
+        double dt = ch_now() - t0;
+        fprintf(stderr, "  rank 0 after %.2f s: %s\n", dt, fl_last_error());
+        CHECK_EQ_INT(st, FL_ETIMEDOUT);
+        CHECK_STR_HAS(fl_last_error(), "rank 1 (");
+        CHECK(dt >= 0.45 && dt < 1.4);
+    }
+    fl_coll_free(c);
+}
+
+TEST(stalled_rank_times_out)
+{
+    for (int shm = 0; shm < 2; shm++) {
+        ch_world w;
+        ch_init(&w, 2, shm);
+        w.timeout_ms = 500;
+        ch_start(&w, rank_stall, NULL);
+        if (ch_wait(&w, -1)) TFAIL("some ranks failed");
+    }
+}
+
+TEST(secret_configuration)
+{
+    ch_world w;
+    ch_init(&w, 2, 1);
+    fl_coll_opts o = ch_opts(&w, 0);
+    o.secret = NULL;
+    o.secret_len = 0;
+    fl_coll *c = NULL;
+    unsetenv("FLEET_JOB_SECRET");
+    unsetenv("FLEET_JOB_SECRET_FILE");
+    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "no job secret");
+    char path[] = "/tmp/fleet-test-secret-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    CHECK(write(fd, "00112233445566778899aabbccddeeff\n", 33) == 33);
+    close(fd);
+    CHECK(chmod(path, 0644) == 0);
+    setenv("FLEET_JOB_SECRET_FILE", path, 1);
+    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "has mode 0644");
+    CHECK_STR_HAS(fl_last_error(), path);
+    CHECK(strstr(fl_last_error(), "00112233") == NULL);
+    CHECK(chmod(path, 0600) == 0);
+    o.timeout_ms = 300; /* the secret is accepted; rank 1 never comes */
+    CHECK_FAILS(fl_coll_create(&o, &c), FL_ETIMEDOUT, "rank 1 (");
+    unlink(path);
+    unsetenv("FLEET_JOB_SECRET_FILE");
+    setenv("FLEET_JOB_SECRET", "0011zz", 1);
+    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "FLEET_JOB_SECRET");
+    unsetenv("FLEET_JOB_SECRET");
+    fl_net_listener_free(w.ls[0]);
+    fl_net_listener_free(w.ls[1]);
+}
+
+static void rank_insecure(ch_world *w, int r, void *arg)
+{
+    (void)arg;
+    unsetenv("FLEET_JOB_SECRET");
+    unsetenv("FLEET_JOB_SECRET_FILE");
+    fl_coll_opts o = ch_opts(w, r);
+    o.secret = NULL;
+    o.secret_len = 0;
+    o.insecure_local = 1;
+    fl_coll *c;
+    CHECK_OK(fl_coll_create(&o, &c));
+    int64_t v = r + 1, s = 0;
+    CHECK_OK(fl_coll_allreduce(c, &v, &s, 1, FL_INT64, FL_COLL_SUM));
+    CHECK_EQ_INT(s, 3);
+    fl_coll_free(c);
+}
+
+TEST(insecure_local_mode)
+{
+    ch_run(2, 1, rank_insecure, NULL);
+}
+
+TEST(bad_arguments)
+{
+    fl_coll_opts o = {0};
+    fl_coll *c = NULL;
+    o.world_size = 1;
+    CHECK_OK(fl_coll_create(&o, &c));
+    float x[4] = {1, 2, 3, 4}, y[4];
+    CHECK_OK(fl_coll_allreduce(c, x, y, 4, FL_FLOAT32, FL_COLL_AVG));
+    CHECK(y[3] == 4.0f);
+    CHECK_FAILS(fl_coll_allreduce(c, x, x + 1, 3, FL_FLOAT32, FL_COLL_SUM), FL_EINVAL, "overlap");
+    CHECK_FAILS(fl_coll_barrier(c), FL_ESTATE, "failed earlier");
+    fl_coll_free(c);
+    CHECK_OK(fl_coll_create(&o, &c));
+    CHECK_FAILS(fl_coll_allreduce(c, x, y, 4, FL_INT32, FL_COLL_SUM), FL_EINVAL, "not supported for reductions");
+    fl_coll_free(c);
+    CHECK_OK(fl_coll_create(&o, &c));
+    CHECK_FAILS(fl_coll_broadcast(c, x, 4, FL_FLOAT32, 1), FL_EINVAL, "root 1 out of range");
+    fl_coll_free(c);
+    o.world_size = 2;
+    o.rank = 2;
+    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "rank 2 out of range");
+    o.rank = 0;
+    const char *eps[] = {"127.0.0.1:1", "nohostport"};
+    o.endpoints = eps;
+    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "endpoints[1]");
+    fl_coll_op op;
+    CHECK_OK(fl_coll_op_parse("AVG", &op));
+    CHECK_EQ_INT(op, FL_COLL_AVG);
+    CHECK_FAILS(fl_coll_op_parse("prod", &op), FL_EINVAL, "unknown reduction 'prod'");
+}
+
+TEST_MAIN(T(allreduce_shm), T(allreduce_tcp), T(broadcast_every_root), T(allgather), T(reduce_scatter), T(barrier),
+          T(allreduce_16m_floats), T(allreduce_random_floats), T(kill_rank_mid_allreduce), T(wrong_secret_is_refused),
+          T(mismatched_calls_fail_on_every_rank), T(stalled_rank_times_out), T(secret_configuration),
+          T(insecure_local_mode), T(bad_arguments))
