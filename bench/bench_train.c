@@ -248,12 +248,17 @@ static void bare_free(bare_chain *b)
 }
 
 
+/* threads label of this run, read before Fleet may switch OpenBLAS to one thread
+ * (FLEET_NUM_THREADS=2 splits sgemm itself, src/tensor/parallel.c) */
+static int g_threads = 1;
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || (strcmp(argv[1], "mlp") && strcmp(argv[1], "fc") && strcmp(argv[1], "fcfwd"))) {
         fprintf(stderr, "usage: bench_train mlp|fc|fcfwd [--batch N] [--seconds S] [--warmup N] [--tag T] [--floor 0|1]\n");
         return 2;
     }
+    g_threads = openblas_get_num_threads();
     const char *mode = argv[1];
     int is_mlp = !strcmp(mode, "mlp");
     int batch = is_mlp ? 128 : 512, warmup = is_mlp ? 200 : 10;
@@ -281,7 +286,7 @@ int main(int argc, char **argv)
            mode, batch, openblas_get_corename(), openblas_get_num_threads(), ct ? ct : "(unset: auto-detect)",
            getenv("OPENBLAS_NUM_THREADS") ? getenv("OPENBLAS_NUM_THREADS") : "(unset)", openblas_get_config());
     char key[160];
-    snprintf(key, sizeof key, "ours.%s.b%d.blas%d%s", mode, batch, openblas_get_num_threads(), tag);
+    snprintf(key, sizeof key, "ours.%s.b%d.blas%d%s", mode, batch, g_threads, tag);
 
     model m = {0};
     pool data;
@@ -326,10 +331,10 @@ int main(int argc, char **argv)
         emit(key, "other_cpu", other > 0 ? other : 0, "cores busy with other processes", "%.2f");
         printf("# %ld timed steps in %.3f s; loss first %.4f, last %.4f\n", steps, t_ours, first, last);
         if (!with_floor) goto done;
-        snprintf(key, sizeof key, "sgemmfloor.%s.b%d.blas%d%s", mode, batch, openblas_get_num_threads(), tag);
+        snprintf(key, sizeof key, "sgemmfloor.%s.b%d.blas%d%s", mode, batch, g_threads, tag);
         emit(key, "steps_per_s", nfloor / t_floor, "steps/s", "%.1f");
         emit(key, "samples_per_s", (double)nfloor * batch / t_floor, "samples/s", "%.0f");
-        snprintf(key, sizeof key, "ratio.%s.b%d.blas%d%s", mode, batch, openblas_get_num_threads(), tag);
+        snprintf(key, sizeof key, "ratio.%s.b%d.blas%d%s", mode, batch, g_threads, tag);
         emit(key, "ours_over_sgemmfloor", (steps / t_ours) / (nfloor / t_floor), "x", "%.3f");
     } else {
         double flop = bare_fwd_flop(&b);
@@ -359,11 +364,11 @@ int main(int argc, char **argv)
         double other = (sys_busy_s() - b0 - (own_cpu_s() - c0)) / (now() - w0);
         double g_ours = flop * n_ours / t_ours * 1e-9, g_bare = flop * n_bare / t_bare * 1e-9;
         emit(key, "gflops", g_ours, "GFLOP/s", "%.1f");
-        snprintf(key, sizeof key, "sgemm.%s.b%d.blas%d%s", mode, batch, openblas_get_num_threads(), tag);
+        snprintf(key, sizeof key, "sgemm.%s.b%d.blas%d%s", mode, batch, g_threads, tag);
         emit(key, "gflops", g_bare, "GFLOP/s", "%.1f");
-        snprintf(key, sizeof key, "ratio.%s.b%d.blas%d%s", mode, batch, openblas_get_num_threads(), tag);
+        snprintf(key, sizeof key, "ratio.%s.b%d.blas%d%s", mode, batch, g_threads, tag);
         emit(key, "ours_over_sgemm", g_ours / g_bare, "x", "%.3f");
-        snprintf(key, sizeof key, "ours.%s.b%d.blas%d%s", mode, batch, openblas_get_num_threads(), tag);
+        snprintf(key, sizeof key, "ours.%s.b%d.blas%d%s", mode, batch, g_threads, tag);
         emit(key, "other_cpu", other > 0 ? other : 0, "cores busy with other processes", "%.2f");
         printf("# %.3f MFLOP per pass; ours %ld passes in %.3f s, bare sgemm %ld passes in %.3f s\n", flop * 1e-6,
                n_ours, t_ours, n_bare, t_bare);

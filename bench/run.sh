@@ -8,7 +8,11 @@
 #   2. fc 273-400-400-400-2 training (relu, softmax CE, SGD), batch 512, samples/s: ours vs PyTorch
 #   3. fc stack forward, batch 512, GFLOP/s: ours vs a bare cblas_sgemm chain of the same shapes in
 #      the same process (and PyTorch's no_grad forward for context)
-# Ours runs with OPENBLAS_NUM_THREADS=1 and =2 (each reported, labelled).  Runs are interleaved
+# Ours runs with 1 and 2 threads (each reported, labelled blas1 / blas2): 1 thread is
+# OPENBLAS_NUM_THREADS=1; 2 threads is FLEET_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 for the
+# training steps, where Fleet splits each large sgemm over two threads itself and keeps
+# OpenBLAS single-threaded (src/tensor/parallel.c), and OPENBLAS_NUM_THREADS=2 alone for the
+# forward-vs-bare-sgemm comparison (same threads on both sides).  Runs are interleaved
 # (ours, PyTorch, ours, PyTorch; the order reverses every round) and repeated BENCH_ROUNDS times; the
 # summary gives medians and ratios of medians.  The OpenBLAS kernel set is whatever
 # OPENBLAS_CORETYPE in the environment selects (unset: auto-detect); it is the same for both sides,
@@ -49,8 +53,11 @@ export OMP_NUM_THREADS=1   # our library does not use OpenMP; set the same for b
 
 load() { cut -d' ' -f1 /proc/loadavg; }
 ours() { # MODE BLAS_THREADS
-  echo "## ours $1 OPENBLAS_NUM_THREADS=$2 (load average $(load))" >>"$raw"
-  OPENBLAS_NUM_THREADS=$2 timeout 120 "$bin" "$1" --seconds "$secs" >>"$raw" 2>&1 || echo "# FAILED: ours $1 blas$2" | tee -a "$raw"
+  echo "## ours $1 FLEET_NUM_THREADS=$([ "$1" = fcfwd ] && echo 1 || echo "$2") OPENBLAS_NUM_THREADS=$2 (load average $(load))" >>"$raw"
+  # fcfwd compares with a bare cblas_sgemm chain at the same OpenBLAS threads: no Fleet split there
+  local ft=$2
+  [ "$1" = fcfwd ] && ft=1
+  FLEET_NUM_THREADS=$ft OPENBLAS_NUM_THREADS=$2 timeout 120 "$bin" "$1" --seconds "$secs" >>"$raw" 2>&1 || echo "# FAILED: ours $1 blas$2" | tee -a "$raw"
 }
 torch() { # MODE BLAS_THREADS (OMP_NUM_THREADS=1 always: the fast configurations)
   [ $have_torch = 1 ] || return 0
