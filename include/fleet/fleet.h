@@ -168,7 +168,11 @@ const fleet_strategy *fleet_get_strategy(const fleet_t *f);
 fl_opt *fleet_distributed_optimizer(fleet_t *f, fl_opt *opt, const fleet_strategy *strategy);
 
 /* Lifecycle.  Collective and non-distributed: init_worker / stop_worker do nothing.
- * Parameter-server mode is not available in this build: these return FL_EUNSUPPORTED. */
+ * Parameter-server mode (docs/parameter_server.md): init_server binds this server's
+ * endpoint and restores model_dir when given; run_server serves until every worker has
+ * called stop_worker (or fails when one disappears); init_worker connects to every server
+ * (with a deadline naming any unreachable one) and exchanges the initial parameters;
+ * stop_worker flushes the communicator and tells the servers. */
 int fleet_init_worker(fleet_t *f);
 int fleet_stop_worker(fleet_t *f);
 int fleet_init_server(fleet_t *f, const char *model_dir);

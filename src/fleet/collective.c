@@ -268,11 +268,8 @@ fl_opt *fleet_distributed_optimizer(fleet_t *f, fl_opt *opt, const fleet_strateg
         if (fleet_strategy_check(strategy) != FL_OK) return NULL;
         f->strategy = *strategy; /* Paddle: a strategy given here replaces the one from init */
     }
-    if (!f->role->is_collective && f->role->distributed) {
-        fl__err(FL_EUNSUPPORTED, "fleet_distributed_optimizer: parameter-server training is not available in this build; "
-                                 "use collective mode (fleet_init_collective) or run without PADDLE_PSERVERS_IP_PORT_LIST");
-        return NULL;
-    }
+    if (!f->role->is_collective && f->role->distributed) /* parameter-server mode: ps_mode.c */
+        return fl__ps_distributed_optimizer(f, opt) == FL_OK ? opt : NULL;
     if (fl__fleet_comm(f) != FL_OK) return NULL;
     if (fl__op_register_group(fl__ops_collective) != FL_OK) return NULL;
     if (fl__opt_set_hook(opt, hook, f) != FL_OK) return NULL;

@@ -52,6 +52,7 @@ void fleet_free(fleet_t *f)
 {
     if (!f || f->magic != FLEET_MAGIC) return;
     fl__comm_free(f->comm);
+    fl__ps_free(f);
     fleet_role_free(f->role);
     free(f->workers_str);
     free(f->servers_str);

@@ -21,6 +21,7 @@ struct fleet_role {
 };
 
 struct fl_comm;
+struct fl__ps_ctx;
 
 struct fleet {
     uint32_t magic;
@@ -29,7 +30,14 @@ struct fleet {
     char *workers_str, *servers_str;
     struct fl_comm *comm; /* collective mode: the trainers' communicator */
     fl_var *gm_cond;      /* gradient merge: the apply-step condition */
+    struct fl__ps_ctx *ps; /* parameter-server mode: tables, client or server, communicator
+                            * (src/fleet/ps_internal.h); NULL until fleet_distributed_optimizer */
 };
+
+/* Parameter-server mode (src/fleet/ps_mode.c): installs the PS rewrite on opt
+ * (fleet_distributed_optimizer's PS branch), and releases the PS state (fleet_free). */
+int fl__ps_distributed_optimizer(fleet_t *f, fl_opt *opt);
+void fl__ps_free(fleet_t *f);
 
 /* Creates the collective communicator on first use (rendezvous with every trainer, bounded
  * by the collective deadline); a no-op in parameter-server mode. */

@@ -163,6 +163,10 @@ int fl__op_need_f32(fl_op *op, const fl_var *v);
 /* For infer(): every declared input and output slot holds exactly one variable (else a
  * build error naming the op and slot).  Ops with optional or list slots check their own. */
 int fl__op_check_slots(fl_op *op);
+/* Program surgery for rewriters (fleet/): removes op i (later ops shift down), or an
+ * unused variable v (later variables shift down; v is freed). */
+void fl__prog_remove_op(fl_prog *p, int i);
+int fl__prog_remove_var(fl_prog *p, fl_var *v);
 /* Moves the last op of p to index pos (later ops shift by one). */
 int fl__prog_move_last_op(fl_prog *p, int pos);
 /* Role given to ops appended from now on (FL_ROLE_*). */

@@ -434,6 +434,33 @@ fl_op *fl__op_append(fl_prog *p, const char *type, const fl_io *ins, int nins, c
 
 void fl__prog_set_role(fl_prog *p, int role) { p->cur_role = role; }
 
+void fl__prog_remove_op(fl_prog *p, int i)
+{
+    if (i < 0 || i >= p->nops) return;
+    op_free(p->ops[i]);
+    memmove(p->ops + i, p->ops + i + 1, (size_t)(p->nops - i - 1) * sizeof *p->ops);
+    p->nops--;
+    p->version++;
+}
+
+int fl__prog_remove_var(fl_prog *p, fl_var *v)
+{
+    int i = v->idx;
+    fl__strmap_del(&p->names, v->name);
+    free(v->name);
+    v->magic = 0;
+    free(v);
+    memmove(p->vars + i, p->vars + i + 1, (size_t)(p->nvars - i - 1) * sizeof *p->vars);
+    p->nvars--;
+    for (int k = i; k < p->nvars; k++) {
+        p->vars[k]->idx = k;
+        if (fl__strmap_put(&p->names, p->vars[k]->name, k) != FL_OK)
+            return fl__prog_error(p, FL_ENOMEM, "out of memory rewriting the program");
+    }
+    p->version++;
+    return FL_OK;
+}
+
 int fl__prog_move_last_op(fl_prog *p, int pos)
 {
     if (p->nops == 0 || pos < 0 || pos >= p->nops) return fl__err(FL_EINVAL, "move op: position %d out of range", pos);

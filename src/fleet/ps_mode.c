@@ -1,0 +1,650 @@
+/*
+ * ps_mode.c - parameter-server mode: the PS context of a fleet handle, the table list
+ * derived from the program, and the worker-program rewrite behind
+ * fleet_distributed_optimizer() (see docs/parameter_server.md).
+ *
+ * fl_opt_minimize() appends backward and the update ops, then calls the hook (phase
+ * AFTER_UPDATE), which:
+ *   1. reads each trainable parameter's update op (rule, learning rate, L2, betas,
+ *      epsilon) and derives one table per parameter: a sparse table for an embedding
+ *      looked up with is_sparse or is_distributed (rows initialised on the servers from
+ *      the parameter's initializer), a dense table (rows x cols) for everything else, plus
+ *      the 1x1 "@fleet_status@" table that carries save results to every worker;
+ *   2. sync / async: removes the update ops and their state (the servers optimize), turns
+ *      the lookups of sparse tables into distributed_lookup_table (one per table and
+ *      padding_idx, pulling the batch's ids from the servers) and their gradients into
+ *      distributed_lookup_table_grad (SelectedRows), drops those tables from the worker
+ *      (startup initializer and variable), and appends ps_send (every gradient) and
+ *      ps_recv (every dense parameter);
+ *      GEO: keeps the local optimizer and appends ps_geo (every k_steps: push
+ *      (latest - old) / trainers, pull);
+ *   3. appends ps_init to the startup program (worker 0 offers the initial dense values,
+ *      barrier, every worker pulls them).
+ * The server process builds the same program and runs the same hook, so both sides
+ * derive the same table list from the same code (the client and server compare it).
+ *
+ * The update ops are emitted by optimizer.c and removed here, because the optimizer hook
+ * has no per-pair "skip update" flag yet; removing them also removes their state
+ * variables (moments, learning rate) from the main and startup programs, so a worker holds
+ * no optimizer state for server-held parameters.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ps_internal.h"
+
+#define MAX_CTX 64
+static fl__ps_ctx *ctxs[MAX_CTX];
+static pthread_mutex_t ctxs_mu = PTHREAD_MUTEX_INITIALIZER;
+
+const char *fl__psm_name(fl__psm m) { return m == FL__PSM_SYNC ? "sync" : m == FL__PSM_ASYNC ? "async" : "geo"; }
+
+fl__ps_ctx *fl__ps_lookup(int64_t id, const char *op)
+{
+    fl__ps_ctx *c = NULL;
+    pthread_mutex_lock(&ctxs_mu);
+    if (id >= 0 && id < MAX_CTX) c = ctxs[id];
+    pthread_mutex_unlock(&ctxs_mu);
+    if (!c)
+        fl__err(FL_ESTATE, "%s: no parameter-server context with ps_id %lld (the fleet handle was freed or never set up)",
+                op, (long long)id);
+    return c;
+}
+
+int fl__ps_need_client(fl__ps_ctx *c, const char *op, fl_ps_client **out)
+{
+    if (c->is_server) return fl__err(FL_ESTATE, "%s: this process is a parameter server; only workers run the program", op);
+    if (c->stopped) return fl__err(FL_ESTATE, "%s: fleet_stop_worker was called; the worker is disconnected", op);
+    if (!c->client) return fl__err(FL_ESTATE, "%s: call fleet_init_worker before running the training program", op);
+    *out = c->client;
+    return FL_OK;
+}
+
+int fl__ps_secret(fl_net_secret *out, const char *fn)
+{
+    int st = fl_net_secret_from_env(out);
+    if (st == FL_ENOTFOUND)
+        return fl__err(FL_EINVAL, "%s: parameter-server mode needs the job secret: set FLEET_JOB_SECRET (hex) or "
+                                  "FLEET_JOB_SECRET_FILE (fleetrun sets it for its processes)", fn);
+    return st;
+}
+
+int fl__ps_fleet_tables(const fleet_t *f, const fl_ps_table_config **tables, int *n)
+{
+    if (!f || !f->ps || !f->ps->prog) return fl__err(FL_ESTATE, "no parameter-server program: call fl_opt_minimize first");
+    *tables = f->ps->tables;
+    *n = f->ps->ntables;
+    return FL_OK;
+}
+
+fl_ps_client *fl__ps_fleet_client(const fleet_t *f) { return f && f->ps ? f->ps->client : NULL; }
+
+static void ctx_free(fl__ps_ctx *c)
+{
+    if (!c) return;
+    pthread_mutex_lock(&ctxs_mu);
+    if (c->id >= 0 && c->id < MAX_CTX && ctxs[c->id] == c) ctxs[c->id] = NULL;
+    pthread_mutex_unlock(&ctxs_mu);
+    fl__ps_comm_free(c->comm);
+    fl_ps_client_free(c->client);
+    fl_ps_server_free(c->server);
+    for (int i = 0; i < c->ntables; i++) free((char *)c->tables[i].name);
+    free(c->tables);
+    for (int i = 0; i < c->nparams; i++) free(c->params[i].name);
+    free(c->params);
+    fl__free_strv(c->servers, c->nservers);
+    free(c->pending);
+    free(c->pending_table);
+    if (c->geo_old)
+        for (int i = 0; i < c->ntables; i++) free(c->geo_old[i]);
+    free(c->geo_old);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+void fl__ps_free(fleet_t *f)
+{
+    if (!f) return;
+    ctx_free(f->ps);
+    f->ps = NULL;
+}
+
+static int mode_of(const fleet_strategy *s, fl__psm *m, int64_t *k)
+{
+    int64_t ks = s->a_sync_configs.k_steps;
+    if (!s->a_sync) {
+        if (ks > 0)
+            return fl__err(FL_EINVAL, "fleet_distributed_optimizer: a_sync_configs.k_steps=%lld needs a_sync=true (GEO "
+                                      "mode); with a_sync=false (sync mode) k_steps must be 0",
+                           (long long)ks);
+        *m = FL__PSM_SYNC;
+    } else {
+        *m = ks > 0 ? FL__PSM_GEO : FL__PSM_ASYNC;
+    }
+    *k = ks > 0 ? ks : 0;
+    return FL_OK;
+}
+
+static int ctx_create(fleet_t *f, fl__ps_ctx **out)
+{
+    fl__ps_ctx *c = calloc(1, sizeof *c);
+    if (!c) return fl__err(FL_ENOMEM, "fleet_distributed_optimizer: out of memory");
+    pthread_mutex_init(&c->mu, NULL);
+    c->id = -1;
+    c->strategy = f->strategy;
+    c->is_server = f->role->kind == FLEET_ROLE_SERVER;
+    c->worker_index = f->role->worker_index;
+    c->worker_num = f->role->worker_num;
+    c->server_index = f->role->server_index;
+    int st = mode_of(&f->strategy, &c->mode, &c->k_steps);
+    if (st == FL_OK && (f->strategy.localsgd || f->strategy.gradient_merge))
+        st = fl__err(FL_EUNSUPPORTED, "fleet_distributed_optimizer: %s is a collective-mode strategy; parameter-server "
+                                      "mode does not apply it (unset it, or use fleet_init_collective)",
+                     f->strategy.localsgd ? "localsgd" : "gradient_merge");
+    if (st == FL_OK && f->role->nservers < 1)
+        st = fl__err(FL_EINVAL, "fleet_distributed_optimizer: parameter-server mode needs at least one server endpoint");
+    if (st == FL_OK) {
+        c->servers = calloc((size_t)f->role->nservers, sizeof *c->servers);
+        if (!c->servers) st = fl__err(FL_ENOMEM, "fleet_distributed_optimizer: out of memory");
+        c->nservers = c->servers ? f->role->nservers : 0;
+        for (int i = 0; st == FL_OK && i < c->nservers; i++)
+            if (!(c->servers[i] = fl__strdup(f->role->servers[i]))) st = fl__err(FL_ENOMEM, "out of memory");
+    }
+    if (st == FL_OK) {
+        pthread_mutex_lock(&ctxs_mu);
+        for (int i = 0; i < MAX_CTX && c->id < 0; i++)
+            if (!ctxs[i]) ctxs[c->id = i] = c;
+        pthread_mutex_unlock(&ctxs_mu);
+        if (c->id < 0) st = fl__err(FL_ENOMEM, "fleet_distributed_optimizer: more than %d parameter-server fleets in this process", MAX_CTX);
+    }
+    if (st != FL_OK) {
+        ctx_free(c);
+        return st;
+    }
+    *out = c;
+    return FL_OK;
+}
+
+/* ---- program surgery ------------------------------------------------------------------------ */
+
+static int slot_has(const fl_slot *s, const fl_var *v)
+{
+    for (int k = 0; k < s->n; k++)
+        if (s->vars[k] == v) return 1;
+    return 0;
+}
+
+static int op_reads(const fl_op *op, const fl_var *v)
+{
+    for (int s = 0; s < FL_OP_MAX_SLOTS; s++)
+        if (slot_has(&op->in[s], v)) return 1;
+    return op->cond == v;
+}
+
+static int op_writes(const fl_op *op, const fl_var *v)
+{
+    for (int s = 0; s < FL_OP_MAX_SLOTS; s++)
+        if (slot_has(&op->out[s], v)) return 1;
+    return 0;
+}
+
+static int var_used(const fl_prog *p, const fl_var *v)
+{
+    for (int i = 0; i < p->nops; i++)
+        if (op_reads(p->ops[i], v) || op_writes(p->ops[i], v)) return 1;
+    return 0;
+}
+
+/* Removes variable `name` from p and its startup program (with the startup ops writing
+ * it) when no op of p uses it any more. */
+static int drop_if_unused(fl_prog *p, const char *name)
+{
+    fl_var *v = fl_prog_var(p, name);
+    if (v) {
+        if (var_used(p, v)) return FL_OK;
+        FL_CHECK(fl__prog_remove_var(p, v));
+    }
+    fl_prog *sp = p->startup;
+    fl_var *sv = sp ? fl_prog_var(sp, name) : NULL;
+    if (!sv) return FL_OK;
+    for (int i = sp->nops - 1; i >= 0; i--) {
+        if (!op_writes(sp->ops[i], sv)) continue;
+        int nout = 0;
+        for (int s = 0; s < FL_OP_MAX_SLOTS; s++) nout += sp->ops[i]->out[s].n;
+        if (nout > 1) continue; /* an op writing other variables too keeps the variable */
+        fl__prog_remove_op(sp, i);
+    }
+    return var_used(sp, sv) ? FL_OK : fl__prog_remove_var(sp, sv);
+}
+
+/* The startup op initialising `name` (NULL if none). */
+static fl_op *init_op(fl_prog *p, const char *name)
+{
+    fl_prog *sp = p->startup;
+    fl_var *sv = sp ? fl_prog_var(sp, name) : NULL;
+    if (!sv) return NULL;
+    for (int i = 0; i < sp->nops; i++)
+        if (op_writes(sp->ops[i], sv)) return sp->ops[i];
+    return NULL;
+}
+
+/* ---- table derivation -------------------------------------------------------------------------- */
+
+typedef struct {
+    fl_var *param, *grad;
+    fl_op *upd;      /* its update op */
+    int sparse;      /* sparse table: distributed lookups */
+    int distributed; /* some lookup has is_distributed */
+} pinfo;
+
+static fl_op *find_update(fl_prog *p, const char *type, const fl_var *w)
+{
+    for (int i = 0; i < p->nops; i++) {
+        fl_op *op = p->ops[i];
+        if (op->role == FL_ROLE_OPTIMIZE && !strcmp(op->def->type, type) && op->in[0].n == 1 && op->in[0].vars[0] == w)
+            return op;
+    }
+    return NULL;
+}
+
+/* Classifies how a parameter is used: sparse if an embedding looks it up with is_sparse or
+ * is_distributed, in which case it may only be used by lookups (and its update op). */
+static int classify(fl_prog *p, pinfo *pi)
+{
+    const fl_op *other = NULL;
+    for (int i = 0; i < p->nops; i++) {
+        const fl_op *op = p->ops[i];
+        if (op == pi->upd || !(op_reads(op, pi->param) || op_writes(op, pi->param))) continue;
+        if (!strcmp(op->def->type, "lookup_table") && op->in[0].vars[0] == pi->param) {
+            if (fl__attr_i(op, "is_sparse", 0) || fl__attr_i(op, "is_distributed", 0)) pi->sparse = 1;
+            if (fl__attr_i(op, "is_distributed", 0)) pi->distributed = 1;
+        } else if (!(!strcmp(op->def->type, "lookup_table_grad") && op->in[0].vars[0] == pi->param)) {
+            other = op;
+        }
+    }
+    if (pi->sparse && other)
+        return fl__prog_error(p, FL_EUNSUPPORTED,
+                              "parameter server: table '%s' is looked up with is_sparse/is_distributed and also used by op "
+                              "'%s'; a sparse table lives on the servers only and can only be read by embedding lookups",
+                              pi->param->name, other->def->type);
+    return FL_OK;
+}
+
+/* fl_initializer of a sparse table from the startup op of its parameter. */
+static int table_init(fl_prog *p, const fl_var *w, fl_initializer *in)
+{
+    const fl_op *op = init_op(p, w->name);
+    memset(in, 0, sizeof *in);
+    if (!op) return fl__prog_error(p, FL_EINVAL, "parameter server: table '%s' has no initializer in the startup program", w->name);
+    const char *t = op->def->type;
+    if (!strcmp(t, "fill_constant")) {
+        *in = fl_init_constant((float)fl__attr_f(op, "value", 0.0));
+    } else if (!strcmp(t, "uniform_random")) {
+        *in = fl_init_uniform((float)fl__attr_f(op, "min", -1.0), (float)fl__attr_f(op, "max", 1.0));
+    } else if (!strcmp(t, "gaussian_random")) {
+        *in = fl_init_normal((float)fl__attr_f(op, "mean", 0.0), (float)fl__attr_f(op, "std", 1.0));
+    } else if (!strcmp(t, "truncated_gaussian_random")) {
+        *in = fl_init_truncated_normal((float)fl__attr_f(op, "mean", 0.0), (float)fl__attr_f(op, "std", 1.0));
+    } else {
+        return fl__prog_error(p, FL_EUNSUPPORTED, "parameter server: table '%s' is initialized by %s, which a sparse table "
+                                                  "cannot reproduce per row", w->name, t);
+    }
+    /* the op's seed, else one derived from the table name: never from the program seed, so
+     * a server and workers that seed their programs differently still agree */
+    uint64_t seed = (uint64_t)fl__attr_i(op, "seed", 0);
+    in->seed = seed ? seed : (fl__hash_bytes(w->name, strlen(w->name)) | 1u);
+    return FL_OK;
+}
+
+static int table_opt(fl__ps_ctx *c, fl_prog *p, const pinfo *pi, fl_ps_optimizer *o)
+{
+    memset(o, 0, sizeof *o);
+    if (c->mode == FL__PSM_GEO) {
+        o->kind = FL_PS_OPT_SUM;
+        return FL_OK;
+    }
+    const fl_op *u = pi->upd;
+    const char *t = u->def->type;
+    const fl_var *lrv = u->in[2].vars[0];
+    for (int i = 0; i < p->nops; i++)
+        if (op_writes(p->ops[i], lrv))
+            return fl__prog_error(p, FL_EUNSUPPORTED, "parameter server (%s mode): a learning-rate schedule (%s) is not "
+                                                      "applied by the servers; use a constant rate or GEO mode",
+                                  fl__psm_name(c->mode), p->ops[i]->def->type);
+    const fl_op *lop = init_op(p, lrv->name);
+    if (!lop || strcmp(lop->def->type, "fill_constant") != 0)
+        return fl__prog_error(p, FL_EINVAL, "parameter server: learning rate '%s' has no constant initializer", lrv->name);
+    /* the same float product as the local update op: rate * lr_scale */
+    o->lr = (float)fl__attr_f(lop, "value", 0.0) * (float)fl__attr_f(u, "lr_scale", 1.0);
+    o->l2 = (float)fl__attr_f(u, "l2", 0.0);
+    if (!strcmp(t, "sgd")) {
+        o->kind = FL_PS_OPT_SGD;
+    } else if (!strcmp(t, "adagrad")) {
+        o->kind = FL_PS_OPT_ADAGRAD;
+        o->epsilon = fl__attr_f(u, "epsilon", 1e-6);
+    } else if (!strcmp(t, "adam")) {
+        o->kind = FL_PS_OPT_ADAM;
+        o->beta1 = fl__attr_f(u, "beta1", 0.9);
+        o->beta2 = fl__attr_f(u, "beta2", 0.999);
+        o->epsilon = fl__attr_f(u, "epsilon", 1e-8);
+    } else {
+        return fl__prog_error(p, FL_EUNSUPPORTED, "parameter server (%s mode): the servers apply sgd, adagrad or adam, not "
+                                                  "%s; use GEO mode (a_sync_configs.k_steps > 0) to keep %s on the workers",
+                              fl__psm_name(c->mode), t, t);
+    }
+    /* fleet/ps.h reads 0 as "the default" for these: refuse rather than train differently */
+    if ((o->kind != FL_PS_OPT_SGD && o->epsilon == 0.0) || (o->kind == FL_PS_OPT_ADAM && (o->beta1 == 0.0 || o->beta2 == 0.0)))
+        return fl__prog_error(p, FL_EUNSUPPORTED, "parameter server: %s with epsilon, beta1 or beta2 equal to 0 cannot be "
+                                                  "applied by the servers (0 selects their default there)", t);
+    return FL_OK;
+}
+
+static int add_table(fl__ps_ctx *c, fl_prog *p, const fl_ps_table_config *t)
+{
+    if (c->ntables >= FL_PS_MAX_TABLES)
+        return fl__prog_error(p, FL_EUNSUPPORTED, "parameter server: more than %d tables", FL_PS_MAX_TABLES);
+    if (fl_ps_table_config_check(t) != FL_OK)
+        return fl__prog_error(p, fl_last_status(), "parameter server: %s", fl_last_error());
+    fl_ps_table_config *d = &c->tables[c->ntables];
+    *d = *t;
+    d->entry = NULL;
+    if (!(d->name = fl__strdup(t->name))) return fl__prog_error(p, FL_ENOMEM, "out of memory");
+    c->ntables++;
+    return FL_OK;
+}
+
+static int derive_tables(fl__ps_ctx *c, fl_prog *p, pinfo *pi, int n)
+{
+    c->tables = calloc((size_t)n + 1, sizeof *c->tables);
+    c->params = calloc((size_t)(n ? n : 1), sizeof *c->params);
+    if (!c->tables || !c->params) return fl__prog_error(p, FL_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        fl_var *w = pi[i].param;
+        fl_ps_table_config t;
+        memset(&t, 0, sizeof t);
+        t.name = w->name;
+        FL_CHECK(table_opt(c, p, &pi[i], &t.opt));
+        int64_t numel = 1;
+        for (int d = 0; d < w->ndim; d++) numel *= w->shape[d];
+        if (pi[i].sparse) {
+            t.kind = FL_PS_SPARSE;
+            t.dim = (int)w->shape[1];
+            t.rows = w->shape[0];
+            FL_CHECK(table_init(p, w, &t.init));
+        } else {
+            t.kind = FL_PS_DENSE;
+            t.rows = w->ndim ? w->shape[0] : 1;
+            t.cols = t.rows ? numel / t.rows : 1;
+        }
+        fl__ps_param *pp = &c->params[i];
+        pp->table = c->ntables;
+        pp->sparse = pi[i].sparse;
+        pp->numel = numel;
+        if (!(pp->name = fl__strdup(w->name))) return fl__prog_error(p, FL_ENOMEM, "out of memory");
+        c->nparams++;
+        FL_CHECK(add_table(c, p, &t));
+    }
+    fl_ps_table_config st;
+    memset(&st, 0, sizeof st);
+    st.name = "@fleet_status@";
+    st.kind = FL_PS_DENSE;
+    st.rows = st.cols = 1;
+    st.opt.kind = FL_PS_OPT_SUM;
+    c->status_table = c->ntables;
+    return add_table(c, p, &st);
+}
+
+/* ---- the rewrite ------------------------------------------------------------------------------- */
+
+static int set_ps_attrs(fl__ps_ctx *c, fl_op *op)
+{
+    return fl__attr_set_i(op, "ps_id", c->id);
+}
+
+static int ints_attr(fl_op *op, const char *name, const int64_t *v, int n) { return fl__attr_set_ints(op, name, v, n); }
+
+/* Is every Ids variable of the lookups in `g` ready before op index `first`? */
+static int ids_ready(const fl_prog *p, const fl_var *ids, int first)
+{
+    for (int i = first; i < p->nops; i++)
+        if (op_writes(p->ops[i], ids)) return 0;
+    return 1;
+}
+
+/* lookup_table ops of w become distributed_lookup_table ops: lookups with the same
+ * padding_idx whose ids are ready at the first one are merged into it (one pull for all
+ * of them); lookup_table_grad becomes distributed_lookup_table_grad. */
+static int rewrite_lookups(fl__ps_ctx *c, fl_prog *p, fl_var *w, int table)
+{
+    const fl_op_def *dl = fl__op_lookup("distributed_lookup_table");
+    const fl_op_def *dg = fl__op_lookup("distributed_lookup_table_grad");
+    if (!dl || !dg) return fl__prog_error(p, FL_ENOTFOUND, "parameter server: distributed lookup ops are not registered");
+    for (;;) {
+        int first = -1;
+        for (int i = 0; i < p->nops && first < 0; i++)
+            if (!strcmp(p->ops[i]->def->type, "lookup_table") && p->ops[i]->in[0].vars[0] == w) first = i;
+        if (first < 0) break;
+        fl_op *op = p->ops[first];
+        int64_t pad = fl__attr_i(op, "padding_idx", -1);
+        int is_dist = (int)fl__attr_i(op, "is_distributed", 0);
+        int cap = 4, n = 0;
+        fl_var **ids = malloc((size_t)cap * sizeof *ids), **outs = malloc((size_t)cap * sizeof *outs);
+        int *members = malloc((size_t)cap * sizeof *members);
+        int st = ids && outs && members ? FL_OK : fl__prog_error(p, FL_ENOMEM, "out of memory");
+        for (int i = first; st == FL_OK && i < p->nops; i++) {
+            fl_op *o = p->ops[i];
+            if (strcmp(o->def->type, "lookup_table") != 0 || o->in[0].vars[0] != w) continue;
+            if (i != first && (fl__attr_i(o, "padding_idx", -1) != pad || !ids_ready(p, o->in[1].vars[0], first))) continue;
+            if (n == cap) {
+                cap *= 2;
+                fl_var **a = realloc(ids, (size_t)cap * sizeof *ids);
+                if (a) ids = a;
+                fl_var **b = realloc(outs, (size_t)cap * sizeof *outs);
+                if (b) outs = b;
+                int *m = realloc(members, (size_t)cap * sizeof *members);
+                if (m) members = m;
+                if (!a || !b || !m) {
+                    st = fl__prog_error(p, FL_ENOMEM, "out of memory");
+                    break;
+                }
+            }
+            is_dist |= (int)fl__attr_i(o, "is_distributed", 0);
+            ids[n] = o->in[1].vars[0];
+            outs[n] = o->out[0].vars[0];
+            members[n++] = i;
+        }
+        if (st == FL_OK) {
+            for (int k = 0; k < FL_OP_MAX_SLOTS; k++) {
+                free(op->in[k].vars);
+                free(op->out[k].vars);
+                op->in[k] = (fl_slot){0, NULL};
+                op->out[k] = (fl_slot){0, NULL};
+            }
+            op->in[0] = (fl_slot){n, ids};
+            op->out[0] = (fl_slot){n, outs};
+            ids = outs = NULL;
+            op->def = dl;
+            st = set_ps_attrs(c, op);
+            if (st == FL_OK) st = fl__attr_set_i(op, "table", table);
+            if (st == FL_OK) st = fl__attr_set_i(op, "dim", w->shape[1]);
+            if (st == FL_OK) st = fl__attr_set_i(op, "is_distributed", is_dist);
+            if (st == FL_OK) st = fl__attr_set_i(op, "is_test", 0);
+            if (st == FL_OK) st = dl->infer(op);
+            for (int k = n - 1; st == FL_OK && k >= 1; k--) fl__prog_remove_op(p, members[k]);
+            p->version++;
+        }
+        free(ids);
+        free(outs);
+        free(members);
+        FL_CHECK(st);
+    }
+    for (int i = 0; i < p->nops; i++) {
+        fl_op *op = p->ops[i];
+        if (strcmp(op->def->type, "lookup_table_grad") != 0 || op->in[0].vars[0] != w) continue;
+        free(op->in[0].vars);
+        op->in[0] = op->in[1];
+        op->in[1] = op->in[2];
+        op->in[2] = (fl_slot){0, NULL};
+        op->def = dg;
+        FL_CHECK(fl__attr_set_i(op, "height", w->shape[0]));
+        FL_CHECK(fl__attr_set_i(op, "dim", w->shape[1]));
+        FL_CHECK(dg->infer(op));
+        p->version++;
+    }
+    return FL_OK;
+}
+
+/* Appends op `type` with list slot `slot` (and the same list as output `oslot` if given)
+ * and the attributes ps_id and tables. */
+static int append_list_op(fl__ps_ctx *c, fl_prog *p, const char *type, const char *slot, const char *oslot,
+                          fl_var **vs, const int64_t *tables, int n, int64_t k_steps)
+{
+    fl_io in = {slot, vs, n}, out = {oslot, vs, n};
+    fl_op *op = fl__op_new(p, type, slot ? &in : NULL, slot ? 1 : 0, oslot ? &out : NULL, oslot ? 1 : 0);
+    if (!op) return fl_prog_status(p->main ? p->main : p);
+    FL_CHECK(set_ps_attrs(c, op));
+    FL_CHECK(ints_attr(op, "tables", tables, n));
+    if (k_steps > 0) FL_CHECK(fl__attr_set_i(op, "k_steps", k_steps));
+    return fl__op_finish(op);
+}
+
+static int rewrite(fl__ps_ctx *c, fl_opt_hook_ctx *h)
+{
+    fl_prog *p = h->prog, *sp = p->startup;
+    int n = h->npairs, st = FL_OK;
+    pinfo *pi = calloc((size_t)(n ? n : 1), sizeof *pi);
+    fl_var **vs = calloc((size_t)(n ? n : 1), sizeof *vs), **svs = calloc((size_t)(n ? n : 1), sizeof *svs);
+    int64_t *tabs = calloc((size_t)(n ? n : 1), sizeof *tabs);
+    if (!pi || !vs || !svs || !tabs) st = fl__prog_error(p, FL_ENOMEM, "out of memory");
+    for (int i = 0; st == FL_OK && i < n; i++) {
+        pi[i].param = h->pairs[i].param;
+        pi[i].grad = h->pairs[i].grad;
+        pi[i].upd = find_update(p, h->opt_type, pi[i].param);
+        if (!pi[i].upd)
+            st = fl__prog_error(p, FL_EINVAL, "parameter server: no %s update op for parameter '%s'", h->opt_type,
+                                pi[i].param->name);
+        if (st == FL_OK) st = classify(p, &pi[i]);
+        if (st == FL_OK && c->mode == FL__PSM_GEO && pi[i].sparse) {
+            if (pi[i].distributed)
+                st = fl__prog_error(p, FL_EUNSUPPORTED, "parameter server (geo mode): table '%s' is looked up with "
+                                                        "is_distributed; GEO keeps every table on the workers; use "
+                                                        "is_sparse without is_distributed, or async mode",
+                                    pi[i].param->name);
+            pi[i].sparse = 0; /* GEO: a local table, synchronized as a dense "sum" table */
+        }
+        if (st == FL_OK && pi[i].sparse && pi[i].param->ndim != 2)
+            st = fl__prog_error(p, FL_EINVAL, "parameter server: sparse table '%s' must be a [vocab, dim] matrix", pi[i].param->name);
+    }
+    if (st == FL_OK) st = derive_tables(c, p, pi, n);
+
+    if (st == FL_OK && c->mode != FL__PSM_GEO) {
+        /* the servers optimize: drop the update ops and the state only they used */
+        char **names = NULL;
+        int nn = 0;
+        names = calloc((size_t)n * 8 + 1, sizeof *names);
+        if (!names) st = fl__prog_error(p, FL_ENOMEM, "out of memory");
+        for (int i = 0; st == FL_OK && i < n; i++) {
+            fl_op *u = pi[i].upd;
+            for (int s = 2; s < FL_OP_MAX_SLOTS; s++)
+                for (int k = 0; k < u->in[s].n && st == FL_OK; k++) {
+                    if (s > 2 && u->in[s].vars[k] == pi[i].param) continue;
+                    int dup = 0;
+                    for (int j = 0; j < nn && !dup; j++) dup = !strcmp(names[j], u->in[s].vars[k]->name);
+                    if (!dup && !(names[nn++] = fl__strdup(u->in[s].vars[k]->name)))
+                        st = fl__prog_error(p, FL_ENOMEM, "out of memory");
+                }
+            for (int j = 0; st == FL_OK && j < p->nops; j++)
+                if (p->ops[j] == u) {
+                    fl__prog_remove_op(p, j);
+                    break;
+                }
+            pi[i].upd = NULL;
+        }
+        for (int j = 0; st == FL_OK && j < nn; j++) st = drop_if_unused(p, names[j]);
+        for (int j = 0; j < nn; j++) free(names[j]);
+        free(names);
+        /* sparse tables: remote lookups, and the table leaves the worker */
+        for (int i = 0; st == FL_OK && i < n; i++) {
+            if (!pi[i].sparse) continue;
+            char *wname = fl__strdup(pi[i].param->name);
+            if (!wname) st = fl__prog_error(p, FL_ENOMEM, "out of memory");
+            if (st == FL_OK) st = rewrite_lookups(c, p, pi[i].param, c->params[i].table);
+            if (st == FL_OK) pi[i].grad->is_sparse_grad = 1;
+            if (st == FL_OK) st = drop_if_unused(p, wname);
+            if (st == FL_OK && fl_prog_var(p, wname))
+                st = fl__prog_error(p, FL_EUNSUPPORTED, "parameter server: table '%s' is still used after the rewrite", wname);
+            pi[i].param = NULL;
+            free(wname);
+        }
+        /* ps_send: every gradient; ps_recv: every dense parameter */
+        int m = 0;
+        for (int i = 0; i < n; i++) {
+            vs[m] = pi[i].grad;
+            tabs[m++] = c->params[i].table;
+        }
+        if (st == FL_OK && m) st = append_list_op(c, p, "ps_send", "Grad", NULL, vs, tabs, m, 0);
+        m = 0;
+        for (int i = 0; i < n; i++)
+            if (!c->params[i].sparse) {
+                vs[m] = fl_prog_var(p, c->params[i].name);
+                tabs[m++] = c->params[i].table;
+            }
+        if (st == FL_OK && m) st = append_list_op(c, p, "ps_recv", NULL, "Param", vs, tabs, m, 0);
+    } else if (st == FL_OK) {
+        for (int i = 0; i < n; i++) {
+            vs[i] = pi[i].param;
+            tabs[i] = c->params[i].table;
+        }
+        if (n) st = append_list_op(c, p, "ps_geo", "Param", "ParamOut", vs, tabs, n, c->k_steps);
+    }
+    /* startup: the initial exchange of the dense tables */
+    int m = 0;
+    for (int i = 0; st == FL_OK && i < n; i++)
+        if (!c->params[i].sparse) {
+            svs[m] = fl_prog_var(sp, c->params[i].name);
+            if (!svs[m]) st = fl__prog_error(p, FL_EINVAL, "parameter server: '%s' is not in the startup program", c->params[i].name);
+            tabs[m++] = c->params[i].table;
+        }
+    if (st == FL_OK && m) st = append_list_op(c, sp, "ps_init", "Param", "ParamOut", svs, tabs, m, 0);
+    if (st == FL_OK) c->prog = p;
+    free(pi);
+    free(vs);
+    free(svs);
+    free(tabs);
+    if (st == FL_OK) {
+        FL_INFO(FL_SUB_FLEET, "parameter server: %s mode, %d tables (%d parameters) on %d servers", fl__psm_name(c->mode),
+                c->ntables, c->nparams, c->nservers);
+    }
+    return st;
+}
+
+static int hook(void *user, int phase, fl_opt_hook_ctx *h)
+{
+    fl__ps_ctx *c = user;
+    if (phase == FL_HOOK_AFTER_BACKWARD) {
+        if (c->prog || c->tables)
+            return fl__prog_error(h->prog, FL_ESTATE, "parameter server: this fleet handle already built a program; "
+                                                      "one fleet handle trains one program");
+        if (c->mode != FL__PSM_GEO && strcmp(h->opt_type, "sgd") && strcmp(h->opt_type, "adagrad") && strcmp(h->opt_type, "adam"))
+            return fl__prog_error(h->prog, FL_EUNSUPPORTED,
+                                  "parameter server (%s mode): the servers apply sgd, adagrad or adam, not %s; use GEO mode "
+                                  "(a_sync=true, a_sync_configs.k_steps > 0) to keep %s on the workers",
+                                  fl__psm_name(c->mode), h->opt_type, h->opt_type);
+        return FL_OK;
+    }
+    return rewrite(c, h);
+}
+
+int fl__ps_distributed_optimizer(fleet_t *f, fl_opt *opt)
+{
+    FL_CHECK(fl__op_register_group(fl__ops_ps));
+    if (f->ps && (f->ps->prog || f->ps->tables))
+        return fl__err(FL_ESTATE, "fleet_distributed_optimizer: this fleet handle already built a parameter-server "
+                                  "program; one fleet handle trains one program");
+    if (f->ps) { /* a second call before minimize: start again with the new strategy */
+        ctx_free(f->ps);
+        f->ps = NULL;
+    }
+    FL_CHECK(ctx_create(f, &f->ps));
+    return fl__opt_set_hook(opt, hook, f->ps);
+}

@@ -1,0 +1,882 @@
+/*
+ * test_ps_fleet.c - parameter-server mode of the fleet facade.  Multi-process cases start
+ * BUILD/tests/bin/ps_train as servers and workers on 127.0.0.1 (each with Paddle's
+ * environment, as fleetrun sets it) and compare with ps_train run locally:
+ *   - sync mode with 2 servers and 2 workers equals local training on the global batch
+ *     (parameters within 1e-5; SGD with L2, Adam, Adagrad; with a sparse is_distributed
+ *     embedding looked up by two slots, one with padding_idx);
+ *   - async and GEO converge on the quick-start task;
+ *   - save -> stop everything -> restart the servers from the checkpoint -> continue is
+ *     bit-exact with an uninterrupted sync run;
+ *   - a SIGKILLed worker makes the servers exit non-zero within 10 s, and fleetrun reports it;
+ *   - a missing server makes fleet_init_worker fail within its deadline naming the endpoint.
+ * In-process cases check the program rewrite and the errors of unsupported combinations.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "testhelp.h"
+#include "fleet/ps_internal.h"
+
+#define SECRET "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+
+static char PS_TRAIN[PATH_MAX], FLEETRUN[PATH_MAX], EXAMPLE[PATH_MAX];
+
+static void paths(void)
+{
+    char self[PATH_MAX - 64];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) TFAIL("readlink /proc/self/exe failed");
+    self[n] = 0;
+    *strrchr(self, '/') = 0;
+    snprintf(PS_TRAIN, sizeof PS_TRAIN, "%s/bin/ps_train", self);
+    snprintf(FLEETRUN, sizeof FLEETRUN, "%s/../tools/fleetrun", self);
+    snprintf(EXAMPLE, sizeof EXAMPLE, "%s/../examples/quick_start/distributed_train", self);
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t l = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &l)) TFAIL("no free port");
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return strdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    size_t r = fread(b, 1, (size_t)n, f);
+    b[r] = 0;
+    fclose(f);
+    return b;
+}
+
+/* ---- jobs of ps_train processes ------------------------------------------------------------ */
+
+typedef struct {
+    pid_t pid;
+    int server, idx, done, status;
+    char log[PATH_MAX];
+} proc_t_;
+
+typedef struct {
+    char dir[64];
+    int ns, nw;
+    char list[512];
+    proc_t_ p[16];
+    int n;
+} job;
+
+static void job_init(job *j, int ns, int nw)
+{
+    memset(j, 0, sizeof *j);
+    snprintf(j->dir, sizeof j->dir, "/tmp/fleet_psf_XXXXXX");
+    if (!mkdtemp(j->dir)) TFAIL("mkdtemp failed");
+    j->ns = ns;
+    j->nw = nw;
+    for (int i = 0; i < ns; i++)
+        snprintf(j->list + strlen(j->list), sizeof j->list - strlen(j->list), "%s127.0.0.1:%d", i ? "," : "", free_port());
+}
+
+static const char *port_of(const job *j, int i)
+{
+    const char *s = j->list;
+    for (int k = 0; k < i; k++) s = strchr(s, ',') + 1;
+    static char buf[16];
+    const char *c = strchr(s, ':') + 1;
+    size_t n = strcspn(c, ",");
+    memcpy(buf, c, n);
+    buf[n] = 0;
+    return buf;
+}
+
+/* Starts ps_train as server / worker idx with args (NULL-terminated; "%d" in an argument
+ * is not expanded).  local: no PS environment (the reference run). */
+static proc_t_ *spawn(job *j, int server, int idx, int local, const char *const *args)
+{
+    proc_t_ *p = &j->p[j->n++];
+    memset(p, 0, sizeof *p);
+    p->server = server;
+    p->idx = idx;
+    char dir[sizeof j->dir];
+    memcpy(dir, j->dir, sizeof dir);
+    snprintf(p->log, sizeof p->log, "%s/%s.%d.log", dir, local ? "local" : server ? "server" : "worker", idx);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) TFAIL("fork failed");
+    if (pid == 0) {
+        int fd = open(p->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(127);
+        alarm(0);
+        unsetenv("PADDLE_TRAINER_ENDPOINTS");
+        unsetenv("PADDLE_PSERVERS_IP_PORT_LIST");
+        unsetenv("TRAINING_ROLE");
+        if (!local) {
+            char num[16];
+            snprintf(num, sizeof num, "%d", j->nw);
+            setenv("PADDLE_PSERVERS_IP_PORT_LIST", j->list, 1);
+            setenv("PADDLE_TRAINERS_NUM", num, 1);
+            setenv("FLEET_JOB_SECRET", SECRET, 1);
+            setenv("FLEET_PS_CONNECT_TIMEOUT_MS", "30000", 1);
+            setenv("FLEET_PS_RECONNECT_GRACE_MS", "2000", 1);
+            snprintf(num, sizeof num, "%d", idx);
+            if (server) {
+                setenv("TRAINING_ROLE", "PSERVER", 1);
+                setenv("POD_IP", "127.0.0.1", 1);
+                setenv("PADDLE_PORT", port_of(j, idx), 1);
+            } else {
+                setenv("TRAINING_ROLE", "TRAINER", 1);
+                setenv("PADDLE_TRAINER_ID", num, 1);
+            }
+        }
+        const char *argv[32] = {PS_TRAIN};
+        int a = 1;
+        for (int i = 0; args[i] && a < 31; i++) argv[a++] = args[i];
+        argv[a] = NULL;
+        execv(PS_TRAIN, (char *const *)argv);
+        _exit(127);
+    }
+    p->pid = pid;
+    return p;
+}
+
+static void dump_logs(job *j)
+{
+    for (int i = 0; i < j->n; i++) {
+        char *s = slurp(j->p[i].log);
+        size_t n = strlen(s);
+        fprintf(stderr, "---- %s (last lines)\n%s\n", j->p[i].log, n > 3000 ? s + n - 3000 : s);
+        free(s);
+    }
+}
+
+static void kill_all(job *j)
+{
+    for (int i = 0; i < j->n; i++)
+        if (!j->p[i].done) kill(j->p[i].pid, SIGKILL);
+    for (int i = 0; i < j->n; i++)
+        if (!j->p[i].done) waitpid(j->p[i].pid, NULL, 0), j->p[i].done = 1;
+}
+
+/* Waits for p; returns 0 when it ended within timeout. */
+static int wait_proc(proc_t_ *p, double timeout)
+{
+    double end = now() + timeout;
+    while (!p->done) {
+        pid_t r = waitpid(p->pid, &p->status, WNOHANG);
+        if (r == p->pid) {
+            p->done = 1;
+            break;
+        }
+        if (now() > end) return -1;
+        usleep(20000);
+    }
+    return 0;
+}
+
+static int exited_ok(const proc_t_ *p) { return p->done && WIFEXITED(p->status) && WEXITSTATUS(p->status) == 0; }
+
+/* Waits for every process (a failure propagates to the others, so all end); fails with
+ * the logs unless all exit 0 within timeout. */
+static void job_wait_ok(job *j, double timeout)
+{
+    double end = now() + timeout;
+    int late = -1;
+    for (int i = 0; i < j->n; i++) {
+        double left = end - now();
+        if (wait_proc(&j->p[i], left > 0 ? left : 0) != 0 && late < 0) late = i;
+    }
+    for (int i = 0; i < j->n && late < 0; i++)
+        if (!exited_ok(&j->p[i])) {
+            dump_logs(j);
+            TFAIL("%s (pid %d) failed: status 0x%x", j->p[i].log, (int)j->p[i].pid, j->p[i].status);
+        }
+    if (late >= 0) {
+        dump_logs(j);
+        kill_all(j);
+        TFAIL("%s %d did not finish within %g s", j->p[late].server ? "server" : "worker", j->p[late].idx, timeout);
+    }
+}
+
+/* Starts ns servers and nw workers of ps_train with the same args plus per-role extras. */
+static void job_start(job *j, const char *const *common, const char *const *server_extra, const char *const *worker0_extra)
+{
+    for (int r = 0; r < 2; r++) {
+        int n = r == 0 ? j->ns : j->nw;
+        for (int i = 0; i < n; i++) {
+            const char *args[32];
+            int a = 0;
+            for (int k = 0; common[k]; k++) args[a++] = common[k];
+            const char *const *ex = r == 0 ? server_extra : i == 0 ? worker0_extra : NULL;
+            for (int k = 0; ex && ex[k]; k++) args[a++] = ex[k];
+            args[a] = NULL;
+            spawn(j, r == 0, i, 0, args);
+        }
+    }
+}
+
+static void rm_rf(const char *dir)
+{
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
+}
+
+/* ---- comparing dumps --------------------------------------------------------------------------- */
+
+typedef struct {
+    char **names;
+    fl_tensor **ts;
+    int n;
+} dump_t;
+
+static dump_t read_dump(const char *path)
+{
+    dump_t d;
+    CHECK_OK(fl_io_read_safetensors(path, &d.names, &d.ts, &d.n));
+    return d;
+}
+
+static const fl_tensor *find_t(const dump_t *d, const char *name)
+{
+    for (int i = 0; i < d->n; i++)
+        if (!strcmp(d->names[i], name)) return d->ts[i];
+    return NULL;
+}
+
+/* Every tensor of want is in got with the same shape and values within tol (abs + rel);
+ * tol 0 means bit-exact.  Returns the largest difference. */
+static double compare(const dump_t *want, const dump_t *got, double tol)
+{
+    double worst = 0;
+    for (int i = 0; i < want->n; i++) {
+        const fl_tensor *a = want->ts[i], *b = find_t(got, want->names[i]);
+        if (!b) TFAIL("parameter %s is missing", want->names[i]);
+        CHECK_EQ_INT(fl_tensor_numel(a), fl_tensor_numel(b));
+        const float *x = fl_tensor_cdata(a), *y = fl_tensor_cdata(b);
+        if (tol == 0 && memcmp(x, y, (size_t)fl_tensor_numel(a) * 4) != 0) {
+            for (int64_t k = 0; k < fl_tensor_numel(a); k++)
+                if (memcmp(&x[k], &y[k], 4)) TFAIL("%s[%lld]: %.9g != %.9g (not bit-exact)", want->names[i], (long long)k, x[k], y[k]);
+        }
+        for (int64_t k = 0; k < fl_tensor_numel(a); k++) {
+            double diff = fabs((double)x[k] - (double)y[k]);
+            if (diff > worst) worst = diff;
+            if (tol > 0 && diff > tol * (1.0 + fabs((double)x[k])))
+                TFAIL("%s[%lld]: local %.9g vs parameter server %.9g (tolerance %g)", want->names[i], (long long)k, x[k], y[k], tol);
+        }
+    }
+    return worst;
+}
+
+static void free_dump(dump_t *d) { fl_io_free_tensors(d->names, d->ts, d->n); }
+
+static char *path_in(const job *j, const char *name)
+{
+    static char buf[4][PATH_MAX];
+    static int k;
+    char *b = buf[k++ % 4];
+    snprintf(b, PATH_MAX, "%s/%s", j->dir, name);
+    return b;
+}
+
+/* ---- sync == local --------------------------------------------------------------------------------- */
+
+static void sync_equals_local(const char *opt, const char *lr, const char *l2, const char *worker_order)
+{
+    paths();
+    job j;
+    job_init(&j, 2, 2);
+    char o[64], r[64], l[64], dump[PATH_MAX + 8], init[PATH_MAX + 16], ord[64];
+    snprintf(o, sizeof o, "opt=%s", opt);
+    snprintf(r, sizeof r, "lr=%s", lr);
+    snprintf(l, sizeof l, "l2=%s", l2);
+    snprintf(ord, sizeof ord, "order=%s", worker_order);
+    snprintf(dump, sizeof dump, "dump=%s", path_in(&j, "ps.st"));
+    snprintf(init, sizeof init, "dump_init=%s", path_in(&j, "init.st"));
+    const char *common[] = {"task=tiny", "mode=sync", o, r, l, "steps=6", "batch=8", ord, NULL};
+    const char *w0[] = {dump, init, NULL};
+    job_start(&j, common, NULL, w0);
+    job_wait_ok(&j, 90);
+    /* the reference: one process, the global batch, the servers' initial table rows */
+    job loc = j;
+    loc.n = 0;
+    char ldump[PATH_MAX + 8], linit[PATH_MAX + 16];
+    snprintf(ldump, sizeof ldump, "dump=%s", path_in(&j, "local.st"));
+    snprintf(linit, sizeof linit, "init_table=%s", path_in(&j, "init.st"));
+    const char *largs[] = {"task=tiny", o, r, l, "steps=6", "batch=16", ldump, linit, NULL};
+    spawn(&loc, 0, 0, 1, largs);
+    job_wait_ok(&loc, 60);
+    dump_t want = read_dump(path_in(&j, "local.st")), got = read_dump(path_in(&j, "ps.st"));
+    dump_t ini = read_dump(path_in(&j, "init.st"));
+    CHECK(want.n >= 6 && find_t(&want, "emb"));
+    double worst = compare(&want, &got, 1e-5);
+    /* training moved the table away from its initial rows */
+    double moved = 0;
+    const float *e0 = fl_tensor_cdata(find_t(&ini, "emb")), *e1 = fl_tensor_cdata(find_t(&got, "emb"));
+    for (int k = 0; k < 44; k++) moved += fabs((double)e0[k] - (double)e1[k]);
+    CHECK(moved > 1e-3);
+    printf("  %s: largest difference from local training %.3g (table moved %.3g)\n", opt, worst, moved);
+    free_dump(&want);
+    free_dump(&got);
+    free_dump(&ini);
+    rm_rf(j.dir);
+}
+
+TEST(sync_sgd_l2_equals_local) { sync_equals_local("sgd", "0.1", "0.01", "init_first"); }
+TEST(sync_adam_equals_local) { sync_equals_local("adam", "0.05", "0", "startup_first"); }
+TEST(sync_adagrad_equals_local) { sync_equals_local("adagrad", "0.1", "0", "init_first"); }
+
+/* ---- async and GEO converge ------------------------------------------------------------------------------ */
+
+/* The last cost printed by a worker, or with avg > 0 the mean of its last avg costs. */
+static double worker_cost(const job *j, int worker, int avg)
+{
+    for (int i = 0; i < j->n; i++) {
+        if (j->p[i].server || j->p[i].idx != worker) continue;
+        char *s = slurp(j->p[i].log), *p = s;
+        double ring[64] = {0};
+        int n = 0;
+        while ((p = strstr(p, " cost = "))) {
+            ring[n++ % 64] = atof(p + 8);
+            p++;
+        }
+        free(s);
+        if (!n) return 1e9;
+        if (avg <= 0) return ring[(n - 1) % 64];
+        int k = avg < n ? avg : n;
+        double sum = 0;
+        for (int q = 0; q < k; q++) sum += ring[(n - 1 - q) % 64];
+        return sum / k;
+    }
+    return 1e9;
+}
+
+static void converges(const char *mode, const char *extra, double threshold)
+{
+    paths();
+    job j;
+    job_init(&j, 2, 2);
+    char m[32];
+    snprintf(m, sizeof m, "mode=%s", mode);
+    const char *common[] = {"task=quick", m, "steps=300", extra, NULL};
+    job_start(&j, common, NULL, NULL);
+    job_wait_ok(&j, 100);
+    for (int w = 0; w < 2; w++) {
+        double c = worker_cost(&j, w, 50);
+        printf("  %s: worker %d mean cost of the last 50 steps %.4f\n", mode, w, c);
+        if (!(c < threshold)) {
+            dump_logs(&j);
+            TFAIL("%s mode: worker %d's cost %.4f is not below %.2f", mode, w, c, threshold);
+        }
+    }
+    rm_rf(j.dir);
+}
+
+/* Cost at the start: 0.69.  Local training (one worker, batch 128, SGD 0.01) averages 0.28
+ * over steps 250-299; two workers make twice the updates, with some staleness (measured
+ * 0.17-0.31 for async, 0.17-0.22 for GEO). */
+TEST(async_converges) { converges("async", "merge=2", 0.4); }
+TEST(geo_converges) { converges("geo", "k=10", 0.4); }
+
+/* Async with the sparse table: pulls in forward, SelectedRows through the queues. */
+TEST(async_sparse_runs)
+{
+    paths();
+    job j;
+    job_init(&j, 2, 2);
+    const char *common[] = {"task=tiny", "mode=async", "opt=adam", "lr=0.05", "steps=60", "merge=3", "queue=2", NULL};
+    job_start(&j, common, NULL, NULL);
+    job_wait_ok(&j, 60);
+    /* the task is easy: local training gets to ~0 within 60 steps */
+    for (int w = 0; w < 2; w++) CHECK(worker_cost(&j, w, 10) < 0.3);
+    rm_rf(j.dir);
+}
+
+/* ---- save, stop, restart, continue --------------------------------------------------------------------------- */
+
+TEST(save_restart_is_bit_exact)
+{
+    paths();
+    char a_dump[PATH_MAX + 8], b_dump[PATH_MAX + 8], save[PATH_MAX + 8], load[PATH_MAX + 8];
+    /* A: 8 uninterrupted steps */
+    job a;
+    job_init(&a, 2, 2);
+    snprintf(a_dump, sizeof a_dump, "dump=%s", path_in(&a, "a.st"));
+    const char *ca[] = {"task=tiny", "mode=sync", "opt=adam", "lr=0.05", "steps=8", "quiet=1", NULL};
+    const char *wa[] = {a_dump, NULL};
+    job_start(&a, ca, NULL, wa);
+    job_wait_ok(&a, 90);
+    /* B1: 4 steps, save, everything exits */
+    job b;
+    job_init(&b, 2, 2);
+    snprintf(save, sizeof save, "save=%s", path_in(&b, "ckpt"));
+    const char *cb1[] = {"task=tiny", "mode=sync", "opt=adam", "lr=0.05", "steps=4", "quiet=1", save, NULL};
+    job_start(&b, cb1, NULL, NULL);
+    job_wait_ok(&b, 90);
+    struct stat sb;
+    CHECK(stat(path_in(&b, "ckpt/ps_manifest.json"), &sb) == 0);
+    CHECK(stat(path_in(&b, "ckpt/persistables.safetensors"), &sb) == 0);
+    /* B2: new servers (new ports) load the checkpoint; workers continue with steps 4..7 */
+    job b2;
+    job_init(&b2, 2, 2);
+    snprintf(load, sizeof load, "load=%s", path_in(&b, "ckpt"));
+    snprintf(b_dump, sizeof b_dump, "dump=%s", path_in(&b, "b.st"));
+    const char *cb2[] = {"task=tiny", "mode=sync", "opt=adam", "lr=0.05", "start=4", "steps=4", "quiet=1", NULL};
+    const char *sb2[] = {load, NULL};
+    const char *wb2[] = {b_dump, NULL};
+    job_start(&b2, cb2, sb2, wb2);
+    job_wait_ok(&b2, 90);
+    dump_t x = read_dump(path_in(&a, "a.st")), y = read_dump(path_in(&b, "b.st"));
+    CHECK_EQ_INT(x.n, y.n);
+    compare(&x, &y, 0);
+    free_dump(&x);
+    free_dump(&y);
+    rm_rf(a.dir);
+    rm_rf(b.dir);
+    rm_rf(b2.dir);
+}
+
+/* The first worker's inference model holds the servers' parameters; a program with a
+ * server-only table cannot be exported. */
+TEST(inference_model_from_the_servers)
+{
+    paths();
+    job j;
+    job_init(&j, 2, 2);
+    char infer[PATH_MAX + 8], dump[PATH_MAX + 8];
+    snprintf(infer, sizeof infer, "infer=%s", path_in(&j, "model"));
+    snprintf(dump, sizeof dump, "dump=%s", path_in(&j, "ps.st"));
+    const char *common[] = {"task=tiny", "sparse=0", "mode=async", "steps=5", "quiet=1", infer, NULL};
+    const char *w0[] = {dump, NULL};
+    job_start(&j, common, NULL, w0);
+    job_wait_ok(&j, 60);
+    fl_exe *e = fl_exe_create(NULL);
+    fl_prog *p;
+    char **feeds, **fetches;
+    int nf, nt;
+    CHECK_OK(fl_io_load_inference_model(e, path_in(&j, "model"), &p, &feeds, &nf, &fetches, &nt));
+    CHECK(nf == 1 && !strcmp(feeds[0], "x") && nt == 1);
+    dump_t d = read_dump(path_in(&j, "ps.st"));
+    CHECK(d.n == 4);
+    for (int i = 0; i < d.n; i++) {
+        const fl_tensor *t = fl_scope_find(fl_exe_scope(e), d.names[i]);
+        CHECK(t && fl_tensor_numel(t) == fl_tensor_numel(d.ts[i]));
+        CHECK(!memcmp(fl_tensor_cdata(t), fl_tensor_cdata(d.ts[i]), (size_t)fl_tensor_numel(t) * 4));
+    }
+    free_dump(&d);
+    fl_io_free_names(feeds, nf);
+    fl_io_free_names(fetches, nt);
+    fl_prog_free(p);
+    fl_exe_free(e);
+    rm_rf(j.dir);
+    /* with the sparse table: a clear error on the first worker, all exit non-zero */
+    job k;
+    job_init(&k, 1, 2);
+    snprintf(infer, sizeof infer, "infer=%s", path_in(&k, "model"));
+    const char *c2[] = {"task=tiny", "mode=sync", "steps=2", "quiet=1", infer, NULL};
+    job_start(&k, c2, NULL, NULL);
+    for (int i = 0; i < k.n; i++) CHECK(wait_proc(&k.p[i], 60) == 0);
+    char *s = slurp(k.p[1].log);
+    CHECK_STR_HAS(s, "held by the servers only");
+    free(s);
+    s = slurp(k.p[2].log);
+    CHECK_STR_HAS(s, "the first worker failed to save");
+    free(s);
+    CHECK(!exited_ok(&k.p[1]) && !exited_ok(&k.p[2]));
+    rm_rf(k.dir);
+}
+
+/* ---- failures ------------------------------------------------------------------------------------------------ */
+
+TEST(killed_worker_fails_the_servers)
+{
+    paths();
+    job j;
+    job_init(&j, 2, 2);
+    const char *common[] = {"task=tiny", "mode=sync", "steps=100000", NULL};
+    job_start(&j, common, NULL, NULL);
+    proc_t_ *w1 = &j.p[3];
+    CHECK(!w1->server && w1->idx == 1);
+    /* kill -9 worker 1 once it is training */
+    double t0 = now();
+    for (;;) {
+        char *s = slurp(w1->log);
+        int training = strstr(s, "step3 cost") != NULL;
+        free(s);
+        if (training) break;
+        if (now() - t0 > 60) {
+            dump_logs(&j);
+            kill_all(&j);
+            TFAIL("worker 1 did not reach step 3");
+        }
+        usleep(10000);
+    }
+    CHECK(kill(w1->pid, SIGKILL) == 0);
+    CHECK(wait_proc(w1, 10) == 0 && WIFSIGNALED(w1->status));
+    t0 = now();
+    for (int i = 0; i < 3; i++) {
+        proc_t_ *p = &j.p[i];
+        if (wait_proc(p, 10.0 - (now() - t0)) != 0) {
+            dump_logs(&j);
+            kill_all(&j);
+            TFAIL("%s %d still runs 10 s after worker 1 was killed", p->server ? "server" : "worker", p->idx);
+        }
+        if (exited_ok(p)) {
+            dump_logs(&j);
+            TFAIL("%s %d exited 0 after worker 1 was killed", p->server ? "server" : "worker", p->idx);
+        }
+    }
+    printf("  servers and worker 0 exited non-zero %.1f s after worker 1 was killed\n", now() - t0);
+    for (int i = 0; i < 3; i++) {
+        char *s = slurp(j.p[i].log);
+        CHECK_STR_HAS(s, "worker 1");
+        CHECK_STR_HAS(s, "without calling stop");
+        free(s);
+    }
+    rm_rf(j.dir);
+}
+
+TEST(killed_worker_reported_by_fleetrun)
+{
+    paths();
+    char dir[] = "/tmp/fleet_psfr_XXXXXX", logdir[64], out[96];
+    CHECK(mkdtemp(dir));
+    snprintf(logdir, sizeof logdir, "%s/log", dir);
+    snprintf(out, sizeof out, "%s/fleetrun.out", dir);
+    double t0 = now();
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(127);
+        alarm(0);
+        unsetenv("FLEET_JOB_SECRET");
+        setenv("FLEET_PS_RECONNECT_GRACE_MS", "2000", 1);
+        execl(FLEETRUN, FLEETRUN, "--server_num", "2", "--worker_num", "2", "--log_dir", logdir, PS_TRAIN, "task=tiny",
+              "mode=sync", "steps=100000", "quiet=1", "kill_self_at=3", "kill_rank=1", (char *)NULL);
+        _exit(127);
+    }
+    int ws = 0;
+    while (waitpid(pid, &ws, WNOHANG) == 0) {
+        if (now() - t0 > 60) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &ws, 0);
+            TFAIL("fleetrun did not finish");
+        }
+        usleep(20000);
+    }
+    char *s = slurp(out);
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 128 + SIGKILL) TFAIL("fleetrun status 0x%x, expected exit 137; output:\n%s", ws, s);
+    CHECK_STR_HAS(s, "role:   worker");
+    CHECK_STR_HAS(s, "rank:   1");
+    CHECK_STR_HAS(s, "SIGKILL");
+    free(s);
+    rm_rf(dir);
+}
+
+/* A small program for in-process checks: fc + three lookups of one table (two merge into
+ * one distributed lookup, the third has padding_idx). */
+static fl_var *build_small(fl_prog *p, int is_sparse, int is_dist)
+{
+    fl_var *x = fl_layer_data(p, "x", FL_SHAPE(4), FL_FLOAT32, 0);
+    fl_var *y = fl_layer_data(p, "y", FL_SHAPE(1), FL_INT64, 0);
+    fl_var *a = fl_layer_data(p, "a", FL_SHAPE(1), FL_INT64, 0);
+    fl_var *b = fl_layer_data(p, "b", FL_SHAPE(1), FL_INT64, 0);
+    fl_embedding_attr ea;
+    memset(&ea, 0, sizeof ea);
+    ea.is_sparse = is_sparse;
+    ea.is_distributed = is_dist;
+    ea.param.name = "tab";
+    fl_var *e1 = fl_layer_embedding(a, 100, 3, &ea), *e2 = fl_layer_embedding(b, 100, 3, &ea);
+    ea.has_padding_idx = 1;
+    fl_var *e3 = fl_layer_embedding(b, 100, 3, &ea);
+    fl_var *h = fl_layer_fc(FL_VARS(x, e1, e2, e3), 8, "tanh");
+    fl_var *pr = fl_layer_fc(FL_VARS(h), 2, "softmax");
+    return fl_layer_mean(fl_layer_cross_entropy(pr, y));
+}
+
+static void ps_env(const char *role, int workers, const char *list)
+{
+    char n[16];
+    snprintf(n, sizeof n, "%d", workers);
+    setenv("PADDLE_PSERVERS_IP_PORT_LIST", list, 1);
+    setenv("PADDLE_TRAINERS_NUM", n, 1);
+    setenv("TRAINING_ROLE", role, 1);
+    setenv("PADDLE_TRAINER_ID", "0", 1);
+    setenv("POD_IP", "127.0.0.1", 1);
+    setenv("PADDLE_PORT", strchr(list, ':') + 1, 1);
+    setenv("FLEET_JOB_SECRET", SECRET, 1);
+}
+
+static int count_ops(const fl_prog *p, const char *type)
+{
+    int n = 0;
+    for (int i = 0; i < fl_prog_num_ops(p); i++) n += !strcmp(fl_prog_op_type(p, i), type);
+    return n;
+}
+
+TEST(missing_server_fails_init_worker_in_time)
+{
+    char list[64];
+    snprintf(list, sizeof list, "127.0.0.1:%d", free_port());
+    ps_env("TRAINER", 1, list);
+    setenv("FLEET_PS_CONNECT_TIMEOUT_MS", "1500", 1);
+    fl_prog *p = fl_prog_create();
+    fl_var *cost = build_small(p, 1, 1);
+    fleet_t *f = fleet_init(NULL, NULL);
+    CHECK(f && fleet_is_worker(f) && fleet_is_distributed(f));
+    fl_opt *o = fleet_distributed_optimizer(f, fl_opt_sgd(0.1f), NULL);
+    CHECK(o);
+    CHECK_OK(fl_opt_minimize(o, cost));
+    double t0 = now();
+    int st = fleet_init_worker(f);
+    double el = now() - t0;
+    CHECK(st != FL_OK);
+    CHECK_STR_HAS(fl_last_error(), list);
+    printf("  failed after %.2f s: %s\n", el, fl_last_error());
+    CHECK(el >= 1.0 && el < 5.0);
+    fl_opt_free(o);
+    fl_prog_free(p);
+    fleet_free(f);
+}
+
+TEST(rewrite_sync_and_async)
+{
+    for (int sync = 0; sync < 2; sync++) {
+        ps_env("TRAINER", 2, "127.0.0.1:6170,127.0.0.1:6171");
+        fl_prog *p = fl_prog_create();
+        fl_var *cost = build_small(p, 1, 1);
+        fleet_strategy s = fleet_strategy_default();
+        if (sync) CHECK_OK(fleet_strategy_set(&s, "a_sync", "false"));
+        fleet_t *f = fleet_init(NULL, &s);
+        CHECK(f);
+        fl_opt *o = fleet_distributed_optimizer(f, fl_opt_adam(0.01f, 0.9f, 0.999f, 1e-8f), NULL);
+        CHECK(o);
+        CHECK_OK(fl_opt_minimize(o, cost));
+        fl_prog *sp = fl_prog_startup(p);
+        /* the servers optimize: no update op, no optimizer state, no learning rate here */
+        CHECK_EQ_INT(count_ops(p, "adam"), 0);
+        CHECK_EQ_INT(count_ops(p, "lookup_table"), 0);
+        CHECK_EQ_INT(count_ops(p, "lookup_table_grad"), 0);
+        CHECK_EQ_INT(count_ops(p, "distributed_lookup_table"), 2); /* a+b merged, b with padding */
+        CHECK_EQ_INT(count_ops(p, "distributed_lookup_table_grad"), 3);
+        CHECK_EQ_INT(count_ops(p, "ps_send"), 1);
+        CHECK_EQ_INT(count_ops(p, "ps_recv"), 1);
+        CHECK_EQ_INT(count_ops(sp, "ps_init"), 1);
+        CHECK(!fl_prog_var(p, "tab") && !fl_prog_var(sp, "tab")); /* the table lives on the servers */
+        CHECK(!fl_prog_var(p, "fc_0.w_0_moment1_0") && !fl_prog_var(sp, "fc_0.w_0_moment1_0"));
+        CHECK(!fl_prog_var(p, "learning_rate_0"));
+        CHECK(fl_prog_var(p, "fc_0.w_0") && fl_prog_var(sp, "fc_0.w_0"));
+        /* tables: 7 fc parameters dense, "tab" sparse, the status table last */
+        const fl_ps_table_config *t;
+        int n;
+        CHECK_OK(fl__ps_fleet_tables(f, &t, &n));
+        CHECK_EQ_INT(n, 9);
+        int sparse = 0;
+        for (int i = 0; i < n; i++) {
+            if (t[i].kind == FL_PS_SPARSE) {
+                sparse++;
+                CHECK(!strcmp(t[i].name, "tab") && t[i].dim == 3 && t[i].init.kind == FL_INIT_UNIFORM && t[i].init.seed != 0);
+            }
+            if (i < n - 1) {
+                CHECK(t[i].opt.kind == FL_PS_OPT_ADAM && t[i].opt.lr == 0.01f);
+                CHECK(t[i].opt.beta1 == 0.9f && t[i].opt.beta2 == 0.999f);
+            }
+            if (!strcmp(t[i].name, "fc_0.w_0")) CHECK(t[i].kind == FL_PS_DENSE && t[i].rows == 4 && t[i].cols == 8);
+            if (!strcmp(t[i].name, "fc_0.b_0")) CHECK(t[i].kind == FL_PS_DENSE && t[i].rows == 8 && t[i].cols == 1);
+        }
+        CHECK_EQ_INT(sparse, 1);
+        CHECK(!strcmp(t[n - 1].name, "@fleet_status@"));
+        /* running before fleet_init_worker is a clear error */
+        fl_exe *e = fl_exe_create(NULL);
+        CHECK_OK(fl_exe_run(e, sp, NULL, 0, NULL, 0, NULL)); /* deferred to fleet_init_worker */
+        fl_tensor *x = fl_tensor_create(FL_FLOAT32, 2, (const int64_t[]){2, 4});
+        fl_tensor *ids = fl_tensor_create(FL_INT64, 2, (const int64_t[]){2, 1});
+        fl_feed feed[4] = {{"x", x}, {"y", ids}, {"a", ids}, {"b", ids}};
+        CHECK_FAILS(fl_exe_run(e, p, feed, 4, NULL, 0, NULL), FL_ESTATE, "call fleet_init_worker before running");
+        /* clones for inference keep the remote lookup (as is_test) and nothing of training */
+        fl_prog *inf = fl_prog_clone(p, 1);
+        CHECK(inf && count_ops(inf, "distributed_lookup_table") == 2 && count_ops(inf, "ps_send") == 0);
+        fl_prog_free(inf);
+        /* the text form round-trips the new ops */
+        char *text;
+        size_t len;
+        CHECK_OK(fl_prog_to_text(p, &text, &len));
+        CHECK_STR_HAS(text, "distributed_lookup_table");
+        free(text);
+        /* util collectives have no transport between PS workers */
+        float v = 1;
+        CHECK_FAILS(fleet_util_all_reduce(f, &v, 1, FL_FLOAT32, "sum"), FL_EUNSUPPORTED, "parameter-server");
+        CHECK_FAILS(fleet_stop_worker(f), FL_ESTATE, "fleet_init_worker was not called");
+        fl_tensor_free(x);
+        fl_tensor_free(ids);
+        fl_exe_free(e);
+        fl_opt_free(o);
+        fl_prog_free(p);
+        fleet_free(f);
+    }
+}
+
+TEST(rewrite_geo_keeps_the_local_optimizer)
+{
+    ps_env("TRAINER", 2, "127.0.0.1:6170");
+    fl_prog *p = fl_prog_create();
+    fl_var *cost = build_small(p, 1, 0);
+    fleet_strategy s = fleet_strategy_default();
+    CHECK_OK(fleet_strategy_set(&s, "a_sync_configs.k_steps", "5"));
+    fleet_t *f = fleet_init(NULL, &s);
+    fl_opt *o = fleet_distributed_optimizer(f, fl_opt_momentum(0.1f, 0.9f, 0), NULL);
+    CHECK(o);
+    CHECK_OK(fl_opt_minimize(o, cost));
+    CHECK_EQ_INT(count_ops(p, "momentum"), 8); /* 7 fc parameters + the table, updated locally */
+    CHECK_EQ_INT(count_ops(p, "ps_geo"), 1);
+    CHECK_EQ_INT(count_ops(p, "ps_send"), 0);
+    CHECK_EQ_INT(count_ops(p, "lookup_table"), 3);
+    const fl_ps_table_config *t;
+    int n;
+    CHECK_OK(fl__ps_fleet_tables(f, &t, &n));
+    for (int i = 0; i < n; i++) CHECK(t[i].kind == FL_PS_DENSE && t[i].opt.kind == FL_PS_OPT_SUM);
+    fl_opt_free(o);
+    fl_prog_free(p);
+    fleet_free(f);
+}
+
+TEST(unsupported_combinations_are_refused)
+{
+    ps_env("TRAINER", 2, "127.0.0.1:6170");
+    /* a_sync=false with k_steps > 0: Paddle raises ValueError */
+    fleet_strategy s = fleet_strategy_default();
+    s.a_sync = 0;
+    s.a_sync_configs.k_steps = 5;
+    fleet_t *f = fleet_init(NULL, NULL);
+    fl_opt *o = fl_opt_sgd(0.1f);
+    CHECK(!fleet_distributed_optimizer(f, o, &s));
+    CHECK_STR_HAS(fl_last_error(), "needs a_sync=true");
+    /* collective-only strategies are not silently ignored */
+    s = fleet_strategy_default();
+    s.gradient_merge = 1;
+    CHECK(!fleet_distributed_optimizer(f, o, &s));
+    CHECK_STR_HAS(fl_last_error(), "gradient_merge is a collective-mode strategy");
+    fleet_free(f);
+    fl_opt_free(o);
+    /* momentum is not a server-side rule */
+    fl_prog *p = fl_prog_create();
+    fl_var *cost = build_small(p, 1, 1);
+    f = fleet_init(NULL, NULL);
+    o = fleet_distributed_optimizer(f, fl_opt_momentum(0.1f, 0.9f, 0), NULL);
+    CHECK_FAILS(fl_opt_minimize(o, cost), FL_EUNSUPPORTED, "not momentum");
+    fl_opt_free(o);
+    fl_prog_free(p);
+    fleet_free(f);
+    /* a learning-rate schedule is not applied by the servers */
+    p = fl_prog_create();
+    cost = build_small(p, 1, 1);
+    f = fleet_init(NULL, NULL);
+    o = fl_opt_sgd(0.1f);
+    CHECK_OK(fl_opt_set_exponential_decay(o, 100, 0.9f, 0));
+    o = fleet_distributed_optimizer(f, o, NULL);
+    CHECK_FAILS(fl_opt_minimize(o, cost), FL_EUNSUPPORTED, "learning-rate schedule");
+    fl_opt_free(o);
+    fl_prog_free(p);
+    fleet_free(f);
+    /* GEO keeps tables on the workers: is_distributed is refused */
+    p = fl_prog_create();
+    cost = build_small(p, 1, 1);
+    s = fleet_strategy_default();
+    s.a_sync_configs.k_steps = 3;
+    f = fleet_init(NULL, &s);
+    o = fleet_distributed_optimizer(f, fl_opt_sgd(0.1f), NULL);
+    CHECK_FAILS(fl_opt_minimize(o, cost), FL_EUNSUPPORTED, "is_distributed");
+    fl_opt_free(o);
+    fl_prog_free(p);
+    fleet_free(f);
+    /* one program per fleet handle */
+    p = fl_prog_create();
+    cost = build_small(p, 0, 0);
+    fl_prog *p2 = fl_prog_create();
+    fl_var *cost2 = build_small(p2, 0, 0);
+    f = fleet_init(NULL, NULL);
+    o = fleet_distributed_optimizer(f, fl_opt_sgd(0.1f), NULL);
+    CHECK_OK(fl_opt_minimize(o, cost));
+    CHECK_FAILS(fl_opt_minimize(o, cost2), FL_ESTATE, "one fleet handle trains one program");
+    /* a worker is not a server */
+    CHECK_FAILS(fleet_init_server(f, NULL), FL_ESTATE, "not a server");
+    fl_opt_free(o);
+    fl_prog_free(p);
+    fl_prog_free(p2);
+    fleet_free(f);
+    /* a server must init before it runs, and needs the program first */
+    ps_env("PSERVER", 2, "127.0.0.1:6170");
+    f = fleet_init(NULL, NULL);
+    CHECK(f && fleet_is_server(f));
+    CHECK_FAILS(fleet_init_server(f, NULL), FL_ESTATE, "fl_opt_minimize first");
+    CHECK_FAILS(fleet_init_worker(f), FL_ESTATE, "is a server");
+    fleet_free(f);
+}
+
+TEST(example_runs_under_fleetrun)
+{
+    paths();
+    char dir[] = "/tmp/fleet_psex_XXXXXX", logdir[64], out[96];
+    CHECK(mkdtemp(dir));
+    snprintf(logdir, sizeof logdir, "%s/log", dir);
+    snprintf(out, sizeof out, "%s/fleetrun.out", dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(127);
+        alarm(0);
+        execl(FLEETRUN, FLEETRUN, "--server_num", "2", "--worker_num", "2", "--log_dir", logdir, EXAMPLE, "40", "sync",
+              (char *)NULL);
+        _exit(127);
+    }
+    int ws = 0;
+    double t0 = now();
+    while (waitpid(pid, &ws, WNOHANG) == 0) {
+        if (now() - t0 > 90) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &ws, 0);
+            TFAIL("fleetrun did not finish");
+        }
+        usleep(20000);
+    }
+    char *s = slurp(out);
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) TFAIL("fleetrun status 0x%x; output:\n%s", ws, s);
+    CHECK_STR_HAS(s, "worker_index: 0, step39 cost = ");
+    free(s);
+    char w1[128];
+    snprintf(w1, sizeof w1, "%s/workerlog.1", logdir);
+    s = slurp(w1);
+    CHECK_STR_HAS(s, "worker_index: 1, step39 cost = ");
+    free(s);
+    rm_rf(dir);
+}
+
+TEST_MAIN(T(rewrite_sync_and_async), T(rewrite_geo_keeps_the_local_optimizer), T(unsupported_combinations_are_refused),
+          T(missing_server_fails_init_worker_in_time), T(sync_sgd_l2_equals_local), T(sync_adam_equals_local),
+          T(sync_adagrad_equals_local), T(async_converges), T(geo_converges), T(async_sparse_runs),
+          T(save_restart_is_bit_exact), T(inference_model_from_the_servers), T(killed_worker_fails_the_servers), T(killed_worker_reported_by_fleetrun),
+          T(example_runs_under_fleetrun))

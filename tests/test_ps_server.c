@@ -1,0 +1,326 @@
+/*
+ * test_ps_server.c - the PS across processes on 127.0.0.1: a worker killed with SIGKILL
+ * makes the server return an error naming it within 10 s; a server killed with SIGKILL
+ * makes a client call (also one blocked in a barrier) fail within 10 s naming the server;
+ * a save interrupted by a server's death leaves the previous checkpoint loadable, bit-exact,
+ * by freshly started servers, which then exit cleanly when the worker stops; and a short
+ * libFuzzer run of the frame decoder when clang with libFuzzer is installed.
+ */
+#include <pthread.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include "testhelp.h"
+#include <fleet/ps.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static fl_ps_table_config tables[2];
+
+static void init_tables(void)
+{
+    memset(tables, 0, sizeof tables);
+    tables[0].name = "emb";
+    tables[0].kind = FL_PS_SPARSE;
+    tables[0].dim = 8;
+    tables[0].init = fl_init_normal(0, 0.01f);
+    tables[0].opt = (fl_ps_optimizer){FL_PS_OPT_ADAGRAD, 0.05f, 0, 0, 0, 0};
+    tables[1].name = "fc";
+    tables[1].kind = FL_PS_DENSE;
+    tables[1].rows = 16;
+    tables[1].cols = 4;
+    tables[1].opt = (fl_ps_optimizer){FL_PS_OPT_ADAM, 0.01f, 0, 0, 0, 0};
+}
+
+/* Starts server `index` of `ns` in a child process (loading `load_dir` first when given);
+ * returns its pid and writes its endpoint.  The child exits 0 when run returned FL_OK. */
+static pid_t spawn_server(int index, int ns, int nw, const char *load_dir, char *ep, size_t epcap)
+{
+    int pfd[2];
+    CHECK(pipe(pfd) == 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(pfd[0]);
+        alarm(60);
+        fl_ps_server_opts o = {0};
+        o.server_index = index;
+        o.num_servers = ns;
+        o.num_workers = nw;
+        o.tables = tables;
+        o.num_tables = 2;
+        o.insecure_local = 1;
+        o.reconnect_grace_ms = 1000;
+        fl_ps_server *s;
+        if (fl_ps_server_create(&o, &s)) {
+            fprintf(stderr, "server %d: %s\n", index, fl_last_error());
+            _exit(2);
+        }
+        if (load_dir && fl_ps_server_load(s, load_dir)) {
+            fprintf(stderr, "server %d: %s\n", index, fl_last_error());
+            _exit(3);
+        }
+        char buf[128];
+        snprintf(buf, sizeof buf, "%s", fl_ps_server_endpoint(s));
+        if (write(pfd[1], buf, sizeof buf) != (ssize_t)sizeof buf) _exit(4);
+        close(pfd[1]);
+        int rc = fl_ps_server_run(s);
+        if (rc) fprintf(stderr, "server %d ended: %s\n", index, fl_last_error());
+        fl_ps_server_free(s);
+        _exit(rc == FL_OK ? 0 : 1);
+    }
+    close(pfd[1]);
+    char buf[128];
+    CHECK(read(pfd[0], buf, sizeof buf) == (ssize_t)sizeof buf);
+    close(pfd[0]);
+    snprintf(ep, epcap, "%s", buf);
+    return pid;
+}
+
+static int wait_exit(pid_t pid)
+{
+    int ws = 0;
+    CHECK(waitpid(pid, &ws, 0) == pid);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+static fl_ps_client *client_for(const char *const *eps, int ns, int rank, int nw)
+{
+    fl_ps_client_opts o = {0};
+    o.endpoints = eps;
+    o.num_servers = ns;
+    o.worker_rank = rank;
+    o.num_workers = nw;
+    o.tables = tables;
+    o.num_tables = 2;
+    o.insecure_local = 1;
+    o.connect_timeout_ms = 5000;
+    o.request_timeout_ms = 8000;
+    o.barrier_timeout_ms = 30000;
+    o.retry_ms = 2000;
+    fl_ps_client *c;
+    CHECK_OK(fl_ps_client_create(&o, &c));
+    return c;
+}
+
+static void train(fl_ps_client *c, int steps, int seed)
+{
+    uint64_t ids[128];
+    float g[128 * 8], out[128 * 8], dg[64];
+    for (int s = 0; s < steps; s++) {
+        for (int i = 0; i < 128; i++) ids[i] = (uint64_t)((seed * 7919 + s * 131 + i * 37) % 5000) * 0x10001ull;
+        th_fill_uniform(g, 128 * 8, -1, 1, (unsigned)(seed * 1000 + s));
+        th_fill_uniform(dg, 64, -1, 1, (unsigned)(seed * 1000 + s + 500));
+        CHECK_OK(fl_ps_client_pull_sparse(c, 0, ids, 128, out, 1));
+        CHECK_OK(fl_ps_client_push_sparse(c, 0, ids, 128, g, NULL, NULL));
+        CHECK_OK(fl_ps_client_push_dense(c, 1, dg));
+    }
+}
+
+static void snapshot(fl_ps_client *c, float *sv, float *dv)
+{
+    static uint64_t all[5000];
+    for (int i = 0; i < 5000; i++) all[i] = (uint64_t)i * 0x10001ull;
+    CHECK_OK(fl_ps_client_pull_sparse(c, 0, all, 5000, sv, 0));
+    CHECK_OK(fl_ps_client_pull_dense(c, 1, dv));
+}
+
+/* ---- a killed worker --------------------------------------------------------------------------- */
+
+typedef struct {
+    fl_ps_server *s;
+    int rc;
+    double t_end;
+    char msg[1024];
+} run_arg;
+
+static void *run_server(void *p)
+{
+    run_arg *a = p;
+    a->rc = fl_ps_server_run(a->s);
+    a->t_end = now_s();
+    snprintf(a->msg, sizeof a->msg, "%s", fl_last_error());
+    return NULL;
+}
+
+TEST(killed_worker_fails_server_within_10s)
+{
+    init_tables();
+    fl_ps_server_opts o = {0};
+    o.num_servers = 1;
+    o.num_workers = 2;
+    o.tables = tables;
+    o.num_tables = 2;
+    o.insecure_local = 1;
+    fl_ps_server *s;
+    CHECK_OK(fl_ps_server_create(&o, &s)); /* default grace: 3 s */
+    char ep[128];
+    snprintf(ep, sizeof ep, "%s", fl_ps_server_endpoint(s));
+    const char *eps[1] = {ep};
+    int ready[2];
+    CHECK(pipe(ready) == 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) { /* worker 1: trains a little, then waits to be killed */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        alarm(60);
+        fl_ps_client *c = client_for(eps, 1, 1, 2);
+        train(c, 3, 9);
+        CHECK(write(ready[1], "r", 1) == 1);
+        for (;;) pause();
+    }
+    run_arg a = {s, 0, 0, ""};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, run_server, &a) == 0);
+    fl_ps_client *w0 = client_for(eps, 1, 0, 2);
+    char r;
+    CHECK(read(ready[0], &r, 1) == 1);
+    double t0 = now_s();
+    kill(child, SIGKILL);
+    CHECK_EQ_INT(wait_exit(child), 128 + SIGKILL);
+    pthread_join(th, NULL);
+    CHECK_EQ_INT(a.rc, FL_EREMOTE);
+    CHECK_STR_HAS(a.msg, "worker 1");
+    printf("  server noticed the killed worker after %.2f s: %s\n", a.t_end - t0, a.msg);
+    CHECK(a.t_end - t0 < 10.0);
+    /* worker 0 now gets a clear error too */
+    float v[64];
+    CHECK(fl_ps_client_pull_dense(w0, 1, v) != FL_OK);
+    CHECK_STR_HAS(fl_last_error(), "server 0");
+    fl_ps_client_free(w0);
+    fl_ps_server_free(s);
+}
+
+/* ---- a killed server ----------------------------------------------------------------------------- */
+
+typedef struct {
+    fl_ps_client *c;
+    int rc;
+    double t_end;
+    char msg[1024];
+} barrier_arg;
+
+static void *barrier_thread(void *p)
+{
+    barrier_arg *a = p;
+    a->rc = fl_ps_client_barrier(a->c);
+    a->t_end = now_s();
+    snprintf(a->msg, sizeof a->msg, "%s", fl_last_error());
+    return NULL;
+}
+
+TEST(killed_server_fails_client_calls_within_10s)
+{
+    init_tables();
+    char ep[128];
+    pid_t sp = spawn_server(0, 1, 2, NULL, ep, sizeof ep);
+    const char *eps[1] = {ep};
+    fl_ps_client *c = client_for(eps, 1, 0, 2);
+    train(c, 2, 1);
+    /* worker 1 never comes: the barrier waits until the server dies */
+    barrier_arg a = {c, 0, 0, ""};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, barrier_thread, &a) == 0);
+    usleep(300000);
+    double t0 = now_s();
+    kill(sp, SIGKILL);
+    pthread_join(th, NULL);
+    CHECK(a.rc != FL_OK);
+    CHECK_STR_HAS(a.msg, "server 0");
+    CHECK_STR_HAS(a.msg, ep);
+    printf("  barrier failed %.2f s after the server was killed: %s\n", a.t_end - t0, a.msg);
+    CHECK(a.t_end - t0 < 10.0);
+    t0 = now_s();
+    float out[64];
+    CHECK(fl_ps_client_pull_dense(c, 1, out) != FL_OK);
+    CHECK_STR_HAS(fl_last_error(), ep);
+    CHECK(now_s() - t0 < 10.0);
+    CHECK_EQ_INT(wait_exit(sp), 128 + SIGKILL);
+    fl_ps_client_free(c);
+}
+
+/* ---- a save interrupted by a dying server ------------------------------------------------------------ */
+
+TEST(save_interrupted_by_killed_server_keeps_previous)
+{
+    init_tables();
+    char dir[] = "/tmp/fl_ps_killsaveXXXXXX";
+    CHECK(mkdtemp(dir));
+    char ep0[128], ep1[128];
+    pid_t s0 = spawn_server(0, 2, 1, NULL, ep0, sizeof ep0);
+    pid_t s1 = spawn_server(1, 2, 1, NULL, ep1, sizeof ep1);
+    const char *eps[2] = {ep0, ep1};
+    fl_ps_client *c = client_for(eps, 2, 0, 1);
+    train(c, 20, 1);
+    CHECK_OK(fl_ps_client_save(c, dir, 0, 20));
+    static float sv[5000 * 8], sv2[5000 * 8];
+    float dv[64], dv2[64];
+    snapshot(c, sv, dv);
+    train(c, 10, 2);
+    kill(s1, SIGKILL);
+    CHECK_EQ_INT(wait_exit(s1), 128 + SIGKILL);
+    CHECK(fl_ps_client_save(c, dir, 0, 30) != FL_OK);
+    CHECK_STR_HAS(fl_last_error(), "server 1");
+    CHECK_STR_HAS(fl_last_error(), "previous checkpoint");
+    fl_ps_client_free(c); /* no stop: server 0 reports the lost worker and exits 1 */
+    CHECK_EQ_INT(wait_exit(s0), 1);
+    /* fresh servers load the last committed checkpoint */
+    s0 = spawn_server(0, 2, 1, dir, ep0, sizeof ep0);
+    s1 = spawn_server(1, 2, 1, dir, ep1, sizeof ep1);
+    c = client_for(eps, 2, 0, 1);
+    snapshot(c, sv2, dv2);
+    CHECK(memcmp(sv, sv2, sizeof sv) == 0);
+    CHECK(memcmp(dv, dv2, sizeof dv) == 0);
+    CHECK_OK(fl_ps_client_stop(c));
+    fl_ps_client_free(c);
+    CHECK_EQ_INT(wait_exit(s0), 0); /* servers exit by themselves once every worker stopped */
+    CHECK_EQ_INT(wait_exit(s1), 0);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+/* ---- fuzzing the frame decoder ------------------------------------------------------------------------- */
+
+TEST(fuzz_frame_decoder_briefly)
+{
+    if (system("command -v clang >/dev/null 2>&1") != 0) {
+        printf("  SKIP: clang not found; build tests/fuzz_ps_frame.c by hand (see its header)\n");
+        return;
+    }
+    char dir[] = "/tmp/fl_ps_fuzzXXXXXX";
+    CHECK(mkdtemp(dir));
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc "
+             "tests/fuzz_ps_frame.c src/ps/frame.c src/net/*.c src/base/*.c -lcrypto -lm -pthread -o %s/fuzz "
+             ">%s/build.log 2>&1",
+             dir, dir);
+    if (system(cmd) != 0) {
+        printf("  SKIP: clang cannot build a libFuzzer binary here (see %s/build.log)\n", dir);
+        return;
+    }
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/corpus && %s/fuzz -max_total_time=8 -rss_limit_mb=1024 %s/corpus >%s/run.log 2>&1",
+             dir, dir, dir, dir);
+    int rc = system(cmd);
+    if (rc != 0) {
+        snprintf(cmd, sizeof cmd, "tail -30 %s/run.log", dir);
+        CHECK(system(cmd) >= 0);
+        TFAIL("the fuzzer found a failure (log in %s/run.log)", dir);
+    }
+    snprintf(cmd, sizeof cmd, "grep -o 'Done [0-9]* runs' %s/run.log | sed 's/^/  fuzz: /'; rm -rf %s", dir, dir);
+    CHECK(system(cmd) >= 0);
+}
+
+TEST_MAIN(T(killed_worker_fails_server_within_10s), T(killed_server_fails_client_calls_within_10s),
+          T(save_interrupted_by_killed_server_keeps_previous), T(fuzz_frame_decoder_briefly))
