@@ -12,6 +12,7 @@
 #include "fleet/io.h"
 #include "fleet/net.h"
 #include "fleet/coll.h"
+#include "fleet/ps.h"
 #include "fleet/fleet.h"
 
 #endif

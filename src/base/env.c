@@ -28,6 +28,16 @@
  *                                mode 0600 or 0400
  *   FLEET_COLL_TIMEOUT_MS        deadline of each wait inside a collective (default 30000),
  *                                used when the caller gives no timeout
+ *
+ * Parameter server (src/ps/config.c), used where the option field is 0:
+ *   FLEET_PS_THREADS             server request threads (default 4)
+ *   FLEET_PS_REQUEST_TIMEOUT_MS  deadline of each PS request (default 60000)
+ *   FLEET_PS_RECONNECT_GRACE_MS  a worker without connections fails the server after this (default 3000)
+ *   FLEET_PS_WORKER_TIMEOUT_MS   a silent worker fails the server; -1 disables (default 120000)
+ *   FLEET_PS_CONNECT_TIMEOUT_MS  client wait for servers to listen (default 60000)
+ *   FLEET_PS_BARRIER_TIMEOUT_MS  barriers, sync pushes, save and load (default 600000)
+ *   FLEET_PS_RETRY_MS            client reconnect-and-resend budget; -1 disables (default 3000)
+ *   FLEET_PS_HEARTBEAT_MS        client heartbeat period; -1 disables (default 1000)
  */
 #include <errno.h>
 #include <stdlib.h>
