@@ -66,7 +66,7 @@ $(BUILD)/tests/bin/%: tests/bin/%.c $(BUILD)/libfleet.a $(wildcard tests/*.h)
 	@$(if $(V),,echo "  CCLD    $@")
 	$(Q)$(CC) $(CFLAGS) -Isrc -Itests $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/examples/%: examples/%.c $(BUILD)/libfleet.a
+$(BUILD)/examples/%: examples/%.c $(wildcard examples/*/*.h) $(BUILD)/libfleet.a
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  CCLD    $@")
 	$(Q)$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)

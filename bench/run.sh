@@ -88,4 +88,5 @@ echo "OpenBLAS kernel sets seen in all runs: ${cores:-none}"
 echo
 "$sumpy" bench/summarize.py "$raw" --markdown "$build/bench/summary.md"
 echo "raw results: $raw; summary: $build/bench/summary.md"
+[ "${BENCH_FMNIST:-1}" = 1 ] && { bench/bench_fmnist.sh "$build" || echo "# FAILED: bench/bench_fmnist.sh"; }
 bench/allreduce_peers.sh "$build"   # Fleet vs Open MPI vader vs gloo allreduce (BENCH_AR_ROUNDS/BENCH_AR_SECONDS/BENCH_AR_SIZES)
