@@ -8,7 +8,7 @@
 
 #include "testhelp.h"
 
-#include "graph/graph_internal.h" /* fl__op_register_group, fl__sgemm for the timing test */
+#include "graph/graph_internal.h" /* fl__op_register_group */
 
 extern const fl_op_def *const fl__ops_conv[];
 
@@ -717,53 +717,7 @@ TEST(cnn_trains)
     fl_prog_free(p);
 }
 
-/* ---- performance ------------------------------------------------------------------------------ */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* conv2d forward on [64, 1, 28, 28] with 32 5x5 filters (LeNet's first layer) against the
- * bare sgemm calls it makes: im2col, bias and act must not dominate.  The bound holds
- * only for optimised builds without sanitizers (loops are instrumented, OpenBLAS is not). */
-TEST(conv2d_forward_time)
-{
-    reg();
-    fl_prog *p = fl_prog_create();
-    fl_var *x = fl_layer_data(p, "x", FL_SHAPE(1, 28, 28), FL_FLOAT32, 0);
-    fl_var *y = fl_layer_conv2d(x, 32, 5, 5, "relu", NULL);
-    fl_exe *e = fl_exe_create(NULL);
-    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
-    float *xd = rnd(64 * 784, 0, 1, 5);
-    fl_tensor *xt = th_f32(4, (const int64_t[]){64, 1, 28, 28}, xd);
-    fl_feed feed[] = {{"x", xt}};
-    float *w = rnd(32 * 25, -1, 1, 6), *col = rnd(25 * 576, -1, 1, 7), *out = malloc(32 * 576 * sizeof *out);
-    double conv = 1e9, gemm = 1e9; /* best of several runs: robust against a busy machine */
-    for (int r = 0; r < 15; r++) {
-        double t0 = now_s();
-        run1(e, p, feed, 1, y);
-        double t1 = now_s();
-        for (int n = 0; n < 64; n++) fl__sgemm(0, 0, 32, 576, 25, 1.0f, w, 25, col, 576, 0.0f, out, 576);
-        double t2 = now_s();
-        conv = fmin(conv, t1 - t0);
-        gemm = fmin(gemm, t2 - t1);
-    }
-    printf("  conv2d [64,1,28,28] x 32 5x5: %.3f ms per forward, its sgemm calls alone %.3f ms (%.0f%%)\n",
-           conv * 1e3, gemm * 1e3, 100 * gemm / conv);
-#if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__)
-    if (!getenv("FLEET_TEST_NO_TIMING")) CHECK(conv < 3.0 * gemm);
-#endif
-    free(w), free(col), free(out), free(xd);
-    fl_tensor_free(xt);
-    fl_exe_free(e);
-    fl_prog_free(p);
-}
-
 TEST_MAIN(T(conv2d_fixed_configs), T(conv2d_random_shapes), T(conv2d_names_and_init), T(pool2d_fixed_configs),
           T(pool2d_random_shapes), T(pool2d_square_layer), T(batch_norm_2d), T(batch_norm_4d),
           T(batch_norm_3d_momentum_act), T(batch_norm_5d), T(batch_norm_random_shapes), T(batch_norm_state_and_is_test_attr), T(build_errors),
-          T(infer_errors_from_text), T(runtime_shape_error), T(text_round_trip), T(cnn_trains),
-          T(conv2d_forward_time))
+          T(infer_errors_from_text), T(runtime_shape_error), T(text_round_trip), T(cnn_trains))
