@@ -24,7 +24,8 @@ struct fl_comm {
     int thread_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int *queue;          /* bucket ids waiting (ring buffer) */
+    float **queue;       /* bucket buffers waiting (ring buffer); the buffer pointers, not
+                            bucket ids, so the main thread may grow c->buckets meanwhile */
     size_t *qcount;
     int qhead, qtail, qcap, busy, stop;
     int err;
@@ -127,13 +128,13 @@ static void *comm_main(void *arg)
     for (;;) {
         while (c->qhead == c->qtail && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
         if (c->qhead == c->qtail && c->stop) break;
-        int b = c->queue[c->qhead % c->qcap];
+        float *buf = c->queue[c->qhead % c->qcap];
         size_t n = c->qcount[c->qhead % c->qcap];
         c->busy = 1;
         int failed = c->err != FL_OK;
         pthread_mutex_unlock(&c->mu);
         /* after a failure the remaining jobs are dropped: the step reports the first error */
-        int st = failed ? FL_OK : fl_coll_allreduce(c->coll, c->buckets[b].buf, c->buckets[b].buf, n, FL_FLOAT32, FL_COLL_SUM);
+        int st = failed ? FL_OK : fl_coll_allreduce(c->coll, buf, buf, n, FL_FLOAT32, FL_COLL_SUM);
         pthread_mutex_lock(&c->mu);
         if (st != FL_OK && c->err == FL_OK) {
             c->err = st;
@@ -153,7 +154,7 @@ int fl__comm_start(fl_comm *c, int b, size_t n)
     pthread_mutex_lock(&c->mu);
     if (c->qtail - c->qhead >= c->qcap) {
         int nc = c->qcap ? c->qcap * 2 : 64;
-        int *nq = malloc((size_t)nc * sizeof *nq);
+        float **nq = malloc((size_t)nc * sizeof *nq);
         size_t *nn = malloc((size_t)nc * sizeof *nn);
         if (!nq || !nn) {
             free(nq);
@@ -173,7 +174,11 @@ int fl__comm_start(fl_comm *c, int b, size_t n)
         c->qcount = nn;
         c->qcap = nc;
     }
-    c->queue[c->qtail % c->qcap] = b;
+    if (b < 0 || b >= c->nbuckets || c->buckets[b].cap < n) {
+        pthread_mutex_unlock(&c->mu);
+        return fl__err(FL_EINVAL, "collective: bucket %d was not prepared for %zu elements", b, n);
+    }
+    c->queue[c->qtail % c->qcap] = c->buckets[b].buf;
     c->qcount[c->qtail % c->qcap] = n;
     c->qtail++;
     pthread_cond_broadcast(&c->cv);
