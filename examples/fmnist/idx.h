@@ -341,4 +341,70 @@ static int fmnist_gather(const fmnist_split *d, const int64_t *idx, int64_t b, i
 }
 #endif
 
+/* ---- shared by the examples: clock and command line ---------------------------------------- */
+
+#include <time.h>
+
+static inline double fmnist_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    const char *data; /* --data DIR (NULL: $FMNIST_DIR or the default) */
+    int epochs;       /* --epochs N (1) */
+    int64_t batch;    /* --batch N per trainer (64) */
+    float lr, momentum; /* --lr F (0.01), --momentum F (0.9) */
+    uint64_t seed;    /* --seed S (0) */
+    int batch_norm;   /* --batch_norm, when allowed */
+} fmnist_opts;
+
+/* Parses the examples' options into *o (defaults first).  Returns -1 to go on, or the exit
+ * status (0 after --help, 2 on a usage error, with the message printed). */
+static inline int fmnist_parse_args(int argc, char **argv, int allow_batch_norm, void (*usage)(const char *),
+                                    fmnist_opts *o)
+{
+    *o = (fmnist_opts){NULL, 1, 64, 0.01f, 0.9f, 0, 0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(argv[0]);
+            return 0;
+        }
+        if (allow_batch_norm && !strcmp(a, "--batch_norm")) {
+            o->batch_norm = 1;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "%s: %s needs a value\n", argv[0], a);
+            usage(argv[0]);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--data")) o->data = v;
+        else if (!strcmp(a, "--epochs")) o->epochs = (int)strtol(v, &end, 10);
+        else if (!strcmp(a, "--batch")) o->batch = strtoll(v, &end, 10);
+        else if (!strcmp(a, "--lr")) o->lr = strtof(v, &end);
+        else if (!strcmp(a, "--momentum")) o->momentum = strtof(v, &end);
+        else if (!strcmp(a, "--seed")) o->seed = strtoull(v, &end, 10);
+        else {
+            fprintf(stderr, "%s: unknown option %s\n", argv[0], a);
+            usage(argv[0]);
+            return 2;
+        }
+        if (end && (*end || end == v)) {
+            fprintf(stderr, "%s: %s: '%s' is not a number\n", argv[0], a, v);
+            return 2;
+        }
+        if (o->epochs < 1 || o->batch < 1 || !(o->lr > 0) || o->momentum < 0) {
+            fprintf(stderr, "%s: %s %s is out of range\n", argv[0], a, v);
+            return 2;
+        }
+    }
+    return -1;
+}
+
 #endif

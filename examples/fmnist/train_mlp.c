@@ -26,13 +26,6 @@
 
 #include "idx.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void usage(const char *argv0)
 {
     fprintf(stderr,
@@ -47,56 +40,26 @@ static void usage(const char *argv0)
 
 int main(int argc, char **argv)
 {
-    const char *data_arg = NULL;
-    int epochs = 1;
-    int64_t batch = 64;
-    float lr = 0.01f, momentum = 0.9f;
-    uint64_t seed = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end = NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(argv[0]);
-            return 0;
-        }
-        if (!v) {
-            fprintf(stderr, "%s: %s needs a value\n", argv[0], a);
-            usage(argv[0]);
-            return 2;
-        }
-        i++;
-        if (!strcmp(a, "--data")) data_arg = v;
-        else if (!strcmp(a, "--epochs")) epochs = (int)strtol(v, &end, 10);
-        else if (!strcmp(a, "--batch")) batch = strtoll(v, &end, 10);
-        else if (!strcmp(a, "--lr")) lr = strtof(v, &end);
-        else if (!strcmp(a, "--momentum")) momentum = strtof(v, &end);
-        else if (!strcmp(a, "--seed")) seed = strtoull(v, &end, 10);
-        else {
-            fprintf(stderr, "%s: unknown option %s\n", argv[0], a);
-            usage(argv[0]);
-            return 2;
-        }
-        if (end && (*end || end == v)) {
-            fprintf(stderr, "%s: %s: '%s' is not a number\n", argv[0], a, v);
-            return 2;
-        }
-        if (epochs < 1 || batch < 1 || !(lr > 0) || momentum < 0) {
-            fprintf(stderr, "%s: %s %s is out of range\n", argv[0], a, v);
-            return 2;
-        }
-    }
+    fmnist_opts opt;
+    int rc = fmnist_parse_args(argc, argv, 0, usage, &opt);
+    if (rc >= 0) return rc;
+    const char *data_arg = opt.data;
+    int epochs = opt.epochs;
+    int64_t batch = opt.batch;
+    float lr = opt.lr, momentum = opt.momentum;
+    uint64_t seed = opt.seed;
     setvbuf(stdout, NULL, _IOLBF, 0);
 
     /* ---- data ---- */
     const char *dir = fmnist_dir(data_arg);
     char err[8192];
     fmnist_split train, test;
-    double t_load = now_s();
+    double t_load = fmnist_now();
     if (fmnist_load(dir, "train", &train, err, sizeof err) || fmnist_load(dir, "t10k", &test, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    t_load = now_s() - t_load;
+    t_load = fmnist_now() - t_load;
 
     /* ---- model ---- */
     fl_prog *prog = fl_prog_create();
@@ -157,7 +120,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "barrier: %s\n", fl_last_error());
             return 1;
         }
-        double t0 = now_s(), loss_sum = 0;
+        double t0 = fmnist_now(), loss_sum = 0;
         for (int64_t s = 0; s < steps; s++) {
             int64_t b = s == steps - 1 ? shard - s * batch : batch;
             if (fmnist_gather(&train, mine + s * batch, b, 0, x, y)) {
@@ -172,7 +135,7 @@ int main(int argc, char **argv)
             }
             loss_sum += fl_tensor_f32(cost)[0];
         }
-        double stat[2] = {now_s() - t0, loss_sum / (double)steps};
+        double stat[2] = {fmnist_now() - t0, loss_sum / (double)steps};
         /* slowest trainer's time; mean loss over trainers */
         if (fleet_util_all_reduce(fleet, &stat[0], 1, FL_FLOAT64, "max") != FL_OK ||   /* + */
             fleet_util_all_reduce(fleet, &stat[1], 1, FL_FLOAT64, "sum") != FL_OK) {   /* + */
