@@ -32,7 +32,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         volatile uint64_t sink = 0;
         if (m.ids)
             for (uint64_t i = 0; i < m.n; i++) sink += m.ids[i];
-        uint64_t nvals = m.h.type == FL__PS_PUSH_SPARSE || m.h.type == FL__PS_PULL_SPARSE ? m.n * m.dim : m.n;
+        uint64_t nvals = m.h.type == FL__PS_PUSH_SPARSE || m.h.type == FL__PS_PULL_SPARSE || m.h.type == FL__PS_SCAN_SPARSE
+                             ? m.n * m.dim
+                             : m.n;
         if (m.vals)
             for (uint64_t i = 0; i < nvals; i++) sink += (uint64_t)(m.vals[i] != 0);
         if (m.shows)

@@ -290,6 +290,69 @@ TEST(save_interrupted_by_killed_server_keeps_previous)
     CHECK(system(cmd) == 0);
 }
 
+/* ---- scanning a sparse table ------------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t rows, bad, pages;
+    uint64_t seen_sum;
+    float *want; /* 5000 x 8, by id index */
+} scan_acc;
+
+static int scan_cb(void *user, const uint64_t *ids, const float *vals, int64_t n, int dim)
+{
+    scan_acc *a = user;
+    a->pages++;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t k = ids[i] / 0x10001ull;
+        if (dim != 8 || ids[i] % 0x10001ull || k >= 5000 || memcmp(vals + i * 8, a->want + k * 8, 32)) a->bad++;
+        a->seen_sum += ids[i];
+        a->rows++;
+    }
+    return FL_OK;
+}
+
+/* fl_ps_client_scan_sparse returns every row of every shard once, with its values. */
+TEST(scan_returns_every_row_once)
+{
+    init_tables();
+    char ep0[128], ep1[128];
+    pid_t s0 = spawn_server(0, 2, 1, NULL, ep0, sizeof ep0);
+    pid_t s1 = spawn_server(1, 2, 1, NULL, ep1, sizeof ep1);
+    const char *eps[2] = {ep0, ep1};
+    fl_ps_client *c = client_for(eps, 2, 0, 1);
+    train(c, 20, 3);
+    static float sv[5000 * 8];
+    float dv[64];
+    snapshot(c, sv, dv);
+    fl_ps_table_stats ts;
+    CHECK_OK(fl_ps_client_table_stats(c, 0, &ts));
+    CHECK(ts.rows > 100 && ts.rows < 5000);
+    scan_acc a = {0, 0, 0, 0, sv};
+    CHECK_OK(fl_ps_client_scan_sparse(c, 0, scan_cb, &a));
+    CHECK_EQ_INT(a.rows, ts.rows);
+    CHECK_EQ_INT(a.bad, 0);
+    CHECK(a.pages >= 2); /* one page per server at least */
+    /* the rows are the distinct ids pulled while training */
+    uint64_t want_sum = 0;
+    int64_t distinct = 0;
+    static unsigned char used[5000];
+    memset(used, 0, sizeof used);
+    for (int seed = 3, s = 0; s < 20; s++)
+        for (int i = 0; i < 128; i++) used[(seed * 7919 + s * 131 + i * 37) % 5000] = 1;
+    for (int k = 0; k < 5000; k++)
+        if (used[k]) {
+            want_sum += (uint64_t)k * 0x10001ull;
+            distinct++;
+        }
+    CHECK_EQ_INT(a.rows, distinct);
+    CHECK(a.seen_sum == want_sum);
+    CHECK(fl_ps_client_scan_sparse(c, 1, scan_cb, &a) == FL_EINVAL); /* a dense table */
+    CHECK_OK(fl_ps_client_stop(c));
+    fl_ps_client_free(c);
+    CHECK_EQ_INT(wait_exit(s0), 0);
+    CHECK_EQ_INT(wait_exit(s1), 0);
+}
+
 /* ---- fuzzing the frame decoder ------------------------------------------------------------------------- */
 
 TEST(fuzz_frame_decoder_briefly)
@@ -322,5 +385,5 @@ TEST(fuzz_frame_decoder_briefly)
     CHECK(system(cmd) >= 0);
 }
 
-TEST_MAIN(T(killed_worker_fails_server_within_10s), T(killed_server_fails_client_calls_within_10s),
+TEST_MAIN(T(killed_worker_fails_server_within_10s), T(scan_returns_every_row_once), T(killed_server_fails_client_calls_within_10s),
           T(save_interrupted_by_killed_server_keeps_previous), T(fuzz_frame_decoder_briefly))

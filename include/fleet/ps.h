@@ -299,6 +299,13 @@ int fl_ps_client_shrink(fl_ps_client *c, int table, int64_t *deleted);
 /* Table statistics summed over servers (bytes_per_key recomputed from the sums). */
 int fl_ps_client_table_stats(fl_ps_client *c, int table, fl_ps_table_stats *out);
 
+/* Every row of a sparse table, page by page from each server in turn: fn receives ids[n]
+ * and vals[n x dim] (valid during the call) and returns FL_OK to go on.  The table must not
+ * change meanwhile (call between barriers, as the save paths do); a shard that loses rows
+ * during the scan fails with FL_ESTATE.  Holds the client for the whole scan. */
+typedef int (*fl_ps_scan_fn)(void *user, const uint64_t *ids, const float *vals, int64_t n, int dim);
+int fl_ps_client_scan_sparse(fl_ps_client *c, int table, fl_ps_scan_fn fn, void *user);
+
 /* Tells every server this worker is done (Paddle's stop_worker).  Further calls fail with
  * FL_ESTATE.  Servers return from fl_ps_server_run once every worker has stopped. */
 int fl_ps_client_stop(fl_ps_client *c);

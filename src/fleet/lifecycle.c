@@ -318,20 +318,17 @@ static int act_save_inference(fleet_t *f, fl__ps_ctx *c, fl_ps_client *cl, void 
 {
     (void)f;
     infer_args *a = arg;
-    for (int i = 0; i < c->nparams; i++)
-        if (c->params[i].sparse)
-            return fl__err(FL_EUNSUPPORTED, "table '%s' is held by the servers only (is_sparse/is_distributed embedding); an "
-                                            "inference model would need all of it: save with fleet_save_persistables",
-                           c->params[i].name);
     /* sync and async: the newest server values; GEO keeps the worker's own */
     for (int i = 0; c->mode != FL__PSM_GEO && i < c->nparams; i++) {
+        if (c->params[i].sparse) continue;
         fl_tensor *t = fl_scope_find(fl_exe_scope(a->exe), c->params[i].name);
         const fl_ps_table_config *tc = &c->tables[c->params[i].table];
         if (!t || t->dtype != FL_FLOAT32 || t->numel != tc->rows * tc->cols)
             return fl__err(FL_ESTATE, "parameter '%s' is not initialized in the executor's scope", tc->name);
         FL_CHECK(fl_ps_client_pull_dense(cl, c->params[i].table, t->data));
     }
-    return fl_io_save_inference_model(a->exe, a->dir, a->feeds, a->nfeed, a->targets, a->ntarget, a->prog ? a->prog : c->prog);
+    /* sparse tables come to the model as local tables (ps_export.c) */
+    return fl__ps_export_inference(c, cl, a->exe, a->dir, a->feeds, a->nfeed, a->targets, a->ntarget, a->prog);
 }
 
 int fleet_save_inference_model(fleet_t *f, fl_exe *exe, const char *dir, const char *const *feeds, int nfeed,

@@ -5,6 +5,7 @@
  *                      program, and the program rewrite run by the optimizer hook
  *   ps_ops.c           the ops the rewrite inserts: distributed_lookup_table (+ _grad),
  *                      ps_send, ps_recv, ps_geo, and ps_init (startup program)
+ *   ps_export.c        the inference model: distributed lookups become local tables
  *   ps_communicator.c  async mode: per-variable send queues, a send thread that merges
  *                      and pushes, a receive thread that pulls dense parameters
  *   lifecycle.c        fleet_init_server / run_server / init_worker / stop_worker / save
@@ -66,6 +67,14 @@ typedef struct fl__ps_ctx {
     int64_t step;             /* training steps pushed by this worker */
     int stopped;
 } fl__ps_ctx;
+
+/* ---- ps_export.c ----------------------------------------------------------------------- */
+
+/* fleet_save_inference_model of a worker: the program with its distributed lookups turned
+ * into local lookup_table ops on tables filled from the servers, saved with
+ * fl_io_save_inference_model (dense parameters are taken from exe's scope as they are). */
+int fl__ps_export_inference(fl__ps_ctx *c, fl_ps_client *cl, fl_exe *exe, const char *dir, const char *const *feeds,
+                            int nfeed, fl_var *const *targets, int ntarget, const fl_prog *prog);
 
 /* ---- ps_mode.c ------------------------------------------------------------------------- */
 

@@ -467,6 +467,7 @@ static int rewrite_lookups(fl__ps_ctx *c, fl_prog *p, fl_var *w, int table)
             st = set_ps_attrs(c, op);
             if (st == FL_OK) st = fl__attr_set_i(op, "table", table);
             if (st == FL_OK) st = fl__attr_set_i(op, "dim", w->shape[1]);
+            if (st == FL_OK) st = fl__attr_set_i(op, "height", w->shape[0]); /* for the inference export */
             if (st == FL_OK) st = fl__attr_set_i(op, "is_distributed", is_dist);
             if (st == FL_OK) st = fl__attr_set_i(op, "is_test", 0);
             if (st == FL_OK) st = dl->infer(op);

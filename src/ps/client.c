@@ -121,6 +121,11 @@ static int recv_call(fl_ps_client *c, fl__ps_call *k, uint64_t deadline)
             memcpy(&k->reply.dim, c->rb.p + 8, 4);
             ok = k->reply.dim >= 1 && k->reply.dim <= FL_PS_MAX_DIM && k->reply.n <= FL_PS_MAX_BODY &&
                  k->reply.n * k->reply.dim * 4 == k->dst_len;
+        } else if (k->type == FL__PS_SCAN_SPARSE && fixed_len == 16) {
+            memcpy(&k->reply.n, c->rb.p, 8);
+            memcpy(&k->reply.dim, c->rb.p + 8, 4);
+            ok = k->reply.dim >= 1 && k->reply.dim <= FL_PS_MAX_DIM && k->reply.n <= FL_PS_MAX_BODY &&
+                 k->reply.n * (8 + 4ull * k->reply.dim) == k->dst_len;
         }
         if (!ok) {
             st = fl__err(FL_EPROTO, "bad %s reply from %s: sizes do not match the request", fl__ps_type_name(k->type),
@@ -514,6 +519,46 @@ int fl_ps_client_table_stats(fl_ps_client *c, int table, fl_ps_table_stats *out)
         out->payload_per_key = c->calls[i].reply.f64;
     }
     out->bytes_per_key = out->rows ? (double)out->bytes / (double)out->rows : 0;
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+int fl_ps_client_scan_sparse(fl_ps_client *c, int table, fl_ps_scan_fn fn, void *user)
+{
+    if (!fn) return fl__err(FL_EINVAL, "fl_ps_client_scan_sparse: callback is NULL");
+    FL_CHECK(fl__ps_client_enter(c, "fl_ps_client_scan_sparse", table, FL_PS_SPARSE));
+    const uint64_t dim = (uint64_t)c->cfgs[table].dim, per = 8 + 4 * dim;
+    const uint64_t page = (8u << 20) / per > 0 ? (8u << 20) / per : 1;
+    uint8_t *buf = malloc(page * per);
+    uint32_t body[2] = {(uint32_t)table, 0};
+    /* the servers' row counts first: each page then has a known size */
+    int st = buf ? simple_calls(c, 0, c->ns, FL__PS_STATS, body, 8, NULL, 0, fl_net_deadline(c->o.request_timeout_ms), 1)
+                 : fl__err(FL_ENOMEM, "fl_ps_client_scan_sparse: out of memory");
+    int64_t *rows = st == FL_OK ? malloc((size_t)c->ns * sizeof *rows) : NULL;
+    if (st == FL_OK && !rows) st = fl__err(FL_ENOMEM, "fl_ps_client_scan_sparse: out of memory");
+    for (int i = 0; st == FL_OK && i < c->ns; i++) rows[i] = c->calls[i].reply.i64[0];
+    for (int i = 0; st == FL_OK && i < c->ns; i++)
+        for (uint64_t first = 0; st == FL_OK && first < (uint64_t)rows[i]; first += page) {
+            uint64_t n = (uint64_t)rows[i] - first < page ? (uint64_t)rows[i] - first : page;
+            uint8_t req[24];
+            memcpy(req, body, 8);
+            memcpy(req + 8, &first, 8);
+            memcpy(req + 16, &n, 8);
+            st = fl__ps_client_calls(c, 1);
+            if (st) break;
+            fl__ps_call *k = &c->calls[0];
+            k->server = i;
+            k->type = FL__PS_SCAN_SPARSE;
+            k->dst = buf;
+            k->dst_len = n * per;
+            k->nparts = 0;
+            fl__ps_wbuf_begin(&k->fixed);
+            st = fl__ps_put(&k->fixed, req, sizeof req);
+            if (st == FL_OK) st = fl__ps_client_run(c, k, 1, fl_net_deadline(c->o.request_timeout_ms), 1);
+            if (st == FL_OK) st = fn(user, (const uint64_t *)buf, (const float *)(buf + 8 * n), (int64_t)n, (int)dim);
+        }
+    free(rows);
+    free(buf);
     pthread_mutex_unlock(&c->mu);
     return st;
 }

@@ -11,7 +11,7 @@
 
 static const char *const type_names[FL__PS_TYPE_END] = {
     "?", "hello", "pull_dense", "push_dense", "init_dense", "pull_sparse", "push_sparse",
-    "barrier", "save", "load", "shrink", "stats", "stop", "heartbeat"};
+    "barrier", "save", "load", "shrink", "stats", "stop", "heartbeat", "scan_sparse"};
 
 const char *fl__ps_type_name(unsigned type) { return type > 0 && type < FL__PS_TYPE_END ? type_names[type] : "unknown"; }
 
@@ -212,6 +212,14 @@ static int decode_request(const fl__ps_hdr *h, const uint8_t *b, fl__ps_msg *m)
     case FL__PS_STOP:
     case FL__PS_HEARTBEAT:
         return exact(h, 0);
+    case FL__PS_SCAN_SPARSE:
+        FL_CHECK(exact(h, 24));
+        m->table = ld32(b);
+        if (ld32(b + 4)) return BAD("scan_sparse: reserved field is not zero");
+        m->offset = ld64(b + 8);
+        m->n = ld64(b + 16);
+        if (m->n > FL_PS_MAX_BODY / 12) return BAD("scan_sparse: %llu rows exceed one frame", (unsigned long long)m->n);
+        return FL_OK;
     }
     return BAD("unknown frame type %u", h->type);
 }
@@ -246,6 +254,18 @@ static int decode_reply(const fl__ps_hdr *h, const uint8_t *b, fl__ps_msg *m)
         if (!mul_add(16, m->n, 4ull * m->dim, &want)) return BAD("pull_sparse reply: n x dim overflows");
         FL_CHECK(exact(h, want));
         m->vals = (const float *)(b + 16);
+        return FL_OK;
+    case FL__PS_SCAN_SPARSE:
+        FL_CHECK(need(h, 16));
+        m->n = ld64(b);
+        m->dim = ld32(b + 8);
+        if (ld32(b + 12)) return BAD("scan_sparse reply: reserved field is not zero");
+        if (m->dim < 1 || m->dim > FL_PS_MAX_DIM) return BAD("scan_sparse reply: dim %u outside [1, %d]", m->dim, FL_PS_MAX_DIM);
+        if (m->n > (h->len - 16) / 12) return BAD("scan_sparse reply: count exceeds the body");
+        if (!mul_add(16, m->n, 8 + 4ull * m->dim, &want)) return BAD("scan_sparse reply: n x dim overflows");
+        FL_CHECK(exact(h, want));
+        m->ids = (const uint64_t *)(b + 16);
+        m->vals = (const float *)(b + 16 + 8 * m->n);
         return FL_OK;
     case FL__PS_INIT_DENSE:
         FL_CHECK(exact(h, 8));

@@ -46,12 +46,15 @@
  *   LOAD        dir length u32, reserved u32, dir bytes
  *   SHRINK, STATS  table u32, reserved u32
  *   STOP, HEARTBEAT  (empty)
+ *   SCAN_SPARSE table u32, reserved u32, first u64, n u64   (rows [first, first+n) of the
+ *               shard, in storage order; the client learns the row count from STATS)
  * Reply bodies:
  *   PULL_DENSE  count u64, f32[count]          PULL_SPARSE n u64, dim u32, reserved u32,
  *   INIT_DENSE  applied u32, reserved u32                  f32[n*dim]
  *   HELLO       sync u32 (1: the server runs in sync mode), reserved u32
  *   LOAD        step i64                       SHRINK deleted i64
  *   STATS       rows i64, pending i64, bytes i64, payload_per_key f64
+ *   SCAN_SPARSE n u64, dim u32, reserved u32, ids u64[n], f32[n*dim]
  *   others      (empty)
  * Every count is checked against the body length (n <= body/8 before any product; products
  * with dim in 64 bits with overflow checks), and the body length must equal exactly what
@@ -77,6 +80,7 @@ enum {
     FL__PS_STATS,
     FL__PS_STOP,
     FL__PS_HEARTBEAT,
+    FL__PS_SCAN_SPARSE,
     FL__PS_TYPE_END
 };
 /* header flags */
@@ -242,6 +246,9 @@ int fl__ps_sparse_load(fl__ps_sparse *t, const char *path);
 /* Row access for table_io helpers and tests: returns 1 and copies the row's values (and
  * show, click when non-NULL) if id is stored. */
 int fl__ps_sparse_get(fl__ps_sparse *t, uint64_t id, float *vals, float *show, float *click);
+/* Rows [first, first + n) of the shard in its storage order (stable while nothing is
+ * inserted or deleted): ids[n] and vals[n x dim].  FL_ESTATE if the shard holds fewer. */
+int fl__ps_sparse_scan(fl__ps_sparse *t, uint64_t first, uint64_t n, uint64_t *ids, float *vals);
 
 /* Layout shared by table_sparse.c and table_sparse_io.c.  A stripe is an open-addressing
  * (linear probing) map from id to a row index, rows living in chunks of FL__PS_CHUNK rows of

@@ -246,6 +246,28 @@ static int on_pull_sparse(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m)
     return fl__ps_reply(s, c, m, b, NULL, 0);
 }
 
+/* Rows [first, first + n) of a sparse shard (fl_ps_client_scan_sparse pages through them). */
+static int on_scan_sparse(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m)
+{
+    int rc;
+    if (bad_table(s, c, m, FL_PS_SPARSE, &rc)) return rc;
+    fl__ps_sparse *t = s->tab[m->table].sparse;
+    uint64_t dim = (uint64_t)fl__ps_sparse_dim(t);
+    if (m->n > (FL_PS_MAX_BODY - 16) / (8 + dim * 4))
+        REJECT(FL_EINVAL, "sparse table '%s': a page of %llu rows of dim %llu does not fit one reply",
+               s->cfgs[m->table].name, (unsigned long long)m->n, (unsigned long long)dim);
+    fl__ps_wbuf *b = &c->wb;
+    fl__ps_wbuf_begin(b);
+    if (fl__ps_put_u64(b, m->n) || fl__ps_put_u32(b, (uint32_t)dim) || fl__ps_put_u32(b, 0) ||
+        fl__ps_wbuf_reserve(b, m->n * (8 + dim * 4)))
+        REJECT(FL_ENOMEM, "out of memory for a reply of %llu rows", (unsigned long long)m->n);
+    uint64_t *ids = (uint64_t *)(b->p + b->len);
+    int st = fl__ps_sparse_scan(t, m->offset, m->n, ids, (float *)(ids + m->n));
+    if (st) REJECT(st, "%s", fl_last_error());
+    b->len += m->n * (8 + dim * 4);
+    return fl__ps_reply(s, c, m, b, NULL, 0);
+}
+
 static int on_barrier(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m)
 {
     if (s->o.server_index != 0) REJECT(FL_EINVAL, "barriers are counted on server 0, not here");
@@ -455,6 +477,7 @@ int fl__ps_dispatch(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m)
     case FL__PS_STATS: rc = on_table_info(s, c, m); break;
     case FL__PS_STOP: rc = on_stop(s, c, m); break;
     case FL__PS_HEARTBEAT: rc = reply_empty(s, c, m); break;
+    case FL__PS_SCAN_SPARSE: rc = on_scan_sparse(s, c, m); break;
     default: rc = fl__ps_reply_error(s, c, m, FL_EPROTO, "unexpected %s request", fl__ps_type_name(m->h.type));
     }
     pthread_rwlock_unlock(&s->tab_lk);

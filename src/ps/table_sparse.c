@@ -543,3 +543,38 @@ void fl__ps_sparse_stats(fl__ps_sparse *t, fl_ps_table_stats *out)
     out->payload_per_key = 4.0 * t->dim * (1 + t->opt.nstate);
     out->bytes_per_key = out->rows ? (double)bytes / (double)out->rows : 0;
 }
+
+/* ---- export -------------------------------------------------------------------------------- */
+
+int fl__ps_sparse_scan(fl__ps_sparse *t, uint64_t first, uint64_t n, uint64_t *ids, float *vals)
+{
+    const size_t d = (size_t)t->dim;
+    uint64_t rank = 0, got = 0;
+    pthread_rwlock_rdlock(&t->lk);
+    for (int k = 0; k < FL__PS_STRIPES && got < n; k++) {
+        fl__ps_stripe *s = &t->st[k];
+        pthread_mutex_lock(&s->mu);
+        if (rank + s->nrows <= first) { /* the whole stripe lies before the page */
+            rank += s->nrows;
+            pthread_mutex_unlock(&s->mu);
+            continue;
+        }
+        for (uint32_t idx = 0; idx < s->nalloc && got < n; idx++) {
+            const uint8_t *row = fl__ps_row(t, s, idx);
+            fl__ps_rowhdr h;
+            memcpy(&h, row, sizeof h);
+            if (h.unseen_days == FL__PS_FREE_ROW) continue;
+            if (rank++ < first) continue;
+            ids[got] = h.key;
+            memcpy(vals + got * d, row + FL__PS_ROW_HDR, d * 4);
+            got++;
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_rwlock_unlock(&t->lk);
+    if (got < n)
+        return fl__err(FL_ESTATE, "sparse table '%s': rows %llu..%llu were asked for but the shard holds %llu rows (rows "
+                                  "were deleted during the export)", t->cfg.name, (unsigned long long)first,
+                       (unsigned long long)(first + n), (unsigned long long)(first + got));
+    return FL_OK;
+}
