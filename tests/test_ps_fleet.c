@@ -349,6 +349,7 @@ static void sync_equals_local(const char *opt, const char *lr, const char *l2, c
 TEST(sync_sgd_l2_equals_local) { sync_equals_local("sgd", "0.1", "0.01", "init_first"); }
 TEST(sync_adam_equals_local) { sync_equals_local("adam", "0.05", "0", "startup_first"); }
 TEST(sync_adagrad_equals_local) { sync_equals_local("adagrad", "0.1", "0", "init_first"); }
+TEST(sync_momentum_equals_local) { sync_equals_local("momentum", "0.05", "0.01", "startup_first"); }
 
 /* ---- async and GEO converge ------------------------------------------------------------------------------ */
 
@@ -805,18 +806,9 @@ TEST(unsupported_combinations_are_refused)
     CHECK_STR_HAS(fl_last_error(), "gradient_merge is a collective-mode strategy");
     fleet_free(f);
     fl_opt_free(o);
-    /* momentum is not a server-side rule */
+    /* a learning-rate schedule is not applied by the servers */
     fl_prog *p = fl_prog_create();
     fl_var *cost = build_small(p, 1, 1);
-    f = fleet_init(NULL, NULL);
-    o = fleet_distributed_optimizer(f, fl_opt_momentum(0.1f, 0.9f, 0), NULL);
-    CHECK_FAILS(fl_opt_minimize(o, cost), FL_EUNSUPPORTED, "not momentum");
-    fl_opt_free(o);
-    fl_prog_free(p);
-    fleet_free(f);
-    /* a learning-rate schedule is not applied by the servers */
-    p = fl_prog_create();
-    cost = build_small(p, 1, 1);
     f = fleet_init(NULL, NULL);
     o = fl_opt_sgd(0.1f);
     CHECK_OK(fl_opt_set_exponential_decay(o, 100, 0.9f, 0));
@@ -900,6 +892,6 @@ TEST(example_runs_under_fleetrun)
 
 TEST_MAIN(T(rewrite_sync_and_async), T(rewrite_geo_keeps_the_local_optimizer), T(unsupported_combinations_are_refused),
           T(missing_server_fails_init_worker_in_time), T(sync_sgd_l2_equals_local), T(sync_adam_equals_local),
-          T(sync_adagrad_equals_local), T(async_converges), T(geo_converges), T(async_sparse_runs),
+          T(sync_adagrad_equals_local), T(sync_momentum_equals_local), T(async_converges), T(geo_converges), T(async_sparse_runs),
           T(save_restart_is_bit_exact), T(inference_model_from_the_servers), T(killed_worker_fails_the_servers), T(killed_worker_reported_by_fleetrun),
           T(example_runs_under_fleetrun))

@@ -168,14 +168,14 @@ static fl_ps_table_config dense_cfg(fl_ps_opt_kind k, int64_t rows, int64_t cols
     t.kind = FL_PS_DENSE;
     t.rows = rows;
     t.cols = cols;
-    t.opt = (fl_ps_optimizer){k, 0.1f, 0.01f, 0, 0, 0};
+    t.opt = (fl_ps_optimizer){k, 0.1f, 0.01f, 0, 0, 0, k == FL_PS_OPT_MOMENTUM ? 0.9 : 0, 0};
     return t;
 }
 
 TEST(optimizers_match_hand_reference)
 {
     const int n = 6, steps = 5;
-    for (int k = FL_PS_OPT_SGD; k <= FL_PS_OPT_SUM; k++) {
+    for (int k = FL_PS_OPT_SGD; k <= FL_PS_OPT_MOMENTUM; k++) {
         fl_ps_table_config cfg = dense_cfg((fl_ps_opt_kind)k, 3, 2);
         fl__ps_dense *t;
         CHECK_OK(fl__ps_dense_create(&cfg, 0, 1, &t));
@@ -193,6 +193,10 @@ TEST(optimizers_match_hand_reference)
                 switch (k) {
                 case FL_PS_OPT_SGD: rw[j] -= 0.1 * gj; break;
                 case FL_PS_OPT_SUM: rw[j] += g[j]; break;
+                case FL_PS_OPT_MOMENTUM:
+                    m1[j] = 0.9 * m1[j] + gj;
+                    rw[j] -= 0.1 * m1[j];
+                    break;
                 case FL_PS_OPT_ADAGRAD:
                     m1[j] += gj * gj;
                     rw[j] -= 0.1 * gj / (sqrt(m1[j]) + 1e-6);
@@ -224,7 +228,7 @@ static fl_ps_table_config sparse_cfg(int dim, fl_ps_opt_kind k, const char *entr
     t.dim = dim;
     t.init = fl_init_uniform(-0.5f, 0.5f);
     t.init.seed = 7;
-    t.opt = (fl_ps_optimizer){k, 0.05f, 0, 0, 0, 0};
+    t.opt = (fl_ps_optimizer){k, 0.05f, 0, 0, 0, 0, k == FL_PS_OPT_MOMENTUM ? 0.9 : 0, 0};
     t.entry = entry;
     return t;
 }
@@ -470,8 +474,8 @@ TEST(sparse_save_load_bit_exact)
     CHECK(mkdtemp(dir));
     char path[256];
     snprintf(path, sizeof path, "%s/emb/part-00000.safetensors", dir);
-    fl_ps_opt_kind kinds[3] = {FL_PS_OPT_ADAM, FL_PS_OPT_ADAGRAD, FL_PS_OPT_SGD};
-    for (int k = 0; k < 3; k++) {
+    fl_ps_opt_kind kinds[4] = {FL_PS_OPT_ADAM, FL_PS_OPT_ADAGRAD, FL_PS_OPT_SGD, FL_PS_OPT_MOMENTUM};
+    for (int k = 0; k < 4; k++) {
         fl_ps_table_config cfg = sparse_cfg(5, kinds[k], k == 2 ? "count_filter_entry:2" : NULL);
         fl__ps_sparse *a, *b;
         CHECK_OK(fl__ps_sparse_create(&cfg, 0, 1, &a));

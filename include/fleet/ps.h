@@ -89,7 +89,8 @@ typedef enum {
     FL_PS_OPT_SGD = 0, /* w -= lr * g */
     FL_PS_OPT_ADAGRAD, /* m += g*g; w -= lr * g / (sqrt(m) + epsilon) */
     FL_PS_OPT_ADAM,    /* Paddle 2.x adam, as src/graph/ops_optim.c */
-    FL_PS_OPT_SUM      /* w += g (GEO deltas; lr and l2 ignored) */
+    FL_PS_OPT_SUM,     /* w += g (GEO deltas; lr and l2 ignored) */
+    FL_PS_OPT_MOMENTUM /* v = mu v + g; w -= lr v (Nesterov: w -= lr (g + mu v)), as the local op */
 } fl_ps_opt_kind;
 
 typedef struct {
@@ -99,6 +100,8 @@ typedef struct {
     double beta1;   /* Adam; 0 means 0.9 (double, as the local op's attribute) */
     double beta2;   /* Adam; 0 means 0.999 */
     double epsilon; /* 0 means 1e-6 for Adagrad, 1e-8 for Adam */
+    double momentum;/* Momentum: mu in [0, 1) (0 is plain accumulation) */
+    int nesterov;   /* Momentum: 1 for Nesterov's update */
 } fl_ps_optimizer;
 
 /* CtrCommonAccessor statistics of sparse rows (defaults are the_one_ps defaults).

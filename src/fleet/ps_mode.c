@@ -319,6 +319,10 @@ static int table_opt(fl__ps_ctx *c, fl_prog *p, const pinfo *pi, fl_ps_optimizer
     o->l2 = (float)fl__attr_f(u, "l2", 0.0);
     if (!strcmp(t, "sgd")) {
         o->kind = FL_PS_OPT_SGD;
+    } else if (!strcmp(t, "momentum")) {
+        o->kind = FL_PS_OPT_MOMENTUM;
+        o->momentum = fl__attr_f(u, "mu", 0.0);
+        o->nesterov = fl__attr_i(u, "use_nesterov", 0) != 0;
     } else if (!strcmp(t, "adagrad")) {
         o->kind = FL_PS_OPT_ADAGRAD;
         o->epsilon = fl__attr_f(u, "epsilon", 1e-6);
@@ -328,12 +332,12 @@ static int table_opt(fl__ps_ctx *c, fl_prog *p, const pinfo *pi, fl_ps_optimizer
         o->beta2 = fl__attr_f(u, "beta2", 0.999);
         o->epsilon = fl__attr_f(u, "epsilon", 1e-8);
     } else {
-        return fl__prog_error(p, FL_EUNSUPPORTED, "parameter server (%s mode): the servers apply sgd, adagrad or adam, not "
+        return fl__prog_error(p, FL_EUNSUPPORTED, "parameter server (%s mode): the servers apply sgd, momentum, adagrad or adam, not "
                                                   "%s; use GEO mode (a_sync_configs.k_steps > 0) to keep %s on the workers",
                               fl__psm_name(c->mode), t, t);
     }
     /* fleet/ps.h reads 0 as "the default" for these: refuse rather than train differently */
-    if ((o->kind != FL_PS_OPT_SGD && o->epsilon == 0.0) || (o->kind == FL_PS_OPT_ADAM && (o->beta1 == 0.0 || o->beta2 == 0.0)))
+    if ((o->kind != FL_PS_OPT_SGD && o->kind != FL_PS_OPT_MOMENTUM && o->epsilon == 0.0) || (o->kind == FL_PS_OPT_ADAM && (o->beta1 == 0.0 || o->beta2 == 0.0)))
         return fl__prog_error(p, FL_EUNSUPPORTED, "parameter server: %s with epsilon, beta1 or beta2 equal to 0 cannot be "
                                                   "applied by the servers (0 selects their default there)", t);
     return FL_OK;
@@ -626,9 +630,10 @@ static int hook(void *user, int phase, fl_opt_hook_ctx *h)
         if (c->prog || c->tables)
             return fl__prog_error(h->prog, FL_ESTATE, "parameter server: this fleet handle already built a program; "
                                                       "one fleet handle trains one program");
-        if (c->mode != FL__PSM_GEO && strcmp(h->opt_type, "sgd") && strcmp(h->opt_type, "adagrad") && strcmp(h->opt_type, "adam"))
+        if (c->mode != FL__PSM_GEO && strcmp(h->opt_type, "sgd") && strcmp(h->opt_type, "momentum") && strcmp(h->opt_type, "adagrad") &&
+            strcmp(h->opt_type, "adam"))
             return fl__prog_error(h->prog, FL_EUNSUPPORTED,
-                                  "parameter server (%s mode): the servers apply sgd, adagrad or adam, not %s; use GEO mode "
+                                  "parameter server (%s mode): the servers apply sgd, momentum, adagrad or adam, not %s; use GEO mode "
                                   "(a_sync=true, a_sync_configs.k_steps > 0) to keep %s on the workers",
                                   fl__psm_name(c->mode), h->opt_type, h->opt_type);
         return FL_OK;

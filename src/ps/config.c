@@ -18,6 +18,7 @@ const char *fl__ps_opt_name(fl_ps_opt_kind k)
     case FL_PS_OPT_ADAGRAD: return "adagrad";
     case FL_PS_OPT_ADAM: return "adam";
     case FL_PS_OPT_SUM: return "sum";
+    case FL_PS_OPT_MOMENTUM: return "momentum";
     }
     return "?";
 }
@@ -95,13 +96,15 @@ int fl_ps_table_config_check(const fl_ps_table_config *t)
                        t->name ? t->name : "(null)", FL_PS_NAME_MAX - 1);
     const char *n = t->name;
     const fl_ps_optimizer *o = &t->opt;
-    if (o->kind < FL_PS_OPT_SGD || o->kind > FL_PS_OPT_SUM)
+    if (o->kind < FL_PS_OPT_SGD || o->kind > FL_PS_OPT_MOMENTUM)
         return fl__err(FL_EINVAL, "table '%s': unknown optimizer kind %d", n, (int)o->kind);
     if (o->kind != FL_PS_OPT_SUM && !(o->lr > 0 && isfinite(o->lr)))
         return fl__err(FL_EINVAL, "table '%s': learning rate must be finite and > 0, got %g", n, o->lr);
     if (!(o->l2 >= 0 && isfinite(o->l2))) return fl__err(FL_EINVAL, "table '%s': l2 must be finite and >= 0, got %g", n, o->l2);
     if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
         return fl__err(FL_EINVAL, "table '%s': Adam betas must be in [0, 1), got %g and %g", n, o->beta1, o->beta2);
+    if (!(o->momentum >= 0 && o->momentum < 1))
+        return fl__err(FL_EINVAL, "table '%s': momentum must be in [0, 1), got %g", n, o->momentum);
     if (!(o->epsilon >= 0 && isfinite(o->epsilon)))
         return fl__err(FL_EINVAL, "table '%s': epsilon must be finite and >= 0, got %g", n, o->epsilon);
     if (t->kind == FL_PS_DENSE) {
@@ -173,7 +176,8 @@ uint64_t fl__ps_table_hash(const fl_ps_table_config *t)
     fl__ps_opt_init(&o, &t->opt);
     int32_t ok = (int32_t)o.kind;
     double od[3] = {o.b1, o.b2, o.eps};
-    float of[2] = {o.lr, o.l2};
+    float of[3] = {o.lr, o.l2, o.mu};
+    h = mix(h, &o.nesterov, sizeof o.nesterov);
     h = mix(h, &ok, 4);
     h = mix(h, od, sizeof od);
     h = mix(h, of, sizeof of);

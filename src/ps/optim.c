@@ -8,6 +8,7 @@
  *   adam:     lr_t = lr * sqrt(1 - pow2) / (1 - pow1);  eps_t = epsilon * sqrt(1 - pow2)
  *             m1 = b1 m1 + (1 - b1) g;  m2 = b2 m2 + (1 - b2) g^2;  w -= lr_t m1 / (sqrt(m2) + eps_t)
  *             (pow1, pow2 start at b1, b2 and are multiplied by them after each step)
+ *   momentum: v = mu v + g;  w -= lr v     (Nesterov: w -= lr (g + mu v), with the new v)
  *   sum:      w += grad * scale           (GEO deltas; no lr, no l2)
  * With scale == 1 the gradient is used unchanged (bit-identical to the local op).
  */
@@ -24,7 +25,9 @@ void fl__ps_opt_init(fl__ps_opt *o, const fl_ps_optimizer *c)
     o->b2 = c->beta2 > 0 ? c->beta2 : 0.999;
     o->eps = c->epsilon > 0 ? c->epsilon : (c->kind == FL_PS_OPT_ADAGRAD ? 1e-6 : 1e-8);
     o->eps_f = (float)o->eps;
-    o->nstate = c->kind == FL_PS_OPT_ADAGRAD ? 1 : c->kind == FL_PS_OPT_ADAM ? 2 : 0;
+    o->mu = (float)c->momentum;
+    o->nesterov = c->nesterov != 0;
+    o->nstate = c->kind == FL_PS_OPT_ADAGRAD || c->kind == FL_PS_OPT_MOMENTUM ? 1 : c->kind == FL_PS_OPT_ADAM ? 2 : 0;
 }
 
 void fl__ps_opt_pows_init(const fl__ps_opt *o, float pows[2])
@@ -58,6 +61,15 @@ int fl__ps_opt_apply(const fl__ps_opt *o, float *restrict w, float *restrict m1,
         else
             for (int64_t j = 0; j < n; j++) w[j] += grad[j] * scale;
         return FL_OK;
+    case FL_PS_OPT_MOMENTUM: {
+        const float mu = o->mu;
+        for (int64_t j = 0; j < n; j++) {
+            float gj = (unit ? grad[j] : grad[j] * scale) + l2 * w[j], vj = mu * m1[j] + gj;
+            m1[j] = vj;
+            w[j] -= o->nesterov ? lr * (gj + mu * vj) : lr * vj;
+        }
+        return FL_OK;
+    }
     case FL_PS_OPT_ADAGRAD: {
         const float eps = o->eps_f;
         for (int64_t j = 0; j < n; j++) {

@@ -168,7 +168,9 @@ typedef struct {
     fl_ps_opt_kind kind;
     float lr, l2, eps_f; /* eps_f: Adagrad epsilon as float */
     double b1, b2, eps;  /* Adam */
-    int nstate;          /* state floats per parameter float: 0, 1 (Adagrad) or 2 (Adam) */
+    float mu;            /* Momentum */
+    int nesterov;
+    int nstate;          /* state floats per parameter float: 0, 1 (Adagrad, Momentum) or 2 (Adam) */
 } fl__ps_opt;
 
 void fl__ps_opt_init(fl__ps_opt *o, const fl_ps_optimizer *cfg);
