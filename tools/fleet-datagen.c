@@ -107,6 +107,13 @@ static void usage(void)
          "  --test-rows M    test rows (default N/5)\n"
          "  --test-files J   test files (default 1)\n"
          "  --seed S         seed of the model and the rows (default 1, 0..2^64-1)\n"
+         "  --vocab-scale X  multiply every column's vocabulary by X in (0, 1] (at least 2\n"
+         "                   values per column; default 1 = 403,601 values).  Small scales\n"
+         "                   let a short run see every value often and approach the ceiling\n"
+         "  --dense-scale X  multiply the dense columns' share of the logit by X in [0, 1]\n"
+         "                   (default 1).  Their terms are sharp functions of small scaled\n"
+         "                   values, which an MLP learns slowly; 0.1 makes the ceiling\n"
+         "                   reachable in a short run\n"
          "The same options give byte-identical files.  Exit: 0 ok, 1 I/O error, 2 usage.");
 }
 
@@ -255,10 +262,18 @@ static double sigmoid(double z)
     return 1.0 / (1.0 + exp(-z));
 }
 
-static void model_build(model *m, uint64_t seed)
+/* Column k's vocabulary under --vocab-scale. */
+static uint32_t vocab_of(int k, double vscale)
+{
+    double v = floor((double)c_vocab[k] * vscale + 0.5);
+    uint32_t n = v < 2 ? 2 : (uint32_t)v;
+    return n < c_vocab[k] ? n : c_vocab[k];
+}
+
+static void model_build(model *m, uint64_t seed, double vscale, double dscale)
 {
     double rel = 0;
-    for (int j = 0; j < NI; j++) rel += d_share[j] * d_share[j];
+    for (int j = 0; j < NI; j++) rel += dscale * d_share[j] * dscale * d_share[j];
     for (int k = 0; k < NC; k++) rel += c_share[k] * c_share[k];
     double alpha = LOGIT_STD / sqrt(rel);
     memset(m, 0, sizeof *m);
@@ -268,7 +283,7 @@ static void model_build(model *m, uint64_t seed)
      * distribution (empty fields included, with their own weight). */
     for (int k = 0; k < NC; k++) {
         catcol *c = &m->c[k];
-        uint32_t n = c->n = c_vocab[k];
+        uint32_t n = c->n = vocab_of(k, vscale);
         double *p = xmalloc(n * sizeof *p), zs = 0;
         for (uint32_t r = 0; r < n; r++) zs += p[r] = pow((double)r + 1.0, -ZIPF_S);
         for (uint32_t r = 0; r < n; r++) p[r] /= zs;
@@ -301,7 +316,7 @@ static void model_build(model *m, uint64_t seed)
         }
         double mean = s1 / PILOT_ROWS, var = s2 / PILOT_ROWS - mean * mean;
         double sign = (hash3(seed, 4000 + (uint64_t)j, 0) & 1) ? 1.0 : -1.0;
-        m->da[j] = var > 1e-12 ? sign * alpha * d_share[j] / sqrt(var) : 0.0;
+        m->da[j] = var > 1e-12 ? sign * alpha * dscale * d_share[j] / sqrt(var) : 0.0;
         m->db[j] = -m->da[j] * mean;
     }
 
@@ -509,18 +524,20 @@ int main(int argc, char **argv)
     int64_t rows = -1, test_rows = -1;
     int files = 1, test_files = 1;
     uint64_t seed = 1;
+    double vscale = 1.0, dscale = 1.0;
     const char *out = NULL;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *eq = strchr(a, '='), *v;
         char name[64];
         size_t nl = eq && a[0] == '-' ? (size_t)(eq - a) : strlen(a);
         snprintf(name, sizeof name, "%.*s", (int)(nl < 63 ? nl : 63), a);
-        static const char *const known[] = {"--rows", "--files", "--out", "--test-rows", "--test-files", "--seed"};
+        static const char *const known[] = {"--rows",       "--files", "--out",        "--test-rows",
+                                            "--test-files", "--seed",  "--vocab-scale", "--dense-scale"};
         int k = 0;
-        while (k < 6 && strcmp(name, known[k])) k++;
-        if (k == 6)
+        while (k < 8 && strcmp(name, known[k])) k++;
+        if (k == 8)
             die(2, "unknown option '%s' (options: --rows N --out DIR --files K --test-rows M "
-                   "--test-files J --seed S)", name);
+                   "--test-files J --seed S --vocab-scale X --dense-scale X)", name);
         if (eq && a[0] == '-') v = eq + 1;
         else if (i + 1 < argc) v = argv[++i];
         else die(2, "%s expects a value (%s VALUE or %s=VALUE)", name, name, name);
@@ -533,6 +550,18 @@ int main(int argc, char **argv)
             break;
         case 3: test_rows = (int64_t)parse_num(name, v, 0, MAX_ROWS); break;
         case 4: test_files = (int)parse_num(name, v, 1, MAX_FILES); break;
+        case 6: {
+            char *end = NULL;
+            vscale = strtod(v, &end);
+            if (!*v || *end || !(vscale > 0 && vscale <= 1)) die(2, "--vocab-scale expects a number in (0, 1], got '%s'", v);
+            break;
+        }
+        case 7: {
+            char *end = NULL;
+            dscale = strtod(v, &end);
+            if (!*v || *end || !(dscale >= 0 && dscale <= 1)) die(2, "--dense-scale expects a number in [0, 1], got '%s'", v);
+            break;
+        }
         default: seed = parse_num(name, v, 0, UINT64_MAX); break;
         }
     }
@@ -552,9 +581,9 @@ int main(int argc, char **argv)
     mkdirs(test_dir);
 
     model m;
-    model_build(&m, seed);
+    model_build(&m, seed, vscale, dscale);
     uint64_t vocab = 0;
-    for (int k = 0; k < NC; k++) vocab += c_vocab[k];
+    for (int k = 0; k < NC; k++) vocab += m.c[k].n;
 
     uint64_t *keys = xmalloc((size_t)(rows > test_rows ? rows : test_rows) * sizeof *keys);
     int64_t pos = split_write(&m, seed, 0, train_dir, rows, files, keys);
@@ -574,9 +603,9 @@ int main(int argc, char **argv)
                       "{\"format\":\"criteo\",\"rows\":%lld,\"test_rows\":%lld,\"files\":%d,\"test_files\":%d,"
                       "\"seed\":%llu,\"click_rate\":%.6f,\"click_rate_test\":%s,\"ceiling_auc_train\":%s,"
                       "\"ceiling_auc_test\":%s,\"bias\":%.6f,\"logit_std\":%g,\"zipf_exponent\":%g,"
-                      "\"categorical_values\":%llu}\n",
+                      "\"categorical_values\":%llu,\"vocab_scale\":%g,\"dense_scale\":%g}\n",
                       (long long)rows, (long long)test_rows, files, test_files, (unsigned long long)seed, rate,
-                      r_te, a_tr, a_te, m.bias, LOGIT_STD, ZIPF_S, (unsigned long long)vocab);
+                      r_te, a_tr, a_te, m.bias, LOGIT_STD, ZIPF_S, (unsigned long long)vocab, vscale, dscale);
     int fd = open_tmp(json_tmp);
     write_all(fd, j, (size_t)jn, json_tmp);
     close_rename(fd, json_tmp, json);
