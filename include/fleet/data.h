@@ -1,0 +1,131 @@
+/*
+ * fleet/data.h - datasets: QueueDataset and InMemoryDataset over MultiSlot, Criteo and
+ * libsvm text, with Paddle's names and semantics.
+ *
+ *   fl_dataset *ds = fl_dataset_create("InMemoryDataset");
+ *   fl_var *vars[] = {dense, c1, ..., c26, label};
+ *   fl_dataset_set_use_var(ds, vars, 28);
+ *   fl_dataset_set_batch_size(ds, 512);
+ *   fl_dataset_set_thread(ds, 2);
+ *   fl_dataset_set_filelist(ds, files, nfiles);
+ *   fl_dataset_load_into_memory(ds);
+ *   fl_dataset_local_shuffle(ds, seed);
+ *   ... fl_exe_train_from_dataset(exe, prog, ds, ...) ...
+ *
+ * Slots follow use_var order.  A variable with lod_level 1 is a variable-length slot (fed as a
+ * [total, 1] tensor with one level of LoD); lod_level 0 is a dense slot whose width is the
+ * product of the variable's dimensions after the batch dimension (dense_input [-1, 13] -> 13
+ * values per line; label [-1, 1] -> 1).  int64 variables read unsigned 64-bit ids (stored
+ * bit for bit, as Paddle's uint64 slots); float32 variables read floats.
+ *
+ * Formats (fl_dataset_set_format):
+ *   "multislot" (default)  Paddle's grammar: per slot `N v1 ... vN`, N >= 1, tokens separated
+ *                          by spaces or tabs (runs allowed, as Paddle's strtol-based reader),
+ *                          one instance per line; a trailing CR and trailing blanks are
+ *                          ignored; a blank line is an error (slot #1 missing).
+ *   "criteo"               label \t I1..I13 \t C1..C26 (40 tab-separated columns, empty fields
+ *                          allowed).  use_var must be [dense float32 (13 wide), 26 int64 lod
+ *                          slots, int64 label].  Dense: (x - min) / diff with Paddle's
+ *                          constants, empty -> 0.  Categorical: fl_data_criteo_id().
+ *   "libsvm"               label idx:val idx:val ...; use_var must be [ids int64 lod 1,
+ *                          values float32 lod 1, label (int64 or float32, width 1)].
+ * pipe_command (default "cat", which spawns nothing): each file is fed to `sh -c cmd` on its
+ * standard input and the command's standard output is parsed as MultiSlot.
+ *
+ * Bad input: every malformed line is reported as "FILE:LINE: slot 'NAME' (#K): what" (FL_ECORRUPT;
+ * a Criteo line with the wrong number of columns as "FILE:LINE: expected 40 ...").  The
+ * bad-line policy "stop" (default) fails the read with that message; "skip" drops the line,
+ * counts it (fl_dataset_bad_lines) and logs the first few messages plus the total at the end
+ * of a pass.  A pipe_command that exits non-zero reports its exit status and the tail of its
+ * standard error; one silent for pipe_timeout seconds is killed (FL_ETIMEDOUT).  Every message
+ * and policy is listed in docs/data.md.
+ *
+ * Threads: the setters, load, shuffles and begin/end are not thread safe and fail with
+ * FL_ESTATE during a pass or a preload.  fl_dataset_next may run concurrently for different
+ * thread indexes.
+ */
+#ifndef FLEET_DATA_H
+#define FLEET_DATA_H
+
+#include "fleet/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fl_dataset fl_dataset;
+typedef struct fl_data_batch fl_data_batch;
+
+/* kind: "QueueDataset" (streaming) or "InMemoryDataset".  NULL + error on another name. */
+fl_dataset *fl_dataset_create(const char *kind);
+void fl_dataset_free(fl_dataset *ds);
+
+int fl_dataset_set_filelist(fl_dataset *ds, const char *const *files, int n);
+int fl_dataset_set_batch_size(fl_dataset *ds, int batch_size);
+/* Reader threads; the effective number is clamped to the number of files, as Paddle. */
+int fl_dataset_set_thread(fl_dataset *ds, int thread_num);
+int fl_dataset_set_use_var(fl_dataset *ds, fl_var *const *vars, int n);
+int fl_dataset_set_pipe_command(fl_dataset *ds, const char *cmd);
+/* A pipe_command that produces no output for this long is killed and reported (default 300). */
+int fl_dataset_set_pipe_timeout(fl_dataset *ds, double seconds);
+int fl_dataset_set_format(fl_dataset *ds, const char *format);
+/* Criteo: categorical ids are hashed into [0, dim) (default 1000001, Paddle's benchmark). */
+int fl_dataset_set_sparse_feature_dim(fl_dataset *ds, uint64_t dim);
+/* "stop" (default) or "skip". */
+int fl_dataset_set_bad_line_policy(fl_dataset *ds, const char *policy);
+
+int fl_dataset_thread_num(const fl_dataset *ds); /* effective (clamped) */
+int fl_dataset_batch_size(const fl_dataset *ds);
+int fl_dataset_num_slots(const fl_dataset *ds);
+const char *fl_dataset_slot_name(const fl_dataset *ds, int i);
+int64_t fl_dataset_bad_lines(const fl_dataset *ds); /* skipped in the last pass / load */
+
+/* InMemoryDataset only (a QueueDataset returns FL_EINVAL naming the call).  A load parses the
+ * file list with thread_num threads, keeps the records in file-list order and appends them to
+ * what is held; on an error nothing is added. */
+int fl_dataset_load_into_memory(fl_dataset *ds);
+int fl_dataset_preload_into_memory(fl_dataset *ds); /* starts loading in the background */
+int fl_dataset_wait_preload_done(fl_dataset *ds);
+int fl_dataset_local_shuffle(fl_dataset *ds, uint64_t seed);
+void fl_dataset_release_memory(fl_dataset *ds);
+int64_t fl_dataset_get_memory_data_size(const fl_dataset *ds); /* records held here */
+
+/* Global shuffle moves every record to rank (rand % nranks) through an all-to-all that the
+ * caller provides (fleet_dataset_global_shuffle wires it to the workers' communicator).
+ * alltoallv: send[i] (send_len[i] bytes) goes to rank i; on return recv[i] (malloc'd by the
+ * callee, freed by the caller; recv_len[i] bytes) came from rank i. */
+typedef struct {
+    int rank, nranks;
+    void *ctx;
+    int (*alltoallv)(void *ctx, const void *const *send, const size_t *send_len, void **recv,
+                     size_t *recv_len);
+} fl_data_exchange;
+int fl_dataset_global_shuffle(fl_dataset *ds, const fl_data_exchange *ex, uint64_t seed);
+
+/* Reading.  A pass: fl_dataset_begin, then each of thread_num threads calls
+ * fl_dataset_next(ds, t, b), which returns 1 with a batch in b, until it returns 0 (end of its
+ * share) or < 0 (error, message in fl_last_error of that thread; the other readers then end
+ * their shares early), then fl_dataset_end (reports skipped lines; returns the first reader
+ * error if any).  Ending a pass early is allowed; it stops any pipe_command child.  A QueueDataset hands files to threads from a shared queue
+ * and parses them as they are read; an InMemoryDataset splits its records among threads. */
+int fl_dataset_begin(fl_dataset *ds);
+int fl_dataset_next(fl_dataset *ds, int thread, fl_data_batch *b);
+int fl_dataset_end(fl_dataset *ds);
+
+/* A batch: one tensor per slot, reused from call to call.  The last batch of a thread's
+ * share may hold fewer instances than batch_size. */
+fl_data_batch *fl_data_batch_create(const fl_dataset *ds);
+void fl_data_batch_free(fl_data_batch *b);
+int fl_data_batch_size(const fl_data_batch *b); /* instances */
+int fl_data_batch_num_slots(const fl_data_batch *b);
+const char *fl_data_batch_name(const fl_data_batch *b, int i);
+fl_tensor *fl_data_batch_tensor(fl_data_batch *b, int i);
+
+/* The Criteo categorical hash: FNV-1a 64 over "C<k>:" (k = 1..26) followed by the raw field
+ * bytes, modulo dim.  Empty fields hash too (each column's "missing" id). */
+uint64_t fl_data_criteo_id(int k, const char *field, size_t len, uint64_t dim);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

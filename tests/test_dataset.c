@@ -1,0 +1,1010 @@
+/* test_dataset.c - QueueDataset and InMemoryDataset: batches and LoD, reader threads,
+ * bad-line policies, pipe_command (failing, silent, early stop), preload, local and global
+ * shuffle (through an in-process fake exchange), and the API's misuse errors. */
+#include <errno.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "testhelp.h"
+
+/* ---- helpers ---------------------------------------------------------------------------- */
+
+static char tdir[64];
+
+static void mk_tmpdir(void)
+{
+    snprintf(tdir, sizeof tdir, "/tmp/fl_dataset_XXXXXX");
+    CHECK(mkdtemp(tdir));
+}
+
+static const char *write_file(const char *name, const char *text)
+{
+    static char paths[64][128];
+    static int np;
+    char *p = paths[np++ % 64];
+    snprintf(p, 128, "%s/%s", tdir, name);
+    FILE *f = fopen(p, "w");
+    CHECK(f);
+    fputs(text, f);
+    fclose(f);
+    return p;
+}
+
+static void rm_tmpdir(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tdir);
+    CHECK(system(cmd) == 0);
+}
+
+/* MultiSlot layout used by most cases: ids int64 LoD, w float32 LoD, dense float32 [3], label int64 [1]. */
+static fl_prog *g_prog;
+static void ms_vars(fl_var *v[4])
+{
+    g_prog = fl_prog_create();
+    int64_t one = 1, three = 3;
+    v[0] = fl_layer_data(g_prog, "ids", 1, &one, FL_INT64, 1);
+    v[1] = fl_layer_data(g_prog, "w", 1, &one, FL_FLOAT32, 1);
+    v[2] = fl_layer_data(g_prog, "dense", 1, &three, FL_FLOAT32, 0);
+    v[3] = fl_layer_data(g_prog, "label", 1, &one, FL_INT64, 0);
+    for (int i = 0; i < 4; i++) CHECK(v[i]);
+}
+
+/* Instance i of the generated data: 1 + i%3 ids (i*10+j), 1 + i%2 weights, dense {i, i+.5, -i}, label i%2. */
+static int gen_line(char *buf, size_t cap, int i)
+{
+    int o = 0, ni = 1 + i % 3, nw = 1 + i % 2;
+    o += snprintf(buf + o, cap - (size_t)o, "%d", ni);
+    for (int j = 0; j < ni; j++) o += snprintf(buf + o, cap - (size_t)o, " %d", i * 10 + j);
+    o += snprintf(buf + o, cap - (size_t)o, " %d", nw);
+    for (int j = 0; j < nw; j++) o += snprintf(buf + o, cap - (size_t)o, " %d.25", i + j);
+    o += snprintf(buf + o, cap - (size_t)o, " 3 %d %d.5 %d 1 %d\n", i, i, -i, i % 2);
+    return o;
+}
+
+/* Writes instances [from, to) to a file. */
+static const char *gen_file(const char *name, int from, int to)
+{
+    size_t cap = (size_t)(to - from) * 96 + 1, o = 0;
+    char *text = malloc(cap);
+    text[0] = 0;
+    for (int i = from; i < to; i++) o += (size_t)gen_line(text + o, cap - o, i);
+    const char *p = write_file(name, text);
+    free(text);
+    return p;
+}
+
+static fl_dataset *ms_dataset(const char *kind, const char *const *files, int nfiles, int bs, int threads)
+{
+    fl_var *v[4];
+    ms_vars(v);
+    fl_dataset *ds = fl_dataset_create(kind);
+    CHECK(ds);
+    CHECK_OK(fl_dataset_set_use_var(ds, v, 4));
+    fl_prog_free(g_prog); /* the dataset copied what it needs */
+    g_prog = NULL;
+    CHECK_OK(fl_dataset_set_filelist(ds, files, nfiles));
+    CHECK_OK(fl_dataset_set_batch_size(ds, bs));
+    CHECK_OK(fl_dataset_set_thread(ds, threads));
+    return ds;
+}
+
+/* Order-independent digest of the instances read: count, sum and xor of per-instance hashes. */
+typedef struct {
+    int64_t n;
+    uint64_t sum, x;
+    int64_t label_sum; /* the label of instance i is i%2: a cheap cross-check */
+    int64_t id_first_sum; /* first id of instance i is i*10 */
+} digest;
+
+static uint64_t mix(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* Checks the batch's structure against the MultiSlot generator and adds it to d. */
+static void digest_batch(fl_data_batch *b, digest *d)
+{
+    int n = fl_data_batch_size(b);
+    CHECK(n > 0);
+    CHECK_EQ_INT(fl_data_batch_num_slots(b), 4);
+    fl_tensor *ids = fl_data_batch_tensor(b, 0), *w = fl_data_batch_tensor(b, 1);
+    fl_tensor *dense = fl_data_batch_tensor(b, 2), *label = fl_data_batch_tensor(b, 3);
+    int64_t nl = 0, nw = 0;
+    const int64_t *lid = fl_tensor_lod(ids, &nl), *lw = fl_tensor_lod(w, &nw);
+    CHECK_EQ_INT(nl, n + 1);
+    CHECK_EQ_INT(nw, n + 1);
+    CHECK_EQ_INT(fl_tensor_ndim(ids), 2);
+    CHECK_EQ_INT(fl_tensor_dim(ids, 0), lid[n]);
+    CHECK_EQ_INT(fl_tensor_dim(ids, 1), 1);
+    CHECK_EQ_INT(fl_tensor_dim(w, 0), lw[n]);
+    CHECK_EQ_INT(fl_tensor_dim(dense, 0), n);
+    CHECK_EQ_INT(fl_tensor_dim(dense, 1), 3);
+    CHECK_EQ_INT(fl_tensor_dim(label, 0), n);
+    CHECK_EQ_INT(fl_tensor_dim(label, 1), 1);
+    CHECK(fl_tensor_dtype(ids) == FL_INT64 && fl_tensor_dtype(w) == FL_FLOAT32);
+    CHECK(fl_tensor_dtype(dense) == FL_FLOAT32 && fl_tensor_dtype(label) == FL_INT64);
+    const int64_t *pi = fl_tensor_i64(ids), *pl = fl_tensor_i64(label);
+    const float *pw = fl_tensor_f32(w), *pd = fl_tensor_f32(dense);
+    for (int k = 0; k < n; k++) {
+        int64_t i = pi[lid[k]] / 10; /* the instance number */
+        CHECK_EQ_INT(lid[k + 1] - lid[k], 1 + i % 3);
+        CHECK_EQ_INT(lw[k + 1] - lw[k], 1 + i % 2);
+        for (int64_t j = lid[k]; j < lid[k + 1]; j++) CHECK_EQ_INT(pi[j], i * 10 + (j - lid[k]));
+        for (int64_t j = lw[k]; j < lw[k + 1]; j++) CHECK_NEAR(pw[j], (double)(i + (j - lw[k])) + 0.25, 0);
+        CHECK_NEAR(pd[3 * k], (double)i, 0);
+        CHECK_NEAR(pd[3 * k + 1], (double)i + 0.5, 0);
+        CHECK_NEAR(pd[3 * k + 2], (double)-i, 0);
+        CHECK_EQ_INT(pl[k], i % 2);
+        uint64_t h = 0xcbf29ce484222325ULL;
+        h = mix(h, pi + lid[k], (size_t)(lid[k + 1] - lid[k]) * 8);
+        h = mix(h, pw + lw[k], (size_t)(lw[k + 1] - lw[k]) * 4);
+        h = mix(h, pd + 3 * k, 12);
+        h = mix(h, pl + k, 8);
+        d->n++;
+        d->sum += h;
+        d->x ^= h * 0x9e3779b97f4a7c15ULL;
+        d->label_sum += pl[k];
+        d->id_first_sum += pi[lid[k]];
+    }
+}
+
+/* The digest of instances [from, to) as the generator writes them. */
+static digest expected(int from, int to)
+{
+    digest d = {0};
+    for (int i = from; i < to; i++) {
+        uint64_t h = 0xcbf29ce484222325ULL;
+        int64_t ids[3];
+        float w[2], dn[3] = {(float)i, (float)i + 0.5f, (float)-i};
+        int64_t lab = i % 2;
+        for (int j = 0; j < 1 + i % 3; j++) ids[j] = (int64_t)i * 10 + j;
+        for (int j = 0; j < 1 + i % 2; j++) w[j] = (float)(i + j) + 0.25f;
+        h = mix(h, ids, (size_t)(1 + i % 3) * 8);
+        h = mix(h, w, (size_t)(1 + i % 2) * 4);
+        h = mix(h, dn, 12);
+        h = mix(h, &lab, 8);
+        d.n++;
+        d.sum += h;
+        d.x ^= h * 0x9e3779b97f4a7c15ULL;
+        d.label_sum += lab;
+        d.id_first_sum += (int64_t)i * 10;
+    }
+    return d;
+}
+
+static void check_digest(digest a, digest b)
+{
+    CHECK_EQ_INT(a.n, b.n);
+    CHECK(a.sum == b.sum);
+    CHECK(a.x == b.x);
+    CHECK_EQ_INT(a.label_sum, b.label_sum);
+    CHECK_EQ_INT(a.id_first_sum, b.id_first_sum);
+}
+
+/* One pass with every reader thread running concurrently. */
+typedef struct {
+    fl_dataset *ds;
+    int t;
+    digest d;
+    int st;
+    int batches;
+    char err[1024];
+} reader_arg;
+
+static void *reader_main(void *p)
+{
+    reader_arg *a = p;
+    fl_data_batch *b = fl_data_batch_create(a->ds);
+    int r;
+    while ((r = fl_dataset_next(a->ds, a->t, b)) > 0) {
+        digest_batch(b, &a->d);
+        a->batches++;
+    }
+    a->st = r;
+    if (r < 0) snprintf(a->err, sizeof a->err, "%s", fl_last_error());
+    fl_data_batch_free(b);
+    return NULL;
+}
+
+static digest run_pass(fl_dataset *ds, int *first_err, char *msg, size_t msgcap)
+{
+    CHECK_OK(fl_dataset_begin(ds));
+    int nt = fl_dataset_thread_num(ds);
+    reader_arg a[16];
+    pthread_t th[16];
+    CHECK(nt <= 16);
+    for (int t = 0; t < nt; t++) {
+        memset(&a[t], 0, sizeof a[t]);
+        a[t].ds = ds;
+        a[t].t = t;
+        CHECK(pthread_create(&th[t], NULL, reader_main, &a[t]) == 0);
+    }
+    digest d = {0};
+    if (first_err) *first_err = 0;
+    for (int t = 0; t < nt; t++) {
+        pthread_join(th[t], NULL);
+        d.n += a[t].d.n;
+        d.sum += a[t].d.sum;
+        d.x ^= a[t].d.x;
+        d.label_sum += a[t].d.label_sum;
+        d.id_first_sum += a[t].d.id_first_sum;
+        if (a[t].st < 0 && first_err && !*first_err) {
+            *first_err = a[t].st;
+            if (msg) snprintf(msg, msgcap, "%s", a[t].err);
+        }
+        if (!first_err && a[t].st < 0) TFAIL("reader %d failed: %s", t, a[t].err);
+    }
+    int st = fl_dataset_end(ds);
+    if (!first_err) CHECK_OK(st);
+    return d;
+}
+
+/* Log capture. */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[16384];
+static void log_sink(fl_log_level lvl, const char *line, void *user)
+{
+    (void)user;
+    pthread_mutex_lock(&log_mu);
+    size_t o = strlen(log_text);
+    snprintf(log_text + o, sizeof log_text - o, "%c %s\n", "EWIDT"[lvl], line);
+    pthread_mutex_unlock(&log_mu);
+}
+static int count_in_log(const char *sub)
+{
+    int n = 0;
+    for (const char *p = log_text; (p = strstr(p, sub)); p++) n++;
+    return n;
+}
+
+/* No child process left (neither running nor a zombie). */
+static void check_no_children(void)
+{
+    errno = 0;
+    CHECK(waitpid(-1, NULL, WNOHANG) == -1 && errno == ECHILD);
+}
+
+/* The process is gone, or dead and waiting for its (new) parent to reap it. */
+static int gone_or_zombie(int pid)
+{
+    char path[64], buf[256];
+    for (int tries = 0; tries < 300; tries++) {
+        snprintf(path, sizeof path, "/proc/%d/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) return 1;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        const char *rp = strrchr(buf, ')');
+        if (rp && (rp[2] == 'Z' || rp[2] == 'X')) return 1;
+        usleep(10000);
+    }
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- QueueDataset ----------------------------------------------------------------------- */
+
+TEST(queue_batches_lod_and_tensor_reuse)
+{
+    mk_tmpdir();
+    const char *files[] = {gen_file("a.txt", 0, 7), gen_file("b.txt", 7, 10)};
+    fl_dataset *ds = ms_dataset("QueueDataset", files, 2, 4, 1);
+    CHECK_EQ_INT(fl_dataset_num_slots(ds), 4);
+    CHECK(!strcmp(fl_dataset_slot_name(ds, 2), "dense"));
+    CHECK(fl_dataset_slot_name(ds, 4) == NULL);
+    fl_data_batch *b = fl_data_batch_create(ds);
+    CHECK(b);
+    CHECK(!strcmp(fl_data_batch_name(b, 0), "ids"));
+    CHECK_OK(fl_dataset_begin(ds));
+    /* batches run across the file boundary: 4, 4, 2 */
+    int sizes[3], nb = 0, r;
+    digest d = {0};
+    void *dense_data = NULL;
+    while ((r = fl_dataset_next(ds, 0, b)) > 0) {
+        CHECK(nb < 3);
+        sizes[nb++] = fl_data_batch_size(b);
+        digest_batch(b, &d);
+        if (!dense_data) dense_data = fl_tensor_data(fl_data_batch_tensor(b, 2));
+        CHECK(fl_tensor_data(fl_data_batch_tensor(b, 2)) == dense_data); /* storage reused */
+    }
+    CHECK_EQ_INT(r, 0);
+    CHECK_EQ_INT(fl_dataset_next(ds, 0, b), 0); /* stays at the end */
+    CHECK_OK(fl_dataset_end(ds));
+    CHECK_EQ_INT(nb, 3);
+    CHECK_EQ_INT(sizes[0], 4);
+    CHECK_EQ_INT(sizes[1], 4);
+    CHECK_EQ_INT(sizes[2], 2);
+    check_digest(d, expected(0, 10));
+    /* exact first batch: ids of instances 0..3 and their LoD */
+    CHECK_OK(fl_dataset_begin(ds));
+    CHECK_EQ_INT(fl_dataset_next(ds, 0, b), 1);
+    int64_t n = 0;
+    const int64_t *lod = fl_tensor_lod(fl_data_batch_tensor(b, 0), &n);
+    const int64_t want_lod[] = {0, 1, 3, 6, 7}, want_ids[] = {0, 10, 11, 20, 21, 22, 30};
+    CHECK_EQ_INT(n, 5);
+    for (int i = 0; i < 5; i++) CHECK_EQ_INT(lod[i], want_lod[i]);
+    for (int i = 0; i < 7; i++) CHECK_EQ_INT(fl_tensor_i64(fl_data_batch_tensor(b, 0))[i], want_ids[i]);
+    CHECK_OK(fl_dataset_end(ds)); /* ending early is fine */
+    fl_data_batch_free(b);
+    fl_dataset_free(ds);
+    rm_tmpdir();
+}
+
+TEST(queue_threads_share_files_and_clamp)
+{
+    setenv("FLEET_LOG_LEVEL", "info", 1);
+    fl_log_set_sink(log_sink, NULL);
+    mk_tmpdir();
+    const char *files[5];
+    char name[32];
+    for (int f = 0; f < 5; f++) {
+        snprintf(name, sizeof name, "p%d.txt", f);
+        files[f] = gen_file(name, f * 300, f * 300 + 300 - 37 * f);
+    }
+    fl_dataset *ds = ms_dataset("QueueDataset", files, 5, 32, 8);
+    CHECK_EQ_INT(fl_dataset_thread_num(ds), 5);
+    CHECK_STR_HAS(log_text, "thread_num 8 clamped to 5, the number of files");
+    CHECK_OK(fl_dataset_set_thread(ds, 3));
+    CHECK_EQ_INT(fl_dataset_thread_num(ds), 3);
+    digest want = {0};
+    for (int f = 0; f < 5; f++) {
+        digest e = expected(f * 300, f * 300 + 300 - 37 * f);
+        want.n += e.n;
+        want.sum += e.sum;
+        want.x ^= e.x;
+        want.label_sum += e.label_sum;
+        want.id_first_sum += e.id_first_sum;
+    }
+    for (int pass = 0; pass < 2; pass++) check_digest(run_pass(ds, NULL, NULL, 0), want);
+    fl_dataset_free(ds);
+    rm_tmpdir();
+}
+
+TEST(bad_line_policy_stop_names_file_line_slot)
+{
+    mk_tmpdir();
+    const char *good = gen_file("good.txt", 0, 50);
+    const char *bad = write_file("bad.txt", "1 5 1 0.5 3 1 2 3 1 1\n1 5 1 0.5 3 1 2 3 1 1\n1 5 1 x 3 1 2 3 1 1\n");
+    const char *files[] = {good, bad};
+    fl_dataset *ds = ms_dataset("QueueDataset", files, 2, 8, 1);
+    char want[256];
+    snprintf(want, sizeof want, "%s:3: slot 'w' (#2): value 1 of 1 is not a number: 'x'", bad);
+    fl_data_batch *b = fl_data_batch_create(ds);
+    CHECK_OK(fl_dataset_begin(ds));
+    int r;
+    while ((r = fl_dataset_next(ds, 0, b)) > 0) {
+    }
+    CHECK_EQ_INT(r, FL_ECORRUPT);
+    CHECK(!strcmp(fl_last_error(), want));
+    CHECK_EQ_INT(fl_dataset_next(ds, 0, b), 0); /* the failed reader is done */
+    fl_clear_error();
+    CHECK_FAILS(fl_dataset_end(ds), FL_ECORRUPT, want);
+    fl_dataset_free(ds);
+    /* InMemoryDataset: the load fails with the same message and holds nothing */
+    ds = ms_dataset("InMemoryDataset", files, 2, 8, 2);
+    CHECK_FAILS(fl_dataset_load_into_memory(ds), FL_ECORRUPT, want);
+    CHECK_EQ_INT(fl_dataset_get_memory_data_size(ds), 0);
+    /* a missing file is an I/O error naming it */
+    const char *missing[] = {"/nonexistent/dir/part-0"};
+    CHECK_OK(fl_dataset_set_filelist(ds, missing, 1));
+    CHECK_FAILS(fl_dataset_load_into_memory(ds), FL_EIO, "cannot open data file '/nonexistent/dir/part-0'");
+    fl_data_batch_free(b);
+    fl_dataset_free(ds);
+    rm_tmpdir();
+}
+
+TEST(bad_line_policy_skip_counts_and_logs)
+{
+    fl_log_set_sink(log_sink, NULL);
+    mk_tmpdir();
+    char text[4096] = "";
+    char line[128];
+    int good = 0;
+    for (int i = 0; i < 20; i++) {
+        if (i % 3 == 1) {
+            strcat(text, i % 2 ? "2 1\n" : "\n"); /* 7 bad lines */
+        } else {
+            gen_line(line, sizeof line, i);
+            strcat(text, line);
+            good++;
+        }
+    }
+    const char *files[] = {write_file("mixed.txt", text)};
+    for (int k = 0; k < 2; k++) {
+        log_text[0] = 0;
+        fl_dataset *ds = ms_dataset(k ? "InMemoryDataset" : "QueueDataset", files, 1, 5, 1);
+        CHECK_OK(fl_dataset_set_bad_line_policy(ds, "skip"));
+        digest d;
+        if (k) {
+            CHECK_OK(fl_dataset_load_into_memory(ds));
+            CHECK_EQ_INT(fl_dataset_get_memory_data_size(ds), good);
+            CHECK_EQ_INT(fl_dataset_bad_lines(ds), 7);
+            CHECK_STR_HAS(log_text, "load_into_memory: skipped 7 bad lines (policy skip)");
+            d = run_pass(ds, NULL, NULL, 0);
+        } else {
+            d = run_pass(ds, NULL, NULL, 0);
+            CHECK_EQ_INT(fl_dataset_bad_lines(ds), 7);
+            CHECK_STR_HAS(log_text, "dataset pass: skipped 7 bad lines (policy skip)");
+        }
+        CHECK_EQ_INT(d.n, good);
+        CHECK_EQ_INT(count_in_log("skipping bad line"), 5); /* the first five only */
+        CHECK_STR_HAS(log_text, "mixed.txt:2: slot 'ids' (#1): expected 2 values, the line ends after 1");
+        CHECK_STR_HAS(log_text, "mixed.txt:5: slot 'ids' (#1): missing: the line is empty");
+        fl_dataset_free(ds);
+    }
+    rm_tmpdir();
+}
+
+/* ---- pipe_command ------------------------------------------------------------------------ */
+
+TEST(pipe_command_transforms_input)
+{
+    mk_tmpdir();
+    /* the files hold "i,comma,separated" text; the command turns it into MultiSlot */
+    const char *src = gen_file("g.txt", 0, 40);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "tr ' ' ',' < %s > %s/c.txt", src, tdir);
+    CHECK(system(cmd) == 0);
+    char cpath[128];
+    snprintf(cpath, sizeof cpath, "%s/c.txt", tdir);
+    const char *files[] = {cpath, cpath};
+    for (int k = 0; k < 2; k++) {
+        fl_dataset *ds = ms_dataset(k ? "InMemoryDataset" : "QueueDataset", files, 2, 7, 2);
+        CHECK_OK(fl_dataset_set_pipe_command(ds, "tr ',' ' '"));
+        digest want = expected(0, 40), w2 = want;
+        want.n += w2.n;
+        want.sum += w2.sum;
+        want.x ^= w2.x;
+        want.label_sum += w2.label_sum;
+        want.id_first_sum += w2.id_first_sum;
+        if (k) CHECK_OK(fl_dataset_load_into_memory(ds));
+        check_digest(run_pass(ds, NULL, NULL, 0), want);
+        fl_dataset_free(ds);
+    }
+    check_no_children();
+    rm_tmpdir();
+}
+
+TEST(pipe_command_failure_reports_status_and_stderr)
+{
+    mk_tmpdir();
+    const char *files[] = {gen_file("g.txt", 0, 10)};
+    fl_dataset *ds = ms_dataset("QueueDataset", files, 1, 4, 1);
+    CHECK_OK(fl_dataset_set_pipe_command(ds, "cat; echo 'something broke' >&2; exit 3"));
+    char want[512], msg[1024];
+    snprintf(want, sizeof want,
+             "pipe_command 'cat; echo 'something broke' >&2; exit 3' on %s exited with status 3: something broke",
+             files[0]);
+    int st;
+    digest d = run_pass(ds, &st, msg, sizeof msg);
+    CHECK_EQ_INT(st, FL_EIO);
+    CHECK(!strcmp(msg, want));
+    CHECK_EQ_INT(d.n, 8); /* the complete batches before the failure were delivered */
+    /* the same from load_into_memory, and a child killed by a signal */
+    fl_dataset_free(ds);
+    ds = ms_dataset("InMemoryDataset", files, 1, 4, 1);
+    CHECK_OK(fl_dataset_set_pipe_command(ds, "cat; echo 'something broke' >&2; exit 3"));
+    CHECK_FAILS(fl_dataset_load_into_memory(ds), FL_EIO, want);
+    CHECK_EQ_INT(fl_dataset_get_memory_data_size(ds), 0);
+    CHECK_OK(fl_dataset_set_pipe_command(ds, "kill -9 $$"));
+    CHECK_FAILS(fl_dataset_load_into_memory(ds), FL_EIO, "was killed by signal 9");
+    CHECK_STR_HAS(fl_last_error(), "(no standard error output)");
+    /* a long standard error: the message keeps its end */
+    CHECK_OK(fl_dataset_set_pipe_command(ds, "i=0; while [ $i -lt 300 ]; do echo line $i >&2; i=$((i+1)); done; "
+                                             "echo LAST >&2; exit 1"));
+    CHECK_FAILS(fl_dataset_load_into_memory(ds), FL_EIO, "exited with status 1: ...");
+    CHECK_STR_HAS(fl_last_error(), "line 299|LAST");
+    CHECK(strlen(fl_last_error()) < 1023);
+    /* a command that prints bad lines: the parser names the file and the line of the output */
+    CHECK_OK(fl_dataset_set_pipe_command(ds, "echo '1 2'"));
+    char w2[256];
+    snprintf(w2, sizeof w2, "%s:1: slot 'w' (#2): missing: the line ends after 1 of 4 slots", files[0]);
+    CHECK_FAILS(fl_dataset_load_into_memory(ds), FL_ECORRUPT, w2);
+    fl_dataset_free(ds);
+    check_no_children();
+    rm_tmpdir();
+}
+
+TEST(pipe_command_silent_is_killed_after_timeout)
+{
+    mk_tmpdir();
+    const char *files[] = {gen_file("g.txt", 0, 10)};
+    fl_dataset *ds = ms_dataset("QueueDataset", files, 1, 4, 1);
+    CHECK_OK(fl_dataset_set_pipe_command(ds, "echo waiting >&2; sleep 30"));
+    CHECK_OK(fl_dataset_set_pipe_timeout(ds, 0.5));
+    char want[512], msg[1024];
+    snprintf(want, sizeof want,
+             "pipe_command 'echo waiting >&2; sleep 30' on %s produced no output for 0.5 s; killed it: waiting",
+             files[0]);
+    double t0 = now_s();
+    int st;
+    run_pass(ds, &st, msg, sizeof msg);
+    double dt = now_s() - t0;
+    CHECK_EQ_INT(st, FL_ETIMEDOUT);
+    CHECK(!strcmp(msg, want));
+    CHECK(dt > 0.4 && dt < 3);
+    check_no_children();
+    /* output, then silence while still running: the same deadline applies after the data */
+    CHECK_OK(fl_dataset_set_pipe_command(ds, "cat; exec >&-; sleep 30"));
+    t0 = now_s();
+    run_pass(ds, &st, msg, sizeof msg);
+    CHECK_EQ_INT(st, FL_ETIMEDOUT);
+    CHECK_STR_HAS(msg, "did not exit for 0.5 s; killed it");
+    CHECK(now_s() - t0 < 3);
+    check_no_children();
+    fl_dataset_free(ds);
+    rm_tmpdir();
+}
+
+TEST(pipe_command_no_zombie_or_orphan)
+{
+    mk_tmpdir();
+    const char *files[] = {gen_file("g.txt", 0, 100)};
+    char cmd[256], pidf[128];
+    snprintf(pidf, sizeof pidf, "%s/bg.pid", tdir);
+    /* a background grandchild outlives the shell unless the group is killed */
+    snprintf(cmd, sizeof cmd, "sleep 30 >/dev/null 2>&1 & echo $! > %s; cat", pidf);
+    fl_dataset *ds = ms_dataset("QueueDataset", files, 1, 10, 1);
+    CHECK_OK(fl_dataset_set_pipe_command(ds, cmd));
+    check_digest(run_pass(ds, NULL, NULL, 0), expected(0, 100));
+    check_no_children();
+    FILE *f = fopen(pidf, "r");
+    CHECK(f);
+    int bg = 0;
+    CHECK(fscanf(f, "%d", &bg) == 1);
+    fclose(f);
+    CHECK(gone_or_zombie(bg));
+    /* stopping early (end before the data is read, and free mid-pass) kills the child at once */
+    CHECK_OK(fl_dataset_set_pipe_command(ds, "cat; sleep 30"));
+    fl_data_batch *b = fl_data_batch_create(ds);
+    double t0 = now_s();
+    CHECK_OK(fl_dataset_begin(ds));
+    CHECK_EQ_INT(fl_dataset_next(ds, 0, b), 1);
+    CHECK_OK(fl_dataset_end(ds));
+    CHECK_OK(fl_dataset_begin(ds));
+    CHECK_EQ_INT(fl_dataset_next(ds, 0, b), 1);
+    fl_dataset_free(ds);
+    CHECK(now_s() - t0 < 2);
+    check_no_children();
+    fl_data_batch_free(b);
+    rm_tmpdir();
+}
+
+/* ---- InMemoryDataset -------------------------------------------------------------------- */
+
+/* First ids of every instance in pass order (thread 0's share, then thread 1's, ...). */
+static int64_t *pass_order(fl_dataset *ds, int64_t *n)
+{
+    int64_t cap = fl_dataset_get_memory_data_size(ds), k = 0;
+    int64_t *out = malloc((size_t)(cap + 1) * sizeof *out);
+    fl_data_batch *b = fl_data_batch_create(ds);
+    CHECK_OK(fl_dataset_begin(ds));
+    for (int t = 0; t < fl_dataset_thread_num(ds); t++)
+        while (fl_dataset_next(ds, t, b) > 0) {
+            int64_t nl;
+            const int64_t *lod = fl_tensor_lod(fl_data_batch_tensor(b, 0), &nl);
+            for (int i = 0; i < fl_data_batch_size(b); i++) {
+                CHECK(k < cap);
+                out[k++] = fl_tensor_i64(fl_data_batch_tensor(b, 0))[lod[i]] / 10;
+            }
+        }
+    CHECK_OK(fl_dataset_end(ds));
+    fl_data_batch_free(b);
+    *n = k;
+    return out;
+}
+
+TEST(inmemory_load_threads_shares_and_shuffle)
+{
+    mk_tmpdir();
+    const char *files[6];
+    char name[32];
+    for (int f = 0; f < 6; f++) {
+        snprintf(name, sizeof name, "m%d.txt", f);
+        files[f] = gen_file(name, f * 500, f * 500 + 500);
+    }
+    fl_dataset *ds = ms_dataset("InMemoryDataset", files, 6, 64, 3);
+    CHECK_OK(fl_dataset_load_into_memory(ds));
+    CHECK_EQ_INT(fl_dataset_get_memory_data_size(ds), 3000);
+    CHECK_EQ_INT(fl_dataset_bad_lines(ds), 0);
+    /* file order is kept whatever thread parsed which file; shares are contiguous */
+    int64_t n, *o = pass_order(ds, &n);
+    CHECK_EQ_INT(n, 3000);
+    for (int64_t i = 0; i < n; i++) CHECK_EQ_INT(o[i], i);
+    free(o);
+    check_digest(run_pass(ds, NULL, NULL, 0), expected(0, 3000));
+    /* local shuffle: a permutation, reproducible from the seed */
+    CHECK_OK(fl_dataset_local_shuffle(ds, 42));
+    int64_t *s1 = pass_order(ds, &n);
+    check_digest(run_pass(ds, NULL, NULL, 0), expected(0, 3000));
+    fl_dataset *ds2 = ms_dataset("InMemoryDataset", files, 6, 64, 1);
+    CHECK_OK(fl_dataset_load_into_memory(ds2));
+    CHECK_OK(fl_dataset_local_shuffle(ds2, 42));
+    int64_t n2, *s2 = pass_order(ds2, &n2);
+    CHECK_EQ_INT(n2, 3000);
+    int moved = 0;
+    for (int64_t i = 0; i < n; i++) {
+        CHECK_EQ_INT(s1[i], s2[i]);
+        moved += s1[i] != i;
+    }
+    CHECK(moved > 2900);
+    CHECK_OK(fl_dataset_local_shuffle(ds2, 43));
+    free(s2);
+    s2 = pass_order(ds2, &n2);
+    int same = 0;
+    for (int64_t i = 0; i < n; i++) same += s1[i] == s2[i];
+    CHECK(same < 100);
+    /* a second load appends; release frees */
+    CHECK_OK(fl_dataset_load_into_memory(ds2));
+    CHECK_EQ_INT(fl_dataset_get_memory_data_size(ds2), 6000);
+    fl_dataset_release_memory(ds2);
+    CHECK_EQ_INT(fl_dataset_get_memory_data_size(ds2), 0);
+    CHECK_OK(fl_dataset_begin(ds2));
+    fl_data_batch *b = fl_data_batch_create(ds2);
+    CHECK_EQ_INT(fl_dataset_next(ds2, 0, b), 0);
+    CHECK_OK(fl_dataset_end(ds2));
+    fl_data_batch_free(b);
+    free(s1);
+    free(s2);
+    fl_dataset_free(ds);
+    fl_dataset_free(ds2);
+    rm_tmpdir();
+}
+
+TEST(inmemory_preload)
+{
+    mk_tmpdir();
+    const char *files[4];
+    char name[32];
+    for (int f = 0; f < 4; f++) {
+        snprintf(name, sizeof name, "m%d.txt", f);
+        files[f] = gen_file(name, f * 2000, f * 2000 + 2000);
+    }
+    fl_dataset *ds = ms_dataset("InMemoryDataset", files, 4, 100, 2);
+    CHECK_FAILS(fl_dataset_wait_preload_done(ds), FL_ESTATE, "no preload in progress");
+    CHECK_OK(fl_dataset_preload_into_memory(ds));
+    CHECK_FAILS(fl_dataset_begin(ds), FL_ESTATE, "fl_dataset_begin: a preload is in progress");
+    CHECK_FAILS(fl_dataset_local_shuffle(ds, 1), FL_ESTATE, "a preload is in progress");
+    CHECK_FAILS(fl_dataset_set_batch_size(ds, 3), FL_ESTATE, "a preload is in progress");
+    int64_t sz = fl_dataset_get_memory_data_size(ds);
+    CHECK(sz == 0 || sz == 8000);
+    CHECK_OK(fl_dataset_wait_preload_done(ds));
+    CHECK_EQ_INT(fl_dataset_get_memory_data_size(ds), 8000);
+    check_digest(run_pass(ds, NULL, NULL, 0), expected(0, 8000));
+    /* a failing preload reports at wait; freeing during a preload is safe */
+    const char *bad[] = {"/nonexistent/x"};
+    CHECK_OK(fl_dataset_set_filelist(ds, bad, 1));
+    CHECK_OK(fl_dataset_preload_into_memory(ds));
+    CHECK_FAILS(fl_dataset_wait_preload_done(ds), FL_EIO, "cannot open data file '/nonexistent/x'");
+    CHECK_EQ_INT(fl_dataset_get_memory_data_size(ds), 8000);
+    CHECK_OK(fl_dataset_set_filelist(ds, files, 4));
+    CHECK_OK(fl_dataset_preload_into_memory(ds));
+    fl_dataset_free(ds);
+    /* ... even when the load waits on a silent pipe_command (it is killed at once) */
+    ds = ms_dataset("InMemoryDataset", files, 4, 100, 2);
+    CHECK_OK(fl_dataset_set_pipe_command(ds, "sleep 30"));
+    CHECK_OK(fl_dataset_preload_into_memory(ds));
+    usleep(100000);
+    double t0 = now_s();
+    fl_dataset_free(ds);
+    CHECK(now_s() - t0 < 1.5);
+    check_no_children();
+    ds = ms_dataset("InMemoryDataset", files, 4, 100, 2);
+    CHECK_OK(fl_dataset_set_pipe_command(ds, "cat; sleep 30"));
+    CHECK_OK(fl_dataset_preload_into_memory(ds));
+    usleep(100000);
+    t0 = now_s();
+    fl_dataset_release_memory(ds);
+    CHECK(now_s() - t0 < 1.5);
+    CHECK_EQ_INT(fl_dataset_get_memory_data_size(ds), 0);
+    check_no_children();
+    fl_dataset_free(ds);
+    rm_tmpdir();
+}
+
+/* ---- Criteo through the dataset ----------------------------------------------------------- */
+
+TEST(criteo_dataset_batches)
+{
+    mk_tmpdir();
+    fl_prog *p = fl_prog_create();
+    fl_var *v[28];
+    int64_t one = 1, thirteen = 13;
+    v[0] = fl_layer_data(p, "dense_input", 1, &thirteen, FL_FLOAT32, 0);
+    for (int i = 1; i <= 26; i++) {
+        char n[16];
+        snprintf(n, sizeof n, "C%d", i);
+        v[i] = fl_layer_data(p, n, 1, &one, FL_INT64, 1);
+    }
+    v[27] = fl_layer_data(p, "label", 1, &one, FL_INT64, 0);
+    char text[4096] = "";
+    for (int r = 0; r < 5; r++) {
+        char line[512];
+        int o = snprintf(line, sizeof line, "%d", r % 2);
+        for (int i = 0; i < 13; i++) o += snprintf(line + o, sizeof line - (size_t)o, "\t%s", i == r ? "" : "7");
+        for (int i = 0; i < 26; i++) o += snprintf(line + o, sizeof line - (size_t)o, "\t%s", i == r ? "" : "ab12");
+        snprintf(line + o, sizeof line - (size_t)o, "\r\n");
+        strcat(text, line);
+    }
+    const char *files[] = {write_file("day_0", text)};
+    fl_dataset *ds = fl_dataset_create("QueueDataset");
+    CHECK_OK(fl_dataset_set_use_var(ds, v, 28));
+    /* a use_var that does not fit names the wrong variable */
+    fl_var *wrong[28];
+    memcpy(wrong, v, sizeof wrong);
+    wrong[3] = v[0];
+    fl_dataset *dw = fl_dataset_create("QueueDataset");
+    CHECK_OK(fl_dataset_set_use_var(dw, wrong, 28));
+    CHECK_FAILS(fl_dataset_set_format(dw, "criteo"), FL_EINVAL, "variable #4 'dense_input' is float32, lod_level 0, width 13");
+    CHECK_OK(fl_dataset_set_format(ds, "criteo"));
+    CHECK_FAILS(fl_dataset_set_use_var(ds, wrong, 28), FL_EINVAL, "fl_dataset_set_use_var: format 'criteo' needs");
+    CHECK_FAILS(fl_dataset_set_use_var(ds, v, 27), FL_EINVAL, "got 27 variables");
+    CHECK_FAILS(fl_dataset_set_format(ds, "csv"), FL_EINVAL, "unknown format 'csv' (expected multislot, criteo or libsvm)");
+    CHECK_OK(fl_dataset_set_sparse_feature_dim(ds, 1000));
+    CHECK_OK(fl_dataset_set_filelist(ds, files, 1));
+    CHECK_OK(fl_dataset_set_batch_size(ds, 5));
+    fl_data_batch *b = fl_data_batch_create(ds);
+    CHECK_OK(fl_dataset_begin(ds));
+    CHECK_EQ_INT(fl_dataset_next(ds, 0, b), 1);
+    CHECK_EQ_INT(fl_data_batch_size(b), 5);
+    fl_tensor *dense = fl_data_batch_tensor(b, 0);
+    static const double diff[13] = {20, 603, 100, 50, 64000, 500, 100, 50, 500, 10, 10, 10, 50};
+    CHECK_EQ_INT(fl_tensor_dim(dense, 0), 5);
+    CHECK_EQ_INT(fl_tensor_dim(dense, 1), 13);
+    for (int r = 0; r < 5; r++)
+        for (int i = 0; i < 13; i++)
+            CHECK_NEAR(fl_tensor_f32(dense)[r * 13 + i], i == r ? 0.0 : (float)((7.0 - (i == 1 ? -3.0 : 0.0)) / diff[i]),
+                       0);
+    for (int k = 1; k <= 26; k++) {
+        fl_tensor *c = fl_data_batch_tensor(b, k);
+        int64_t nl;
+        const int64_t *lod = fl_tensor_lod(c, &nl);
+        CHECK_EQ_INT(nl, 6);
+        for (int r = 0; r <= 5; r++) CHECK_EQ_INT(lod[r], r);
+        for (int r = 0; r < 5; r++) {
+            const char *field = k - 1 == r ? "" : "ab12";
+            CHECK_EQ_INT(fl_tensor_i64(c)[r], (int64_t)fl_data_criteo_id(k, field, strlen(field), 1000));
+            CHECK(fl_tensor_i64(c)[r] < 1000);
+        }
+    }
+    fl_tensor *lab = fl_data_batch_tensor(b, 27);
+    CHECK_EQ_INT(fl_tensor_dim(lab, 0), 5);
+    for (int r = 0; r < 5; r++) CHECK_EQ_INT(fl_tensor_i64(lab)[r], r % 2);
+    CHECK_EQ_INT(fl_dataset_next(ds, 0, b), 0);
+    CHECK_OK(fl_dataset_end(ds));
+    fl_data_batch_free(b);
+    fl_dataset_free(ds);
+    fl_dataset_free(dw);
+    fl_prog_free(p);
+    rm_tmpdir();
+}
+
+/* ---- global shuffle through a fake exchange ---------------------------------------------- */
+
+typedef struct {
+    int nranks;
+    pthread_barrier_t bar;
+    const void *const *send[4];
+    const size_t *send_len[4];
+    int fail_rank; /* >= 0: that rank's exchange fails */
+    int corrupt;   /* 1: rank 0 receives garbage from rank 1 */
+} mailbox;
+
+typedef struct {
+    mailbox *mb;
+    int rank;
+} fake_ctx;
+
+static int fake_alltoallv(void *ctx, const void *const *send, const size_t *send_len, void **recv, size_t *recv_len)
+{
+    fake_ctx *c = ctx;
+    mailbox *mb = c->mb;
+    mb->send[c->rank] = send;
+    mb->send_len[c->rank] = send_len;
+    pthread_barrier_wait(&mb->bar);
+    for (int s = 0; s < mb->nranks; s++) {
+        size_t n = mb->send_len[s][c->rank];
+        recv_len[s] = n;
+        recv[s] = malloc(n ? n : 1);
+        if (n) memcpy(recv[s], mb->send[s][c->rank], n);
+        if (mb->corrupt && c->rank == 0 && s == 1 && n > 40) ((char *)recv[s])[20] ^= 0x7f; /* first record's id count */
+    }
+    pthread_barrier_wait(&mb->bar); /* senders keep their buffers until everyone copied */
+    if (c->rank == mb->fail_rank) return FL_EREMOTE;
+    return FL_OK;
+}
+
+typedef struct {
+    fl_dataset *ds;
+    fake_ctx ctx;
+    uint64_t seed;
+    int st;
+    char err[1024];
+} gs_arg;
+
+static void *gs_main(void *p)
+{
+    gs_arg *a = p;
+    fl_data_exchange ex = {a->ctx.rank, a->ctx.mb->nranks, &a->ctx, fake_alltoallv};
+    a->st = fl_dataset_global_shuffle(a->ds, &ex, a->seed);
+    if (a->st) snprintf(a->err, sizeof a->err, "%s", fl_last_error());
+    return NULL;
+}
+
+static void global_shuffle_all(fl_dataset **ds, int nr, uint64_t seed, int fail_rank, int corrupt, gs_arg *a)
+{
+    mailbox mb = {.nranks = nr, .fail_rank = fail_rank, .corrupt = corrupt};
+    pthread_barrier_init(&mb.bar, NULL, (unsigned)nr);
+    pthread_t th[4];
+    for (int r = 0; r < nr; r++) {
+        a[r] = (gs_arg){ds[r], {&mb, r}, seed, 0, ""};
+        CHECK(pthread_create(&th[r], NULL, gs_main, &a[r]) == 0);
+    }
+    for (int r = 0; r < nr; r++) pthread_join(th[r], NULL);
+    pthread_barrier_destroy(&mb.bar);
+}
+
+TEST(global_shuffle_moves_records_without_loss)
+{
+    mk_tmpdir();
+    const int nr = 3;
+    fl_dataset *ds[3];
+    int64_t *before[3], nb[3];
+    for (int r = 0; r < nr; r++) {
+        char name[32];
+        snprintf(name, sizeof name, "r%d.txt", r);
+        const char *f[] = {gen_file(name, r * 1000, r * 1000 + 1000 - 100 * r)};
+        ds[r] = ms_dataset("InMemoryDataset", f, 1, 50, 1);
+        CHECK_OK(fl_dataset_load_into_memory(ds[r]));
+        before[r] = pass_order(ds[r], &nb[r]);
+    }
+    gs_arg a[3];
+    global_shuffle_all(ds, nr, 7, -1, 0, a);
+    for (int r = 0; r < nr; r++)
+        if (a[r].st) TFAIL("rank %d: %s", r, a[r].err);
+    digest all = {0};
+    int64_t total = 0;
+    int64_t *after[3], na[3];
+    for (int r = 0; r < nr; r++) {
+        digest d = run_pass(ds[r], NULL, NULL, 0);
+        all.n += d.n;
+        all.sum += d.sum;
+        all.x ^= d.x;
+        all.label_sum += d.label_sum;
+        all.id_first_sum += d.id_first_sum;
+        total += fl_dataset_get_memory_data_size(ds[r]);
+        after[r] = pass_order(ds[r], &na[r]);
+        /* about a third of all records land on each rank, from every rank */
+        CHECK(na[r] > 700 && na[r] < 1000);
+        int from[3] = {0};
+        for (int64_t i = 0; i < na[r]; i++) from[after[r][i] / 1000]++;
+        for (int s = 0; s < nr; s++) CHECK(from[s] > 150);
+    }
+    CHECK_EQ_INT(total, 2700);
+    digest want = expected(0, 1000), e1 = expected(1000, 1900), e2 = expected(2000, 2800);
+    want.n += e1.n + e2.n;
+    want.sum += e1.sum + e2.sum;
+    want.x ^= e1.x ^ e2.x;
+    want.label_sum += e1.label_sum + e2.label_sum;
+    want.id_first_sum += e1.id_first_sum + e2.id_first_sum;
+    check_digest(all, want);
+    /* deterministic: the same data and seed give the same placement and order */
+    fl_dataset *again[3];
+    for (int r = 0; r < nr; r++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s/r%d.txt", tdir, r);
+        const char *f[] = {path};
+        again[r] = ms_dataset("InMemoryDataset", f, 1, 50, 1);
+        CHECK_OK(fl_dataset_load_into_memory(again[r]));
+    }
+    global_shuffle_all(again, nr, 7, -1, 0, a);
+    for (int r = 0; r < nr; r++) {
+        CHECK_OK(a[r].st);
+        int64_t n2, *o2 = pass_order(again[r], &n2);
+        CHECK_EQ_INT(n2, na[r]);
+        for (int64_t i = 0; i < n2; i++) CHECK_EQ_INT(o2[i], after[r][i]);
+        free(o2);
+    }
+    /* a failed exchange leaves every dataset as it was; a corrupt buffer is refused */
+    global_shuffle_all(again, nr, 9, 1, 0, a);
+    CHECK_EQ_INT(a[1].st, FL_EREMOTE);
+    CHECK_STR_HAS(a[1].err, "fl_dataset_global_shuffle: the exchange failed");
+    CHECK_EQ_INT(fl_dataset_get_memory_data_size(again[1]), na[1]);
+    int64_t held0 = fl_dataset_get_memory_data_size(again[0]);
+    global_shuffle_all(again, nr, 9, -1, 1, a);
+    CHECK_EQ_INT(a[0].st, FL_ECORRUPT);
+    CHECK_STR_HAS(a[0].err, "received from rank 1 are not records of this dataset's slots");
+    CHECK_EQ_INT(fl_dataset_get_memory_data_size(again[0]), held0);
+    for (int r = 0; r < nr; r++) {
+        free(before[r]);
+        free(after[r]);
+        fl_dataset_free(ds[r]);
+        fl_dataset_free(again[r]);
+    }
+    rm_tmpdir();
+}
+
+/* ---- API misuse ---------------------------------------------------------------------------- */
+
+TEST(api_misuse_names_call_and_argument)
+{
+    CHECK(fl_dataset_create("FooDataset") == NULL);
+    CHECK_STR_HAS(fl_last_error(), "fl_dataset_create: unknown kind 'FooDataset' (expected QueueDataset or InMemoryDataset)");
+    fl_dataset *q = fl_dataset_create("QueueDataset");
+    CHECK_FAILS(fl_dataset_set_batch_size(q, 0), FL_EINVAL, "fl_dataset_set_batch_size: batch_size must be >= 1, got 0");
+    CHECK_FAILS(fl_dataset_set_thread(q, 0), FL_EINVAL, "fl_dataset_set_thread: thread_num must be in [1, 4096], got 0");
+    CHECK_FAILS(fl_dataset_set_filelist(q, NULL, 2), FL_EINVAL, "fl_dataset_set_filelist: files is NULL");
+    const char *nullf[] = {"a", NULL};
+    CHECK_FAILS(fl_dataset_set_filelist(q, nullf, 2), FL_EINVAL, "fl_dataset_set_filelist: files[1] is NULL");
+    CHECK_FAILS(fl_dataset_set_pipe_command(q, ""), FL_EINVAL, "fl_dataset_set_pipe_command: cmd is NULL or empty");
+    CHECK_FAILS(fl_dataset_set_pipe_timeout(q, 0), FL_EINVAL, "fl_dataset_set_pipe_timeout: seconds must be in");
+    CHECK_FAILS(fl_dataset_set_bad_line_policy(q, "ignore"), FL_EINVAL,
+                "fl_dataset_set_bad_line_policy: unknown policy 'ignore' (expected stop or skip)");
+    CHECK_FAILS(fl_dataset_set_sparse_feature_dim(q, 0), FL_EINVAL, "fl_dataset_set_sparse_feature_dim: dim must be >= 1");
+    CHECK_FAILS(fl_dataset_load_into_memory(q), FL_EINVAL,
+                "fl_dataset_load_into_memory: only an InMemoryDataset loads into memory");
+    CHECK_FAILS(fl_dataset_local_shuffle(q, 1), FL_EINVAL, "fl_dataset_local_shuffle: only an InMemoryDataset");
+    CHECK_FAILS(fl_dataset_begin(q), FL_EINVAL, "fl_dataset_begin: no slots (call fl_dataset_set_use_var first)");
+    CHECK(fl_data_batch_create(q) == NULL);
+    CHECK_STR_HAS(fl_last_error(), "fl_data_batch_create: the dataset has no slots");
+    fl_prog *p = fl_prog_create();
+    int64_t one = 1, dyn = -1;
+    fl_var *f64 = fl_layer_data(p, "x64", 1, &one, FL_FLOAT64, 0);
+    fl_var *dynv = fl_layer_data(p, "dyn", 1, &dyn, FL_FLOAT32, 0);
+    CHECK_FAILS(fl_dataset_set_use_var(q, &f64, 1), FL_EINVAL,
+                "fl_dataset_set_use_var: variable #1 'x64' has dtype float64; a slot must be int64 or float32");
+    CHECK_FAILS(fl_dataset_set_use_var(q, &dynv, 1), FL_EINVAL,
+                "fl_dataset_set_use_var: variable #1 'dyn' is a dense slot (lod_level 0) but dimension 1 is -1");
+    fl_var *v[4];
+    ms_vars(v);
+    CHECK_OK(fl_dataset_set_use_var(q, v, 4));
+    fl_data_batch *b = fl_data_batch_create(q);
+    CHECK_FAILS(fl_dataset_next(q, 0, b), FL_ESTATE, "fl_dataset_next: no pass in progress (call fl_dataset_begin first)");
+    CHECK_FAILS(fl_dataset_end(q), FL_ESTATE, "fl_dataset_end: no pass in progress");
+    CHECK_OK(fl_dataset_begin(q)); /* an empty file list: an empty pass */
+    CHECK_FAILS(fl_dataset_next(q, 1, b), FL_EINVAL, "fl_dataset_next: thread 1 out of range [0, 1)");
+    CHECK_FAILS(fl_dataset_next(q, 0, NULL), FL_EINVAL, "fl_dataset_next: batch is NULL or invalid");
+    CHECK_FAILS(fl_dataset_begin(q), FL_ESTATE, "fl_dataset_begin: a pass is in progress");
+    CHECK_FAILS(fl_dataset_set_batch_size(q, 2), FL_ESTATE, "fl_dataset_set_batch_size: a pass is in progress");
+    CHECK_EQ_INT(fl_dataset_next(q, 0, b), 0);
+    CHECK_OK(fl_dataset_end(q));
+    fl_data_exchange ex = {0, 2, NULL, NULL};
+    CHECK_FAILS(fl_dataset_global_shuffle(q, &ex, 1), FL_EINVAL, "fl_dataset_global_shuffle: only an InMemoryDataset");
+    fl_dataset *m = fl_dataset_create("InMemoryDataset");
+    CHECK_FAILS(fl_dataset_global_shuffle(m, &ex, 1), FL_EINVAL, "fl_dataset_global_shuffle: ex->alltoallv is NULL");
+    ex.rank = 2;
+    CHECK_FAILS(fl_dataset_global_shuffle(m, &ex, 1), FL_EINVAL, "rank 2 / nranks 2 out of range");
+    CHECK_FAILS(fl_dataset_global_shuffle(m, NULL, 1), FL_EINVAL, "fl_dataset_global_shuffle: ex is NULL");
+    /* a batch made for other slots is refused */
+    fl_var *two[2] = {v[0], v[1]};
+    CHECK_OK(fl_dataset_set_use_var(m, two, 2));
+    CHECK_OK(fl_dataset_begin(m));
+    CHECK_FAILS(fl_dataset_next(m, 0, b), FL_EINVAL, "fl_dataset_next: the batch was made for different slots");
+    CHECK_OK(fl_dataset_end(m));
+    CHECK_FAILS(fl_dataset_set_batch_size(NULL, 1), FL_EINVAL, "fl_dataset_set_batch_size: dataset is NULL or invalid");
+    fl_data_batch_free(b);
+    fl_dataset_free(q);
+    fl_dataset_free(m);
+    fl_dataset_free(NULL);
+    fl_prog_free(p);
+    fl_prog_free(g_prog);
+}
+
+TEST_MAIN(T(queue_batches_lod_and_tensor_reuse), T(queue_threads_share_files_and_clamp),
+          T(bad_line_policy_stop_names_file_line_slot), T(bad_line_policy_skip_counts_and_logs),
+          T(pipe_command_transforms_input), T(pipe_command_failure_reports_status_and_stderr),
+          T(pipe_command_silent_is_killed_after_timeout), T(pipe_command_no_zombie_or_orphan),
+          T(inmemory_load_threads_shares_and_shuffle), T(inmemory_preload), T(criteo_dataset_batches),
+          T(global_shuffle_moves_records_without_loss), T(api_misuse_names_call_and_argument))
