@@ -1,5 +1,5 @@
 # Fleet in C - plain Makefile.  `make` builds build/libfleet.{a,so}, tools and examples.
-# Targets: all test demo bench install asan ubsan tsan valgrind clean deps
+# Targets: all test demo demo-quickstart bench install asan ubsan tsan valgrind clean deps
 CC      ?= cc
 PREFIX  ?= /usr/local
 DESTDIR ?=
@@ -29,7 +29,7 @@ TBIN_BIN := $(TBIN_SRC:tests/bin/%.c=$(BUILD)/tests/bin/%)
 TOOL_BIN := $(TOOL_SRC:tools/%.c=$(BUILD)/tools/%)
 HEADERS  := $(wildcard include/fleet/*.h) include/fleet.h
 
-.PHONY: all test demo bench install asan ubsan tsan valgrind clean deps lib
+.PHONY: all test demo demo-quickstart bench install asan ubsan tsan valgrind clean deps lib
 all: lib $(TEST_BIN) $(TBIN_BIN) $(EX_BIN) $(BENCH_BIN) $(TOOL_BIN)
 lib: $(BUILD)/libfleet.a $(BUILD)/libfleet.so
 
@@ -91,6 +91,12 @@ demo: DEPS_PROFILE=build
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/demo.sh $(BUILD)
+
+# The quick-start MLP locally, on 2 collective trainers and with 2 servers + 2 workers.
+demo-quickstart: DEPS_PROFILE=build
+demo-quickstart: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/demo_quickstart.sh $(BUILD)
 
 bench: DEPS_PROFILE=bench
 bench: deps

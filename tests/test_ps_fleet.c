@@ -751,9 +751,9 @@ TEST(rewrite_sync_and_async)
         CHECK_OK(fl_prog_to_text(p, &text, &len));
         CHECK_STR_HAS(text, "distributed_lookup_table");
         free(text);
-        /* util collectives have no transport between PS workers */
+        /* util collectives between PS workers need their endpoints */
         float v = 1;
-        CHECK_FAILS(fleet_util_all_reduce(f, &v, 1, FL_FLOAT32, "sum"), FL_EUNSUPPORTED, "parameter-server");
+        CHECK_FAILS(fleet_util_all_reduce(f, &v, 1, FL_FLOAT32, "sum"), FL_EINVAL, "PADDLE_TRAINER_ENDPOINTS");
         CHECK_FAILS(fleet_stop_worker(f), FL_ESTATE, "fleet_init_worker was not called");
         fl_tensor_free(x);
         fl_tensor_free(ids);

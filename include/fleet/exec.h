@@ -12,6 +12,7 @@
 #ifndef FLEET_EXEC_H
 #define FLEET_EXEC_H
 
+#include "fleet/data.h"
 #include "fleet/graph.h"
 
 #ifdef __cplusplus
@@ -28,6 +29,10 @@ void fl_scope_free(fl_scope *s);
 fl_tensor *fl_scope_find(const fl_scope *s, const char *name);
 /* Finds a variable in s itself, creating an empty float32 tensor if absent. */
 fl_tensor *fl_scope_var(fl_scope *s, const char *name);
+/* Sets every element of the variable `name` (in s or its ancestors) to zero, keeping its
+ * shape: resets accumulators such as the AUC statistics before an evaluation pass.
+ * FL_ENOTFOUND if absent. */
+int fl_scope_zero(fl_scope *s, const char *name);
 /* Variables of s itself (not ancestors), in insertion order. */
 int fl_scope_num_vars(const fl_scope *s);
 const char *fl_scope_name_at(const fl_scope *s, int i);
@@ -48,6 +53,33 @@ typedef struct {
  * variable and the expected and given shapes; nothing is half-run on a feed error. */
 int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed,
                const char *const *fetch, int nfetch, fl_tensor **out);
+
+/* ---- training from a dataset (Paddle's Executor.train_from_dataset) ---------------------- */
+
+typedef struct {
+    int64_t instances; /* examples read by every thread together */
+    int64_t batches;
+    double seconds;    /* wall time of the pass */
+    int nfetch;
+    double fetch[16];  /* thread 0's last fetched values (a scalar, or the mean of a tensor) */
+} fl_exe_dataset_stats;
+
+/* Runs p once per batch of ds with `thread` trainer threads (<= 0: the dataset's thread
+ * number; more than the dataset's readers are clamped to them).  Hogwild, as Paddle's
+ * MultiTrainer: each thread has a child scope of e's scope for activations and its own
+ * plan; persistable variables (parameters, optimizer state, AUC statistics) live in e's
+ * root scope and are updated by every thread without locks.  BLAS runs single-threaded
+ * inside trainer threads.  Every print_period batches of thread 0 (0: never) a line shows
+ * the fetched values (labelled by fetch_info, or the names), examples/s and elapsed time;
+ * on a terminal one refreshing line.  The first error of any thread stops every thread and
+ * is returned (naming the thread and batch).  Programs rewritten for collective or
+ * synchronous parameter-server training run one trainer per process: thread must then
+ * resolve to 1.  stats may be NULL.  Blocks until the pass ends. */
+int fl_exe_train_from_dataset(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const char *const *fetch_list,
+                              const char *const *fetch_info, int nfetch, int print_period, fl_exe_dataset_stats *stats);
+/* The same for inference: p is typically fl_prog_clone(main, 1) (no backward, no update). */
+int fl_exe_infer_from_dataset(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const char *const *fetch_list,
+                              const char *const *fetch_info, int nfetch, int print_period, fl_exe_dataset_stats *stats);
 
 #ifdef __cplusplus
 }

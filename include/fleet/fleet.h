@@ -197,6 +197,16 @@ int fleet_save_inference_model(fleet_t *f, fl_exe *exe, const char *dir, const c
  * len%n workers get one more.  *out is a malloc'ed array of pointers into files. */
 int fleet_split_files(const fleet_t *f, const char *const *files, int n, const char ***out, int *nout);
 
+/* InMemoryDataset across the workers (Paddle's dataset.global_shuffle(fleet) and
+ * get_memory_data_size(fleet)); every worker calls them.  The global shuffle sends each
+ * record to a seeded random worker over the workers' ring (the collective communicator, or
+ * in a parameter-server job one connected on first use from PADDLE_TRAINER_ENDPOINTS), then
+ * shuffles locally; no record is lost or duplicated.  Each worker's records travel to every
+ * worker once (a broadcast per worker): fine for the handful of workers of one job. */
+int fleet_dataset_global_shuffle(fleet_t *f, fl_dataset *ds, uint64_t seed);
+/* Records held by all workers together; -1 on error. */
+int64_t fleet_dataset_memory_data_size(fleet_t *f, const fl_dataset *ds);
+
 #ifdef __cplusplus
 }
 #endif

@@ -85,7 +85,7 @@ void fl_exe_free(fl_exe *e)
     free(e);
 }
 
-fl_scope *fl_exe_scope(fl_exe *e) { return e ? e->scope : NULL; }
+fl_scope *fl_exe_scope(fl_exe *e) { return e && e->magic == FL_EXE_MAGIC ? e->scope : NULL; }
 
 static fl_tensor *var_tensor(fl_exe *e, const fl_var *v)
 {

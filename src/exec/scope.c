@@ -81,3 +81,12 @@ fl_scope *fl__scope_root(fl_scope *s)
     while (s && s->parent) s = s->parent;
     return s;
 }
+
+int fl_scope_zero(fl_scope *s, const char *name)
+{
+    if (!s || !name) return fl__err(FL_EINVAL, "fl_scope_zero: scope or name is NULL");
+    fl_tensor *t = fl_scope_find(s, name);
+    if (!t) return fl__err(FL_ENOTFOUND, "fl_scope_zero: no variable '%s' in the scope or its parents", name);
+    if (t->numel) memset(t->data, 0, fl_tensor_nbytes(t));
+    return FL_OK;
+}

@@ -32,7 +32,13 @@ static int cmp_writer(const void *a, const void *b)
     return (x->writer > y->writer) - (x->writer < y->writer);
 }
 
-static int set_ring(fl_op *op, fleet_t *f) { return fl__attr_set_i(op, "ring_id", fl__comm_ring_id(f->comm)); }
+/* Ring ops exchange one step per process: single_trainer keeps train_from_dataset at one
+ * trainer thread. */
+static int set_ring(fl_op *op, fleet_t *f)
+{
+    FL_CHECK(fl__attr_set_i(op, "single_trainer", 1));
+    return fl__attr_set_i(op, "ring_id", fl__comm_ring_id(f->comm));
+}
 
 static int append_broadcast(fleet_t *f, fl_prog *p, fl_opt_hook_ctx *h)
 {

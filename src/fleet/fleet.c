@@ -48,6 +48,19 @@ int fl__fleet_comm(fleet_t *f)
     return fl__comm_create(f->role, &f->comm);
 }
 
+int fl__fleet_worker_comm(fleet_t *f, const char *fn)
+{
+    if (f->comm || !f->role->distributed) return FL_OK;
+    if (f->role->is_collective) return fl__fleet_comm(f);
+    if (f->role->kind != FLEET_ROLE_WORKER) return fl__err(FL_ESTATE, "%s: called on a server; it runs among the workers", fn);
+    if (f->role->worker_num <= 1) return FL_OK;
+    if (f->role->nworkers != f->role->worker_num)
+        return fl__err(FL_EINVAL, "%s: the workers of this parameter-server job have no endpoints to talk to each other: "
+                                  "set PADDLE_TRAINER_ENDPOINTS (ip:port,... one per worker; fleetrun sets it)", fn);
+    /* every worker makes this call (it is collective), so they meet here */
+    return fl__comm_create(f->role, &f->comm);
+}
+
 void fleet_free(fleet_t *f)
 {
     if (!f || f->magic != FLEET_MAGIC) return;

@@ -42,6 +42,11 @@ void fl__ps_free(fleet_t *f);
 /* Creates the collective communicator on first use (rendezvous with every trainer, bounded
  * by the collective deadline); a no-op in parameter-server mode. */
 int fl__fleet_comm(fleet_t *f);
+/* The workers' communicator for collective calls made by every worker (util collectives,
+ * global shuffle): the collective one, or in a parameter-server job one created on first
+ * use from PADDLE_TRAINER_ENDPOINTS (workers only; FL_EINVAL naming the variable when the
+ * endpoints are unknown).  No communicator for one worker or a local run. */
+int fl__fleet_worker_comm(fleet_t *f, const char *fn);
 
 /* Splits "a:1,b:2" into a malloc'ed array of malloc'ed endpoints, validating host:port.
  * `what` names the source (environment variable or argument) in errors. */

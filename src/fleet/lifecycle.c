@@ -204,13 +204,6 @@ int fleet_barrier_worker(fleet_t *f)
 
 int fleet_util_barrier(fleet_t *f) { return fleet_barrier_worker(f); }
 
-static int ps_util_unsupported(fleet_t *f, const char *fn)
-{
-    if (!is_ps(f) || f->role->worker_num <= 1) return FL_OK;
-    return fl__err(FL_EUNSUPPORTED, "%s: not available between the workers of a parameter-server job (Paddle runs it "
-                                    "over Gloo); use fleet_barrier_worker, or collective mode",
-                   fn);
-}
 
 int fleet_util_all_reduce(fleet_t *f, void *buf, size_t count, fl_dtype dtype, const char *mode)
 {
@@ -218,7 +211,7 @@ int fleet_util_all_reduce(fleet_t *f, void *buf, size_t count, fl_dtype dtype, c
     if (!mode || (strcmp(mode, "sum") && strcmp(mode, "max") && strcmp(mode, "min")))
         return fl__err(FL_EINVAL, "fleet_util_all_reduce: mode '%s' is invalid: expected sum, max or min", mode ? mode : "(null)");
     if (count && !buf) return fl__err(FL_EINVAL, "fleet_util_all_reduce: buffer is NULL");
-    FL_CHECK(ps_util_unsupported(f, "fleet_util_all_reduce"));
+    FL_CHECK(fl__fleet_worker_comm(f, "fleet_util_all_reduce"));
     return f->comm ? fl__comm_allreduce(f->comm, buf, count, dtype, mode) : FL_OK;
 }
 
@@ -226,7 +219,7 @@ int fleet_util_all_gather(fleet_t *f, const void *send, void *recv, size_t count
 {
     FL_CHECK(check(f, "fleet_util_all_gather"));
     if (count && (!send || !recv)) return fl__err(FL_EINVAL, "fleet_util_all_gather: buffer is NULL");
-    FL_CHECK(ps_util_unsupported(f, "fleet_util_all_gather"));
+    FL_CHECK(fl__fleet_worker_comm(f, "fleet_util_all_gather"));
     if (f->comm) return fl__comm_allgather(f->comm, send, recv, count, dtype);
     if (count) memmove(recv, send, count * fl_dtype_size(dtype));
     return FL_OK;

@@ -510,6 +510,10 @@ static int append_list_op(fl__ps_ctx *c, fl_prog *p, const char *type, const cha
     FL_CHECK(set_ps_attrs(c, op));
     FL_CHECK(ints_attr(op, "tables", tables, n));
     if (k_steps > 0) FL_CHECK(fl__attr_set_i(op, "k_steps", k_steps));
+    /* sync pushes and GEO exchanges count one step per worker process: train_from_dataset
+     * keeps such programs at one trainer thread */
+    if ((!strcmp(type, "ps_send") && c->mode == FL__PSM_SYNC) || !strcmp(type, "ps_geo"))
+        FL_CHECK(fl__attr_set_i(op, "single_trainer", 1));
     return fl__op_finish(op);
 }
 

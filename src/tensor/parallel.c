@@ -117,3 +117,15 @@ int fl__sgemm_parallel(int ta, int tb, int64_t m, int64_t n, int64_t k, float al
     atomic_store(&pool.busy, 0);
     return 1;
 }
+
+int fl__blas_single_begin(void)
+{
+    int prev = openblas_get_num_threads();
+    if (prev > 1) openblas_set_num_threads(1);
+    return prev;
+}
+
+void fl__blas_single_end(int prev)
+{
+    if (prev > 1) openblas_set_num_threads(prev);
+}

@@ -52,6 +52,10 @@ void fl__sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float 
                int64_t ldc);
 /* Runs the sgemm on two threads when FLEET_NUM_THREADS=2 and it is large enough; returns 0
  * (doing nothing) otherwise.  parallel.c. */
+/* BLAS single-threaded for a while (trainer threads): returns the previous thread count to
+ * hand back to fl__blas_single_end.  parallel.c. */
+int fl__blas_single_begin(void);
+void fl__blas_single_end(int prev);
 int fl__sgemm_parallel(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                        int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 void fl__vadd(float *restrict y, const float *restrict a, const float *restrict b, int64_t n);

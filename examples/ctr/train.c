@@ -1,0 +1,267 @@
+/*
+ * CTR-DNN on Criteo-format data: the seed's click-through-rate example (train.py), one
+ * program for local and distributed training.  The lines marked "+" are the distributed
+ * part; everything else is the single-machine program.
+ *
+ *   build/examples/ctr/train --is_local 1 --train_data DIR --test_data DIR
+ *   fleetrun --server_num 2 --worker_num 2 build/examples/ctr/train --train_data DIR ...
+ *
+ * Data: Criteo TSV (label, I1..I13, C1..C26), read by the built-in reader
+ * (--pipe_command CMD streams each file through CMD and reads MultiSlot instead); make
+ * some with `build/tools/fleet-datagen criteo --rows 200000 --out DIR`.  After training the
+ * first worker (or the local run) measures AUC on the test files and saves the inference
+ * model (which runs with no servers: the embedding rows are exported into it).
+ *
+ * Options (defaults as the seed): --epochs 20 --batch_size 100 --thread_num 10
+ * --sparse_feature_dim 1000001 --embedding_size 10 --optimizer sgd --lr 1e-4
+ * --dataset QueueDataset --print_period 100 --model_dir ctr_model --mode async|sync|geo
+ */
+#include <dirent.h>
+#include <fleet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int is_local, epochs, batch_size, thread_num, embedding_size, print_period;
+    int64_t sparse_feature_dim;
+    double lr;
+    const char *train_data, *test_data, *optimizer, *dataset, *model_dir, *pipe_command, *mode;
+    const char *strategy[16]; /* --strategy KEY=VALUE (DistributedStrategy fields) */
+    int nstrategy;
+} args_t;
+
+static int parse_args(int argc, char **argv, args_t *a)
+{
+    *a = (args_t){0, 20, 100, 10, 10, 100, 1000001, 1e-4, "raw_data", NULL, "sgd", "QueueDataset", "ctr_model", NULL, "async",
+                  {NULL}, 0};
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(k, "--help") || !strcmp(k, "-h")) return 1;
+        if (strncmp(k, "--", 2) != 0 || !v) {
+            fprintf(stderr, "train: expected --option VALUE, got '%s'\n", k);
+            return 2;
+        }
+        i++;
+        k += 2;
+        if (!strcmp(k, "is_local")) a->is_local = atoi(v);
+        else if (!strcmp(k, "epochs")) a->epochs = atoi(v);
+        else if (!strcmp(k, "batch_size")) a->batch_size = atoi(v);
+        else if (!strcmp(k, "thread_num")) a->thread_num = atoi(v);
+        else if (!strcmp(k, "embedding_size")) a->embedding_size = atoi(v);
+        else if (!strcmp(k, "print_period")) a->print_period = atoi(v);
+        else if (!strcmp(k, "sparse_feature_dim")) a->sparse_feature_dim = atoll(v);
+        else if (!strcmp(k, "lr")) a->lr = atof(v);
+        else if (!strcmp(k, "train_data")) a->train_data = v;
+        else if (!strcmp(k, "test_data")) a->test_data = v;
+        else if (!strcmp(k, "optimizer")) a->optimizer = v;
+        else if (!strcmp(k, "dataset")) a->dataset = v;
+        else if (!strcmp(k, "model_dir")) a->model_dir = v;
+        else if (!strcmp(k, "pipe_command")) a->pipe_command = v;
+        else if (!strcmp(k, "mode")) a->mode = v;
+        else if (!strcmp(k, "strategy") && a->nstrategy < 16) a->strategy[a->nstrategy++] = v;
+        else {
+            fprintf(stderr, "train: unknown option --%s (see --help)\n", k);
+            return 2;
+        }
+    }
+    if (a->epochs < 1 || a->batch_size < 1 || a->thread_num < 1 || a->sparse_feature_dim < 1 || !(a->lr > 0)) {
+        fprintf(stderr, "train: epochs, batch_size, thread_num, sparse_feature_dim and lr must be positive\n");
+        return 2;
+    }
+    return 0;
+}
+
+static int cmp_str(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
+
+/* The regular files of dir, sorted ("raw_data/part-N" in the seed). */
+static char **list_files(const char *dir, int *n)
+{
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    char **v = NULL;
+    int cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.' || strstr(e->d_name, ".tmp")) continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **nv = realloc(v, (size_t)cap * sizeof *v);
+            if (!nv) break;
+            v = nv;
+        }
+        size_t len = strlen(dir) + strlen(e->d_name) + 2;
+        v[*n] = malloc(len);
+        snprintf(v[*n], len, "%s/%s", dir, e->d_name);
+        (*n)++;
+    }
+    closedir(d);
+    if (*n) qsort(v, (size_t)*n, sizeof *v, cmp_str);
+    return v;
+}
+
+static fl_opt *make_optimizer(const args_t *a)
+{
+    if (!strcmp(a->optimizer, "sgd")) return fl_opt_sgd((float)a->lr);
+    if (!strcmp(a->optimizer, "adam")) return fl_opt_adam((float)a->lr, 0.9, 0.999, 1e-8);
+    if (!strcmp(a->optimizer, "adagrad")) return fl_opt_adagrad((float)a->lr, 1e-6);
+    fprintf(stderr, "train: --optimizer must be sgd, adam or adagrad, got '%s'\n", a->optimizer);
+    return NULL;
+}
+
+static fl_dataset *make_dataset(const args_t *a, fl_model_ctr_dnn *m, const char *const *files, int nfiles)
+{
+    fl_dataset *ds = fl_dataset_create(a->dataset);
+    if (!ds) return NULL;
+    int st = fl_dataset_set_batch_size(ds, a->batch_size);
+    if (st == FL_OK) st = fl_dataset_set_thread(ds, a->thread_num);
+    if (st == FL_OK) st = fl_dataset_set_use_var(ds, m->use_var, m->nuse_var);
+    if (st == FL_OK && a->pipe_command) st = fl_dataset_set_pipe_command(ds, a->pipe_command);
+    if (st == FL_OK && !a->pipe_command) st = fl_dataset_set_format(ds, "criteo");
+    if (st == FL_OK) st = fl_dataset_set_sparse_feature_dim(ds, (uint64_t)a->sparse_feature_dim);
+    if (st == FL_OK) st = fl_dataset_set_filelist(ds, files, nfiles);
+    if (st == FL_OK && !strcmp(a->dataset, "InMemoryDataset")) {
+        st = fl_dataset_load_into_memory(ds);
+        if (st == FL_OK) st = fl_dataset_local_shuffle(ds, 1);
+    }
+    if (st != FL_OK) {
+        fl_dataset_free(ds);
+        return NULL;
+    }
+    return ds;
+}
+
+static int train_loop(const args_t *a, fl_exe *exe, fl_prog *prog, fl_dataset *ds, fl_model_ctr_dnn *m)
+{
+    const char *fetch[2] = {fl_var_name(m->auc), fl_var_name(m->loss)}, *info[2] = {"auc", "loss"};
+    for (int i = 0; i < a->epochs; i++) {
+        fl_exe_dataset_stats s;
+        if (fl_exe_train_from_dataset(exe, prog, ds, 0, fetch, info, 2, a->print_period, &s) != FL_OK) return -1;
+        printf("epoch %d: %lld examples in %.2f s (%.0f examples/s), auc %.4f\n", i, (long long)s.instances, s.seconds,
+               s.seconds > 0 ? (double)s.instances / s.seconds : 0.0, s.fetch[0]);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* AUC of the trained model on the test files, with the statistics zeroed first. */
+static int evaluate(const args_t *a, fl_exe *exe, fl_prog *prog, fl_model_ctr_dnn *m)
+{
+    int n = 0;
+    char **files = list_files(a->test_data, &n);
+    if (!n) {
+        fprintf(stderr, "train: no test files in '%s'\n", a->test_data);
+        return -1;
+    }
+    args_t one = *a;
+    one.dataset = "QueueDataset";
+    one.thread_num = 1; /* one thread: exact AUC statistics */
+    fl_dataset *ds = make_dataset(&one, m, (const char *const *)files, n);
+    fl_prog *test = fl_prog_clone(prog, 1);
+    int st = ds && test ? FL_OK : fl_last_status();
+    for (int i = 0; st == FL_OK && i < m->nauc_states; i++) st = fl_scope_zero(fl_exe_scope(exe), fl_var_name(m->auc_states[i]));
+    const char *fetch[1] = {fl_var_name(m->auc)};
+    fl_exe_dataset_stats s;
+    if (st == FL_OK) st = fl_exe_infer_from_dataset(exe, test, ds, 1, fetch, NULL, 1, 0, &s);
+    if (st == FL_OK) printf("test auc %.4f on %lld examples\n", s.fetch[0], (long long)s.instances);
+    fl_prog_free(test);
+    fl_dataset_free(ds);
+    for (int i = 0; i < n; i++) free(files[i]);
+    free(files);
+    return st == FL_OK ? 0 : -1;
+}
+
+static int main_function(const args_t *a)
+{
+    /* common code for local training and distributed training */
+    fl_prog *prog = fl_prog_create();
+    fl_model_ctr_dnn_config cfg = fl_model_ctr_dnn_default();
+    cfg.sparse_feature_dim = a->sparse_feature_dim;
+    cfg.embedding_size = a->embedding_size;
+    cfg.is_distributed = !a->is_local && strcmp(a->mode, "geo") != 0; /* GEO keeps a local table */
+    fl_model_ctr_dnn m;
+    if (fl_model_ctr_dnn_build(prog, &cfg, &m) != FL_OK) return -1;
+    int nfiles = 0;
+    char **whole_filelist = list_files(a->train_data, &nfiles);
+    if (!nfiles) {
+        fprintf(stderr, "train: no training files in '%s'\n", a->train_data);
+        return -1;
+    }
+    fl_exe *exe = fl_exe_create(NULL);
+    fl_opt *optimizer = make_optimizer(a);
+    if (!optimizer) return -1;
+    int rc = 0;
+
+    if (a->is_local) { /* local training */
+        fl_dataset *ds = make_dataset(a, &m, (const char *const *)whole_filelist, nfiles);
+        if (!ds || fl_opt_minimize(optimizer, m.loss) != FL_OK ||
+            fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK || train_loop(a, exe, prog, ds, &m))
+            return -1;
+        if (a->test_data && evaluate(a, exe, prog, &m)) return -1;
+        const char *feeds[28];
+        for (int i = 0; i + 1 < m.nuse_var; i++) feeds[i] = fl_var_name(m.use_var[i]);
+        if (fl_io_save_inference_model(exe, a->model_dir, feeds, m.nuse_var - 1, &m.predict, 1, prog) != FL_OK) return -1;
+        printf("model saved to %s\n", a->model_dir);
+        fl_dataset_free(ds);
+    } else { /* distributed training */
+        fleet_strategy strategy = fleet_strategy_default();                          /* + */
+        fleet_strategy_set(&strategy, "a_sync", strcmp(a->mode, "sync") ? "true" : "false");
+        if (!strcmp(a->mode, "geo")) fleet_strategy_set(&strategy, "a_sync_configs.k_steps", "100");
+        for (int i = 0; i < a->nstrategy; i++)
+            if (fleet_strategy_parse(&strategy, a->strategy[i]) != FL_OK) return -1;
+        fleet_t *fleet = fleet_init(NULL, &strategy); /* PaddleCloud role maker    + */
+        if (!fleet) return -1;
+        optimizer = fleet_distributed_optimizer(fleet, optimizer, &strategy);        /* + */
+        if (!optimizer || fl_opt_minimize(optimizer, m.loss) != FL_OK) return -1;
+        if (fleet_is_server(fleet)) {                                                /* + */
+            if (fleet_init_server(fleet, NULL) != FL_OK || fleet_run_server(fleet) != FL_OK) return -1;
+        } else if (fleet_is_worker(fleet)) {
+            const char **mine;                                                       /* + */
+            int nmine;
+            if (fleet_split_files(fleet, (const char *const *)whole_filelist, nfiles, &mine, &nmine) != FL_OK) return -1;
+            fl_dataset *ds = make_dataset(a, &m, mine, nmine);
+            if (!ds || fleet_init_worker(fleet) != FL_OK ||                        /* + */
+                fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK || train_loop(a, exe, prog, ds, &m))
+                return -1;
+            const char *feeds[28];
+            for (int i = 0; i + 1 < m.nuse_var; i++) feeds[i] = fl_var_name(m.use_var[i]);
+            if (fleet_save_inference_model(fleet, exe, a->model_dir, feeds, m.nuse_var - 1, &m.predict, 1, prog) != FL_OK)
+                return -1;
+            if (fleet_is_first_worker(fleet)) {
+                printf("model saved to %s\n", a->model_dir);
+                if (a->test_data && evaluate(a, exe, prog, &m)) rc = -1;
+            }
+            if (fleet_stop_worker(fleet) != FL_OK) return -1;                       /* + */
+            fl_dataset_free(ds);
+            free(mine);
+        }
+        fleet_free(fleet);                                                           /* + */
+    }
+    fl_opt_free(optimizer);
+    fl_exe_free(exe);
+    fl_prog_free(prog);
+    for (int i = 0; i < nfiles; i++) free(whole_filelist[i]);
+    free(whole_filelist);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    args_t args;
+    int pr = parse_args(argc, argv, &args);
+    if (pr) {
+        fprintf(pr == 1 ? stdout : stderr, "usage: %s [--is_local 1] [--train_data DIR] [--test_data DIR] [--epochs N] "
+                                           "[--batch_size N] [--thread_num N] [--optimizer sgd|adam|adagrad] [--lr X] "
+                                           "[--dataset QueueDataset|InMemoryDataset] [--mode async|sync|geo] "
+                                           "[--sparse_feature_dim N] [--model_dir DIR] [--pipe_command CMD] "
+                                           "[--strategy KEY=VALUE ...]\n",
+                argv[0]);
+        return pr == 1 ? 0 : 2;
+    }
+    if (main_function(&args) != 0) {
+        fprintf(stderr, "train: %s\n", fl_last_error());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,234 @@
+/*
+ * trainer.c - train_from_dataset / infer_from_dataset: Hogwild trainer threads, as
+ * Paddle's MultiTrainer + HogwildWorker.
+ *
+ * Thread t reads its share of the dataset (fl_dataset_next(ds, t, ...)) and runs the
+ * program on its own executor over a child scope of the caller's scope, so activations are
+ * private and persistables (found in the root scope by the executor) are shared.  Thread 0
+ * is the calling thread; threads 1..n-1 are spawned for the pass and joined before
+ * returning.  A failing thread raises a shared stop flag that the others check between
+ * batches, so a pass ends promptly with the first error.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "exec_internal.h"
+#include "../tensor/tensor_internal.h"
+
+#define MAX_FETCH 16
+
+typedef struct pass pass;
+
+typedef struct {
+    pass *ps;
+    int t;
+    pthread_t th;
+    int started;
+} worker;
+
+struct pass {
+    fl_exe *e;
+    fl_prog *p;
+    fl_dataset *ds;
+    int nthreads, nfetch, print_period, train;
+    const char *const *fetch;
+    const char *const *info;
+    const char *fn;
+    atomic_int stop;
+    atomic_llong instances, batches;
+    double t0;
+    int tty;
+    pthread_mutex_t mu; /* first error */
+    int err;
+    char msg[1024];
+    fl_exe_dataset_stats *stats;
+};
+
+static void fail(pass *ps, int t, int64_t batch, int st)
+{
+    pthread_mutex_lock(&ps->mu);
+    if (!ps->err) {
+        ps->err = st;
+        snprintf(ps->msg, sizeof ps->msg, "%s: thread %d, batch %lld: %s", ps->fn, t, (long long)batch, fl_last_error());
+    }
+    pthread_mutex_unlock(&ps->mu);
+    atomic_store(&ps->stop, 1);
+}
+
+static double value_of(const fl_tensor *t)
+{
+    if (!t || t->numel == 0) return 0.0;
+    double s = 0;
+    for (int64_t i = 0; i < t->numel; i++) {
+        switch (t->dtype) {
+        case FL_FLOAT32: s += ((const float *)t->data)[i]; break;
+        case FL_FLOAT64: s += ((const double *)t->data)[i]; break;
+        case FL_INT64: s += (double)((const int64_t *)t->data)[i]; break;
+        case FL_INT32: s += ((const int32_t *)t->data)[i]; break;
+        default: return 0.0;
+        }
+    }
+    return s / (double)t->numel;
+}
+
+static void progress(pass *ps, int64_t batch, const double *vals, int final)
+{
+    double el = fl__now() - ps->t0;
+    long long n = atomic_load(&ps->instances);
+    char line[1024];
+    int k = snprintf(line, sizeof line, "%s batch %lld", ps->train ? "train" : "infer", (long long)batch);
+    for (int i = 0; i < ps->nfetch && k < (int)sizeof line - 64; i++)
+        k += snprintf(line + k, sizeof line - (size_t)k, "  %s %.6g", ps->info && ps->info[i] ? ps->info[i] : ps->fetch[i],
+                      vals[i]);
+    snprintf(line + k, sizeof line - (size_t)k, "  | %.0f ex/s  %.1f s", el > 0 ? (double)n / el : 0.0, el);
+    if (ps->tty) printf("\r%s\033[K%s", line, final ? "\n" : "");
+    else printf("%s\n", line);
+    fflush(stdout);
+}
+
+static void run_thread(pass *ps, int t)
+{
+    fl_scope *sc = fl_scope_create(fl_exe_scope(ps->e));
+    fl_exe *ex = sc ? fl_exe_create(sc) : NULL;
+    fl_data_batch *b = ex ? fl_data_batch_create(ps->ds) : NULL;
+    int nslots = b ? fl_data_batch_num_slots(b) : 0;
+    fl_feed *feed = b ? calloc((size_t)nslots + 1, sizeof *feed) : NULL;
+    int64_t batch = 0;
+    if (!feed) {
+        fail(ps, t, 0, fl_last_status() ? fl_last_status() : FL_ENOMEM);
+        goto out;
+    }
+    fl_tensor *out[MAX_FETCH];
+    double vals[MAX_FETCH];
+    while (!atomic_load(&ps->stop)) {
+        int r = fl_dataset_next(ps->ds, t, b);
+        if (r == 0) break;
+        if (r < 0) {
+            fail(ps, t, batch, r);
+            break;
+        }
+        for (int i = 0; i < nslots; i++) feed[i] = (fl_feed){fl_data_batch_name(b, i), fl_data_batch_tensor(b, i)};
+        int st = fl_exe_run(ex, ps->p, feed, nslots, ps->fetch, ps->nfetch, out);
+        if (st != FL_OK) {
+            fail(ps, t, batch, st);
+            break;
+        }
+        batch++;
+        atomic_fetch_add(&ps->instances, fl_data_batch_size(b));
+        atomic_fetch_add(&ps->batches, 1);
+        if (t == 0 && ps->nfetch) {
+            for (int i = 0; i < ps->nfetch; i++) vals[i] = value_of(out[i]);
+            if (ps->stats) {
+                ps->stats->nfetch = ps->nfetch;
+                memcpy(ps->stats->fetch, vals, sizeof(double) * (size_t)ps->nfetch);
+            }
+            if (ps->print_period > 0 && batch % ps->print_period == 0) progress(ps, batch, vals, 0);
+        }
+    }
+    if (t == 0 && ps->tty && ps->nfetch && ps->print_period > 0 && batch >= ps->print_period && ps->stats)
+        progress(ps, batch, ps->stats->fetch, 1);
+out:
+    free(feed);
+    fl_data_batch_free(b);
+    fl_exe_free(ex);
+    fl_scope_free(sc);
+}
+
+static void *thread_main(void *arg)
+{
+    worker *w = arg;
+    run_thread(w->ps, w->t);
+    return NULL;
+}
+
+/* An op marked single_trainer (collective and synchronous parameter-server ops) counts
+ * one step per process: such programs train with one thread. */
+static int check_threads(const fl_prog *p, int n, const char *fn)
+{
+    if (n <= 1) return FL_OK;
+    for (int i = 0; i < p->nops; i++)
+        if (fl__attr_i(p->ops[i], "single_trainer", 0))
+            return fl__err(FL_EINVAL, "%s: op '%s' exchanges one step per process (collective or synchronous parameter-server "
+                                      "training), so the program trains with one thread per process; got %d threads",
+                           fn, p->ops[i]->def->type, n);
+    return FL_OK;
+}
+
+static int run_pass(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const char *const *fetch_list,
+                    const char *const *fetch_info, int nfetch, int print_period, fl_exe_dataset_stats *stats, int train,
+                    const char *fn)
+{
+    if (!e || !fl_exe_scope(e)) return fl__err(FL_EINVAL, "%s: executor is NULL or invalid", fn);
+    if (!p || p->magic != FL_PROG_MAGIC) return fl__err(FL_EINVAL, "%s: program is NULL or invalid", fn);
+    if (!ds) return fl__err(FL_EINVAL, "%s: dataset is NULL", fn);
+    if (nfetch < 0 || nfetch > MAX_FETCH || (nfetch && !fetch_list))
+        return fl__err(FL_EINVAL, "%s: fetch list of %d variables (at most %d)", fn, nfetch, MAX_FETCH);
+    if (print_period < 0) return fl__err(FL_EINVAL, "%s: print_period must be >= 0, got %d", fn, print_period);
+    int avail = fl_dataset_thread_num(ds);
+    if (avail < 1) return fl__err(FL_EINVAL, "%s: the dataset has no file list or no reader threads", fn);
+    int n = thread > 0 && thread < avail ? thread : avail;
+    if (thread > avail)
+        FL_INFO(FL_SUB_EXEC, "%s: %d threads asked, the dataset has %d readers: training with %d", fn, thread, avail, avail);
+    FL_CHECK(check_threads(p, n, fn));
+    if (stats) memset(stats, 0, sizeof *stats);
+    pass ps = {.e = e, .p = p, .ds = ds, .nthreads = n, .nfetch = nfetch, .print_period = print_period, .train = train,
+               .fetch = fetch_list, .info = fetch_info, .fn = fn, .stats = stats};
+    atomic_init(&ps.stop, 0);
+    atomic_init(&ps.instances, 0);
+    atomic_init(&ps.batches, 0);
+    pthread_mutex_init(&ps.mu, NULL);
+    ps.tty = isatty(STDOUT_FILENO);
+    worker *ws = calloc((size_t)n, sizeof *ws);
+    if (!ws) {
+        pthread_mutex_destroy(&ps.mu);
+        return fl__err(FL_ENOMEM, "%s: out of memory", fn);
+    }
+    int st = fl_dataset_begin(ds);
+    if (st != FL_OK) {
+        free(ws);
+        pthread_mutex_destroy(&ps.mu);
+        return fl__err(st, "%s: %s", fn, fl_last_error());
+    }
+    int blas = n > 1 ? fl__blas_single_begin() : 0;
+    ps.t0 = fl__now();
+    for (int t = 1; t < n; t++) {
+        ws[t] = (worker){&ps, t, 0, 0};
+        if (pthread_create(&ws[t].th, NULL, thread_main, &ws[t]) != 0) {
+            fl__err(FL_ENOMEM, "could not start trainer thread %d", t);
+            fail(&ps, t, 0, FL_ENOMEM);
+            break;
+        }
+        ws[t].started = 1;
+    }
+    if (!atomic_load(&ps.stop)) run_thread(&ps, 0);
+    for (int t = 1; t < n; t++)
+        if (ws[t].started) pthread_join(ws[t].th, NULL);
+    if (n > 1) fl__blas_single_end(blas);
+    double el = fl__now() - ps.t0;
+    int est = fl_dataset_end(ds);
+    if (stats) {
+        stats->instances = atomic_load(&ps.instances);
+        stats->batches = atomic_load(&ps.batches);
+        stats->seconds = el;
+    }
+    free(ws);
+    pthread_mutex_destroy(&ps.mu);
+    if (ps.err) return fl__err(ps.err, "%s", ps.msg);
+    if (est != FL_OK) return fl__err(est, "%s: %s", fn, fl_last_error());
+    return FL_OK;
+}
+
+int fl_exe_train_from_dataset(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const char *const *fetch_list,
+                              const char *const *fetch_info, int nfetch, int print_period, fl_exe_dataset_stats *stats)
+{
+    return run_pass(e, p, ds, thread, fetch_list, fetch_info, nfetch, print_period, stats, 1, "fl_exe_train_from_dataset");
+}
+
+int fl_exe_infer_from_dataset(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const char *const *fetch_list,
+                              const char *const *fetch_info, int nfetch, int print_period, fl_exe_dataset_stats *stats)
+{
+    return run_pass(e, p, ds, thread, fetch_list, fetch_info, nfetch, print_period, stats, 0, "fl_exe_infer_from_dataset");
+}

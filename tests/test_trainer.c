@@ -1,0 +1,238 @@
+/*
+ * test_trainer.c - train_from_dataset / infer_from_dataset (src/exec/trainer.c): Hogwild
+ * threads on CTR-DNN with planted Criteo data (BUILD/tools/fleet-datagen) reach the
+ * planted model's AUC, errors stop every thread and name thread, batch, file and line,
+ * programs for one trainer per process refuse more threads, inference leaves the
+ * parameters alone, and the progress lines show the fetched values and the speed.
+ */
+#include <libgen.h>
+#include <limits.h>
+
+#include "testhelp.h"
+#include "graph/graph_internal.h"
+
+static char DG[PATH_MAX], DIR_[64];
+
+/* Writes planted data once per test (rows, 4 train files) into a fresh directory. */
+static void gen(int rows, const char *extra)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    CHECK(n > 0);
+    self[n] = 0;
+    snprintf(DG, sizeof DG, "%s/../tools/fleet-datagen", dirname(self));
+    snprintf(DIR_, sizeof DIR_, "/tmp/fl_trainerXXXXXX");
+    CHECK(mkdtemp(DIR_));
+    char cmd[PATH_MAX * 2];
+    snprintf(cmd, sizeof cmd, "%s criteo --rows %d --files 4 --out %s --seed 3 %s > %s/gen.log 2>&1", DG, rows, DIR_, extra,
+             DIR_);
+    CHECK(system(cmd) == 0);
+}
+
+static void cleanup(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
+    CHECK(system(cmd) == 0);
+}
+
+static double ceiling_test(void)
+{
+    char path[128], buf[2048];
+    snprintf(path, sizeof path, "%s/planted.json", DIR_);
+    FILE *f = fopen(path, "r");
+    CHECK(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strstr(buf, "\"ceiling_auc_test\":");
+    CHECK(p);
+    return atof(p + strlen("\"ceiling_auc_test\":"));
+}
+
+static int list(const char *sub, char files[][128], int cap)
+{
+    int n = 0;
+    for (int i = 0; i < cap; i++) {
+        snprintf(files[n], 128, "%s/%s/part-%05d", DIR_, sub, i);
+        if (access(files[n], R_OK) == 0) n++;
+    }
+    return n;
+}
+
+typedef struct {
+    fl_prog *p;
+    fl_model_ctr_dnn m;
+    fl_exe *e;
+} ctr_t;
+
+static ctr_t build(int hidden, float lr)
+{
+    ctr_t c;
+    c.p = fl_prog_create();
+    fl_model_ctr_dnn_config cfg = fl_model_ctr_dnn_default();
+    cfg.sparse_feature_dim = 20011;
+    cfg.nhidden = 2;
+    cfg.hidden[0] = cfg.hidden[1] = hidden;
+    CHECK_OK(fl_model_ctr_dnn_build(c.p, &cfg, &c.m));
+    CHECK_OK(fl_opt_minimize(fl_opt_adam(lr, 0.9f, 0.999f, 1e-8f), c.m.loss));
+    c.e = fl_exe_create(NULL);
+    CHECK_OK(fl_exe_run(c.e, fl_prog_startup(c.p), NULL, 0, NULL, 0, NULL));
+    return c;
+}
+
+static fl_dataset *dataset(ctr_t *c, const char *kind, const char *sub, int threads, int batch)
+{
+    static char files[16][128];
+    const char *fp[16];
+    int n = list(sub, files, 16);
+    CHECK(n >= 1);
+    for (int i = 0; i < n; i++) fp[i] = files[i];
+    fl_dataset *ds = fl_dataset_create(kind);
+    CHECK(ds);
+    CHECK_OK(fl_dataset_set_use_var(ds, c->m.use_var, c->m.nuse_var));
+    CHECK_OK(fl_dataset_set_format(ds, "criteo"));
+    CHECK_OK(fl_dataset_set_sparse_feature_dim(ds, 20011));
+    CHECK_OK(fl_dataset_set_batch_size(ds, batch));
+    CHECK_OK(fl_dataset_set_thread(ds, threads));
+    CHECK_OK(fl_dataset_set_filelist(ds, fp, n));
+    return ds;
+}
+
+static double test_auc(ctr_t *c)
+{
+    fl_dataset *ds = dataset(c, "QueueDataset", "test", 1, 500);
+    fl_prog *t = fl_prog_clone(c->p, 1);
+    for (int i = 0; i < c->m.nauc_states; i++) CHECK_OK(fl_scope_zero(fl_exe_scope(c->e), fl_var_name(c->m.auc_states[i])));
+    const char *fetch[1] = {fl_var_name(c->m.auc)};
+    fl_exe_dataset_stats s;
+    CHECK_OK(fl_exe_infer_from_dataset(c->e, t, ds, 1, fetch, NULL, 1, 0, &s));
+    fl_prog_free(t);
+    fl_dataset_free(ds);
+    return s.fetch[0];
+}
+
+static void ctr_free(ctr_t *c)
+{
+    fl_exe_free(c->e);
+    fl_prog_free(c->p);
+}
+
+/* Two Hogwild threads on an in-memory shuffled dataset get within 0.01 of the AUC of the
+ * planted model that generated the data. */
+TEST(hogwild_reaches_the_planted_auc)
+{
+    gen(200000, "--vocab-scale 0.002 --dense-scale 0.1 --test-rows 40000");
+    double ceiling = ceiling_test();
+    ctr_t c = build(64, 0.003f);
+    fl_dataset *ds = dataset(&c, "InMemoryDataset", "train", 2, 100);
+    CHECK_OK(fl_dataset_load_into_memory(ds));
+    CHECK_EQ_INT(fl_dataset_get_memory_data_size(ds), 200000);
+    const char *fetch[2] = {fl_var_name(c.m.auc), fl_var_name(c.m.loss)};
+    double auc = 0;
+    for (int epoch = 0; epoch < 8; epoch++) {
+        CHECK_OK(fl_dataset_local_shuffle(ds, (uint64_t)epoch + 1));
+        fl_exe_dataset_stats s;
+        CHECK_OK(fl_exe_train_from_dataset(c.e, c.p, ds, 2, fetch, NULL, 2, 0, &s));
+        CHECK_EQ_INT(s.instances, 200000);
+        CHECK_EQ_INT(s.batches, 2000);
+        auc = test_auc(&c);
+        printf("  epoch %d: test auc %.4f (ceiling %.4f), %.0f examples/s\n", epoch, auc, ceiling, s.instances / s.seconds);
+        fflush(stdout);
+        if (auc > ceiling - 0.01) break;
+    }
+    CHECK(auc > ceiling - 0.01);
+    fl_dataset_free(ds);
+    ctr_free(&c);
+    cleanup();
+}
+
+/* A malformed line stops every thread; the error names the thread, the batch, the file,
+ * the line and the slot, and the pass returns it. */
+TEST(bad_line_stops_the_pass_with_its_location)
+{
+    gen(4000, "--vocab-scale 0.01");
+    char path[160];
+    snprintf(path, sizeof path, "%s/train/part-00002", DIR_);
+    FILE *f = fopen(path, "a");
+    CHECK(f);
+    fprintf(f, "1\t2\t3\n"); /* line 1001: 3 columns */
+    fclose(f);
+    ctr_t c = build(16, 0.001f);
+    fl_dataset *ds = dataset(&c, "QueueDataset", "train", 2, 50);
+    int st = fl_exe_train_from_dataset(c.e, c.p, ds, 2, NULL, NULL, 0, 0, NULL);
+    CHECK(st == FL_ECORRUPT);
+    CHECK_STR_HAS(fl_last_error(), "part-00002:1001");
+    CHECK_STR_HAS(fl_last_error(), "thread ");
+    CHECK_STR_HAS(fl_last_error(), "40 tab-separated columns");
+    /* the "skip" policy trains on, counting the line */
+    CHECK_OK(fl_dataset_set_bad_line_policy(ds, "skip"));
+    fl_exe_dataset_stats s;
+    CHECK_OK(fl_exe_train_from_dataset(c.e, c.p, ds, 2, NULL, NULL, 0, 0, &s));
+    CHECK_EQ_INT(s.instances, 4000);
+    CHECK_EQ_INT(fl_dataset_bad_lines(ds), 1);
+    fl_dataset_free(ds);
+    ctr_free(&c);
+    cleanup();
+}
+
+/* Inference passes read every instance and change no parameter; a program marked
+ * single_trainer refuses two threads; progress lines carry labels and speed. */
+TEST(infer_pass_threads_and_progress)
+{
+    gen(3000, "--vocab-scale 0.01");
+    ctr_t c = build(16, 0.01f);
+    fl_dataset *ds = dataset(&c, "QueueDataset", "train", 2, 64);
+    const char *w = "fc_0.w_0";
+    fl_tensor *wt = fl_scope_find(fl_exe_scope(c.e), w);
+    CHECK(wt);
+    size_t nb = fl_tensor_nbytes(wt);
+    void *before = malloc(nb);
+    memcpy(before, fl_tensor_cdata(wt), nb);
+    fl_prog *t = fl_prog_clone(c.p, 1);
+    fl_exe_dataset_stats s;
+    const char *fetch[1] = {fl_var_name(c.m.auc)};
+    CHECK_OK(fl_exe_infer_from_dataset(c.e, t, ds, 0, fetch, NULL, 1, 0, &s));
+    CHECK_EQ_INT(s.instances, 3000);
+    CHECK(memcmp(before, fl_tensor_cdata(wt), nb) == 0);
+    /* training changes it, and prints a line every 10 batches of thread 0 */
+    char out[128];
+    snprintf(out, sizeof out, "%s/progress.txt", DIR_);
+    fflush(stdout);
+    int saved = dup(1);
+    FILE *pf = freopen(out, "w", stdout);
+    CHECK(pf);
+    const char *info[1] = {"AUC"};
+    int st = fl_exe_train_from_dataset(c.e, c.p, ds, 2, fetch, info, 1, 10, &s);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    CHECK_OK(st);
+    CHECK(memcmp(before, fl_tensor_cdata(wt), nb) != 0);
+    FILE *rf = fopen(out, "r");
+    char line[512];
+    int lines = 0;
+    while (rf && fgets(line, sizeof line, rf)) {
+        CHECK_STR_HAS(line, "train batch ");
+        CHECK_STR_HAS(line, "AUC 0.");
+        CHECK_STR_HAS(line, "ex/s");
+        lines++;
+    }
+    if (rf) fclose(rf);
+    CHECK(lines >= 1);
+    /* one trainer per process: an op marked single_trainer */
+    CHECK_OK(fl__attr_set_i(t->ops[0], "single_trainer", 1));
+    CHECK(fl_exe_infer_from_dataset(c.e, t, ds, 2, NULL, NULL, 0, 0, NULL) == FL_EINVAL);
+    CHECK_STR_HAS(fl_last_error(), "one thread per process");
+    CHECK_OK(fl_exe_infer_from_dataset(c.e, t, ds, 1, NULL, NULL, 0, 0, NULL));
+    /* bad arguments */
+    CHECK(fl_exe_train_from_dataset(c.e, c.p, NULL, 1, NULL, NULL, 0, 0, NULL) == FL_EINVAL);
+    CHECK(fl_exe_train_from_dataset(c.e, c.p, ds, 1, NULL, NULL, 0, -1, NULL) == FL_EINVAL);
+    free(before);
+    fl_prog_free(t);
+    fl_dataset_free(ds);
+    ctr_free(&c);
+    cleanup();
+}
+
+TEST_MAIN(T(hogwild_reaches_the_planted_auc), T(bad_line_stops_the_pass_with_its_location), T(infer_pass_threads_and_progress))
