@@ -113,7 +113,7 @@ ubsan:
 
 tsan:
 	@$(MAKE) --no-print-directory BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all
-	@TSAN_OPTIONS=halt_on_error=1 scripts/run-tests.sh build-tsan
+	@TSAN_OPTIONS=halt_on_error=1:history_size=7:suppressions=$(CURDIR)/scripts/tsan-hogwild.supp scripts/run-tests.sh build-tsan
 
 valgrind: all
 	@FLEET_TEST_WRAPPER="valgrind -q --error-exitcode=99 --leak-check=full" scripts/run-tests.sh $(BUILD)

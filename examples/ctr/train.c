@@ -15,6 +15,7 @@
  * Options (defaults as the seed): --epochs 20 --batch_size 100 --thread_num 10
  * --sparse_feature_dim 1000001 --embedding_size 10 --optimizer sgd --lr 1e-4
  * --dataset QueueDataset --print_period 100 --model_dir ctr_model --mode async|sync|geo
+ * --hidden 400,400,400 --strategy KEY=VALUE (any DistributedStrategy field, repeatable)
  */
 #include <dirent.h>
 #include <fleet.h>
@@ -27,6 +28,7 @@ typedef struct {
     int64_t sparse_feature_dim;
     double lr;
     const char *train_data, *test_data, *optimizer, *dataset, *model_dir, *pipe_command, *mode;
+    const char *hidden;       /* --hidden 400,400,400 */
     const char *strategy[16]; /* --strategy KEY=VALUE (DistributedStrategy fields) */
     int nstrategy;
 } args_t;
@@ -34,7 +36,7 @@ typedef struct {
 static int parse_args(int argc, char **argv, args_t *a)
 {
     *a = (args_t){0, 20, 100, 10, 10, 100, 1000001, 1e-4, "raw_data", NULL, "sgd", "QueueDataset", "ctr_model", NULL, "async",
-                  {NULL}, 0};
+                  "400,400,400", {NULL}, 0};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) return 1;
@@ -59,6 +61,7 @@ static int parse_args(int argc, char **argv, args_t *a)
         else if (!strcmp(k, "model_dir")) a->model_dir = v;
         else if (!strcmp(k, "pipe_command")) a->pipe_command = v;
         else if (!strcmp(k, "mode")) a->mode = v;
+        else if (!strcmp(k, "hidden")) a->hidden = v;
         else if (!strcmp(k, "strategy") && a->nstrategy < 16) a->strategy[a->nstrategy++] = v;
         else {
             fprintf(stderr, "train: unknown option --%s (see --help)\n", k);
@@ -180,6 +183,9 @@ static int main_function(const args_t *a)
     cfg.sparse_feature_dim = a->sparse_feature_dim;
     cfg.embedding_size = a->embedding_size;
     cfg.is_distributed = !a->is_local && strcmp(a->mode, "geo") != 0; /* GEO keeps a local table */
+    cfg.nhidden = 0;
+    for (const char *h = a->hidden; *h && cfg.nhidden < FL_MODEL_CTR_MAX_LAYERS; h += strspn(h, ","))
+        cfg.hidden[cfg.nhidden++] = (int)strtol(h, (char **)&h, 10);
     fl_model_ctr_dnn m;
     if (fl_model_ctr_dnn_build(prog, &cfg, &m) != FL_OK) return -1;
     int nfiles = 0;
@@ -254,7 +260,7 @@ int main(int argc, char **argv)
         fprintf(pr == 1 ? stdout : stderr, "usage: %s [--is_local 1] [--train_data DIR] [--test_data DIR] [--epochs N] "
                                            "[--batch_size N] [--thread_num N] [--optimizer sgd|adam|adagrad] [--lr X] "
                                            "[--dataset QueueDataset|InMemoryDataset] [--mode async|sync|geo] "
-                                           "[--sparse_feature_dim N] [--model_dir DIR] [--pipe_command CMD] "
+                                           "[--sparse_feature_dim N] [--model_dir DIR] [--pipe_command CMD] [--hidden N,N,..] "
                                            "[--strategy KEY=VALUE ...]\n",
                 argv[0]);
         return pr == 1 ? 0 : 2;

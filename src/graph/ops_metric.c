@@ -11,6 +11,8 @@
  * ops, one over a sliding window of batches and one global (as fluid.layers.auc).
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -290,7 +292,28 @@ static double auc_area(const int64_t *pos, const int64_t *neg, int64_t nt)
     return tp > 0.0 && fp > 0.0 ? area / tp / fp : area;
 }
 
+/* The statistics are persistable and shared by Hogwild trainer threads
+ * (fl_exe_train_from_dataset): one update at a time per statistics tensor, so the global
+ * and sliding counts stay exact.  A lock of a small striped set is chosen by the address. */
+static pthread_mutex_t auc_locks[16] = {
+    PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+    PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+    PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+    PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
+
+static int run_auc_locked(fl_kctx *c);
+
 static int run_auc(fl_kctx *c)
+{
+    const fl_tensor *st = FL_IN(c, 2);
+    pthread_mutex_t *mu = &auc_locks[((uintptr_t)(st ? st->data : NULL) >> 6) % 16];
+    pthread_mutex_lock(mu);
+    int r = run_auc_locked(c);
+    pthread_mutex_unlock(mu);
+    return r;
+}
+
+static int run_auc_locked(fl_kctx *c)
 {
     const fl_op *op = c->op;
     fl_tensor *pred = FL_IN(c, 0), *lab = FL_IN(c, 1), *auc = FL_OUT(c, 0);

@@ -1,0 +1,190 @@
+/*
+ * test_ctr.c - the CTR workflow end to end with real processes on 127.0.0.1: planted
+ * Criteo data (tools/fleet-datagen), examples/ctr/train locally and under fleetrun with
+ * parameter servers (async), the saved model scored by examples/ctr/infer with no servers,
+ * and a global shuffle across two workers that loses and duplicates nothing.
+ */
+#include <libgen.h>
+#include <limits.h>
+#include <stdarg.h>
+
+#include "testhelp.h"
+
+static char BIN[PATH_MAX], DIR_[64];
+
+static void setup(void)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    CHECK(n > 0);
+    self[n] = 0;
+    snprintf(BIN, sizeof BIN, "%s/..", dirname(self)); /* BUILD */
+    snprintf(DIR_, sizeof DIR_, "/tmp/fl_ctrXXXXXX");
+    CHECK(mkdtemp(DIR_));
+}
+
+static void cleanup(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
+    CHECK(system(cmd) == 0);
+}
+
+/* Runs a shell command (bounded by `timeout`), output to DIR/name.log; returns the log. */
+static char *run(const char *name, int seconds, const char *fmt, ...)
+{
+    char cmd[8192], body[7000], log[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    snprintf(log, sizeof log, "%s/%s.log", DIR_, name);
+    snprintf(cmd, sizeof cmd, "timeout -k 5 %d %s > %s 2>&1", seconds, body, log);
+    int rc = system(cmd);
+    FILE *f = fopen(log, "r");
+    CHECK(f);
+    static char buf[1 << 16];
+    size_t k = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[k] = 0;
+    char *s = strdup(buf);
+    if (rc != 0) TFAIL("'%s' failed (status %d):\n%s", body, rc, s);
+    return s;
+}
+
+static double after(const char *s, const char *key)
+{
+    const char *p = strstr(s, key);
+    if (!p) TFAIL("'%s' not found in:\n%s", key, s);
+    return atof(p + strlen(key));
+}
+
+/* PS async with 2 workers ends within 0.005 AUC of local training on the same data, and
+ * its inference model (embedding rows exported from the servers) scores the same with no
+ * servers. */
+TEST(ps_async_matches_local_training)
+{
+    setup();
+    free(run("gen", 60, "%s/tools/fleet-datagen criteo --rows 200000 --files 4 --out %s/data --seed 5 --vocab-scale 0.002 "
+                        "--dense-scale 0.1", BIN, DIR_));
+    const char *common = "--epochs 2 --optimizer adam --lr 0.003 --hidden 64,64 --sparse_feature_dim 100003 --print_period 0";
+    char *loc = run("local", 120, "%s/examples/ctr/train --is_local 1 --thread_num 2 --train_data %s/data/train --test_data "
+                                  "%s/data/test --model_dir %s/local_model %s",
+                    BIN, DIR_, DIR_, DIR_, common);
+    double a_local = after(loc, "test auc ");
+    char *ps = run("ps", 180, "%s/tools/fleetrun --server_num 1 --worker_num 2 --log_dir %s/log %s/examples/ctr/train "
+                              "--thread_num 1 --train_data %s/data/train --test_data %s/data/test --model_dir %s/ps_model "
+                              "--strategy a_sync_configs.send_queue_size=1 %s",
+                   BIN, DIR_, BIN, DIR_, DIR_, DIR_, common);
+    double a_ps = after(ps, "test auc ");
+    CHECK_STR_HAS(ps, "all 3 processes on this node succeeded");
+    char *inf = run("infer", 60, "%s/examples/ctr/infer --model_dir %s/ps_model --test_data %s/data/test --sparse_feature_dim 100003",
+                    BIN, DIR_, DIR_);
+    double a_inf = after(inf, "test auc ");
+    printf("  test auc: local %.4f, parameter servers %.4f, PS model without servers %.4f\n", a_local, a_ps, a_inf);
+    fflush(stdout);
+    CHECK(a_local > 0.75);
+    CHECK_NEAR(a_ps, a_local, 0.005);
+    CHECK_NEAR(a_inf, a_ps, 0.002); /* exact AUC vs the auc op's 4096 buckets */
+    free(loc);
+    free(ps);
+    free(inf);
+    cleanup();
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Record count and order-independent hash of files, read as shuffle_job reads them. */
+static void hash_files(char files[][160], int n, int64_t *count, uint64_t *hash)
+{
+    fl_prog *p = fl_prog_create();
+    fl_model_ctr_dnn_config cfg = fl_model_ctr_dnn_default();
+    cfg.sparse_feature_dim = 1009;
+    cfg.nhidden = 1;
+    cfg.hidden[0] = 4;
+    fl_model_ctr_dnn m;
+    CHECK_OK(fl_model_ctr_dnn_build(p, &cfg, &m));
+    const char *fp[8];
+    for (int i = 0; i < n; i++) fp[i] = files[i];
+    fl_dataset *ds = fl_dataset_create("QueueDataset");
+    CHECK_OK(fl_dataset_set_use_var(ds, m.use_var, m.nuse_var));
+    CHECK_OK(fl_dataset_set_format(ds, "criteo"));
+    CHECK_OK(fl_dataset_set_sparse_feature_dim(ds, 1009));
+    CHECK_OK(fl_dataset_set_batch_size(ds, 1));
+    CHECK_OK(fl_dataset_set_thread(ds, 1));
+    CHECK_OK(fl_dataset_set_filelist(ds, fp, n));
+    fl_data_batch *b = fl_data_batch_create(ds);
+    CHECK_OK(fl_dataset_begin(ds));
+    *count = 0;
+    *hash = 0;
+    int r;
+    while ((r = fl_dataset_next(ds, 0, b)) > 0) {
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (int i = 0; i < fl_data_batch_num_slots(b); i++) {
+            fl_tensor *t = fl_data_batch_tensor(b, i);
+            h = fnv(h, fl_tensor_cdata(t), fl_tensor_nbytes(t));
+        }
+        *hash += h;
+        (*count)++;
+    }
+    CHECK(r == 0);
+    CHECK_OK(fl_dataset_end(ds));
+    fl_data_batch_free(b);
+    fl_dataset_free(ds);
+    fl_prog_free(p);
+}
+
+/* fleet_dataset_global_shuffle between the 2 workers of a PS job: every record ends on
+ * exactly one worker (count and hash of all records kept), records move, and
+ * fleet_dataset_memory_data_size is the sum over workers on both. */
+TEST(global_shuffle_across_ps_workers)
+{
+    setup();
+    free(run("gen", 60, "%s/tools/fleet-datagen criteo --rows 3000 --files 4 --out %s/data --seed 9 --vocab-scale 0.01", BIN,
+             DIR_));
+    char files[4][160];
+    char list[1024] = "";
+    for (int i = 0; i < 4; i++) {
+        snprintf(files[i], sizeof files[i], "%s/data/train/part-%05d", DIR_, i);
+        strcat(list, " ");
+        strcat(list, files[i]);
+    }
+    int64_t n_all, n0;
+    uint64_t h_all, h0;
+    hash_files(files, 4, &n_all, &h_all);
+    hash_files(files, 2, &n0, &h0); /* worker 0's share before the shuffle (split_files) */
+    CHECK_EQ_INT(n_all, 3000);
+    char *out = run("job", 120, "%s/tools/fleetrun --server_num 1 --worker_num 2 --log_dir %s/log %s/tests/bin/shuffle_job %s%s",
+                    BIN, DIR_, BIN, DIR_, list);
+    free(out);
+    int64_t held[2], total[2], before[2];
+    uint64_t hash[2];
+    for (int w = 0; w < 2; w++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s/worker.%d", DIR_, w);
+        FILE *f = fopen(path, "r");
+        CHECK(f);
+        long long a, b, d;
+        unsigned long long c;
+        CHECK(fscanf(f, "held %lld total %lld hash %llu before %lld", &a, &b, &c, &d) == 4);
+        fclose(f);
+        held[w] = a, total[w] = b, hash[w] = c, before[w] = d;
+    }
+    printf("  worker 0: %lld -> %lld records, worker 1: %lld -> %lld\n", (long long)before[0], (long long)held[0],
+           (long long)before[1], (long long)held[1]);
+    fflush(stdout);
+    CHECK_EQ_INT(before[0] + before[1], 3000);
+    CHECK_EQ_INT(held[0] + held[1], 3000);
+    CHECK_EQ_INT(total[0], 3000);
+    CHECK_EQ_INT(total[1], 3000);
+    CHECK(hash[0] + hash[1] == h_all);
+    CHECK(hash[0] != h0); /* records moved between the workers */
+    cleanup();
+}
+
+TEST_MAIN(T(ps_async_matches_local_training), T(global_shuffle_across_ps_workers))
