@@ -61,8 +61,8 @@ static double after(const char *s, const char *key)
 
 /* PS async with 2 workers ends within 0.005 AUC of local training on the same data, and
  * its inference model (embedding rows exported from the servers) scores the same with no
- * servers. */
-TEST(ps_async_matches_local_training)
+ * servers; collective training on 2 trainers gets there too. */
+TEST(ps_async_and_collective_match_local_training)
 {
     setup();
     free(run("gen", 60, "%s/tools/fleet-datagen criteo --rows 200000 --files 4 --out %s/data --seed 5 --vocab-scale 0.002 "
@@ -81,11 +81,19 @@ TEST(ps_async_matches_local_training)
     char *inf = run("infer", 60, "%s/examples/ctr/infer --model_dir %s/ps_model --test_data %s/data/test --sparse_feature_dim 100003",
                     BIN, DIR_, DIR_);
     double a_inf = after(inf, "test auc ");
-    printf("  test auc: local %.4f, parameter servers %.4f, PS model without servers %.4f\n", a_local, a_ps, a_inf);
+    /* collective: two trainers, one thread each, the embedding gradient all-gathered */
+    char *co = run("coll", 180, "%s/tools/fleetrun --nproc_per_node 2 --log_dir %s/clog %s/examples/ctr/train --mode collective "
+                                "--train_data %s/data/train --test_data %s/data/test --model_dir %s/coll_model %s",
+                   BIN, DIR_, BIN, DIR_, DIR_, DIR_, common);
+    double a_coll = after(co, "test auc ");
+    printf("  test auc: local %.4f, parameter servers %.4f, PS model without servers %.4f, collective %.4f\n", a_local, a_ps,
+           a_inf, a_coll);
     fflush(stdout);
     CHECK(a_local > 0.75);
     CHECK_NEAR(a_ps, a_local, 0.005);
     CHECK_NEAR(a_inf, a_ps, 0.002); /* exact AUC vs the auc op's 4096 buckets */
+    CHECK_NEAR(a_coll, a_local, 0.01);
+    free(co);
     free(loc);
     free(ps);
     free(inf);
@@ -187,4 +195,4 @@ TEST(global_shuffle_across_ps_workers)
     cleanup();
 }
 
-TEST_MAIN(T(ps_async_matches_local_training), T(global_shuffle_across_ps_workers))
+TEST_MAIN(T(ps_async_and_collective_match_local_training), T(global_shuffle_across_ps_workers))

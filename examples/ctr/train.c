@@ -5,6 +5,7 @@
  *
  *   build/examples/ctr/train --is_local 1 --train_data DIR --test_data DIR
  *   fleetrun --server_num 2 --worker_num 2 build/examples/ctr/train --train_data DIR ...
+ *   fleetrun --nproc_per_node 2 build/examples/ctr/train --mode collective --train_data DIR ...
  *
  * Data: Criteo TSV (label, I1..I13, C1..C26), read by the built-in reader
  * (--pipe_command CMD streams each file through CMD and reads MultiSlot instead); make
@@ -14,7 +15,7 @@
  *
  * Options (defaults as the seed): --epochs 20 --batch_size 100 --thread_num 10
  * --sparse_feature_dim 1000001 --embedding_size 10 --optimizer sgd --lr 1e-4
- * --dataset QueueDataset --print_period 100 --model_dir ctr_model --mode async|sync|geo
+ * --dataset QueueDataset --print_period 100 --model_dir ctr_model --mode async|sync|geo|collective
  * --hidden 400,400,400 --strategy KEY=VALUE (any DistributedStrategy field, repeatable)
  */
 #include <dirent.h>
@@ -138,9 +139,11 @@ static fl_dataset *make_dataset(const args_t *a, fl_model_ctr_dnn *m, const char
 static int train_loop(const args_t *a, fl_exe *exe, fl_prog *prog, fl_dataset *ds, fl_model_ctr_dnn *m)
 {
     const char *fetch[2] = {fl_var_name(m->auc), fl_var_name(m->loss)}, *info[2] = {"auc", "loss"};
+    /* collective training exchanges one step per process: one trainer thread */
+    int thread = !strcmp(a->mode, "collective") && !a->is_local ? 1 : 0;
     for (int i = 0; i < a->epochs; i++) {
         fl_exe_dataset_stats s;
-        if (fl_exe_train_from_dataset(exe, prog, ds, 0, fetch, info, 2, a->print_period, &s) != FL_OK) return -1;
+        if (fl_exe_train_from_dataset(exe, prog, ds, thread, fetch, info, 2, a->print_period, &s) != FL_OK) return -1;
         printf("epoch %d: %lld examples in %.2f s (%.0f examples/s), auc %.4f\n", i, (long long)s.instances, s.seconds,
                s.seconds > 0 ? (double)s.instances / s.seconds : 0.0, s.fetch[0]);
         fflush(stdout);
@@ -182,7 +185,9 @@ static int main_function(const args_t *a)
     fl_model_ctr_dnn_config cfg = fl_model_ctr_dnn_default();
     cfg.sparse_feature_dim = a->sparse_feature_dim;
     cfg.embedding_size = a->embedding_size;
-    cfg.is_distributed = !a->is_local && strcmp(a->mode, "geo") != 0; /* GEO keeps a local table */
+    int collective = !strcmp(a->mode, "collective");
+    /* GEO and collective training keep a local table */
+    cfg.is_distributed = !a->is_local && strcmp(a->mode, "geo") != 0 && !collective;
     cfg.nhidden = 0;
     for (const char *h = a->hidden; *h && cfg.nhidden < FL_MODEL_CTR_MAX_LAYERS; h += strspn(h, ","))
         cfg.hidden[cfg.nhidden++] = (int)strtol(h, (char **)&h, 10);
@@ -212,11 +217,12 @@ static int main_function(const args_t *a)
         fl_dataset_free(ds);
     } else { /* distributed training */
         fleet_strategy strategy = fleet_strategy_default();                          /* + */
-        fleet_strategy_set(&strategy, "a_sync", strcmp(a->mode, "sync") ? "true" : "false");
+        if (!collective) fleet_strategy_set(&strategy, "a_sync", strcmp(a->mode, "sync") ? "true" : "false");
         if (!strcmp(a->mode, "geo")) fleet_strategy_set(&strategy, "a_sync_configs.k_steps", "100");
         for (int i = 0; i < a->nstrategy; i++)
             if (fleet_strategy_parse(&strategy, a->strategy[i]) != FL_OK) return -1;
-        fleet_t *fleet = fleet_init(NULL, &strategy); /* PaddleCloud role maker    + */
+        fleet_t *fleet = collective ? fleet_init_collective(NULL, &strategy)          /* + */
+                                    : fleet_init(NULL, &strategy); /* PaddleCloud role maker */
         if (!fleet) return -1;
         optimizer = fleet_distributed_optimizer(fleet, optimizer, &strategy);        /* + */
         if (!optimizer || fl_opt_minimize(optimizer, m.loss) != FL_OK) return -1;
