@@ -59,7 +59,9 @@ static double after(const char *s, const char *key)
     return atof(p + strlen(key));
 }
 
-/* PS async with 2 workers ends within 0.005 AUC of local training on the same data, and
+/* PS async with 2 workers of 2 Hogwild threads each (every thread pulling and pushing
+ * through its worker's communicator) ends within 0.005 AUC of local training on the same
+ * data, and
  * its inference model (embedding rows exported from the servers) scores the same with no
  * servers; collective training on 2 trainers gets there too. */
 TEST(ps_async_and_collective_match_local_training)
@@ -73,7 +75,7 @@ TEST(ps_async_and_collective_match_local_training)
                     BIN, DIR_, DIR_, DIR_, common);
     double a_local = after(loc, "test auc ");
     char *ps = run("ps", 180, "%s/tools/fleetrun --server_num 1 --worker_num 2 --log_dir %s/log %s/examples/ctr/train "
-                              "--thread_num 1 --train_data %s/data/train --test_data %s/data/test --model_dir %s/ps_model "
+                              "--thread_num 2 --train_data %s/data/train --test_data %s/data/test --model_dir %s/ps_model "
                               "--strategy a_sync_configs.send_queue_size=1 %s",
                    BIN, DIR_, BIN, DIR_, DIR_, DIR_, common);
     double a_ps = after(ps, "test auc ");
