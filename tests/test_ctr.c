@@ -12,6 +12,18 @@
 
 static char BIN[PATH_MAX], DIR_[64];
 
+/* Under a sanitizer everything runs 5-20x slower: the training test shrinks its data and
+ * loosens its AUC tolerances (the agreement checks keep their meaning, at a coarser grain). */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define ROWS "20000"
+#define TOL 0.05
+#define MIN_AUC 0.65
+#else
+#define ROWS "200000"
+#define TOL 0.005
+#define MIN_AUC 0.75
+#endif
+
 static void setup(void)
 {
     char self[PATH_MAX];
@@ -67,7 +79,7 @@ static double after(const char *s, const char *key)
 TEST(ps_async_and_collective_match_local_training)
 {
     setup();
-    free(run("gen", 60, "%s/tools/fleet-datagen criteo --rows 200000 --files 4 --out %s/data --seed 5 --vocab-scale 0.002 "
+    free(run("gen", 60, "%s/tools/fleet-datagen criteo --rows " ROWS " --files 4 --out %s/data --seed 5 --vocab-scale 0.002 "
                         "--dense-scale 0.1", BIN, DIR_));
     const char *common = "--epochs 2 --optimizer adam --lr 0.003 --hidden 64,64 --sparse_feature_dim 100003 --print_period 0";
     char *loc = run("local", 120, "%s/examples/ctr/train --is_local 1 --thread_num 2 --train_data %s/data/train --test_data "
@@ -91,10 +103,10 @@ TEST(ps_async_and_collective_match_local_training)
     printf("  test auc: local %.4f, parameter servers %.4f, PS model without servers %.4f, collective %.4f\n", a_local, a_ps,
            a_inf, a_coll);
     fflush(stdout);
-    CHECK(a_local > 0.75);
-    CHECK_NEAR(a_ps, a_local, 0.005);
+    CHECK(a_local > MIN_AUC);
+    CHECK_NEAR(a_ps, a_local, TOL);
     CHECK_NEAR(a_inf, a_ps, 0.002); /* exact AUC vs the auc op's 4096 buckets */
-    CHECK_NEAR(a_coll, a_local, 0.01);
+    CHECK_NEAR(a_coll, a_local, 2 * TOL);
     free(co);
     free(loc);
     free(ps);
