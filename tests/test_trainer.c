@@ -194,6 +194,16 @@ TEST(infer_pass_threads_and_progress)
     const char *fetch[1] = {fl_var_name(c.m.auc)};
     CHECK_OK(fl_exe_infer_from_dataset(c.e, t, ds, 0, fetch, NULL, 1, 0, &s));
     CHECK_EQ_INT(s.instances, 3000);
+    /* fewer trainer threads than the dataset's 2 readers still read every instance, from
+     * files and from memory */
+    CHECK_OK(fl_exe_infer_from_dataset(c.e, t, ds, 1, fetch, NULL, 1, 0, &s));
+    CHECK_EQ_INT(s.instances, 3000);
+    fl_dataset *mem = dataset(&c, "InMemoryDataset", "train", 4, 64);
+    CHECK_OK(fl_dataset_load_into_memory(mem));
+    CHECK_EQ_INT(fl_dataset_thread_num(mem), 4);
+    CHECK_OK(fl_exe_infer_from_dataset(c.e, t, mem, 3, fetch, NULL, 1, 0, &s));
+    CHECK_EQ_INT(s.instances, 3000);
+    fl_dataset_free(mem);
     CHECK(memcmp(before, fl_tensor_cdata(wt), nb) == 0);
     /* training changes it, and prints a line every 10 batches of thread 0 */
     char out[128];

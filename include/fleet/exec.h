@@ -65,7 +65,8 @@ typedef struct {
 } fl_exe_dataset_stats;
 
 /* Runs p once per batch of ds with `thread` trainer threads (<= 0: the dataset's thread
- * number; more than the dataset's readers are clamped to them).  Hogwild, as Paddle's
+ * number; more than the dataset's readers are clamped to them; fewer read several readers'
+ * shares each, so every instance is read once).  Hogwild, as Paddle's
  * MultiTrainer: each thread has a child scope of e's scope for activations and its own
  * plan; persistable variables (parameters, optimizer state, AUC statistics) live in e's
  * root scope and are updated by every thread without locks.  BLAS runs single-threaded

@@ -2,7 +2,7 @@
  * trainer.c - train_from_dataset / infer_from_dataset: Hogwild trainer threads, as
  * Paddle's MultiTrainer + HogwildWorker.
  *
- * Thread t reads its share of the dataset (fl_dataset_next(ds, t, ...)) and runs the
+ * Thread t reads shares t, t + n, ... of the dataset (fl_dataset_next) and runs the
  * program on its own executor over a child scope of the caller's scope, so activations are
  * private and persistables (found in the root scope by the executor) are shared.  Thread 0
  * is the calling thread; threads 1..n-1 are spawned for the pass and joined before
@@ -33,7 +33,7 @@ struct pass {
     fl_exe *e;
     fl_prog *p;
     fl_dataset *ds;
-    int nthreads, nfetch, print_period, train;
+    int nthreads, nshares, nfetch, print_period, train;
     const char *const *fetch;
     const char *const *info;
     const char *fn;
@@ -103,9 +103,15 @@ static void run_thread(pass *ps, int t)
     }
     fl_tensor *out[MAX_FETCH];
     double vals[MAX_FETCH];
-    while (!atomic_load(&ps->stop)) {
-        int r = fl_dataset_next(ps->ds, t, b);
-        if (r == 0) break;
+    /* thread t reads the dataset's shares t, t + n, ... (fewer threads than readers still
+     * read everything) */
+    int share = t;
+    while (!atomic_load(&ps->stop) && share < ps->nshares) {
+        int r = fl_dataset_next(ps->ds, share, b);
+        if (r == 0) {
+            share += ps->nthreads;
+            continue;
+        }
         if (r < 0) {
             fail(ps, t, batch, r);
             break;
@@ -174,7 +180,8 @@ static int run_pass(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const cha
         FL_INFO(FL_SUB_EXEC, "%s: %d threads asked, the dataset has %d readers: training with %d", fn, thread, avail, avail);
     FL_CHECK(check_threads(p, n, fn));
     if (stats) memset(stats, 0, sizeof *stats);
-    pass ps = {.e = e, .p = p, .ds = ds, .nthreads = n, .nfetch = nfetch, .print_period = print_period, .train = train,
+    pass ps = {.e = e, .p = p, .ds = ds, .nthreads = n, .nshares = avail, .nfetch = nfetch, .print_period = print_period,
+               .train = train,
                .fetch = fetch_list, .info = fetch_info, .fn = fn, .stats = stats};
     atomic_init(&ps.stop, 0);
     atomic_init(&ps.instances, 0);
