@@ -48,6 +48,9 @@ int main(int argc, char **argv)
     if (!o || fl_opt_minimize(o, m.loss) != FL_OK) return fail("minimize");
     if (fleet_is_server(f)) {
         if (fleet_init_server(f, NULL) != FL_OK || fleet_run_server(f) != FL_OK) return fail("server");
+        fl_opt_free(o);
+        fleet_free(f);
+        fl_prog_free(p);
         return 0;
     }
     if (fleet_init_worker(f) != FL_OK) return fail("fleet_init_worker");
