@@ -489,21 +489,8 @@ TEST(integer_scanners)
 
 TEST(fuzz_parsers_briefly)
 {
-    if (system("command -v clang >/dev/null 2>&1") != 0) {
-        printf("  SKIP: clang not found; build tests/fuzz_data_parse.c by hand (see its header)\n");
-        return;
-    }
-    char dir[] = "/tmp/fl_data_fuzzXXXXXX";
-    CHECK(mkdtemp(dir));
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc "
-             "tests/fuzz_data_parse.c src/data/parse.c src/base/*.c -lm -pthread -o %s/fuzz >%s/build.log 2>&1",
-             dir, dir);
-    if (system(cmd) != 0) {
-        printf("  SKIP: clang cannot build a libFuzzer binary here (see %s/build.log)\n", dir);
-        return;
-    }
+    char dir[32], cmd[256];
+    if (!th_fuzz_build(dir, "tests/fuzz_data_parse.c src/data/parse.c src/base/*.c -lm -pthread")) return;
     /* seeds: one good line of each format, and a float for the scanner check */
     char crit[256] = "\001" "1\t5\t\t-2";
     for (int i = 4; i < 14; i++) strcat(crit, "\t");
@@ -523,16 +510,7 @@ TEST(fuzz_parsers_briefly)
         CHECK(fwrite(seeds[i], 1, n, f) == n);
         fclose(f);
     }
-    snprintf(cmd, sizeof cmd, "%s/fuzz -max_total_time=6 -rss_limit_mb=1024 %s/corpus >%s/run.log 2>&1", dir, dir,
-             dir);
-    int rc = system(cmd);
-    if (rc != 0) {
-        snprintf(cmd, sizeof cmd, "tail -30 %s/run.log", dir);
-        CHECK(system(cmd) >= 0);
-        TFAIL("the fuzzer found a failure (log in %s/run.log)", dir);
-    }
-    snprintf(cmd, sizeof cmd, "grep -o 'Done [0-9]* runs' %s/run.log | sed 's/^/  fuzz: /'; rm -rf %s", dir, dir);
-    CHECK(system(cmd) >= 0);
+    th_fuzz_run(dir, 6);
 }
 
 TEST_MAIN(T(multislot_good_lines), T(multislot_malformed_messages), T(criteo_good_line), T(criteo_malformed_messages),

@@ -357,32 +357,9 @@ TEST(scan_returns_every_row_once)
 
 TEST(fuzz_frame_decoder_briefly)
 {
-    if (system("command -v clang >/dev/null 2>&1") != 0) {
-        printf("  SKIP: clang not found; build tests/fuzz_ps_frame.c by hand (see its header)\n");
-        return;
-    }
-    char dir[] = "/tmp/fl_ps_fuzzXXXXXX";
-    CHECK(mkdtemp(dir));
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc "
-             "tests/fuzz_ps_frame.c src/ps/frame.c src/net/*.c src/base/*.c -lcrypto -lm -pthread -o %s/fuzz "
-             ">%s/build.log 2>&1",
-             dir, dir);
-    if (system(cmd) != 0) {
-        printf("  SKIP: clang cannot build a libFuzzer binary here (see %s/build.log)\n", dir);
-        return;
-    }
-    snprintf(cmd, sizeof cmd, "mkdir -p %s/corpus && %s/fuzz -max_total_time=8 -rss_limit_mb=1024 %s/corpus >%s/run.log 2>&1",
-             dir, dir, dir, dir);
-    int rc = system(cmd);
-    if (rc != 0) {
-        snprintf(cmd, sizeof cmd, "tail -30 %s/run.log", dir);
-        CHECK(system(cmd) >= 0);
-        TFAIL("the fuzzer found a failure (log in %s/run.log)", dir);
-    }
-    snprintf(cmd, sizeof cmd, "grep -o 'Done [0-9]* runs' %s/run.log | sed 's/^/  fuzz: /'; rm -rf %s", dir, dir);
-    CHECK(system(cmd) >= 0);
+    char dir[32];
+    if (!th_fuzz_build(dir, "tests/fuzz_ps_frame.c src/ps/frame.c src/net/*.c src/base/*.c -lcrypto -lm -pthread")) return;
+    th_fuzz_run(dir, 8);
 }
 
 TEST_MAIN(T(killed_worker_fails_server_within_10s), T(scan_returns_every_row_once), T(killed_server_fails_client_calls_within_10s),

@@ -139,4 +139,44 @@ static inline void th_fill_uniform(float *x, int64_t n, float lo, float hi, unsi
     }
 }
 
+/* libFuzzer harnesses, run briefly by the tests when clang with libFuzzer is installed.
+ * th_fuzz_build compiles `sources` (repository paths and link flags, the harness first)
+ * into dir/fuzz, dir being a fresh temporary directory written into dir[32]; it returns 0
+ * after printing a SKIP line when clang or libFuzzer is missing.  th_fuzz_run runs it for
+ * `seconds` on dir/corpus (created if absent) and fails the case with the log's tail if the
+ * fuzzer finds anything; the directory is removed after a clean run. */
+static inline int th_fuzz_build(char dir[32], const char *sources)
+{
+    if (system("command -v clang >/dev/null 2>&1") != 0) {
+        printf("  SKIP: clang not found; build the harness by hand (see its header)\n");
+        return 0;
+    }
+    snprintf(dir, 32, "/tmp/fl_fuzzXXXXXX");
+    if (!mkdtemp(dir)) TFAIL("mkdtemp failed");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc %s -o %s/fuzz "
+             ">%s/build.log 2>&1",
+             sources, dir, dir);
+    if (system(cmd) != 0) {
+        printf("  SKIP: clang cannot build a libFuzzer binary here (see %s/build.log)\n", dir);
+        return 0;
+    }
+    return 1;
+}
+
+static inline void th_fuzz_run(const char *dir, int seconds)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/corpus && %s/fuzz -max_total_time=%d -rss_limit_mb=1024 %s/corpus >%s/run.log 2>&1",
+             dir, dir, seconds, dir, dir);
+    if (system(cmd) != 0) {
+        snprintf(cmd, sizeof cmd, "tail -30 %s/run.log", dir);
+        if (system(cmd) < 0) TFAIL("tail failed");
+        TFAIL("the fuzzer found a failure (log in %s/run.log)", dir);
+    }
+    snprintf(cmd, sizeof cmd, "grep -o 'Done [0-9]* runs' %s/run.log | sed 's/^/  fuzz: /'; rm -rf %s", dir, dir);
+    if (system(cmd) < 0) TFAIL("cleanup failed");
+}
+
 #endif
