@@ -338,6 +338,10 @@ int fl_dataset_begin(fl_dataset *ds)
     FL_CHECK(check_idle(ds, fn));
     if (!ds->nslots) return fl__err(FL_EINVAL, "%s: no slots (call fl_dataset_set_use_var first)", fn);
     FL_CHECK(fl__check_layout(fn, ds->fmt, ds->slots, ds->nslots));
+    /* Paddle trains "0 s with no AUC" on an InMemoryDataset nobody loaded: say so instead */
+    if (ds->kind == FL__DS_INMEM && ds->store.nrec == 0)
+        return fl__err(FL_ESTATE, "%s: the InMemoryDataset holds no records: call fl_dataset_load_into_memory (or "
+                                  "fl_dataset_wait_preload_done) first, with a file list of non-empty files", fn);
     int nt = fl__ds_nthreads(ds);
     fl__reader *r = calloc((size_t)nt, sizeof *r);
     if (!r) return fl__err(FL_ENOMEM, "%s: out of memory", fn);
