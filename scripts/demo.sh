@@ -27,7 +27,7 @@ start=$(date +%s.%N)
   "$build"/examples/ctr/train --train_data "$data/train" --test_data "$data/test" \
   --epochs "$epochs" --thread_num 2 --batch_size 100 --optimizer adam --lr 0.002 \
   --sparse_feature_dim 1000001 --print_period 250 --model_dir "$model" \
-  --strategy a_sync_configs.send_queue_size=1
+  --strategy a_sync_configs.send_queue_size=2 --strategy a_sync_configs.max_merge_var_num=2
 end=$(date +%s.%N)
 echo
 echo "== 3. The saved model, reloaded with no servers, scores the test files"

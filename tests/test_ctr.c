@@ -88,7 +88,7 @@ TEST(ps_async_and_collective_match_local_training)
     double a_local = after(loc, "test auc ");
     char *ps = run("ps", 180, "%s/tools/fleetrun --server_num 1 --worker_num 2 --log_dir %s/log %s/examples/ctr/train "
                               "--thread_num 2 --train_data %s/data/train --test_data %s/data/test --model_dir %s/ps_model "
-                              "--strategy a_sync_configs.send_queue_size=1 %s",
+                              "--strategy a_sync_configs.send_queue_size=2 --strategy a_sync_configs.max_merge_var_num=2 %s",
                    BIN, DIR_, BIN, DIR_, DIR_, DIR_, common);
     double a_ps = after(ps, "test auc ");
     CHECK_STR_HAS(ps, "all 3 processes on this node succeeded");

@@ -159,7 +159,7 @@ TEST(user_defined_role)
 TEST(strategy_defaults_and_set)
 {
     fleet_strategy s = fleet_strategy_default();
-    CHECK(s.a_sync == 1 && s.a_sync_configs.k_steps == -1 && s.a_sync_configs.send_queue_size == 16);
+    CHECK(s.a_sync == 1 && s.a_sync_configs.k_steps == -1 && s.a_sync_configs.send_queue_size == 1);
     CHECK(s.fuse_all_reduce_ops == 1 && s.fuse_grad_size_in_MB == 32 && s.nccl_comm_num == 1);
     CHECK(s.localsgd_configs.k_steps == 1 && s.gradient_merge_configs.avg == 1);
     CHECK(s.amp_configs.init_loss_scaling == 32768);

@@ -29,7 +29,9 @@ static const field fields[] = {
     {"a_sync", F_BOOL, FO(a_sync), 1, 1, 0, NULL},
     {"a_sync_configs.k_steps", F_I64, FO(a_sync_configs.k_steps), -1, 1, -1, NULL},
     {"a_sync_configs.max_merge_var_num", F_INT, FO(a_sync_configs.max_merge_var_num), 1, 1, 1, NULL},
-    {"a_sync_configs.send_queue_size", F_INT, FO(a_sync_configs.send_queue_size), 16, 1, 1, NULL},
+    /* 1, not the proto's 16: Paddle 2.x's runtime ignores this field and sizes the queue by
+     * CPU_NUM (default 1); a queue of 16 lets gradients go 16 steps stale (docs/trainer.md) */
+    {"a_sync_configs.send_queue_size", F_INT, FO(a_sync_configs.send_queue_size), 1, 1, 1, NULL},
     {"a_sync_configs.independent_recv_thread", F_BOOL, FO(a_sync_configs.independent_recv_thread), 0, 1, 0, NULL},
     {"a_sync_configs.min_send_grad_num_before_recv", F_INT, FO(a_sync_configs.min_send_grad_num_before_recv), 1, 1, 1, NULL},
     {"a_sync_configs.thread_pool_size", F_INT, FO(a_sync_configs.thread_pool_size), 1, 1, 1, NULL},
