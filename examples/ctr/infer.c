@@ -8,11 +8,12 @@
  *
  * Prints the exact AUC of the predictions against the files' labels.
  */
-#include <dirent.h>
 #include <fleet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "files.h"
 
 typedef struct {
     float p;
@@ -45,8 +46,6 @@ static double exact_auc(scored *s, int64_t n)
     }
     return pos > 0 && neg > 0 ? good / (pos * neg) : 0.5;
 }
-
-static int cmp_str(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
 
 int main(int argc, char **argv)
 {
@@ -81,22 +80,12 @@ int main(int argc, char **argv)
     for (int i = 0; i < nfeed && nv < FL_MODEL_CTR_MAX_SLOTS + 1; i++) vars[nv++] = fl_prog_var(prog, feeds[i]);
     vars[nv++] = fl_layer_data(aux, "label", FL_SHAPE(1), FL_INT64, 0);
 
-    char **files = NULL;
-    int nfiles = 0, cap = 0;
-    DIR *d = opendir(test_data);
-    for (struct dirent *e; d && (e = readdir(d));) {
-        if (e->d_name[0] == '.' || strstr(e->d_name, ".tmp")) continue;
-        if (nfiles == cap) files = realloc(files, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *files);
-        size_t len = strlen(test_data) + strlen(e->d_name) + 2;
-        files[nfiles] = malloc(len);
-        snprintf(files[nfiles++], len, "%s/%s", test_data, e->d_name);
-    }
-    if (d) closedir(d);
+    int nfiles = 0;
+    char **files = list_files(test_data, &nfiles);
     if (!nfiles) {
         fprintf(stderr, "infer: no files in '%s'\n", test_data);
         return 1;
     }
-    qsort(files, (size_t)nfiles, sizeof *files, cmp_str);
 
     fl_dataset *ds = fl_dataset_create("QueueDataset");
     int st = ds ? FL_OK : fl_last_status();
@@ -137,8 +126,7 @@ int main(int argc, char **argv)
     free(s);
     fl_data_batch_free(b);
     fl_dataset_free(ds);
-    for (int i = 0; i < nfiles; i++) free(files[i]);
-    free(files);
+    free_files(files, nfiles);
     fl_prog_free(aux);
     fl_io_free_names(feeds, nfeed);
     fl_io_free_names(fetches, nfetch);

@@ -18,11 +18,12 @@
  * --dataset QueueDataset --print_period 100 --model_dir ctr_model --mode async|sync|geo|collective
  * --hidden 400,400,400 --strategy KEY=VALUE (any DistributedStrategy field, repeatable)
  */
-#include <dirent.h>
 #include <fleet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "files.h"
 
 typedef struct {
     int is_local, epochs, batch_size, thread_num, embedding_size, print_period;
@@ -74,35 +75,6 @@ static int parse_args(int argc, char **argv, args_t *a)
         return 2;
     }
     return 0;
-}
-
-static int cmp_str(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
-
-/* The regular files of dir, sorted ("raw_data/part-N" in the seed). */
-static char **list_files(const char *dir, int *n)
-{
-    *n = 0;
-    DIR *d = opendir(dir);
-    if (!d) return NULL;
-    char **v = NULL;
-    int cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.' || strstr(e->d_name, ".tmp")) continue;
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            char **nv = realloc(v, (size_t)cap * sizeof *v);
-            if (!nv) break;
-            v = nv;
-        }
-        size_t len = strlen(dir) + strlen(e->d_name) + 2;
-        v[*n] = malloc(len);
-        snprintf(v[*n], len, "%s/%s", dir, e->d_name);
-        (*n)++;
-    }
-    closedir(d);
-    if (*n) qsort(v, (size_t)*n, sizeof *v, cmp_str);
-    return v;
 }
 
 static fl_opt *make_optimizer(const args_t *a)
@@ -173,8 +145,7 @@ static int evaluate(const args_t *a, fl_exe *exe, fl_prog *prog, fl_model_ctr_dn
     if (st == FL_OK) printf("test auc %.4f on %lld examples\n", s.fetch[0], (long long)s.instances);
     fl_prog_free(test);
     fl_dataset_free(ds);
-    for (int i = 0; i < n; i++) free(files[i]);
-    free(files);
+    free_files(files, n);
     return st == FL_OK ? 0 : -1;
 }
 
@@ -253,8 +224,7 @@ static int main_function(const args_t *a)
     fl_opt_free(optimizer);
     fl_exe_free(exe);
     fl_prog_free(prog);
-    for (int i = 0; i < nfiles; i++) free(whole_filelist[i]);
-    free(whole_filelist);
+    free_files(whole_filelist, nfiles);
     return rc;
 }
 
