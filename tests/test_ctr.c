@@ -4,13 +4,12 @@
  * parameter servers (async), the saved model scored by examples/ctr/infer with no servers,
  * and a global shuffle across two workers that loses and duplicates nothing.
  */
-#include <libgen.h>
 #include <limits.h>
 #include <stdarg.h>
 
 #include "testhelp.h"
 
-static char BIN[PATH_MAX], DIR_[64];
+static char BIN[PATH_MAX + 8], DIR_[64];
 
 /* Under a sanitizer everything runs 5-20x slower: the training test shrinks its data and
  * loosens its AUC tolerances (the agreement checks keep their meaning, at a coarser grain). */
@@ -27,10 +26,8 @@ static char BIN[PATH_MAX], DIR_[64];
 static void setup(void)
 {
     char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    CHECK(n > 0);
-    self[n] = 0;
-    snprintf(BIN, sizeof BIN, "%s/..", dirname(self)); /* BUILD */
+    th_tests_dir(self, sizeof self);
+    snprintf(BIN, sizeof BIN, "%s/..", self); /* BUILD */
     snprintf(DIR_, sizeof DIR_, "/tmp/fl_ctrXXXXXX");
     CHECK(mkdtemp(DIR_));
 }

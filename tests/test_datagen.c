@@ -24,10 +24,7 @@ typedef struct {
 static void setup(env_t *e)
 {
     char self[PATH_MAX - 64];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) TFAIL("readlink /proc/self/exe failed");
-    self[n] = 0;
-    *strrchr(self, '/') = 0;
+    th_tests_dir(self, sizeof self);
     snprintf(DG, sizeof DG, "%s/../tools/fleet-datagen", self);
     if (access(DG, X_OK)) TFAIL("%s is not built (make all)", DG);
     memset(e, 0, sizeof *e);

@@ -42,10 +42,7 @@ static double now(void)
 static void setup(run_t *r)
 {
     char self[PATH_MAX - 64];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) TFAIL("readlink /proc/self/exe failed");
-    self[n] = 0;
-    *strrchr(self, '/') = 0;
+    th_tests_dir(self, sizeof self);
     snprintf(FR, sizeof FR, "%s/../tools/fleetrun", self);
     snprintf(CH, sizeof CH, "%s/bin/fr_child", self);
     if (access(FR, X_OK) || access(CH, X_OK)) TFAIL("%s or %s is not built (make all)", FR, CH);

@@ -31,10 +31,7 @@ static char PS_TRAIN[PATH_MAX], FLEETRUN[PATH_MAX], EXAMPLE[PATH_MAX];
 static void paths(void)
 {
     char self[PATH_MAX - 64];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) TFAIL("readlink /proc/self/exe failed");
-    self[n] = 0;
-    *strrchr(self, '/') = 0;
+    th_tests_dir(self, sizeof self);
     snprintf(PS_TRAIN, sizeof PS_TRAIN, "%s/bin/ps_train", self);
     snprintf(FLEETRUN, sizeof FLEETRUN, "%s/../tools/fleetrun", self);
     snprintf(EXAMPLE, sizeof EXAMPLE, "%s/../examples/quick_start/distributed_train", self);

@@ -5,22 +5,19 @@
  * programs for one trainer per process refuse more threads, inference leaves the
  * parameters alone, and the progress lines show the fetched values and the speed.
  */
-#include <libgen.h>
 #include <limits.h>
 
 #include "testhelp.h"
 #include "graph/graph_internal.h"
 
-static char DG[PATH_MAX], DIR_[64];
+static char DG[PATH_MAX + 32], DIR_[64];
 
 /* Writes planted data once per test (rows, 4 train files) into a fresh directory. */
 static void gen(int rows, const char *extra)
 {
     char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    CHECK(n > 0);
-    self[n] = 0;
-    snprintf(DG, sizeof DG, "%s/../tools/fleet-datagen", dirname(self));
+    th_tests_dir(self, sizeof self);
+    snprintf(DG, sizeof DG, "%s/../tools/fleet-datagen", self);
     snprintf(DIR_, sizeof DIR_, "/tmp/fl_trainerXXXXXX");
     CHECK(mkdtemp(DIR_));
     char cmd[PATH_MAX * 2];

@@ -120,6 +120,17 @@ static inline int th_run_cases(const test_case *cases, int n, int argc, char **a
         return th_run_cases(cases_, (int)(sizeof cases_ / sizeof cases_[0]), argc, argv);          \
     }
 
+/* The directory of the running test binary (BUILD/tests), for finding the tools,
+ * examples and helper programs built beside it. */
+static inline void th_tests_dir(char *out, size_t cap)
+{
+    ssize_t n = readlink("/proc/self/exe", out, cap - 1);
+    if (n <= 0) TFAIL("readlink /proc/self/exe failed");
+    out[n] = 0;
+    char *slash = strrchr(out, '/');
+    if (slash) *slash = 0;
+}
+
 /* Small helpers for building tensors in tests. */
 static inline fl_tensor *th_f32(int ndim, const int64_t *shape, const float *data)
 {
