@@ -14,7 +14,7 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC $(OPT) -fno-trapping-math -fno-math-errn
 LDLIBS  := -lopenblas -lcrypto -lm -pthread
 LDFLAGS += $(SAN)
 
-LIB_SRC  := $(sort $(wildcard src/*/*.c))
+LIB_SRC  := $(sort $(wildcard src/*/*.c src/*/*/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -40,7 +40,7 @@ DEPS_PROFILE ?= build
 
 Q := $(if $(V),,@)
 
-$(BUILD)/%.o: %.c $(HEADERS) $(wildcard src/*/*.h)
+$(BUILD)/%.o: %.c $(HEADERS) $(wildcard src/*/*.h src/*/*/*.h)
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) -c $< -o $@

@@ -22,7 +22,7 @@
 #include <time.h>
 
 #include "testhelp.h"
-#include "fleet/ps_internal.h"
+#include "fleet/ps/fleet_ps.h"
 
 #define SECRET "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 

@@ -1,11 +1,11 @@
 /*
  * dataset.c - datasets across the workers: the exchange behind global_shuffle and the
- * summed memory size, on the workers' communicator (fl__fleet_worker_comm).
+ * summed memory size, on the workers' communicator (fl__fleet_worker_ring).
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"
+#include "ring.h"
 #include "fleet_internal.h"
 
 /* alltoallv by one broadcast per rank: root r broadcasts its send buffers back to back
@@ -13,12 +13,12 @@
  * size matrix goes first by allgather. */
 static int alltoallv(void *ctx, const void *const *send, const size_t *send_len, void **recv, size_t *recv_len)
 {
-    fl_comm *c = ctx;
-    const int n = fl__comm_size(c), me = fl__comm_rank(c);
+    fl_ring *c = ctx;
+    const int n = fl__ring_size(c), me = fl__ring_rank(c);
     int64_t *mine = calloc((size_t)n, sizeof *mine), *all = calloc((size_t)n * (size_t)n, sizeof *all);
     int st = mine && all ? FL_OK : fl__err(FL_ENOMEM, "global shuffle: out of memory");
     for (int i = 0; st == FL_OK && i < n; i++) mine[i] = (int64_t)send_len[i];
-    if (st == FL_OK) st = fl__comm_allgather(c, mine, all, (size_t)n, FL_INT64);
+    if (st == FL_OK) st = fl__ring_allgather(c, mine, all, (size_t)n, FL_INT64);
     for (int i = 0; i < n; i++) recv[i] = NULL, recv_len[i] = 0;
     for (int r = 0; st == FL_OK && r < n; r++) {
         size_t total = 0, off = 0;
@@ -38,7 +38,7 @@ static int alltoallv(void *ctx, const void *const *send, const size_t *send_len,
                 at += send_len[j] + pad;
             }
         }
-        st = fl__comm_broadcast(c, buf, total / 8, FL_INT64, r);
+        st = fl__ring_broadcast(c, buf, total / 8, FL_INT64, r);
         size_t len = (size_t)all[r * n + me];
         if (st == FL_OK) {
             recv[r] = malloc(len ? len : 1);
@@ -62,9 +62,9 @@ int fleet_dataset_global_shuffle(fleet_t *f, fl_dataset *ds, uint64_t seed)
 {
     if (!f || f->magic != FLEET_MAGIC) return fl__err(FL_EINVAL, "fleet_dataset_global_shuffle: fleet handle is NULL or invalid");
     if (!ds) return fl__err(FL_EINVAL, "fleet_dataset_global_shuffle: dataset is NULL");
-    FL_CHECK(fl__fleet_worker_comm(f, "fleet_dataset_global_shuffle"));
-    if (!f->comm || fl__comm_size(f->comm) <= 1) return fl_dataset_local_shuffle(ds, seed);
-    fl_data_exchange ex = {fl__comm_rank(f->comm), fl__comm_size(f->comm), f->comm, alltoallv};
+    FL_CHECK(fl__fleet_worker_ring(f, "fleet_dataset_global_shuffle"));
+    if (!f->ring || fl__ring_size(f->ring) <= 1) return fl_dataset_local_shuffle(ds, seed);
+    fl_data_exchange ex = {fl__ring_rank(f->ring), fl__ring_size(f->ring), f->ring, alltoallv};
     return fl_dataset_global_shuffle(ds, &ex, seed);
 }
 
@@ -74,9 +74,9 @@ int64_t fleet_dataset_memory_data_size(fleet_t *f, const fl_dataset *ds)
         fl__err(FL_EINVAL, "fleet_dataset_memory_data_size: fleet handle or dataset is NULL or invalid");
         return -1;
     }
-    if (fl__fleet_worker_comm(f, "fleet_dataset_memory_data_size") != FL_OK) return -1;
+    if (fl__fleet_worker_ring(f, "fleet_dataset_memory_data_size") != FL_OK) return -1;
     int64_t n = fl_dataset_get_memory_data_size(ds);
     if (n < 0) return -1;
-    if (f->comm && fl__comm_allreduce(f->comm, &n, 1, FL_INT64, "sum") != FL_OK) return -1;
+    if (f->ring && fl__ring_allreduce(f->ring, &n, 1, FL_INT64, "sum") != FL_OK) return -1;
     return n;
 }

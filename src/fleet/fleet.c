@@ -1,8 +1,17 @@
-/* fleet.c - the facade handle: creation, role queries, file splitting. */
+/*
+ * fleet.c - the facade: the handle, role queries, file splitting, and every lifecycle call
+ * checked here and carried out by the runtime fleet_init chose (runtime.h).  Nothing in
+ * this file knows what a parameter server or a ring allreduce is.
+ */
 #include <stdio.h>
 #include <string.h>
 
-#include "comm.h"
+#include "ring.h"
+#include "runtime.h"
+
+/* Tried in order; the first whose accepts() takes the role runs the job.  The collective
+ * runtime accepts every role (the local fallback included), so it stays last. */
+static const fl__runtime *const fl__runtimes[] = {&fl__runtime_ps, &fl__runtime_collective, NULL};
 
 static fleet_t *init_common(fleet_role *role, const fleet_strategy *strategy, int is_collective)
 {
@@ -31,6 +40,13 @@ static fleet_t *init_common(fleet_role *role, const fleet_strategy *strategy, in
     f->magic = FLEET_MAGIC;
     f->role = role;
     f->strategy = s;
+    for (int i = 0; fl__runtimes[i] && !f->runtime; i++)
+        if (fl__runtimes[i]->accepts(role)) f->runtime = fl__runtimes[i];
+    if (f->runtime->init(f) != FL_OK) {
+        fleet_role_free(role);
+        free(f);
+        return NULL;
+    }
 
     fl_log_set_identity(role->kind == FLEET_ROLE_SERVER ? "server" : "worker",
                         role->kind == FLEET_ROLE_SERVER ? role->server_index : role->worker_index);
@@ -42,31 +58,31 @@ static fleet_t *init_common(fleet_role *role, const fleet_strategy *strategy, in
 fleet_t *fleet_init(fleet_role *role, const fleet_strategy *strategy) { return init_common(role, strategy, role ? role->is_collective : 0); }
 fleet_t *fleet_init_collective(fleet_role *role, const fleet_strategy *strategy) { return init_common(role, strategy, 1); }
 
-int fl__fleet_comm(fleet_t *f)
+int fl__fleet_secret(fleet_t *f, const char *fn, int required, const fl_net_secret **out)
 {
-    if (f->comm || !f->role->is_collective) return FL_OK;
-    return fl__comm_create(f->role, &f->comm);
-}
-
-int fl__fleet_worker_comm(fleet_t *f, const char *fn)
-{
-    if (f->comm || !f->role->distributed) return FL_OK;
-    if (f->role->is_collective) return fl__fleet_comm(f);
-    if (f->role->kind != FLEET_ROLE_WORKER) return fl__err(FL_ESTATE, "%s: called on a server; it runs among the workers", fn);
-    if (f->role->worker_num <= 1) return FL_OK;
-    if (f->role->nworkers != f->role->worker_num)
-        return fl__err(FL_EINVAL, "%s: the workers of this parameter-server job have no endpoints to talk to each other: "
-                                  "set PADDLE_TRAINER_ENDPOINTS (ip:port,... one per worker; fleetrun sets it)", fn);
-    /* every worker makes this call (it is collective), so they meet here */
-    return fl__comm_create(f->role, &f->comm);
+    *out = NULL;
+    if (f->secret_state == 0) {
+        int st = fl_net_secret_from_env(&f->secret);
+        if (st != FL_OK && st != FL_ENOTFOUND) return fl__err(st, "%s: %s", fn, fl_last_error());
+        f->secret_state = st == FL_OK ? 1 : 2;
+    }
+    if (f->secret_state == 1) {
+        *out = &f->secret;
+        return FL_OK;
+    }
+    if (!required) return FL_OK;
+    return fl__err(FL_EINVAL, "%s: %s training needs the job secret: set FLEET_JOB_SECRET (hex) or FLEET_JOB_SECRET_FILE "
+                              "(fleetrun sets it for its processes)",
+                   fn, f->runtime->name);
 }
 
 void fleet_free(fleet_t *f)
 {
     if (!f || f->magic != FLEET_MAGIC) return;
-    fl__comm_free(f->comm);
-    fl__ps_free(f);
+    f->runtime->free(f);
+    fl__ring_free(f->ring);
     fleet_role_free(f->role);
+    fl_net_secret_clear(&f->secret);
     free(f->workers_str);
     free(f->servers_str);
     f->magic = 0;
@@ -111,4 +127,101 @@ int fleet_split_files(const fleet_t *f, const char *const *files, int n, const c
     for (int i = 0; i < cnt; i++) (*out)[i] = files[begin + i];
     *nout = cnt;
     return FL_OK;
+}
+
+/* ---- the lifecycle: checked here, carried out by the runtime ------------------------------- */
+
+static int check(const fleet_t *f, const char *fn)
+{
+    if (!f || f->magic != FLEET_MAGIC) return fl__err(FL_EINVAL, "%s: fleet handle is NULL or invalid", fn);
+    return FL_OK;
+}
+
+fl_opt *fleet_distributed_optimizer(fleet_t *f, fl_opt *opt, const fleet_strategy *strategy)
+{
+    if (check(f, "fleet_distributed_optimizer") != FL_OK) return NULL;
+    if (!opt) {
+        fl__err(FL_EINVAL, "fleet_distributed_optimizer: optimizer is NULL");
+        return NULL;
+    }
+    if (strategy) {
+        if (fleet_strategy_check(strategy) != FL_OK) return NULL;
+        f->strategy = *strategy; /* Paddle: a strategy given here replaces the one from init */
+    }
+    return f->runtime->distributed_optimizer(f, opt) == FL_OK ? opt : NULL;
+}
+
+int fleet_init_worker(fleet_t *f)
+{
+    FL_CHECK(check(f, "fleet_init_worker"));
+    if (!fleet_is_worker(f)) return fl__err(FL_ESTATE, "fleet_init_worker: this process is a server");
+    return f->runtime->init_worker(f);
+}
+
+int fleet_stop_worker(fleet_t *f)
+{
+    FL_CHECK(check(f, "fleet_stop_worker"));
+    if (!fleet_is_worker(f)) return fl__err(FL_ESTATE, "fleet_stop_worker: this process is a server");
+    return f->runtime->stop_worker(f);
+}
+
+int fleet_init_server(fleet_t *f, const char *model_dir)
+{
+    FL_CHECK(check(f, "fleet_init_server"));
+    if (!fleet_is_server(f)) return fl__err(FL_ESTATE, "fleet_init_server: this process is not a server");
+    return f->runtime->init_server(f, model_dir);
+}
+
+int fleet_run_server(fleet_t *f)
+{
+    FL_CHECK(check(f, "fleet_run_server"));
+    if (!fleet_is_server(f)) return fl__err(FL_ESTATE, "fleet_run_server: this process is not a server");
+    return f->runtime->run_server(f);
+}
+
+int fleet_barrier_worker(fleet_t *f)
+{
+    FL_CHECK(check(f, "fleet_barrier_worker"));
+    return f->runtime->barrier_worker(f);
+}
+
+int fleet_util_barrier(fleet_t *f) { return fleet_barrier_worker(f); }
+
+int fl__fleet_worker_ring(fleet_t *f, const char *fn)
+{
+    if (f->ring || !f->role->distributed) return FL_OK;
+    return f->runtime->worker_ring(f, fn);
+}
+
+int fleet_util_all_reduce(fleet_t *f, void *buf, size_t count, fl_dtype dtype, const char *mode)
+{
+    FL_CHECK(check(f, "fleet_util_all_reduce"));
+    if (!mode || (strcmp(mode, "sum") && strcmp(mode, "max") && strcmp(mode, "min")))
+        return fl__err(FL_EINVAL, "fleet_util_all_reduce: mode '%s' is invalid: expected sum, max or min", mode ? mode : "(null)");
+    if (count && !buf) return fl__err(FL_EINVAL, "fleet_util_all_reduce: buffer is NULL");
+    FL_CHECK(fl__fleet_worker_ring(f, "fleet_util_all_reduce"));
+    return f->ring ? fl__ring_allreduce(f->ring, buf, count, dtype, mode) : FL_OK;
+}
+
+int fleet_util_all_gather(fleet_t *f, const void *send, void *recv, size_t count, fl_dtype dtype)
+{
+    FL_CHECK(check(f, "fleet_util_all_gather"));
+    if (count && (!send || !recv)) return fl__err(FL_EINVAL, "fleet_util_all_gather: buffer is NULL");
+    FL_CHECK(fl__fleet_worker_ring(f, "fleet_util_all_gather"));
+    if (f->ring) return fl__ring_allgather(f->ring, send, recv, count, dtype);
+    if (count) memmove(recv, send, count * fl_dtype_size(dtype));
+    return FL_OK;
+}
+
+int fleet_save_persistables(fleet_t *f, fl_exe *exe, const char *dir, const fl_prog *prog)
+{
+    FL_CHECK(check(f, "fleet_save_persistables"));
+    return f->runtime->save_persistables(f, exe, dir, prog);
+}
+
+int fleet_save_inference_model(fleet_t *f, fl_exe *exe, const char *dir, const char *const *feeds, int nfeed,
+                               fl_var *const *targets, int ntarget, const fl_prog *prog)
+{
+    FL_CHECK(check(f, "fleet_save_inference_model"));
+    return f->runtime->save_inference_model(f, exe, dir, feeds, nfeed, targets, ntarget, prog);
 }

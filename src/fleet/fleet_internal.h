@@ -1,9 +1,10 @@
-/* fleet_internal.h - role and facade structures shared inside src/fleet/. */
+/* fleet_internal.h - role and facade structures shared inside src/fleet/ and its runtimes. */
 #ifndef FL_FLEET_INTERNAL_H
 #define FL_FLEET_INTERNAL_H
 
 #include "fleet/fleet.h"
 #include "../graph/graph_internal.h"
+#include "fleet/net.h"
 
 #define FLEET_ROLE_MAGIC 0x524f4c45u
 #define FLEET_MAGIC 0x464c4554u
@@ -20,33 +21,32 @@ struct fleet_role {
     int nservers;
 };
 
-struct fl_comm;
-struct fl__ps_ctx;
+struct fl__runtime;
+struct fl_ring;
 
 struct fleet {
     uint32_t magic;
     fleet_role *role;
     fleet_strategy strategy;
     char *workers_str, *servers_str;
-    struct fl_comm *comm; /* collective mode: the trainers' communicator */
-    fl_var *gm_cond;      /* gradient merge: the apply-step condition */
-    struct fl__ps_ctx *ps; /* parameter-server mode: tables, client or server, communicator
-                            * (src/fleet/ps_internal.h); NULL until fleet_distributed_optimizer */
+    const struct fl__runtime *runtime; /* chosen once by fleet_init (runtime.h) */
+    void *rt;                          /* the runtime's own state */
+    struct fl_ring *ring;              /* the workers' communicator (ring.h), made on first use */
+    fl_net_secret secret;              /* the job secret, loaded once (fl__fleet_secret) */
+    int secret_state;                  /* 0: not read yet, 1: loaded, 2: none configured */
 };
 
-/* Parameter-server mode (src/fleet/ps_mode.c): installs the PS rewrite on opt
- * (fleet_distributed_optimizer's PS branch), and releases the PS state (fleet_free). */
-int fl__ps_distributed_optimizer(fleet_t *f, fl_opt *opt);
-void fl__ps_free(fleet_t *f);
+/* The job secret of this fleet: read from FLEET_JOB_SECRET / FLEET_JOB_SECRET_FILE on the
+ * first call, kept (and wiped by fleet_free), and passed down to the PS client, server and
+ * the collective ring: the one place the fleet layer reads it.  *out is NULL when none is
+ * configured and `required` is 0; with `required`, no secret is FL_EINVAL naming both
+ * variables and `fn`.  A malformed secret is an error either way. */
+int fl__fleet_secret(fleet_t *f, const char *fn, int required, const fl_net_secret **out);
 
-/* Creates the collective communicator on first use (rendezvous with every trainer, bounded
- * by the collective deadline); a no-op in parameter-server mode. */
-int fl__fleet_comm(fleet_t *f);
-/* The workers' communicator for collective calls made by every worker (util collectives,
- * global shuffle): the collective one, or in a parameter-server job one created on first
- * use from PADDLE_TRAINER_ENDPOINTS (workers only; FL_EINVAL naming the variable when the
- * endpoints are unknown).  No communicator for one worker or a local run. */
-int fl__fleet_worker_comm(fleet_t *f, const char *fn);
+/* The workers' communicator for collective calls every worker makes (util collectives,
+ * global shuffle): f->ring, made on first use by the runtime's worker_ring.  Stays NULL for
+ * a local run or one worker (the caller then acts alone). */
+int fl__fleet_worker_ring(fleet_t *f, const char *fn);
 
 /* Splits "a:1,b:2" into a malloc'ed array of malloc'ed endpoints, validating host:port.
  * `what` names the source (environment variable or argument) in errors. */

@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fleet/ps_internal.h"
+#include "fleet/ps/fleet_ps.h"
 #include "../../examples/quick_start/nets.h"
 
 #define VOCAB 11

@@ -1,7 +1,7 @@
 /*
- * ps_mode.c - parameter-server mode: the PS context of a fleet handle, the table list
- * derived from the program, and the worker-program rewrite behind
- * fleet_distributed_optimizer() (see docs/parameter_server.md).
+ * rewrite.c - the parameter-server runtime's program rewrite: the table list derived from
+ * the program, and the worker-program rewrite behind fleet_distributed_optimizer() (see
+ * docs/parameter_server.md).  What it inserts follows the mode's row (modes.c).
  *
  * fl_opt_minimize() appends backward and the update ops, then calls the hook (phase
  * AFTER_UPDATE), which:
@@ -10,13 +10,13 @@
  *      looked up with is_sparse or is_distributed (rows initialised on the servers from
  *      the parameter's initializer), a dense table (rows x cols) for everything else, plus
  *      the 1x1 "@fleet_status@" table that carries save results to every worker;
- *   2. sync / async: removes the update ops and their state (the servers optimize), turns
+ *   2. modes whose servers optimize (sync, async): removes the update ops and their state (the servers optimize), turns
  *      the lookups of sparse tables into distributed_lookup_table (one per table and
  *      padding_idx, pulling the batch's ids from the servers) and their gradients into
  *      distributed_lookup_table_grad (SelectedRows), drops those tables from the worker
  *      (startup initializer and variable), and appends ps_send (every gradient) and
  *      ps_recv (every dense parameter);
- *      GEO: keeps the local optimizer and appends ps_geo (every k_steps: push
+ *      modes whose workers optimize (GEO): keeps the local optimizer and appends ps_geo (every k_steps: push
  *      (latest - old) / trainers, pull);
  *   3. appends ps_init to the startup program (worker 0 offers the initial dense values,
  *      barrier, every worker pulls them).
@@ -31,139 +31,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ps_internal.h"
-
-#define MAX_CTX 64
-static fl__ps_ctx *ctxs[MAX_CTX];
-static pthread_mutex_t ctxs_mu = PTHREAD_MUTEX_INITIALIZER;
-
-const char *fl__psm_name(fl__psm m) { return m == FL__PSM_SYNC ? "sync" : m == FL__PSM_ASYNC ? "async" : "geo"; }
-
-fl__ps_ctx *fl__ps_lookup(int64_t id, const char *op)
-{
-    fl__ps_ctx *c = NULL;
-    pthread_mutex_lock(&ctxs_mu);
-    if (id >= 0 && id < MAX_CTX) c = ctxs[id];
-    pthread_mutex_unlock(&ctxs_mu);
-    if (!c)
-        fl__err(FL_ESTATE, "%s: no parameter-server context with ps_id %lld (the fleet handle was freed or never set up)",
-                op, (long long)id);
-    return c;
-}
-
-int fl__ps_need_client(fl__ps_ctx *c, const char *op, fl_ps_client **out)
-{
-    if (c->is_server) return fl__err(FL_ESTATE, "%s: this process is a parameter server; only workers run the program", op);
-    if (c->stopped) return fl__err(FL_ESTATE, "%s: fleet_stop_worker was called; the worker is disconnected", op);
-    if (!c->client) return fl__err(FL_ESTATE, "%s: call fleet_init_worker before running the training program", op);
-    *out = c->client;
-    return FL_OK;
-}
-
-int fl__ps_secret(fl_net_secret *out, const char *fn)
-{
-    int st = fl_net_secret_from_env(out);
-    if (st == FL_ENOTFOUND)
-        return fl__err(FL_EINVAL, "%s: parameter-server mode needs the job secret: set FLEET_JOB_SECRET (hex) or "
-                                  "FLEET_JOB_SECRET_FILE (fleetrun sets it for its processes)", fn);
-    return st;
-}
-
-int fl__ps_fleet_tables(const fleet_t *f, const fl_ps_table_config **tables, int *n)
-{
-    if (!f || !f->ps || !f->ps->prog) return fl__err(FL_ESTATE, "no parameter-server program: call fl_opt_minimize first");
-    *tables = f->ps->tables;
-    *n = f->ps->ntables;
-    return FL_OK;
-}
-
-fl_ps_client *fl__ps_fleet_client(const fleet_t *f) { return f && f->ps ? f->ps->client : NULL; }
-
-static void ctx_free(fl__ps_ctx *c)
-{
-    if (!c) return;
-    pthread_mutex_lock(&ctxs_mu);
-    if (c->id >= 0 && c->id < MAX_CTX && ctxs[c->id] == c) ctxs[c->id] = NULL;
-    pthread_mutex_unlock(&ctxs_mu);
-    fl__ps_comm_free(c->comm);
-    fl_ps_client_free(c->client);
-    fl_ps_server_free(c->server);
-    for (int i = 0; i < c->ntables; i++) free((char *)c->tables[i].name);
-    free(c->tables);
-    for (int i = 0; i < c->nparams; i++) free(c->params[i].name);
-    free(c->params);
-    fl__free_strv(c->servers, c->nservers);
-    free(c->pending);
-    free(c->pending_table);
-    if (c->geo_old)
-        for (int i = 0; i < c->ntables; i++) free(c->geo_old[i]);
-    free(c->geo_old);
-    pthread_mutex_destroy(&c->mu);
-    free(c);
-}
-
-void fl__ps_free(fleet_t *f)
-{
-    if (!f) return;
-    ctx_free(f->ps);
-    f->ps = NULL;
-}
-
-static int mode_of(const fleet_strategy *s, fl__psm *m, int64_t *k)
-{
-    int64_t ks = s->a_sync_configs.k_steps;
-    if (!s->a_sync) {
-        if (ks > 0)
-            return fl__err(FL_EINVAL, "fleet_distributed_optimizer: a_sync_configs.k_steps=%lld needs a_sync=true (GEO "
-                                      "mode); with a_sync=false (sync mode) k_steps must be 0",
-                           (long long)ks);
-        *m = FL__PSM_SYNC;
-    } else {
-        *m = ks > 0 ? FL__PSM_GEO : FL__PSM_ASYNC;
-    }
-    *k = ks > 0 ? ks : 0;
-    return FL_OK;
-}
-
-static int ctx_create(fleet_t *f, fl__ps_ctx **out)
-{
-    fl__ps_ctx *c = calloc(1, sizeof *c);
-    if (!c) return fl__err(FL_ENOMEM, "fleet_distributed_optimizer: out of memory");
-    pthread_mutex_init(&c->mu, NULL);
-    c->id = -1;
-    c->strategy = f->strategy;
-    c->is_server = f->role->kind == FLEET_ROLE_SERVER;
-    c->worker_index = f->role->worker_index;
-    c->worker_num = f->role->worker_num;
-    c->server_index = f->role->server_index;
-    int st = mode_of(&f->strategy, &c->mode, &c->k_steps);
-    if (st == FL_OK && (f->strategy.localsgd || f->strategy.gradient_merge))
-        st = fl__err(FL_EUNSUPPORTED, "fleet_distributed_optimizer: %s is a collective-mode strategy; parameter-server "
-                                      "mode does not apply it (unset it, or use fleet_init_collective)",
-                     f->strategy.localsgd ? "localsgd" : "gradient_merge");
-    if (st == FL_OK && f->role->nservers < 1)
-        st = fl__err(FL_EINVAL, "fleet_distributed_optimizer: parameter-server mode needs at least one server endpoint");
-    if (st == FL_OK) {
-        c->servers = calloc((size_t)f->role->nservers, sizeof *c->servers);
-        if (!c->servers) st = fl__err(FL_ENOMEM, "fleet_distributed_optimizer: out of memory");
-        c->nservers = c->servers ? f->role->nservers : 0;
-        for (int i = 0; st == FL_OK && i < c->nservers; i++)
-            if (!(c->servers[i] = fl__strdup(f->role->servers[i]))) st = fl__err(FL_ENOMEM, "out of memory");
-    }
-    if (st == FL_OK) {
-        pthread_mutex_lock(&ctxs_mu);
-        for (int i = 0; i < MAX_CTX && c->id < 0; i++)
-            if (!ctxs[i]) ctxs[c->id = i] = c;
-        pthread_mutex_unlock(&ctxs_mu);
-        if (c->id < 0) st = fl__err(FL_ENOMEM, "fleet_distributed_optimizer: more than %d parameter-server fleets in this process", MAX_CTX);
-    }
-    if (st != FL_OK) {
-        ctx_free(c);
-        return st;
-    }
-    *out = c;
-    return FL_OK;
-}
+#include "fleet_ps.h"
 
 /* ---- program surgery ------------------------------------------------------------------------ */
 
@@ -299,7 +167,7 @@ static int table_init(fl_prog *p, const fl_var *w, fl_initializer *in)
 static int table_opt(fl__ps_ctx *c, fl_prog *p, const pinfo *pi, fl_ps_optimizer *o)
 {
     memset(o, 0, sizeof *o);
-    if (c->mode == FL__PSM_GEO) {
+    if (!c->mode->server_optimizes) { /* the servers sum what the workers' optimizers did */
         o->kind = FL_PS_OPT_SUM;
         return FL_OK;
     }
@@ -310,7 +178,7 @@ static int table_opt(fl__ps_ctx *c, fl_prog *p, const pinfo *pi, fl_ps_optimizer
         if (op_writes(p->ops[i], lrv))
             return fl__prog_error(p, FL_EUNSUPPORTED, "parameter server (%s mode): a learning-rate schedule (%s) is not "
                                                       "applied by the servers; use a constant rate or GEO mode",
-                                  fl__psm_name(c->mode), p->ops[i]->def->type);
+                                  c->mode->name, p->ops[i]->def->type);
     const fl_op *lop = init_op(p, lrv->name);
     if (!lop || strcmp(lop->def->type, "fill_constant") != 0)
         return fl__prog_error(p, FL_EINVAL, "parameter server: learning rate '%s' has no constant initializer", lrv->name);
@@ -334,7 +202,7 @@ static int table_opt(fl__ps_ctx *c, fl_prog *p, const pinfo *pi, fl_ps_optimizer
     } else {
         return fl__prog_error(p, FL_EUNSUPPORTED, "parameter server (%s mode): the servers apply sgd, momentum, adagrad or adam, not "
                                                   "%s; use GEO mode (a_sync_configs.k_steps > 0) to keep %s on the workers",
-                              fl__psm_name(c->mode), t, t);
+                              c->mode->name, t, t);
     }
     /* fleet/ps.h reads 0 as "the default" for these: refuse rather than train differently */
     if ((o->kind != FL_PS_OPT_SGD && o->kind != FL_PS_OPT_MOMENTUM && o->epsilon == 0.0) || (o->kind == FL_PS_OPT_ADAM && (o->beta1 == 0.0 || o->beta2 == 0.0)))
@@ -512,7 +380,7 @@ static int append_list_op(fl__ps_ctx *c, fl_prog *p, const char *type, const cha
     if (k_steps > 0) FL_CHECK(fl__attr_set_i(op, "k_steps", k_steps));
     /* sync pushes and GEO exchanges count one step per worker process: train_from_dataset
      * keeps such programs at one trainer thread */
-    if ((!strcmp(type, "ps_send") && c->mode == FL__PSM_SYNC) || !strcmp(type, "ps_geo"))
+    if ((!strcmp(type, "ps_send") && c->mode->send_single_trainer) || !strcmp(type, "ps_geo"))
         FL_CHECK(fl__attr_set_i(op, "single_trainer", 1));
     return fl__op_finish(op);
 }
@@ -533,20 +401,20 @@ static int rewrite(fl__ps_ctx *c, fl_opt_hook_ctx *h)
             st = fl__prog_error(p, FL_EINVAL, "parameter server: no %s update op for parameter '%s'", h->opt_type,
                                 pi[i].param->name);
         if (st == FL_OK) st = classify(p, &pi[i]);
-        if (st == FL_OK && c->mode == FL__PSM_GEO && pi[i].sparse) {
+        if (st == FL_OK && !c->mode->remote_sparse && pi[i].sparse) {
             if (pi[i].distributed)
-                st = fl__prog_error(p, FL_EUNSUPPORTED, "parameter server (geo mode): table '%s' is looked up with "
-                                                        "is_distributed; GEO keeps every table on the workers; use "
+                st = fl__prog_error(p, FL_EUNSUPPORTED, "parameter server (%s mode): table '%s' is looked up with "
+                                                        "is_distributed; %s mode keeps every table on the workers; use "
                                                         "is_sparse without is_distributed, or async mode",
-                                    pi[i].param->name);
-            pi[i].sparse = 0; /* GEO: a local table, synchronized as a dense "sum" table */
+                                    c->mode->name, pi[i].param->name, c->mode->name);
+            pi[i].sparse = 0; /* a local table, synchronized as a dense one */
         }
         if (st == FL_OK && pi[i].sparse && pi[i].param->ndim != 2)
             st = fl__prog_error(p, FL_EINVAL, "parameter server: sparse table '%s' must be a [vocab, dim] matrix", pi[i].param->name);
     }
     if (st == FL_OK) st = derive_tables(c, p, pi, n);
 
-    if (st == FL_OK && c->mode != FL__PSM_GEO) {
+    if (st == FL_OK && c->mode->server_optimizes) {
         /* the servers optimize: drop the update ops and the state only they used */
         char **names = NULL;
         int nn = 0;
@@ -621,7 +489,7 @@ static int rewrite(fl__ps_ctx *c, fl_opt_hook_ctx *h)
     free(svs);
     free(tabs);
     if (st == FL_OK) {
-        FL_INFO(FL_SUB_FLEET, "parameter server: %s mode, %d tables (%d parameters) on %d servers", fl__psm_name(c->mode),
+        FL_INFO(FL_SUB_FLEET, "parameter server: %s mode, %d tables (%d parameters) on %d servers", c->mode->name,
                 c->ntables, c->nparams, c->nservers);
     }
     return st;
@@ -634,27 +502,19 @@ static int hook(void *user, int phase, fl_opt_hook_ctx *h)
         if (c->prog || c->tables)
             return fl__prog_error(h->prog, FL_ESTATE, "parameter server: this fleet handle already built a program; "
                                                       "one fleet handle trains one program");
-        if (c->mode != FL__PSM_GEO && strcmp(h->opt_type, "sgd") && strcmp(h->opt_type, "momentum") && strcmp(h->opt_type, "adagrad") &&
+        if (c->mode->server_optimizes && strcmp(h->opt_type, "sgd") && strcmp(h->opt_type, "momentum") && strcmp(h->opt_type, "adagrad") &&
             strcmp(h->opt_type, "adam"))
             return fl__prog_error(h->prog, FL_EUNSUPPORTED,
                                   "parameter server (%s mode): the servers apply sgd, momentum, adagrad or adam, not %s; use GEO mode "
                                   "(a_sync=true, a_sync_configs.k_steps > 0) to keep %s on the workers",
-                                  fl__psm_name(c->mode), h->opt_type, h->opt_type);
+                                  c->mode->name, h->opt_type, h->opt_type);
         return FL_OK;
     }
     return rewrite(c, h);
 }
 
-int fl__ps_distributed_optimizer(fleet_t *f, fl_opt *opt)
+int fl__ps_install(fl__ps_ctx *c, fl_opt *opt)
 {
     FL_CHECK(fl__op_register_group(fl__ops_ps));
-    if (f->ps && (f->ps->prog || f->ps->tables))
-        return fl__err(FL_ESTATE, "fleet_distributed_optimizer: this fleet handle already built a parameter-server "
-                                  "program; one fleet handle trains one program");
-    if (f->ps) { /* a second call before minimize: start again with the new strategy */
-        ctx_free(f->ps);
-        f->ps = NULL;
-    }
-    FL_CHECK(ctx_create(f, &f->ps));
-    return fl__opt_set_hook(opt, hook, f->ps);
+    return fl__opt_set_hook(opt, hook, c);
 }

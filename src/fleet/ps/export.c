@@ -1,5 +1,5 @@
 /*
- * ps_export.c - the inference model of a parameter-server job (fleet_save_inference_model).
+ * export.c - the inference model of a parameter-server job (fleet_save_inference_model).
  *
  * The worker's program reads its sparse tables through distributed_lookup_table ops, which
  * need the servers.  The exported model replaces each of them by local lookup_table ops on
@@ -11,7 +11,7 @@
  */
 #include <string.h>
 
-#include "ps_internal.h"
+#include "fleet_ps.h"
 
 typedef struct {
     float *w;

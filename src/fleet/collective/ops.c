@@ -9,17 +9,17 @@
  *                        (scaled by 1/n), so each rank applies the same sparse update
  *   c_localsgd           after the optimizer: every k steps, parameters averaged
  *   gm_accumulate / gm_zero   gradient merge: sum gradients over k steps, apply, clear
- * They find their communicator through the ring_id attribute (comm.h).
+ * They find their communicator through the ring_id attribute (ring.h).
  */
 #include <string.h>
 
-#include "comm.h"
+#include "../ring.h"
 
 
-static int get_comm(fl_kctx *c, fl_comm **out)
+static int get_comm(fl_kctx *c, fl_ring **out)
 {
     int64_t id = fl__attr_i(c->op, "ring_id", -1);
-    *out = fl__comm_lookup(id);
+    *out = fl__ring_lookup(id);
     if (!*out)
         return fl__err(FL_ESTATE, "%s: no communicator with ring_id %lld (the fleet handle was freed or never initialised)",
                        c->op->def->type, (long long)id);
@@ -30,12 +30,12 @@ static int get_comm(fl_kctx *c, fl_comm **out)
 
 static int run_broadcast(fl_kctx *c)
 {
-    fl_comm *cm;
+    fl_ring *cm;
     FL_CHECK(get_comm(c, &cm));
     int root = (int)fl__attr_i(c->op, "root", 0);
     for (int i = 0; i < c->nin[0]; i++) {
         fl_tensor *t = c->in[0][i];
-        FL_CHECK(fl__comm_broadcast(cm, t->data, (size_t)t->numel, t->dtype, root));
+        FL_CHECK(fl__ring_broadcast(cm, t->data, (size_t)t->numel, t->dtype, root));
     }
     return FL_OK;
 }
@@ -44,13 +44,13 @@ static int run_broadcast(fl_kctx *c)
 
 static int run_ar_start(fl_kctx *c)
 {
-    fl_comm *cm;
+    fl_ring *cm;
     FL_CHECK(get_comm(c, &cm));
     int b = (int)fl__attr_i(c->op, "bucket", 0);
     size_t n = 0;
     for (int i = 0; i < c->nin[0]; i++) n += (size_t)c->in[0][i]->numel;
-    if (fl__comm_size(cm) == 1) return FL_OK;
-    float *buf = fl__comm_bucket(cm, b, n);
+    if (fl__ring_size(cm) == 1) return FL_OK;
+    float *buf = fl__ring_bucket(cm, b, n);
     if (!buf) return fl_last_status();
     size_t at = 0;
     for (int i = 0; i < c->nin[0]; i++) {
@@ -58,21 +58,21 @@ static int run_ar_start(fl_kctx *c)
         memcpy(buf + at, t->data, (size_t)t->numel * sizeof(float));
         at += (size_t)t->numel;
     }
-    return fl__comm_start(cm, b, n);
+    return fl__ring_start(cm, b, n);
 }
 
 static int run_ar_wait(fl_kctx *c)
 {
-    fl_comm *cm;
+    fl_ring *cm;
     FL_CHECK(get_comm(c, &cm));
-    FL_CHECK(fl__comm_wait_all(cm));
-    int n = fl__comm_size(cm);
+    FL_CHECK(fl__ring_wait_all(cm));
+    int n = fl__ring_size(cm);
     if (n == 1) return FL_OK;
     const fl_attr *sizes = fl__attr_find(c->op, "bucket_sizes");
     float scale = 1.0f / (float)n;
     int k = 0;
     for (int b = 0; sizes && b < sizes->n; b++) {
-        float *buf = fl__comm_bucket(cm, b, 0);
+        float *buf = fl__ring_bucket(cm, b, 0);
         size_t at = 0;
         for (int64_t j = 0; j < sizes->ints[b]; j++, k++) {
             if (k >= c->nin[0]) return fl__err(FL_EINVAL, "c_allreduce_wait: bucket sizes exceed the gradients");
@@ -88,22 +88,22 @@ static int run_ar_wait(fl_kctx *c)
 
 static int run_sparse_allgather(fl_kctx *c)
 {
-    fl_comm *cm;
+    fl_ring *cm;
     FL_CHECK(get_comm(c, &cm));
     fl_tensor *g = FL_IN(c, 0), *o = FL_OUT(c, 0);
-    int n = fl__comm_size(cm);
+    int n = fl__ring_size(cm);
     if (n == 1) return o == g ? FL_OK : fl_tensor_copy(o, g);
     if (!g->is_rows) {
         /* a dense gradient reaching here (a table used densely somewhere else): allreduce */
         if (o != g) FL_CHECK(fl_tensor_copy(o, g));
-        FL_CHECK(fl__comm_allreduce(cm, o->data, (size_t)o->numel, FL_FLOAT32, "sum"));
+        FL_CHECK(fl__ring_allreduce(cm, o->data, (size_t)o->numel, FL_FLOAT32, "sum"));
         fl__vscal(o->data, 1.0f / (float)n, o->numel);
         return FL_OK;
     }
     int64_t rows = g->shape[0], width = rows ? g->numel / rows : (g->ndim > 1 ? fl__dims_prod(g->shape, 1, g->ndim) : 1);
     int64_t *counts = malloc((size_t)n * sizeof *counts);
     if (!counts) return fl__err(FL_ENOMEM, "c_sparse_allgather: out of memory");
-    int st = fl__comm_allgather(cm, &rows, counts, 1, FL_INT64);
+    int st = fl__ring_allgather(cm, &rows, counts, 1, FL_INT64);
     int64_t maxr = 0, total = 0;
     for (int i = 0; st == FL_OK && i < n; i++) {
         maxr = counts[i] > maxr ? counts[i] : maxr;
@@ -124,8 +124,8 @@ static int run_sparse_allgather(fl_kctx *c)
             memcpy(srow, g->rows, (size_t)rows * sizeof *srow);
             memcpy(sval, g->data, (size_t)(rows * width) * sizeof *sval);
         }
-        st = fl__comm_allgather(cm, srow, arow, (size_t)maxr, FL_INT64);
-        if (st == FL_OK) st = fl__comm_allgather(cm, sval, aval, (size_t)(maxr * width), FL_FLOAT32);
+        st = fl__ring_allgather(cm, srow, arow, (size_t)maxr, FL_INT64);
+        if (st == FL_OK) st = fl__ring_allgather(cm, sval, aval, (size_t)(maxr * width), FL_FLOAT32);
     }
     if (st == FL_OK) {
         int64_t height = g->height, sh[FL_MAX_DIMS];
@@ -151,19 +151,19 @@ static int run_sparse_allgather(fl_kctx *c)
 
 /* ---- LocalSGD: Param (list), Step -> Param, Step ------------------------------------------------ */
 
-static int average_params(fl_kctx *c, fl_comm *cm, int slot)
+static int average_params(fl_kctx *c, fl_ring *cm, int slot)
 {
     size_t n = 0;
     for (int i = 0; i < c->nin[slot]; i++) n += (size_t)c->in[slot][i]->numel;
-    float *buf = fl__comm_bucket(cm, 0, n);
+    float *buf = fl__ring_bucket(cm, 0, n);
     if (!buf) return fl_last_status();
     size_t at = 0;
     for (int i = 0; i < c->nin[slot]; i++) {
         memcpy(buf + at, c->in[slot][i]->data, (size_t)c->in[slot][i]->numel * sizeof(float));
         at += (size_t)c->in[slot][i]->numel;
     }
-    FL_CHECK(fl__comm_allreduce(cm, buf, n, FL_FLOAT32, "sum"));
-    float scale = 1.0f / (float)fl__comm_size(cm);
+    FL_CHECK(fl__ring_allreduce(cm, buf, n, FL_FLOAT32, "sum"));
+    float scale = 1.0f / (float)fl__ring_size(cm);
     at = 0;
     for (int i = 0; i < c->nin[slot]; i++) {
         fl_tensor *t = c->in[slot][i];
@@ -175,12 +175,12 @@ static int average_params(fl_kctx *c, fl_comm *cm, int slot)
 
 static int run_localsgd(fl_kctx *c)
 {
-    fl_comm *cm;
+    fl_ring *cm;
     FL_CHECK(get_comm(c, &cm));
     int64_t *step = FL_IN(c, 1)->data;
     int64_t k = fl__attr_i(c->op, "k_steps", 1), begin = fl__attr_i(c->op, "begin_step", 1);
     int64_t s = ++step[0]; /* steps completed, 1-based */
-    if (fl__comm_size(cm) == 1) return FL_OK;
+    if (fl__ring_size(cm) == 1) return FL_OK;
     /* before begin_step parameters are averaged every step (plain data parallel) */
     if (s < begin || (s - begin) % k == 0) return average_params(c, cm, 0);
     return FL_OK;

@@ -1,5 +1,5 @@
 /*
- * ps_ops.c - operators of parameter-server mode (inserted by ps_mode.c):
+ * ops.c - operators of the parameter-server runtime (inserted by rewrite.c):
  *
  *   distributed_lookup_table       Ids[k] -> Out[k]: the rows of the batch's ids pulled from
  *                                  the servers in one pull (each distinct id requested
@@ -7,11 +7,13 @@
  *                                  is_test (set by fl_prog_clone(p, 1)) pulls without
  *                                  creating rows
  *   distributed_lookup_table_grad  Ids, Out@GRAD -> W@GRAD as SelectedRows (rows = ids)
- *   ps_send                        Grad[n]: sync mode pushes each gradient (the push returns
- *                                  once every worker pushed and the server applied the
- *                                  step); async mode queues them on the communicator
- *   ps_recv                        Param[n]: sync mode pulls the dense parameters; async
- *                                  mode copies the newest values the receive thread pulled
+ *   ps_send                        Grad[n]: each gradient through the mode's push (sync:
+ *                                  to the servers, returning once every worker pushed and
+ *                                  the server applied the step; async: queued on the
+ *                                  communicator)
+ *   ps_recv                        Param[n]: the dense parameters through the mode's pull
+ *                                  (sync: from the servers; async: the newest values the
+ *                                  receive thread pulled)
  *   ps_geo                         Param[n] in place: every k_steps push (latest - old) /
  *                                  trainers to the "sum" tables, pull, and rebase
  *   ps_init (startup program)      Param[n]: the initial exchange (fl__ps_init_exchange),
@@ -21,7 +23,7 @@
  */
 #include <string.h>
 
-#include "ps_internal.h"
+#include "fleet_ps.h"
 
 static int infer_nop(fl_op *op)
 {
@@ -227,7 +229,7 @@ static int run_dlookup_grad(fl_kctx *k)
 /* ---- ps_send / ps_recv ------------------------------------------------------------------------------ */
 
 /* A sparse gradient as (ids, values); a dense [height, dim] gradient (a table also used
- * densely cannot happen: ps_mode.c refuses it) is an error. */
+ * densely cannot happen: rewrite.c refuses it) is an error. */
 static int push_sparse(fl_kctx *k, fl_ps_client *cl, const fl__ps_ctx *c, int t, const fl_tensor *g, const char *name)
 {
     if (!g->is_rows)
@@ -246,27 +248,42 @@ static int push_sparse(fl_kctx *k, fl_ps_client *cl, const fl__ps_ctx *c, int t,
     return fl_ps_client_push_sparse(cl, t, s->ids, n, g->data, NULL, NULL);
 }
 
+int fl__ps_push_now(fl_kctx *k, fl__ps_ctx *c, int t, const fl_tensor *g, const char *name)
+{
+    if (c->tables[t].kind == FL_PS_SPARSE) return push_sparse(k, c->client, c, t, g, name);
+    FL_CHECK(check_dense(k, c, t, g, name));
+    return fl_ps_client_push_dense(c->client, t, g->data);
+}
+
+int fl__ps_pull_now(fl__ps_ctx *c, int t, fl_tensor *w) { return fl_ps_client_pull_dense(c->client, t, w->data); }
+
+int fl__ps_push_queued(fl_kctx *k, fl__ps_ctx *c, int t, const fl_tensor *g, const char *name)
+{
+    (void)k;
+    (void)name;
+    int v = param_of_table(c, t);
+    if (v < 0 || !c->comm) return fl__err(FL_ESTATE, "ps_send: the async communicator is not running");
+    return fl__ps_comm_send(c->comm, v, g);
+}
+
+int fl__ps_pull_queued(fl__ps_ctx *c, int t, fl_tensor *w)
+{
+    int v = param_of_table(c, t);
+    if (v < 0 || !c->comm) return fl__err(FL_ESTATE, "ps_recv: the async communicator is not running");
+    return fl__ps_comm_recv(c->comm, v, w, NULL);
+}
+
 static int run_send(fl_kctx *k)
 {
     fl__ps_ctx *c = NULL;
     fl_ps_client *cl = NULL;
     FL_CHECK(get_ctx(k, &c));
     FL_CHECK(fl__ps_need_client(c, "ps_send", &cl));
+    if (!c->mode->push) return fl__err(FL_ESTATE, "ps_send: %s mode pushes no gradients", c->mode->name);
     for (int i = 0; i < k->nin[0]; i++) {
         int t = -1;
         FL_CHECK(table_at(k, c, i, &t));
-        const fl_tensor *g = k->in[0][i];
-        const char *name = k->op->in[0].vars[i]->name;
-        if (c->mode == FL__PSM_ASYNC) {
-            int v = param_of_table(c, t);
-            if (v < 0 || !c->comm) return fl__err(FL_ESTATE, "ps_send: the async communicator is not running");
-            FL_CHECK(fl__ps_comm_send(c->comm, v, g));
-        } else if (c->tables[t].kind == FL_PS_SPARSE) {
-            FL_CHECK(push_sparse(k, cl, c, t, g, name));
-        } else {
-            FL_CHECK(check_dense(k, c, t, g, name));
-            FL_CHECK(fl_ps_client_push_dense(cl, t, g->data));
-        }
+        FL_CHECK(c->mode->push(k, c, t, k->in[0][i], k->op->in[0].vars[i]->name));
     }
     pthread_mutex_lock(&c->mu);
     c->step++;
@@ -280,18 +297,13 @@ static int run_recv(fl_kctx *k)
     fl_ps_client *cl = NULL;
     FL_CHECK(get_ctx(k, &c));
     FL_CHECK(fl__ps_need_client(c, "ps_recv", &cl));
+    if (!c->mode->pull) return fl__err(FL_ESTATE, "ps_recv: %s mode pulls no parameters", c->mode->name);
     for (int i = 0; i < k->nout[0]; i++) {
         int t = -1;
         FL_CHECK(table_at(k, c, i, &t));
         fl_tensor *w = k->out[0][i];
         FL_CHECK(check_dense(k, c, t, w, k->op->out[0].vars[i]->name));
-        if (c->mode == FL__PSM_ASYNC) {
-            int v = param_of_table(c, t);
-            if (v < 0 || !c->comm) return fl__err(FL_ESTATE, "ps_recv: the async communicator is not running");
-            FL_CHECK(fl__ps_comm_recv(c->comm, v, w, NULL));
-        } else {
-            FL_CHECK(fl_ps_client_pull_dense(cl, t, w->data));
-        }
+        FL_CHECK(c->mode->pull(c, t, w));
     }
     return FL_OK;
 }
@@ -356,22 +368,7 @@ int fl__ps_init_exchange(fl__ps_ctx *c, fl_tensor *const *ts, const int *tables,
         for (int i = 0; i < n; i++) FL_CHECK(fl_ps_client_init_dense(cl, tables[i], ts[i]->data, 0, NULL));
     FL_CHECK(fl_ps_client_barrier(cl));
     for (int i = 0; i < n; i++) FL_CHECK(fl_ps_client_pull_dense(cl, tables[i], ts[i]->data));
-    if (c->mode == FL__PSM_GEO) {
-        pthread_mutex_lock(&c->mu);
-        if (!c->geo_old) c->geo_old = calloc((size_t)c->ntables, sizeof *c->geo_old);
-        int st = c->geo_old ? FL_OK : fl__err(FL_ENOMEM, "out of memory");
-        for (int i = 0; st == FL_OK && i < n; i++) {
-            float *o = realloc(c->geo_old[tables[i]], (size_t)ts[i]->numel * sizeof *o + 1);
-            if (!o) {
-                st = fl__err(FL_ENOMEM, "out of memory");
-                break;
-            }
-            memcpy(o, ts[i]->data, (size_t)ts[i]->numel * sizeof *o);
-            c->geo_old[tables[i]] = o;
-        }
-        pthread_mutex_unlock(&c->mu);
-        FL_CHECK(st);
-    }
+    if (c->mode->after_init) FL_CHECK(c->mode->after_init(c, ts, tables, n));
     pthread_mutex_lock(&c->mu);
     c->inited = 1;
     pthread_mutex_unlock(&c->mu);

@@ -1,5 +1,5 @@
 /*
- * ps_communicator.c - the async-mode communicator (Paddle 1.8's AsyncCommunicator).
+ * communicator.c - the async-mode communicator (Paddle 1.8's AsyncCommunicator).
  *
  *   trainer thread   ps_send copies each gradient into its variable's queue (a ring of
  *                    send_queue_size slots; blocks while the ring is full) and returns;
@@ -21,7 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ps_internal.h"
+#include "fleet_ps.h"
 
 typedef struct {
     float *vals;

@@ -1,10 +1,12 @@
-/* comm.c - the fleet communicator: registry by ring id, blocking collectives, and the
- * communication thread that overlaps bucket allreduces with backward. */
+/* ring.c - the workers' communicator of a fleet: registry by ring id, blocking collectives,
+ * and the communication thread that overlaps bucket allreduces with backward.  The
+ * collective runtime trains over it; util collectives and datasets use it in every
+ * runtime. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "comm.h"
+#include "ring.h"
 #include "fleet/coll.h"
 
 #define MAX_RINGS 64
@@ -15,7 +17,7 @@ typedef struct {
     size_t cap;
 } bucket;
 
-struct fl_comm {
+struct fl_ring {
     fl_coll *coll;
     int ring_id, rank, size;
     bucket *buckets;
@@ -33,23 +35,23 @@ struct fl_comm {
 };
 
 /* The process-wide ring table: ring id -> communicator (ops find theirs by attribute). */
-static fl_comm *rings[MAX_RINGS];
+static fl_ring *rings[MAX_RINGS];
 static pthread_mutex_t rings_mu = PTHREAD_MUTEX_INITIALIZER;
 
-fl_comm *fl__comm_lookup(int64_t id)
+fl_ring *fl__ring_lookup(int64_t id)
 {
     if (id < 0 || id >= MAX_RINGS) return NULL;
     pthread_mutex_lock(&rings_mu);
-    fl_comm *c = rings[id];
+    fl_ring *c = rings[id];
     pthread_mutex_unlock(&rings_mu);
     return c;
 }
 
-int fl__comm_ring_id(const fl_comm *c) { return c->ring_id; }
-int fl__comm_rank(const fl_comm *c) { return c->rank; }
-int fl__comm_size(const fl_comm *c) { return c->size; }
+int fl__ring_id(const fl_ring *c) { return c->ring_id; }
+int fl__ring_rank(const fl_ring *c) { return c->rank; }
+int fl__ring_size(const fl_ring *c) { return c->size; }
 
-static int check_idle(fl_comm *c, const char *what)
+static int check_idle(fl_ring *c, const char *what)
 {
     pthread_mutex_lock(&c->mu);
     int busy = c->qhead != c->qtail;
@@ -58,7 +60,7 @@ static int check_idle(fl_comm *c, const char *what)
     return FL_OK;
 }
 
-int fl__comm_allreduce(fl_comm *c, void *buf, size_t count, fl_dtype dt, const char *op)
+int fl__ring_allreduce(fl_ring *c, void *buf, size_t count, fl_dtype dt, const char *op)
 {
     FL_CHECK(check_idle(c, "allreduce"));
     fl_coll_op o = FL_COLL_SUM;
@@ -67,14 +69,14 @@ int fl__comm_allreduce(fl_comm *c, void *buf, size_t count, fl_dtype dt, const c
     return fl_coll_allreduce(c->coll, buf, buf, count, dt, o);
 }
 
-int fl__comm_broadcast(fl_comm *c, void *buf, size_t count, fl_dtype dt, int root)
+int fl__ring_broadcast(fl_ring *c, void *buf, size_t count, fl_dtype dt, int root)
 {
     FL_CHECK(check_idle(c, "broadcast"));
     if (c->size == 1 || count == 0) return FL_OK;
     return fl_coll_broadcast(c->coll, buf, count, dt, root);
 }
 
-int fl__comm_allgather(fl_comm *c, const void *send, void *recv, size_t count, fl_dtype dt)
+int fl__ring_allgather(fl_ring *c, const void *send, void *recv, size_t count, fl_dtype dt)
 {
     FL_CHECK(check_idle(c, "allgather"));
     if (c->size == 1) {
@@ -84,13 +86,13 @@ int fl__comm_allgather(fl_comm *c, const void *send, void *recv, size_t count, f
     return fl_coll_allgather(c->coll, send, recv, count, dt);
 }
 
-int fl__comm_barrier(fl_comm *c)
+int fl__ring_barrier(fl_ring *c)
 {
     FL_CHECK(check_idle(c, "barrier"));
     return c->size == 1 ? FL_OK : fl_coll_barrier(c->coll);
 }
 
-float *fl__comm_bucket(fl_comm *c, int b, size_t n)
+float *fl__ring_bucket(fl_ring *c, int b, size_t n)
 {
     if (b < 0 || b >= MAX_BUCKETS) {
         fl__err(FL_EINVAL, "collective: bucket %d out of range", b);
@@ -123,7 +125,7 @@ float *fl__comm_bucket(fl_comm *c, int b, size_t n)
 
 static void *comm_main(void *arg)
 {
-    fl_comm *c = arg;
+    fl_ring *c = arg;
     pthread_mutex_lock(&c->mu);
     for (;;) {
         while (c->qhead == c->qtail && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
@@ -148,7 +150,7 @@ static void *comm_main(void *arg)
     return NULL;
 }
 
-int fl__comm_start(fl_comm *c, int b, size_t n)
+int fl__ring_start(fl_ring *c, int b, size_t n)
 {
     if (c->size == 1 || n == 0) return FL_OK;
     pthread_mutex_lock(&c->mu);
@@ -186,7 +188,7 @@ int fl__comm_start(fl_comm *c, int b, size_t n)
     return FL_OK;
 }
 
-int fl__comm_wait_all(fl_comm *c)
+int fl__ring_wait_all(fl_ring *c)
 {
     if (c->size == 1) return FL_OK;
     pthread_mutex_lock(&c->mu);
@@ -200,23 +202,28 @@ int fl__comm_wait_all(fl_comm *c)
     return FL_OK;
 }
 
-int fl__comm_create(const fleet_role *role, fl_comm **out)
+int fl__ring_create(const fleet_role *role, const fl_net_secret *secret, fl_ring **out)
 {
     *out = NULL;
-    fl_comm *c = calloc(1, sizeof *c);
+    fl_ring *c = calloc(1, sizeof *c);
     if (!c) return fl__err(FL_ENOMEM, "collective: out of memory");
     c->rank = role->worker_index;
     c->size = role->nworkers ? role->nworkers : 1;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     int st = FL_OK;
+    if (c->size > 1 && !secret) {
+        st = fl__err(FL_EINVAL, "collective: %d workers need the job secret to connect", c->size);
+        goto fail;
+    }
     if (c->size > 1) {
         fl_coll_opts o;
         memset(&o, 0, sizeof o);
         o.rank = c->rank;
         o.world_size = c->size;
         o.endpoints = (const char *const *)role->workers;
-        /* secret NULL: the communicator reads FLEET_JOB_SECRET / FLEET_JOB_SECRET_FILE */
+        o.secret = secret->bytes;
+        o.secret_len = secret->len;
         st = fl_coll_create(&o, &c->coll);
         if (st != FL_OK) goto fail;
         if (pthread_create(&c->thread, NULL, comm_main, c) != 0) {
@@ -241,11 +248,11 @@ int fl__comm_create(const fleet_role *role, fl_comm **out)
     *out = c;
     return FL_OK;
 fail:
-    fl__comm_free(c);
+    fl__ring_free(c);
     return st;
 }
 
-void fl__comm_free(fl_comm *c)
+void fl__ring_free(fl_ring *c)
 {
     if (!c) return;
     if (c->thread_started) {

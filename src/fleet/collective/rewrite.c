@@ -1,6 +1,6 @@
 /*
- * collective.c - collective (data-parallel) training: the program rewrite behind
- * fleet_distributed_optimizer() in collective mode.
+ * rewrite.c - collective (data-parallel) training: the program rewrite behind
+ * fleet_distributed_optimizer() in the collective runtime.
  *
  * After backward, gradients are grouped into fusion buckets of fuse_grad_size_in_MB in the
  * order backward produces them; right after the op that completes a bucket, a
@@ -16,9 +16,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm.h"
+#include "collective.h"
 
-extern const fl_op_def *const fl__ops_collective[];
+static fl__coll_rt *rt_of(fleet_t *f) { return f->rt; }
 
 typedef struct {
     fl_param_grad pg;
@@ -37,7 +37,7 @@ static int cmp_writer(const void *a, const void *b)
 static int set_ring(fl_op *op, fleet_t *f)
 {
     FL_CHECK(fl__attr_set_i(op, "single_trainer", 1));
-    return fl__attr_set_i(op, "ring_id", fl__comm_ring_id(f->comm));
+    return fl__attr_set_i(op, "ring_id", fl__ring_id(f->ring));
 }
 
 static int append_broadcast(fleet_t *f, fl_prog *p, fl_opt_hook_ctx *h)
@@ -179,7 +179,7 @@ static int gradient_merge(fleet_t *f, fl_prog *p, fl_opt_hook_ctx *h, int distri
     if (st == FL_OK && distributed) st = allreduce_dense(f, p, items, n, 0, cond);
     if (st == FL_OK) {
         h->update_cond = cond;
-        f->gm_cond = cond;
+        rt_of(f)->gm_cond = cond;
     }
     free(grads);
     free(accs);
@@ -191,7 +191,7 @@ static int hook(void *user, int phase, fl_opt_hook_ctx *h)
 {
     fleet_t *f = user;
     fl_prog *p = h->prog;
-    int distributed = f->comm && fl__comm_size(f->comm) > 1;
+    int distributed = f->ring && fl__ring_size(f->ring) > 1;
     const fleet_strategy *s = &f->strategy;
     if (phase == FL_HOOK_AFTER_BACKWARD) {
         if (s->localsgd && strcmp(h->opt_type, "sgd") != 0 && strcmp(h->opt_type, "momentum") != 0)
@@ -223,7 +223,7 @@ static int hook(void *user, int phase, fl_opt_hook_ctx *h)
         return st;
     }
     /* after the update ops */
-    if (s->gradient_merge && f->gm_cond) {
+    if (s->gradient_merge && rt_of(f)->gm_cond) {
         int n = h->npairs;
         fl_var **accs = malloc((size_t)(n ? n : 1) * sizeof *accs);
         if (!accs) return fl__err(FL_ENOMEM, "out of memory");
@@ -232,7 +232,7 @@ static int hook(void *user, int phase, fl_opt_hook_ctx *h)
         fl_op *op = fl__op_new(p, "gm_zero", &in, 1, &out, 1);
         int st = !op ? fl_prog_status(p) : FL_OK;
         if (op) {
-            op->cond = f->gm_cond;
+            op->cond = rt_of(f)->gm_cond;
             st = fl__op_finish(op);
         }
         free(accs);
@@ -260,24 +260,8 @@ static int hook(void *user, int phase, fl_opt_hook_ctx *h)
     return FL_OK;
 }
 
-fl_opt *fleet_distributed_optimizer(fleet_t *f, fl_opt *opt, const fleet_strategy *strategy)
+int fl__collective_install(fleet_t *f, fl_opt *opt)
 {
-    if (!f || f->magic != FLEET_MAGIC) {
-        fl__err(FL_EINVAL, "fleet_distributed_optimizer: fleet handle is NULL or invalid");
-        return NULL;
-    }
-    if (!opt) {
-        fl__err(FL_EINVAL, "fleet_distributed_optimizer: optimizer is NULL");
-        return NULL;
-    }
-    if (strategy) {
-        if (fleet_strategy_check(strategy) != FL_OK) return NULL;
-        f->strategy = *strategy; /* Paddle: a strategy given here replaces the one from init */
-    }
-    if (!f->role->is_collective && f->role->distributed) /* parameter-server mode: ps_mode.c */
-        return fl__ps_distributed_optimizer(f, opt) == FL_OK ? opt : NULL;
-    if (fl__fleet_comm(f) != FL_OK) return NULL;
-    if (fl__op_register_group(fl__ops_collective) != FL_OK) return NULL;
-    if (fl__opt_set_hook(opt, hook, f) != FL_OK) return NULL;
-    return opt;
+    FL_CHECK(fl__op_register_group(fl__ops_collective));
+    return fl__opt_set_hook(opt, hook, f);
 }

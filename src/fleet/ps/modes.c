@@ -1,0 +1,115 @@
+/*
+ * modes.c - the parameter-server mode table: one row per mode (see the recipe in
+ * fleet_ps.h), and the hooks that are a mode's own.
+ *
+ *   sync   the servers apply a step once every worker pushed it; workers push gradients
+ *          and pull parameters on the training thread (Paddle's sync mode)
+ *   async  workers queue gradients on a communicator whose send thread merges up to
+ *          max_merge_var_num of them per push and whose receive thread pulls the dense
+ *          parameters at its own pace; servers apply each push as it comes
+ *   geo    workers train locally with their own optimizer; every k_steps they push
+ *          (latest - old) / trainers to "sum" tables and pull the sum (Paddle's GEO-SGD)
+ *
+ * Half-async is not a row: Paddle 2.x's program builder never selects it (its strategy maps
+ * only to sync, async and GEO), so no strategy can ask for it here either.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fleet_ps.h"
+
+/* ---- selection ----------------------------------------------------------------------- */
+
+static int selects_sync(const fleet_strategy *s) { return !s->a_sync; }
+static int selects_async(const fleet_strategy *s) { return s->a_sync && s->a_sync_configs.k_steps <= 0; }
+static int selects_geo(const fleet_strategy *s) { return s->a_sync && s->a_sync_configs.k_steps > 0; }
+
+/* ---- async: the communicator ------------------------------------------------------------ */
+
+static int async_start(fl__ps_ctx *c, const fl_ps_client_opts *o)
+{
+    fl__ps_comm_var *vars = calloc((size_t)(c->nparams ? c->nparams : 1), sizeof *vars);
+    if (!vars) return fl__err(FL_ENOMEM, "fleet_init_worker: out of memory");
+    for (int i = 0; i < c->nparams; i++) {
+        vars[i].table = c->params[i].table;
+        vars[i].sparse = c->params[i].sparse;
+        vars[i].numel = c->params[i].numel;
+        vars[i].dim = c->tables[c->params[i].table].dim;
+    }
+    const fleet_strategy *s = &c->strategy;
+    fl__ps_comm_opts co = {o, vars, c->nparams, s->a_sync_configs.send_queue_size, s->a_sync_configs.max_merge_var_num,
+                           s->a_sync_configs.min_send_grad_num_before_recv};
+    int st = fl__ps_comm_create(&co, &c->comm);
+    free(vars);
+    return st;
+}
+
+static int async_flush(fl__ps_ctx *c) { return c->comm ? fl__ps_comm_flush(c->comm) : FL_OK; }
+
+static void async_stop(fl__ps_ctx *c)
+{
+    if (!c->comm) return;
+    FL_INFO(FL_SUB_FLEET, "worker %d: the async communicator made %lld pushes", c->worker_index,
+            (long long)fl__ps_comm_pushes(c->comm));
+    fl__ps_comm_free(c->comm);
+    c->comm = NULL;
+}
+
+/* ---- geo: the snapshot of the last exchange ------------------------------------------------ */
+
+static int geo_after_init(fl__ps_ctx *c, fl_tensor *const *ts, const int *tables, int n)
+{
+    pthread_mutex_lock(&c->mu);
+    if (!c->geo_old) c->geo_old = calloc((size_t)c->ntables, sizeof *c->geo_old);
+    int st = c->geo_old ? FL_OK : fl__err(FL_ENOMEM, "out of memory");
+    for (int i = 0; st == FL_OK && i < n; i++) {
+        float *o = realloc(c->geo_old[tables[i]], (size_t)ts[i]->numel * sizeof *o + 1);
+        if (!o) {
+            st = fl__err(FL_ENOMEM, "out of memory");
+            break;
+        }
+        memcpy(o, ts[i]->data, (size_t)ts[i]->numel * sizeof *o);
+        c->geo_old[tables[i]] = o;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+/* ---- the table ------------------------------------------------------------------------------ */
+
+static const fl__ps_mode mode_sync = {
+    .name = "sync", .selects = selects_sync,
+    .server_optimizes = 1, .remote_sparse = 1, .send_single_trainer = 1, .server_sync = 1,
+    .push = fl__ps_push_now, .pull = fl__ps_pull_now,
+};
+
+static const fl__ps_mode mode_async = {
+    .name = "async", .selects = selects_async,
+    .server_optimizes = 1, .remote_sparse = 1,
+    .push = fl__ps_push_queued, .pull = fl__ps_pull_queued,
+    .start = async_start, .flush = async_flush, .stop = async_stop,
+};
+
+static const fl__ps_mode mode_geo = {
+    .name = "geo", .selects = selects_geo,
+    .after_init = geo_after_init,
+};
+
+static const fl__ps_mode *const modes[] = {&mode_sync, &mode_async, &mode_geo, NULL};
+
+int fl__ps_mode_select(const fleet_strategy *s, const fl__ps_mode **out, int64_t *k_steps)
+{
+    int64_t ks = s->a_sync_configs.k_steps;
+    if (!s->a_sync && ks > 0)
+        return fl__err(FL_EINVAL, "fleet_distributed_optimizer: a_sync_configs.k_steps=%lld needs a_sync=true (GEO "
+                                  "mode); with a_sync=false (sync mode) k_steps must be 0",
+                       (long long)ks);
+    for (int i = 0; modes[i]; i++)
+        if (modes[i]->selects(s)) {
+            *out = modes[i];
+            *k_steps = ks > 0 ? ks : 0;
+            return FL_OK;
+        }
+    return fl__err(FL_EINVAL, "fleet_distributed_optimizer: no parameter-server mode for a_sync=%d, k_steps=%lld",
+                   s->a_sync, (long long)ks);
+}
