@@ -10,7 +10,7 @@ SOVER   := 0
 WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-missing-field-initializers
 OPT     ?= -O3
 CFLAGS  ?=
-CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC $(OPT) -fno-trapping-math -fno-math-errno -g $(WARN) -Iinclude -pthread $(SAN)
+CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC -fvisibility=hidden $(OPT) -fno-trapping-math -fno-math-errno -g $(WARN) -Iinclude -pthread $(SAN)
 LDLIBS  := -lopenblas -lcrypto -lm -pthread
 LDFLAGS += $(SAN)
 
@@ -50,9 +50,9 @@ $(BUILD)/libfleet.a: $(LIB_OBJ)
 	@$(if $(V),,echo "  AR      $@")
 	$(Q)ar rcs $@ $^
 
-$(BUILD)/libfleet.so: $(LIB_OBJ)
+$(BUILD)/libfleet.so: $(LIB_OBJ) src/libfleet.map
 	@$(if $(V),,echo "  LD      $@")
-	$(Q)$(CC) -shared -Wl,-soname,libfleet.so.$(SOVER) -o $@.$(VERSION) $^ $(LDFLAGS) $(LDLIBS)
+	$(Q)$(CC) -shared -Wl,-soname,libfleet.so.$(SOVER) -Wl,--version-script=src/libfleet.map -o $@.$(VERSION) $(LIB_OBJ) $(LDFLAGS) $(LDLIBS)
 	$(Q)ln -sf libfleet.so.$(VERSION) $(BUILD)/libfleet.so.$(SOVER)
 	$(Q)ln -sf libfleet.so.$(VERSION) $@
 

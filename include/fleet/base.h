@@ -15,6 +15,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* FL_API marks the public functions: the library is built with -fvisibility=hidden, so
+ * only these are exported from libfleet.so (internal fl__ helpers never are). */
+#if defined(__GNUC__) || defined(__clang__)
+#define FL_API __attribute__((visibility("default")))
+#else
+#define FL_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -35,17 +43,17 @@ enum {
 };
 
 /* Returns a static name for a status code ("FL_EINVAL"). Never NULL. */
-const char *fl_strerror(int status);
+FL_API const char *fl_strerror(int status);
 
 /* Returns the message of the last error set on the calling thread ("" if none).
  * The pointer stays valid until the next failing Fleet call on this thread. */
-const char *fl_last_error(void);
+FL_API const char *fl_last_error(void);
 
 /* Returns the status code of the last error on the calling thread (FL_OK if none). */
-int fl_last_status(void);
+FL_API int fl_last_status(void);
 
 /* Clears the calling thread's error. */
-void fl_clear_error(void);
+FL_API void fl_clear_error(void);
 
 /* Log levels, lowest to highest verbosity.  The level comes from FLEET_LOG_LEVEL
  * (error|warn|info|debug|trace, default warn) and the subsystem mask from
@@ -62,10 +70,10 @@ typedef enum {
 /* Optional sink replacing stderr.  Set before the first handle is created; not thread
  * safe with concurrent logging.  `line` is one complete line without trailing newline. */
 typedef void (*fl_log_fn)(fl_log_level level, const char *line, void *user);
-void fl_log_set_sink(fl_log_fn fn, void *user);
+FL_API void fl_log_set_sink(fl_log_fn fn, void *user);
 
 /* Sets the role and rank shown in each log line (e.g. "worker", 3). */
-void fl_log_set_identity(const char *role, int rank);
+FL_API void fl_log_set_identity(const char *role, int rank);
 
 #ifdef __cplusplus
 }

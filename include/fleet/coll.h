@@ -78,8 +78,8 @@ extern "C" {
 typedef enum { FL_COLL_SUM = 0, FL_COLL_MAX = 1, FL_COLL_MIN = 2, FL_COLL_AVG = 3, FL_COLL_OP_COUNT } fl_coll_op;
 
 /* "sum", "max", "min", "avg" (case-insensitive) -> op; FL_EINVAL otherwise. */
-int fl_coll_op_parse(const char *name, fl_coll_op *out);
-const char *fl_coll_op_name(fl_coll_op op);
+FL_API int fl_coll_op_parse(const char *name, fl_coll_op *out);
+FL_API const char *fl_coll_op_name(fl_coll_op op);
 
 typedef struct fl_coll fl_coll;
 
@@ -109,14 +109,14 @@ typedef struct {
  * that was refused, e.g. for a wrong secret).  Connections from processes that fail the
  * handshake are refused and logged; the rendezvous keeps waiting for the real rank.
  * world_size 1 needs no network.  The options (and endpoint strings) are copied. */
-int fl_coll_create(const fl_coll_opts *opts, fl_coll **out);
+FL_API int fl_coll_create(const fl_coll_opts *opts, fl_coll **out);
 /* Closes the connections and unmaps shared memory.  Peers blocked in a collective with this
  * rank fail with FL_EREMOTE.  NULL is ignored. */
-void fl_coll_free(fl_coll *c);
-int fl_coll_rank(const fl_coll *c);
-int fl_coll_size(const fl_coll *c);
+FL_API void fl_coll_free(fl_coll *c);
+FL_API int fl_coll_rank(const fl_coll *c);
+FL_API int fl_coll_size(const fl_coll *c);
 /* 1 if the collectives of this communicator use shared memory. */
-int fl_coll_uses_shm(const fl_coll *c);
+FL_API int fl_coll_uses_shm(const fl_coll *c);
 
 /* All of these block until every rank has made the same call, and fail as described at the
  * top of this file.  Buffers are the caller's; counts are elements of dt, which may be
@@ -126,18 +126,18 @@ int fl_coll_uses_shm(const fl_coll *c);
 
 /* recv[i] = op over ranks of send[i], i < count.  send == recv is in place; other overlap
  * is not allowed. */
-int fl_coll_allreduce(fl_coll *c, const void *send, void *recv, size_t count, fl_dtype dt, fl_coll_op op);
+FL_API int fl_coll_allreduce(fl_coll *c, const void *send, void *recv, size_t count, fl_dtype dt, fl_coll_op op);
 /* buf (count elements) of rank root is copied to buf of every rank. */
-int fl_coll_broadcast(fl_coll *c, void *buf, size_t count, fl_dtype dt, int root);
+FL_API int fl_coll_broadcast(fl_coll *c, void *buf, size_t count, fl_dtype dt, int root);
 /* recv[r * count_per_rank + i] = send of rank r [i]; recv holds world_size * count_per_rank
  * elements.  send may be recv + rank * count_per_rank (in place). */
-int fl_coll_allgather(fl_coll *c, const void *send, void *recv, size_t count_per_rank, fl_dtype dt);
+FL_API int fl_coll_allgather(fl_coll *c, const void *send, void *recv, size_t count_per_rank, fl_dtype dt);
 /* recv[i] = op over ranks of send[rank * count_per_rank + i]; send holds world_size *
  * count_per_rank elements, recv count_per_rank.  send and recv must not overlap. */
-int fl_coll_reduce_scatter(fl_coll *c, const void *send, void *recv, size_t count_per_rank, fl_dtype dt,
+FL_API int fl_coll_reduce_scatter(fl_coll *c, const void *send, void *recv, size_t count_per_rank, fl_dtype dt,
                            fl_coll_op op);
 /* Returns when every rank has entered the barrier. */
-int fl_coll_barrier(fl_coll *c);
+FL_API int fl_coll_barrier(fl_coll *c);
 
 #ifdef __cplusplus
 }

@@ -57,38 +57,38 @@ typedef struct fl_dataset fl_dataset;
 typedef struct fl_data_batch fl_data_batch;
 
 /* kind: "QueueDataset" (streaming) or "InMemoryDataset".  NULL + error on another name. */
-fl_dataset *fl_dataset_create(const char *kind);
-void fl_dataset_free(fl_dataset *ds);
+FL_API fl_dataset *fl_dataset_create(const char *kind);
+FL_API void fl_dataset_free(fl_dataset *ds);
 
-int fl_dataset_set_filelist(fl_dataset *ds, const char *const *files, int n);
-int fl_dataset_set_batch_size(fl_dataset *ds, int batch_size);
+FL_API int fl_dataset_set_filelist(fl_dataset *ds, const char *const *files, int n);
+FL_API int fl_dataset_set_batch_size(fl_dataset *ds, int batch_size);
 /* Reader threads; the effective number is clamped to the number of files, as Paddle. */
-int fl_dataset_set_thread(fl_dataset *ds, int thread_num);
-int fl_dataset_set_use_var(fl_dataset *ds, fl_var *const *vars, int n);
-int fl_dataset_set_pipe_command(fl_dataset *ds, const char *cmd);
+FL_API int fl_dataset_set_thread(fl_dataset *ds, int thread_num);
+FL_API int fl_dataset_set_use_var(fl_dataset *ds, fl_var *const *vars, int n);
+FL_API int fl_dataset_set_pipe_command(fl_dataset *ds, const char *cmd);
 /* A pipe_command that produces no output for this long is killed and reported (default 300). */
-int fl_dataset_set_pipe_timeout(fl_dataset *ds, double seconds);
-int fl_dataset_set_format(fl_dataset *ds, const char *format);
+FL_API int fl_dataset_set_pipe_timeout(fl_dataset *ds, double seconds);
+FL_API int fl_dataset_set_format(fl_dataset *ds, const char *format);
 /* Criteo: categorical ids are hashed into [0, dim) (default 1000001, Paddle's benchmark). */
-int fl_dataset_set_sparse_feature_dim(fl_dataset *ds, uint64_t dim);
+FL_API int fl_dataset_set_sparse_feature_dim(fl_dataset *ds, uint64_t dim);
 /* "stop" (default) or "skip". */
-int fl_dataset_set_bad_line_policy(fl_dataset *ds, const char *policy);
+FL_API int fl_dataset_set_bad_line_policy(fl_dataset *ds, const char *policy);
 
-int fl_dataset_thread_num(const fl_dataset *ds); /* effective (clamped) */
-int fl_dataset_batch_size(const fl_dataset *ds);
-int fl_dataset_num_slots(const fl_dataset *ds);
-const char *fl_dataset_slot_name(const fl_dataset *ds, int i);
-int64_t fl_dataset_bad_lines(const fl_dataset *ds); /* skipped in the last pass / load */
+FL_API int fl_dataset_thread_num(const fl_dataset *ds); /* effective (clamped) */
+FL_API int fl_dataset_batch_size(const fl_dataset *ds);
+FL_API int fl_dataset_num_slots(const fl_dataset *ds);
+FL_API const char *fl_dataset_slot_name(const fl_dataset *ds, int i);
+FL_API int64_t fl_dataset_bad_lines(const fl_dataset *ds); /* skipped in the last pass / load */
 
 /* InMemoryDataset only (a QueueDataset returns FL_EINVAL naming the call).  A load parses the
  * file list with thread_num threads, keeps the records in file-list order and appends them to
  * what is held; on an error nothing is added. */
-int fl_dataset_load_into_memory(fl_dataset *ds);
-int fl_dataset_preload_into_memory(fl_dataset *ds); /* starts loading in the background */
-int fl_dataset_wait_preload_done(fl_dataset *ds);
-int fl_dataset_local_shuffle(fl_dataset *ds, uint64_t seed);
-void fl_dataset_release_memory(fl_dataset *ds);
-int64_t fl_dataset_get_memory_data_size(const fl_dataset *ds); /* records held here */
+FL_API int fl_dataset_load_into_memory(fl_dataset *ds);
+FL_API int fl_dataset_preload_into_memory(fl_dataset *ds); /* starts loading in the background */
+FL_API int fl_dataset_wait_preload_done(fl_dataset *ds);
+FL_API int fl_dataset_local_shuffle(fl_dataset *ds, uint64_t seed);
+FL_API void fl_dataset_release_memory(fl_dataset *ds);
+FL_API int64_t fl_dataset_get_memory_data_size(const fl_dataset *ds); /* records held here */
 
 /* Global shuffle moves every record to rank (rand % nranks) through an all-to-all that the
  * caller provides (fleet_dataset_global_shuffle wires it to the workers' communicator).
@@ -100,7 +100,7 @@ typedef struct {
     int (*alltoallv)(void *ctx, const void *const *send, const size_t *send_len, void **recv,
                      size_t *recv_len);
 } fl_data_exchange;
-int fl_dataset_global_shuffle(fl_dataset *ds, const fl_data_exchange *ex, uint64_t seed);
+FL_API int fl_dataset_global_shuffle(fl_dataset *ds, const fl_data_exchange *ex, uint64_t seed);
 
 /* Reading.  A pass: fl_dataset_begin, then each of thread_num threads calls
  * fl_dataset_next(ds, t, b), which returns 1 with a batch in b, until it returns 0 (end of its
@@ -108,22 +108,22 @@ int fl_dataset_global_shuffle(fl_dataset *ds, const fl_data_exchange *ex, uint64
  * their shares early), then fl_dataset_end (reports skipped lines; returns the first reader
  * error if any).  Ending a pass early is allowed; it stops any pipe_command child.  A QueueDataset hands files to threads from a shared queue
  * and parses them as they are read; an InMemoryDataset splits its records among threads. */
-int fl_dataset_begin(fl_dataset *ds);
-int fl_dataset_next(fl_dataset *ds, int thread, fl_data_batch *b);
-int fl_dataset_end(fl_dataset *ds);
+FL_API int fl_dataset_begin(fl_dataset *ds);
+FL_API int fl_dataset_next(fl_dataset *ds, int thread, fl_data_batch *b);
+FL_API int fl_dataset_end(fl_dataset *ds);
 
 /* A batch: one tensor per slot, reused from call to call.  The last batch of a thread's
  * share may hold fewer instances than batch_size. */
-fl_data_batch *fl_data_batch_create(const fl_dataset *ds);
-void fl_data_batch_free(fl_data_batch *b);
-int fl_data_batch_size(const fl_data_batch *b); /* instances */
-int fl_data_batch_num_slots(const fl_data_batch *b);
-const char *fl_data_batch_name(const fl_data_batch *b, int i);
-fl_tensor *fl_data_batch_tensor(fl_data_batch *b, int i);
+FL_API fl_data_batch *fl_data_batch_create(const fl_dataset *ds);
+FL_API void fl_data_batch_free(fl_data_batch *b);
+FL_API int fl_data_batch_size(const fl_data_batch *b); /* instances */
+FL_API int fl_data_batch_num_slots(const fl_data_batch *b);
+FL_API const char *fl_data_batch_name(const fl_data_batch *b, int i);
+FL_API fl_tensor *fl_data_batch_tensor(fl_data_batch *b, int i);
 
 /* The Criteo categorical hash: FNV-1a 64 over "C<k>:" (k = 1..26) followed by the raw field
  * bytes, modulo dim.  Empty fields hash too (each column's "missing" id). */
-uint64_t fl_data_criteo_id(int k, const char *field, size_t len, uint64_t dim);
+FL_API uint64_t fl_data_criteo_id(int k, const char *field, size_t len, uint64_t dim);
 
 #ifdef __cplusplus
 }

@@ -23,24 +23,24 @@ typedef struct fl_scope fl_scope;
 typedef struct fl_exe fl_exe;
 
 /* Creates a scope; parent may be NULL.  The parent must outlive the child. */
-fl_scope *fl_scope_create(fl_scope *parent);
-void fl_scope_free(fl_scope *s);
+FL_API fl_scope *fl_scope_create(fl_scope *parent);
+FL_API void fl_scope_free(fl_scope *s);
 /* Finds a variable in s or its ancestors; NULL if absent. */
-fl_tensor *fl_scope_find(const fl_scope *s, const char *name);
+FL_API fl_tensor *fl_scope_find(const fl_scope *s, const char *name);
 /* Finds a variable in s itself, creating an empty float32 tensor if absent. */
-fl_tensor *fl_scope_var(fl_scope *s, const char *name);
+FL_API fl_tensor *fl_scope_var(fl_scope *s, const char *name);
 /* Sets every element of the variable `name` (in s or its ancestors) to zero, keeping its
  * shape: resets accumulators such as the AUC statistics before an evaluation pass.
  * FL_ENOTFOUND if absent. */
-int fl_scope_zero(fl_scope *s, const char *name);
+FL_API int fl_scope_zero(fl_scope *s, const char *name);
 /* Variables of s itself (not ancestors), in insertion order. */
-int fl_scope_num_vars(const fl_scope *s);
-const char *fl_scope_name_at(const fl_scope *s, int i);
+FL_API int fl_scope_num_vars(const fl_scope *s);
+FL_API const char *fl_scope_name_at(const fl_scope *s, int i);
 
 /* Creates an executor running in `scope` (borrowed; NULL creates a private scope). */
-fl_exe *fl_exe_create(fl_scope *scope);
-void fl_exe_free(fl_exe *e);
-fl_scope *fl_exe_scope(fl_exe *e);
+FL_API fl_exe *fl_exe_create(fl_scope *scope);
+FL_API void fl_exe_free(fl_exe *e);
+FL_API fl_scope *fl_exe_scope(fl_exe *e);
 
 typedef struct {
     const char *name;
@@ -51,7 +51,7 @@ typedef struct {
  * dimensions, LoD for lod_level 1) and copied in.  out[i] receives a borrowed pointer to
  * the tensor named fetch[i], valid until the next run on this executor.  Errors name the
  * variable and the expected and given shapes; nothing is half-run on a feed error. */
-int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed,
+FL_API int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed,
                const char *const *fetch, int nfetch, fl_tensor **out);
 
 /* ---- training from a dataset (Paddle's Executor.train_from_dataset) ---------------------- */
@@ -76,10 +76,10 @@ typedef struct {
  * is returned (naming the thread and batch).  Programs rewritten for collective or
  * synchronous parameter-server training run one trainer per process: thread must then
  * resolve to 1.  stats may be NULL.  Blocks until the pass ends. */
-int fl_exe_train_from_dataset(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const char *const *fetch_list,
+FL_API int fl_exe_train_from_dataset(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const char *const *fetch_list,
                               const char *const *fetch_info, int nfetch, int print_period, fl_exe_dataset_stats *stats);
 /* The same for inference: p is typically fl_prog_clone(main, 1) (no backward, no update). */
-int fl_exe_infer_from_dataset(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const char *const *fetch_list,
+FL_API int fl_exe_infer_from_dataset(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const char *const *fetch_list,
                               const char *const *fetch_info, int nfetch, int print_period, fl_exe_dataset_stats *stats);
 
 #ifdef __cplusplus

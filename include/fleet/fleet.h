@@ -41,7 +41,7 @@ typedef struct fleet_role fleet_role;
  *    (its index is the position of POD_IP:PADDLE_PORT in the list);
  *    PADDLE_TRAINER_ENDPOINTS is optional.
  * A missing or malformed variable is an FL_EINVAL error naming it and the expected form. */
-int fleet_role_paddlecloud(int is_collective, fleet_role **out);
+FL_API int fleet_role_paddlecloud(int is_collective, fleet_role **out);
 
 /* UserDefinedRoleMaker (Paddle 2.x arguments). worker_num 0 means the number of worker
  * endpoints.  Endpoint lists are copied; server_endpoints must be non-empty and unique in
@@ -56,8 +56,8 @@ typedef struct {
     const char *const *server_endpoints;
     int n_server_endpoints;
 } fleet_user_role;
-int fleet_role_user_defined(const fleet_user_role *spec, fleet_role **out);
-void fleet_role_free(fleet_role *r);
+FL_API int fleet_role_user_defined(const fleet_user_role *spec, fleet_role **out);
+FL_API void fleet_role_free(fleet_role *r);
 
 /* ---- DistributedStrategy ----------------------------------------------------------------- */
 
@@ -108,20 +108,20 @@ typedef struct {
     int sync_nccl_allreduce;                     /* true */
 } fleet_strategy;
 
-fleet_strategy fleet_strategy_default(void);
+FL_API fleet_strategy fleet_strategy_default(void);
 /* Sets one field by name from a string ("true"/"false"/"1"/"0", integers, numbers).
  * Unknown keys are FL_EINVAL naming the key.  As in Paddle, setting "a_sync" resets
  * a_sync_configs.k_steps to 0. */
-int fleet_strategy_set(fleet_strategy *s, const char *key, const char *value);
+FL_API int fleet_strategy_set(fleet_strategy *s, const char *key, const char *value);
 /* Parses key=value lines ('#' comments) or one JSON object with nested configs
  * ({"a_sync": true, "a_sync_configs": {"k_steps": 100}}).  All-or-nothing. */
-int fleet_strategy_parse(fleet_strategy *s, const char *text);
-int fleet_strategy_load(fleet_strategy *s, const char *path);
+FL_API int fleet_strategy_parse(fleet_strategy *s, const char *text);
+FL_API int fleet_strategy_load(fleet_strategy *s, const char *path);
 /* Rejects fields set away from their default that this build does not implement, and
  * out-of-range values, naming the field. */
-int fleet_strategy_check(const fleet_strategy *s);
+FL_API int fleet_strategy_check(const fleet_strategy *s);
 /* Writes "key=value" lines of the fields that differ from the defaults (malloc'ed). */
-char *fleet_strategy_to_text(const fleet_strategy *s);
+FL_API char *fleet_strategy_to_text(const fleet_strategy *s);
 
 /* ---- the facade ---------------------------------------------------------------------------- */
 
@@ -131,26 +131,26 @@ typedef struct fleet fleet_t;
  * variables); fleet_init_collective uses the collective variables.  The handle takes
  * ownership of role.  strategy may be NULL (defaults) and is copied.  Returns NULL with
  * fl_last_error() set on a bad environment or strategy. */
-fleet_t *fleet_init(fleet_role *role, const fleet_strategy *strategy);
-fleet_t *fleet_init_collective(fleet_role *role, const fleet_strategy *strategy);
-void fleet_free(fleet_t *f);
+FL_API fleet_t *fleet_init(fleet_role *role, const fleet_strategy *strategy);
+FL_API fleet_t *fleet_init_collective(fleet_role *role, const fleet_strategy *strategy);
+FL_API void fleet_free(fleet_t *f);
 
-int fleet_is_collective(const fleet_t *f);
+FL_API int fleet_is_collective(const fleet_t *f);
 /* 1 when running distributed (more than one process or any server). */
-int fleet_is_distributed(const fleet_t *f);
-int fleet_is_worker(const fleet_t *f);
-int fleet_is_server(const fleet_t *f);
-int fleet_is_first_worker(const fleet_t *f);
-int fleet_worker_index(const fleet_t *f);
-int fleet_worker_num(const fleet_t *f);
-int fleet_server_index(const fleet_t *f);
-int fleet_server_num(const fleet_t *f);
+FL_API int fleet_is_distributed(const fleet_t *f);
+FL_API int fleet_is_worker(const fleet_t *f);
+FL_API int fleet_is_server(const fleet_t *f);
+FL_API int fleet_is_first_worker(const fleet_t *f);
+FL_API int fleet_worker_index(const fleet_t *f);
+FL_API int fleet_worker_num(const fleet_t *f);
+FL_API int fleet_server_index(const fleet_t *f);
+FL_API int fleet_server_num(const fleet_t *f);
 /* Endpoint i, or NULL out of range. fleet_*_endpoints_str returns "a,b,c" (owned by f). */
-const char *fleet_worker_endpoint(const fleet_t *f, int i);
-const char *fleet_server_endpoint(const fleet_t *f, int i);
-const char *fleet_worker_endpoints_str(fleet_t *f);
-const char *fleet_server_endpoints_str(fleet_t *f);
-const fleet_strategy *fleet_get_strategy(const fleet_t *f);
+FL_API const char *fleet_worker_endpoint(const fleet_t *f, int i);
+FL_API const char *fleet_server_endpoint(const fleet_t *f, int i);
+FL_API const char *fleet_worker_endpoints_str(fleet_t *f);
+FL_API const char *fleet_server_endpoints_str(fleet_t *f);
+FL_API const fleet_strategy *fleet_get_strategy(const fleet_t *f);
 
 /* ---- training -------------------------------------------------------------------------------- */
 
@@ -165,7 +165,7 @@ const fleet_strategy *fleet_get_strategy(const fleet_t *f);
  * sums gradients over gradient_merge_configs.k_steps steps (divided by k when avg) and
  * updates on the last.  Without a distributed environment minimize is local (gradient
  * merge still applies).  fleet must outlive every program built with the result. */
-fl_opt *fleet_distributed_optimizer(fleet_t *f, fl_opt *opt, const fleet_strategy *strategy);
+FL_API fl_opt *fleet_distributed_optimizer(fleet_t *f, fl_opt *opt, const fleet_strategy *strategy);
 
 /* Lifecycle.  Collective and non-distributed: init_worker / stop_worker do nothing.
  * Parameter-server mode (docs/parameter_server.md): init_server binds this server's
@@ -173,29 +173,29 @@ fl_opt *fleet_distributed_optimizer(fleet_t *f, fl_opt *opt, const fleet_strateg
  * called stop_worker (or fails when one disappears); init_worker connects to every server
  * (with a deadline naming any unreachable one) and exchanges the initial parameters;
  * stop_worker flushes the communicator and tells the servers. */
-int fleet_init_worker(fleet_t *f);
-int fleet_stop_worker(fleet_t *f);
-int fleet_init_server(fleet_t *f, const char *model_dir);
-int fleet_run_server(fleet_t *f);
+FL_API int fleet_init_worker(fleet_t *f);
+FL_API int fleet_stop_worker(fleet_t *f);
+FL_API int fleet_init_server(fleet_t *f, const char *model_dir);
+FL_API int fleet_run_server(fleet_t *f);
 /* Blocks until every worker has called it (deadline: the collective timeout). */
-int fleet_barrier_worker(fleet_t *f);
+FL_API int fleet_barrier_worker(fleet_t *f);
 
 /* fleet.util collectives over the workers (in place; mode "sum", "max" or "min").  With
  * one worker they return the input unchanged. */
-int fleet_util_all_reduce(fleet_t *f, void *buf, size_t count, fl_dtype dtype, const char *mode);
+FL_API int fleet_util_all_reduce(fleet_t *f, void *buf, size_t count, fl_dtype dtype, const char *mode);
 /* recv holds worker_num * count elements, worker i's at i * count. */
-int fleet_util_all_gather(fleet_t *f, const void *send, void *recv, size_t count, fl_dtype dtype);
-int fleet_util_barrier(fleet_t *f);
+FL_API int fleet_util_all_gather(fleet_t *f, const void *send, void *recv, size_t count, fl_dtype dtype);
+FL_API int fleet_util_barrier(fleet_t *f);
 
 /* The first worker saves (fl_io_save_persistables / fl_io_save_inference_model); every
  * worker returns once it has, with an error if it failed. */
-int fleet_save_persistables(fleet_t *f, fl_exe *exe, const char *dir, const fl_prog *prog);
-int fleet_save_inference_model(fleet_t *f, fl_exe *exe, const char *dir, const char *const *feeds, int nfeed,
+FL_API int fleet_save_persistables(fleet_t *f, fl_exe *exe, const char *dir, const fl_prog *prog);
+FL_API int fleet_save_inference_model(fleet_t *f, fl_exe *exe, const char *dir, const char *const *feeds, int nfeed,
                                fl_var *const *targets, int ntarget, const fl_prog *prog);
 
 /* Paddle's split_files / util.get_file_shard: contiguous blocks of len/n files, the first
  * len%n workers get one more.  *out is a malloc'ed array of pointers into files. */
-int fleet_split_files(const fleet_t *f, const char *const *files, int n, const char ***out, int *nout);
+FL_API int fleet_split_files(const fleet_t *f, const char *const *files, int n, const char ***out, int *nout);
 
 /* InMemoryDataset across the workers (Paddle's dataset.global_shuffle(fleet) and
  * get_memory_data_size(fleet)); every worker calls them.  The global shuffle sends each
@@ -203,9 +203,9 @@ int fleet_split_files(const fleet_t *f, const char *const *files, int n, const c
  * in a parameter-server job one connected on first use from PADDLE_TRAINER_ENDPOINTS), then
  * shuffles locally; no record is lost or duplicated.  Each worker's records travel to every
  * worker once (a broadcast per worker): fine for the handful of workers of one job. */
-int fleet_dataset_global_shuffle(fleet_t *f, fl_dataset *ds, uint64_t seed);
+FL_API int fleet_dataset_global_shuffle(fleet_t *f, fl_dataset *ds, uint64_t seed);
 /* Records held by all workers together; -1 on error. */
-int64_t fleet_dataset_memory_data_size(fleet_t *f, const fl_dataset *ds);
+FL_API int64_t fleet_dataset_memory_data_size(fleet_t *f, const fl_dataset *ds);
 
 #ifdef __cplusplus
 }

@@ -38,48 +38,48 @@ typedef struct fl_opt fl_opt;
 /* ---- programs ------------------------------------------------------------------------ */
 
 /* Creates an empty main program with its own empty startup program. */
-fl_prog *fl_prog_create(void);
+FL_API fl_prog *fl_prog_create(void);
 /* Frees a main program and its startup program. */
-void fl_prog_free(fl_prog *p);
+FL_API void fl_prog_free(fl_prog *p);
 /* The startup program owned by main program p (never NULL for a main program). */
-fl_prog *fl_prog_startup(fl_prog *p);
+FL_API fl_prog *fl_prog_startup(fl_prog *p);
 /* Seed of all initializers and random ops of p (default 1: runs are reproducible). */
-void fl_prog_set_seed(fl_prog *p, uint64_t seed);
+FL_API void fl_prog_set_seed(fl_prog *p, uint64_t seed);
 /* First build error (FL_OK if none) and its message ("" if none). */
-int fl_prog_status(const fl_prog *p);
-const char *fl_prog_error(const fl_prog *p);
+FL_API int fl_prog_status(const fl_prog *p);
+FL_API const char *fl_prog_error(const fl_prog *p);
 /* Deep copy.  With for_test, backward and optimizer ops are dropped and ops with an
  * is_test attribute (dropout) switch to inference behaviour. Caller frees. */
-fl_prog *fl_prog_clone(const fl_prog *p, int for_test);
+FL_API fl_prog *fl_prog_clone(const fl_prog *p, int for_test);
 
 /* Variables by name (NULL if absent) or by index 0..fl_prog_num_vars()-1. */
-fl_var *fl_prog_var(const fl_prog *p, const char *name);
-int fl_prog_num_vars(const fl_prog *p);
-fl_var *fl_prog_var_at(const fl_prog *p, int i);
+FL_API fl_var *fl_prog_var(const fl_prog *p, const char *name);
+FL_API int fl_prog_num_vars(const fl_prog *p);
+FL_API fl_var *fl_prog_var_at(const fl_prog *p, int i);
 /* Operators: count and type of op i. */
-int fl_prog_num_ops(const fl_prog *p);
-const char *fl_prog_op_type(const fl_prog *p, int i);
+FL_API int fl_prog_num_ops(const fl_prog *p);
+FL_API const char *fl_prog_op_type(const fl_prog *p, int i);
 
 /* Readable text form (see docs/program_format.md).  *out is malloc'ed; caller frees. */
-int fl_prog_to_text(const fl_prog *p, char **out, size_t *len);
+FL_API int fl_prog_to_text(const fl_prog *p, char **out, size_t *len);
 /* Parses the text form; the startup program of the result is empty. */
-int fl_prog_from_text(const char *text, size_t len, fl_prog **out);
+FL_API int fl_prog_from_text(const char *text, size_t len, fl_prog **out);
 /* New program holding only the ops needed to compute `targets` from `feeds` (forward ops
  * only), with the same variables they touch.  Caller frees. */
-int fl_prog_prune(const fl_prog *p, const char *const *feeds, int nfeed,
+FL_API int fl_prog_prune(const fl_prog *p, const char *const *feeds, int nfeed,
                   const char *const *targets, int ntarget, fl_prog **out);
 
-const char *fl_var_name(const fl_var *v);
-fl_dtype fl_var_dtype(const fl_var *v);
-int fl_var_ndim(const fl_var *v);
+FL_API const char *fl_var_name(const fl_var *v);
+FL_API fl_dtype fl_var_dtype(const fl_var *v);
+FL_API int fl_var_ndim(const fl_var *v);
 /* Build-time shape; -1 marks a dimension known only at run time (the batch). */
-const int64_t *fl_var_shape(const fl_var *v);
-int fl_var_lod_level(const fl_var *v);
-int fl_var_persistable(const fl_var *v);
-int fl_var_is_param(const fl_var *v);
-void fl_var_set_stop_gradient(fl_var *v, int stop);
-int fl_var_stop_gradient(const fl_var *v);
-fl_prog *fl_var_prog(const fl_var *v);
+FL_API const int64_t *fl_var_shape(const fl_var *v);
+FL_API int fl_var_lod_level(const fl_var *v);
+FL_API int fl_var_persistable(const fl_var *v);
+FL_API int fl_var_is_param(const fl_var *v);
+FL_API void fl_var_set_stop_gradient(fl_var *v, int stop);
+FL_API int fl_var_stop_gradient(const fl_var *v);
+FL_API fl_prog *fl_var_prog(const fl_var *v);
 
 /* ---- parameters and initializers ---------------------------------------------------- */
 
@@ -98,11 +98,11 @@ typedef struct {
     uint64_t seed; /* 0: derived from the program seed and the parameter */
 } fl_initializer;
 
-fl_initializer fl_init_constant(float value);
-fl_initializer fl_init_uniform(float low, float high);
-fl_initializer fl_init_normal(float mean, float std);
-fl_initializer fl_init_truncated_normal(float mean, float std);
-fl_initializer fl_init_xavier(int normal);
+FL_API fl_initializer fl_init_constant(float value);
+FL_API fl_initializer fl_init_uniform(float low, float high);
+FL_API fl_initializer fl_init_normal(float mean, float std);
+FL_API fl_initializer fl_init_truncated_normal(float mean, float std);
+FL_API fl_initializer fl_init_xavier(int normal);
 
 /* Zero-initialised means "defaults": automatic name, layer's default initializer,
  * learning-rate scale 1, no extra L2, trainable. */
@@ -118,12 +118,12 @@ typedef struct {
 
 /* Input variable.  A batch dimension -1 is prepended to `shape` (fluid.layers.data).
  * lod_level 1 marks a slot of variable-length id lists (feed with LoD). */
-fl_var *fl_layer_data(fl_prog *p, const char *name, int ndim, const int64_t *shape,
+FL_API fl_var *fl_layer_data(fl_prog *p, const char *name, int ndim, const int64_t *shape,
                       fl_dtype dtype, int lod_level);
 
 /* A free-standing float32 parameter (fluid.layers.create_parameter); with attr->name NULL
  * it is named "create_parameter_<k>.w_0".  Default initializer: Xavier. */
-fl_var *fl_layer_create_parameter(fl_prog *p, int ndim, const int64_t *shape, fl_dtype dtype,
+FL_API fl_var *fl_layer_create_parameter(fl_prog *p, int ndim, const int64_t *shape, fl_dtype dtype,
                                   const fl_param_attr *attr);
 
 typedef struct {
@@ -134,8 +134,8 @@ typedef struct {
 } fl_fc_attr;
 /* Fully connected: out = act(sum_k flatten(in_k) W_k + b).  act: NULL, "tanh", "relu",
  * "sigmoid", "softmax", "softsign". */
-fl_var *fl_layer_fc(fl_var *const *inputs, int n, int64_t size, const char *act);
-fl_var *fl_layer_fc_ex(fl_var *const *inputs, int n, int64_t size, const char *act,
+FL_API fl_var *fl_layer_fc(fl_var *const *inputs, int n, int64_t size, const char *act);
+FL_API fl_var *fl_layer_fc_ex(fl_var *const *inputs, int n, int64_t size, const char *act,
                        const fl_fc_attr *attr);
 
 typedef struct {
@@ -147,53 +147,53 @@ typedef struct {
     fl_param_attr param;
 } fl_embedding_attr;
 /* ids: int64 [N, 1] (LoD allowed) -> float32 [N, dim] with the same LoD. */
-fl_var *fl_layer_embedding(fl_var *ids, int64_t vocab, int64_t dim, const fl_embedding_attr *attr);
+FL_API fl_var *fl_layer_embedding(fl_var *ids, int64_t vocab, int64_t dim, const fl_embedding_attr *attr);
 
 /* pool_type: "sum", "average", "sqrt", "max".  x with LoD [N, d] -> [nseq, d]. */
-fl_var *fl_layer_sequence_pool(fl_var *x, const char *pool_type);
-fl_var *fl_layer_concat(fl_var *const *inputs, int n, int axis);
+FL_API fl_var *fl_layer_sequence_pool(fl_var *x, const char *pool_type);
+FL_API fl_var *fl_layer_concat(fl_var *const *inputs, int n, int axis);
 /* Paddle reshape: 0 copies the input dimension, one -1 is inferred. */
-fl_var *fl_layer_reshape(fl_var *x, int ndim, const int64_t *shape);
+FL_API fl_var *fl_layer_reshape(fl_var *x, int ndim, const int64_t *shape);
 /* Paddle broadcasting: y's shape matches x's dims [axis, axis+ndim(y)); axis -1 aligns
  * y with x's trailing dims. */
-fl_var *fl_layer_elementwise_add(fl_var *x, fl_var *y, int axis);
-fl_var *fl_layer_elementwise_sub(fl_var *x, fl_var *y, int axis);
-fl_var *fl_layer_elementwise_mul(fl_var *x, fl_var *y, int axis);
-fl_var *fl_layer_elementwise_div(fl_var *x, fl_var *y, int axis);
-fl_var *fl_layer_relu(fl_var *x);
-fl_var *fl_layer_tanh(fl_var *x);
-fl_var *fl_layer_sigmoid(fl_var *x);
-fl_var *fl_layer_softsign(fl_var *x);
+FL_API fl_var *fl_layer_elementwise_add(fl_var *x, fl_var *y, int axis);
+FL_API fl_var *fl_layer_elementwise_sub(fl_var *x, fl_var *y, int axis);
+FL_API fl_var *fl_layer_elementwise_mul(fl_var *x, fl_var *y, int axis);
+FL_API fl_var *fl_layer_elementwise_div(fl_var *x, fl_var *y, int axis);
+FL_API fl_var *fl_layer_relu(fl_var *x);
+FL_API fl_var *fl_layer_tanh(fl_var *x);
+FL_API fl_var *fl_layer_sigmoid(fl_var *x);
+FL_API fl_var *fl_layer_softsign(fl_var *x);
 /* Softmax over the last axis. */
-fl_var *fl_layer_softmax(fl_var *x);
+FL_API fl_var *fl_layer_softmax(fl_var *x);
 /* -log(prob[label]) per row; prob [N, C] float, label int64 [N, 1] -> [N, 1]. */
-fl_var *fl_layer_cross_entropy(fl_var *prob, fl_var *label);
+FL_API fl_var *fl_layer_cross_entropy(fl_var *prob, fl_var *label);
 /* Numerically stable softmax + cross entropy on logits -> loss [N, 1].  Rows whose label
  * is -100 (Paddle's ignore_index) get loss 0 and no gradient. */
-fl_var *fl_layer_softmax_with_cross_entropy(fl_var *logits, fl_var *label);
+FL_API fl_var *fl_layer_softmax_with_cross_entropy(fl_var *logits, fl_var *label);
 /* Elementwise max(x,0) - x*z + log(1+exp(-|x|)); label float, same shape as x. */
-fl_var *fl_layer_sigmoid_cross_entropy_with_logits(fl_var *x, fl_var *label);
+FL_API fl_var *fl_layer_sigmoid_cross_entropy_with_logits(fl_var *x, fl_var *label);
 /* -z*log(p+eps) - (1-z)*log(1-p+eps); p, label float [N, 1]. */
-fl_var *fl_layer_log_loss(fl_var *pred, fl_var *label, float epsilon);
+FL_API fl_var *fl_layer_log_loss(fl_var *pred, fl_var *label, float epsilon);
 /* Mean of all elements -> [1]. */
-fl_var *fl_layer_mean(fl_var *x);
+FL_API fl_var *fl_layer_mean(fl_var *x);
 /* Sum over dims (ndims 0 = all dims -> [1]). */
-fl_var *fl_layer_reduce_sum(fl_var *x, const int *dims, int ndims, int keep_dim);
+FL_API fl_var *fl_layer_reduce_sum(fl_var *x, const int *dims, int ndims, int keep_dim);
 /* Row-wise cosine similarity of [N, d] and [N or 1, d] -> [N, 1]. */
-fl_var *fl_layer_cos_sim(fl_var *x, fl_var *y);
+FL_API fl_var *fl_layer_cos_sim(fl_var *x, fl_var *y);
 /* scale*x + bias (bias_after_scale) or scale*(x + bias). */
-fl_var *fl_layer_scale(fl_var *x, float scale, float bias, int bias_after_scale);
+FL_API fl_var *fl_layer_scale(fl_var *x, float scale, float bias, int bias_after_scale);
 /* implementation: "downgrade_in_infer" (Paddle's default) or "upscale_in_train". */
-fl_var *fl_layer_dropout(fl_var *x, float prob, const char *implementation);
+FL_API fl_var *fl_layer_dropout(fl_var *x, float prob, const char *implementation);
 /* Top-k accuracy of probabilities [N, C] against int64 labels [N, 1] -> float32 [1]
  * (built from top_k + accuracy ops; the counts Correct and Total are the int64 [1]
  * variables accuracy.tmp_1 and accuracy.tmp_2). */
-fl_var *fl_layer_accuracy(fl_var *input, fl_var *label, int k);
+FL_API fl_var *fl_layer_accuracy(fl_var *input, fl_var *label, int k);
 /* ROC AUC as Paddle's auc op: input [N, 2] probabilities (column 1 = positive), label
  * int64 [N, 1]; num_thresholds buckets; the global AUC accumulates over all batches,
  * the batch AUC over the last slide_steps batches.  Both are float64 [1] (as in Paddle):
  * read them with *(const double *)fl_tensor_cdata(t).  Returns the global AUC. */
-fl_var *fl_layer_auc(fl_var *input, fl_var *label, int num_thresholds, int slide_steps,
+FL_API fl_var *fl_layer_auc(fl_var *input, fl_var *label, int num_thresholds, int slide_steps,
                      fl_var **batch_auc);
 
 /* ---- convolution, pooling, batch normalisation (NCHW, float32) ----------------------- */
@@ -213,7 +213,7 @@ typedef struct {
  * Ho = (H + 2 pad - dil (kh - 1) - 1) / stride + 1; filter [num_filters, C/groups, kh, kw],
  * bias added per output channel.  act: NULL, "relu", "tanh", "sigmoid" (fused into the
  * op), "softmax", "softsign" (own op).  attr NULL: stride 1, no padding, dilation 1, 1 group. */
-fl_var *fl_layer_conv2d(fl_var *input, int64_t num_filters, int filter_h, int filter_w, const char *act,
+FL_API fl_var *fl_layer_conv2d(fl_var *input, int64_t num_filters, int filter_h, int filter_w, const char *act,
                         const fl_conv2d_attr *attr);
 
 typedef struct {
@@ -227,10 +227,10 @@ typedef struct {
 /* fluid.layers.pool2d on [N, C, H, W] with square windows: pool_type "max" or "avg" (NULL:
  * max), pool_stride >= 1, exclusive 1 (Paddle's default): avg divides by the window clipped
  * to the image.  Windows are clipped to the image; max ignores padding. */
-fl_var *fl_layer_pool2d(fl_var *input, int pool_size, const char *pool_type, int pool_stride, int pool_padding,
+FL_API fl_var *fl_layer_pool2d(fl_var *input, int pool_size, const char *pool_type, int pool_stride, int pool_padding,
                         int global_pooling, int exclusive);
 /* Per-dimension sizes and ceil_mode; a zeroed attr means stride 1, no padding, exclusive. */
-fl_var *fl_layer_pool2d_ex(fl_var *input, const char *pool_type, const fl_pool2d_attr *attr);
+FL_API fl_var *fl_layer_pool2d_ex(fl_var *input, const char *pool_type, const fl_pool2d_attr *attr);
 
 typedef struct {
     fl_param_attr scale;              /* default "batch_norm_<k>.w_0", init 1 */
@@ -244,7 +244,7 @@ typedef struct {
  * trained) become moving * momentum + batch * (1 - momentum).  is_test (set to 1 by
  * fl_prog_clone(p, 1)): the moving statistics normalise and are not updated.  momentum in
  * [0, 1] (Paddle: 0.9), epsilon in [0, 0.001] (Paddle: 1e-5); act as for conv2d (own op). */
-fl_var *fl_layer_batch_norm(fl_var *input, const char *act, int is_test, float momentum, float epsilon,
+FL_API fl_var *fl_layer_batch_norm(fl_var *input, const char *act, int is_test, float momentum, float epsilon,
                             const fl_batch_norm_attr *attr);
 
 /* ---- backward and optimizers --------------------------------------------------------- */
@@ -257,26 +257,26 @@ typedef struct {
 /* Appends gradient ops for `loss` (a one-element variable) to its program. Variables named
  * in no_grad get no gradient.  *pairs (malloc'ed, caller frees) lists every trainable
  * parameter reached, with its gradient variable ("<name>@GRAD"). */
-int fl_append_backward(fl_var *loss, const char *const *no_grad, int n_no_grad,
+FL_API int fl_append_backward(fl_var *loss, const char *const *no_grad, int n_no_grad,
                        fl_param_grad **pairs, int *npairs);
 
-fl_opt *fl_opt_sgd(float learning_rate);
-fl_opt *fl_opt_momentum(float learning_rate, float momentum, int use_nesterov);
-fl_opt *fl_opt_adagrad(float learning_rate, float epsilon);
-fl_opt *fl_opt_adam(float learning_rate, float beta1, float beta2, float epsilon);
+FL_API fl_opt *fl_opt_sgd(float learning_rate);
+FL_API fl_opt *fl_opt_momentum(float learning_rate, float momentum, int use_nesterov);
+FL_API fl_opt *fl_opt_adagrad(float learning_rate, float epsilon);
+FL_API fl_opt *fl_opt_adam(float learning_rate, float beta1, float beta2, float epsilon);
 /* L2 regularization coefficient applied to every parameter's gradient (grad += c*param;
  * for sparse gradients only on the touched rows). */
-int fl_opt_set_l2(fl_opt *o, float coeff);
+FL_API int fl_opt_set_l2(fl_opt *o, float coeff);
 /* lr = base * rate^(step / decay_steps), floor()ed with staircase; step counts the runs
  * of the main program, starting at 0. */
-int fl_opt_set_exponential_decay(fl_opt *o, int64_t decay_steps, float decay_rate, int staircase);
+FL_API int fl_opt_set_exponential_decay(fl_opt *o, int64_t decay_steps, float decay_rate, int staircase);
 /* Name of the optimizer: "sgd", "momentum", "adagrad", "adam". */
-const char *fl_opt_type(const fl_opt *o);
+FL_API const char *fl_opt_type(const fl_opt *o);
 /* append_backward + regularization + one optimizer op per parameter + learning-rate ops.
  * Returns the program's build status. */
-int fl_opt_minimize(fl_opt *o, fl_var *loss);
-int fl_opt_minimize_ex(fl_opt *o, fl_var *loss, const char *const *no_grad, int n_no_grad);
-void fl_opt_free(fl_opt *o);
+FL_API int fl_opt_minimize(fl_opt *o, fl_var *loss);
+FL_API int fl_opt_minimize_ex(fl_opt *o, fl_var *loss, const char *const *no_grad, int n_no_grad);
+FL_API void fl_opt_free(fl_opt *o);
 
 #ifdef __cplusplus
 }

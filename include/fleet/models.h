@@ -49,10 +49,10 @@ typedef struct {
     int nuse_var;
 } fl_model_ctr_dnn;
 
-fl_model_ctr_dnn_config fl_model_ctr_dnn_default(void);
+FL_API fl_model_ctr_dnn_config fl_model_ctr_dnn_default(void);
 /* Builds the network into p (whose startup program gets the initializers).  Errors name
  * the bad configuration field; the program keeps its build error otherwise. */
-int fl_model_ctr_dnn_build(fl_prog *p, const fl_model_ctr_dnn_config *cfg, fl_model_ctr_dnn *out);
+FL_API int fl_model_ctr_dnn_build(fl_prog *p, const fl_model_ctr_dnn_config *cfg, fl_model_ctr_dnn *out);
 
 #ifdef __cplusplus
 }

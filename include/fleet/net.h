@@ -65,7 +65,7 @@ extern "C" {
 
 /* Returns now + timeout_ms as an absolute CLOCK_MONOTONIC time in nanoseconds
  * (timeout_ms <= 0 gives "now": calls then try once without waiting). */
-uint64_t fl_net_deadline(int64_t timeout_ms);
+FL_API uint64_t fl_net_deadline(int64_t timeout_ms);
 
 /* ---- endpoints ------------------------------------------------------------------------ */
 
@@ -74,7 +74,7 @@ uint64_t fl_net_deadline(int64_t timeout_ms);
 /* Splits "host:port" or "[v6addr]:port" into host (NUL-terminated, at most host_cap-1
  * characters) and port (1..65535, or 0 when allow_zero is set).  FL_EINVAL names the
  * endpoint and what is wrong with it. */
-int fl_net_parse_endpoint(const char *endpoint, char *host, size_t host_cap, int *port, int allow_zero);
+FL_API int fl_net_parse_endpoint(const char *endpoint, char *host, size_t host_cap, int *port, int allow_zero);
 
 /* ---- the job secret ------------------------------------------------------------------- */
 
@@ -89,18 +89,18 @@ typedef struct {
 /* Loads the secret from FLEET_JOB_SECRET or FLEET_JOB_SECRET_FILE (see the top of this
  * file).  Returns FL_ENOTFOUND when neither is set, FL_EINVAL for malformed hex, a bad file
  * mode or both variables set, FL_EIO when the file cannot be read. */
-int fl_net_secret_from_env(fl_net_secret *out);
+FL_API int fl_net_secret_from_env(fl_net_secret *out);
 /* Decodes hex (FL_NET_SECRET_MIN..MAX bytes).  `what` names the source in messages. */
-int fl_net_secret_from_hex(const char *hex, const char *what, fl_net_secret *out);
+FL_API int fl_net_secret_from_hex(const char *hex, const char *what, fl_net_secret *out);
 /* Reads a secret file (hex), enforcing owner-only permissions. */
-int fl_net_secret_from_file(const char *path, fl_net_secret *out);
+FL_API int fl_net_secret_from_file(const char *path, fl_net_secret *out);
 /* Fills 32 random bytes (RAND_bytes); for launchers and tests. */
-int fl_net_secret_generate(fl_net_secret *out);
+FL_API int fl_net_secret_generate(fl_net_secret *out);
 /* Formats the secret as lowercase hex into out (cap >= 2*len+1), e.g. to export it to
  * children through FLEET_JOB_SECRET.  Returns FL_EINVAL when cap is too small. */
-int fl_net_secret_to_hex(const fl_net_secret *s, char *out, size_t cap);
+FL_API int fl_net_secret_to_hex(const fl_net_secret *s, char *out, size_t cap);
 /* Overwrites the secret with zeros (OPENSSL_cleanse). */
-void fl_net_secret_clear(fl_net_secret *s);
+FL_API void fl_net_secret_clear(fl_net_secret *s);
 
 /* ---- handshake parameters --------------------------------------------------------------- */
 
@@ -124,66 +124,66 @@ typedef struct fl_net_conn fl_net_conn;
  * otherwise; "0.0.0.0" or "::" listen on every interface).  Binds only to that address.
  * port 0 picks a free port; read it back with fl_net_listener_port.  SO_REUSEADDR is set
  * so a restarted job can rebind a port in TIME_WAIT.  Errors (FL_EIO) name host:port. */
-int fl_net_listen(const char *host, int port, fl_net_listener **out);
-int fl_net_listener_port(const fl_net_listener *l);
+FL_API int fl_net_listen(const char *host, int port, fl_net_listener **out);
+FL_API int fl_net_listener_port(const fl_net_listener *l);
 /* "host:port" as bound (port resolved). */
-const char *fl_net_listener_endpoint(const fl_net_listener *l);
+FL_API const char *fl_net_listener_endpoint(const fl_net_listener *l);
 /* The listening socket, for poll(POLLIN) by event loops. */
-int fl_net_listener_fd(const fl_net_listener *l);
+FL_API int fl_net_listener_fd(const fl_net_listener *l);
 /* Closes the socket and frees.  NULL is ignored. */
-void fl_net_listener_free(fl_net_listener *l);
+FL_API void fl_net_listener_free(fl_net_listener *l);
 
 /* Accepts one connection and runs the acceptor side of the handshake, both before
  * deadline_ns.  On a failed handshake the connection is closed and the error returned
  * (FL_EPROTO for a wrong secret or service, FL_ETIMEDOUT for a silent peer, FL_EREMOTE for
  * a peer that hung up); the listener stays usable, so a server can log and accept again. */
-int fl_net_accept(fl_net_listener *l, const fl_net_auth *auth, uint64_t deadline_ns, fl_net_conn **out);
+FL_API int fl_net_accept(fl_net_listener *l, const fl_net_auth *auth, uint64_t deadline_ns, fl_net_conn **out);
 
 /* Connects to host:port and runs the connector side of the handshake.  While the peer is
  * not listening yet (connection refused, unreachable, name not resolvable) it retries with
  * backoff (10 ms doubling to 500 ms) until deadline_ns, then returns FL_ETIMEDOUT with the
  * last error.  A handshake failure is not retried. */
-int fl_net_connect(const char *host, int port, const fl_net_auth *auth, uint64_t deadline_ns,
+FL_API int fl_net_connect(const char *host, int port, const fl_net_auth *auth, uint64_t deadline_ns,
                    fl_net_conn **out);
 
 /* Closes and frees.  NULL is ignored. */
-void fl_net_conn_free(fl_net_conn *c);
+FL_API void fl_net_conn_free(fl_net_conn *c);
 /* Half-closes both directions now (shutdown(2)); the handle stays valid for freeing. */
-void fl_net_conn_shutdown(fl_net_conn *c);
+FL_API void fl_net_conn_shutdown(fl_net_conn *c);
 
 /* The peer's rank, role and service as sent in its handshake. */
-int32_t fl_net_conn_peer_rank(const fl_net_conn *c);
-uint32_t fl_net_conn_peer_role(const fl_net_conn *c);
+FL_API int32_t fl_net_conn_peer_rank(const fl_net_conn *c);
+FL_API uint32_t fl_net_conn_peer_role(const fl_net_conn *c);
 /* The remote address "ip:port" of the socket. */
-const char *fl_net_conn_addr(const fl_net_conn *c);
+FL_API const char *fl_net_conn_addr(const fl_net_conn *c);
 /* How the peer is named in error messages; defaults to the remote address.  Callers that
  * know better set e.g. "rank 3 (10.0.0.4:6170)". */
-const char *fl_net_conn_label(const fl_net_conn *c);
-void fl_net_conn_set_label(fl_net_conn *c, const char *label);
+FL_API const char *fl_net_conn_label(const fl_net_conn *c);
+FL_API void fl_net_conn_set_label(fl_net_conn *c, const char *label);
 /* The socket (non-blocking), for poll by event loops.  Do not close it. */
-int fl_net_conn_fd(const fl_net_conn *c);
+FL_API int fl_net_conn_fd(const fl_net_conn *c);
 /* While a send or receive would block, keep retrying for up to spin_us microseconds before
  * sleeping in poll (default 0).  Spinning saves the ~30-70 us wake-up of a sleeping
  * process on small round trips, at the price of a busy core. */
-void fl_net_conn_set_spin(fl_net_conn *c, int spin_us);
+FL_API void fl_net_conn_set_spin(fl_net_conn *c, int spin_us);
 
 /* ---- byte streams ------------------------------------------------------------------------ */
 
 /* Sends all n bytes before deadline_ns.  FL_EREMOTE if the peer closed or reset the
  * connection, FL_ETIMEDOUT on the deadline (with how many bytes went out), FL_EIO else. */
-int fl_net_send_all(fl_net_conn *c, const void *buf, size_t n, uint64_t deadline_ns);
+FL_API int fl_net_send_all(fl_net_conn *c, const void *buf, size_t n, uint64_t deadline_ns);
 /* Receives exactly n bytes before deadline_ns.  A peer that closes before the first byte
  * gives FL_EREMOTE ("closed the connection"); one that closes after some but not all bytes
  * gives FL_ECORRUPT ("truncated: got k of n bytes").  n == 0 returns at once. */
-int fl_net_recv_all(fl_net_conn *c, void *buf, size_t n, uint64_t deadline_ns);
+FL_API int fl_net_recv_all(fl_net_conn *c, void *buf, size_t n, uint64_t deadline_ns);
 
 /* Non-blocking primitives for event loops: send (writev) or receive what the socket takes
  * now without waiting.  *done gets the bytes moved (0 when it would block).  FL_EREMOTE when
  * the peer closed (recv returned 0) or reset; FL_EIO on other errors. */
-int fl_net_try_sendv(fl_net_conn *c, const struct iovec *iov, int iovcnt, size_t *done);
-int fl_net_try_recv(fl_net_conn *c, void *buf, size_t n, size_t *done);
+FL_API int fl_net_try_sendv(fl_net_conn *c, const struct iovec *iov, int iovcnt, size_t *done);
+FL_API int fl_net_try_recv(fl_net_conn *c, void *buf, size_t n, size_t *done);
 /* Like fl_net_try_recv but leaves the bytes in the socket (MSG_PEEK). */
-int fl_net_try_peek(fl_net_conn *c, void *buf, size_t n, size_t *done);
+FL_API int fl_net_try_peek(fl_net_conn *c, void *buf, size_t n, size_t *done);
 
 /* ---- framed messages ----------------------------------------------------------------------- */
 
@@ -196,12 +196,12 @@ typedef struct {
 } fl_net_frame;
 
 /* Sends header + body (len may be 0). */
-int fl_net_send_frame(fl_net_conn *c, uint16_t type, uint32_t flags, const void *body, size_t len,
+FL_API int fl_net_send_frame(fl_net_conn *c, uint16_t type, uint32_t flags, const void *body, size_t len,
                       uint64_t deadline_ns);
 /* Receives and checks a header: wrong magic or version gives FL_EPROTO, a length above
  * max_len gives FL_EPROTO before anything is allocated.  The caller then reads hdr->len body
  * bytes with fl_net_recv_all. */
-int fl_net_recv_frame_header(fl_net_conn *c, uint64_t max_len, fl_net_frame *hdr, uint64_t deadline_ns);
+FL_API int fl_net_recv_frame_header(fl_net_conn *c, uint64_t max_len, fl_net_frame *hdr, uint64_t deadline_ns);
 
 #ifdef __cplusplus
 }

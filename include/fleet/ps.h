@@ -139,13 +139,13 @@ typedef struct {
 } fl_ps_table_config;
 
 /* Checks one table configuration; FL_EINVAL names the table and the field. */
-int fl_ps_table_config_check(const fl_ps_table_config *t);
+FL_API int fl_ps_table_config_check(const fl_ps_table_config *t);
 
 /* Rows [*row0, *row1) of a dense table of `rows` rows held by server `server` of
  * `nservers` (the split rule above). */
-void fl_ps_dense_split(int64_t rows, int nservers, int server, int64_t *row0, int64_t *row1);
+FL_API void fl_ps_dense_split(int64_t rows, int nservers, int server, int64_t *row0, int64_t *row1);
 /* Server holding a sparse id: fl__hash_u64(id) % nservers. */
-int fl_ps_sparse_server(uint64_t id, int nservers);
+FL_API int fl_ps_sparse_server(uint64_t id, int nservers);
 
 /* Memory statistics of a table (summed over servers when asked through a client). */
 typedef struct {
@@ -184,38 +184,38 @@ typedef struct {
 /* Fills defaults for the fields above from the environment (FLEET_PS_THREADS,
  * FLEET_PS_REQUEST_TIMEOUT_MS, FLEET_PS_RECONNECT_GRACE_MS, FLEET_PS_WORKER_TIMEOUT_MS)
  * where the field is 0; FL_EINVAL names a malformed variable. */
-int fl_ps_server_opts_from_env(fl_ps_server_opts *o);
+FL_API int fl_ps_server_opts_from_env(fl_ps_server_opts *o);
 
 /* Validates opts, creates the tables and binds the endpoint (fails at once with FL_EIO
  * naming the endpoint if it is taken).  Does not accept yet.  opts and the table list are
  * copied.  Caller frees with fl_ps_server_free. */
-int fl_ps_server_create(const fl_ps_server_opts *opts, fl_ps_server **out);
+FL_API int fl_ps_server_create(const fl_ps_server_opts *opts, fl_ps_server **out);
 /* The bound endpoint "host:port" (port resolved) and port. */
-const char *fl_ps_server_endpoint(const fl_ps_server *s);
-int fl_ps_server_port(const fl_ps_server *s);
+FL_API const char *fl_ps_server_endpoint(const fl_ps_server *s);
+FL_API int fl_ps_server_port(const fl_ps_server *s);
 
 /* Loads this server's shards of a checkpoint written by fl_ps_client_save (Paddle's
  * init_server(dirname)).  Must be called before fl_ps_server_run.  The checkpoint must have
  * been saved with the same number of servers and table list; all-or-nothing: on error the
  * tables are unchanged.  FL_ENOTFOUND when <dir>/ps_manifest.json does not exist. */
-int fl_ps_server_load(fl_ps_server *s, const char *dir);
+FL_API int fl_ps_server_load(fl_ps_server *s, const char *dir);
 
 /* Serves until every worker (0..num_workers-1) has called fl_ps_client_stop (FL_OK), or
  * until a failure: a worker whose connections all closed without stop for
  * reconnect_grace_ms, or silent for worker_timeout_ms (FL_EREMOTE naming the worker), or
  * fl_ps_server_shutdown (FL_ESTATE).  On a failure, pending barriers and sync pushes are
  * answered with the error and all connections are closed.  Call once, from one thread. */
-int fl_ps_server_run(fl_ps_server *s);
+FL_API int fl_ps_server_run(fl_ps_server *s);
 /* Asks a running fl_ps_server_run to return; thread safe and async-signal safe (writes
  * to a pipe).  Safe to call before run (run then returns at once). */
-void fl_ps_server_shutdown(fl_ps_server *s);
+FL_API void fl_ps_server_shutdown(fl_ps_server *s);
 
 /* Statistics of table `table` on this server (thread safe, also while running). */
-int fl_ps_server_table_stats(fl_ps_server *s, int table, fl_ps_table_stats *out);
+FL_API int fl_ps_server_table_stats(fl_ps_server *s, int table, fl_ps_table_stats *out);
 
 /* Stops (if running, call shutdown and wait for run to return first), closes and frees.
  * NULL is ignored. */
-void fl_ps_server_free(fl_ps_server *s);
+FL_API void fl_ps_server_free(fl_ps_server *s);
 
 /* ---- client -------------------------------------------------------------------------------- */
 
@@ -243,7 +243,7 @@ typedef struct {
 
 /* Fills zero fields from FLEET_PS_CONNECT_TIMEOUT_MS, FLEET_PS_REQUEST_TIMEOUT_MS,
  * FLEET_PS_BARRIER_TIMEOUT_MS, FLEET_PS_RETRY_MS, FLEET_PS_HEARTBEAT_MS. */
-int fl_ps_client_opts_from_env(fl_ps_client_opts *o);
+FL_API int fl_ps_client_opts_from_env(fl_ps_client_opts *o);
 
 /* Connects to every server (retrying while they start, up to connect_timeout_ms; the error
  * names the unreachable endpoint), checks that both sides have the same table list and
@@ -252,7 +252,7 @@ int fl_ps_client_opts_from_env(fl_ps_client_opts *o);
  * Thread safety: one client may be used from several threads; calls are serialized by a
  * lock (a call waits for the one in progress).  Use several clients for concurrency; in
  * sync mode use one client per worker for pushes. */
-int fl_ps_client_create(const fl_ps_client_opts *opts, fl_ps_client **out);
+FL_API int fl_ps_client_create(const fl_ps_client_opts *opts, fl_ps_client **out);
 
 /* Dense tables.  `values` / `out` / `grad` hold the whole table (rows*cols floats, row
  * major); the client splits it over the servers and sends to all of them in parallel. */
@@ -260,30 +260,30 @@ int fl_ps_client_create(const fl_ps_client_opts *opts, fl_ps_client **out);
 /* Sets the initial values (worker 0 after running its startup program).  With force = 0 a
  * server that already holds values (loaded from a checkpoint, or initialized earlier) keeps
  * them; *applied (may be NULL) is set to 1 if any server took the values. */
-int fl_ps_client_init_dense(fl_ps_client *c, int table, const float *values, int force, int *applied);
-int fl_ps_client_pull_dense(fl_ps_client *c, int table, float *out);
+FL_API int fl_ps_client_init_dense(fl_ps_client *c, int table, const float *values, int force, int *applied);
+FL_API int fl_ps_client_pull_dense(fl_ps_client *c, int table, float *out);
 /* Pushes a gradient (or a delta for "sum" tables).  Sync mode: blocks until every worker
  * pushed this step (deadline barrier_timeout_ms). */
-int fl_ps_client_push_dense(fl_ps_client *c, int table, const float *grad);
+FL_API int fl_ps_client_push_dense(fl_ps_client *c, int table, const float *grad);
 
 /* Sparse tables.  ids[n] (duplicates allowed, n may be 0), out / grads are n x dim.
  * Pull: each distinct id is requested once, one request per server, rows scattered back to
  * every position.  With is_training = 1 absent rows are created (subject to the entry
  * policy; unadmitted ids read as zeros); with 0 absent rows read as zeros and nothing is
  * created or counted. */
-int fl_ps_client_pull_sparse(fl_ps_client *c, int table, const uint64_t *ids, int64_t n, float *out,
+FL_API int fl_ps_client_pull_sparse(fl_ps_client *c, int table, const uint64_t *ids, int64_t n, float *out,
                              int is_training);
 /* Push: gradients of duplicate ids are summed first.  shows / clicks (each n floats, may be
  * NULL: show 1 and click 0 per position) feed the accessor statistics.  Every server
  * receives a request (possibly empty), so Adam's pows and sync steps advance everywhere.
  * Retried after a dropped connection with the same sequence number: applied once. */
-int fl_ps_client_push_sparse(fl_ps_client *c, int table, const uint64_t *ids, int64_t n, const float *grads,
+FL_API int fl_ps_client_push_sparse(fl_ps_client *c, int table, const uint64_t *ids, int64_t n, const float *grads,
                              const float *shows, const float *clicks);
 
 /* Blocks until every worker has called barrier the same number of times (counted on
  * server 0; deadline barrier_timeout_ms).  Fails with FL_EREMOTE naming the worker if
  * one died or stopped meanwhile. */
-int fl_ps_client_barrier(fl_ps_client *c);
+FL_API int fl_ps_client_barrier(fl_ps_client *c);
 
 /* Save modes (CtrCommonAccessor): 0 all rows (checkpoint); 1 delta (rows with score >=
  * base_threshold, delta_score >= delta_threshold and unseen_days <= delta_keep_days; their
@@ -292,29 +292,29 @@ int fl_ps_client_barrier(fl_ps_client *c);
  * every mode.  Writes every shard of every table, then the manifest (the commit point).
  * Call from one worker (typically 0, after a barrier); blocks (request deadline per
  * phase).  `step` is recorded in the manifest. */
-int fl_ps_client_save(fl_ps_client *c, const char *dir, int mode, int64_t step);
+FL_API int fl_ps_client_save(fl_ps_client *c, const char *dir, int mode, int64_t step);
 /* Every server replaces its tables with the checkpoint's shards (as fl_ps_server_load).
  * *step (may be NULL) gets the manifest's step. */
-int fl_ps_client_load(fl_ps_client *c, const char *dir, int64_t *step);
+FL_API int fl_ps_client_load(fl_ps_client *c, const char *dir, int64_t *step);
 /* CtrCommonAccessor shrink of a sparse table on every server; *deleted (may be NULL) gets
  * the number of rows removed. */
-int fl_ps_client_shrink(fl_ps_client *c, int table, int64_t *deleted);
+FL_API int fl_ps_client_shrink(fl_ps_client *c, int table, int64_t *deleted);
 /* Table statistics summed over servers (bytes_per_key recomputed from the sums). */
-int fl_ps_client_table_stats(fl_ps_client *c, int table, fl_ps_table_stats *out);
+FL_API int fl_ps_client_table_stats(fl_ps_client *c, int table, fl_ps_table_stats *out);
 
 /* Every row of a sparse table, page by page from each server in turn: fn receives ids[n]
  * and vals[n x dim] (valid during the call) and returns FL_OK to go on.  The table must not
  * change meanwhile (call between barriers, as the save paths do); a shard that loses rows
  * during the scan fails with FL_ESTATE.  Holds the client for the whole scan. */
 typedef int (*fl_ps_scan_fn)(void *user, const uint64_t *ids, const float *vals, int64_t n, int dim);
-int fl_ps_client_scan_sparse(fl_ps_client *c, int table, fl_ps_scan_fn fn, void *user);
+FL_API int fl_ps_client_scan_sparse(fl_ps_client *c, int table, fl_ps_scan_fn fn, void *user);
 
 /* Tells every server this worker is done (Paddle's stop_worker).  Further calls fail with
  * FL_ESTATE.  Servers return from fl_ps_server_run once every worker has stopped. */
-int fl_ps_client_stop(fl_ps_client *c);
+FL_API int fl_ps_client_stop(fl_ps_client *c);
 /* Stops the heartbeat thread, closes the connections and frees (without stop: servers will
  * report this worker as lost).  NULL is ignored. */
-void fl_ps_client_free(fl_ps_client *c);
+FL_API void fl_ps_client_free(fl_ps_client *c);
 
 #ifdef __cplusplus
 }

@@ -37,55 +37,55 @@ typedef enum {
 typedef struct fl_tensor fl_tensor;
 
 /* Bytes per element of `dt` (0 for an invalid dtype). */
-size_t fl_dtype_size(fl_dtype dt);
+FL_API size_t fl_dtype_size(fl_dtype dt);
 /* "float32", "int64", ... ; "invalid" otherwise. */
-const char *fl_dtype_name(fl_dtype dt);
+FL_API const char *fl_dtype_name(fl_dtype dt);
 /* Parses a dtype name; returns FL_EINVAL for unknown names. */
-int fl_dtype_parse(const char *name, fl_dtype *out);
+FL_API int fl_dtype_parse(const char *name, fl_dtype *out);
 
 /* Creates a tensor of the given dtype and shape, zero-filled.  ndim may be 0 (scalar,
  * one element).  Returns NULL with fl_last_error() set on bad arguments or no memory.
  * The caller owns the result and frees it with fl_tensor_free(). */
-fl_tensor *fl_tensor_create(fl_dtype dt, int ndim, const int64_t *shape);
+FL_API fl_tensor *fl_tensor_create(fl_dtype dt, int ndim, const int64_t *shape);
 /* Same, copying numel elements from `data`. */
-fl_tensor *fl_tensor_from_data(fl_dtype dt, int ndim, const int64_t *shape, const void *data);
+FL_API fl_tensor *fl_tensor_from_data(fl_dtype dt, int ndim, const int64_t *shape, const void *data);
 /* Frees the tensor (NULL is ignored). */
-void fl_tensor_free(fl_tensor *t);
+FL_API void fl_tensor_free(fl_tensor *t);
 
 /* Changes shape (and dtype); the buffer is reallocated only when it must grow.  Contents
  * are unspecified after a resize that changes numel.  Clears LoD and rows. */
-int fl_tensor_resize(fl_tensor *t, fl_dtype dt, int ndim, const int64_t *shape);
+FL_API int fl_tensor_resize(fl_tensor *t, fl_dtype dt, int ndim, const int64_t *shape);
 /* Deep copy of src into dst (shape, dtype, data, LoD, rows). */
-int fl_tensor_copy(fl_tensor *dst, const fl_tensor *src);
+FL_API int fl_tensor_copy(fl_tensor *dst, const fl_tensor *src);
 
-fl_dtype fl_tensor_dtype(const fl_tensor *t);
-int fl_tensor_ndim(const fl_tensor *t);
+FL_API fl_dtype fl_tensor_dtype(const fl_tensor *t);
+FL_API int fl_tensor_ndim(const fl_tensor *t);
 /* Dimension i (negative counts from the end); 0 if out of range. */
-int64_t fl_tensor_dim(const fl_tensor *t, int i);
-const int64_t *fl_tensor_shape(const fl_tensor *t);
-int64_t fl_tensor_numel(const fl_tensor *t);
-size_t fl_tensor_nbytes(const fl_tensor *t);
-void *fl_tensor_data(fl_tensor *t);
-const void *fl_tensor_cdata(const fl_tensor *t);
+FL_API int64_t fl_tensor_dim(const fl_tensor *t, int i);
+FL_API const int64_t *fl_tensor_shape(const fl_tensor *t);
+FL_API int64_t fl_tensor_numel(const fl_tensor *t);
+FL_API size_t fl_tensor_nbytes(const fl_tensor *t);
+FL_API void *fl_tensor_data(fl_tensor *t);
+FL_API const void *fl_tensor_cdata(const fl_tensor *t);
 /* Typed views; NULL if the dtype differs. */
-float *fl_tensor_f32(fl_tensor *t);
-int64_t *fl_tensor_i64(fl_tensor *t);
+FL_API float *fl_tensor_f32(fl_tensor *t);
+FL_API int64_t *fl_tensor_i64(fl_tensor *t);
 
 /* LoD: sets one level of offsets (copied).  offsets[0] must be 0, non-decreasing, and
  * offsets[n-1] must equal dim 0.  n = number of sequences + 1. */
-int fl_tensor_set_lod(fl_tensor *t, const int64_t *offsets, int64_t n);
+FL_API int fl_tensor_set_lod(fl_tensor *t, const int64_t *offsets, int64_t n);
 /* Returns the LoD offsets and their count (NULL, 0 if none). */
-const int64_t *fl_tensor_lod(const fl_tensor *t, int64_t *n);
+FL_API const int64_t *fl_tensor_lod(const fl_tensor *t, int64_t *n);
 
 /* SelectedRows: marks t as `nrows` rows (t's dim 0) of a [height, width] matrix with the
  * given row indices (copied).  Passing rows == NULL clears the SelectedRows form. */
-int fl_tensor_set_rows(fl_tensor *t, const int64_t *rows, int64_t nrows, int64_t height);
+FL_API int fl_tensor_set_rows(fl_tensor *t, const int64_t *rows, int64_t nrows, int64_t height);
 /* Returns row indices (NULL if t is dense), their count and the full height. */
-const int64_t *fl_tensor_rows(const fl_tensor *t, int64_t *nrows, int64_t *height);
-int fl_tensor_is_rows(const fl_tensor *t);
+FL_API const int64_t *fl_tensor_rows(const fl_tensor *t, int64_t *nrows, int64_t *height);
+FL_API int fl_tensor_is_rows(const fl_tensor *t);
 
 /* Writes "float32[128, 32]" into buf. */
-void fl_tensor_describe(const fl_tensor *t, char *buf, size_t cap);
+FL_API void fl_tensor_describe(const fl_tensor *t, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }
