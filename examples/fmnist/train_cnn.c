@@ -1,5 +1,5 @@
 /*
- * Fashion-MNIST CNN (LeNet-style):
+ * Fashion-MNIST CNN (LeNet-style; fl_model_cnn_build with fl_model_cnn_default()):
  *
  *   img [1, 28, 28] -> conv2d 5x5 x20 relu -> pool2d 2x2 max -> conv2d 5x5 x50 relu
  *                   -> pool2d 2x2 max -> fc500 relu -> fc10 softmax, cross-entropy, mean
@@ -37,24 +37,16 @@ static void usage(const char *argv0)
             argv0);
 }
 
-/* conv2d -> [batch_norm] -> relu -> 2x2 max pool */
-static fl_var *conv_pool(fl_var *x, int filters, int batch_norm)
-{
-    fl_var *c = fl_layer_conv2d(x, filters, 5, 5, batch_norm ? NULL : "relu", NULL);
-    if (batch_norm) c = fl_layer_batch_norm(c, "relu", 0, 0.9f, 1e-5f, NULL);
-    return fl_layer_pool2d(c, 2, "max", 2, 0, 0, 1);
-}
-
+/* The library's Fashion-MNIST CNN (fl_model_cnn_default in fleet/models.h). */
 static int build(fl_prog *prog, const fmnist_opts *o, fl_var **prediction, fl_var **loss)
 {
-    fl_var *img = fl_layer_data(prog, "img", FL_SHAPE(1, FMNIST_ROWS, FMNIST_COLS), FL_FLOAT32, 0);
-    fl_var *label = fl_layer_data(prog, "label", FL_SHAPE(1), FL_INT64, 0);
-    fl_var *h = conv_pool(img, 20, o->batch_norm);
-    h = conv_pool(h, 50, o->batch_norm);
-    h = fl_layer_fc(FL_VARS(h), 500, "relu");
-    *prediction = fl_layer_fc(FL_VARS(h), FMNIST_CLASSES, "softmax");
-    *loss = fl_layer_mean(fl_layer_cross_entropy(*prediction, label));
-    return fl_prog_status(prog);
+    fl_model_cnn_config cfg = fl_model_cnn_default();
+    cfg.batch_norm = o->batch_norm;
+    fl_model_cnn net;
+    int st = fl_model_cnn_build(prog, &cfg, &net);
+    *prediction = net.predict;
+    *loss = net.loss;
+    return st;
 }
 
 int main(int argc, char **argv)

@@ -1,9 +1,9 @@
 /*
- * Fashion-MNIST MLP: 784 -> fc512 relu -> fc256 relu -> fc10 softmax, cross-entropy, mean,
- * Momentum (lr 0.01, momentum 0.9), batch 64, one epoch, then test accuracy on the 10,000
- * test images: the model of shared/peers RESULTS.md 5c.  The training program (data,
- * shards, epochs, the "+" lines that make it data-parallel) is train.h; without fleetrun
- * it trains as one local worker.
+ * Fashion-MNIST MLP: 784 -> fc512 relu -> fc256 relu -> fc10 softmax, cross-entropy, mean
+ * (fl_model_mlp_build with fl_model_mlp_fmnist()), Momentum (lr 0.01, momentum 0.9),
+ * batch 64, one epoch, then test accuracy on the 10,000 test images: the model of
+ * shared/peers RESULTS.md 5c.  The training program (data, shards, epochs, the "+" lines
+ * that make it data-parallel) is train.h; without fleetrun it trains as one local worker.
  *
  *   train_mlp [--data DIR] [--epochs N] [--batch N] [--lr F] [--momentum F] [--seed S]
  *   fleetrun --nproc_per_node 2 build/examples/fmnist/train_mlp --batch 32
@@ -28,15 +28,15 @@ static void usage(const char *argv0)
             argv0);
 }
 
+/* The library's Fashion-MNIST MLP (fl_model_mlp_fmnist in fleet/models.h). */
 static int build(fl_prog *prog, const fmnist_opts *o, fl_var **prediction, fl_var **loss)
 {
-    fl_var *img = fl_layer_data(prog, "img", FL_SHAPE(FMNIST_PIXELS), FL_FLOAT32, 0);
-    fl_var *label = fl_layer_data(prog, "label", FL_SHAPE(1), FL_INT64, 0);
-    fl_var *h = fl_layer_fc(FL_VARS(img), 512, "relu");
-    h = fl_layer_fc(FL_VARS(h), 256, "relu");
-    *prediction = fl_layer_fc(FL_VARS(h), FMNIST_CLASSES, "softmax");
-    *loss = fl_layer_mean(fl_layer_cross_entropy(*prediction, label));
-    return fl_prog_status(prog);
+    fl_model_mlp_config cfg = fl_model_mlp_fmnist();
+    fl_model_mlp net;
+    int st = fl_model_mlp_build(prog, &cfg, &net);
+    *prediction = net.predict;
+    *loss = net.loss;
+    return st;
 }
 
 int main(int argc, char **argv)
