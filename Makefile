@@ -71,12 +71,12 @@ $(BUILD)/examples/%: examples/%.c $(wildcard examples/*/*.h) $(BUILD)/libfleet.a
 	@$(if $(V),,echo "  CCLD    $@")
 	$(Q)$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libfleet.a
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libfleet.a $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  CCLD    $@")
-	$(Q)$(CC) $(CFLAGS) -Isrc $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -Isrc -Itests $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/tools/%: tools/%.c $(BUILD)/libfleet.a
+$(BUILD)/tools/%: tools/%.c $(wildcard tools/*.h) $(BUILD)/libfleet.a
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  CCLD    $@")
 	$(Q)$(CC) $(CFLAGS) -Isrc $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)

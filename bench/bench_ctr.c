@@ -50,9 +50,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
+
+#include "testhelp.h" /* th_free_port */
 
 #define MAXCFG 8
 #define MAXFILES 256
@@ -364,22 +363,6 @@ static int ps_worker(void)
     return 0;
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t l = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &l)) {
-        fprintf(stderr, "bench_ctr: no free port\n");
-        exit(1);
-    }
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 typedef struct {
     pid_t pid;
     int done, status;
@@ -453,7 +436,7 @@ static int run_ps(int argc, char **argv)
     }
     fclose(ur);
     for (int i = 0; i < 32; i++) snprintf(secret + 2 * i, 3, "%02x", rnd[i]);
-    int port = free_port();
+    int port = th_free_port();
     char list[64];
     snprintf(list, sizeof list, "127.0.0.1:%d", port);
     /* the children run this program with the same options, the mode replaced by their role */

@@ -118,16 +118,13 @@ static float run_step(model *m, pool *p, long i)
 
 static void build_mlp(model *m)
 {
-    fl_prog *p = m->prog = fl_prog_create();
-    fl_var *x = fl_layer_data(p, "x", FL_SHAPE(32), FL_FLOAT32, 0);
-    fl_var *y = fl_layer_data(p, "y", FL_SHAPE(1), FL_INT64, 0);
-    fl_var *h = fl_layer_fc(FL_VARS(x), 128, "tanh");
-    h = fl_layer_fc(FL_VARS(h), 128, "tanh");
-    fl_var *pred = fl_layer_fc(FL_VARS(h), 2, "softmax");
-    fl_var *cost = fl_layer_mean(fl_layer_cross_entropy(pred, y));
+    m->prog = fl_prog_create();
+    fl_model_mlp_config cfg = fl_model_mlp_default();
+    fl_model_mlp net;
     m->opt = fl_opt_sgd(0.01f);
-    if (fl_opt_minimize(m->opt, cost) != FL_OK) die("building the MLP");
-    m->fetch = fl_var_name(cost);
+    if (fl_model_mlp_build(m->prog, &cfg, &net) != FL_OK || fl_opt_minimize(m->opt, net.loss) != FL_OK)
+        die("building the MLP");
+    m->fetch = fl_var_name(net.loss);
     m->has_label = 1;
 }
 

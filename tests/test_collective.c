@@ -4,28 +4,10 @@
  * concatenated batch.  Tolerance: parameters within 1e-5 (absolute + relative) after the
  * steps; float sums in a different order are the only difference.
  */
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include "testhelp.h"
 
 #define STEPS 5
 #define B 8 /* per-rank batch */
-
-/* Free ports from the kernel: bind port 0 and read it back. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t l = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &l)) TFAIL("no free port");
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 typedef enum { M_DP, M_LOCALSGD, M_GM } mode_t_;
 
@@ -197,7 +179,7 @@ static void check_equivalence(const cfg *c, int world)
 {
     char eps[512] = "";
     for (int r = 0; r < world; r++)
-        snprintf(eps + strlen(eps), sizeof eps - strlen(eps), "%s127.0.0.1:%d", r ? "," : "", free_port());
+        snprintf(eps + strlen(eps), sizeof eps - strlen(eps), "%s127.0.0.1:%d", r ? "," : "", th_free_port());
     int pd[2], pl[2];
     CHECK(pipe(pd) == 0 && pipe(pl) == 0);
     pid_t pids[8];

@@ -464,16 +464,17 @@ typedef struct {
 } mlp_t;
 
 /* The quick-start MLP at a small size: x[16] -> fc h tanh -> fc h tanh -> fc 2 softmax. */
-static mlp_t build_mlp(int64_t hid, float lr)
+static mlp_t build_mlp(int hid, float lr)
 {
     mlp_t m;
     m.p = fl_prog_create();
-    fl_var *x = fl_layer_data(m.p, "x", FL_SHAPE(16), FL_FLOAT32, 0);
-    fl_var *y = fl_layer_data(m.p, "y", FL_SHAPE(1), FL_INT64, 0);
-    fl_var *h = fl_layer_fc(FL_VARS(x), hid, "tanh");
-    h = fl_layer_fc(FL_VARS(h), hid, "tanh");
-    m.pred = fl_layer_fc(FL_VARS(h), 2, "softmax");
-    m.cost = fl_layer_mean(fl_layer_cross_entropy(m.pred, y));
+    fl_model_mlp_config cfg = fl_model_mlp_default();
+    cfg.input_dim = 16;
+    cfg.hidden[0] = cfg.hidden[1] = hid;
+    fl_model_mlp net;
+    CHECK_OK(fl_model_mlp_build(m.p, &cfg, &net));
+    m.pred = net.predict;
+    m.cost = net.loss;
     fl_opt *o = fl_opt_sgd(lr);
     CHECK_OK(fl_opt_minimize(o, m.cost));
     fl_opt_free(o);

@@ -12,12 +12,9 @@
  *   - a missing server makes fleet_init_worker fail within its deadline naming the endpoint.
  * In-process cases check the program rewrite and the errors of unsupported combinations.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -42,19 +39,6 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t l = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &l)) TFAIL("no free port");
-    close(fd);
-    return ntohs(a.sin_port);
 }
 
 static char *slurp(const char *path)
@@ -95,7 +79,7 @@ static void job_init(job *j, int ns, int nw)
     j->ns = ns;
     j->nw = nw;
     for (int i = 0; i < ns; i++)
-        snprintf(j->list + strlen(j->list), sizeof j->list - strlen(j->list), "%s127.0.0.1:%d", i ? "," : "", free_port());
+        snprintf(j->list + strlen(j->list), sizeof j->list - strlen(j->list), "%s127.0.0.1:%d", i ? "," : "", th_free_port());
 }
 
 static const char *port_of(const job *j, int i)
@@ -662,7 +646,7 @@ static int count_ops(const fl_prog *p, const char *type)
 TEST(missing_server_fails_init_worker_in_time)
 {
     char list[64];
-    snprintf(list, sizeof list, "127.0.0.1:%d", free_port());
+    snprintf(list, sizeof list, "127.0.0.1:%d", th_free_port());
     ps_env("TRAINER", 1, list);
     setenv("FLEET_PS_CONNECT_TIMEOUT_MS", "1500", 1);
     fl_prog *p = fl_prog_create();

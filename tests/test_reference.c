@@ -11,6 +11,7 @@
  *
  * Models (Paddle fc weight layout [in, out]; the script transposes PyTorch's [out, in]):
  *   mlp: x[32] -> fc128 tanh -> fc128 tanh -> fc2 softmax -> cross_entropy -> mean, SGD 0.01, batch 16
+ *        (the quick-start MLP, fl_model_mlp_build with fl_model_mlp_default())
  *   ctr: 3 LoD id slots (2-4 ids per sample) -> one shared embedding (vocab 50, dim 4; run once with
  *        is_sparse = 1, SelectedRows gradient, and once dense: plain SGD gives the same numbers)
  *        -> sequence_pool sum per slot -> concat with 2 dense floats -> fc 8 relu -> fc 2 softmax
@@ -328,12 +329,11 @@ TEST(reference_mlp_vs_pytorch)
     double lr = ref_f64(ref_get(rf, "config.lr", "f64"), 0);
 
     fl_prog *prog = fl_prog_create();
-    fl_var *x = fl_layer_data(prog, "x", FL_SHAPE(32), FL_FLOAT32, 0);
-    fl_var *y = fl_layer_data(prog, "y", FL_SHAPE(1), FL_INT64, 0);
-    fl_var *h = named_fc(x, 128, "tanh", "fc1.w", "fc1.b");
-    h = named_fc(h, 128, "tanh", "fc2.w", "fc2.b");
-    fl_var *pred = named_fc(h, 2, "softmax", "fc3.w", "fc3.b");
-    fl_var *cost = fl_layer_mean(fl_layer_cross_entropy(pred, y));
+    fl_model_mlp_config cfg = fl_model_mlp_default(); /* the quick-start MLP, parameters named as the dump's */
+    cfg.param_prefix = "fc";
+    fl_model_mlp net;
+    CHECK_OK(fl_model_mlp_build(prog, &cfg, &net));
+    fl_var *cost = net.loss;
     fl_opt *opt = fl_opt_sgd((float)lr);
     CHECK_OK(fl_opt_minimize(opt, cost));
     fl_exe *exe = start(prog, rf, mlp_params, 6);

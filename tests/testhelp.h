@@ -12,12 +12,16 @@
 #ifndef FLEET_TESTHELP_H
 #define FLEET_TESTHELP_H
 
+#include <arpa/inet.h>
+#include <errno.h>
 #include <fleet.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -129,6 +133,23 @@ static inline void th_tests_dir(char *out, size_t cap)
     out[n] = 0;
     char *slash = strrchr(out, '/');
     if (slash) *slash = 0;
+}
+
+/* A free TCP port on 127.0.0.1, from the kernel: binds port 0, reads the port back and
+ * closes the socket, so another process could still take it before the caller binds it.
+ * Fails the test (or benchmark) when the kernel gives none. */
+static inline int th_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t l = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &l))
+        TFAIL("no free port: %s", strerror(errno));
+    close(fd);
+    return ntohs(a.sin_port);
 }
 
 /* Small helpers for building tensors in tests. */

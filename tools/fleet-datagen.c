@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +27,10 @@
 #include <unistd.h>
 
 #include "base/base_internal.h"
+
+#define CLI_NAME "fleet-datagen"
+#define CLI_HELP_HINT "(run 'fleet-datagen --help' for the options)"
+#include "cli.h"
 
 #define NI 13              /* dense columns I1..I13 */
 #define NC 26              /* categorical columns C1..C26 */
@@ -76,22 +79,10 @@ typedef struct {
 
 /* ---------------------------------------------------------------- errors */
 
-static void die(int code, const char *fmt, ...) FL_PRINTF(2, 3);
-static void die(int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("fleet-datagen: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputs(code == 2 ? "\n(run 'fleet-datagen --help' for the options)\n" : "\n", stderr);
-    va_end(ap);
-    exit(code);
-}
-
 static void *xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
-    if (!p) die(1, "out of memory (%zu bytes)", n);
+    if (!p) cli_die(1, "out of memory (%zu bytes)", n);
     return p;
 }
 
@@ -387,14 +378,14 @@ static double auc_exact(uint64_t *keys, int64_t n)
 static void mkdirs(const char *path)
 {
     char *p = strdup(path);
-    if (!p) die(1, "out of memory");
+    if (!p) cli_die(1, "out of memory");
     for (char *s = p + 1;; s++) {
         int last = !*s;
         if (*s == '/' || last) {
             *s = 0;
             struct stat st;
-            if (mkdir(p, 0755) && errno != EEXIST) die(1, "cannot create directory %s: %s", p, strerror(errno));
-            if (stat(p, &st) || !S_ISDIR(st.st_mode)) die(1, "cannot create directory %s: not a directory", p);
+            if (mkdir(p, 0755) && errno != EEXIST) cli_die(1, "cannot create directory %s: %s", p, strerror(errno));
+            if (stat(p, &st) || !S_ISDIR(st.st_mode)) cli_die(1, "cannot create directory %s: not a directory", p);
             if (last) break;
             *s = '/';
         }
@@ -410,7 +401,7 @@ static void write_all(int fd, const char *buf, size_t n, const char *path)
         if (k <= 0) {
             int e = k < 0 ? errno : EIO;
             unlink(path);
-            die(1, "cannot write %s: %s", path, strerror(e));
+            cli_die(1, "cannot write %s: %s", path, strerror(e));
         }
         buf += k, n -= (size_t)k;
     }
@@ -419,7 +410,7 @@ static void write_all(int fd, const char *buf, size_t n, const char *path)
 static int open_tmp(const char *tmp)
 {
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) die(1, "cannot create %s: %s", tmp, strerror(errno));
+    if (fd < 0) cli_die(1, "cannot create %s: %s", tmp, strerror(errno));
     return fd;
 }
 
@@ -428,12 +419,12 @@ static void close_rename(int fd, const char *tmp, const char *path)
     if (close(fd)) {
         int e = errno;
         unlink(tmp);
-        die(1, "cannot write %s: %s", tmp, strerror(e));
+        cli_die(1, "cannot write %s: %s", tmp, strerror(e));
     }
     if (rename(tmp, path)) {
         int e = errno;
         unlink(tmp);
-        die(1, "cannot rename %s to %s: %s", tmp, path, strerror(e));
+        cli_die(1, "cannot rename %s to %s: %s", tmp, path, strerror(e));
     }
 }
 
@@ -441,7 +432,7 @@ static void close_rename(int fd, const char *tmp, const char *path)
 static int remove_stale(const char *dir, int files)
 {
     DIR *d = opendir(dir);
-    if (!d) die(1, "cannot read directory %s: %s", dir, strerror(errno));
+    if (!d) cli_die(1, "cannot read directory %s: %s", dir, strerror(errno));
     int removed = 0;
     for (struct dirent *e; (e = readdir(d));) {
         const char *s = e->d_name;
@@ -452,7 +443,7 @@ static int remove_stale(const char *dir, int files)
         if (!strcmp(end, ".tmp") || (!*end && idx >= files)) {
             char path[4096];
             snprintf(path, sizeof path, "%s/%s", dir, s);
-            if (unlink(path) && errno != ENOENT) die(1, "cannot remove %s: %s", path, strerror(errno));
+            if (unlink(path) && errno != ENOENT) cli_die(1, "cannot remove %s: %s", path, strerror(errno));
             removed++;
         }
     }
@@ -502,7 +493,7 @@ static uint64_t parse_num(const char *opt, const char *v, uint64_t lo, uint64_t 
     errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
     if (v[0] < '0' || v[0] > '9' || *end || errno || x < lo || x > hi)
-        die(2, "%s expects a whole number from %llu to %llu, got '%s'", opt, (unsigned long long)lo,
+        cli_die(2, "%s expects a whole number from %llu to %llu, got '%s'", opt, (unsigned long long)lo,
             (unsigned long long)hi, v);
     return x;
 }
@@ -517,35 +508,37 @@ int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return usage(), 0;
-    if (argc < 2) die(2, "missing the subcommand (fleet-datagen criteo --rows N --out DIR ...)");
+    if (argc < 2) cli_die(2, "missing the subcommand (fleet-datagen criteo --rows N --out DIR ...)");
     if (strcmp(argv[1], "criteo"))
-        die(2, "unknown subcommand '%s' (expected: criteo)", argv[1]);
+        cli_die(2, "unknown subcommand '%s' (expected: criteo)", argv[1]);
 
     int64_t rows = -1, test_rows = -1;
     int files = 1, test_files = 1;
     uint64_t seed = 1;
     double vscale = 1.0, dscale = 1.0;
     const char *out = NULL;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *eq = strchr(a, '='), *v;
-        char name[64];
-        size_t nl = eq && a[0] == '-' ? (size_t)(eq - a) : strlen(a);
-        snprintf(name, sizeof name, "%.*s", (int)(nl < 63 ? nl : 63), a);
-        static const char *const known[] = {"--rows",       "--files", "--out",        "--test-rows",
-                                            "--test-files", "--seed",  "--vocab-scale", "--dense-scale"};
-        int k = 0;
-        while (k < 8 && strcmp(name, known[k])) k++;
-        if (k == 8)
-            die(2, "unknown option '%s' (options: --rows N --out DIR --files K --test-rows M "
+    static const struct option longopts[] = {
+        {"rows", required_argument, NULL, 0},       {"files", required_argument, NULL, 1},
+        {"out", required_argument, NULL, 2},        {"test-rows", required_argument, NULL, 3},
+        {"test-files", required_argument, NULL, 4}, {"seed", required_argument, NULL, 5},
+        {"vocab-scale", required_argument, NULL, 6}, {"dense-scale", required_argument, NULL, 7},
+        {0}};
+    char name[64];
+    const char *v;
+    cli_begin(2);
+    for (;;) {
+        int k = cli_next(argc, argv, "", longopts, name, &v);
+        if (k == -1 && !name[0] && optind >= argc) break; /* all read */
+        /* "--" (name is "--") or an argument that is not an option: unknown too */
+        if (k == -1 && !name[0]) snprintf(name, sizeof name, "%.63s", argv[optind]);
+        if (k == -1 || k == '?')
+            cli_die(2, "unknown option '%s' (options: --rows N --out DIR --files K --test-rows M "
                    "--test-files J --seed S --vocab-scale X --dense-scale X)", name);
-        if (eq && a[0] == '-') v = eq + 1;
-        else if (i + 1 < argc) v = argv[++i];
-        else die(2, "%s expects a value (%s VALUE or %s=VALUE)", name, name, name);
         switch (k) {
         case 0: rows = (int64_t)parse_num(name, v, 1, MAX_ROWS); break;
         case 1: files = (int)parse_num(name, v, 1, MAX_FILES); break;
         case 2:
-            if (!*v) die(2, "--out expects a directory, got an empty string");
+            if (!*v) cli_die(2, "--out expects a directory, got an empty string");
             out = v;
             break;
         case 3: test_rows = (int64_t)parse_num(name, v, 0, MAX_ROWS); break;
@@ -553,20 +546,20 @@ int main(int argc, char **argv)
         case 6: {
             char *end = NULL;
             vscale = strtod(v, &end);
-            if (!*v || *end || !(vscale > 0 && vscale <= 1)) die(2, "--vocab-scale expects a number in (0, 1], got '%s'", v);
+            if (!*v || *end || !(vscale > 0 && vscale <= 1)) cli_die(2, "--vocab-scale expects a number in (0, 1], got '%s'", v);
             break;
         }
         case 7: {
             char *end = NULL;
             dscale = strtod(v, &end);
-            if (!*v || *end || !(dscale >= 0 && dscale <= 1)) die(2, "--dense-scale expects a number in [0, 1], got '%s'", v);
+            if (!*v || *end || !(dscale >= 0 && dscale <= 1)) cli_die(2, "--dense-scale expects a number in [0, 1], got '%s'", v);
             break;
         }
         default: seed = parse_num(name, v, 0, UINT64_MAX); break;
         }
     }
-    if (rows < 0) die(2, "--rows N is required (the number of training rows)");
-    if (!out) die(2, "--out DIR is required (the output directory)");
+    if (rows < 0) cli_die(2, "--rows N is required (the number of training rows)");
+    if (!out) cli_die(2, "--out DIR is required (the output directory)");
     if (test_rows < 0) test_rows = rows / 5;
 
     struct timespec t0, t1;

@@ -40,6 +40,10 @@
 #include "base/base_internal.h"
 #include "fleet/net.h"
 
+#define CLI_NAME "fleetrun"
+#define CLI_HELP_HINT "(run 'fleetrun --help' for the flags)"
+#include "cli.h"
+
 extern char **environ;
 
 #define MAX_LOCAL 1024   /* processes of one role on one node; devices in a list */
@@ -85,31 +89,9 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void say(const char *fmt, ...) FL_PRINTF(1, 2);
-static void say(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("fleetrun: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
 /* Exits with code 2 (usage: the flag is named, with the expected form) or 1 (runtime). */
-static void die(int code, const char *fmt, ...) FL_PRINTF(2, 3);
-static void die(int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("fleetrun: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputs(code == 2 ? "\n(run 'fleetrun --help' for the flags)\n" : "\n", stderr);
-    va_end(ap);
-    exit(code);
-}
-#define usage_error(...) die(2, __VA_ARGS__)
-#define fatal(...) die(1, __VA_ARGS__)
+#define usage_error(...) cli_die(2, __VA_ARGS__)
+#define fatal(...) cli_die(1, __VA_ARGS__)
 
 static char *fmt(const char *f, ...) FL_PRINTF(1, 2);
 static char *fmt(const char *f, ...)
@@ -169,25 +151,20 @@ static void parse_args(int argc, char **argv)
         {"--node_ip", A_STR, &J.node_ip},       {"--log_dir", A_STR, &J.log_dir},
         {"--servers", A_STR, &J.servers},       {"--workers", A_STR, &J.workers},
         {"--run_mode", A_STR, &J.run_mode}};
-    const size_t nopts = sizeof opts / sizeof opts[0];
-    int i = 1;
-    for (; i < argc && argv[i][0] == '-' && argv[i][1]; i++) {
-        const char *a = argv[i], *eq = strchr(a, '='), *v;
-        if (!strcmp(a, "--")) {
-            i++;
-            break;
-        }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage(), exit(0);
-        char name[64];
-        size_t nl = eq ? (size_t)(eq - a) : strlen(a), k = 0;
-        snprintf(name, sizeof name, "%.*s", (int)(nl < 63 ? nl : 63), a);
-        while (k < nopts && strcmp(name, opts[k].name)) k++;
-        if (k == nopts)
+    enum { NOPTS = sizeof opts / sizeof opts[0] };
+    struct option longopts[NOPTS + 2];
+    for (int k = 0; k < NOPTS; k++) longopts[k] = (struct option){opts[k].name + 2, required_argument, NULL, k};
+    longopts[NOPTS] = (struct option){"help", no_argument, NULL, 'h'};
+    longopts[NOPTS + 1] = (struct option){0};
+    char name[64];
+    const char *v;
+    int k;
+    cli_begin(1);
+    while ((k = cli_next(argc, argv, "h", longopts, name, &v)) != -1) {
+        if (k == 'h') usage(), exit(0);
+        if (k == '?')
             usage_error("unknown flag '%s' (flags are --name VALUE or --name=VALUE; the program "
                         "and its arguments come after the flags)", name);
-        if (eq) v = eq + 1;
-        else if (i + 1 < argc) v = argv[++i];
-        else usage_error("%s expects a value (%s VALUE or %s=VALUE)", name, name, name);
         if (!*v) usage_error("%s expects a value, got an empty string", name);
         char *end;
         double d;
@@ -206,6 +183,7 @@ static void parse_args(int argc, char **argv)
         default: *(const char **)opts[k].dst = v;
         }
     }
+    int i = optind;
     if (i >= argc) usage_error("no program given: fleetrun [flags] PROG [ARGS...]");
     J.argv = argv + i;
 }
@@ -751,7 +729,7 @@ static void print_tail(const proc_t *p) /* the last lines this run wrote to p's 
     ssize_t r = fd < 0 ? -1 : pread(fd, buf, sizeof buf - 1, from);
     if (fd >= 0) close(fd);
     if (r <= 0) {
-        say("  (it wrote nothing to its log in this run)");
+        cli_say("  (it wrote nothing to its log in this run)");
         return;
     }
     char *s = buf + r, *e;
@@ -760,10 +738,10 @@ static void print_tail(const proc_t *p) /* the last lines this run wrote to p's 
     while (s > buf && lines < TAIL_LINES) lines += *--s == '\n';
     if (*s == '\n') s++;
     else if (from > p->log_start && strchr(s, '\n')) s = strchr(s, '\n') + 1; /* drop a cut line */
-    say("  last lines of %s:", p->log);
+    cli_say("  last lines of %s:", p->log);
     for (char *l = s; l; l = e ? e + 1 : NULL) {
         if ((e = strchr(l, '\n'))) *e = 0;
-        say("  | %s", l);
+        cli_say("  | %s", l);
     }
 }
 
@@ -771,30 +749,30 @@ static void report_failure(const proc_t *c, int sig)
 {
     char d[160];
     int others = 0;
-    say("================ root cause (first failure observed) ================");
+    cli_say("================ root cause (first failure observed) ================");
     if (!c) {
-        say("  fleetrun received SIG%s; it stopped every process of the job", sigabbrev_np(sig));
+        cli_say("  fleetrun received SIG%s; it stopped every process of the job", sigabbrev_np(sig));
     } else {
         describe(c, d, sizeof d);
-        say("  role:   %s", role_name[c->role]);
-        say("  rank:   %d", c->rank);
-        say("  pid:    %d", (int)c->pid);
-        say("  status: %s", d);
-        say("  log:    %s", c->log);
+        cli_say("  role:   %s", role_name[c->role]);
+        cli_say("  rank:   %d", c->rank);
+        cli_say("  pid:    %d", (int)c->pid);
+        cli_say("  status: %s", d);
+        cli_say("  log:    %s", c->log);
         print_tail(c);
     }
     for (int i = 0; i < J.n; i++) {
         const proc_t *p = &J.p[i];
         if (p == c || !p->pid) continue;
         if (others++ == 32) {
-            say("  ... and more: see the logs in %s", J.log_dir);
+            cli_say("  ... and more: see the logs in %s", J.log_dir);
             break;
         }
         describe(p, d, sizeof d);
-        say("  other: %s %d (pid %d) %s%s", role_name[p->role], p->rank, (int)p->pid, d,
+        cli_say("  other: %s %d (pid %d) %s%s", role_name[p->role], p->rank, (int)p->pid, d,
             p->stopped == SIGKILL ? ": SIGKILLed by fleetrun after --grace_s" : p->stopped ? ": stopped by fleetrun" : "");
     }
-    say("=====================================================================");
+    cli_say("=====================================================================");
 }
 
 int main(int argc, char **argv)
@@ -836,10 +814,10 @@ int main(int argc, char **argv)
     int started = 0;
     for (int i = 0; i < J.n; i++)
         if (J.p[i].is_local && (spawn(&J.p[i]), started++ < 32))
-            say("started %s %d (pid %d) at %s, log %s%s", role_name[J.p[i].role], J.p[i].rank, (int)J.p[i].pid,
+            cli_say("started %s %d (pid %d) at %s, log %s%s", role_name[J.p[i].role], J.p[i].rank, (int)J.p[i].pid,
                 J.p[i].ep, J.p[i].log, &J.p[i] == J.tee ? " (also shown here)" : "");
     explicit_bzero(J.secret_env, strlen(J.secret_env));
-    if (started > 32) say("started %d processes in all", started);
+    if (started > 32) cli_say("started %d processes in all", started);
 
     int phase = PH_RUN, exit_sig = 0, servers_stopped = 0, leftovers = 0, stuck = 0, ws;
     double deadline = 0;
@@ -854,23 +832,23 @@ int main(int argc, char **argv)
                 char d[160];
                 describe(p, d, sizeof d);
                 cause = p;
-                say("%s %d (pid %d) %s; stopping the job", role_name[p->role], p->rank, (int)pid, d);
+                cli_say("%s %d (pid %d) %s; stopping the job", role_name[p->role], p->rank, (int)pid, d);
             }
         }
         double now = now_s();
         if (phase < PH_TERM && (cause || exit_sig)) {
             int n = signal_job(SIGTERM, 0);
-            say("sent SIGTERM to %d process group(s); SIGKILL follows after --grace_s=%g s", n, J.grace);
+            cli_say("sent SIGTERM to %d process group(s); SIGKILL follows after --grace_s=%g s", n, J.grace);
             phase = PH_TERM, deadline = now + J.grace;
         }
         if (phase == PH_RUN && J.ps && reaped_all(WORKER) && !reaped_all(SERVER)) {
-            say("all workers finished; waiting up to --server_grace_s=%g s for the servers to exit", J.server_grace);
+            cli_say("all workers finished; waiting up to --server_grace_s=%g s for the servers to exit", J.server_grace);
             phase = PH_SERVER_WAIT, deadline = now + J.server_grace;
         }
         if (phase == PH_SERVER_WAIT && !reaped_all(SERVER) && now >= deadline) {
             for (int i = 0; i < J.n; i++)
                 if (J.p[i].role == SERVER && J.p[i].pid && !J.p[i].reaped)
-                    say("warning: server %d (pid %d) did not exit within --server_grace_s=%g s after the workers "
+                    cli_say("warning: server %d (pid %d) did not exit within --server_grace_s=%g s after the workers "
                         "finished; stopping it (SIGTERM, then SIGKILL after --grace_s=%g s)", J.p[i].rank,
                         (int)J.p[i].pid, J.server_grace, J.grace);
             signal_job(SIGTERM, 1);
@@ -878,7 +856,7 @@ int main(int argc, char **argv)
         }
         if (phase <= PH_SERVER_WAIT && reaped_all(-1)) {
             if (!signal_job(0, 0)) break;
-            say("stopping processes left behind by the job's processes (SIGTERM, SIGKILL after --grace_s=%g s)",
+            cli_say("stopping processes left behind by the job's processes (SIGTERM, SIGKILL after --grace_s=%g s)",
                 J.grace);
             signal_job(SIGTERM, 0);
             leftovers = 1, phase = PH_TERM, deadline = now + J.grace;
@@ -887,13 +865,13 @@ int main(int argc, char **argv)
         if (phase == PH_TERM && now >= deadline) {
             for (int i = 0; i < J.n; i++)
                 if (J.p[i].pid && !J.p[i].reaped)
-                    say("%s %d (pid %d) did not exit within --grace_s=%g s after SIGTERM; sending SIGKILL",
+                    cli_say("%s %d (pid %d) did not exit within --grace_s=%g s after SIGTERM; sending SIGKILL",
                         role_name[J.p[i].role], J.p[i].rank, (int)J.p[i].pid, J.grace);
             signal_job(SIGKILL, 0);
             phase = PH_KILL, deadline = now + KILL_WAIT_S;
         }
         if (phase == PH_KILL && now >= deadline) {
-            say("error: processes survived SIGKILL for %g s (stuck in the kernel?); giving up", KILL_WAIT_S);
+            cli_say("error: processes survived SIGKILL for %g s (stuck in the kernel?); giving up", KILL_WAIT_S);
             stuck = 1;
             break;
         }
@@ -908,10 +886,10 @@ int main(int argc, char **argv)
             if (s == SIGCHLD) continue;
             if (phase < PH_TERM && !exit_sig && !cause) {
                 exit_sig = s;
-                say("received SIG%s; stopping the job", sigabbrev_np(s));
+                cli_say("received SIG%s; stopping the job", sigabbrev_np(s));
             } else if (phase < PH_KILL) { /* a second signal: no more grace */
                 exit_sig = exit_sig || cause ? exit_sig : s;
-                say("received SIG%s again; sending SIGKILL now", sigabbrev_np(s));
+                cli_say("received SIG%s again; sending SIGKILL now", sigabbrev_np(s));
                 signal_job(SIGKILL, 0);
                 phase = PH_KILL, deadline = now_s() + KILL_WAIT_S;
             }
@@ -924,11 +902,11 @@ int main(int argc, char **argv)
     if (cause || exit_sig) {
         report_failure(cause, exit_sig);
         int code = exit_sig ? 128 + exit_sig : WIFSIGNALED(cause->status) ? 128 + WTERMSIG(cause->status) : 1;
-        say("job failed after %.1f s; exit status %d", el, code);
+        cli_say("job failed after %.1f s; exit status %d", el, code);
         return code;
     }
-    if (leftovers) say("note: stopped processes that the job's processes had left running");
-    if (servers_stopped) say("job finished: the workers succeeded; the servers were stopped (%.1f s)", el);
-    else say("job finished: all %d processes on this node succeeded (%.1f s)", started, el);
+    if (leftovers) cli_say("note: stopped processes that the job's processes had left running");
+    if (servers_stopped) cli_say("job finished: the workers succeeded; the servers were stopped (%.1f s)", el);
+    else cli_say("job finished: all %d processes on this node succeeded (%.1f s)", started, el);
     return stuck;
 }

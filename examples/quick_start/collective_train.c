@@ -10,16 +10,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "nets.h"
+#include "data.h"
 
 int main(int argc, char **argv)
 {
     int steps = argc > 1 ? atoi(argv[1]) : 1001;
 
     fl_prog *prog = fl_prog_create();
-    fl_var *input_x = fl_layer_data(prog, "x", FL_SHAPE(32), FL_FLOAT32, 0);
-    fl_var *input_y = fl_layer_data(prog, "y", FL_SHAPE(1), FL_INT64, 0);
-    fl_var *cost = mlp(input_x, input_y, 128, 2);
+    fl_model_mlp_config cfg = fl_model_mlp_default(); /* x[32], y[1]: the seed's nets.py */
+    fl_model_mlp net;
+    if (fl_model_mlp_build(prog, &cfg, &net) != FL_OK) {
+        fprintf(stderr, "building the model failed: %s\n", fl_last_error());
+        return 1;
+    }
+    fl_var *cost = net.loss;
 
     fl_opt *optimizer = fl_opt_sgd(0.01f);
     fleet_role *role;                                                          /* + */

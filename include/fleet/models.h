@@ -1,13 +1,18 @@
 /*
  * fleet/models.h - model builders shared by the examples, the benchmarks and the tests.
  *
- * CTR-DNN is Paddle's click-through-rate example network (FleetX examples/ctr,
- * network_conf.py): a dense_input float[13] slot, sparse slots C1..C26 (int64, LoD) looked
- * up in one shared embedding table "SparseFeatFactors" [sparse_feature_dim, 10] (is_sparse;
- * is_distributed puts it on the parameter servers), each slot sum-pooled, concatenated with
- * the dense input (26 x 10 + 13 = 273), three fc 400 relu layers and an fc 2 softmax
- * (weights Normal(0, 1/sqrt(fan_in))), cross-entropy summed over the batch (Paddle's
- * reduce_sum; mean with loss_mean = 1), and Paddle's auc (4096 thresholds, 20 slide steps).
+ * Every builder has the same shape: a config struct whose defaults come from
+ * fl_model_<name>_default() (other presets from fl_model_<name>_<preset>()), an outputs
+ * struct of the variables a caller feeds and fetches, and fl_model_<name>_build(p, cfg, out),
+ * which appends the data layers, the network and the loss to program p (and the
+ * initializers to its startup program) in a fixed order, so a config built into a new
+ * program always gets the same parameter names and initial values.  The variables in *out belong to p and live
+ * until fl_prog_free(p); the config is read during the call only.  Building into one program
+ * from several threads at once is not supported.  A build returns FL_OK, FL_EINVAL naming
+ * the bad configuration field, or the program's build error (which p keeps).  The builders
+ * add no optimizer: call fl_opt_minimize on out->loss.
+ *
+ * Not here: data readers and training loops (the examples keep their own).
  */
 #ifndef FLEET_MODELS_H
 #define FLEET_MODELS_H
@@ -17,6 +22,16 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- CTR-DNN ------------------------------------------------------------------------------
+ *
+ * Paddle's click-through-rate example network (FleetX examples/ctr, network_conf.py): a
+ * dense_input float[13] slot, sparse slots C1..C26 (int64, LoD) looked up in one shared
+ * embedding table "SparseFeatFactors" [sparse_feature_dim, 10] (is_sparse; is_distributed
+ * puts it on the parameter servers), each slot sum-pooled, concatenated with the dense
+ * input (26 x 10 + 13 = 273), three fc 400 relu layers and an fc 2 softmax (weights
+ * Normal(0, 1/sqrt(fan_in))), cross-entropy summed over the batch (Paddle's reduce_sum; mean
+ * with loss_mean = 1), and Paddle's auc (4096 thresholds, 20 slide steps). */
 
 #define FL_MODEL_CTR_MAX_SLOTS 64
 #define FL_MODEL_CTR_MAX_LAYERS 8
@@ -53,6 +68,87 @@ FL_API fl_model_ctr_dnn_config fl_model_ctr_dnn_default(void);
 /* Builds the network into p (whose startup program gets the initializers).  Errors name
  * the bad configuration field; the program keeps its build error otherwise. */
 FL_API int fl_model_ctr_dnn_build(fl_prog *p, const fl_model_ctr_dnn_config *cfg, fl_model_ctr_dnn *out);
+
+/* ---- MLP -----------------------------------------------------------------------------------
+ *
+ * data input float32 [N, input_dim] -> fc hidden[0] act -> ... -> fc hidden[nhidden-1] act
+ * -> fc num_classes softmax -> cross_entropy with data label int64 [N, 1] -> mean.  fc
+ * weights use Paddle's default (Xavier uniform), biases start at 0.  Presets: the
+ * quick-start network (the seed's nets.py; default) and the Fashion-MNIST MLP. */
+
+#define FL_MODEL_MLP_MAX_LAYERS 8
+
+typedef struct {
+    const char *input_name; /* default "x" */
+    const char *label_name; /* default "y" */
+    int input_dim;          /* default 32 */
+    int hidden[FL_MODEL_MLP_MAX_LAYERS]; /* default 128, 128 */
+    int nhidden;
+    const char *act;        /* activation of the hidden layers: default "tanh"; NULL for none */
+    int num_classes;        /* default 2 */
+    /* default NULL: Paddle's automatic parameter names (fc_0.w_0, fc_0.b_0, ...).  "fc"
+     * names layer k's weight and bias "fc<k>.w" and "fc<k>.b", k = 1, 2, ... (the names
+     * of the reference dumps, tests/ref) */
+    const char *param_prefix;
+} fl_model_mlp_config;
+
+typedef struct {
+    fl_var *input;   /* float32 [N, input_dim] */
+    fl_var *label;   /* int64 [N, 1], class ids in [0, num_classes) */
+    fl_var *predict; /* [N, num_classes] probabilities */
+    fl_var *loss;    /* [1], mean cross-entropy */
+} fl_model_mlp;
+
+/* The quick-start MLP: x[32] -> fc128 tanh -> fc128 tanh -> fc2 softmax. */
+FL_API fl_model_mlp_config fl_model_mlp_default(void);
+/* The Fashion-MNIST MLP: img[784] -> fc512 relu -> fc256 relu -> fc10 softmax, data "img"
+ * and "label" (examples/fmnist/train_mlp.c). */
+FL_API fl_model_mlp_config fl_model_mlp_fmnist(void);
+/* Builds the network into p; see the top of this file for ownership and errors.  *out is
+ * zeroed first, so its variables are NULL after a configuration error. */
+FL_API int fl_model_mlp_build(fl_prog *p, const fl_model_mlp_config *cfg, fl_model_mlp *out);
+
+/* ---- CNN -----------------------------------------------------------------------------------
+ *
+ * LeNet-style image classifier: data input float32 [N, channels, height, width] -> per conv
+ * block: conv2d filters[i] kernel x kernel (stride 1, no padding) relu -> max pool2d pool x
+ * pool (stride pool); then fc hidden[j] relu -> fc num_classes softmax -> cross_entropy with
+ * data label int64 [N, 1] -> mean.  With batch_norm, each conv2d is followed by batch_norm
+ * (momentum 0.9, epsilon 1e-5) and relu moves to it, as Paddle's recognize_digits conv
+ * example.  conv2d filters are Normal(0, sqrt(2 / fan_in)) as Paddle's, fc weights Xavier.
+ * The default is the Fashion-MNIST CNN of examples/fmnist/train_cnn.c:
+ * img [1, 28, 28] -> conv 5x5 x20 -> pool 2 -> conv 5x5 x50 -> pool 2 -> fc500 -> fc10. */
+
+#define FL_MODEL_CNN_MAX_LAYERS 8
+
+typedef struct {
+    const char *input_name;        /* default "img" */
+    const char *label_name;        /* default "label" */
+    int channels, height, width;   /* default 1, 28, 28 */
+    int filters[FL_MODEL_CNN_MAX_LAYERS]; /* default 20, 50 */
+    int nconv;
+    int kernel;                    /* default 5 */
+    int pool;                      /* default 2 */
+    int batch_norm;                /* default 0 */
+    int hidden[FL_MODEL_CNN_MAX_LAYERS];  /* default 500 */
+    int nhidden;
+    int num_classes;               /* default 10 */
+} fl_model_cnn_config;
+
+typedef struct {
+    fl_var *input;   /* float32 [N, channels, height, width] */
+    fl_var *label;   /* int64 [N, 1], class ids in [0, num_classes) */
+    fl_var *predict; /* [N, num_classes] probabilities */
+    fl_var *loss;    /* [1], mean cross-entropy */
+} fl_model_cnn;
+
+FL_API fl_model_cnn_config fl_model_cnn_default(void);
+/* Builds the network into p; see the top of this file for ownership and errors.  *out is
+ * zeroed first, so its variables are NULL after a configuration error.  The image must
+ * stay at least 1 x 1 after every block (an error names the block otherwise).  To evaluate
+ * with batch_norm's moving statistics, clone p for test (fl_prog_clone(p, 1)) before
+ * minimize. */
+FL_API int fl_model_cnn_build(fl_prog *p, const fl_model_cnn_config *cfg, fl_model_cnn *out);
 
 #ifdef __cplusplus
 }

@@ -95,6 +95,22 @@ fl_var *fl__grad_for(fl_grad_ctx *g, fl_var *v)
     return gv;
 }
 
+int fl__grad_append(fl_op *op, const char *type, const fl_io *in, int nin, const fl_io *out, int nout)
+{
+    fl_op *go = fl__op_new(op->prog, type, in, nin, out, nout);
+    if (!go) return fl_prog_status(op->prog);
+    for (int i = 0; i < op->nattr; i++) {
+        const fl_attr *a = &op->attr[i];
+        int st = a->type == FL_ATTR_INT     ? fl__attr_set_i(go, a->name, a->i)
+                 : a->type == FL_ATTR_FLOAT ? fl__attr_set_f(go, a->name, a->f)
+                 : a->type == FL_ATTR_STR   ? fl__attr_set_s(go, a->name, a->s)
+                 : a->type == FL_ATTR_INTS  ? fl__attr_set_ints(go, a->name, a->ints, a->n)
+                                            : fl__attr_set_floats(go, a->name, a->floats, a->n);
+        FL_CHECK(st);
+    }
+    return fl__op_finish(go);
+}
+
 int fl_append_backward(fl_var *loss, const char *const *no_grad, int n_no_grad, fl_param_grad **pairs, int *npairs)
 {
     if (pairs) *pairs = NULL;

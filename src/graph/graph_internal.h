@@ -152,6 +152,10 @@ fl_op *fl__op_new(fl_prog *p, const char *type, const fl_io *ins, int nins, cons
 int fl__op_finish(fl_op *op);
 fl_op *fl__op_append(fl_prog *p, const char *type, const fl_io *ins, int nins, const fl_io *outs,
                      int nouts);
+/* For gradient makers (defined in backward.c): appends gradient op `type` with the given
+ * slots, carrying all of the forward op's attributes (Paddle's default grad maker).
+ * Returns the status; on failure the program error names the op. */
+int fl__grad_append(fl_op *op, const char *type, const fl_io *in, int nin, const fl_io *out, int nout);
 /* infer() of ops whose outputs are shaped at run time (gradient ops). */
 int fl__infer_nop(fl_op *op);
 /* Name of the first variable of input (out=0) or output (out=1) slot, "?" if empty. */

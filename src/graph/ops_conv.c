@@ -46,23 +46,6 @@ static int attr2(const fl_op *op, const char *name, int64_t def, int64_t v[2])
     return 0;
 }
 
-/* Appends a gradient op carrying all of op's attributes (Paddle's default grad maker). */
-static int grad_append(fl_op *op, const char *type, const fl_io *in, int nin, const fl_io *out, int nout)
-{
-    fl_op *go = fl__op_new(op->prog, type, in, nin, out, nout);
-    if (!go) return fl_prog_status(op->prog);
-    for (int i = 0; i < op->nattr; i++) {
-        const fl_attr *a = &op->attr[i];
-        int st = a->type == FL_ATTR_INT     ? fl__attr_set_i(go, a->name, a->i)
-                 : a->type == FL_ATTR_FLOAT ? fl__attr_set_f(go, a->name, a->f)
-                 : a->type == FL_ATTR_STR   ? fl__attr_set_s(go, a->name, a->s)
-                 : a->type == FL_ATTR_INTS  ? fl__attr_set_ints(go, a->name, a->ints, a->n)
-                                            : fl__attr_set_floats(go, a->name, a->floats, a->n);
-        FL_CHECK(st);
-    }
-    return fl__op_finish(go);
-}
-
 /* Per-executor scratch kept in the op's state slot (freed by the executor with free()). */
 typedef struct {
     size_t n;
@@ -399,7 +382,7 @@ static int grad_conv2d(fl_op *op, fl_grad_ctx *g)
         dz = dpre;
     }
     fl_io in[3] = {FL_IO1("Input", x), FL_IO1("Filter", w), FL_IO1("Output@GRAD", dz)};
-    return grad_append(op, "conv2d_grad", in, 3, o, no);
+    return fl__grad_append(op, "conv2d_grad", in, 3, o, no);
 }
 
 static const fl_op_def def_conv2d = {"conv2d", {"Input", "Filter", "Bias"}, {"Output"}, infer_conv2d, run_conv2d,
@@ -654,7 +637,7 @@ static int grad_pool2d(fl_op *op, fl_grad_ctx *g)
     if (!dout || !dx) return FL_OK;
     fl_io in[3] = {FL_IO1("X", x), FL_IO1("Out", out), FL_IO1("Out@GRAD", dout)};
     fl_io o = FL_IO1("X@GRAD", dx);
-    return grad_append(op, "pool2d_grad", in, 3, &o, 1);
+    return fl__grad_append(op, "pool2d_grad", in, 3, &o, 1);
 }
 
 static const fl_op_def def_pool2d = {"pool2d", {"X"}, {"Out"}, infer_pool2d, run_pool2d, grad_pool2d, NULL};
@@ -895,7 +878,7 @@ static int grad_batch_norm(fl_op *op, fl_grad_ctx *g)
     fl_io in[5] = {FL_IO1("X", op->in[0].vars[0]), FL_IO1("Scale", op->in[1].vars[0]),
                    FL_IO1("SavedMean", op->out[3].vars[0]), FL_IO1("SavedVariance", op->out[4].vars[0]),
                    FL_IO1("Y@GRAD", dy)};
-    return grad_append(op, "batch_norm_grad", in, 5, o, no);
+    return fl__grad_append(op, "batch_norm_grad", in, 5, o, no);
 }
 
 static const fl_op_def def_batch_norm = {"batch_norm", {"X", "Scale", "Bias", "Mean", "Variance"},

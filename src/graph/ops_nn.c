@@ -42,23 +42,6 @@ static fl_op *layer_begin(const char *type, fl_var *x, fl_var *y, int nin, const
     return fl__op_new(p, type, in, nin, outs, nout);
 }
 
-/* Appends a gradient op carrying all of op's attributes (as Paddle's default grad maker). */
-static int grad_append(fl_op *op, const char *type, const fl_io *in, int nin, const fl_io *out, int nout)
-{
-    fl_op *go = fl__op_new(op->prog, type, in, nin, out, nout);
-    if (!go) return fl_prog_status(op->prog);
-    for (int i = 0; i < op->nattr; i++) {
-        const fl_attr *a = &op->attr[i];
-        int st = a->type == FL_ATTR_INT     ? fl__attr_set_i(go, a->name, a->i)
-                 : a->type == FL_ATTR_FLOAT ? fl__attr_set_f(go, a->name, a->f)
-                 : a->type == FL_ATTR_STR   ? fl__attr_set_s(go, a->name, a->s)
-                 : a->type == FL_ATTR_INTS  ? fl__attr_set_ints(go, a->name, a->ints, a->n)
-                                            : fl__attr_set_floats(go, a->name, a->floats, a->n);
-        FL_CHECK(st);
-    }
-    return fl__op_finish(go);
-}
-
 /* Grad op of a binary op (inputs X, Y) writing X@GRAD / Y@GRAD only for those that need one. */
 static int grad_xy(fl_op *op, fl_grad_ctx *g, const char *type, const fl_io *in, int nin)
 {
@@ -68,7 +51,7 @@ static int grad_xy(fl_op *op, fl_grad_ctx *g, const char *type, const fl_io *in,
     int no = 0;
     if (dx) o[no++] = (fl_io){"X@GRAD", dxv, 1};
     if (dy) o[no++] = (fl_io){"Y@GRAD", dyv, 1};
-    return no ? grad_append(op, type, in, nin, o, no) : FL_OK;
+    return no ? fl__grad_append(op, type, in, nin, o, no) : FL_OK;
 }
 
 /* ---- elementwise_add / sub / mul / div ------------------------------------------------ */
@@ -446,7 +429,7 @@ static int grad_dropout(fl_op *op, fl_grad_ctx *g)
     if (!dout || !dx) return FL_OK;
     fl_io in[2] = {FL_IO1("Mask", op->out[1].vars[0]), FL_IO1("Out@GRAD", dout)};
     fl_io o = FL_IO1("X@GRAD", dx);
-    return grad_append(op, "dropout_grad", in, 2, &o, 1);
+    return fl__grad_append(op, "dropout_grad", in, 2, &o, 1);
 }
 
 static const fl_op_def def_dropout = {"dropout", {"X"}, {"Out", "Mask"}, infer_dropout, run_dropout, grad_dropout};
@@ -610,7 +593,7 @@ static int grad_reduce_sum(fl_op *op, fl_grad_ctx *g)
     if (!dout || !dx) return FL_OK;
     fl_io in[2] = {FL_IO1("X", x), FL_IO1("Out@GRAD", dout)};
     fl_io o = FL_IO1("X@GRAD", dx);
-    return grad_append(op, "reduce_sum_grad", in, 2, &o, 1);
+    return fl__grad_append(op, "reduce_sum_grad", in, 2, &o, 1);
 }
 
 static const fl_op_def def_reduce_sum = {"reduce_sum", {"X"}, {"Out"}, infer_reduce_sum, run_reduce_sum, grad_reduce_sum};

@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "fleet/ps/fleet_ps.h"
-#include "../../examples/quick_start/nets.h"
+#include "../../examples/quick_start/data.h"
 
 #define VOCAB 11
 #define DIM 4
@@ -178,9 +178,10 @@ int main(int argc, char **argv)
     fl_prog *prog = fl_prog_create();
     fl_var *cost;
     if (quick) {
-        fl_var *x = fl_layer_data(prog, "x", FL_SHAPE(32), FL_FLOAT32, 0);
-        fl_var *y = fl_layer_data(prog, "y", FL_SHAPE(1), FL_INT64, 0);
-        cost = mlp(x, y, 128, 2);
+        fl_model_mlp_config cfg = fl_model_mlp_default();
+        fl_model_mlp net;
+        if (fl_model_mlp_build(prog, &cfg, &net) != FL_OK) return fail("building the quick-start MLP");
+        cost = net.loss;
     } else {
         cost = build_tiny(prog, sparse, dist);
     }

@@ -1,22 +1,12 @@
 /*
- * nets.h - the quick-start model and data generator shared by the quick-start examples
- * (the seed's nets.py and utils.py).
+ * data.h - the data generator shared by the quick-start examples (the seed's utils.py).
+ * The model (the seed's nets.py) is the library's quick-start MLP, fl_model_mlp_build
+ * with fl_model_mlp_default() (fleet/models.h).
  */
-#ifndef QUICK_START_NETS_H
-#define QUICK_START_NETS_H
+#ifndef QUICK_START_DATA_H
+#define QUICK_START_DATA_H
 
 #include <fleet.h>
-
-/* fc(hid, tanh) -> fc(hid, tanh) -> fc(label_dim, softmax) -> cross_entropy -> mean */
-static inline fl_var *mlp(fl_var *input_x, fl_var *input_y, int hid_dim, int label_dim)
-{
-    fl_var *fc_1 = fl_layer_fc(FL_VARS(input_x), hid_dim, "tanh");
-    fl_var *fc_2 = fl_layer_fc(FL_VARS(fc_1), hid_dim, "tanh");
-    fl_var *prediction = fl_layer_fc(FL_VARS(fc_2), label_dim, "softmax");
-    fl_var *cost = fl_layer_cross_entropy(prediction, input_y);
-    fl_var *avg_cost = fl_layer_mean(cost);
-    return avg_cost;
-}
 
 /* A learnable synthetic task: label = 1 when the sum of the first 16 features exceeds
  * the sum of the last 16.  Deterministic for a given seed. */
