@@ -1,43 +1,21 @@
 /*
  * comm.c - the communicator's life: options, rendezvous (every rank connects to the lower
  * ranks and accepts the higher ones; each connection authenticated), the setup message that
- * checks all ranks agree, shared-memory setup, failure (abort notices to every peer) and
- * freeing.
+ * checks all ranks agree (tuning, endpoints, the backend asked for, the backends each can
+ * use), the backend's setup (backend.c), failure (abort notices to every peer) and freeing.
  */
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "coll_internal.h"
+#include "backend.h"
 
 #define ROLE_COLL 0x434f4c4cu /* "COLL" */
 #define SETUP_HELLO 1
-#define SETUP_VERSION 1
+#define SETUP_VERSION 2
 #define HELLO_BYTES 48
 #define HS_CAP_MS 5000 /* a connecting process gets this long to finish its handshake */
-
-const char *fl__coll_peer(const fl_coll *c, int p)
-{
-    if (p >= 0 && p < c->size && c->conns && c->conns[p]) return fl_net_conn_label(c->conns[p]);
-    return "(this rank)";
-}
-
-void *fl__coll_scratch(fl_coll *c, size_t n)
-{
-    if (n <= c->scratch_cap) return c->scratch;
-    size_t cap = c->scratch_cap ? c->scratch_cap : 4096;
-    while (cap < n) cap *= 2;
-    void *p = fl__alloc_aligned(cap);
-    if (!p) {
-        fl__err(FL_ENOMEM, "collective: out of memory for %zu bytes of scratch space", cap);
-        return NULL;
-    }
-    fl__free_aligned(c->scratch);
-    c->scratch = p;
-    c->scratch_cap = cap;
-    return p;
-}
 
 int fl__coll_fail(fl_coll *c, int st)
 {
@@ -46,7 +24,7 @@ int fl__coll_fail(fl_coll *c, int st)
     snprintf(c->failmsg, sizeof c->failmsg, "%s", fl_last_error());
     size_t len = strlen(c->failmsg);
     uint8_t h[FL_COLL_HDR];
-    fl__tcp_hdr(h, &c->cur, FL_COLL_MSG_ABORT, (uint64_t)(int64_t)st, len);
+    fl__coll_hdr(h, &c->cur, FL_COLL_MSG_ABORT, (uint64_t)(int64_t)st, len);
     for (int p = 0; p < c->size; p++) {
         if (!c->conns[p]) continue;
         if (!c->tx_mid[p]) {
@@ -187,21 +165,25 @@ static int accept_higher(fl_coll *c, fl_net_listener *l, const fl_net_auth *auth
     return FL_OK;
 }
 
-/* Every rank sends one setup message to every other and checks theirs. */
-static int exchange_hello(fl_coll *c, const fl_coll_opts *o, uint64_t dl, int *all_want_shm)
+/* Every rank sends one setup message to every other and checks theirs: same protocol, world
+ * size, endpoints and tuning, and the same backend asked for (request: a hash of its name
+ * or "auto", asked: the name).  usable_all gets the backends usable on every rank. */
+static int exchange_hello(fl_coll *c, const fl_coll_opts *o, uint64_t request, const char *asked, uint32_t usable,
+                          uint64_t dl, uint32_t *usable_all)
 {
     uint8_t m[HELLO_BYTES] = {0}, r[HELLO_BYTES];
     uint64_t eh = endpoints_hash(o);
     fl__put_u32(m, SETUP_VERSION);
     fl__put_u32(m + 4, (uint32_t)c->size);
     fl__put_u32(m + 8, (uint32_t)c->rank);
-    fl__put_u32(m + 12, o->disable_shm ? 0 : 1);
+    fl__put_u32(m + 12, usable);
     fl__put_u64(m + 16, eh);
     fl__put_u64(m + 24, c->small_max);
     fl__put_u64(m + 32, c->chunk);
+    fl__put_u64(m + 40, request);
     for (int p = 0; p < c->size; p++)
         if (c->conns[p]) FL_CHECK(fl_net_send_frame(c->conns[p], SETUP_HELLO, 0, m, sizeof m, dl));
-    *all_want_shm = !o->disable_shm;
+    *usable_all = usable;
     for (int p = 0; p < c->size; p++) {
         if (!c->conns[p]) continue;
         fl_net_frame f;
@@ -222,7 +204,11 @@ static int exchange_hello(fl_coll *c, const fl_coll_opts *o, uint64_t dl, int *a
             return fl__err(FL_EINVAL, "rendezvous of rank %d: %s disagrees on the %s (world size %u here %d; every "
                                       "rank must pass the same endpoints and tuning)", c->rank, fl__coll_peer(c, p),
                            what, fl__get_u32(r + 4), c->size);
-        if (!fl__get_u32(r + 12)) *all_want_shm = 0;
+        if (fl__get_u64(r + 40) != request)
+            return fl__err(FL_EINVAL, "rendezvous of rank %d: %s asked for another collective backend than this rank "
+                                      "('%s'); every rank must set the same fl_coll_opts.backend or FLEET_COLL_BACKEND",
+                           c->rank, fl__coll_peer(c, p), asked);
+        *usable_all &= fl__get_u32(r + 12);
     }
     return FL_OK;
 }
@@ -283,6 +269,11 @@ int fl_coll_create(const fl_coll_opts *o, fl_coll **out)
             st = fl__err(FL_ENOMEM, "fl_coll_create: out of memory");
             goto fail;
         }
+    /* the backend: named (checked here, before any connection) or automatic */
+    const fl__coll_backend *named = NULL;
+    uint32_t usable = 0;
+    uint64_t request = 0;
+    FL_CHECK_GOTO(fl__coll_backend_pick(c, o, &named, &usable, &request), st, fail);
     if (c->size > 1) {
         uint64_t t0 = fl__now_ns(), dl = fl_net_deadline(tmo);
         fl_net_listener *l = o->listener;
@@ -303,15 +294,11 @@ int fl_coll_create(const fl_coll_opts *o, fl_coll **out)
         FL_CHECK_GOTO(accept_higher(c, l, &auth, dl, t0), st, fail);
         fl_net_listener_free(own);
         own = NULL;
-        if (!(c->tmp = fl__alloc_aligned(c->chunk))) {
-            st = fl__err(FL_ENOMEM, "fl_coll_create: out of memory for a %zu-byte chunk buffer", c->chunk);
-            goto fail;
-        }
-        int want_shm = 0;
-        FL_CHECK_GOTO(exchange_hello(c, o, dl, &want_shm), st, fail);
-        FL_CHECK_GOTO(fl__shm_setup(c, want_shm, dl), st, fail);
-        FL_INFO(FL_SUB_COLL, "rank %d of %d joined in %.1f ms (%s)", c->rank, c->size, (double)(fl__now_ns() - t0) / 1e6,
-                c->shm ? "shared memory" : "tcp");
+        uint32_t usable_all = 0;
+        FL_CHECK_GOTO(exchange_hello(c, o, request, named ? named->name : "auto", usable, dl, &usable_all), st, fail);
+        FL_CHECK_GOTO(fl__coll_backend_setup(c, named, usable_all, dl), st, fail);
+        FL_INFO(FL_SUB_COLL, "rank %d of %d joined in %.1f ms (backend %s%s)", c->rank, c->size,
+                (double)(fl__now_ns() - t0) / 1e6, c->backend->name, named ? ", named" : "");
     }
     fl_net_secret_clear(&sec);
     *out = c;
@@ -331,7 +318,7 @@ void fl_coll_free(fl_coll *c)
 {
     if (!c || c->magic != FL_COLL_MAGIC) return;
     c->magic = 0;
-    fl__shm_free(c->shm);
+    if (c->backend && c->backend->close) c->backend->close(c);
     for (int p = 0; p < c->size; p++) {
         if (c->conns && c->conns[p]) fl_net_conn_free(c->conns[p]);
         if (c->endpoints) free(c->endpoints[p]);
@@ -343,10 +330,8 @@ void fl_coll_free(fl_coll *c)
     free(c->peer_closed);
     free(c->xf);
     fl__free_aligned(c->scratch);
-    fl__free_aligned(c->tmp);
     free(c);
 }
 
 int fl_coll_rank(const fl_coll *c) { return c && c->magic == FL_COLL_MAGIC ? c->rank : -1; }
 int fl_coll_size(const fl_coll *c) { return c && c->magic == FL_COLL_MAGIC ? c->size : -1; }
-int fl_coll_uses_shm(const fl_coll *c) { return c && c->magic == FL_COLL_MAGIC && c->shm != NULL; }
