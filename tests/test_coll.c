@@ -3,8 +3,7 @@
  * reference for 1..8 ranks (odd counts too), over shared memory and over TCP; uneven and
  * empty counts; 16M floats; each backend named (opts->backend, FLEET_COLL_BACKEND) rather
  * than chosen; and the failure cases: a rank killed with SIGKILL mid-allreduce, a wrong
- * secret, mismatched calls, a stalled rank, a secret file with a bad mode, unknown or
- * impossible backends.
+ * secret, no secret, mismatched calls, a stalled rank, unknown or impossible backends.
  *
  * Inputs are small integers, so every sum is exact in every dtype and results must equal
  * the reference bit for bit (AVG too: both sides divide the exact sum once, in float32 for
@@ -22,7 +21,7 @@
 #include <fleet/net.h>
 
 #define CH_MAXP 16
-static const uint8_t ch_secret[32] = "fleet-test-secret-0123456789abc";
+static const fl_net_secret ch_secret = {.bytes = "fleet-test-secret-0123456789abc", .len = 32};
 
 typedef struct {
     int P;
@@ -46,8 +45,7 @@ static inline fl_coll_opts ch_opts(ch_world *w, int r)
     o.rank = r;
     o.world_size = w->P;
     o.endpoints = w->eps;
-    o.secret = ch_secret;
-    o.secret_len = sizeof ch_secret;
+    o.secret = &ch_secret;
     o.timeout_ms = w->timeout_ms ? w->timeout_ms : 20000;
     o.disable_shm = !w->shm;
     o.listener = w->ls[r];
@@ -472,6 +470,7 @@ TEST(unknown_backend_is_refused)
     fl_coll_opts o = {0};
     fl_coll *c = NULL;
     o.world_size = 1;
+    o.insecure_local = 1;
     o.backend = "mpi";
     CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "unknown collective backend 'mpi' in fl_coll_opts.backend");
     CHECK_STR_HAS(fl_last_error(), "registered backends: shm, tcp");
@@ -666,9 +665,9 @@ static void rank_wrong_secret(ch_world *w, int r, void *arg)
     int liar = *(const int *)arg;
     fl_coll_opts o = ch_opts(w, r);
     o.timeout_ms = 2000;
-    uint8_t other[32];
-    memset(other, 'x', sizeof other);
-    if (r == liar) o.secret = other;
+    fl_net_secret other = {.len = 32};
+    memset(other.bytes, 'x', other.len);
+    if (r == liar) o.secret = &other;
     fl_coll *c = NULL;
     double t0 = ch_now();
     int st = fl_coll_create(&o, &c);
@@ -762,35 +761,33 @@ TEST(stalled_rank_times_out)
     }
 }
 
+/* The communicator takes the secret from its caller only: NULL without insecure_local is
+ * refused (one rank too), whatever the environment holds. */
 TEST(secret_configuration)
 {
     ch_world w;
     ch_init(&w, 2, 1);
     fl_coll_opts o = ch_opts(&w, 0);
-    o.secret = NULL;
-    o.secret_len = 0;
     fl_coll *c = NULL;
+    o.secret = NULL;
+    setenv("FLEET_JOB_SECRET", "00112233445566778899aabbccddeeff", 1);
+    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "fl_coll_create: no job secret");
+    CHECK_STR_HAS(fl_last_error(), "insecure_local");
+    CHECK(c == NULL);
+    fl_coll_opts one = {0};
+    one.world_size = 1;
+    CHECK_FAILS(fl_coll_create(&one, &c), FL_EINVAL, "no job secret");
+    fl_net_secret shorty = {.len = 8};
+    o.secret = &shorty;
+    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "secret->len 8 out of range");
+    /* the caller loads it (here from FLEET_JOB_SECRET): accepted; rank 1 never comes */
+    fl_net_secret sec;
+    CHECK_OK(fl_net_secret_from_env(&sec));
     unsetenv("FLEET_JOB_SECRET");
-    unsetenv("FLEET_JOB_SECRET_FILE");
-    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "no job secret");
-    char path[] = "/tmp/fleet-test-secret-XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    CHECK(write(fd, "00112233445566778899aabbccddeeff\n", 33) == 33);
-    close(fd);
-    CHECK(chmod(path, 0644) == 0);
-    setenv("FLEET_JOB_SECRET_FILE", path, 1);
-    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "has mode 0644");
-    CHECK_STR_HAS(fl_last_error(), path);
-    CHECK(strstr(fl_last_error(), "00112233") == NULL);
-    CHECK(chmod(path, 0600) == 0);
-    o.timeout_ms = 300; /* the secret is accepted; rank 1 never comes */
+    o.secret = &sec;
+    o.timeout_ms = 300;
     CHECK_FAILS(fl_coll_create(&o, &c), FL_ETIMEDOUT, "rank 1 (");
-    unlink(path);
-    unsetenv("FLEET_JOB_SECRET_FILE");
-    setenv("FLEET_JOB_SECRET", "0011zz", 1);
-    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "FLEET_JOB_SECRET");
-    unsetenv("FLEET_JOB_SECRET");
+    fl_net_secret_clear(&sec);
     fl_net_listener_free(w.ls[0]);
     fl_net_listener_free(w.ls[1]);
 }
@@ -802,7 +799,6 @@ static void rank_insecure(ch_world *w, int r, void *arg)
     unsetenv("FLEET_JOB_SECRET_FILE");
     fl_coll_opts o = ch_opts(w, r);
     o.secret = NULL;
-    o.secret_len = 0;
     o.insecure_local = 1;
     fl_coll *c;
     CHECK_OK(fl_coll_create(&o, &c));
@@ -822,6 +818,7 @@ TEST(bad_arguments)
     fl_coll_opts o = {0};
     fl_coll *c = NULL;
     o.world_size = 1;
+    o.insecure_local = 1;
     CHECK_OK(fl_coll_create(&o, &c));
     float x[4] = {1, 2, 3, 4}, y[4];
     CHECK_OK(fl_coll_allreduce(c, x, y, 4, FL_FLOAT32, FL_COLL_AVG));

@@ -64,11 +64,15 @@
  * A rank that was late may still complete the call the others gave up on (everything it
  * needed had arrived); its next call then fails with the others' error.
  *
+ * Security.  Every connection is authenticated with the job secret the caller passes in
+ * opts->secret (the fleet layer loads FLEET_JOB_SECRET[_FILE] once and passes it down);
+ * without one, insecure_local must be set and every peer must be on loopback, as for the
+ * parameter server.  The secret is never read from the environment here.
+ *
  * Environment (read in fl_coll_create through src/base/env.c):
  *   FLEET_COLL_TIMEOUT_MS   per-wait deadline when opts->timeout_ms is 0 (default 30000)
  *   FLEET_COLL_BACKEND      the backend when opts->backend is NULL or "": auto (default),
  *                           shm or tcp
- *   FLEET_JOB_SECRET, FLEET_JOB_SECRET_FILE   the job secret when opts->secret is NULL
  */
 #ifndef FLEET_COLL_H
 #define FLEET_COLL_H
@@ -97,9 +101,11 @@ typedef struct {
     int world_size;               /* number of ranks, >= 1 */
     const char *const *endpoints; /* world_size "host:port" strings; this rank listens on
                                      endpoints[rank] (bound to that host only) */
-    const uint8_t *secret;        /* job secret (>= 16 bytes); NULL: FLEET_JOB_SECRET[_FILE] */
-    size_t secret_len;
-    int insecure_local;           /* 1: no secret configured is allowed (loopback only) */
+    const fl_net_secret *secret;  /* job secret; NULL: insecure_local must be set (as in
+                                     fleet/ps.h).  Borrowed: read during fl_coll_create
+                                     only.  Not read from the environment here: the caller
+                                     loads it, e.g. with fl_net_secret_from_env. */
+    int insecure_local;           /* 1: accept no secret, loopback peers only */
     int timeout_ms;               /* 0: FLEET_COLL_TIMEOUT_MS or 30000 */
     int disable_shm;              /* 1: TCP only, even on one host */
     fl_net_listener *listener;    /* optional: an already bound listener for this rank's

@@ -22,7 +22,8 @@
  *   FLAGS_START_PORT             first fixed port (as Paddle), instead of free ports
  *   PATH                         program lookup
  *
- * Job secret and networking (src/net, src/coll):
+ * Job secret (fl_net_secret_from_env in src/net/auth.c, called by the fleet layer, which
+ * passes the secret down to the PS and the collectives) and collectives (src/coll):
  *   FLEET_JOB_SECRET             hex job secret (set by fleetrun; never logged)
  *   FLEET_JOB_SECRET_FILE        file holding the secret: a regular file owned by the user,
  *                                mode 0600 or 0400

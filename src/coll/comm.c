@@ -67,6 +67,13 @@ static int check_opts(const fl_coll_opts *o)
                 return fl__err(FL_EINVAL, "fl_coll_create: endpoints[%d] and endpoints[%d] are both '%s'", j, i,
                                o->endpoints[i]);
     }
+    if (o->secret && (o->secret->len < FL_NET_SECRET_MIN || o->secret->len > FL_NET_SECRET_MAX))
+        return fl__err(FL_EINVAL, "fl_coll_create: secret->len %zu out of range [%d, %d]", o->secret->len,
+                       FL_NET_SECRET_MIN, FL_NET_SECRET_MAX);
+    if (!o->secret && !o->insecure_local)
+        return fl__err(FL_EINVAL, "fl_coll_create: no job secret (pass opts->secret, e.g. loaded from "
+                                  "FLEET_JOB_SECRET with fl_net_secret_from_env, or set insecure_local for a "
+                                  "loopback-only test job)");
     if (o->chunk_bytes && (o->chunk_bytes < 4096 || o->chunk_bytes > (64u << 20)))
         return fl__err(FL_EINVAL, "fl_coll_create: chunk_bytes %zu out of range [4096, 64 MiB]", o->chunk_bytes);
     if (o->small_max_bytes > (64u << 20))
@@ -222,30 +229,10 @@ int fl_coll_create(const fl_coll_opts *o, fl_coll **out)
     int64_t tmo = o->timeout_ms;
     if (tmo == 0) FL_CHECK(fl__env_int("FLEET_COLL_TIMEOUT_MS", FL_COLL_DEFAULT_TIMEOUT_MS, 1, 86400000, &tmo));
 
-    fl_net_secret sec = {0};
-    const uint8_t *key = o->secret;
-    size_t keylen = o->secret ? o->secret_len : 0;
-    if (o->secret && (o->secret_len < FL_NET_SECRET_MIN || o->secret_len > FL_NET_SECRET_MAX))
-        return fl__err(FL_EINVAL, "fl_coll_create: secret_len %zu out of range [%d, %d]", o->secret_len,
-                       FL_NET_SECRET_MIN, FL_NET_SECRET_MAX);
-    if (!o->secret && o->world_size > 1) {
-        int st = fl_net_secret_from_env(&sec);
-        if (st == FL_OK) {
-            key = sec.bytes;
-            keylen = sec.len;
-        } else if (st != FL_ENOTFOUND || !o->insecure_local) {
-            return fl__err(st == FL_ENOTFOUND ? FL_EINVAL : st, "fl_coll_create: %s%s", fl_last_error(),
-                           st == FL_ENOTFOUND ? " (or set insecure_local for an unauthenticated loopback-only job)" : "");
-        }
-    }
-
     int st = FL_OK;
     fl_net_listener *own = NULL;
     fl_coll *c = calloc(1, sizeof *c);
-    if (!c) {
-        fl_net_secret_clear(&sec);
-        return fl__err(FL_ENOMEM, "fl_coll_create: out of memory");
-    }
+    if (!c) return fl__err(FL_ENOMEM, "fl_coll_create: out of memory");
     c->magic = FL_COLL_MAGIC;
     c->rank = o->rank;
     c->size = o->world_size;
@@ -289,7 +276,8 @@ int fl_coll_create(const fl_coll_opts *o, fl_coll **out)
             }
             l = own;
         }
-        fl_net_auth auth = {key, keylen, o->insecure_local, FL_NET_SERVICE_COLL, ROLE_COLL, c->rank};
+        fl_net_auth auth = {o->secret ? o->secret->bytes : NULL, o->secret ? o->secret->len : 0, o->insecure_local,
+                            FL_NET_SERVICE_COLL, ROLE_COLL, c->rank};
         FL_CHECK_GOTO(connect_lower(c, &auth, dl), st, fail);
         FL_CHECK_GOTO(accept_higher(c, l, &auth, dl, t0), st, fail);
         fl_net_listener_free(own);
@@ -300,11 +288,9 @@ int fl_coll_create(const fl_coll_opts *o, fl_coll **out)
         FL_INFO(FL_SUB_COLL, "rank %d of %d joined in %.1f ms (backend %s%s)", c->rank, c->size,
                 (double)(fl__now_ns() - t0) / 1e6, c->backend->name, named ? ", named" : "");
     }
-    fl_net_secret_clear(&sec);
     *out = c;
     return FL_OK;
 fail:
-    fl_net_secret_clear(&sec);
     fl_net_listener_free(own);
     {
         char msg[FL_COLL_MSG_MAX];

@@ -216,8 +216,17 @@ int fl__comm_create(const fleet_role *role, fl_comm **out)
         o.rank = c->rank;
         o.world_size = c->size;
         o.endpoints = (const char *const *)role->workers;
-        /* secret NULL: the communicator reads FLEET_JOB_SECRET / FLEET_JOB_SECRET_FILE */
-        st = fl_coll_create(&o, &c->coll);
+        /* The job secret, loaded here for now: fl_coll_create does not read it from the environment. */
+        fl_net_secret sec = {0};
+        st = fl_net_secret_from_env(&sec);
+        if (st == FL_ENOTFOUND)
+            st = fl__err(FL_EINVAL, "collective: the communicator needs the job secret: set FLEET_JOB_SECRET (hex) "
+                                    "or FLEET_JOB_SECRET_FILE (fleetrun sets it for its processes)");
+        if (st == FL_OK) {
+            o.secret = &sec;
+            st = fl_coll_create(&o, &c->coll);
+        }
+        fl_net_secret_clear(&sec);
         if (st != FL_OK) goto fail;
         if (pthread_create(&c->thread, NULL, comm_main, c) != 0) {
             st = fl__err(FL_ENOMEM, "collective: cannot start the communication thread");
