@@ -102,9 +102,9 @@ typedef struct {
     const char *const *endpoints; /* world_size "host:port" strings; this rank listens on
                                      endpoints[rank] (bound to that host only) */
     const fl_net_secret *secret;  /* job secret; NULL: insecure_local must be set (as in
-                                     fleet/ps.h).  Borrowed: read during fl_coll_create
-                                     only.  Not read from the environment here: the caller
-                                     loads it, e.g. with fl_net_secret_from_env. */
+                                     fleet/ps.h; with one rank too).  Borrowed: read during
+                                     fl_coll_create only.  Never taken from the environment
+                                     here: the caller loads it (fl_net_secret_from_env). */
     int insecure_local;           /* 1: accept no secret, loopback peers only */
     int timeout_ms;               /* 0: FLEET_COLL_TIMEOUT_MS or 30000 */
     int disable_shm;              /* 1: TCP only, even on one host */

@@ -22,7 +22,7 @@
  *   3. use `available` to refuse what cannot work (built without the library, an option
  *      that rules it out), with a message saying why;
  *   4. add it to the list in include/fleet/coll.h and docs/collective.md, and run the
- *      correctness tests of tests/test_coll.c with it forced (see the backend tests there).
+ *      correctness suite with it named (named_suite in tests/test_coll.c).
  */
 #ifndef FL_COLL_BACKEND_H
 #define FL_COLL_BACKEND_H

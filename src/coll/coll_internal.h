@@ -90,7 +90,7 @@ struct fl_coll {
     char failmsg[FL_COLL_MSG_MAX];
     void *scratch;            /* grown on demand, 64-byte aligned */
     size_t scratch_cap;
-    const fl__coll_backend *backend; /* chosen in fl_coll_create; NULL: one rank, none named */
+    const fl__coll_backend *backend; /* chosen in fl_coll_create; NULL with one rank */
     void *be;                 /* the backend's state (its setup makes it, its close frees it) */
 };
 
