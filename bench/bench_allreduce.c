@@ -82,8 +82,7 @@ static void run_rank(bench_cfg *b, int rank)
     o.rank = rank;
     o.world_size = b->np;
     o.endpoints = b->eps;
-    o.secret = b->secret.bytes;
-    o.secret_len = b->secret.len;
+    o.secret = &b->secret;
     o.disable_shm = !b->shm;
     o.listener = b->ls[rank];
     o.timeout_ms = 60000;

@@ -1,8 +1,9 @@
 /*
  * test_coll.c - the collective communicator: every op, dtype and reduction against a serial
  * reference for 1..8 ranks (odd counts too), over shared memory and over TCP; uneven and
- * empty counts; 16M floats; and the failure cases: a rank killed with SIGKILL mid-allreduce,
- * a wrong secret, mismatched calls, a stalled rank, a secret file with a bad mode.
+ * empty counts; 16M floats; each backend named (opts->backend, FLEET_COLL_BACKEND) rather
+ * than chosen; and the failure cases: a rank killed with SIGKILL mid-allreduce, a wrong
+ * secret, no secret, mismatched calls, a stalled rank, unknown or impossible backends.
  *
  * Inputs are small integers, so every sum is exact in every dtype and results must equal
  * the reference bit for bit (AVG too: both sides divide the exact sum once, in float32 for
@@ -20,11 +21,13 @@
 #include <fleet/net.h>
 
 #define CH_MAXP 16
-static const uint8_t ch_secret[32] = "fleet-test-secret-0123456789abc";
+static const fl_net_secret ch_secret = {.bytes = "fleet-test-secret-0123456789abc", .len = 32};
 
 typedef struct {
     int P;
     int shm;           /* 1: allow shared memory */
+    const char *backend; /* opts->backend (NULL: FLEET_COLL_BACKEND, else automatic) */
+    const char *expect;  /* the backend ch_comm expects; NULL: shm if allowed, else tcp */
     int timeout_ms;    /* 0: 20000 */
     size_t small_max, chunk;
     fl_net_listener *ls[CH_MAXP];
@@ -42,22 +45,30 @@ static inline fl_coll_opts ch_opts(ch_world *w, int r)
     o.rank = r;
     o.world_size = w->P;
     o.endpoints = w->eps;
-    o.secret = ch_secret;
-    o.secret_len = sizeof ch_secret;
+    o.secret = &ch_secret;
     o.timeout_ms = w->timeout_ms ? w->timeout_ms : 20000;
     o.disable_shm = !w->shm;
     o.listener = w->ls[r];
     o.small_max_bytes = w->small_max;
     o.chunk_bytes = w->chunk;
+    o.backend = w->backend;
     return o;
 }
+
+#define CHECK_STR_EQ(a, b)                                                                         \
+    do {                                                                                           \
+        const char *a_ = (a), *b_ = (b);                                                           \
+        if (!a_ || strcmp(a_, b_)) TFAIL("%s is \"%s\", expected \"%s\"", #a, a_ ? a_ : "(null)", b_); \
+    } while (0)
 
 static inline fl_coll *ch_comm(ch_world *w, int r)
 {
     fl_coll_opts o = ch_opts(w, r);
     fl_coll *c = NULL;
     CHECK_OK(fl_coll_create(&o, &c));
-    CHECK_EQ_INT(fl_coll_uses_shm(c), w->P > 1 && w->shm);
+    const char *want = w->P == 1 ? "self" : w->expect ? w->expect : w->shm ? "shm" : "tcp";
+    CHECK_STR_EQ(fl_coll_backend_name(c), want);
+    CHECK_EQ_INT(fl_coll_uses_shm(c), !strcmp(want, "shm"));
     return c;
 }
 
@@ -121,6 +132,22 @@ static inline void ch_run(int P, int shm, ch_rank_fn fn, void *arg)
     ch_init(&w, P, shm);
     ch_start(&w, fn, arg);
     if (ch_wait(&w, -1)) TFAIL("%d ranks (%s): some ranks failed", P, shm ? "shm" : "tcp");
+}
+
+/* P ranks with shared memory allowed and the backend named in opts->backend (via_env 0)
+ * or in FLEET_COLL_BACKEND (via_env 1); ch_comm checks that it is the one used. */
+static inline void ch_run_named(int P, const char *name, int via_env, ch_rank_fn fn, void *arg)
+{
+    ch_world w;
+    ch_init(&w, P, 1);
+    w.backend = via_env ? NULL : name;
+    w.expect = name;
+    if (via_env) setenv("FLEET_COLL_BACKEND", name, 1);
+    ch_start(&w, fn, arg);
+    int bad = ch_wait(&w, -1);
+    if (via_env) unsetenv("FLEET_COLL_BACKEND");
+    if (bad) TFAIL("%d ranks, backend '%s' named in %s: some ranks failed", P, name,
+                   via_env ? "FLEET_COLL_BACKEND" : "opts->backend");
 }
 
 static inline double ch_now(void)
@@ -409,6 +436,101 @@ TEST(barrier)
     munmap(entered, 3 * CH_MAXP * sizeof(double));
 }
 
+/* ---- named backends -------------------------------------------------------------------------- */
+
+/* Every op against the reference on P ranks with the backend named, and shared memory
+ * allowed: "tcp" is then not what the automatic choice would take. */
+static void named_suite(const char *name, int via_env, int P)
+{
+    double *entered = mmap(NULL, 3 * CH_MAXP * sizeof(double), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(entered != MAP_FAILED);
+    memset(entered, 0, 3 * CH_MAXP * sizeof(double));
+    ch_run_named(P, name, via_env, rank_allreduce, NULL);
+    ch_run_named(P, name, via_env, rank_broadcast, NULL);
+    ch_run_named(P, name, via_env, rank_allgather, NULL);
+    ch_run_named(P, name, via_env, rank_reduce_scatter, NULL);
+    ch_run_named(P, name, via_env, rank_barrier, entered);
+    munmap(entered, 3 * CH_MAXP * sizeof(double));
+}
+
+TEST(named_backend_tcp)
+{
+    named_suite("tcp", 0, 3);
+    named_suite("tcp", 1, 2);
+}
+
+TEST(named_backend_shm)
+{
+    named_suite("shm", 1, 3);
+    named_suite("shm", 0, 2);
+}
+
+TEST(unknown_backend_is_refused)
+{
+    fl_coll_opts o = {0};
+    fl_coll *c = NULL;
+    o.world_size = 1;
+    o.insecure_local = 1;
+    o.backend = "mpi";
+    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "unknown collective backend 'mpi' in fl_coll_opts.backend");
+    CHECK_STR_HAS(fl_last_error(), "registered backends: shm, tcp");
+    CHECK(c == NULL);
+    o.backend = NULL;
+    setenv("FLEET_COLL_BACKEND", "nccl", 1);
+    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "unknown collective backend 'nccl' in FLEET_COLL_BACKEND");
+    CHECK_STR_HAS(fl_last_error(), "registered backends: shm, tcp");
+    o.backend = "TCP"; /* the field wins over the variable; case is ignored */
+    CHECK_OK(fl_coll_create(&o, &c));
+    CHECK_STR_EQ(fl_coll_backend_name(c), "self"); /* one rank: local copies */
+    CHECK_EQ_INT(fl_coll_uses_shm(c), 0);
+    fl_coll_free(c);
+    setenv("FLEET_COLL_BACKEND", "auto", 1);
+    o.backend = "";
+    CHECK_OK(fl_coll_create(&o, &c));
+    fl_coll_free(c);
+    unsetenv("FLEET_COLL_BACKEND");
+    CHECK(fl_coll_backend_name(NULL) == NULL);
+}
+
+TEST(shm_named_without_shared_memory_fails)
+{
+    ch_world w;
+    ch_init(&w, 2, 0); /* disable_shm */
+    w.backend = "shm";
+    fl_coll_opts o = ch_opts(&w, 0);
+    fl_coll *c = NULL;
+    double t0 = ch_now();
+    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL,
+                "the 'shm' collective backend (from fl_coll_opts.backend) cannot be used: disable_shm is set");
+    CHECK(ch_now() - t0 < 1.0); /* refused at once, not after waiting for rank 1 */
+    CHECK(c == NULL);
+    o.backend = NULL;
+    setenv("FLEET_COLL_BACKEND", "shm", 1);
+    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "'shm' collective backend (from FLEET_COLL_BACKEND)");
+    CHECK_STR_HAS(fl_last_error(), "disable_shm is set");
+    unsetenv("FLEET_COLL_BACKEND");
+    fl_net_listener_free(w.ls[0]);
+    fl_net_listener_free(w.ls[1]);
+}
+
+/* Rank 0 names tcp, rank 1 leaves the choice to the library: both refuse. */
+static void rank_other_backend(ch_world *w, int r, void *arg)
+{
+    (void)arg;
+    fl_coll_opts o = ch_opts(w, r);
+    o.backend = r == 0 ? "tcp" : "auto";
+    o.timeout_ms = 5000;
+    fl_coll *c = NULL;
+    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "asked for another collective backend");
+    CHECK_STR_HAS(fl_last_error(), r == 0 ? "('tcp')" : "('auto')");
+    fprintf(stderr, "  rank %d: %s\n", r, fl_last_error());
+}
+
+TEST(ranks_must_name_one_backend)
+{
+    ch_run(2, 1, rank_other_backend, NULL);
+}
+
 /* Tens of MB: 16M floats, and an uneven count over 3 ranks; every element checked. */
 static void rank_big(ch_world *w, int r, void *arg)
 {
@@ -543,9 +665,9 @@ static void rank_wrong_secret(ch_world *w, int r, void *arg)
     int liar = *(const int *)arg;
     fl_coll_opts o = ch_opts(w, r);
     o.timeout_ms = 2000;
-    uint8_t other[32];
-    memset(other, 'x', sizeof other);
-    if (r == liar) o.secret = other;
+    fl_net_secret other = {.len = 32};
+    memset(other.bytes, 'x', other.len);
+    if (r == liar) o.secret = &other;
     fl_coll *c = NULL;
     double t0 = ch_now();
     int st = fl_coll_create(&o, &c);
@@ -639,35 +761,33 @@ TEST(stalled_rank_times_out)
     }
 }
 
+/* The communicator takes the secret from its caller only: NULL without insecure_local is
+ * refused (one rank too), whatever the environment holds. */
 TEST(secret_configuration)
 {
     ch_world w;
     ch_init(&w, 2, 1);
     fl_coll_opts o = ch_opts(&w, 0);
-    o.secret = NULL;
-    o.secret_len = 0;
     fl_coll *c = NULL;
+    o.secret = NULL;
+    setenv("FLEET_JOB_SECRET", "00112233445566778899aabbccddeeff", 1);
+    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "fl_coll_create: no job secret");
+    CHECK_STR_HAS(fl_last_error(), "insecure_local");
+    CHECK(c == NULL);
+    fl_coll_opts one = {0};
+    one.world_size = 1;
+    CHECK_FAILS(fl_coll_create(&one, &c), FL_EINVAL, "no job secret");
+    fl_net_secret shorty = {.len = 8};
+    o.secret = &shorty;
+    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "secret->len 8 out of range");
+    /* the caller loads it (here from FLEET_JOB_SECRET): accepted; rank 1 never comes */
+    fl_net_secret sec;
+    CHECK_OK(fl_net_secret_from_env(&sec));
     unsetenv("FLEET_JOB_SECRET");
-    unsetenv("FLEET_JOB_SECRET_FILE");
-    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "no job secret");
-    char path[] = "/tmp/fleet-test-secret-XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    CHECK(write(fd, "00112233445566778899aabbccddeeff\n", 33) == 33);
-    close(fd);
-    CHECK(chmod(path, 0644) == 0);
-    setenv("FLEET_JOB_SECRET_FILE", path, 1);
-    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "has mode 0644");
-    CHECK_STR_HAS(fl_last_error(), path);
-    CHECK(strstr(fl_last_error(), "00112233") == NULL);
-    CHECK(chmod(path, 0600) == 0);
-    o.timeout_ms = 300; /* the secret is accepted; rank 1 never comes */
+    o.secret = &sec;
+    o.timeout_ms = 300;
     CHECK_FAILS(fl_coll_create(&o, &c), FL_ETIMEDOUT, "rank 1 (");
-    unlink(path);
-    unsetenv("FLEET_JOB_SECRET_FILE");
-    setenv("FLEET_JOB_SECRET", "0011zz", 1);
-    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "FLEET_JOB_SECRET");
-    unsetenv("FLEET_JOB_SECRET");
+    fl_net_secret_clear(&sec);
     fl_net_listener_free(w.ls[0]);
     fl_net_listener_free(w.ls[1]);
 }
@@ -679,7 +799,6 @@ static void rank_insecure(ch_world *w, int r, void *arg)
     unsetenv("FLEET_JOB_SECRET_FILE");
     fl_coll_opts o = ch_opts(w, r);
     o.secret = NULL;
-    o.secret_len = 0;
     o.insecure_local = 1;
     fl_coll *c;
     CHECK_OK(fl_coll_create(&o, &c));
@@ -699,6 +818,7 @@ TEST(bad_arguments)
     fl_coll_opts o = {0};
     fl_coll *c = NULL;
     o.world_size = 1;
+    o.insecure_local = 1;
     CHECK_OK(fl_coll_create(&o, &c));
     float x[4] = {1, 2, 3, 4}, y[4];
     CHECK_OK(fl_coll_allreduce(c, x, y, 4, FL_FLOAT32, FL_COLL_AVG));
@@ -726,6 +846,8 @@ TEST(bad_arguments)
 }
 
 TEST_MAIN(T(allreduce_shm), T(allreduce_tcp), T(broadcast_every_root), T(allgather), T(reduce_scatter), T(barrier),
-          T(allreduce_16m_floats), T(allreduce_random_floats), T(kill_rank_mid_allreduce), T(wrong_secret_is_refused),
+          T(named_backend_tcp), T(named_backend_shm), T(unknown_backend_is_refused),
+          T(shm_named_without_shared_memory_fails), T(ranks_must_name_one_backend), T(allreduce_16m_floats),
+          T(allreduce_random_floats), T(kill_rank_mid_allreduce), T(wrong_secret_is_refused),
           T(mismatched_calls_fail_on_every_rank), T(stalled_rank_times_out), T(secret_configuration),
           T(insecure_local_mode), T(bad_arguments))

@@ -5,11 +5,18 @@
  * What it is.  A communicator is made once per job (or per group) by every rank with the
  * same endpoint list - PADDLE_TRAINER_ENDPOINTS style "host:port" per rank.  Each rank
  * listens on its own endpoint and connects to every other rank (a full mesh of TCP
- * connections, each authenticated with the job secret as described in fleet/net.h).  When
- * every rank can map one POSIX shared-memory segment (they run on one host and share
- * /dev/shm) the collectives move data through it; otherwise they run over TCP.  The TCP
- * connections stay open in both cases: they carry abort notices and tell a rank that a peer
- * died.
+ * connections, each authenticated with the job secret as described in fleet/net.h).  The
+ * data then moves through one backend, chosen once when the communicator is made:
+ *   "shm"  a POSIX shared-memory segment, for ranks on one host sharing /dev/shm;
+ *   "tcp"  the ring and latency algorithms over the TCP connections, anywhere.
+ * By default (opts->backend and FLEET_COLL_BACKEND unset, empty or "auto") it is "shm" when
+ * every rank can map the segment and none set disable_shm, else "tcp".  A backend named in
+ * opts->backend (or, when that is unset, FLEET_COLL_BACKEND) is used or fl_coll_create
+ * fails: an unknown name is FL_EINVAL naming the value and the registered backends, and
+ * "shm" where shared memory is impossible (disable_shm set, or a rank that cannot attach
+ * the segment: ranks on several hosts) is FL_EINVAL saying why - never a silent fallback
+ * to TCP.  Every rank must ask for the same backend.  The TCP connections stay open
+ * whatever the backend: they carry abort notices and tell a rank that a peer died.
  *
  * What it is not.  There is no GPU (NCCL) backend and no hierarchical (shared memory within
  * a host + TCP across hosts) algorithm yet: with ranks on several hosts every collective
@@ -57,9 +64,15 @@
  * A rank that was late may still complete the call the others gave up on (everything it
  * needed had arrived); its next call then fails with the others' error.
  *
+ * Security.  Every connection is authenticated with the job secret the caller passes in
+ * opts->secret (the fleet layer loads FLEET_JOB_SECRET[_FILE] once and passes it down);
+ * without one, insecure_local must be set and every peer must be on loopback, as for the
+ * parameter server.  The secret is never read from the environment here.
+ *
  * Environment (read in fl_coll_create through src/base/env.c):
  *   FLEET_COLL_TIMEOUT_MS   per-wait deadline when opts->timeout_ms is 0 (default 30000)
- *   FLEET_JOB_SECRET, FLEET_JOB_SECRET_FILE   the job secret when opts->secret is NULL
+ *   FLEET_COLL_BACKEND      the backend when opts->backend is NULL or "": auto (default),
+ *                           shm or tcp
  */
 #ifndef FLEET_COLL_H
 #define FLEET_COLL_H
@@ -88,9 +101,11 @@ typedef struct {
     int world_size;               /* number of ranks, >= 1 */
     const char *const *endpoints; /* world_size "host:port" strings; this rank listens on
                                      endpoints[rank] (bound to that host only) */
-    const uint8_t *secret;        /* job secret (>= 16 bytes); NULL: FLEET_JOB_SECRET[_FILE] */
-    size_t secret_len;
-    int insecure_local;           /* 1: no secret configured is allowed (loopback only) */
+    const fl_net_secret *secret;  /* job secret; NULL: insecure_local must be set (as in
+                                     fleet/ps.h; with one rank too).  Borrowed: read during
+                                     fl_coll_create only.  Never taken from the environment
+                                     here: the caller loads it (fl_net_secret_from_env). */
+    int insecure_local;           /* 1: accept no secret, loopback peers only */
     int timeout_ms;               /* 0: FLEET_COLL_TIMEOUT_MS or 30000 */
     int disable_shm;              /* 1: TCP only, even on one host */
     fl_net_listener *listener;    /* optional: an already bound listener for this rank's
@@ -99,23 +114,29 @@ typedef struct {
                                      fl_coll_create only, and the caller frees it. */
     size_t small_max_bytes;       /* 0: 65536.  Latency algorithms up to this size. */
     size_t chunk_bytes;           /* 0: 1048576.  Pipeline chunk (and shm slot size). */
+    const char *backend;          /* "shm", "tcp" or "auto"; NULL or "": FLEET_COLL_BACKEND,
+                                     else auto (see the top of this file) */
 } fl_coll_opts;
 
-/* Creates the communicator: listens on endpoints[rank] (unless opts->listener is given),
- * connects to every other rank and accepts their connections, authenticates each
- * connection, checks that all ranks agree on world size, endpoints and tuning, and sets up
- * shared memory when every rank can attach it.  Blocks until all ranks have joined or
- * timeout_ms passes (FL_ETIMEDOUT naming the ranks that did not join, and any connection
- * that was refused, e.g. for a wrong secret).  Connections from processes that fail the
+/* Creates the communicator: checks a named backend, listens on endpoints[rank] (unless
+ * opts->listener is given), connects to every other rank and accepts their connections,
+ * authenticates each connection, checks that all ranks agree on world size, endpoints,
+ * tuning and the backend asked for, and sets the backend up.  Blocks until all ranks have
+ * joined or timeout_ms passes (FL_ETIMEDOUT naming the ranks that did not join, and any
+ * connection that was refused, e.g. for a wrong secret).  Connections from processes that fail the
  * handshake are refused and logged; the rendezvous keeps waiting for the real rank.
  * world_size 1 needs no network.  The options (and endpoint strings) are copied. */
 FL_API int fl_coll_create(const fl_coll_opts *opts, fl_coll **out);
-/* Closes the connections and unmaps shared memory.  Peers blocked in a collective with this
+/* Closes the connections and the backend (unmaps shared memory).  Peers blocked in a collective with this
  * rank fail with FL_EREMOTE.  NULL is ignored. */
 FL_API void fl_coll_free(fl_coll *c);
 FL_API int fl_coll_rank(const fl_coll *c);
 FL_API int fl_coll_size(const fl_coll *c);
-/* 1 if the collectives of this communicator use shared memory. */
+/* The backend this communicator's collectives use: "shm" or "tcp"; "self" for a one-rank
+ * communicator (it needs none: its collectives are local copies, though a backend it named
+ * was still checked); NULL for an invalid handle.  A static string. */
+FL_API const char *fl_coll_backend_name(const fl_coll *c);
+/* 1 if the collectives of this communicator use shared memory (the "shm" backend). */
 FL_API int fl_coll_uses_shm(const fl_coll *c);
 
 /* All of these block until every rank has made the same call, and fail as described at the

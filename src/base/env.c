@@ -22,12 +22,15 @@
  *   FLAGS_START_PORT             first fixed port (as Paddle), instead of free ports
  *   PATH                         program lookup
  *
- * Job secret and networking (src/net, src/coll):
+ * Job secret (fl_net_secret_from_env in src/net/auth.c, called by the fleet layer, which
+ * passes the secret down to the PS and the collectives) and collectives (src/coll):
  *   FLEET_JOB_SECRET             hex job secret (set by fleetrun; never logged)
  *   FLEET_JOB_SECRET_FILE        file holding the secret: a regular file owned by the user,
  *                                mode 0600 or 0400
  *   FLEET_COLL_TIMEOUT_MS        deadline of each wait inside a collective (default 30000),
  *                                used when the caller gives no timeout
+ *   FLEET_COLL_BACKEND           collective backend: auto (default), shm or tcp, used when
+ *                                fl_coll_opts.backend is unset (src/coll/backend.c)
  *
  * Parameter server (src/ps/config.c), used where the option field is 0:
  *   FLEET_PS_THREADS             server request threads (default 4)

@@ -1,14 +1,20 @@
 /*
  * coll_internal.h - private structures of the collective communicator: the handle, the op
- * descriptor every collective carries, the TCP message header, the shared-memory segment,
- * and the functions the files of this module share.
+ * descriptor every collective carries, the TCP message header, and the functions the files
+ * of this module share.  The backend table is in backend.h.
  *
  *   comm.c     create/free, rendezvous, setup messages, failure and abort notices
- *   ops.c      public entry points: argument checks, descriptors, dispatch
+ *   ops.c      public entry points: argument checks, descriptors, dispatch to the backend
+ *   backend.c  the registry of backends and the choice of one (by name or automatic)
+ *   desc.c     backend-neutral helpers: descriptor text and wire header, peer labels and
+ *              errors, the watch over the connections, scratch space
  *   tcp.c      the TCP progress engine (non-blocking, every peer at once, deadlines)
- *   tcp_ops.c  TCP algorithms: direct exchange, ring reduce-scatter/allgather, chain
- *   shm.c      the shared-memory segment, flag waits, shared-memory algorithms
+ *   tcp_ops.c  the "tcp" backend: direct exchange, ring reduce-scatter/allgather, chain
+ *   shm.c      the "shm" backend: segment, flag waits, shared-memory algorithms
  *   reduce.c   reduction kernels for every dtype and op; float16/bfloat16 conversion
+ *
+ * Includes: backend.h includes this header, never the reverse; .c files include one of
+ * the two.  desc.c calls no backend, and a backend calls no other backend.
  */
 #ifndef FL_COLL_INTERNAL_H
 #define FL_COLL_INTERNAL_H
@@ -36,10 +42,6 @@ typedef struct {
     int32_t root;
 } fl__coll_desc;
 
-/* "allreduce #5 (count 1000, float32, sum)" */
-void fl__coll_desc_str(const fl__coll_desc *d, char *buf, size_t cap);
-int fl__coll_desc_equal(const fl__coll_desc *a, const fl__coll_desc *b);
-
 /* TCP message header (48 bytes, little-endian):
  *   0 magic "FLC1" u32 | 4 kind u16 (DATA, ABORT) | 6 op kind u16 | 8 seq u64 | 16 count u64 |
  *   24 dtype u8 | 25 redop u8 | 26 reserved u16 | 28 root i32 | 32 tag u64 | 40 len u64
@@ -65,7 +67,7 @@ typedef struct {
     uint64_t r_tag;
 } fl__xfer;
 
-typedef struct fl__shm fl__shm;
+typedef struct fl__coll_backend fl__coll_backend; /* backend.h */
 
 struct fl_coll {
     uint32_t magic;
@@ -88,61 +90,53 @@ struct fl_coll {
     char failmsg[FL_COLL_MSG_MAX];
     void *scratch;            /* grown on demand, 64-byte aligned */
     size_t scratch_cap;
-    void *tmp;                /* one chunk (chunk bytes), for ring receives */
-    fl__shm *shm;             /* NULL: TCP */
+    const fl__coll_backend *backend; /* chosen in fl_coll_create; NULL with one rank */
+    void *be;                 /* the backend's state (its setup makes it, its close frees it) */
 };
 
 /* comm.c */
-/* Grows c->scratch to at least n bytes; returns it or NULL (error set).  The contents are
- * not kept across growth. */
-void *fl__coll_scratch(fl_coll *c, size_t n);
 /* Records the first failure (status st, message from fl_last_error()), sends abort notices
  * to every peer whose stream is at a message boundary, shuts the connections down, and
  * returns st with the error message restored. */
 int fl__coll_fail(fl_coll *c, int st);
+
+/* desc.c: backend-neutral helpers */
+/* "allreduce #5 (count 1000, float32, sum)" */
+void fl__coll_desc_str(const fl__coll_desc *d, char *buf, size_t cap);
+int fl__coll_desc_equal(const fl__coll_desc *a, const fl__coll_desc *b);
+/* Writes / reads the message header above (d: the op descriptor it carries). */
+void fl__coll_hdr(uint8_t *h, const fl__coll_desc *d, uint16_t kind, uint64_t tag, uint64_t len);
+void fl__coll_hdr_desc(const uint8_t *h, fl__coll_desc *d);
 /* "rank 3 (127.0.0.1:4003)" */
 const char *fl__coll_peer(const fl_coll *c, int p);
+/* Grows c->scratch to at least n bytes; returns it or NULL (error set).  The contents are
+ * not kept across growth. */
+void *fl__coll_scratch(fl_coll *c, size_t n);
+/* FL_EPROTO "collective mismatch: rank r (...) called <mine> but rank p (...) called <theirs>" */
+int fl__coll_mismatch_error(fl_coll *c, const fl__coll_desc *mine, const fl__coll_desc *theirs, int p);
+/* FL_EREMOTE "rank p (...) closed its connection during <op> ..." (mid: in a message) */
+int fl__coll_closed_error(fl_coll *c, const fl__coll_desc *d, int p, int mid);
+/* Reads an abort notice whose header is in h from peer p and returns its status with the
+ * message "rank p (...) aborted <op>: <reason>". */
+int fl__coll_read_abort(fl_coll *c, int p, const uint8_t *h);
+/* Looks at the next header on peer p's connection (which must sit at a message boundary)
+ * without consuming data.  Abort notices are consumed and turned into errors; a closed
+ * peer is marked (not an error: it may have finished); a data message (for a later op)
+ * marks the connection busy, if the backend sends data on the connections at all. */
+int fl__coll_check_idle(fl_coll *c, const fl__coll_desc *d, int p);
+/* Checks the connections of the given peers (all when only is NULL) for an abort notice
+ * without waiting; an abort is returned as an error.  A peer that closed its end is only
+ * marked in c->peer_closed: it may have finished the op legitimately, so callers decide
+ * (a peer we still need data from has died). */
+int fl__coll_check_peers(fl_coll *c, const fl__coll_desc *d, const int *only, int nonly);
 
-/* tcp.c */
-void fl__tcp_hdr(uint8_t *h, const fl__coll_desc *d, uint16_t kind, uint64_t tag, uint64_t len);
+/* tcp.c: the progress engine of the "tcp" backend */
 /* Queues a message to / from peer p in c->xf (the round runs in fl__tcp_run). */
 void fl__tcp_send(fl_coll *c, int p, const fl__coll_desc *d, uint64_t tag, const void *buf, size_t len);
 void fl__tcp_recv(fl_coll *c, int p, uint64_t tag, void *buf, size_t len);
 /* Runs every queued message to completion; no wait lasts beyond timeout_ms without
  * progress.  Checks each received header against d. */
 int fl__tcp_run(fl_coll *c, const fl__coll_desc *d);
-/* Checks the connections of the given peers (all when only is NULL) for an abort notice
- * without waiting; an abort is returned as an error.  A peer that closed its end is only
- * marked in c->peer_closed: it may have finished the op legitimately, so callers decide
- * (a peer we still need data from has died). */
-int fl__tcp_check_peers(fl_coll *c, const fl__coll_desc *d, const int *only, int nonly);
-/* FL_EREMOTE "rank p (...) closed its connection during <op> ..." */
-int fl__coll_closed_error(fl_coll *c, const fl__coll_desc *d, int p, int mid);
-/* Reads an abort notice whose header is in h from peer p and returns its status with the
- * message "rank p (...) aborted <op>: <reason>". */
-int fl__tcp_read_abort(fl_coll *c, int p, const uint8_t *h);
-
-/* tcp_ops.c */
-int fl__tcp_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t n, fl_dtype dt,
-                      fl_coll_op op);
-int fl__tcp_broadcast(fl_coll *c, const fl__coll_desc *d, void *buf, size_t n, fl_dtype dt, int root);
-int fl__tcp_allgather(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t n, fl_dtype dt);
-int fl__tcp_reduce_scatter(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t n,
-                           fl_dtype dt, fl_coll_op op);
-int fl__tcp_barrier(fl_coll *c, const fl__coll_desc *d);
-
-/* shm.c */
-/* Rank 0 creates the segment and offers it to the others over TCP; every rank attaches
- * or not; shm is used when all attached.  Called from fl_coll_create with its deadline. */
-int fl__shm_setup(fl_coll *c, int want, uint64_t deadline_ns);
-void fl__shm_free(fl__shm *s);
-int fl__shm_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t n, fl_dtype dt,
-                      fl_coll_op op);
-int fl__shm_broadcast(fl_coll *c, const fl__coll_desc *d, void *buf, size_t n, fl_dtype dt, int root);
-int fl__shm_allgather(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t n, fl_dtype dt);
-int fl__shm_reduce_scatter(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t n,
-                           fl_dtype dt, fl_coll_op op);
-int fl__shm_barrier(fl_coll *c, const fl__coll_desc *d);
 
 /* reduce.c */
 /* dst[i] = srcs[0][i] op srcs[1][i] op ... (in that order), accumulated in float32 for

@@ -1,43 +1,21 @@
 /*
  * comm.c - the communicator's life: options, rendezvous (every rank connects to the lower
  * ranks and accepts the higher ones; each connection authenticated), the setup message that
- * checks all ranks agree, shared-memory setup, failure (abort notices to every peer) and
- * freeing.
+ * checks all ranks agree (tuning, endpoints, the backend asked for, the backends each can
+ * use), the backend's setup (backend.c), failure (abort notices to every peer) and freeing.
  */
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "coll_internal.h"
+#include "backend.h"
 
 #define ROLE_COLL 0x434f4c4cu /* "COLL" */
 #define SETUP_HELLO 1
-#define SETUP_VERSION 1
+#define SETUP_VERSION 2
 #define HELLO_BYTES 48
 #define HS_CAP_MS 5000 /* a connecting process gets this long to finish its handshake */
-
-const char *fl__coll_peer(const fl_coll *c, int p)
-{
-    if (p >= 0 && p < c->size && c->conns && c->conns[p]) return fl_net_conn_label(c->conns[p]);
-    return "(this rank)";
-}
-
-void *fl__coll_scratch(fl_coll *c, size_t n)
-{
-    if (n <= c->scratch_cap) return c->scratch;
-    size_t cap = c->scratch_cap ? c->scratch_cap : 4096;
-    while (cap < n) cap *= 2;
-    void *p = fl__alloc_aligned(cap);
-    if (!p) {
-        fl__err(FL_ENOMEM, "collective: out of memory for %zu bytes of scratch space", cap);
-        return NULL;
-    }
-    fl__free_aligned(c->scratch);
-    c->scratch = p;
-    c->scratch_cap = cap;
-    return p;
-}
 
 int fl__coll_fail(fl_coll *c, int st)
 {
@@ -46,7 +24,7 @@ int fl__coll_fail(fl_coll *c, int st)
     snprintf(c->failmsg, sizeof c->failmsg, "%s", fl_last_error());
     size_t len = strlen(c->failmsg);
     uint8_t h[FL_COLL_HDR];
-    fl__tcp_hdr(h, &c->cur, FL_COLL_MSG_ABORT, (uint64_t)(int64_t)st, len);
+    fl__coll_hdr(h, &c->cur, FL_COLL_MSG_ABORT, (uint64_t)(int64_t)st, len);
     for (int p = 0; p < c->size; p++) {
         if (!c->conns[p]) continue;
         if (!c->tx_mid[p]) {
@@ -89,6 +67,13 @@ static int check_opts(const fl_coll_opts *o)
                 return fl__err(FL_EINVAL, "fl_coll_create: endpoints[%d] and endpoints[%d] are both '%s'", j, i,
                                o->endpoints[i]);
     }
+    if (o->secret && (o->secret->len < FL_NET_SECRET_MIN || o->secret->len > FL_NET_SECRET_MAX))
+        return fl__err(FL_EINVAL, "fl_coll_create: secret->len %zu out of range [%d, %d]", o->secret->len,
+                       FL_NET_SECRET_MIN, FL_NET_SECRET_MAX);
+    if (!o->secret && !o->insecure_local)
+        return fl__err(FL_EINVAL, "fl_coll_create: no job secret (pass opts->secret, e.g. loaded from "
+                                  "FLEET_JOB_SECRET with fl_net_secret_from_env, or set insecure_local for a "
+                                  "loopback-only test job)");
     if (o->chunk_bytes && (o->chunk_bytes < 4096 || o->chunk_bytes > (64u << 20)))
         return fl__err(FL_EINVAL, "fl_coll_create: chunk_bytes %zu out of range [4096, 64 MiB]", o->chunk_bytes);
     if (o->small_max_bytes > (64u << 20))
@@ -187,21 +172,25 @@ static int accept_higher(fl_coll *c, fl_net_listener *l, const fl_net_auth *auth
     return FL_OK;
 }
 
-/* Every rank sends one setup message to every other and checks theirs. */
-static int exchange_hello(fl_coll *c, const fl_coll_opts *o, uint64_t dl, int *all_want_shm)
+/* Every rank sends one setup message to every other and checks theirs: same protocol, world
+ * size, endpoints and tuning, and the same backend asked for (request: a hash of its name
+ * or "auto", asked: the name).  usable_all gets the backends usable on every rank. */
+static int exchange_hello(fl_coll *c, const fl_coll_opts *o, uint64_t request, const char *asked, uint32_t usable,
+                          uint64_t dl, uint32_t *usable_all)
 {
     uint8_t m[HELLO_BYTES] = {0}, r[HELLO_BYTES];
     uint64_t eh = endpoints_hash(o);
     fl__put_u32(m, SETUP_VERSION);
     fl__put_u32(m + 4, (uint32_t)c->size);
     fl__put_u32(m + 8, (uint32_t)c->rank);
-    fl__put_u32(m + 12, o->disable_shm ? 0 : 1);
+    fl__put_u32(m + 12, usable);
     fl__put_u64(m + 16, eh);
     fl__put_u64(m + 24, c->small_max);
     fl__put_u64(m + 32, c->chunk);
+    fl__put_u64(m + 40, request);
     for (int p = 0; p < c->size; p++)
         if (c->conns[p]) FL_CHECK(fl_net_send_frame(c->conns[p], SETUP_HELLO, 0, m, sizeof m, dl));
-    *all_want_shm = !o->disable_shm;
+    *usable_all = usable;
     for (int p = 0; p < c->size; p++) {
         if (!c->conns[p]) continue;
         fl_net_frame f;
@@ -222,7 +211,11 @@ static int exchange_hello(fl_coll *c, const fl_coll_opts *o, uint64_t dl, int *a
             return fl__err(FL_EINVAL, "rendezvous of rank %d: %s disagrees on the %s (world size %u here %d; every "
                                       "rank must pass the same endpoints and tuning)", c->rank, fl__coll_peer(c, p),
                            what, fl__get_u32(r + 4), c->size);
-        if (!fl__get_u32(r + 12)) *all_want_shm = 0;
+        if (fl__get_u64(r + 40) != request)
+            return fl__err(FL_EINVAL, "rendezvous of rank %d: %s asked for another collective backend than this rank "
+                                      "('%s'); every rank must set the same fl_coll_opts.backend or FLEET_COLL_BACKEND",
+                           c->rank, fl__coll_peer(c, p), asked);
+        *usable_all &= fl__get_u32(r + 12);
     }
     return FL_OK;
 }
@@ -236,30 +229,10 @@ int fl_coll_create(const fl_coll_opts *o, fl_coll **out)
     int64_t tmo = o->timeout_ms;
     if (tmo == 0) FL_CHECK(fl__env_int("FLEET_COLL_TIMEOUT_MS", FL_COLL_DEFAULT_TIMEOUT_MS, 1, 86400000, &tmo));
 
-    fl_net_secret sec = {0};
-    const uint8_t *key = o->secret;
-    size_t keylen = o->secret ? o->secret_len : 0;
-    if (o->secret && (o->secret_len < FL_NET_SECRET_MIN || o->secret_len > FL_NET_SECRET_MAX))
-        return fl__err(FL_EINVAL, "fl_coll_create: secret_len %zu out of range [%d, %d]", o->secret_len,
-                       FL_NET_SECRET_MIN, FL_NET_SECRET_MAX);
-    if (!o->secret && o->world_size > 1) {
-        int st = fl_net_secret_from_env(&sec);
-        if (st == FL_OK) {
-            key = sec.bytes;
-            keylen = sec.len;
-        } else if (st != FL_ENOTFOUND || !o->insecure_local) {
-            return fl__err(st == FL_ENOTFOUND ? FL_EINVAL : st, "fl_coll_create: %s%s", fl_last_error(),
-                           st == FL_ENOTFOUND ? " (or set insecure_local for an unauthenticated loopback-only job)" : "");
-        }
-    }
-
     int st = FL_OK;
     fl_net_listener *own = NULL;
     fl_coll *c = calloc(1, sizeof *c);
-    if (!c) {
-        fl_net_secret_clear(&sec);
-        return fl__err(FL_ENOMEM, "fl_coll_create: out of memory");
-    }
+    if (!c) return fl__err(FL_ENOMEM, "fl_coll_create: out of memory");
     c->magic = FL_COLL_MAGIC;
     c->rank = o->rank;
     c->size = o->world_size;
@@ -283,6 +256,11 @@ int fl_coll_create(const fl_coll_opts *o, fl_coll **out)
             st = fl__err(FL_ENOMEM, "fl_coll_create: out of memory");
             goto fail;
         }
+    /* the backend: named (checked here, before any connection) or automatic */
+    const fl__coll_backend *named = NULL;
+    uint32_t usable = 0;
+    uint64_t request = 0;
+    FL_CHECK_GOTO(fl__coll_backend_pick(c, o, &named, &usable, &request), st, fail);
     if (c->size > 1) {
         uint64_t t0 = fl__now_ns(), dl = fl_net_deadline(tmo);
         fl_net_listener *l = o->listener;
@@ -298,26 +276,21 @@ int fl_coll_create(const fl_coll_opts *o, fl_coll **out)
             }
             l = own;
         }
-        fl_net_auth auth = {key, keylen, o->insecure_local, FL_NET_SERVICE_COLL, ROLE_COLL, c->rank};
+        fl_net_auth auth = {o->secret ? o->secret->bytes : NULL, o->secret ? o->secret->len : 0, o->insecure_local,
+                            FL_NET_SERVICE_COLL, ROLE_COLL, c->rank};
         FL_CHECK_GOTO(connect_lower(c, &auth, dl), st, fail);
         FL_CHECK_GOTO(accept_higher(c, l, &auth, dl, t0), st, fail);
         fl_net_listener_free(own);
         own = NULL;
-        if (!(c->tmp = fl__alloc_aligned(c->chunk))) {
-            st = fl__err(FL_ENOMEM, "fl_coll_create: out of memory for a %zu-byte chunk buffer", c->chunk);
-            goto fail;
-        }
-        int want_shm = 0;
-        FL_CHECK_GOTO(exchange_hello(c, o, dl, &want_shm), st, fail);
-        FL_CHECK_GOTO(fl__shm_setup(c, want_shm, dl), st, fail);
-        FL_INFO(FL_SUB_COLL, "rank %d of %d joined in %.1f ms (%s)", c->rank, c->size, (double)(fl__now_ns() - t0) / 1e6,
-                c->shm ? "shared memory" : "tcp");
+        uint32_t usable_all = 0;
+        FL_CHECK_GOTO(exchange_hello(c, o, request, named ? named->name : "auto", usable, dl, &usable_all), st, fail);
+        FL_CHECK_GOTO(fl__coll_backend_setup(c, named, usable_all, dl), st, fail);
+        FL_INFO(FL_SUB_COLL, "rank %d of %d joined in %.1f ms (backend %s%s)", c->rank, c->size,
+                (double)(fl__now_ns() - t0) / 1e6, c->backend->name, named ? ", named" : "");
     }
-    fl_net_secret_clear(&sec);
     *out = c;
     return FL_OK;
 fail:
-    fl_net_secret_clear(&sec);
     fl_net_listener_free(own);
     {
         char msg[FL_COLL_MSG_MAX];
@@ -331,7 +304,7 @@ void fl_coll_free(fl_coll *c)
 {
     if (!c || c->magic != FL_COLL_MAGIC) return;
     c->magic = 0;
-    fl__shm_free(c->shm);
+    if (c->backend && c->backend->close) c->backend->close(c);
     for (int p = 0; p < c->size; p++) {
         if (c->conns && c->conns[p]) fl_net_conn_free(c->conns[p]);
         if (c->endpoints) free(c->endpoints[p]);
@@ -343,10 +316,8 @@ void fl_coll_free(fl_coll *c)
     free(c->peer_closed);
     free(c->xf);
     fl__free_aligned(c->scratch);
-    fl__free_aligned(c->tmp);
     free(c);
 }
 
 int fl_coll_rank(const fl_coll *c) { return c && c->magic == FL_COLL_MAGIC ? c->rank : -1; }
 int fl_coll_size(const fl_coll *c) { return c && c->magic == FL_COLL_MAGIC ? c->size : -1; }
-int fl_coll_uses_shm(const fl_coll *c) { return c && c->magic == FL_COLL_MAGIC && c->shm != NULL; }

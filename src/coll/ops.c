@@ -1,12 +1,13 @@
 /*
  * ops.c - the public collectives: argument checks (naming the argument and the op), the
- * descriptor every call carries, dispatch to the shared-memory or TCP algorithms, and the
- * failure rule: the first error breaks the communicator and notifies every peer.
+ * descriptor every call carries, the one-rank case (local copies), the call through the
+ * communicator's backend (c->backend, chosen once in fl_coll_create), and the failure
+ * rule: the first error breaks the communicator and notifies every peer.
  */
 #include <string.h>
 #include <strings.h>
 
-#include "coll_internal.h"
+#include "backend.h"
 
 static const char *op_names[FL_COLL_OP_COUNT] = {"sum", "max", "min", "avg"};
 
@@ -81,6 +82,20 @@ static int check_buf(fl_coll *c, const char *fn, const char *arg, const void *p,
 
 static int done(fl_coll *c, int st) { return st == FL_OK ? FL_OK : fl__coll_fail(c, st); }
 
+/* For a backend without reduce_scatter: an allreduce of the whole send buffer into a
+ * temporary one, of which this rank keeps its part. */
+static int reduce_scatter_by_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t cpr,
+                                       fl_dtype dt, fl_coll_op op)
+{
+    size_t bb = cpr * fl_dtype_size(dt);
+    uint8_t *all = fl__alloc_aligned(bb * (size_t)c->size + 1);
+    if (!all) return fl__err(FL_ENOMEM, "fl_coll_reduce_scatter: out of memory for %zu bytes", bb * (size_t)c->size);
+    int st = c->backend->allreduce(c, d, send, all, cpr * (size_t)c->size, dt, op);
+    if (st == FL_OK && bb) memcpy(recv, all + (size_t)c->rank * bb, bb);
+    fl__free_aligned(all);
+    return st;
+}
+
 int fl_coll_allreduce(fl_coll *c, const void *send, void *recv, size_t count, fl_dtype dt, fl_coll_op op)
 {
     const char *fn = "fl_coll_allreduce";
@@ -101,8 +116,7 @@ int fl_coll_allreduce(fl_coll *c, const void *send, void *recv, size_t count, fl
         fl__coll_reduce(recv, dt, srcs, 1, dt, count, op, 1);
         return FL_OK;
     }
-    return done(c, c->shm ? fl__shm_allreduce(c, &d, send, recv, count, dt, op)
-                          : fl__tcp_allreduce(c, &d, send, recv, count, dt, op));
+    return done(c, c->backend->allreduce(c, &d, send, recv, count, dt, op));
 }
 
 int fl_coll_broadcast(fl_coll *c, void *buf, size_t count, fl_dtype dt, int root)
@@ -117,8 +131,7 @@ int fl_coll_broadcast(fl_coll *c, void *buf, size_t count, fl_dtype dt, int root
     FL_CHECK(check_size(c, fn, count, es, 1));
     FL_CHECK(check_buf(c, fn, "buf", buf, count * es));
     if (c->size == 1) return FL_OK;
-    return done(c, c->shm ? fl__shm_broadcast(c, &d, buf, count, dt, root)
-                          : fl__tcp_broadcast(c, &d, buf, count, dt, root));
+    return done(c, c->backend->broadcast(c, &d, buf, count, dt, root));
 }
 
 int fl_coll_allgather(fl_coll *c, const void *send, void *recv, size_t cpr, fl_dtype dt)
@@ -140,7 +153,7 @@ int fl_coll_allgather(fl_coll *c, const void *send, void *recv, size_t cpr, fl_d
         if (bb && (const void *)mine != send) memcpy(recv, send, bb);
         return FL_OK;
     }
-    return done(c, c->shm ? fl__shm_allgather(c, &d, send, recv, cpr, dt) : fl__tcp_allgather(c, &d, send, recv, cpr, dt));
+    return done(c, c->backend->allgather(c, &d, send, recv, cpr, dt));
 }
 
 int fl_coll_reduce_scatter(fl_coll *c, const void *send, void *recv, size_t cpr, fl_dtype dt, fl_coll_op op)
@@ -163,8 +176,8 @@ int fl_coll_reduce_scatter(fl_coll *c, const void *send, void *recv, size_t cpr,
         fl__coll_reduce(recv, dt, srcs, 1, dt, cpr, op, 1);
         return FL_OK;
     }
-    return done(c, c->shm ? fl__shm_reduce_scatter(c, &d, send, recv, cpr, dt, op)
-                          : fl__tcp_reduce_scatter(c, &d, send, recv, cpr, dt, op));
+    if (!c->backend->reduce_scatter) return done(c, reduce_scatter_by_allreduce(c, &d, send, recv, cpr, dt, op));
+    return done(c, c->backend->reduce_scatter(c, &d, send, recv, cpr, dt, op));
 }
 
 int fl_coll_barrier(fl_coll *c)
@@ -172,5 +185,5 @@ int fl_coll_barrier(fl_coll *c)
     fl__coll_desc d;
     FL_CHECK(enter(c, "fl_coll_barrier", &d, K_BARRIER, 0, FL_FLOAT32, 0, 0));
     if (c->size == 1) return FL_OK;
-    return done(c, c->shm ? fl__shm_barrier(c, &d) : fl__tcp_barrier(c, &d));
+    return done(c, c->backend->barrier(c, &d));
 }

@@ -1,5 +1,6 @@
 /*
- * shm.c - the shared-memory path.
+ * shm.c - the "shm" backend: collectives through one shared-memory segment, for ranks on
+ * one host.  Not available with disable_shm, or when chunk_bytes is below 256 per rank.
  *
  * Segment.  Rank 0 creates a POSIX shm object named /fleet-coll-<pid>-<64 random bits>
  * (mode 0600, pages reserved with posix_fallocate so a full /dev/shm is an error, not a
@@ -46,7 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coll_internal.h"
+#include "backend.h"
 
 #define SHM_MAGIC 0x314d48534c46ull /* "FLSHM1" */
 #define HDR_BYTES 4096
@@ -77,14 +78,14 @@ typedef struct {
     uint8_t token[32];
 } shm_hdr;
 
-struct fl__shm {
+typedef struct { /* the backend's state, c->be */
     uint8_t *base;
     size_t bytes, slot;
     int P, me;
     uint64_t step;
     shm_ctl *ctl;
     uint8_t *stage, *res;
-};
+} shm_seg;
 
 static size_t layout(int P, size_t chunk, size_t *ctl_off, size_t *stage_off, size_t *res_off)
 {
@@ -94,9 +95,9 @@ static size_t layout(int P, size_t chunk, size_t *ctl_off, size_t *stage_off, si
     return *res_off + 2 * chunk;
 }
 
-static fl__shm *shm_wrap(uint8_t *base, size_t bytes, int P, int me, size_t chunk)
+static shm_seg *shm_wrap(uint8_t *base, size_t bytes, int P, int me, size_t chunk)
 {
-    fl__shm *s = calloc(1, sizeof *s);
+    shm_seg *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     size_t co, so, ro;
     layout(P, chunk, &co, &so, &ro);
@@ -111,23 +112,29 @@ static fl__shm *shm_wrap(uint8_t *base, size_t bytes, int P, int me, size_t chun
     return s;
 }
 
-void fl__shm_free(fl__shm *s)
+static void shm_close(fl_coll *c)
 {
+    shm_seg *s = c->be;
     if (!s) return;
     munmap(s->base, s->bytes);
     free(s);
+    c->be = NULL;
 }
 
-/* Rank 0: create and map.  Returns 0 on success (name, token, map filled). */
-static int shm_create(fl_coll *c, char *name, uint8_t *token, uint8_t **map, size_t *bytes)
+/* Rank 0: create and map.  Returns 0 on success (name, token, map filled), else -1 with
+ * the reason in why. */
+static int shm_create(fl_coll *c, char *name, uint8_t *token, uint8_t **map, size_t *bytes, char *why, size_t cap)
 {
     size_t co, so, ro, total = layout(c->size, c->chunk, &co, &so, &ro);
     uint64_t rnd;
-    if (RAND_bytes((unsigned char *)&rnd, sizeof rnd) != 1 || RAND_bytes(token, 32) != 1) return -1;
+    if (RAND_bytes((unsigned char *)&rnd, sizeof rnd) != 1 || RAND_bytes(token, 32) != 1) {
+        snprintf(why, cap, "no random bytes for the segment name");
+        return -1;
+    }
     snprintf(name, NAME_MAX_, "/fleet-coll-%d-%016llx", (int)getpid(), (unsigned long long)rnd);
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
-        FL_INFO(FL_SUB_COLL, "shm_open(%s) failed: %s; using TCP", name, strerror(errno));
+        snprintf(why, cap, "shm_open(%s) failed: %s", name, strerror(errno));
         return -1;
     }
     int e = ftruncate(fd, (off_t)total) ? errno : posix_fallocate(fd, 0, (off_t)total);
@@ -135,7 +142,7 @@ static int shm_create(fl_coll *c, char *name, uint8_t *token, uint8_t **map, siz
     if (!e && m == MAP_FAILED) e = errno;
     close(fd);
     if (e) {
-        FL_WARN(FL_SUB_COLL, "cannot reserve %zu bytes of shared memory (%s): %s; using TCP", total, name, strerror(e));
+        snprintf(why, cap, "cannot reserve %zu bytes of shared memory (%s): %s", total, name, strerror(e));
         shm_unlink(name);
         return -1;
     }
@@ -150,14 +157,18 @@ static int shm_create(fl_coll *c, char *name, uint8_t *token, uint8_t **map, siz
     return 0;
 }
 
-static int shm_attach(fl_coll *c, const char *name, const uint8_t *token, size_t total, uint8_t **map)
+/* Other ranks: open, map and check rank 0's segment.  0 on success, else -1 with why. */
+static int shm_attach(fl_coll *c, const char *name, const uint8_t *token, size_t total, uint8_t **map, char *why,
+                      size_t cap)
 {
     size_t co, so, ro;
-    if (total != layout(c->size, c->chunk, &co, &so, &ro)) return -1;
+    if (total != layout(c->size, c->chunk, &co, &so, &ro)) {
+        snprintf(why, cap, "the offered segment has %zu bytes, expected %zu", total, layout(c->size, c->chunk, &co, &so, &ro));
+        return -1;
+    }
     int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) {
-        FL_INFO(FL_SUB_COLL, "rank %d cannot open shared memory %s (%s): another host or namespace; using TCP",
-                c->rank, name, strerror(errno));
+        snprintf(why, cap, "cannot open %s: %s", name, strerror(errno));
         return -1;
     }
     struct stat sb;
@@ -165,31 +176,49 @@ static int shm_attach(fl_coll *c, const char *name, const uint8_t *token, size_t
     if (fstat(fd, &sb) == 0 && (size_t)sb.st_size == total)
         m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
-    if (m == MAP_FAILED) return -1;
+    if (m == MAP_FAILED) {
+        snprintf(why, cap, "cannot map %s", name);
+        return -1;
+    }
     const shm_hdr *h = (const shm_hdr *)m;
     if (h->magic != SHM_MAGIC || h->total != total || h->chunk != c->chunk || h->nranks != (uint32_t)c->size ||
         memcmp(h->token, token, 32) != 0) {
         munmap(m, total);
+        snprintf(why, cap, "%s is not the segment rank 0 offered (another object of that name)", name);
         return -1;
     }
     *map = m;
     return 0;
 }
 
-int fl__shm_setup(fl_coll *c, int want, uint64_t dl)
+/* Refuses what rules shared memory out before any connection exists. */
+static int shm_available(const fl_coll *c, const fl_coll_opts *o)
 {
-    if (!want || c->size < 2) return FL_OK;
-    if (c->chunk < (size_t)c->size * 256) {
-        FL_INFO(FL_SUB_COLL, "chunk_bytes %zu is too small for %d ranks in shared memory; using TCP", c->chunk, c->size);
-        return FL_OK;
-    }
+    if (o->disable_shm) return fl__err(FL_EINVAL, "disable_shm is set");
+    if (c->size > 1 && c->chunk < (size_t)c->size * 256)
+        return fl__err(FL_EINVAL, "chunk_bytes %zu is too small for %d ranks in shared memory (at least %zu)",
+                       c->chunk, c->size, (size_t)c->size * 256);
+    return FL_OK;
+}
+
+#define NO_SHM "fl_coll_create: the 'shm' collective backend was requested, but "
+#define NO_SHM_HINT " (are the ranks on different hosts, or in different /dev/shm namespaces?)"
+
+/* Rank 0 creates the segment and offers it to the others over TCP; every rank attaches or
+ * not and tells rank 0, which decides for everyone: shared memory is used when all
+ * attached.  When it was named, a rank that could not is an error on every rank. */
+static int shm_setup(fl_coll *c, int named, uint64_t dl, int *used)
+{
     uint8_t msg[NAME_MAX_ + 32 + 8] = {0}, *map = NULL;
     size_t bytes = 0;
-    int ok = 1;
+    char why[256] = "";
+    int ok = 1, bad = -1; /* bad: the first rank that could not attach */
+    *used = 0;
     if (c->rank == 0) {
         char name[NAME_MAX_] = {0};
         uint8_t token[32];
-        int have = shm_create(c, name, token, &map, &bytes) == 0;
+        int have = shm_create(c, name, token, &map, &bytes, why, sizeof why) == 0;
+        if (!have) FL_INFO(FL_SUB_COLL, "rank 0: %s; no shared memory", why);
         memcpy(msg, name, NAME_MAX_);
         memcpy(msg + NAME_MAX_, token, 32);
         fl__put_u64(msg + NAME_MAX_ + 32, bytes);
@@ -203,18 +232,20 @@ int fl__shm_setup(fl_coll *c, int want, uint64_t dl)
             if (st == FL_OK && (f.type != RESULT || f.len != sizeof r))
                 st = fl__err(FL_EPROTO, "unexpected setup message from %s", fl__coll_peer(c, p));
             if (st == FL_OK) st = fl_net_recv_all(c->conns[p], r, sizeof r, dl);
-            if (st == FL_OK && !fl__get_u32(r)) ok = 0;
+            if (st == FL_OK && !fl__get_u32(r) && bad < 0) bad = p;
         }
         if (have) shm_unlink(name);
-        ok = ok && have && st == FL_OK;
-        uint8_t dmsg[4];
+        ok = bad < 0 && have && st == FL_OK;
+        uint8_t dmsg[8];
         fl__put_u32(dmsg, (uint32_t)ok);
+        fl__put_u32(dmsg + 4, (uint32_t)bad);
         for (int p = 1; p < c->size && st == FL_OK && have; p++)
             st = fl_net_send_frame(c->conns[p], DECIDE, 0, dmsg, sizeof dmsg, dl);
         if (st) {
             if (map) munmap(map, bytes);
             return fl__err(st, "shared-memory setup: %s", fl_last_error());
         }
+        if (!have && named) return fl__err(FL_EINVAL, NO_SHM "rank 0 (%s) cannot create the segment: %s", c->endpoints[0], why);
     } else {
         fl_net_frame f;
         int st = fl_net_recv_frame_header(c->conns[0], sizeof msg, &f, dl);
@@ -222,15 +253,19 @@ int fl__shm_setup(fl_coll *c, int want, uint64_t dl)
             st = fl__err(FL_EPROTO, "unexpected setup message from %s", fl__coll_peer(c, 0));
         if (st == FL_OK) st = fl_net_recv_all(c->conns[0], msg, sizeof msg, dl);
         if (st) return fl__err(st, "shared-memory setup: %s", fl_last_error());
-        if (f.type == NONE) return FL_OK;
+        if (f.type == NONE) {
+            if (named) return fl__err(FL_EINVAL, NO_SHM "%s could not create the segment", fl__coll_peer(c, 0));
+            return FL_OK;
+        }
         char name[NAME_MAX_];
         memcpy(name, msg, NAME_MAX_);
         name[NAME_MAX_ - 1] = 0;
         bytes = (size_t)fl__get_u64(msg + NAME_MAX_ + 32);
-        int have = shm_attach(c, name, msg + NAME_MAX_, bytes, &map) == 0;
-        uint8_t r[4];
+        int have = shm_attach(c, name, msg + NAME_MAX_, bytes, &map, why, sizeof why) == 0;
+        if (!have) FL_INFO(FL_SUB_COLL, "rank %d: %s; no shared memory", c->rank, why);
+        uint8_t r[8];
         fl__put_u32(r, (uint32_t)have);
-        st = fl_net_send_frame(c->conns[0], RESULT, 0, r, sizeof r, dl);
+        st = fl_net_send_frame(c->conns[0], RESULT, 0, r, 4, dl);
         if (st == FL_OK) st = fl_net_recv_frame_header(c->conns[0], sizeof r, &f, dl);
         if (st == FL_OK && (f.type != DECIDE || f.len != sizeof r))
             st = fl__err(FL_EPROTO, "unexpected setup message from %s", fl__coll_peer(c, 0));
@@ -240,22 +275,32 @@ int fl__shm_setup(fl_coll *c, int want, uint64_t dl)
             return fl__err(st, "shared-memory setup: %s", fl_last_error());
         }
         ok = have && fl__get_u32(r);
+        bad = (int32_t)fl__get_u32(r + 4);
+        if (named && !have)
+            return fl__err(FL_EINVAL, NO_SHM "this rank, %d (%s), cannot attach rank 0's segment: %s" NO_SHM_HINT,
+                           c->rank, c->endpoints[c->rank], why);
     }
     if (!ok) {
         if (map) munmap(map, bytes);
-        return FL_OK;
+        if (!named) return FL_OK;
+        if (bad < 0 || bad >= c->size) bad = 0;
+        return fl__err(FL_EINVAL, NO_SHM "rank %d (%s) could not attach the segment" NO_SHM_HINT, bad,
+                       c->endpoints[bad]);
     }
-    if (!(c->shm = shm_wrap(map, bytes, c->size, c->rank, c->chunk))) {
+    shm_seg *s = shm_wrap(map, bytes, c->size, c->rank, c->chunk);
+    if (!s) {
         munmap(map, bytes);
         return fl__err(FL_ENOMEM, "shared-memory setup: out of memory");
     }
-    atomic_store(&c->shm->ctl[c->rank].cpu, sched_getcpu());
+    atomic_store(&s->ctl[c->rank].cpu, sched_getcpu());
+    c->be = s;
+    *used = 1;
     return FL_OK;
 }
 
 /* ---- waits ----------------------------------------------------------------------------------- */
 
-static inline _Atomic uint64_t *flag(fl__shm *s, int p, int which) { return which ? &s->ctl[p].b : &s->ctl[p].a; }
+static inline _Atomic uint64_t *flag(shm_seg *s, int p, int which) { return which ? &s->ctl[p].b : &s->ctl[p].a; }
 
 static int wait_timeout(fl_coll *c, const fl__coll_desc *d, int which, uint64_t t)
 {
@@ -263,7 +308,7 @@ static int wait_timeout(fl_coll *c, const fl__coll_desc *d, int which, uint64_t 
     size_t o = 0;
     fl__coll_desc_str(d, ds, sizeof ds);
     for (int p = 0; p < c->size && o < sizeof who - 80; p++)
-        if (p != c->rank && atomic_load_explicit(flag(c->shm, p, which), memory_order_acquire) < t)
+        if (p != c->rank && atomic_load_explicit(flag(c->be, p, which), memory_order_acquire) < t)
             o += (size_t)snprintf(who + o, sizeof who - o, "%s%s", o ? ", " : "", fl__coll_peer(c, p));
     return fl__err(FL_ETIMEDOUT, "%s timed out after %d ms waiting in shared memory for %s (stalled, or busy in "
                                  "another call)", ds, c->timeout_ms, who);
@@ -273,9 +318,9 @@ static int wait_timeout(fl_coll *c, const fl__coll_desc *d, int which, uint64_t 
  * has not arrived (re-read after the close: a peer publishes before it exits). */
 static int check_alive(fl_coll *c, const fl__coll_desc *d, int which, uint64_t t)
 {
-    FL_CHECK(fl__tcp_check_peers(c, d, NULL, 0));
+    FL_CHECK(fl__coll_check_peers(c, d, NULL, 0));
     for (int p = 0; p < c->size; p++)
-        if (p != c->rank && c->peer_closed[p] && atomic_load_explicit(flag(c->shm, p, which), memory_order_acquire) < t)
+        if (p != c->rank && c->peer_closed[p] && atomic_load_explicit(flag(c->be, p, which), memory_order_acquire) < t)
             return fl__coll_closed_error(c, d, p, 0);
     return FL_OK;
 }
@@ -287,7 +332,7 @@ static void futex_wait(_Atomic uint32_t *w, uint32_t v, uint64_t ns)
 }
 
 /* Publishes flag `which` = t, then wakes peers that sleep on this rank's futex word. */
-static void publish(fl__shm *s, int which, uint64_t t)
+static void publish(shm_seg *s, int which, uint64_t t)
 {
     shm_ctl *me = &s->ctl[s->me];
     atomic_store_explicit(which ? &me->b : &me->a, t, memory_order_release);
@@ -299,7 +344,7 @@ static void publish(fl__shm *s, int which, uint64_t t)
 
 static int shm_wait(fl_coll *c, const fl__coll_desc *d, int which, uint64_t t)
 {
-    fl__shm *s = c->shm;
+    shm_seg *s = c->be;
     int p = 0, P = c->size;
     unsigned it = 0;
     uint64_t t0 = 0, next = 0, tmo = (uint64_t)c->timeout_ms * 1000000ull;
@@ -344,7 +389,7 @@ static int shm_wait(fl_coll *c, const fl__coll_desc *d, int which, uint64_t t)
  * peer's a >= t, and on the first step compares descriptors. */
 static int pub_wait(fl_coll *c, const fl__coll_desc *d, uint64_t t, int first)
 {
-    fl__shm *s = c->shm;
+    shm_seg *s = c->be;
     if (first) s->ctl[s->me].desc[d->seq & 1] = *d;
     publish(s, 0, t);
     FL_CHECK(shm_wait(c, d, 0, t));
@@ -352,29 +397,23 @@ static int pub_wait(fl_coll *c, const fl__coll_desc *d, uint64_t t, int first)
     for (int p = 0; p < c->size; p++) {
         if (p == s->me) continue;
         fl__coll_desc pd = s->ctl[p].desc[d->seq & 1];
-        if (!fl__coll_desc_equal(&pd, d)) {
-            char a[160], b[160];
-            fl__coll_desc_str(d, a, sizeof a);
-            fl__coll_desc_str(&pd, b, sizeof b);
-            return fl__err(FL_EPROTO, "collective mismatch: rank %d (%s) called %s but %s called %s", c->rank,
-                           c->endpoints[c->rank], a, fl__coll_peer(c, p), b);
-        }
+        if (!fl__coll_desc_equal(&pd, d)) return fl__coll_mismatch_error(c, d, &pd, p);
     }
     return FL_OK;
 }
 
 /* ---- algorithms -------------------------------------------------------------------------------- */
 
-static inline uint8_t *stage(fl__shm *s, int r, uint64_t t) { return s->stage + ((size_t)r * 2 + (t & 1)) * s->slot; }
-static inline uint8_t *result(fl__shm *s, uint64_t t) { return s->res + (t & 1) * s->slot; }
+static inline uint8_t *stage(shm_seg *s, int r, uint64_t t) { return s->stage + ((size_t)r * 2 + (t & 1)) * s->slot; }
+static inline uint8_t *result(shm_seg *s, uint64_t t) { return s->res + (t & 1) * s->slot; }
 static inline size_t clamp_len(size_t total, size_t off, size_t q) { return off >= total ? 0 : (total - off < q ? total - off : q); }
 
-int fl__shm_barrier(fl_coll *c, const fl__coll_desc *d) { return pub_wait(c, d, ++c->shm->step, 1); }
+static int shm_barrier(fl_coll *c, const fl__coll_desc *d) { return pub_wait(c, d, ++((shm_seg *)c->be)->step, 1); }
 
-int fl__shm_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t n, fl_dtype dt,
-                      fl_coll_op op)
+static int shm_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t n, fl_dtype dt,
+                         fl_coll_op op)
 {
-    fl__shm *s = c->shm;
+    shm_seg *s = c->be;
     int P = c->size, r = s->me;
     size_t es = fl_dtype_size(dt), nb = n * es;
     const uint8_t *in = send;
@@ -428,9 +467,9 @@ int fl__shm_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, void
     return FL_OK;
 }
 
-int fl__shm_broadcast(fl_coll *c, const fl__coll_desc *d, void *buf, size_t n, fl_dtype dt, int root)
+static int shm_broadcast(fl_coll *c, const fl__coll_desc *d, void *buf, size_t n, fl_dtype dt, int root)
 {
-    fl__shm *s = c->shm;
+    shm_seg *s = c->be;
     size_t es = fl_dtype_size(dt), k = s->slot / es;
     uint8_t *b = buf;
     int first = 1;
@@ -445,9 +484,9 @@ int fl__shm_broadcast(fl_coll *c, const fl__coll_desc *d, void *buf, size_t n, f
     return FL_OK;
 }
 
-int fl__shm_allgather(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t cpr, fl_dtype dt)
+static int shm_allgather(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t cpr, fl_dtype dt)
 {
-    fl__shm *s = c->shm;
+    shm_seg *s = c->be;
     int P = c->size, r = s->me;
     size_t es = fl_dtype_size(dt), k = s->slot / es;
     uint8_t *out = recv;
@@ -467,10 +506,10 @@ int fl__shm_allgather(fl_coll *c, const fl__coll_desc *d, const void *send, void
     return FL_OK;
 }
 
-int fl__shm_reduce_scatter(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t cpr,
-                           fl_dtype dt, fl_coll_op op)
+static int shm_reduce_scatter(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t cpr,
+                              fl_dtype dt, fl_coll_op op)
 {
-    fl__shm *s = c->shm;
+    shm_seg *s = c->be;
     int P = c->size, r = s->me;
     size_t es = fl_dtype_size(dt), q = s->slot / es / (size_t)P;
     const uint8_t *in = send;
@@ -492,3 +531,16 @@ int fl__shm_reduce_scatter(fl_coll *c, const fl__coll_desc *d, const void *send,
     }
     return FL_OK;
 }
+
+const fl__coll_backend fl__coll_backend_shm = {
+    .name = "shm",
+    .available = shm_available,
+    .setup = shm_setup,
+    .close = shm_close,
+    .allreduce = shm_allreduce,
+    .broadcast = shm_broadcast,
+    .allgather = shm_allgather,
+    .reduce_scatter = shm_reduce_scatter,
+    .barrier = shm_barrier,
+    .data_on_conns = 0,
+};

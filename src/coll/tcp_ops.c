@@ -1,5 +1,7 @@
 /*
- * tcp_ops.c - the TCP algorithms.
+ * tcp_ops.c - the "tcp" backend: its algorithms over the communicator's connections, moved
+ * by the progress engine of tcp.c.  Its state (c->be) is one chunk of memory for ring
+ * receives.  It is always available and never declines, so the automatic choice ends here.
  *
  *  direct exchange (payload <= small_max_bytes): every rank sends one message to every
  *    other rank and receives one from each, in one round; reductions then run locally in
@@ -17,7 +19,7 @@
  */
 #include <string.h>
 
-#include "coll_internal.h"
+#include "backend.h"
 
 #define TAG(step, chunk) (((uint64_t)(step) << 32) | (uint64_t)(chunk))
 
@@ -60,10 +62,10 @@ static int ring_rs(fl_coll *c, const fl__coll_desc *d, const uint8_t *in, fl_dty
         for (size_t j = 0; j < nch; j++) {
             size_t sl = chunk_len(len[ss], k, j), rl = chunk_len(len[rs], k, j);
             fl__tcp_send(c, right, d, TAG(s, j), src + j * k * aes, sl * aes);
-            fl__tcp_recv(c, left, TAG(s, j), c->tmp, rl * aes);
+            fl__tcp_recv(c, left, TAG(s, j), c->be, rl * aes);
             FL_CHECK(fl__tcp_run(c, d));
             if (!rl) continue;
-            const void *srcs[2] = {in + (off[rs] + j * k) * aes, c->tmp};
+            const void *srcs[2] = {in + (off[rs] + j * k) * aes, c->be};
             if (last) fl__coll_reduce((uint8_t *)out + j * k * ods, odt, srcs, 2, adt, rl, op, P);
             else fl__coll_reduce(dst + j * k * aes, adt, srcs, 2, adt, rl, pop, 1);
         }
@@ -105,8 +107,8 @@ static int segs(fl_coll *c, size_t n, size_t cpr, size_t **off, size_t **len, si
     return FL_OK;
 }
 
-int fl__tcp_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t n, fl_dtype dt,
-                      fl_coll_op op)
+static int tcp_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t n, fl_dtype dt,
+                         fl_coll_op op)
 {
     int P = c->size, r = c->rank;
     size_t es = fl_dtype_size(dt), nb = n * es;
@@ -139,8 +141,8 @@ int fl__tcp_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, void
     return st;
 }
 
-int fl__tcp_reduce_scatter(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t cpr,
-                           fl_dtype dt, fl_coll_op op)
+static int tcp_reduce_scatter(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t cpr,
+                              fl_dtype dt, fl_coll_op op)
 {
     int P = c->size, r = c->rank;
     size_t es = fl_dtype_size(dt), bb = cpr * es;
@@ -171,7 +173,7 @@ int fl__tcp_reduce_scatter(fl_coll *c, const fl__coll_desc *d, const void *send,
     return st;
 }
 
-int fl__tcp_allgather(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t cpr, fl_dtype dt)
+static int tcp_allgather(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t cpr, fl_dtype dt)
 {
     int P = c->size, r = c->rank;
     size_t es = fl_dtype_size(dt), bb = cpr * es;
@@ -192,7 +194,7 @@ int fl__tcp_allgather(fl_coll *c, const fl__coll_desc *d, const void *send, void
     return st;
 }
 
-int fl__tcp_broadcast(fl_coll *c, const fl__coll_desc *d, void *buf, size_t n, fl_dtype dt, int root)
+static int tcp_broadcast(fl_coll *c, const fl__coll_desc *d, void *buf, size_t n, fl_dtype dt, int root)
 {
     int P = c->size, r = c->rank;
     size_t es = fl_dtype_size(dt), nb = n * es;
@@ -227,4 +229,33 @@ int fl__tcp_broadcast(fl_coll *c, const fl__coll_desc *d, void *buf, size_t n, f
     return FL_OK;
 }
 
-int fl__tcp_barrier(fl_coll *c, const fl__coll_desc *d) { return direct_round(c, d, NULL, 0, 0, NULL, 0, 1); }
+static int tcp_barrier(fl_coll *c, const fl__coll_desc *d) { return direct_round(c, d, NULL, 0, 0, NULL, 0, 1); }
+
+static int tcp_setup(fl_coll *c, int named, uint64_t deadline_ns, int *used)
+{
+    (void)named;
+    (void)deadline_ns;
+    if (!(c->be = fl__alloc_aligned(c->chunk)))
+        return fl__err(FL_ENOMEM, "fl_coll_create: out of memory for a %zu-byte chunk buffer", c->chunk);
+    *used = 1;
+    return FL_OK;
+}
+
+static void tcp_close(fl_coll *c)
+{
+    fl__free_aligned(c->be);
+    c->be = NULL;
+}
+
+const fl__coll_backend fl__coll_backend_tcp = {
+    .name = "tcp",
+    .available = NULL,
+    .setup = tcp_setup,
+    .close = tcp_close,
+    .allreduce = tcp_allreduce,
+    .broadcast = tcp_broadcast,
+    .allgather = tcp_allgather,
+    .reduce_scatter = tcp_reduce_scatter,
+    .barrier = tcp_barrier,
+    .data_on_conns = 1,
+};

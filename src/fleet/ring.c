@@ -222,8 +222,7 @@ int fl__ring_create(const fleet_role *role, const fl_net_secret *secret, fl_ring
         o.rank = c->rank;
         o.world_size = c->size;
         o.endpoints = (const char *const *)role->workers;
-        o.secret = secret->bytes;
-        o.secret_len = secret->len;
+        o.secret = secret;
         st = fl_coll_create(&o, &c->coll);
         if (st != FL_OK) goto fail;
         if (pthread_create(&c->thread, NULL, comm_main, c) != 0) {
