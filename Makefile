@@ -11,7 +11,7 @@ WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-missing-fie
 OPT     ?= -O3
 CFLAGS  ?=
 CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC -fvisibility=hidden $(OPT) -fno-trapping-math -fno-math-errno -g $(WARN) -Iinclude -pthread $(SAN)
-LDLIBS  := -lopenblas -lcrypto -lm -pthread
+LDLIBS  := -lopenblas -lcrypto -lcjson -lm -pthread
 LDFLAGS += $(SAN)
 
 LIB_SRC  := $(sort $(wildcard src/*/*.c src/*/*/*.c))

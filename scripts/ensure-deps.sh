@@ -2,14 +2,15 @@
 # ensure-deps.sh [build|test|bench] - makes sure the Debian packages Fleet needs are
 # installed.  As root it installs the missing ones with apt-get; otherwise it prints the
 # exact command to run and exits 1.  Nothing is downloaded from anywhere but Debian.
-#   build: compiler, make, OpenBLAS, OpenSSL (libcrypto, used by the network layer)
+#   build: compiler, make, OpenBLAS, OpenSSL (libcrypto, used by the network layer), cJSON
+#          (the one JSON reader and writer: strategies, checkpoint manifests, safetensors headers)
 #   test:  build + python3-numpy (reads our safetensors files back in a test) and clang with
 #          libFuzzer (the frame and data-parser fuzz harnesses run briefly in the tests)
 #   bench: build + python3-torch, python3-numpy, Open MPI (the reference runs) and
 #          dataset-fashion-mnist (the data-parallel benchmark)
 set -euo pipefail
 profile=${1:-test}
-pkgs=(gcc make libc6-dev libopenblas-dev libssl-dev pkg-config)
+pkgs=(gcc make libc6-dev libopenblas-dev libssl-dev libcjson-dev pkg-config)
 case "$profile" in
   build) ;;
   test) pkgs+=(python3 python3-numpy clang libclang-rt-dev) ;;

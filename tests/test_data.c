@@ -490,7 +490,7 @@ TEST(integer_scanners)
 TEST(fuzz_parsers_briefly)
 {
     char dir[32], cmd[256];
-    if (!th_fuzz_build(dir, "tests/fuzz_data_parse.c src/data/parse.c src/base/*.c -lm -pthread")) return;
+    if (!th_fuzz_build(dir, "tests/fuzz_data_parse.c src/data/parse.c src/base/*.c -lcjson -lm -pthread")) return;
     /* seeds: one good line of each format, and a float for the scanner check */
     char crit[256] = "\001" "1\t5\t\t-2";
     for (int i = 4; i < 14; i++) strcat(crit, "\t");

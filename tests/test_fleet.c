@@ -204,7 +204,8 @@ TEST(strategy_parse_text_and_json)
     CHECK_FAILS(fleet_strategy_parse(&e, "localsgd=true\nbogus=1\n"), FL_EINVAL, "strategy line 2: unknown strategy field 'bogus'");
     CHECK(e.localsgd == 0); /* all-or-nothing */
     CHECK_FAILS(fleet_strategy_parse(&e, "{\"a_sync_configs\": {\"k_stepz\": 1}}"), FL_EINVAL, "'a_sync_configs.k_stepz'");
-    CHECK_FAILS(fleet_strategy_parse(&e, "{\"a_sync\": true"), FL_EINVAL, "expected ',' or '}'");
+    CHECK_FAILS(fleet_strategy_parse(&e, "{\"a_sync\": true"), FL_EINVAL,
+                "strategy JSON: invalid JSON: it ends early or is malformed at its last byte (byte 14, line 1)");
     CHECK_FAILS(fleet_strategy_parse(&e, "localsgd"), FL_EINVAL, "is not key=value");
     char *t = fleet_strategy_to_text(&s);
     CHECK_STR_HAS(t, "localsgd=true\n");
@@ -223,6 +224,65 @@ TEST(strategy_parse_text_and_json)
     CHECK(l.gradient_merge == 1);
     unlink(path);
     CHECK_FAILS(fleet_strategy_load(&l, "/nonexistent/strategy.txt"), FL_EIO, "/nonexistent/strategy.txt");
+}
+
+/* Writes text to a new temporary file; path receives its name. */
+static void strategy_file(char *path, const char *text)
+{
+    strcpy(path, "/tmp/fleet_strategy_XXXXXX");
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    close(fd);
+}
+
+TEST(strategy_json_errors_name_the_file_and_key)
+{
+    char path[64], want[160];
+    fleet_strategy s = fleet_strategy_default(), before = s;
+    /* a file cut short */
+    strategy_file(path, "{\n  \"a_sync\": false,\n  \"a_sync_configs\": {\"k_steps\": 10");
+    CHECK_FAILS(fleet_strategy_load(&s, path), FL_EINVAL, "it ends early or is malformed at its last byte (byte 54, line 3)");
+    snprintf(want, sizeof want, "'%s': invalid JSON", path);
+    CHECK_STR_HAS(fl_last_error(), want);
+    unlink(path);
+    /* a syntax error is placed by byte and line */
+    strategy_file(path, "{\"a_sync\": false,\n \"localsgd\" true}");
+    CHECK_FAILS(fleet_strategy_load(&s, path), FL_EINVAL, "invalid JSON at byte 30 (line 2): 'true}'");
+    CHECK_STR_HAS(fl_last_error(), path);
+    unlink(path);
+    /* wrong types */
+    const char *cases[][2] = {
+        {"{\"a_sync_configs\": {\"k_steps\": \"100\"}}", "key 'a_sync_configs.k_steps' must be an integer"},
+        {"{\"a_sync_configs\": {\"k_steps\": 2.5}}", "key 'a_sync_configs.k_steps' must be an integer, not 2.5"},
+        {"{\"a_sync\": 1}", "key 'a_sync' must be true or false"},
+        {"{\"fuse_grad_size_in_MB\": null}", "key 'fuse_grad_size_in_MB' must be a number"},
+        {"{\"a_sync_configs\": [1]}", "key 'a_sync_configs' must be an object"},
+        {"{\"a_sync_configs\": {\"max_merge_var_num\": 0}}", "key 'a_sync_configs.max_merge_var_num' must be at least 1, not 0"},
+        {"{\"a_sync_configs\": {\"send_queue_size\": 4294967296}}", "key 'a_sync_configs.send_queue_size' is too large"},
+        {"{\"fuse_grad_size_in_MB\": 1e999}", "key 'fuse_grad_size_in_MB' is too large for a double"},
+        {"{\"bogus\": {}}", "unknown strategy field 'bogus'"},
+        {"{\"a_sync\": true} {}", "unexpected data after the JSON value at byte 17 (line 1): '{}'"},
+        {"{\"a_sync\": \"tr\\u0000ue\"}", "escape \\u0000 (NUL) at byte 14 (line 1)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        strategy_file(path, cases[i][0]);
+        CHECK_FAILS(fleet_strategy_load(&s, path), FL_EINVAL, cases[i][1]);
+        snprintf(want, sizeof want, "'%s': ", path);
+        CHECK_STR_HAS(fl_last_error(), want);
+        CHECK(memcmp(&s, &before, sizeof s) == 0); /* all-or-nothing */
+        unlink(path);
+    }
+    /* key=value files name the file too */
+    strategy_file(path, "a_sync = maybe\n");
+    CHECK_FAILS(fleet_strategy_load(&s, path), FL_EINVAL, "strategy line 1: strategy field 'a_sync'='maybe' is invalid");
+    CHECK_STR_HAS(fl_last_error(), path);
+    unlink(path);
+    /* document order: setting a_sync after k_steps resets it, as Paddle's setter does */
+    CHECK_OK(fleet_strategy_parse(&s, "{\"a_sync_configs\": {\"k_steps\": 7}, \"a_sync\": true}"));
+    CHECK_EQ_INT(s.a_sync_configs.k_steps, 0);
+    CHECK_OK(fleet_strategy_parse(&s, "{\"a_sync\": true, \"a_sync_configs\": {\"k_steps\": 7}}"));
+    CHECK_EQ_INT(s.a_sync_configs.k_steps, 7);
 }
 
 TEST(split_files_as_paddle)
@@ -250,4 +310,4 @@ TEST(split_files_as_paddle)
 
 TEST_MAIN(T(fallback_is_one_local_worker), T(collective_env), T(collective_env_errors), T(ps_env_worker_and_server),
           T(ps_env_errors), T(user_defined_role), T(strategy_defaults_and_set), T(strategy_unimplemented_rejected),
-          T(strategy_parse_text_and_json), T(split_files_as_paddle))
+          T(strategy_parse_text_and_json), T(strategy_json_errors_name_the_file_and_key), T(split_files_as_paddle))

@@ -413,24 +413,34 @@ TEST(safetensors_corrupt_files)
     corrupt_case(p, T1("F32", "[2]", "[0,8]"), 1000, 8, "runs past the end of the file");
     /* JSON */
     corrupt_case(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}", 0, 8, "bad safetensors header");
-    corrupt_case(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},}", 0, 8, "expected a string");
-    corrupt_case(p, "{'a':{}}", 0, 0, "expected a string");
-    corrupt_case(p, "[]", 0, 0, "expected '{'");
-    corrupt_case(p, T1("F32", "[2]", "[0,8]") "x", 0, 8, "unexpected data after the JSON object");
-    corrupt_case(p, T1("F32", "[02]", "[0,8]"), 0, 8, "leading zero");
-    corrupt_case(p, T1("F32", "[-2]", "[0,8]"), 0, 8, "non-negative integer");
-    corrupt_case(p, T1("F32", "[2.0]", "[0,8]"), 0, 8, "fraction");
-    corrupt_case(p, T1("F32", "[99999999999999999999]", "[0,8]"), 0, 8, "too large");
-    corrupt_case(p, T1("F32", "[1,1,1,1,1,1,1,1,1]", "[0,4]"), 0, 4, "more than 8 entries");
+    corrupt_case(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},}", 0, 8,
+                 "invalid JSON: it ends early or is malformed at its last byte (byte 54, line 1)");
+    corrupt_case(p, "{\"a\":{\"dtype\":\"F32\",\n\"shape\":[2] \"data_offsets\":[0,8]}}", 0, 8,
+                 "invalid JSON at byte 33 (line 2): '\"data_offsets\":[0,8]}}'");
+    corrupt_case(p, "{'a':{}}", 0, 0, "invalid JSON at byte 2 (line 1)");
+    corrupt_case(p, "[]", 0, 0, "bad safetensors header: the header must be a JSON object");
+    corrupt_case(p, "{\"a\":[1]}", 0, 0, "key 'a' must be an object");
+    corrupt_case(p, T1("F32", "[2]", "[0,8]") "x", 0, 8, "unexpected data after the JSON value at byte 54 (line 1): 'x'");
+    corrupt_case(p, T1("F32", "[2.5]", "[0,8]"), 0, 8, "key 'a.shape[0]' must be an integer, not 2.5");
+    corrupt_case(p, T1("F32", "[-2]", "[0,8]"), 0, 8, "key 'a.shape[0]' must be a non-negative integer, not -2");
+    corrupt_case(p, T1("F32", "[2]", "[0,\"8\"]"), 0, 8, "key 'a.data_offsets[1]' must be an integer");
+    corrupt_case(p, T1("F32", "[2]", "[0.5,8]"), 0, 8, "key 'a.data_offsets[0]' must be an integer, not 0.5");
+    corrupt_case(p, T1("F32", "[2]", "[0,8,16]"), 0, 8, "key 'a.data_offsets' has more than 2 entries");
+    corrupt_case(p, T1("F32", "[2]", "[0]"), 0, 8, "data_offsets must have 2 entries, has 1");
+    corrupt_case(p, T1("F32", "[99999999999999999999]", "[0,8]"), 0, 8, "key 'a.shape[0]' is too large");
+    corrupt_case(p, T1("F32", "[1,1,1,1,1,1,1,1,1]", "[0,4]"), 0, 4, "key 'a.shape' has more than 8 entries");
     corrupt_case(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 0, 8, "missing field 'data_offsets'");
     corrupt_case(p, "{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 0, 8, "duplicate field");
     corrupt_case(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", 0, 8, "unexpected field 'x'");
     corrupt_case(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"a\":{}}", 0, 8, "duplicate tensor name 'a'");
-    corrupt_case(p, "{\"__metadata__\":{\"k\":1}}", 0, 0, "is not a string");
-    corrupt_case(p, "{\"a\\u0000b\":{}}", 0, 0, "\\u0000");
-    corrupt_case(p, "{\"a\xff\":{}}", 0, 0, "invalid UTF-8");
-    corrupt_case(p, "{\"a\\ud800\":{}}", 0, 0, "unpaired surrogate");
-    corrupt_case(p, "{\"a\\q\":{}}", 0, 0, "bad escape");
+    corrupt_case(p, "{\"__metadata__\":{\"k\":1}}", 0, 0, "key '__metadata__.k' must be a string");
+    corrupt_case(p, "{\"__metadata__\":[]}", 0, 0, "key '__metadata__' must be an object");
+    corrupt_case(p, "{\"a\\u0000b\":{}}", 0, 0, "escape \\u0000 (NUL) at byte 3 (line 1)");
+    corrupt_case(p, "{\"a\xff\":{}}", 0, 0, "invalid UTF-8 at byte 3 (line 1)");
+    corrupt_case(p, "{\"a\x01\":{}}", 0, 0, "control character 0x01 at byte 3 (line 1)");
+    corrupt_case(p, "{\"a\\ud800\":{}}", 0, 0, "invalid JSON at byte 3 (line 1): '\\ud800");
+    corrupt_case(p, "{\"a\\q\":{}}", 0, 0, "invalid JSON at byte 3 (line 1): '\\q");
+    corrupt_case(p, "        ", 0, 0, "no JSON value");
     {
         char nul[] = "{\"a\":1}";
         nul[3] = 0; /* a NUL byte inside the header */
@@ -444,7 +454,8 @@ TEST(safetensors_corrupt_files)
     corrupt_case(p, T1("F32", "[2]", "[0,16]"), 0, 8, "beyond the end of the data buffer");
     corrupt_case(p, T1("F32", "[2]", "[8,0]"), 0, 8, "reversed");
     corrupt_case(p, T1("F32", "[3]", "[0,8]"), 0, 8, "needs 12 bytes");
-    corrupt_case(p, T1("F32", "[4611686018427387904,4]", "[0,8]"), 0, 8, "overflows");
+    corrupt_case(p, T1("F32", "[4294967296,4294967296]", "[0,8]"), 0, 8, "shape overflows 64 bits");
+    corrupt_case(p, T1("F32", "[4611686018427387904,4]", "[0,8]"), 0, 8, "key 'a.shape[0]' is too large");
     corrupt_case(p, T1("F32", "[2]", "[0,8]"), 0, 12, "but it has 12 bytes");
     corrupt_case(p, T1("F32", "[2]", "[0,8]"), 0, 4, "beyond the end");
     corrupt_case(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"

@@ -358,7 +358,7 @@ TEST(scan_returns_every_row_once)
 TEST(fuzz_frame_decoder_briefly)
 {
     char dir[32];
-    if (!th_fuzz_build(dir, "tests/fuzz_ps_frame.c src/ps/frame.c src/net/*.c src/base/*.c -lcrypto -lm -pthread")) return;
+    if (!th_fuzz_build(dir, "tests/fuzz_ps_frame.c src/ps/frame.c src/net/*.c src/base/*.c -lcrypto -lcjson -lm -pthread")) return;
     th_fuzz_run(dir, 8);
 }
 

@@ -3,7 +3,7 @@
  * malformed frames, the dense split, optimizer rules against a hand-written reference,
  * sparse tables (lazy creation, reproducible initial values, concurrent pushes from 8
  * threads against the serial sum, shrink, entry policies), shard save -> load bit-exact,
- * and memory per key.
+ * the checkpoint manifest (round trip and damaged files), and memory per key.
  */
 #include <pthread.h>
 #include <sys/stat.h>
@@ -548,6 +548,81 @@ TEST(dense_save_load_bit_exact)
     rmdir(dir);
 }
 
+/* ---- the checkpoint manifest ------------------------------------------------------------------- */
+
+/* Writes the manifest text with the first `from` replaced by `to` (or cut to `cut` bytes). */
+static void damage(const char *path, const char *text, const char *from, const char *to, size_t cut)
+{
+    char buf[4096];
+    const char *at = from ? strstr(text, from) : NULL;
+    CHECK(!from || at);
+    if (at) snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    else snprintf(buf, sizeof buf, "%.*s", (int)cut, text);
+    CHECK_OK(fl__write_file_atomic(path, buf, strlen(buf)));
+}
+
+TEST(manifest_round_trip_and_damage)
+{
+    char dir[] = "/tmp/fl_ps_manXXXXXX", path[128];
+    CHECK(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/" FL__PS_MANIFEST, dir);
+    fl_ps_table_config t[2] = {sparse_cfg(5, FL_PS_OPT_ADAM, NULL), dense_cfg(FL_PS_OPT_SGD, 7, 3)};
+    uint64_t gen = 0;
+    int64_t step = 0;
+    /* integers are exact up to 2^53 - 1; beyond, a double may not hold the written value */
+    CHECK_OK(fl__ps_manifest_write(dir, 0x0123456789abcdefull, 9007199254740991ll, 1, 2, t, 2));
+    CHECK_OK(fl__ps_manifest_read(dir, t, 2, 2, &gen, &step));
+    CHECK(gen == 0x0123456789abcdefull && step == 9007199254740991ll);
+    CHECK_OK(fl__ps_manifest_write(dir, 0x0123456789abcdefull, 9007199254740993ll, 1, 2, t, 2));
+    CHECK_FAILS(fl__ps_manifest_read(dir, t, 2, 2, &gen, &step), FL_ECORRUPT,
+                "key 'step' is too large: 9007199254740992 (the limit is 9007199254740991)");
+    CHECK_OK(fl__ps_manifest_write(dir, 0x0123456789abcdefull, 20, 1, 2, t, 2));
+    CHECK_OK(fl__ps_manifest_read(dir, t, 2, 2, &gen, &step));
+    CHECK(step == 20);
+    char *text;
+    size_t len;
+    CHECK_OK(fl__read_file(path, 1 << 20, &text, &len));
+    CHECK(strstr(text, "\"emb/part-00001-0123456789abcdef.safetensors\"") != NULL);
+    struct {
+        const char *from, *to;
+        size_t cut;
+        const char *why;
+    } cases[] = {
+        {NULL, NULL, 40, "invalid JSON at byte 38 (line 3): 've' (then the text ends)"},
+        {NULL, NULL, 47, "invalid JSON: it ends early or is malformed at its last byte (byte 46, line 3)"},
+        {"\"step\"", "\"stop\"", 0, "key 'step' is missing"},
+        {"\"num_servers\":\t2", "\"num_servers\":\t\"2\"", 0, "key 'num_servers' must be an integer"},
+        {"\"generation\":\t\"", "\"generation\":\t\"x", 0, "key 'generation' must be 16 hex digits"},
+        {"\"fleet-ps-checkpoint\"", "\"other\"", 0, "not a Fleet PS manifest: format is 'other'"},
+        {"\"version\":\t1", "\"version\":\t2", 0, "key 'version' is too large: 2 (the limit is 1)"},
+        {"\"tables\":\t[", "\"tables\":\t7, \"x\": [", 0, "key 'tables' must be an array"},
+        {"\"name\":\t\"emb\"", "\"nome\":\t\"emb\"", 0, "key 'tables[0].name' is missing"},
+        {"\"dim\":\t5", "\"dim\":\t5.5", 0, "key 'tables[0].dim' must be an integer, not 5.5"},
+        {"\"rows\"", "\"rowz\"", 0, "key 'tables[1].rows' is missing"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        damage(path, text, cases[i].from, cases[i].to, cases[i].cut);
+        CHECK_FAILS(fl__ps_manifest_read(dir, t, 2, 2, &gen, &step), FL_ECORRUPT, cases[i].why);
+        CHECK_STR_HAS(fl_last_error(), path);
+    }
+    CHECK_OK(fl__write_file_atomic(path, "[1, 2]\n", 7));
+    CHECK_FAILS(fl__ps_manifest_read(dir, t, 2, 2, &gen, &step), FL_ECORRUPT, "the manifest must be a JSON object");
+    CHECK_STR_HAS(fl_last_error(), path);
+    CHECK_OK(fl__write_file_atomic(path, "{}\n}\n", 5));
+    CHECK_FAILS(fl__ps_manifest_read(dir, t, 2, 2, &gen, &step), FL_ECORRUPT, "unexpected data after the JSON value at byte 3 (line 2): '}\\x0a'");
+    CHECK_STR_HAS(fl_last_error(), path);
+    /* a well-formed manifest of another job is FL_EINVAL / FL_ENOTFOUND naming the mismatch */
+    CHECK_OK(fl__write_file_atomic(path, text, len));
+    CHECK_FAILS(fl__ps_manifest_read(dir, t, 2, 3, &gen, &step), FL_EINVAL, "saved by 2 servers, this job has 3");
+    fl_ps_table_config other = dense_cfg(FL_PS_OPT_SGD, 8, 3);
+    CHECK_FAILS(fl__ps_manifest_read(dir, &other, 1, 2, &gen, &step), FL_EINVAL, "has shape 7 x 3 there, 8 x 3 here");
+    other.name = "v";
+    CHECK_FAILS(fl__ps_manifest_read(dir, &other, 1, 2, &gen, &step), FL_ENOTFOUND, "has no table 'v'");
+    free(text);
+    unlink(path);
+    rmdir(dir);
+}
+
 /* ---- memory per key -------------------------------------------------------------------------------- */
 
 TEST(bytes_per_key)
@@ -581,4 +656,4 @@ TEST(bytes_per_key)
 TEST_MAIN(T(frame_roundtrip), T(frame_malformed_corpus), T(dense_split_rule), T(optimizers_match_hand_reference),
           T(sparse_lazy_creation_and_seeded_init), T(sparse_concurrent_pushes_equal_serial_sum),
           T(shrink_decays_and_deletes), T(entry_count_filter), T(entry_probability), T(sparse_save_load_bit_exact),
-          T(dense_save_load_bit_exact), T(bytes_per_key))
+          T(dense_save_load_bit_exact), T(manifest_round_trip_and_damage), T(bytes_per_key))

@@ -114,8 +114,12 @@ FL_API fleet_strategy fleet_strategy_default(void);
  * a_sync_configs.k_steps to 0. */
 FL_API int fleet_strategy_set(fleet_strategy *s, const char *key, const char *value);
 /* Parses key=value lines ('#' comments) or one JSON object with nested configs
- * ({"a_sync": true, "a_sync_configs": {"k_steps": 100}}).  All-or-nothing. */
+ * ({"a_sync": true, "a_sync_configs": {"k_steps": 100}}), set in document order.  JSON
+ * values are typed: true/false, integers, numbers.  All-or-nothing.  Errors are FL_EINVAL
+ * naming the key and what is wrong ("key 'a_sync_configs.k_steps' must be an integer"),
+ * or the byte and line of a JSON syntax error. */
 FL_API int fleet_strategy_parse(fleet_strategy *s, const char *text);
+/* fleet_strategy_parse on a file of at most 1 MiB; messages start with the file's name. */
 FL_API int fleet_strategy_load(fleet_strategy *s, const char *path);
 /* Rejects fields set away from their default that this build does not implement, and
  * out-of-range values, naming the field. */

@@ -1,6 +1,7 @@
 /*
  * base_internal.h - private helpers shared by every layer: error setting, check macros,
- * logging macros, environment getters, hashing, random numbers, time, aligned memory.
+ * logging macros, environment getters, hashing, random numbers, time, aligned memory, text
+ * buffers, a string map and the JSON layer over cJSON.
  */
 #ifndef FL_BASE_INTERNAL_H
 #define FL_BASE_INTERNAL_H
@@ -110,4 +111,59 @@ int fl__strmap_put(fl_strmap *m, const char *key, int64_t val);
 int fl__strmap_get(const fl_strmap *m, const char *key, int64_t *val);
 int fl__strmap_del(fl_strmap *m, const char *key);
 void fl__strmap_free(fl_strmap *m);
+
+/* ---- json.c: the one JSON module, over cJSON (<cjson/cJSON.h>, link -lcjson) --------------
+ *
+ * Reading: fl__json_parse builds a cJSON tree; walk it with cJSON's own API (child/next,
+ * ->string for keys) and read values through the typed getters below, which check the
+ * type and report "<src>: key '<name>' must be an integer" (or "is missing" when v is
+ * NULL).  Numbers are doubles in cJSON: fl__json_int accepts only integral values of at
+ * most 2^53 - 1 in magnitude (beyond that a double may not be what the text said).
+ * Writing: build a tree with cJSON, with fl__json_int_node for exact integers, and print
+ * it with cJSON_Print*; fl__json_quote appends one string.
+ * Thread safety: every function is safe to call from any thread on its own document. */
+struct cJSON;
+
+/* A parsed document.  Set src and bad before parsing; root is NULL until a parse succeeds. */
+typedef struct {
+    struct cJSON *root;
+    const char *src; /* names the input in every message ("'<file>'", "strategy JSON"); not copied */
+    int bad;         /* the status for malformed input: FL_EINVAL or FL_ECORRUPT */
+} fl_json;
+
+/* Parses text[0, len) (no NUL needed) as exactly one JSON value with only whitespace
+ * around it.  The text's size is checked against max_len and a cheap upper bound of its
+ * number of values against max_values before cJSON allocates.  Rejects invalid UTF-8,
+ * raw control bytes and \u0000.  Errors are j->bad with "<src>: <what> at byte B (line L)". */
+int fl__json_parse(fl_json *j, const char *text, size_t len, size_t max_len, size_t max_values);
+void fl__json_free(fl_json *j);
+/* Sets "<src>: <message>" and returns j->bad. */
+int fl__json_fail(const fl_json *j, const char *fmt, ...) FL_PRINTF(2, 3);
+/* Member `key` of obj, or NULL when absent or obj is not an object. */
+const struct cJSON *fl__json_find(const struct cJSON *obj, const char *key);
+/* Typed reads of v (NULL = missing); name is the key's path for messages ("a.b", "t[1].name"). */
+int fl__json_obj(const fl_json *j, const struct cJSON *v, const char *name);
+/* An array of at most max_items entries; *n receives the count. */
+int fl__json_arr(const fl_json *j, const struct cJSON *v, const char *name, int max_items, int *n);
+/* *out points into the tree (valid until fl__json_free). */
+int fl__json_str(const fl_json *j, const struct cJSON *v, const char *name, const char **out);
+int fl__json_bool(const fl_json *j, const struct cJSON *v, const char *name, int *out);
+/* A finite number. */
+int fl__json_num(const fl_json *j, const struct cJSON *v, const char *name, double *out);
+/* An integer in [lo, hi] (and within +-(2^53 - 1)). */
+int fl__json_int(const fl_json *j, const struct cJSON *v, const char *name, int64_t lo, int64_t hi, int64_t *out);
+
+/* A cJSON node that prints v exactly (a raw number), or NULL when out of memory. */
+struct cJSON *fl__json_int_node(int64_t v);
+/* Appends s as a JSON string literal (quotes included) to b.  FL_EINVAL if s is not valid
+ * UTF-8 (the message names s and the byte). */
+int fl__json_quote(fl_buf *b, const char *s);
+/* Reads the JSON string literal at text[*pos] (which must be '"'), looking no further than
+ * len; on success *out is the malloc'ed value and *pos is just past the closing quote.
+ * Bytes up to len must be UTF-8 without control bytes or \u0000.  On failure returns
+ * FL_ECORRUPT (FL_ENOMEM) with a short reason in why, without setting the thread's error:
+ * the caller names the file and line. */
+int fl__json_unquote(const char *text, size_t len, size_t *pos, char **out, char *why, size_t why_cap);
+/* Offset of the first byte of s[0, n) that is not part of valid UTF-8, or n. */
+size_t fl__utf8_check(const char *s, size_t n);
 #endif

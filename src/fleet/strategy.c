@@ -1,7 +1,9 @@
 /*
  * strategy.c - DistributedStrategy: Paddle 2.x field names and defaults, set by name,
- * parsed from key=value lines or JSON, and checked against what this build implements.
+ * parsed from key=value lines or JSON (through src/base/json.c), and checked against what
+ * this build implements.
  */
+#include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -10,6 +12,8 @@
 #include <string.h>
 
 #include "fleet_internal.h"
+
+#define STRATEGY_MAX_BYTES ((size_t)1 << 20)
 
 typedef enum { F_BOOL, F_INT, F_I64, F_DBL } ftype;
 
@@ -138,6 +142,12 @@ static int parse_value(const field *f, const char *v, double *out)
     return FL_OK;
 }
 
+static void store(fleet_strategy *s, const field *f, double v)
+{
+    put_field(s, f, v);
+    if (!strcmp(f->key, "a_sync")) s->a_sync_configs.k_steps = 0; /* Paddle's a_sync setter */
+}
+
 int fleet_strategy_set(fleet_strategy *s, const char *key, const char *value)
 {
     if (!s || !key || !value) return fl__err(FL_EINVAL, "fleet_strategy_set: NULL argument");
@@ -145,8 +155,7 @@ int fleet_strategy_set(fleet_strategy *s, const char *key, const char *value)
     if (!f) return fl__err(FL_EINVAL, "unknown strategy field '%s'", key);
     double v = 0;
     FL_CHECK(parse_value(f, value, &v));
-    put_field(s, f, v);
-    if (!strcmp(key, "a_sync")) s->a_sync_configs.k_steps = 0; /* Paddle's a_sync setter */
+    store(s, f, v);
     return FL_OK;
 }
 
@@ -192,84 +201,46 @@ char *fleet_strategy_to_text(const fleet_strategy *s)
 
 /* ---- text parsing: key=value lines or a JSON object ---------------------------------------- */
 
-typedef struct {
-    const char *p;
-    int line;
-} json_in;
-
-static void ws(json_in *j)
+/* Whether some field's key starts with "<prefix>." (a config group such as "amp_configs"). */
+static int is_group(const char *prefix)
 {
-    while (*j->p && isspace((unsigned char)*j->p)) {
-        if (*j->p == '\n') j->line++;
-        j->p++;
-    }
+    size_t n = strlen(prefix);
+    for (int i = 0; i < NFIELDS; i++)
+        if (!strncmp(fields[i].key, prefix, n) && fields[i].key[n] == '.') return 1;
+    return 0;
 }
 
-static int json_token(json_in *j, char *out, size_t cap, int *is_str)
+/* Sets the members of obj in document order; groups nest one level ({"a_sync_configs":
+ * {"k_steps": 100}}).  Values are typed: true/false, integers, numbers. */
+static int json_fields(const fl_json *j, const cJSON *obj, const char *prefix, fleet_strategy *s)
 {
-    ws(j);
-    size_t n = 0;
-    *is_str = 0;
-    if (*j->p == '"') {
-        *is_str = 1;
-        j->p++;
-        while (*j->p && *j->p != '"') {
-            if (*j->p == '\\' || *j->p == '\n')
-                return fl__err(FL_EINVAL, "strategy JSON line %d: escapes and newlines are not allowed in strings", j->line);
-            if (n + 1 >= cap) return fl__err(FL_EINVAL, "strategy JSON line %d: string too long", j->line);
-            out[n++] = *j->p++;
-        }
-        if (*j->p != '"') return fl__err(FL_EINVAL, "strategy JSON line %d: unterminated string", j->line);
-        j->p++;
-    } else {
-        while (*j->p && (isalnum((unsigned char)*j->p) || strchr("+-._", *j->p))) {
-            if (n + 1 >= cap) return fl__err(FL_EINVAL, "strategy JSON line %d: value too long", j->line);
-            out[n++] = *j->p++;
-        }
-        if (!n) return fl__err(FL_EINVAL, "strategy JSON line %d: unexpected character '%c'", j->line, *j->p ? *j->p : '?');
-    }
-    out[n] = 0;
-    return FL_OK;
-}
-
-static int json_object(json_in *j, const char *prefix, fleet_strategy *s, int depth)
-{
-    if (depth > 2) return fl__err(FL_EINVAL, "strategy JSON line %d: nested too deeply", j->line);
-    ws(j);
-    if (*j->p != '{') return fl__err(FL_EINVAL, "strategy JSON line %d: expected '{'", j->line);
-    j->p++;
-    ws(j);
-    if (*j->p == '}') {
-        j->p++;
-        return FL_OK;
-    }
-    for (;;) {
-        char key[128], full[256], val[128];
-        int is_str;
-        FL_CHECK(json_token(j, key, sizeof key, &is_str));
-        if (!is_str) return fl__err(FL_EINVAL, "strategy JSON line %d: expected a quoted key", j->line);
-        snprintf(full, sizeof full, "%s%s%s", prefix, *prefix ? "." : "", key);
-        ws(j);
-        if (*j->p != ':') return fl__err(FL_EINVAL, "strategy JSON line %d: expected ':' after \"%s\"", j->line, key);
-        j->p++;
-        ws(j);
-        if (*j->p == '{') {
-            FL_CHECK(json_object(j, full, s, depth + 1));
-        } else {
-            FL_CHECK(json_token(j, val, sizeof val, &is_str));
-            FL_CHECK(fleet_strategy_set(s, full, val));
-        }
-        ws(j);
-        if (*j->p == ',') {
-            j->p++;
+    for (const cJSON *v = obj->child; v; v = v->next) {
+        char key[128];
+        if (snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", v->string) >= (int)sizeof key)
+            return fl__json_fail(j, "unknown strategy field '%s...'", key);
+        if (!*prefix && is_group(key)) {
+            FL_CHECK(fl__json_obj(j, v, key));
+            FL_CHECK(json_fields(j, v, key, s));
             continue;
         }
-        if (*j->p == '}') {
-            j->p++;
-            return FL_OK;
+        const field *f = find_field(key);
+        if (!f) return fl__json_fail(j, "unknown strategy field '%s'", key);
+        double d;
+        int64_t x;
+        int b;
+        if (f->type == F_BOOL) {
+            FL_CHECK(fl__json_bool(j, v, key, &b));
+            d = b;
+        } else if (f->type == F_DBL) {
+            FL_CHECK(fl__json_num(j, v, key, &d));
+            if (d < f->lo) return fl__json_fail(j, "key '%s' must be at least %g, not %g", key, f->lo, d);
+        } else {
+            FL_CHECK(fl__json_int(j, v, key, (int64_t)f->lo, f->type == F_INT ? INT32_MAX : INT64_MAX, &x));
+            d = (double)x;
         }
-        return fl__err(FL_EINVAL, "strategy JSON line %d: expected ',' or '}'", j->line);
+        store(s, f, d);
     }
+    return FL_OK;
 }
 
 static int parse_lines(fleet_strategy *s, const char *text)
@@ -305,44 +276,50 @@ static int parse_lines(fleet_strategy *s, const char *text)
     return FL_OK;
 }
 
-int fleet_strategy_parse(fleet_strategy *s, const char *text)
+/* text[0, len) is JSON when it starts with '{', else key=value lines (NUL-terminated);
+ * src names it in messages ("'<file>'", or NULL for text given directly). */
+static int parse_text(fleet_strategy *s, const char *text, size_t len, const char *src)
 {
-    if (!s || !text) return fl__err(FL_EINVAL, "fleet_strategy_parse: NULL argument");
     fleet_strategy tmp = *s;
     const char *q = text;
     while (isspace((unsigned char)*q)) q++;
     int st;
     if (*q == '{') {
-        json_in j = {text, 1};
-        st = json_object(&j, "", &tmp, 0);
-        if (st == FL_OK) {
-            ws(&j);
-            if (*j.p) st = fl__err(FL_EINVAL, "strategy JSON line %d: trailing characters after the object", j.line);
-        }
+        fl_json j = {NULL, src ? src : "strategy JSON", FL_EINVAL};
+        st = fl__json_parse(&j, text, len, STRATEGY_MAX_BYTES, 4096);
+        if (st == FL_OK) st = json_fields(&j, j.root, "", &tmp);
+        fl__json_free(&j);
     } else {
         st = parse_lines(&tmp, text);
+        if (st != FL_OK && src) st = fl__err(st, "%s: %s", src, fl_last_error());
     }
     if (st == FL_OK) *s = tmp;
     return st;
 }
 
+int fleet_strategy_parse(fleet_strategy *s, const char *text)
+{
+    if (!s || !text) return fl__err(FL_EINVAL, "fleet_strategy_parse: NULL argument");
+    return parse_text(s, text, strlen(text), NULL);
+}
+
 int fleet_strategy_load(fleet_strategy *s, const char *path)
 {
-    if (!path) return fl__err(FL_EINVAL, "fleet_strategy_load: path is NULL");
+    if (!s || !path) return fl__err(FL_EINVAL, "fleet_strategy_load: NULL argument");
     FILE *f = fopen(path, "rb");
     if (!f) return fl__err(FL_EIO, "cannot open strategy file '%s': %s", path, strerror(errno));
-    char *buf = malloc(1 << 20);
-    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
-    int big = !feof(f);
+    char *buf = malloc(STRATEGY_MAX_BYTES + 1), *src = malloc(strlen(path) + 3);
+    size_t n = buf ? fread(buf, 1, STRATEGY_MAX_BYTES, f) : 0;
+    int big = buf && fgetc(f) != EOF, st = FL_OK;
     fclose(f);
-    if (!buf) return fl__err(FL_ENOMEM, "out of memory");
-    if (big) {
-        free(buf);
-        return fl__err(FL_EINVAL, "strategy file '%s' is larger than 1 MiB", path);
+    if (!buf || !src) st = fl__err(FL_ENOMEM, "out of memory");
+    else if (big) st = fl__err(FL_EINVAL, "strategy file '%s' is larger than 1 MiB", path);
+    if (st == FL_OK) {
+        buf[n] = 0;
+        sprintf(src, "'%s'", path);
+        st = parse_text(s, buf, n, src);
     }
-    buf[n] = 0;
-    int st = fleet_strategy_parse(s, buf);
     free(buf);
-    if (st != FL_OK) return fl__err(st, "%s: %s", path, fl_last_error());
-    return FL_OK;
+    free(src);
+    return st;
 }

@@ -1,7 +1,7 @@
 /*
  * io_internal.h - helpers shared inside src/io: atomic file writes, whole-file reads,
- * directory creation and the JSON string quoting used by safetensors headers and by the
- * feed/fetch lines of inference models.
+ * directory creation, and the safetensors header writer that the parameter server's
+ * streamed checkpoint files share.  (JSON itself is src/base/json.c.)
  */
 #ifndef FL_IO_INTERNAL_H
 #define FL_IO_INTERNAL_H
@@ -42,13 +42,20 @@ char *fl__path_join(const char *dir, const char *name);
 
 /* ---- safetensors.c --------------------------------------------------------------------- */
 
-/* Appends s as a JSON string literal (with quotes) to b.  Returns FL_EINVAL if s is not
- * valid UTF-8. */
-int fl__json_quote(fl_buf *b, const char *s);
-/* Parses a JSON string literal starting at text[*pos] (which must be '"'); on success
- * *out is the malloc'ed UTF-8 value and *pos is just past the closing quote.  Rejects
- * control characters, bad escapes, invalid UTF-8 and \u0000.  On failure returns
- * FL_ECORRUPT with a short reason in why (no path: the caller names the file). */
-int fl__json_unquote(const char *text, size_t len, size_t *pos, char **out, char *why, size_t why_cap);
+/* A tensor as a safetensors header describes it. */
+typedef struct {
+    const char *name;
+    fl_dtype dtype;
+    int ndim;
+    const int64_t *shape;
+} fl__st_desc;
+
+/* Appends a complete safetensors header to out: the 8-byte little-endian length, then the
+ * JSON (written with cJSON), padded with spaces to a multiple of 8.  The tensors' data
+ * follows in the order given, packed.  __metadata__ holds "format": "fleet" and, when
+ * meta_key is not NULL, meta_key: meta_val.  Names must be non-empty, valid UTF-8, unique
+ * and not "__metadata__", dtypes one of the six: FL_EINVAL naming the tensor, without a
+ * prefix (the caller adds which file). */
+int fl__st_header(const fl__st_desc *t, int n, const char *meta_key, const char *meta_val, fl_buf *out);
 
 #endif

@@ -9,10 +9,12 @@
  *   [rest]     the data buffer; offsets are relative to its start, tensors are raw
  *              little-endian row-major arrays that cover it exactly (no holes, no overlap).
  *
- * The reader parses a strict JSON subset (objects, strings, arrays of non-negative
- * integers) and validates every length against the file size before allocating.  Any
- * defect is FL_ECORRUPT naming the file and what is wrong; nothing is returned then.
+ * The header is JSON read and written through src/base/json.c (cJSON).  The reader checks
+ * the header's size before allocating it, then every field: types, dtypes, shapes and
+ * offsets against the file size.  Any defect is FL_ECORRUPT naming the file and what is
+ * wrong; nothing is returned then.
  */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -56,403 +58,105 @@ static void swap_elems(void *data, size_t nbytes, size_t size)
         }
 }
 
-/* ---- JSON strings ----------------------------------------------------------------------- */
-
-/* Length of the valid UTF-8 sequence at s (n bytes available), 0 if invalid. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t len;
-    uint32_t cp;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f;
-    else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f;
-    else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07;
-    else return 0;
-    if (n < len) return 0;
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] & 0xc0) != 0x80) return 0;
-        cp = (cp << 6) | (s[k] & 0x3f);
-    }
-    if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-        return 0;
-    return len;
-}
-
-int fl__json_quote(fl_buf *b, const char *s)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    size_t n = strlen(s);
-    fl__buf_put(b, "\"", 1);
-    for (size_t i = 0; i < n;) {
-        unsigned c = u[i];
-        if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            fl__buf_put(b, e, 2);
-            i++;
-        } else if (c < 0x20) {
-            const char *e = c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
-            if (e)
-                fl__buf_put(b, e, 2);
-            else
-                fl__buf_printf(b, "\\u%04x", c);
-            i++;
-        } else {
-            size_t k = utf8_seq(u + i, n - i);
-            if (!k) return fl__err(FL_EINVAL, "name '%s' is not valid UTF-8 (byte %zu)", s, i);
-            fl__buf_put(b, u + i, k);
-            i += k;
-        }
-    }
-    fl__buf_put(b, "\"", 1);
-    return FL_OK;
-}
-
-static int hex4(const char *t, size_t len, size_t at, uint32_t *out)
-{
-    uint32_t v = 0;
-    if (at + 4 > len) return 0;
-    for (int k = 0; k < 4; k++) {
-        char c = t[at + (size_t)k];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0) return 0;
-        v = v * 16 + (uint32_t)d;
-    }
-    *out = v;
-    return 1;
-}
-
-static void put_utf8(fl_buf *b, uint32_t cp)
-{
-    unsigned char o[4];
-    size_t n;
-    if (cp < 0x80) o[0] = (unsigned char)cp, n = 1;
-    else if (cp < 0x800) o[0] = (unsigned char)(0xc0 | (cp >> 6)), o[1] = (unsigned char)(0x80 | (cp & 0x3f)), n = 2;
-    else if (cp < 0x10000)
-        o[0] = (unsigned char)(0xe0 | (cp >> 12)), o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f)),
-        o[2] = (unsigned char)(0x80 | (cp & 0x3f)), n = 3;
-    else
-        o[0] = (unsigned char)(0xf0 | (cp >> 18)), o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3f)),
-        o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f)), o[3] = (unsigned char)(0x80 | (cp & 0x3f)), n = 4;
-    fl__buf_put(b, o, n);
-}
-
-int fl__json_unquote(const char *t, size_t len, size_t *pos, char **out, char *why, size_t why_cap)
-{
-    size_t i = *pos;
-    fl_buf b = {0};
-    *out = NULL;
-    if (i >= len || t[i] != '"') {
-        snprintf(why, why_cap, "expected a string at byte %zu", i);
-        return FL_ECORRUPT;
-    }
-    size_t start = i++;
-    for (;;) {
-        if (i >= len) {
-            snprintf(why, why_cap, "unterminated string starting at byte %zu", start);
-            goto bad;
-        }
-        unsigned char c = (unsigned char)t[i];
-        if (c == '"') break;
-        if (c < 0x20) {
-            snprintf(why, why_cap, "control character 0x%02x inside a string at byte %zu", c, i);
-            goto bad;
-        }
-        if (c != '\\') {
-            size_t k = utf8_seq((const unsigned char *)t + i, len - i);
-            if (!k) {
-                snprintf(why, why_cap, "invalid UTF-8 at byte %zu", i);
-                goto bad;
-            }
-            fl__buf_put(&b, t + i, k);
-            i += k;
-            continue;
-        }
-        if (i + 1 >= len) {
-            snprintf(why, why_cap, "unterminated escape at byte %zu", i);
-            goto bad;
-        }
-        char e = t[i + 1];
-        const char *simple = strchr("\"\\/bfnrt", e);
-        if (e && simple) {
-            static const char map[] = "\"\\/\b\f\n\r\t";
-            fl__buf_put(&b, &map[simple - "\"\\/bfnrt"], 1);
-            i += 2;
-            continue;
-        }
-        uint32_t cp, lo;
-        if (e != 'u' || !hex4(t, len, i + 2, &cp)) {
-            snprintf(why, why_cap, "bad escape sequence at byte %zu", i);
-            goto bad;
-        }
-        i += 6;
-        if (cp >= 0xd800 && cp <= 0xdbff) {
-            if (i + 1 < len && t[i] == '\\' && t[i + 1] == 'u' && hex4(t, len, i + 2, &lo) && lo >= 0xdc00 && lo <= 0xdfff) {
-                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                i += 6;
-            } else {
-                snprintf(why, why_cap, "unpaired surrogate escape at byte %zu", i - 6);
-                goto bad;
-            }
-        } else if (cp >= 0xdc00 && cp <= 0xdfff) {
-            snprintf(why, why_cap, "unpaired surrogate escape at byte %zu", i - 6);
-            goto bad;
-        } else if (cp == 0) {
-            snprintf(why, why_cap, "\\u0000 inside a string at byte %zu", i - 6);
-            goto bad;
-        }
-        put_utf8(&b, cp);
-    }
-    fl__buf_put(&b, "", 0); /* allocates even for an empty string */
-    if (b.failed) {
-        fl__buf_free(&b);
-        snprintf(why, why_cap, "out of memory");
-        return FL_ENOMEM;
-    }
-    *out = b.p;
-    *pos = i + 1;
-    return FL_OK;
-bad:
-    fl__buf_free(&b);
-    return FL_ECORRUPT;
-}
-
 /* ---- header parser ---------------------------------------------------------------------- */
 
+/* At most 14 values per tensor (its object, dtype, shape and 8 dimensions, two offsets):
+ * 4M values allow some 300,000 tensors and bound cJSON's tree to about 256 MiB. */
+#define ST_MAX_VALUES ((size_t)4 << 20)
+
 typedef struct {
-    char *name;
+    const char *name; /* points into the cJSON tree */
     fl_dtype dt;
     int ndim;
     int64_t shape[FL_MAX_DIMS];
     uint64_t begin, end;
 } st_entry;
 
-typedef struct {
-    const char *s;
-    size_t n, i;
-    char why[384];
-    int st;
-    st_entry *e;
-    int ne, cap;
-    fl_strmap seen;
-} jparse;
-
-#define JFAIL(j, ...) (snprintf((j)->why, sizeof (j)->why, __VA_ARGS__), (j)->st = FL_ECORRUPT)
-
-static void jws(jparse *j)
+/* The members of e's description object v. */
+static int parse_entry(const fl_json *j, const cJSON *v, st_entry *e)
 {
-    while (j->i < j->n && (j->s[j->i] == ' ' || j->s[j->i] == '\t' || j->s[j->i] == '\n' || j->s[j->i] == '\r')) j->i++;
-}
-
-static int jexpect(jparse *j, char c)
-{
-    jws(j);
-    if (j->i < j->n && j->s[j->i] == c) {
-        j->i++;
-        return FL_OK;
+    char key[300];
+    snprintf(key, sizeof key, "%.200s", e->name);
+    FL_CHECK(fl__json_obj(j, v, key));
+    const cJSON *dt = NULL, *shape = NULL, *off = NULL;
+    for (const cJSON *f = v->child; f; f = f->next) {
+        const cJSON **slot = !strcmp(f->string, "dtype") ? &dt : !strcmp(f->string, "shape") ? &shape
+                             : !strcmp(f->string, "data_offsets") ? &off : NULL;
+        if (!slot) return fl__json_fail(j, "tensor '%.200s': unexpected field '%.40s'", e->name, f->string);
+        if (*slot) return fl__json_fail(j, "tensor '%.200s': duplicate field '%s'", e->name, f->string);
+        *slot = f;
     }
-    if (j->i >= j->n) return JFAIL(j, "expected '%c' at byte %zu, found the end of the header", c, j->i);
-    unsigned char f = (unsigned char)j->s[j->i];
-    if (f < 0x20 || f >= 0x7f) return JFAIL(j, "expected '%c' at byte %zu, found byte 0x%02x", c, j->i, f);
-    return JFAIL(j, "expected '%c' at byte %zu, found '%c'", c, j->i, f);
-}
-
-/* ',' -> 1 (more), closing -> 0 (done), else error (<0). */
-static int jnext(jparse *j, char closing)
-{
-    jws(j);
-    if (j->i < j->n && j->s[j->i] == ',') {
-        j->i++;
-        return 1;
+    if (!dt || !shape || !off)
+        return fl__json_fail(j, "tensor '%.200s': missing field '%s'", e->name, !dt ? "dtype" : !shape ? "shape" : "data_offsets");
+    const char *dts;
+    snprintf(key, sizeof key, "%.200s.dtype", e->name);
+    FL_CHECK(fl__json_str(j, dt, key, &dts));
+    int k = 0;
+    while (k < ST_NDTYPES && strcmp(st_dtypes[k].name, dts) != 0) k++;
+    if (k == ST_NDTYPES)
+        return fl__json_fail(j, "tensor '%.200s': unknown or unsupported dtype '%.40s' (expected F32, I64, F64, I32, F16 or BF16)",
+                             e->name, dts);
+    e->dt = st_dtypes[k].dt;
+    snprintf(key, sizeof key, "%.200s.shape", e->name);
+    FL_CHECK(fl__json_arr(j, shape, key, FL_MAX_DIMS, &e->ndim));
+    k = 0;
+    for (const cJSON *d = shape->child; d; d = d->next, k++) {
+        snprintf(key, sizeof key, "%.200s.shape[%d]", e->name, k);
+        FL_CHECK(fl__json_int(j, d, key, 0, INT64_MAX, &e->shape[k]));
     }
-    if (j->i < j->n && j->s[j->i] == closing) {
-        j->i++;
-        return 0;
+    int no;
+    snprintf(key, sizeof key, "%.200s.data_offsets", e->name);
+    FL_CHECK(fl__json_arr(j, off, key, 2, &no));
+    if (no != 2) return fl__json_fail(j, "tensor '%.200s': data_offsets must have 2 entries, has %d", e->name, no);
+    int64_t o[2];
+    k = 0;
+    for (const cJSON *d = off->child; d; d = d->next, k++) {
+        snprintf(key, sizeof key, "%.200s.data_offsets[%d]", e->name, k);
+        FL_CHECK(fl__json_int(j, d, key, 0, INT64_MAX, &o[k]));
     }
-    return JFAIL(j, "expected ',' or '%c' at byte %zu", closing, j->i);
-}
-
-static int jstring(jparse *j, char **out)
-{
-    jws(j);
-    int st = fl__json_unquote(j->s, j->n, &j->i, out, j->why, sizeof j->why);
-    if (st != FL_OK) j->st = st;
-    return st;
-}
-
-static int juint(jparse *j, uint64_t *out)
-{
-    jws(j);
-    size_t at = j->i;
-    if (at >= j->n || j->s[at] < '0' || j->s[at] > '9')
-        return JFAIL(j, "expected a non-negative integer at byte %zu", at);
-    uint64_t v = 0;
-    while (j->i < j->n && j->s[j->i] >= '0' && j->s[j->i] <= '9') {
-        unsigned d = (unsigned)(j->s[j->i] - '0');
-        if (v > (UINT64_MAX - d) / 10) return JFAIL(j, "integer at byte %zu is too large", at);
-        v = v * 10 + d;
-        j->i++;
-    }
-    if (j->i - at > 1 && j->s[at] == '0') return JFAIL(j, "integer with a leading zero at byte %zu", at);
-    if (j->i < j->n && (j->s[j->i] == '.' || j->s[j->i] == 'e' || j->s[j->i] == 'E'))
-        return JFAIL(j, "expected an integer at byte %zu, found a fraction or exponent", at);
-    *out = v;
+    e->begin = (uint64_t)o[0];
+    e->end = (uint64_t)o[1];
     return FL_OK;
 }
 
-/* [u, u, ...] with at most max entries; *n receives the count. */
-static int juint_array(jparse *j, uint64_t *vals, int max, int *n, const char *what, const char *tname)
+/* An object of tensor descriptions and an optional "__metadata__" object of strings.
+ * On success *out (malloc'ed, *n entries, NULL when none) points into j's tree. */
+static int parse_header(const fl_json *j, st_entry **out, int *n)
 {
+    const cJSON *root = j->root;
+    *out = NULL;
     *n = 0;
-    if (jexpect(j, '[')) return j->st;
-    jws(j);
-    if (j->i < j->n && j->s[j->i] == ']') {
-        j->i++;
-        return FL_OK;
-    }
-    for (;;) {
-        if (*n == max) return JFAIL(j, "tensor '%s': %s has more than %d entries", tname, what, max);
-        if (juint(j, &vals[*n])) return j->st;
-        (*n)++;
-        int more = jnext(j, ']');
-        if (more < 0) return j->st;
-        if (!more) return FL_OK;
-    }
-}
-
-static int parse_entry(jparse *j, st_entry *e)
-{
-    int have_dt = 0, have_shape = 0, have_off = 0;
-    if (jexpect(j, '{')) return j->st;
-    jws(j);
-    if (j->i < j->n && j->s[j->i] == '}') return JFAIL(j, "tensor '%s': empty description", e->name);
-    for (;;) {
-        char *key = NULL;
-        if (jstring(j, &key)) return j->st;
-        int st = jexpect(j, ':');
-        if (st == FL_OK && !strcmp(key, "dtype")) {
-            char *dt = NULL;
-            if (have_dt++) st = JFAIL(j, "tensor '%s': duplicate field 'dtype'", e->name);
-            else if ((st = jstring(j, &dt)) == FL_OK) {
-                int k = 0;
-                while (k < ST_NDTYPES && strcmp(st_dtypes[k].name, dt) != 0) k++;
-                if (k == ST_NDTYPES)
-                    st = JFAIL(j, "tensor '%s': unknown or unsupported dtype '%.40s' (expected F32, I64, F64, I32, F16 or BF16)",
-                               e->name, dt);
-                else
-                    e->dt = st_dtypes[k].dt;
+    if (!cJSON_IsObject(root)) return fl__json_fail(j, "the header must be a JSON object");
+    int cap = 0, meta = 0, st = FL_OK;
+    for (const cJSON *v = root->child; v; v = v->next) cap++;
+    st_entry *e = calloc((size_t)(cap ? cap : 1), sizeof *e);
+    fl_strmap seen = {0};
+    if (!e) return fl__json_fail(j, "out of memory for %d tensor descriptions", cap);
+    for (const cJSON *v = root->child; v && st == FL_OK; v = v->next) {
+        if (!strcmp(v->string, "__metadata__")) {
+            if (meta++) st = fl__json_fail(j, "duplicate key '__metadata__'");
+            else st = fl__json_obj(j, v, "__metadata__");
+            for (const cJSON *m = v->child; m && st == FL_OK; m = m->next) {
+                const char *unused;
+                char key[80];
+                snprintf(key, sizeof key, "__metadata__.%.40s", m->string);
+                st = fl__json_str(j, m, key, &unused);
             }
-            free(dt);
-        } else if (st == FL_OK && !strcmp(key, "shape")) {
-            uint64_t dims[FL_MAX_DIMS];
-            int nd = 0;
-            if (have_shape++) st = JFAIL(j, "tensor '%s': duplicate field 'shape'", e->name);
-            else if ((st = juint_array(j, dims, FL_MAX_DIMS, &nd, "shape", e->name)) == FL_OK) {
-                e->ndim = nd;
-                for (int k = 0; k < nd && st == FL_OK; k++) {
-                    if (dims[k] > (uint64_t)INT64_MAX) st = JFAIL(j, "tensor '%s': dimension %d is too large", e->name, k);
-                    e->shape[k] = (int64_t)dims[k];
-                }
-            }
-        } else if (st == FL_OK && !strcmp(key, "data_offsets")) {
-            uint64_t off[2];
-            int no = 0;
-            if (have_off++) st = JFAIL(j, "tensor '%s': duplicate field 'data_offsets'", e->name);
-            else if ((st = juint_array(j, off, 2, &no, "data_offsets", e->name)) == FL_OK) {
-                if (no != 2) st = JFAIL(j, "tensor '%s': data_offsets must have 2 entries, has %d", e->name, no);
-                e->begin = off[0];
-                e->end = off[1];
-            }
-        } else if (st == FL_OK) {
-            st = JFAIL(j, "tensor '%s': unexpected field '%.40s'", e->name, key);
+            continue;
         }
-        free(key);
-        if (st != FL_OK) return j->st;
-        int more = jnext(j, '}');
-        if (more < 0) return j->st;
-        if (!more) break;
+        if (fl__strmap_get(&seen, v->string, NULL)) st = fl__json_fail(j, "duplicate tensor name '%.200s'", v->string);
+        else if (fl__strmap_put(&seen, v->string, *n) != FL_OK) st = fl__json_fail(j, "out of memory");
+        if (st != FL_OK) break;
+        e[*n].name = v->string;
+        st = parse_entry(j, v, &e[(*n)++]);
     }
-    if (!have_dt || !have_shape || !have_off)
-        return JFAIL(j, "tensor '%s': missing field '%s'", e->name, !have_dt ? "dtype" : !have_shape ? "shape" : "data_offsets");
-    return FL_OK;
-}
-
-static int parse_metadata(jparse *j)
-{
-    if (jexpect(j, '{')) return j->st;
-    jws(j);
-    if (j->i < j->n && j->s[j->i] == '}') {
-        j->i++;
-        return FL_OK;
+    fl__strmap_free(&seen);
+    if (st != FL_OK) {
+        free(e);
+        *n = 0;
+        return st;
     }
-    for (;;) {
-        char *k = NULL, *v = NULL;
-        if (jstring(j, &k) == FL_OK && jexpect(j, ':') == FL_OK) {
-            jws(j);
-            if (j->i < j->n && j->s[j->i] != '"') JFAIL(j, "__metadata__ value of '%.40s' is not a string", k);
-            else jstring(j, &v);
-        }
-        free(k);
-        free(v);
-        if (j->st != FL_OK) return j->st;
-        int more = jnext(j, '}');
-        if (more < 0) return j->st;
-        if (!more) return FL_OK;
-    }
-}
-
-static int parse_header(jparse *j)
-{
-    int have_meta = 0;
-    if (jexpect(j, '{')) return j->st;
-    jws(j);
-    if (j->i < j->n && j->s[j->i] == '}') {
-        j->i++;
-    } else {
-        for (;;) {
-            char *key = NULL;
-            if (jstring(j, &key)) return j->st;
-            if (jexpect(j, ':')) {
-                free(key);
-                return j->st;
-            }
-            if (!strcmp(key, "__metadata__")) {
-                free(key);
-                if (have_meta++) return JFAIL(j, "duplicate key '__metadata__'");
-                if (parse_metadata(j)) return j->st;
-            } else {
-                if (fl__strmap_get(&j->seen, key, NULL)) {
-                    JFAIL(j, "duplicate tensor name '%.200s'", key);
-                    free(key);
-                    return j->st;
-                }
-                if (j->ne == j->cap) {
-                    int nc = j->cap ? j->cap * 2 : 16;
-                    st_entry *ne = realloc(j->e, (size_t)nc * sizeof *ne);
-                    if (!ne) {
-                        free(key);
-                        snprintf(j->why, sizeof j->why, "out of memory");
-                        return j->st = FL_ENOMEM;
-                    }
-                    j->e = ne;
-                    j->cap = nc;
-                }
-                st_entry *e = &j->e[j->ne++];
-                memset(e, 0, sizeof *e);
-                e->name = key;
-                if (fl__strmap_put(&j->seen, key, j->ne - 1) != FL_OK) {
-                    snprintf(j->why, sizeof j->why, "out of memory");
-                    return j->st = FL_ENOMEM;
-                }
-                if (parse_entry(j, e)) return j->st;
-            }
-            int more = jnext(j, '}');
-            if (more < 0) return j->st;
-            if (!more) break;
-        }
-    }
-    jws(j);
-    if (j->i != j->n) return JFAIL(j, "unexpected data after the JSON object at byte %zu", j->i);
+    *out = e;
     return FL_OK;
 }
 
@@ -553,13 +257,6 @@ void fl_io_free_tensors(char **names, fl_tensor **tensors, int n)
     free(tensors);
 }
 
-static void jparse_free(jparse *j)
-{
-    for (int i = 0; i < j->ne; i++) free(j->e[i].name);
-    free(j->e);
-    fl__strmap_free(&j->seen);
-}
-
 int fl_io_read_safetensors(const char *path, char ***names, fl_tensor ***tensors, int *n)
 {
     if (!names || !tensors || !n) return fl__err(FL_EINVAL, "fl_io_read_safetensors: output pointer is NULL");
@@ -572,9 +269,10 @@ int fl_io_read_safetensors(const char *path, char ***names, fl_tensor ***tensors
         int e = errno;
         return fl__err(e == ENOENT ? FL_ENOTFOUND : FL_EIO, "cannot open '%s': %s", path, strerror(e));
     }
-    jparse j;
-    memset(&j, 0, sizeof j);
-    char **nm = NULL;
+    fl_json j = {NULL, NULL, FL_ECORRUPT};
+    st_entry *ents = NULL;
+    int ne = 0;
+    char **nm = NULL, *src = NULL;
     fl_tensor **ts = NULL;
     int st = FL_OK;
     struct stat sb;
@@ -612,27 +310,28 @@ int fl_io_read_safetensors(const char *path, char ***names, fl_tensor ***tensors
         goto out;
     }
     st = read_at(fd, hdr, (size_t)hlen, 8, path);
+    size_t srclen = strlen(path) + 32;
+    if (st == FL_OK && !(src = malloc(srclen))) st = fl__err(FL_ENOMEM, "'%s': out of memory", path);
     if (st == FL_OK) {
-        j.s = hdr;
-        j.n = (size_t)hlen;
-        if (parse_header(&j) != FL_OK)
-            st = fl__err(j.st, "'%s': bad safetensors header: %s", path, j.why);
+        snprintf(src, srclen, "'%s': bad safetensors header", path);
+        j.src = src;
+        st = fl__json_parse(&j, hdr, (size_t)hlen, ST_MAX_HEADER, ST_MAX_VALUES);
+        if (st == FL_OK) st = parse_header(&j, &ents, &ne);
     }
     free(hdr);
-    j.s = NULL;
     if (st != FL_OK) goto out;
     uint64_t data_off = 8 + hlen, data_len = fsize - data_off;
-    FL_CHECK_GOTO(validate(path, j.e, j.ne, data_len), st, out);
-    if (j.ne > 0) {
-        nm = calloc((size_t)j.ne, sizeof *nm);
-        ts = calloc((size_t)j.ne, sizeof *ts);
+    FL_CHECK_GOTO(validate(path, ents, ne, data_len), st, out);
+    if (ne > 0) {
+        nm = calloc((size_t)ne, sizeof *nm);
+        ts = calloc((size_t)ne, sizeof *ts);
         if (!nm || !ts) {
             st = fl__err(FL_ENOMEM, "'%s': out of memory", path);
             goto out;
         }
     }
-    for (int i = 0; i < j.ne; i++) {
-        st_entry *e = &j.e[i];
+    for (int i = 0; i < ne; i++) {
+        st_entry *e = &ents[i];
         ts[i] = fl_tensor_create(e->dt, e->ndim, e->shape);
         if (!ts[i]) {
             st = fl__err(fl_last_status() ? fl_last_status() : FL_ENOMEM, "'%s': tensor '%s': %s", path, e->name,
@@ -642,91 +341,110 @@ int fl_io_read_safetensors(const char *path, char ***names, fl_tensor ***tensors
         size_t nbytes = (size_t)(e->end - e->begin);
         FL_CHECK_GOTO(read_at(fd, fl_tensor_data(ts[i]), nbytes, data_off + e->begin, path), st, out);
         if (host_big_endian()) swap_elems(fl_tensor_data(ts[i]), nbytes, fl_dtype_size(e->dt));
-        nm[i] = e->name; /* ownership moves to the result */
-        e->name = NULL;
+        if (!(nm[i] = fl__strdup(e->name))) {
+            st = fl__err(FL_ENOMEM, "'%s': out of memory", path);
+            goto out;
+        }
     }
     *names = nm;
     *tensors = ts;
-    *n = j.ne;
+    *n = ne;
     nm = NULL;
     ts = NULL;
 out:
-    if (nm || ts) fl_io_free_tensors(nm, ts, j.ne);
-    jparse_free(&j);
+    if (nm || ts) fl_io_free_tensors(nm, ts, ne);
+    free(ents);
+    fl__json_free(&j);
+    free(src);
     close(fd);
     return st;
 }
 
 /* ---- writing ---------------------------------------------------------------------------- */
 
+/* One tensor's description, fields in the usual order; false when out of memory. */
+static int put_entry(cJSON *root, const fl__st_desc *t, const char *dt, uint64_t off, uint64_t nbytes)
+{
+    cJSON *o = cJSON_AddObjectToObject(root, t->name);
+    cJSON *shape = o && cJSON_AddStringToObject(o, "dtype", dt) ? cJSON_AddArrayToObject(o, "shape") : NULL;
+    int ok = shape != NULL;
+    for (int k = 0; ok && k < t->ndim; k++) ok = cJSON_AddItemToArray(shape, fl__json_int_node(t->shape[k]));
+    cJSON *offs = ok ? cJSON_AddArrayToObject(o, "data_offsets") : NULL;
+    return offs && cJSON_AddItemToArray(offs, fl__json_int_node((int64_t)off)) &&
+           cJSON_AddItemToArray(offs, fl__json_int_node((int64_t)(off + nbytes)));
+}
+
+int fl__st_header(const fl__st_desc *t, int n, const char *meta_key, const char *meta_val, fl_buf *out)
+{
+    fl_strmap seen = {0};
+    cJSON *root = cJSON_CreateObject(), *meta = root ? cJSON_AddObjectToObject(root, "__metadata__") : NULL;
+    int st = FL_OK, ok = meta && cJSON_AddStringToObject(meta, "format", "fleet");
+    if (ok && meta_key) ok = cJSON_AddStringToObject(meta, meta_key, meta_val) != NULL;
+    uint64_t off = 0;
+    for (int i = 0; i < n && ok && st == FL_OK; i++) {
+        const char *name = t[i].name, *dt = st_dtype_name(t[i].dtype);
+        uint64_t numel = 1;
+        for (int k = 0; k < t[i].ndim; k++) numel *= (uint64_t)t[i].shape[k];
+        if (!name || !*name || !strcmp(name, "__metadata__"))
+            st = fl__err(FL_EINVAL, "tensor #%d has an empty or reserved name", i);
+        else if (fl__utf8_check(name, strlen(name)) != strlen(name))
+            st = fl__err(FL_EINVAL, "tensor name '%s' is not valid UTF-8", name);
+        else if (fl__strmap_get(&seen, name, NULL))
+            st = fl__err(FL_EINVAL, "duplicate tensor name '%s'", name);
+        else if (!dt)
+            st = fl__err(FL_EINVAL, "tensor '%s' has an invalid dtype", name);
+        else if (fl__strmap_put(&seen, name, i) != FL_OK)
+            ok = 0;
+        else
+            ok = put_entry(root, &t[i], dt, off, numel * fl_dtype_size(t[i].dtype));
+        off += numel * fl_dtype_size(t[i].dtype);
+    }
+    char *json = ok && st == FL_OK ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    fl__strmap_free(&seen);
+    if (st == FL_OK && !json) st = fl__err(FL_ENOMEM, "out of memory for a safetensors header");
+    if (st != FL_OK) return st;
+    /* padded with spaces to a multiple of 8, so that the data buffer is 8-byte aligned */
+    uint64_t len = strlen(json), hlen = (len + 7) & ~(uint64_t)7;
+    if (hlen > ST_MAX_HEADER) st = fl__err(FL_EINVAL, "a header of %llu bytes exceeds the format's limit", (unsigned long long)hlen);
+    unsigned char hb[8];
+    for (int k = 0; k < 8; k++) hb[k] = (unsigned char)(hlen >> (8 * k));
+    if (st == FL_OK) {
+        fl__buf_put(out, hb, 8);
+        fl__buf_put(out, json, (size_t)len);
+        for (uint64_t k = len; k < hlen; k++) fl__buf_put(out, " ", 1);
+        if (out->failed) st = fl__err(FL_ENOMEM, "out of memory for a safetensors header");
+    }
+    cJSON_free(json);
+    return st;
+}
+
 int fl_io_write_safetensors(const char *path, const char *const *names, const fl_tensor *const *tensors, int n)
 {
     if (!path) return fl__err(FL_EINVAL, "fl_io_write_safetensors: path is NULL");
     if (n < 0 || (n > 0 && (!names || !tensors)))
         return fl__err(FL_EINVAL, "fl_io_write_safetensors '%s': bad tensor list (n = %d)", path, n);
-    fl_strmap seen = {0};
-    fl_buf b = {0};
-    int st = FL_OK;
-    char *swapbuf = NULL;
-    static const char meta[] = "{\"__metadata__\":{\"format\":\"fleet\"}";
-    fl__buf_put(&b, meta, sizeof meta - 1);
-    uint64_t off = 0;
-    for (int i = 0; i < n && st == FL_OK; i++) {
-        const fl_tensor *t = tensors[i];
-        const char *name = names[i];
-        if (!name || !*name || !strcmp(name, "__metadata__")) {
-            st = fl__err(FL_EINVAL, "fl_io_write_safetensors '%s': tensor #%d has an empty or reserved name", path, i);
-            break;
-        }
-        if (!t) {
-            st = fl__err(FL_EINVAL, "fl_io_write_safetensors '%s': tensor '%s' is NULL", path, name);
-            break;
-        }
-        if (fl__strmap_get(&seen, name, NULL)) {
-            st = fl__err(FL_EINVAL, "fl_io_write_safetensors '%s': duplicate tensor name '%s'", path, name);
-            break;
-        }
-        if (fl__strmap_put(&seen, name, i) != FL_OK) {
-            st = fl__err(FL_ENOMEM, "fl_io_write_safetensors '%s': out of memory", path);
-            break;
-        }
-        const char *dt = st_dtype_name(fl_tensor_dtype(t));
-        if (!dt) {
-            st = fl__err(FL_EINVAL, "fl_io_write_safetensors '%s': tensor '%s' has an invalid dtype", path, name);
-            break;
-        }
-        if (fl_tensor_is_rows(t)) {
-            st = fl__err(FL_EUNSUPPORTED, "fl_io_write_safetensors '%s': tensor '%s' holds SelectedRows, which safetensors cannot store",
-                         path, name);
-            break;
-        }
-        fl__buf_put(&b, ",", 1);
-        if (fl__json_quote(&b, name) != FL_OK) {
-            st = fl__err(FL_EINVAL, "fl_io_write_safetensors '%s': tensor name '%s' is not valid UTF-8", path, name);
-            break;
-        }
-        uint64_t nbytes = (uint64_t)fl_tensor_nbytes(t);
-        fl__buf_printf(&b, ":{\"dtype\":\"%s\",\"shape\":[", dt);
-        for (int k = 0; k < fl_tensor_ndim(t); k++)
-            fl__buf_printf(&b, "%s%lld", k ? "," : "", (long long)fl_tensor_shape(t)[k]);
-        fl__buf_printf(&b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off, (unsigned long long)(off + nbytes));
-        off += nbytes;
+    for (int i = 0; i < n; i++) {
+        if (!tensors[i])
+            return fl__err(FL_EINVAL, "fl_io_write_safetensors '%s': tensor '%s' is NULL", path, names[i] ? names[i] : "?");
+        if (fl_tensor_is_rows(tensors[i]))
+            return fl__err(FL_EUNSUPPORTED, "fl_io_write_safetensors '%s': tensor '%s' holds SelectedRows, which safetensors cannot store",
+                           path, names[i] ? names[i] : "?");
     }
-    fl__buf_put(&b, "}", 1);
-    while (st == FL_OK && !b.failed && b.len % 8) fl__buf_put(&b, " ", 1);
-    if (st == FL_OK && b.failed) st = fl__err(FL_ENOMEM, "fl_io_write_safetensors '%s': out of memory", path);
-    if (st == FL_OK && (uint64_t)b.len > ST_MAX_HEADER)
-        st = fl__err(FL_EINVAL, "fl_io_write_safetensors '%s': header of %zu bytes exceeds the format's limit", path, b.len);
-    fl__strmap_free(&seen);
+    fl__st_desc *d = malloc((size_t)(n ? n : 1) * sizeof *d);
+    if (!d) return fl__err(FL_ENOMEM, "fl_io_write_safetensors '%s': out of memory", path);
+    for (int i = 0; i < n; i++)
+        d[i] = (fl__st_desc){names[i], fl_tensor_dtype(tensors[i]), fl_tensor_ndim(tensors[i]), fl_tensor_shape(tensors[i])};
+    fl_buf b = {0};
+    int st = fl__st_header(d, n, NULL, NULL, &b);
+    free(d);
     if (st != FL_OK) {
         fl__buf_free(&b);
-        return st;
+        return fl__err(st, "fl_io_write_safetensors '%s': %s", path, fl_last_error());
     }
-    unsigned char hb[8];
-    for (int k = 0; k < 8; k++) hb[k] = (unsigned char)((uint64_t)b.len >> (8 * k));
+    char *swapbuf = NULL;
     fl__afile f;
     st = fl__afile_open(&f, path);
-    if (st == FL_OK) st = fl__afile_write(&f, hb, 8);
     if (st == FL_OK) st = fl__afile_write(&f, b.p, b.len);
     for (int i = 0; i < n && st == FL_OK; i++) {
         size_t nbytes = fl_tensor_nbytes(tensors[i]);

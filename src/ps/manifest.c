@@ -10,9 +10,11 @@
  *                "optimizer": "sgd"|"adagrad"|"adam"|"sum",
  *                "files": ["<name>/part-00000-<gen>.safetensors", ...]}, ...]}
  *
- * The reader is a small JSON parser (objects, arrays, strings, integers) sufficient for
- * this file; anything else is FL_ECORRUPT naming the file.
+ * The file is written and read with cJSON through src/base/json.c; a manifest that is not
+ * valid JSON, lacks a key or has one of the wrong type is FL_ECORRUPT naming the file and
+ * the key.
  */
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -35,31 +37,58 @@ char *fl__ps_part_path(const char *dir, const char *table, int server, uint64_t 
     return p;
 }
 
+/* One table's entry; false when out of memory. */
+static int put_table(cJSON *list, const fl_ps_table_config *t, int nservers, uint64_t gen)
+{
+    cJSON *e = cJSON_CreateObject();
+    if (!cJSON_AddItemToArray(list, e)) {
+        cJSON_Delete(e);
+        return 0;
+    }
+    int ok = cJSON_AddStringToObject(e, "name", t->name) &&
+             cJSON_AddStringToObject(e, "kind", t->kind == FL_PS_DENSE ? "dense" : "sparse");
+    if (ok && t->kind == FL_PS_DENSE)
+        ok = cJSON_AddItemToObject(e, "rows", fl__json_int_node(t->rows)) &&
+             cJSON_AddItemToObject(e, "cols", fl__json_int_node(t->cols));
+    else if (ok)
+        ok = cJSON_AddItemToObject(e, "dim", fl__json_int_node(t->dim));
+    ok = ok && cJSON_AddStringToObject(e, "optimizer", fl__ps_opt_name(t->opt.kind));
+    cJSON *files = ok ? cJSON_AddArrayToObject(e, "files") : NULL;
+    ok = files != NULL;
+    for (int s = 0; s < nservers && ok; s++) {
+        char part[160];
+        snprintf(part, sizeof part, "%s/part-%05d-%016" PRIx64 ".safetensors", t->name, s, gen);
+        ok = cJSON_AddItemToArray(files, cJSON_CreateString(part));
+    }
+    return ok;
+}
+
 int fl__ps_manifest_write(const char *dir, uint64_t gen, int64_t step, int mode, int nservers,
                           const fl_ps_table_config *tables, int ntables)
 {
+    char gens[17];
+    snprintf(gens, sizeof gens, "%016" PRIx64, gen);
+    cJSON *root = cJSON_CreateObject();
+    int ok = root && cJSON_AddStringToObject(root, "format", "fleet-ps-checkpoint") &&
+             cJSON_AddItemToObject(root, "version", fl__json_int_node(1)) &&
+             cJSON_AddStringToObject(root, "generation", gens) &&
+             cJSON_AddItemToObject(root, "step", fl__json_int_node(step)) &&
+             cJSON_AddItemToObject(root, "mode", fl__json_int_node(mode)) &&
+             cJSON_AddItemToObject(root, "num_servers", fl__json_int_node(nservers)) &&
+             cJSON_AddStringToObject(root, "sparse_shard_rule", "fmix64(id) % num_servers") &&
+             cJSON_AddStringToObject(root, "dense_split_rule", "server i holds rows [i*ceil(R/N), min((i+1)*ceil(R/N), R))");
+    cJSON *list = ok ? cJSON_AddArrayToObject(root, "tables") : NULL;
+    ok = list != NULL;
+    for (int i = 0; i < ntables && ok; i++) ok = put_table(list, &tables[i], nservers, gen);
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
     fl_buf b = {0};
-    fl__buf_printf(&b, "{\n  \"format\": \"fleet-ps-checkpoint\",\n  \"version\": 1,\n  \"generation\": \"%016" PRIx64
-                       "\",\n  \"step\": %lld,\n  \"mode\": %d,\n  \"num_servers\": %d,\n",
-                   gen, (long long)step, mode, nservers);
-    fl__buf_printf(&b, "  \"sparse_shard_rule\": \"fmix64(id) %% num_servers\",\n"
-                       "  \"dense_split_rule\": \"server i holds rows [i*ceil(R/N), min((i+1)*ceil(R/N), R))\",\n"
-                       "  \"tables\": [");
-    for (int i = 0; i < ntables; i++) {
-        const fl_ps_table_config *t = &tables[i];
-        fl__buf_printf(&b, "%s\n    {\"name\": \"%s\", \"kind\": \"%s\", ", i ? "," : "", t->name,
-                       t->kind == FL_PS_DENSE ? "dense" : "sparse");
-        if (t->kind == FL_PS_DENSE)
-            fl__buf_printf(&b, "\"rows\": %lld, \"cols\": %lld, ", (long long)t->rows, (long long)t->cols);
-        else
-            fl__buf_printf(&b, "\"dim\": %d, ", t->dim);
-        fl__buf_printf(&b, "\"optimizer\": \"%s\", \"files\": [", fl__ps_opt_name(t->opt.kind));
-        for (int s = 0; s < nservers; s++)
-            fl__buf_printf(&b, "%s\"%s/part-%05d-%016" PRIx64 ".safetensors\"", s ? ", " : "", t->name, s, gen);
-        fl__buf_printf(&b, "]}");
+    if (text) {
+        fl__buf_put(&b, text, strlen(text));
+        fl__buf_put(&b, "\n", 1);
+        cJSON_free(text);
     }
-    fl__buf_printf(&b, "\n  ]\n}\n");
-    if (b.failed) {
+    if (!text || b.failed) {
         fl__buf_free(&b);
         return fl__err(FL_ENOMEM, "out of memory for the checkpoint manifest");
     }
@@ -70,212 +99,109 @@ int fl__ps_manifest_write(const char *dir, uint64_t gen, int64_t step, int mode,
     return st;
 }
 
-/* ---- a small JSON tree --------------------------------------------------------------------- */
-
-typedef struct jv {
-    int type; /* 'o' object, 'a' array, 's' string, 'n' integer, 'b' bool/null */
-    char *s;
-    long long n;
-    int len;
-    char **keys;
-    struct jv *items;
-} jv;
-
-typedef struct {
-    const char *t;
-    size_t n, i;
-    char why[160];
-} jp;
-
-static void jv_free(jv *v)
+/* Checks the entry of table t against this job's configuration. */
+static int check_table(const fl_json *j, const char *dir, const cJSON *list, const fl_ps_table_config *t)
 {
-    for (int k = 0; k < v->len; k++) {
-        if (v->keys) free(v->keys[k]);
-        jv_free(&v->items[k]);
+    const cJSON *e = NULL;
+    char key[64];
+    int k = 0;
+    for (const cJSON *c = list->child; c && !e; c = c->next, k++) {
+        const char *name;
+        snprintf(key, sizeof key, "tables[%d]", k);
+        FL_CHECK(fl__json_obj(j, c, key));
+        snprintf(key, sizeof key, "tables[%d].name", k);
+        FL_CHECK(fl__json_str(j, fl__json_find(c, "name"), key, &name));
+        if (!strcmp(name, t->name)) e = c;
     }
-    free(v->keys);
-    free(v->items);
-    free(v->s);
-}
-
-static void ws(jp *p)
-{
-    while (p->i < p->n && (p->t[p->i] == ' ' || p->t[p->i] == '\n' || p->t[p->i] == '\t' || p->t[p->i] == '\r')) p->i++;
-}
-
-static int fail(jp *p, const char *what)
-{
-    if (!p->why[0]) snprintf(p->why, sizeof p->why, "%s at byte %zu", what, p->i);
-    return -1;
-}
-
-static int parse(jp *p, jv *v, int depth)
-{
-    memset(v, 0, sizeof *v);
-    if (depth > 8) return fail(p, "nesting too deep");
-    ws(p);
-    if (p->i >= p->n) return fail(p, "unexpected end");
-    char c = p->t[p->i];
-    if (c == '"') {
-        v->type = 's';
-        if (fl__json_unquote(p->t, p->n, &p->i, &v->s, p->why, sizeof p->why)) return -1;
-        return 0;
+    if (!e) return fl__err(FL_ENOTFOUND, "checkpoint '%s' has no table '%s'", dir, t->name);
+    k--;
+    const char *kind, *opt, *want_kind = t->kind == FL_PS_DENSE ? "dense" : "sparse";
+    snprintf(key, sizeof key, "tables[%d].kind", k);
+    FL_CHECK(fl__json_str(j, fl__json_find(e, "kind"), key, &kind));
+    snprintf(key, sizeof key, "tables[%d].optimizer", k);
+    FL_CHECK(fl__json_str(j, fl__json_find(e, "optimizer"), key, &opt));
+    if (strcmp(kind, want_kind))
+        return fl__err(FL_EINVAL, "checkpoint '%s': table '%s' is %s there, %s here", dir, t->name, kind, want_kind);
+    if (strcmp(opt, fl__ps_opt_name(t->opt.kind)))
+        return fl__err(FL_EINVAL, "checkpoint '%s': table '%s' was trained with optimizer %s, this job uses %s (its "
+                                  "state would not match)", dir, t->name, opt, fl__ps_opt_name(t->opt.kind));
+    int64_t r = 0, c = 0, d = 0;
+    if (t->kind == FL_PS_DENSE) {
+        snprintf(key, sizeof key, "tables[%d].rows", k);
+        FL_CHECK(fl__json_int(j, fl__json_find(e, "rows"), key, 1, INT64_MAX, &r));
+        snprintf(key, sizeof key, "tables[%d].cols", k);
+        FL_CHECK(fl__json_int(j, fl__json_find(e, "cols"), key, 1, INT64_MAX, &c));
+        if (r != t->rows || c != t->cols)
+            return fl__err(FL_EINVAL, "checkpoint '%s': dense table '%s' has shape %lld x %lld there, %lld x %lld here",
+                           dir, t->name, (long long)r, (long long)c, (long long)t->rows, (long long)t->cols);
+    } else {
+        snprintf(key, sizeof key, "tables[%d].dim", k);
+        FL_CHECK(fl__json_int(j, fl__json_find(e, "dim"), key, 1, INT32_MAX, &d));
+        if (d != t->dim)
+            return fl__err(FL_EINVAL, "checkpoint '%s': sparse table '%s' has dim %lld there, %d here", dir, t->name,
+                           (long long)d, t->dim);
     }
-    if (c == '-' || (c >= '0' && c <= '9')) {
-        char *end;
-        errno = 0;
-        v->type = 'n';
-        v->n = strtoll(p->t + p->i, &end, 10);
-        if (errno || end == p->t + p->i) return fail(p, "bad integer");
-        p->i = (size_t)(end - p->t);
-        return 0;
-    }
-    if (!strncmp(p->t + p->i, "true", 4) || !strncmp(p->t + p->i, "null", 4)) {
-        v->type = 'b';
-        p->i += 4;
-        return 0;
-    }
-    if (!strncmp(p->t + p->i, "false", 5)) {
-        v->type = 'b';
-        p->i += 5;
-        return 0;
-    }
-    if (c != '{' && c != '[') return fail(p, "unexpected character");
-    char close = c == '{' ? '}' : ']';
-    v->type = c == '{' ? 'o' : 'a';
-    p->i++;
-    ws(p);
-    if (p->i < p->n && p->t[p->i] == close) {
-        p->i++;
-        return 0;
-    }
-    for (;;) {
-        if (v->len >= 100000) return fail(p, "too many items");
-        jv *items = realloc(v->items, (size_t)(v->len + 1) * sizeof *items);
-        if (!items) return fail(p, "out of memory");
-        v->items = items;
-        if (v->type == 'o') {
-            char **keys = realloc(v->keys, (size_t)(v->len + 1) * sizeof *keys);
-            if (!keys) return fail(p, "out of memory");
-            v->keys = keys;
-            v->keys[v->len] = NULL;
-            ws(p);
-            memset(&v->items[v->len], 0, sizeof(jv));
-            v->len++;
-            if (p->i >= p->n || p->t[p->i] != '"') return fail(p, "expected a key");
-            if (fl__json_unquote(p->t, p->n, &p->i, &v->keys[v->len - 1], p->why, sizeof p->why)) return -1;
-            ws(p);
-            if (p->i >= p->n || p->t[p->i] != ':') return fail(p, "expected ':'");
-            p->i++;
-        } else {
-            memset(&v->items[v->len], 0, sizeof(jv));
-            v->len++;
-        }
-        if (parse(p, &v->items[v->len - 1], depth + 1)) return -1;
-        ws(p);
-        if (p->i < p->n && p->t[p->i] == ',') {
-            p->i++;
-            continue;
-        }
-        if (p->i < p->n && p->t[p->i] == close) {
-            p->i++;
-            return 0;
-        }
-        return fail(p, "expected ',' or a closing bracket");
-    }
-}
-
-static const jv *get(const jv *o, const char *key, int type)
-{
-    if (!o || o->type != 'o') return NULL;
-    for (int k = 0; k < o->len; k++)
-        if (!strcmp(o->keys[k], key)) return o->items[k].type == type ? &o->items[k] : NULL;
-    return NULL;
+    return FL_OK;
 }
 
 int fl__ps_manifest_read(const char *dir, const fl_ps_table_config *tables, int ntables, int nservers,
                          uint64_t *gen, int64_t *step)
 {
-    char *path = fl__path_join(dir, FL__PS_MANIFEST), *text = NULL;
+    char *path = fl__path_join(dir, FL__PS_MANIFEST), *text = NULL, *src = NULL;
     if (!path) return FL_ENOMEM;
     size_t len;
     int st = fl__read_file(path, 16u << 20, &text, &len);
     if (st == FL_ENOTFOUND) st = fl__err(FL_ENOTFOUND, "no PS checkpoint in '%s': '%s' does not exist (a save that "
                                                       "did not finish commits nothing)", dir, path);
+    if (st == FL_OK && !(src = malloc(strlen(path) + 3))) st = fl__err(FL_ENOMEM, "out of memory");
     if (st) {
+        free(text);
         free(path);
         return st;
     }
-    jp p = {text, len, 0, ""};
-    jv root;
-    if (parse(&p, &root, 0) == 0) {
-        ws(&p);
-        if (p.i != p.n) fail(&p, "trailing data");
-    }
-    if (p.why[0]) {
-        st = fl__err(FL_ECORRUPT, "'%s' is not valid JSON: %s", path, p.why);
+    sprintf(src, "'%s'", path);
+    fl_json j = {NULL, src, FL_ECORRUPT};
+    const char *fmt, *g;
+    int64_t version, sp, ns;
+    const cJSON *list;
+    int nlist;
+    FL_CHECK_GOTO(fl__json_parse(&j, text, len, 16u << 20, 1u << 20), st, out);
+    const cJSON *root = j.root;
+    if (!cJSON_IsObject(root)) {
+        st = fl__json_fail(&j, "the manifest must be a JSON object");
         goto out;
     }
-    const jv *fmt = get(&root, "format", 's'), *g = get(&root, "generation", 's'), *sp = get(&root, "step", 'n');
-    const jv *ns = get(&root, "num_servers", 'n'), *tl = get(&root, "tables", 'a');
-    if (!fmt || strcmp(fmt->s, "fleet-ps-checkpoint") || !g || !sp || !ns || !tl) {
-        st = fl__err(FL_ECORRUPT, "'%s' is not a Fleet PS manifest (format, generation, step, num_servers or tables "
-                                  "missing)", path);
+    FL_CHECK_GOTO(fl__json_str(&j, fl__json_find(root, "format"), "format", &fmt), st, out);
+    if (strcmp(fmt, "fleet-ps-checkpoint")) {
+        st = fl__json_fail(&j, "not a Fleet PS manifest: format is '%.40s', expected 'fleet-ps-checkpoint'", fmt);
         goto out;
     }
+    FL_CHECK_GOTO(fl__json_int(&j, fl__json_find(root, "version"), "version", 1, 1, &version), st, out);
+    FL_CHECK_GOTO(fl__json_str(&j, fl__json_find(root, "generation"), "generation", &g), st, out);
     char *end;
     errno = 0;
-    unsigned long long gv = strtoull(g->s, &end, 16);
-    if (errno || *end || strlen(g->s) != 16) {
-        st = fl__err(FL_ECORRUPT, "'%s': generation '%s' is not 16 hex digits", path, g->s);
+    unsigned long long gv = strtoull(g, &end, 16);
+    if (errno || *end || strlen(g) != 16) {
+        st = fl__json_fail(&j, "key 'generation' must be 16 hex digits, not '%.40s'", g);
         goto out;
     }
-    if (ns->n != nservers) {
+    FL_CHECK_GOTO(fl__json_int(&j, fl__json_find(root, "step"), "step", INT64_MIN, INT64_MAX, &sp), st, out);
+    FL_CHECK_GOTO(fl__json_int(&j, fl__json_find(root, "num_servers"), "num_servers", 1, INT32_MAX, &ns), st, out);
+    list = fl__json_find(root, "tables");
+    FL_CHECK_GOTO(fl__json_arr(&j, list, "tables", 1 << 16, &nlist), st, out);
+    if (ns != nservers) {
         st = fl__err(FL_EINVAL, "checkpoint '%s' was saved by %lld servers, this job has %d: resharding is not "
-                                "supported (load with the same number of servers)", dir, ns->n, nservers);
+                                "supported (load with the same number of servers)", dir, (long long)ns, nservers);
         goto out;
     }
-    for (int i = 0; i < ntables && st == FL_OK; i++) {
-        const fl_ps_table_config *t = &tables[i];
-        const jv *e = NULL;
-        for (int k = 0; k < tl->len && !e; k++) {
-            const jv *nm = get(&tl->items[k], "name", 's');
-            if (nm && !strcmp(nm->s, t->name)) e = &tl->items[k];
-        }
-        if (!e) {
-            st = fl__err(FL_ENOTFOUND, "checkpoint '%s' has no table '%s'", dir, t->name);
-            break;
-        }
-        const jv *kind = get(e, "kind", 's'), *opt = get(e, "optimizer", 's');
-        const char *want_kind = t->kind == FL_PS_DENSE ? "dense" : "sparse";
-        if (!kind || strcmp(kind->s, want_kind)) {
-            st = fl__err(FL_EINVAL, "checkpoint '%s': table '%s' is %s there, %s here", dir, t->name,
-                         kind ? kind->s : "?", want_kind);
-            break;
-        }
-        if (!opt || strcmp(opt->s, fl__ps_opt_name(t->opt.kind))) {
-            st = fl__err(FL_EINVAL, "checkpoint '%s': table '%s' was trained with optimizer %s, this job uses %s (its "
-                                    "state would not match)", dir, t->name, opt ? opt->s : "?", fl__ps_opt_name(t->opt.kind));
-            break;
-        }
-        if (t->kind == FL_PS_DENSE) {
-            const jv *r = get(e, "rows", 'n'), *c = get(e, "cols", 'n');
-            if (!r || !c || r->n != t->rows || c->n != t->cols)
-                st = fl__err(FL_EINVAL, "checkpoint '%s': dense table '%s' has shape %lld x %lld there, %lld x %lld here",
-                             dir, t->name, r ? r->n : -1, c ? c->n : -1, (long long)t->rows, (long long)t->cols);
-        } else {
-            const jv *d = get(e, "dim", 'n');
-            if (!d || d->n != t->dim)
-                st = fl__err(FL_EINVAL, "checkpoint '%s': sparse table '%s' has dim %lld there, %d here", dir, t->name,
-                             d ? d->n : -1, t->dim);
-        }
-    }
+    for (int i = 0; i < ntables && st == FL_OK; i++) st = check_table(&j, dir, list, &tables[i]);
     if (st == FL_OK) {
         *gen = gv;
-        *step = sp->n;
+        *step = sp;
     }
 out:
-    jv_free(&root);
+    fl__json_free(&j);
+    free(src);
     free(text);
     free(path);
     return st;

@@ -1,55 +1,25 @@
 /*
  * table_io.c - the pieces of checkpoint I/O shared by dense and sparse shards: a
- * safetensors header written ahead of data that is then streamed into an atomic file (so a
- * large sparse shard is never copied into memory first), and a checked tensor lookup for
- * loading.  Files are standard safetensors (8-byte header length, JSON header padded to a
- * multiple of 8 with spaces, packed little-endian data), readable by NumPy and PyTorch.
+ * safetensors header (src/io's writer) written ahead of data that is then streamed into an
+ * atomic file (so a large sparse shard is never copied into memory first), and a checked
+ * tensor lookup for loading.  Files are standard safetensors (8-byte header length, JSON
+ * header padded to a multiple of 8 with spaces, packed little-endian data), readable by
+ * NumPy and PyTorch.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "ps_internal.h"
 
-static const char *st_name(fl_dtype dt)
-{
-    switch (dt) {
-    case FL_FLOAT32: return "F32";
-    case FL_INT64: return "I64";
-    case FL_INT32: return "I32";
-    case FL_FLOAT64: return "F64";
-    default: return NULL;
-    }
-}
-
 int fl__ps_st_write_header(fl__afile *f, const fl__ps_st_tensor *t, int n, const char *table)
 {
+    fl__st_desc d[16];
+    if (n > 16) return fl__err(FL_EINVAL, "table '%s': %d tensors in a checkpoint file, at most 16", table, n);
+    for (int i = 0; i < n; i++) d[i] = (fl__st_desc){t[i].name, t[i].dtype, t[i].ndim, t[i].shape};
     fl_buf b = {0};
-    fl__buf_printf(&b, "{\"__metadata__\":{\"format\":\"fleet\",\"fleet_ps_table\":");
-    int st = fl__json_quote(&b, table);
-    fl__buf_printf(&b, "}");
-    uint64_t off = 0;
-    for (int i = 0; i < n && st == FL_OK; i++) {
-        const char *dt = st_name(t[i].dtype);
-        if (!dt) {
-            st = fl__err(FL_EINVAL, "table '%s': tensor '%s' has an unsupported dtype", table, t[i].name);
-            break;
-        }
-        uint64_t numel = 1;
-        for (int k = 0; k < t[i].ndim; k++) numel *= (uint64_t)t[i].shape[k];
-        uint64_t bytes = numel * fl_dtype_size(t[i].dtype);
-        fl__buf_printf(&b, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", t[i].name, dt);
-        for (int k = 0; k < t[i].ndim; k++) fl__buf_printf(&b, "%s%lld", k ? "," : "", (long long)t[i].shape[k]);
-        fl__buf_printf(&b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off, (unsigned long long)(off + bytes));
-        off += bytes;
-    }
-    fl__buf_put(&b, "}", 1);
-    while (!b.failed && b.len % 8) fl__buf_put(&b, " ", 1);
-    if (st == FL_OK && b.failed) st = fl__err(FL_ENOMEM, "table '%s': out of memory for a checkpoint header", table);
-    if (st == FL_OK) {
-        uint64_t hl = b.len;
-        st = fl__afile_write(f, &hl, 8);
-        if (st == FL_OK) st = fl__afile_write(f, b.p, b.len);
-    }
+    int st = fl__st_header(d, n, "fleet_ps_table", table, &b);
+    if (st != FL_OK) st = fl__err(st, "table '%s': checkpoint header: %s", table, fl_last_error());
+    else st = fl__afile_write(f, b.p, b.len);
     fl__buf_free(&b);
     return st;
 }
