@@ -442,6 +442,62 @@ TEST(save_restart_is_bit_exact)
     rm_rf(b2.dir);
 }
 
+/* Checkpoints for restart: a sync Adam job checkpointing every 2 steps loses worker 1 at
+ * step 5; the same command run again resumes from the checkpoint of step 4 (servers'
+ * tables, the workers' Adam moments and step) and ends bit-exact with an uninterrupted
+ * run. */
+TEST(checkpoint_restart_is_bit_exact)
+{
+    paths();
+    char a_dump[PATH_MAX + 8], b_dump[PATH_MAX + 8], ck[PATH_MAX + 8];
+    job a;
+    job_init(&a, 2, 2);
+    snprintf(a_dump, sizeof a_dump, "dump=%s", path_in(&a, "a.st"));
+    const char *ca[] = {"task=tiny", "mode=sync", "opt=adam", "lr=0.05", "steps=8", "quiet=1", NULL};
+    const char *wa[] = {a_dump, NULL};
+    job_start(&a, ca, NULL, wa);
+    job_wait_ok(&a, 90);
+    /* B1: checkpoints at steps 2 and 4, then worker 1 dies before step 5 */
+    job b;
+    job_init(&b, 2, 2);
+    snprintf(ck, sizeof ck, "ckpt=%s", path_in(&b, "ck"));
+    const char *cb1[] = {"task=tiny", "mode=sync", "opt=adam", "lr=0.05", "steps=8", "quiet=1", ck, "every=2",
+                         "kill_self_at=5", "kill_rank=1", NULL};
+    job_start(&b, cb1, NULL, NULL);
+    for (int i = 0; i < b.n; i++) wait_proc(&b.p[i], 60);
+    kill_all(&b);
+    CHECK(!exited_ok(&b.p[b.n - 1])); /* worker 1 was killed */
+    char latest[4096];
+    int64_t seq = -1;
+    CHECK_OK(fleet_checkpoint_latest(path_in(&b, "ck"), latest, sizeof latest, &seq));
+    CHECK_EQ_INT(seq, 2);
+    /* B2: the same command, no kill: resumes at step 4 */
+    job b2;
+    job_init(&b2, 2, 2);
+    snprintf(b_dump, sizeof b_dump, "dump=%s", path_in(&b, "b.st"));
+    const char *cb2[] = {"task=tiny", "mode=sync", "opt=adam", "lr=0.05", "steps=8", "quiet=1", ck, "every=2", NULL};
+    const char *wb2[] = {b_dump, NULL};
+    job_start(&b2, cb2, NULL, wb2);
+    job_wait_ok(&b2, 90);
+    char *log = slurp(b2.p[b2.n - 2].log); /* worker 0 */
+    CHECK_STR_HAS(log, "resumed at step 4");
+    free(log);
+    dump_t x = read_dump(path_in(&a, "a.st")), y = read_dump(path_in(&b, "b.st"));
+    CHECK_EQ_INT(x.n, y.n);
+    compare(&x, &y, 0);
+    free_dump(&x);
+    free_dump(&y);
+    /* keep=2: the checkpoints of steps 6 and 8 remain */
+    CHECK_OK(fleet_checkpoint_latest(path_in(&b, "ck"), latest, sizeof latest, &seq));
+    CHECK_EQ_INT(seq, 4);
+    struct stat sb;
+    CHECK(stat(path_in(&b, "ck/ckpt-0000000003/checkpoint.json"), &sb) == 0);
+    CHECK(stat(path_in(&b, "ck/ckpt-0000000002"), &sb) != 0);
+    rm_rf(a.dir);
+    rm_rf(b.dir);
+    rm_rf(b2.dir);
+}
+
 /* Loads the inference model in dir and checks every parameter of the dump is in it with
  * the same bytes; returns the number of feeds. */
 static int check_model_holds(const char *dir, const char *dump_path, int with_emb)
@@ -871,7 +927,7 @@ TEST(example_runs_under_fleetrun)
     rm_rf(dir);
 }
 
-TEST_MAIN(T(rewrite_sync_and_async), T(rewrite_geo_keeps_the_local_optimizer), T(unsupported_combinations_are_refused),
+TEST_MAIN(T(checkpoint_restart_is_bit_exact), T(rewrite_sync_and_async), T(rewrite_geo_keeps_the_local_optimizer), T(unsupported_combinations_are_refused),
           T(missing_server_fails_init_worker_in_time), T(sync_sgd_l2_equals_local), T(sync_adam_equals_local),
           T(sync_adagrad_equals_local), T(sync_momentum_equals_local), T(async_converges), T(geo_converges), T(async_sparse_runs),
           T(save_restart_is_bit_exact), T(inference_model_from_the_servers), T(killed_worker_fails_the_servers), T(killed_worker_reported_by_fleetrun),

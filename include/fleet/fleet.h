@@ -197,6 +197,35 @@ FL_API int fleet_save_persistables(fleet_t *f, fl_exe *exe, const char *dir, con
 FL_API int fleet_save_inference_model(fleet_t *f, fl_exe *exe, const char *dir, const char *const *feeds, int nfeed,
                                fl_var *const *targets, int ntarget, const fl_prog *prog);
 
+/* ---- checkpoints for restart (docs/checkpoints.md) ------------------------------------------ */
+
+/* Where a worker resumes: its data position and step count (the program's own meaning:
+ * e.g. the epoch, the next file of its list and the batch in it). */
+typedef struct {
+    int64_t epoch, file, offset, step;
+} fleet_checkpoint_pos;
+
+/* Saves checkpoint <root>/ckpt-<seq> on every worker (a collective call: every worker
+ * makes it): the servers' tables (parameter-server jobs), each worker's persistables of
+ * prog (parameters, optimizer moments, counters, learning rate, metric state) and pos.
+ * Worker 0 commits it (checkpoint.json, atomically) once every worker's part is written,
+ * then keeps only the newest `keep` (>= 1).  Blocks for the save and two agreements among
+ * the workers (bounded by the PS or collective deadlines).  A failure anywhere is an error
+ * on every worker, and the previous checkpoint stays valid. */
+FL_API int fleet_save_checkpoint(fleet_t *f, fl_exe *exe, const char *root, const fl_prog *prog,
+                                 const fleet_checkpoint_pos *pos, int keep);
+/* Loads this worker's part of the newest valid checkpoint under root into exe's scope and
+ * *pos.  FL_ENOTFOUND when there is none (start from scratch); FL_EINVAL when it was
+ * saved by another number of workers.  Call after the startup program (and, in a
+ * parameter-server job, after fleet_init_worker: the servers were started from the same
+ * checkpoint, see fleet_checkpoint_latest). */
+FL_API int fleet_load_checkpoint(fleet_t *f, fl_exe *exe, const char *root, const fl_prog *prog,
+                                 fleet_checkpoint_pos *pos);
+/* The directory of the newest valid checkpoint under root, for fleet_init_server (servers
+ * restart from its tables); *seq (may be NULL) its number.  FL_ENOTFOUND when there is
+ * none. */
+FL_API int fleet_checkpoint_latest(const char *root, char *dir, size_t cap, int64_t *seq);
+
 /* Paddle's split_files / util.get_file_shard: contiguous blocks of len/n files, the first
  * len%n workers get one more.  *out is a malloc'ed array of pointers into files. */
 FL_API int fleet_split_files(const fleet_t *f, const char *const *files, int n, const char ***out, int *nout);

@@ -34,6 +34,8 @@ struct fleet {
     struct fl_ring *ring;              /* the workers' communicator (ring.h), made on first use */
     fl_net_secret secret;              /* the job secret, loaded once (fl__fleet_secret) */
     int secret_state;                  /* 0: not read yet, 1: loaded, 2: none configured */
+    int64_t ckpt_seq;                  /* the last checkpoint saved or loaded (checkpoint.c) */
+    int ckpt_known;                    /* ckpt_seq is set */
 };
 
 /* The job secret of this fleet: read from FLEET_JOB_SECRET / FLEET_JOB_SECRET_FILE on the

@@ -49,6 +49,12 @@ typedef struct fl__runtime {
     int (*save_persistables)(fleet_t *f, fl_exe *exe, const char *dir, const fl_prog *prog);
     int (*save_inference_model)(fleet_t *f, fl_exe *exe, const char *dir, const char *const *feeds, int nfeed,
                                 fl_var *const *targets, int ntarget, const fl_prog *prog);
+    /* fleet_save_checkpoint (checkpoint.c), on every worker: save what the workers share
+     * into dir (PS: every queued push delivered, then the servers' tables, written by the
+     * first worker; collective: nothing, each worker saves its replica) */
+    int (*checkpoint_shared)(fleet_t *f, const char *dir, int64_t step);
+    /* A collective call among the workers: *all = 1 when every worker passed ok != 0. */
+    int (*agree)(fleet_t *f, int ok, const char *fn, int *all);
     /* fleet_free: release f->rt (f->ring is the facade's) */
     void (*free)(fleet_t *f);
 } fl__runtime;

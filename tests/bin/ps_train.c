@@ -22,6 +22,10 @@
  *     save=DIR             fleet_save_persistables after the last step
  *     infer=DIR            fleet_save_inference_model (feeds x [, id1, id2] -> prediction)
  *     load=DIR             servers: fleet_init_server(DIR)
+ *     ckpt=DIR every=N     checkpoints for restart: every N steps fleet_save_checkpoint
+ *                          (keep 2); at start the servers load the newest one
+ *                          (fleet_checkpoint_latest) and the workers resume from it
+ *                          (fleet_load_checkpoint: parameters, optimizer state, step)
  *     kill_self_at=S       SIGKILL itself before step S (only worker kill_rank=R if given)
  *     merge=N queue=N      async: max_merge_var_num and send_queue_size
  *     quiet=1              print only the last step's cost
@@ -165,6 +169,9 @@ int main(int argc, char **argv)
     const char *dump_path = arg(argc, argv, "dump", NULL), *dump_init = arg(argc, argv, "dump_init", NULL);
     const char *init_table = arg(argc, argv, "init_table", NULL), *save = arg(argc, argv, "save", NULL);
     const char *load = arg(argc, argv, "load", NULL), *infer = arg(argc, argv, "infer", NULL);
+    const char *ckpt = arg(argc, argv, "ckpt", NULL);
+    int every = atoi(arg(argc, argv, "every", "0"));
+    char ckpt_dir[4096];
     int quick = !strcmp(task, "quick");
     int sparse = !quick && atoi(arg(argc, argv, "sparse", "1"));
     int dist = atoi(arg(argc, argv, "dist", "1"));
@@ -203,6 +210,7 @@ int main(int argc, char **argv)
     if (fl_opt_minimize(opt, cost) != FL_OK) return fail("minimize");
 
     if (fleet_is_server(fleet)) {
+        if (ckpt && fleet_checkpoint_latest(ckpt, ckpt_dir, sizeof ckpt_dir, NULL) == FL_OK) load = ckpt_dir;
         if (fleet_init_server(fleet, load) != FL_OK) return fail("fleet_init_server");
         if (fleet_run_server(fleet) != FL_OK) return fail("fleet_run_server");
         fl_opt_free(opt);
@@ -225,6 +233,18 @@ int main(int argc, char **argv)
         const fl_tensor *tv[1] = {t};
         if (fl_io_write_safetensors(dump_init, nm, tv, 1) != FL_OK) return fail("dump_init");
         fl_tensor_free(t);
+    }
+
+    if (ckpt) { /* resume where the newest checkpoint left off */
+        fleet_checkpoint_pos pos;
+        int st = fleet_load_checkpoint(fleet, exe, ckpt, prog, &pos);
+        if (st == FL_OK) {
+            steps -= (int)pos.step - start;
+            start = (int)pos.step;
+            printf("worker_index: %d, resumed at step %d\n", me, start);
+        } else if (st != FL_ENOTFOUND) {
+            return fail("fleet_load_checkpoint");
+        }
     }
 
     batch_data qd = {0};
@@ -268,6 +288,10 @@ int main(int argc, char **argv)
         }
         last = fl_tensor_f32(out)[0];
         if (!quiet) printf("worker_index: %d, step%d cost = %f\n", me, step, last);
+        if (ckpt && every > 0 && (step + 1) % every == 0) {
+            fleet_checkpoint_pos pos = {0, 0, 0, step + 1};
+            if (fleet_save_checkpoint(fleet, exe, ckpt, prog, &pos, 2) != FL_OK) return fail("fleet_save_checkpoint");
+        }
     }
     if (quiet) printf("worker_index: %d, step%d cost = %f\n", me, start + steps - 1, last);
     fflush(stdout);

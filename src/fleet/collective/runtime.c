@@ -92,6 +92,23 @@ static int save_inference_model(fleet_t *f, fl_exe *exe, const char *dir, const 
     return shared_outcome(f, st, "fleet_save_inference_model", dir);
 }
 
+static int checkpoint_shared(fleet_t *f, const char *dir, int64_t step)
+{
+    (void)dir;
+    (void)step;
+    return ring(f); /* every worker holds the whole model: nothing is shared */
+}
+
+static int agree(fleet_t *f, int ok, const char *fn, int *all)
+{
+    (void)fn;
+    FL_CHECK(ring(f));
+    int64_t v = ok != 0;
+    FL_CHECK(fl__ring_allreduce(f->ring, &v, 1, FL_INT64, "min"));
+    *all = v != 0;
+    return FL_OK;
+}
+
 static void rt_free(fleet_t *f)
 {
     free(f->rt);
@@ -111,5 +128,7 @@ const fl__runtime fl__runtime_collective = {
     .worker_ring = worker_ring,
     .save_persistables = save_persistables,
     .save_inference_model = save_inference_model,
+    .checkpoint_shared = checkpoint_shared,
+    .agree = agree,
     .free = rt_free,
 };

@@ -390,6 +390,35 @@ static int save_inference_model(fleet_t *f, fl_exe *exe, const char *dir, const 
     return ps_first_worker_does(f, "fleet_save_inference_model", dir, act_save_inference, &a);
 }
 
+static int checkpoint_shared(fleet_t *f, const char *dir, int64_t step)
+{
+    fl__ps_ctx *c = NULL;
+    fl_ps_client *cl = NULL;
+    FL_CHECK(ps_worker_client(f, "fleet_save_checkpoint", &c, &cl));
+    if (c->mode->flush) FL_CHECK(c->mode->flush(c)); /* every queued push reaches the servers */
+    FL_CHECK(fl_ps_client_barrier(cl));
+    return fleet_is_first_worker(f) ? fl_ps_client_save(cl, dir, 0, step) : FL_OK;
+}
+
+/* Through the 1x1 "sum" status table: worker 0 zeroes it, every worker adds 0 (ok) or 1,
+ * every worker reads it back; the barriers keep the rounds apart. */
+static int agree(fleet_t *f, int ok, const char *fn, int *all)
+{
+    fl__ps_ctx *c = NULL;
+    fl_ps_client *cl = NULL;
+    FL_CHECK(ps_worker_client(f, fn, &c, &cl));
+    FL_CHECK(fl_ps_client_barrier(cl));
+    float v = 0.0f;
+    if (fleet_is_first_worker(f)) FL_CHECK(fl_ps_client_init_dense(cl, c->status_table, &v, 1, NULL));
+    FL_CHECK(fl_ps_client_barrier(cl));
+    v = ok ? 0.0f : 1.0f;
+    FL_CHECK(fl_ps_client_push_dense(cl, c->status_table, &v));
+    FL_CHECK(fl_ps_client_barrier(cl));
+    FL_CHECK(fl_ps_client_pull_dense(cl, c->status_table, &v));
+    *all = v == 0.0f;
+    return FL_OK;
+}
+
 static void rt_free(fleet_t *f)
 {
     ctx_free(f->rt);
@@ -409,5 +438,7 @@ const fl__runtime fl__runtime_ps = {
     .worker_ring = worker_ring,
     .save_persistables = save_persistables,
     .save_inference_model = save_inference_model,
+    .checkpoint_shared = checkpoint_shared,
+    .agree = agree,
     .free = rt_free,
 };
