@@ -17,6 +17,9 @@
  * --sparse_feature_dim 1000001 --embedding_size 10 --optimizer sgd --lr 1e-4
  * --dataset QueueDataset --print_period 100 --model_dir ctr_model --mode async|sync|geo|collective
  * --hidden 400,400,400 --strategy KEY=VALUE (any DistributedStrategy field, repeatable)
+ * --checkpoint_dir DIR: distributed runs save a checkpoint for restart after every epoch
+ * (the newest 2 kept) and, started again (e.g. by `fleetrun --max_restart`), resume after
+ * the last completed epoch: the servers from its tables, the workers from their state.
  */
 #include <fleet.h>
 #include <stdio.h>
@@ -29,7 +32,7 @@ typedef struct {
     int is_local, epochs, batch_size, thread_num, embedding_size, print_period;
     int64_t sparse_feature_dim;
     double lr;
-    const char *train_data, *test_data, *optimizer, *dataset, *model_dir, *pipe_command, *mode;
+    const char *train_data, *test_data, *optimizer, *dataset, *model_dir, *pipe_command, *mode, *checkpoint_dir;
     const char *hidden;       /* --hidden 400,400,400 */
     const char *strategy[16]; /* --strategy KEY=VALUE (DistributedStrategy fields) */
     int nstrategy;
@@ -37,7 +40,7 @@ typedef struct {
 
 static int parse_args(int argc, char **argv, args_t *a)
 {
-    *a = (args_t){0, 20, 100, 10, 10, 100, 1000001, 1e-4, "raw_data", NULL, "sgd", "QueueDataset", "ctr_model", NULL, "async",
+    *a = (args_t){0, 20, 100, 10, 10, 100, 1000001, 1e-4, "raw_data", NULL, "sgd", "QueueDataset", "ctr_model", NULL, "async", NULL,
                   "400,400,400", {NULL}, 0};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -57,6 +60,7 @@ static int parse_args(int argc, char **argv, args_t *a)
         else if (!strcmp(k, "sparse_feature_dim")) a->sparse_feature_dim = atoll(v);
         else if (!strcmp(k, "lr")) a->lr = atof(v);
         else if (!strcmp(k, "train_data")) a->train_data = v;
+        else if (!strcmp(k, "checkpoint_dir")) a->checkpoint_dir = v;
         else if (!strcmp(k, "test_data")) a->test_data = v;
         else if (!strcmp(k, "optimizer")) a->optimizer = v;
         else if (!strcmp(k, "dataset")) a->dataset = v;
@@ -108,18 +112,39 @@ static fl_dataset *make_dataset(const args_t *a, fl_model_ctr_dnn *m, const char
     return ds;
 }
 
-static int train_loop(const args_t *a, fl_exe *exe, fl_prog *prog, fl_dataset *ds, fl_model_ctr_dnn *m)
+/* Epochs [first, epochs); with a fleet and --checkpoint_dir, a checkpoint after each. */
+static int train_loop(const args_t *a, fl_exe *exe, fl_prog *prog, fl_dataset *ds, fl_model_ctr_dnn *m, fleet_t *fleet,
+                      int first)
 {
     const char *fetch[2] = {fl_var_name(m->auc), fl_var_name(m->loss)}, *info[2] = {"auc", "loss"};
     /* collective training exchanges one step per process: one trainer thread */
     int thread = !strcmp(a->mode, "collective") && !a->is_local ? 1 : 0;
-    for (int i = 0; i < a->epochs; i++) {
+    int64_t seen = 0;
+    for (int i = first; i < a->epochs; i++) {
         fl_exe_dataset_stats s;
         if (fl_exe_train_from_dataset(exe, prog, ds, thread, fetch, info, 2, a->print_period, &s) != FL_OK) return -1;
         printf("epoch %d: %lld examples in %.2f s (%.0f examples/s), auc %.4f\n", i, (long long)s.instances, s.seconds,
                s.seconds > 0 ? (double)s.instances / s.seconds : 0.0, s.fetch[0]);
         fflush(stdout);
+        seen += s.instances;
+        fleet_checkpoint_pos pos = {i + 1, 0, 0, seen};
+        if (fleet && a->checkpoint_dir && fleet_save_checkpoint(fleet, exe, a->checkpoint_dir, prog, &pos, 2) != FL_OK)
+            return -1;
     }
+    return 0;
+}
+
+/* The epoch to start from: after the newest checkpoint's, or 0. */
+static int resume(const args_t *a, fleet_t *fleet, fl_exe *exe, fl_prog *prog, int *first)
+{
+    *first = 0;
+    if (!a->checkpoint_dir) return 0;
+    fleet_checkpoint_pos pos;
+    int st = fleet_load_checkpoint(fleet, exe, a->checkpoint_dir, prog, &pos);
+    if (st == FL_ENOTFOUND) return 0;
+    if (st != FL_OK) return -1;
+    *first = (int)pos.epoch;
+    printf("resumed after epoch %d from %s\n", *first - 1, a->checkpoint_dir);
     return 0;
 }
 
@@ -178,7 +203,8 @@ static int main_function(const args_t *a)
     if (a->is_local) { /* local training */
         fl_dataset *ds = make_dataset(a, &m, (const char *const *)whole_filelist, nfiles);
         if (!ds || fl_opt_minimize(optimizer, m.loss) != FL_OK ||
-            fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK || train_loop(a, exe, prog, ds, &m))
+            fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK ||
+            train_loop(a, exe, prog, ds, &m, NULL, 0))
             return -1;
         if (a->test_data && evaluate(a, exe, prog, &m)) return -1;
         const char *feeds[28];
@@ -198,14 +224,18 @@ static int main_function(const args_t *a)
         optimizer = fleet_distributed_optimizer(fleet, optimizer, &strategy);        /* + */
         if (!optimizer || fl_opt_minimize(optimizer, m.loss) != FL_OK) return -1;
         if (fleet_is_server(fleet)) {                                                /* + */
-            if (fleet_init_server(fleet, NULL) != FL_OK || fleet_run_server(fleet) != FL_OK) return -1;
+            char ckpt[4096]; /* a restarted job: the tables of the newest checkpoint */
+            int from = a->checkpoint_dir && fleet_checkpoint_latest(a->checkpoint_dir, ckpt, sizeof ckpt, NULL) == FL_OK;
+            if (fleet_init_server(fleet, from ? ckpt : NULL) != FL_OK || fleet_run_server(fleet) != FL_OK) return -1;
         } else if (fleet_is_worker(fleet)) {
             const char **mine;                                                       /* + */
             int nmine;
             if (fleet_split_files(fleet, (const char *const *)whole_filelist, nfiles, &mine, &nmine) != FL_OK) return -1;
             fl_dataset *ds = make_dataset(a, &m, mine, nmine);
+            int first = 0;
             if (!ds || fleet_init_worker(fleet) != FL_OK ||                        /* + */
-                fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK || train_loop(a, exe, prog, ds, &m))
+                fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK ||
+                resume(a, fleet, exe, prog, &first) || train_loop(a, exe, prog, ds, &m, fleet, first))
                 return -1;
             const char *feeds[28];
             for (int i = 0; i + 1 < m.nuse_var; i++) feeds[i] = fl_var_name(m.use_var[i]);
@@ -237,7 +267,7 @@ int main(int argc, char **argv)
                                            "[--batch_size N] [--thread_num N] [--optimizer sgd|adam|adagrad] [--lr X] "
                                            "[--dataset QueueDataset|InMemoryDataset] [--mode async|sync|geo] "
                                            "[--sparse_feature_dim N] [--model_dir DIR] [--pipe_command CMD] [--hidden N,N,..] "
-                                           "[--strategy KEY=VALUE ...]\n",
+                                           "[--strategy KEY=VALUE ...] [--checkpoint_dir DIR]\n",
                 argv[0]);
         return pr == 1 ? 0 : 2;
     }
