@@ -4,10 +4,12 @@
  * gradients on their own data.  The lines marked "+" are all that differ from
  * local_train.c.
  *
- *   fleetrun --server_num 2 --worker_num 2 build/examples/quick_start/distributed_train [steps] [mode]
+ *   fleetrun --server_num 2 --worker_num 2 build/examples/quick_start/distributed_train [steps] [mode] [ckpt_dir]
  *
  * steps: default 1001, as the seed.  mode: sync (a_sync=false), async (Paddle 2.x's
  * default strategy: a_sync=true) or geo (a_sync=true, k_steps=100); default async.
+ * ckpt_dir (optional, "-" for none): a checkpoint for restart every 100 steps; started
+ * again (e.g. by `fleetrun --max_restart 1`), the job resumes from the newest one.
  * Run without fleetrun it trains as one local worker.
  */
 #include <fleet.h>
@@ -21,6 +23,7 @@ int main(int argc, char **argv)
 {
     int steps = argc > 1 ? atoi(argv[1]) : 1001;
     const char *mode = argc > 2 ? argv[2] : "async";
+    const char *ckpt = argc > 3 && strcmp(argv[3], "-") ? argv[3] : NULL;
 
     fl_prog *prog = fl_prog_create();
     fl_model_mlp_config cfg = fl_model_mlp_default(); /* x[32], y[1]: the seed's nets.py */
@@ -47,7 +50,9 @@ int main(int argc, char **argv)
     }
 
     if (fleet_is_server(fleet)) {                                              /* + */
-        if (fleet_init_server(fleet, NULL) != FL_OK || fleet_run_server(fleet) != FL_OK) {
+        char dir[4096]; /* restarted: from the newest checkpoint's tables */
+        int from = ckpt && fleet_checkpoint_latest(ckpt, dir, sizeof dir, NULL) == FL_OK;
+        if (fleet_init_server(fleet, from ? dir : NULL) != FL_OK || fleet_run_server(fleet) != FL_OK) {
             fprintf(stderr, "server: %s\n", fl_last_error());
             return 1;
         }
@@ -61,8 +66,14 @@ int main(int argc, char **argv)
             fprintf(stderr, "startup failed: %s\n", fl_last_error());
             return 1;
         }
+        fleet_checkpoint_pos pos = {0, 0, 0, 0};
+        int st = ckpt ? fleet_load_checkpoint(fleet, exe, ckpt, prog, &pos) : FL_ENOTFOUND;
+        if (st != FL_OK && st != FL_ENOTFOUND) {
+            fprintf(stderr, "fleet_load_checkpoint: %s\n", fl_last_error());
+            return 1;
+        }
         batch_data data = {0};
-        for (int i = 0; i < steps; i++) {
+        for (int i = (int)pos.step; i < steps; i++) {
             /* each worker reads its own data: seed by step and worker */
             gen_data(&data, 128, (unsigned)(i * fleet_worker_num(fleet) + fleet_worker_index(fleet)));
             fl_feed feed[] = {{"x", data.x}, {"y", data.y}};
@@ -73,6 +84,11 @@ int main(int argc, char **argv)
                 return 1;
             }
             printf("worker_index: %d, step%d cost = %f\n", fleet_worker_index(fleet), i, fl_tensor_f32(cost_val)[0]);
+            pos.step = i + 1;
+            if (ckpt && pos.step % 100 == 0 && fleet_save_checkpoint(fleet, exe, ckpt, prog, &pos, 2) != FL_OK) {
+                fprintf(stderr, "fleet_save_checkpoint: %s\n", fl_last_error());
+                return 1;
+            }
         }
         if (fleet_stop_worker(fleet) != FL_OK) {                               /* + */
             fprintf(stderr, "fleet_stop_worker: %s\n", fl_last_error());
