@@ -36,7 +36,9 @@ typedef struct fleet_role fleet_role;
  *    trainer's endpoint when set), PADDLE_TRAINERS_NUM (must equal the endpoint count when
  *    set), PADDLE_TRAINING_ROLE (TRAINER, default).
  *  parameter server (is_collective=0): PADDLE_PSERVERS_IP_PORT_LIST (unset = one local
- *    worker, no servers); then TRAINING_ROLE (TRAINER|PSERVER) and PADDLE_TRAINERS_NUM are
+ *    worker, no servers; but FL_EINVAL when PADDLE_TRAINER_ENDPOINTS lists, or
+ *    PADDLE_TRAINERS_NUM counts, several trainers: a collective launch such as
+ *    fleetrun --nproc_per_node 2 of a parameter-server program); then TRAINING_ROLE (TRAINER|PSERVER) and PADDLE_TRAINERS_NUM are
  *    required; a TRAINER needs PADDLE_TRAINER_ID, a PSERVER needs POD_IP and PADDLE_PORT
  *    (its index is the position of POD_IP:PADDLE_PORT in the list);
  *    PADDLE_TRAINER_ENDPOINTS is optional.
