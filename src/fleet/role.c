@@ -1,7 +1,7 @@
 /*
  * role.c - the role object and the role makers of Paddle itself: PaddleCloudRoleMaker
- * (Paddle's launcher variables) and UserDefinedRoleMaker.  Every variable is read through
- * src/base/env.c.
+ * (Paddle's launcher variables) and UserDefinedRoleMaker.  The schedulers' role makers sit
+ * beside it (role_internal.h lists them).  Every variable is read through src/base/env.c.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -128,6 +128,7 @@ int fl__role_ps_as_collective(const char *launcher, int n, const char *how)
 void fleet_role_free(fleet_role *r)
 {
     if (!r || r->magic != FLEET_ROLE_MAGIC) return;
+    if (r->mpi_ref) fl__role_mpi_release(r);
     fl__free_strv(r->workers, r->nworkers);
     fl__free_strv(r->servers, r->nservers);
     r->magic = 0;

@@ -2,7 +2,11 @@
  * role_internal.h - what the role-maker files share:
  *
  *   role.c           the role object, endpoint lists, PaddleCloudRoleMaker, UserDefinedRoleMaker
- *   hostlist.c       Slurm's node lists and tasks per node, expanded
+ *   role_env.c       fleet_role_from_env: which launcher started this process
+ *   role_slurm.c     srun tasks (hostlist.c expands Slurm's node lists)
+ *   role_torchrun.c  torchrun / Kubernetes PyTorchJob variables (role_rdzv.c: the rendezvous
+ *                    that collects every rank's endpoint when the hosts are not known)
+ *   role_mpi.c       mpirun ranks (built with FL_HAVE_MPI; refused without it)
  *
  * Every environment variable is read through src/base/env.c.
  */
@@ -30,6 +34,10 @@ int fl__role_from_tasks(fleet_role *r, char *const *eps, int n, int rank, int (*
  * jobs with `n` processes: names the launcher's variables and how to start servers. */
 int fl__role_ps_as_collective(const char *launcher, int n, const char *how);
 
+/* fleet_role_torchrun for either mode: a parameter-server program (is_collective 0)
+ * started by torchrun with WORLD_SIZE > 1 is refused with fl__role_ps_as_collective. */
+int fl__role_torchrun(int is_collective, fleet_role **out);
+
 /* ---- hostlist.c ----------------------------------------------------------------------------- */
 
 #define FL_HOSTLIST_MAX 65536 /* hosts after expansion */
@@ -42,5 +50,20 @@ int fl__hostlist_expand(const char *list, const char *what, char ***out, int *n)
 
 /* Expands Slurm's tasks per node ("2(x3),1" -> 2,2,2,1) into a malloc'ed array. */
 int fl__slurm_tasks_per_node(const char *spec, const char *what, int **out, int *n);
+
+/* ---- role_rdzv.c ---------------------------------------------------------------------------- */
+
+/* The rendezvous of role_torchrun.c: rank 0 listens on host:port, every other rank connects
+ * (authenticated with `secret`), reports "host:port" of a listener it bound on the address
+ * it reached rank 0 from, and receives everyone's.  Rank 0 answers with the list once all
+ * world_size ranks reported.  Every wait ends by timeout_ms; errors name the peer.  *out is
+ * a malloc'ed array of world_size endpoints. */
+int fl__rdzv_endpoints(const char *host, int port, int rank, int world_size, const fl_net_secret *secret,
+                       int64_t timeout_ms, char ***out);
+
+/* ---- role_mpi.c ----------------------------------------------------------------------------- */
+
+/* Drops r's reference on MPI: the last role of a process that initialised MPI finalises it. */
+void fl__role_mpi_release(fleet_role *r);
 
 #endif
