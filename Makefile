@@ -14,6 +14,23 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC -fvisibility=hidden $(OPT) -fno-trapping
 LDLIBS  := -lopenblas -lcrypto -lcjson -lm -pthread
 LDFLAGS += $(SAN)
 
+# Open MPI, optional: when pkg-config finds ompi-c (Debian: libopenmpi-dev) the MPI role
+# maker (src/fleet/role_mpi.c) is built in; without it fleet_role_mpi returns
+# FL_EUNSUPPORTED.  `make MPI=0` leaves it out even when installed (then `make clean`).
+ifndef MPI
+MPI := $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1 || echo 0)
+endif
+ifeq ($(MPI),1)
+MPI_LIBS := $(shell pkg-config --libs ompi-c)
+CFLAGS   += -DFL_HAVE_MPI $(shell pkg-config --cflags ompi-c)
+LDLIBS   += $(MPI_LIBS)
+endif
+
+# The compile and link flags of the last build: objects are rebuilt when they change (for
+# example when Open MPI was installed since), not only when a source changes.
+FLAGS_STAMP := $(BUILD)/.flags
+$(shell mkdir -p $(BUILD); echo '$(CC) $(CFLAGS) $(LDLIBS)' | cmp -s - $(FLAGS_STAMP) || echo '$(CC) $(CFLAGS) $(LDLIBS)' > $(FLAGS_STAMP))
+
 LIB_SRC  := $(sort $(wildcard src/*/*.c src/*/*/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
@@ -40,7 +57,7 @@ DEPS_PROFILE ?= build
 
 Q := $(if $(V),,@)
 
-$(BUILD)/%.o: %.c $(HEADERS) $(wildcard src/*/*.h src/*/*/*.h)
+$(BUILD)/%.o: %.c $(HEADERS) $(wildcard src/*/*.h src/*/*/*.h) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) -c $< -o $@
@@ -128,7 +145,7 @@ install: lib
 	install -m 755 $(BUILD)/libfleet.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf libfleet.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libfleet.so.$(SOVER)
 	ln -sf libfleet.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libfleet.so
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' fleet.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fleet.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@MPI_LIBS@|$(MPI_LIBS)|g' fleet.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fleet.pc
 
 clean:
 	rm -rf build build-asan build-ubsan build-tsan

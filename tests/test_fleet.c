@@ -4,9 +4,13 @@
 
 static void clear_env(void)
 {
+    /* Paddle's variables, and those of the other launchers fleet_init(NULL, ...) looks for
+     * (so the tests pass when run inside an srun step or a torchrun job) */
     const char *vars[] = {"PADDLE_TRAINER_ID", "PADDLE_TRAINER_ENDPOINTS", "PADDLE_CURRENT_ENDPOINT",
                           "PADDLE_TRAINERS_NUM", "PADDLE_TRAINING_ROLE", "TRAINING_ROLE",
-                          "PADDLE_PSERVERS_IP_PORT_LIST", "POD_IP", "PADDLE_PORT"};
+                          "PADDLE_PSERVERS_IP_PORT_LIST", "POD_IP", "PADDLE_PORT", "RANK", "WORLD_SIZE",
+                          "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_STEP_ID", "SLURM_STEPID", "PMI_SIZE",
+                          "PMIX_RANK"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
 }
 
@@ -120,6 +124,34 @@ TEST(ps_env_errors)
     /* fleet_init reports the same error and returns NULL */
     CHECK(fleet_init(NULL, NULL) == NULL);
     CHECK_STR_HAS(fl_last_error(), "PADDLE_TRAINERS_NUM");
+}
+
+/* fleetrun --nproc_per_node 2 of a parameter-server program: refused at fleet_init instead
+ * of two processes each training a local copy */
+TEST(ps_program_started_as_collective_job)
+{
+    clear_env();
+    setenv("PADDLE_TRAINER_ENDPOINTS", "127.0.0.1:6170,127.0.0.1:6171", 1);
+    setenv("PADDLE_TRAINER_ID", "1", 1);
+    setenv("PADDLE_CURRENT_ENDPOINT", "127.0.0.1:6171", 1);
+    setenv("PADDLE_TRAINERS_NUM", "2", 1);
+    setenv("PADDLE_TRAINING_ROLE", "TRAINER", 1);
+    CHECK(fleet_init(NULL, NULL) == NULL);
+    CHECK_STR_HAS(fl_last_error(), "this is a parameter-server program (fleet_init) but it was started as a collective job of 2 processes");
+    CHECK_STR_HAS(fl_last_error(), "fleetrun --server_num S --worker_num W PROGRAM");
+    CHECK_STR_HAS(fl_last_error(), "fleet_init_collective");
+    /* the same variables are a valid collective job */
+    fleet_t *f = fleet_init_collective(NULL, NULL);
+    CHECK(f && fleet_worker_num(f) == 2 && fleet_worker_index(f) == 1);
+    fleet_free(f);
+    /* PADDLE_TRAINERS_NUM alone counts the processes too; one trainer is the local run */
+    clear_env();
+    setenv("PADDLE_TRAINERS_NUM", "3", 1);
+    expect_env_error(0, "collective job of 3 processes (PADDLE_TRAINERS_NUM counts them");
+    setenv("PADDLE_TRAINERS_NUM", "1", 1);
+    f = fleet_init(NULL, NULL);
+    CHECK(f && !fleet_is_distributed(f));
+    fleet_free(f);
 }
 
 TEST(user_defined_role)
@@ -309,5 +341,6 @@ TEST(split_files_as_paddle)
 }
 
 TEST_MAIN(T(fallback_is_one_local_worker), T(collective_env), T(collective_env_errors), T(ps_env_worker_and_server),
-          T(ps_env_errors), T(user_defined_role), T(strategy_defaults_and_set), T(strategy_unimplemented_rejected),
-          T(strategy_parse_text_and_json), T(strategy_json_errors_name_the_file_and_key), T(split_files_as_paddle))
+          T(ps_env_errors), T(ps_program_started_as_collective_job), T(user_defined_role), T(strategy_defaults_and_set),
+          T(strategy_unimplemented_rejected), T(strategy_parse_text_and_json), T(strategy_json_errors_name_the_file_and_key),
+          T(split_files_as_paddle))

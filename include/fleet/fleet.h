@@ -8,9 +8,10 @@
  *   if (fleet_is_server(fleet)) { fleet_init_server(fleet, dir); fleet_run_server(fleet); }
  *   else { fleet_init_worker(fleet); ...train...; fleet_stop_worker(fleet); }
  *
- * With no distributed environment set (no PADDLE_* variables), fleet_init gives one local
- * worker and the lifecycle calls are no-ops: the same program runs on one machine, as
- * Paddle 2.x's non-distributed fallback.
+ * fleet_init(NULL, ...) finds the role from the launcher that started the process: Paddle's
+ * (fleetrun), torchrun / PyTorchJob, mpirun or srun (fleet_role_from_env).  With no
+ * distributed environment set, it gives one local worker and the lifecycle calls are
+ * no-ops: the same program runs on one machine, as Paddle 2.x's non-distributed fallback.
  *
  * There is no hidden global: every call takes the fleet_t handle.  A handle is used from
  * one thread, except the fleet_util_* collectives which follow the communicator's rules.
@@ -36,7 +37,9 @@ typedef struct fleet_role fleet_role;
  *    trainer's endpoint when set), PADDLE_TRAINERS_NUM (must equal the endpoint count when
  *    set), PADDLE_TRAINING_ROLE (TRAINER, default).
  *  parameter server (is_collective=0): PADDLE_PSERVERS_IP_PORT_LIST (unset = one local
- *    worker, no servers); then TRAINING_ROLE (TRAINER|PSERVER) and PADDLE_TRAINERS_NUM are
+ *    worker, no servers; but FL_EINVAL when PADDLE_TRAINER_ENDPOINTS lists, or
+ *    PADDLE_TRAINERS_NUM counts, several trainers: a collective launch such as
+ *    fleetrun --nproc_per_node 2 of a parameter-server program); then TRAINING_ROLE (TRAINER|PSERVER) and PADDLE_TRAINERS_NUM are
  *    required; a TRAINER needs PADDLE_TRAINER_ID, a PSERVER needs POD_IP and PADDLE_PORT
  *    (its index is the position of POD_IP:PADDLE_PORT in the list);
  *    PADDLE_TRAINER_ENDPOINTS is optional.
@@ -57,6 +60,59 @@ typedef struct {
     int n_server_endpoints;
 } fleet_user_role;
 FL_API int fleet_role_user_defined(const fleet_user_role *spec, fleet_role **out);
+
+/* The schedulers' role makers (docs/clusters.md).  Each reads its launcher's variables,
+ * derives every process's endpoint deterministically (or, where noted, by a rendezvous
+ * with a deadline), and fails with FL_EINVAL naming the variable and the expected form
+ * when one is missing, malformed or inconsistent.  A parameter-server program
+ * (is_collective 0) that the launcher started as several processes with no servers is
+ * refused with a message saying how to start servers.  The job secret (FLEET_JOB_SECRET or
+ * FLEET_JOB_SECRET_FILE) must reach every process, as for fleetrun.  Not thread safe. */
+
+/* Slurm (srun): SLURM_PROCID, SLURM_NTASKS, SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST,
+ * SLURM_NODELIST; Slurm's bracket syntax, e.g. node[01-04,07]), SLURM_STEP_TASKS_PER_NODE
+ * (else SLURM_TASKS_PER_NODE; e.g. 2(x3),1), SLURM_JOB_ID and SLURM_STEP_ID; SLURM_LOCALID
+ * and SLURM_NODEID are checked when set.  Tasks are laid out in blocks (srun's default):
+ * task i is local task l of node n and listens on n:port_base+l, port_base being
+ * FLEET_SLURM_PORT_BASE or 20000 + (SLURM_JOB_ID*97 + SLURM_STEP_ID*1009) % 20000.
+ * Parameter-server jobs: FLEET_SLURM_SERVERS=K makes tasks 0..K-1 the servers (server index
+ * = SLURM_PROCID) and the rest the workers (worker index = SLURM_PROCID - K).  Does not
+ * block. */
+FL_API int fleet_role_slurm(int is_collective, fleet_role **out);
+
+/* torchrun / Kubernetes PyTorchJob (collective): RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+ * LOCAL_RANK and LOCAL_WORLD_SIZE (both or neither = one process per node).  Rank r of node
+ * r / LOCAL_WORLD_SIZE listens on host:port_base + LOCAL_RANK, port_base being
+ * FLEET_TORCHRUN_PORT_BASE or MASTER_PORT + 1 and host the node's entry of
+ * FLEET_WORKER_HOSTS (h0,h1,...), or MASTER_ADDR on one node.  Several nodes without
+ * FLEET_WORKER_HOSTS meet at a rendezvous: rank 0 listens on MASTER_ADDR:FLEET_RENDEZVOUS_PORT
+ * (default MASTER_PORT + 1), every rank reports a free port of the address it reaches rank 0
+ * from, over the authenticated transport (the job secret is required); it blocks until all
+ * WORLD_SIZE ranks have reported or FLEET_RENDEZVOUS_TIMEOUT_MS (default 300000) passes,
+ * naming the missing ranks. */
+FL_API int fleet_role_torchrun(fleet_role **out);
+
+/* MPI (mpirun; Open MPI, optional at build time: without it FL_EUNSUPPORTED "built without
+ * MPI").  Initialises MPI (MPI_THREAD_SERIALIZED) unless the program did; it is finalised
+ * when the last MPI role is freed or at exit, never if the program initialised it, and can
+ * then not be used again in the process (FL_ESTATE).  Every rank binds a free port of its
+ * address (FLEET_MPI_HOST, else 127.0.0.1 when all ranks share this host, else the address
+ * of gethostname()) and the endpoints are exchanged with MPI_Allgather (collective over
+ * MPI_COMM_WORLD: every rank calls it; it blocks until all have).  Collective: every rank is
+ * a worker.  Parameter server: Paddle's MPISymetricRoleMaker, even ranks are servers and
+ * odd ranks workers, both indexed rank / 2; the rank count must be even. */
+FL_API int fleet_role_mpi(int is_collective, fleet_role **out);
+
+/* The role of whatever launcher started this process, detected in this order: Paddle's
+ * launcher variables (PADDLE_TRAINER_ENDPOINTS, PADDLE_PSERVERS_IP_PORT_LIST, TRAINING_ROLE)
+ * -> torchrun/PyTorchJob (RANK or WORLD_SIZE) -> Open MPI's mpirun (OMPI_COMM_WORLD_SIZE)
+ * -> an srun step (SLURM_PROCID and SLURM_STEP_ID; MPI instead when PMI_SIZE differs from
+ * SLURM_NTASKS) -> another MPI launcher (PMI_SIZE, PMIX_RANK) -> fleet_role_paddlecloud
+ * (one local worker without PADDLE_* variables).  The choice is logged at info level;
+ * errors of the chosen role maker say why it was chosen.  Blocks as the chosen one does. */
+FL_API int fleet_role_from_env(int is_collective, fleet_role **out);
+
+/* Frees a role not handed to fleet_init (which takes ownership).  NULL is ignored. */
 FL_API void fleet_role_free(fleet_role *r);
 
 /* ---- DistributedStrategy ----------------------------------------------------------------- */
@@ -131,8 +187,8 @@ FL_API char *fleet_strategy_to_text(const fleet_strategy *s);
 
 typedef struct fleet fleet_t;
 
-/* Creates the handle.  role NULL means fleet_role_paddlecloud(0, ...) (parameter-server
- * variables); fleet_init_collective uses the collective variables.  The handle takes
+/* Creates the handle.  role NULL means fleet_role_from_env(0, ...) (the launcher's
+ * variables, parameter-server mode); fleet_init_collective uses collective mode.  The handle takes
  * ownership of role.  strategy may be NULL (defaults) and is copied.  Returns NULL with
  * fl_last_error() set on a bad environment or strategy. */
 FL_API fleet_t *fleet_init(fleet_role *role, const fleet_strategy *strategy);

@@ -17,6 +17,24 @@
  *   PADDLE_PSERVERS_IP_PORT_LIST host:port,... of all parameter servers
  *   POD_IP, PADDLE_PORT          a server's own address and port
  *
+ * Other launchers' variables, read by the schedulers' role makers (src/fleet/role_*.c;
+ * docs/clusters.md), and to tell which launcher started the process (role_env.c):
+ *   SLURM_PROCID, SLURM_NTASKS (or SLURM_NPROCS), SLURM_LOCALID, SLURM_NODEID
+ *                                srun: this task, the step's task count, its place
+ *   SLURM_STEP_NODELIST, SLURM_JOB_NODELIST, SLURM_NODELIST     the nodes (node[01-04,07])
+ *   SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE             tasks per node (2(x3),1)
+ *   SLURM_JOB_ID (or SLURM_JOBID), SLURM_STEP_ID (or SLURM_STEPID)  pick the ports
+ *   FLEET_SLURM_PORT_BASE        first port of each node's tasks (default from the job id)
+ *   FLEET_SLURM_SERVERS          parameter-server jobs: the first K tasks are servers
+ *   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+ *                                torchrun / Kubernetes PyTorchJob
+ *   FLEET_WORKER_HOSTS           torchrun: one host per node, h0,h1,...
+ *   FLEET_TORCHRUN_PORT_BASE     torchrun: first port of each node's ranks (MASTER_PORT + 1)
+ *   FLEET_RENDEZVOUS_PORT        torchrun rendezvous port on MASTER_ADDR (MASTER_PORT + 1)
+ *   FLEET_RENDEZVOUS_TIMEOUT_MS  deadline of the torchrun rendezvous (default 300000)
+ *   OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK   an MPI launcher (checked against MPI's size)
+ *   FLEET_MPI_HOST               MPI: this node's address for the others (default: see role_mpi.c)
+ *
  * The launcher (tools/fleetrun.c) also reads:
  *   POD_IP                       this machine's IP when --ips / --servers list several
  *   FLAGS_START_PORT             first fixed port (as Paddle), instead of free ports

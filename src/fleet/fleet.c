@@ -20,7 +20,7 @@ static fleet_t *init_common(fleet_role *role, const fleet_strategy *strategy, in
         fleet_role_free(role);
         return NULL;
     }
-    if (!role && fleet_role_paddlecloud(is_collective, &role) != FL_OK) return NULL;
+    if (!role && fleet_role_from_env(is_collective, &role) != FL_OK) return NULL;
     if (role->magic != FLEET_ROLE_MAGIC) {
         fl__err(FL_EINVAL, "fleet_init: role is not a role maker");
         return NULL;

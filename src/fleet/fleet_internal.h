@@ -19,6 +19,7 @@ struct fleet_role {
     int nworkers;
     char **servers;
     int nservers;
+    int mpi_ref;           /* 1: holds a reference on MPI (role_mpi.c), dropped by fleet_role_free */
 };
 
 struct fl__runtime;

@@ -1,12 +1,13 @@
 /*
- * role.c - role makers: PaddleCloudRoleMaker (Paddle's launcher variables) and
- * UserDefinedRoleMaker.  Every variable is read through src/base/env.c.
+ * role.c - the role object and the role makers of Paddle itself: PaddleCloudRoleMaker
+ * (Paddle's launcher variables) and UserDefinedRoleMaker.  The schedulers' role makers sit
+ * beside it (role_internal.h lists them).  Every variable is read through src/base/env.c.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "fleet_internal.h"
+#include "role_internal.h"
 
 void fl__free_strv(char **v, int n)
 {
@@ -72,7 +73,7 @@ int fl__parse_endpoints(const char *list, const char *what, char ***out, int *n)
     return FL_OK;
 }
 
-static fleet_role *role_alloc(int is_collective)
+fleet_role *fl__role_alloc(int is_collective)
 {
     fleet_role *r = calloc(1, sizeof *r);
     if (!r) {
@@ -86,16 +87,55 @@ static fleet_role *role_alloc(int is_collective)
     return r;
 }
 
+int fl__role_from_tasks(fleet_role *r, char *const *eps, int n, int rank, int (*server_of)(int task, void *arg),
+                        void *arg)
+{
+    int ns = 0;
+    for (int i = 0; !r->is_collective && i < n; i++) ns += server_of(i, arg) != 0;
+    r->workers = calloc((size_t)(n - ns ? n - ns : 1), sizeof *r->workers);
+    r->servers = calloc((size_t)(ns ? ns : 1), sizeof *r->servers);
+    if (!r->workers || !r->servers) return fl__err(FL_ENOMEM, "role maker: out of memory");
+    for (int i = 0; i < n; i++) {
+        int is_server = !r->is_collective && server_of(i, arg);
+        char *e = fl__strdup(eps[i]);
+        if (!e) return fl__err(FL_ENOMEM, "role maker: out of memory");
+        if (i == rank) {
+            r->kind = is_server ? FLEET_ROLE_SERVER : FLEET_ROLE_WORKER;
+            if (is_server)
+                r->server_index = r->nservers;
+            else
+                r->worker_index = r->nworkers;
+        }
+        if (is_server)
+            r->servers[r->nservers++] = e;
+        else
+            r->workers[r->nworkers++] = e;
+    }
+    r->worker_num = r->nworkers ? r->nworkers : 1;
+    r->distributed = n > 1;
+    return FL_OK;
+}
+
+int fl__role_ps_as_collective(const char *launcher, int n, const char *how)
+{
+    return fl__err(FL_EINVAL,
+                   "fleet_init: this is a parameter-server program (fleet_init) but it was started as a collective job "
+                   "of %d processes (%s) with no parameter servers, so every process would train its own local copy. "
+                   "Start it with servers (%s), or call fleet_init_collective for data-parallel training",
+                   n, launcher, how);
+}
+
 void fleet_role_free(fleet_role *r)
 {
     if (!r || r->magic != FLEET_ROLE_MAGIC) return;
+    if (r->mpi_ref) fl__role_mpi_release(r);
     fl__free_strv(r->workers, r->nworkers);
     fl__free_strv(r->servers, r->nservers);
     r->magic = 0;
     free(r);
 }
 
-static int env_required(const char *name, const char *form, const char **out)
+int fl__role_env_required(const char *name, const char *form, const char **out)
 {
     FL_CHECK(fl__env_str(name, NULL, out));
     if (!*out) return fl__err(FL_EINVAL, "environment variable %s is not set: expected %s", name, form);
@@ -140,12 +180,26 @@ static int ps_from_env(fleet_role *r)
 {
     const char *servers, *role, *weps;
     FL_CHECK(fl__env_str("PADDLE_PSERVERS_IP_PORT_LIST", NULL, &servers));
-    if (!servers) return FL_OK; /* non-distributed fallback: one local worker, no servers */
+    if (!servers) {
+        /* non-distributed fallback: one local worker, no servers; unless a collective launch
+         * (fleetrun --nproc_per_node N) started several copies of this program */
+        int64_t n = 1;
+        FL_CHECK(fl__env_str("PADDLE_TRAINER_ENDPOINTS", NULL, &weps));
+        if (weps)
+            for (const char *p = weps; *p; p++) n += *p == ',';
+        else
+            FL_CHECK(fl__env_int("PADDLE_TRAINERS_NUM", 1, 1, INT32_MAX, &n));
+        if (n > 1)
+            return fl__role_ps_as_collective(weps ? "PADDLE_TRAINER_ENDPOINTS lists them and PADDLE_PSERVERS_IP_PORT_LIST is not set"
+                                                  : "PADDLE_TRAINERS_NUM counts them and PADDLE_PSERVERS_IP_PORT_LIST is not set",
+                                             (int)n, "fleetrun --server_num S --worker_num W PROGRAM");
+        return FL_OK;
+    }
     FL_CHECK(fl__parse_endpoints(servers, "environment variable PADDLE_PSERVERS_IP_PORT_LIST", &r->servers, &r->nservers));
-    FL_CHECK(env_required("TRAINING_ROLE", "TRAINER or PSERVER", &role));
+    FL_CHECK(fl__role_env_required("TRAINING_ROLE", "TRAINER or PSERVER", &role));
     int64_t num;
     const char *num_s;
-    FL_CHECK(env_required("PADDLE_TRAINERS_NUM", "the number of trainers (a positive integer)", &num_s));
+    FL_CHECK(fl__role_env_required("PADDLE_TRAINERS_NUM", "the number of trainers (a positive integer)", &num_s));
     FL_CHECK(fl__env_int("PADDLE_TRAINERS_NUM", 1, 1, INT32_MAX, &num));
     r->worker_num = (int)num;
     FL_CHECK(fl__env_str("PADDLE_TRAINER_ENDPOINTS", NULL, &weps));
@@ -159,7 +213,7 @@ static int ps_from_env(fleet_role *r)
     if (!strcmp(role, "TRAINER")) {
         const char *id_s;
         int64_t id;
-        FL_CHECK(env_required("PADDLE_TRAINER_ID", "this trainer's index in [0, PADDLE_TRAINERS_NUM)", &id_s));
+        FL_CHECK(fl__role_env_required("PADDLE_TRAINER_ID", "this trainer's index in [0, PADDLE_TRAINERS_NUM)", &id_s));
         FL_CHECK(env_index("PADDLE_TRAINER_ID", 0, r->worker_num, &id));
         r->kind = FLEET_ROLE_WORKER;
         r->worker_index = (int)id;
@@ -167,8 +221,8 @@ static int ps_from_env(fleet_role *r)
     }
     if (!strcmp(role, "PSERVER")) {
         const char *ip, *port;
-        FL_CHECK(env_required("POD_IP", "this server's IP address", &ip));
-        FL_CHECK(env_required("PADDLE_PORT", "this server's port (1..65535)", &port));
+        FL_CHECK(fl__role_env_required("POD_IP", "this server's IP address", &ip));
+        FL_CHECK(fl__role_env_required("PADDLE_PORT", "this server's port (1..65535)", &port));
         int64_t p;
         FL_CHECK(fl__env_int("PADDLE_PORT", 0, 1, 65535, &p));
         char ep[300];
@@ -188,7 +242,7 @@ int fleet_role_paddlecloud(int is_collective, fleet_role **out)
 {
     if (!out) return fl__err(FL_EINVAL, "fleet_role_paddlecloud: out is NULL");
     *out = NULL;
-    fleet_role *r = role_alloc(is_collective);
+    fleet_role *r = fl__role_alloc(is_collective);
     if (!r) return FL_ENOMEM;
     int st = is_collective ? collective_from_env(r) : ps_from_env(r);
     if (st != FL_OK) {
@@ -227,7 +281,7 @@ int fleet_role_user_defined(const fleet_user_role *s, fleet_role **out)
     if (!out) return fl__err(FL_EINVAL, "fleet_role_user_defined: out is NULL");
     *out = NULL;
     if (!s) return fl__err(FL_EINVAL, "fleet_role_user_defined: spec is NULL");
-    fleet_role *r = role_alloc(s->is_collective);
+    fleet_role *r = fl__role_alloc(s->is_collective);
     if (!r) return FL_ENOMEM;
     int st = copy_eps(s->worker_endpoints, s->n_worker_endpoints, "worker_endpoints", &r->workers, &r->nworkers);
     if (st == FL_OK) st = copy_eps(s->server_endpoints, s->n_server_endpoints, "server_endpoints", &r->servers, &r->nservers);
