@@ -10,7 +10,6 @@
 
 #include "fleetrun.h"
 
-
 /* The first fixed port: --start_port, else $FLAGS_START_PORT, else def. */
 static int start_port(int def)
 {
@@ -19,7 +18,9 @@ static int start_port(int def)
     if (fl__env_int("FLAGS_START_PORT", def, 1, 65535, &v) != FL_OK) usage_error("%s", fl_last_error());
     return (int)v;
 }
-static int fixed_ports(void) { return J.multi || J.start_port > 0 || fr_env("FLAGS_START_PORT", NULL); }
+/* Fixed ports: asked for, or needed (with --ips on several machines fleetrun cannot probe the
+ * others' ports; with --master every node picks its own and reports them). */
+static int fixed_ports(void) { return (J.multi && !J.rdzv) || J.start_port > 0 || fr_env("FLAGS_START_PORT", NULL); }
 
 /* Which of the job's IPs is this machine: the only one, or --node_ip / $POD_IP. */
 static const char *this_node(const char **ips, int n, const char *what)
@@ -57,14 +58,6 @@ void fr_build_collective(void)
             if (!strcmp(ips[i], ips[k])) usage_error("--ips lists %s twice", ips[i]);
     }
     const char *me = this_node(ips, nn, "--ips");
-    if (J.devices) {
-        J.ndev = fr_split(J.dev_flag, J.devices, J.dev, MAX_LOCAL);
-        for (int i = 0; i < J.ndev; i++) fr_parse_long(J.dev_flag, J.dev[i], 0, 1 << 20, "device ids, e.g. 0,1,2,3");
-        if (J.nproc > 0 && J.nproc != J.ndev)
-            usage_error("--nproc_per_node %d does not match %s %s (%d devices); give one of them", J.nproc,
-                        J.dev_flag, J.devices, J.ndev);
-        J.nproc = J.ndev;
-    }
     if (J.nproc < 0) J.nproc = 1;
     if ((long)nn * J.nproc > MAX_TOTAL) usage_error("more than %d ranks in total", MAX_TOTAL);
     J.multi = nn > 1;
@@ -77,8 +70,9 @@ void fr_build_collective(void)
             proc_t *p = &J.p[k * J.nproc + j];
             p->role = WORKER, p->rank = k * J.nproc + j, p->local = j, p->is_local = ips[k] == me;
             snprintf(p->ip, sizeof p->ip, "%s", ips[k]);
-            p->port = port0 ? port0 + j : 0;
+            p->want_port = port0 ? port0 + j : 0;
         }
+    J.total[WORKER] = J.n;
 }
 
 void fr_build_ps(void)
@@ -88,14 +82,12 @@ void fr_build_ps(void)
     int *num[2] = {&J.worker_num, &J.server_num}, cnt[2], nips = 0, loc[2] = {0, 0};
     if (J.ips && strchr(J.ips, ','))
         usage_error("--ips is for collective mode; in PS mode give the endpoints with --servers and --workers");
-    if (J.devices) usage_error("%s is for collective mode, not PS mode", J.dev_flag);
-    if (J.nproc > 0) usage_error("--nproc_per_node is for collective mode; in PS mode use --worker_num");
     for (int r = WORKER; r <= SERVER; r++) {
         cnt[r] = list[r] ? fr_split(flag[r], list[r], lst[r], MAX_LOCAL) : *num[r] > 0 ? *num[r] : 1;
         if (list[r] && *num[r] > 0 && *num[r] != cnt[r])
             usage_error("%s_num %d does not match the %d endpoints of %s", r ? "--server" : "--worker", *num[r],
                         cnt[r], flag[r]);
-        *num[r] = cnt[r];
+        *num[r] = J.total[r] = cnt[r];
     }
     alloc_procs(cnt[SERVER] + cnt[WORKER]);
     const char *defip = J.node_ip ? J.node_ip : J.ips ? J.ips : "127.0.0.1";
@@ -108,7 +100,8 @@ void fr_build_ps(void)
         size_t il = c ? (size_t)(c - s) : strlen(s);
         snprintf(p->ip, sizeof p->ip, "%.*s", (int)(il < sizeof p->ip ? il : 0), s);
         fr_check_ip(flag[r], il < sizeof p->ip ? p->ip : s);
-        if (c) p->port = (int)fr_parse_long(flag[r], c + 1, 1, 65535, "endpoints IP[:PORT] with a port in 1..65535");
+        if (c)
+            p->want_port = (int)fr_parse_long(flag[r], c + 1, 1, 65535, "endpoints IP[:PORT] with a port in 1..65535");
         int seen = 0;
         for (int k = 0; k < nips; k++) seen |= !strcmp(ips[k], p->ip);
         if (!seen) ips[nips++] = p->ip;
@@ -120,11 +113,11 @@ void fr_build_ps(void)
         proc_t *p = &J.p[i];
         p->is_local = !strcmp(p->ip, me);
         if (p->is_local) p->local = loc[p->role]++;
-        if (!p->port && fixed_ports() && (p->port = port0 + i) > 65535)
+        if (!p->want_port && fixed_ports() && (p->want_port = port0 + i) > 65535)
             usage_error("start port %d + %d processes runs past port 65535", port0, J.n);
         for (int k = 0; k < i; k++)
-            if (p->port && J.p[k].port == p->port && !strcmp(J.p[k].ip, p->ip))
-                usage_error("endpoint %s:%d is given twice in --servers/--workers", p->ip, p->port);
+            if (p->want_port && J.p[k].want_port == p->want_port && !strcmp(J.p[k].ip, p->ip))
+                usage_error("endpoint %s:%d is given twice in --servers/--workers", p->ip, p->want_port);
     }
 }
 
@@ -134,12 +127,15 @@ void fr_claim_ports(void)
 {
     for (int i = 0; i < J.n; i++) {
         proc_t *p = &J.p[i];
-        p->probe = -1;
+        p->probe = -1, p->port = p->want_port;
         if (p->is_local) {
             struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p->port)};
             socklen_t al = sizeof a;
             inet_pton(AF_INET, p->ip, &a.sin_addr);
-            int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), e;
+            int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), e, one = 1;
+            /* A fixed port that a process of the previous run left in TIME_WAIT is free again
+             * for a restart; a listening socket still fails the bind. */
+            if (fd >= 0 && p->port && J.restart) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
             if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0)
                 e = errno, fatal("%s %d cannot have %s:%d: %s%s", role_name[p->role], p->rank, p->ip, p->port,
                                  strerror(e), e == EADDRINUSE ? " (another program holds it; choose other ports "
@@ -150,6 +146,58 @@ void fr_claim_ports(void)
         }
         snprintf(p->ep, sizeof p->ep, "%s:%d", p->ip, p->port);
     }
+}
+
+void fr_layout_local(const char *ip)
+{
+    int cnt[2] = {J.ps ? (J.worker_num > 0 ? J.worker_num : 1) : (J.nproc > 0 ? J.nproc : 1),
+                  J.ps ? (J.server_num > 0 ? J.server_num : 1) : 0};
+    int port0 = fixed_ports() ? start_port(J.ps ? 6170 : 6070) : 0, m = 0;
+    if (port0 && port0 + cnt[0] + cnt[1] - 1 > 65535)
+        usage_error("start port %d + %d processes runs past port 65535", port0, cnt[0] + cnt[1]);
+    J.nproc = J.ps ? -1 : cnt[WORKER];
+    free(J.p);
+    alloc_procs(cnt[SERVER] + cnt[WORKER]);
+    for (int r = SERVER; r >= WORKER; r--) /* servers first, then workers (ports in that order, as Paddle) */
+        for (int j = 0; j < cnt[r]; j++, m++) {
+            proc_t *p = &J.p[m];
+            p->role = r, p->rank = p->local = j, p->is_local = 1, p->probe = -1;
+            snprintf(p->ip, sizeof p->ip, "%s", ip);
+            p->want_port = port0 ? port0 + m : 0;
+        }
+}
+
+void fr_layout_apply(const fr_node *nodes, int nn, int me)
+{
+    long total = 0;
+    for (int k = 0; k < nn; k++) total += nodes[k].cnt[WORKER] + nodes[k].cnt[SERVER];
+    if (total > MAX_TOTAL) fatal("the rendezvous gave %ld processes, more than %d", total, MAX_TOTAL);
+    proc_t *np = calloc((size_t)total, sizeof *np);
+    if (!np) fatal("out of memory");
+    int m = 0;
+    J.total[WORKER] = J.total[SERVER] = 0;
+    for (int r = J.ps ? SERVER : WORKER; r >= WORKER; r--)
+        for (int k = 0; k < nn; k++)
+            for (int j = 0; j < nodes[k].cnt[r]; j++) {
+                proc_t *q = &np[m++];
+                q->role = r, q->rank = J.total[r]++, q->local = j, q->node = k, q->is_local = k == me, q->probe = -1;
+                snprintf(q->ip, sizeof q->ip, "%s", nodes[k].ip);
+                q->want_port = q->port = nodes[k].port[r][j];
+                for (int i = 0; q->is_local && i < J.n; i++) /* this node's socket holding the port */
+                    if (J.p[i].role == r && J.p[i].local == j) q->want_port = J.p[i].want_port, q->probe = J.p[i].probe;
+                snprintf(q->ep, sizeof q->ep, "%s:%d", q->ip, q->port);
+            }
+    free(J.p);
+    J.p = np, J.n = m, J.node_rank = me;
+}
+
+void fr_layout_rearm(void)
+{
+    for (int i = 0; i < J.n; i++) {
+        proc_t *p = &J.p[i];
+        p->pid = 0, p->reaped = p->status = p->stopped = 0, p->probe = -1;
+    }
+    J.tee = NULL;
 }
 
 char *fr_join_eps(int role, const char *sep)
@@ -193,23 +241,30 @@ static void row(const char *k, const char *v) /* a table row; long values wrap a
 
 void fr_print_table(void) /* Paddle's "Distributed Envs" box; never the secret */
 {
-    char num[3][16], line[KW + VW + 4];
+    char num[5][80], line[KW + VW + 4];
     memset(line, '=', sizeof line - 1), line[sizeof line - 1] = 0;
-    snprintf(num[0], 16, "%d", J.ps ? J.server_num : J.nproc);
-    snprintf(num[1], 16, "%d", J.ps ? J.worker_num : J.n);
+    snprintf(num[0], sizeof num[0], "%d", J.ps ? J.server_num : J.nproc);
+    snprintf(num[1], sizeof num[1], "%d", J.total[WORKER]);
+    snprintf(num[2], sizeof num[2], "%d of %d", J.node_rank, J.nnodes);
+    snprintf(num[3], sizeof num[3], "%s:%d%s", J.master_ip, J.master_port, J.is_host ? " (hosted by this node)" : "");
+    snprintf(num[4], sizeof num[4], "%d", J.max_restart);
     const char *me = "";
     for (int i = J.n - 1; i >= 0; i--) me = J.p[i].is_local ? J.p[i].ip : me;
     fprintf(stderr, "    +%s+\n    | %-*s %-*s |\n", line, KW, "Distributed Envs", VW, "Value");
     memset(line, '-', sizeof line - 1);
     fprintf(stderr, "    +%s+\n", line);
     row("mode", J.ps ? "ps (parameter server)" : "collective");
-    row(J.ps ? "server_num" : "nproc_per_node", num[0]);
+    row(J.ps ? "server_num (this node)" : "nproc_per_node", num[0]);
+    if (J.rdzv) row("master", num[3]), row("node rank", num[2]);
     if (J.ps) row("PADDLE_PSERVERS_IP_PORT_LIST", J.server_list);
-    else row("ips", J.ips ? J.ips : "127.0.0.1");
+    else if (!J.rdzv) row("ips", J.ips ? J.ips : "127.0.0.1");
     row("node_ip", me);
     row("PADDLE_TRAINERS_NUM", num[1]);
     row("PADDLE_TRAINER_ENDPOINTS", J.worker_list);
     if (J.ndev) row("FLAGS_selected_gpus", J.devices);
+    row("PADDLE_JOB_ID", J.job_id);
+    if (J.max_restart) row("max_restart", num[4]);
+    if (J.log_level) row("FLEET_LOG_LEVEL", J.log_level);
     row("log_dir", J.log_dir);
     row("job secret", J.secret_how);
     row("program", J.prog);

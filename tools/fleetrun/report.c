@@ -43,25 +43,41 @@ static void print_tail(const proc_t *p) /* the last lines this run wrote to p's 
     }
 }
 
-void fr_report_failure(const proc_t *c, int sig)
+void fr_what(const proc_t *p, char *b, size_t n)
+{
+    char d[160];
+    fr_describe(p, d, sizeof d);
+    snprintf(b, n, "%s %d (pid %d) on %s %s, log %s", role_name[p->role], p->rank, (int)p->pid, p->ip, d, p->log);
+}
+
+void fr_report_failure(const proc_t *c, int sig, const char *remote, const char *title)
 {
     char d[160];
     int others = 0;
-    cli_say("================ root cause (first failure observed) ================");
-    if (!c) {
-        cli_say("  fleetrun received SIG%s; it stopped every process of the job", sigabbrev_np(sig));
-    } else {
+    cli_say("================ %s ================", title);
+    if (c) {
         fr_describe(c, d, sizeof d);
         cli_say("  role:   %s", role_name[c->role]);
         cli_say("  rank:   %d", c->rank);
+        if (J.rdzv) cli_say("  host:   %s (node %d of %d)", c->ip, c->node, J.nnodes);
+        else cli_say("  host:   %s", c->ip);
         cli_say("  pid:    %d", (int)c->pid);
         cli_say("  status: %s", d);
         cli_say("  log:    %s", c->log);
         print_tail(c);
+    } else if (sig) {
+        cli_say("  fleetrun received SIG%s; it stopped every process of the job", sigabbrev_np(sig));
+    } else {
+        cli_say("  on another node (as the master reports): %s", remote);
+    }
+    if (c && remote && *remote) { /* unless the master only repeats this node's own report */
+        char own[PATH_MAX + 256];
+        fr_what(c, own, sizeof own);
+        if (!strstr(remote, own)) cli_say("  the master reports the job's first failure: %s", remote);
     }
     for (int i = 0; i < J.n; i++) {
         const proc_t *p = &J.p[i];
-        if (p == c || !p->pid) continue;
+        if (p == c || !p->pid || !p->is_local) continue;
         if (others++ == 32) {
             cli_say("  ... and more: see the logs in %s", J.log_dir);
             break;

@@ -4,12 +4,13 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "fleet/net.h"
 #include "fleetrun.h"
 
 double fr_now(void)
@@ -42,6 +43,7 @@ void fr_setup_secret(void)
     if (s || f) { /* passed through; checked now so that a bad one fails before anything starts */
         int st = s ? fl_net_secret_from_hex(s, "environment variable FLEET_JOB_SECRET", &sec)
                    : fl_net_secret_from_file(f, &sec);
+        if (st == FL_OK && J.rdzv) J.secret = sec; /* for the rendezvous handshake */
         fl_net_secret_clear(&sec);
         if (st != FL_OK) usage_error("%s (make a secret with: openssl rand -hex 32)", fl_last_error());
         J.secret_env = s ? fr_fmt("FLEET_JOB_SECRET=%s", s) : fr_fmt("FLEET_JOB_SECRET_FILE=%s", f);
@@ -50,14 +52,40 @@ void fr_setup_secret(void)
         return;
     }
     if (J.multi)
-        usage_error("a job on several machines needs the same secret on all of them: set FLEET_JOB_SECRET "
-                    "(64 hex characters) or FLEET_JOB_SECRET_FILE (a 0600 file) in fleetrun's environment "
-                    "on each machine");
+        usage_error("a job on several machines (%s) needs the same job secret on all of them, and fleetrun can "
+                    "only generate a fresh secret for a one-node job: set FLEET_JOB_SECRET (64 hex characters) or "
+                    "FLEET_JOB_SECRET_FILE (a 0600 file) in fleetrun's environment on each machine, e.g. "
+                    "umask 077; openssl rand -hex 32 > ~/.fleet_secret, copied to every node, and "
+                    "export FLEET_JOB_SECRET_FILE=~/.fleet_secret",
+                    J.rdzv ? "--nnodes > 1" : J.ps ? "--servers/--workers on several IPs" : "several --ips");
     if (fl_net_secret_generate(&sec) != FL_OK) fatal("%s", fl_last_error());
     J.secret_env = fr_fmt("FLEET_JOB_SECRET=%064d", 0);
     fl_net_secret_to_hex(&sec, J.secret_env + strlen("FLEET_JOB_SECRET="), 2 * 32 + 1);
     fl_net_secret_clear(&sec);
     J.secret_how = "generated (32 random bytes) -> FLEET_JOB_SECRET, not shown";
+}
+
+/* PADDLE_JOB_ID: --job_id, else a fresh "job-" and 12 random hex digits.  With --master the
+ * host's id is the job's (the rendezvous sends it to every node). */
+void fr_setup_job_id(void)
+{
+    fl_net_secret r;
+    if (J.job_id_flag) {
+        snprintf(J.job_id, sizeof J.job_id, "%s", J.job_id_flag);
+        return;
+    }
+    if (fl_net_secret_generate(&r) != FL_OK) fatal("%s", fl_last_error());
+    snprintf(J.job_id, sizeof J.job_id, "job-%02x%02x%02x%02x%02x%02x", r.bytes[0], r.bytes[1], r.bytes[2],
+             r.bytes[3], r.bytes[4], r.bytes[5]);
+    fl_net_secret_clear(&r);
+}
+
+int fr_take_signal(void)
+{
+    struct signalfd_siginfo si;
+    while (read(J.sfd, &si, sizeof si) == (ssize_t)sizeof si)
+        if (si.ssi_signo != SIGCHLD) return (int)si.ssi_signo;
+    return 0;
 }
 
 void fr_resolve_program(void)

@@ -16,8 +16,9 @@
 /* ---------------------------------------------------------------- processes */
 
 /* The guard outlives a `kill -9 fleetrun`: it reads the pid of every process fleetrun starts
- * from a pipe; end-of-file without the final 0 means fleetrun died, and it SIGKILLs each of
- * their process groups (grandchildren too, which PR_SET_PDEATHSIG does not reach). */
+ * from a pipe (-1: a generation is over, forget them); end-of-file without the final 0 means
+ * fleetrun died, and it SIGKILLs each of their process groups (grandchildren too, which
+ * PR_SET_PDEATHSIG does not reach). */
 void fr_guard_start(void)
 {
     int fds[2];
@@ -38,7 +39,8 @@ void fr_guard_start(void)
         prctl(PR_SET_NAME, "fleetrun-guard");
         for (ssize_t r; (r = read(3, &v, sizeof v)) == (ssize_t)sizeof v || (r < 0 && errno == EINTR);) {
             if (r > 0 && v == 0) _exit(0);
-            if (r > 0 && n < (int)(sizeof pids / sizeof pids[0])) pids[n++] = v;
+            if (r > 0 && v == -1) n = 0;
+            else if (r > 0 && n < (int)(sizeof pids / sizeof pids[0])) pids[n++] = v;
         }
         for (int i = 0; i < n; i++) k += kill(-pids[i], SIGKILL) == 0, kill(pids[i], SIGKILL);
         if (k) dprintf(2, "fleetrun-guard: fleetrun died; killed %d process group(s) of its job\n", k);
@@ -53,16 +55,19 @@ void fr_guard_send(int32_t v)
     if (J.guard_fd >= 0 && fr_write_all(J.guard_fd, &v, sizeof v) != 0) close(J.guard_fd), J.guard_fd = -1;
 }
 
-/* Variables fleetrun sets: removed from the inherited environment (POD_IP only in PS mode). */
+/* Variables fleetrun sets: removed from the inherited environment (POD_IP only in PS mode,
+ * FLEET_LOG_LEVEL only with --log_level). */
 static int managed(const char *e)
 {
     static const char *const names[] = {
         "PADDLE_TRAINER_ID", "PADDLE_CURRENT_ENDPOINT", "PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ENDPOINTS",
         "PADDLE_RANK_IN_NODE", "PADDLE_TRAINING_ROLE", "TRAINING_ROLE", "PADDLE_PSERVERS_IP_PORT_LIST",
-        "PADDLE_PORT", "FLAGS_selected_gpus", "FLEET_JOB_SECRET", "FLEET_JOB_SECRET_FILE", "POD_IP"};
+        "PADDLE_PORT", "FLAGS_selected_gpus", "FLEET_JOB_SECRET", "FLEET_JOB_SECRET_FILE", "PADDLE_RESTART_COUNT",
+        "PADDLE_JOB_ID", "POD_IP", "FLEET_LOG_LEVEL"};
     const size_t nn = sizeof names / sizeof names[0], l = strcspn(e, "=");
     for (size_t i = 0; i < nn; i++)
-        if (strlen(names[i]) == l && !strncmp(e, names[i], l)) return J.ps || i != nn - 1;
+        if (strlen(names[i]) == l && !strncmp(e, names[i], l))
+            return i == nn - 2 ? J.ps : i == nn - 1 ? J.log_level != NULL : 1;
     return 0;
 }
 
@@ -70,7 +75,7 @@ static int managed(const char *e)
 static int own_env(const proc_t *p, char **own)
 {
     int m = 0;
-    own[m++] = fr_fmt("PADDLE_TRAINERS_NUM=%d", J.ps ? J.worker_num : J.n);
+    own[m++] = fr_fmt("PADDLE_TRAINERS_NUM=%d", J.total[WORKER]);
     own[m++] = fr_fmt("PADDLE_TRAINER_ENDPOINTS=%s", J.worker_list);
     own[m++] = fr_fmt("PADDLE_CURRENT_ENDPOINT=%s", p->ep);
     if (p->role == WORKER) own[m++] = fr_fmt("PADDLE_TRAINER_ID=%d", p->rank);
@@ -84,6 +89,9 @@ static int own_env(const proc_t *p, char **own)
         own[m++] = fr_fmt("PADDLE_RANK_IN_NODE=%d", p->local);
         if (J.ndev) own[m++] = fr_fmt("FLAGS_selected_gpus=%s", J.dev[p->local]);
     }
+    own[m++] = fr_fmt("PADDLE_RESTART_COUNT=%d", J.restart);
+    own[m++] = fr_fmt("PADDLE_JOB_ID=%s", J.job_id);
+    if (J.log_level) own[m++] = fr_fmt("FLEET_LOG_LEVEL=%s", J.log_level);
     own[m++] = J.secret_env;
     return m;
 }
@@ -101,6 +109,13 @@ void fr_spawn(proc_t *p)
     memcpy(env + k, own, (size_t)nown * sizeof *own);
     snprintf(p->log, sizeof p->log, "%s/%slog.%d", J.log_dir, p->role == SERVER ? "server" : "worker", p->rank);
     int logfd = fr_open_log(p->log, 0), out = logfd;
+    if (J.restart) { /* the log goes on; a line marks where the restarted process begins */
+        char *sep = fr_fmt("==================== fleetrun: restart %d of at most %d (job %s): %s %d starts "
+                           "again ====================\n", J.restart, J.max_restart, J.job_id, role_name[p->role],
+                           p->rank);
+        fr_write_all(logfd, sep, strlen(sep));
+        free(sep);
+    }
     p->log_start = lseek(logfd, 0, SEEK_END);
     if (p == J.tee) {
         if (pipe2(fds, O_CLOEXEC) != 0) fatal("pipe: %s", strerror(errno));
@@ -168,7 +183,7 @@ static int adopted(pid_t *out, int max)
         buf[r] = 0;
         char *rp = strrchr(buf, ')');
         if (rp && sscanf(rp + 1, " %c %d", &st, &ppid) == 2 && ppid == getpid() && st != 'Z' &&
-            pid != J.guard_pid && !fr_find(pid))
+            pid != J.guard_pid && pid != J.master_pid && !fr_find(pid))
             out[n++] = pid;
     }
     if (d) closedir(d);
