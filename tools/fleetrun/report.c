@@ -68,7 +68,7 @@ void fr_report_failure(const proc_t *c, int sig, const char *remote, const char 
     } else if (sig) {
         cli_say("  fleetrun received SIG%s; it stopped every process of the job", sigabbrev_np(sig));
     } else {
-        cli_say("  on another node (as the master reports): %s", remote);
+        cli_say("  as the master reports: %s", remote);
     }
     if (c && remote && *remote) { /* unless the master only repeats this node's own report */
         char own[PATH_MAX + 256];
