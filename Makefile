@@ -44,6 +44,10 @@ TOOL_SRC := $(sort $(wildcard tools/*.c))
 TBIN_SRC := $(sort $(wildcard tests/bin/*.c))
 TBIN_BIN := $(TBIN_SRC:tests/bin/%.c=$(BUILD)/tests/bin/%)
 TOOL_BIN := $(TOOL_SRC:tools/%.c=$(BUILD)/tools/%)
+# fleetrun is several files: tools/fleetrun/*.c -> BUILD/tools/fleetrun-obj/*.o -> BUILD/tools/fleetrun
+FR_SRC   := $(sort $(wildcard tools/fleetrun/*.c))
+FR_OBJ   := $(FR_SRC:tools/fleetrun/%.c=$(BUILD)/tools/fleetrun-obj/%.o)
+TOOL_BIN += $(BUILD)/tools/fleetrun
 HEADERS  := $(wildcard include/fleet/*.h) include/fleet.h
 
 .PHONY: all test demo demo-quickstart bench install asan ubsan tsan valgrind clean deps lib
@@ -97,6 +101,15 @@ $(BUILD)/tools/%: tools/%.c $(wildcard tools/*.h) $(BUILD)/libfleet.a
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  CCLD    $@")
 	$(Q)$(CC) $(CFLAGS) -Isrc $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tools/fleetrun-obj/%.o: tools/fleetrun/%.c $(wildcard tools/fleetrun/*.h tools/*.h) $(HEADERS)
+	@mkdir -p $(dir $@)
+	@$(if $(V),,echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) -Isrc -Itools -DFLEET_VERSION='"$(VERSION)"' -c $< -o $@
+
+$(BUILD)/tools/fleetrun: $(FR_OBJ) $(BUILD)/libfleet.a
+	@$(if $(V),,echo "  CCLD    $@")
+	$(Q)$(CC) $(CFLAGS) $(FR_OBJ) -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
 
 # The README's test command.  Each test binary runs in its own process with a timeout.
 test: DEPS_PROFILE=test

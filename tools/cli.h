@@ -12,7 +12,8 @@
  * Not a general parser: short options may not take values and are never grouped ("-hx"
  * is unknown, as is "-h=1").  Before including this header a tool defines CLI_NAME (its
  * name, the prefix of every message) and CLI_HELP_HINT (the line printed after a usage
- * error).  Header-only (static functions): each tool is one translation unit.
+ * error).  Header-only (static functions), so a tool of several files (fleetrun) includes it
+ * from each of them.
  */
 #ifndef FLEET_TOOLS_CLI_H
 #define FLEET_TOOLS_CLI_H

@@ -10,6 +10,8 @@
  *   say:TEXT       print "TAG: TEXT" on stdout (flushed)
  *   sleep:SECS     sleep
  *   exit:K         exit with status K
+ *   fail_first:K   exit with status K in the first run of the job (PADDLE_RESTART_COUNT unset
+ *                  or 0); nothing in a restarted run
  *   sig:NAME       die by signal NAME (SEGV, ABRT, KILL, ... or a number), no core file
  *   ignterm        ignore SIGTERM (inherited by a grandchild started later)
  *   grandchild:DIR fork a grandchild that writes DIR/TAG.gpid (pid=, pgid=) and sleeps;
@@ -161,6 +163,12 @@ int main(int argc, char **argv)
         } else if (IS("exit")) {
             fflush(stdout);
             return atoi(arg);
+        } else if (IS("fail_first")) {
+            const char *rc = getenv("PADDLE_RESTART_COUNT");
+            if (!rc || !strcmp(rc, "0")) {
+                fflush(stdout);
+                return atoi(arg);
+            }
         } else if (IS("sig")) {
             int s = signum(arg);
             struct rlimit rl = {0, 0};
