@@ -102,7 +102,7 @@ $(BUILD)/tools/%: tools/%.c $(wildcard tools/*.h) $(BUILD)/libfleet.a
 	@$(if $(V),,echo "  CCLD    $@")
 	$(Q)$(CC) $(CFLAGS) -Isrc $< -o $@ $(BUILD)/libfleet.a $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/tools/fleetrun-obj/%.o: tools/fleetrun/%.c $(wildcard tools/fleetrun/*.h tools/*.h) $(HEADERS)
+$(BUILD)/tools/fleetrun-obj/%.o: tools/fleetrun/%.c $(wildcard tools/fleetrun/*.h tools/*.h) $(HEADERS) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) -Isrc -Itools -DFLEET_VERSION='"$(VERSION)"' -c $< -o $@

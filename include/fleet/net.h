@@ -104,7 +104,7 @@ FL_API void fl_net_secret_clear(fl_net_secret *s);
 
 /* ---- handshake parameters --------------------------------------------------------------- */
 
-enum { FL_NET_SERVICE_COLL = 1, FL_NET_SERVICE_PS = 2, FL_NET_SERVICE_TEST = 99 };
+enum { FL_NET_SERVICE_COLL = 1, FL_NET_SERVICE_PS = 2, FL_NET_SERVICE_LAUNCH = 3, FL_NET_SERVICE_TEST = 99 };
 
 typedef struct {
     const uint8_t *secret; /* the job secret; NULL or len 0: insecure (needs insecure_local) */

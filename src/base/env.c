@@ -35,10 +35,13 @@
  *   OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK   an MPI launcher (checked against MPI's size)
  *   FLEET_MPI_HOST               MPI: this node's address for the others (default: see role_mpi.c)
  *
- * The launcher (tools/fleetrun.c) also reads:
+ * The launcher (tools/fleetrun/) also reads:
  *   POD_IP                       this machine's IP when --ips / --servers list several
  *   FLAGS_START_PORT             first fixed port (as Paddle), instead of free ports
  *   PATH                         program lookup
+ *   FLEET_ALLOW_NO_DEVICES       1: accept --gpus/--devices on a machine without GPUs
+ * and sets, besides Paddle's variables: PADDLE_RESTART_COUNT (0, then 1.. after each
+ * --max_restart restart), PADDLE_JOB_ID, FLEET_LOG_LEVEL (--log_level).
  *
  * Job secret (fl_net_secret_from_env in src/net/auth.c, called by the fleet layer, which
  * passes the secret down to the PS and the collectives) and collectives (src/coll):

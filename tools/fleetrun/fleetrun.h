@@ -188,7 +188,7 @@ void fr_rdzv_finish(void);
 /* wire.c: the rendezvous messages.  Each is one frame (fleet/net.h) whose type is FR_MSG_*
  * and whose body is a JSON object (docs/fleetrun.md lists the fields); every connection
  * starts with the net layer's HMAC handshake on the job secret, service FR_NET_SERVICE. */
-#define FR_NET_SERVICE 3      /* next to FL_NET_SERVICE_COLL (1) and _PS (2) */
+#define FR_NET_SERVICE FL_NET_SERVICE_LAUNCH
 #define FR_MSG_MAX (4u << 20) /* body limit, checked before anything is allocated */
 #define FR_HEARTBEAT_S 1.0    /* each side sends a heartbeat when it has been quiet this long */
 #define FR_SILENT_S 10.0      /* a peer that sent nothing for this long is lost */
