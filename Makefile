@@ -11,6 +11,8 @@ WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-missing-fie
 OPT     ?= -O3
 CFLAGS  ?=
 CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC -fvisibility=hidden $(OPT) -fno-trapping-math -fno-math-errno -g $(WARN) -Iinclude -pthread $(SAN)
+# fl_version() (src/base/version.c) and the tools' --version print this.
+CFLAGS  += -DFLEET_VERSION_STRING=\"$(VERSION)\"
 LDLIBS  := -lopenblas -lcrypto -lcjson -lm -pthread
 LDFLAGS += $(SAN)
 
