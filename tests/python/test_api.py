@@ -257,3 +257,32 @@ def test_fleet_lib_that_does_not_load_is_an_import_error(tmp_path):
 def test_the_library_loaded_is_the_build_under_test():
     assert os.path.realpath(fleet_c.library_path()) == os.path.realpath(os.environ["FLEET_LIB"])
     assert fleet_c.version() == fleet_c.__version__ == "0.1.0"
+
+
+def _which_library(env):
+    p = subprocess.run([sys.executable, "-c", "import fleet_c; print(fleet_c.library_path())"], env=env,
+                       capture_output=True, text=True)
+    return p.returncode, p.stdout.strip(), p.stderr
+
+
+def test_without_fleet_lib_the_installed_prefix_then_the_source_tree(tmp_path, build_dir):
+    """The search order of docs/python.md: FLEET_LIB (the other tests), an installed prefix
+    (here found by pkg-config), then the build/ of the source tree the package came from."""
+    import ctypes.util
+    if ctypes.util.find_library("fleet"):
+        pytest.skip("a libfleet.so is installed system-wide (%s): it comes first in the order"
+                    % ctypes.util.find_library("fleet"))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    prefix = tmp_path / "prefix"
+    env = {k: v for k, v in os.environ.items() if k not in ("FLEET_LIB", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    subprocess.run(["make", "-s", "--no-print-directory", "-C", root, "install", "NOBUILD=1", "BUILD=" + build_dir,
+                    "PREFIX=" + str(prefix)], env=env, check=True, capture_output=True)
+    rc, path, err = _which_library(dict(env, PKG_CONFIG_PATH=str(prefix / "lib" / "pkgconfig")))
+    assert rc == 0 and path == str(prefix / "lib" / "libfleet.so"), err
+    env.pop("PKG_CONFIG_PATH", None)
+    rc, path, err = _which_library(env)
+    tree_lib = os.path.join(root, "build", "libfleet.so")
+    if os.path.exists(tree_lib):
+        assert rc == 0 and path == tree_lib, err
+    else:
+        assert rc != 0 and "libfleet.so not found" in err and tree_lib in err

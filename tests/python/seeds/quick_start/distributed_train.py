@@ -1,3 +1,7 @@
+# The seed's distributed_train.py (shared seed 001: Fleet's quick start; local, parameter-server and
+# collective).  The seed's text lost its indented lines and a few others (fleet.init,
+# minimize, the startup run, ...): they are restored as in Paddle's Fleet repository
+# (examples/quick-start).
 import fleet_c.fluid as fluid
 from nets import mlp
 from fleet_c.fluid.incubate.fleet.parameter_server.distribute_transpiler import fleet
