@@ -90,17 +90,17 @@ def _source_trees():
 
 
 def _candidates():
-    """(where, path) pairs in search order; path may be a bare soname for the loader."""
-    out = [("prefix " + sys.prefix, os.path.join(sys.prefix, "lib", _NAME))]
+    """(where, path) pairs in search order, made as the search goes (the loader's search and
+    pkg-config start processes); path may be a bare soname for the dynamic loader."""
+    yield "prefix " + sys.prefix, os.path.join(sys.prefix, "lib", _NAME)
     found = ctypes.util.find_library("fleet")
     if found:
-        out.append(("the dynamic loader's search", found))
+        yield "the dynamic loader's search", found
     libdir = _pkg_config_libdir()
     if libdir:
-        out.append(("pkg-config's libdir", os.path.join(libdir, _NAME)))
+        yield "pkg-config's libdir", os.path.join(libdir, _NAME)
     for tree in _source_trees():
-        out.append(("the source tree " + tree, os.path.join(tree, "build", _NAME)))
-    return out
+        yield "the source tree " + tree, os.path.join(tree, "build", _NAME)
 
 
 def _load():
