@@ -32,6 +32,9 @@ fi
 sum=$(cd "$root" && find python -type f -not -path 'python/build/*' -not -path '*.egg-info/*' \
         -not -path '*/__pycache__/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-64)
 if [ "$(cat "$venv/.fleet-package" 2>/dev/null)" != "$sum" ]; then
+  # setuptools builds in the tree and never empties python/build: a module deleted since
+  # would still be packaged
+  rm -rf "$root/python/build" "$root/python/"*.egg-info
   "$venv/bin/pip" install -q --no-deps --force-reinstall "$root/python" >>"$build/pyenv.log" 2>&1 ||
     die "pip install ./python failed: $(tail -5 "$build/pyenv.log")"
   echo "$sum" >"$venv/.fleet-package"
