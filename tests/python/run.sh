@@ -44,4 +44,6 @@ fi
 
 export FLEET_LIB=$build/libfleet.so FLEET_TEST_BUILD=$build PATH=$venv/bin:$PATH
 cd "$root/tests/python" || exit 2
-exec "$venv/bin/python" -m pytest -q -p no:cacheprovider -o console_output_style=classic "$root/tests/python"
+# pytest empties its --basetemp at the start of each run: the seeds' copies and logs stay in BUILD
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider -o console_output_style=classic --basetemp="$build/pytest-tmp" \
+  "$root/tests/python"
