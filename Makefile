@@ -11,6 +11,8 @@ WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-missing-fie
 OPT     ?= -O3
 CFLAGS  ?=
 CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC -fvisibility=hidden $(OPT) -fno-trapping-math -fno-math-errno -g $(WARN) -Iinclude -pthread $(SAN)
+# fl_version() (src/base/version.c) and the tools' --version print this.
+CFLAGS  += -DFLEET_VERSION_STRING=\"$(VERSION)\"
 LDLIBS  := -lopenblas -lcrypto -lcjson -lm -pthread
 LDFLAGS += $(SAN)
 
@@ -28,8 +30,11 @@ endif
 
 # The compile and link flags of the last build: objects are rebuilt when they change (for
 # example when Open MPI was installed since), not only when a source changes.
+# NOBUILD=1 (an install from a finished build, see install) leaves the stamp alone.
 FLAGS_STAMP := $(BUILD)/.flags
+ifneq ($(NOBUILD),1)
 $(shell mkdir -p $(BUILD); echo '$(CC) $(CFLAGS) $(LDLIBS)' | cmp -s - $(FLAGS_STAMP) || echo '$(CC) $(CFLAGS) $(LDLIBS)' > $(FLAGS_STAMP))
+endif
 
 LIB_SRC  := $(sort $(wildcard src/*/*.c src/*/*/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -150,15 +155,29 @@ tsan:
 valgrind: all
 	@FLEET_TEST_WRAPPER="valgrind -q --error-exitcode=99 --leak-check=full" scripts/run-tests.sh $(BUILD)
 
-install: lib
-	install -d $(DESTDIR)$(PREFIX)/include/fleet $(DESTDIR)$(PREFIX)/lib/pkgconfig
+# `make install PREFIX=/usr/local DESTDIR=`: headers, libfleet.{a,so}, every tool built in
+# BUILD/tools (into bin/), fleet.pc, and the CMake package lib/cmake/Fleet (find_package(Fleet)
+# gives Fleet::fleet and Fleet::fleet_static).  Flags for downstream builds carry no -Werror.
+# NOBUILD=1 installs what BUILD already holds without building it: the install test uses
+# it so that a sanitizer build dir is never rebuilt with other flags.
+INSTALL_DEPS := $(if $(filter 1,$(NOBUILD)),,lib $(TOOL_BIN))
+INSTALL_SED  := sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@MPI_LIBS@|$(MPI_LIBS)|g'
+install: $(INSTALL_DEPS)
+	@test -f $(BUILD)/libfleet.so.$(VERSION) || { echo "install: $(BUILD)/libfleet.so.$(VERSION) is missing: run make first" >&2; exit 1; }
+	install -d $(DESTDIR)$(PREFIX)/include/fleet $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/cmake/Fleet $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/fleet.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 include/fleet/*.h $(DESTDIR)$(PREFIX)/include/fleet/
 	install -m 644 $(BUILD)/libfleet.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libfleet.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf libfleet.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libfleet.so.$(SOVER)
 	ln -sf libfleet.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libfleet.so
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@MPI_LIBS@|$(MPI_LIBS)|g' fleet.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fleet.pc
+	@for t in $(BUILD)/tools/*; do \
+	  if [ -f "$$t" ] && [ -x "$$t" ]; then echo "install -m 755 $$t $(DESTDIR)$(PREFIX)/bin/"; \
+	    install -m 755 "$$t" $(DESTDIR)$(PREFIX)/bin/ || exit 1; fi; \
+	done
+	$(INSTALL_SED) fleet.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/fleet.pc
+	$(INSTALL_SED) cmake/FleetConfig.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/Fleet/FleetConfig.cmake
+	$(INSTALL_SED) cmake/FleetConfigVersion.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/Fleet/FleetConfigVersion.cmake
 
 clean:
 	rm -rf build build-asan build-ubsan build-tsan

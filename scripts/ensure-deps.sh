@@ -5,8 +5,11 @@
 #   build: compiler, make, OpenBLAS, OpenSSL (libcrypto, used by the network layer), cJSON
 #          (the one JSON reader and writer: strategies, checkpoint manifests, safetensors headers)
 #   test:  build + python3-numpy (reads our safetensors files back in a test), clang with
-#          libFuzzer (the frame and data-parser fuzz harnesses run briefly in the tests) and
-#          Open MPI (the MPI role maker is built in and tested under mpirun)
+#          libFuzzer (the frame and data-parser fuzz harnesses run briefly in the tests),
+#          Open MPI (the MPI role maker is built in and tested under mpirun), cmake (an
+#          outside project finds the installed library with find_package(Fleet)) and
+#          python3-venv (the Python package is tested in a virtual environment with NumPy
+#          and pytest from PyPI)
 #   bench: build + python3-torch, python3-numpy, Open MPI (the reference runs) and
 #          dataset-fashion-mnist (the data-parallel benchmark)
 set -euo pipefail
@@ -14,7 +17,7 @@ profile=${1:-test}
 pkgs=(gcc make libc6-dev libopenblas-dev libssl-dev libcjson-dev pkg-config)
 case "$profile" in
   build) ;;
-  test) pkgs+=(python3 python3-numpy clang libclang-rt-dev openmpi-bin libopenmpi-dev) ;;
+  test) pkgs+=(python3 python3-numpy python3-venv clang libclang-rt-dev openmpi-bin libopenmpi-dev cmake) ;;
   bench) pkgs+=(python3 python3-numpy python3-torch openmpi-bin libopenmpi-dev dataset-fashion-mnist) ;;
   *) echo "ensure-deps.sh: unknown profile '$profile' (expected build, test or bench)" >&2; exit 2 ;;
 esac

@@ -105,6 +105,7 @@ static void usage(void)
          "                   (default 1).  Their terms are sharp functions of small scaled\n"
          "                   values, which an MLP learns slowly; 0.1 makes the ceiling\n"
          "                   reachable in a short run\n"
+         "  --version        print the version and exit\n"
          "The same options give byte-identical files.  Exit: 0 ok, 1 I/O error, 2 usage.");
 }
 
@@ -506,8 +507,10 @@ static void fmt_num(char *s, size_t n, double a, int digits, const char *none)
 
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++)
+    for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return usage(), 0;
+        if (!strcmp(argv[i], "--version")) return printf("fleet-datagen %s\n", fl_version()), 0;
+    }
     if (argc < 2) cli_die(2, "missing the subcommand (fleet-datagen criteo --rows N --out DIR ...)");
     if (strcmp(argv[1], "criteo"))
         cli_die(2, "unknown subcommand '%s' (expected: criteo)", argv[1]);

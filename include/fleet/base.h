@@ -42,6 +42,11 @@ enum {
     FL_ESTATE = -10      /* call made in the wrong state (e.g. run before startup) */
 };
 
+/* The library's version, "MAJOR.MINOR.PATCH" (the Makefile's VERSION, e.g. "0.1.0"): a static
+ * string, never NULL.  Compare it with the headers a program was built against when the
+ * shared library may be a different install. */
+FL_API const char *fl_version(void);
+
 /* Returns a static name for a status code ("FL_EINVAL"). Never NULL. */
 FL_API const char *fl_strerror(int status);
 

@@ -1,0 +1,245 @@
+"""The fleet object: Paddle's process-wide ``fleet`` over one C fleet_t handle.
+
+Paddle's API is a module-level singleton (``fleet.init(role)``, ``fleet.is_server()``, ...);
+the C library has none (every call takes the handle).  This class holds the handle; the
+modules paddle.distributed.fleet (2.x) and fluid.incubate.fleet.* (1.x) each expose one
+instance.  Handles are never freed: a program built with a fleet's distributed optimizer
+refers to it for as long as the process runs.
+
+A parameter-server worker that called init_worker() and exits without stop_worker() (the
+seed's CTR train.py does) stops at interpreter exit, so that its servers finish and exit
+instead of waiting for it.
+"""
+import atexit
+import ctypes
+
+import numpy as np
+
+from . import _lib
+from ._lib import check, lib
+from ._tensor import dtype_code
+from .optimizer import Optimizer, _minimize
+from .role_maker import EnvRoleMaker, RoleMakerBase
+from .strategy import DistributedStrategy, DistributeTranspilerConfig
+
+__all__ = ["Fleet", "DistributedOptimizer", "UtilBase"]
+
+_all_handles = []   # every fleet_t ever made: kept for the programs that refer to them
+_to_stop = []       # workers to stop at exit
+
+
+def _stop_at_exit():
+    for f in _to_stop:
+        if f._worker_started and not f._worker_stopped:
+            try:
+                f.stop_worker()
+            except _lib.FleetError as e:
+                import sys
+                print("fleet_c: stop_worker at exit failed: %s" % e, file=sys.stderr)
+
+
+atexit.register(_stop_at_exit)
+
+
+class UtilBase:
+    """fleet.util: collectives over the workers on NumPy arrays, and file sharding."""
+
+    def __init__(self, fleet):
+        self._fleet = fleet
+
+    def all_reduce(self, input, mode="sum", comm_world="worker"):
+        _world(comm_world)
+        a = np.array(input, copy=True)
+        scalar = a.ndim == 0
+        a = np.ascontiguousarray(a.reshape(-1))
+        check(lib.fleet_util_all_reduce(self._fleet._handle(), a.ctypes.data_as(ctypes.c_void_p), a.size,
+                                        dtype_code(a.dtype), _lib.cstr(mode)))
+        return a[0] if scalar else a.reshape(np.shape(input))
+
+    def all_gather(self, input, comm_world="worker"):
+        """Returns a list with every worker's input (numbers or arrays of one shape)."""
+        _world(comm_world)
+        a = np.ascontiguousarray(np.asarray(input).reshape(-1))
+        n = self._fleet.worker_num()
+        out = np.empty(a.size * n, dtype=a.dtype)
+        check(lib.fleet_util_all_gather(self._fleet._handle(), a.ctypes.data_as(ctypes.c_void_p),
+                                        out.ctypes.data_as(ctypes.c_void_p), a.size, dtype_code(a.dtype)))
+        parts = out.reshape(n, -1)
+        if np.ndim(input) == 0:
+            return [p[0].item() for p in parts]
+        return [p.reshape(np.shape(input)) for p in parts]
+
+    def barrier(self, comm_world="worker"):
+        _world(comm_world)
+        check(lib.fleet_util_barrier(self._fleet._handle()))
+
+    def get_file_shard(self, files):
+        return self._fleet.split_files(files)
+
+    def print_on_rank(self, message, rank_id):
+        if self._fleet.worker_index() == rank_id:
+            print(message)
+
+
+def _world(comm_world):
+    if comm_world != "worker":
+        raise NotImplementedError("fleet.util: comm_world=%r is not supported (workers only)" % comm_world)
+
+
+class DistributedOptimizer:
+    """What fleet.distributed_optimizer returns: minimize() builds the distributed program
+    for the fleet's mode (parameter server or collective)."""
+
+    def __init__(self, fleet, optimizer, strategy):
+        self._fleet = fleet
+        self.inner_opt = optimizer
+        self.user_defined_strategy = strategy
+
+    def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
+        s = self.user_defined_strategy
+        ptr = s._pointer() if s is not None else None
+        return _minimize(self.inner_opt, loss, startup_program, parameter_list, no_grad_set, self._fleet, ptr)
+
+    def __getattr__(self, name):
+        return getattr(self.inner_opt, name)
+
+
+class Fleet:
+    """One process's fleet.  default_collective: the mode of init() without a role maker
+    (the 1.x collective module's fleet is collective); ps_default_sync: fluid 1.x's
+    parameter-server fleet, whose distributed_optimizer without a strategy is synchronous
+    (DistributeTranspilerConfig's default), where 2.x's is asynchronous."""
+
+    def __init__(self, default_collective=False, ps_default_sync=False):
+        self._h = None
+        self._default_collective = default_collective
+        self._ps_default_sync = ps_default_sync
+        self._strategy = None
+        self._worker_started = False
+        self._worker_stopped = False
+        self.util = UtilBase(self)
+
+    # -- setup --------------------------------------------------------------------------------
+    def init(self, role_maker=None, is_collective=False, strategy=None, log_level=None):
+        """Paddle 2.x: init(role_maker=None, is_collective=False, strategy=None); 1.x:
+        init(role).  Without a role maker the role comes from whatever launcher started the
+        process (fleetrun, torchrun, mpirun, srun), else one local worker."""
+        if role_maker is None:
+            role_maker = EnvRoleMaker(bool(is_collective) or self._default_collective)
+        if not isinstance(role_maker, RoleMakerBase):
+            raise TypeError("fleet.init: role_maker must be a role maker, got %s" % type(role_maker).__name__)
+        if strategy is not None and not isinstance(strategy, DistributedStrategy):
+            raise TypeError("fleet.init: strategy must be a DistributedStrategy, got %s" % type(strategy).__name__)
+        role = role_maker._create()
+        ptr = strategy._pointer() if strategy is not None else None
+        h = lib.fleet_init(role, ptr)
+        if not h:
+            raise _lib.err_from_last("fleet.init")
+        _all_handles.append(h)
+        self._h = h
+        self._strategy = strategy
+        self._worker_started = self._worker_stopped = False
+        return None
+
+    def _handle(self):
+        if self._h is None:
+            raise _lib.error_for(-10, "fleet.init() has not been called")
+        return self._h
+
+    # -- who am I ---------------------------------------------------------------------------------
+    def is_collective(self):
+        return bool(lib.fleet_is_collective(self._handle()))
+
+    def is_distributed(self):
+        return bool(lib.fleet_is_distributed(self._handle()))
+
+    def is_first_worker(self):
+        return bool(lib.fleet_is_first_worker(self._handle()))
+
+    def is_worker(self):
+        return bool(lib.fleet_is_worker(self._handle()))
+
+    def is_server(self):
+        return bool(lib.fleet_is_server(self._handle()))
+
+    def worker_index(self):
+        return lib.fleet_worker_index(self._handle())
+
+    def worker_num(self):
+        return lib.fleet_worker_num(self._handle())
+
+    def server_index(self):
+        return lib.fleet_server_index(self._handle())
+
+    def server_num(self):
+        return lib.fleet_server_num(self._handle())
+
+    def worker_endpoints(self, to_string=False):
+        s = _lib._text(lib.fleet_worker_endpoints_str(self._handle()))
+        return s if to_string else [e for e in s.split(",") if e]
+
+    def server_endpoints(self, to_string=False):
+        s = _lib._text(lib.fleet_server_endpoints_str(self._handle()))
+        return s if to_string else [e for e in s.split(",") if e]
+
+    # -- training -----------------------------------------------------------------------------------
+    def distributed_optimizer(self, optimizer, strategy=None):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError("fleet.distributed_optimizer: expected an optimizer, got %s" % type(optimizer).__name__)
+        self._handle()
+        if isinstance(strategy, DistributeTranspilerConfig):
+            strategy = strategy._to_strategy()
+        if strategy is None and self._ps_default_sync and not self.is_collective():
+            strategy = DistributeTranspilerConfig()._to_strategy()
+        if strategy is not None and not isinstance(strategy, DistributedStrategy):
+            raise TypeError("fleet.distributed_optimizer: strategy must be a DistributedStrategy, got %s"
+                            % type(strategy).__name__)
+        return DistributedOptimizer(self, optimizer, strategy)
+
+    def init_worker(self, scopes=None):
+        check(lib.fleet_init_worker(self._handle()))
+        if not self.is_collective() and self.is_distributed():
+            self._worker_started = True
+            if self not in _to_stop:
+                _to_stop.append(self)
+
+    def stop_worker(self):
+        self._worker_stopped = True
+        check(lib.fleet_stop_worker(self._handle()))
+
+    def init_server(self, model_dir=None, *args, **kwargs):
+        check(lib.fleet_init_server(self._handle(), _lib.cstr(model_dir)))
+
+    def run_server(self):
+        """Serves until every worker has stopped (or one disappears)."""
+        check(lib.fleet_run_server(self._handle()))
+
+    def barrier_worker(self):
+        check(lib.fleet_barrier_worker(self._handle()))
+
+    def split_files(self, files):
+        files = [str(f) for f in files]
+        arr = _lib.cstr_array(files)
+        out = ctypes.POINTER(ctypes.c_char_p)()
+        n = ctypes.c_int()
+        check(lib.fleet_split_files(self._handle(), arr, len(files), ctypes.byref(out), ctypes.byref(n)))
+        try:
+            return [_lib._text(out[i]) for i in range(n.value)]
+        finally:
+            _lib.c_free(ctypes.cast(out, ctypes.c_void_p).value)
+
+    # -- saving -------------------------------------------------------------------------------------
+    def save_persistables(self, executor, dirname, main_program=None, mode=0):
+        from .io import _exe_handle, _main
+        p = _main(main_program)
+        check(lib.fleet_save_persistables(self._handle(), _exe_handle(executor, p), _lib.cstr(dirname), p._main()))
+
+    def save_inference_model(self, executor, dirname, feeded_var_names, target_vars, main_program=None,
+                             export_for_deployment=True, mode=0):
+        from .framework import Variable
+        from .io import _exe_handle, _main, _target_ptrs
+        p = _main(main_program)
+        feeds = [f.name if isinstance(f, Variable) else str(f) for f in feeded_var_names]
+        ts, tp = _target_ptrs(target_vars)
+        check(lib.fleet_save_inference_model(self._handle(), _exe_handle(executor, p), _lib.cstr(dirname),
+                                             _lib.cstr_array(feeds), len(feeds), tp, len(ts), p._main()))

@@ -1,0 +1,2 @@
+"""paddle.distributed.fleet.base."""
+from . import role_maker  # noqa: F401

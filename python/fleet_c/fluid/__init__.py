@@ -1,0 +1,25 @@
+"""fluid: Paddle 1.x names (import fleet_c.fluid as fluid).
+
+fluid.layers, .optimizer, .initializer, .regularizer, .param_attr and .io are the
+package's own modules under their 1.x names (import fleet_c.fluid.layers works too).
+"""
+import sys as _sys
+
+from .. import initializer, io, layers, optimizer, param_attr, regularizer
+from .._tensor import LoDTensor, create_lod_tensor
+from ..dataset import DatasetFactory, InMemoryDataset, QueueDataset
+from ..executor import (CompiledProgram, CPUPlace, CUDAPinnedPlace, CUDAPlace, Executor, Scope, cpu_places,
+                        cuda_places, global_scope, scope_guard)
+from ..framework import Program, Variable, default_main_program, default_startup_program, program_guard
+from ..layers import _data
+from ..param_attr import ParamAttr
+from ..strategy import DistributeTranspilerConfig
+from . import core, incubate
+
+for _name in ("initializer", "io", "layers", "optimizer", "param_attr", "regularizer"):
+    _sys.modules[__name__ + "." + _name] = globals()[_name]
+
+
+def data(name, shape, dtype="float32", lod_level=0):
+    """fluid.data (1.8): the shape includes the batch dimension (None or -1)."""
+    return _data(name, shape, dtype, lod_level, True)

@@ -1,0 +1,2 @@
+"""fluid.incubate.fleet.base."""
+from . import role_maker  # noqa: F401

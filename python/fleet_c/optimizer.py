@@ -1,0 +1,160 @@
+"""Optimizers with fluid 1.x and paddle 2.x names and arguments.
+
+minimize(loss) appends backward, weight decay and one update op per parameter to the
+loss's program (fl_opt_minimize).  Each minimize makes a fresh C optimizer, kept alive
+with the program.  A fleet distributed optimizer (fleet.distributed_optimizer) wraps one
+of these and passes the C optimizer through fleet_distributed_optimizer first.
+"""
+from . import _lib
+from ._lib import lib
+from .framework import Program, Variable
+from .layers import ExponentialDecay
+from .regularizer import l2_coeff
+
+__all__ = ["SGD", "Momentum", "Adagrad", "Adam", "SGDOptimizer", "MomentumOptimizer", "AdagradOptimizer",
+           "AdamOptimizer", "Optimizer"]
+
+
+class Optimizer:
+    """Common arguments: learning_rate (a float or layers.exponential_decay(...)),
+    regularization (fluid) or weight_decay (paddle: a float or L2Decay); parameter_list /
+    parameters restrict the update to those parameters.  grad_clip is not supported."""
+
+    def __init__(self, learning_rate, regularization=None, weight_decay=None, parameter_list=None,
+                 parameters=None, grad_clip=None, name=None):
+        if grad_clip is not None:
+            raise NotImplementedError("%s: grad_clip is not supported by Fleet" % type(self).__name__)
+        if not isinstance(learning_rate, (int, float, ExponentialDecay)):
+            raise TypeError("%s: learning_rate must be a float or fluid.layers.exponential_decay(...), got %s"
+                            % (type(self).__name__, type(learning_rate).__name__))
+        self._learning_rate = learning_rate
+        self._l2 = l2_coeff(regularization if regularization is not None else weight_decay, type(self).__name__)
+        self._parameters = parameter_list if parameter_list is not None else parameters
+        self.type = None
+
+    def _create(self):
+        raise NotImplementedError
+
+    def _c_optimizer(self):
+        """A new C optimizer with this one's settings (the caller keeps or frees it)."""
+        lr = self._learning_rate
+        base = lr.learning_rate if isinstance(lr, ExponentialDecay) else float(lr)
+        o = _lib.check_ptr(self._create(base), type(self).__name__)
+        try:
+            if self._l2:
+                _lib.check(lib.fl_opt_set_l2(o, self._l2))
+            if isinstance(lr, ExponentialDecay):
+                _lib.check(lib.fl_opt_set_exponential_decay(o, lr.decay_steps, lr.decay_rate,
+                                                            1 if lr.staircase else 0))
+        except Exception:
+            lib.fl_opt_free(o)
+            raise
+        return o
+
+    def get_lr(self):
+        lr = self._learning_rate
+        return lr.learning_rate if isinstance(lr, ExponentialDecay) else float(lr)
+
+    def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
+        return _minimize(self, loss, startup_program, parameter_list, no_grad_set, None, None)
+
+
+class _COpt:
+    """Owns a C optimizer for as long as the program that was built with it."""
+
+    def __init__(self, h):
+        self.h = h
+
+    def __del__(self):
+        if self.h and not _lib.shutting_down[0]:
+            lib.fl_opt_free(self.h)
+
+
+def _minimize(opt, loss, startup_program, parameter_list, no_grad_set, fleet, strategy):
+    """minimize() of a plain or a fleet-wrapped optimizer.  fleet: a _fleet.Fleet or None;
+    strategy: a C Strategy pointer or None."""
+    if not isinstance(loss, Variable):
+        raise TypeError("minimize: loss must be a Variable, got %s" % type(loss).__name__)
+    prog = loss.program
+    if startup_program is not None:
+        if not isinstance(startup_program, Program):
+            raise TypeError("minimize: startup_program must be a Program")
+        startup_program._join_startup(prog)
+    params = parameter_list if parameter_list is not None else opt._parameters
+    no_grad = set()
+    for v in no_grad_set or ():
+        no_grad.add(v.name if isinstance(v, Variable) else str(v))
+    if params is not None:
+        keep = {p.name if isinstance(p, Variable) else str(p) for p in params}
+        no_grad |= {p.name for p in prog.all_parameters() if p.name not in keep}
+    c = _COpt(opt._c_optimizer())
+    if fleet is not None:
+        wrapped = lib.fleet_distributed_optimizer(fleet._handle(), c.h, strategy)
+        if not wrapped:
+            raise _lib.err_from_last("fleet.distributed_optimizer")
+        prog._keep.append(fleet)
+    prog._keep.append(c)
+    names = sorted(no_grad)
+    _lib.check(lib.fl_opt_minimize_ex(c.h, loss._p, _lib.cstr_array(names), len(names)))
+    pairs = []
+    for p in prog.all_parameters():
+        g = prog.global_block().var(p.name + "@GRAD") if prog.global_block().has_var(p.name + "@GRAD") else None
+        if g is not None:
+            pairs.append((p, g))
+    return [], pairs
+
+
+class SGD(Optimizer):
+    def __init__(self, learning_rate=0.001, parameters=None, weight_decay=None, grad_clip=None, name=None,
+                 regularization=None, parameter_list=None):
+        super().__init__(learning_rate, regularization, weight_decay, parameter_list, parameters, grad_clip)
+        self.type = "sgd"
+
+    def _create(self, lr):
+        return lib.fl_opt_sgd(lr)
+
+
+class Momentum(Optimizer):
+    def __init__(self, learning_rate=0.001, momentum=0.9, parameters=None, use_nesterov=False, weight_decay=None,
+                 grad_clip=None, name=None, regularization=None, parameter_list=None, rescale_grad=1.0):
+        super().__init__(learning_rate, regularization, weight_decay, parameter_list, parameters, grad_clip)
+        if rescale_grad != 1.0:
+            raise NotImplementedError("Momentum: rescale_grad is not supported by Fleet")
+        self._momentum = float(momentum)
+        self._nesterov = bool(use_nesterov)
+        self.type = "momentum"
+
+    def _create(self, lr):
+        return lib.fl_opt_momentum(lr, self._momentum, 1 if self._nesterov else 0)
+
+
+class Adagrad(Optimizer):
+    def __init__(self, learning_rate, epsilon=1e-06, parameters=None, weight_decay=None, grad_clip=None, name=None,
+                 initial_accumulator_value=0.0, regularization=None, parameter_list=None):
+        super().__init__(learning_rate, regularization, weight_decay, parameter_list, parameters, grad_clip)
+        if initial_accumulator_value != 0.0:
+            raise NotImplementedError("Adagrad: initial_accumulator_value is not supported by Fleet")
+        self._epsilon = float(epsilon)
+        self.type = "adagrad"
+
+    def _create(self, lr):
+        return lib.fl_opt_adagrad(lr, self._epsilon)
+
+
+class Adam(Optimizer):
+    def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-08, parameters=None,
+                 weight_decay=None, grad_clip=None, lazy_mode=False, name=None, regularization=None,
+                 parameter_list=None):
+        super().__init__(learning_rate, regularization, weight_decay, parameter_list, parameters, grad_clip)
+        self._betas = (float(beta1), float(beta2))
+        self._epsilon = float(epsilon)
+        self.type = "adam"
+
+    def _create(self, lr):
+        return lib.fl_opt_adam(lr, self._betas[0], self._betas[1], self._epsilon)
+
+
+SGDOptimizer = SGD
+MomentumOptimizer = Momentum
+AdagradOptimizer = Adagrad
+AdamOptimizer = Adam

@@ -1,0 +1,119 @@
+"""DistributedStrategy with Paddle 2.x field names (and fluid 1.x's
+DistributeTranspilerConfig for parameter-server programs).
+
+Every assignment goes straight to the C strategy through fleet_strategy_set, so a wrong
+name or value raises at the line that set it, with the library's message; the C side
+also refuses fields this build does not implement when they differ from their default.
+Nested configs are dicts and merge: ``s.a_sync_configs = {"k_steps": 100}`` sets one key.
+"""
+import ctypes
+
+from . import _lib
+from ._lib import check, lib
+
+__all__ = ["DistributedStrategy", "DistributeTranspilerConfig"]
+
+# Defaults as in Paddle's distributed_strategy.proto (and fleet/fleet.h), for reading back.
+_DEFAULTS = {
+    "a_sync": True, "localsgd": False, "adaptive_localsgd": False, "gradient_merge": False, "amp": False,
+    "dgc": False, "recompute": False, "lars": False, "lamb": False, "pipeline": False, "sharding": False,
+    "tensor_parallel": False, "elastic": False, "auto": False, "sync_batch_norm": False,
+    "use_hierarchical_allreduce": False, "hierarchical_allreduce_inter_nranks": 1, "fuse_all_reduce_ops": True,
+    "fuse_grad_size_in_MB": 32, "fuse_grad_size_in_TFLOPS": 50, "nccl_comm_num": 1, "sync_nccl_allreduce": True,
+}
+_CONFIG_DEFAULTS = {
+    "a_sync_configs": {"k_steps": -1, "max_merge_var_num": 1, "send_queue_size": 16,
+                       "independent_recv_thread": False, "min_send_grad_num_before_recv": 1,
+                       "thread_pool_size": 1, "send_wait_times": 1, "runtime_split_send_recv": False,
+                       "launch_barrier": True},
+    "localsgd_configs": {"k_steps": 1, "begin_step": 1},
+    "adaptive_localsgd_configs": {"init_k_steps": 1, "begin_step": 1},
+    "gradient_merge_configs": {"k_steps": 1, "avg": True},
+    "amp_configs": {"init_loss_scaling": 32768.0, "incr_every_n_steps": 1000, "decr_every_n_nan_or_inf": 2,
+                    "incr_ratio": 2.0, "decr_ratio": 0.8, "use_dynamic_loss_scaling": True},
+    "dgc_configs": {"rampup_begin_step": 0, "rampup_step": 1},
+}
+
+
+def _str(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        raise TypeError("list values are not supported by Fleet's strategy fields")
+    return str(value)
+
+
+class DistributedStrategy:
+    def __init__(self):
+        object.__setattr__(self, "_c", lib.fleet_strategy_default())
+        object.__setattr__(self, "_values", {})
+
+    def _apply(self, key, value):
+        check(lib.fleet_strategy_set(ctypes.byref(self._c), _lib.cstr(key), _lib.cstr(_str(value))))
+
+    def __setattr__(self, name, value):
+        if name in _CONFIG_DEFAULTS:
+            if not isinstance(value, dict):
+                raise TypeError("%s must be a dict, got %s" % (name, type(value).__name__))
+            for k, v in value.items():
+                self._apply("%s.%s" % (name, k), v)
+            merged = dict(self._values.get(name, {}))
+            merged.update(value)
+            self._values[name] = merged
+            return
+        self._apply(name, value)
+        self._values[name] = value
+        if name == "a_sync":  # as in Paddle, setting a_sync resets a_sync_configs.k_steps to 0
+            cfg = dict(self._values.get("a_sync_configs", {}))
+            cfg["k_steps"] = 0
+            self._values["a_sync_configs"] = cfg
+
+    def __getattr__(self, name):
+        values = object.__getattribute__(self, "_values")
+        if name in _CONFIG_DEFAULTS:
+            out = dict(_CONFIG_DEFAULTS[name])
+            out.update(values.get(name, {}))
+            return out
+        if name in values:
+            return values[name]
+        if name in _DEFAULTS:
+            return _DEFAULTS[name]
+        raise AttributeError("DistributedStrategy has no field '%s'" % name)
+
+    def _pointer(self):
+        """The C strategy, checked (fields this build does not implement are refused)."""
+        check(lib.fleet_strategy_check(ctypes.byref(self._c)))
+        return ctypes.byref(self._c)
+
+    def to_text(self):
+        """key=value lines of the fields that differ from the defaults."""
+        p = lib.fleet_strategy_to_text(ctypes.byref(self._c))
+        if not p:
+            raise _lib.err_from_last("DistributedStrategy")
+        try:
+            return ctypes.string_at(p).decode()
+        finally:
+            _lib.c_free(p)
+
+    def __repr__(self):
+        return "DistributedStrategy(%s)" % ", ".join(self.to_text().split())
+
+
+class DistributeTranspilerConfig:
+    """fluid 1.x parameter-server settings: sync_mode (default True, Paddle 1.x's default),
+    geo_sgd_mode with geo_sgd_need_push_nums (GEO: push every k steps)."""
+
+    def __init__(self):
+        self.sync_mode = True
+        self.geo_sgd_mode = False
+        self.geo_sgd_need_push_nums = 100
+        self.runtime_split_send_recv = False
+
+    def _to_strategy(self):
+        s = DistributedStrategy()
+        s.a_sync = not self.sync_mode or self.geo_sgd_mode
+        if self.geo_sgd_mode:
+            s.a_sync_configs = {"k_steps": int(self.geo_sgd_need_push_nums)}
+        return s
