@@ -1,7 +1,8 @@
 /*
  * backend.h - a collective backend is a table of functions that moves a communicator's
- * data: "shm" (a shared-memory segment on one host, shm.c) and "tcp" (direct exchange,
- * rings and chains over the communicator's TCP connections, tcp.c + tcp_ops.c).  The
+ * data: "shm" (a shared-memory segment on one host, shm.c), "tcp" (direct exchange, rings
+ * and chains over the communicator's TCP connections, tcp.c + tcp_ops.c) and "mpi" (MPI's
+ * nonblocking collectives in a job started by mpirun, only when named, mpi.c).  The
  * backend is chosen once, in fl_coll_create; ops.c checks arguments, fills the descriptor
  * and applies the failure rule, then calls c->backend->allreduce(...) and so on.
  *
@@ -78,5 +79,11 @@ int fl__coll_backend_setup(fl_coll *c, const fl__coll_backend *named, uint32_t u
 
 extern const fl__coll_backend fl__coll_backend_shm; /* shm.c */
 extern const fl__coll_backend fl__coll_backend_tcp; /* tcp_ops.c */
+extern const fl__coll_backend fl__coll_backend_mpi; /* mpi.c (a refusal when built without MPI) */
+
+/* mpi.c: the largest count of one MPI call on c (default INT_MAX), lowered by tests so that
+ * small buffers take the paths that split large ones.  FL_EINVAL unless c uses the "mpi"
+ * backend. */
+int fl__coll_mpi_max_count(fl_coll *c, size_t n);
 
 #endif
