@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # bench/allreduce_peers.sh BUILD_DIR - 2-rank float32 sum allreduce on this machine: Fleet
-# (shared memory and TCP paths, bench_allreduce) against Open MPI over shared memory
-# (mpirun --mca btl self,vader, bench/peers/mpi_allreduce_ref.c built here with mpicc) and
-# torch.distributed gloo (bench/peers/gloo_allreduce_ref.py, Debian's torch through /usr/bin/python3).
+# (shared memory and TCP paths, bench_allreduce forking its ranks; and the "mpi" backend,
+# bench_allreduce --mode mpi under the same mpirun as the reference) against Open MPI over
+# shared memory (mpirun --mca btl self,vader, bench/peers/mpi_allreduce_ref.c built here with
+# mpicc) and torch.distributed gloo (bench/peers/gloo_allreduce_ref.py, Debian's torch
+# through /usr/bin/python3).
 #
-# The three run in the same invocation, interleaved (ours, MPI, gloo; the order rotates every
-# round), BENCH_AR_ROUNDS times; the summary gives the median over rounds of each number, busbw
-# ratios, and checks the targets: busbw at 64M >= Open MPI's and >= 1.5x gloo's; 4K time/op
-# <= Open MPI's.  Each program checks every element of its result.  Our ranks are pinned one
-# per core (--bind core), as mpirun pins its ranks by default; gloo's are not (torch does not).
+# The three run in the same invocation, interleaved (ours - forked shm and TCP, then the mpi
+# backend -, MPI, gloo; the order rotates every round), BENCH_AR_ROUNDS times; the summary
+# gives the median over rounds of each number, busbw ratios, and checks the targets: busbw
+# at 64M >= Open MPI's and >= 1.5x gloo's; 4K time/op <= Open MPI's.  Each program checks
+# every element of its result.  Our forked ranks are pinned one per core (--bind core), as
+# mpirun pins its ranks by default; gloo's are not (torch does not).
 #
 # Environment: BENCH_AR_ROUNDS (default 5), BENCH_AR_SECONDS per size and program (default 0.3),
 # BENCH_AR_SIZES (default "4K 16K 64K 256K 1M 4M 16M 64M"), BENCH_PYTHON (default /usr/bin/python3).
@@ -41,6 +44,13 @@ else
 fi
 mpirun_flags=(-np 2 --oversubscribe --mca btl self,vader)
 [ "$(id -u)" = 0 ] && mpirun_flags+=(--allow-run-as-root)
+# the "mpi" backend column: needs mpirun and a library built with Open MPI
+have_fleet_mpi=0
+if [ $have_mpi = 1 ] && timeout 60 mpirun "${mpirun_flags[@]}" "$ours" --mode mpi --seconds 0.01 4K >/dev/null 2>&1; then
+  have_fleet_mpi=1
+else
+  echo "allreduce_peers.sh: bench_allreduce --mode mpi does not run (no mpirun, or built without MPI); its column is n/a" >&2
+fi
 
 have_gloo=1
 "$py" -c 'import torch.distributed' >/dev/null 2>&1 || { have_gloo=0; echo "allreduce_peers.sh: $py cannot import torch; gloo is n/a" >&2; }
@@ -52,7 +62,14 @@ have_gloo=1
   echo "# git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
 } | tee -a "$raw"
 
-run_ours() { echo "## fleet" >>"$raw"; timeout 300 "$ours" --np 2 --mode both --bind core --seconds "$BENCH_AR_SECONDS" $sizes >>"$raw" 2>/dev/null || echo "# FAILED: fleet" | tee -a "$raw"; }
+run_ours() {
+  echo "## fleet" >>"$raw"
+  timeout 300 "$ours" --np 2 --mode both --bind core --seconds "$BENCH_AR_SECONDS" $sizes >>"$raw" 2>/dev/null || echo "# FAILED: fleet" | tee -a "$raw"
+  [ $have_fleet_mpi = 1 ] || return 0
+  echo "## fleet mpi backend" >>"$raw"
+  timeout 300 mpirun "${mpirun_flags[@]}" "$ours" --mode mpi --seconds "$BENCH_AR_SECONDS" $sizes >>"$raw" 2>/dev/null \
+    || echo "# FAILED: fleet mpi backend" | tee -a "$raw"
+}
 run_mpi() {
   [ $have_mpi = 1 ] || return 0
   echo "## mpi" >>"$raw"
@@ -85,7 +102,8 @@ for line in open(raw):
         vals.setdefault(f[1], []).append(float(f[2]))
 med = {k: statistics.median(v) for k, v in vals.items()}
 n = {k: len(v) for k, v in vals.items()}
-cols = [("fleet_shm", "Fleet shm"), ("fleet_tcp", "Fleet TCP"), ("mpi_vader", "Open MPI vader"), ("gloo", "gloo")]
+cols = [("fleet_shm", "Fleet shm"), ("fleet_tcp", "Fleet TCP"), ("fleet_mpi", "Fleet mpi backend"),
+        ("mpi_vader", "Open MPI vader"), ("gloo", "gloo")]
 def g(p, s, m):
     return med.get("%s.%s.%s" % (p, s, m))
 def fmt(x, d=2):

@@ -1,10 +1,15 @@
 /*
  * bench_allreduce.c - nccl-tests style allreduce sweep of Fleet's communicator (float32 sum,
  * out of place), over shared memory and over TCP, with NP ranks that this program forks
- * itself on 127.0.0.1 (default 2).
+ * itself on 127.0.0.1 (default 2); or with the "mpi" backend, started by mpirun.
  *
  *   bench_allreduce [--np N] [--mode shm|tcp|both] [--seconds S] [--label L]
  *                   [--chunk BYTES] [--small BYTES] [--bind core|none] [SIZE ...]
+ *   mpirun -np N bench_allreduce --mode mpi [--seconds S] [--label L] [SIZE ...]
+ *
+ * --mode mpi: every process mpirun started is a rank (--np and --bind are mpirun's business);
+ * each binds a listener on 127.0.0.1, the endpoints and rank 0's job secret travel by MPI,
+ * and the communicator names backend "mpi" (a build without Open MPI refuses).
  *
  * --chunk and --small set fl_coll_opts.chunk_bytes and small_max_bytes (tuning).  --bind
  * core (default) pins rank r to CPU r mod ncpu, as mpirun binds its ranks by default;
@@ -31,6 +36,10 @@
 
 #include "fleet/coll.h"
 #include "fleet/net.h"
+
+#ifdef FL_HAVE_MPI
+#include <mpi.h>
+#endif
 
 static long parse_size(const char *s)
 {
@@ -60,6 +69,7 @@ typedef struct {
     double seconds;
     long chunk, small;
     const char *label;
+    const char *backend; /* fl_coll_opts.backend: NULL (shm or tcp by disable_shm), or "mpi" */
     int nsizes;
     const char **sizes;
     fl_net_secret secret;
@@ -88,9 +98,10 @@ static void run_rank(bench_cfg *b, int rank)
     o.timeout_ms = 60000;
     o.chunk_bytes = (size_t)b->chunk;
     o.small_max_bytes = (size_t)b->small;
+    o.backend = b->backend;
     fl_coll *c;
     if (fl_coll_create(&o, &c) != FL_OK) DIE("create: %s", fl_last_error());
-    const char *path = fl_coll_uses_shm(c) ? "shm" : "tcp";
+    const char *path = fl_coll_backend_name(c);
     if (rank == 0)
         fprintf(stderr, "# %s path, %d ranks, float32 sum, out of place\n# %10s %12s %12s %10s %10s %8s\n", path,
                 b->np, "size(B)", "time(us)", "p50(us)", "algbw", "busbw", "#wrong");
@@ -143,6 +154,37 @@ static void run_rank(bench_cfg *b, int rank)
         if (wrong) DIE("%lld wrong elements at size %s", (long long)wrong, b->sizes[si]);
     }
     fl_coll_free(c);
+}
+
+/* --mode mpi: this process is one rank of the job mpirun started. */
+static int run_mpi_rank(bench_cfg *b)
+{
+#ifdef FL_HAVE_MPI
+    int provided = 0, rank = 0;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, "bench_allreduce: MPI_Init_thread failed (start it with mpirun)\n");
+        return 1;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &b->np);
+    if (b->np < 2 || b->np > 64) DIE("mpirun -np must be in [2, 64]");
+    if (fl_net_listen("127.0.0.1", 0, &b->ls[rank])) DIE("%s", fl_last_error());
+    char mine[32] = {0};
+    snprintf(mine, sizeof mine, "127.0.0.1:%d", fl_net_listener_port(b->ls[rank]));
+    MPI_Allgather(mine, 32, MPI_CHAR, b->epbuf, 32, MPI_CHAR, MPI_COMM_WORLD);
+    for (int r = 0; r < b->np; r++) b->eps[r] = b->epbuf[r];
+    MPI_Bcast(&b->secret, (int)sizeof b->secret, MPI_BYTE, 0, MPI_COMM_WORLD);
+    b->backend = "mpi";
+    run_rank(b, rank);
+    fl_net_listener_free(b->ls[rank]);
+    fflush(stdout);
+    MPI_Finalize();
+    return 0;
+#else
+    (void)b;
+    fprintf(stderr, "bench_allreduce: --mode mpi: built without MPI (install libopenmpi-dev and rebuild)\n");
+    return 1;
+#endif
 }
 
 /* Binds listeners, forks np ranks, waits; returns 0 when every rank succeeded. */
@@ -202,7 +244,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--small") && i + 1 < argc) b.small = parse_size(argv[++i]);
         else if (parse_size(argv[i]) >= 4) sizes[ns++] = argv[i];
         else {
-            fprintf(stderr, "usage: %s [--np N] [--mode shm|tcp|both] [--seconds S] [--label L] [--chunk B] [--small B] [--bind core|none] [SIZE ...]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--np N] [--mode shm|tcp|both|mpi] [--seconds S] [--label L] [--chunk B] [--small B] [--bind core|none] [SIZE ...]\n", argv[0]);
             return 2;
         }
     }
@@ -219,6 +261,7 @@ int main(int argc, char **argv)
         return 1;
     }
     int bad = 0;
+    if (!strcmp(mode, "mpi")) bad = run_mpi_rank(&b);
     if (!strcmp(mode, "shm") || !strcmp(mode, "both")) {
         b.shm = 1;
         bad |= run_world(&b);

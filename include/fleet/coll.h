@@ -8,20 +8,29 @@
  * connections, each authenticated with the job secret as described in fleet/net.h).  The
  * data then moves through one backend, chosen once when the communicator is made:
  *   "shm"  a POSIX shared-memory segment, for ranks on one host sharing /dev/shm;
- *   "tcp"  the ring and latency algorithms over the TCP connections, anywhere.
+ *   "tcp"  the ring and latency algorithms over the TCP connections, anywhere;
+ *   "mpi"  MPI's nonblocking collectives (MPI_Iallreduce, ...), in a job started by
+ *          Open MPI's mpirun whose MPI_COMM_WORLD is exactly this communicator, with MPI
+ *          initialised at MPI_THREAD_SERIALIZED or more (as fleet_role_mpi does).  Only
+ *          when named: `mpirun -np N -x FLEET_COLL_BACKEND=mpi prog`.
  * By default (opts->backend and FLEET_COLL_BACKEND unset, empty or "auto") it is "shm" when
  * every rank can map the segment and none set disable_shm, else "tcp".  A backend named in
  * opts->backend (or, when that is unset, FLEET_COLL_BACKEND) is used or fl_coll_create
  * fails: an unknown name is FL_EINVAL naming the value and the registered backends, and
  * "shm" where shared memory is impossible (disable_shm set, or a rank that cannot attach
  * the segment: ranks on several hosts) is FL_EINVAL saying why - never a silent fallback
- * to TCP.  Every rank must ask for the same backend.  The TCP connections stay open
- * whatever the backend: they carry abort notices and tell a rank that a peer died.
+ * to TCP.  "mpi" is refused, before any connection, with FL_EUNSUPPORTED in a build
+ * without Open MPI or below MPI_THREAD_SERIALIZED, FL_ESTATE when MPI is not initialised
+ * (not started by mpirun) or already finalized, and FL_EINVAL when MPI_COMM_WORLD has
+ * another size (a parameter-server job's workers).  Every rank must ask for the same
+ * backend.  The TCP connections stay open whatever the backend: they carry abort notices
+ * and tell a rank that a peer died.
  *
  * What it is not.  There is no GPU (NCCL) backend and no hierarchical (shared memory within
  * a host + TCP across hosts) algorithm yet: with ranks on several hosts every collective
- * runs over TCP.  Collectives are blocking; a communicator is not thread safe (use one from
- * one thread at a time - e.g. a communication thread - and make one per concurrent stream).
+ * runs over TCP (or over MPI's transports, with "mpi" named under mpirun).  Collectives
+ * are blocking; a communicator is not thread safe (use one from one thread at a time - e.g.
+ * a communication thread - and make one per concurrent stream).
  *
  * Algorithms (sizes are payload bytes = count * dtype size; per-rank for allgather and
  * reduce-scatter):
@@ -47,10 +56,16 @@
  *                  each chunk a framed message checked against the op descriptor.
  *                  broadcast: direct below small_max_bytes, a pipelined chain above;
  *                  allgather and reduce-scatter: direct / ring likewise.
+ *   MPI            every op first sends its descriptor to every peer and receives theirs
+ *                  (point to point, 24 bytes); then one nonblocking MPI collective (in
+ *                  pieces above INT_MAX elements), polled with MPI_Test.  Its algorithm is
+ *                  MPI's choice.
  * Every rank gets bit-identical results: each element is reduced once, in a fixed order,
- * and then copied.  float16/bfloat16 are accumulated in float32 and rounded once to
- * nearest-even on store; AVG is SUM divided by world_size (for int64, C division: rounds
- * toward zero).  MAX/MIN with NaN inputs: unspecified which operand wins.
+ * and then copied (with "mpi", in the order of MPI's algorithm, so inexact float sums may
+ * differ from the other backends in the last bit).  float16/bfloat16 are accumulated in
+ * float32 and rounded once to nearest-even on store; AVG is SUM divided by world_size (for
+ * int64, C division: rounds toward zero).  MAX/MIN with NaN inputs: unspecified which
+ * operand wins.
  *
  * Safety.  Every collective carries a sequence number and a descriptor (op, dtype, count,
  * reduction, root); a rank whose call differs from another's (another collective, another
@@ -62,7 +77,10 @@
  * adjacent to the failure report the same cause.  After any error the communicator is
  * broken: further calls return FL_ESTATE with the first error; free it and make a new one.
  * A rank that was late may still complete the call the others gave up on (everything it
- * needed had arrived); its next call then fails with the others' error.
+ * needed had arrived); its next call then fails with the others' error.  With "mpi", a
+ * rank that gives up while an MPI collective is in flight (a peer stalled after every
+ * rank had entered the op) cannot cancel it: MPI may still use that call's buffers until
+ * the process ends, so end the job after such a failure.
  *
  * Security.  Every connection is authenticated with the job secret the caller passes in
  * opts->secret (the fleet layer loads FLEET_JOB_SECRET[_FILE] once and passes it down);
@@ -72,7 +90,7 @@
  * Environment (read in fl_coll_create through src/base/env.c):
  *   FLEET_COLL_TIMEOUT_MS   per-wait deadline when opts->timeout_ms is 0 (default 30000)
  *   FLEET_COLL_BACKEND      the backend when opts->backend is NULL or "": auto (default),
- *                           shm or tcp
+ *                           shm, tcp or mpi
  */
 #ifndef FLEET_COLL_H
 #define FLEET_COLL_H
@@ -114,8 +132,8 @@ typedef struct {
                                      fl_coll_create only, and the caller frees it. */
     size_t small_max_bytes;       /* 0: 65536.  Latency algorithms up to this size. */
     size_t chunk_bytes;           /* 0: 1048576.  Pipeline chunk (and shm slot size). */
-    const char *backend;          /* "shm", "tcp" or "auto"; NULL or "": FLEET_COLL_BACKEND,
-                                     else auto (see the top of this file) */
+    const char *backend;          /* "shm", "tcp", "mpi" or "auto"; NULL or "":
+                                     FLEET_COLL_BACKEND, else auto (see the top of this file) */
 } fl_coll_opts;
 
 /* Creates the communicator: checks a named backend, listens on endpoints[rank] (unless
@@ -132,7 +150,7 @@ FL_API int fl_coll_create(const fl_coll_opts *opts, fl_coll **out);
 FL_API void fl_coll_free(fl_coll *c);
 FL_API int fl_coll_rank(const fl_coll *c);
 FL_API int fl_coll_size(const fl_coll *c);
-/* The backend this communicator's collectives use: "shm" or "tcp"; "self" for a one-rank
+/* The backend this communicator's collectives use: "shm", "tcp" or "mpi"; "self" for a one-rank
  * communicator (it needs none: its collectives are local copies, though a backend it named
  * was still checked); NULL for an invalid handle.  A static string. */
 FL_API const char *fl_coll_backend_name(const fl_coll *c);

@@ -2,8 +2,8 @@
  * backend.c - the registry of collective backends and the choice of one per communicator,
  * made once in fl_coll_create: the backend named by fl_coll_opts.backend or
  * FLEET_COLL_BACKEND, or else the first row of the registry that every rank can use and
- * that accepts in its setup.  With the two rows below that is today's rule: shared memory
- * when every rank can attach it and disable_shm is not set, else TCP.
+ * that accepts in its setup.  With the rows below that is: shared memory when every rank can
+ * attach it and disable_shm is not set, else TCP; MPI only when named.
  */
 #include <stdio.h>
 #include <string.h>
@@ -19,11 +19,12 @@
 static const fl__coll_backend *const backends[] = {
     &fl__coll_backend_shm, /* one host: a shared-memory segment */
     &fl__coll_backend_tcp, /* anywhere: the TCP connections */
+    &fl__coll_backend_mpi, /* under mpirun, only when named: MPI's collectives */
 };
 #define NBACKENDS ((int)(sizeof backends / sizeof backends[0]))
 _Static_assert(NBACKENDS >= 1 && NBACKENDS <= 32, "one bit per backend in the setup message");
 
-/* "shm, tcp" */
+/* "shm, tcp, mpi" */
 static void list_names(char *buf, size_t cap)
 {
     size_t o = 0;

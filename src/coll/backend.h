@@ -1,7 +1,8 @@
 /*
  * backend.h - a collective backend is a table of functions that moves a communicator's
- * data: "shm" (a shared-memory segment on one host, shm.c) and "tcp" (direct exchange,
- * rings and chains over the communicator's TCP connections, tcp.c + tcp_ops.c).  The
+ * data: "shm" (a shared-memory segment on one host, shm.c), "tcp" (direct exchange, rings
+ * and chains over the communicator's TCP connections, tcp.c + tcp_ops.c) and "mpi" (MPI's
+ * nonblocking collectives in a job started by mpirun, only when named, mpi.c).  The
  * backend is chosen once, in fl_coll_create; ops.c checks arguments, fills the descriptor
  * and applies the failure rule, then calls c->backend->allreduce(...) and so on.
  *
@@ -11,18 +12,28 @@
  * fl__coll_check_peers every few hundred microseconds while it waits, and gives up after
  * c->timeout_ms, so a dead, aborting or stalled peer fails the op on every rank.
  *
- * How to add a backend (an MPI one, say):
+ * How to add a backend (mpi.c is one that followed this):
  *   1. write src/coll/<name>.c ending with `const fl__coll_backend fl__coll_backend_<name>`;
  *      its functions follow the contracts of the struct below, keep their state in c->be,
  *      and report failures with fl__err naming the peer (fl__coll_peer) and the op
- *      (fl__coll_desc_str): ops.c turns any error into the communicator's failure;
+ *      (fl__coll_desc_str): ops.c turns any error into the communicator's failure.  Check
+ *      the descriptor on every rank before any data is combined (exchange it first, or
+ *      carry it with the data).  If the library cannot cancel an operation (MPI's
+ *      collectives), a failed wait leaves it in flight: keep alive whatever buffers of
+ *      the backend it uses (close then leaks them) and say so in the file's comment;
  *   2. declare it at the end of this file and add its row to backends[] in backend.c
  *      (the automatic choice tries the rows in table order and "tcp" always accepts, so
- *      put a backend that should only run when named after "tcp");
+ *      put a backend that should only run when named after "tcp"); a build without its
+ *      library still compiles the file, to a row whose `available` refuses;
  *   3. use `available` to refuse what cannot work (built without the library, an option
- *      that rules it out), with a message saying why;
- *   4. add it to the list in include/fleet/coll.h and docs/collective.md, and run the
- *      correctness suite with it named (named_suite in tests/test_coll.c).
+ *      that rules it out), with a message saying why.  It runs for every row on every
+ *      communicator, named or not, so it must be cheap and harmless where the library is
+ *      unused (the mpi row asks MPI_Initialized first, callable before MPI_Init);
+ *   4. add it to the list in include/fleet/coll.h and docs/collective.md (and to the
+ *      registered names that test_coll's unknown-backend case expects), and run the
+ *      correctness suite with it named (named_suite in tests/test_coll.c; a backend that
+ *      needs its own launcher, as mpi needs mpirun, gets its own test that runs the same
+ *      cases: tests/test_coll_mpi.c).
  */
 #ifndef FL_COLL_BACKEND_H
 #define FL_COLL_BACKEND_H
@@ -78,5 +89,11 @@ int fl__coll_backend_setup(fl_coll *c, const fl__coll_backend *named, uint32_t u
 
 extern const fl__coll_backend fl__coll_backend_shm; /* shm.c */
 extern const fl__coll_backend fl__coll_backend_tcp; /* tcp_ops.c */
+extern const fl__coll_backend fl__coll_backend_mpi; /* mpi.c (a refusal when built without MPI) */
+
+/* mpi.c: the largest count of one MPI call on c (default INT_MAX), lowered by tests so that
+ * small buffers take the paths that split large ones.  FL_EINVAL unless c uses the "mpi"
+ * backend. */
+int fl__coll_mpi_max_count(fl_coll *c, size_t n);
 
 #endif

@@ -10,6 +10,9 @@
  *                       fleet_free, with an MPI_Barrier in between (Fleet must not finalise it)
  *            again      after fleet_free, make a second MPI role: prints "AGAIN <status>"
  *            keep       never free the fleet (MPI is then finalised at exit)
+ *            train      (collective) 5 steps of the quick-start MLP, each worker on its own
+ *                       batches, gradients allreduced by the communication thread; prints
+ *                       "TRAIN rank=R loss=<last loss in %a>"
  *
  * Prints "ROLE rank=R kind=worker|server index=I workers=W servers=S eps=E srv=S" (endpoint lists
  * comma-separated, "-" when empty; R is OMPI_COMM_WORLD_RANK or "-") and exits 0; on an error prints "ERROR <status>: <message>"
@@ -20,6 +23,8 @@
 #include <string.h>
 
 #include <fleet.h>
+
+#include "../../examples/quick_start/data.h"
 
 #ifdef FL_HAVE_MPI
 #include <mpi.h>
@@ -42,7 +47,7 @@ static int has(int argc, char **argv, const char *step)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: role_job mpi|slurm|torchrun|env|init coll|ps [allreduce] [userinit] [again] [keep]\n");
+        fprintf(stderr, "usage: role_job mpi|slurm|torchrun|env|init coll|ps [allreduce] [userinit] [again] [keep] [train]\n");
         return 2;
     }
     const char *maker = argv[1];
@@ -72,6 +77,32 @@ int main(int argc, char **argv)
         if ((st = fleet_util_all_reduce(f, &v, 1, FL_FLOAT64, "sum")) != FL_OK) return fail("fleet_util_all_reduce", st);
         printf("SUM %g\n", v);
         fflush(stdout);
+    }
+    if (has(argc, argv, "train") && fleet_is_worker(f)) {
+        fl_prog *prog = fl_prog_create();
+        fl_model_mlp_config cfg = fl_model_mlp_default();
+        fl_model_mlp net;
+        fl_opt *opt = NULL;
+        fl_exe *exe = NULL;
+        fl_tensor *loss = NULL;
+        batch_data data = {0};
+        if ((st = fl_model_mlp_build(prog, &cfg, &net)) != FL_OK) return fail("fl_model_mlp_build", st);
+        opt = fleet_distributed_optimizer(f, fl_opt_sgd(0.05f), NULL);
+        if ((st = fl_opt_minimize(opt, net.loss)) != FL_OK) return fail("fl_opt_minimize", st);
+        exe = fl_exe_create(NULL);
+        if ((st = fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL)) != FL_OK) return fail("startup", st);
+        for (int i = 0; i < 5; i++) {
+            gen_data(&data, 64, (unsigned)(i * fleet_worker_num(f) + fleet_worker_index(f)));
+            fl_feed feed[] = {{"x", data.x}, {"y", data.y}};
+            const char *fetch[] = {fl_var_name(net.loss)};
+            if ((st = fl_exe_run(exe, prog, feed, 2, fetch, 1, &loss)) != FL_OK) return fail("training step", st);
+        }
+        printf("TRAIN rank=%d loss=%a\n", fleet_worker_index(f), (double)fl_tensor_f32(loss)[0]);
+        fflush(stdout);
+        batch_data_free(&data);
+        fl_exe_free(exe);
+        fl_opt_free(opt);
+        fl_prog_free(prog);
     }
     if (has(argc, argv, "keep")) return 0;
     fleet_free(f);
