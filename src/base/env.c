@@ -50,7 +50,7 @@
  *                                mode 0600 or 0400
  *   FLEET_COLL_TIMEOUT_MS        deadline of each wait inside a collective (default 30000),
  *                                used when the caller gives no timeout
- *   FLEET_COLL_BACKEND           collective backend: auto (default), shm or tcp, used when
+ *   FLEET_COLL_BACKEND           collective backend: auto (default), shm, tcp or mpi, used when
  *                                fl_coll_opts.backend is unset (src/coll/backend.c)
  *
  * Parameter server (src/ps/config.c), used where the option field is 0:

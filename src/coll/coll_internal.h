@@ -11,6 +11,7 @@
  *   tcp.c      the TCP progress engine (non-blocking, every peer at once, deadlines)
  *   tcp_ops.c  the "tcp" backend: direct exchange, ring reduce-scatter/allgather, chain
  *   shm.c      the "shm" backend: segment, flag waits, shared-memory algorithms
+ *   mpi.c      the "mpi" backend: MPI's nonblocking collectives, only when named
  *   reduce.c   reduction kernels for every dtype and op; float16/bfloat16 conversion
  *
  * Includes: backend.h includes this header, never the reverse; .c files include one of

@@ -23,7 +23,8 @@
  *
  * MPI's lifetime.  If MPI is not initialised yet, fleet_role_mpi calls MPI_Init_thread asking
  * for MPI_THREAD_SERIALIZED (Fleet calls MPI from one thread at a time: the one making the
- * role and the one freeing it; its own threads never call MPI).  MPI is then finalised when
+ * role and the one freeing it, and with the "mpi" collective backend the communication
+ * thread, which the ring keeps from overlapping the other collectives).  MPI is then finalised when
  * the last role made here is freed (fleet_free), or at process exit if one is never freed;
  * it cannot start again afterwards, so a later fleet_role_mpi in the same process is
  * FL_ESTATE.  A program that initialised MPI itself keeps it: Fleet never finalises it.
