@@ -90,6 +90,13 @@ tbf_args() {
   echo "rate $r burst $burst latency 50ms"
 }
 
+undo_on_failure() {
+  local rc=$?
+  [ $rc -eq 0 ] && return 0
+  echo "netns.sh: up failed; removing what it made" >&2
+  down
+}
+
 up() {
   [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, veth, bridge)"
   command -v ip >/dev/null || die "no 'ip' command (Debian package iproute2)"
@@ -106,7 +113,7 @@ up() {
     esac
     die "ip netns add $sw: $err"
   fi
-  trap 'rc=$?; if [ $rc -ne 0 ]; then echo "netns.sh: up failed; removing what it made" >&2; down; fi' EXIT
+  trap 'undo_on_failure' EXIT
   trap 'exit 130' INT TERM HUP
   local tbf=""
   [ -n "${RATE:-}" ] && tbf=$(tbf_args "$RATE")
