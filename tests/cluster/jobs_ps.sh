@@ -1,0 +1,121 @@
+# jobs_ps.sh - parameter-server jobs over the bed (sourced by run.sh; see README.md).
+#
+# Layout of every PS job: 2 servers and 2 workers on 3 hosts, one fleetrun per host, each
+# given the whole job with --servers/--workers and its own address with --node_ip:
+#
+#   h1: server 0            h2: server 1, worker 0            h3: worker 1
+#
+# Worker 0 (h2) is the first worker: it evaluates and prints the test AUC.
+
+# Ports are fixed (several hosts) and any will do (the namespaces are ours alone), but each
+# job takes its own: the servers' ports of a finished job linger in TIME_WAIT, and
+# fleetrun's check of a fixed port (a bind without SO_REUSEADDR) refuses them for a minute.
+PS_PORT=6170
+
+ps_servers() { echo "$(host_ip h1):$PS_PORT,$(host_ip h2):$PS_PORT"; }
+ps_workers() { echo "$(host_ip h2):$((PS_PORT + 1)),$(host_ip h3):$PS_PORT"; }
+
+# ps_start PROGRAM ARGS...: one fleetrun per host (ps_h1, ps_h2, ps_h3) running the job
+ps_start() {
+  local h
+  new_secret
+  for h in h1 h2 h3; do
+    fleetrun_on "ps_$h" "$h" --servers "$(ps_servers)" --workers "$(ps_workers)" --node_ip "$(host_ip "$h")" "$@"
+  done
+}
+
+# Criteo-format data from a planted model, made once per run (the same as tests/test_ctr.c).
+CTR_ROWS=${CLUSTER_CTR_ROWS:-200000}
+ctr_data() {
+  [ -f "$WORK/ctr-data/planted.json" ] && return 0
+  "$BUILD/tools/fleet-datagen" criteo --rows "$CTR_ROWS" --files 4 --out "$WORK/ctr-data" --seed 5 \
+    --vocab-scale 0.002 --dense-scale 0.1 >"$WORK/ctr-datagen.out"
+}
+ctr_args() {
+  echo --train_data "$WORK/ctr-data/train" --test_data "$WORK/ctr-data/test" --optimizer adam --lr 0.003 \
+    --hidden 64,64 --sparse_feature_dim 100003 --print_period 0 --thread_num 2
+}
+
+# a. CTR-DNN, async, 2 servers + 2 workers on 3 hosts: the test AUC is within 0.005 of a
+#    local run of the same program on the same data (tests/test_ctr.c's tolerance).
+job_ps_ctr_async() {
+  PS_PORT=6170
+  ctr_data
+  # shellcheck disable=SC2046
+  start local h3 "$BUILD/examples/ctr/train" --is_local 1 --epochs 2 --model_dir "$JOBDIR/local_model" $(ctr_args)
+  await 120 local || { show local; return 1; }
+  # shellcheck disable=SC2046
+  ps_start "$BUILD/examples/ctr/train" --epochs 2 --model_dir "$JOBDIR/ps_model" $(ctr_args) \
+    --strategy a_sync_configs.send_queue_size=2 --strategy a_sync_configs.max_merge_var_num=2
+  local t0 ok=0 a_local a_ps h
+  t0=$(now)
+  await 180 ps_h1 ps_h2 ps_h3 || { show ps_h1 ps_h2 ps_h3; return 1; }
+  for h in h1 h2 h3; do
+    expect "fleetrun on $h exited 0 after $(secs_between "$t0" "$(end_of "ps_$h")") s" [ "$(rc_of "ps_$h")" = 0 ] || ok=1
+  done
+  [ $ok = 0 ] || { show ps_h1 ps_h2 ps_h3; return 1; }
+  a_local=$(number_after "test auc " "$JOBDIR/local.out")
+  a_ps=$(number_after "test auc " "$JOBDIR/ps_h2.out")
+  say "test auc: local $a_local, 2 servers + 2 workers on 3 hosts $a_ps"
+  expect "the local run learned (auc $a_local > 0.75)" awk -v a="$a_local" 'BEGIN { exit !(a > 0.75) }' &&
+  expect "|auc ps - auc local| <= 0.005" near "$a_ps" "$a_local" 0.005
+}
+
+# PS sync mode on 3 hosts equals local training on the global batch: the parameters after 6
+# steps (dense ones and the sparse table pulled from the servers) within 1e-5, as
+# tests/test_ps_fleet.c checks on one machine.  The program is the test helper ps_train.
+job_ps_sync_params() {
+  local pt=$BUILD/tests/bin/ps_train h ok=0
+  PS_PORT=6270
+  [ -x "$pt" ] || { say "FAIL: $pt is not built"; return 1; }
+  command -v python3 >/dev/null || skip "python3 is not installed (it compares the parameter dumps)"
+  local common=(task=tiny mode=sync opt=adam lr=0.05 order=startup_first steps=6)
+  ps_start "$pt" "${common[@]}" batch=8 "dump=$JOBDIR/ps.st" "dump_init=$JOBDIR/init.st"
+  await 120 ps_h1 ps_h2 ps_h3 || { show ps_h1 ps_h2 ps_h3; return 1; }
+  for h in h1 h2 h3; do expect "fleetrun on $h exited 0" [ "$(rc_of "ps_$h")" = 0 ] || ok=1; done
+  [ $ok = 0 ] || { show ps_h1 ps_h2 ps_h3; return 1; }
+  # the reference: one process, the global batch (2 x 8), the servers' initial table rows
+  start local h3 "$pt" "${common[@]}" batch=16 "dump=$JOBDIR/local.st" "init_table=$JOBDIR/init.st"
+  await 60 local || { show local; return 1; }
+  [ "$(rc_of local)" = 0 ] || { show local; return 1; }
+  expect "parameters after 6 sync steps on 3 hosts = local training within 1e-5" \
+    python3 "$HERE/st_compare.py" "$JOBDIR/local.st" "$JOBDIR/ps.st" 1e-5
+}
+
+# c. kill -9 of worker 1 (h3) in the middle of the CTR job: h3's fleetrun exits non-zero and
+#    names the dead worker; the fleetruns of h1 and h2 exit non-zero within
+#    CLUSTER_FAULT_BOUND_S (default 10) of the kill, their servers naming worker 1 as the peer
+#    that vanished.  (When fleetrun --max_restart lands, a job_ps_worker_restarted next to
+#    this one expects the job to finish instead.)
+job_ps_worker_killed() {
+  local bound=${CLUSTER_FAULT_BOUND_S:-10} pid t_kill h ok=0
+  PS_PORT=6370
+  ctr_data
+  # shellcheck disable=SC2046
+  ps_start "$BUILD/examples/ctr/train" --epochs 20 --model_dir "$JOBDIR/ps_model" $(ctr_args)
+  # the middle: worker 1 finished its first epoch (the job would take 20)
+  wait_for 90 "$JOBDIR/ps_h3.log/workerlog.1" '^epoch 0:' || { show ps_h1 ps_h2 ps_h3; return 1; }
+  pid=$(sed -n 's/.*started worker 1 (pid \([0-9]*\)).*/\1/p' "$JOBDIR/ps_h3.err")
+  [ -n "$pid" ] && pid_in_host "$pid" h3 || { say "FAIL: no pid of worker 1 in h3's fleetrun output"; show ps_h3; return 1; }
+  kill -KILL "$pid"
+  t_kill=$(now)
+  say "killed worker 1 (pid $pid on h3) with SIGKILL"
+  await 60 ps_h1 ps_h2 ps_h3 || { show ps_h1 ps_h2 ps_h3; return 1; }
+  for h in h1 h2 h3; do
+    say "$h: fleetrun exited with status $(rc_of "ps_$h") $(secs_between "$t_kill" "$(end_of "ps_$h")") s after the kill"
+  done
+  expect "h3's fleetrun exited non-zero (128+9)" [ "$(rc_of ps_h3)" = 137 ] || ok=1
+  expect "h3's root cause names worker 1, pid $pid, SIGKILL" \
+    grep -qzE "role: +worker.{0,40}rank: +1.{0,40}pid: +$pid.{0,40}status: +killed by signal SIGKILL" \
+    <(grep -A4 'root cause' "$JOBDIR/ps_h3.err" | tr '\n' ' ') || ok=1
+  for h in h1 h2; do
+    expect "$h's fleetrun exited non-zero" [ "$(rc_of "ps_$h")" != 0 ] || ok=1
+    expect "$h's fleetrun exited within ${bound} s of the kill" \
+      awk -v a="$t_kill" -v b="$(end_of "ps_$h")" -v s="$bound" 'BEGIN { exit !(b - a <= s) }' || ok=1
+    expect "$h's report names the dead worker (worker 1 at $(host_ip h3))" \
+      grep -q "worker 1 ($(host_ip h3):" "$JOBDIR/ps_$h.err" || ok=1
+  done
+  [ $ok = 0 ] || { show ps_h1 ps_h2 ps_h3; return 1; }
+  grep -h 'lost its connections' "$JOBDIR"/ps_h[12].err | head -2 | sed 's/^fleetrun: *| */    /'
+  return 0
+}
