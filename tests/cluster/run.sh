@@ -23,7 +23,7 @@ for f in tools/fleetrun tools/fleet-datagen examples/ctr/train examples/fmnist/t
   [ -x "$BUILD/$f" ] || { echo "run.sh: $BUILD/$f is missing (make all first)" >&2; exit 2; }
 done
 
-JOBS=(ps_ctr_async ps_sync_params collective_fmnist ps_worker_killed)
+JOBS=(ps_ctr_async ps_sync_params collective_fmnist ps_worker_killed mpirun_smoke)
 [ -n "${CLUSTER_JOBS:-}" ] && read -r -a JOBS <<<"$CLUSTER_JOBS"
 
 # unique names: the CI job (if any) and this shell's pid
@@ -39,6 +39,8 @@ export HERE BUILD NET WORK
 . "$HERE/jobs_ps.sh"
 # shellcheck source=jobs_collective.sh
 . "$HERE/jobs_collective.sh"
+# shellcheck source=mpi.sh
+. "$HERE/mpi.sh"
 
 job_pid=
 cleanup() {
