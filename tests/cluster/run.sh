@@ -23,7 +23,7 @@ for f in tools/fleetrun tools/fleet-datagen examples/ctr/train examples/fmnist/t
   [ -x "$BUILD/$f" ] || { echo "run.sh: $BUILD/$f is missing (make all first)" >&2; exit 2; }
 done
 
-JOBS=(ps_ctr_async ps_sync_params collective_fmnist ps_worker_killed mpirun_smoke)
+JOBS=(ps_ctr_async ps_sync_params collective_fmnist ps_worker_killed mpirun_smoke slurm_smoke)
 [ -n "${CLUSTER_JOBS:-}" ] && read -r -a JOBS <<<"$CLUSTER_JOBS"
 
 # unique names: the CI job (if any) and this shell's pid
@@ -31,6 +31,7 @@ export CLUSTER_ID=${CLUSTER_ID:-${CI_JOB_ID:+ci$CI_JOB_ID-}$$}
 export CLUSTER_NET=${CLUSTER_NET:-10.213.7}
 NET=$CLUSTER_NET
 WORK=$(mktemp -d /tmp/flt-cluster.XXXXXX)
+chmod 0711 "$WORK" # munged (slurm.sh) wants every directory above its socket searchable
 export HERE BUILD NET WORK
 
 # shellcheck source=lib.sh
@@ -41,10 +42,13 @@ export HERE BUILD NET WORK
 . "$HERE/jobs_collective.sh"
 # shellcheck source=mpi.sh
 . "$HERE/mpi.sh"
+# shellcheck source=slurm.sh
+. "$HERE/slurm.sh"
 
 job_pid=
 cleanup() {
   [ -n "$job_pid" ] && kill -TERM "$job_pid" 2>/dev/null
+  slurm_down 2>/dev/null
   "$HERE/netns.sh" down
   if [ "${CLUSTER_KEEP:-0}" = 1 ]; then echo "run.sh: kept $WORK"; else rm -rf "$WORK"; fi
 }
