@@ -53,7 +53,9 @@ cleanup() {
   if [ "${CLUSTER_KEEP:-0}" = 1 ]; then echo "run.sh: kept $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
-trap 'echo "run.sh: interrupted" >&2; exit 130' INT TERM HUP
+trap 'echo "run.sh: interrupted" >&2; exit 130' INT
+trap 'echo "run.sh: terminated" >&2; exit 143' TERM
+trap 'echo "run.sh: hung up" >&2; exit 129' HUP
 
 pass=0 fail=0 skipped=0 failed_jobs=() times=()
 t_all=$(now)
