@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # jobs_collective.sh - collective (data-parallel) jobs over the bed (sourced by run.sh).
 #
 # The program is examples/fmnist/train_mlp (one epoch of Fashion-MNIST, Momentum): its

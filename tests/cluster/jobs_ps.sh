@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # jobs_ps.sh - parameter-server jobs over the bed (sourced by run.sh; see README.md).
 #
 # Layout of every PS job: 2 servers and 2 workers on 3 hosts, one fleetrun per host, each

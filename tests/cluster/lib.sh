@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # lib.sh - helpers for the jobs of tests/cluster, sourced by run.sh (and by slurm.sh when
 # it runs alone).  Not executable on its own.
 #

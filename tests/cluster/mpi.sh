@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # mpi.sh - Open MPI across the bed (sourced by run.sh; see README.md).
 #
 # mpirun itself runs inside h1; for every other host it starts Open MPI's daemon (orted)
