@@ -106,9 +106,9 @@ job_ps_worker_killed() {
     say "$h: fleetrun exited with status $(rc_of "ps_$h") $(secs_between "$t_kill" "$(end_of "ps_$h")") s after the kill"
   done
   expect "h3's fleetrun exited non-zero (128+9)" [ "$(rc_of ps_h3)" = 137 ] || ok=1
-  expect "h3's root cause names worker 1, pid $pid, SIGKILL" \
-    grep -qzE "role: +worker.{0,40}rank: +1.{0,40}pid: +$pid.{0,40}status: +killed by signal SIGKILL" \
-    <(grep -A4 'root cause' "$JOBDIR/ps_h3.err" | tr '\n' ' ') || ok=1
+  sed -n '/root cause/,/=====$/p' "$JOBDIR/ps_h3.err" >"$JOBDIR/root_cause_h3"
+  expect "h3's root cause names worker 1, pid $pid, SIGKILL" has_lines "$JOBDIR/root_cause_h3" \
+    'role: +worker$' 'rank: +1$' "pid: +$pid\$" 'status: +killed by signal SIGKILL' || ok=1
   for h in h1 h2; do
     expect "$h's fleetrun exited non-zero" [ "$(rc_of "ps_$h")" != 0 ] || ok=1
     expect "$h's fleetrun exited within ${bound} s of the kill" \

@@ -58,6 +58,13 @@ wait_for() {
   return 1
 }
 
+# has_lines FILE REGEX...: FILE has a line matching each extended REGEX
+has_lines() {
+  local f=$1 r
+  shift
+  for r in "$@"; do grep -qE -- "$r" "$f" || return 1; done
+}
+
 # number_after KEY FILE: the number that follows the first KEY in FILE (empty if none)
 number_after() { grep -o -- "$1[-0-9.e+]*" "$2" 2>/dev/null | head -1 | sed "s/^$1//"; }
 
