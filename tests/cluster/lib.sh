@@ -17,8 +17,8 @@ say() { printf '  %s\n' "$*"; }
 # host -> namespace / address (h1.. or an address of the bed)
 host_ns() { echo "flt-$CLUSTER_ID-h${1#h}"; }
 host_ip() { echo "$NET.${1#h}"; }
-# on HOST CMD...: run CMD inside HOST, in the foreground
-on() { local h=$1; shift; ip netns exec "$(host_ns "$h")" "$@"; }
+# on HOST CMD...: run CMD inside HOST (its network, /etc/hosts and host name), in the foreground
+on() { "$HERE/netns.sh" exec "$@"; }
 
 # start NAME HOST CMD...: run CMD inside HOST in the background (stdin /dev/null)
 start() {

@@ -8,7 +8,8 @@
 #   netns.sh down               remove the bed: stops every process still inside one of its
 #                               namespaces (by pid), deletes the namespaces (which deletes the
 #                               veth pairs and the bridge); idempotent
-#   netns.sh exec HOST CMD...   run CMD inside HOST (h1, h2, h3, or the host's address)
+#   netns.sh exec HOST CMD...   run CMD inside HOST (h1, h2, h3, or the host's address), with
+#                               the host name hK (its own UTS namespace, made per command)
 #   netns.sh ns HOST            the namespace name of HOST     netns.sh addr HOST   its address
 #   netns.sh list               the bed's namespaces, if it exists
 #
@@ -156,7 +157,7 @@ case $cmd in
   exec)
     [ $# -ge 2 ] || die "usage: netns.sh exec HOST CMD..."
     k=$(host_index "$1"); shift
-    exec ip netns exec "$prefix-h$k" "$@" ;;
+    exec ip netns exec "$prefix-h$k" unshare --uts sh -c 'hostname "$0" && exec "$@"' "h$k" "$@" ;;
   ns) [ $# -eq 1 ] || die "usage: netns.sh ns HOST"; echo "$prefix-h$(host_index "$1")" ;;
   addr) [ $# -eq 1 ] || die "usage: netns.sh addr HOST"; echo "$net.$(host_index "$1")" ;;
   list) ours ;;

@@ -22,7 +22,8 @@
 # /sys/fs/cgroup, and slurmd 22.05 refuses to start without its cgroup plugin even with the
 # plugins above (it only reads the hierarchy; it creates nothing there).  It gets a private
 # mount namespace (unshare -m) with the bed's /etc/hosts bound over /etc/hosts, as ip netns
-# exec would, so that in a task the node names h1..h3 resolve to the bed's addresses.
+# exec would, so that in a task the node names h1..h3 resolve to the bed's addresses, and
+# its own host name (hK), as netns.sh exec gives.
 
 # slurm_up: starts the cluster in SLURM_DIR (default WORK/slurm) and waits until sinfo shows
 # the 3 nodes idle (at most 30 s).  Exports SLURM_CONF for srun, sbatch and sinfo.
@@ -78,8 +79,8 @@ EOF
   nsenter --net="/run/netns/$(host_ns h1)" slurmctld -D -f "$SLURM_CONF" </dev/null >"$d/slurmctld.out" 2>&1 &
   echo "slurmctld $!" >>"$d/pids"
   for k in 1 2 3; do
-    nsenter --net="/run/netns/$(host_ns h$k)" unshare --mount --propagation private sh -c \
-      'mount --bind "$1" /etc/hosts && shift && exec "$@"' sh "/etc/netns/$(host_ns h$k)/hosts" \
+    nsenter --net="/run/netns/$(host_ns h$k)" unshare --mount --propagation private --uts sh -c \
+      'mount --bind "$1" /etc/hosts && hostname "$0" && shift && exec "$@"' "h$k" "/etc/netns/$(host_ns h$k)/hosts" \
       slurmd -D -N "h$k" -f "$SLURM_CONF" </dev/null >"$d/slurmd-h$k.out" 2>&1 &
     echo "slurmd $!" >>"$d/pids"
   done
