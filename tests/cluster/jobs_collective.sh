@@ -18,7 +18,8 @@
 #     Momentum steps that moves the 4th decimal of the loss (measured: 0.5417 vs 0.5419) and
 #     a few test images (8291 vs 8297).  Tolerances: loss 0.002, 50 of 10,000 test images.
 #     (tests/test_collective.c checks 1e-5 on parameters, with its own ranks on 127.0.0.1.)
-# Jobs added later (srun, mpirun, fleetrun --master) call fmnist_check on their own output.
+# Every job here (and the srun and mpirun ones in slurm.sh and mpi.sh) starts its launcher
+# between fmnist_setup and fmnist_finish.
 
 FMNIST_DATA=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
 COLL_PORT=6070
@@ -58,22 +59,44 @@ fmnist_check() {
       dl = a[1] - b[1]; dc = a[2] - b[2]; exit !(dl <= 0.002 && -dl <= 0.002 && dc <= 50 && -dc <= 50) }'
 }
 
-# b. 2 hosts x 1 trainer (fleetrun --ips h1,h2 --node_ip on each), TCP ring across the bed.
-job_collective_fmnist() {
+# fmnist_setup: the data (or skip), the references, a fresh secret; T0 = now
+fmnist_setup() {
   fmnist_present || skip "no Fashion-MNIST in $FMNIST_DATA (Debian package dataset-fashion-mnist, or set FMNIST_DIR)"
   fmnist_refs
   new_secret
-  local ips h t0 ok=0
-  ips=$(host_ip h1),$(host_ip h2)
-  t0=$(now)
-  for h in h1 h2; do
-    fleetrun_on "coll_$h" "$h" --ips "$ips" --node_ip "$(host_ip "$h")" --nproc_per_node 1 --start_port "$COLL_PORT" \
-      "$BUILD/examples/fmnist/train_mlp" --batch 32
+  T0=$(now)
+}
+
+# fmnist_finish NAME...: the launchers NAME... (started after fmnist_setup) all exit 0, and
+# the first one's output passes fmnist_check
+fmnist_finish() {
+  local n ok=0
+  await 300 "$@" || { show "$@"; return 1; }
+  for n in "$@"; do
+    expect "$n exited 0 after $(secs_between "$T0" "$(end_of "$n")") s" [ "$(rc_of "$n")" = 0 ] || ok=1
   done
-  await 300 coll_h1 coll_h2 || { show coll_h1 coll_h2; return 1; }
+  [ $ok = 0 ] || { show "$@"; return 1; }
+  fmnist_check "$JOBDIR/$1.out"
+}
+
+# b. 2 hosts x 1 trainer (fleetrun --ips h1,h2 --node_ip on each), TCP ring across the bed.
+job_collective_fmnist() {
+  local h
+  fmnist_setup
   for h in h1 h2; do
-    expect "fleetrun on $h exited 0 after $(secs_between "$t0" "$(end_of "coll_$h")") s" [ "$(rc_of "coll_$h")" = 0 ] || ok=1
+    fleetrun_on "coll_$h" "$h" --ips "$(host_ip h1),$(host_ip h2)" --node_ip "$(host_ip "$h")" --nproc_per_node 1 \
+      --start_port "$COLL_PORT" "$BUILD/examples/fmnist/train_mlp" --batch 32
   done
-  [ $ok = 0 ] || { show coll_h1 coll_h2; return 1; }
-  fmnist_check "$JOBDIR/coll_h1.out"
+  fmnist_finish coll_h1 coll_h2
+}
+
+# The same, the two fleetruns meeting at --master (h1) with --nnodes 2 instead of --ips.
+job_master_collective() {
+  local h
+  fmnist_setup
+  for h in h1 h2; do
+    fleetrun_on "coll_$h" "$h" --master "$(host_ip h1):$COLL_PORT" --nnodes 2 --node_ip "$(host_ip "$h")" \
+      --nproc_per_node 1 "$BUILD/examples/fmnist/train_mlp" --batch 32
+  done
+  fmnist_finish coll_h1 coll_h2
 }

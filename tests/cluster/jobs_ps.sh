@@ -37,29 +37,48 @@ ctr_args() {
     --hidden 64,64 --sparse_feature_dim 100003 --print_period 0 --thread_num 2
 }
 
+# ctr_local EPOCHS: the local run of the CTR program on the data (in h3), made once per run
+# for each EPOCHS; prints the path of its output
+ctr_local() {
+  local JOBDIR=$WORK/ctr-local-$1 # seen by start/await (dynamic scope)
+  if [ ! -f "$JOBDIR/local.rc" ]; then
+    mkdir -p "$JOBDIR"
+    # shellcheck disable=SC2046
+    start local h3 "$BUILD/examples/ctr/train" --is_local 1 --epochs "$1" --model_dir "$JOBDIR/model" $(ctr_args)
+    await 120 local >&2 && [ "$(rc_of local)" = 0 ] || { show local >&2; return 1; }
+  fi
+  echo "$JOBDIR/local.out"
+}
+
+# ctr_auc_check FILE EPOCHS: the test AUC printed in FILE is within 0.005 of the local run
+# of the same program for EPOCHS epochs on the same data (tests/test_ctr.c's tolerance).
+ctr_auc_check() {
+  local ref a_local a_ps
+  ref=$(ctr_local "$2")
+  a_local=$(number_after "test auc " "$ref")
+  a_ps=$(number_after "test auc " "$1")
+  say "test auc: local $a_local, this job ${a_ps:-(none printed)}"
+  expect "the local run learned (auc $a_local > 0.75)" awk -v a="$a_local" 'BEGIN { exit !(a > 0.75) }' &&
+  expect "|auc of this job - auc local| <= 0.005" near "$a_ps" "$a_local" 0.005
+}
+
 # a. CTR-DNN, async, 2 servers + 2 workers on 3 hosts: the test AUC is within 0.005 of a
-#    local run of the same program on the same data (tests/test_ctr.c's tolerance).
+#    local run of the same program on the same data.
 job_ps_ctr_async() {
   PS_PORT=6170
   ctr_data
-  # shellcheck disable=SC2046
-  start local h3 "$BUILD/examples/ctr/train" --is_local 1 --epochs 2 --model_dir "$JOBDIR/local_model" $(ctr_args)
-  await 120 local || { show local; return 1; }
+  ctr_local 2 >/dev/null
   # shellcheck disable=SC2046
   ps_start "$BUILD/examples/ctr/train" --epochs 2 --model_dir "$JOBDIR/ps_model" $(ctr_args) \
     --strategy a_sync_configs.send_queue_size=2 --strategy a_sync_configs.max_merge_var_num=2
-  local t0 ok=0 a_local a_ps h
+  local t0 ok=0 h
   t0=$(now)
   await 180 ps_h1 ps_h2 ps_h3 || { show ps_h1 ps_h2 ps_h3; return 1; }
   for h in h1 h2 h3; do
     expect "fleetrun on $h exited 0 after $(secs_between "$t0" "$(end_of "ps_$h")") s" [ "$(rc_of "ps_$h")" = 0 ] || ok=1
   done
   [ $ok = 0 ] || { show ps_h1 ps_h2 ps_h3; return 1; }
-  a_local=$(number_after "test auc " "$JOBDIR/local.out")
-  a_ps=$(number_after "test auc " "$JOBDIR/ps_h2.out")
-  say "test auc: local $a_local, 2 servers + 2 workers on 3 hosts $a_ps"
-  expect "the local run learned (auc $a_local > 0.75)" awk -v a="$a_local" 'BEGIN { exit !(a > 0.75) }' &&
-  expect "|auc ps - auc local| <= 0.005" near "$a_ps" "$a_local" 0.005
+  ctr_auc_check "$JOBDIR/ps_h2.out" 2
 }
 
 # PS sync mode on 3 hosts equals local training on the global batch: the parameters after 6
@@ -138,4 +157,39 @@ job_ps_server_only_host() {
   expect "h1 did not stop its server while the workers trained" \
     bash -c "! grep -q 'did not exit within --server_grace_s' '$JOBDIR/ps_h1.err'" || ok=1
   [ $ok = 0 ] || { show ps_h1 ps_h2 ps_h3; return 1; }
+}
+
+# fleetrun --master on h1 and h2 (1 server + 1 worker each; a node cannot give 0 of either)
+# with --max_restart 1 and the CTR example's --checkpoint_dir: kill -9 of worker 1 (h2)
+# after its first epoch restarts the job on both nodes, the workers resume after epoch 0,
+# both fleetruns exit 0, and the test AUC is within 0.005 of the local run.
+job_master_ps_restart() {
+  local h pid t_kill ok=0
+  ctr_data
+  ctr_local 3 >/dev/null
+  new_secret
+  for h in h1 h2; do
+    # shellcheck disable=SC2046
+    fleetrun_on "ps_$h" "$h" --master "$(host_ip h1):6570" --nnodes 2 --max_restart 1 --server_num 1 --worker_num 1 \
+      --node_ip "$(host_ip "$h")" "$BUILD/examples/ctr/train" --epochs 3 --model_dir "$JOBDIR/ps_model" \
+      --checkpoint_dir "$JOBDIR/checkpoints" $(ctr_args)
+  done
+  wait_for 90 "$JOBDIR/ps_h2.log/workerlog.1" '^epoch 0:' || { show ps_h1 ps_h2; return 1; }
+  pid=$(sed -n 's/.*started worker 1 (pid \([0-9]*\)).*/\1/p' "$JOBDIR/ps_h2.err" | head -1)
+  [ -n "$pid" ] && pid_in_host "$pid" h2 || { say "FAIL: no pid of worker 1 in h2's fleetrun output"; show ps_h2; return 1; }
+  kill -KILL "$pid"
+  t_kill=$(now)
+  say "killed worker 1 (pid $pid on h2) with SIGKILL"
+  await 180 ps_h1 ps_h2 || { show ps_h1 ps_h2; return 1; }
+  for h in h1 h2; do
+    expect "fleetrun on $h exited 0, $(secs_between "$t_kill" "$(end_of "ps_$h")") s after the kill" \
+      [ "$(rc_of "ps_$h")" = 0 ] || ok=1
+  done
+  sed -n '/the job restarts/,/=====$/p' "$JOBDIR/ps_h2.err" >"$JOBDIR/restart_h2"
+  expect "h2 restarted the job, naming worker 1, pid $pid, SIGKILL" has_lines "$JOBDIR/restart_h2" \
+    'restart 1 of 1' 'role: +worker$' 'rank: +1$' "pid: +$pid\$" 'status: +killed by signal SIGKILL' || ok=1
+  expect "worker 1 resumed from the checkpoint after epoch 0" \
+    grep -q '^resumed after epoch 0 from' "$JOBDIR/ps_h2.log/workerlog.1" || ok=1
+  [ $ok = 0 ] || { show ps_h1 ps_h2; return 1; }
+  ctr_auc_check "$JOBDIR/ps_h1.out" 3
 }
