@@ -26,9 +26,6 @@ mpi_start() {
 
 # e. mpirun -np 3 over the 3 hosts: every rank runs in the namespace of its host (it prints
 #    that address), and an allreduce and a ring of sends cross the hosts.
-#    (When the MPI role maker lands, job_mpirun_collective runs
-#    `mpi_start coll "$(host_ip h1),$(host_ip h2)" 2 -x FLEET_JOB_SECRET train_mlp --batch 32`
-#    and checks it with fmnist_check from jobs_collective.sh.)
 job_mpirun_smoke() {
   command -v mpirun >/dev/null || skip "mpirun is not installed (Debian package openmpi-bin)"
   command -v mpicc >/dev/null || skip "mpicc is not installed (Debian package libopenmpi-dev)"
@@ -44,4 +41,13 @@ job_mpirun_smoke() {
   done
   expect "allreduce and ring across the hosts" grep -qx "rank 0: allreduce sum 3, ring token 3" "$JOBDIR/ring.out" || ok=1
   return $ok
+}
+
+# Collective training started by mpirun on h1 and h2: the MPI role maker (fleet_init finds
+# mpirun from OMPI_COMM_WORLD_SIZE) gives the ranks their endpoints; the secret goes with -x.
+job_mpirun_collective() {
+  command -v mpirun >/dev/null || skip "mpirun is not installed (Debian package openmpi-bin)"
+  fmnist_setup
+  mpi_start coll "$(host_ip h1),$(host_ip h2)" 2 -x FLEET_JOB_SECRET "$BUILD/examples/fmnist/train_mlp" --batch 32
+  fmnist_finish coll
 }

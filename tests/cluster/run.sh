@@ -24,7 +24,7 @@ for f in tools/fleetrun tools/fleet-datagen examples/ctr/train examples/fmnist/t
 done
 
 JOBS=(ps_ctr_async ps_sync_params collective_fmnist ps_worker_killed mpirun_smoke slurm_smoke
-  master_collective master_ps_restart)
+  master_collective master_ps_restart mpirun_collective srun_collective srun_ps)
 [ -n "${CLUSTER_JOBS:-}" ] && read -r -a JOBS <<<"$CLUSTER_JOBS"
 
 # unique names: the CI job (if any) and this shell's pid

@@ -126,9 +126,6 @@ slurm_down() {
 }
 
 # d. The smoke job: tasks spread over the 3 hosts, SLURM_PROCID 0..3, and a batch job.
-#    (When the Slurm role maker lands, job_srun_collective runs
-#    `on h1 srun -N 2 -n 2 train_mlp --batch 32` with FLEET_JOB_SECRET exported, and checks
-#    it with fmnist_check from jobs_collective.sh; see README.md.)
 job_slurm_smoke() {
   trap 'slurm_down' EXIT
   slurm_up
@@ -157,6 +154,37 @@ EOF
   expect "the batch job's 2 tasks ran on 2 nodes" \
     [ "$(grep -c '^task [01] of 2 on h[123] ' "$JOBDIR/batch.out" 2>/dev/null)" = 2 ] || ok=1
   [ $ok = 0 ] || { tail -n 5 "$d"/slurmctld.log "$d"/slurmd-h*.log 2>/dev/null | sed 's/^/    | /'; return 1; }
+  slurm_down
+  trap - EXIT
+}
+
+# Collective training as an srun step on h1 and h2: the Slurm role maker (fleet_init finds
+# srun from SLURM_PROCID and SLURM_STEP_ID) derives every endpoint from the node list.
+job_srun_collective() {
+  trap 'slurm_down' EXIT
+  fmnist_setup
+  slurm_up
+  start coll h1 srun -N 2 -n 2 "$BUILD/examples/fmnist/train_mlp" --batch 32
+  fmnist_finish coll
+  slurm_down
+  trap - EXIT
+}
+
+# Parameter servers as an srun step: FLEET_SLURM_SERVERS=2 of 4 tasks on 3 nodes (block
+# layout: h1 tasks 0, 1 = servers 0, 1; h2 task 2 = worker 0; h3 task 3 = worker 1), the
+# test AUC within 0.005 of the local run, as ps_ctr_async.
+job_srun_ps() {
+  trap 'slurm_down' EXIT
+  ctr_data
+  slurm_up
+  new_secret
+  # shellcheck disable=SC2046
+  start ps h1 env FLEET_SLURM_SERVERS=2 srun -N 3 -n 4 "$BUILD/examples/ctr/train" --epochs 2 \
+    --model_dir "$JOBDIR/ps_model" $(ctr_args) --strategy a_sync_configs.send_queue_size=2 \
+    --strategy a_sync_configs.max_merge_var_num=2
+  await 180 ps || { show ps; return 1; }
+  expect "srun exited 0" [ "$(rc_of ps)" = 0 ] || { show ps; return 1; }
+  ctr_auc_check "$JOBDIR/ps.out" 2
   slurm_down
   trap - EXIT
 }
