@@ -1,5 +1,5 @@
 # Fleet in C - plain Makefile.  `make` builds build/libfleet.{a,so}, tools and examples.
-# Targets: all test demo demo-quickstart bench install asan ubsan tsan valgrind clean deps
+# Targets: all test test-cluster demo demo-quickstart bench install asan ubsan tsan valgrind clean deps
 CC      ?= cc
 PREFIX  ?= /usr/local
 DESTDIR ?=
@@ -55,7 +55,7 @@ FR_OBJ   := $(FR_SRC:tools/fleetrun/%.c=$(BUILD)/tools/fleetrun-obj/%.o)
 TOOL_BIN += $(BUILD)/tools/fleetrun
 HEADERS  := $(wildcard include/fleet/*.h) include/fleet.h
 
-.PHONY: all test demo demo-quickstart bench install asan ubsan tsan valgrind clean deps lib
+.PHONY: all test test-cluster demo demo-quickstart bench install asan ubsan tsan valgrind clean deps lib
 all: lib $(TEST_BIN) $(TBIN_BIN) $(EX_BIN) $(BENCH_BIN) $(TOOL_BIN)
 lib: $(BUILD)/libfleet.a $(BUILD)/libfleet.so
 
@@ -121,6 +121,13 @@ test: DEPS_PROFILE=test
 test: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/run-tests.sh $(BUILD)
+
+# Multi-host jobs on 3 network namespaces (PS, collective, a killed worker, mpirun, Slurm):
+# needs root; see tests/cluster/README.md.
+test-cluster: DEPS_PROFILE=cluster
+test-cluster: deps
+	@$(MAKE) --no-print-directory all
+	@tests/cluster/run.sh $(BUILD)
 
 demo: DEPS_PROFILE=build
 demo: deps

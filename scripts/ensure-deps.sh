@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ensure-deps.sh [build|test|bench] - makes sure the Debian packages Fleet needs are
+# ensure-deps.sh [build|test|bench|cluster] - makes sure the Debian packages Fleet needs are
 # installed.  As root it installs the missing ones with apt-get; otherwise it prints the
 # exact command to run and exits 1.  Nothing is downloaded from anywhere but Debian.
 #   build: compiler, make, OpenBLAS, OpenSSL (libcrypto, used by the network layer), cJSON
@@ -12,6 +12,9 @@
 #          and pytest from PyPI)
 #   bench: build + python3-torch, python3-numpy, Open MPI (the reference runs) and
 #          dataset-fashion-mnist (the data-parallel benchmark)
+#   cluster: build + what tests/cluster needs: iproute2 (namespaces, veth, bridge, tc),
+#          Slurm (slurmctld, slurmd, slurm-client) with munge, Open MPI (mpirun, mpicc) and
+#          dataset-fashion-mnist (the collective job), python3 (compares parameter dumps)
 set -euo pipefail
 profile=${1:-test}
 pkgs=(gcc make libc6-dev libopenblas-dev libssl-dev libcjson-dev pkg-config)
@@ -19,7 +22,8 @@ case "$profile" in
   build) ;;
   test) pkgs+=(python3 python3-numpy python3-venv clang libclang-rt-dev openmpi-bin libopenmpi-dev cmake) ;;
   bench) pkgs+=(python3 python3-numpy python3-torch openmpi-bin libopenmpi-dev dataset-fashion-mnist) ;;
-  *) echo "ensure-deps.sh: unknown profile '$profile' (expected build, test or bench)" >&2; exit 2 ;;
+  cluster) pkgs+=(python3 iproute2 procps slurmctld slurmd slurm-client munge openmpi-bin libopenmpi-dev dataset-fashion-mnist) ;;
+  *) echo "ensure-deps.sh: unknown profile '$profile' (expected build, test, bench or cluster)" >&2; exit 2 ;;
 esac
 missing=()
 for p in "${pkgs[@]}"; do

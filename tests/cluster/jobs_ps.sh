@@ -1,0 +1,199 @@
+# shellcheck shell=bash
+# jobs_ps.sh - parameter-server jobs over the bed (sourced by run.sh; see README.md).
+#
+# Layout of every PS job: 2 servers and 2 workers on 3 hosts, one fleetrun per host, each
+# given the whole job with --servers/--workers and its own address with --node_ip:
+#
+#   h1: server 0            h2: server 1, worker 0            h3: worker 1
+#
+# Worker 0 (h2) is the first worker: it evaluates and prints the test AUC.
+
+# Ports are fixed (several hosts) and any will do (the namespaces are ours alone), but each
+# job takes its own: the servers' ports of a finished job linger in TIME_WAIT, and
+# fleetrun's check of a fixed port (a bind without SO_REUSEADDR) refuses them for a minute.
+PS_PORT=6170
+
+ps_servers() { echo "$(host_ip h1):$PS_PORT,$(host_ip h2):$PS_PORT"; }
+ps_workers() { echo "$(host_ip h2):$((PS_PORT + 1)),$(host_ip h3):$PS_PORT"; }
+
+# ps_start PROGRAM ARGS...: one fleetrun per host (ps_h1, ps_h2, ps_h3) running the job
+ps_start() {
+  local h
+  new_secret
+  for h in h1 h2 h3; do
+    fleetrun_on "ps_$h" "$h" --servers "$(ps_servers)" --workers "$(ps_workers)" --node_ip "$(host_ip "$h")" "$@"
+  done
+}
+
+# Criteo-format data from a planted model, made once per run (the same as tests/test_ctr.c).
+CTR_ROWS=${CLUSTER_CTR_ROWS:-200000}
+ctr_data() {
+  [ -f "$WORK/ctr-data/planted.json" ] && return 0
+  "$BUILD/tools/fleet-datagen" criteo --rows "$CTR_ROWS" --files 4 --out "$WORK/ctr-data" --seed 5 \
+    --vocab-scale 0.002 --dense-scale 0.1 >"$WORK/ctr-datagen.out"
+}
+ctr_args() {
+  echo --train_data "$WORK/ctr-data/train" --test_data "$WORK/ctr-data/test" --optimizer adam --lr 0.003 \
+    --hidden 64,64 --sparse_feature_dim 100003 --print_period 0 --thread_num 2
+}
+
+# ctr_local EPOCHS: the local run of the CTR program on the data (in h3), made once per run
+# for each EPOCHS; prints the path of its output
+ctr_local() {
+  local JOBDIR=$WORK/ctr-local-$1 # seen by start/await (dynamic scope)
+  if [ ! -f "$JOBDIR/local.rc" ]; then
+    mkdir -p "$JOBDIR"
+    # shellcheck disable=SC2046
+    start local h3 "$BUILD/examples/ctr/train" --is_local 1 --epochs "$1" --model_dir "$JOBDIR/model" $(ctr_args)
+    await 120 local >&2 && [ "$(rc_of local)" = 0 ] || { show local >&2; return 1; }
+  fi
+  echo "$JOBDIR/local.out"
+}
+
+# ctr_auc_check FILE EPOCHS: the test AUC printed in FILE is within 0.005 of the local run
+# of the same program for EPOCHS epochs on the same data (tests/test_ctr.c's tolerance).
+ctr_auc_check() {
+  local ref a_local a_ps
+  ref=$(ctr_local "$2")
+  a_local=$(number_after "test auc " "$ref")
+  a_ps=$(number_after "test auc " "$1")
+  say "test auc: local $a_local, this job ${a_ps:-(none printed)}"
+  expect "the local run learned (auc $a_local > 0.75)" awk -v a="$a_local" 'BEGIN { exit !(a > 0.75) }' &&
+  expect "|auc of this job - auc local| <= 0.005" near "$a_ps" "$a_local" 0.005
+}
+
+# a. CTR-DNN, async, 2 servers + 2 workers on 3 hosts: the test AUC is within 0.005 of a
+#    local run of the same program on the same data.
+job_ps_ctr_async() {
+  PS_PORT=6170
+  ctr_data
+  ctr_local 2 >/dev/null
+  # shellcheck disable=SC2046
+  ps_start "$BUILD/examples/ctr/train" --epochs 2 --model_dir "$JOBDIR/ps_model" $(ctr_args) \
+    --strategy a_sync_configs.send_queue_size=2 --strategy a_sync_configs.max_merge_var_num=2
+  local t0 ok=0 h
+  t0=$(now)
+  await 180 ps_h1 ps_h2 ps_h3 || { show ps_h1 ps_h2 ps_h3; return 1; }
+  for h in h1 h2 h3; do
+    expect "fleetrun on $h exited 0 after $(secs_between "$t0" "$(end_of "ps_$h")") s" [ "$(rc_of "ps_$h")" = 0 ] || ok=1
+  done
+  [ $ok = 0 ] || { show ps_h1 ps_h2 ps_h3; return 1; }
+  ctr_auc_check "$JOBDIR/ps_h2.out" 2
+}
+
+# PS sync mode on 3 hosts equals local training on the global batch: the parameters after 6
+# steps (dense ones and the sparse table pulled from the servers) within 1e-5, as
+# tests/test_ps_fleet.c checks on one machine.  The program is the test helper ps_train.
+job_ps_sync_params() {
+  local pt=$BUILD/tests/bin/ps_train h ok=0
+  PS_PORT=6270
+  [ -x "$pt" ] || { say "FAIL: $pt is not built"; return 1; }
+  command -v python3 >/dev/null || skip "python3 is not installed (it compares the parameter dumps)"
+  local common=(task=tiny mode=sync opt=adam lr=0.05 order=startup_first steps=6)
+  ps_start "$pt" "${common[@]}" batch=8 "dump=$JOBDIR/ps.st" "dump_init=$JOBDIR/init.st"
+  await 120 ps_h1 ps_h2 ps_h3 || { show ps_h1 ps_h2 ps_h3; return 1; }
+  for h in h1 h2 h3; do expect "fleetrun on $h exited 0" [ "$(rc_of "ps_$h")" = 0 ] || ok=1; done
+  [ $ok = 0 ] || { show ps_h1 ps_h2 ps_h3; return 1; }
+  # the reference: one process, the global batch (2 x 8), the servers' initial table rows
+  start local h3 "$pt" "${common[@]}" batch=16 "dump=$JOBDIR/local.st" "init_table=$JOBDIR/init.st"
+  await 60 local || { show local; return 1; }
+  [ "$(rc_of local)" = 0 ] || { show local; return 1; }
+  expect "parameters after 6 sync steps on 3 hosts = local training within 1e-5" \
+    python3 "$HERE/st_compare.py" "$JOBDIR/local.st" "$JOBDIR/ps.st" 1e-5
+}
+
+# c. kill -9 of worker 1 (h3) in the middle of the CTR job: h3's fleetrun exits non-zero and
+#    names the dead worker; the fleetruns of h1 and h2 exit non-zero within
+#    CLUSTER_FAULT_BOUND_S (default 10) of the kill, their servers naming worker 1 as the peer
+#    that vanished.  (When fleetrun --max_restart lands, a job_ps_worker_restarted next to
+#    this one expects the job to finish instead.)
+job_ps_worker_killed() {
+  local bound=${CLUSTER_FAULT_BOUND_S:-10} pid t_kill h ok=0
+  PS_PORT=6370
+  ctr_data
+  # shellcheck disable=SC2046
+  ps_start "$BUILD/examples/ctr/train" --epochs 20 --model_dir "$JOBDIR/ps_model" $(ctr_args)
+  # the middle: worker 1 finished its first epoch (the job would take 20)
+  wait_for 90 "$JOBDIR/ps_h3.log/workerlog.1" '^epoch 0:' || { show ps_h1 ps_h2 ps_h3; return 1; }
+  pid=$(sed -n 's/.*started worker 1 (pid \([0-9]*\)).*/\1/p' "$JOBDIR/ps_h3.err")
+  [ -n "$pid" ] && pid_in_host "$pid" h3 || { say "FAIL: no pid of worker 1 in h3's fleetrun output"; show ps_h3; return 1; }
+  kill -KILL "$pid"
+  t_kill=$(now)
+  say "killed worker 1 (pid $pid on h3) with SIGKILL"
+  await 60 ps_h1 ps_h2 ps_h3 || { show ps_h1 ps_h2 ps_h3; return 1; }
+  for h in h1 h2 h3; do
+    say "$h: fleetrun exited with status $(rc_of "ps_$h") $(secs_between "$t_kill" "$(end_of "ps_$h")") s after the kill"
+  done
+  expect "h3's fleetrun exited non-zero (128+9)" [ "$(rc_of ps_h3)" = 137 ] || ok=1
+  sed -n '/root cause/,/=====$/p' "$JOBDIR/ps_h3.err" >"$JOBDIR/root_cause_h3"
+  expect "h3's root cause names worker 1, pid $pid, SIGKILL" has_lines "$JOBDIR/root_cause_h3" \
+    'role: +worker$' 'rank: +1$' "pid: +$pid\$" 'status: +killed by signal SIGKILL' || ok=1
+  for h in h1 h2; do
+    expect "$h's fleetrun exited non-zero" [ "$(rc_of "ps_$h")" != 0 ] || ok=1
+    expect "$h's fleetrun exited within ${bound} s of the kill" \
+      awk -v a="$t_kill" -v b="$(end_of "ps_$h")" -v s="$bound" 'BEGIN { exit !(b - a <= s) }' || ok=1
+    expect "$h's report names the dead worker (worker 1 at $(host_ip h3))" \
+      grep -q "worker 1 ($(host_ip h3):" "$JOBDIR/ps_$h.err" || ok=1
+  done
+  [ $ok = 0 ] || { show ps_h1 ps_h2 ps_h3; return 1; }
+  grep -h 'lost its connections' "$JOBDIR"/ps_h[12].err | head -2 | sed 's/^fleetrun: *| */    /'
+  return 0
+}
+
+# Not in run.sh's default list: it fails on main today.  h1 runs only servers; its
+# fleetrun, having no local workers, takes "all workers finished" as true at once, starts
+# the --server_grace_s countdown (default 30 s) and then stops its server while h2 and h3
+# still train, so every PS job longer than that fails.  With --server_grace_s 2 and 4
+# epochs (about 8 s) this job shows it in seconds; add it to JOBS once fleetrun waits for
+# the job's workers, not only its own.  CLUSTER_JOBS=ps_server_only_host runs it.
+job_ps_server_only_host() {
+  local h ok=0
+  PS_PORT=6470
+  ctr_data
+  # shellcheck disable=SC2046
+  ps_start --server_grace_s 2 "$BUILD/examples/ctr/train" --epochs 4 --model_dir "$JOBDIR/ps_model" $(ctr_args)
+  await 180 ps_h1 ps_h2 ps_h3 || { show ps_h1 ps_h2 ps_h3; return 1; }
+  for h in h1 h2 h3; do expect "fleetrun on $h exited 0" [ "$(rc_of "ps_$h")" = 0 ] || ok=1; done
+  expect "h1 did not stop its server while the workers trained" \
+    bash -c "! grep -q 'did not exit within --server_grace_s' '$JOBDIR/ps_h1.err'" || ok=1
+  [ $ok = 0 ] || { show ps_h1 ps_h2 ps_h3; return 1; }
+}
+
+# fleetrun --master on h1 and h2 (1 server + 1 worker each; a node cannot give 0 of either)
+# with --max_restart 1 and the CTR example's --checkpoint_dir: kill -9 of worker 1 (h2)
+# once the checkpoint of the first epoch is committed restarts the job on both nodes, the
+# workers resume after epoch 0 (or later, if the kill came after a later checkpoint),
+# both fleetruns exit 0, and the test AUC is within 0.005 of the local run.
+job_master_ps_restart() {
+  local h pid t_kill ok=0
+  ctr_data
+  ctr_local 3 >/dev/null
+  new_secret
+  for h in h1 h2; do
+    # shellcheck disable=SC2046
+    fleetrun_on "ps_$h" "$h" --master "$(host_ip h1):6570" --nnodes 2 --max_restart 1 --server_num 1 --worker_num 1 \
+      --node_ip "$(host_ip "$h")" "$BUILD/examples/ctr/train" --epochs 3 --model_dir "$JOBDIR/ps_model" \
+      --checkpoint_dir "$JOBDIR/checkpoints" $(ctr_args)
+  done
+  # the kill comes once the checkpoint of epoch 0 is committed (its checkpoint.json exists)
+  local _
+  for _ in $(seq 900); do compgen -G "$JOBDIR/checkpoints/ckpt-*/checkpoint.json" >/dev/null && break; sleep 0.1; done
+  compgen -G "$JOBDIR/checkpoints/ckpt-*/checkpoint.json" >/dev/null ||
+    { say "FAIL: no checkpoint committed after 90 s"; show ps_h1 ps_h2; return 1; }
+  pid=$(sed -n 's/.*started worker 1 (pid \([0-9]*\)).*/\1/p' "$JOBDIR/ps_h2.err" | head -1)
+  [ -n "$pid" ] && pid_in_host "$pid" h2 || { say "FAIL: no pid of worker 1 in h2's fleetrun output"; show ps_h2; return 1; }
+  kill -KILL "$pid"
+  t_kill=$(now)
+  say "killed worker 1 (pid $pid on h2) with SIGKILL"
+  await 180 ps_h1 ps_h2 || { show ps_h1 ps_h2; return 1; }
+  for h in h1 h2; do
+    expect "fleetrun on $h exited 0, $(secs_between "$t_kill" "$(end_of "ps_$h")") s after the kill" \
+      [ "$(rc_of "ps_$h")" = 0 ] || ok=1
+  done
+  sed -n '/the job restarts/,/=====$/p' "$JOBDIR/ps_h2.err" >"$JOBDIR/restart_h2"
+  expect "h2 restarted the job, naming worker 1, pid $pid, SIGKILL" has_lines "$JOBDIR/restart_h2" \
+    'restart 1 of 1' 'role: +worker$' 'rank: +1$' "pid: +$pid\$" 'status: +killed by signal SIGKILL' || ok=1
+  expect "worker 1 resumed from a checkpoint" grep -q '^resumed after epoch [01] from' "$JOBDIR/ps_h2.log/workerlog.1" || ok=1
+  [ $ok = 0 ] || { show ps_h1 ps_h2; return 1; }
+  ctr_auc_check "$JOBDIR/ps_h1.out" 3
+}
