@@ -140,12 +140,10 @@ job_ps_worker_killed() {
   return 0
 }
 
-# Not in run.sh's default list: it fails on main today.  h1 runs only servers; its
-# fleetrun, having no local workers, takes "all workers finished" as true at once, starts
-# the --server_grace_s countdown (default 30 s) and then stops its server while h2 and h3
-# still train, so every PS job longer than that fails.  With --server_grace_s 2 and 4
-# epochs (about 8 s) this job shows it in seconds; add it to JOBS once fleetrun waits for
-# the job's workers, not only its own.  CLUSTER_JOBS=ps_server_only_host runs it.
+# h1 runs only servers: its fleetrun has no local workers to wait for, so it must not start
+# the --server_grace_s countdown (as it once did, stopping its server while h2 and h3
+# still trained); its servers end when every worker of the job stopped.  With
+# --server_grace_s 2 and 4 epochs (about 8 s) a regression shows in seconds.
 job_ps_server_only_host() {
   local h ok=0
   PS_PORT=6470

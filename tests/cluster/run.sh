@@ -23,7 +23,7 @@ for f in tools/fleetrun tools/fleet-datagen examples/ctr/train examples/fmnist/t
   [ -x "$BUILD/$f" ] || { echo "run.sh: $BUILD/$f is missing (make all first)" >&2; exit 2; }
 done
 
-JOBS=(ps_ctr_async ps_sync_params collective_fmnist ps_worker_killed mpirun_smoke slurm_smoke
+JOBS=(ps_ctr_async ps_sync_params ps_server_only_host collective_fmnist ps_worker_killed mpirun_smoke slurm_smoke
   master_collective master_ps_restart mpirun_collective srun_collective srun_ps)
 [ -n "${CLUSTER_JOBS:-}" ] && read -r -a JOBS <<<"$CLUSTER_JOBS"
 

@@ -159,6 +159,8 @@ proc_t *fr_find(pid_t pid);
  * members (only servers if servers_only) and to adopted strays; returns how many are alive. */
 int fr_signal_job(int sig, int servers_only);
 int fr_reaped_all(int role);
+/* The processes of role (WORKER or SERVER) this node runs. */
+int fr_local_count(int role);
 void fr_pump_tee(void);
 
 /* watch.c: runs one started generation until it is over on this node. */

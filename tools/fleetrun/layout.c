@@ -133,9 +133,10 @@ void fr_claim_ports(void)
             socklen_t al = sizeof a;
             inet_pton(AF_INET, p->ip, &a.sin_addr);
             int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), e, one = 1;
-            /* A fixed port that a process of the previous run left in TIME_WAIT is free again
-             * for a restart; a listening socket still fails the bind. */
-            if (fd >= 0 && p->port && J.restart) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+            /* A fixed port that a process of a previous run (or of the previous attempt of a
+             * restart) left in TIME_WAIT is free again; a listening socket still fails the
+             * bind. */
+            if (fd >= 0 && p->port) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
             if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0)
                 e = errno, fatal("%s %d cannot have %s:%d: %s%s", role_name[p->role], p->rank, p->ip, p->port,
                                  strerror(e), e == EADDRINUSE ? " (another program holds it; choose other ports "

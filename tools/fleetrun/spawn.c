@@ -215,6 +215,13 @@ int fr_reaped_all(int role)
     return 1;
 }
 
+int fr_local_count(int role)
+{
+    int n = 0;
+    for (int i = 0; i < J.n; i++) n += J.p[i].is_local && J.p[i].role == role;
+    return n;
+}
+
 void fr_pump_tee(void) /* rank 0's output: to its log, and to our stdout (best effort) */
 {
     char buf[65536];

@@ -79,7 +79,11 @@ void fr_watch(fr_outcome *o)
             cli_say("sent SIGTERM to %d process group(s); SIGKILL follows after --grace_s=%g s", n, J.grace);
             phase = PH_TERM, deadline = now + J.grace;
         }
-        if (phase == PH_RUN && J.ps && fr_reaped_all(WORKER)) { /* every local worker succeeded */
+        /* every local worker succeeded: the servers get --server_grace_s to follow.  A node
+         * with servers only (--servers/--workers over several machines) has no workers of its
+         * own to wait for: its servers end when every worker of the job said goodbye, or
+         * fail within seconds when one is lost, so it waits for them without a grace. */
+        if (phase == PH_RUN && J.ps && fr_reaped_all(WORKER) && (J.rdzv || fr_local_count(WORKER) > 0)) {
             if (J.rdzv && !told_workers) fr_rdzv_status(1, 0), told_workers = 1;
             if (!fr_reaped_all(SERVER) && (!J.rdzv || o->all_workers_done)) {
                 cli_say("all workers%s finished; waiting up to --server_grace_s=%g s for the servers to exit",
