@@ -16,19 +16,9 @@ typedef struct {
     int n;
 } symset;
 
-static char root[4096];
+static char root[4096]; /* the source tree */
 
-static void find_root(void)
-{
-    char dir[4096];
-    th_tests_dir(dir, sizeof dir); /* ROOT/BUILD/tests */
-    for (int up = 0; up < 2; up++) {
-        char *s = strrchr(dir, '/');
-        if (!s) TFAIL("cannot find the source tree above %s", dir);
-        *s = 0;
-    }
-    snprintf(root, sizeof root, "%s", dir);
-}
+static void find_root(void) { th_build_dirs(NULL, root); }
 
 /* The defined dynamic symbols of BUILD/libfleet.so (version suffixes removed). */
 static void exported(symset *out)

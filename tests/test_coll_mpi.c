@@ -56,48 +56,9 @@ static char DIR_[4096];
 static char *mpirun(int n, const char *env, const char *prog, const char *args, int *rc)
 {
     th_tests_dir(DIR_, sizeof DIR_);
-    if (system("command -v mpirun >/dev/null 2>&1") != 0) TFAIL("mpirun not found: install openmpi-bin (make deps)");
-    char bin[4200], xs[1024] = "";
+    char bin[4200];
     snprintf(bin, sizeof bin, "%s/bin/%s", DIR_, prog);
-    if (access(bin, X_OK)) TFAIL("%s is not built (make all)", bin);
-    setenv("FLEET_JOB_SECRET", SECRET, 1);
-    setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
-    size_t o = 0;
-    if (env) {
-        char tmp[512];
-        snprintf(tmp, sizeof tmp, "%s", env);
-        for (char *sv, *t = strtok_r(tmp, " ", &sv); t; t = strtok_r(NULL, " ", &sv)) {
-            char *eq = strchr(t, '=');
-            if (!eq) TFAIL("bad env %s", t);
-            *eq = 0;
-            setenv(t, eq + 1, 1);
-            o += (size_t)snprintf(xs + o, sizeof xs - o, " -x %s", t);
-        }
-    }
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd,
-             "timeout -k 5 150 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader "
-             "--mca btl_vader_single_copy_mechanism none -x FLEET_JOB_SECRET -x ASAN_OPTIONS%s -np %d %s %s 2>&1; "
-             "echo \"EXIT=$?\"",
-             xs, n, bin, args);
-    FILE *p = popen(cmd, "r");
-    if (!p) TFAIL("popen failed");
-    size_t cap = 1 << 16, len = 0, k;
-    char *out = malloc(cap);
-    while ((k = fread(out + len, 1, cap - len - 1, p)) > 0)
-        if ((len += k) + 1 >= cap) out = realloc(out, cap *= 2);
-    out[len] = 0;
-    pclose(p);
-    const char *e = strstr(out, "EXIT=");
-    *rc = e ? atoi(e + 5) : -1;
-    return out;
-}
-
-static int count(const char *s, const char *sub)
-{
-    int n = 0;
-    for (const char *p = s; (p = strstr(p, sub)); p++) n++;
-    return n;
+    return th_mpirun(n, env, bin, args, SECRET, 150, rc);
 }
 
 /* Runs coll_mpi MODE on n ranks and expects every rank to print "OK MODE". */
@@ -107,7 +68,7 @@ static void expect_ok(int n, const char *env, const char *mode)
     char *out = mpirun(n, env, "coll_mpi", mode, &rc);
     char ok[64];
     snprintf(ok, sizeof ok, "OK %s rank=", mode);
-    if (rc != 0 || count(out, ok) != n) TFAIL("coll_mpi %s on %d ranks failed (exit %d):\n%s", mode, n, rc, out);
+    if (rc != 0 || th_count(out, ok) != n) TFAIL("coll_mpi %s on %d ranks failed (exit %d):\n%s", mode, n, rc, out);
     fprintf(stderr, "%s", out);
     free(out);
 }
@@ -165,8 +126,8 @@ TEST(fleet_collective_training_with_the_mpi_backend)
     char *out = mpirun(2, "FLEET_COLL_BACKEND=mpi FLEET_LOG_LEVEL=info FLEET_LOG_SUBSYS=coll", "role_job",
                        "init coll allreduce train", &rc);
     if (rc != 0) TFAIL("mpirun failed (%d):\n%s", rc, out);
-    CHECK_EQ_INT(count(out, "SUM 3\n"), 2);
-    CHECK_EQ_INT(count(out, "(backend mpi, named)"), 2);
+    CHECK_EQ_INT(th_count(out, "SUM 3\n"), 2);
+    CHECK_EQ_INT(th_count(out, "(backend mpi, named)"), 2);
     char a[256], b[256];
     losses(out, a, sizeof a);
     free(out);
@@ -174,7 +135,7 @@ TEST(fleet_collective_training_with_the_mpi_backend)
     out = mpirun(2, "FLEET_COLL_BACKEND=tcp FLEET_LOG_LEVEL=info FLEET_LOG_SUBSYS=coll", "role_job",
                  "init coll allreduce train", &rc);
     if (rc != 0) TFAIL("mpirun failed (%d):\n%s", rc, out);
-    CHECK_EQ_INT(count(out, "(backend tcp, named)"), 2);
+    CHECK_EQ_INT(th_count(out, "(backend tcp, named)"), 2);
     losses(out, b, sizeof b);
     fprintf(stderr, "  losses mpi: %s\n  losses tcp: %s\n", a, b);
     if (strcmp(a, b)) TFAIL("the mpi backend trained to %s, tcp to %s", a, b);

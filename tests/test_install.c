@@ -52,16 +52,8 @@ static int exists(const char *rel)
 /* Finds the tree and the build dir, makes the prefix and installs into it. */
 static void install(void)
 {
-    char dir[4096], out[16384], cmd[12288];
-    th_tests_dir(dir, sizeof dir); /* ROOT/BUILD/tests */
-    char *s = strrchr(dir, '/');
-    if (!s) TFAIL("unexpected test path %s", dir);
-    *s = 0;
-    snprintf(build, sizeof build, "%s", dir);
-    s = strrchr(dir, '/');
-    if (!s) TFAIL("unexpected build path %s", dir);
-    *s = 0;
-    snprintf(root, sizeof root, "%s", dir);
+    char out[16384], cmd[12288];
+    th_build_dirs(build, root);
     snprintf(tmp, sizeof tmp, "/tmp/fl_installXXXXXX");
     if (!mkdtemp(tmp)) TFAIL("mkdtemp failed");
     snprintf(prefix, sizeof prefix, "%s/prefix", tmp);

@@ -13,13 +13,9 @@
  * output in out. */
 static int check(const char *extra, char *out, size_t cap)
 {
-    char dir[4096], build[4096], cmd[9000];
-    th_tests_dir(dir, sizeof dir); /* ROOT/BUILD/tests */
-    snprintf(build, sizeof build, "%s", dir);
-    char *s = strrchr(build, '/');
-    if (!s) TFAIL("unexpected test directory %s", dir);
-    *s = 0;
-    snprintf(cmd, sizeof cmd, "python3 '%s/../scripts/check-layers.py' '%s' %s 2>&1", build, build, extra);
+    char build[4096], root[4096], cmd[9000];
+    th_build_dirs(build, root);
+    snprintf(cmd, sizeof cmd, "python3 '%s/scripts/check-layers.py' '%s' %s 2>&1", root, build, extra);
     FILE *p = popen(cmd, "r");
     if (!p) TFAIL("cannot run %s", cmd);
     size_t n = fread(out, 1, cap - 1, p);

@@ -400,18 +400,25 @@ TEST(async_sparse_runs)
 
 /* ---- save, stop, restart, continue --------------------------------------------------------------------------- */
 
+/* The reference of the restart tests: 8 uninterrupted sync Adam steps on 2 servers and 2
+ * workers; worker 0 dumps the parameters to a.st in a's directory. */
+static void uninterrupted(job *a)
+{
+    char a_dump[PATH_MAX + 8];
+    job_init(a, 2, 2);
+    snprintf(a_dump, sizeof a_dump, "dump=%s", path_in(a, "a.st"));
+    const char *ca[] = {"task=tiny", "mode=sync", "opt=adam", "lr=0.05", "steps=8", "quiet=1", NULL};
+    const char *wa[] = {a_dump, NULL};
+    job_start(a, ca, NULL, wa);
+    job_wait_ok(a, 90);
+}
+
 TEST(save_restart_is_bit_exact)
 {
     paths();
-    char a_dump[PATH_MAX + 8], b_dump[PATH_MAX + 8], save[PATH_MAX + 8], load[PATH_MAX + 8];
-    /* A: 8 uninterrupted steps */
+    char b_dump[PATH_MAX + 8], save[PATH_MAX + 8], load[PATH_MAX + 8];
     job a;
-    job_init(&a, 2, 2);
-    snprintf(a_dump, sizeof a_dump, "dump=%s", path_in(&a, "a.st"));
-    const char *ca[] = {"task=tiny", "mode=sync", "opt=adam", "lr=0.05", "steps=8", "quiet=1", NULL};
-    const char *wa[] = {a_dump, NULL};
-    job_start(&a, ca, NULL, wa);
-    job_wait_ok(&a, 90);
+    uninterrupted(&a);
     /* B1: 4 steps, save, everything exits */
     job b;
     job_init(&b, 2, 2);
@@ -449,14 +456,9 @@ TEST(save_restart_is_bit_exact)
 TEST(checkpoint_restart_is_bit_exact)
 {
     paths();
-    char a_dump[PATH_MAX + 8], b_dump[PATH_MAX + 8], ck[PATH_MAX + 8];
+    char b_dump[PATH_MAX + 8], ck[PATH_MAX + 8];
     job a;
-    job_init(&a, 2, 2);
-    snprintf(a_dump, sizeof a_dump, "dump=%s", path_in(&a, "a.st"));
-    const char *ca[] = {"task=tiny", "mode=sync", "opt=adam", "lr=0.05", "steps=8", "quiet=1", NULL};
-    const char *wa[] = {a_dump, NULL};
-    job_start(&a, ca, NULL, wa);
-    job_wait_ok(&a, 90);
+    uninterrupted(&a);
     /* B1: checkpoints at steps 2 and 4, then worker 1 dies before step 5 */
     job b;
     job_init(&b, 2, 2);

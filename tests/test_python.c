@@ -18,19 +18,7 @@
 
 static char root[4096], build[4096];
 
-static void find_dirs(void)
-{
-    char dir[4096];
-    th_tests_dir(dir, sizeof dir); /* ROOT/BUILD/tests */
-    char *s = strrchr(dir, '/');
-    if (!s) TFAIL("unexpected test path %s", dir);
-    *s = 0;
-    snprintf(build, sizeof build, "%s", dir);
-    s = strrchr(dir, '/');
-    if (!s) TFAIL("unexpected build path %s", dir);
-    *s = 0;
-    snprintf(root, sizeof root, "%s", dir);
-}
+static void find_dirs(void) { th_build_dirs(build, root); }
 
 /* Runs cmd; its output, indented, into out (the tail when long).  Returns the exit status. */
 static int run(const char *cmd, char *out, size_t cap)

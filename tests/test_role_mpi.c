@@ -29,32 +29,7 @@ static void setup(void)
 static char *mpirun(int n, const char *args, int *rc)
 {
     setup();
-    if (system("command -v mpirun >/dev/null 2>&1") != 0) TFAIL("mpirun not found: install openmpi-bin (make deps)");
-    setenv("FLEET_JOB_SECRET", SECRET, 1);
-    setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd,
-             "timeout -k 5 120 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader "
-             "--mca btl_vader_single_copy_mechanism none -x FLEET_JOB_SECRET -x ASAN_OPTIONS -np %d %s %s 2>&1; echo \"EXIT=$?\"",
-             n, JOB, args);
-    FILE *p = popen(cmd, "r");
-    if (!p) TFAIL("popen failed");
-    size_t cap = 1 << 16, len = 0, k;
-    char *out = malloc(cap);
-    while ((k = fread(out + len, 1, cap - len - 1, p)) > 0)
-        if ((len += k) + 1 >= cap) out = realloc(out, cap *= 2);
-    out[len] = 0;
-    pclose(p);
-    const char *e = strstr(out, "EXIT=");
-    *rc = e ? atoi(e + 5) : -1;
-    return out;
-}
-
-static int count(const char *s, const char *sub)
-{
-    int n = 0;
-    for (const char *p = s; (p = strstr(p, sub)); p++) n++;
-    return n;
+    return th_mpirun(n, NULL, JOB, args, SECRET, 120, rc);
 }
 
 /* The "eps=" list of the line of rank r ("ROLE rank=R ..."), in buf. */
@@ -81,7 +56,7 @@ TEST(mpirun_collective_job_through_fleet_init)
     CHECK_STR_HAS(out, "ROLE rank=0 kind=worker index=0 workers=2 servers=0 eps=127.0.0.1:");
     CHECK_STR_HAS(out, "ROLE rank=1 kind=worker index=1 workers=2 servers=0 eps=127.0.0.1:");
     CHECK(!strcmp(field(out, 0, "eps=", a, sizeof a), field(out, 1, "eps=", b, sizeof b)));
-    CHECK_EQ_INT(count(out, "SUM 3\n"), 2);
+    CHECK_EQ_INT(th_count(out, "SUM 3\n"), 2);
     CHECK(!strstr(out, "ERROR"));
     free(out);
 }
@@ -103,8 +78,8 @@ TEST(mpirun_parameter_server_is_mpi_symmetric)
         CHECK(!strcmp(field(out, r, "srv=", s, sizeof s), s0));
         CHECK(!strcmp(field(out, r, "eps=", w, sizeof w), w0));
     }
-    CHECK_EQ_INT(count(s0, "127.0.0.1:"), 2);
-    CHECK_EQ_INT(count(out, "SUM 3\n"), 2); /* the two workers' allreduce over their endpoints */
+    CHECK_EQ_INT(th_count(s0, "127.0.0.1:"), 2);
+    CHECK_EQ_INT(th_count(out, "SUM 3\n"), 2); /* the two workers' allreduce over their endpoints */
     free(out);
 }
 
@@ -124,8 +99,8 @@ TEST(mpi_started_by_the_program_is_left_to_it)
     int rc;
     char *out = mpirun(2, "mpi coll allreduce userinit", &rc);
     if (rc != 0) TFAIL("mpirun failed (%d):\n%s", rc, out);
-    CHECK_EQ_INT(count(out, "SUM 3\n"), 2);
-    CHECK_EQ_INT(count(out, "USER MPI still usable"), 2);
+    CHECK_EQ_INT(th_count(out, "SUM 3\n"), 2);
+    CHECK_EQ_INT(th_count(out, "USER MPI still usable"), 2);
     free(out);
 }
 
@@ -135,12 +110,12 @@ TEST(mpi_started_by_fleet_is_finalised_once)
     /* after fleet_free, MPI is finalised: a second MPI role is a clear error */
     char *out = mpirun(2, "mpi coll again", &rc);
     if (rc != 0) TFAIL("mpirun failed (%d):\n%s", rc, out);
-    CHECK_EQ_INT(count(out, "AGAIN FL_ESTATE fleet_role_mpi: MPI was already finalized"), 2);
+    CHECK_EQ_INT(th_count(out, "AGAIN FL_ESTATE fleet_role_mpi: MPI was already finalized"), 2);
     free(out);
     /* a fleet never freed: MPI is finalised at exit and mpirun sees a clean end */
     out = mpirun(2, "mpi coll allreduce keep", &rc);
     if (rc != 0) TFAIL("mpirun failed (%d):\n%s", rc, out);
-    CHECK_EQ_INT(count(out, "SUM 3\n"), 2);
+    CHECK_EQ_INT(th_count(out, "SUM 3\n"), 2);
     CHECK(!strstr(out, "finalize"));
     free(out);
 }

@@ -152,6 +152,73 @@ static inline int th_free_port(void)
     return ntohs(a.sin_port);
 }
 
+/* Runs `mpirun -np n BIN ARGS` as this container needs it (root, oversubscribed, shared
+ * memory between the ranks), with FLEET_JOB_SECRET = secret and the variables of env
+ * ("K=V K=V", may be NULL) set here and exported to the ranks; returns its output
+ * (malloc'ed) and sets *rc to its exit status.  Bounded by timeout_s. */
+static inline char *th_mpirun(int n, const char *env, const char *bin, const char *args, const char *secret,
+                              int timeout_s, int *rc)
+{
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) TFAIL("mpirun not found: install openmpi-bin (make deps)");
+    if (access(bin, X_OK)) TFAIL("%s is not built (make all)", bin);
+    char xs[1024] = "";
+    setenv("FLEET_JOB_SECRET", secret, 1);
+    setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+    size_t o = 0;
+    if (env) {
+        char tmp[512];
+        snprintf(tmp, sizeof tmp, "%s", env);
+        for (char *sv, *t = strtok_r(tmp, " ", &sv); t; t = strtok_r(NULL, " ", &sv)) {
+            char *eq = strchr(t, '=');
+            if (!eq) TFAIL("bad env %s", t);
+            *eq = 0;
+            setenv(t, eq + 1, 1);
+            o += (size_t)snprintf(xs + o, sizeof xs - o, " -x %s", t);
+        }
+    }
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "timeout -k 5 %d mpirun --allow-run-as-root --oversubscribe --mca btl self,vader "
+             "--mca btl_vader_single_copy_mechanism none -x FLEET_JOB_SECRET -x ASAN_OPTIONS%s -np %d %s %s 2>&1; "
+             "echo \"EXIT=$?\"",
+             timeout_s, xs, n, bin, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) TFAIL("popen failed");
+    size_t cap = 1 << 16, len = 0, k;
+    char *out = malloc(cap);
+    while ((k = fread(out + len, 1, cap - len - 1, p)) > 0)
+        if ((len += k) + 1 >= cap) out = realloc(out, cap *= 2);
+    out[len] = 0;
+    pclose(p);
+    const char *e = strstr(out, "EXIT=");
+    *rc = e ? atoi(e + 5) : -1;
+    return out;
+}
+
+/* How many times sub occurs in s. */
+static inline int th_count(const char *s, const char *sub)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, sub)); p++) n++;
+    return n;
+}
+
+/* The build directory (ROOT/BUILD, above the running test binary) and the source tree
+ * (ROOT), each into a buffer of 4096 bytes; either may be NULL. */
+static inline void th_build_dirs(char *build, char *root)
+{
+    char dir[4096];
+    th_tests_dir(dir, sizeof dir); /* ROOT/BUILD/tests */
+    char *s = strrchr(dir, '/');
+    if (!s) TFAIL("unexpected test path %s", dir);
+    *s = 0;
+    if (build) snprintf(build, 4096, "%s", dir);
+    s = strrchr(dir, '/');
+    if (!s) TFAIL("unexpected build path %s", dir);
+    *s = 0;
+    if (root) snprintf(root, 4096, "%s", dir);
+}
+
 /* Small helpers for building tensors in tests. */
 static inline fl_tensor *th_f32(int ndim, const int64_t *shape, const float *data)
 {
