@@ -22,6 +22,12 @@
  *   FLAGS_START_PORT             first fixed port (as Paddle), instead of free ports
  *   PATH                         program lookup
  *
+ * Listeners (src/net/acceptor.c; see include/fleet/net.h), used where the option is 0:
+ *   FLEET_NET_MAX_PENDING        unauthenticated connections a listener holds at once
+ *                                (default 256); the oldest idle one is dropped beyond
+ *   FLEET_NET_MAX_PENDING_PER_SOURCE  of those, from one source address (default 16)
+ *   FLEET_NET_HANDSHAKE_TIMEOUT_MS    time a connection has to authenticate (default 5000)
+ *
  * Job secret (fl_net_secret_from_env in src/net/auth.c, called by the fleet layer, which
  * passes the secret down to the PS and the collectives) and collectives (src/coll):
  *   FLEET_JOB_SECRET             hex job secret (set by fleetrun; never logged)

@@ -22,6 +22,8 @@ struct fl_net_listener {
     int fd;
     int port;
     char endpoint[FL_NET_ADDR_MAX];
+    fl_net_acceptor *acc; /* the one made by fl_net_accept (freed with the listener) */
+    int owned;            /* an acceptor made by fl_net_acceptor_create serves this listener */
 };
 
 struct fl_net_conn {
@@ -50,9 +52,19 @@ int fl__net_is_loopback(const struct sockaddr *sa);
  * Takes ownership of fd, also on failure. */
 int fl__net_conn_wrap(int fd, const struct sockaddr *peer, fl_net_conn **out);
 
-/* The two sides of the handshake (auth.c). */
-int fl__net_handshake_accept(fl_net_conn *c, const fl_net_auth *auth, uint64_t deadline_ns);
+/* The handshake (auth.c; wire format in fleet/net.h).  The connector's side blocks until
+ * deadline_ns.  The acceptor's side is two steps that never block, driven by the acceptor's
+ * state machine (acceptor.c): make the greeting (HELLO_S with a fresh nonce), then check
+ * the connector's HELLO_C and fill FINISH.  fl__net_hs_check_proof returns FL_OK when the
+ * peer proved it knows the secret (fin then holds the accepting answer), else the error;
+ * *send_fin says whether fin holds a refusal worth sending before closing. */
+#define FL__NET_HELLO_LEN 52
+#define FL__NET_HELLO_C_LEN 84
+#define FL__NET_FINISH_LEN 36
 int fl__net_handshake_connect(fl_net_conn *c, const fl_net_auth *auth, uint64_t deadline_ns);
+int fl__net_hs_greeting(const fl_net_auth *a, uint8_t hs[FL__NET_HELLO_LEN]);
+int fl__net_hs_check_proof(fl_net_conn *c, const fl_net_auth *a, const uint8_t *hs, const uint8_t *hc, uint8_t *fin,
+                           int *send_fin);
 /* Checks an fl_net_auth before any socket work: FL_EINVAL for a missing secret without
  * insecure_local, or a secret longer than FL_NET_SECRET_MAX. */
 int fl__net_auth_check(const fl_net_auth *auth, const char *what);

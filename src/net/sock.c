@@ -16,6 +16,10 @@
 
 #include "net_internal.h"
 
+/* The kernel's queue of connections not yet accepted (capped by net.core.somaxconn): long,
+ * so a burst of connections does not drop the SYN of a real peer. */
+#define LISTEN_BACKLOG 1024
+
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -147,7 +151,7 @@ int fl_net_listen(const char *host, int port, fl_net_listener **out)
         }
         int one = 1;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0) break;
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, LISTEN_BACKLOG) == 0) break;
         saved = errno;
         close(fd);
         fd = -1;
@@ -186,6 +190,7 @@ int fl_net_listener_fd(const fl_net_listener *l) { return l && l->magic == FL_NE
 void fl_net_listener_free(fl_net_listener *l)
 {
     if (!l || l->magic != FL_NET_LISTENER_MAGIC) return;
+    fl_net_acceptor_free(l->acc);
     close(l->fd);
     l->magic = 0;
     free(l);
@@ -217,44 +222,6 @@ int fl__net_conn_wrap(int fd, const struct sockaddr *peer, fl_net_conn **out)
     snprintf(c->label, sizeof c->label, "%s", c->addr);
     *out = c;
     return FL_OK;
-}
-
-int fl_net_accept(fl_net_listener *l, const fl_net_auth *auth, uint64_t deadline_ns, fl_net_conn **out)
-{
-    if (!out) return fl__err(FL_EINVAL, "fl_net_accept: out is NULL");
-    *out = NULL;
-    if (!l || l->magic != FL_NET_LISTENER_MAGIC) return fl__err(FL_EINVAL, "fl_net_accept: invalid listener");
-    FL_CHECK(fl__net_auth_check(auth, "fl_net_accept"));
-    uint64_t t0 = fl__now_ns();
-    for (;;) {
-        int st = fl__net_wait_fd(l->fd, POLLIN, deadline_ns);
-        if (st == FL_ETIMEDOUT)
-            return fl__err(FL_ETIMEDOUT, "accept on %s timed out after %.0f ms: no peer connected", l->endpoint,
-                           (double)(fl__now_ns() - t0) / 1e6);
-        if (st) return st;
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
-        int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED) continue;
-            return fl__err(FL_EIO, "accept on %s failed: %s", l->endpoint, strerror(errno));
-        }
-        fl_net_conn *c;
-        FL_CHECK(fl__net_conn_wrap(fd, (struct sockaddr *)&ss, &c));
-        if ((!auth->secret || !auth->secret_len) && !c->loopback) {
-            st = fl__err(FL_EPROTO, "refusing connection from %s: insecure local mode (no job secret) accepts "
-                                    "loopback peers only", c->addr);
-            fl_net_conn_free(c);
-            return st;
-        }
-        st = fl__net_handshake_accept(c, auth, deadline_ns);
-        if (st) {
-            fl_net_conn_free(c);
-            return st;
-        }
-        *out = c;
-        return FL_OK;
-    }
 }
 
 /* One connect attempt to one address; 0 on success, else errno (ETIMEDOUT at deadline). */
@@ -320,6 +287,13 @@ int fl_net_connect(const char *host, int port, const fl_net_auth *auth, uint64_t
                                             "connects to loopback addresses only", c->label, c->addr);
                 else
                     st = fl__net_handshake_connect(c, auth, deadline_ns);
+                if (st == FL_EREMOTE) {
+                    /* hung up before answering: a listener under a flood of connections drops
+                     * the oldest idle ones; try again while the deadline allows */
+                    snprintf(last, sizeof last, "%s", fl_last_error());
+                    fl_net_conn_free(c);
+                    goto retry;
+                }
                 if (st) {
                     fl_net_conn_free(c);
                     return st;
@@ -329,6 +303,7 @@ int fl_net_connect(const char *host, int port, const fl_net_auth *auth, uint64_t
             }
             freeaddrinfo(res);
         }
+    retry:;
         uint64_t now = fl__now_ns();
         if (now >= deadline_ns)
             return fl__err(FL_ETIMEDOUT, "connect to %s:%d timed out after %.0f ms and %d attempts (last error: %s)",
