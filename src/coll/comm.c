@@ -15,7 +15,6 @@
 #define SETUP_HELLO 1
 #define SETUP_VERSION 2
 #define HELLO_BYTES 48
-#define HS_CAP_MS 5000 /* a connecting process gets this long to finish its handshake */
 
 int fl__coll_fail(fl_coll *c, int st)
 {
@@ -128,39 +127,40 @@ static int connect_lower(fl_coll *c, const fl_net_auth *auth, uint64_t dl)
     return FL_OK;
 }
 
+/* Waits for every higher rank to connect.  The handshakes run concurrently in an acceptor
+ * (fleet/net.h): connections that never authenticate cannot keep a rank out. */
 static int accept_higher(fl_coll *c, fl_net_listener *l, const fl_net_auth *auth, uint64_t dl, uint64_t t0)
 {
-    int missing = c->size - 1 - c->rank, refused = 0;
+    int missing = c->size - 1 - c->rank, claimed = 0, st = FL_OK;
+    if (missing == 0) return FL_OK;
     char note[512] = "";
+    fl_net_acceptor *a;
+    FL_CHECK(fl_net_acceptor_create(l, auth, NULL, &a));
+    uint64_t logged = 0;
     while (missing > 0) {
-        uint64_t now = fl__now_ns();
-        if (now >= dl) {
+        fl_net_conn *conn = NULL;
+        st = fl_net_acceptor_wait(a, dl, &conn);
+        fl_net_acceptor_stats as;
+        fl_net_acceptor_get_stats(a, &as);
+        if (as.refused + as.timed_out > logged) { /* a peer that failed to authenticate is worth a line */
+            logged = as.refused + as.timed_out;
+            snprintf(note, sizeof note, "%s", fl_net_acceptor_last_refusal(a));
+            FL_WARN(FL_SUB_COLL, "rendezvous of rank %d: refused a connection: %s", c->rank, note);
+        }
+        if (st == FL_ETIMEDOUT) {
             char who[512] = "";
             size_t o = 0;
             for (int p = c->rank + 1; p < c->size && o < sizeof who - 64; p++)
                 if (!c->conns[p])
                     o += (size_t)snprintf(who + o, sizeof who - o, "%s%d (%s)", o ? ", " : "", p, c->endpoints[p]);
-            return fl__err(FL_ETIMEDOUT, "rendezvous of rank %d timed out after %.0f ms: rank %s did not connect%s%s%s",
-                           c->rank, (double)(now - t0) / 1e6, who, refused ? "; refused a connection: " : "", note,
-                           refused > 1 ? " (and others)" : "");
+            st = fl__err(FL_ETIMEDOUT, "rendezvous of rank %d timed out after %.0f ms: rank %s did not connect%s%s%s",
+                         c->rank, (double)(fl__now_ns() - t0) / 1e6, who, note[0] ? "; refused a connection: " : "",
+                         note, logged + (uint64_t)claimed > 1 ? " (and others)" : "");
         }
-        struct pollfd pf = {.fd = fl_net_listener_fd(l), .events = POLLIN};
-        uint64_t left = (dl - now) / 1000000ull + 1;
-        int r = poll(&pf, 1, left > 1000 ? 1000 : (int)left);
-        if (r <= 0) continue;
-        uint64_t hs_dl = fl_net_deadline(HS_CAP_MS);
-        if (hs_dl > dl) hs_dl = dl;
-        fl_net_conn *conn;
-        int st = fl_net_accept(l, auth, hs_dl, &conn);
-        if (st) {
-            refused++;
-            snprintf(note, sizeof note, "%s", fl_last_error());
-            FL_WARN(FL_SUB_COLL, "rendezvous of rank %d: refused a connection: %s", c->rank, note);
-            continue;
-        }
+        if (st) break;
         int p = fl_net_conn_peer_rank(conn);
         if (fl_net_conn_peer_role(conn) != ROLE_COLL || p <= c->rank || p >= c->size || c->conns[p]) {
-            refused++;
+            claimed++;
             snprintf(note, sizeof note, "%s claimed to be rank %d, which is not expected here", fl_net_conn_addr(conn), p);
             FL_WARN(FL_SUB_COLL, "rendezvous of rank %d: refused a connection: %s", c->rank, note);
             fl_net_conn_free(conn);
@@ -169,7 +169,8 @@ static int accept_higher(fl_coll *c, fl_net_listener *l, const fl_net_auth *auth
         set_peer(c, p, conn);
         missing--;
     }
-    return FL_OK;
+    fl_net_acceptor_free(a);
+    return st;
 }
 
 /* Every rank sends one setup message to every other and checks theirs: same protocol, world

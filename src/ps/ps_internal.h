@@ -468,8 +468,7 @@ typedef struct {
 } fl__ps_session;
 
 typedef struct {
-    int kind; /* 1 accept, 2 read */
-    fl__ps_sconn *c;
+    fl__ps_sconn *c; /* a connection with a request to read */
 } fl__ps_job;
 
 struct fl_ps_server {
@@ -480,6 +479,9 @@ struct fl_ps_server {
     fl_net_secret secret;
     fl_net_auth auth;
     fl_net_listener *lis;
+    fl_net_acceptor *acc;    /* handshakes, run by the loop thread */
+    fl_net_acceptor_stats acc_logged; /* counts at the last log line about refusals */
+    uint64_t acc_log_ns;
     char endpoint[FL_NET_HOST_MAX + 16];
     char me[64]; /* "server 0 (host:port)" for messages */
 
@@ -491,7 +493,7 @@ struct fl_ps_server {
     pthread_cond_t cv;
     int wake[2];
     fl__ps_sconn **conns;
-    int nconns, conns_cap, listener_busy;
+    int nconns, conns_cap;
     fl__ps_job *jobs;
     int njobs, jobs_head, jobs_cap, quit;
     pthread_t *threads;

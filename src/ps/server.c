@@ -3,12 +3,14 @@
  * hands readable connections and the listener to a pool of request threads, worker liveness
  * (connections lost without stop, silent workers), shutdown and the end of the run.
  *
- * Threads.  fl_ps_server_run's thread polls the listener, a wake-up pipe and every idle
- * connection (one not being served).  A readable connection is marked busy and queued; a
- * pool thread reads one whole frame (deadline request_timeout_ms), dispatches it
- * (service.c), then marks the connection idle and wakes the loop.  The listener is served
- * the same way (accept + handshake in a pool thread, so a slow handshake never stalls the
- * loop).  All connection and worker state is under the server mutex.
+ * Threads.  fl_ps_server_run's thread polls the listener's acceptor, a wake-up pipe and
+ * every idle connection (one not being served).  A readable connection is marked busy and
+ * queued; a pool thread reads one whole frame (deadline request_timeout_ms), dispatches it
+ * (service.c), then marks the connection idle and wakes the loop.  New connections are
+ * authenticated by the acceptor (fleet/net.h) in the loop thread itself, concurrently and
+ * without blocking, with bounds on unauthenticated connections: idle or slow peers that
+ * never authenticate cannot keep workers out, and workers' requests never wait behind
+ * them.  All connection and worker state is under the server mutex.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -92,7 +94,6 @@ int fl_ps_server_create(const fl_ps_server_opts *opts, fl_ps_server **out)
     snprintf(s->me, sizeof s->me, "server %d", opts->server_index);
     int st = fl_ps_server_opts_from_env(&s->o);
     fl_ps_server_opts *o = &s->o;
-    if (o->handshake_timeout_ms <= 0) o->handshake_timeout_ms = 5000;
     if (st == FL_OK) st = fl__ps_tables_copy(opts->tables, opts->num_tables, &s->cfgs);
     s->ntables = opts->num_tables;
     o->tables = s->cfgs;
@@ -123,6 +124,8 @@ int fl_ps_server_create(const fl_ps_server_opts *opts, fl_ps_server **out)
         int port;
         st = fl_net_parse_endpoint(opts->endpoint ? opts->endpoint : "127.0.0.1:0", host, sizeof host, &port, 1);
         if (st == FL_OK) st = fl_net_listen(host, port, &s->lis);
+        fl_net_acceptor_opts ao = {0, 0, o->handshake_timeout_ms > 0 ? o->handshake_timeout_ms : 0};
+        if (st == FL_OK) st = fl_net_acceptor_create(s->lis, &s->auth, &ao, &s->acc);
         if (st) st = fl__err(st, "server %d cannot serve: %s", opts->server_index, fl_last_error());
     }
     if (st) {
@@ -237,18 +240,9 @@ void fl__ps_server_fail(fl_ps_server *s, int st, const char *msg)
     wake_loop(s);
 }
 
-static void do_accept(fl_ps_server *s)
+/* Takes an authenticated connection from the acceptor (loop thread). */
+static void add_conn(fl_ps_server *s, fl_net_conn *nc)
 {
-    fl_net_conn *nc = NULL;
-    int st = fl_net_accept(s->lis, &s->auth, fl_net_deadline(s->o.handshake_timeout_ms), &nc);
-    pthread_mutex_lock(&s->mu);
-    s->listener_busy = 0;
-    pthread_mutex_unlock(&s->mu);
-    wake_loop(s);
-    if (st) {
-        FL_WARN(FL_SUB_PS, "%s: refused a connection: %s", s->me, fl_last_error());
-        return;
-    }
     int rank = fl_net_conn_peer_rank(nc);
     if (fl_net_conn_peer_role(nc) != FL_PS_ROLE_WORKER || rank < 0 || rank >= s->o.num_workers) {
         FL_WARN(FL_SUB_PS, "%s: refused %s: it presents itself as role %u rank %d, expected a worker in [0, %d)", s->me,
@@ -332,13 +326,12 @@ static void *pool_main(void *arg)
         s->jobs_head = (s->jobs_head + 1) % s->jobs_cap;
         s->njobs--;
         pthread_mutex_unlock(&s->mu);
-        if (j.kind == 1) do_accept(s);
-        else do_read(s, j.c);
+        do_read(s, j.c);
     }
 }
 
 /* Server mutex held. */
-static int push_job(fl_ps_server *s, int kind, fl__ps_sconn *c)
+static int push_job(fl_ps_server *s, fl__ps_sconn *c)
 {
     if (s->njobs == s->jobs_cap) {
         int cap = s->jobs_cap ? s->jobs_cap * 2 : 64;
@@ -350,10 +343,31 @@ static int push_job(fl_ps_server *s, int kind, fl__ps_sconn *c)
         s->jobs_head = 0;
         s->jobs_cap = cap;
     }
-    s->jobs[(s->jobs_head + s->njobs) % s->jobs_cap] = (fl__ps_job){kind, c};
+    s->jobs[(s->jobs_head + s->njobs) % s->jobs_cap] = (fl__ps_job){c};
     s->njobs++;
     pthread_cond_signal(&s->cv);
     return FL_OK;
+}
+
+/* Moves the handshakes on and takes the workers that authenticated (loop thread).  Refused
+ * handshakes are logged: the first at once, then a summary at most every 5 s. */
+static void serve_acceptor(fl_ps_server *s)
+{
+    if (fl_net_acceptor_step(s->acc) != FL_OK)
+        FL_WARN(FL_SUB_PS, "%s: accepting connections: %s", s->me, fl_last_error());
+    fl_net_conn *nc;
+    while (fl_net_acceptor_next(s->acc, &nc) == FL_OK && nc) add_conn(s, nc);
+    fl_net_acceptor_stats a, *o = &s->acc_logged;
+    fl_net_acceptor_get_stats(s->acc, &a);
+    uint64_t bad = a.refused + a.timed_out + a.evicted, was = o->refused + o->timed_out + o->evicted;
+    uint64_t now = fl__now_ns();
+    if (bad == was || (was && now - s->acc_log_ns < 5000000000ull)) return;
+    FL_WARN(FL_SUB_PS, "%s: turned away %llu unauthenticated connections (%llu refused, %llu timed out, %llu dropped "
+                       "to make room; %d pending now); latest: %s", s->me, (unsigned long long)(bad - was),
+            (unsigned long long)(a.refused - o->refused), (unsigned long long)(a.timed_out - o->timed_out),
+            (unsigned long long)(a.evicted - o->evicted), a.pending, fl_net_acceptor_last_refusal(s->acc));
+    *o = a;
+    s->acc_log_ns = now;
 }
 
 /* ---- the loop ----------------------------------------------------------------------------------- */
@@ -469,10 +483,8 @@ int fl_ps_server_run(fl_ps_server *s)
         int n = 0;
         pf[n] = (struct pollfd){s->wake[0], POLLIN, 0};
         pc[n++] = NULL;
-        if (!s->listener_busy) {
-            pf[n] = (struct pollfd){fl_net_listener_fd(s->lis), POLLIN, 0};
-            pc[n++] = NULL;
-        }
+        pf[n] = (struct pollfd){fl_net_acceptor_fd(s->acc), POLLIN, 0};
+        pc[n++] = NULL;
         int nfix = n;
         for (int i = 0; i < s->nconns; i++) {
             if (s->conns[i]->busy || s->conns[i]->closed) continue;
@@ -480,27 +492,25 @@ int fl_ps_server_run(fl_ps_server *s)
             pc[n++] = s->conns[i];
         }
         pthread_mutex_unlock(&s->mu);
-        int r = poll(pf, (nfds_t)n, 100);
+        int tmo = fl_net_acceptor_timeout_ms(s->acc);
+        int r = poll(pf, (nfds_t)n, tmo < 0 || tmo > 100 ? 100 : tmo);
         if (r < 0 && errno != EINTR) {
             st = fl__err(FL_EIO, "%s: poll failed: %s", s->me, strerror(errno));
             break;
         }
+        serve_acceptor(s);
         if (r <= 0) continue;
         if (pf[0].revents) {
             char buf[256];
             while (read(s->wake[0], buf, sizeof buf) > 0) {}
         }
         pthread_mutex_lock(&s->mu);
-        if (nfix == 2 && pf[1].revents && !s->listener_busy) {
-            s->listener_busy = 1;
-            if (push_job(s, 1, NULL)) s->listener_busy = 0;
-        }
         for (int i = nfix; i < n; i++) {
             fl__ps_sconn *c = pc[i];
             if (!pf[i].revents || c->busy || c->closed) continue;
             c->busy = 1;
             c->refs++;
-            if (push_job(s, 2, c)) {
+            if (push_job(s, c)) {
                 c->busy = 0;
                 c->refs--;
             }
@@ -557,6 +567,7 @@ void fl_ps_server_free(fl_ps_server *s)
     fl__ps_sync_free(s);
     free_tables(s->tab, s->ntables);
     fl__ps_tables_free(s->cfgs, s->ntables);
+    fl_net_acceptor_free(s->acc);
     fl_net_listener_free(s->lis);
     if (s->wake[0] >= 0) close(s->wake[0]);
     if (s->wake[1] >= 0) close(s->wake[1]);
