@@ -362,10 +362,11 @@ static void serve_acceptor(fl_ps_server *s)
     uint64_t bad = a.refused + a.timed_out + a.evicted, was = o->refused + o->timed_out + o->evicted;
     uint64_t now = fl__now_ns();
     if (bad == was || (was && now - s->acc_log_ns < 5000000000ull)) return;
+    const char *last = fl_net_acceptor_last_refusal(s->acc);
     FL_WARN(FL_SUB_PS, "%s: turned away %llu unauthenticated connections (%llu refused, %llu timed out, %llu dropped "
-                       "to make room; %d pending now); latest: %s", s->me, (unsigned long long)(bad - was),
+                       "to make room; %d pending now)%s%s", s->me, (unsigned long long)(bad - was),
             (unsigned long long)(a.refused - o->refused), (unsigned long long)(a.timed_out - o->timed_out),
-            (unsigned long long)(a.evicted - o->evicted), a.pending, fl_net_acceptor_last_refusal(s->acc));
+            (unsigned long long)(a.evicted - o->evicted), a.pending, *last ? "; latest refusal: " : "", last);
     *o = a;
     s->acc_log_ns = now;
 }
