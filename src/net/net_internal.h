@@ -26,10 +26,15 @@ struct fl_net_listener {
     int owned;            /* an acceptor made by fl_net_acceptor_create serves this listener */
 };
 
+/* A liveness check called during the blocking waits of a connection (fl__net_conn_set_watch). */
+typedef int (*fl__net_watch_fn)(void *arg, fl_net_conn *c, uint64_t idle_ns, uint64_t stalled_ns);
+
 struct fl_net_conn {
     uint32_t magic;
     int fd;
     int spin_us;
+    fl__net_watch_fn watch;
+    void *watch_arg;
     int loopback;          /* the remote address is a loopback address */
     int32_t peer_rank;
     uint32_t peer_role;
@@ -42,6 +47,15 @@ struct fl_net_conn {
  * retried.  Returns FL_OK when ready (also on POLLHUP/POLLERR: the next I/O call reports
  * the error), FL_ETIMEDOUT at the deadline, FL_EIO if poll fails. */
 int fl__net_wait_fd(int fd, short events, uint64_t deadline_ns);
+
+/* Sets a watch on c: while fl_net_send_all or fl_net_recv_all (and the calls built on them)
+ * wait on c, they sleep in slices of at most 100 ms and call fn(arg, c, idle_ns,
+ * stalled_ns) after each, idle_ns being the time since the wait last moved a byte and
+ * stalled_ns how much longer than asked the slice took (more than a second only when this
+ * process was stopped or starved; 0 otherwise).  A stall moves the wait's deadline by its
+ * length: time this process did not run is not held against the peer.  A non-zero return
+ * (an error set with fl__err) ends the wait with that status.  NULL fn removes the watch. */
+void fl__net_conn_set_watch(fl_net_conn *c, fl__net_watch_fn fn, void *arg);
 
 /* "ip:port" of a socket address. */
 void fl__net_format_addr(const struct sockaddr *sa, char *out, size_t cap);

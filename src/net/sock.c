@@ -418,6 +418,38 @@ static int wait_ready(fl_net_conn *c, short ev, uint64_t since, uint64_t deadlin
     return fl__net_wait_fd(c->fd, ev, deadline_ns);
 }
 
+void fl__net_conn_set_watch(fl_net_conn *c, fl__net_watch_fn fn, void *arg)
+{
+    if (!c) return;
+    c->watch = fn;
+    c->watch_arg = arg;
+}
+
+#define WATCH_SLICE_NS 100000000ull
+#define STALL_NS 1000000000ull
+
+/* wait_ready for a watched connection (see fl__net_conn_set_watch): FL_OK to try the I/O
+ * again, FL_ETIMEDOUT at the (possibly moved) deadline, or the watch's error. */
+static int wait_watched(fl_net_conn *c, short ev, uint64_t since, uint64_t *deadline_ns)
+{
+    uint64_t now = fl__now_ns();
+    if (c->spin_us > 0 && now - since < (uint64_t)c->spin_us * 1000ull) return wait_ready(c, ev, since, *deadline_ns);
+    if (now >= *deadline_ns) return FL_ETIMEDOUT;
+    uint64_t end = *deadline_ns - now < WATCH_SLICE_NS ? *deadline_ns : now + WATCH_SLICE_NS;
+    int st = fl__net_wait_fd(c->fd, ev, end);
+    if (st != FL_OK && st != FL_ETIMEDOUT) return st;
+    uint64_t after = fl__now_ns(), stall = after > end + STALL_NS ? after - end : 0;
+    if (stall && *deadline_ns < UINT64_MAX - stall) *deadline_ns += stall;
+    if (st == FL_OK) return FL_OK; /* ready: read or write before judging the peer */
+    FL_CHECK(c->watch(c->watch_arg, c, after - since, stall));
+    return after >= *deadline_ns ? FL_ETIMEDOUT : FL_OK;
+}
+
+static int wait_io(fl_net_conn *c, short ev, uint64_t since, uint64_t *deadline_ns)
+{
+    return c->watch ? wait_watched(c, ev, since, deadline_ns) : wait_ready(c, ev, since, *deadline_ns);
+}
+
 int fl_net_send_all(fl_net_conn *c, const void *buf, size_t n, uint64_t deadline_ns)
 {
     if (!c || c->magic != FL_NET_CONN_MAGIC) return fl__err(FL_EINVAL, "fl_net_send_all: invalid connection");
@@ -433,7 +465,7 @@ int fl_net_send_all(fl_net_conn *c, const void *buf, size_t n, uint64_t deadline
             since = fl__now_ns();
             continue;
         }
-        int st = wait_ready(c, POLLOUT, since, deadline_ns);
+        int st = wait_io(c, POLLOUT, since, &deadline_ns);
         if (st == FL_ETIMEDOUT)
             return fl__err(FL_ETIMEDOUT, "send to %s timed out: %zu of %zu bytes sent (peer not reading)", c->label,
                            off, n);
@@ -461,7 +493,7 @@ int fl_net_recv_all(fl_net_conn *c, void *buf, size_t n, uint64_t deadline_ns)
             since = fl__now_ns();
             continue;
         }
-        int st = wait_ready(c, POLLIN, since, deadline_ns);
+        int st = wait_io(c, POLLIN, since, &deadline_ns);
         if (st == FL_ETIMEDOUT)
             return fl__err(FL_ETIMEDOUT, "receive from %s timed out: %zu of %zu bytes received (peer silent)",
                            c->label, off, n);
