@@ -42,11 +42,17 @@
  *   FLEET_PS_THREADS             server request threads (default 4)
  *   FLEET_PS_REQUEST_TIMEOUT_MS  deadline of each PS request (default 60000)
  *   FLEET_PS_RECONNECT_GRACE_MS  a worker without connections fails the server after this (default 3000)
- *   FLEET_PS_WORKER_TIMEOUT_MS   a silent worker fails the server; -1 disables (default 120000)
+ *   FLEET_PS_WORKER_TIMEOUT_MS   a worker silent this long (no request, no heartbeat: stopped
+ *                                or hung) fails the server, naming it; -1 disables (default 8000)
+ *   FLEET_PS_WORKER_JOIN_TIMEOUT_MS  a worker that never connected fails the server after
+ *                                this long; -1 disables (default 120000)
  *   FLEET_PS_CONNECT_TIMEOUT_MS  client wait for servers to listen (default 60000)
  *   FLEET_PS_BARRIER_TIMEOUT_MS  barriers, sync pushes, save and load (default 600000)
  *   FLEET_PS_RETRY_MS            client reconnect-and-resend budget; -1 disables (default 3000)
  *   FLEET_PS_HEARTBEAT_MS        client heartbeat period; -1 disables (default 1000)
+ *   FLEET_PS_SERVER_TIMEOUT_MS   a request whose server answered nothing, not even a
+ *                                heartbeat, for this long fails at once (the server is
+ *                                stopped or hung, not slow); -1 disables (default 8000)
  */
 #include <errno.h>
 #include <stdlib.h>

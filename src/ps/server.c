@@ -22,6 +22,8 @@
 
 #include "ps_internal.h"
 
+#define STALL_NS 2000000000ull /* a loop turn this late means this process was stopped */
+
 static int check_opts(const fl_ps_server_opts *o)
 {
     if (o->num_servers < 1 || o->num_servers > FL_PS_MAX_SERVERS)
@@ -292,7 +294,10 @@ static void do_read(fl_ps_server *s, fl__ps_sconn *c)
         st = fl__err(FL_EPROTO, "%s sent a reply frame (%s) where a request was expected", c->label,
                      fl__ps_type_name(m.h.type));
     if (st == FL_OK) {
-        fl__ps_note_seen(s, c->rank);
+        pthread_mutex_lock(&s->mu);
+        s->last_seen[c->rank] = fl__now_ns();
+        c->serving = 1;
+        pthread_mutex_unlock(&s->mu);
         st = fl__ps_dispatch(s, c, &m);
     }
     if (c->rb.cap > ((size_t)64 << 20)) fl__ps_rbuf_free(&c->rb); /* do not keep huge buffers per idle conn */
@@ -306,10 +311,41 @@ static void do_read(fl_ps_server *s, fl__ps_sconn *c)
             FL_INFO(FL_SUB_PS, "%s: %s", s->me, fl_last_error());
         conn_close_locked(s, c, fl_strerror(st));
     }
-    c->busy = 0;
+    c->busy = c->serving = 0;
     pthread_mutex_unlock(&s->mu);
     fl__ps_conn_unref(s, c);
     wake_loop(s);
+}
+
+/* Answers the heartbeats at the head of c's stream in the loop thread itself (c is idle:
+ * no pool thread reads it), so a worker's liveness never waits for a free pool thread or a
+ * table lock.  Returns 1 when that was all c had to say, 0 when the rest (a request, a
+ * partial or bad frame, a closed connection, a server that failed) goes to a pool thread. */
+static int answer_heartbeats(fl_ps_server *s, fl__ps_sconn *c)
+{
+    for (int k = 0; k < 8; k++) {
+        uint8_t h[FL__PS_HDR];
+        size_t got;
+        fl__ps_hdr hd;
+        if (fl_net_try_peek(c->nc, h, sizeof h, &got) != FL_OK || got == 0) return 0;
+        if (got < sizeof h) return 0;
+        if (fl__ps_hdr_decode(h, 0, &hd) != FL_OK || hd.type != FL__PS_HEARTBEAT || (hd.flags & FL__PS_F_REPLY)) return 0;
+        pthread_mutex_lock(&s->mu);
+        int failed = s->failed;
+        pthread_mutex_unlock(&s->mu);
+        if (failed || pthread_mutex_trylock(&c->send_mu) != 0) return 0;
+        int st = fl_net_try_recv(c->nc, h, sizeof h, &got);
+        if (st == FL_OK) {
+            fl__ps_hdr_encode(h, FL__PS_HEARTBEAT, FL__PS_F_REPLY, hd.req_id, 0);
+            st = fl_net_send_all(c->nc, h, sizeof h, fl_net_deadline(100));
+        }
+        pthread_mutex_unlock(&c->send_mu);
+        if (st) return 0; /* the pool thread finds the broken connection and closes it */
+        fl__ps_note_seen(s, c->rank);
+    }
+    uint8_t b;
+    size_t got;
+    return fl_net_try_peek(c->nc, &b, 1, &got) == FL_OK && got == 0;
 }
 
 static void *pool_main(void *arg)
@@ -379,28 +415,31 @@ static int check_workers(fl_ps_server *s, int *all_stopped)
     uint64_t now = fl__now_ns();
     int W = s->o.num_workers, nst = 0;
     char msg[512];
-    /* a worker with a request being served (or queued) is alive, however long that takes */
+    /* a worker whose request is being executed is alive, however long that takes (one
+     * stopped in the middle of sending a request is not: only its heartbeats count) */
     for (int i = 0; i < s->nconns; i++)
-        if (s->conns[i]->busy && !s->conns[i]->closed) s->last_seen[s->conns[i]->rank] = now;
+        if (s->conns[i]->serving && !s->conns[i]->closed) s->last_seen[s->conns[i]->rank] = now;
     for (int r = 0; r < W && !s->failed; r++) {
         if (s->stopped[r]) {
             nst++;
             continue;
         }
+        double quiet = (double)(now - s->last_seen[r]) / 1e9;
         if (s->seen[r] && s->nconn[r] == 0 && now - s->lost_since[r] > (uint64_t)s->o.reconnect_grace_ms * 1000000ull) {
             snprintf(msg, sizeof msg, "%s: worker %d (%s) lost its connections %.1f s ago without calling stop "
                                       "(killed or crashed?)", s->me, r, s->addr[r], (double)(now - s->lost_since[r]) / 1e9);
-            s->failed = 1, s->fail_st = FL_EREMOTE;
-            snprintf(s->fail_msg, sizeof s->fail_msg, "%s", msg);
-        } else if (s->o.worker_timeout_ms > 0 && now - s->last_seen[r] > (uint64_t)s->o.worker_timeout_ms * 1000000ull) {
-            if (s->seen[r])
-                snprintf(msg, sizeof msg, "%s: worker %d (%s) sent nothing, not even a heartbeat, for %d ms (hung?)", s->me,
-                         r, s->addr[r], s->o.worker_timeout_ms);
-            else
-                snprintf(msg, sizeof msg, "%s: worker %d never connected within %d ms", s->me, r, s->o.worker_timeout_ms);
-            s->failed = 1, s->fail_st = FL_EREMOTE;
-            snprintf(s->fail_msg, sizeof s->fail_msg, "%s", msg);
+        } else if (s->seen[r] && s->o.worker_timeout_ms > 0 && quiet * 1000 > s->o.worker_timeout_ms) {
+            snprintf(msg, sizeof msg, "%s: worker %d (%s) sent nothing, not even a heartbeat, for %.1f s: it is stopped "
+                                      "or hung (FLEET_PS_WORKER_TIMEOUT_MS is %d)", s->me, r, s->addr[r], quiet,
+                     s->o.worker_timeout_ms);
+        } else if (!s->seen[r] && s->o.join_timeout_ms > 0 && quiet * 1000 > s->o.join_timeout_ms) {
+            snprintf(msg, sizeof msg, "%s: worker %d never connected within %d ms (FLEET_PS_WORKER_JOIN_TIMEOUT_MS)",
+                     s->me, r, s->o.join_timeout_ms);
+        } else {
+            continue;
         }
+        s->failed = 1, s->fail_st = FL_EREMOTE;
+        snprintf(s->fail_msg, sizeof s->fail_msg, "%s", msg);
     }
     *all_stopped = nst == W;
     return s->failed || nst == W;
@@ -449,8 +488,16 @@ int fl_ps_server_run(fl_ps_server *s)
     struct pollfd *pf = NULL;
     fl__ps_sconn **pc = NULL;
     int pcap = 0, all_stopped = 0;
+    uint64_t prev = fl__now_ns();
     while (st == FL_OK) {
         pthread_mutex_lock(&s->mu);
+        uint64_t t = fl__now_ns();
+        if (t - prev > STALL_NS) { /* this server did not run (stopped, starved): no worker is to blame */
+            FL_WARN(FL_SUB_PS, "%s: this process did not run for %.1f s (stopped or starved); the workers get a fresh "
+                               "%d ms to be heard from", s->me, (double)(t - prev) / 1e9, s->o.worker_timeout_ms);
+            for (int r = 0; r < s->o.num_workers; r++) s->last_seen[r] = t;
+        }
+        prev = t;
         /* reap closed connections nobody serves */
         for (int i = 0; i < s->nconns;) {
             fl__ps_sconn *c = s->conns[i];
@@ -505,6 +552,8 @@ int fl_ps_server_run(fl_ps_server *s)
             char buf[256];
             while (read(s->wake[0], buf, sizeof buf) > 0) {}
         }
+        for (int i = nfix; i < n; i++)
+            if (pf[i].revents && answer_heartbeats(s, pc[i])) pf[i].revents = 0;
         pthread_mutex_lock(&s->mu);
         for (int i = nfix; i < n; i++) {
             fl__ps_sconn *c = pc[i];
