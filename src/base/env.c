@@ -37,6 +37,12 @@
  *                                used when the caller gives no timeout
  *   FLEET_COLL_BACKEND           collective backend: auto (default), shm or tcp, used when
  *                                fl_coll_opts.backend is unset (src/coll/backend.c)
+ *   FLEET_COLL_HEARTBEAT_MS      heartbeat period on every connection of a communicator
+ *                                (default 1000; -1: none, and no silent-peer check), used
+ *                                when fl_coll_opts.heartbeat_ms is 0 (src/coll/alive.c)
+ *   FLEET_COLL_PEER_TIMEOUT_MS   a peer that sent nothing, not even a heartbeat, this long
+ *                                fails a waiting collective, naming it (default 8000; -1
+ *                                off), used when fl_coll_opts.peer_timeout_ms is 0
  *
  * Parameter server (src/ps/config.c), used where the option field is 0:
  *   FLEET_PS_THREADS             server request threads (default 4)

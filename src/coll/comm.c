@@ -19,20 +19,25 @@
 int fl__coll_fail(fl_coll *c, int st)
 {
     if (c->failed) return st;
+    char msg[FL_COLL_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", fl_last_error());
+    if (c->hb_inited) fl__coll_op_begin(c); /* the heartbeat thread keeps off the connections */
     c->failed = st;
-    snprintf(c->failmsg, sizeof c->failmsg, "%s", fl_last_error());
+    snprintf(c->failmsg, sizeof c->failmsg, "%s", msg);
     size_t len = strlen(c->failmsg);
     uint8_t h[FL_COLL_HDR];
     fl__coll_hdr(h, &c->cur, FL_COLL_MSG_ABORT, (uint64_t)(int64_t)st, len);
     for (int p = 0; p < c->size; p++) {
         if (!c->conns[p]) continue;
-        if (!c->tx_mid[p]) {
-            uint64_t dl = fl_net_deadline(200);
-            if (fl_net_send_all(c->conns[p], h, sizeof h, dl) == FL_OK)
-                fl_net_send_all(c->conns[p], c->failmsg, len, dl);
-        }
+        uint64_t dl = fl_net_deadline(200);
+        int hb = c->hb_left && c->hb_left[p]; /* finish a heartbeat cut short first */
+        if (hb && fl_net_send_all(c->conns[p], c->hb_out[p] + FL_COLL_HDR - c->hb_left[p], c->hb_left[p], dl) == FL_OK)
+            c->hb_left[p] = 0, hb = 0;
+        if (!c->tx_mid[p] && !hb && fl_net_send_all(c->conns[p], h, sizeof h, dl) == FL_OK)
+            fl_net_send_all(c->conns[p], c->failmsg, len, dl);
         fl_net_conn_shutdown(c->conns[p]);
     }
+    if (c->hb_inited) fl__coll_op_end(c);
     FL_WARN(FL_SUB_COLL, "communicator of rank %d failed: %s", c->rank, c->failmsg);
     return fl__err(st, "%s", c->failmsg);
 }
@@ -262,6 +267,7 @@ int fl_coll_create(const fl_coll_opts *o, fl_coll **out)
     uint32_t usable = 0;
     uint64_t request = 0;
     FL_CHECK_GOTO(fl__coll_backend_pick(c, o, &named, &usable, &request), st, fail);
+    FL_CHECK_GOTO(fl__coll_hb_init(c, o), st, fail);
     if (c->size > 1) {
         uint64_t t0 = fl__now_ns(), dl = fl_net_deadline(tmo);
         fl_net_listener *l = o->listener;
@@ -286,6 +292,7 @@ int fl_coll_create(const fl_coll_opts *o, fl_coll **out)
         uint32_t usable_all = 0;
         FL_CHECK_GOTO(exchange_hello(c, o, request, named ? named->name : "auto", usable, dl, &usable_all), st, fail);
         FL_CHECK_GOTO(fl__coll_backend_setup(c, named, usable_all, dl), st, fail);
+        FL_CHECK_GOTO(fl__coll_hb_start(c), st, fail);
         FL_INFO(FL_SUB_COLL, "rank %d of %d joined in %.1f ms (backend %s%s)", c->rank, c->size,
                 (double)(fl__now_ns() - t0) / 1e6, c->backend->name, named ? ", named" : "");
     }
@@ -301,13 +308,30 @@ fail:
     }
 }
 
+/* Reads and drops what a peer sent and nobody read (heartbeats, mostly): closing a socket
+ * with unread data sends a reset instead of an orderly end, and a reset can make the
+ * peer's kernel drop our last messages (an abort notice) before the peer reads them. */
+static void drain(fl_net_conn *conn)
+{
+    static uint8_t sink[16384];
+    for (int i = 0; i < 64; i++) {
+        size_t k = 0;
+        if (fl_net_try_recv(conn, sink, sizeof sink, &k) != FL_OK || k == 0) break;
+    }
+    fl_clear_error();
+}
+
 void fl_coll_free(fl_coll *c)
 {
     if (!c || c->magic != FL_COLL_MAGIC) return;
     c->magic = 0;
+    fl__coll_hb_stop(c);
     if (c->backend && c->backend->close) c->backend->close(c);
     for (int p = 0; p < c->size; p++) {
-        if (c->conns && c->conns[p]) fl_net_conn_free(c->conns[p]);
+        if (c->conns && c->conns[p]) {
+            drain(c->conns[p]);
+            fl_net_conn_free(c->conns[p]);
+        }
         if (c->endpoints) free(c->endpoints[p]);
     }
     free(c->endpoints);
@@ -316,6 +340,7 @@ void fl_coll_free(fl_coll *c)
     free(c->idle_blocked);
     free(c->peer_closed);
     free(c->xf);
+    fl__coll_hb_free(c);
     fl__free_aligned(c->scratch);
     free(c);
 }
