@@ -313,8 +313,8 @@ fail:
  * peer's kernel drop our last messages (an abort notice) before the peer reads them. */
 static void drain(fl_net_conn *conn)
 {
-    static uint8_t sink[16384];
-    for (int i = 0; i < 64; i++) {
+    uint8_t sink[4096];
+    for (int i = 0; i < 256; i++) {
         size_t k = 0;
         if (fl_net_try_recv(conn, sink, sizeof sink, &k) != FL_OK || k == 0) break;
     }

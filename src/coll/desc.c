@@ -182,7 +182,6 @@ int fl__coll_check_idle(fl_coll *c, const fl__coll_desc *d, int p)
 
 int fl__coll_check_peers(fl_coll *c, const fl__coll_desc *d, const int *only, int nonly)
 {
-    if (!only) FL_CHECK(fl__coll_tick(c, d));
     struct pollfd pf[64];
     int who[64], total = only ? nonly : c->size;
     for (int i = 0; i < total;) { /* in batches of 64 */
@@ -199,5 +198,6 @@ int fl__coll_check_peers(fl_coll *c, const fl__coll_desc *d, const int *only, in
         for (int k = 0; k < n; k++)
             if (pf[k].revents) FL_CHECK(fl__coll_check_idle(c, d, who[k]));
     }
-    return FL_OK;
+    /* after the notices: an abort that explains a silence wins over the silence */
+    return only ? FL_OK : fl__coll_tick(c, d);
 }
