@@ -159,9 +159,12 @@ FL_API int fl_net_accept(fl_net_listener *l, const fl_net_auth *auth, uint64_t d
  *   - at most max_pending unauthenticated connections at a time, and at most max_per_source
  *     of them from one source address (IP, whatever the port);
  *   - when a new connection would exceed either, the pending connection (from that source,
- *     or overall) that has been idle longest - the oldest last byte received - is closed.
- *     A real peer answers the greeting within a round trip, so it is never the idle one;
- *     a peer closed this way sees its handshake cut and fl_net_connect tries again;
+ *     or overall) that has been idle longest - the oldest last byte received, or arrival -
+ *     is closed.  A real peer answers the greeting within a round trip, so it is never the
+ *     idle one; connections from one source that all arrived or spoke in the last 100 ms
+ *     (a burst) are bound by the overall limit only, so a real peer sharing an address
+ *     with a flood still gets time to answer.  A peer closed this way sees its handshake
+ *     cut and fl_net_connect tries again;
  *   - each connection must authenticate within handshake_timeout_ms of being accepted;
  *   - when the process runs out of descriptors, the oldest idle pending connection is
  *     closed to make room, or, with none, the listener rests 100 ms.

@@ -21,6 +21,10 @@
 #define ACCEPT_BATCH 8        /* connections taken from the listener per step */
 #define FULL_PAUSE_MS 100     /* out of descriptors and nothing to drop: stop accepting this long */
 #define EVENTS_BATCH 64
+/* The per-source bound spares connections that arrived or spoke this recently: in a burst
+ * from one address (a flood sharing a host with real peers) a real peer gets this long to
+ * answer its greeting, and only the overall bound applies meanwhile. */
+#define FRESH_NS 100000000ull
 
 enum { HS_GREET, HS_PROOF, HS_FINISH };
 
@@ -337,7 +341,10 @@ static void accept_some(fl_net_acceptor *a, uint64_t now)
         src_of((struct sockaddr *)&ss, src);
         int same = 0;
         for (int i = 0; i < a->np; i++) same += !memcmp(a->p[i].src, src, 16);
-        if (same >= a->max_per_source) evict(a, oldest_idle(a, src), "too many pending connections from its address");
+        if (same >= a->max_per_source) { /* unless all of them spoke or arrived just now: a burst */
+            int v = oldest_idle(a, src);
+            if (now - a->p[v].last_rx >= FRESH_NS) evict(a, v, "too many pending connections from its address");
+        }
         if (a->np >= a->max_pending) evict(a, oldest_idle(a, NULL), "too many pending connections");
         hs_conn *h = &a->p[a->np];
         memset(h, 0, sizeof *h);
