@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -199,13 +200,13 @@ typedef struct {
     pid_t pid;
     int fd0, fd_max;
     long rss0, rss_max;
-    volatile int stop;
+    atomic_int stop;
 } watch_arg;
 
 static void *watcher(void *p)
 {
     watch_arg *w = p;
-    while (!w->stop) {
+    while (!atomic_load(&w->stop)) {
         int n = count_fds(w->pid);
         long r = rss_kb(w->pid);
         if (n > w->fd_max) w->fd_max = n;
@@ -299,7 +300,7 @@ static double ps_job(int flood)
     double total = now_s() - t0;
     CHECK_OK(fl_ps_client_stop(c));
     fl_ps_client_free(c);
-    w.stop = 1;
+    atomic_store(&w.stop, 1);
     pthread_join(th, NULL);
     int ws;
     CHECK(waitpid(sp, &ws, 0) == sp);
@@ -387,7 +388,7 @@ static double coll_job(int flood)
         if (f > worst) worst = f;
     }
     close(pfd[0]);
-    w.stop = 1;
+    atomic_store(&w.stop, 1);
     pthread_join(th, NULL);
     int bad = 0;
     for (int r = 0; r < 2; r++) {
