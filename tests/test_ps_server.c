@@ -365,7 +365,8 @@ typedef struct {
 } proc;
 
 /* Forks worker `rank` of nw: it trains until a call fails, reporting "ready" after 3 steps
- * and then its error (with how long after its last good step it came) on the pipe. */
+ * and then its error (with how long after its last good step it came) on the pipe, then
+ * how long a stop call took after that, and its result. */
 static proc spawn_worker(const char *ep, int rank, int nw)
 {
     int pfd[2];
@@ -399,6 +400,11 @@ static proc spawn_worker(const char *ep, int rank, int nw)
             if (st) {
                 char line[1600];
                 int n = snprintf(line, sizeof line, "%.2f %s\n", now_s() - last, fl_last_error());
+                CHECK(write(pfd[1], line, (size_t)n) == n);
+                /* a call after the failure must not wait for its full deadline either */
+                double t = now_s();
+                st = fl_ps_client_stop(c);
+                n = snprintf(line, sizeof line, "%.2f %s\n", now_s() - t, st ? fl_last_error() : "stopped");
                 CHECK(write(pfd[1], line, (size_t)n) == n);
                 break;
             }
@@ -453,18 +459,23 @@ TEST(stopped_worker_is_named_within_10s)
     double dt0 = now_s() - t0;
     int rs = wait_exit_within(sp, 10.0);
     double dts = now_s() - t0;
-    printf("  worker 1 stopped: worker 0 failed after %.2f s: %s\n", dt0, line);
-    printf("  the server ended (status %d) after %.2f s\n", rs, dts);
+    fprintf(stderr, "  worker 1 stopped: worker 0 failed after %.2f s: %s\n", dt0, line);
+    fprintf(stderr, "  the server ended (status %d) after %.2f s\n", rs, dts);
     CHECK_STR_HAS(line, "worker 1 (");
     CHECK_STR_HAS(line, "not even a heartbeat");
     CHECK(dt0 < 10.0);
     CHECK_EQ_INT(rs, 1);
+    read_line(w0.out, line, sizeof line);
+    fprintf(stderr, "  worker 0 then stopped in %s\n", line);
+    CHECK(atof(line) < 10.0);
     CHECK_EQ_INT(wait_exit_within(w0.pid, 5.0), 0);
     kill(w1.pid, SIGCONT);
     read_line(w1.out, line, sizeof line);
-    printf("  worker 1, resumed: %s\n", line);
+    fprintf(stderr, "  worker 1, resumed: %s\n", line);
     CHECK(line[0] != 0);
     CHECK(strstr(line, "peer silent") == NULL);
+    read_line(w1.out, line, sizeof line);
+    CHECK(atof(line) < 10.0);
     int r1 = wait_exit_within(w1.pid, 10.0);
     if (r1 < 0) {
         kill(w1.pid, SIGKILL);
@@ -490,10 +501,13 @@ TEST(stopped_server_is_named_within_10s)
     kill(sp, SIGSTOP);
     read_line(w.out, line, sizeof line);
     double dt = now_s() - t0;
-    printf("  server stopped: the worker failed after %.2f s: %s\n", dt, line);
+    fprintf(stderr, "  server stopped: the worker failed after %.2f s: %s\n", dt, line);
     CHECK_STR_HAS(line, "server 0 (");
     CHECK_STR_HAS(line, "not even a heartbeat");
     CHECK(dt < 10.0);
+    read_line(w.out, line, sizeof line);
+    fprintf(stderr, "  a stop call after that failed in %s\n", line);
+    CHECK(atof(line) < 10.0);
     CHECK_EQ_INT(wait_exit_within(w.pid, 5.0), 0);
     kill(sp, SIGCONT);
     int rs = wait_exit_within(sp, 10.0);

@@ -134,7 +134,7 @@ int fl__coll_tick(fl_coll *c, const fl__coll_desc *d)
 static void *hb_main(void *arg)
 {
     fl_coll *c = arg;
-    uint64_t period = (uint64_t)c->hb_ms * 1000000ull, woke = fl__now_ns();
+    uint64_t period = (uint64_t)c->hb_ms * 1000000ull;
     pthread_mutex_lock(&c->hb_mu);
     while (!c->hb_quit) {
         struct timespec ts;
@@ -142,11 +142,12 @@ static void *hb_main(void *arg)
         uint64_t ns = (uint64_t)ts.tv_nsec + period;
         ts.tv_sec += (time_t)(ns / 1000000000ull);
         ts.tv_nsec = (long)(ns % 1000000000ull);
+        uint64_t slept = fl__now_ns();
         pthread_cond_timedwait(&c->hb_cv, &c->hb_mu, &ts);
         if (c->hb_quit) break;
         pthread_mutex_unlock(&c->hb_mu);
         uint64_t now = fl__now_ns();
-        if (now - woke > period + STALL_NS) note_resumed(c, now, now - woke - period);
+        if (now - slept > period + STALL_NS) note_resumed(c, now, now - slept - period);
         if (pthread_mutex_trylock(&c->op_mu) == 0) { /* no collective runs: the connections are ours */
             if (!c->failed) {
                 for (int p = 0; p < c->size; p++)
@@ -155,7 +156,6 @@ static void *hb_main(void *arg)
             }
             pthread_mutex_unlock(&c->op_mu);
         }
-        woke = fl__now_ns();
         pthread_mutex_lock(&c->hb_mu);
     }
     pthread_mutex_unlock(&c->hb_mu);

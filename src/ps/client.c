@@ -18,6 +18,10 @@
 static int connect_server(fl_ps_client *c, int i, uint64_t deadline, fl_net_conn **out)
 {
     fl__ps_csrv *sv = &c->srv[i];
+    if (sv->gone && c->o.server_timeout_ms > 0) { /* it answered nothing lately: do not wait long on it */
+        uint64_t cap = fl_net_deadline(c->o.server_timeout_ms);
+        if (cap < deadline) deadline = cap;
+    }
     int st = fl_net_connect(sv->host, sv->port, &c->auth, deadline, out);
     if (st) return fl__err(st, "cannot reach %s: %s", sv->label, fl_last_error());
     fl_net_conn_set_label(*out, sv->label);
@@ -54,7 +58,10 @@ uint64_t fl__ps_client_push_deadline(const fl_ps_client *c)
 static int send_call(fl_ps_client *c, fl__ps_call *k, uint64_t deadline)
 {
     fl__ps_csrv *sv = &c->srv[k->server];
-    if (!sv->conn) FL_CHECK(connect_server(c, k->server, deadline, &sv->conn));
+    if (!sv->conn) { /* lost in an earlier call: reconnecting gets the retry budget, not more */
+        uint64_t cap = fl_net_deadline(c->o.retry_ms > 0 ? c->o.retry_ms : 0);
+        FL_CHECK(connect_server(c, k->server, cap < deadline ? cap : deadline, &sv->conn));
+    }
     uint64_t extra = 0;
     for (int p = 0; p < k->nparts; p++) extra += k->lens[p];
     fl__ps_wbuf_finish(&k->fixed, k->type, 0, ++c->req_id, extra);

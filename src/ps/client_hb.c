@@ -66,7 +66,7 @@ static void hb_collect(fl__ps_csrv *sv, uint64_t now)
 static void *heartbeat_main(void *arg)
 {
     fl_ps_client *c = arg;
-    uint64_t id = 0, period = (uint64_t)c->o.heartbeat_ms * 1000000ull, woke = fl__now_ns();
+    uint64_t id = 0, period = (uint64_t)c->o.heartbeat_ms * 1000000ull;
     int64_t connect_ms = c->o.heartbeat_ms < 1000 ? c->o.heartbeat_ms : 1000;
     pthread_mutex_lock(&c->hb_mu);
     while (!c->hb_quit) {
@@ -75,11 +75,12 @@ static void *heartbeat_main(void *arg)
         uint64_t ns = (uint64_t)ts.tv_nsec + period;
         ts.tv_sec += (time_t)(ns / 1000000000ull);
         ts.tv_nsec = (long)(ns % 1000000000ull);
+        uint64_t slept = fl__now_ns();
         pthread_cond_timedwait(&c->hb_cv, &c->hb_mu, &ts);
         if (c->hb_quit) break;
         pthread_mutex_unlock(&c->hb_mu);
         uint64_t now = fl__now_ns();
-        if (now - woke > period + STALL_NS) note_resumed(c, now, now - woke - period);
+        if (now - slept > period + STALL_NS) note_resumed(c, now, now - slept - period);
         for (int i = 0; i < c->ns; i++) {
             fl__ps_csrv *sv = &c->srv[i];
             if (!sv->hb) {
@@ -102,7 +103,6 @@ static void *heartbeat_main(void *arg)
             }
             sv->hb_id = id;
         }
-        woke = fl__now_ns();
         pthread_mutex_lock(&c->hb_mu);
     }
     pthread_mutex_unlock(&c->hb_mu);
