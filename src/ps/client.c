@@ -59,7 +59,7 @@ static int send_call(fl_ps_client *c, fl__ps_call *k, uint64_t deadline)
 {
     fl__ps_csrv *sv = &c->srv[k->server];
     if (!sv->conn) { /* lost in an earlier call: reconnecting gets the retry budget, not more */
-        uint64_t cap = fl_net_deadline(c->o.retry_ms > 0 ? c->o.retry_ms : 0);
+        uint64_t cap = c->o.retry_ms > 0 ? fl_net_deadline(c->o.retry_ms) : deadline;
         FL_CHECK(connect_server(c, k->server, cap < deadline ? cap : deadline, &sv->conn));
     }
     uint64_t extra = 0;
