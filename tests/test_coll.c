@@ -572,6 +572,78 @@ TEST(kill_rank_mid_allreduce)
     kill_case(4, 0, 1); /* rank 3 is not adjacent to rank 1 in the ring: learns it from an abort notice */
 }
 
+
+/* Every rank loops over small allreduces with a little compute between; the parent stops
+ * the victim with SIGSTOP, then resumes it. */
+static void rank_stop(ch_world *w, int r, void *arg)
+{
+    const kill_arg *ka = arg;
+    fl_coll *c = ch_comm(w, r);
+    float x[1000];
+    int st = FL_OK;
+    for (int it = 0; st == FL_OK; it++) {
+        for (int i = 0; i < 1000; i++) x[i] = 1.0f;
+        st = fl_coll_allreduce(c, x, x, 1000, FL_FLOAT32, FL_COLL_SUM);
+        if (it == 10 && write(ka->pipe_w, "x", 1) != 1) TFAIL("pipe");
+        usleep(1000);
+    }
+    fprintf(stderr, "  rank %d%s: %s\n", r, r == ka->victim ? " (stopped, then resumed)" : "", fl_last_error());
+    if (r != ka->victim) {
+        char want[96];
+        snprintf(want, sizeof want, "rank %d (%s) sent nothing, not even a heartbeat", ka->victim, w->eps[ka->victim]);
+        CHECK_EQ_INT(st, FL_EREMOTE);
+        CHECK_STR_HAS(fl_last_error(), want);
+    }
+    fl_coll_free(c);
+}
+
+static void stop_case(int P, int shm, int victim)
+{
+    ch_world w;
+    int pfd[2];
+    CHECK(pipe(pfd) == 0);
+    ch_init(&w, P, shm);
+    w.timeout_ms = 60000; /* a stopped rank must be found by its silence, not by this */
+    kill_arg ka = {victim, pfd[1]};
+    ch_start(&w, rank_stop, &ka);
+    close(pfd[1]);
+    char b;
+    for (int i = 0; i < P; i++) CHECK(read(pfd[0], &b, 1) == 1);
+    close(pfd[0]);
+    double t0 = ch_now();
+    kill(w.pids[victim], SIGSTOP);
+    int bad = 0;
+    for (int r = 0; r < P; r++) {
+        int ws = 0;
+        if (r == victim) continue;
+        CHECK(waitpid(w.pids[r], &ws, 0) == w.pids[r]);
+        bad += !WIFEXITED(ws) || WEXITSTATUS(ws) != 0;
+    }
+    double dt = ch_now() - t0;
+    fprintf(stderr, "  %d ranks (%s), rank %d stopped: the others failed after %.2f s\n", P, shm ? "shm" : "tcp",
+            victim, dt);
+    kill(w.pids[victim], SIGCONT);
+    double t1 = ch_now();
+    int ws = 0;
+    pid_t got = 0;
+    while (ch_now() - t1 < 10.0 && (got = waitpid(w.pids[victim], &ws, WNOHANG)) == 0) usleep(20000);
+    if (got != w.pids[victim]) {
+        kill(w.pids[victim], SIGKILL);
+        waitpid(w.pids[victim], &ws, 0);
+        TFAIL("the resumed rank %d did not end within 10 s", victim);
+    }
+    fprintf(stderr, "  the resumed rank ended %.2f s after SIGCONT\n", ch_now() - t1);
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws)) TFAIL("the resumed rank failed (status 0x%x)", ws);
+    if (bad) TFAIL("some ranks did not name the stopped one");
+    if (dt > 10.0) TFAIL("the others took %.1f s to notice the stopped rank", dt);
+}
+
+TEST(stopped_rank_is_named_within_10s)
+{
+    stop_case(2, 1, 1);
+    stop_case(3, 0, 1);
+}
+
 static void rank_wrong_secret(ch_world *w, int r, void *arg)
 {
     int liar = *(const int *)arg;
@@ -760,6 +832,6 @@ TEST(bad_arguments)
 TEST_MAIN(T(allreduce_shm), T(allreduce_tcp), T(broadcast_every_root), T(allgather), T(reduce_scatter), T(barrier),
           T(named_backend_tcp), T(named_backend_shm), T(unknown_backend_is_refused),
           T(shm_named_without_shared_memory_fails), T(ranks_must_name_one_backend), T(allreduce_16m_floats),
-          T(allreduce_random_floats), T(kill_rank_mid_allreduce), T(wrong_secret_is_refused),
+          T(allreduce_random_floats), T(kill_rank_mid_allreduce), T(stopped_rank_is_named_within_10s), T(wrong_secret_is_refused),
           T(mismatched_calls_fail_on_every_rank), T(stalled_rank_times_out), T(secret_configuration),
           T(insecure_local_mode), T(bad_arguments))

@@ -7,6 +7,7 @@
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -54,10 +55,10 @@ static pid_t serve(fl_net_listener *l, server_fn fn, void *arg)
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         alarm(20);
         fn(l, arg);
-        fl_net_listener_free(l);
+        if (l) fl_net_listener_free(l);
         _exit(0);
     }
-    fl_net_listener_free(l);
+    if (l) fl_net_listener_free(l);
     return pid;
 }
 
@@ -413,8 +414,173 @@ TEST(secret_loading)
     unlink(path);
 }
 
+/* ---- the acceptor ---------------------------------------------------------------------------- */
+
+/* A raw TCP connection to port from source address src (e.g. "127.0.0.2"); never speaks. */
+static int raw_connect(int port, const char *src)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    if (src) {
+        struct sockaddr_in me = {.sin_family = AF_INET};
+        inet_pton(AF_INET, src, &me.sin_addr);
+        CHECK(bind(fd, (struct sockaddr *)&me, sizeof me) == 0);
+    }
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                             .sin_port = htons((uint16_t)port)};
+    CHECK(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    return fd;
+}
+
+/* 1 when the server closed fd (EOF or reset), 0 while it stays open. */
+static int raw_closed(int fd)
+{
+    char b[128];
+    for (;;) {
+        ssize_t r = recv(fd, b, sizeof b, MSG_DONTWAIT);
+        if (r > 0) continue; /* the greeting */
+        return r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+    }
+}
+
+static void step_for(fl_net_acceptor *a, int ms)
+{
+    double t_end = now_s() + ms / 1000.0;
+    while (now_s() < t_end) {
+        struct pollfd pf = {.fd = fl_net_acceptor_fd(a), .events = POLLIN};
+        poll(&pf, 1, 5);
+        CHECK_OK(fl_net_acceptor_step(a));
+    }
+}
+
+static void client_connects(fl_net_listener *l, void *arg)
+{
+    int port = *(int *)arg;
+    (void)l;
+    fl_net_auth a = auth_of(key_a, 3);
+    fl_net_conn *c;
+    CHECK_OK(fl_net_connect("127.0.0.1", port, &a, fl_net_deadline(5000), &c));
+    CHECK_OK(fl_net_send_all(c, "x", 1, fl_net_deadline(5000)));
+    fl_net_conn_free(c);
+}
+
+TEST(acceptor_bounds_unauthenticated_connections)
+{
+    fl_net_listener *l;
+    CHECK_OK(fl_net_listen("127.0.0.1", 0, &l));
+    int port = fl_net_listener_port(l);
+    fl_net_auth a = auth_of(key_a, 0);
+    fl_net_acceptor_opts o = {8, 3, 1500};
+    fl_net_acceptor *acc;
+    CHECK_OK(fl_net_acceptor_create(l, &a, &o, &acc));
+    fl_net_conn *c;
+    CHECK_FAILS(fl_net_accept(l, &a, fl_net_deadline(10), &c), FL_ESTATE, "use fl_net_acceptor_wait");
+    fl_net_acceptor *again;
+    CHECK_FAILS(fl_net_acceptor_create(l, &a, &o, &again), FL_ESTATE, "already has an acceptor");
+    /* 6 idle peers from each of 127.0.0.1, 127.0.0.2 and 127.0.0.3, one every 40 ms: a source
+     * keeps at most 3 pending once its older ones are over 100 ms idle, 8 in all */
+    int fds[18];
+    const char *srcs[3] = {"127.0.0.1", "127.0.0.2", "127.0.0.3"};
+    for (int i = 0; i < 18; i++) {
+        fds[i] = raw_connect(port, srcs[i % 3]);
+        step_for(acc, 40);
+    }
+    fl_net_acceptor_stats st;
+    fl_net_acceptor_get_stats(acc, &st);
+    printf("  18 idle peers from 3 addresses: accepted %llu, pending %d, evicted %llu\n",
+           (unsigned long long)st.accepted, st.pending, (unsigned long long)st.evicted);
+    CHECK_EQ_INT(st.accepted, 18);
+    CHECK(st.pending <= 8);
+    CHECK_EQ_INT(st.evicted, 18 - st.pending);
+    int open_per_src[3] = {0, 0, 0};
+    for (int i = 0; i < 18; i++) open_per_src[i % 3] += !raw_closed(fds[i]);
+    for (int g = 0; g < 3; g++) CHECK(open_per_src[g] <= 3);
+    CHECK(raw_closed(fds[0]) && raw_closed(fds[1])); /* oldest first */
+    CHECK(!raw_closed(fds[17]));
+    /* a burst of 12 more from one address within a few ms: only the overall bound holds */
+    int burst[12];
+    for (int i = 0; i < 12; i++) burst[i] = raw_connect(port, "127.0.0.4");
+    step_for(acc, 20);
+    fl_net_acceptor_get_stats(acc, &st);
+    CHECK_EQ_INT(st.pending, 8);
+    /* a real peer gets in at once, ahead of them */
+    pid_t pid = serve(NULL, client_connects, &port);
+    double t0 = now_s();
+    CHECK_OK(fl_net_acceptor_wait(acc, fl_net_deadline(3000), &c));
+    double dt = now_s() - t0;
+    printf("  a real peer authenticated after %.3f s among %d idle ones\n", dt, st.pending);
+    CHECK_EQ_INT(fl_net_conn_peer_rank(c), 3);
+    CHECK(dt < 1.0);
+    char b;
+    CHECK_OK(fl_net_recv_all(c, &b, 1, fl_net_deadline(3000)));
+    fl_net_conn_free(c);
+    reap(pid);
+    /* the rest time out at their deadline (1.5 s) */
+    step_for(acc, 1600);
+    fl_net_acceptor_get_stats(acc, &st);
+    CHECK_EQ_INT(st.pending, 0);
+    CHECK(st.timed_out >= 1);
+    CHECK_EQ_INT(fl_net_acceptor_timeout_ms(acc), -1);
+    CHECK_STR_HAS(fl_net_acceptor_last_refusal(acc), "timed out waiting for its proof after 1500 ms");
+    for (int i = 0; i < 18; i++) {
+        CHECK(raw_closed(fds[i]));
+        close(fds[i]);
+    }
+    for (int i = 0; i < 12; i++) {
+        CHECK(raw_closed(burst[i]));
+        close(burst[i]);
+    }
+    fl_net_acceptor_free(acc);
+    fl_net_listener_free(l);
+}
+
+static void client_wrong_secret(fl_net_listener *l, void *arg)
+{
+    int port = *(int *)arg;
+    (void)l;
+    fl_net_auth a = auth_of(key_b, 3);
+    fl_net_conn *c;
+    CHECK_FAILS(fl_net_connect("127.0.0.1", port, &a, fl_net_deadline(5000), &c), FL_EPROTO, "does not know");
+}
+
+TEST(acceptor_keeps_refusals_out_of_the_way)
+{
+    fl_net_listener *l;
+    CHECK_OK(fl_net_listen("127.0.0.1", 0, &l));
+    int port = fl_net_listener_port(l);
+    fl_net_auth a = auth_of(key_a, 0);
+    fl_net_acceptor *acc;
+    CHECK_OK(fl_net_acceptor_create(l, &a, NULL, &acc));
+    pid_t pid = serve(NULL, client_wrong_secret, &port);
+    int ws = 0;
+    while (waitpid(pid, &ws, WNOHANG) == 0) step_for(acc, 10);
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws)) TFAIL("client child failed (status 0x%x)", ws);
+    fl_net_conn *c = NULL;
+    CHECK_OK(fl_net_acceptor_next(acc, &c));
+    CHECK(c == NULL);
+    fl_net_acceptor_stats st;
+    fl_net_acceptor_get_stats(acc, &st);
+    CHECK_EQ_INT(st.refused, 1);
+    CHECK_STR_HAS(fl_net_acceptor_last_refusal(acc), "does not know the job secret");
+    /* a trickling peer (one byte of its proof every 50 ms) is not authenticated, just bounded */
+    int fd = raw_connect(port, NULL);
+    for (int i = 0; i < 4; i++) {
+        CHECK(send(fd, "F", 1, MSG_NOSIGNAL) == 1);
+        step_for(acc, 50);
+    }
+    fl_net_acceptor_get_stats(acc, &st);
+    CHECK_EQ_INT(st.pending, 1);
+    CHECK_FAILS(fl_net_acceptor_wait(acc, fl_net_deadline(100), &c), FL_ETIMEDOUT, "1 pending");
+    close(fd);
+    step_for(acc, 20);
+    CHECK_STR_HAS(fl_net_acceptor_last_refusal(acc), "got 4 of 84 bytes");
+    fl_net_acceptor_free(acc);
+    fl_net_listener_free(l);
+}
+
 TEST_MAIN(T(endpoints), T(listen_port_zero), T(connect_deadline_when_nobody_listens),
           T(connect_retries_until_the_peer_listens), T(handshake_deadline_when_the_peer_never_answers),
           T(accept_deadline_when_the_client_never_answers), T(authenticated_stream_and_frames),
           T(wrong_secret_is_refused_on_both_sides), T(service_mismatch_is_refused), T(insecure_mode_needs_the_flag),
-          T(insecure_mode_on_loopback), T(truncated_and_closed_reads_differ), T(receive_deadline), T(secret_loading))
+          T(insecure_mode_on_loopback), T(truncated_and_closed_reads_differ), T(receive_deadline), T(secret_loading),
+          T(acceptor_bounds_unauthenticated_connections), T(acceptor_keeps_refusals_out_of_the_way))

@@ -37,6 +37,8 @@ static void init_tables(void)
     tables[1].opt = (fl_ps_optimizer){FL_PS_OPT_ADAM, 0.01f, 0, 0, 0, 0};
 }
 
+static int spawn_sync; /* the next servers spawned run in sync mode */
+
 /* Starts server `index` of `ns` in a child process (loading `load_dir` first when given);
  * returns its pid and writes its endpoint.  The child exits 0 when run returned FL_OK. */
 static pid_t spawn_server(int index, int ns, int nw, const char *load_dir, char *ep, size_t epcap)
@@ -59,6 +61,7 @@ static pid_t spawn_server(int index, int ns, int nw, const char *load_dir, char 
         o.num_tables = 2;
         o.insecure_local = 1;
         o.reconnect_grace_ms = 1000;
+        o.sync = spawn_sync;
         fl_ps_server *s;
         if (fl_ps_server_create(&o, &s)) {
             fprintf(stderr, "server %d: %s\n", index, fl_last_error());
@@ -353,6 +356,170 @@ TEST(scan_returns_every_row_once)
     CHECK_EQ_INT(wait_exit(s1), 0);
 }
 
+
+/* ---- a stopped worker, a stopped server ------------------------------------------------------------------ */
+
+typedef struct {
+    pid_t pid;
+    int out; /* read end: "ready\n" after its first steps, then its final error line */
+} proc;
+
+/* Forks worker `rank` of nw: it trains until a call fails, reporting "ready" after 3 steps
+ * and then its error (with how long after its last good step it came) on the pipe, then
+ * how long a stop call took after that, and its result. */
+static proc spawn_worker(const char *ep, int rank, int nw)
+{
+    int pfd[2];
+    CHECK(pipe(pfd) == 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(pfd[0]);
+        alarm(60);
+        const char *eps[1] = {ep};
+        fl_ps_client_opts o = {0};
+        o.endpoints = eps;
+        o.num_servers = 1;
+        o.worker_rank = rank;
+        o.num_workers = nw;
+        o.tables = tables;
+        o.num_tables = 2;
+        o.insecure_local = 1;
+        o.connect_timeout_ms = 5000;
+        fl_ps_client *c;
+        CHECK_OK(fl_ps_client_create(&o, &c));
+        float dg[64], dv[64];
+        double last = now_s();
+        for (int s = 0;; s++) {
+            th_fill_uniform(dg, 64, -1, 1, (unsigned)(rank * 1000 + s));
+            int st = fl_ps_client_push_dense(c, 1, dg);
+            if (st == FL_OK) st = fl_ps_client_pull_dense(c, 1, dv);
+            if (st) {
+                char line[1600];
+                int n = snprintf(line, sizeof line, "%.2f %s\n", now_s() - last, fl_last_error());
+                CHECK(write(pfd[1], line, (size_t)n) == n);
+                /* a call after the failure must not wait for its full deadline either */
+                double t = now_s();
+                st = fl_ps_client_stop(c);
+                n = snprintf(line, sizeof line, "%.2f %s\n", now_s() - t, st ? fl_last_error() : "stopped");
+                CHECK(write(pfd[1], line, (size_t)n) == n);
+                break;
+            }
+            last = now_s();
+            if (s == 3) CHECK(write(pfd[1], "ready\n", 6) == 6);
+            usleep(2000);
+        }
+        fl_ps_client_free(c);
+        _exit(0);
+    }
+    close(pfd[1]);
+    return (proc){pid, pfd[0]};
+}
+
+static void read_line(int fd, char *buf, size_t cap)
+{
+    size_t n = 0;
+    while (n + 1 < cap && read(fd, buf + n, 1) == 1 && buf[n] != '\n') n++;
+    buf[n] = 0;
+}
+
+/* Waits up to `secs` for pid to exit; returns its status, or -1 if it is still running. */
+static int wait_exit_within(pid_t pid, double secs)
+{
+    double end = now_s() + secs;
+    int ws;
+    while (now_s() < end) {
+        if (waitpid(pid, &ws, WNOHANG) == pid) return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+        usleep(20000);
+    }
+    return -1;
+}
+
+/* A SIGSTOPped worker of a sync job: the server fails naming it, and so does the other
+ * worker's pending push, within 10 s; resumed, the stopped worker fails too, and every
+ * process ends. */
+TEST(stopped_worker_is_named_within_10s)
+{
+    init_tables();
+    char ep[128], line[1600];
+    spawn_sync = 1;
+    pid_t sp = spawn_server(0, 1, 2, NULL, ep, sizeof ep);
+    spawn_sync = 0;
+    proc w0 = spawn_worker(ep, 0, 2), w1 = spawn_worker(ep, 1, 2);
+    read_line(w0.out, line, sizeof line);
+    CHECK(!strcmp(line, "ready"));
+    read_line(w1.out, line, sizeof line);
+    CHECK(!strcmp(line, "ready"));
+    double t0 = now_s();
+    kill(w1.pid, SIGSTOP);
+    read_line(w0.out, line, sizeof line);
+    double dt0 = now_s() - t0;
+    int rs = wait_exit_within(sp, 10.0);
+    double dts = now_s() - t0;
+    fprintf(stderr, "  worker 1 stopped: worker 0 failed after %.2f s: %s\n", dt0, line);
+    fprintf(stderr, "  the server ended (status %d) after %.2f s\n", rs, dts);
+    CHECK_STR_HAS(line, "worker 1 (");
+    CHECK_STR_HAS(line, "not even a heartbeat");
+    CHECK(dt0 < 10.0);
+    CHECK_EQ_INT(rs, 1);
+    read_line(w0.out, line, sizeof line);
+    fprintf(stderr, "  worker 0 then stopped in %s\n", line);
+    CHECK(atof(line) < 10.0);
+    CHECK_EQ_INT(wait_exit_within(w0.pid, 5.0), 0);
+    kill(w1.pid, SIGCONT);
+    read_line(w1.out, line, sizeof line);
+    fprintf(stderr, "  worker 1, resumed: %s\n", line);
+    CHECK(line[0] != 0);
+    CHECK(strstr(line, "peer silent") == NULL);
+    read_line(w1.out, line, sizeof line);
+    CHECK(atof(line) < 10.0);
+    int r1 = wait_exit_within(w1.pid, 10.0);
+    if (r1 < 0) {
+        kill(w1.pid, SIGKILL);
+        waitpid(w1.pid, NULL, 0);
+        TFAIL("the resumed worker did not end");
+    }
+    CHECK_EQ_INT(r1, 0);
+    close(w0.out);
+    close(w1.out);
+}
+
+/* A SIGSTOPped server: the worker's next call fails within 10 s naming it (not after the
+ * 60 s request deadline); resumed, the server notices the worker left and ends. */
+TEST(stopped_server_is_named_within_10s)
+{
+    init_tables();
+    char ep[128], line[1600];
+    pid_t sp = spawn_server(0, 1, 1, NULL, ep, sizeof ep);
+    proc w = spawn_worker(ep, 0, 1);
+    read_line(w.out, line, sizeof line);
+    CHECK(!strcmp(line, "ready"));
+    double t0 = now_s();
+    kill(sp, SIGSTOP);
+    read_line(w.out, line, sizeof line);
+    double dt = now_s() - t0;
+    fprintf(stderr, "  server stopped: the worker failed after %.2f s: %s\n", dt, line);
+    CHECK_STR_HAS(line, "server 0 (");
+    CHECK_STR_HAS(line, "not even a heartbeat");
+    CHECK(dt < 10.0);
+    read_line(w.out, line, sizeof line);
+    fprintf(stderr, "  a stop call after that failed in %s\n", line);
+    CHECK(atof(line) < 10.0);
+    CHECK_EQ_INT(wait_exit_within(w.pid, 5.0), 0);
+    kill(sp, SIGCONT);
+    int rs = wait_exit_within(sp, 10.0);
+    if (rs < 0) {
+        kill(sp, SIGKILL);
+        waitpid(sp, NULL, 0);
+        TFAIL("the resumed server did not end");
+    }
+    CHECK_EQ_INT(rs, 1);
+    close(w.out);
+}
+
 /* ---- fuzzing the frame decoder ------------------------------------------------------------------------- */
 
 TEST(fuzz_frame_decoder_briefly)
@@ -363,4 +530,5 @@ TEST(fuzz_frame_decoder_briefly)
 }
 
 TEST_MAIN(T(killed_worker_fails_server_within_10s), T(scan_returns_every_row_once), T(killed_server_fails_client_calls_within_10s),
-          T(save_interrupted_by_killed_server_keeps_previous), T(fuzz_frame_decoder_briefly))
+          T(save_interrupted_by_killed_server_keeps_previous), T(stopped_worker_is_named_within_10s),
+          T(stopped_server_is_named_within_10s), T(fuzz_frame_decoder_briefly))

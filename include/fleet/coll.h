@@ -74,7 +74,18 @@
  * dies (its connections close) makes the others fail at once with FL_EREMOTE naming its rank
  * and endpoint; a rank that stalls makes them fail with FL_ETIMEDOUT after timeout_ms.  A
  * rank that fails sends an abort notice (with the root cause) to every peer, so ranks not
- * adjacent to the failure report the same cause.  After any error the communicator is
+ * adjacent to the failure report the same cause.
+ *
+ * Hung ranks.  Every rank sends a heartbeat on each connection every heartbeat_ms (from a
+ * thread of the communicator between collectives, from the collective's waits during one).
+ * A collective that waits while a peer has sent nothing, not even a heartbeat, for
+ * peer_timeout_ms (default 8 s) fails with FL_EREMOTE "rank 1 (host:port) sent nothing, not
+ * even a heartbeat, for 8.0 s during allreduce #12 (...): it is stopped or hung" - a rank
+ * stopped with SIGSTOP, frozen in a debugger or hung in the kernel.  A rank that is only
+ * slow (still computing before it calls the collective) sends heartbeats and is waited for
+ * up to timeout_ms.  A rank that was itself stopped gives its peers a fresh window when it
+ * runs again instead of blaming them.  Each communicator of two or more ranks runs this one
+ * thread; it touches the connections only while no collective runs.  After any error the communicator is
  * broken: further calls return FL_ESTATE with the first error; free it and make a new one.
  * A rank that was late may still complete the call the others gave up on (everything it
  * needed had arrived); its next call then fails with the others' error.  With "mpi", a
@@ -91,6 +102,13 @@
  *   FLEET_COLL_TIMEOUT_MS   per-wait deadline when opts->timeout_ms is 0 (default 30000)
  *   FLEET_COLL_BACKEND      the backend when opts->backend is NULL or "": auto (default),
  *                           shm, tcp or mpi
+ *   FLEET_COLL_HEARTBEAT_MS heartbeat period when opts->heartbeat_ms is 0 (default 1000;
+ *                           -1: none, and no silent-peer check)
+ *   FLEET_COLL_PEER_TIMEOUT_MS  a peer silent this long fails a waiting collective, when
+ *                           opts->peer_timeout_ms is 0 (default 8000; -1: off)
+ *   FLEET_NET_MAX_PENDING, FLEET_NET_MAX_PENDING_PER_SOURCE, FLEET_NET_HANDSHAKE_TIMEOUT_MS
+ *                           bounds on the unauthenticated connections the rendezvous
+ *                           holds (fleet/net.h)
  */
 #ifndef FLEET_COLL_H
 #define FLEET_COLL_H
@@ -134,6 +152,9 @@ typedef struct {
     size_t chunk_bytes;           /* 0: 1048576.  Pipeline chunk (and shm slot size). */
     const char *backend;          /* "shm", "tcp", "mpi" or "auto"; NULL or "":
                                      FLEET_COLL_BACKEND, else auto (see the top of this file) */
+    int heartbeat_ms;             /* 0: FLEET_COLL_HEARTBEAT_MS or 1000; < 0: no heartbeats
+                                     (and no silent-peer check) */
+    int peer_timeout_ms;          /* 0: FLEET_COLL_PEER_TIMEOUT_MS or 8000; < 0: off */
 } fl_coll_opts;
 
 /* Creates the communicator: checks a named backend, listens on endpoints[rank] (unless

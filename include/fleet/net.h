@@ -45,8 +45,13 @@
  * an empty key (so it still checks versions and services) and both ends must be loopback
  * addresses; without a secret and without the flag, connect and accept refuse to run.
  *
- * Thread safety: a connection or listener may be used by one thread at a time; different
- * handles are independent.
+ * Listening: every listener in the library authenticates its peers through an acceptor
+ * (below): handshakes run concurrently and without blocking, unauthenticated connections
+ * are bounded in number (in all and per source address) and in time, so idle or slow
+ * connections that never authenticate cannot keep a real peer out.
+ *
+ * Thread safety: a connection, listener or acceptor may be used by one thread at a time;
+ * different handles are independent.
  */
 #ifndef FLEET_NET_H
 #define FLEET_NET_H
@@ -133,16 +138,122 @@ FL_API int fl_net_listener_fd(const fl_net_listener *l);
 /* Closes the socket and frees.  NULL is ignored. */
 FL_API void fl_net_listener_free(fl_net_listener *l);
 
-/* Accepts one connection and runs the acceptor side of the handshake, both before
- * deadline_ns.  On a failed handshake the connection is closed and the error returned
- * (FL_EPROTO for a wrong secret or service, FL_ETIMEDOUT for a silent peer, FL_EREMOTE for
- * a peer that hung up); the listener stays usable, so a server can log and accept again. */
+/* Accepts connections and runs the acceptor side of their handshakes, concurrently, until
+ * one peer has authenticated or deadline_ns passes; the blocking form of the acceptor below
+ * (it keeps one inside the listener, with the defaults, so pending handshakes survive from
+ * one call to the next).  A failed handshake during the call is returned as the error
+ * (FL_EPROTO for a wrong secret or service, FL_EREMOTE for a peer that hung up); at the
+ * deadline, handshakes still pending are abandoned and FL_ETIMEDOUT names one ("timed out
+ * waiting for its proof"), or says that no peer connected.  The listener stays usable, so a
+ * caller can log and accept again.  Not on a listener served by fl_net_acceptor_create
+ * (FL_ESTATE). */
 FL_API int fl_net_accept(fl_net_listener *l, const fl_net_auth *auth, uint64_t deadline_ns, fl_net_conn **out);
 
+/* ---- the acceptor: bounded, concurrent handshakes for a listener's owner ------------------
+ *
+ * Unauthenticated peers must not be able to starve the real ones.  An acceptor takes
+ * connections from its listener as soon as they arrive and authenticates all of them at
+ * once, each with its own little state machine (send the greeting, read the proof, send the
+ * answer) and its own deadline, never blocking: a peer that sends nothing, or one byte a
+ * second, holds a slot until its deadline and nothing else.  Limits:
+ *   - at most max_pending unauthenticated connections at a time, and at most max_per_source
+ *     of them from one source address (IP, whatever the port);
+ *   - when a new connection would exceed either, the pending connection (from that source,
+ *     or overall) that has been idle longest - the oldest last byte received, or arrival -
+ *     is closed.  A real peer answers the greeting within a round trip, so it is never the
+ *     idle one; connections from one source that all arrived or spoke in the last 100 ms
+ *     (a burst) are bound by the overall limit only, so a real peer sharing an address
+ *     with a flood still gets time to answer.  A peer closed this way sees its handshake
+ *     cut and fl_net_connect tries again;
+ *   - each connection must authenticate within handshake_timeout_ms of being accepted;
+ *   - when the process runs out of descriptors, the oldest idle pending connection is
+ *     closed to make room, or, with none, the listener rests 100 ms.
+ * So the acceptor holds at most max_pending descriptors besides its listener and its
+ * epoll descriptor.  Authenticated connections leave it at once (fl_net_acceptor_next):
+ * the owner serves them on its own descriptors and they never wait behind
+ * unauthenticated ones.  Defaults (environment, read through src/base/env.c):
+ *   FLEET_NET_MAX_PENDING             max_pending     (default 256)
+ *   FLEET_NET_MAX_PENDING_PER_SOURCE  max_per_source  (default 16)
+ *   FLEET_NET_HANDSHAKE_TIMEOUT_MS    handshake_timeout_ms (default 5000)
+ *
+ * Use from an event loop (one thread; the acceptor is not thread safe):
+ *
+ *     fl_net_acceptor *a;
+ *     fl_net_acceptor_create(listener, &auth, NULL, &a);
+ *     for (;;) {
+ *         struct pollfd pf[1 + N] = {{fl_net_acceptor_fd(a), POLLIN}, ...the owner's fds...};
+ *         int t = fl_net_acceptor_timeout_ms(a);          // -1: no deadline pending
+ *         poll(pf, 1 + N, t < 0 || t > mine ? mine : t);
+ *         fl_net_acceptor_step(a);                         // after every poll: cheap
+ *         fl_net_conn *c;
+ *         while (fl_net_acceptor_next(a, &c) == FL_OK && c) serve(c);
+ *         ...the owner's fds...
+ *     }
+ *     fl_net_acceptor_free(a);                             // before the listener
+ *
+ * or, to wait for one peer, fl_net_acceptor_wait.  Refused handshakes are counted
+ * (fl_net_acceptor_get_stats) and the latest one's message is kept
+ * (fl_net_acceptor_last_refusal) for the owner to log; they are never returned as errors,
+ * so a flood of them cannot disturb the owner. */
+
+#define FL_NET_DEFAULT_MAX_PENDING 256
+#define FL_NET_DEFAULT_MAX_PER_SOURCE 16
+#define FL_NET_DEFAULT_HANDSHAKE_MS 5000
+
+typedef struct fl_net_acceptor fl_net_acceptor;
+
+typedef struct {
+    int max_pending;          /* unauthenticated connections held at once; 0: the default */
+    int max_per_source;       /* of which from one source address; 0: the default */
+    int handshake_timeout_ms; /* each connection's time to authenticate; 0: the default */
+} fl_net_acceptor_opts;
+
+typedef struct {
+    uint64_t accepted;      /* connections taken from the listener */
+    uint64_t authenticated; /* handshakes that succeeded */
+    uint64_t refused;       /* failed: wrong secret or service, not loopback in insecure mode,
+                             * hung up */
+    uint64_t timed_out;     /* did not authenticate within handshake_timeout_ms */
+    uint64_t evicted;       /* closed to make room when a limit was hit */
+    int pending;            /* handshakes in progress now */
+    int ready;              /* authenticated, not yet taken with fl_net_acceptor_next */
+} fl_net_acceptor_stats;
+
+/* Makes an acceptor for l (one per listener; it replaces the one fl_net_accept keeps).
+ * auth is copied, the secret too.  opts may be NULL (defaults).  FL_EINVAL names a bad
+ * option or environment variable; FL_ESTATE if l already has one. */
+FL_API int fl_net_acceptor_create(fl_net_listener *l, const fl_net_auth *auth, const fl_net_acceptor_opts *opts,
+                                  fl_net_acceptor **out);
+/* One descriptor to poll for POLLIN: readable when the listener or a pending connection
+ * has something to do.  Do not read or close it. */
+FL_API int fl_net_acceptor_fd(const fl_net_acceptor *a);
+/* Milliseconds until the acceptor needs a step even without events (its next handshake
+ * deadline); 0 when an authenticated connection waits to be taken; -1 when nothing is
+ * pending. */
+FL_API int fl_net_acceptor_timeout_ms(const fl_net_acceptor *a);
+/* Does what can be done now without blocking: accepts (a few per call), moves handshakes
+ * on, closes the ones past their deadline.  FL_OK, or FL_EIO if epoll itself fails. */
+FL_API int fl_net_acceptor_step(fl_net_acceptor *a);
+/* Takes the oldest authenticated connection: FL_OK with *out set, or FL_OK with *out NULL
+ * when none is ready.  Never blocks.  The caller owns the connection. */
+FL_API int fl_net_acceptor_next(fl_net_acceptor *a, fl_net_conn **out);
+/* Steps and sleeps until a peer has authenticated (FL_OK) or deadline_ns (FL_ETIMEDOUT
+ * with the number pending and the latest refusal). */
+FL_API int fl_net_acceptor_wait(fl_net_acceptor *a, uint64_t deadline_ns, fl_net_conn **out);
+FL_API void fl_net_acceptor_get_stats(const fl_net_acceptor *a, fl_net_acceptor_stats *out);
+/* The message of the latest refused or timed-out handshake ("" if none), e.g.
+ * "authentication failed: peer 10.0.0.5:41234 does not know the job secret". */
+FL_API const char *fl_net_acceptor_last_refusal(const fl_net_acceptor *a);
+/* Closes the pending and the untaken authenticated connections and frees.  Call before
+ * freeing the listener.  NULL is ignored. */
+FL_API void fl_net_acceptor_free(fl_net_acceptor *a);
+
 /* Connects to host:port and runs the connector side of the handshake.  While the peer is
- * not listening yet (connection refused, unreachable, name not resolvable) it retries with
- * backoff (10 ms doubling to 500 ms) until deadline_ns, then returns FL_ETIMEDOUT with the
- * last error.  A handshake failure is not retried. */
+ * not listening yet (connection refused, unreachable, name not resolvable), or hangs up
+ * before answering the handshake (a listener under a flood of connections may drop ours to
+ * make room), it retries with backoff (10 ms doubling to 500 ms) until deadline_ns, then
+ * returns FL_ETIMEDOUT with the last error.  A refused handshake (wrong secret or service)
+ * is not retried. */
 FL_API int fl_net_connect(const char *host, int port, const fl_net_auth *auth, uint64_t deadline_ns,
                    fl_net_conn **out);
 

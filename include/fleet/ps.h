@@ -172,18 +172,24 @@ typedef struct {
     int num_threads;            /* request threads; 0 means 4 */
     const fl_net_secret *secret;/* job secret; NULL: insecure_local must be set */
     int insecure_local;         /* 1: accept without a secret, loopback peers only */
-    int handshake_timeout_ms;   /* deadline of one accept handshake; 0 means 5000 */
+    int handshake_timeout_ms;   /* time a connection has to authenticate; 0 means
+                                 * FLEET_NET_HANDSHAKE_TIMEOUT_MS or 5000 (fleet/net.h) */
     int request_timeout_ms;     /* deadline to read the rest of a started frame and to send
                                  * a reply; 0 means 60000 */
     int reconnect_grace_ms;     /* a worker with no connection left and no stop fails the
                                  * server after this; 0 means 3000 */
     int worker_timeout_ms;      /* a worker not heard from (requests or heartbeats) for this
-                                 * long fails the server; 0 means 120000; < 0 disables */
+                                 * long fails the server, naming it; 0 means 8000; < 0
+                                 * disables.  Keep it several times the workers'
+                                 * heartbeat_ms */
+    int join_timeout_ms;        /* a worker that never connected fails the server after
+                                 * this long; 0 means 120000; < 0 disables */
 } fl_ps_server_opts;
 
 /* Fills defaults for the fields above from the environment (FLEET_PS_THREADS,
- * FLEET_PS_REQUEST_TIMEOUT_MS, FLEET_PS_RECONNECT_GRACE_MS, FLEET_PS_WORKER_TIMEOUT_MS)
- * where the field is 0; FL_EINVAL names a malformed variable. */
+ * FLEET_PS_REQUEST_TIMEOUT_MS, FLEET_PS_RECONNECT_GRACE_MS, FLEET_PS_WORKER_TIMEOUT_MS,
+ * FLEET_PS_WORKER_JOIN_TIMEOUT_MS) where the field is 0; FL_EINVAL names a malformed
+ * variable. */
 FL_API int fl_ps_server_opts_from_env(fl_ps_server_opts *o);
 
 /* Validates opts, creates the tables and binds the endpoint (fails at once with FL_EIO
@@ -239,10 +245,17 @@ typedef struct {
     int heartbeat_ms;        /* heartbeat period (own thread and connections); 0 means 1000;
                               * < 0 disables (then the server's worker_timeout_ms must be
                               * off or larger than the longest pause between requests) */
+    int server_timeout_ms;   /* a request whose server has answered nothing, not even a
+                              * heartbeat, for this long fails at once (FL_EREMOTE naming
+                              * the server: stopped, hung or cut off) instead of waiting for
+                              * its deadline, which only a slow server that still answers
+                              * heartbeats is given; 0 means 8000; < 0 disables (as does
+                              * heartbeat_ms < 0) */
 } fl_ps_client_opts;
 
 /* Fills zero fields from FLEET_PS_CONNECT_TIMEOUT_MS, FLEET_PS_REQUEST_TIMEOUT_MS,
- * FLEET_PS_BARRIER_TIMEOUT_MS, FLEET_PS_RETRY_MS, FLEET_PS_HEARTBEAT_MS. */
+ * FLEET_PS_BARRIER_TIMEOUT_MS, FLEET_PS_RETRY_MS, FLEET_PS_HEARTBEAT_MS,
+ * FLEET_PS_SERVER_TIMEOUT_MS. */
 FL_API int fl_ps_client_opts_from_env(fl_ps_client_opts *o);
 
 /* Connects to every server (retrying while they start, up to connect_timeout_ms; the error

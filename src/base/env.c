@@ -43,6 +43,12 @@
  * and sets, besides Paddle's variables: PADDLE_RESTART_COUNT (0, then 1.. after each
  * --max_restart restart), PADDLE_JOB_ID, FLEET_LOG_LEVEL (--log_level).
  *
+ * Listeners (src/net/acceptor.c; see include/fleet/net.h), used where the option is 0:
+ *   FLEET_NET_MAX_PENDING        unauthenticated connections a listener holds at once
+ *                                (default 256); the oldest idle one is dropped beyond
+ *   FLEET_NET_MAX_PENDING_PER_SOURCE  of those, from one source address (default 16)
+ *   FLEET_NET_HANDSHAKE_TIMEOUT_MS    time a connection has to authenticate (default 5000)
+ *
  * Job secret (fl_net_secret_from_env in src/net/auth.c, called by the fleet layer, which
  * passes the secret down to the PS and the collectives) and collectives (src/coll):
  *   FLEET_JOB_SECRET             hex job secret (set by fleetrun; never logged)
@@ -52,16 +58,28 @@
  *                                used when the caller gives no timeout
  *   FLEET_COLL_BACKEND           collective backend: auto (default), shm, tcp or mpi, used when
  *                                fl_coll_opts.backend is unset (src/coll/backend.c)
+ *   FLEET_COLL_HEARTBEAT_MS      heartbeat period on every connection of a communicator
+ *                                (default 1000; -1: none, and no silent-peer check), used
+ *                                when fl_coll_opts.heartbeat_ms is 0 (src/coll/alive.c)
+ *   FLEET_COLL_PEER_TIMEOUT_MS   a peer that sent nothing, not even a heartbeat, this long
+ *                                fails a waiting collective, naming it (default 8000; -1
+ *                                off), used when fl_coll_opts.peer_timeout_ms is 0
  *
  * Parameter server (src/ps/config.c), used where the option field is 0:
  *   FLEET_PS_THREADS             server request threads (default 4)
  *   FLEET_PS_REQUEST_TIMEOUT_MS  deadline of each PS request (default 60000)
  *   FLEET_PS_RECONNECT_GRACE_MS  a worker without connections fails the server after this (default 3000)
- *   FLEET_PS_WORKER_TIMEOUT_MS   a silent worker fails the server; -1 disables (default 120000)
+ *   FLEET_PS_WORKER_TIMEOUT_MS   a worker silent this long (no request, no heartbeat: stopped
+ *                                or hung) fails the server, naming it; -1 disables (default 8000)
+ *   FLEET_PS_WORKER_JOIN_TIMEOUT_MS  a worker that never connected fails the server after
+ *                                this long; -1 disables (default 120000)
  *   FLEET_PS_CONNECT_TIMEOUT_MS  client wait for servers to listen (default 60000)
  *   FLEET_PS_BARRIER_TIMEOUT_MS  barriers, sync pushes, save and load (default 600000)
  *   FLEET_PS_RETRY_MS            client reconnect-and-resend budget; -1 disables (default 3000)
  *   FLEET_PS_HEARTBEAT_MS        client heartbeat period; -1 disables (default 1000)
+ *   FLEET_PS_SERVER_TIMEOUT_MS   a request whose server answered nothing, not even a
+ *                                heartbeat, for this long fails at once (the server is
+ *                                stopped or hung, not slow); -1 disables (default 8000)
  */
 #include <errno.h>
 #include <stdlib.h>

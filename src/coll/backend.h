@@ -7,10 +7,14 @@
  * and applies the failure rule, then calls c->backend->allreduce(...) and so on.
  *
  * Whatever the backend, the rendezvous (comm.c) has connected every pair of ranks over
- * TCP, and those connections stay open: they carry abort notices and tell a rank that a
- * peer died.  A backend that waits on something else (memory flags, another library) calls
- * fl__coll_check_peers every few hundred microseconds while it waits, and gives up after
- * c->timeout_ms, so a dead, aborting or stalled peer fails the op on every rank.
+ * TCP, and those connections stay open: they carry abort notices and heartbeats, and tell
+ * a rank that a peer died.  A backend that waits on something else (memory flags, another
+ * library) calls fl__coll_check_peers(c, d, NULL, 0) every few hundred microseconds while
+ * it waits - which also sends this rank's heartbeats and fails when a peer has been silent
+ * for peer_timeout_ms (alive.c) - and gives up after c->timeout_ms without progress
+ * (counted from c->resumed_ns when that is later: the time this process ran again after
+ * a stop), so a dead, aborting, stopped or stalled peer fails the op on every rank.  The
+ * collective runs under c->op_mu (ops.c takes it): the heartbeat thread stays away.
  *
  * How to add a backend (mpi.c is one that followed this):
  *   1. write src/coll/<name>.c ending with `const fl__coll_backend fl__coll_backend_<name>`;

@@ -8,6 +8,7 @@
  *   backend.c  the registry of backends and the choice of one (by name or automatic)
  *   desc.c     backend-neutral helpers: descriptor text and wire header, peer labels and
  *              errors, the watch over the connections, scratch space
+ *   alive.c    heartbeats and the watch over silent peers (stopped or hung ranks)
  *   tcp.c      the TCP progress engine (non-blocking, every peer at once, deadlines)
  *   tcp_ops.c  the "tcp" backend: direct exchange, ring reduce-scatter/allgather, chain
  *   shm.c      the "shm" backend: segment, flag waits, shared-memory algorithms
@@ -20,6 +21,7 @@
 #ifndef FL_COLL_INTERNAL_H
 #define FL_COLL_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "../base/base_internal.h"
@@ -49,10 +51,11 @@ typedef struct {
  * DATA: the payload follows; tag identifies the message within the op (step << 32 | chunk)
  * and must be the one the receiver expects.  ABORT: the descriptor of the op the sender
  * failed in, tag holds the status (int64), the reason text (len <= FL_COLL_MSG_MAX bytes)
- * follows. */
+ * follows.  HEARTBEAT: a zero descriptor, no payload; skipped wherever a header is read
+ * (alive.c). */
 #define FL_COLL_HDR 48
 #define FL_COLL_WIRE_MAGIC 0x31434c46u /* "FLC1" */
-enum { FL_COLL_MSG_DATA = 1, FL_COLL_MSG_ABORT = 2 };
+enum { FL_COLL_MSG_DATA = 1, FL_COLL_MSG_ABORT = 2, FL_COLL_MSG_HEARTBEAT = 3 };
 
 /* One peer's share of a TCP exchange round: at most one message out, one in. */
 typedef struct {
@@ -93,6 +96,21 @@ struct fl_coll {
     size_t scratch_cap;
     const fl__coll_backend *backend; /* chosen in fl_coll_create; NULL with one rank */
     void *be;                 /* the backend's state (its setup makes it, its close frees it) */
+    /* liveness (alive.c); everything below op_mu is used under it */
+    pthread_mutex_t op_mu;    /* held by a running collective, and by the heartbeat thread
+                               * while it uses the connections (recursive) */
+    pthread_mutex_t hb_mu;    /* the thread's sleep */
+    pthread_cond_t hb_cv;
+    pthread_t hb_thread;
+    int hb_inited, hb_started, hb_quit;
+    int hb_ms, peer_timeout_ms; /* -1: off */
+    uint64_t *heard_ns;       /* [size]: when something last arrived from the peer */
+    uint64_t *sent_ns;        /* [size]: when the last heartbeat to the peer started */
+    uint8_t (*hb_out)[FL_COLL_HDR]; /* [size]: the heartbeat being sent */
+    uint8_t *hb_left;         /* [size]: its bytes not yet sent */
+    uint8_t *hb_quiet;        /* [size]: the peer closed its end: send it nothing more */
+    uint64_t tick_ns;         /* the collectives' last heartbeat work */
+    _Atomic uint64_t resumed_ns; /* when this process last ran again after a stop */
 };
 
 /* comm.c */
@@ -100,6 +118,29 @@ struct fl_coll {
  * to every peer whose stream is at a message boundary, shuts the connections down, and
  * returns st with the error message restored. */
 int fl__coll_fail(fl_coll *c, int st);
+
+/* alive.c: heartbeats and silent peers */
+/* Reads the options' and the environment's heartbeat_ms / peer_timeout_ms and allocates;
+ * start launches the thread (after the rendezvous and the backend's setup); free stops it. */
+int fl__coll_hb_init(fl_coll *c, const fl_coll_opts *o);
+int fl__coll_hb_start(fl_coll *c);
+void fl__coll_hb_stop(fl_coll *c);
+void fl__coll_hb_free(fl_coll *c);
+/* A collective holds op_mu from start to end (the heartbeat thread keeps off meanwhile). */
+void fl__coll_op_begin(fl_coll *c);
+void fl__coll_op_end(fl_coll *c);
+/* Heartbeat work inside a collective's wait, at most every 50 ms: sends heartbeats that are
+ * due, notes a stop of this process, and fails (FL_EREMOTE naming the rank) when a peer
+ * that is neither closed nor ahead of us (idle_blocked) has sent nothing for
+ * peer_timeout_ms.  Called by fl__coll_check_peers (so by every backend that waits) and by
+ * the TCP engine. */
+int fl__coll_tick(fl_coll *c, const fl__coll_desc *d);
+/* Sends what is left of a heartbeat to p (hb_left[p] > 0 afterwards if the socket is full).
+ * Anything else sent to p must wait until hb_left[p] is 0. */
+int fl__coll_hb_flush(fl_coll *c, int p);
+/* Consumes the heartbeats at the head of p's stream (and stamps heard_ns[p] when anything
+ * is there). */
+int fl__coll_skip_heartbeats(fl_coll *c, int p);
 
 /* desc.c: backend-neutral helpers */
 /* "allreduce #5 (count 1000, float32, sum)" */
@@ -121,12 +162,13 @@ int fl__coll_closed_error(fl_coll *c, const fl__coll_desc *d, int p, int mid);
  * message "rank p (...) aborted <op>: <reason>". */
 int fl__coll_read_abort(fl_coll *c, int p, const uint8_t *h);
 /* Looks at the next header on peer p's connection (which must sit at a message boundary)
- * without consuming data.  Abort notices are consumed and turned into errors; a closed
+ * without consuming data (heartbeats in front of it are consumed).  Abort notices are consumed and turned into errors; a closed
  * peer is marked (not an error: it may have finished); a data message (for a later op)
  * marks the connection busy, if the backend sends data on the connections at all. */
 int fl__coll_check_idle(fl_coll *c, const fl__coll_desc *d, int p);
 /* Checks the connections of the given peers (all when only is NULL) for an abort notice
- * without waiting; an abort is returned as an error.  A peer that closed its end is only
+ * without waiting; an abort is returned as an error.  With only NULL it also does the
+ * heartbeat work (fl__coll_tick): a peer silent for peer_timeout_ms is an error too.  A peer that closed its end is only
  * marked in c->peer_closed: it may have finished the op legitimately, so callers decide
  * (a peer we still need data from has died). */
 int fl__coll_check_peers(fl_coll *c, const fl__coll_desc *d, const int *only, int nonly);

@@ -15,25 +15,29 @@
 #define SETUP_HELLO 1
 #define SETUP_VERSION 2
 #define HELLO_BYTES 48
-#define HS_CAP_MS 5000 /* a connecting process gets this long to finish its handshake */
 
 int fl__coll_fail(fl_coll *c, int st)
 {
     if (c->failed) return st;
+    char msg[FL_COLL_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", fl_last_error());
+    if (c->hb_inited) fl__coll_op_begin(c); /* the heartbeat thread keeps off the connections */
     c->failed = st;
-    snprintf(c->failmsg, sizeof c->failmsg, "%s", fl_last_error());
+    snprintf(c->failmsg, sizeof c->failmsg, "%s", msg);
     size_t len = strlen(c->failmsg);
     uint8_t h[FL_COLL_HDR];
     fl__coll_hdr(h, &c->cur, FL_COLL_MSG_ABORT, (uint64_t)(int64_t)st, len);
     for (int p = 0; p < c->size; p++) {
         if (!c->conns[p]) continue;
-        if (!c->tx_mid[p]) {
-            uint64_t dl = fl_net_deadline(200);
-            if (fl_net_send_all(c->conns[p], h, sizeof h, dl) == FL_OK)
-                fl_net_send_all(c->conns[p], c->failmsg, len, dl);
-        }
+        uint64_t dl = fl_net_deadline(200);
+        int hb = c->hb_left && c->hb_left[p]; /* finish a heartbeat cut short first */
+        if (hb && fl_net_send_all(c->conns[p], c->hb_out[p] + FL_COLL_HDR - c->hb_left[p], c->hb_left[p], dl) == FL_OK)
+            c->hb_left[p] = 0, hb = 0;
+        if (!c->tx_mid[p] && !hb && fl_net_send_all(c->conns[p], h, sizeof h, dl) == FL_OK)
+            fl_net_send_all(c->conns[p], c->failmsg, len, dl);
         fl_net_conn_shutdown(c->conns[p]);
     }
+    if (c->hb_inited) fl__coll_op_end(c);
     FL_WARN(FL_SUB_COLL, "communicator of rank %d failed: %s", c->rank, c->failmsg);
     return fl__err(st, "%s", c->failmsg);
 }
@@ -128,39 +132,40 @@ static int connect_lower(fl_coll *c, const fl_net_auth *auth, uint64_t dl)
     return FL_OK;
 }
 
+/* Waits for every higher rank to connect.  The handshakes run concurrently in an acceptor
+ * (fleet/net.h): connections that never authenticate cannot keep a rank out. */
 static int accept_higher(fl_coll *c, fl_net_listener *l, const fl_net_auth *auth, uint64_t dl, uint64_t t0)
 {
-    int missing = c->size - 1 - c->rank, refused = 0;
+    int missing = c->size - 1 - c->rank, claimed = 0, st = FL_OK;
+    if (missing == 0) return FL_OK;
     char note[512] = "";
+    fl_net_acceptor *a;
+    FL_CHECK(fl_net_acceptor_create(l, auth, NULL, &a));
+    uint64_t logged = 0;
     while (missing > 0) {
-        uint64_t now = fl__now_ns();
-        if (now >= dl) {
+        fl_net_conn *conn = NULL;
+        st = fl_net_acceptor_wait(a, dl, &conn);
+        fl_net_acceptor_stats as;
+        fl_net_acceptor_get_stats(a, &as);
+        if (as.refused + as.timed_out > logged) { /* a peer that failed to authenticate is worth a line */
+            logged = as.refused + as.timed_out;
+            snprintf(note, sizeof note, "%s", fl_net_acceptor_last_refusal(a));
+            FL_WARN(FL_SUB_COLL, "rendezvous of rank %d: refused a connection: %s", c->rank, note);
+        }
+        if (st == FL_ETIMEDOUT) {
             char who[512] = "";
             size_t o = 0;
             for (int p = c->rank + 1; p < c->size && o < sizeof who - 64; p++)
                 if (!c->conns[p])
                     o += (size_t)snprintf(who + o, sizeof who - o, "%s%d (%s)", o ? ", " : "", p, c->endpoints[p]);
-            return fl__err(FL_ETIMEDOUT, "rendezvous of rank %d timed out after %.0f ms: rank %s did not connect%s%s%s",
-                           c->rank, (double)(now - t0) / 1e6, who, refused ? "; refused a connection: " : "", note,
-                           refused > 1 ? " (and others)" : "");
+            st = fl__err(FL_ETIMEDOUT, "rendezvous of rank %d timed out after %.0f ms: rank %s did not connect%s%s%s",
+                         c->rank, (double)(fl__now_ns() - t0) / 1e6, who, note[0] ? "; refused a connection: " : "",
+                         note, logged + (uint64_t)claimed > 1 ? " (and others)" : "");
         }
-        struct pollfd pf = {.fd = fl_net_listener_fd(l), .events = POLLIN};
-        uint64_t left = (dl - now) / 1000000ull + 1;
-        int r = poll(&pf, 1, left > 1000 ? 1000 : (int)left);
-        if (r <= 0) continue;
-        uint64_t hs_dl = fl_net_deadline(HS_CAP_MS);
-        if (hs_dl > dl) hs_dl = dl;
-        fl_net_conn *conn;
-        int st = fl_net_accept(l, auth, hs_dl, &conn);
-        if (st) {
-            refused++;
-            snprintf(note, sizeof note, "%s", fl_last_error());
-            FL_WARN(FL_SUB_COLL, "rendezvous of rank %d: refused a connection: %s", c->rank, note);
-            continue;
-        }
+        if (st) break;
         int p = fl_net_conn_peer_rank(conn);
         if (fl_net_conn_peer_role(conn) != ROLE_COLL || p <= c->rank || p >= c->size || c->conns[p]) {
-            refused++;
+            claimed++;
             snprintf(note, sizeof note, "%s claimed to be rank %d, which is not expected here", fl_net_conn_addr(conn), p);
             FL_WARN(FL_SUB_COLL, "rendezvous of rank %d: refused a connection: %s", c->rank, note);
             fl_net_conn_free(conn);
@@ -169,7 +174,8 @@ static int accept_higher(fl_coll *c, fl_net_listener *l, const fl_net_auth *auth
         set_peer(c, p, conn);
         missing--;
     }
-    return FL_OK;
+    fl_net_acceptor_free(a);
+    return st;
 }
 
 /* Every rank sends one setup message to every other and checks theirs: same protocol, world
@@ -261,6 +267,7 @@ int fl_coll_create(const fl_coll_opts *o, fl_coll **out)
     uint32_t usable = 0;
     uint64_t request = 0;
     FL_CHECK_GOTO(fl__coll_backend_pick(c, o, &named, &usable, &request), st, fail);
+    FL_CHECK_GOTO(fl__coll_hb_init(c, o), st, fail);
     if (c->size > 1) {
         uint64_t t0 = fl__now_ns(), dl = fl_net_deadline(tmo);
         fl_net_listener *l = o->listener;
@@ -285,6 +292,7 @@ int fl_coll_create(const fl_coll_opts *o, fl_coll **out)
         uint32_t usable_all = 0;
         FL_CHECK_GOTO(exchange_hello(c, o, request, named ? named->name : "auto", usable, dl, &usable_all), st, fail);
         FL_CHECK_GOTO(fl__coll_backend_setup(c, named, usable_all, dl), st, fail);
+        FL_CHECK_GOTO(fl__coll_hb_start(c), st, fail);
         FL_INFO(FL_SUB_COLL, "rank %d of %d joined in %.1f ms (backend %s%s)", c->rank, c->size,
                 (double)(fl__now_ns() - t0) / 1e6, c->backend->name, named ? ", named" : "");
     }
@@ -300,13 +308,30 @@ fail:
     }
 }
 
+/* Reads and drops what a peer sent and nobody read (heartbeats, mostly): closing a socket
+ * with unread data sends a reset instead of an orderly end, and a reset can make the
+ * peer's kernel drop our last messages (an abort notice) before the peer reads them. */
+static void drain(fl_net_conn *conn)
+{
+    uint8_t sink[4096];
+    for (int i = 0; i < 256; i++) {
+        size_t k = 0;
+        if (fl_net_try_recv(conn, sink, sizeof sink, &k) != FL_OK || k == 0) break;
+    }
+    fl_clear_error();
+}
+
 void fl_coll_free(fl_coll *c)
 {
     if (!c || c->magic != FL_COLL_MAGIC) return;
     c->magic = 0;
+    fl__coll_hb_stop(c);
     if (c->backend && c->backend->close) c->backend->close(c);
     for (int p = 0; p < c->size; p++) {
-        if (c->conns && c->conns[p]) fl_net_conn_free(c->conns[p]);
+        if (c->conns && c->conns[p]) {
+            drain(c->conns[p]);
+            fl_net_conn_free(c->conns[p]);
+        }
         if (c->endpoints) free(c->endpoints[p]);
     }
     free(c->endpoints);
@@ -315,6 +340,7 @@ void fl_coll_free(fl_coll *c)
     free(c->idle_blocked);
     free(c->peer_closed);
     free(c->xf);
+    fl__coll_hb_free(c);
     fl__free_aligned(c->scratch);
     free(c);
 }

@@ -3,7 +3,7 @@
  * descriptor (its text, equality, and the wire header that carries it), the peer labels
  * and the errors that name them (mismatch, closed connection, abort notice), the watch over
  * the communicator's TCP connections (which stay open with every backend: they carry abort
- * notices and tell a rank that a peer died), and the scratch buffer.
+ * notices and heartbeats, and tell a rank that a peer died), and the scratch buffer.
  *
  * Nothing here depends on a backend: a backend file includes backend.h and calls these;
  * this file calls no backend.
@@ -150,6 +150,7 @@ int fl__coll_check_idle(fl_coll *c, const fl__coll_desc *d, int p)
 {
     uint8_t h[FL_COLL_HDR];
     size_t got;
+    FL_CHECK(fl__coll_skip_heartbeats(c, p));
     int st = fl_net_try_peek(c->conns[p], h, sizeof h, &got);
     if (st == FL_EREMOTE) {
         c->peer_closed[p] = 1;
@@ -197,5 +198,6 @@ int fl__coll_check_peers(fl_coll *c, const fl__coll_desc *d, const int *only, in
         for (int k = 0; k < n; k++)
             if (pf[k].revents) FL_CHECK(fl__coll_check_idle(c, d, who[k]));
     }
-    return FL_OK;
+    /* after the notices: an abort that explains a silence wins over the silence */
+    return only ? FL_OK : fl__coll_tick(c, d);
 }

@@ -82,6 +82,16 @@ static int check_buf(fl_coll *c, const char *fn, const char *arg, const void *p,
 
 static int done(fl_coll *c, int st) { return st == FL_OK ? FL_OK : fl__coll_fail(c, st); }
 
+/* The backend runs a collective holding op_mu: the heartbeat thread keeps off the
+ * connections meanwhile (the collective's own waits send the heartbeats). */
+#define RUN(c, call)                                                                                \
+    do {                                                                                           \
+        fl__coll_op_begin(c);                                                                      \
+        int st_ = (call);                                                                          \
+        fl__coll_op_end(c);                                                                        \
+        return done(c, st_);                                                                       \
+    } while (0)
+
 /* For a backend without reduce_scatter: an allreduce of the whole send buffer into a
  * temporary one, of which this rank keeps its part. */
 static int reduce_scatter_by_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t cpr,
@@ -116,7 +126,7 @@ int fl_coll_allreduce(fl_coll *c, const void *send, void *recv, size_t count, fl
         fl__coll_reduce(recv, dt, srcs, 1, dt, count, op, 1);
         return FL_OK;
     }
-    return done(c, c->backend->allreduce(c, &d, send, recv, count, dt, op));
+    RUN(c, c->backend->allreduce(c, &d, send, recv, count, dt, op));
 }
 
 int fl_coll_broadcast(fl_coll *c, void *buf, size_t count, fl_dtype dt, int root)
@@ -131,7 +141,7 @@ int fl_coll_broadcast(fl_coll *c, void *buf, size_t count, fl_dtype dt, int root
     FL_CHECK(check_size(c, fn, count, es, 1));
     FL_CHECK(check_buf(c, fn, "buf", buf, count * es));
     if (c->size == 1) return FL_OK;
-    return done(c, c->backend->broadcast(c, &d, buf, count, dt, root));
+    RUN(c, c->backend->broadcast(c, &d, buf, count, dt, root));
 }
 
 int fl_coll_allgather(fl_coll *c, const void *send, void *recv, size_t cpr, fl_dtype dt)
@@ -153,7 +163,7 @@ int fl_coll_allgather(fl_coll *c, const void *send, void *recv, size_t cpr, fl_d
         if (bb && (const void *)mine != send) memcpy(recv, send, bb);
         return FL_OK;
     }
-    return done(c, c->backend->allgather(c, &d, send, recv, cpr, dt));
+    RUN(c, c->backend->allgather(c, &d, send, recv, cpr, dt));
 }
 
 int fl_coll_reduce_scatter(fl_coll *c, const void *send, void *recv, size_t cpr, fl_dtype dt, fl_coll_op op)
@@ -176,8 +186,8 @@ int fl_coll_reduce_scatter(fl_coll *c, const void *send, void *recv, size_t cpr,
         fl__coll_reduce(recv, dt, srcs, 1, dt, cpr, op, 1);
         return FL_OK;
     }
-    if (!c->backend->reduce_scatter) return done(c, reduce_scatter_by_allreduce(c, &d, send, recv, cpr, dt, op));
-    return done(c, c->backend->reduce_scatter(c, &d, send, recv, cpr, dt, op));
+    if (!c->backend->reduce_scatter) RUN(c, reduce_scatter_by_allreduce(c, &d, send, recv, cpr, dt, op));
+    RUN(c, c->backend->reduce_scatter(c, &d, send, recv, cpr, dt, op));
 }
 
 int fl_coll_barrier(fl_coll *c)
@@ -185,5 +195,5 @@ int fl_coll_barrier(fl_coll *c)
     fl__coll_desc d;
     FL_CHECK(enter(c, "fl_coll_barrier", &d, K_BARRIER, 0, FL_FLOAT32, 0, 0));
     if (c->size == 1) return FL_OK;
-    return done(c, c->backend->barrier(c, &d));
+    RUN(c, c->backend->barrier(c, &d));
 }

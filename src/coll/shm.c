@@ -363,6 +363,8 @@ static int shm_wait(fl_coll *c, const fl__coll_desc *d, int which, uint64_t t)
         if (now >= next) {
             FL_CHECK(check_alive(c, d, which, t));
             next = now + CHECK_NS;
+            uint64_t resumed = atomic_load(&c->resumed_ns);
+            if (resumed > t0) t0 = resumed; /* this process was stopped: restart the clock */
         }
         uint64_t waited = now - t0;
         if (waited >= tmo) return wait_timeout(c, d, which, t);

@@ -5,7 +5,9 @@
  * process costs ~30-70 us to wake), then sleeps in poll.  Every received header is checked
  * against the caller's descriptor (a different collective or count is FL_EPROTO naming both
  * calls); idle connections are watched for abort notices and for peers that closed
- * (fl__coll_check_peers, desc.c).  No wait lasts longer than timeout_ms without progress.
+ * (fl__coll_check_peers, desc.c).  No wait lasts longer than timeout_ms without progress;
+ * heartbeats (alive.c) are sent and skipped on the way and do not count as progress, but a
+ * peer silent for peer_timeout_ms fails the op sooner.
  */
 #include <errno.h>
 #include <poll.h>
@@ -17,6 +19,7 @@
 
 #define SPIN_NS 50000ull     /* spin this long without progress before sleeping in poll */
 #define LINGER_MS 200        /* after a peer closed: wait this long for a root-cause notice */
+#define TICK_SLICE_NS 100000000ull /* longest sleep in poll while heartbeats are on */
 
 void fl__tcp_send(fl_coll *c, int p, const fl__coll_desc *d, uint64_t tag, const void *buf, size_t len)
 {
@@ -70,6 +73,11 @@ static int linger_for_cause(fl_coll *c, const fl__coll_desc *d, int bad, int st)
 static int step_send(fl_coll *c, const fl__coll_desc *d, int p, fl__xfer *x, int *progress)
 {
     size_t total = FL_COLL_HDR + x->s_len;
+    if (c->hb_left[p]) { /* a heartbeat cut short goes out first */
+        int st = fl__coll_hb_flush(c, p);
+        if (st == FL_EREMOTE) return fl__coll_closed_error(c, d, p, 0);
+        if (st || c->hb_left[p]) return st;
+    }
     while (x->s_done < total) {
         struct iovec iov[2];
         int n = 0;
@@ -106,11 +114,16 @@ static int step_recv(fl_coll *c, const fl__coll_desc *d, int p, fl__xfer *x, int
         if (st) return st;
         if (!k) return FL_OK;
         x->r_hdone += k;
-        *progress = 1;
+        c->heard_ns[p] = fl__now_ns();
         if (x->r_hdone < FL_COLL_HDR) continue;
         const uint8_t *h = x->r_hdr;
         if (fl__get_u32(h) != FL_COLL_WIRE_MAGIC)
             return fl__err(FL_EPROTO, "%s sent a message with a bad magic", fl__coll_peer(c, p));
+        if (fl__get_u16(h + 4) == FL_COLL_MSG_HEARTBEAT) { /* alive, but no progress of this op */
+            x->r_hdone = 0;
+            continue;
+        }
+        *progress = 1;
         if (fl__get_u16(h + 4) == FL_COLL_MSG_ABORT) return fl__coll_read_abort(c, p, h);
         fl__coll_desc pd;
         fl__coll_hdr_desc(h, &pd);
@@ -130,6 +143,7 @@ static int step_recv(fl_coll *c, const fl__coll_desc *d, int p, fl__xfer *x, int
         if (st) return st;
         if (!k) return FL_OK;
         x->r_done += k;
+        c->heard_ns[p] = fl__now_ns();
         *progress = 1;
     }
     x->r_on = 0;
@@ -175,12 +189,16 @@ int fl__tcp_run(fl_coll *c, const fl__coll_desc *d)
             fl__cpu_relax();
             continue;
         }
+        FL_CHECK(fl__coll_tick(c, d));
+        uint64_t resumed = atomic_load(&c->resumed_ns);
+        if (resumed > last) last = resumed; /* this process was stopped: restart the clock */
         if (now - last >= tmo) return timeout_error(c, d);
         int n = 0;
         for (int p = 0; p < P; p++) {
             fl__xfer *x = &c->xf[p];
             if (!c->conns[p]) continue;
-            short ev = (x->s_on ? POLLOUT : 0) | (x->r_on || !(c->idle_blocked[p] || c->peer_closed[p]) ? POLLIN : 0);
+            short ev = (x->s_on || c->hb_left[p] ? POLLOUT : 0) |
+                       (x->r_on || !(c->idle_blocked[p] || c->peer_closed[p]) ? POLLIN : 0);
             if (!ev) continue;
             pf[n].fd = fl_net_conn_fd(c->conns[p]);
             pf[n].events = ev;
@@ -188,6 +206,7 @@ int fl__tcp_run(fl_coll *c, const fl__coll_desc *d)
             who[n++] = p;
         }
         uint64_t left = last + tmo - now;
+        if (c->hb_ms > 0 && left > TICK_SLICE_NS) left = TICK_SLICE_NS; /* wake for heartbeat work */
         struct timespec ts = {(time_t)(left / 1000000000ull), (long)(left % 1000000000ull)};
         int r = ppoll(pf, (nfds_t)n, &ts, NULL);
         if (r < 0 && errno != EINTR) return fl__err(FL_EIO, "collective: poll failed: %s", strerror(errno));

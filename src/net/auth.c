@@ -18,10 +18,11 @@
 
 #define AUTH_MAGIC 0x31414c46u /* "FLA1" */
 #define AUTH_VERSION 1
-#define HELLO_LEN 52
+#define HELLO_LEN FL__NET_HELLO_LEN
 #define MAC_LEN 32
-#define HELLO_C_LEN (HELLO_LEN + MAC_LEN)
-#define FINISH_LEN (4 + MAC_LEN)
+#define HELLO_C_LEN FL__NET_HELLO_C_LEN
+#define FINISH_LEN FL__NET_FINISH_LEN
+_Static_assert(HELLO_C_LEN == HELLO_LEN + MAC_LEN && FINISH_LEN == 4 + MAC_LEN, "handshake message sizes");
 #define FLAG_NO_SECRET 1u
 
 enum { FIN_OK = 0, FIN_BAD_PROOF = 1, FIN_BAD_SERVICE = 2 };
@@ -233,31 +234,35 @@ static const char *secret_hint(const fl_net_auth *a, const uint8_t *peer_hello)
     return "";
 }
 
-int fl__net_handshake_accept(fl_net_conn *c, const fl_net_auth *a, uint64_t dl)
+int fl__net_hs_greeting(const fl_net_auth *a, uint8_t hs[FL__NET_HELLO_LEN])
 {
-    uint8_t hs[HELLO_LEN], hc[HELLO_C_LEN], fin[FINISH_LEN] = {0}, nonce[32], want[MAC_LEN];
+    uint8_t nonce[32];
     if (RAND_bytes(nonce, sizeof nonce) != 1) return fl__err(FL_EIO, "RAND_bytes failed");
     hello_encode(hs, a, nonce);
-    FL_CHECK(fl_net_send_all(c, hs, sizeof hs, dl));
-    FL_CHECK(hs_recv(c, hc, sizeof hc, dl, "proof"));
+    return FL_OK;
+}
+
+int fl__net_hs_check_proof(fl_net_conn *c, const fl_net_auth *a, const uint8_t *hs, const uint8_t *hc, uint8_t *fin,
+                           int *send_fin)
+{
+    uint8_t want[MAC_LEN];
+    memset(fin, 0, FINISH_LEN);
+    *send_fin = 0;
     FL_CHECK(hello_check(c, hc, a));
+    *send_fin = 1;
     if (c->peer_service != a->service) {
         fl__put_u32(fin, FIN_BAD_SERVICE);
-        fl_net_send_all(c, fin, sizeof fin, fl_net_deadline(100));
         return fl__err(FL_EPROTO, "handshake with %s failed: the peer asked for service %u but this endpoint "
                                   "serves %u", c->label, c->peer_service, a->service);
     }
-    FL_CHECK(mac(a, "fleet-auth-v1|c|", hs, sizeof hs, hc, HELLO_LEN, want));
+    FL_CHECK(mac(a, "fleet-auth-v1|c|", hs, HELLO_LEN, hc, HELLO_LEN, want));
     if (CRYPTO_memcmp(want, hc + HELLO_LEN, MAC_LEN) != 0) {
         fl__put_u32(fin, FIN_BAD_PROOF);
-        fl_net_send_all(c, fin, sizeof fin, fl_net_deadline(100));
         return fl__err(FL_EPROTO, "authentication failed: peer %s does not know the job secret%s", c->label,
                        secret_hint(a, hc));
     }
     fl__put_u32(fin, FIN_OK);
-    FL_CHECK(mac(a, "fleet-auth-v1|s|", hs, sizeof hs, hc, sizeof hc, fin + 4));
-    FL_CHECK(fl_net_send_all(c, fin, sizeof fin, dl));
-    FL_DEBUG(FL_SUB_NET, "accepted %s (rank %d, service %u)", c->label, c->peer_rank, c->peer_service);
+    FL_CHECK(mac(a, "fleet-auth-v1|s|", hs, HELLO_LEN, hc, HELLO_C_LEN, fin + 4));
     return FL_OK;
 }
 

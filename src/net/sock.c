@@ -16,6 +16,10 @@
 
 #include "net_internal.h"
 
+/* The kernel's queue of connections not yet accepted (capped by net.core.somaxconn): long,
+ * so a burst of connections does not drop the SYN of a real peer. */
+#define LISTEN_BACKLOG 1024
+
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -147,7 +151,7 @@ int fl_net_listen(const char *host, int port, fl_net_listener **out)
         }
         int one = 1;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0) break;
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, LISTEN_BACKLOG) == 0) break;
         saved = errno;
         close(fd);
         fd = -1;
@@ -186,6 +190,7 @@ int fl_net_listener_fd(const fl_net_listener *l) { return l && l->magic == FL_NE
 void fl_net_listener_free(fl_net_listener *l)
 {
     if (!l || l->magic != FL_NET_LISTENER_MAGIC) return;
+    fl_net_acceptor_free(l->acc);
     close(l->fd);
     l->magic = 0;
     free(l);
@@ -217,44 +222,6 @@ int fl__net_conn_wrap(int fd, const struct sockaddr *peer, fl_net_conn **out)
     snprintf(c->label, sizeof c->label, "%s", c->addr);
     *out = c;
     return FL_OK;
-}
-
-int fl_net_accept(fl_net_listener *l, const fl_net_auth *auth, uint64_t deadline_ns, fl_net_conn **out)
-{
-    if (!out) return fl__err(FL_EINVAL, "fl_net_accept: out is NULL");
-    *out = NULL;
-    if (!l || l->magic != FL_NET_LISTENER_MAGIC) return fl__err(FL_EINVAL, "fl_net_accept: invalid listener");
-    FL_CHECK(fl__net_auth_check(auth, "fl_net_accept"));
-    uint64_t t0 = fl__now_ns();
-    for (;;) {
-        int st = fl__net_wait_fd(l->fd, POLLIN, deadline_ns);
-        if (st == FL_ETIMEDOUT)
-            return fl__err(FL_ETIMEDOUT, "accept on %s timed out after %.0f ms: no peer connected", l->endpoint,
-                           (double)(fl__now_ns() - t0) / 1e6);
-        if (st) return st;
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
-        int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED) continue;
-            return fl__err(FL_EIO, "accept on %s failed: %s", l->endpoint, strerror(errno));
-        }
-        fl_net_conn *c;
-        FL_CHECK(fl__net_conn_wrap(fd, (struct sockaddr *)&ss, &c));
-        if ((!auth->secret || !auth->secret_len) && !c->loopback) {
-            st = fl__err(FL_EPROTO, "refusing connection from %s: insecure local mode (no job secret) accepts "
-                                    "loopback peers only", c->addr);
-            fl_net_conn_free(c);
-            return st;
-        }
-        st = fl__net_handshake_accept(c, auth, deadline_ns);
-        if (st) {
-            fl_net_conn_free(c);
-            return st;
-        }
-        *out = c;
-        return FL_OK;
-    }
 }
 
 /* One connect attempt to one address; 0 on success, else errno (ETIMEDOUT at deadline). */
@@ -320,6 +287,13 @@ int fl_net_connect(const char *host, int port, const fl_net_auth *auth, uint64_t
                                             "connects to loopback addresses only", c->label, c->addr);
                 else
                     st = fl__net_handshake_connect(c, auth, deadline_ns);
+                if (st == FL_EREMOTE) {
+                    /* hung up before answering: a listener under a flood of connections drops
+                     * the oldest idle ones; try again while the deadline allows */
+                    snprintf(last, sizeof last, "%s", fl_last_error());
+                    fl_net_conn_free(c);
+                    goto retry;
+                }
                 if (st) {
                     fl_net_conn_free(c);
                     return st;
@@ -329,6 +303,7 @@ int fl_net_connect(const char *host, int port, const fl_net_auth *auth, uint64_t
             }
             freeaddrinfo(res);
         }
+    retry:;
         uint64_t now = fl__now_ns();
         if (now >= deadline_ns)
             return fl__err(FL_ETIMEDOUT, "connect to %s:%d timed out after %.0f ms and %d attempts (last error: %s)",
@@ -443,6 +418,38 @@ static int wait_ready(fl_net_conn *c, short ev, uint64_t since, uint64_t deadlin
     return fl__net_wait_fd(c->fd, ev, deadline_ns);
 }
 
+void fl__net_conn_set_watch(fl_net_conn *c, fl__net_watch_fn fn, void *arg)
+{
+    if (!c) return;
+    c->watch = fn;
+    c->watch_arg = arg;
+}
+
+#define WATCH_SLICE_NS 100000000ull
+#define STALL_NS 1000000000ull
+
+/* wait_ready for a watched connection (see fl__net_conn_set_watch): FL_OK to try the I/O
+ * again, FL_ETIMEDOUT at the (possibly moved) deadline, or the watch's error. */
+static int wait_watched(fl_net_conn *c, short ev, uint64_t since, uint64_t *deadline_ns)
+{
+    uint64_t now = fl__now_ns();
+    if (c->spin_us > 0 && now - since < (uint64_t)c->spin_us * 1000ull) return wait_ready(c, ev, since, *deadline_ns);
+    if (now >= *deadline_ns) return FL_ETIMEDOUT;
+    uint64_t end = *deadline_ns - now < WATCH_SLICE_NS ? *deadline_ns : now + WATCH_SLICE_NS;
+    int st = fl__net_wait_fd(c->fd, ev, end);
+    if (st != FL_OK && st != FL_ETIMEDOUT) return st;
+    uint64_t after = fl__now_ns(), stall = after > end + STALL_NS ? after - end : 0;
+    if (stall && *deadline_ns < UINT64_MAX - stall) *deadline_ns += stall;
+    if (st == FL_OK) return FL_OK; /* ready: read or write before judging the peer */
+    FL_CHECK(c->watch(c->watch_arg, c, after - since, stall));
+    return after >= *deadline_ns ? FL_ETIMEDOUT : FL_OK;
+}
+
+static int wait_io(fl_net_conn *c, short ev, uint64_t since, uint64_t *deadline_ns)
+{
+    return c->watch ? wait_watched(c, ev, since, deadline_ns) : wait_ready(c, ev, since, *deadline_ns);
+}
+
 int fl_net_send_all(fl_net_conn *c, const void *buf, size_t n, uint64_t deadline_ns)
 {
     if (!c || c->magic != FL_NET_CONN_MAGIC) return fl__err(FL_EINVAL, "fl_net_send_all: invalid connection");
@@ -458,7 +465,7 @@ int fl_net_send_all(fl_net_conn *c, const void *buf, size_t n, uint64_t deadline
             since = fl__now_ns();
             continue;
         }
-        int st = wait_ready(c, POLLOUT, since, deadline_ns);
+        int st = wait_io(c, POLLOUT, since, &deadline_ns);
         if (st == FL_ETIMEDOUT)
             return fl__err(FL_ETIMEDOUT, "send to %s timed out: %zu of %zu bytes sent (peer not reading)", c->label,
                            off, n);
@@ -486,7 +493,7 @@ int fl_net_recv_all(fl_net_conn *c, void *buf, size_t n, uint64_t deadline_ns)
             since = fl__now_ns();
             continue;
         }
-        int st = wait_ready(c, POLLIN, since, deadline_ns);
+        int st = wait_io(c, POLLIN, since, &deadline_ns);
         if (st == FL_ETIMEDOUT)
             return fl__err(FL_ETIMEDOUT, "receive from %s timed out: %zu of %zu bytes received (peer silent)",
                            c->label, off, n);

@@ -2,14 +2,15 @@
  * client.c - the worker side of the PS: connections to every server (made with a deadline,
  * retried while the servers start), the request engine that sends to several servers in
  * parallel and collects the replies (retrying idempotent requests over a fresh connection
- * when one broke), the heartbeat thread, and the control calls (barrier, save, load,
- * shrink, stats, stop).  Table calls live in client_ops.c.
+ * when one broke), and the control calls (barrier, save, load, shrink, stats, stop).  Table
+ * calls live in client_ops.c, heartbeats and the liveness of servers in client_hb.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "../net/net_internal.h"
 #include "ps_internal.h"
 
 /* ---- connections ------------------------------------------------------------------------------ */
@@ -17,9 +18,16 @@
 static int connect_server(fl_ps_client *c, int i, uint64_t deadline, fl_net_conn **out)
 {
     fl__ps_csrv *sv = &c->srv[i];
+    if (sv->gone && c->o.server_timeout_ms > 0) { /* it answered nothing lately: do not wait long on it */
+        uint64_t cap = fl_net_deadline(c->o.server_timeout_ms);
+        if (cap < deadline) deadline = cap;
+    }
     int st = fl_net_connect(sv->host, sv->port, &c->auth, deadline, out);
     if (st) return fl__err(st, "cannot reach %s: %s", sv->label, fl_last_error());
     fl_net_conn_set_label(*out, sv->label);
+    fl__net_conn_set_watch(*out, fl__ps_client_watch, sv);
+    sv->gone = 0;
+    atomic_store(&sv->alive_ns, fl__now_ns());
     return FL_OK;
 }
 
@@ -50,11 +58,15 @@ uint64_t fl__ps_client_push_deadline(const fl_ps_client *c)
 static int send_call(fl_ps_client *c, fl__ps_call *k, uint64_t deadline)
 {
     fl__ps_csrv *sv = &c->srv[k->server];
-    if (!sv->conn) FL_CHECK(connect_server(c, k->server, deadline, &sv->conn));
+    if (!sv->conn) { /* lost in an earlier call: reconnecting gets the retry budget, not more */
+        uint64_t cap = c->o.retry_ms > 0 ? fl_net_deadline(c->o.retry_ms) : deadline;
+        FL_CHECK(connect_server(c, k->server, cap < deadline ? cap : deadline, &sv->conn));
+    }
     uint64_t extra = 0;
     for (int p = 0; p < k->nparts; p++) extra += k->lens[p];
     fl__ps_wbuf_finish(&k->fixed, k->type, 0, ++c->req_id, extra);
     int st = fl__ps_send(sv->conn, &k->fixed, k->parts, k->lens, k->nparts, deadline);
+    if (st == FL_ETIMEDOUT) st = fl__ps_client_timeout_error(c, k->server, fl__ps_type_name(k->type));
     if (st) drop_conn(c, k->server);
     return st;
 }
@@ -143,6 +155,7 @@ static int recv_call(fl_ps_client *c, fl__ps_call *k, uint64_t deadline)
         return fl__err(k->reply.status, "%.*s", (int)k->reply.str_len, k->reply.str);
     return FL_OK;
 broken:
+    if (st == FL_ETIMEDOUT) st = fl__ps_client_timeout_error(c, k->server, fl__ps_type_name(k->type));
     drop_conn(c, k->server);
     return st;
 }
@@ -171,8 +184,9 @@ int fl__ps_client_run(fl_ps_client *c, fl__ps_call *calls, int n, uint64_t deadl
     for (int i = 0; i < n; i++) {
         fl__ps_call *k = &calls[i];
         if (!k->st) continue;
-        /* remote error replies arrive with a live connection: those are answers */
-        int broken = c->srv[k->server].conn == NULL && transport_failure(k->st);
+        /* remote error replies arrive with a live connection: those are answers; a server
+         * that answers nothing, not even heartbeats, would not answer a retry either */
+        int broken = c->srv[k->server].conn == NULL && transport_failure(k->st) && !c->srv[k->server].gone;
         if (broken && idempotent && c->o.retry_ms >= 0) {
             char orig[1024], why[1024];
             snprintf(orig, sizeof orig, "%s", fl_last_error());
@@ -206,67 +220,7 @@ int fl__ps_client_run(fl_ps_client *c, fl__ps_call *calls, int n, uint64_t deadl
     return fl__err(first_st, "%s", first);
 }
 
-/* ---- create, heartbeat, free ---------------------------------------------------------------------- */
-
-static void *heartbeat_main(void *arg)
-{
-    fl_ps_client *c = arg;
-    uint64_t id = 0;
-    pthread_mutex_lock(&c->hb_mu);
-    while (!c->hb_quit) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)c->o.heartbeat_ms * 1000000ull;
-        ts.tv_sec += (time_t)(ns / 1000000000ull);
-        ts.tv_nsec = (long)(ns % 1000000000ull);
-        pthread_cond_timedwait(&c->hb_cv, &c->hb_mu, &ts);
-        if (c->hb_quit) break;
-        pthread_mutex_unlock(&c->hb_mu);
-        for (int i = 0; i < c->ns; i++) {
-            fl__ps_csrv *sv = &c->srv[i];
-            uint64_t dl = fl_net_deadline(c->o.heartbeat_ms > 1000 ? c->o.heartbeat_ms : 1000);
-            if (!sv->hb && fl_net_connect(sv->host, sv->port, &c->auth, dl, &sv->hb) != FL_OK) {
-                sv->hb = NULL;
-                continue;
-            }
-            uint8_t h[FL__PS_HDR], r[FL__PS_HDR];
-            fl__ps_hdr rh;
-            fl__ps_hdr_encode(h, FL__PS_HEARTBEAT, 0, ++id, 0);
-            int st = fl_net_send_all(sv->hb, h, sizeof h, dl);
-            /* a short deadline: freeing the client waits for this thread */
-            int64_t wait_ms = c->o.heartbeat_ms * 5 > 5000 ? c->o.heartbeat_ms * 5 : 5000;
-            if (wait_ms > c->o.request_timeout_ms) wait_ms = c->o.request_timeout_ms;
-            if (!st) st = fl_net_recv_all(sv->hb, r, sizeof r, fl_net_deadline(wait_ms));
-            if (!st) st = fl__ps_hdr_decode(r, FL__PS_MSG_MAX + 8, &rh);
-            if (!st && (rh.flags & FL__PS_F_ERROR)) { /* drain the message; the server is ending */
-                uint8_t tmp[FL__PS_MSG_MAX + 8];
-                st = fl_net_recv_all(sv->hb, tmp, (size_t)rh.len, dl);
-                if (!st) st = FL_EREMOTE;
-            } else if (!st && (rh.len != 0 || rh.req_id != id)) {
-                st = FL_EPROTO;
-            }
-            if (st) {
-                FL_DEBUG(FL_SUB_PS, "heartbeat to %s failed: %s", sv->label, fl_last_error());
-                fl_net_conn_free(sv->hb);
-                sv->hb = NULL;
-            }
-        }
-        pthread_mutex_lock(&c->hb_mu);
-    }
-    pthread_mutex_unlock(&c->hb_mu);
-    return NULL;
-}
-
-static void stop_heartbeat(fl_ps_client *c)
-{
-    if (!c->hb_started) return;
-    pthread_mutex_lock(&c->hb_mu);
-    c->hb_quit = 1;
-    pthread_cond_signal(&c->hb_cv);
-    pthread_mutex_unlock(&c->hb_mu);
-    pthread_join(c->hb_thread, NULL);
-    c->hb_started = 0;
-}
+/* ---- create, free ---------------------------------------------------------------------- */
 
 static int check_copts(const fl_ps_client_opts *o)
 {
@@ -318,6 +272,7 @@ int fl_ps_client_create(const fl_ps_client_opts *opts, fl_ps_client **out)
         st = fl_net_parse_endpoint(ep, c->srv[i].host, sizeof c->srv[i].host, &c->srv[i].port, 0);
         if (st) st = fl__err(st, "fl_ps_client_create: server %d: %s", i, fl_last_error());
         snprintf(c->srv[i].label, sizeof c->srv[i].label, "server %d (%s)", i, ep);
+        c->srv[i].client = c;
     }
     uint64_t dl = fl_net_deadline(c->o.connect_timeout_ms);
     for (int i = 0; i < c->ns && st == FL_OK; i++) {
@@ -348,10 +303,7 @@ int fl_ps_client_create(const fl_ps_client_opts *opts, fl_ps_client **out)
                 st = fl__err(FL_EINVAL, "servers disagree on sync mode (server 0: %d, %s: %d)", c->server_sync,
                              c->srv[i].label, (int)c->calls[i].reply.mode);
     }
-    if (st == FL_OK && c->o.heartbeat_ms > 0) {
-        if (pthread_create(&c->hb_thread, NULL, heartbeat_main, c) != 0) st = fl__err(FL_EIO, "cannot start the heartbeat thread");
-        else c->hb_started = 1;
-    }
+    if (st == FL_OK) st = fl__ps_client_hb_start(c);
     if (st) {
         int keep = st;
         char msg[1024];
@@ -366,11 +318,8 @@ int fl_ps_client_create(const fl_ps_client_opts *opts, fl_ps_client **out)
 void fl_ps_client_free(fl_ps_client *c)
 {
     if (!c || c->magic != FL_PS_MAGIC_CLIENT) return;
-    stop_heartbeat(c);
-    for (int i = 0; c->srv && i < c->ns; i++) {
-        fl_net_conn_free(c->srv[i].conn);
-        fl_net_conn_free(c->srv[i].hb);
-    }
+    fl__ps_client_hb_stop(c);
+    for (int i = 0; c->srv && i < c->ns; i++) fl_net_conn_free(c->srv[i].conn);
     free(c->srv);
     for (int i = 0; i < c->ncalls_cap; i++) fl__ps_wbuf_free(&c->calls[i].fixed);
     free(c->calls);
@@ -569,6 +518,6 @@ int fl_ps_client_stop(fl_ps_client *c)
     int st = simple_calls(c, 0, c->ns, FL__PS_STOP, NULL, 0, NULL, 0, fl_net_deadline(c->o.request_timeout_ms), 1);
     c->stopped = 1;
     pthread_mutex_unlock(&c->mu);
-    stop_heartbeat(c);
+    fl__ps_client_hb_stop(c);
     return st;
 }

@@ -9,6 +9,7 @@
 #define FL_PS_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "fleet/ps.h"
@@ -357,8 +358,16 @@ void fl__ps_remove_old_parts(const char *dir, const fl_ps_table_config *tables, 
 typedef struct {
     char host[FL_NET_HOST_MAX];
     int port;
+    struct fl_ps_client *client;
     fl_net_conn *conn; /* NULL after a failure: reconnected on the next request */
-    fl_net_conn *hb;   /* heartbeat connection (heartbeat thread only) */
+    int gone;          /* the last request failed because the server answered nothing, not
+                        * even heartbeats: not retried (request thread only) */
+    _Atomic uint64_t alive_ns; /* when the server last answered a heartbeat or a connect */
+    /* heartbeat thread only */
+    fl_net_conn *hb;   /* its own connection */
+    uint64_t hb_id;    /* the heartbeat waiting for its answer (0: none) */
+    uint8_t hb_rx[FL__PS_HDR];
+    size_t hb_got;
     char label[FL_NET_HOST_MAX + 32]; /* "server 1 (host:port)" */
 } fl__ps_csrv;
 
@@ -391,6 +400,7 @@ struct fl_ps_client {
     /* heartbeat thread */
     pthread_t hb_thread;
     int hb_started, hb_quit;
+    _Atomic uint64_t resumed_ns; /* when this process last ran again after being stopped */
     pthread_mutex_t hb_mu;
     pthread_cond_t hb_cv;
     /* scratch of client_ops.c */
@@ -401,6 +411,18 @@ struct fl_ps_client {
     float *gvals, *gshow, *gclick;
     size_t cap_n, cap_u, cap_h, cap_vals;
 };
+
+/* client_hb.c: heartbeats and the liveness of servers */
+/* Starts / stops the heartbeat thread (no-op with heartbeat_ms <= 0). */
+int fl__ps_client_hb_start(fl_ps_client *c);
+void fl__ps_client_hb_stop(fl_ps_client *c);
+/* The watch set on every request connection (fl__net_conn_set_watch): fails a wait whose
+ * server has answered nothing, not even a heartbeat, for server_timeout_ms (FL_EREMOTE,
+ * sets sv->gone); notes when this process itself was stopped. */
+int fl__ps_client_watch(void *sv, fl_net_conn *nc, uint64_t idle_ns, uint64_t stalled_ns);
+/* Rewords a request's FL_ETIMEDOUT: a server that answers heartbeats is slow, not silent;
+ * a process that was itself stopped past the deadline says so. */
+int fl__ps_client_timeout_error(fl_ps_client *c, int server, const char *what);
 
 /* client.c */
 /* Runs n calls: sends every request, then collects every reply (payloads straight into
@@ -422,11 +444,12 @@ typedef struct {
 } fl__ps_table;
 
 /* One accepted connection.  A pool thread that reads a request "owns" it (busy) until it
- * has answered or deferred it; deferred replies (barrier, sync push) hold a reference and
+ * has answered or deferred it (serving while it executes a whole request, as opposed to
+ * waiting for the rest of one); deferred replies (barrier, sync push) hold a reference and
  * send under send_mu.  Freed when closed and unreferenced (server mutex). */
 typedef struct {
     fl_net_conn *nc;
-    int rank, busy, closed, refs;
+    int rank, busy, serving, closed, refs;
     pthread_mutex_t send_mu;
     fl__ps_rbuf rb;
     fl__ps_wbuf wb;
@@ -468,8 +491,7 @@ typedef struct {
 } fl__ps_session;
 
 typedef struct {
-    int kind; /* 1 accept, 2 read */
-    fl__ps_sconn *c;
+    fl__ps_sconn *c; /* a connection with a request to read */
 } fl__ps_job;
 
 struct fl_ps_server {
@@ -480,6 +502,9 @@ struct fl_ps_server {
     fl_net_secret secret;
     fl_net_auth auth;
     fl_net_listener *lis;
+    fl_net_acceptor *acc;    /* handshakes, run by the loop thread */
+    fl_net_acceptor_stats acc_logged; /* counts at the last log line about refusals */
+    uint64_t acc_log_ns;
     char endpoint[FL_NET_HOST_MAX + 16];
     char me[64]; /* "server 0 (host:port)" for messages */
 
@@ -491,7 +516,7 @@ struct fl_ps_server {
     pthread_cond_t cv;
     int wake[2];
     fl__ps_sconn **conns;
-    int nconns, conns_cap, listener_busy;
+    int nconns, conns_cap;
     fl__ps_job *jobs;
     int njobs, jobs_head, jobs_cap, quit;
     pthread_t *threads;

@@ -3,12 +3,14 @@
  * hands readable connections and the listener to a pool of request threads, worker liveness
  * (connections lost without stop, silent workers), shutdown and the end of the run.
  *
- * Threads.  fl_ps_server_run's thread polls the listener, a wake-up pipe and every idle
- * connection (one not being served).  A readable connection is marked busy and queued; a
- * pool thread reads one whole frame (deadline request_timeout_ms), dispatches it
- * (service.c), then marks the connection idle and wakes the loop.  The listener is served
- * the same way (accept + handshake in a pool thread, so a slow handshake never stalls the
- * loop).  All connection and worker state is under the server mutex.
+ * Threads.  fl_ps_server_run's thread polls the listener's acceptor, a wake-up pipe and
+ * every idle connection (one not being served).  A readable connection is marked busy and
+ * queued; a pool thread reads one whole frame (deadline request_timeout_ms), dispatches it
+ * (service.c), then marks the connection idle and wakes the loop.  New connections are
+ * authenticated by the acceptor (fleet/net.h) in the loop thread itself, concurrently and
+ * without blocking, with bounds on unauthenticated connections: idle or slow peers that
+ * never authenticate cannot keep workers out, and workers' requests never wait behind
+ * them.  All connection and worker state is under the server mutex.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +21,8 @@
 #include <unistd.h>
 
 #include "ps_internal.h"
+
+#define STALL_NS 2000000000ull /* a loop turn this late means this process was stopped */
 
 static int check_opts(const fl_ps_server_opts *o)
 {
@@ -92,7 +96,6 @@ int fl_ps_server_create(const fl_ps_server_opts *opts, fl_ps_server **out)
     snprintf(s->me, sizeof s->me, "server %d", opts->server_index);
     int st = fl_ps_server_opts_from_env(&s->o);
     fl_ps_server_opts *o = &s->o;
-    if (o->handshake_timeout_ms <= 0) o->handshake_timeout_ms = 5000;
     if (st == FL_OK) st = fl__ps_tables_copy(opts->tables, opts->num_tables, &s->cfgs);
     s->ntables = opts->num_tables;
     o->tables = s->cfgs;
@@ -123,6 +126,8 @@ int fl_ps_server_create(const fl_ps_server_opts *opts, fl_ps_server **out)
         int port;
         st = fl_net_parse_endpoint(opts->endpoint ? opts->endpoint : "127.0.0.1:0", host, sizeof host, &port, 1);
         if (st == FL_OK) st = fl_net_listen(host, port, &s->lis);
+        fl_net_acceptor_opts ao = {0, 0, o->handshake_timeout_ms > 0 ? o->handshake_timeout_ms : 0};
+        if (st == FL_OK) st = fl_net_acceptor_create(s->lis, &s->auth, &ao, &s->acc);
         if (st) st = fl__err(st, "server %d cannot serve: %s", opts->server_index, fl_last_error());
     }
     if (st) {
@@ -237,18 +242,9 @@ void fl__ps_server_fail(fl_ps_server *s, int st, const char *msg)
     wake_loop(s);
 }
 
-static void do_accept(fl_ps_server *s)
+/* Takes an authenticated connection from the acceptor (loop thread). */
+static void add_conn(fl_ps_server *s, fl_net_conn *nc)
 {
-    fl_net_conn *nc = NULL;
-    int st = fl_net_accept(s->lis, &s->auth, fl_net_deadline(s->o.handshake_timeout_ms), &nc);
-    pthread_mutex_lock(&s->mu);
-    s->listener_busy = 0;
-    pthread_mutex_unlock(&s->mu);
-    wake_loop(s);
-    if (st) {
-        FL_WARN(FL_SUB_PS, "%s: refused a connection: %s", s->me, fl_last_error());
-        return;
-    }
     int rank = fl_net_conn_peer_rank(nc);
     if (fl_net_conn_peer_role(nc) != FL_PS_ROLE_WORKER || rank < 0 || rank >= s->o.num_workers) {
         FL_WARN(FL_SUB_PS, "%s: refused %s: it presents itself as role %u rank %d, expected a worker in [0, %d)", s->me,
@@ -298,7 +294,10 @@ static void do_read(fl_ps_server *s, fl__ps_sconn *c)
         st = fl__err(FL_EPROTO, "%s sent a reply frame (%s) where a request was expected", c->label,
                      fl__ps_type_name(m.h.type));
     if (st == FL_OK) {
-        fl__ps_note_seen(s, c->rank);
+        pthread_mutex_lock(&s->mu);
+        s->last_seen[c->rank] = fl__now_ns();
+        c->serving = 1;
+        pthread_mutex_unlock(&s->mu);
         st = fl__ps_dispatch(s, c, &m);
     }
     if (c->rb.cap > ((size_t)64 << 20)) fl__ps_rbuf_free(&c->rb); /* do not keep huge buffers per idle conn */
@@ -312,10 +311,41 @@ static void do_read(fl_ps_server *s, fl__ps_sconn *c)
             FL_INFO(FL_SUB_PS, "%s: %s", s->me, fl_last_error());
         conn_close_locked(s, c, fl_strerror(st));
     }
-    c->busy = 0;
+    c->busy = c->serving = 0;
     pthread_mutex_unlock(&s->mu);
     fl__ps_conn_unref(s, c);
     wake_loop(s);
+}
+
+/* Answers the heartbeats at the head of c's stream in the loop thread itself (c is idle:
+ * no pool thread reads it), so a worker's liveness never waits for a free pool thread or a
+ * table lock.  Returns 1 when that was all c had to say, 0 when the rest (a request, a
+ * partial or bad frame, a closed connection, a server that failed) goes to a pool thread. */
+static int answer_heartbeats(fl_ps_server *s, fl__ps_sconn *c)
+{
+    for (int k = 0; k < 8; k++) {
+        uint8_t h[FL__PS_HDR];
+        size_t got;
+        fl__ps_hdr hd;
+        if (fl_net_try_peek(c->nc, h, sizeof h, &got) != FL_OK || got == 0) return 0;
+        if (got < sizeof h) return 0;
+        if (fl__ps_hdr_decode(h, 0, &hd) != FL_OK || hd.type != FL__PS_HEARTBEAT || (hd.flags & FL__PS_F_REPLY)) return 0;
+        pthread_mutex_lock(&s->mu);
+        int failed = s->failed;
+        pthread_mutex_unlock(&s->mu);
+        if (failed || pthread_mutex_trylock(&c->send_mu) != 0) return 0;
+        int st = fl_net_try_recv(c->nc, h, sizeof h, &got);
+        if (st == FL_OK) {
+            fl__ps_hdr_encode(h, FL__PS_HEARTBEAT, FL__PS_F_REPLY, hd.req_id, 0);
+            st = fl_net_send_all(c->nc, h, sizeof h, fl_net_deadline(100));
+        }
+        pthread_mutex_unlock(&c->send_mu);
+        if (st) return 0; /* the pool thread finds the broken connection and closes it */
+        fl__ps_note_seen(s, c->rank);
+    }
+    uint8_t b;
+    size_t got;
+    return fl_net_try_peek(c->nc, &b, 1, &got) == FL_OK && got == 0;
 }
 
 static void *pool_main(void *arg)
@@ -332,13 +362,12 @@ static void *pool_main(void *arg)
         s->jobs_head = (s->jobs_head + 1) % s->jobs_cap;
         s->njobs--;
         pthread_mutex_unlock(&s->mu);
-        if (j.kind == 1) do_accept(s);
-        else do_read(s, j.c);
+        do_read(s, j.c);
     }
 }
 
 /* Server mutex held. */
-static int push_job(fl_ps_server *s, int kind, fl__ps_sconn *c)
+static int push_job(fl_ps_server *s, fl__ps_sconn *c)
 {
     if (s->njobs == s->jobs_cap) {
         int cap = s->jobs_cap ? s->jobs_cap * 2 : 64;
@@ -350,10 +379,32 @@ static int push_job(fl_ps_server *s, int kind, fl__ps_sconn *c)
         s->jobs_head = 0;
         s->jobs_cap = cap;
     }
-    s->jobs[(s->jobs_head + s->njobs) % s->jobs_cap] = (fl__ps_job){kind, c};
+    s->jobs[(s->jobs_head + s->njobs) % s->jobs_cap] = (fl__ps_job){c};
     s->njobs++;
     pthread_cond_signal(&s->cv);
     return FL_OK;
+}
+
+/* Moves the handshakes on and takes the workers that authenticated (loop thread).  Refused
+ * handshakes are logged: the first at once, then a summary at most every 5 s. */
+static void serve_acceptor(fl_ps_server *s)
+{
+    if (fl_net_acceptor_step(s->acc) != FL_OK)
+        FL_WARN(FL_SUB_PS, "%s: accepting connections: %s", s->me, fl_last_error());
+    fl_net_conn *nc;
+    while (fl_net_acceptor_next(s->acc, &nc) == FL_OK && nc) add_conn(s, nc);
+    fl_net_acceptor_stats a, *o = &s->acc_logged;
+    fl_net_acceptor_get_stats(s->acc, &a);
+    uint64_t bad = a.refused + a.timed_out + a.evicted, was = o->refused + o->timed_out + o->evicted;
+    uint64_t now = fl__now_ns();
+    if (bad == was || (was && now - s->acc_log_ns < 5000000000ull)) return;
+    const char *last = fl_net_acceptor_last_refusal(s->acc);
+    FL_WARN(FL_SUB_PS, "%s: turned away %llu unauthenticated connections (%llu refused, %llu timed out, %llu dropped "
+                       "to make room; %d pending now)%s%s", s->me, (unsigned long long)(bad - was),
+            (unsigned long long)(a.refused - o->refused), (unsigned long long)(a.timed_out - o->timed_out),
+            (unsigned long long)(a.evicted - o->evicted), a.pending, *last ? "; latest refusal: " : "", last);
+    *o = a;
+    s->acc_log_ns = now;
 }
 
 /* ---- the loop ----------------------------------------------------------------------------------- */
@@ -364,28 +415,31 @@ static int check_workers(fl_ps_server *s, int *all_stopped)
     uint64_t now = fl__now_ns();
     int W = s->o.num_workers, nst = 0;
     char msg[512];
-    /* a worker with a request being served (or queued) is alive, however long that takes */
+    /* a worker whose request is being executed is alive, however long that takes (one
+     * stopped in the middle of sending a request is not: only its heartbeats count) */
     for (int i = 0; i < s->nconns; i++)
-        if (s->conns[i]->busy && !s->conns[i]->closed) s->last_seen[s->conns[i]->rank] = now;
+        if (s->conns[i]->serving && !s->conns[i]->closed) s->last_seen[s->conns[i]->rank] = now;
     for (int r = 0; r < W && !s->failed; r++) {
         if (s->stopped[r]) {
             nst++;
             continue;
         }
+        double quiet = (double)(now - s->last_seen[r]) / 1e9;
         if (s->seen[r] && s->nconn[r] == 0 && now - s->lost_since[r] > (uint64_t)s->o.reconnect_grace_ms * 1000000ull) {
             snprintf(msg, sizeof msg, "%s: worker %d (%s) lost its connections %.1f s ago without calling stop "
                                       "(killed or crashed?)", s->me, r, s->addr[r], (double)(now - s->lost_since[r]) / 1e9);
-            s->failed = 1, s->fail_st = FL_EREMOTE;
-            snprintf(s->fail_msg, sizeof s->fail_msg, "%s", msg);
-        } else if (s->o.worker_timeout_ms > 0 && now - s->last_seen[r] > (uint64_t)s->o.worker_timeout_ms * 1000000ull) {
-            if (s->seen[r])
-                snprintf(msg, sizeof msg, "%s: worker %d (%s) sent nothing, not even a heartbeat, for %d ms (hung?)", s->me,
-                         r, s->addr[r], s->o.worker_timeout_ms);
-            else
-                snprintf(msg, sizeof msg, "%s: worker %d never connected within %d ms", s->me, r, s->o.worker_timeout_ms);
-            s->failed = 1, s->fail_st = FL_EREMOTE;
-            snprintf(s->fail_msg, sizeof s->fail_msg, "%s", msg);
+        } else if (s->seen[r] && s->o.worker_timeout_ms > 0 && quiet * 1000 > s->o.worker_timeout_ms) {
+            snprintf(msg, sizeof msg, "%s: worker %d (%s) sent nothing, not even a heartbeat, for %.1f s: it is stopped "
+                                      "or hung (FLEET_PS_WORKER_TIMEOUT_MS is %d)", s->me, r, s->addr[r], quiet,
+                     s->o.worker_timeout_ms);
+        } else if (!s->seen[r] && s->o.join_timeout_ms > 0 && quiet * 1000 > s->o.join_timeout_ms) {
+            snprintf(msg, sizeof msg, "%s: worker %d never connected within %d ms (FLEET_PS_WORKER_JOIN_TIMEOUT_MS)",
+                     s->me, r, s->o.join_timeout_ms);
+        } else {
+            continue;
         }
+        s->failed = 1, s->fail_st = FL_EREMOTE;
+        snprintf(s->fail_msg, sizeof s->fail_msg, "%s", msg);
     }
     *all_stopped = nst == W;
     return s->failed || nst == W;
@@ -434,8 +488,16 @@ int fl_ps_server_run(fl_ps_server *s)
     struct pollfd *pf = NULL;
     fl__ps_sconn **pc = NULL;
     int pcap = 0, all_stopped = 0;
+    uint64_t prev = fl__now_ns();
     while (st == FL_OK) {
         pthread_mutex_lock(&s->mu);
+        uint64_t t = fl__now_ns();
+        if (t - prev > STALL_NS) { /* this server did not run (stopped, starved): no worker is to blame */
+            FL_WARN(FL_SUB_PS, "%s: this process did not run for %.1f s (stopped or starved); the workers get a fresh "
+                               "%d ms to be heard from", s->me, (double)(t - prev) / 1e9, s->o.worker_timeout_ms);
+            for (int r = 0; r < s->o.num_workers; r++) s->last_seen[r] = t;
+        }
+        prev = t;
         /* reap closed connections nobody serves */
         for (int i = 0; i < s->nconns;) {
             fl__ps_sconn *c = s->conns[i];
@@ -469,10 +531,8 @@ int fl_ps_server_run(fl_ps_server *s)
         int n = 0;
         pf[n] = (struct pollfd){s->wake[0], POLLIN, 0};
         pc[n++] = NULL;
-        if (!s->listener_busy) {
-            pf[n] = (struct pollfd){fl_net_listener_fd(s->lis), POLLIN, 0};
-            pc[n++] = NULL;
-        }
+        pf[n] = (struct pollfd){fl_net_acceptor_fd(s->acc), POLLIN, 0};
+        pc[n++] = NULL;
         int nfix = n;
         for (int i = 0; i < s->nconns; i++) {
             if (s->conns[i]->busy || s->conns[i]->closed) continue;
@@ -480,27 +540,27 @@ int fl_ps_server_run(fl_ps_server *s)
             pc[n++] = s->conns[i];
         }
         pthread_mutex_unlock(&s->mu);
-        int r = poll(pf, (nfds_t)n, 100);
+        int tmo = fl_net_acceptor_timeout_ms(s->acc);
+        int r = poll(pf, (nfds_t)n, tmo < 0 || tmo > 100 ? 100 : tmo);
         if (r < 0 && errno != EINTR) {
             st = fl__err(FL_EIO, "%s: poll failed: %s", s->me, strerror(errno));
             break;
         }
+        serve_acceptor(s);
         if (r <= 0) continue;
         if (pf[0].revents) {
             char buf[256];
             while (read(s->wake[0], buf, sizeof buf) > 0) {}
         }
+        for (int i = nfix; i < n; i++)
+            if (pf[i].revents && answer_heartbeats(s, pc[i])) pf[i].revents = 0;
         pthread_mutex_lock(&s->mu);
-        if (nfix == 2 && pf[1].revents && !s->listener_busy) {
-            s->listener_busy = 1;
-            if (push_job(s, 1, NULL)) s->listener_busy = 0;
-        }
         for (int i = nfix; i < n; i++) {
             fl__ps_sconn *c = pc[i];
             if (!pf[i].revents || c->busy || c->closed) continue;
             c->busy = 1;
             c->refs++;
-            if (push_job(s, 2, c)) {
+            if (push_job(s, c)) {
                 c->busy = 0;
                 c->refs--;
             }
@@ -557,6 +617,7 @@ void fl_ps_server_free(fl_ps_server *s)
     fl__ps_sync_free(s);
     free_tables(s->tab, s->ntables);
     fl__ps_tables_free(s->cfgs, s->ntables);
+    fl_net_acceptor_free(s->acc);
     fl_net_listener_free(s->lis);
     if (s->wake[0] >= 0) close(s->wake[0]);
     if (s->wake[1] >= 0) close(s->wake[1]);

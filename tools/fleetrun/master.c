@@ -39,6 +39,8 @@ typedef struct {
 
 static struct {
     fl_net_listener *l;
+    fl_net_acceptor *acc; /* handshakes run concurrently: a stranger cannot hold the door */
+    uint64_t refused;     /* handshakes refused so far (logged as they come) */
     fl_net_auth auth;
     mnode n[MAX_NODES]; /* in the order they connected */
     int order[MAX_NODES]; /* rank -> index in n */
@@ -255,13 +257,9 @@ static void on_readable(mnode *x)
     fl__json_free(&j);
 }
 
-static void on_accept(void)
+/* A node that passed the handshake. */
+static void on_accept(fl_net_conn *c)
 {
-    fl_net_conn *c;
-    if (fl_net_accept(M.l, &M.auth, fl_net_deadline(FR_IO_MS), &c) != FL_OK) {
-        say("refused a connection: %s", fl_last_error());
-        return;
-    }
     if (M.phase != M_JOINING || M.gen != 0 || M.nn == J.nnodes) {
         fl_buf b = {0};
         fl__buf_printf(&b, "{\"gen\":%d,\"code\":1,\"what\":\"the job's %d nodes have already joined\"}", M.gen,
@@ -306,14 +304,19 @@ _Noreturn void fr_master_main(fl_net_listener *l)
     struct pollfd pf[MAX_NODES + 1];
     M.l = l, M.phase = M_JOINING, M.since = fr_now();
     fr_auth(&M.auth, FR_ROLE_MASTER);
+    if (fl_net_acceptor_create(l, &M.auth, NULL, &M.acc) != FL_OK) {
+        say("cannot accept nodes: %s", fl_last_error());
+        _exit(1);
+    }
     for (;;) {
         check_times();
         int open = 0;
         for (int i = 0; i < M.nn; i++) open += M.n[i].c != NULL;
         if (M.phase == M_ENDING && (!open || fr_now() - M.since > END_WAIT_S)) break;
-        pf[0] = (struct pollfd){fl_net_listener_fd(l), POLLIN, 0};
+        pf[0] = (struct pollfd){fl_net_acceptor_fd(M.acc), POLLIN, 0};
         for (int i = 0; i < M.nn; i++) pf[i + 1] = (struct pollfd){M.n[i].c ? fl_net_conn_fd(M.n[i].c) : -1, POLLIN, 0};
-        if (poll(pf, (nfds_t)M.nn + 1, 250) < 0 && errno != EINTR) {
+        int wait_ms = fl_net_acceptor_timeout_ms(M.acc);
+        if (poll(pf, (nfds_t)M.nn + 1, wait_ms >= 0 && wait_ms < 250 ? wait_ms : 250) < 0 && errno != EINTR) {
             say("poll: %s", strerror(errno));
             break;
         }
@@ -327,8 +330,20 @@ _Noreturn void fr_master_main(fl_net_listener *l)
                     on_readable(&M.n[i]);
                 }
             }
-        if (pf[0].revents) on_accept();
+        if (fl_net_acceptor_step(M.acc) != FL_OK) {
+            say("accepting nodes failed: %s", fl_last_error());
+            break;
+        }
+        fl_net_acceptor_stats st;
+        fl_net_acceptor_get_stats(M.acc, &st);
+        if (st.refused > M.refused) {
+            say("refused a connection: %s", fl_net_acceptor_last_refusal(M.acc));
+            M.refused = st.refused;
+        }
+        fl_net_conn *c;
+        while (fl_net_acceptor_next(M.acc, &c) == FL_OK && c) on_accept(c);
     }
+    fl_net_acceptor_free(M.acc);
     for (int i = 0; i < M.nn; i++) close_node(&M.n[i]), fr_node_free(&M.n[i].nd);
     fl_net_listener_free(l);
     fl_net_secret_clear(&J.secret);
