@@ -425,6 +425,24 @@ TEST(child_exit_code_stops_job)
     cleanup(&r);
 }
 
+/* The root-cause block shows the failed process's error records, with their line numbers,
+ * even far above the last 20 lines of its log. */
+TEST(failure_summary_shows_error_lines)
+{
+    run_t r;
+    setup(&r);
+    start(&r, NULL, (const char *[]){"@C", "lines:40", "logerr:rendezvous timed out: rank 1 never arrived", "lines:100",
+                                     "exit:1", NULL});
+    RUN_EXPECT(&r, 30, 1);
+    HAS(&r, "error lines of log/workerlog.0");
+    HAS(&r, "| 41: [fleet E worker:0 pid");
+    HAS(&r, "rank 1 never arrived");
+    HAS(&r, "last lines of log/workerlog.0");
+    HAS(&r, "| w0: filler 99");
+    CHECK(!strstr(r.out, "| w0: filler 79")); /* the tail is still the last 20 lines */
+    cleanup(&r);
+}
+
 TEST(child_sigsegv_named)
 {
     run_t r;
@@ -1363,7 +1381,7 @@ TEST(master_unreachable_or_wrong_secret)
 }
 
 TEST_MAIN(T(collective_env), T(device_lists), T(logs_table_and_tee), T(child_exit_code_stops_job),
-          T(child_sigsegv_named), T(sigterm_ignored_gets_sigkill), T(sigterm_to_fleetrun_stops_all),
+          T(failure_summary_shows_error_lines), T(child_sigsegv_named), T(sigterm_ignored_gets_sigkill), T(sigterm_to_fleetrun_stops_all),
           T(sigint_sighup_to_fleetrun_stop_all), T(kill9_fleetrun_leaves_nothing), T(guard_killed_then_fleetrun),
           T(guard_killed_job_goes_on), T(grandchild_dies_with_group),
           T(ps_roles_and_env), T(ps_servers_stopped_after_grace), T(ps_failures), T(usage_errors_exit_2),

@@ -40,6 +40,7 @@
 #define MAX_TOTAL 16384  /* ranks in the whole job */
 #define MAX_NODES 1024   /* nodes of a job with --master */
 #define TAIL_LINES 20    /* log lines shown for the root cause */
+#define ERR_LINES 10     /* error records shown above them (the first ones) */
 #define KILL_WAIT_S 10.0 /* after SIGKILL, how long to wait for the kernel to reap */
 #define FR_ID_MAX 128    /* a node's id: "hostname:pid" */
 #define FR_JOB_ID_MAX 65 /* --job_id: at most 64 characters */
