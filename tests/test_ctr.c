@@ -2,7 +2,8 @@
  * test_ctr.c - the CTR workflow end to end with real processes on 127.0.0.1: planted
  * Criteo data (tools/fleet-datagen), examples/ctr/train locally and under fleetrun with
  * parameter servers (async), the saved model scored by examples/ctr/infer with no servers,
- * and a global shuffle across two workers that loses and duplicates nothing.
+ * and a global shuffle across two workers that loses and duplicates nothing; and the
+ * examples' error paths: the first error is the one printed.
  */
 #include <limits.h>
 #include <stdarg.h>
@@ -59,6 +60,27 @@ static char *run(const char *name, int seconds, const char *fmt, ...)
     char *s = strdup(buf);
     if (rc != 0) TFAIL("'%s' failed (status %d):\n%s", body, rc, s);
     return s;
+}
+
+/* Like run, but the exit status (of `timeout`, so of the command) is returned in *rc. */
+static char *run_rc(const char *name, int seconds, int *rc, const char *fmt, ...)
+{
+    char cmd[8192], body[7000], log[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    snprintf(log, sizeof log, "%s/%s.log", DIR_, name);
+    snprintf(cmd, sizeof cmd, "timeout -k 5 %d %s > %s 2>&1", seconds, body, log);
+    int ws = system(cmd);
+    *rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+    FILE *f = fopen(log, "r");
+    CHECK(f);
+    static char buf[1 << 16];
+    size_t k = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[k] = 0;
+    return strdup(buf);
 }
 
 static double after(const char *s, const char *key)
@@ -206,4 +228,58 @@ TEST(global_shuffle_across_ps_workers)
     cleanup();
 }
 
-TEST_MAIN(T(ps_async_and_collective_match_local_training), T(global_shuffle_across_ps_workers))
+/* Training files that hold nothing: an error naming them, not a model trained on nothing;
+ * --allow_empty 1 allows it, and infer on the same files refuses an AUC of nothing. */
+TEST(empty_training_files_are_an_error)
+{
+    setup();
+    char *o = run("mk", 20, "mkdir -p %s/empty && : > %s/empty/part-0 && : > %s/empty/part-1", DIR_, DIR_, DIR_);
+    free(o);
+    int rc;
+    o = run_rc("empty", 60, &rc, "%s/examples/ctr/train --is_local 1 --epochs 2 --thread_num 1 --train_data %s/empty "
+               "--model_dir %s/m", BIN, DIR_, DIR_);
+    if (rc != 1) TFAIL("train on empty files exited %d, expected 1:\n%s", rc, o);
+    CHECK_STR_HAS(o, "epoch 0 read 0 examples from 2 file(s)");
+    CHECK_STR_HAS(o, "empty/part-0");
+    CHECK_STR_HAS(o, "--allow_empty 1");
+    CHECK(!strstr(o, "model saved"));
+    free(o);
+    o = run("allowed", 60, "%s/examples/ctr/train --is_local 1 --epochs 1 --thread_num 1 --allow_empty 1 --train_data "
+            "%s/empty --model_dir %s/m", BIN, DIR_, DIR_);
+    CHECK_STR_HAS(o, "model saved");
+    free(o);
+    o = run_rc("infer", 60, &rc, "%s/examples/ctr/infer --model_dir %s/m --test_data %s/empty", BIN, DIR_, DIR_);
+    if (rc != 1) TFAIL("infer on empty files exited %d, expected 1:\n%s", rc, o);
+    CHECK_STR_HAS(o, "read 0 examples from the 2 file(s)");
+    free(o);
+    cleanup();
+}
+
+/* quick_start/collective_train as rank 0 of 2 with no secret, then with a secret and no
+ * rank 1: it prints the cause (no secret; rank 1 never connected), not "optimizer is NULL". */
+TEST(collective_example_prints_the_first_error)
+{
+    setup();
+    char env[512];
+    int port = 20000 + (int)(getpid() % 20000); /* rank 1's port stays unused */
+    snprintf(env, sizeof env, "env -u FLEET_JOB_SECRET -u FLEET_JOB_SECRET_FILE PADDLE_TRAINER_ID=0 "
+             "PADDLE_TRAINERS_NUM=2 PADDLE_TRAINER_ENDPOINTS=127.0.0.1:%d,127.0.0.1:%d "
+             "PADDLE_CURRENT_ENDPOINT=127.0.0.1:%d FLEET_COLL_TIMEOUT_MS=1000", port, port + 1, port);
+    int rc;
+    char *o = run_rc("nosecret", 60, &rc, "%s %s/examples/quick_start/collective_train 3", env, BIN);
+    if (rc != 1) TFAIL("exit %d, expected 1:\n%s", rc, o);
+    CHECK_STR_HAS(o, "needs the job secret");
+    CHECK(!strstr(o, "optimizer is NULL"));
+    free(o);
+    o = run_rc("alone", 60, &rc, "%s FLEET_JOB_SECRET=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff "
+               "%s/examples/quick_start/collective_train 3", env, BIN);
+    if (rc != 1) TFAIL("exit %d, expected 1:\n%s", rc, o);
+    CHECK_STR_HAS(o, "fleet_distributed_optimizer: rendezvous of rank 0 timed out");
+    CHECK_STR_HAS(o, "rank 1");
+    CHECK(!strstr(o, "optimizer is NULL"));
+    free(o);
+    cleanup();
+}
+
+TEST_MAIN(T(ps_async_and_collective_match_local_training), T(global_shuffle_across_ps_workers),
+          T(empty_training_files_are_an_error), T(collective_example_prints_the_first_error))

@@ -425,6 +425,24 @@ TEST(child_exit_code_stops_job)
     cleanup(&r);
 }
 
+/* The root-cause block shows the failed process's error records, with their line numbers,
+ * even far above the last 20 lines of its log. */
+TEST(failure_summary_shows_error_lines)
+{
+    run_t r;
+    setup(&r);
+    start(&r, NULL, (const char *[]){"@C", "lines:40", "logerr:rendezvous timed out: rank 1 never arrived", "lines:100",
+                                     "exit:1", NULL});
+    RUN_EXPECT(&r, 30, 1);
+    HAS(&r, "error lines of log/workerlog.0");
+    HAS(&r, "| 41: [fleet E worker:0 pid");
+    HAS(&r, "rank 1 never arrived");
+    HAS(&r, "last lines of log/workerlog.0");
+    HAS(&r, "| w0: filler 99");
+    CHECK(!strstr(r.out, "| w0: filler 79")); /* the tail is still the last 20 lines */
+    cleanup(&r);
+}
+
 TEST(child_sigsegv_named)
 {
     run_t r;
@@ -481,6 +499,96 @@ TEST(sigint_sighup_to_fleetrun_stop_all)
     signal_fleetrun(SIGHUP, 1);
 }
 TEST(kill9_fleetrun_leaves_nothing) { signal_fleetrun(SIGKILL, 1); }
+
+/* The child of fleetrun named fleetrun-guard other than `not` (0 if none yet). */
+static pid_t guard_of(const run_t *r, pid_t not)
+{
+    DIR *d = opendir("/proc");
+    pid_t g = 0;
+    for (struct dirent *e; d && !g && (e = readdir(d));) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%.16s/stat", e->d_name);
+        char *st = isdigit((unsigned char)e->d_name[0]) ? slurp(path) : NULL, *rp = st ? strrchr(st, ')') : NULL;
+        int ppid = 0;
+        if (rp && strstr(st, "(fleetrun-guard)") && sscanf(rp + 1, " %*c %d", &ppid) == 1 && ppid == r->pid &&
+            atoi(e->d_name) != not)
+            g = atoi(e->d_name);
+        free(st);
+    }
+    if (d) closedir(d);
+    return g;
+}
+
+static pid_t wait_guard(run_t *r, pid_t not, double timeout)
+{
+    double end = now() + timeout;
+    pid_t g;
+    while (!(g = guard_of(r, not))) {
+        reap(r);
+        if (r->done || now() > end) {
+            load_out(r);
+            TFAIL("no (new) fleetrun-guard child of fleetrun within %g s; output:\n%s", timeout, r->out);
+        }
+        usleep(5000);
+    }
+    return g;
+}
+
+/* kill -9 of the guard is noticed: a new guard takes over, so a kill -9 of fleetrun after it
+ * still leaves nothing behind (grandchildren included); and the other order: fleetrun first,
+ * then the guard once it has acted. */
+TEST(guard_killed_then_fleetrun)
+{
+    for (int order = 0; order < 2; order++) {
+        run_t r;
+        setup(&r);
+        start(&r, NULL, (const char *[]){"--nproc_per_node", "2", "@C", "env:@T", "grandchild:@T", "hang", NULL});
+        wait_files(&r, (const char *[]){"w0.env", "w1.env", "w0.gpid", "w1.gpid", NULL}, 20);
+        pid_t p[4] = {pid_of(&r, "w0", "env"), pid_of(&r, "w1", "env"), pid_of(&r, "w0", "gpid"),
+                      pid_of(&r, "w1", "gpid")};
+        pid_t g = wait_guard(&r, 0, 10);
+        if (order == 0) {
+            CHECK_EQ_INT(kill(g, SIGKILL), 0);
+            pid_t g2 = wait_guard(&r, g, 10);
+            CHECK(g2 != g);
+            for (int i = 0; i < 4; i++) CHECK(alive(p[i])); /* the job runs on */
+            CHECK_EQ_INT(kill(r.pid, SIGKILL), 0);
+            RUN_EXPECT(&r, 30, 128 + SIGKILL);
+            HAS(&r, "warning: fleetrun's guard process");
+            HAS(&r, "started a new one");
+            wait_gone(&r, p, 4, 5);
+        } else {
+            CHECK_EQ_INT(kill(r.pid, SIGKILL), 0);
+            RUN_EXPECT(&r, 30, 128 + SIGKILL);
+            wait_gone(&r, p, 4, 5);
+            kill(g, SIGKILL); /* most likely gone already: it exits once it has killed the job */
+        }
+        no_descendants(5);
+        cleanup(&r);
+    }
+}
+
+/* The guard killed while the job runs: the job goes on and succeeds; the last guard exits. */
+TEST(guard_killed_job_goes_on)
+{
+    run_t r;
+    setup(&r);
+    start(&r, NULL, (const char *[]){"--nproc_per_node", "2", "@C", "env:@T", "await:@T:3", "exit:0", NULL});
+    wait_files(&r, (const char *[]){"w0.env", "w1.env", NULL}, 20);
+    pid_t g = wait_guard(&r, 0, 10);
+    CHECK_EQ_INT(kill(g, SIGKILL), 0);
+    wait_guard(&r, g, 10);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/x.env", r.dir); /* lets the workers' await end */
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fclose(f);
+    RUN_EXPECT(&r, 30, 0);
+    HAS(&r, "started a new one (pid");
+    HAS(&r, "watching 2 process group(s)");
+    no_descendants(5);
+    cleanup(&r);
+}
 
 TEST(grandchild_dies_with_group)
 {
@@ -1273,8 +1381,9 @@ TEST(master_unreachable_or_wrong_secret)
 }
 
 TEST_MAIN(T(collective_env), T(device_lists), T(logs_table_and_tee), T(child_exit_code_stops_job),
-          T(child_sigsegv_named), T(sigterm_ignored_gets_sigkill), T(sigterm_to_fleetrun_stops_all),
-          T(sigint_sighup_to_fleetrun_stop_all), T(kill9_fleetrun_leaves_nothing), T(grandchild_dies_with_group),
+          T(failure_summary_shows_error_lines), T(child_sigsegv_named), T(sigterm_ignored_gets_sigkill), T(sigterm_to_fleetrun_stops_all),
+          T(sigint_sighup_to_fleetrun_stop_all), T(kill9_fleetrun_leaves_nothing), T(guard_killed_then_fleetrun),
+          T(guard_killed_job_goes_on), T(grandchild_dies_with_group),
           T(ps_roles_and_env), T(ps_servers_stopped_after_grace), T(ps_failures), T(usage_errors_exit_2),
           T(secret_never_leaks), T(secret_fresh_or_passed_through), T(multinode_collective_starts_local_ranks),
           T(port_in_use_reported), T(exec_failure_is_root_cause), T(job_id_log_level_restart_count),

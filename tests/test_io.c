@@ -2,6 +2,7 @@
  * checkpoints (bit-exact save/load, all-or-nothing) and inference models. */
 #include <dirent.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "testhelp.h"
 
@@ -173,6 +174,74 @@ static tset sample_tensors(void)
 static void tset_free(tset *s)
 {
     for (int i = 0; i < s->n; i++) fl_tensor_free(s->t[i]);
+}
+
+/* A dead process's pid: a child that exited and was reaped. */
+static pid_t dead_pid(void)
+{
+    pid_t c = fork();
+    if (c == 0) _exit(0);
+    CHECK(c > 0 && waitpid(c, NULL, 0) == c);
+    return c;
+}
+
+/* Files a save killed mid-write would leave, plus some that must stay: returns the number of
+ * stale ones made (a child's real temporary file and the older name without a host). */
+static int plant_temporaries(const char *d, char *kept_live, char *kept_other, char *kept_plain)
+{
+    pid_t c = fork(); /* a save "killed" after its bytes were written: it never commits */
+    if (c == 0) {
+        fl__afile f;
+        static char big[1 << 16];
+        if (fl__afile_open(&f, join(d, "model.safetensors")) != FL_OK || fl__afile_write(&f, big, sizeof big) != FL_OK)
+            _exit(1);
+        _exit(0);
+    }
+    int ws;
+    CHECK(c > 0 && waitpid(c, &ws, 0) == c && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    char name[128];
+    snprintf(name, sizeof name, "tables.bin.tmp.%d", (int)dead_pid());
+    write_bytes(join(d, name), "old", 3);
+    snprintf(kept_live, 128, "live.bin.tmp.%d", (int)getpid()); /* a save in progress */
+    write_bytes(join(d, kept_live), "x", 1);
+    snprintf(kept_other, 128, "x.bin.tmp.%d.some-other-host", (int)dead_pid()); /* a shared file system */
+    write_bytes(join(d, kept_other), "x", 1);
+    snprintf(kept_plain, 128, "notes.tmp.txt");
+    write_bytes(join(d, kept_plain), "x", 1);
+    return 2;
+}
+
+/* The next save or load in a directory removes the temporaries of dead processes of this host
+ * (only names of our pattern), and nothing else. */
+TEST(stale_temporaries_removed_by_next_save_or_load)
+{
+    char *d = tmpdir(), live[128], other[128], plain[128];
+    for (int load = 0; load < 2; load++) {
+        CHECK_EQ_INT(plant_temporaries(d, live, other, plain), 2);
+        CHECK_EQ_INT(count_entries(d, ".tmp."), 5);
+        if (load) {
+            char **names;
+            fl_tensor **ts;
+            int n;
+            CHECK_OK(fl_io_read_safetensors(join(d, "w.safetensors"), &names, &ts, &n));
+            for (int i = 0; i < n; i++) free(names[i]), fl_tensor_free(ts[i]);
+            free(names), free(ts);
+        } else {
+            const char *names[] = {"w"};
+            fl_tensor *t = fl_tensor_create(FL_FLOAT32, 1, (const int64_t[]){2});
+            CHECK_OK(fl_io_write_safetensors(join(d, "w.safetensors"), names, (const fl_tensor *const *)&t, 1));
+            fl_tensor_free(t);
+        }
+        CHECK_EQ_INT(count_entries(d, ".tmp."), 3);
+        CHECK_EQ_INT(count_entries(d, "model.safetensors.tmp."), 0);
+        CHECK_EQ_INT(count_entries(d, "tables.bin.tmp."), 0);
+        CHECK_EQ_INT(count_entries(d, live), 1);
+        CHECK_EQ_INT(count_entries(d, other), 1);
+        CHECK_EQ_INT(count_entries(d, plain), 1);
+        unlink(join(d, live)), unlink(join(d, other)), unlink(join(d, plain));
+    }
+    CHECK_EQ_INT(fl__tmp_sweep(d), 0);
+    rm_tree(d);
 }
 
 TEST(safetensors_round_trip_all_dtypes)
@@ -773,6 +842,7 @@ TEST(inference_model_errors)
 }
 
 TEST_MAIN(T(atomic_write_creates_dirs_and_replaces), T(atomic_write_failures_leave_nothing_behind),
+          T(stale_temporaries_removed_by_next_save_or_load),
           T(safetensors_round_trip_all_dtypes), T(safetensors_write_rejects_bad_input), T(safetensors_reads_in_numpy),
           T(safetensors_every_truncation_is_corrupt), T(safetensors_corrupt_files), T(checkpoint_round_trip_is_bit_exact),
           T(checkpoint_save_needs_initialised_state), T(checkpoint_mismatch_changes_nothing),

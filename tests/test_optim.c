@@ -11,6 +11,7 @@
  * directly for inputs the executor cannot feed.
  * Tolerance: 1e-5 relative (plus 1e-8 absolute for values crossing zero). */
 #include "testhelp.h"
+#include "fleet/fleet.h"
 
 #include "graph/graph_internal.h"
 
@@ -799,7 +800,23 @@ static void embedding_sparse_vs_dense(float opt_l2)
 TEST(embedding_sparse_equals_dense_sgd) { embedding_sparse_vs_dense(0.0f); }
 TEST(embedding_sparse_vs_dense_sgd_l2) { embedding_sparse_vs_dense(0.05f); }
 
-TEST_MAIN(T(dense_sgd), T(dense_momentum), T(dense_momentum_nesterov), T(dense_adagrad), T(dense_adam),
+/* A NULL handle passed on after a failed constructor keeps the first error in the message:
+ * fl_opt_minimize(NULL) after fleet_distributed_optimizer failed names why it failed. */
+TEST(null_handle_keeps_the_earlier_error)
+{
+    fl_opt *o = fl_opt_sgd(0.1f);
+    CHECK(fleet_distributed_optimizer(NULL, o, NULL) == NULL);
+    CHECK_STR_HAS(fl_last_error(), "fleet_distributed_optimizer: fleet handle is NULL");
+    CHECK_FAILS(fl_opt_minimize(NULL, NULL), FL_EINVAL, "minimize: optimizer is NULL or invalid (an earlier call "
+                                                        "failed: fleet_distributed_optimizer: fleet handle is NULL");
+    fl_clear_error(); /* no earlier error: the plain message */
+    CHECK_FAILS(fl_opt_minimize(NULL, NULL), FL_EINVAL, "minimize: optimizer is NULL or invalid");
+    CHECK(!strstr(fl_last_error(), "earlier"));
+    CHECK_FAILS(fl_exe_run(NULL, NULL, NULL, 0, NULL, 0, NULL), FL_EINVAL, "(an earlier call failed: minimize:");
+    fl_opt_free(o);
+}
+
+TEST_MAIN(T(null_handle_keeps_the_earlier_error), T(dense_sgd), T(dense_momentum), T(dense_momentum_nesterov), T(dense_adagrad), T(dense_adam),
           T(l2_lr_scale_sgd), T(l2_lr_scale_momentum), T(l2_lr_scale_nesterov), T(l2_lr_scale_adagrad),
           T(l2_lr_scale_adam), T(exp_decay_continuous_sgd), T(exp_decay_staircase_sgd),
           T(exp_decay_staircase_adam_l2), T(setters_reject_bad_arguments), T(update_ops_reject_bad_hyperparameters),

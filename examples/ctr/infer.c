@@ -66,6 +66,10 @@ int main(int argc, char **argv)
         return 2;
     }
     fl_exe *exe = fl_exe_create(NULL);
+    if (!exe) {
+        fprintf(stderr, "infer: %s\n", fl_last_error());
+        return 1;
+    }
     fl_prog *prog = NULL;
     char **feeds = NULL, **fetches = NULL;
     int nfeed = 0, nfetch = 0;
@@ -120,6 +124,11 @@ int main(int argc, char **argv)
     if (ds && fl_dataset_end(ds) != FL_OK && st == FL_OK) st = fl_last_status();
     if (st != FL_OK) {
         fprintf(stderr, "infer: %s\n", fl_last_error());
+        return 1;
+    }
+    if (n == 0) { /* an AUC of nothing would read as 0.5 */
+        fprintf(stderr, "infer: read 0 examples from the %d file(s) in '%s' (empty, or not Criteo TSV)\n", nfiles,
+                test_data);
         return 1;
     }
     printf("test auc %.4f on %lld examples (model %s, no servers)\n", exact_auc(s, n), (long long)n, model_dir);

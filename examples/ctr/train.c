@@ -20,6 +20,8 @@
  * --checkpoint_dir DIR: distributed runs save a checkpoint for restart after every epoch
  * (the newest 2 kept) and, started again (e.g. by `fleetrun --max_restart`), resume after
  * the last completed epoch: the servers from its tables, the workers from their state.
+ * An epoch that reads no example is an error naming the files (empty or unreadable data is
+ * most often a mistake); --allow_empty 1 lets a process train on nothing.
  */
 #include <fleet.h>
 #include <stdio.h>
@@ -29,7 +31,7 @@
 #include "files.h"
 
 typedef struct {
-    int is_local, epochs, batch_size, thread_num, embedding_size, print_period;
+    int is_local, epochs, batch_size, thread_num, embedding_size, print_period, allow_empty;
     int64_t sparse_feature_dim;
     double lr;
     const char *train_data, *test_data, *optimizer, *dataset, *model_dir, *pipe_command, *mode, *checkpoint_dir;
@@ -40,7 +42,7 @@ typedef struct {
 
 static int parse_args(int argc, char **argv, args_t *a)
 {
-    *a = (args_t){0, 20, 100, 10, 10, 100, 1000001, 1e-4, "raw_data", NULL, "sgd", "QueueDataset", "ctr_model", NULL, "async", NULL,
+    *a = (args_t){0, 20, 100, 10, 10, 100, 0, 1000001, 1e-4, "raw_data", NULL, "sgd", "QueueDataset", "ctr_model", NULL, "async", NULL,
                   "400,400,400", {NULL}, 0};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -57,6 +59,7 @@ static int parse_args(int argc, char **argv, args_t *a)
         else if (!strcmp(k, "thread_num")) a->thread_num = atoi(v);
         else if (!strcmp(k, "embedding_size")) a->embedding_size = atoi(v);
         else if (!strcmp(k, "print_period")) a->print_period = atoi(v);
+        else if (!strcmp(k, "allow_empty")) a->allow_empty = atoi(v);
         else if (!strcmp(k, "sparse_feature_dim")) a->sparse_feature_dim = atoll(v);
         else if (!strcmp(k, "lr")) a->lr = atof(v);
         else if (!strcmp(k, "train_data")) a->train_data = v;
@@ -112,9 +115,23 @@ static fl_dataset *make_dataset(const args_t *a, fl_model_ctr_dnn *m, const char
     return ds;
 }
 
-/* Epochs [first, epochs); with a fleet and --checkpoint_dir, a checkpoint after each. */
-static int train_loop(const args_t *a, fl_exe *exe, fl_prog *prog, fl_dataset *ds, fl_model_ctr_dnn *m, fleet_t *fleet,
-                      int first)
+/* main_function's result when it printed its own message (not one of fl_last_error). */
+#define REPORTED (-2)
+
+/* "a, b, c and 4 more" (the first few of files). */
+static void name_files(char *out, size_t n, const char *const *files, int nfiles)
+{
+    size_t k = 0;
+    out[0] = 0;
+    for (int i = 0; i < nfiles && i < 4 && k < n; i++)
+        k += (size_t)snprintf(out + k, n - k, "%s'%s'", i ? ", " : "", files[i]);
+    if (nfiles > 4 && k < n) snprintf(out + k, n - k, " and %d more", nfiles - 4);
+}
+
+/* Epochs [first, epochs); with a fleet and --checkpoint_dir, a checkpoint after each.  An
+ * epoch that read no example is an error naming the files, unless --allow_empty 1. */
+static int train_loop(const args_t *a, fl_exe *exe, fl_prog *prog, fl_dataset *ds, const char *const *files,
+                      int nfiles, fl_model_ctr_dnn *m, fleet_t *fleet, int first)
 {
     const char *fetch[2] = {fl_var_name(m->auc), fl_var_name(m->loss)}, *info[2] = {"auc", "loss"};
     /* collective training exchanges one step per process: one trainer thread */
@@ -127,6 +144,14 @@ static int train_loop(const args_t *a, fl_exe *exe, fl_prog *prog, fl_dataset *d
                s.seconds > 0 ? (double)s.instances / s.seconds : 0.0, s.fetch[0]);
         fflush(stdout);
         seen += s.instances;
+        if (!s.instances && !a->allow_empty) {
+            char names[1024];
+            name_files(names, sizeof names, files, nfiles);
+            fprintf(stderr, "train: epoch %d read 0 examples from %d file(s): %s%s (empty files, or data this "
+                    "reader cannot parse; --allow_empty 1 allows it)\n", i, nfiles, names,
+                    nfiles ? "" : "none: this process got no files");
+            return REPORTED;
+        }
         fleet_checkpoint_pos pos = {i + 1, 0, 0, seen};
         if (fleet && a->checkpoint_dir && fleet_save_checkpoint(fleet, exe, a->checkpoint_dir, prog, &pos, 2) != FL_OK)
             return -1;
@@ -155,7 +180,7 @@ static int evaluate(const args_t *a, fl_exe *exe, fl_prog *prog, fl_model_ctr_dn
     char **files = list_files(a->test_data, &n);
     if (!n) {
         fprintf(stderr, "train: no test files in '%s'\n", a->test_data);
-        return -1;
+        return REPORTED;
     }
     args_t one = *a;
     one.dataset = "QueueDataset";
@@ -193,20 +218,21 @@ static int main_function(const args_t *a)
     char **whole_filelist = list_files(a->train_data, &nfiles);
     if (!nfiles) {
         fprintf(stderr, "train: no training files in '%s'\n", a->train_data);
-        return -1;
+        return REPORTED;
     }
     fl_exe *exe = fl_exe_create(NULL);
+    if (!exe) return -1;
     fl_opt *optimizer = make_optimizer(a);
-    if (!optimizer) return -1;
-    int rc = 0;
+    if (!optimizer) return REPORTED;
+    int rc = 0, r;
 
     if (a->is_local) { /* local training */
         fl_dataset *ds = make_dataset(a, &m, (const char *const *)whole_filelist, nfiles);
         if (!ds || fl_opt_minimize(optimizer, m.loss) != FL_OK ||
-            fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK ||
-            train_loop(a, exe, prog, ds, &m, NULL, 0))
+            fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK)
             return -1;
-        if (a->test_data && evaluate(a, exe, prog, &m)) return -1;
+        if ((r = train_loop(a, exe, prog, ds, (const char *const *)whole_filelist, nfiles, &m, NULL, 0))) return r;
+        if (a->test_data && (r = evaluate(a, exe, prog, &m))) return r;
         const char *feeds[28];
         for (int i = 0; i + 1 < m.nuse_var; i++) feeds[i] = fl_var_name(m.use_var[i]);
         if (fl_io_save_inference_model(exe, a->model_dir, feeds, m.nuse_var - 1, &m.predict, 1, prog) != FL_OK) return -1;
@@ -235,15 +261,16 @@ static int main_function(const args_t *a)
             int first = 0;
             if (!ds || fleet_init_worker(fleet) != FL_OK ||                        /* + */
                 fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK ||
-                resume(a, fleet, exe, prog, &first) || train_loop(a, exe, prog, ds, &m, fleet, first))
+                resume(a, fleet, exe, prog, &first))
                 return -1;
+            if ((r = train_loop(a, exe, prog, ds, mine, nmine, &m, fleet, first))) return r;
             const char *feeds[28];
             for (int i = 0; i + 1 < m.nuse_var; i++) feeds[i] = fl_var_name(m.use_var[i]);
             if (fleet_save_inference_model(fleet, exe, a->model_dir, feeds, m.nuse_var - 1, &m.predict, 1, prog) != FL_OK)
                 return -1;
             if (fleet_is_first_worker(fleet)) {
                 printf("model saved to %s\n", a->model_dir);
-                if (a->test_data && evaluate(a, exe, prog, &m)) rc = -1;
+                if (a->test_data) rc = evaluate(a, exe, prog, &m);
             }
             if (fleet_stop_worker(fleet) != FL_OK) return -1;                       /* + */
             fl_dataset_free(ds);
@@ -267,11 +294,13 @@ int main(int argc, char **argv)
                                            "[--batch_size N] [--thread_num N] [--optimizer sgd|adam|adagrad] [--lr X] "
                                            "[--dataset QueueDataset|InMemoryDataset] [--mode async|sync|geo] "
                                            "[--sparse_feature_dim N] [--model_dir DIR] [--pipe_command CMD] [--hidden N,N,..] "
-                                           "[--strategy KEY=VALUE ...] [--checkpoint_dir DIR]\n",
+                                           "[--strategy KEY=VALUE ...] [--checkpoint_dir DIR] [--allow_empty 1]\n",
                 argv[0]);
         return pr == 1 ? 0 : 2;
     }
-    if (main_function(&args) != 0) {
+    int rc = main_function(&args);
+    if (rc == REPORTED) return 1;
+    if (rc != 0) {
         fprintf(stderr, "train: %s\n", fl_last_error());
         return 1;
     }

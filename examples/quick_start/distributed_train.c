@@ -44,7 +44,11 @@ int main(int argc, char **argv)
         return 1;
     }
     optimizer = fleet_distributed_optimizer(fleet, optimizer, NULL);          /* + */
-    if (!optimizer || fl_opt_minimize(optimizer, cost) != FL_OK) {
+    if (!optimizer) { /* print the first error: later calls would only see a NULL optimizer */
+        fprintf(stderr, "fleet_distributed_optimizer: %s\n", fl_last_error());
+        return 1;
+    }
+    if (fl_opt_minimize(optimizer, cost) != FL_OK) {
         fprintf(stderr, "building the model failed: %s\n", fl_last_error());
         return 1;
     }
@@ -62,7 +66,7 @@ int main(int argc, char **argv)
             return 1;
         }
         fl_exe *exe = fl_exe_create(NULL);
-        if (fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK) {
+        if (!exe || fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK) {
             fprintf(stderr, "startup failed: %s\n", fl_last_error());
             return 1;
         }

@@ -26,12 +26,12 @@ int main(int argc, char **argv)
 
     fl_opt *optimizer = fl_opt_sgd(0.01f);
     if (fl_opt_minimize(optimizer, cost) != FL_OK) {
-        fprintf(stderr, "building the model failed: %s\n", fl_prog_error(prog));
+        fprintf(stderr, "building the model failed: %s\n", fl_last_error());
         return 1;
     }
 
     fl_exe *exe = fl_exe_create(NULL);
-    if (fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK) {
+    if (!exe || fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK) {
         fprintf(stderr, "startup failed: %s\n", fl_last_error());
         return 1;
     }

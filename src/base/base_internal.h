@@ -26,6 +26,11 @@
  * line, and returns status (so `return fl__err(FL_EINVAL, ...)` reads naturally). */
 int fl__set_error(int status, const char *file, int line, const char *fmt, ...) FL_PRINTF(4, 5);
 #define fl__err(st, ...) fl__set_error((st), __FILE__, __LINE__, __VA_ARGS__)
+/* A handle argument that is NULL or invalid (FL_EINVAL).  A NULL handle is most often what a
+ * failed constructor returned: if the thread has an error set, the message keeps it, as
+ * "... (an earlier call failed: <that error>)", so the first error is the one the user reads. */
+int fl__set_handle_error(const void *h, const char *file, int line, const char *fmt, ...) FL_PRINTF(4, 5);
+#define fl__err_handle(h, ...) fl__set_handle_error((h), __FILE__, __LINE__, __VA_ARGS__)
 
 #define FL_CHECK(call)                                                                     \
     do {                                                                                   \

@@ -45,3 +45,16 @@ int fl__set_error(int status, const char *file, int line, const char *fmt, ...)
     FL_LOG(FL_LOG_DEBUG, FL_SUB_BASE, "%s at %s:%d: %s", fl_strerror(status), file, line, tl_msg);
     return status;
 }
+
+int fl__set_handle_error(const void *h, const char *file, int line, const char *fmt, ...)
+{
+    char tmp[sizeof tl_msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (h || tl_status == FL_OK || !tl_msg[0]) return fl__set_error(FL_EINVAL, file, line, "%s", tmp);
+    char prev[sizeof tl_msg];
+    memcpy(prev, tl_msg, sizeof prev);
+    return fl__set_error(FL_EINVAL, file, line, "%.500s (an earlier call failed: %.500s)", tmp, prev);
+}

@@ -82,7 +82,7 @@ void fl_dataset_free(fl_dataset *ds)
 
 static int check_ds(const fl_dataset *ds, const char *fn)
 {
-    if (!ds || ds->magic != FL_DATASET_MAGIC) return fl__err(FL_EINVAL, "%s: dataset is NULL or invalid", fn);
+    if (!ds || ds->magic != FL_DATASET_MAGIC) return fl__err_handle(ds, "%s: dataset is NULL or invalid", fn);
     return FL_OK;
 }
 

@@ -115,7 +115,7 @@ int fl__ds_load(fl_dataset *ds)
 
 static int check_loadable(fl_dataset *ds, const char *fn)
 {
-    if (!ds || ds->magic != FL_DATASET_MAGIC) return fl__err(FL_EINVAL, "%s: dataset is NULL or invalid", fn);
+    if (!ds || ds->magic != FL_DATASET_MAGIC) return fl__err_handle(ds, "%s: dataset is NULL or invalid", fn);
     if (ds->kind != FL__DS_INMEM)
         return fl__err(FL_EINVAL, "%s: only an InMemoryDataset loads into memory (this is a QueueDataset)", fn);
     if (ds->in_pass) return fl__err(FL_ESTATE, "%s: a pass is in progress (call fl_dataset_end first)", fn);
@@ -154,7 +154,7 @@ int fl_dataset_preload_into_memory(fl_dataset *ds)
 int fl_dataset_wait_preload_done(fl_dataset *ds)
 {
     if (!ds || ds->magic != FL_DATASET_MAGIC)
-        return fl__err(FL_EINVAL, "fl_dataset_wait_preload_done: dataset is NULL or invalid");
+        return fl__err_handle(ds, "fl_dataset_wait_preload_done: dataset is NULL or invalid");
     if (!ds->preloading)
         return fl__err(FL_ESTATE, "fl_dataset_wait_preload_done: no preload in progress "
                                   "(call fl_dataset_preload_into_memory first)");

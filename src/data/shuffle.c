@@ -39,7 +39,7 @@ static void shuffle_recs(fl__rec *a, size_t n, uint64_t seed)
 
 static int check_shufflable(fl_dataset *ds, const char *fn)
 {
-    if (!ds || ds->magic != FL_DATASET_MAGIC) return fl__err(FL_EINVAL, "%s: dataset is NULL or invalid", fn);
+    if (!ds || ds->magic != FL_DATASET_MAGIC) return fl__err_handle(ds, "%s: dataset is NULL or invalid", fn);
     if (ds->kind != FL__DS_INMEM)
         return fl__err(FL_EINVAL, "%s: only an InMemoryDataset can be shuffled (this is a QueueDataset)", fn);
     if (ds->in_pass) return fl__err(FL_ESTATE, "%s: a pass is in progress (call fl_dataset_end first)", fn);

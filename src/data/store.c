@@ -124,7 +124,7 @@ struct fl_data_batch {
 fl_data_batch *fl_data_batch_create(const fl_dataset *ds)
 {
     if (!ds || ds->magic != FL_DATASET_MAGIC) {
-        fl__err(FL_EINVAL, "fl_data_batch_create: dataset is NULL or invalid");
+        fl__err_handle(ds, "fl_data_batch_create: dataset is NULL or invalid");
         return NULL;
     }
     if (ds->nslots <= 0) {
@@ -178,7 +178,7 @@ fl_tensor *fl_data_batch_tensor(fl_data_batch *b, int i)
 
 int fl__batch_check(const fl_data_batch *b, const fl_dataset *ds, const char *fn)
 {
-    if (!b || b->magic != FL_BATCH_MAGIC) return fl__err(FL_EINVAL, "%s: batch is NULL or invalid", fn);
+    if (!b || b->magic != FL_BATCH_MAGIC) return fl__err_handle(b, "%s: batch is NULL or invalid", fn);
     if (b->nslots != ds->nslots) goto bad;
     for (int i = 0; i < b->nslots; i++)
         if (b->s[i].dtype != ds->slots[i].dtype || b->s[i].dense != ds->slots[i].dense ||

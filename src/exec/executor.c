@@ -226,8 +226,8 @@ static int check_feed(const fl_prog *p, const fl_feed *f, fl_var **vout)
 int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed, const char *const *fetch, int nfetch,
                fl_tensor **out)
 {
-    if (!e || e->magic != FL_EXE_MAGIC) return fl__err(FL_EINVAL, "fl_exe_run: executor is NULL or invalid");
-    if (!p || p->magic != FL_PROG_MAGIC) return fl__err(FL_EINVAL, "fl_exe_run: program is NULL or invalid");
+    if (!e || e->magic != FL_EXE_MAGIC) return fl__err_handle(e, "fl_exe_run: executor is NULL or invalid");
+    if (!p || p->magic != FL_PROG_MAGIC) return fl__err_handle(p, "fl_exe_run: program is NULL or invalid");
     if (p->status != FL_OK || (p->main && p->main->status != FL_OK))
         return fl__err(p->main ? p->main->status : p->status, "fl_exe_run: the program has a build error: %s",
                        p->main ? p->main->err : p->err);

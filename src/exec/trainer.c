@@ -167,8 +167,8 @@ static int run_pass(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const cha
                     const char *const *fetch_info, int nfetch, int print_period, fl_exe_dataset_stats *stats, int train,
                     const char *fn)
 {
-    if (!e || !fl_exe_scope(e)) return fl__err(FL_EINVAL, "%s: executor is NULL or invalid", fn);
-    if (!p || p->magic != FL_PROG_MAGIC) return fl__err(FL_EINVAL, "%s: program is NULL or invalid", fn);
+    if (!e || !fl_exe_scope(e)) return fl__err_handle(e, "%s: executor is NULL or invalid", fn);
+    if (!p || p->magic != FL_PROG_MAGIC) return fl__err_handle(p, "%s: program is NULL or invalid", fn);
     if (!ds) return fl__err(FL_EINVAL, "%s: dataset is NULL", fn);
     if (nfetch < 0 || nfetch > MAX_FETCH || (nfetch && !fetch_list))
         return fl__err(FL_EINVAL, "%s: fetch list of %d variables (at most %d)", fn, nfetch, MAX_FETCH);

@@ -31,7 +31,7 @@
 
 static int check(const fleet_t *f, const char *fn, fl_exe *exe, const char *root)
 {
-    if (!f || f->magic != FLEET_MAGIC) return fl__err(FL_EINVAL, "%s: fleet handle is NULL or invalid", fn);
+    if (!f || f->magic != FLEET_MAGIC) return fl__err_handle(f, "%s: fleet handle is NULL or invalid", fn);
     if (!fleet_is_worker(f)) return fl__err(FL_ESTATE, "%s: this process is a server; workers save and load checkpoints", fn);
     if (!exe) return fl__err(FL_EINVAL, "%s: executor is NULL", fn);
     if (!root || !*root) return fl__err(FL_EINVAL, "%s: checkpoint directory is NULL or empty", fn);

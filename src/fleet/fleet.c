@@ -133,7 +133,7 @@ int fleet_split_files(const fleet_t *f, const char *const *files, int n, const c
 
 static int check(const fleet_t *f, const char *fn)
 {
-    if (!f || f->magic != FLEET_MAGIC) return fl__err(FL_EINVAL, "%s: fleet handle is NULL or invalid", fn);
+    if (!f || f->magic != FLEET_MAGIC) return fl__err_handle(f, "%s: fleet handle is NULL or invalid", fn);
     return FL_OK;
 }
 

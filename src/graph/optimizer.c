@@ -27,7 +27,7 @@ struct fl_opt {
 
 int fl__opt_set_hook(fl_opt *o, fl_opt_hook_fn fn, void *user)
 {
-    if (!o || o->magic != FL_OPT_MAGIC) return fl__err(FL_EINVAL, "optimizer is NULL or invalid");
+    if (!o || o->magic != FL_OPT_MAGIC) return fl__err_handle(o, "optimizer is NULL or invalid");
     o->hook = fn;
     o->hook_user = user;
     return FL_OK;
@@ -188,7 +188,7 @@ static int append_update(fl_opt *o, fl_prog *p, fl_var *lr, fl_param_grad pg, fl
 
 int fl_opt_minimize_ex(fl_opt *o, fl_var *loss, const char *const *no_grad, int n_no_grad)
 {
-    if (!o || o->magic != FL_OPT_MAGIC) return fl__err(FL_EINVAL, "minimize: optimizer is NULL or invalid");
+    if (!o || o->magic != FL_OPT_MAGIC) return fl__err_handle(o, "minimize: optimizer is NULL or invalid");
     if (!loss) {
         int st = fl_last_status();
         return fl__err(st ? st : FL_EINVAL, "minimize: loss is NULL (an earlier layer call failed: %s)", fl_last_error());

@@ -201,7 +201,7 @@ fail:
 fl_prog *fl_prog_clone(const fl_prog *p, int for_test)
 {
     if (!p || p->magic != FL_PROG_MAGIC) {
-        fl__err(FL_EINVAL, "fl_prog_clone: program is NULL or invalid");
+        fl__err_handle(p, "fl_prog_clone: program is NULL or invalid");
         return NULL;
     }
     fl_prog *d = clone1(p, for_test);

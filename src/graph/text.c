@@ -143,7 +143,7 @@ int fl_prog_to_text(const fl_prog *p, char **out, size_t *len)
     if (!out) return fl__err(FL_EINVAL, "fl_prog_to_text: out is NULL");
     *out = NULL;
     if (len) *len = 0;
-    if (!p || p->magic != FL_PROG_MAGIC) return fl__err(FL_EINVAL, "fl_prog_to_text: program is NULL or invalid");
+    if (!p || p->magic != FL_PROG_MAGIC) return fl__err_handle(p, "fl_prog_to_text: program is NULL or invalid");
     fl_buf b = {0};
     fl__buf_printf(&b, "fleet-program 1\nseed %llu\n", (unsigned long long)p->seed);
     for (int i = 0; i < p->nvars; i++) put_var(&b, p->vars[i]);
@@ -744,7 +744,7 @@ int fl_prog_prune(const fl_prog *p, const char *const *feeds, int nfeed, const c
 {
     if (!out) return fl__err(FL_EINVAL, "fl_prog_prune: out is NULL");
     *out = NULL;
-    if (!p || p->magic != FL_PROG_MAGIC) return fl__err(FL_EINVAL, "fl_prog_prune: program is NULL or invalid");
+    if (!p || p->magic != FL_PROG_MAGIC) return fl__err_handle(p, "fl_prog_prune: program is NULL or invalid");
     if (p->status != FL_OK) return fl__err(p->status, "fl_prog_prune: the program has a build error: %s", p->err);
     if (nfeed < 0 || (nfeed && !feeds)) return fl__err(FL_EINVAL, "fl_prog_prune: bad feed list");
     if (ntarget <= 0 || !targets) return fl__err(FL_EINVAL, "fl_prog_prune: no targets");

@@ -1,11 +1,15 @@
 /*
  * atomic.c - crash-safe file writes (temporary file, fsync, rename, fsync of the
- * directory), mkdir -p and whole-file reads.  Every failure is reported with the path and
- * strerror(errno).
+ * directory), the removal of temporary files left by dead processes, mkdir -p and
+ * whole-file reads.  Every failure is reported with the path and strerror(errno).
  */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -72,6 +76,65 @@ static char *dir_of(const char *path)
     return d;
 }
 
+/* This host's name as it goes into temporary names: [A-Za-z0-9_-] only ('.' and others become
+ * '-'), at most 63 characters, "host" if unknown. */
+static void host_tag(char *out, size_t n)
+{
+    char h[256] = "";
+    if (gethostname(h, sizeof h - 1) != 0 || !h[0]) snprintf(h, sizeof h, "host");
+    size_t k = 0;
+    for (const char *c = h; *c && k + 1 < n && k < 63; c++)
+        out[k++] = isalnum((unsigned char)*c) || *c == '_' || *c == '-' ? *c : '-';
+    out[k] = 0;
+}
+
+/* Whether name is a temporary file of fl__afile ("<file>.tmp.<pid>" or "<file>.tmp.<pid>.<host>")
+ * that a process of this host (host_tag, or no host: the older name) left behind and that
+ * can be removed: the process is gone (kill(pid, 0) fails with ESRCH). */
+static int stale_tmp(const char *name, const char *host)
+{
+    const char *t = NULL;
+    for (const char *s = name; (s = strstr(s, ".tmp.")); s++) t = s; /* the last one */
+    if (!t || t == name) return 0;
+    t += 5;
+    char *end;
+    errno = 0;
+    long pid = isdigit((unsigned char)*t) ? strtol(t, &end, 10) : 0;
+    if (pid <= 0 || errno || pid > (long)INT32_MAX) return 0;
+    if (*end && (*end != '.' || strcmp(end + 1, host) != 0)) return 0; /* another host's, or not ours */
+    return kill((pid_t)pid, 0) == -1 && errno == ESRCH;
+}
+
+int fl__tmp_sweep(const char *dir)
+{
+    char host[64];
+    host_tag(host, sizeof host);
+    DIR *d = opendir(dir && *dir ? dir : ".");
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!stale_tmp(e->d_name, host)) continue;
+        char *p = fl__path_join(dir && *dir ? dir : ".", e->d_name);
+        struct stat st;
+        if (p && lstat(p, &st) == 0 && S_ISREG(st.st_mode) && unlink(p) == 0) {
+            FL_INFO(FL_SUB_IO, "removed '%s' (%lld bytes), the temporary file of a save by a process that is gone",
+                    p, (long long)st.st_size);
+            n++;
+        }
+        free(p);
+    }
+    closedir(d);
+    return n;
+}
+
+int fl__tmp_sweep_near(const char *path)
+{
+    char *dir = path && *path ? dir_of(path) : NULL;
+    int n = dir ? fl__tmp_sweep(dir) : 0;
+    free(dir);
+    return n;
+}
+
 void fl__afile_abort(fl__afile *f)
 {
     if (!f) return;
@@ -93,16 +156,19 @@ int fl__afile_open(fl__afile *f, const char *path)
     char *dir = dir_of(path);
     if (!dir) return fl__err(FL_ENOMEM, "atomic write '%s': out of memory", path);
     int st = fl__mkdir_p(dir);
+    if (st == FL_OK) fl__tmp_sweep(dir);
     free(dir);
     if (st != FL_OK) return st;
-    size_t n = strlen(path) + 32;
+    char host[64];
+    host_tag(host, sizeof host);
+    size_t n = strlen(path) + 32 + strlen(host);
     f->path = fl__strdup(path);
     f->tmp = malloc(n);
     if (!f->path || !f->tmp) {
         fl__afile_abort(f);
         return fl__err(FL_ENOMEM, "atomic write '%s': out of memory", path);
     }
-    snprintf(f->tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    snprintf(f->tmp, n, "%s.tmp.%ld.%s", path, (long)getpid(), host);
     f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (f->fd < 0) {
         st = fl__err(FL_EIO, "cannot create '%s': %s", f->tmp, strerror(errno));

@@ -13,9 +13,10 @@
 
 /* ---- atomic.c -------------------------------------------------------------------------- */
 
-/* A file being written atomically: data goes to "<path>.tmp.<pid>"; commit fsyncs it,
- * renames it over <path> and fsyncs the directory; abort (or any failure) removes the
- * temporary file.  Every error is FL_EIO naming the path and strerror(errno). */
+/* A file being written atomically: data goes to "<path>.tmp.<pid>.<host>"; commit fsyncs
+ * it, renames it over <path> and fsyncs the directory; abort (or any failure) removes the
+ * temporary file.  Every error is FL_EIO naming the path and strerror(errno).  Opening one
+ * first sweeps the directory (fl__tmp_sweep). */
 typedef struct {
     int fd;
     char *path;
@@ -30,6 +31,14 @@ int fl__afile_write(fl__afile *f, const void *data, size_t n);
 int fl__afile_commit(fl__afile *f);
 /* Closes and removes the temporary file (safe on an unopened or closed file). */
 void fl__afile_abort(fl__afile *f);
+/* Removes from dir the temporary files of fl__afile that a process of this host left when it
+ * was killed mid-write: names "<file>.tmp.<pid>.<host>" (or the older "<file>.tmp.<pid>")
+ * whose host is this one and whose pid is gone (kill(pid, 0) fails with ESRCH).  Only regular
+ * files; other hosts' temporaries (a shared file system) are left alone.  Best effort: returns
+ * how many were removed, each logged at info level. */
+int fl__tmp_sweep(const char *dir);
+/* fl__tmp_sweep of the directory that holds path (loads call it: a load after a killed save). */
+int fl__tmp_sweep_near(const char *path);
 /* One-shot atomic write of a buffer. */
 int fl__write_file_atomic(const char *path, const void *data, size_t n);
 /* mkdir -p (mode 0777 & ~umask).  "" and "." succeed. */

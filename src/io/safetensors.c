@@ -264,6 +264,7 @@ int fl_io_read_safetensors(const char *path, char ***names, fl_tensor ***tensors
     *tensors = NULL;
     *n = 0;
     if (!path) return fl__err(FL_EINVAL, "fl_io_read_safetensors: path is NULL");
+    fl__tmp_sweep_near(path); /* a save killed mid-write left its temporary file here */
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;

@@ -8,6 +8,9 @@
  *   env:DIR        write DIR/TAG.env: pid=, ppid=, pgid=, then the whole environment
  *   await:DIR:N    wait (at most 30 s, else exit 8) until DIR holds N *.env files
  *   say:TEXT       print "TAG: TEXT" on stdout (flushed)
+ *   logerr:TEXT    print TEXT as the library's error record would ("[fleet E worker:0 pid N
+ *                  fleet fr_child.c:1] TEXT", src/base/log.c), on stderr
+ *   lines:N        print N lines "TAG: filler K" on stdout
  *   sleep:SECS     sleep
  *   exit:K         exit with status K
  *   fail_first:K   exit with status K in the first run of the job (PADDLE_RESTART_COUNT unset
@@ -157,6 +160,12 @@ int main(int argc, char **argv)
             }
         } else if (IS("say")) {
             printf("%s: %s\n", tag, arg);
+            fflush(stdout);
+        } else if (IS("logerr")) {
+            fflush(stdout);
+            fprintf(stderr, "[fleet E worker:%s pid %d fleet fr_child.c:1] %s\n", tag + 1, (int)getpid(), arg);
+        } else if (IS("lines")) {
+            for (int k = 0, n = atoi(arg); k < n; k++) printf("%s: filler %d\n", tag, k);
             fflush(stdout);
         } else if (IS("sleep")) {
             sleep_s(atof(arg));

@@ -40,6 +40,7 @@
 #define MAX_TOTAL 16384  /* ranks in the whole job */
 #define MAX_NODES 1024   /* nodes of a job with --master */
 #define TAIL_LINES 20    /* log lines shown for the root cause */
+#define ERR_LINES 10     /* error records shown above them (the first ones) */
 #define KILL_WAIT_S 10.0 /* after SIGKILL, how long to wait for the kernel to reap */
 #define FR_ID_MAX 128    /* a node's id: "hostname:pid" */
 #define FR_JOB_ID_MAX 65 /* --job_id: at most 64 characters */
@@ -104,6 +105,7 @@ typedef struct {
     int verdict, code;    /* the master's word (FR_V_*) and, for FR_V_STOP, the job's exit status */
     int all_workers_done; /* PS with --master: every worker of every node succeeded */
     int abandon;          /* stop waiting for the master (a signal came while waiting) */
+    int guard_lost;       /* the guard died and no new one could be started */
     int servers_stopped, leftovers, stuck, started;
     char what[768];       /* the master's reason for a restart or a stop, or why it was lost */
 } fr_outcome;
@@ -153,6 +155,9 @@ int fr_take_signal(void);
 void fr_guard_start(void);
 /* pid > 0: watch this process group; -1: forget them all (a generation ended); 0: goodbye. */
 void fr_guard_send(int32_t v);
+/* After the guard died with wait status ws (reaped): says so, starts a new guard and tells
+ * it every live process group of the generation.  0, or -1 when none could be started. */
+int fr_guard_restart(int ws);
 void fr_spawn(proc_t *p);
 proc_t *fr_find(pid_t pid);
 /* Sends sig (0: only count) to the process group of every local process that still has

@@ -95,7 +95,7 @@ static int finish(const fr_outcome *o, int started)
     } else if (o->verdict == FR_V_LOST) {
         code = 1;
         cli_say("error: %s; stopped this node's processes", o->what);
-    } else if (o->stuck) {
+    } else if (o->guard_lost || o->stuck) {
         code = 1;
     }
     if (code) {

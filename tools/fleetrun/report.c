@@ -1,5 +1,7 @@
-/* report.c - how a process ended, the last lines of its log, and the root-cause block. */
+/* report.c - how a process ended, the error lines and the last lines of its log, and the
+ * root-cause block. */
 #include <fcntl.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +18,34 @@ void fr_describe(const proc_t *p, char *b, size_t n)
     else if (WIFEXITED(ws)) snprintf(b, n, "exited with code %d", WEXITSTATUS(ws));
     else snprintf(b, n, "killed by signal %s%s (%s)%s", ab ? "SIG" : "", ab ? ab : "", strsignal(s),
                   WCOREDUMP(ws) ? ", core dumped" : "");
+}
+
+/* The library's error records (src/base/log.c: "[fleet E role:rank pid N subsys file:line]
+ * message") that this run wrote to p's log before offset `upto` (where the tail shown after
+ * them begins): the first ERR_LINES, with their line numbers.  The first error of a stalled
+ * rank can be far above the tail. */
+static void print_errors(const proc_t *p, off_t upto)
+{
+    FILE *f = fopen(p->log, "re");
+    if (!f) return;
+    char *line = NULL;
+    size_t cap = 0;
+    long no = 0, nerr = 0;
+    off_t at = 0;
+    ssize_t len;
+    if (p->log_start > 0) { /* line numbers count from the start of the file */
+        for (; (len = getline(&line, &cap, f)) > 0 && at + len <= p->log_start; no++) at += len;
+        fseeko(f, at, SEEK_SET);
+    }
+    for (; at < upto && (len = getline(&line, &cap, f)) > 0; at += len) {
+        no++;
+        if (strncmp(line, "[fleet E ", 9) != 0 || at < p->log_start) continue;
+        if (nerr++ == 0) cli_say("  error lines of %s (from the library's error records):", p->log);
+        if (nerr <= ERR_LINES) cli_say("  | %ld: %.*s", no, (int)(line[len - 1] == '\n' ? len - 1 : len), line);
+    }
+    if (nerr > ERR_LINES) cli_say("  ... and %ld more error line(s) before the last lines", nerr - ERR_LINES);
+    free(line);
+    fclose(f);
 }
 
 static void print_tail(const proc_t *p) /* the last lines this run wrote to p's log */
@@ -36,6 +66,7 @@ static void print_tail(const proc_t *p) /* the last lines this run wrote to p's 
     while (s > buf && lines < TAIL_LINES) lines += *--s == '\n';
     if (*s == '\n') s++;
     else if (from > p->log_start && strchr(s, '\n')) s = strchr(s, '\n') + 1; /* drop a cut line */
+    print_errors(p, from + (s - buf));
     cli_say("  last lines of %s:", p->log);
     for (char *l = s; l; l = e ? e + 1 : NULL) {
         if ((e = strchr(l, '\n'))) *e = 0;

@@ -19,13 +19,18 @@
  * from a pipe (-1: a generation is over, forget them); end-of-file without the final 0 means
  * fleetrun died, and it SIGKILLs each of their process groups (grandchildren too, which
  * PR_SET_PDEATHSIG does not reach). */
-void fr_guard_start(void)
+static int guard_fork(void)
 {
     int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) fatal("pipe: %s", strerror(errno));
+    if (pipe2(fds, O_CLOEXEC) != 0) return -1;
     fflush(NULL);
     pid_t pid = fork();
-    if (pid < 0) fatal("fork: %s", strerror(errno));
+    if (pid < 0) {
+        int e = errno;
+        close(fds[0]), close(fds[1]);
+        errno = e;
+        return -1;
+    }
     if (pid == 0) {
         static int32_t pids[2 * MAX_LOCAL + 2];
         int n = 0, k = 0, nul = open("/dev/null", O_RDWR);
@@ -48,6 +53,38 @@ void fr_guard_start(void)
     }
     close(fds[0]);
     J.guard_fd = fds[1], J.guard_pid = pid;
+    return 0;
+}
+
+void fr_guard_start(void)
+{
+    if (guard_fork() != 0) fatal("cannot start the guard process: %s", strerror(errno));
+}
+
+/* The guard died (someone killed it): without one, a `kill -9 fleetrun` would leave the
+ * grandchildren of the job running.  A new guard is told every process group of the
+ * generation that still has members (a pid cannot be reused while its group exists). */
+int fr_guard_restart(int ws)
+{
+    char d[160];
+    proc_t dead = {.status = ws, .reaped = 1};
+    fr_describe(&dead, d, sizeof d);
+    if (J.guard_fd >= 0) close(J.guard_fd), J.guard_fd = -1;
+    pid_t old = J.guard_pid;
+    J.guard_pid = -1;
+    if (guard_fork() != 0) {
+        cli_say("error: fleetrun's guard process (pid %d) %s, and a new one cannot be started (%s)", (int)old, d,
+                strerror(errno));
+        return -1;
+    }
+    int n = 0;
+    for (int i = 0; i < J.n; i++) {
+        const proc_t *p = &J.p[i];
+        if (p->is_local && p->pid > 0 && (!p->reaped || kill(-p->pid, 0) == 0)) fr_guard_send(p->pid), n++;
+    }
+    cli_say("warning: fleetrun's guard process (pid %d) %s; started a new one (pid %d) watching %d process "
+            "group(s)", (int)old, d, (int)J.guard_pid, n);
+    return J.guard_fd >= 0 ? 0 : -1;
 }
 
 void fr_guard_send(int32_t v)

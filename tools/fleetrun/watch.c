@@ -20,7 +20,7 @@
 
 static int failing(const fr_outcome *o)
 {
-    return o->cause || o->sig || (o->verdict != FR_V_NONE && o->verdict != FR_V_END);
+    return o->cause || o->sig || o->guard_lost || (o->verdict != FR_V_NONE && o->verdict != FR_V_END);
 }
 
 static void reap(fr_outcome *o)
@@ -28,7 +28,14 @@ static void reap(fr_outcome *o)
     int ws;
     for (pid_t pid; (pid = waitpid(-1, &ws, WNOHANG)) > 0;) {
         proc_t *p = fr_find(pid);
-        J.guard_pid = pid == J.guard_pid ? -1 : J.guard_pid;
+        if (pid == J.guard_pid) { /* killed by someone: a new guard keeps the no-orphan promise */
+            if (fr_guard_restart(ws) != 0 && !failing(o)) {
+                o->guard_lost = 1;
+                cli_say("stopping the job: without a guard, a kill -9 of fleetrun could leave processes behind");
+                if (J.rdzv) fr_rdzv_failed("fleetrun lost its guard process", 1, 1);
+            }
+            continue;
+        }
         J.master_pid = pid == J.master_pid ? -1 : J.master_pid; /* the node sees the connection close */
         if (!p) continue;                                        /* an adopted grandchild */
         p->reaped = 1, p->status = ws;
