@@ -23,8 +23,8 @@ for f in tools/fleetrun tools/fleet-datagen examples/ctr/train examples/fmnist/t
   [ -x "$BUILD/$f" ] || { echo "run.sh: $BUILD/$f is missing (make all first)" >&2; exit 2; }
 done
 
-JOBS=(ps_ctr_async ps_sync_params ps_server_only_host collective_fmnist ps_worker_killed mpirun_smoke slurm_smoke
-  master_collective master_ps_restart mpirun_collective srun_collective srun_ps)
+JOBS=(ps_ctr_async ps_sync_params ps_server_only_host collective_fmnist ps_worker_killed ps_server_killed mpirun_smoke
+  slurm_smoke master_collective master_ps_restart master_ps_server_restart mpirun_collective srun_collective srun_ps)
 [ -n "${CLUSTER_JOBS:-}" ] && read -r -a JOBS <<<"$CLUSTER_JOBS"
 
 # unique names: the CI job (if any) and this shell's pid
@@ -39,6 +39,8 @@ export HERE BUILD NET WORK
 . "$HERE/lib.sh"
 # shellcheck source=jobs_ps.sh
 . "$HERE/jobs_ps.sh"
+# shellcheck source=jobs_faults.sh
+. "$HERE/jobs_faults.sh"
 # shellcheck source=jobs_collective.sh
 . "$HERE/jobs_collective.sh"
 # shellcheck source=mpi.sh
