@@ -164,7 +164,7 @@ job_srun_collective() {
   trap 'slurm_down' EXIT
   fmnist_setup
   slurm_up
-  start coll h1 srun -N 2 -n 2 "$BUILD/examples/fmnist/train_mlp" --batch 32
+  start coll h1 srun -N 2 -n 2 "${FMNIST_CMD[@]}"
   fmnist_finish coll
   slurm_down
   trap - EXIT
