@@ -67,7 +67,7 @@ ps_killed() {
   # the last line of the first other host's report that names the process, shortened
   local name
   name="$role $idx ($(host_ip "$host"):"
-  for h in h1 h2 h3; do [ "$h" = "$host" ] || grep -h "$name" "$JOBDIR/ps_$h.err" | tail -1 || true; done |
+  for h in h1 h2 h3; do [ "$h" = "$host" ] || grep -ah "$name" "$JOBDIR/ps_$h.err" | tail -1 || true; done |
     head -1 | sed 's/^fleetrun: *| *//' | cut -c1-240 | sed 's/^/    /' || true
   return 0
 }
