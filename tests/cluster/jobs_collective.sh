@@ -69,8 +69,11 @@ fmnist_check() {
   local rc=0
   python3 "$HERE/st_compare.py" "$ref/one.st" "$JOBDIR/params.st" 1e-5 >"$JOBDIR/params.cmp" 2>&1 || rc=$?
   tail -n 1 "$JOBDIR/params.cmp" | sed 's/^ */    /'
-  say "(1 process with global batch $FMNIST_BATCH:$(tail -n 1 "$ref/half.cmp" | sed 's/^ *[0-9]* tensors,//; s/ (tolerance.*//'))"
-  expect "parameters = 1 process x batch $((2 * FMNIST_BATCH)) within 1e-5" [ $rc = 0 ] || { cat "$JOBDIR/params.cmp"; return 1; }
+  local other
+  other=$(tail -n 1 "$ref/half.cmp" | sed 's/^ *[0-9]* tensors,//; s/ (tolerance.*//')
+  say "(1 process with global batch $FMNIST_BATCH:$other)"
+  expect "parameters = 1 process x batch $((2 * FMNIST_BATCH)) within 1e-5" [ $rc = 0 ] ||
+    { cat "$JOBDIR/params.cmp"; return 1; }
 }
 
 # fmnist_setup: the data and python3 (or skip), the reference, a fresh secret; T0 = now;
