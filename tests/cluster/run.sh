@@ -10,7 +10,7 @@
 #   CLUSTER_JOB_TIMEOUT_S  limit of each job (default 300)
 #   CLUSTER_KEEP=1     keep the run's directory (data, logs) instead of removing it
 #   RATE, CLUSTER_NET, CLUSTER_ID   passed to netns.sh (RATE=1gbit shapes each host's link)
-#   CLUSTER_FAULT_BOUND_S  how fast the other hosts must notice a killed worker (default 10)
+#   CLUSTER_FAULT_BOUND_S  how fast the other hosts must notice a killed worker or server (default 10)
 #
 # A job is a function job_NAME in one of the files sourced below, run in a subshell inside
 # its own directory; it returns 0 (passed), 77 through `skip REASON` (cannot run here:
