@@ -12,7 +12,9 @@
  * trainer runs the same number of steps.  Epoch time runs from a barrier before the first
  * step to the last step of the slowest trainer (data loading excluded, as in the
  * reference); samples/s = training images / epoch time.  The test set is evaluated by a
- * program cloned for test before minimize.
+ * program cloned for test before minimize.  --dump PATH: after training, the first worker (or
+ * the single process) writes the parameters to PATH as safetensors (one tensor per
+ * parameter, by name), for comparing a distributed run with a local one.
  *
  * A single-machine loop: the lines marked "+" make it data-parallel under fleetrun, and
  * without fleetrun it trains as one local worker.
@@ -46,6 +48,7 @@ typedef struct {
     float lr, momentum; /* --lr F (0.01), --momentum F (0.9) */
     uint64_t seed;    /* --seed S (0) */
     int batch_norm;   /* --batch_norm, when allowed */
+    const char *dump; /* --dump PATH: the parameters after training (NULL: none) */
 } fmnist_opts;
 
 /* Parses the examples' options into *o (defaults first).  Returns -1 to go on, or the exit
@@ -53,7 +56,7 @@ typedef struct {
 static inline int fmnist_parse_args(int argc, char **argv, int allow_batch_norm, void (*usage)(const char *),
                                     fmnist_opts *o)
 {
-    *o = (fmnist_opts){NULL, 1, 64, 0.01f, 0.9f, 0, 0};
+    *o = (fmnist_opts){NULL, 1, 64, 0.01f, 0.9f, 0, 0, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
@@ -77,6 +80,7 @@ static inline int fmnist_parse_args(int argc, char **argv, int allow_batch_norm,
         else if (!strcmp(a, "--lr")) o->lr = strtof(v, &end);
         else if (!strcmp(a, "--momentum")) o->momentum = strtof(v, &end);
         else if (!strcmp(a, "--seed")) o->seed = strtoull(v, &end, 10);
+        else if (!strcmp(a, "--dump")) o->dump = v;
         else {
             fprintf(stderr, "%s: unknown option %s\n", argv[0], a);
             usage(argv[0]);
@@ -133,6 +137,27 @@ static int fmnist__score(fl_exe *exe, fl_prog *test_prog, fl_var *acc_var, const
         fl_tensor_free(ty);
     }
     return 0;
+}
+
+/* Writes every parameter of prog found in the executor's scope to the safetensors file path. */
+static int fmnist__dump(fl_exe *exe, const fl_prog *prog, const char *path)
+{
+    int nvars = fl_prog_num_vars(prog), n = 0;
+    const char **names = malloc((size_t)nvars * sizeof *names);
+    const fl_tensor **ts = malloc((size_t)nvars * sizeof *ts);
+    int st = names && ts ? FL_OK : FL_ENOMEM;
+    for (int i = 0; st == FL_OK && i < nvars; i++) {
+        fl_var *v = fl_prog_var_at(prog, i);
+        fl_tensor *t = fl_var_is_param(v) ? fl_scope_find(fl_exe_scope(exe), fl_var_name(v)) : NULL;
+        if (!t) continue;
+        names[n] = fl_var_name(v);
+        ts[n++] = t;
+    }
+    if (st == FL_OK) st = fl_io_write_safetensors(path, names, ts, n);
+    if (st == FL_OK) printf("%d parameters written to %s\n", n, path);
+    free(names);
+    free(ts);
+    return st;
 }
 
 /* The whole program: parses the options, trains and reports.  Returns the exit status. */
@@ -261,6 +286,10 @@ static int fmnist_train_main(int argc, char **argv, const fmnist_model *m)
                    ep + 1, epochs, stat[1], (double)train.n / stat[0], stat[0], 100.0 * correct / (double)test.n,
                    correct, (long long)test.n, nranks, nranks == 1 ? "" : "s", (long long)batch, took);
         }
+    }
+    if (opt.dump && fleet_is_first_worker(fleet) && fmnist__dump(exe, prog, opt.dump) != FL_OK) {    /* + */
+        fprintf(stderr, "--dump %s: %s\n", opt.dump, fl_last_error());
+        return 1;
     }
     /* the others wait for the first worker's test before leaving */
     if (m->test_on_first_worker && fleet_barrier_worker(fleet) != FL_OK) {    /* + */

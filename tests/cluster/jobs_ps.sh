@@ -102,44 +102,6 @@ job_ps_sync_params() {
     python3 "$HERE/st_compare.py" "$JOBDIR/local.st" "$JOBDIR/ps.st" 1e-5
 }
 
-# c. kill -9 of worker 1 (h3) in the middle of the CTR job: h3's fleetrun exits non-zero and
-#    names the dead worker; the fleetruns of h1 and h2 exit non-zero within
-#    CLUSTER_FAULT_BOUND_S (default 10) of the kill, their servers naming worker 1 as the peer
-#    that vanished.  (When fleetrun --max_restart lands, a job_ps_worker_restarted next to
-#    this one expects the job to finish instead.)
-job_ps_worker_killed() {
-  local bound=${CLUSTER_FAULT_BOUND_S:-10} pid t_kill h ok=0
-  PS_PORT=6370
-  ctr_data
-  # shellcheck disable=SC2046
-  ps_start "$BUILD/examples/ctr/train" --epochs 20 --model_dir "$JOBDIR/ps_model" $(ctr_args)
-  # the middle: worker 1 finished its first epoch (the job would take 20)
-  wait_for 90 "$JOBDIR/ps_h3.log/workerlog.1" '^epoch 0:' || { show ps_h1 ps_h2 ps_h3; return 1; }
-  pid=$(sed -n 's/.*started worker 1 (pid \([0-9]*\)).*/\1/p' "$JOBDIR/ps_h3.err")
-  [ -n "$pid" ] && pid_in_host "$pid" h3 || { say "FAIL: no pid of worker 1 in h3's fleetrun output"; show ps_h3; return 1; }
-  kill -KILL "$pid"
-  t_kill=$(now)
-  say "killed worker 1 (pid $pid on h3) with SIGKILL"
-  await 60 ps_h1 ps_h2 ps_h3 || { show ps_h1 ps_h2 ps_h3; return 1; }
-  for h in h1 h2 h3; do
-    say "$h: fleetrun exited with status $(rc_of "ps_$h") $(secs_between "$t_kill" "$(end_of "ps_$h")") s after the kill"
-  done
-  expect "h3's fleetrun exited non-zero (128+9)" [ "$(rc_of ps_h3)" = 137 ] || ok=1
-  sed -n '/root cause/,/=====$/p' "$JOBDIR/ps_h3.err" >"$JOBDIR/root_cause_h3"
-  expect "h3's root cause names worker 1, pid $pid, SIGKILL" has_lines "$JOBDIR/root_cause_h3" \
-    'role: +worker$' 'rank: +1$' "pid: +$pid\$" 'status: +killed by signal SIGKILL' || ok=1
-  for h in h1 h2; do
-    expect "$h's fleetrun exited non-zero" [ "$(rc_of "ps_$h")" != 0 ] || ok=1
-    expect "$h's fleetrun exited within ${bound} s of the kill" \
-      awk -v a="$t_kill" -v b="$(end_of "ps_$h")" -v s="$bound" 'BEGIN { exit !(b - a <= s) }' || ok=1
-    expect "$h's report names the dead worker (worker 1 at $(host_ip h3))" \
-      grep -q "worker 1 ($(host_ip h3):" "$JOBDIR/ps_$h.err" || ok=1
-  done
-  [ $ok = 0 ] || { show ps_h1 ps_h2 ps_h3; return 1; }
-  grep -h 'lost its connections' "$JOBDIR"/ps_h[12].err | head -2 | sed 's/^fleetrun: *| */    /'
-  return 0
-}
-
 # h1 runs only servers: its fleetrun has no local workers to wait for, so it must not start
 # the --server_grace_s countdown (as it once did, stopping its server while h2 and h3
 # still trained); its servers end when every worker of the job stopped.  With
@@ -155,43 +117,4 @@ job_ps_server_only_host() {
   expect "h1 did not stop its server while the workers trained" \
     bash -c "! grep -q 'did not exit within --server_grace_s' '$JOBDIR/ps_h1.err'" || ok=1
   [ $ok = 0 ] || { show ps_h1 ps_h2 ps_h3; return 1; }
-}
-
-# fleetrun --master on h1 and h2 (1 server + 1 worker each; a node cannot give 0 of either)
-# with --max_restart 1 and the CTR example's --checkpoint_dir: kill -9 of worker 1 (h2)
-# once the checkpoint of the first epoch is committed restarts the job on both nodes, the
-# workers resume after epoch 0 (or later, if the kill came after a later checkpoint),
-# both fleetruns exit 0, and the test AUC is within 0.005 of the local run.
-job_master_ps_restart() {
-  local h pid t_kill ok=0
-  ctr_data
-  ctr_local 3 >/dev/null
-  new_secret
-  for h in h1 h2; do
-    # shellcheck disable=SC2046
-    fleetrun_on "ps_$h" "$h" --master "$(host_ip h1):6570" --nnodes 2 --max_restart 1 --server_num 1 --worker_num 1 \
-      --node_ip "$(host_ip "$h")" "$BUILD/examples/ctr/train" --epochs 3 --model_dir "$JOBDIR/ps_model" \
-      --checkpoint_dir "$JOBDIR/checkpoints" $(ctr_args)
-  done
-  # the kill comes once the checkpoint of epoch 0 is committed (its checkpoint.json exists)
-  local _
-  for _ in $(seq 900); do compgen -G "$JOBDIR/checkpoints/ckpt-*/checkpoint.json" >/dev/null && break; sleep 0.1; done
-  compgen -G "$JOBDIR/checkpoints/ckpt-*/checkpoint.json" >/dev/null ||
-    { say "FAIL: no checkpoint committed after 90 s"; show ps_h1 ps_h2; return 1; }
-  pid=$(sed -n 's/.*started worker 1 (pid \([0-9]*\)).*/\1/p' "$JOBDIR/ps_h2.err" | head -1)
-  [ -n "$pid" ] && pid_in_host "$pid" h2 || { say "FAIL: no pid of worker 1 in h2's fleetrun output"; show ps_h2; return 1; }
-  kill -KILL "$pid"
-  t_kill=$(now)
-  say "killed worker 1 (pid $pid on h2) with SIGKILL"
-  await 180 ps_h1 ps_h2 || { show ps_h1 ps_h2; return 1; }
-  for h in h1 h2; do
-    expect "fleetrun on $h exited 0, $(secs_between "$t_kill" "$(end_of "ps_$h")") s after the kill" \
-      [ "$(rc_of "ps_$h")" = 0 ] || ok=1
-  done
-  sed -n '/the job restarts/,/=====$/p' "$JOBDIR/ps_h2.err" >"$JOBDIR/restart_h2"
-  expect "h2 restarted the job, naming worker 1, pid $pid, SIGKILL" has_lines "$JOBDIR/restart_h2" \
-    'restart 1 of 1' 'role: +worker$' 'rank: +1$' "pid: +$pid\$" 'status: +killed by signal SIGKILL' || ok=1
-  expect "worker 1 resumed from a checkpoint" grep -q '^resumed after epoch [01] from' "$JOBDIR/ps_h2.log/workerlog.1" || ok=1
-  [ $ok = 0 ] || { show ps_h1 ps_h2; return 1; }
-  ctr_auc_check "$JOBDIR/ps_h1.out" 3
 }

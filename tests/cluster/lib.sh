@@ -72,6 +72,8 @@ number_after() { grep -o -- "$1[-0-9.e+]*" "$2" 2>/dev/null | head -1 | sed "s/^
 near() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= t) }'; }
 # secs_between T0 T1: T1 - T0 with one decimal
 secs_between() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+# ms_between T0 T1: T1 - T0 in whole milliseconds
+ms_between() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%d", (b - a) * 1000 + 0.5 }'; }
 
 # show NAME...: what a process said (for failures): its rc and the last lines of its output
 show() {

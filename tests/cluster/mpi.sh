@@ -48,6 +48,6 @@ job_mpirun_smoke() {
 job_mpirun_collective() {
   command -v mpirun >/dev/null || skip "mpirun is not installed (Debian package openmpi-bin)"
   fmnist_setup
-  mpi_start coll "$(host_ip h1),$(host_ip h2)" 2 -x FLEET_JOB_SECRET "$BUILD/examples/fmnist/train_mlp" --batch 32
+  mpi_start coll "$(host_ip h1),$(host_ip h2)" 2 -x FLEET_JOB_SECRET "${FMNIST_CMD[@]}"
   fmnist_finish coll
 }

@@ -10,7 +10,7 @@
 #   CLUSTER_JOB_TIMEOUT_S  limit of each job (default 300)
 #   CLUSTER_KEEP=1     keep the run's directory (data, logs) instead of removing it
 #   RATE, CLUSTER_NET, CLUSTER_ID   passed to netns.sh (RATE=1gbit shapes each host's link)
-#   CLUSTER_FAULT_BOUND_S  how fast the other hosts must notice a killed worker (default 10)
+#   CLUSTER_FAULT_BOUND_S  how fast the other hosts must notice a killed worker or server (default 10)
 #
 # A job is a function job_NAME in one of the files sourced below, run in a subshell inside
 # its own directory; it returns 0 (passed), 77 through `skip REASON` (cannot run here:
@@ -23,8 +23,9 @@ for f in tools/fleetrun tools/fleet-datagen examples/ctr/train examples/fmnist/t
   [ -x "$BUILD/$f" ] || { echo "run.sh: $BUILD/$f is missing (make all first)" >&2; exit 2; }
 done
 
-JOBS=(ps_ctr_async ps_sync_params ps_server_only_host collective_fmnist ps_worker_killed mpirun_smoke slurm_smoke
-  master_collective master_ps_restart mpirun_collective srun_collective srun_ps)
+JOBS=(ps_ctr_async ps_sync_params ps_server_only_host collective_fmnist ps_worker_killed ps_server_killed mpirun_smoke
+  slurm_smoke master_collective master_ps_restart master_ps_server_restart mpirun_collective srun_collective srun_ps
+  sbatch_ps_restart)
 [ -n "${CLUSTER_JOBS:-}" ] && read -r -a JOBS <<<"$CLUSTER_JOBS"
 
 # unique names: the CI job (if any) and this shell's pid
@@ -39,6 +40,8 @@ export HERE BUILD NET WORK
 . "$HERE/lib.sh"
 # shellcheck source=jobs_ps.sh
 . "$HERE/jobs_ps.sh"
+# shellcheck source=jobs_faults.sh
+. "$HERE/jobs_faults.sh"
 # shellcheck source=jobs_collective.sh
 . "$HERE/jobs_collective.sh"
 # shellcheck source=mpi.sh

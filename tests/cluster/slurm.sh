@@ -164,7 +164,7 @@ job_srun_collective() {
   trap 'slurm_down' EXIT
   fmnist_setup
   slurm_up
-  start coll h1 srun -N 2 -n 2 "$BUILD/examples/fmnist/train_mlp" --batch 32
+  start coll h1 srun -N 2 -n 2 "${FMNIST_CMD[@]}"
   fmnist_finish coll
   slurm_down
   trap - EXIT
@@ -185,6 +185,73 @@ job_srun_ps() {
   await 180 ps || { show ps; return 1; }
   expect "srun exited 0" [ "$(rc_of ps)" = 0 ] || { show ps; return 1; }
   ctr_auc_check "$JOBDIR/ps.out" 2
+  slurm_down
+  trap - EXIT
+}
+
+# slurm_task_pid PROCID PROGRAM: "PID HOST" of the process PROGRAM (its command name) that
+# runs as task PROCID of a step (SLURM_PROCID in its environment), in any host of the bed
+slurm_task_pid() {
+  local k p
+  for k in 1 2 3; do
+    for p in $(ip netns pids "$(host_ns h$k)" 2>/dev/null); do
+      [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$2" ] &&
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_PROCID=$1" && { echo "$p h$k"; return 0; }
+    done
+  done
+  return 1
+}
+
+# The batch script of docs/clusters.md ("A batch script"), taken from there as it is, with
+# CTR (a wrapper that adds this bed's CTR options: 3 epochs), DATA and CKPT set: sbatch
+# --wait on the 3 nodes (2 servers, 2 workers).  Once the first checkpoint is committed,
+# kill -9 of task 3 (worker 1): --kill-on-bad-exit ends the step, the script's loop starts
+# a new one, which resumes from the checkpoint; sbatch exits 0 and the test AUC is within
+# 0.005 of the local run.
+job_sbatch_ps_restart() {
+  trap 'slurm_down' EXIT
+  local doc=$HERE/../../docs/clusters.md t_kill t_res='' _ pid host ok=0
+  sed -n '/^<!-- tests\/cluster: sbatch_ps_restart runs this script -->$/,/^```$/p' "$doc" | sed '1,2d;$d' \
+    >"$JOBDIR/ctr.sbatch"
+  grep -q '^#SBATCH' "$JOBDIR/ctr.sbatch" || { say "FAIL: no batch script in $doc"; return 1; }
+  ctr_data
+  ctr_local 3 >/dev/null
+  mkdir -p "$JOBDIR/home"
+  # shellcheck disable=SC2046
+  printf '#!/bin/sh\nexec %s "$@" %s --epochs 3 --model_dir %s\n' "$BUILD/examples/ctr/train" "$(ctr_args)" \
+    "$JOBDIR/ps_model" >"$JOBDIR/ctr.sh"
+  chmod +x "$JOBDIR/ctr.sh"
+  slurm_up
+  # not sbatch --wait: it polls the job's state at growing intervals (30 s late here)
+  start batch h1 env -u FLEET_JOB_SECRET HOME="$JOBDIR/home" CTR="$JOBDIR/ctr.sh" DATA="$WORK/ctr-data" \
+    CKPT="$JOBDIR/checkpoints" FLEET_LOG_LEVEL=info sbatch --parsable -D "$JOBDIR" -o "$JOBDIR/batch.log" "$JOBDIR/ctr.sbatch"
+  await 30 batch && [ "$(rc_of batch)" = 0 ] || { show batch; return 1; }
+  for _ in $(seq 900); do compgen -G "$JOBDIR/checkpoints/ckpt-*/checkpoint.json" >/dev/null && break; sleep 0.1; done
+  compgen -G "$JOBDIR/checkpoints/ckpt-*/checkpoint.json" >/dev/null ||
+    { say "FAIL: no checkpoint committed after 90 s"; tail -n 20 "$JOBDIR/batch.log"; return 1; }
+  read -r pid host < <(slurm_task_pid 3 train) || { say "FAIL: no process of task 3"; return 1; }
+  kill -KILL "$pid"
+  t_kill=$(now)
+  say "killed task 3 (worker 1, pid $pid on $host) with SIGKILL"
+  for _ in $(seq 3000); do
+    grep -q '] resumed from checkpoint ' "$JOBDIR/batch.log" 2>/dev/null && { t_res=$(now); break; }
+    sleep 0.02
+  done
+  # the job's end: its state, polled every 0.2 s for at most 180 s
+  local id state=''
+  id=$(head -1 "$JOBDIR/batch.out")
+  for _ in $(seq 900); do
+    state=$(on h1 scontrol show job -o "$id" 2>/dev/null | grep -o 'JobState=[A-Z_]* .*ExitCode=[0-9:]*' |
+      sed 's/ .* / /') || true
+    case $state in JobState=PENDING* | JobState=RUNNING* | JobState=COMPLETING* | '') sleep 0.2 ;; *) break ;; esac
+  done
+  expect "batch job $id ended with exit code 0, $(secs_between "$t_kill" "$(now)") s after the kill ($state)" \
+    [ "$state" = "JobState=COMPLETED ExitCode=0:0" ] || ok=1
+  expect "the script started a second step" grep -q '^step 0 failed; the next one resumes' "$JOBDIR/batch.log" || ok=1
+  expect "both workers resumed from the checkpoint" [ "$(grep -c '^resumed after epoch [01] from' "$JOBDIR/batch.log")" = 2 ] || ok=1
+  [ $ok = 0 ] || { grep -v '^\[fleet [IW]' "$JOBDIR/batch.log" | tail -n 30 | sed 's/^/    | /'; return 1; }
+  say "kill -> first step of the new srun step: $(ms_between "$t_kill" "$t_res") ms"
+  ctr_auc_check "$JOBDIR/batch.log" 3
   slurm_down
   trap - EXIT
 }
