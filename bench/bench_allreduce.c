@@ -78,12 +78,12 @@ typedef struct {
     char epbuf[64][32];
 } bench_cfg;
 
-#define DIE(...)                                                                                   \
-    do {                                                                                           \
-        fprintf(stderr, "bench_allreduce rank %d: ", rank);                                        \
-        fprintf(stderr, __VA_ARGS__);                                                              \
-        fprintf(stderr, "\n");                                                                     \
-        _exit(2);                                                                                  \
+#define DIE(...)                                            \
+    do {                                                    \
+        fprintf(stderr, "bench_allreduce rank %d: ", rank); \
+        fprintf(stderr, __VA_ARGS__);                       \
+        fprintf(stderr, "\n");                              \
+        _exit(2);                                           \
     } while (0)
 
 static void run_rank(bench_cfg *b, int rank)
@@ -103,8 +103,8 @@ static void run_rank(bench_cfg *b, int rank)
     if (fl_coll_create(&o, &c) != FL_OK) DIE("create: %s", fl_last_error());
     const char *path = fl_coll_backend_name(c);
     if (rank == 0)
-        fprintf(stderr, "# %s path, %d ranks, float32 sum, out of place\n# %10s %12s %12s %10s %10s %8s\n", path,
-                b->np, "size(B)", "time(us)", "p50(us)", "algbw", "busbw", "#wrong");
+        fprintf(stderr, "# %s path, %d ranks, float32 sum, out of place\n# %10s %12s %12s %10s %10s %8s\n", path, b->np,
+                "size(B)", "time(us)", "p50(us)", "algbw", "busbw", "#wrong");
     for (int si = 0; si < b->nsizes; si++) {
         long bytes = parse_size(b->sizes[si]);
         size_t n = (size_t)bytes / 4;
@@ -139,8 +139,8 @@ static void run_rank(bench_cfg *b, int rank)
         qsort(ts, (size_t)iters, sizeof(double), cmpd);
         if (rank == 0) {
             double per = el / iters, alg = (double)bytes / per / 1e9, bus = alg * 2.0 * (b->np - 1) / b->np;
-            fprintf(stderr, "  %10ld %12.2f %12.2f %10.3f %10.3f %8lld\n", bytes, per * 1e6, ts[iters / 2] * 1e6, alg,
-                    bus, (long long)wrong);
+            fprintf(stderr, "  %10ld %12.2f %12.2f %10.3f %10.3f %8lld\n", bytes, per * 1e6, ts[iters / 2] * 1e6, alg, bus,
+                    (long long)wrong);
             printf("R\t%s_%s.%s.us\t%.2f\tus/op\n", b->label, path, b->sizes[si], per * 1e6);
             printf("R\t%s_%s.%s.p50us\t%.2f\tus/op\n", b->label, path, b->sizes[si], ts[iters / 2] * 1e6);
             printf("R\t%s_%s.%s.algbw\t%.3f\tGB/s\n", b->label, path, b->sizes[si], alg);
@@ -244,7 +244,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--small") && i + 1 < argc) b.small = parse_size(argv[++i]);
         else if (parse_size(argv[i]) >= 4) sizes[ns++] = argv[i];
         else {
-            fprintf(stderr, "usage: %s [--np N] [--mode shm|tcp|both|mpi] [--seconds S] [--label L] [--chunk B] [--small B] [--bind core|none] [SIZE ...]\n", argv[0]);
+            fprintf(
+                stderr,
+                "usage: %s [--np N] [--mode shm|tcp|both|mpi] [--seconds S] [--label L] [--chunk B] [--small B] [--bind core|none] [SIZE ...]\n",
+                argv[0]);
             return 2;
         }
     }

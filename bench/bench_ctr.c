@@ -208,7 +208,8 @@ static run_res train(fl_exe *exe, model *md, fl_dataset *ds, int threads, double
     run_res r = {0, 0, 0, 0};
     do {
         fl_exe_dataset_stats s;
-        if (fl_exe_train_from_dataset(exe, md->prog, ds, threads, fetch, NULL, 1, 0, &s) != FL_OK) die("train_from_dataset");
+        if (fl_exe_train_from_dataset(exe, md->prog, ds, threads, fetch, NULL, 1, 0, &s) != FL_OK)
+            die("train_from_dataset");
         r.instances += s.instances;
         r.seconds += s.seconds;
         r.loss = s.fetch[0];
@@ -255,8 +256,8 @@ static int run_local(void)
     fl_dataset *mem = dataset(&md, "InMemoryDataset", (const char *const *)train_f, ntrain, 1);
     double tl = now() - t0;
     fl_dataset *warm = dataset(&md, "InMemoryDataset", (const char *const *)test_f, ntest, 1);
-    printf("# data: %d train files, %lld examples in memory (loaded in %.2f s, not timed); warm-up: %lld examples\n", ntrain,
-           (long long)fl_dataset_get_memory_data_size(mem), tl, (long long)fl_dataset_get_memory_data_size(warm));
+    printf("# data: %d train files, %lld examples in memory (loaded in %.2f s, not timed); warm-up: %lld examples\n",
+           ntrain, (long long)fl_dataset_get_memory_data_size(mem), tl, (long long)fl_dataset_get_memory_data_size(warm));
     for (int bi = 0; bi < A.nbatch; bi++)
         for (int ti = 0; ti < A.nthread; ti++) {
             int b = A.batches[bi], t = A.threads[ti];
@@ -369,8 +370,8 @@ typedef struct {
     char log[256];
 } child;
 
-static void spawn(child *c, char **argv, const char *logdir, const char *name, const char *role, int idx,
-                  const char *list, int port, const char *secret)
+static void spawn(child *c, char **argv, const char *logdir, const char *name, const char *role, int idx, const char *list,
+                  int port, const char *secret)
 {
     snprintf(c->log, sizeof c->log, "%s/%s.log", logdir, name);
     fflush(stdout);
@@ -504,8 +505,9 @@ static int run_ps(int argc, char **argv)
                         if (s1 > end) end = s1;
                         rate_sum += n / ps;
                         got++;
-                        printf("# ps b%d worker %d x %d thread(s): %lld examples, %.3f s of passes, %.0f examples/s, last loss %.4f\n",
-                               b, w - 1, t, n, ps, n / ps, loss);
+                        printf(
+                            "# ps b%d worker %d x %d thread(s): %lld examples, %.3f s of passes, %.0f examples/s, last loss %.4f\n",
+                            b, w - 1, t, n, ps, n / ps, loss);
                     }
                 }
                 if (f) fclose(f);

@@ -90,16 +90,12 @@ static text gen_criteo(size_t bytes)
     while (t.len + sizeof line < bytes) {
         int o = sprintf(line, "%d", (int)(rng(&s) % 2));
         for (int j = 0; j < 13; j++) {
-            if (rng(&s) % 5 == 0)
-                o += sprintf(line + o, "\t");
-            else
-                o += sprintf(line + o, "\t%d", (int)(rng(&s) % 3000) - (j == 1 ? 3 : 0));
+            if (rng(&s) % 5 == 0) o += sprintf(line + o, "\t");
+            else o += sprintf(line + o, "\t%d", (int)(rng(&s) % 3000) - (j == 1 ? 3 : 0));
         }
         for (int j = 0; j < 26; j++) {
-            if (rng(&s) % 8 == 0)
-                o += sprintf(line + o, "\t");
-            else
-                o += sprintf(line + o, "\t%08x", (unsigned)rng(&s));
+            if (rng(&s) % 8 == 0) o += sprintf(line + o, "\t");
+            else o += sprintf(line + o, "\t%08x", (unsigned)rng(&s));
         }
         line[o++] = '\n';
         put(&t, bytes + 4096, line, (size_t)o);
@@ -320,8 +316,8 @@ static void end_to_end(const text *t, int nthreads)
                    (double)t->len / 1e6 / tl / fl_dataset_thread_num(ds), (double)inst / 1e6 / tl,
                    (double)inst / 1e6 / (dt - tl));
         else
-            printf("| QueueDataset file -> batches of 512, 1 thread | %.0f | %.2f | |\n",
-                   (double)t->len / 1e6 / dt, (double)inst / 1e6 / dt);
+            printf("| QueueDataset file -> batches of 512, 1 thread | %.0f | %.2f | |\n", (double)t->len / 1e6 / dt,
+                   (double)inst / 1e6 / dt);
         if (inst != (int64_t)t->lines) {
             fprintf(stderr, "read %lld instances, expected %zu\n", (long long)inst, t->lines);
             exit(1);
@@ -342,16 +338,11 @@ int main(int argc, char **argv)
     const char *only = NULL;
     int noref = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--mb") && i + 1 < argc)
-            mb = (size_t)atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
-            secs_target = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
-            maxt = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
-            only = argv[++i];
-        else if (!strcmp(argv[i], "--no-ref"))
-            noref = 1;
+        if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = (size_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) secs_target = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) maxt = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--no-ref")) noref = 1;
         else {
             fprintf(stderr, "usage: %s [--mb N] [--seconds S] [--threads T] [--only ctr|dense|criteo] [--no-ref]\n",
                     argv[0]);
@@ -365,11 +356,11 @@ int main(int argc, char **argv)
     fl__parser ps[3] = {{ctr_slots, 28, FL__FMT_MULTISLOT, 0, "ctr"},
                         {dense_slots, 1, FL__FMT_MULTISLOT, 0, "dense"},
                         {criteo_slots, 28, FL__FMT_CRITEO, 1000001, "criteo"}};
-    const char *label[3] = {"MultiSlot ctr (26 sparse + 13 dense)", "MultiSlot dense (64 floats)",
-                            "Criteo (40 columns)"};
-    printf("# data-line parsing, %zu MB of text per format, %.1f s per measurement, ours vs Paddle-style strto*\n",
-           mb, secs_target);
-    printf("| format | bytes/line | threads | ours MB/s/thread | ours M lines/s/thread | strto* MB/s/thread | ratio | target 200 MB/s |\n");
+    const char *label[3] = {"MultiSlot ctr (26 sparse + 13 dense)", "MultiSlot dense (64 floats)", "Criteo (40 columns)"};
+    printf("# data-line parsing, %zu MB of text per format, %.1f s per measurement, ours vs Paddle-style strto*\n", mb,
+           secs_target);
+    printf(
+        "| format | bytes/line | threads | ours MB/s/thread | ours M lines/s/thread | strto* MB/s/thread | ratio | target 200 MB/s |\n");
     printf("|---|---|---|---|---|---|---|---|\n");
     static const char *const keys[3] = {"ctr", "dense", "criteo"};
     for (int f = 0; f < 3; f++) {

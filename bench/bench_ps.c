@@ -197,7 +197,9 @@ static fl_net_conn *start_echo(pid_t *pid)
         if (fl_net_accept(l, &au, fl_net_deadline(10000), &c)) _exit(1);
         size_t n = (size_t)DENSE_ROWS * DENSE_COLS * 4;
         uint8_t *b = malloc(n);
-        while (fl_net_recv_all(c, b, n, fl_net_deadline(60000)) == FL_OK && fl_net_send_all(c, b, n, fl_net_deadline(60000)) == FL_OK) {}
+        while (fl_net_recv_all(c, b, n, fl_net_deadline(60000)) == FL_OK &&
+               fl_net_send_all(c, b, n, fl_net_deadline(60000)) == FL_OK) {
+        }
         _exit(0);
     }
     fl_net_listener_free(l);
@@ -223,7 +225,8 @@ int main(int argc, char **argv)
     init_tables();
     signal(SIGPIPE, SIG_IGN);
     uint64_t *all = malloc((size_t)nkeys * 8), *ids = malloc(BATCH * 8);
-    float *out = malloc((size_t)BATCH * 64 * 4), *grads = malloc((size_t)BATCH * 64 * 4), *src = malloc((size_t)BATCH * 64 * 4);
+    float *out = malloc((size_t)BATCH * 64 * 4), *grads = malloc((size_t)BATCH * 64 * 4),
+          *src = malloc((size_t)BATCH * 64 * 4);
     float *dense = malloc((size_t)DENSE_ROWS * DENSE_COLS * 4), *dgrad = calloc((size_t)DENSE_ROWS * DENSE_COLS, 4);
     for (int i = 0; i < nkeys; i++) all[i] = fl__hash_u64((uint64_t)i + 1);
     fl_rng r = {12345};
@@ -296,7 +299,8 @@ int main(int argc, char **argv)
         for (int i = 0; i < ns; i++) waitpid(sp[i], NULL, 0);
     }
     printf("\n%-40s %12s %10s %12s\n", "dense 1.7 MB (push + pull)", "round trips/s", "GB/s", "vs TCP loop");
-    printf("%-40s %12.1f %10.3f %11s\n", "bound: plain send/recv 1.7 MB each way", echo_rate, echo_rate * 2 * dbytes / 1e9, "1");
+    printf("%-40s %12.1f %10.3f %11s\n", "bound: plain send/recv 1.7 MB each way", echo_rate, echo_rate * 2 * dbytes / 1e9,
+           "1");
     for (int ns = 1; ns <= 2; ns++)
         printf("%-40s %12.1f %10.3f %11.2fx\n", ns == 1 ? "ps dense push+pull, 1 server" : "ps dense push+pull, 2 servers",
                dense_rate[ns], dense_rate[ns] * 2 * dbytes / 1e9, dense_rate[ns] / echo_rate);

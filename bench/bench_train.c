@@ -48,7 +48,7 @@ static double sys_busy_s(void)
     fclose(f);
     if (n < 8) return 0;
     unsigned long long busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7]; /* user nice system irq softirq steal */
-    return (double)busy / 100.0; /* USER_HZ */
+    return (double)busy / 100.0;                                       /* USER_HZ */
 }
 
 static double own_cpu_s(void)
@@ -224,11 +224,11 @@ static void bare_train(bare_chain *b)
     bare_fwd(b);
     for (int i = b->nl - 1; i >= 0; i--) {
         int in = b->dims[i], out = b->dims[i + 1];
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, b->batch, 1.0f, b->a[i], in, b->g[i + 1], out,
-                    0.0f, b->dw[i], out);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, b->batch, 1.0f, b->a[i], in, b->g[i + 1], out, 0.0f,
+                    b->dw[i], out);
         if (i > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b->batch, in, out, 1.0f, b->g[i + 1], out, b->w[i],
-                        out, 0.0f, b->g[i], in);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, b->batch, in, out, 1.0f, b->g[i + 1], out, b->w[i], out,
+                        0.0f, b->g[i], in);
     }
 }
 
@@ -287,13 +287,15 @@ int main(int argc, char **argv)
 
     model m = {0};
     pool data;
-    if (is_mlp) build_mlp(&m); else build_fc(&m, strcmp(mode, "fc") == 0);
+    if (is_mlp) build_mlp(&m);
+    else build_fc(&m, strcmp(mode, "fc") == 0);
     pool_make(&data, batch, is_mlp ? 32 : 273);
     model_start(&m);
 
     static const int mlp_dims[4] = {32, 128, 128, 2}, fc_dims[5] = {273, 400, 400, 400, 2};
     bare_chain b;
-    if (is_mlp) bare_make(&b, batch, 3, mlp_dims); else bare_make(&b, batch, 4, fc_dims);
+    if (is_mlp) bare_make(&b, batch, 3, mlp_dims);
+    else bare_make(&b, batch, 4, fc_dims);
     if (strcmp(mode, "fcfwd") != 0) {
         float first = 0, last = 0;
         for (int i = 0; i < warmup; i++) {
@@ -367,8 +369,8 @@ int main(int argc, char **argv)
         emit(key, "ours_over_sgemm", g_ours / g_bare, "x", "%.3f");
         snprintf(key, sizeof key, "ours.%s.b%d.blas%d%s", mode, batch, g_threads, tag);
         emit(key, "other_cpu", other > 0 ? other : 0, "cores busy with other processes", "%.2f");
-        printf("# %.3f MFLOP per pass; ours %ld passes in %.3f s, bare sgemm %ld passes in %.3f s\n", flop * 1e-6,
-               n_ours, t_ours, n_bare, t_bare);
+        printf("# %.3f MFLOP per pass; ours %ld passes in %.3f s, bare sgemm %ld passes in %.3f s\n", flop * 1e-6, n_ours,
+               t_ours, n_bare, t_bare);
     }
 done:
     bare_free(&b);

@@ -94,7 +94,8 @@ TEST(exports_match_the_public_headers)
         snprintf(pat, sizeof pat, " %s(", s.names[i]);
         char pat2[420];
         snprintf(pat2, sizeof pat2, "*%s(", s.names[i]);
-        if (!strstr(h, pat) && !strstr(h, pat2)) TFAIL("libfleet.so exports '%s', declared in no public header", s.names[i]);
+        if (!strstr(h, pat) && !strstr(h, pat2))
+            TFAIL("libfleet.so exports '%s', declared in no public header", s.names[i]);
     }
     int declared = 0;
     for (const char *p = h; (p = strstr(p, "\nFL_API ")) != NULL; p += 8) {

@@ -25,10 +25,10 @@ static const fl_net_secret ch_secret = {.bytes = "fleet-test-secret-0123456789ab
 
 typedef struct {
     int P;
-    int shm;           /* 1: allow shared memory */
+    int shm;             /* 1: allow shared memory */
     const char *backend; /* opts->backend (NULL: FLEET_COLL_BACKEND, else automatic) */
     const char *expect;  /* the backend ch_comm expects; NULL: shm if allowed, else tcp */
-    int timeout_ms;    /* 0: 20000 */
+    int timeout_ms;      /* 0: 20000 */
     size_t small_max, chunk;
     fl_net_listener *ls[CH_MAXP];
     char epbuf[CH_MAXP][64];
@@ -55,9 +55,9 @@ static inline fl_coll_opts ch_opts(ch_world *w, int r)
     return o;
 }
 
-#define CHECK_STR_EQ(a, b)                                                                         \
-    do {                                                                                           \
-        const char *a_ = (a), *b_ = (b);                                                           \
+#define CHECK_STR_EQ(a, b)                                                                             \
+    do {                                                                                               \
+        const char *a_ = (a), *b_ = (b);                                                               \
         if (!a_ || strcmp(a_, b_)) TFAIL("%s is \"%s\", expected \"%s\"", #a, a_ ? a_ : "(null)", b_); \
     } while (0)
 
@@ -146,8 +146,9 @@ static inline void ch_run_named(int P, const char *name, int via_env, ch_rank_fn
     ch_start(&w, fn, arg);
     int bad = ch_wait(&w, -1);
     if (via_env) unsetenv("FLEET_COLL_BACKEND");
-    if (bad) TFAIL("%d ranks, backend '%s' named in %s: some ranks failed", P, name,
-                   via_env ? "FLEET_COLL_BACKEND" : "opts->backend");
+    if (bad)
+        TFAIL("%d ranks, backend '%s' named in %s: some ranks failed", P, name,
+              via_env ? "FLEET_COLL_BACKEND" : "opts->backend");
 }
 
 static inline double ch_now(void)
@@ -438,10 +439,7 @@ static void rank_other_backend(ch_world *w, int r, void *arg)
     fprintf(stderr, "  rank %d: %s\n", r, fl_last_error());
 }
 
-TEST(ranks_must_name_one_backend)
-{
-    ch_run(2, 1, rank_other_backend, NULL);
-}
+TEST(ranks_must_name_one_backend) { ch_run(2, 1, rank_other_backend, NULL); }
 
 /* Tens of MB: 16M floats, and an uneven count over 3 ranks; every element checked. */
 static void rank_big(ch_world *w, int r, void *arg)
@@ -558,8 +556,8 @@ static void kill_case(int P, int shm, int victim)
     int bad = ch_wait(&w, victim);
     double dt = ch_now() - t0;
     close(pfd[0]);
-    fprintf(stderr, "  %d ranks (%s), rank %d killed: the others failed after %.3f s\n", P, shm ? "shm" : "tcp",
-            victim, dt);
+    fprintf(stderr, "  %d ranks (%s), rank %d killed: the others failed after %.3f s\n", P, shm ? "shm" : "tcp", victim,
+            dt);
     if (bad) TFAIL("some surviving ranks did not report the dead peer");
     if (dt > 10.0) TFAIL("survivors took %.1f s to notice the dead peer", dt);
 }
@@ -620,8 +618,8 @@ static void stop_case(int P, int shm, int victim)
         bad += !WIFEXITED(ws) || WEXITSTATUS(ws) != 0;
     }
     double dt = ch_now() - t0;
-    fprintf(stderr, "  %d ranks (%s), rank %d stopped: the others failed after %.2f s\n", P, shm ? "shm" : "tcp",
-            victim, dt);
+    fprintf(stderr, "  %d ranks (%s), rank %d stopped: the others failed after %.2f s\n", P, shm ? "shm" : "tcp", victim,
+            dt);
     kill(w.pids[victim], SIGCONT);
     double t1 = ch_now();
     int ws = 0;
@@ -792,10 +790,7 @@ static void rank_insecure(ch_world *w, int r, void *arg)
     fl_coll_free(c);
 }
 
-TEST(insecure_local_mode)
-{
-    ch_run(2, 1, rank_insecure, NULL);
-}
+TEST(insecure_local_mode) { ch_run(2, 1, rank_insecure, NULL); }
 
 TEST(bad_arguments)
 {
@@ -832,6 +827,6 @@ TEST(bad_arguments)
 TEST_MAIN(T(allreduce_shm), T(allreduce_tcp), T(broadcast_every_root), T(allgather), T(reduce_scatter), T(barrier),
           T(named_backend_tcp), T(named_backend_shm), T(unknown_backend_is_refused),
           T(shm_named_without_shared_memory_fails), T(ranks_must_name_one_backend), T(allreduce_16m_floats),
-          T(allreduce_random_floats), T(kill_rank_mid_allreduce), T(stopped_rank_is_named_within_10s), T(wrong_secret_is_refused),
-          T(mismatched_calls_fail_on_every_rank), T(stalled_rank_times_out), T(secret_configuration),
-          T(insecure_local_mode), T(bad_arguments))
+          T(allreduce_random_floats), T(kill_rank_mid_allreduce), T(stopped_rank_is_named_within_10s),
+          T(wrong_secret_is_refused), T(mismatched_calls_fail_on_every_rank), T(stalled_rank_times_out),
+          T(secret_configuration), T(insecure_local_mode), T(bad_arguments))

@@ -73,15 +73,9 @@ static void expect_ok(int n, const char *env, const char *mode)
     free(out);
 }
 
-TEST(suite_on_3_ranks)
-{
-    expect_ok(3, NULL, "suite");
-}
+TEST(suite_on_3_ranks) { expect_ok(3, NULL, "suite"); }
 
-TEST(suite_on_2_ranks_named_in_the_environment)
-{
-    expect_ok(2, "FLEET_COLL_BACKEND=mpi", "suite");
-}
+TEST(suite_on_2_ranks_named_in_the_environment) { expect_ok(2, "FLEET_COLL_BACKEND=mpi", "suite"); }
 
 TEST(mismatched_calls_fail_on_every_rank)
 {
@@ -89,10 +83,7 @@ TEST(mismatched_calls_fail_on_every_rank)
     expect_ok(2, NULL, "mismatch");
 }
 
-TEST(late_rank_times_out_and_mpirun_ends)
-{
-    expect_ok(3, NULL, "timeout");
-}
+TEST(late_rank_times_out_and_mpirun_ends) { expect_ok(3, NULL, "timeout"); }
 
 TEST(refusals_under_mpirun)
 {
@@ -100,10 +91,7 @@ TEST(refusals_under_mpirun)
     expect_ok(2, NULL, "single");
 }
 
-TEST(refused_outside_mpirun)
-{
-    check_refusal("MPI is not initialised: the job was not started by mpirun", FL_ESTATE);
-}
+TEST(refused_outside_mpirun) { check_refusal("MPI is not initialised: the job was not started by mpirun", FL_ESTATE); }
 
 /* The losses of "TRAIN rank=R loss=<hex>" lines, concatenated in rank order. */
 static void losses(const char *out, char *buf, size_t cap)

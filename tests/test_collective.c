@@ -12,9 +12,9 @@
 typedef enum { M_DP, M_LOCALSGD, M_GM } mode_t_;
 
 typedef struct {
-    int sparse;   /* add an embedding with a sparse gradient */
+    int sparse; /* add an embedding with a sparse gradient */
     mode_t_ mode;
-    int k;        /* localsgd / gradient merge k_steps */
+    int k;           /* localsgd / gradient merge k_steps */
     const char *opt; /* "sgd", "momentum", "adam" */
 } cfg;
 
@@ -74,7 +74,8 @@ static void train(fl_prog *p, fl_var *cost, fl_exe *e, int sparse, int n_total, 
     free(ys);
 }
 
-static const char *const PARAMS[] = {"fc_0.w_0", "fc_0.b_0", "fc_1.w_0", "fc_1.w_1", "fc_1.b_0", "fc_2.w_0", "embedding_0.w_0", NULL};
+static const char *const PARAMS[] = {"fc_0.w_0", "fc_0.b_0", "fc_1.w_0",        "fc_1.w_1",
+                                     "fc_1.b_0", "fc_2.w_0", "embedding_0.w_0", NULL};
 
 /* Writes the parameters of scope to fd as (name-index, numel, floats). */
 static void dump(fl_scope *s, int fd)
@@ -240,10 +241,8 @@ TEST(gradient_merge_k2_local)
         CHECK_OK(fl_opt_minimize(o, cost));
         fl_exe *e = fl_exe_create(NULL);
         CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
-        if (variant)
-            train(p, cost, e, 0, B / 2, 0, B / 2, 2 * 3); /* 6 half batches = 3 merged steps */
-        else
-            train(p, cost, e, 0, B, 0, B, 3);
+        if (variant) train(p, cost, e, 0, B / 2, 0, B / 2, 2 * 3); /* 6 half batches = 3 merged steps */
+        else train(p, cost, e, 0, B, 0, B, 3);
         memcpy(got[variant], fl_tensor_f32(fl_scope_find(fl_exe_scope(e), "fc_0.w_0")), 96 * sizeof(float));
         fl_exe_free(e);
         fl_opt_free(o);

@@ -98,29 +98,36 @@ static double after(const char *s, const char *key)
 TEST(ps_async_and_collective_match_local_training)
 {
     setup();
-    free(run("gen", 60, "%s/tools/fleet-datagen criteo --rows " ROWS " --files 4 --out %s/data --seed 5 --vocab-scale 0.002 "
-                        "--dense-scale 0.1", BIN, DIR_));
-    const char *common = "--epochs 2 --optimizer adam --lr 0.003 --hidden 64,64 --sparse_feature_dim 100003 --print_period 0";
-    char *loc = run("local", 120, "%s/examples/ctr/train --is_local 1 --thread_num 2 --train_data %s/data/train --test_data "
-                                  "%s/data/test --model_dir %s/local_model %s",
+    free(run("gen", 60,
+             "%s/tools/fleet-datagen criteo --rows " ROWS " --files 4 --out %s/data --seed 5 --vocab-scale 0.002 "
+             "--dense-scale 0.1",
+             BIN, DIR_));
+    const char *common =
+        "--epochs 2 --optimizer adam --lr 0.003 --hidden 64,64 --sparse_feature_dim 100003 --print_period 0";
+    char *loc = run("local", 120,
+                    "%s/examples/ctr/train --is_local 1 --thread_num 2 --train_data %s/data/train --test_data "
+                    "%s/data/test --model_dir %s/local_model %s",
                     BIN, DIR_, DIR_, DIR_, common);
     double a_local = after(loc, "test auc ");
-    char *ps = run("ps", 180, "%s/tools/fleetrun --server_num 1 --worker_num 2 --log_dir %s/log %s/examples/ctr/train "
-                              "--thread_num 2 --train_data %s/data/train --test_data %s/data/test --model_dir %s/ps_model "
-                              "--strategy a_sync_configs.send_queue_size=2 --strategy a_sync_configs.max_merge_var_num=2 %s",
+    char *ps = run("ps", 180,
+                   "%s/tools/fleetrun --server_num 1 --worker_num 2 --log_dir %s/log %s/examples/ctr/train "
+                   "--thread_num 2 --train_data %s/data/train --test_data %s/data/test --model_dir %s/ps_model "
+                   "--strategy a_sync_configs.send_queue_size=2 --strategy a_sync_configs.max_merge_var_num=2 %s",
                    BIN, DIR_, BIN, DIR_, DIR_, DIR_, common);
     double a_ps = after(ps, "test auc ");
     CHECK_STR_HAS(ps, "all 3 processes on this node succeeded");
-    char *inf = run("infer", 60, "%s/examples/ctr/infer --model_dir %s/ps_model --test_data %s/data/test --sparse_feature_dim 100003",
+    char *inf = run("infer", 60,
+                    "%s/examples/ctr/infer --model_dir %s/ps_model --test_data %s/data/test --sparse_feature_dim 100003",
                     BIN, DIR_, DIR_);
     double a_inf = after(inf, "test auc ");
     /* collective: two trainers, one thread each, the embedding gradient all-gathered */
-    char *co = run("coll", 180, "%s/tools/fleetrun --nproc_per_node 2 --log_dir %s/clog %s/examples/ctr/train --mode collective "
-                                "--train_data %s/data/train --test_data %s/data/test --model_dir %s/coll_model %s",
+    char *co = run("coll", 180,
+                   "%s/tools/fleetrun --nproc_per_node 2 --log_dir %s/clog %s/examples/ctr/train --mode collective "
+                   "--train_data %s/data/train --test_data %s/data/test --model_dir %s/coll_model %s",
                    BIN, DIR_, BIN, DIR_, DIR_, DIR_, common);
     double a_coll = after(co, "test auc ");
-    printf("  test auc: local %.4f, parameter servers %.4f, PS model without servers %.4f, collective %.4f\n", a_local, a_ps,
-           a_inf, a_coll);
+    printf("  test auc: local %.4f, parameter servers %.4f, PS model without servers %.4f, collective %.4f\n", a_local,
+           a_ps, a_inf, a_coll);
     fflush(stdout);
     CHECK(a_local > MIN_AUC);
     CHECK_NEAR(a_ps, a_local, TOL);
@@ -186,8 +193,8 @@ static void hash_files(char files[][160], int n, int64_t *count, uint64_t *hash)
 TEST(global_shuffle_across_ps_workers)
 {
     setup();
-    free(run("gen", 60, "%s/tools/fleet-datagen criteo --rows 3000 --files 4 --out %s/data --seed 9 --vocab-scale 0.01", BIN,
-             DIR_));
+    free(run("gen", 60, "%s/tools/fleet-datagen criteo --rows 3000 --files 4 --out %s/data --seed 9 --vocab-scale 0.01",
+             BIN, DIR_));
     char files[4][160];
     char list[1024] = "";
     for (int i = 0; i < 4; i++) {
@@ -200,8 +207,9 @@ TEST(global_shuffle_across_ps_workers)
     hash_files(files, 4, &n_all, &h_all);
     hash_files(files, 2, &n0, &h0); /* worker 0's share before the shuffle (split_files) */
     CHECK_EQ_INT(n_all, 3000);
-    char *out = run("job", 120, "%s/tools/fleetrun --server_num 1 --worker_num 2 --log_dir %s/log %s/tests/bin/shuffle_job %s%s",
-                    BIN, DIR_, BIN, DIR_, list);
+    char *out = run("job", 120,
+                    "%s/tools/fleetrun --server_num 1 --worker_num 2 --log_dir %s/log %s/tests/bin/shuffle_job %s%s", BIN,
+                    DIR_, BIN, DIR_, list);
     free(out);
     int64_t held[2], total[2], before[2];
     uint64_t hash[2];
@@ -236,16 +244,20 @@ TEST(empty_training_files_are_an_error)
     char *o = run("mk", 20, "mkdir -p %s/empty && : > %s/empty/part-0 && : > %s/empty/part-1", DIR_, DIR_, DIR_);
     free(o);
     int rc;
-    o = run_rc("empty", 60, &rc, "%s/examples/ctr/train --is_local 1 --epochs 2 --thread_num 1 --train_data %s/empty "
-               "--model_dir %s/m", BIN, DIR_, DIR_);
+    o = run_rc("empty", 60, &rc,
+               "%s/examples/ctr/train --is_local 1 --epochs 2 --thread_num 1 --train_data %s/empty "
+               "--model_dir %s/m",
+               BIN, DIR_, DIR_);
     if (rc != 1) TFAIL("train on empty files exited %d, expected 1:\n%s", rc, o);
     CHECK_STR_HAS(o, "epoch 0 read 0 examples from 2 file(s)");
     CHECK_STR_HAS(o, "empty/part-0");
     CHECK_STR_HAS(o, "--allow_empty 1");
     CHECK(!strstr(o, "model saved"));
     free(o);
-    o = run("allowed", 60, "%s/examples/ctr/train --is_local 1 --epochs 1 --thread_num 1 --allow_empty 1 --train_data "
-            "%s/empty --model_dir %s/m", BIN, DIR_, DIR_);
+    o = run("allowed", 60,
+            "%s/examples/ctr/train --is_local 1 --epochs 1 --thread_num 1 --allow_empty 1 --train_data "
+            "%s/empty --model_dir %s/m",
+            BIN, DIR_, DIR_);
     CHECK_STR_HAS(o, "model saved");
     free(o);
     o = run_rc("infer", 60, &rc, "%s/examples/ctr/infer --model_dir %s/m --test_data %s/empty", BIN, DIR_, DIR_);
@@ -262,17 +274,21 @@ TEST(collective_example_prints_the_first_error)
     setup();
     char env[512];
     int port = 20000 + (int)(getpid() % 20000); /* rank 1's port stays unused */
-    snprintf(env, sizeof env, "env -u FLEET_JOB_SECRET -u FLEET_JOB_SECRET_FILE PADDLE_TRAINER_ID=0 "
+    snprintf(env, sizeof env,
+             "env -u FLEET_JOB_SECRET -u FLEET_JOB_SECRET_FILE PADDLE_TRAINER_ID=0 "
              "PADDLE_TRAINERS_NUM=2 PADDLE_TRAINER_ENDPOINTS=127.0.0.1:%d,127.0.0.1:%d "
-             "PADDLE_CURRENT_ENDPOINT=127.0.0.1:%d FLEET_COLL_TIMEOUT_MS=1000", port, port + 1, port);
+             "PADDLE_CURRENT_ENDPOINT=127.0.0.1:%d FLEET_COLL_TIMEOUT_MS=1000",
+             port, port + 1, port);
     int rc;
     char *o = run_rc("nosecret", 60, &rc, "%s %s/examples/quick_start/collective_train 3", env, BIN);
     if (rc != 1) TFAIL("exit %d, expected 1:\n%s", rc, o);
     CHECK_STR_HAS(o, "needs the job secret");
     CHECK(!strstr(o, "optimizer is NULL"));
     free(o);
-    o = run_rc("alone", 60, &rc, "%s FLEET_JOB_SECRET=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff "
-               "%s/examples/quick_start/collective_train 3", env, BIN);
+    o = run_rc("alone", 60, &rc,
+               "%s FLEET_JOB_SECRET=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff "
+               "%s/examples/quick_start/collective_train 3",
+               env, BIN);
     if (rc != 1) TFAIL("exit %d, expected 1:\n%s", rc, o);
     CHECK_STR_HAS(o, "fleet_distributed_optimizer: rendezvous of rank 0 timed out");
     CHECK_STR_HAS(o, "rank 1");

@@ -152,12 +152,15 @@ TEST(multislot_malformed_messages)
     BAD(ps, "2x 11 12", "f.txt:7: slot 'ids' (#1): expected the number of values, got '2x'");
     BAD(ps, "+2 11 12", "f.txt:7: slot 'ids' (#1): expected the number of values, got '+2'");
     BAD(ps, "- 11 12", "f.txt:7: slot 'ids' (#1): expected the number of values, got '-'");
-    BAD(ps, "3000000000 1", "f.txt:7: slot 'ids' (#1): the number of values is out of range (at most 2147483647): "
-                            "'3000000000'");
-    BAD(ps, "2147483648 1", "f.txt:7: slot 'ids' (#1): the number of values is out of range (at most 2147483647): "
-                            "'2147483648'");
-    BAD(ps, "99999999999999999999999 1", "f.txt:7: slot 'ids' (#1): the number of values is out of range (at most "
-                                         "2147483647): '99999999999999999999999'");
+    BAD(ps, "3000000000 1",
+        "f.txt:7: slot 'ids' (#1): the number of values is out of range (at most 2147483647): "
+        "'3000000000'");
+    BAD(ps, "2147483648 1",
+        "f.txt:7: slot 'ids' (#1): the number of values is out of range (at most 2147483647): "
+        "'2147483648'");
+    BAD(ps, "99999999999999999999999 1",
+        "f.txt:7: slot 'ids' (#1): the number of values is out of range (at most "
+        "2147483647): '99999999999999999999999'");
     BAD(ps, "2147483647 1 2", "f.txt:7: slot 'ids' (#1): expected 2147483647 values, the line ends after 2");
     BAD(ps, "2 11", "f.txt:7: slot 'ids' (#1): expected 2 values, the line ends after 1");
     BAD(ps, "2 11 12 3 0.5", "f.txt:7: slot 'w' (#2): expected 3 values, the line ends after 1");
@@ -173,16 +176,16 @@ TEST(multislot_malformed_messages)
     snprintf(line, sizeof line, "1 18446744073709551616%s", tail);
     BAD(ps, line, "f.txt:7: slot 'ids' (#1): value 1 of 1: value out of range for uint64: '18446744073709551616'");
     snprintf(line, sizeof line, "1 123456789012345678901234567890%s", tail);
-    BAD(ps, line, "f.txt:7: slot 'ids' (#1): value 1 of 1: value out of range for uint64: "
-                  "'123456789012345678901234567890'");
+    BAD(ps, line,
+        "f.txt:7: slot 'ids' (#1): value 1 of 1: value out of range for uint64: "
+        "'123456789012345678901234567890'");
     BAD(ps, "1 11 1 abc 3 1 2 3 1 1", "f.txt:7: slot 'w' (#2): value 1 of 1 is not a number: 'abc'");
     BAD(ps, "1 11 1 1.5x 3 1 2 3 1 1", "f.txt:7: slot 'w' (#2): value 1 of 1 is not a number: '1.5x'");
     BAD(ps, "1 11 1 1e 3 1 2 3 1 1", "f.txt:7: slot 'w' (#2): value 1 of 1 is not a number: '1e'");
     BAD(ps, "1 11 1 . 3 1 2 3 1 1", "f.txt:7: slot 'w' (#2): value 1 of 1 is not a number: '.'");
     BAD(ps, "1 11 1 1,5 3 1 2 3 1 1", "f.txt:7: slot 'w' (#2): value 1 of 1 is not a number: '1,5'");
     BAD(ps, "1 11 1 1e39 3 1 2 3 1 1", "f.txt:7: slot 'w' (#2): value 1 of 1: value out of range for float32: '1e39'");
-    BAD(ps, "1 11 1 -1e39 3 1 2 3 1 1",
-        "f.txt:7: slot 'w' (#2): value 1 of 1: value out of range for float32: '-1e39'");
+    BAD(ps, "1 11 1 -1e39 3 1 2 3 1 1", "f.txt:7: slot 'w' (#2): value 1 of 1: value out of range for float32: '-1e39'");
     BAD(ps, "1 11 1 inf 3 1 2 3 1 1", "f.txt:7: slot 'w' (#2): value 1 of 1: value out of range for float32: 'inf'");
     BAD(ps, "1 11 1 -Infinity 3 1 2 3 1 1",
         "f.txt:7: slot 'w' (#2): value 1 of 1: value out of range for float32: '-Infinity'");
@@ -199,8 +202,9 @@ TEST(multislot_malformed_messages)
     BAD(ps, line, "f.txt:7: slot 'ids' (#1): value 1 of 1 is not an unsigned integer: '1\\x01'");
     BAD(ps, "1 11\r 1 0.5 3 1 2 3 1 1", "f.txt:7: slot 'ids' (#1): value 1 of 1 is not an unsigned integer: '11\\x0d'");
     snprintf(line, sizeof line, "1 %s%s", "1234567890abcdefghij1234567890abcdefghijKLMNOP", tail);
-    BAD(ps, line, "f.txt:7: slot 'ids' (#1): value 1 of 1 is not an unsigned integer: "
-                  "'1234567890abcdefghij1234567890abcdefghij...'");
+    BAD(ps, line,
+        "f.txt:7: slot 'ids' (#1): value 1 of 1 is not an unsigned integer: "
+        "'1234567890abcdefghij1234567890abcdefghij...'");
     /* an embedded NUL is just a bad byte */
     static const char nul[] = "1 1\0 1 0.5 3 1 2 3 1 1";
     expect_bad(&ps, nul, sizeof nul - 1, "f.txt:7: slot 'ids' (#1): value 1 of 1 is not an unsigned integer: '1\\x00'",
@@ -224,11 +228,10 @@ static void criteo_line(char *buf, size_t cap, const char *const cols[40])
 }
 
 static const char *good_cols[40] = {
-    "1",        "5",        "-2",       "",         "0",        "1382",     "4",        "15",       "2",
-    "181",      "1",        "2",        "",         "2",        "68fd1e64", "80e26c9b", "fb936136", "7b4723c4",
-    "25c83c98", "7e0ccccf", "de7995b8", "1f89b562", "a73ee510", "a8cd5504", "b2cb9c98", "37c9c164",
-    "2824a5f6", "1adce6ef", "8ba8b39a", "891b62e7", "e5ba7672", "f54016b9", "21ddcdc9", "b1252a9d",
-    "07b5194c", "",         "3a171ecb", "c5c50484", "e8b83407", ""};
+    "1",        "5",        "-2",       "",         "0",        "1382",     "4",        "15",       "2",        "181",
+    "1",        "2",        "",         "2",        "68fd1e64", "80e26c9b", "fb936136", "7b4723c4", "25c83c98", "7e0ccccf",
+    "de7995b8", "1f89b562", "a73ee510", "a8cd5504", "b2cb9c98", "37c9c164", "2824a5f6", "1adce6ef", "8ba8b39a", "891b62e7",
+    "e5ba7672", "f54016b9", "21ddcdc9", "b1252a9d", "07b5194c", "",         "3a171ecb", "c5c50484", "e8b83407", ""};
 
 TEST(criteo_good_line)
 {
@@ -239,9 +242,9 @@ TEST(criteo_good_line)
     fl__arena a = parse_ok(&ps, line, strlen(line));
     const char *p = a.p;
     for (int i = 0; i < 13; i++) {
-        float want = good_cols[1 + i][0] ? (float)((strtod(good_cols[1 + i], NULL) - fl__criteo_min[i]) /
-                                                   fl__criteo_diff[i])
-                                         : 0.0f;
+        float want = good_cols[1 + i][0]
+                         ? (float)((strtod(good_cols[1 + i], NULL) - fl__criteo_min[i]) / fl__criteo_diff[i])
+                         : 0.0f;
         float got = rd_f32(&p);
         if (got != want) TFAIL("I%d: %g != %g", i + 1, got, want);
     }
@@ -363,8 +366,9 @@ TEST(libsvm_malformed_messages)
     BAD(ps, "", "f.txt:7: slot 'label' (#3): missing: the line is empty");
     BAD(ps, "x 1:2", "f.txt:7: slot 'label' (#3): the label is not a number: 'x'");
     BAD(ps, "1e40 1:2", "f.txt:7: slot 'label' (#3): the label is out of range: '1e40'");
-    BAD(ps, "1", "f.txt:7: slot 'ids' (#1): no idx:val pairs after the label; the number of ids can not be zero, you "
-                 "need padding it");
+    BAD(ps, "1",
+        "f.txt:7: slot 'ids' (#1): no idx:val pairs after the label; the number of ids can not be zero, you "
+        "need padding it");
     BAD(ps, "1 3:0.5 abc", "f.txt:7: slot 'ids' (#1): feature 2: expected idx:val, got 'abc'");
     BAD(ps, "1 a:0.5", "f.txt:7: slot 'ids' (#1): feature 1: index is not an unsigned integer: 'a:0.5'");
     BAD(ps, "1 -3:0.5", "f.txt:7: slot 'ids' (#1): feature 1: index is not an unsigned integer: '-3:0.5'");
@@ -442,9 +446,23 @@ TEST(float_scanner_matches_strtof)
     }
     CHECK(n > 300000);
     /* float32 rounding midpoints and their neighbours (the fast path must defer to strtof) */
-    const char *hard[] = {"16777217", "16777219", "1.00000005960464477539", "3.4028235e38", "3.4028236e38",
-                          "1.17549435e-38", "1.1754942e-38", "1e-45", "7.006492e-46", "0.1", "0.30000001192092896",
-                          "33554434.999999", "0x1p3", "1E5", "-0", "-0.0e10", "000000000000000000000000001.5"};
+    const char *hard[] = {"16777217",
+                          "16777219",
+                          "1.00000005960464477539",
+                          "3.4028235e38",
+                          "3.4028236e38",
+                          "1.17549435e-38",
+                          "1.1754942e-38",
+                          "1e-45",
+                          "7.006492e-46",
+                          "0.1",
+                          "0.30000001192092896",
+                          "33554434.999999",
+                          "0x1p3",
+                          "1E5",
+                          "-0",
+                          "-0.0e10",
+                          "000000000000000000000000001.5"};
     for (size_t i = 0; i < sizeof hard / sizeof *hard; i++) {
         float got, ref = strtof(hard[i], NULL);
         int r = fl__scan_f32(hard[i], hard[i] + strlen(hard[i]), &got);
@@ -492,6 +510,7 @@ TEST(fuzz_parsers_briefly)
     char dir[32], cmd[256];
     if (!th_fuzz_build(dir, "tests/fuzz_data_parse.c src/data/parse.c src/base/*.c -lcjson -lm -pthread")) return;
     /* seeds: one good line of each format, and a float for the scanner check */
+    /* clang-format off */
     char crit[256] = "\001" "1\t5\t\t-2";
     for (int i = 4; i < 14; i++) strcat(crit, "\t");
     strcat(crit, "\t68fd1e64");
@@ -499,6 +518,7 @@ TEST(fuzz_parsers_briefly)
     strcat(crit, "\n");
     const char *seeds[] = {"\000" "2 11 12 1 0.5 3 1 2 3 1 1\n1 5 1 1e-3 3 .5 5. -0 1 1\n", crit,
                            "\002" "1 3:0.5 10:-1.5\n0 7:1\n", "\003" "1.25e-3"};
+    /* clang-format on */
     snprintf(cmd, sizeof cmd, "%s/corpus", dir);
     CHECK(mkdir(cmd, 0700) == 0);
     for (int i = 0; i < 4; i++) {
@@ -514,5 +534,5 @@ TEST(fuzz_parsers_briefly)
 }
 
 TEST_MAIN(T(multislot_good_lines), T(multislot_malformed_messages), T(criteo_good_line), T(criteo_malformed_messages),
-          T(criteo_layout_checks), T(libsvm_good_lines), T(libsvm_malformed_messages),
-          T(float_scanner_matches_strtof), T(integer_scanners), T(fuzz_parsers_briefly))
+          T(criteo_layout_checks), T(libsvm_good_lines), T(libsvm_malformed_messages), T(float_scanner_matches_strtof),
+          T(integer_scanners), T(fuzz_parsers_briefly))

@@ -32,10 +32,7 @@ static void setup(env_t *e)
     if (!mkdtemp(e->dir)) TFAIL("mkdtemp failed");
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    return remove(p);
-}
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) { return remove(p); }
 static void cleanup(env_t *e)
 {
     free(e->out);
@@ -88,11 +85,11 @@ static int run(env_t *e, const char *const *args)
     return e->code = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
 }
 
-#define RUN_OK(e, ...)                                                                             \
-    do {                                                                                           \
-        static const char *const a_[] = {__VA_ARGS__, NULL};                                      \
-        int c_ = run(e, a_);                                                                       \
-        if (c_ != 0) TFAIL("fleet-datagen exited %d: %s", c_, (e)->out);                           \
+#define RUN_OK(e, ...)                                                   \
+    do {                                                                 \
+        static const char *const a_[] = {__VA_ARGS__, NULL};             \
+        int c_ = run(e, a_);                                             \
+        if (c_ != 0) TFAIL("fleet-datagen exited %d: %s", c_, (e)->out); \
     } while (0)
 
 static char *file_of(env_t *e, const char *rel, size_t *len)
@@ -144,7 +141,8 @@ static long check_part(env_t *e, const char *rel, long *pos, long *empty_i, long
                 size_t k = f[0] == '-' && col == 2 ? 1 : 0;
                 if (fl && k == fl) TFAIL("%s:%ld: I%d is '-'", rel, rows, col);
                 for (; k < fl; k++)
-                    if (!isdigit((unsigned char)f[k])) TFAIL("%s:%ld: I%d '%.*s' is not an integer", rel, rows, col, (int)fl, f);
+                    if (!isdigit((unsigned char)f[k]))
+                        TFAIL("%s:%ld: I%d '%.*s' is not an integer", rel, rows, col, (int)fl, f);
                 if (col == 2 && fl && atol(f) < -3) TFAIL("%s:%ld: I2 %ld < -3", rel, rows, atol(f));
             } else {
                 if (!fl) (*empty_c)++;
@@ -331,5 +329,5 @@ TEST(io_error_names_the_path)
     cleanup(&e);
 }
 
-TEST_MAIN(T(same_seed_same_bytes), T(files_only_cut_the_rows), T(line_format_and_counts),
-          T(planted_json_and_ceiling_auc), T(stale_parts_removed), T(usage_errors), T(io_error_names_the_path))
+TEST_MAIN(T(same_seed_same_bytes), T(files_only_cut_the_rows), T(line_format_and_counts), T(planted_json_and_ceiling_auc),
+          T(stale_parts_removed), T(usage_errors), T(io_error_names_the_path))

@@ -95,7 +95,7 @@ static fl_dataset *ms_dataset(const char *kind, const char *const *files, int nf
 typedef struct {
     int64_t n;
     uint64_t sum, x;
-    int64_t label_sum; /* the label of instance i is i%2: a cheap cross-check */
+    int64_t label_sum;    /* the label of instance i is i%2: a cheap cross-check */
     int64_t id_first_sum; /* first id of instance i is i*10 */
 } digest;
 
@@ -526,8 +526,7 @@ TEST(pipe_command_silent_is_killed_after_timeout)
     CHECK_OK(fl_dataset_set_pipe_timeout(ds, 0.5));
     char want[512], msg[1024];
     snprintf(want, sizeof want,
-             "pipe_command 'echo waiting >&2; sleep 30' on %s produced no output for 0.5 s; killed it: waiting",
-             files[0]);
+             "pipe_command 'echo waiting >&2; sleep 30' on %s produced no output for 0.5 s; killed it: waiting", files[0]);
     double t0 = now_s();
     int st;
     run_pass(ds, &st, msg, sizeof msg);
@@ -744,7 +743,8 @@ TEST(criteo_dataset_batches)
     wrong[3] = v[0];
     fl_dataset *dw = fl_dataset_create("QueueDataset");
     CHECK_OK(fl_dataset_set_use_var(dw, wrong, 28));
-    CHECK_FAILS(fl_dataset_set_format(dw, "criteo"), FL_EINVAL, "variable #4 'dense_input' is float32, lod_level 0, width 13");
+    CHECK_FAILS(fl_dataset_set_format(dw, "criteo"), FL_EINVAL,
+                "variable #4 'dense_input' is float32, lod_level 0, width 13");
     CHECK_OK(fl_dataset_set_format(ds, "criteo"));
     CHECK_FAILS(fl_dataset_set_use_var(ds, wrong, 28), FL_EINVAL, "fl_dataset_set_use_var: format 'criteo' needs");
     CHECK_FAILS(fl_dataset_set_use_var(ds, v, 27), FL_EINVAL, "got 27 variables");
@@ -938,7 +938,8 @@ TEST(global_shuffle_moves_records_without_loss)
 TEST(api_misuse_names_call_and_argument)
 {
     CHECK(fl_dataset_create("FooDataset") == NULL);
-    CHECK_STR_HAS(fl_last_error(), "fl_dataset_create: unknown kind 'FooDataset' (expected QueueDataset or InMemoryDataset)");
+    CHECK_STR_HAS(fl_last_error(),
+                  "fl_dataset_create: unknown kind 'FooDataset' (expected QueueDataset or InMemoryDataset)");
     fl_dataset *q = fl_dataset_create("QueueDataset");
     CHECK_FAILS(fl_dataset_set_batch_size(q, 0), FL_EINVAL, "fl_dataset_set_batch_size: batch_size must be >= 1, got 0");
     CHECK_FAILS(fl_dataset_set_thread(q, 0), FL_EINVAL, "fl_dataset_set_thread: thread_num must be in [1, 4096], got 0");

@@ -67,11 +67,13 @@ TEST(feed_wrong_shape)
     fl_tensor *x = fl_tensor_create(FL_FLOAT32, 2, (const int64_t[]){2, 5});
     fl_tensor *y = fl_tensor_create(FL_INT64, 2, (const int64_t[]){2, 1});
     fl_feed feed[] = {{"x", x}, {"y", y}};
-    CHECK_FAILS(fl_exe_run(m.exe, m.p, feed, 2, NULL, 0, NULL), FL_EINVAL, "feed 'x': expected shape [-1, 4], got float32[2, 5]");
+    CHECK_FAILS(fl_exe_run(m.exe, m.p, feed, 2, NULL, 0, NULL), FL_EINVAL,
+                "feed 'x': expected shape [-1, 4], got float32[2, 5]");
     fl_tensor_free(x);
     x = fl_tensor_create(FL_FLOAT32, 1, (const int64_t[]){8});
     feed[0].value = x;
-    CHECK_FAILS(fl_exe_run(m.exe, m.p, feed, 2, NULL, 0, NULL), FL_EINVAL, "feed 'x': expected shape [-1, 4], got float32[8]");
+    CHECK_FAILS(fl_exe_run(m.exe, m.p, feed, 2, NULL, 0, NULL), FL_EINVAL,
+                "feed 'x': expected shape [-1, 4], got float32[8]");
     fl_tensor_free(x);
     fl_tensor_free(y);
     release(&m);
@@ -83,7 +85,8 @@ TEST(feed_wrong_dtype)
     fl_tensor *x = fl_tensor_create(FL_FLOAT32, 2, (const int64_t[]){2, 4});
     fl_tensor *y = fl_tensor_create(FL_FLOAT32, 2, (const int64_t[]){2, 1});
     fl_feed feed[] = {{"x", x}, {"y", y}};
-    CHECK_FAILS(fl_exe_run(m.exe, m.p, feed, 2, NULL, 0, NULL), FL_EINVAL, "feed 'y': expected dtype int64 shape [-1, 1], got float32[2, 1]");
+    CHECK_FAILS(fl_exe_run(m.exe, m.p, feed, 2, NULL, 0, NULL), FL_EINVAL,
+                "feed 'y': expected dtype int64 shape [-1, 1], got float32[2, 1]");
     fl_tensor_free(x);
     fl_tensor_free(y);
     release(&m);
@@ -96,7 +99,8 @@ TEST(feed_unknown_and_missing)
     fl_feed f1[] = {{"nope", x}};
     CHECK_FAILS(fl_exe_run(m.exe, m.p, f1, 1, NULL, 0, NULL), FL_ENOTFOUND, "feed 'nope': no variable of that name");
     fl_feed f2[] = {{"x", x}};
-    CHECK_FAILS(fl_exe_run(m.exe, m.p, f2, 1, NULL, 0, NULL), FL_EINVAL, "variable 'y' is read by the program but was not fed");
+    CHECK_FAILS(fl_exe_run(m.exe, m.p, f2, 1, NULL, 0, NULL), FL_EINVAL,
+                "variable 'y' is read by the program but was not fed");
     fl_tensor_free(x);
     release(&m);
 }
@@ -121,7 +125,8 @@ TEST(label_out_of_range_is_reported)
     fl_tensor *x = fl_tensor_create(FL_FLOAT32, 2, (const int64_t[]){2, 4});
     fl_tensor *y = th_i64(2, (const int64_t[]){2, 1}, (const int64_t[]){0, 7});
     fl_feed feed[] = {{"x", x}, {"y", y}};
-    CHECK_FAILS(fl_exe_run(m.exe, m.p, feed, 2, NULL, 0, NULL), FL_EINVAL, "cross_entropy: label 7 at row 1 out of range [0, 3)");
+    CHECK_FAILS(fl_exe_run(m.exe, m.p, feed, 2, NULL, 0, NULL), FL_EINVAL,
+                "cross_entropy: label 7 at row 1 out of range [0, 3)");
     fl_tensor_free(x);
     fl_tensor_free(y);
     release(&m);

@@ -6,10 +6,22 @@ static void clear_env(void)
 {
     /* Paddle's variables, and those of the other launchers fleet_init(NULL, ...) looks for
      * (so the tests pass when run inside an srun step or a torchrun job) */
-    const char *vars[] = {"PADDLE_TRAINER_ID", "PADDLE_TRAINER_ENDPOINTS", "PADDLE_CURRENT_ENDPOINT",
-                          "PADDLE_TRAINERS_NUM", "PADDLE_TRAINING_ROLE", "TRAINING_ROLE",
-                          "PADDLE_PSERVERS_IP_PORT_LIST", "POD_IP", "PADDLE_PORT", "RANK", "WORLD_SIZE",
-                          "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_STEP_ID", "SLURM_STEPID", "PMI_SIZE",
+    const char *vars[] = {"PADDLE_TRAINER_ID",
+                          "PADDLE_TRAINER_ENDPOINTS",
+                          "PADDLE_CURRENT_ENDPOINT",
+                          "PADDLE_TRAINERS_NUM",
+                          "PADDLE_TRAINING_ROLE",
+                          "TRAINING_ROLE",
+                          "PADDLE_PSERVERS_IP_PORT_LIST",
+                          "POD_IP",
+                          "PADDLE_PORT",
+                          "RANK",
+                          "WORLD_SIZE",
+                          "OMPI_COMM_WORLD_SIZE",
+                          "SLURM_PROCID",
+                          "SLURM_STEP_ID",
+                          "SLURM_STEPID",
+                          "PMI_SIZE",
                           "PMIX_RANK"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
 }
@@ -137,7 +149,8 @@ TEST(ps_program_started_as_collective_job)
     setenv("PADDLE_TRAINERS_NUM", "2", 1);
     setenv("PADDLE_TRAINING_ROLE", "TRAINER", 1);
     CHECK(fleet_init(NULL, NULL) == NULL);
-    CHECK_STR_HAS(fl_last_error(), "this is a parameter-server program (fleet_init) but it was started as a collective job of 2 processes");
+    CHECK_STR_HAS(fl_last_error(),
+                  "this is a parameter-server program (fleet_init) but it was started as a collective job of 2 processes");
     CHECK_STR_HAS(fl_last_error(), "fleetrun --server_num S --worker_num W PROGRAM");
     CHECK_STR_HAS(fl_last_error(), "fleet_init_collective");
     /* the same variables are a valid collective job */
@@ -161,7 +174,8 @@ TEST(user_defined_role)
     fleet_role *r;
     CHECK_OK(fleet_role_user_defined(&u, &r));
     fleet_t *f = fleet_init(r, NULL);
-    CHECK(f && fleet_worker_index(f) == 1 && fleet_worker_num(f) == 3 && fleet_server_num(f) == 2 && fleet_is_distributed(f));
+    CHECK(f && fleet_worker_index(f) == 1 && fleet_worker_num(f) == 3 && fleet_server_num(f) == 2 &&
+          fleet_is_distributed(f));
     fleet_free(f);
     u.current_id = 3;
     CHECK_FAILS(fleet_role_user_defined(&u, &r), FL_EINVAL, "current_id 3 out of range [0, 3) for a worker");
@@ -226,14 +240,17 @@ TEST(strategy_unimplemented_rejected)
 TEST(strategy_parse_text_and_json)
 {
     fleet_strategy s = fleet_strategy_default();
-    CHECK_OK(fleet_strategy_parse(&s, "# comment\nlocalsgd = true\nlocalsgd_configs.k_steps=4\n\nfuse_grad_size_in_MB=16.5\n"));
+    CHECK_OK(
+        fleet_strategy_parse(&s, "# comment\nlocalsgd = true\nlocalsgd_configs.k_steps=4\n\nfuse_grad_size_in_MB=16.5\n"));
     CHECK(s.localsgd == 1 && s.localsgd_configs.k_steps == 4 && s.fuse_grad_size_in_MB == 16.5);
     fleet_strategy j = fleet_strategy_default();
-    CHECK_OK(fleet_strategy_parse(&j, "{\"a_sync\": true, \"a_sync_configs\": {\"k_steps\": 100, \"max_merge_var_num\": 4},\n"
-                                      " \"gradient_merge\": false}"));
+    CHECK_OK(fleet_strategy_parse(&j,
+                                  "{\"a_sync\": true, \"a_sync_configs\": {\"k_steps\": 100, \"max_merge_var_num\": 4},\n"
+                                  " \"gradient_merge\": false}"));
     CHECK(j.a_sync == 1 && j.a_sync_configs.k_steps == 100 && j.a_sync_configs.max_merge_var_num == 4);
     fleet_strategy e = fleet_strategy_default();
-    CHECK_FAILS(fleet_strategy_parse(&e, "localsgd=true\nbogus=1\n"), FL_EINVAL, "strategy line 2: unknown strategy field 'bogus'");
+    CHECK_FAILS(fleet_strategy_parse(&e, "localsgd=true\nbogus=1\n"), FL_EINVAL,
+                "strategy line 2: unknown strategy field 'bogus'");
     CHECK(e.localsgd == 0); /* all-or-nothing */
     CHECK_FAILS(fleet_strategy_parse(&e, "{\"a_sync_configs\": {\"k_stepz\": 1}}"), FL_EINVAL, "'a_sync_configs.k_stepz'");
     CHECK_FAILS(fleet_strategy_parse(&e, "{\"a_sync\": true"), FL_EINVAL,
@@ -274,7 +291,8 @@ TEST(strategy_json_errors_name_the_file_and_key)
     fleet_strategy s = fleet_strategy_default(), before = s;
     /* a file cut short */
     strategy_file(path, "{\n  \"a_sync\": false,\n  \"a_sync_configs\": {\"k_steps\": 10");
-    CHECK_FAILS(fleet_strategy_load(&s, path), FL_EINVAL, "it ends early or is malformed at its last byte (byte 54, line 3)");
+    CHECK_FAILS(fleet_strategy_load(&s, path), FL_EINVAL,
+                "it ends early or is malformed at its last byte (byte 54, line 3)");
     snprintf(want, sizeof want, "'%s': invalid JSON", path);
     CHECK_STR_HAS(fl_last_error(), want);
     unlink(path);
@@ -290,7 +308,8 @@ TEST(strategy_json_errors_name_the_file_and_key)
         {"{\"a_sync\": 1}", "key 'a_sync' must be true or false"},
         {"{\"fuse_grad_size_in_MB\": null}", "key 'fuse_grad_size_in_MB' must be a number"},
         {"{\"a_sync_configs\": [1]}", "key 'a_sync_configs' must be an object"},
-        {"{\"a_sync_configs\": {\"max_merge_var_num\": 0}}", "key 'a_sync_configs.max_merge_var_num' must be at least 1, not 0"},
+        {"{\"a_sync_configs\": {\"max_merge_var_num\": 0}}",
+         "key 'a_sync_configs.max_merge_var_num' must be at least 1, not 0"},
         {"{\"a_sync_configs\": {\"send_queue_size\": 4294967296}}", "key 'a_sync_configs.send_queue_size' is too large"},
         {"{\"fuse_grad_size_in_MB\": 1e999}", "key 'fuse_grad_size_in_MB' is too large for a double"},
         {"{\"bogus\": {}}", "unknown strategy field 'bogus'"},
@@ -342,5 +361,5 @@ TEST(split_files_as_paddle)
 
 TEST_MAIN(T(fallback_is_one_local_worker), T(collective_env), T(collective_env_errors), T(ps_env_worker_and_server),
           T(ps_env_errors), T(ps_program_started_as_collective_job), T(user_defined_role), T(strategy_defaults_and_set),
-          T(strategy_unimplemented_rejected), T(strategy_parse_text_and_json), T(strategy_json_errors_name_the_file_and_key),
-          T(split_files_as_paddle))
+          T(strategy_unimplemented_rejected), T(strategy_parse_text_and_json),
+          T(strategy_json_errors_name_the_file_and_key), T(split_files_as_paddle))

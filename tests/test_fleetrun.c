@@ -58,10 +58,7 @@ static void setup(run_t *r)
     if (!mkdtemp(r->dir)) TFAIL("mkdtemp failed");
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    return remove(p);
-}
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) { return remove(p); }
 static void cleanup(run_t *r)
 {
     for (int i = 0; i < nruns; i++) /* r may go out of scope now */
@@ -115,10 +112,9 @@ static void start(run_t *r, const char *const *env, const char *const *args)
     fflush(NULL);
     r->pid = fork();
     if (r->pid == 0) {
-        static const char *const drop[] = {"FLEET_JOB_SECRET", "FLEET_JOB_SECRET_FILE", "POD_IP",
-                                           "FLAGS_START_PORT", "PADDLE_TRAINER_ID", "TRAINING_ROLE",
-                                           "FLEET_ALLOW_NO_DEVICES", "FLEET_LOG_LEVEL", "PADDLE_RESTART_COUNT",
-                                           "PADDLE_JOB_ID"};
+        static const char *const drop[] = {
+            "FLEET_JOB_SECRET", "FLEET_JOB_SECRET_FILE",  "POD_IP",          "FLAGS_START_PORT",     "PADDLE_TRAINER_ID",
+            "TRAINING_ROLE",    "FLEET_ALLOW_NO_DEVICES", "FLEET_LOG_LEVEL", "PADDLE_RESTART_COUNT", "PADDLE_JOB_ID"};
         if (chdir(r->dir) != 0) _exit(126);
         int fd = open("out.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644), nul = open("/dev/null", O_RDONLY);
         dup2(nul, 0), dup2(fd, 1), dup2(fd, 2);
@@ -168,13 +164,13 @@ static int finish(run_t *r, double timeout)
     return WIFEXITED(r->ws) ? WEXITSTATUS(r->ws) : 128 + WTERMSIG(r->ws);
 }
 
-#define RUN_EXPECT(r, timeout, code)                                                               \
-    do {                                                                                           \
-        int rc_ = finish((r), (timeout));                                                          \
+#define RUN_EXPECT(r, timeout, code)                                                                     \
+    do {                                                                                                 \
+        int rc_ = finish((r), (timeout));                                                                \
         if (rc_ != (code)) TFAIL("fleetrun exited %d, expected %d; output:\n%s", rc_, (code), (r)->out); \
     } while (0)
-#define HAS(r, s)                                                                                  \
-    do {                                                                                           \
+#define HAS(r, s)                                                                                      \
+    do {                                                                                               \
         if (!strstr((r)->out, (s))) TFAIL("expected \"%s\" in fleetrun's output:\n%s", (s), (r)->out); \
     } while (0)
 
@@ -194,8 +190,8 @@ static void wait_files(run_t *r, const char *const *names, double timeout)
             reap(r);
             if (r->done || now() > end) {
                 load_out(r);
-                TFAIL("%s/%s did not appear (fleetrun %s); output:\n%s", r->dir, *n,
-                      r->done ? "ended" : "still running", r->out);
+                TFAIL("%s/%s did not appear (fleetrun %s); output:\n%s", r->dir, *n, r->done ? "ended" : "still running",
+                      r->out);
             }
             usleep(5000);
         }
@@ -226,9 +222,9 @@ static const char *get(const char *text, const char *name)
         }
     return NULL;
 }
-#define CHECK_VAR(text, name, want)                                                                \
-    do {                                                                                           \
-        const char *v_ = get((text), (name));                                                      \
+#define CHECK_VAR(text, name, want)                                                                             \
+    do {                                                                                                        \
+        const char *v_ = get((text), (name));                                                                   \
         if (!v_ || strcmp(v_, (want))) TFAIL("%s is '%s', expected '%s'", (name), v_ ? v_ : "(unset)", (want)); \
     } while (0)
 
@@ -277,7 +273,8 @@ static pid_t pid_of(const run_t *r, const char *tag, const char *ext)
     return p;
 }
 
-static int is_hex64(const char *s) {
+static int is_hex64(const char *s)
+{
     if (!s || strlen(s) != 64) return 0;
     for (; *s; s++)
         if (!isxdigit((unsigned char)*s)) return 0;
@@ -406,8 +403,9 @@ TEST(child_exit_code_stops_job)
 {
     run_t r;
     setup(&r);
-    start(&r, NULL, (const char *[]){"--nproc_per_node", "3", "--grace_s", "10", "@C", "env:@T", "await:@T:3",
-                                     "w1=say:going down", "w1=exit:3", "hang", NULL});
+    start(&r, NULL,
+          (const char *[]){"--nproc_per_node", "3", "--grace_s", "10", "@C", "env:@T", "await:@T:3", "w1=say:going down",
+                           "w1=exit:3", "hang", NULL});
     RUN_EXPECT(&r, 30, 1);
     pid_t p[3] = {pid_of(&r, "w0", "env"), pid_of(&r, "w1", "env"), pid_of(&r, "w2", "env")};
     char want[64];
@@ -431,8 +429,9 @@ TEST(failure_summary_shows_error_lines)
 {
     run_t r;
     setup(&r);
-    start(&r, NULL, (const char *[]){"@C", "lines:40", "logerr:rendezvous timed out: rank 1 never arrived", "lines:100",
-                                     "exit:1", NULL});
+    start(&r, NULL,
+          (const char *[]){"@C", "lines:40", "logerr:rendezvous timed out: rank 1 never arrived", "lines:100", "exit:1",
+                           NULL});
     RUN_EXPECT(&r, 30, 1);
     HAS(&r, "error lines of log/workerlog.0");
     HAS(&r, "| 41: [fleet E worker:0 pid");
@@ -460,8 +459,9 @@ TEST(sigterm_ignored_gets_sigkill)
 {
     run_t r;
     setup(&r);
-    start(&r, NULL, (const char *[]){"--nproc_per_node", "2", "--grace_s", "1", "@C", "w0=ignterm", "env:@T",
-                                     "await:@T:2", "w1=exit:3", "hang", NULL});
+    start(&r, NULL,
+          (const char *[]){"--nproc_per_node", "2", "--grace_s", "1", "@C", "w0=ignterm", "env:@T", "await:@T:2",
+                           "w1=exit:3", "hang", NULL});
     RUN_EXPECT(&r, 30, 1);
     HAS(&r, "did not exit within --grace_s=1 s");
     HAS(&r, "SIGKILLed by fleetrun");
@@ -475,8 +475,9 @@ static void signal_fleetrun(int sig, int ignterm)
 {
     run_t r;
     setup(&r);
-    start(&r, NULL, (const char *[]){"--nproc_per_node", "2", "--grace_s", "2", "@C", ignterm ? "ignterm" : "say:x",
-                                     "env:@T", "grandchild:@T", "hang", NULL});
+    start(&r, NULL,
+          (const char *[]){"--nproc_per_node", "2", "--grace_s", "2", "@C", ignterm ? "ignterm" : "say:x", "env:@T",
+                           "grandchild:@T", "hang", NULL});
     wait_files(&r, (const char *[]){"w0.env", "w1.env", "w0.gpid", "w1.gpid", NULL}, 20);
     pid_t p[4] = {pid_of(&r, "w0", "env"), pid_of(&r, "w1", "env"), pid_of(&r, "w0", "gpid"), pid_of(&r, "w1", "gpid")};
     for (int i = 0; i < 4; i++) CHECK(alive(p[i]));
@@ -501,7 +502,7 @@ TEST(sigint_sighup_to_fleetrun_stop_all)
 TEST(kill9_fleetrun_leaves_nothing) { signal_fleetrun(SIGKILL, 1); }
 
 /* The child of fleetrun named fleetrun-guard other than `not` (0 if none yet). */
-static pid_t guard_of(const run_t *r, pid_t not)
+static pid_t guard_of(const run_t *r, pid_t not )
 {
     DIR *d = opendir("/proc");
     pid_t g = 0;
@@ -511,7 +512,7 @@ static pid_t guard_of(const run_t *r, pid_t not)
         char *st = isdigit((unsigned char)e->d_name[0]) ? slurp(path) : NULL, *rp = st ? strrchr(st, ')') : NULL;
         int ppid = 0;
         if (rp && strstr(st, "(fleetrun-guard)") && sscanf(rp + 1, " %*c %d", &ppid) == 1 && ppid == r->pid &&
-            atoi(e->d_name) != not)
+            atoi(e->d_name) != not )
             g = atoi(e->d_name);
         free(st);
     }
@@ -523,7 +524,7 @@ static pid_t wait_guard(run_t *r, pid_t not, double timeout)
 {
     double end = now() + timeout;
     pid_t g;
-    while (!(g = guard_of(r, not))) {
+    while (!(g = guard_of(r, not ))) {
         reap(r);
         if (r->done || now() > end) {
             load_out(r);
@@ -544,8 +545,7 @@ TEST(guard_killed_then_fleetrun)
         setup(&r);
         start(&r, NULL, (const char *[]){"--nproc_per_node", "2", "@C", "env:@T", "grandchild:@T", "hang", NULL});
         wait_files(&r, (const char *[]){"w0.env", "w1.env", "w0.gpid", "w1.gpid", NULL}, 20);
-        pid_t p[4] = {pid_of(&r, "w0", "env"), pid_of(&r, "w1", "env"), pid_of(&r, "w0", "gpid"),
-                      pid_of(&r, "w1", "gpid")};
+        pid_t p[4] = {pid_of(&r, "w0", "env"), pid_of(&r, "w1", "env"), pid_of(&r, "w0", "gpid"), pid_of(&r, "w1", "gpid")};
         pid_t g = wait_guard(&r, 0, 10);
         if (order == 0) {
             CHECK_EQ_INT(kill(g, SIGKILL), 0);
@@ -594,8 +594,9 @@ TEST(grandchild_dies_with_group)
 {
     run_t r;
     setup(&r);
-    start(&r, NULL, (const char *[]){"--nproc_per_node", "2", "--grace_s", "1", "@C", "ignterm", "env:@T",
-                                     "grandchild:@T", "await:@T:2", "w1=exit:3", "hang", NULL});
+    start(&r, NULL,
+          (const char *[]){"--nproc_per_node", "2", "--grace_s", "1", "@C", "ignterm", "env:@T", "grandchild:@T",
+                           "await:@T:2", "w1=exit:3", "hang", NULL});
     RUN_EXPECT(&r, 30, 1);
     pid_t g[2] = {pid_of(&r, "w0", "gpid"), pid_of(&r, "w1", "gpid")};
     CHECK(!alive(g[0]) && !alive(g[1]));
@@ -603,8 +604,8 @@ TEST(grandchild_dies_with_group)
     cleanup(&r);
     /* success, but a grandchild left running: fleetrun stops it */
     setup(&r);
-    start(&r, NULL, (const char *[]){"--nproc_per_node", "2", "--grace_s", "1", "@C", "env:@T", "w1=grandchild:@T",
-                                     "exit:0", NULL});
+    start(&r, NULL,
+          (const char *[]){"--nproc_per_node", "2", "--grace_s", "1", "@C", "env:@T", "w1=grandchild:@T", "exit:0", NULL});
     RUN_EXPECT(&r, 30, 0);
     HAS(&r, "left behind");
     CHECK(!alive(pid_of(&r, "w1", "gpid")));
@@ -616,8 +617,8 @@ TEST(ps_roles_and_env)
 {
     run_t r;
     setup(&r);
-    start(&r, NULL, (const char *[]){"--server_num", "2", "--worker_num", "3", "@C", "env:@T", "await:@T:5",
-                                     "s*=sleep:0.3", NULL});
+    start(&r, NULL,
+          (const char *[]){"--server_num", "2", "--worker_num", "3", "@C", "env:@T", "await:@T:5", "s*=sleep:0.3", NULL});
     RUN_EXPECT(&r, 30, 0);
     CHECK(!strstr(r.out, "warning"));
     char sv[4][64], wv[4][64], *w0 = file_of(&r, "w0", "env");
@@ -663,8 +664,9 @@ TEST(ps_servers_stopped_after_grace)
 {
     run_t r;
     setup(&r);
-    start(&r, NULL, (const char *[]){"--server_num", "1", "--worker_num", "2", "--server_grace_s", "1", "--grace_s", "1",
-                                     "@C", "env:@T", "await:@T:3", "s*=hang", "exit:0", NULL});
+    start(&r, NULL,
+          (const char *[]){"--server_num", "1", "--worker_num", "2", "--server_grace_s", "1", "--grace_s", "1", "@C",
+                           "env:@T", "await:@T:3", "s*=hang", "exit:0", NULL});
     RUN_EXPECT(&r, 30, 0);
     HAS(&r, "did not exit within --server_grace_s=1 s");
     HAS(&r, "server 0");
@@ -682,8 +684,9 @@ TEST(ps_failures)
     for (int c = 0; c < 2; c++) {
         run_t r;
         setup(&r);
-        start(&r, NULL, (const char *[]){"--server_num", "2", "--worker_num", "2", "@C", "env:@T", "await:@T:4",
-                                         step[c], "hang", NULL});
+        start(&r, NULL,
+              (const char *[]){"--server_num", "2", "--worker_num", "2", "@C", "env:@T", "await:@T:4", step[c], "hang",
+                               NULL});
         RUN_EXPECT(&r, 30, 1);
         HAS(&r, "rank:   1");
         for (int k = 0; k < 3; k++) HAS(&r, want[c][k]);
@@ -696,7 +699,10 @@ TEST(ps_failures)
 
 TEST(usage_errors_exit_2)
 {
-    static const struct { const char *args[8]; const char *want; } cases[] = {
+    static const struct {
+        const char *args[8];
+        const char *want;
+    } cases[] = {
         {{"--bogus", "2", "@C", NULL}, "--bogus"},
         {{"--nproc_per_node", "2", NULL}, "no program"},
         {{NULL}, "no program"},
@@ -767,7 +773,8 @@ TEST(secret_never_leaks)
 {
     run_t r;
     setup(&r);
-    start(&r, NULL, (const char *[]){"--nproc_per_node", "2", "@C", "say:started", "env:@T", "grandchild:@T", "hang", NULL});
+    start(&r, NULL,
+          (const char *[]){"--nproc_per_node", "2", "@C", "say:started", "env:@T", "grandchild:@T", "hang", NULL});
     wait_files(&r, (const char *[]){"w0.env", "w1.env", "w0.gpid", "w1.gpid", NULL}, 20);
     char *t = file_of(&r, "w0", "env"), secret[80], path[64];
     snprintf(secret, sizeof secret, "%s", get(t, "FLEET_JOB_SECRET") ? get(t, "FLEET_JOB_SECRET") : "");
@@ -888,9 +895,10 @@ TEST(multinode_collective_starts_local_ranks)
         run_t r;
         setup(&r);
         const char *env[] = {fixed, variant ? "POD_IP=127.0.0.2" : NULL, NULL};
-        start(&r, env, (const char *[]){"--ips", "127.0.0.1,127.0.0.2", variant ? "--log_dir" : "--node_ip",
-                                        variant ? "log" : "127.0.0.2", "--start_port", sport, "--nproc_per_node", "2",
-                                        "@C", "env:@T", "bind", NULL});
+        start(&r, env,
+              (const char *[]){"--ips", "127.0.0.1,127.0.0.2", variant ? "--log_dir" : "--node_ip",
+                               variant ? "log" : "127.0.0.2", "--start_port", sport, "--nproc_per_node", "2", "@C",
+                               "env:@T", "bind", NULL});
         RUN_EXPECT(&r, 20, 0);
         CHECK(!exists(&r, "w0.env") && !exists(&r, "w1.env"));
         for (int i = 0; i < 2; i++) {
@@ -1041,8 +1049,9 @@ TEST(restart_once_then_success)
 {
     run_t r;
     setup(&r);
-    start(&r, NULL, (const char *[]){"--max_restart", "2", "--nproc_per_node", "2", "--grace_s", "2", "@C",
-                                     "say:up", "env:@T", "await:@T:2", "w1=fail_first:3", "sleep:0.2", NULL});
+    start(&r, NULL,
+          (const char *[]){"--max_restart", "2", "--nproc_per_node", "2", "--grace_s", "2", "@C", "say:up", "env:@T",
+                           "await:@T:2", "w1=fail_first:3", "sleep:0.2", NULL});
     RUN_EXPECT(&r, 30, 0);
     HAS(&r, "rank:   1");
     HAS(&r, "exited with code 3");
@@ -1361,17 +1370,19 @@ TEST(master_unreachable_or_wrong_secret)
     int port = th_free_port();
     char master[32];
     snprintf(master, sizeof master, "127.0.0.1:%d", port);
-    start(&b, (const char *[]){SECRET_ENV, NULL}, (const char *[]){"--master", master, "--nnodes", "2", "--node_ip",
-          "127.0.0.2", "--rdzv_timeout_s", "1", "@C", NULL});
+    start(&b, (const char *[]){SECRET_ENV, NULL},
+          (const char *[]){"--master", master, "--nnodes", "2", "--node_ip", "127.0.0.2", "--rdzv_timeout_s", "1", "@C",
+                           NULL});
     RUN_EXPECT(&b, 20, 1);
     HAS(&b, "cannot reach the master at");
     CHECK(!exists(&b, "log/workerlog.0"));
     /* a node with another secret is refused at the handshake; the master gives up waiting */
-    start(&a, (const char *[]){SECRET_ENV, NULL}, (const char *[]){"--master", master, "--nnodes", "2", "--node_ip",
-          "127.0.0.1", "--rdzv_timeout_s", "2", "@C", NULL});
+    start(&a, (const char *[]){SECRET_ENV, NULL},
+          (const char *[]){"--master", master, "--nnodes", "2", "--node_ip", "127.0.0.1", "--rdzv_timeout_s", "2", "@C",
+                           NULL});
     start(&b, (const char *[]){"FLEET_JOB_SECRET=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", NULL},
           (const char *[]){"--master", master, "--nnodes", "2", "--node_ip", "127.0.0.2", "--rdzv_timeout_s", "2", "@C",
-          NULL});
+                           NULL});
     RUN_EXPECT(&b, 20, 1);
     HAS(&b, "authentication failed");
     RUN_EXPECT(&a, 20, 1);
@@ -1381,13 +1392,13 @@ TEST(master_unreachable_or_wrong_secret)
 }
 
 TEST_MAIN(T(collective_env), T(device_lists), T(logs_table_and_tee), T(child_exit_code_stops_job),
-          T(failure_summary_shows_error_lines), T(child_sigsegv_named), T(sigterm_ignored_gets_sigkill), T(sigterm_to_fleetrun_stops_all),
-          T(sigint_sighup_to_fleetrun_stop_all), T(kill9_fleetrun_leaves_nothing), T(guard_killed_then_fleetrun),
-          T(guard_killed_job_goes_on), T(grandchild_dies_with_group),
-          T(ps_roles_and_env), T(ps_servers_stopped_after_grace), T(ps_failures), T(usage_errors_exit_2),
-          T(secret_never_leaks), T(secret_fresh_or_passed_through), T(multinode_collective_starts_local_ranks),
-          T(port_in_use_reported), T(exec_failure_is_root_cause), T(job_id_log_level_restart_count),
-          T(gpus_without_devices_refused), T(version_flag), T(restart_once_then_success), T(restart_exhausted_fails),
-          T(restart_after_kill_timing), T(master_two_nodes_collective), T(master_two_nodes_ps), T(master_needs_secret),
+          T(failure_summary_shows_error_lines), T(child_sigsegv_named), T(sigterm_ignored_gets_sigkill),
+          T(sigterm_to_fleetrun_stops_all), T(sigint_sighup_to_fleetrun_stop_all), T(kill9_fleetrun_leaves_nothing),
+          T(guard_killed_then_fleetrun), T(guard_killed_job_goes_on), T(grandchild_dies_with_group), T(ps_roles_and_env),
+          T(ps_servers_stopped_after_grace), T(ps_failures), T(usage_errors_exit_2), T(secret_never_leaks),
+          T(secret_fresh_or_passed_through), T(multinode_collective_starts_local_ranks), T(port_in_use_reported),
+          T(exec_failure_is_root_cause), T(job_id_log_level_restart_count), T(gpus_without_devices_refused),
+          T(version_flag), T(restart_once_then_success), T(restart_exhausted_fails), T(restart_after_kill_timing),
+          T(master_two_nodes_collective), T(master_two_nodes_ps), T(master_needs_secret),
           T(master_failure_stops_every_node), T(master_restart_two_nodes), T(master_restart_after_kill_timing),
           T(master_node_or_host_killed), T(master_unreachable_or_wrong_secret))

@@ -250,7 +250,7 @@ TEST(grad_conv_bn_pool_chain)
 TEST_MAIN(T(grad_conv_s1_p0), T(grad_conv_s2_p1), T(grad_conv_dilation2), T(grad_conv_groups2), T(grad_conv_depthwise),
           T(grad_conv_no_bias), T(grad_conv_1x1), T(grad_conv_nonsquare), T(grad_conv_tanh), T(grad_conv_sigmoid),
           T(grad_conv_relu), T(grad_conv_one_input_only), T(grad_conv_shared_filter), T(grad_pool_max),
-          T(grad_pool_max_overlap_pad), T(grad_pool_avg_exclusive), T(grad_pool_avg_inclusive),
-          T(grad_pool_global_max), T(grad_pool_global_avg), T(grad_pool_ceil_mode), T(grad_bn_2d), T(grad_bn_4d),
-          T(grad_bn_4d_tanh), T(grad_bn_is_test), T(grad_bn_use_global_stats),
-          T(bn_training_output_ignores_moving_stats), T(grad_conv_bn_pool_chain))
+          T(grad_pool_max_overlap_pad), T(grad_pool_avg_exclusive), T(grad_pool_avg_inclusive), T(grad_pool_global_max),
+          T(grad_pool_global_avg), T(grad_pool_ceil_mode), T(grad_bn_2d), T(grad_bn_4d), T(grad_bn_4d_tanh),
+          T(grad_bn_is_test), T(grad_bn_use_global_stats), T(bn_training_output_ignores_moving_stats),
+          T(grad_conv_bn_pool_chain))

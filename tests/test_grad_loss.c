@@ -422,8 +422,8 @@ TEST(loss_unsupported_attributes_rejected)
     const char *fetch[] = {"l"};
     fl_tensor *o;
     fl_exe *e = run_once(p, feed, 2, fetch, 1, &o);
-    CHECK_NEAR(fl_tensor_f32(o)[0], 0.0, 0);                 /* label 2 == ignore_index */
-    CHECK_NEAR(fl_tensor_f32(o)[1], 2.40760596, 1e-5);       /* log(e^1+e^2+e^3) - 1 */
+    CHECK_NEAR(fl_tensor_f32(o)[0], 0.0, 0);           /* label 2 == ignore_index */
+    CHECK_NEAR(fl_tensor_f32(o)[1], 2.40760596, 1e-5); /* log(e^1+e^2+e^3) - 1 */
     fl_exe_free(e);
     fl_tensor_free(xt);
     fl_tensor_free(yt);
@@ -435,5 +435,5 @@ TEST_MAIN(T(grad_softmax_with_cross_entropy), T(grad_softmax_with_cross_entropy_
           T(softmax_with_cross_entropy_ignore_index), T(softmax_with_cross_entropy_label_out_of_range),
           T(softmax_with_cross_entropy_build_errors), T(softmax_with_cross_entropy_softmax_not_differentiable),
           T(grad_sigmoid_cross_entropy_with_logits), T(sigmoid_cross_entropy_with_logits_values),
-          T(sigmoid_cross_entropy_with_logits_build_errors), T(grad_log_loss), T(log_loss_values),
-          T(log_loss_build_errors), T(loss_null_inputs_are_sticky), T(loss_unsupported_attributes_rejected))
+          T(sigmoid_cross_entropy_with_logits_build_errors), T(grad_log_loss), T(log_loss_values), T(log_loss_build_errors),
+          T(loss_null_inputs_are_sticky), T(loss_unsupported_attributes_rejected))

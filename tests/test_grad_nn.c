@@ -170,6 +170,6 @@ TEST(grad_nn_chain)
 TEST_MAIN(T(grad_ew_same_shape), T(grad_ew_rows), T(grad_ew_middle_axis), T(grad_ew_leading_axis),
           T(grad_ew_column_trimmed), T(grad_ew_scalar_y), T(grad_ew_one_input_only), T(grad_ew_same_var_both_inputs),
           T(grad_scale), T(grad_dropout_downgrade), T(grad_dropout_upscale), T(grad_dropout_prob_one_upscale),
-          T(grad_reduce_sum_middle), T(grad_reduce_sum_last), T(grad_reduce_sum_outer_inner_keep), T(grad_reduce_sum_leading),
-          T(grad_reduce_sum_all), T(grad_reduce_sum_as_loss), T(grad_cos_sim), T(grad_cos_sim_broadcast_y),
-          T(grad_nn_chain))
+          T(grad_reduce_sum_middle), T(grad_reduce_sum_last), T(grad_reduce_sum_outer_inner_keep),
+          T(grad_reduce_sum_leading), T(grad_reduce_sum_all), T(grad_reduce_sum_as_loss), T(grad_cos_sim),
+          T(grad_cos_sim_broadcast_y), T(grad_nn_chain))

@@ -73,7 +73,8 @@ static void padding_case(int sparse)
         CHECK_EQ_INT(nr, 5);
         for (int64_t r = 0; r < nr; r++)
             for (int j = 0; j < 3; j++)
-                if (rows[r] == 4) CHECK_EQ_INT(gv[r * 3 + j] == 0.0f, 1); else CHECK(gv[r * 3 + j] != 0.0f);
+                if (rows[r] == 4) CHECK_EQ_INT(gv[r * 3 + j] == 0.0f, 1);
+                else CHECK(gv[r * 3 + j] != 0.0f);
     } else {
         CHECK(!fl_tensor_is_rows(g));
         for (int j = 0; j < 3; j++) {
@@ -216,8 +217,7 @@ TEST(grad_reshape_sequence)
 
 TEST_MAIN(T(grad_embedding_dense), T(grad_embedding_sparse), T(grad_embedding_padding_dense),
           T(grad_embedding_padding_sparse), T(grad_embedding_shared), T(grad_sequence_pool_sum),
-          T(grad_sequence_pool_average), T(grad_sequence_pool_sqrt), T(grad_sequence_pool_max),
-          T(grad_sequence_pool_first), T(grad_sequence_pool_last), T(grad_sequence_pool_sum_fc),
-          T(grad_sequence_pool_average_fc), T(grad_sequence_pool_sqrt_fc), T(grad_sequence_pool_max_fc),
-          T(grad_concat_axis0), T(grad_concat_axis1), T(grad_concat_axis_neg1), T(grad_concat_with_data_input),
-          T(grad_reshape), T(grad_reshape_sequence))
+          T(grad_sequence_pool_average), T(grad_sequence_pool_sqrt), T(grad_sequence_pool_max), T(grad_sequence_pool_first),
+          T(grad_sequence_pool_last), T(grad_sequence_pool_sum_fc), T(grad_sequence_pool_average_fc),
+          T(grad_sequence_pool_sqrt_fc), T(grad_sequence_pool_max_fc), T(grad_concat_axis0), T(grad_concat_axis1),
+          T(grad_concat_axis_neg1), T(grad_concat_with_data_input), T(grad_reshape), T(grad_reshape_sequence))

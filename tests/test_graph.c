@@ -16,10 +16,10 @@ TEST(backward_stop_gradient_and_no_grad)
 {
     fl_prog *p = fl_prog_create();
     fl_var *x = fl_layer_data(p, "x", FL_SHAPE(3), FL_FLOAT32, 0);
-    fl_var *h1 = fl_layer_fc(FL_VARS(x), 4, "tanh");   /* fc_0 */
-    fl_var *h2 = fl_layer_fc(FL_VARS(h1), 4, "tanh");  /* fc_1 */
-    fl_var *o = fl_layer_fc(FL_VARS(h2), 1, NULL);     /* fc_2 */
-    fl_var_set_stop_gradient(h1, 1);                   /* blocks fc_0's gradients */
+    fl_var *h1 = fl_layer_fc(FL_VARS(x), 4, "tanh");  /* fc_0 */
+    fl_var *h2 = fl_layer_fc(FL_VARS(h1), 4, "tanh"); /* fc_1 */
+    fl_var *o = fl_layer_fc(FL_VARS(h2), 1, NULL);    /* fc_2 */
+    fl_var_set_stop_gradient(h1, 1);                  /* blocks fc_0's gradients */
     fl_param_grad *pg;
     int n;
     const char *no_grad[] = {"fc_2.b_0"};
@@ -46,7 +46,8 @@ TEST(backward_needs_scalar_loss)
     fl_prog_free(p);
     p = fl_prog_create();
     x = fl_layer_data(p, "x", FL_SHAPE(3), FL_FLOAT32, 0);
-    CHECK_FAILS(fl_append_backward(fl_layer_mean(x), NULL, 0, NULL, NULL), FL_EINVAL, "does not depend on any trainable parameter");
+    CHECK_FAILS(fl_append_backward(fl_layer_mean(x), NULL, 0, NULL, NULL), FL_EINVAL,
+                "does not depend on any trainable parameter");
     fl_prog_free(p);
 }
 

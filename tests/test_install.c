@@ -87,11 +87,18 @@ static void check_embed_output(const char *out)
 TEST(install_tree_has_tools_pc_and_cmake_package)
 {
     install();
-    static const char *const files[] = {
-        "include/fleet.h", "include/fleet/base.h", "include/fleet/fleet.h", "lib/libfleet.a",
-        "lib/libfleet.so", "lib/libfleet.so.0", "lib/libfleet.so." FLEET_VERSION_STRING, "bin/fleetrun",
-        "bin/fleet-datagen", "lib/pkgconfig/fleet.pc", "lib/cmake/Fleet/FleetConfig.cmake",
-        "lib/cmake/Fleet/FleetConfigVersion.cmake"};
+    static const char *const files[] = {"include/fleet.h",
+                                        "include/fleet/base.h",
+                                        "include/fleet/fleet.h",
+                                        "lib/libfleet.a",
+                                        "lib/libfleet.so",
+                                        "lib/libfleet.so.0",
+                                        "lib/libfleet.so." FLEET_VERSION_STRING,
+                                        "bin/fleetrun",
+                                        "bin/fleet-datagen",
+                                        "lib/pkgconfig/fleet.pc",
+                                        "lib/cmake/Fleet/FleetConfig.cmake",
+                                        "lib/cmake/Fleet/FleetConfigVersion.cmake"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
         if (!exists(files[i])) TFAIL("%s/%s was not installed", prefix, files[i]);
     char cmd[12288], out[16384];

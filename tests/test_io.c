@@ -267,7 +267,10 @@ TEST(safetensors_round_trip_all_dtypes)
     for (int k = 7; k >= 0; k--) h = h << 8 | b[k];
     CHECK_EQ_INT(h % 8, 0);
     CHECK(8 + h <= len);
-    CHECK(!memcmp(b + 8, "{\"__metadata__\":{\"format\":\"fleet\"},\"fc_0.w_0\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}", 95));
+    CHECK(!memcmp(
+        b + 8,
+        "{\"__metadata__\":{\"format\":\"fleet\"},\"fc_0.w_0\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}",
+        95));
     float w0;
     memcpy(&w0, b + 8 + h, 4);
     CHECK(w0 == 0.5f);
@@ -287,7 +290,8 @@ TEST(safetensors_write_rejects_bad_input)
     tset s = sample_tensors();
     const char *path = join(d, "bad.safetensors");
     const char *dup[] = {"a", "a"};
-    CHECK_FAILS(fl_io_write_safetensors(path, dup, (const fl_tensor *const *)s.t, 2), FL_EINVAL, "duplicate tensor name 'a'");
+    CHECK_FAILS(fl_io_write_safetensors(path, dup, (const fl_tensor *const *)s.t, 2), FL_EINVAL,
+                "duplicate tensor name 'a'");
     const char *reserved[] = {"__metadata__"};
     CHECK_FAILS(fl_io_write_safetensors(path, reserved, (const fl_tensor *const *)s.t, 1), FL_EINVAL, "reserved");
     const char *badutf[] = {"\xff\xfe"};
@@ -499,9 +503,12 @@ TEST(safetensors_corrupt_files)
     corrupt_case(p, T1("F32", "[99999999999999999999]", "[0,8]"), 0, 8, "key 'a.shape[0]' is too large");
     corrupt_case(p, T1("F32", "[1,1,1,1,1,1,1,1,1]", "[0,4]"), 0, 4, "key 'a.shape' has more than 8 entries");
     corrupt_case(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 0, 8, "missing field 'data_offsets'");
-    corrupt_case(p, "{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 0, 8, "duplicate field");
-    corrupt_case(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", 0, 8, "unexpected field 'x'");
-    corrupt_case(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"a\":{}}", 0, 8, "duplicate tensor name 'a'");
+    corrupt_case(p, "{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 0, 8,
+                 "duplicate field");
+    corrupt_case(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", 0, 8,
+                 "unexpected field 'x'");
+    corrupt_case(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"a\":{}}", 0, 8,
+                 "duplicate tensor name 'a'");
     corrupt_case(p, "{\"__metadata__\":{\"k\":1}}", 0, 0, "key '__metadata__.k' must be a string");
     corrupt_case(p, "{\"__metadata__\":[]}", 0, 0, "key '__metadata__' must be an object");
     corrupt_case(p, "{\"a\\u0000b\":{}}", 0, 0, "escape \\u0000 (NUL) at byte 3 (line 1)");
@@ -527,10 +534,14 @@ TEST(safetensors_corrupt_files)
     corrupt_case(p, T1("F32", "[4611686018427387904,4]", "[0,8]"), 0, 8, "key 'a.shape[0]' is too large");
     corrupt_case(p, T1("F32", "[2]", "[0,8]"), 0, 12, "but it has 12 bytes");
     corrupt_case(p, T1("F32", "[2]", "[0,8]"), 0, 4, "beyond the end");
-    corrupt_case(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                    "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 0, 12, "overlap");
-    corrupt_case(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                    "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", 0, 12, "belong to no tensor");
+    corrupt_case(p,
+                 "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                 "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+                 0, 12, "overlap");
+    corrupt_case(p,
+                 "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                 "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+                 0, 12, "belong to no tensor");
     /* not there at all */
     CHECK_FAILS(fl_io_read_safetensors(join(d, "missing"), &names, &ts, &n), FL_ENOTFOUND, "missing");
     rm_tree(d);
@@ -767,7 +778,7 @@ TEST(inference_model_round_trip)
     CHECK_OK(fl_io_load_inference_model(e2, d, &q, &fd, &nfd, &ft, &nft));
     CHECK(nfd == 1 && !strcmp(fd[0], "x"));
     CHECK(nft == 1 && !strcmp(ft[0], fl_var_name(m.pred)));
-    CHECK_EQ_INT(fl_prog_num_ops(q), 4); /* fc, fc, fc, softmax */
+    CHECK_EQ_INT(fl_prog_num_ops(q), 4);                  /* fc, fc, fc, softmax */
     CHECK_EQ_INT(fl_scope_num_vars(fl_exe_scope(e2)), 6); /* the six parameters only */
     fl_prog *test = fl_prog_clone(m.p, 1);
     batch b = make_batch(5, 99);
@@ -842,8 +853,7 @@ TEST(inference_model_errors)
 }
 
 TEST_MAIN(T(atomic_write_creates_dirs_and_replaces), T(atomic_write_failures_leave_nothing_behind),
-          T(stale_temporaries_removed_by_next_save_or_load),
-          T(safetensors_round_trip_all_dtypes), T(safetensors_write_rejects_bad_input), T(safetensors_reads_in_numpy),
-          T(safetensors_every_truncation_is_corrupt), T(safetensors_corrupt_files), T(checkpoint_round_trip_is_bit_exact),
-          T(checkpoint_save_needs_initialised_state), T(checkpoint_mismatch_changes_nothing),
-          T(inference_model_round_trip), T(inference_model_errors))
+          T(stale_temporaries_removed_by_next_save_or_load), T(safetensors_round_trip_all_dtypes),
+          T(safetensors_write_rejects_bad_input), T(safetensors_reads_in_numpy), T(safetensors_every_truncation_is_corrupt),
+          T(safetensors_corrupt_files), T(checkpoint_round_trip_is_bit_exact), T(checkpoint_save_needs_initialised_state),
+          T(checkpoint_mismatch_changes_nothing), T(inference_model_round_trip), T(inference_model_errors))

@@ -35,8 +35,8 @@ TEST(accuracy_top1_top2)
     CHECK_EQ_INT(fl_var_dtype(fl_prog_var(p, "top_k.tmp_3")), FL_INT64);
     fl_tensor *xt = th_f32(2, (const int64_t[]){4, 3}, acc_x), *yt = th_i64(2, (const int64_t[]){4, 1}, acc_y);
     fl_feed feed[] = {{"x", xt}, {"y", yt}};
-    const char *fetch[] = {fl_var_name(a1), "accuracy.tmp_1", "accuracy.tmp_2", fl_var_name(a2),
-                           "accuracy.tmp_4", "accuracy.tmp_5", "top_k.tmp_2",  "top_k.tmp_3"};
+    const char *fetch[] = {fl_var_name(a1),  "accuracy.tmp_1", "accuracy.tmp_2", fl_var_name(a2),
+                           "accuracy.tmp_4", "accuracy.tmp_5", "top_k.tmp_2",    "top_k.tmp_3"};
     fl_tensor *o[8];
     fl_exe *e = startup(p);
     CHECK_OK(fl_exe_run(e, p, feed, 2, fetch, 8, o));
@@ -388,7 +388,8 @@ TEST(auc_build_errors)
     } cases[] = {
         {2, 0, 1, FL_INT64, 1, "auc: num_thresholds must be >= 1, got 0"},
         {2, 4095, -1, FL_INT64, 1, "auc: slide_steps must be >= 0, got -1"},
-        {3, 4095, 1, FL_INT64, 1, "auc: input 'x' must be float32 [N, 2] (column 1 = positive probability), is float32 [-1, 3]"},
+        {3, 4095, 1, FL_INT64, 1,
+         "auc: input 'x' must be float32 [N, 2] (column 1 = positive probability), is float32 [-1, 3]"},
         {2, 4095, 1, FL_FLOAT32, 1, "auc: label 'y' must be int64, is float32"},
         {2, 4095, 1, FL_INT64, 2, "auc: label 'y' [-1, 2] must have shape [N, 1]"},
         {2, 1 << 30, 4, FL_INT64, 1, "needs too large a state"},

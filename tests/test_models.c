@@ -11,8 +11,8 @@ static int count_params(const fl_prog *p)
 }
 
 /* One SGD step of p on a batch of n; returns the loss. */
-static float one_step(fl_prog *p, fl_var *loss, const char *xn, int xdim, const int64_t *xshape, const char *yn,
-                      int n, int classes)
+static float one_step(fl_prog *p, fl_var *loss, const char *xn, int xdim, const int64_t *xshape, const char *yn, int n,
+                      int classes)
 {
     fl_opt *o = fl_opt_sgd(0.01f);
     CHECK_OK(fl_opt_minimize(o, loss));
@@ -132,5 +132,5 @@ TEST(build_error_of_the_program_is_returned)
     fl_prog_free(p);
 }
 
-TEST_MAIN(T(mlp_default_is_the_quick_start_network), T(mlp_fmnist_and_named_parameters),
-          T(cnn_default_and_batch_norm), T(config_errors_name_the_field), T(build_error_of_the_program_is_returned))
+TEST_MAIN(T(mlp_default_is_the_quick_start_network), T(mlp_fmnist_and_named_parameters), T(cnn_default_and_batch_norm),
+          T(config_errors_name_the_field), T(build_error_of_the_program_is_returned))

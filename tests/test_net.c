@@ -165,7 +165,8 @@ TEST(accept_deadline_when_the_client_never_answers)
     fl_net_listener *l;
     CHECK_OK(fl_net_listen("127.0.0.1", 0, &l));
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
                              .sin_port = htons((uint16_t)fl_net_listener_port(l))};
     CHECK(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
     fl_net_auth a = auth_of(key_a, 0);
@@ -355,7 +356,8 @@ TEST(receive_deadline)
     fl_net_conn *c = dial(2, &pid);
     fl_net_conn_set_label(c, "rank 9 (somewhere:1)");
     double t0 = now_s();
-    CHECK_FAILS(fl_net_recv_all(c, b, 8, fl_net_deadline(200)), FL_ETIMEDOUT, "receive from rank 9 (somewhere:1) timed out");
+    CHECK_FAILS(fl_net_recv_all(c, b, 8, fl_net_deadline(200)), FL_ETIMEDOUT,
+                "receive from rank 9 (somewhere:1) timed out");
     CHECK_STR_HAS(fl_last_error(), "0 of 8 bytes");
     double dt = now_s() - t0;
     if (dt < 0.18 || dt > 1.0) TFAIL("receive gave up after %.3f s, deadline 0.2 s", dt);
@@ -426,8 +428,8 @@ static int raw_connect(int port, const char *src)
         inet_pton(AF_INET, src, &me.sin_addr);
         CHECK(bind(fd, (struct sockaddr *)&me, sizeof me) == 0);
     }
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-                             .sin_port = htons((uint16_t)port)};
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = htons((uint16_t)port)};
     CHECK(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
     return fd;
 }
@@ -487,8 +489,8 @@ TEST(acceptor_bounds_unauthenticated_connections)
     }
     fl_net_acceptor_stats st;
     fl_net_acceptor_get_stats(acc, &st);
-    printf("  18 idle peers from 3 addresses: accepted %llu, pending %d, evicted %llu\n",
-           (unsigned long long)st.accepted, st.pending, (unsigned long long)st.evicted);
+    printf("  18 idle peers from 3 addresses: accepted %llu, pending %d, evicted %llu\n", (unsigned long long)st.accepted,
+           st.pending, (unsigned long long)st.evicted);
     CHECK_EQ_INT(st.accepted, 18);
     CHECK(st.pending <= 8);
     CHECK_EQ_INT(st.evicted, 18 - st.pending);

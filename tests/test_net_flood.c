@@ -43,8 +43,8 @@ static void raise_fd_limit(int need)
         rl.rlim_cur = rl.rlim_max;
         CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
     }
-    if (rl.rlim_cur < (rlim_t)need) TFAIL("the flood needs %d descriptors; the hard limit is %llu", need,
-                                          (unsigned long long)rl.rlim_max);
+    if (rl.rlim_cur < (rlim_t)need)
+        TFAIL("the flood needs %d descriptors; the hard limit is %llu", need, (unsigned long long)rl.rlim_max);
 }
 
 /* ---- the flooder ----------------------------------------------------------------------------- */
@@ -55,7 +55,11 @@ typedef struct {
 } slot;
 
 static volatile sig_atomic_t flood_stop;
-static void on_term(int sig) { (void)sig; flood_stop = 1; }
+static void on_term(int sig)
+{
+    (void)sig;
+    flood_stop = 1;
+}
 
 static void slot_open(slot *s, int i, int port, double now)
 {
@@ -69,8 +73,8 @@ static void slot_open(slot *s, int i, int port, double now)
         struct sockaddr_in me = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000002u + (uint32_t)(i % 50))};
         bind(s->fd, (struct sockaddr *)&me, sizeof me);
     }
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-                             .sin_port = htons((uint16_t)port)};
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = htons((uint16_t)port)};
     int r = connect(s->fd, (struct sockaddr *)&sa, sizeof sa);
     s->state = r == 0 ? 2 : 1;
     s->t = now + (double)(i % 100) / 100.0; /* spread the slow bytes over the second */
@@ -137,12 +141,13 @@ static void flooder(int port)
             }
             char b[256];
             ssize_t r;
-            while ((r = recv(s->fd, b, sizeof b, MSG_DONTWAIT)) > 0) {} /* the greeting */
+            while ((r = recv(s->fd, b, sizeof b, MSG_DONTWAIT)) > 0) {
+            } /* the greeting */
             if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) slot_close(s, now, &closed);
         }
     }
-    fprintf(stderr, "  flooder: %ld connections opened, %ld closed by the listener, %ld slow bytes sent\n", opened,
-            closed, bytes);
+    fprintf(stderr, "  flooder: %ld connections opened, %ld closed by the listener, %ld slow bytes sent\n", opened, closed,
+            bytes);
     _exit(0);
 }
 
@@ -306,8 +311,8 @@ static double ps_job(int flood)
     CHECK(waitpid(sp, &ws, 0) == sp);
     if (fp > 0) stop_flood(fp);
     printf("  PS job %s flood: first step after %.3f s, %d steps in %.3f s; server: %d fds before, at most %d "
-           "during; VmRSS %ld kB before, at most %ld kB\n", flood ? "under" : "without", first, s, total, w.fd0,
-           w.fd_max, w.rss0, w.rss_max);
+           "during; VmRSS %ld kB before, at most %ld kB\n",
+           flood ? "under" : "without", first, s, total, w.fd0, w.fd_max, w.rss0, w.rss_max);
     fflush(stdout);
     if (!WIFEXITED(ws) || WEXITSTATUS(ws)) TFAIL("the server did not end cleanly (status 0x%x)", ws);
     if (flood) {
@@ -399,7 +404,8 @@ static double coll_job(int flood)
     if (fp > 0) stop_flood(fp);
     for (int r = 0; r < 2; r++) fl_net_listener_free(ls[r]);
     printf("  collective job %s flood: first allreduce after %.3f s; rank 0: %d fds at start, at most %d; VmRSS at most "
-           "%ld kB\n", flood ? "under" : "without", worst, w.fd0, w.fd_max, w.rss_max);
+           "%ld kB\n",
+           flood ? "under" : "without", worst, w.fd0, w.fd_max, w.rss_max);
     fflush(stdout);
     if (bad) TFAIL("%d ranks failed", bad);
     if (flood) CHECK(w.fd_max <= w.fd0 + FL_NET_DEFAULT_MAX_PENDING + 16);

@@ -381,7 +381,7 @@ static void bn_case(int nd, const int64_t *shape, int64_t N, float momentum, flo
         expect_close(fl_tensor_f32(out[0]), want, numel, 1e-4, 1e-4);
         double inv[16];
         for (int c = 0; c < C; c++) inv[c] = 1 / sqrt(bv[c] + eps);
-        expect_close(fl_tensor_f32(out[1]), bm, C, 1e-5, 1e-6); /* SavedMean */
+        expect_close(fl_tensor_f32(out[1]), bm, C, 1e-5, 1e-6);  /* SavedMean */
         expect_close(fl_tensor_f32(out[2]), inv, C, 1e-5, 1e-6); /* SavedVariance: inverse std */
         for (int c = 0; c < C; c++) {
             mm[c] = mm[c] * momentum + bm[c] * (1 - momentum);
@@ -719,5 +719,6 @@ TEST(cnn_trains)
 
 TEST_MAIN(T(conv2d_fixed_configs), T(conv2d_random_shapes), T(conv2d_names_and_init), T(pool2d_fixed_configs),
           T(pool2d_random_shapes), T(pool2d_square_layer), T(batch_norm_2d), T(batch_norm_4d),
-          T(batch_norm_3d_momentum_act), T(batch_norm_5d), T(batch_norm_random_shapes), T(batch_norm_state_and_is_test_attr), T(build_errors),
-          T(infer_errors_from_text), T(runtime_shape_error), T(text_round_trip), T(cnn_trains))
+          T(batch_norm_3d_momentum_act), T(batch_norm_5d), T(batch_norm_random_shapes),
+          T(batch_norm_state_and_is_test_attr), T(build_errors), T(infer_errors_from_text), T(runtime_shape_error),
+          T(text_round_trip), T(cnn_trains))

@@ -44,8 +44,8 @@ static void ew_case(ew_fn fn, int axis, int xn, const int64_t *xs, const float *
     fl_tensor_free(yt);
     fl_prog_free(p);
 }
-#define EW(fn, axis, xs, xd, ys, yd, ...)                                                                   \
-    ew_case(fn, axis, (int)(sizeof xs / sizeof xs[0]), xs, xd, (int)(sizeof ys / sizeof ys[0]), ys, yd,     \
+#define EW(fn, axis, xs, xd, ys, yd, ...)                                                               \
+    ew_case(fn, axis, (int)(sizeof xs / sizeof xs[0]), xs, xd, (int)(sizeof ys / sizeof ys[0]), ys, yd, \
             (const float[]){__VA_ARGS__})
 
 static const float X23[] = {1, 2, 3, 4, 5, 6};
@@ -583,7 +583,7 @@ TEST(cos_sim_errors)
 TEST_MAIN(T(ew_rows_all_ops), T(ew_same_shape), T(ew_middle_axis), T(ew_trailing_one_trimmed), T(ew_scalar_y),
           T(ew_names_and_shapes), T(ew_build_mismatch_error), T(ew_build_rank_and_axis_errors),
           T(ew_runtime_mismatch_error), T(scale_values), T(scale_selected_rows), T(dropout_downgrade_stats),
-          T(dropout_upscale_stats), T(dropout_default_impl_high_prob), T(dropout_mask_steps_and_seeds),
-          T(dropout_fix_seed), T(dropout_is_test_downgrade), T(dropout_is_test_upscale),
-          T(dropout_prob_zero_and_one), T(dropout_bad_attributes), T(reduce_sum_small), T(reduce_sum_all_subsets),
-          T(reduce_sum_lod_and_errors), T(cos_sim_values), T(cos_sim_errors))
+          T(dropout_upscale_stats), T(dropout_default_impl_high_prob), T(dropout_mask_steps_and_seeds), T(dropout_fix_seed),
+          T(dropout_is_test_downgrade), T(dropout_is_test_upscale), T(dropout_prob_zero_and_one), T(dropout_bad_attributes),
+          T(reduce_sum_small), T(reduce_sum_all_subsets), T(reduce_sum_lod_and_errors), T(cos_sim_values),
+          T(cos_sim_errors))

@@ -189,8 +189,8 @@ TEST(embedding_shared_table)
     int nv1 = fl_prog_num_vars(p);
     fl_var *ob = fl_layer_embedding(b, 5, 3, &at);
     CHECK(oa && ob);
-    CHECK_EQ_INT(nv1 - nv0, 2);                  /* table + output */
-    CHECK_EQ_INT(fl_prog_num_vars(p) - nv1, 1);  /* output only */
+    CHECK_EQ_INT(nv1 - nv0, 2);                           /* table + output */
+    CHECK_EQ_INT(fl_prog_num_vars(p) - nv1, 1);           /* output only */
     CHECK_EQ_INT(fl_prog_num_ops(fl_prog_startup(p)), 1); /* one initializer */
     /* training updates the one table with both slots' sparse gradients */
     fl_var *loss = fl_layer_mean(fl_layer_concat(FL_VARS(oa, ob), 0));
@@ -483,7 +483,8 @@ TEST(concat_errors)
     a = fl_layer_data(p, "a", FL_SHAPE(3), FL_FLOAT32, 0);
     fl_var *r3 = fl_layer_data(p, "r3", FL_SHAPE(3, 1), FL_FLOAT32, 0);
     CHECK(!fl_layer_concat(FL_VARS(a, r3), 1));
-    CHECK_STR_HAS(fl_prog_error(p), "input 'r3' is float32 [-1, 3, 1] but input 'a' is float32 [-1, 3] (dtypes and ranks must agree)");
+    CHECK_STR_HAS(fl_prog_error(p),
+                  "input 'r3' is float32 [-1, 3, 1] but input 'a' is float32 [-1, 3] (dtypes and ranks must agree)");
     fl_prog_free(p);
 
     /* run time: batch sizes differ on a non-axis dimension */
@@ -497,7 +498,8 @@ TEST(concat_errors)
     fl_feed f[] = {{"a", at}, {"b", bt}};
     const char *fetch[] = {fl_var_name(o)};
     fl_tensor *out;
-    CHECK_FAILS(fl_exe_run(e, p, f, 2, fetch, 1, &out), FL_EINVAL, "concat: input 'b' is float32[3, 2] but input 'a' is float32[2, 1]");
+    CHECK_FAILS(fl_exe_run(e, p, f, 2, fetch, 1, &out), FL_EINVAL,
+                "concat: input 'b' is float32[3, 2] but input 'a' is float32[2, 1]");
     fl_tensor_free(at);
     fl_tensor_free(bt);
     fl_exe_free(e);

@@ -151,8 +151,8 @@ static const char *const pname[NPARAM] = {"w_0", "w_1", "b", "c"};
 
 typedef struct {
     ocfg o;
-    int attrs;            /* optimizer L2 + per-parameter l2_decay and learning_rate */
-    int64_t decay_steps;  /* 0: constant rate */
+    int attrs;           /* optimizer L2 + per-parameter l2_decay and learning_rate */
+    int64_t decay_steps; /* 0: constant rate */
     float decay_rate;
     int staircase;
     int steps;
@@ -412,7 +412,8 @@ static fl_prog *build_update_ex(const ocfg *o, double l2, double lr_scale, int s
         char name[64];
         snprintf(name, sizeof name, "t_%s_0", suf[i]);
         int pw = i >= 2;
-        s[i] = fl__persistable_create(p, name, FL_FLOAT32, pw ? 1 : 2, pw ? &one : shape, pw ? (i == 2 ? o->b1 : o->b2) : 0.0f);
+        s[i] = fl__persistable_create(p, name, FL_FLOAT32, pw ? 1 : 2, pw ? &one : shape,
+                                      pw ? (i == 2 ? o->b1 : o->b2) : 0.0f);
         CHECK(s[i] != NULL);
         so[i] = out_var(p, s[i], sep);
         in[ni++] = (fl_io){sin[i], &s[i], 1};
@@ -475,7 +476,7 @@ static void sparse_lazy(const ocfg *o, double l2, double lr_scale)
     }
     /* lazy: rows 0 and 3 and their state are exactly as initialised */
     const float *t = fl_tensor_f32(find(e, "t"));
-    const char *state = !strcmp(o->type, "momentum") ? "t_velocity_0"
+    const char *state = !strcmp(o->type, "momentum")  ? "t_velocity_0"
                         : !strcmp(o->type, "adagrad") ? "t_moment_0"
                         : !strcmp(o->type, "adam")    ? "t_moment1_0"
                                                       : NULL;
@@ -562,7 +563,7 @@ TEST(sparse_empty_gradient_kernel)
     th_fill_uniform(m, R * W, 0.1f, 1.0f, 10u);
     const int64_t sh[2] = {R, W}, one = 1, rows[1] = {0};
     fl_tensor *ins[7] = {th_f32(2, sh, wv), rows_tensor(rows, 0, wv, R), th_f32(1, &one, &lrv), th_f32(2, sh, m),
-                         th_f32(2, sh, m), th_f32(1, &one, &b1), th_f32(1, &one, &b2)};
+                         th_f32(2, sh, m),  th_f32(1, &one, &b1),        th_f32(1, &one, &b2)};
     CHECK(fl_tensor_is_rows(ins[1]));
     void *state = NULL;
     CHECK_OK(call_kernel(op, ins, 7, &state));
@@ -585,7 +586,8 @@ TEST(sparse_bad_height_is_an_error)
     float vals[2 * W] = {1, 2, 3, 4, 5, 6};
     fl_tensor *g = rows_tensor(rows, 2, vals, R - 1);
     fl_feed f[] = {{"g", g}};
-    CHECK_FAILS(fl_exe_run(e, p, f, 1, NULL, 0, NULL), FL_EINVAL, "sparse gradient height 5 differs from parameter 't' rows 6");
+    CHECK_FAILS(fl_exe_run(e, p, f, 1, NULL, 0, NULL), FL_EINVAL,
+                "sparse gradient height 5 differs from parameter 't' rows 6");
     fl_tensor_free(g);
     fl_exe_free(e);
     fl_prog_free(p);
@@ -608,7 +610,8 @@ TEST(sparse_row_out_of_range_kernel)
     void *state = NULL;
     fl_tensor *ins[3] = {w, g, lr};
     g->rows[1] = R + 3; /* corrupt the second row id */
-    CHECK_FAILS(call_kernel(op, ins, 3, &state), FL_EINVAL, "sparse gradient row #1 is 9, out of range [0, 6) of parameter 't'");
+    CHECK_FAILS(call_kernel(op, ins, 3, &state), FL_EINVAL,
+                "sparse gradient row #1 is 9, out of range [0, 6) of parameter 't'");
     for (int i = 0; i < R * W; i++) CHECK(fl_tensor_f32(w)[i] == wv[i]);
     g->rows[1] = 4;
     CHECK_OK(call_kernel(op, ins, 3, &state));
@@ -807,8 +810,9 @@ TEST(null_handle_keeps_the_earlier_error)
     fl_opt *o = fl_opt_sgd(0.1f);
     CHECK(fleet_distributed_optimizer(NULL, o, NULL) == NULL);
     CHECK_STR_HAS(fl_last_error(), "fleet_distributed_optimizer: fleet handle is NULL");
-    CHECK_FAILS(fl_opt_minimize(NULL, NULL), FL_EINVAL, "minimize: optimizer is NULL or invalid (an earlier call "
-                                                        "failed: fleet_distributed_optimizer: fleet handle is NULL");
+    CHECK_FAILS(fl_opt_minimize(NULL, NULL), FL_EINVAL,
+                "minimize: optimizer is NULL or invalid (an earlier call "
+                "failed: fleet_distributed_optimizer: fleet handle is NULL");
     fl_clear_error(); /* no earlier error: the plain message */
     CHECK_FAILS(fl_opt_minimize(NULL, NULL), FL_EINVAL, "minimize: optimizer is NULL or invalid");
     CHECK(!strstr(fl_last_error(), "earlier"));
@@ -816,17 +820,16 @@ TEST(null_handle_keeps_the_earlier_error)
     fl_opt_free(o);
 }
 
-TEST_MAIN(T(null_handle_keeps_the_earlier_error), T(dense_sgd), T(dense_momentum), T(dense_momentum_nesterov), T(dense_adagrad), T(dense_adam),
-          T(l2_lr_scale_sgd), T(l2_lr_scale_momentum), T(l2_lr_scale_nesterov), T(l2_lr_scale_adagrad),
-          T(l2_lr_scale_adam), T(exp_decay_continuous_sgd), T(exp_decay_staircase_sgd),
+TEST_MAIN(T(null_handle_keeps_the_earlier_error), T(dense_sgd), T(dense_momentum), T(dense_momentum_nesterov),
+          T(dense_adagrad), T(dense_adam), T(l2_lr_scale_sgd), T(l2_lr_scale_momentum), T(l2_lr_scale_nesterov),
+          T(l2_lr_scale_adagrad), T(l2_lr_scale_adam), T(exp_decay_continuous_sgd), T(exp_decay_staircase_sgd),
           T(exp_decay_staircase_adam_l2), T(setters_reject_bad_arguments), T(update_ops_reject_bad_hyperparameters),
-          T(sparse_lazy_sgd), T(sparse_lazy_momentum), T(sparse_lazy_nesterov), T(sparse_lazy_adagrad),
-          T(sparse_lazy_adam), T(sparse_l2_lr_scale_sgd), T(sparse_l2_lr_scale_momentum),
-          T(sparse_l2_lr_scale_adagrad), T(sparse_l2_lr_scale_adam), T(sparse_adam_pow_once_per_step),
-          T(sparse_empty_gradient_kernel), T(sparse_bad_height_is_an_error), T(sparse_row_out_of_range_kernel),
-          T(embedding_sparse_sgd), T(embedding_sparse_momentum), T(embedding_sparse_nesterov),
-          T(embedding_sparse_adagrad), T(embedding_sparse_adam), T(embedding_sparse_l2_lr_scale_momentum),
-          T(embedding_sparse_l2_lr_scale_adam), T(embedding_sparse_equals_dense_sgd),
-          T(embedding_sparse_vs_dense_sgd_l2), T(separate_outputs_sgd_sparse), T(separate_outputs_momentum_dense),
-          T(separate_outputs_momentum_sparse), T(separate_outputs_adagrad_sparse), T(separate_outputs_adam_dense),
-          T(separate_outputs_adam_sparse))
+          T(sparse_lazy_sgd), T(sparse_lazy_momentum), T(sparse_lazy_nesterov), T(sparse_lazy_adagrad), T(sparse_lazy_adam),
+          T(sparse_l2_lr_scale_sgd), T(sparse_l2_lr_scale_momentum), T(sparse_l2_lr_scale_adagrad),
+          T(sparse_l2_lr_scale_adam), T(sparse_adam_pow_once_per_step), T(sparse_empty_gradient_kernel),
+          T(sparse_bad_height_is_an_error), T(sparse_row_out_of_range_kernel), T(embedding_sparse_sgd),
+          T(embedding_sparse_momentum), T(embedding_sparse_nesterov), T(embedding_sparse_adagrad), T(embedding_sparse_adam),
+          T(embedding_sparse_l2_lr_scale_momentum), T(embedding_sparse_l2_lr_scale_adam),
+          T(embedding_sparse_equals_dense_sgd), T(embedding_sparse_vs_dense_sgd_l2), T(separate_outputs_sgd_sparse),
+          T(separate_outputs_momentum_dense), T(separate_outputs_momentum_sparse), T(separate_outputs_adagrad_sparse),
+          T(separate_outputs_adam_dense), T(separate_outputs_adam_sparse))

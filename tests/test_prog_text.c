@@ -127,8 +127,8 @@ TEST(text_round_trip_attrs_and_names)
     const float floats[] = {0.1f, -0.0f, 1e-38f, 3.4028235e38f, 16777217.0f, 1.0f / 3.0f};
     CHECK_OK(fl__attr_set_ints(op, "shape", &one, 1));
     CHECK_OK(fl__attr_set_i(op, "dtype", FL_FLOAT32));
-    CHECK_OK(fl__attr_set_f(op, "value", 0.1));             /* not a float: written as double */
-    CHECK_OK(fl__attr_set_f(op, "f32", (double)0.1f));      /* a float: short form */
+    CHECK_OK(fl__attr_set_f(op, "value", 0.1));        /* not a float: written as double */
+    CHECK_OK(fl__attr_set_f(op, "f32", (double)0.1f)); /* a float: short form */
     CHECK_OK(fl__attr_set_f(op, "tiny", 4.9406564584124654e-324));
     CHECK_OK(fl__attr_set_f(op, "inf", -INFINITY));
     CHECK_OK(fl__attr_set_i(op, "big", INT64_MIN));
@@ -304,8 +304,8 @@ TEST(text_parse_errors_name_the_line)
     parse_fails(HDR "seed -1\n", "line 3", "bad seed");
     parse_fails(HDR "frobnicate\n", "line 3", "unknown statement 'frobnicate'");
     parse_fails(HDR "var x float32 [1] stop_gradient extra=1\n", "line 3", "unknown property 'extra='");
-    parse_fails(HDR VARS "op tanh role=forward in X=x out Out=h\nop tanh role=forward in X=h out Out=x extra\n",
-                "line 6", "unexpected 'extra'");
+    parse_fails(HDR VARS "op tanh role=forward in X=x out Out=h\nop tanh role=forward in X=h out Out=x extra\n", "line 6",
+                "unexpected 'extra'");
     /* shape inference runs again: an int64 input to tanh is rejected */
     parse_fails(HDR "var x int64 [-1,4] data\nvar h float32 [-1,4]\nop tanh role=forward in X=x out Out=h\n", "line 5",
                 "tanh");
@@ -442,7 +442,7 @@ TEST(text_round_trip_conditional_ops)
     fl_prog_free(p);
 }
 
-TEST_MAIN(T(text_round_trip_conditional_ops), T(text_round_trip_training_program), T(text_round_trip_attrs_and_names), T(text_round_trip_ctr_program), T(text_parsed_program_extends_with_fresh_names),
-          T(text_comments_blank_lines_crlf),
-          T(text_parse_errors_name_the_line), T(prune_keeps_only_needed_forward_ops), T(prune_stops_at_fed_variables),
-          T(prune_errors))
+TEST_MAIN(T(text_round_trip_conditional_ops), T(text_round_trip_training_program), T(text_round_trip_attrs_and_names),
+          T(text_round_trip_ctr_program), T(text_parsed_program_extends_with_fresh_names),
+          T(text_comments_blank_lines_crlf), T(text_parse_errors_name_the_line), T(prune_keeps_only_needed_forward_ops),
+          T(prune_stops_at_fed_variables), T(prune_errors))

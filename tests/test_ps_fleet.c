@@ -79,7 +79,8 @@ static void job_init(job *j, int ns, int nw)
     j->ns = ns;
     j->nw = nw;
     for (int i = 0; i < ns; i++)
-        snprintf(j->list + strlen(j->list), sizeof j->list - strlen(j->list), "%s127.0.0.1:%d", i ? "," : "", th_free_port());
+        snprintf(j->list + strlen(j->list), sizeof j->list - strlen(j->list), "%s127.0.0.1:%d", i ? "," : "",
+                 th_free_port());
 }
 
 static const char *port_of(const job *j, int i)
@@ -261,13 +262,15 @@ static double compare(const dump_t *want, const dump_t *got, double tol)
         const float *x = fl_tensor_cdata(a), *y = fl_tensor_cdata(b);
         if (tol == 0 && memcmp(x, y, (size_t)fl_tensor_numel(a) * 4) != 0) {
             for (int64_t k = 0; k < fl_tensor_numel(a); k++)
-                if (memcmp(&x[k], &y[k], 4)) TFAIL("%s[%lld]: %.9g != %.9g (not bit-exact)", want->names[i], (long long)k, x[k], y[k]);
+                if (memcmp(&x[k], &y[k], 4))
+                    TFAIL("%s[%lld]: %.9g != %.9g (not bit-exact)", want->names[i], (long long)k, x[k], y[k]);
         }
         for (int64_t k = 0; k < fl_tensor_numel(a); k++) {
             double diff = fabs((double)x[k] - (double)y[k]);
             if (diff > worst) worst = diff;
             if (tol > 0 && diff > tol * (1.0 + fabs((double)x[k])))
-                TFAIL("%s[%lld]: local %.9g vs parameter server %.9g (tolerance %g)", want->names[i], (long long)k, x[k], y[k], tol);
+                TFAIL("%s[%lld]: local %.9g vs parameter server %.9g (tolerance %g)", want->names[i], (long long)k, x[k],
+                      y[k], tol);
         }
     }
     return worst;
@@ -463,8 +466,8 @@ TEST(checkpoint_restart_is_bit_exact)
     job b;
     job_init(&b, 2, 2);
     snprintf(ck, sizeof ck, "ckpt=%s", path_in(&b, "ck"));
-    const char *cb1[] = {"task=tiny", "mode=sync", "opt=adam", "lr=0.05", "steps=8", "quiet=1", ck, "every=2",
-                         "kill_self_at=5", "kill_rank=1", NULL};
+    const char *cb1[] = {"task=tiny", "mode=sync", "opt=adam",       "lr=0.05",     "steps=8", "quiet=1",
+                         ck,          "every=2",   "kill_self_at=5", "kill_rank=1", NULL};
     job_start(&b, cb1, NULL, NULL);
     for (int i = 0; i < b.n; i++) wait_proc(&b.p[i], 60);
     kill_all(&b);
@@ -652,7 +655,8 @@ TEST(killed_worker_reported_by_fleetrun)
         usleep(20000);
     }
     char *s = slurp(out);
-    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 128 + SIGKILL) TFAIL("fleetrun status 0x%x, expected exit 137; output:\n%s", ws, s);
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 128 + SIGKILL)
+        TFAIL("fleetrun status 0x%x, expected exit 137; output:\n%s", ws, s);
     CHECK_STR_HAS(s, "role:   worker");
     CHECK_STR_HAS(s, "rank:   1");
     CHECK_STR_HAS(s, "SIGKILL");
@@ -762,7 +766,8 @@ TEST(rewrite_sync_and_async)
         for (int i = 0; i < n; i++) {
             if (t[i].kind == FL_PS_SPARSE) {
                 sparse++;
-                CHECK(!strcmp(t[i].name, "tab") && t[i].dim == 3 && t[i].init.kind == FL_INIT_UNIFORM && t[i].init.seed != 0);
+                CHECK(!strcmp(t[i].name, "tab") && t[i].dim == 3 && t[i].init.kind == FL_INIT_UNIFORM &&
+                      t[i].init.seed != 0);
             }
             if (i < n - 1) {
                 CHECK(t[i].opt.kind == FL_PS_OPT_ADAM && t[i].opt.lr == 0.01f);
@@ -929,8 +934,8 @@ TEST(example_runs_under_fleetrun)
     rm_rf(dir);
 }
 
-TEST_MAIN(T(checkpoint_restart_is_bit_exact), T(rewrite_sync_and_async), T(rewrite_geo_keeps_the_local_optimizer), T(unsupported_combinations_are_refused),
-          T(missing_server_fails_init_worker_in_time), T(sync_sgd_l2_equals_local), T(sync_adam_equals_local),
-          T(sync_adagrad_equals_local), T(sync_momentum_equals_local), T(async_converges), T(geo_converges), T(async_sparse_runs),
-          T(save_restart_is_bit_exact), T(inference_model_from_the_servers), T(killed_worker_fails_the_servers), T(killed_worker_reported_by_fleetrun),
-          T(example_runs_under_fleetrun))
+TEST_MAIN(T(checkpoint_restart_is_bit_exact), T(rewrite_sync_and_async), T(rewrite_geo_keeps_the_local_optimizer),
+          T(unsupported_combinations_are_refused), T(missing_server_fails_init_worker_in_time), T(sync_sgd_l2_equals_local),
+          T(sync_adam_equals_local), T(sync_adagrad_equals_local), T(sync_momentum_equals_local), T(async_converges),
+          T(geo_converges), T(async_sparse_runs), T(save_restart_is_bit_exact), T(inference_model_from_the_servers),
+          T(killed_worker_fails_the_servers), T(killed_worker_reported_by_fleetrun), T(example_runs_under_fleetrun))

@@ -75,7 +75,8 @@ static void cluster_join(cluster *c, int want)
 {
     for (int i = 0; i < c->ns; i++) {
         pthread_join(c->th[i], NULL);
-        if (c->rc[i] != want) TFAIL("server %d returned %s (%s), expected %s", i, fl_strerror(c->rc[i]), c->msg[i], fl_strerror(want));
+        if (c->rc[i] != want)
+            TFAIL("server %d returned %s (%s), expected %s", i, fl_strerror(c->rc[i]), c->msg[i], fl_strerror(want));
         fl_ps_server_free(c->srv[i]);
         free(c->eps[i]);
     }
@@ -262,15 +263,16 @@ static void *sync_worker(void *p)
     float sg[SYNC_N * 3], dg[8], tmp[SYNC_N * 3];
     for (int s = 0; s < SYNC_STEPS; s++) {
         sync_grads(a->rank, s, ids, sg, dg);
-        if (fl_ps_client_pull_sparse(cl, 0, ids, SYNC_N, tmp, 1) || fl_ps_client_push_sparse(cl, 0, ids, SYNC_N, sg, NULL, NULL) ||
-            fl_ps_client_push_dense(cl, 1, dg)) {
+        if (fl_ps_client_pull_sparse(cl, 0, ids, SYNC_N, tmp, 1) ||
+            fl_ps_client_push_sparse(cl, 0, ids, SYNC_N, sg, NULL, NULL) || fl_ps_client_push_dense(cl, 1, dg)) {
             fprintf(stderr, "worker %d step %d: %s\n", a->rank, s, fl_last_error());
             return NULL;
         }
     }
     uint64_t all[9];
     for (int i = 0; i < 9; i++) all[i] = (uint64_t)i;
-    if (fl_ps_client_pull_sparse(cl, 0, all, 9, a->sparse_out, 0) || fl_ps_client_pull_dense(cl, 1, a->dense_out)) return NULL;
+    if (fl_ps_client_pull_sparse(cl, 0, all, 9, a->sparse_out, 0) || fl_ps_client_pull_dense(cl, 1, a->dense_out))
+        return NULL;
     a->ok = fl_ps_client_stop(cl) == FL_OK;
     fl_ps_client_free(cl);
     return NULL;
@@ -460,7 +462,8 @@ TEST(malformed_frames_close_only_their_connection)
         if (i == 4) fl_net_conn_shutdown(nc); /* send half, then hang up */
         uint8_t buf[64];
         int st = fl_net_recv_all(nc, buf, 32, fl_net_deadline(5000));
-        if (st != FL_EREMOTE && !(i == 4 && st != FL_OK)) TFAIL("'%s': connection not closed (%s)", bad[i].what, fl_strerror(st));
+        if (st != FL_EREMOTE && !(i == 4 && st != FL_OK))
+            TFAIL("'%s': connection not closed (%s)", bad[i].what, fl_strerror(st));
         fl_net_conn_free(nc);
     }
     /* plain TCP junk without a handshake */
@@ -681,7 +684,6 @@ TEST(unreachable_server_is_named)
 
 TEST_MAIN(T(dense_roundtrip_two_servers), T(sparse_roundtrip_duplicates_two_servers), T(barrier_among_three_workers),
           T(sync_mode_equals_local_training_on_global_batch), T(sync_push_fails_fast_when_a_worker_stopped),
-          T(retried_push_applied_once),
-          T(malformed_frames_close_only_their_connection), T(wrong_or_missing_secret_refused),
+          T(retried_push_applied_once), T(malformed_frames_close_only_their_connection), T(wrong_or_missing_secret_refused),
           T(config_mismatch_names_the_table), T(save_load_bit_exact_through_clients),
           T(interrupted_save_keeps_previous_checkpoint), T(lost_worker_fails_the_server), T(unreachable_server_is_named))

@@ -525,10 +525,11 @@ TEST(stopped_server_is_named_within_10s)
 TEST(fuzz_frame_decoder_briefly)
 {
     char dir[32];
-    if (!th_fuzz_build(dir, "tests/fuzz_ps_frame.c src/ps/frame.c src/net/*.c src/base/*.c -lcrypto -lcjson -lm -pthread")) return;
+    if (!th_fuzz_build(dir, "tests/fuzz_ps_frame.c src/ps/frame.c src/net/*.c src/base/*.c -lcrypto -lcjson -lm -pthread"))
+        return;
     th_fuzz_run(dir, 8);
 }
 
-TEST_MAIN(T(killed_worker_fails_server_within_10s), T(scan_returns_every_row_once), T(killed_server_fails_client_calls_within_10s),
-          T(save_interrupted_by_killed_server_keeps_previous), T(stopped_worker_is_named_within_10s),
-          T(stopped_server_is_named_within_10s), T(fuzz_frame_decoder_briefly))
+TEST_MAIN(T(killed_worker_fails_server_within_10s), T(scan_returns_every_row_once),
+          T(killed_server_fails_client_calls_within_10s), T(save_interrupted_by_killed_server_keeps_previous),
+          T(stopped_worker_is_named_within_10s), T(stopped_server_is_named_within_10s), T(fuzz_frame_decoder_briefly))

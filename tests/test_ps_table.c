@@ -143,10 +143,14 @@ TEST(frame_malformed_corpus)
 TEST(dense_split_rule)
 {
     int64_t a, e;
-    fl_ps_dense_split(10, 3, 0, &a, &e); CHECK(a == 0 && e == 4);
-    fl_ps_dense_split(10, 3, 1, &a, &e); CHECK(a == 4 && e == 8);
-    fl_ps_dense_split(10, 3, 2, &a, &e); CHECK(a == 8 && e == 10);
-    fl_ps_dense_split(2, 4, 3, &a, &e); CHECK(a == 2 && e == 2);
+    fl_ps_dense_split(10, 3, 0, &a, &e);
+    CHECK(a == 0 && e == 4);
+    fl_ps_dense_split(10, 3, 1, &a, &e);
+    CHECK(a == 4 && e == 8);
+    fl_ps_dense_split(10, 3, 2, &a, &e);
+    CHECK(a == 8 && e == 10);
+    fl_ps_dense_split(2, 4, 3, &a, &e);
+    CHECK(a == 2 && e == 2);
     for (int64_t R = 1; R < 40; R++)
         for (int n = 1; n < 9; n++) {
             int64_t at = 0;
@@ -609,7 +613,8 @@ TEST(manifest_round_trip_and_damage)
     CHECK_FAILS(fl__ps_manifest_read(dir, t, 2, 2, &gen, &step), FL_ECORRUPT, "the manifest must be a JSON object");
     CHECK_STR_HAS(fl_last_error(), path);
     CHECK_OK(fl__write_file_atomic(path, "{}\n}\n", 5));
-    CHECK_FAILS(fl__ps_manifest_read(dir, t, 2, 2, &gen, &step), FL_ECORRUPT, "unexpected data after the JSON value at byte 3 (line 2): '}\\x0a'");
+    CHECK_FAILS(fl__ps_manifest_read(dir, t, 2, 2, &gen, &step), FL_ECORRUPT,
+                "unexpected data after the JSON value at byte 3 (line 2): '}\\x0a'");
     CHECK_STR_HAS(fl_last_error(), path);
     /* a well-formed manifest of another job is FL_EINVAL / FL_ENOTFOUND naming the mismatch */
     CHECK_OK(fl__write_file_atomic(path, text, len));
@@ -631,8 +636,11 @@ TEST(bytes_per_key)
         int dim;
         fl_ps_opt_kind k;
         double bound;
-    } cases[] = {{10, FL_PS_OPT_SGD, 2.0}, {10, FL_PS_OPT_ADAGRAD, 1.5}, {10, FL_PS_OPT_ADAM, 1.5},
-                 {64, FL_PS_OPT_SGD, 1.5}, {64, FL_PS_OPT_ADAM, 1.5}};
+    } cases[] = {{10, FL_PS_OPT_SGD, 2.0},
+                 {10, FL_PS_OPT_ADAGRAD, 1.5},
+                 {10, FL_PS_OPT_ADAM, 1.5},
+                 {64, FL_PS_OPT_SGD, 1.5},
+                 {64, FL_PS_OPT_ADAM, 1.5}};
     static uint64_t ids[200000];
     for (int i = 0; i < 200000; i++) ids[i] = (uint64_t)i * 0x9E3779B97F4A7C15ull;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -646,8 +654,8 @@ TEST(bytes_per_key)
         fl__ps_sparse_stats(t, &st);
         CHECK_EQ_INT(st.rows, 200000);
         double ratio = st.bytes_per_key / st.payload_per_key;
-        printf("  dim %2d %-7s: %.1f bytes/key for a payload of %.0f (%.2fx)\n", cases[c].dim,
-               fl__ps_opt_name(cases[c].k), st.bytes_per_key, st.payload_per_key, ratio);
+        printf("  dim %2d %-7s: %.1f bytes/key for a payload of %.0f (%.2fx)\n", cases[c].dim, fl__ps_opt_name(cases[c].k),
+               st.bytes_per_key, st.payload_per_key, ratio);
         CHECK(ratio <= cases[c].bound);
         fl__ps_sparse_free(t);
     }

@@ -189,7 +189,8 @@ static void set_param(fl_exe *exe, const ref_file *rf, const char *name)
     const ref_tensor *r = ref_get(rf, key, "f32");
     fl_tensor *t = fl_scope_find(fl_exe_scope(exe), name);
     if (!t) TFAIL("parameter %s not in the scope after startup", name);
-    if (fl_tensor_numel(t) != r->numel || fl_tensor_ndim(t) != r->ndim) TFAIL("parameter %s: shape differs from dump", name);
+    if (fl_tensor_numel(t) != r->numel || fl_tensor_ndim(t) != r->ndim)
+        TFAIL("parameter %s: shape differs from dump", name);
     for (int i = 0; i < r->ndim; i++) CHECK_EQ_INT(fl_tensor_dim(t, i), r->dims[i]);
     float *d = fl_tensor_f32(t);
     for (int64_t i = 0; i < r->numel; i++) d[i] = ref_f32(r, i);
@@ -224,7 +225,8 @@ static void check_close(const char *what, const float *ours, const ref_tensor *r
     int64_t wi = 0;
     for (int64_t i = 0; i < ref->numel; i++) {
         double r = ref_f32(ref, i), e = fabs((double)ours[i] - r), lim = atol + rtol * fabs(r);
-        if (!(e <= lim)) TFAIL("%s[%lld]: ours %.9g, PyTorch %.9g, |diff| %.3g > %.3g", what, (long long)i, ours[i], r, e, lim);
+        if (!(e <= lim))
+            TFAIL("%s[%lld]: ours %.9g, PyTorch %.9g, |diff| %.3g > %.3g", what, (long long)i, ours[i], r, e, lim);
         if (e > worst) worst = e;
         if (e / lim > worst_ratio) {
             worst_ratio = e / lim;
@@ -251,11 +253,14 @@ static void check_update(const char *name, const float *ours_final, const ref_fi
         emax = fmax(emax, fabs(dours - dref));
     }
     CHECK(dmax > 0);
-    if (!(emax <= 1e-2 * dmax)) TFAIL("update of %s: max |ours - PyTorch| %.3g > 1%% of max |update| %.3g", name, emax, dmax);
+    if (!(emax <= 1e-2 * dmax))
+        TFAIL("update of %s: max |ours - PyTorch| %.3g > 1%% of max |update| %.3g", name, emax, dmax);
     char what[64];
     snprintf(what, sizeof what, "update of %s", name);
     note_worst(what, emax / (1e-2 * dmax));
-    if (verbose()) printf("  update of %-12s max |update| %.2e, max |diff| %.2e (%.3f%% of it)\n", name, dmax, emax, 100 * emax / dmax);
+    if (verbose())
+        printf("  update of %-12s max |update| %.2e, max |diff| %.2e (%.3f%% of it)\n", name, dmax, emax,
+               100 * emax / dmax);
 }
 
 static void check_losses(const float *loss, int steps, const ref_file *rf)
@@ -283,8 +288,8 @@ static fl_exe *start(fl_prog *prog, const ref_file *rf, const char *const *param
 }
 
 /* Checks the step-0 gradients (fetched into g0) and the final parameters. */
-static void check_grads_and_params(fl_exe *exe, const ref_file *rf, const ref_file *rg, const char *const *params,
-                                   int np, float **g0)
+static void check_grads_and_params(fl_exe *exe, const ref_file *rf, const ref_file *rg, const char *const *params, int np,
+                                   float **g0)
 {
     char key[128];
     for (int i = 0; i < np; i++) {
@@ -347,7 +352,7 @@ TEST(reference_mlp_vs_pytorch)
         fl_tensor *xt = ref_tensor_f32(xs, s), *yt = ref_tensor_i64(ys, s);
         fl_feed feed[] = {{"x", xt}, {"y", yt}};
         const char *fetch[7] = {fl_var_name(cost), "fc1.w@GRAD", "fc1.b@GRAD", "fc2.w@GRAD",
-                                "fc2.b@GRAD", "fc3.w@GRAD", "fc3.b@GRAD"};
+                                "fc2.b@GRAD",      "fc3.w@GRAD", "fc3.b@GRAD"};
         fl_tensor *out[7];
         CHECK_OK(fl_exe_run(exe, prog, feed, 2, fetch, s == 0 ? 7 : 1, out));
         loss[s] = fl_tensor_f32(out[0])[0];
@@ -363,7 +368,8 @@ TEST(reference_mlp_vs_pytorch)
     check_losses(loss, steps, rf);
     check_grads_and_params(exe, rf, rg, mlp_params, 6, g0);
     printf("  mlp: %d losses, 6 step-0 gradients, 6 final parameters and updates match PyTorch; closest to its "
-           "tolerance: %s at %.1f%% (FLEET_REF_VERBOSE=1 for details)\n", steps, worst_what, 100 * worst_frac);
+           "tolerance: %s at %.1f%% (FLEET_REF_VERBOSE=1 for details)\n",
+           steps, worst_what, 100 * worst_frac);
     for (int i = 0; i < 6; i++) free(g0[i]);
     fl_exe_free(exe);
     fl_opt_free(opt);

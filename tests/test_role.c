@@ -9,15 +9,50 @@
 
 #include "fleet/role_internal.h"
 
-static const char *const launcher_vars[] = {
-    "PADDLE_TRAINER_ID", "PADDLE_TRAINER_ENDPOINTS", "PADDLE_CURRENT_ENDPOINT", "PADDLE_TRAINERS_NUM", "PADDLE_TRAINING_ROLE",
-    "TRAINING_ROLE", "PADDLE_PSERVERS_IP_PORT_LIST", "POD_IP", "PADDLE_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS",
-    "SLURM_LOCALID", "SLURM_NODEID", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
-    "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_STEPID",
-    "FLEET_SLURM_PORT_BASE", "FLEET_SLURM_SERVERS", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-    "MASTER_PORT", "FLEET_WORKER_HOSTS", "FLEET_TORCHRUN_PORT_BASE", "FLEET_RENDEZVOUS_PORT", "FLEET_RENDEZVOUS_TIMEOUT_MS",
-    "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "FLEET_MPI_HOST",
-    "FLEET_JOB_SECRET", "FLEET_JOB_SECRET_FILE", NULL};
+static const char *const launcher_vars[] = {"PADDLE_TRAINER_ID",
+                                            "PADDLE_TRAINER_ENDPOINTS",
+                                            "PADDLE_CURRENT_ENDPOINT",
+                                            "PADDLE_TRAINERS_NUM",
+                                            "PADDLE_TRAINING_ROLE",
+                                            "TRAINING_ROLE",
+                                            "PADDLE_PSERVERS_IP_PORT_LIST",
+                                            "POD_IP",
+                                            "PADDLE_PORT",
+                                            "SLURM_PROCID",
+                                            "SLURM_NTASKS",
+                                            "SLURM_NPROCS",
+                                            "SLURM_LOCALID",
+                                            "SLURM_NODEID",
+                                            "SLURM_STEP_NODELIST",
+                                            "SLURM_JOB_NODELIST",
+                                            "SLURM_NODELIST",
+                                            "SLURM_STEP_TASKS_PER_NODE",
+                                            "SLURM_TASKS_PER_NODE",
+                                            "SLURM_JOB_ID",
+                                            "SLURM_JOBID",
+                                            "SLURM_STEP_ID",
+                                            "SLURM_STEPID",
+                                            "FLEET_SLURM_PORT_BASE",
+                                            "FLEET_SLURM_SERVERS",
+                                            "RANK",
+                                            "WORLD_SIZE",
+                                            "LOCAL_RANK",
+                                            "LOCAL_WORLD_SIZE",
+                                            "MASTER_ADDR",
+                                            "MASTER_PORT",
+                                            "FLEET_WORKER_HOSTS",
+                                            "FLEET_TORCHRUN_PORT_BASE",
+                                            "FLEET_RENDEZVOUS_PORT",
+                                            "FLEET_RENDEZVOUS_TIMEOUT_MS",
+                                            "OMPI_COMM_WORLD_SIZE",
+                                            "OMPI_COMM_WORLD_RANK",
+                                            "PMI_SIZE",
+                                            "PMI_RANK",
+                                            "PMIX_RANK",
+                                            "FLEET_MPI_HOST",
+                                            "FLEET_JOB_SECRET",
+                                            "FLEET_JOB_SECRET_FILE",
+                                            NULL};
 
 static void clear_env(void)
 {
@@ -116,12 +151,17 @@ TEST(tasks_per_node)
     CHECK_OK(fl__slurm_tasks_per_node("16", "x", &v, &n));
     CHECK(n == 1 && v[0] == 16);
     free(v);
-    const char *bad[][2] = {{"2(x3", "N(xM) with a positive M"}, {"0", "positive task count"}, {"2,", "positive task count"},
-                            {"x", "positive task count"}, {"2(x0)", "N(xM)"}, {"2;1", "',' was expected"},
-                            {"", "is empty"}, {"1(x70000)", "more than 65536 nodes"}};
+    const char *bad[][2] = {{"2(x3", "N(xM) with a positive M"},
+                            {"0", "positive task count"},
+                            {"2,", "positive task count"},
+                            {"x", "positive task count"},
+                            {"2(x0)", "N(xM)"},
+                            {"2;1", "',' was expected"},
+                            {"", "is empty"},
+                            {"1(x70000)", "more than 65536 nodes"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        CHECK_FAILS(fl__slurm_tasks_per_node(bad[i][0], "environment variable SLURM_STEP_TASKS_PER_NODE", &v, &n), FL_EINVAL,
-                    bad[i][1]);
+        CHECK_FAILS(fl__slurm_tasks_per_node(bad[i][0], "environment variable SLURM_STEP_TASKS_PER_NODE", &v, &n),
+                    FL_EINVAL, bad[i][1]);
         CHECK_STR_HAS(fl_last_error(), "SLURM_STEP_TASKS_PER_NODE");
         CHECK(v == NULL);
     }

@@ -88,7 +88,8 @@ TEST(mpirun_odd_parameter_server_job_is_refused)
     int rc;
     char *out = mpirun(3, "env ps", &rc);
     CHECK(rc != 0);
-    CHECK_STR_HAS(out, "needs an even number of ranks, one server and one worker per node (even ranks serve), but mpirun started 3");
+    CHECK_STR_HAS(
+        out, "needs an even number of ranks, one server and one worker per node (even ranks serve), but mpirun started 3");
     CHECK_STR_HAS(out, "because OMPI_COMM_WORLD_SIZE is set");
     CHECK(!strstr(out, "ROLE "));
     free(out);
@@ -129,7 +130,8 @@ TEST_MAIN(T(mpirun_collective_job_through_fleet_init), T(mpirun_parameter_server
 TEST(built_without_mpi_refuses_clearly)
 {
     fleet_role *r = (fleet_role *)1;
-    CHECK_FAILS(fleet_role_mpi(1, &r), FL_EUNSUPPORTED, "fleet_role_mpi: built without MPI (install libopenmpi-dev and rebuild)");
+    CHECK_FAILS(fleet_role_mpi(1, &r), FL_EUNSUPPORTED,
+                "fleet_role_mpi: built without MPI (install libopenmpi-dev and rebuild)");
     CHECK(r == NULL);
     CHECK_FAILS(fleet_role_mpi(0, &r), FL_EUNSUPPORTED, "built without MPI");
     /* and a program started by mpirun says so at fleet_init instead of running alone */

@@ -64,7 +64,8 @@ TEST(selected_rows)
     CHECK(r && nr == 3 && h == 10 && r[2] == 4);
     CHECK(fl_tensor_is_rows(t));
     CHECK_FAILS(fl_tensor_set_rows(t, (const int64_t[]){4, 0, 10}, 3, 10), FL_EINVAL, "row 10 out of range [0, 10)");
-    CHECK_FAILS(fl_tensor_set_rows(t, (const int64_t[]){1, 2}, 2, 10), FL_EINVAL, "2 rows given for a tensor with dimension 0 = 3");
+    CHECK_FAILS(fl_tensor_set_rows(t, (const int64_t[]){1, 2}, 2, 10), FL_EINVAL,
+                "2 rows given for a tensor with dimension 0 = 3");
     CHECK_OK(fl_tensor_set_rows(t, NULL, 0, 0));
     CHECK(!fl_tensor_is_rows(t));
     fl_tensor_free(t);
@@ -96,7 +97,8 @@ static void sgemm_case(int threads)
             for (int i = 0; i < M; i += 7)
                 for (int j = 0; j < N; j += 5) {
                     double r = 0;
-                    for (int k = 0; k < K; k++) r += (double)(ta ? a[k * M + i] : a[i * K + k]) * (tb ? b[j * K + k] : b[k * N + j]);
+                    for (int k = 0; k < K; k++)
+                        r += (double)(ta ? a[k * M + i] : a[i * K + k]) * (tb ? b[j * K + k] : b[k * N + j]);
                     CHECK_NEAR(c[i * N + j], 0.5 * r + 2.0, 1e-4);
                 }
         }
@@ -107,4 +109,5 @@ static void sgemm_case(int threads)
 TEST(sgemm_one_thread) { sgemm_case(1); }
 TEST(sgemm_two_threads) { sgemm_case(2); }
 
-TEST_MAIN(T(sgemm_one_thread), T(sgemm_two_threads), T(create_and_resize), T(bad_shapes), T(lod_validation), T(selected_rows), T(error_strings))
+TEST_MAIN(T(sgemm_one_thread), T(sgemm_two_threads), T(create_and_resize), T(bad_shapes), T(lod_validation),
+          T(selected_rows), T(error_strings))

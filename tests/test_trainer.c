@@ -242,4 +242,5 @@ TEST(infer_pass_threads_and_progress)
     cleanup();
 }
 
-TEST_MAIN(T(hogwild_reaches_the_planted_auc), T(bad_line_stops_the_pass_with_its_location), T(infer_pass_threads_and_progress))
+TEST_MAIN(T(hogwild_reaches_the_planted_auc), T(bad_line_stops_the_pass_with_its_location),
+          T(infer_pass_threads_and_progress))

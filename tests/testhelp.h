@@ -31,47 +31,50 @@ typedef struct {
 } test_case;
 
 #define TEST(name) static void name(void)
+/* clang-format off */
 #define T(name) {#name, name}
+/* clang-format on */
 
-#define TFAIL(...)                                                                                 \
-    do {                                                                                           \
-        fprintf(stderr, "  %s:%d: ", __FILE__, __LINE__);                                          \
-        fprintf(stderr, __VA_ARGS__);                                                              \
-        fprintf(stderr, "\n");                                                                     \
-        fflush(stderr);                                                                            \
-        _exit(1);                                                                                  \
+#define TFAIL(...)                                        \
+    do {                                                  \
+        fprintf(stderr, "  %s:%d: ", __FILE__, __LINE__); \
+        fprintf(stderr, __VA_ARGS__);                     \
+        fprintf(stderr, "\n");                            \
+        fflush(stderr);                                   \
+        _exit(1);                                         \
     } while (0)
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) TFAIL("CHECK(%s) failed (last error: %s)", #cond, fl_last_error());           \
+#define CHECK(cond)                                                                      \
+    do {                                                                                 \
+        if (!(cond)) TFAIL("CHECK(%s) failed (last error: %s)", #cond, fl_last_error()); \
     } while (0)
-#define CHECK_OK(call)                                                                             \
-    do {                                                                                           \
-        int st_ = (call);                                                                          \
-        if (st_ != FL_OK) TFAIL("%s returned %s: %s", #call, fl_strerror(st_), fl_last_error());   \
+#define CHECK_OK(call)                                                                           \
+    do {                                                                                         \
+        int st_ = (call);                                                                        \
+        if (st_ != FL_OK) TFAIL("%s returned %s: %s", #call, fl_strerror(st_), fl_last_error()); \
     } while (0)
-#define CHECK_EQ_INT(a, b)                                                                         \
-    do {                                                                                           \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                        \
-        if (a_ != b_) TFAIL("%s == %s failed: %lld != %lld", #a, #b, a_, b_);                      \
+#define CHECK_EQ_INT(a, b)                                                    \
+    do {                                                                      \
+        long long a_ = (long long)(a), b_ = (long long)(b);                   \
+        if (a_ != b_) TFAIL("%s == %s failed: %lld != %lld", #a, #b, a_, b_); \
     } while (0)
-#define CHECK_NEAR(a, b, tol)                                                                      \
-    do {                                                                                           \
-        double a_ = (double)(a), b_ = (double)(b), t_ = (double)(tol);                             \
+#define CHECK_NEAR(a, b, tol)                                                                          \
+    do {                                                                                               \
+        double a_ = (double)(a), b_ = (double)(b), t_ = (double)(tol);                                 \
         if (!(fabs(a_ - b_) <= t_)) TFAIL("|%s - %s| <= %g failed: %.9g vs %.9g", #a, #b, t_, a_, b_); \
     } while (0)
-#define CHECK_STR_HAS(s, sub)                                                                      \
-    do {                                                                                           \
-        const char *s_ = (s), *u_ = (sub);                                                         \
-        if (!s_ || !strstr(s_, u_)) TFAIL("expected \"%s\" in \"%s\"", u_, s_ ? s_ : "(null)");    \
+#define CHECK_STR_HAS(s, sub)                                                                   \
+    do {                                                                                        \
+        const char *s_ = (s), *u_ = (sub);                                                      \
+        if (!s_ || !strstr(s_, u_)) TFAIL("expected \"%s\" in \"%s\"", u_, s_ ? s_ : "(null)"); \
     } while (0)
 /* A call that must fail with status `st` and an error message containing `sub`. */
-#define CHECK_FAILS(call, st, sub)                                                                 \
-    do {                                                                                           \
-        int st_ = (call);                                                                          \
-        if (st_ != (st)) TFAIL("%s returned %s, expected %s (%s)", #call, fl_strerror(st_), fl_strerror(st), fl_last_error()); \
-        CHECK_STR_HAS(fl_last_error(), sub);                                                       \
+#define CHECK_FAILS(call, st, sub)                                                                                \
+    do {                                                                                                          \
+        int st_ = (call);                                                                                         \
+        if (st_ != (st))                                                                                          \
+            TFAIL("%s returned %s, expected %s (%s)", #call, fl_strerror(st_), fl_strerror(st), fl_last_error()); \
+        CHECK_STR_HAS(fl_last_error(), sub);                                                                      \
     } while (0)
 
 static inline int th_run_cases(const test_case *cases, int n, int argc, char **argv)
@@ -117,11 +120,11 @@ static inline int th_run_cases(const test_case *cases, int n, int argc, char **a
     return fail ? 1 : 0;
 }
 
-#define TEST_MAIN(...)                                                                             \
-    int main(int argc, char **argv)                                                                \
-    {                                                                                              \
-        static const test_case cases_[] = {__VA_ARGS__};                                           \
-        return th_run_cases(cases_, (int)(sizeof cases_ / sizeof cases_[0]), argc, argv);          \
+#define TEST_MAIN(...)                                                                    \
+    int main(int argc, char **argv)                                                       \
+    {                                                                                     \
+        static const test_case cases_[] = {__VA_ARGS__};                                  \
+        return th_run_cases(cases_, (int)(sizeof cases_ / sizeof cases_[0]), argc, argv); \
     }
 
 /* The directory of the running test binary (BUILD/tests), for finding the tools,
@@ -156,8 +159,8 @@ static inline int th_free_port(void)
  * memory between the ranks), with FLEET_JOB_SECRET = secret and the variables of env
  * ("K=V K=V", may be NULL) set here and exported to the ranks; returns its output
  * (malloc'ed) and sets *rc to its exit status.  Bounded by timeout_s. */
-static inline char *th_mpirun(int n, const char *env, const char *bin, const char *args, const char *secret,
-                              int timeout_s, int *rc)
+static inline char *th_mpirun(int n, const char *env, const char *bin, const char *args, const char *secret, int timeout_s,
+                              int *rc)
 {
     if (system("command -v mpirun >/dev/null 2>&1") != 0) TFAIL("mpirun not found: install openmpi-bin (make deps)");
     if (access(bin, X_OK)) TFAIL("%s is not built (make all)", bin);
@@ -267,8 +270,9 @@ static inline int th_fuzz_build(char dir[32], const char *sources)
 static inline void th_fuzz_run(const char *dir, int seconds)
 {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s/corpus && %s/fuzz -max_total_time=%d -rss_limit_mb=1024 %s/corpus >%s/run.log 2>&1",
-             dir, dir, seconds, dir, dir);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s/corpus && %s/fuzz -max_total_time=%d -rss_limit_mb=1024 %s/corpus >%s/run.log 2>&1", dir, dir,
+             seconds, dir, dir);
     if (system(cmd) != 0) {
         snprintf(cmd, sizeof cmd, "tail -30 %s/run.log", dir);
         if (system(cmd) < 0) TFAIL("tail failed");

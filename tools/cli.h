@@ -87,8 +87,8 @@ static inline void cli_begin(int first)
  * (argc if none); when "--" ended them, optind is past it and `name` is "--".  An option
  * that needs a value and has none is a usage error here ("NAME expects a value (NAME VALUE
  * or NAME=VALUE)", exit 2). */
-static inline int cli_next(int argc, char **argv, const char *shortopts, const struct option *longopts,
-                           char name[64], const char **value)
+static inline int cli_next(int argc, char **argv, const char *shortopts, const struct option *longopts, char name[64],
+                           const char **value)
 {
     char sopts[64];
     snprintf(sopts, sizeof sopts, "+:%s", shortopts); /* +: stop at a non-option; ':' for a missing value */

@@ -32,11 +32,11 @@
 #define CLI_HELP_HINT "(run 'fleet-datagen --help' for the options)"
 #include "cli.h"
 
-#define NI 13              /* dense columns I1..I13 */
-#define NC 26              /* categorical columns C1..C26 */
-#define ZIPF_S 1.1         /* frequency of the value of rank r is proportional to (r+1)^-ZIPF_S */
-#define LOGIT_STD 1.3      /* std of the planted logit around its bias; sets the ceiling AUC */
-#define CLICK_RATE 0.25    /* the bias is solved on a pilot sample to give this click rate */
+#define NI 13           /* dense columns I1..I13 */
+#define NC 26           /* categorical columns C1..C26 */
+#define ZIPF_S 1.1      /* frequency of the value of rank r is proportional to (r+1)^-ZIPF_S */
+#define LOGIT_STD 1.3   /* std of the planted logit around its bias; sets the ceiling AUC */
+#define CLICK_RATE 0.25 /* the bias is solved on a pilot sample to give this click rate */
 #define PILOT_ROWS 65536
 #define MAX_ROWS 10000000000LL
 #define MAX_FILES 99999
@@ -52,11 +52,10 @@ static const double d_sig[NI] = {1.2, 1.8, 1.3, 0.9, 1.6, 1.5, 1.3, 0.9, 1.3, 0.
 static const double d_miss[NI] = {.40, 0, .20, .20, .03, .22, .04, .01, .04, .40, .04, .40, .20};
 static const double d_share[NI] = {.5, .4, .3, .3, .4, .3, .5, .3, .4, .3, .5, .3, .4};
 /* Vocabulary sizes (403,601 values in all), missing rates and relative logit shares. */
-static const uint32_t c_vocab[NC] = {1000, 500,  200000, 20000, 300, 24, 4000, 600,   3,
-                                     10000, 3000, 60000, 2000,  27,  5000, 40000, 10, 2500,
-                                     1500, 4,    30000, 18,    15,  15000, 100,  8000};
-static const double c_miss[NC] = {0, 0,   .03, .03, 0,   .12, 0,   0,   0,   0,   0,   .03, 0,
-                                  0, 0,   .03, 0,   0,   .40, .40, .03, .40, 0,   .03, .40, .40};
+static const uint32_t c_vocab[NC] = {1000, 500,  200000, 20000, 300,  24,   4000, 600,   3,  10000, 3000,  60000, 2000,
+                                     27,   5000, 40000,  10,    2500, 1500, 4,    30000, 18, 15,    15000, 100,   8000};
+static const double c_miss[NC] = {0, 0, .03, .03, 0, .12, 0,   0,   0,   0, 0,   .03, 0,
+                                  0, 0, .03, 0,   0, .40, .40, .03, .40, 0, .03, .40, .40};
 static const double c_share[NC] = {.4, .3, .6, .5, .3, .4, .5, .3, .2, .5, .4, .5, .4,
                                    .3, .5, .5, .2, .4, .4, .2, .5, .3, .3, .5, .3, .4};
 
@@ -126,14 +125,8 @@ static uint64_t hash3(uint64_t a, uint64_t b, uint64_t c)
 }
 
 /* splitmix64: one stream per row, per pilot, per weight. */
-static uint64_t rng_next(rng *g)
-{
-    return fmix64(g->s += GOLDEN);
-}
-static double rng_unif(rng *g) /* [0, 1) */
-{
-    return (double)(rng_next(g) >> 11) * 0x1p-53;
-}
+static uint64_t rng_next(rng *g) { return fmix64(g->s += GOLDEN); }
+static double rng_unif(rng *g) /* [0, 1) */ { return (double)(rng_next(g) >> 11) * 0x1p-53; }
 static double rng_normal(rng *g) /* Box-Muller; one value per call */
 {
     double u1 = 1.0 - rng_unif(g), u2 = rng_unif(g);
@@ -249,10 +242,7 @@ static double row_draw(const model *m, rng *g, char *o, char **end)
     return z;
 }
 
-static double sigmoid(double z)
-{
-    return 1.0 / (1.0 + exp(-z));
-}
+static double sigmoid(double z) { return 1.0 / (1.0 + exp(-z)); }
 
 /* Column k's vocabulary under --vocab-scale. */
 static uint32_t vocab_of(int k, double vscale)
@@ -454,8 +444,8 @@ static int remove_stale(const char *dir, int files)
 
 /* Writes rows [0, rows) of a split into files part files under dir; keys[i] gets row i's
  * AUC key.  Returns the number of positive labels. */
-static int64_t split_write(const model *m, uint64_t seed, int split, const char *dir, int64_t rows,
-                           int files, uint64_t *keys)
+static int64_t split_write(const model *m, uint64_t seed, int split, const char *dir, int64_t rows, int files,
+                           uint64_t *keys)
 {
     char *buf = xmalloc(OUT_BUF), path[4096], tmp[4100];
     int64_t pos = 0;
@@ -495,7 +485,7 @@ static uint64_t parse_num(const char *opt, const char *v, uint64_t lo, uint64_t 
     unsigned long long x = strtoull(v, &end, 10);
     if (v[0] < '0' || v[0] > '9' || *end || errno || x < lo || x > hi)
         cli_die(2, "%s expects a whole number from %llu to %llu, got '%s'", opt, (unsigned long long)lo,
-            (unsigned long long)hi, v);
+                (unsigned long long)hi, v);
     return x;
 }
 
@@ -512,20 +502,22 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--version")) return printf("fleet-datagen %s\n", fl_version()), 0;
     }
     if (argc < 2) cli_die(2, "missing the subcommand (fleet-datagen criteo --rows N --out DIR ...)");
-    if (strcmp(argv[1], "criteo"))
-        cli_die(2, "unknown subcommand '%s' (expected: criteo)", argv[1]);
+    if (strcmp(argv[1], "criteo")) cli_die(2, "unknown subcommand '%s' (expected: criteo)", argv[1]);
 
     int64_t rows = -1, test_rows = -1;
     int files = 1, test_files = 1;
     uint64_t seed = 1;
     double vscale = 1.0, dscale = 1.0;
     const char *out = NULL;
-    static const struct option longopts[] = {
-        {"rows", required_argument, NULL, 0},       {"files", required_argument, NULL, 1},
-        {"out", required_argument, NULL, 2},        {"test-rows", required_argument, NULL, 3},
-        {"test-files", required_argument, NULL, 4}, {"seed", required_argument, NULL, 5},
-        {"vocab-scale", required_argument, NULL, 6}, {"dense-scale", required_argument, NULL, 7},
-        {0}};
+    static const struct option longopts[] = {{"rows", required_argument, NULL, 0},
+                                             {"files", required_argument, NULL, 1},
+                                             {"out", required_argument, NULL, 2},
+                                             {"test-rows", required_argument, NULL, 3},
+                                             {"test-files", required_argument, NULL, 4},
+                                             {"seed", required_argument, NULL, 5},
+                                             {"vocab-scale", required_argument, NULL, 6},
+                                             {"dense-scale", required_argument, NULL, 7},
+                                             {0}};
     char name[64];
     const char *v;
     cli_begin(2);
@@ -535,8 +527,10 @@ int main(int argc, char **argv)
         /* "--" (name is "--") or an argument that is not an option: unknown too */
         if (k == -1 && !name[0]) snprintf(name, sizeof name, "%.63s", argv[optind]);
         if (k == -1 || k == '?')
-            cli_die(2, "unknown option '%s' (options: --rows N --out DIR --files K --test-rows M "
-                   "--test-files J --seed S --vocab-scale X --dense-scale X)", name);
+            cli_die(2,
+                    "unknown option '%s' (options: --rows N --out DIR --files K --test-rows M "
+                    "--test-files J --seed S --vocab-scale X --dense-scale X)",
+                    name);
         switch (k) {
         case 0: rows = (int64_t)parse_num(name, v, 1, MAX_ROWS); break;
         case 1: files = (int)parse_num(name, v, 1, MAX_FILES); break;
@@ -549,13 +543,15 @@ int main(int argc, char **argv)
         case 6: {
             char *end = NULL;
             vscale = strtod(v, &end);
-            if (!*v || *end || !(vscale > 0 && vscale <= 1)) cli_die(2, "--vocab-scale expects a number in (0, 1], got '%s'", v);
+            if (!*v || *end || !(vscale > 0 && vscale <= 1))
+                cli_die(2, "--vocab-scale expects a number in (0, 1], got '%s'", v);
             break;
         }
         case 7: {
             char *end = NULL;
             dscale = strtod(v, &end);
-            if (!*v || *end || !(dscale >= 0 && dscale <= 1)) cli_die(2, "--dense-scale expects a number in [0, 1], got '%s'", v);
+            if (!*v || *end || !(dscale >= 0 && dscale <= 1))
+                cli_die(2, "--dense-scale expects a number in [0, 1], got '%s'", v);
             break;
         }
         default: seed = parse_num(name, v, 0, UINT64_MAX); break;
@@ -600,8 +596,8 @@ int main(int argc, char **argv)
                       "\"seed\":%llu,\"click_rate\":%.6f,\"click_rate_test\":%s,\"ceiling_auc_train\":%s,"
                       "\"ceiling_auc_test\":%s,\"bias\":%.6f,\"logit_std\":%g,\"zipf_exponent\":%g,"
                       "\"categorical_values\":%llu,\"vocab_scale\":%g,\"dense_scale\":%g}\n",
-                      (long long)rows, (long long)test_rows, files, test_files, (unsigned long long)seed, rate,
-                      r_te, a_tr, a_te, m.bias, LOGIT_STD, ZIPF_S, (unsigned long long)vocab, vscale, dscale);
+                      (long long)rows, (long long)test_rows, files, test_files, (unsigned long long)seed, rate, r_te, a_tr,
+                      a_te, m.bias, LOGIT_STD, ZIPF_S, (unsigned long long)vocab, vscale, dscale);
     int fd = open_tmp(json_tmp);
     write_all(fd, j, (size_t)jn, json_tmp);
     close_rename(fd, json_tmp, json);
@@ -610,12 +606,12 @@ int main(int argc, char **argv)
     fmt_num(a_tr, sizeof a_tr, auc_train, 4, "n/a");
     fmt_num(a_te, sizeof a_te, auc_test, 4, "n/a");
     fmt_num(r_te, sizeof r_te, trate, 4, "n/a");
-    printf("fleet-datagen criteo: seed %llu, %llu categorical values, bias %.4f\n",
-           (unsigned long long)seed, (unsigned long long)vocab, m.bias);
+    printf("fleet-datagen criteo: seed %llu, %llu categorical values, bias %.4f\n", (unsigned long long)seed,
+           (unsigned long long)vocab, m.bias);
     printf("  train %10lld rows %5d file%s  click rate %.4f  ceiling AUC %s  -> %s\n", (long long)rows, files,
            files == 1 ? " " : "s", rate, a_tr, train_dir);
-    printf("  test  %10lld rows %5d file%s  click rate %s  ceiling AUC %s  -> %s\n", (long long)test_rows,
-           test_files, test_files == 1 ? " " : "s", r_te, a_te, test_dir);
+    printf("  test  %10lld rows %5d file%s  click rate %s  ceiling AUC %s  -> %s\n", (long long)test_rows, test_files,
+           test_files == 1 ? " " : "s", r_te, a_te, test_dir);
     printf("  model %s%s (%.2f s)\n", json, stale ? ", stale part files removed" : "",
            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     model_free(&m);

@@ -42,8 +42,26 @@ typedef struct {
 
 static int parse_args(int argc, char **argv, args_t *a)
 {
-    *a = (args_t){0, 20, 100, 10, 10, 100, 0, 1000001, 1e-4, "raw_data", NULL, "sgd", "QueueDataset", "ctr_model", NULL, "async", NULL,
-                  "400,400,400", {NULL}, 0};
+    *a = (args_t){0,
+                  20,
+                  100,
+                  10,
+                  10,
+                  100,
+                  0,
+                  1000001,
+                  1e-4,
+                  "raw_data",
+                  NULL,
+                  "sgd",
+                  "QueueDataset",
+                  "ctr_model",
+                  NULL,
+                  "async",
+                  NULL,
+                  "400,400,400",
+                  {NULL},
+                  0};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) return 1;
@@ -130,8 +148,8 @@ static void name_files(char *out, size_t n, const char *const *files, int nfiles
 
 /* Epochs [first, epochs); with a fleet and --checkpoint_dir, a checkpoint after each.  An
  * epoch that read no example is an error naming the files, unless --allow_empty 1. */
-static int train_loop(const args_t *a, fl_exe *exe, fl_prog *prog, fl_dataset *ds, const char *const *files,
-                      int nfiles, fl_model_ctr_dnn *m, fleet_t *fleet, int first)
+static int train_loop(const args_t *a, fl_exe *exe, fl_prog *prog, fl_dataset *ds, const char *const *files, int nfiles,
+                      fl_model_ctr_dnn *m, fleet_t *fleet, int first)
 {
     const char *fetch[2] = {fl_var_name(m->auc), fl_var_name(m->loss)}, *info[2] = {"auc", "loss"};
     /* collective training exchanges one step per process: one trainer thread */
@@ -147,9 +165,10 @@ static int train_loop(const args_t *a, fl_exe *exe, fl_prog *prog, fl_dataset *d
         if (!s.instances && !a->allow_empty) {
             char names[1024];
             name_files(names, sizeof names, files, nfiles);
-            fprintf(stderr, "train: epoch %d read 0 examples from %d file(s): %s%s (empty files, or data this "
-                    "reader cannot parse; --allow_empty 1 allows it)\n", i, nfiles, names,
-                    nfiles ? "" : "none: this process got no files");
+            fprintf(stderr,
+                    "train: epoch %d read 0 examples from %d file(s): %s%s (empty files, or data this "
+                    "reader cannot parse; --allow_empty 1 allows it)\n",
+                    i, nfiles, names, nfiles ? "" : "none: this process got no files");
             return REPORTED;
         }
         fleet_checkpoint_pos pos = {i + 1, 0, 0, seen};
@@ -188,7 +207,8 @@ static int evaluate(const args_t *a, fl_exe *exe, fl_prog *prog, fl_model_ctr_dn
     fl_dataset *ds = make_dataset(&one, m, (const char *const *)files, n);
     fl_prog *test = fl_prog_clone(prog, 1);
     int st = ds && test ? FL_OK : fl_last_status();
-    for (int i = 0; st == FL_OK && i < m->nauc_states; i++) st = fl_scope_zero(fl_exe_scope(exe), fl_var_name(m->auc_states[i]));
+    for (int i = 0; st == FL_OK && i < m->nauc_states; i++)
+        st = fl_scope_zero(fl_exe_scope(exe), fl_var_name(m->auc_states[i]));
     const char *fetch[1] = {fl_var_name(m->auc)};
     fl_exe_dataset_stats s;
     if (st == FL_OK) st = fl_exe_infer_from_dataset(exe, test, ds, 1, fetch, NULL, 1, 0, &s);
@@ -238,28 +258,28 @@ static int main_function(const args_t *a)
         if (fl_io_save_inference_model(exe, a->model_dir, feeds, m.nuse_var - 1, &m.predict, 1, prog) != FL_OK) return -1;
         printf("model saved to %s\n", a->model_dir);
         fl_dataset_free(ds);
-    } else { /* distributed training */
-        fleet_strategy strategy = fleet_strategy_default();                          /* + */
+    } else {                                                /* distributed training */
+        fleet_strategy strategy = fleet_strategy_default(); /* + */
         if (!collective) fleet_strategy_set(&strategy, "a_sync", strcmp(a->mode, "sync") ? "true" : "false");
         if (!strcmp(a->mode, "geo")) fleet_strategy_set(&strategy, "a_sync_configs.k_steps", "100");
         for (int i = 0; i < a->nstrategy; i++)
             if (fleet_strategy_parse(&strategy, a->strategy[i]) != FL_OK) return -1;
-        fleet_t *fleet = collective ? fleet_init_collective(NULL, &strategy)          /* + */
-                                    : fleet_init(NULL, &strategy); /* PaddleCloud role maker */
+        fleet_t *fleet = collective ? fleet_init_collective(NULL, &strategy) /* + */
+                                    : fleet_init(NULL, &strategy);           /* PaddleCloud role maker */
         if (!fleet) return -1;
-        optimizer = fleet_distributed_optimizer(fleet, optimizer, &strategy);        /* + */
+        optimizer = fleet_distributed_optimizer(fleet, optimizer, &strategy); /* + */
         if (!optimizer || fl_opt_minimize(optimizer, m.loss) != FL_OK) return -1;
-        if (fleet_is_server(fleet)) {                                                /* + */
-            char ckpt[4096]; /* a restarted job: the tables of the newest checkpoint */
+        if (fleet_is_server(fleet)) { /* + */
+            char ckpt[4096];          /* a restarted job: the tables of the newest checkpoint */
             int from = a->checkpoint_dir && fleet_checkpoint_latest(a->checkpoint_dir, ckpt, sizeof ckpt, NULL) == FL_OK;
             if (fleet_init_server(fleet, from ? ckpt : NULL) != FL_OK || fleet_run_server(fleet) != FL_OK) return -1;
         } else if (fleet_is_worker(fleet)) {
-            const char **mine;                                                       /* + */
+            const char **mine; /* + */
             int nmine;
             if (fleet_split_files(fleet, (const char *const *)whole_filelist, nfiles, &mine, &nmine) != FL_OK) return -1;
             fl_dataset *ds = make_dataset(a, &m, mine, nmine);
             int first = 0;
-            if (!ds || fleet_init_worker(fleet) != FL_OK ||                        /* + */
+            if (!ds || fleet_init_worker(fleet) != FL_OK || /* + */
                 fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK ||
                 resume(a, fleet, exe, prog, &first))
                 return -1;
@@ -272,11 +292,11 @@ static int main_function(const args_t *a)
                 printf("model saved to %s\n", a->model_dir);
                 if (a->test_data) rc = evaluate(a, exe, prog, &m);
             }
-            if (fleet_stop_worker(fleet) != FL_OK) return -1;                       /* + */
+            if (fleet_stop_worker(fleet) != FL_OK) return -1; /* + */
             fl_dataset_free(ds);
             free(mine);
         }
-        fleet_free(fleet);                                                           /* + */
+        fleet_free(fleet); /* + */
     }
     fl_opt_free(optimizer);
     fl_exe_free(exe);
@@ -290,11 +310,12 @@ int main(int argc, char **argv)
     args_t args;
     int pr = parse_args(argc, argv, &args);
     if (pr) {
-        fprintf(pr == 1 ? stdout : stderr, "usage: %s [--is_local 1] [--train_data DIR] [--test_data DIR] [--epochs N] "
-                                           "[--batch_size N] [--thread_num N] [--optimizer sgd|adam|adagrad] [--lr X] "
-                                           "[--dataset QueueDataset|InMemoryDataset] [--mode async|sync|geo] "
-                                           "[--sparse_feature_dim N] [--model_dir DIR] [--pipe_command CMD] [--hidden N,N,..] "
-                                           "[--strategy KEY=VALUE ...] [--checkpoint_dir DIR] [--allow_empty 1]\n",
+        fprintf(pr == 1 ? stdout : stderr,
+                "usage: %s [--is_local 1] [--train_data DIR] [--test_data DIR] [--epochs N] "
+                "[--batch_size N] [--thread_num N] [--optimizer sgd|adam|adagrad] [--lr X] "
+                "[--dataset QueueDataset|InMemoryDataset] [--mode async|sync|geo] "
+                "[--sparse_feature_dim N] [--model_dir DIR] [--pipe_command CMD] [--hidden N,N,..] "
+                "[--strategy KEY=VALUE ...] [--checkpoint_dir DIR] [--allow_empty 1]\n",
                 argv[0]);
         return pr == 1 ? 0 : 2;
     }

@@ -130,14 +130,17 @@ static int idx__read_file(const char *path, uint8_t **buf, size_t *len, char *er
     close(pfd[1]);
     if (rc) {
         close(pfd[0]);
-        idx__err(err, cap, "%s: cannot start gzip to decompress it: %s (install gzip, or pass the "
-                 "uncompressed file)", path, strerror(rc));
+        idx__err(err, cap,
+                 "%s: cannot start gzip to decompress it: %s (install gzip, or pass the "
+                 "uncompressed file)",
+                 path, strerror(rc));
         return -1;
     }
     int srd = idx__slurp(pfd[0], buf, len), e = errno;
     close(pfd[0]);
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
     if (srd) {
         idx__err(err, cap, "%s: reading gzip's output failed: %s", path, strerror(e));
         return -1;
@@ -146,8 +149,7 @@ static int idx__read_file(const char *path, uint8_t **buf, size_t *len, char *er
         free(*buf);
         *buf = NULL;
         idx__err(err, cap, "%s: gzip -dc failed (%s %d): the file is not a valid gzip stream", path,
-                 WIFEXITED(status) ? "exit status" : "signal",
-                 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+                 WIFEXITED(status) ? "exit status" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
         return -1;
     }
     return 0;
@@ -168,8 +170,7 @@ static int idx_read_u8(const char *path, int want_ndim, idx_array *out, char *er
     uint32_t want_magic = 0x0800u | (uint32_t)want_ndim;
     if (n < 4 || idx__be32(b) != want_magic) {
         if (n < 4)
-            idx__err(err, cap, "%s: %zu bytes, too short for an IDX header (expected magic 0x%08x)", path, n,
-                     want_magic);
+            idx__err(err, cap, "%s: %zu bytes, too short for an IDX header (expected magic 0x%08x)", path, n, want_magic);
         else
             idx__err(err, cap, "%s: IDX magic is 0x%08x, expected 0x%08x (unsigned bytes, %d dimension%s)", path,
                      idx__be32(b), want_magic, want_ndim, want_ndim == 1 ? "" : "s");
@@ -196,10 +197,9 @@ static int idx_read_u8(const char *path, int want_ndim, idx_array *out, char *er
     if (n - hdr != total) {
         char dims[64] = "";
         for (int i = 0; i < want_ndim; i++)
-            snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%lld", i ? " x " : "",
-                     (long long)out->dims[i]);
-        idx__err(err, cap, "%s: header says %s = %zu bytes of data, the file has %zu (%s)", path, dims, total,
-                 n - hdr, n - hdr < total ? "truncated" : "trailing bytes");
+            snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%lld", i ? " x " : "", (long long)out->dims[i]);
+        idx__err(err, cap, "%s: header says %s = %zu bytes of data, the file has %zu (%s)", path, dims, total, n - hdr,
+                 n - hdr < total ? "truncated" : "trailing bytes");
         free(b);
         return -1;
     }
@@ -234,16 +234,18 @@ static int fmnist_load(const char *dir, const char *prefix, fmnist_split *s, cha
             if (!access(raw, F_OK)) snprintf(paths[k], sizeof ip, "%s", raw);
         }
         if (access(paths[k], R_OK)) {
-            idx__err(err, cap, "%s: %s (Fashion-MNIST: apt-get install dataset-fashion-mnist, or --data DIR / "
-                     "FMNIST_DIR pointing at the IDX files)", paths[k], strerror(errno));
+            idx__err(err, cap,
+                     "%s: %s (Fashion-MNIST: apt-get install dataset-fashion-mnist, or --data DIR / "
+                     "FMNIST_DIR pointing at the IDX files)",
+                     paths[k], strerror(errno));
             return -1;
         }
     }
     idx_array im, lb;
     if (idx_read_u8(ip, 3, &im, err, cap)) return -1;
     if (im.dims[1] != FMNIST_ROWS || im.dims[2] != FMNIST_COLS) {
-        idx__err(err, cap, "%s: images are %lld x %lld, expected %d x %d", ip, (long long)im.dims[1],
-                 (long long)im.dims[2], FMNIST_ROWS, FMNIST_COLS);
+        idx__err(err, cap, "%s: images are %lld x %lld, expected %d x %d", ip, (long long)im.dims[1], (long long)im.dims[2],
+                 FMNIST_ROWS, FMNIST_COLS);
         free(im.data);
         return -1;
     }
@@ -271,8 +273,7 @@ static int fmnist_load(const char *dir, const char *prefix, fmnist_split *s, cha
     }
     for (int64_t i = 0; i < n; i++) {
         if (lb.data[i] >= FMNIST_CLASSES) {
-            idx__err(err, cap, "%s: label %lld is %u, expected 0..%d", lp, (long long)i, lb.data[i],
-                     FMNIST_CLASSES - 1);
+            idx__err(err, cap, "%s: label %lld is %u, expected 0..%d", lp, (long long)i, lb.data[i], FMNIST_CLASSES - 1);
             free(s->x);
             free(s->y);
             free(im.data);
@@ -327,8 +328,7 @@ static int fmnist_gather(const fmnist_split *d, const int64_t *idx, int64_t b, i
 {
     if (fl_tensor_dim(x, 0) != b || fl_tensor_ndim(x) != (image ? 4 : 2)) {
         const int64_t xs[4] = {b, image ? 1 : FMNIST_PIXELS, FMNIST_ROWS, FMNIST_COLS};
-        if (fl_tensor_resize(x, FL_FLOAT32, image ? 4 : 2, xs) ||
-            fl_tensor_resize(y, FL_INT64, 2, (const int64_t[]){b, 1}))
+        if (fl_tensor_resize(x, FL_FLOAT32, image ? 4 : 2, xs) || fl_tensor_resize(y, FL_INT64, 2, (const int64_t[]){b, 1}))
             return -1;
     }
     float *xp = fl_tensor_f32(x);

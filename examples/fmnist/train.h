@@ -42,13 +42,13 @@ static inline double fmnist_now(void)
 }
 
 typedef struct {
-    const char *data; /* --data DIR (NULL: $FMNIST_DIR or the default) */
-    int epochs;       /* --epochs N (1) */
-    int64_t batch;    /* --batch N per trainer (64) */
+    const char *data;   /* --data DIR (NULL: $FMNIST_DIR or the default) */
+    int epochs;         /* --epochs N (1) */
+    int64_t batch;      /* --batch N per trainer (64) */
     float lr, momentum; /* --lr F (0.01), --momentum F (0.9) */
-    uint64_t seed;    /* --seed S (0) */
-    int batch_norm;   /* --batch_norm, when allowed */
-    const char *dump; /* --dump PATH: the parameters after training (NULL: none) */
+    uint64_t seed;      /* --seed S (0) */
+    int batch_norm;     /* --batch_norm, when allowed */
+    const char *dump;   /* --dump PATH: the parameters after training (NULL: none) */
 } fmnist_opts;
 
 /* Parses the examples' options into *o (defaults first).  Returns -1 to go on, or the exit
@@ -113,12 +113,12 @@ typedef struct {
      * first worker scores the whole set (for batch_norm, whose moving statistics are each
      * trainer's own: there is no sync_batch_norm) and also prints the time it took. */
     int test_on_first_worker;
-    int64_t test_batch;               /* test images per run */
+    int64_t test_batch; /* test images per run */
 } fmnist_model;
 
 /* The test accuracy of test_prog (fetching `acc`) on images [lo, hi): the number correct. */
-static int fmnist__score(fl_exe *exe, fl_prog *test_prog, fl_var *acc_var, const fmnist_split *test,
-                         const fmnist_model *m, int64_t lo, int64_t hi, double *correct)
+static int fmnist__score(fl_exe *exe, fl_prog *test_prog, fl_var *acc_var, const fmnist_split *test, const fmnist_model *m,
+                         int64_t lo, int64_t hi, double *correct)
 {
     const char *tfetch[] = {fl_var_name(acc_var)};
     for (int64_t i = lo; i < hi; i += m->test_batch) {
@@ -188,26 +188,27 @@ static int fmnist_train_main(int argc, char **argv, const fmnist_model *m)
         fprintf(stderr, "building the model failed: %s\n", fl_last_error());
         return 1;
     }
-    fl_prog *test_prog = fl_prog_clone(prog, 1);     /* before minimize: forward ops only */
+    fl_prog *test_prog = fl_prog_clone(prog, 1); /* before minimize: forward ops only */
     fl_var *test_acc = test_prog ? fl_layer_accuracy(fl_prog_var(test_prog, fl_var_name(prediction)),
-                                                     fl_prog_var(test_prog, "label"), 1) : NULL;
+                                                     fl_prog_var(test_prog, "label"), 1)
+                                 : NULL;
     if (!test_acc) {
         fprintf(stderr, "building the test program failed: %s\n", fl_last_error());
         return 1;
     }
 
     fl_opt *optimizer = fl_opt_momentum(opt.lr, opt.momentum, 0);
-    fleet_t *fleet = fleet_init_collective(NULL, NULL);                        /* + */
+    fleet_t *fleet = fleet_init_collective(NULL, NULL); /* + */
     if (!fleet) {
         fprintf(stderr, "fleet_init_collective: %s\n", fl_last_error());
         return 1;
     }
-    optimizer = fleet_distributed_optimizer(fleet, optimizer, NULL);           /* + */
+    optimizer = fleet_distributed_optimizer(fleet, optimizer, NULL); /* + */
     if (!optimizer || fl_opt_minimize(optimizer, avg_cost) != FL_OK) {
         fprintf(stderr, "building the model failed: %s\n", fl_last_error());
         return 1;
     }
-    int rank = fleet_worker_index(fleet), nranks = fleet_worker_num(fleet);    /* + */
+    int rank = fleet_worker_index(fleet), nranks = fleet_worker_num(fleet); /* + */
 
     fl_exe *exe = fl_exe_create(NULL);
     if (fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK) {
@@ -227,15 +228,16 @@ static int fmnist_train_main(int argc, char **argv, const fmnist_model *m)
         return 1;
     }
     printf("worker %d/%d: %lld training images (data loaded in %.2f s from %s), %lld steps/epoch of batch %lld "
-           "(global batch %lld)%s\n", rank, nranks, (long long)shard, t_load, dir, (long long)steps,
-           (long long)batch, (long long)batch * nranks, opt.batch_norm ? ", with batch_norm" : "");
+           "(global batch %lld)%s\n",
+           rank, nranks, (long long)shard, t_load, dir, (long long)steps, (long long)batch, (long long)batch * nranks,
+           opt.batch_norm ? ", with batch_norm" : "");
 
     const char *fetch[] = {fl_var_name(avg_cost)};
     for (int ep = 0; ep < epochs; ep++) {
         fmnist_shuffle(perm, train.n, opt.seed + (uint64_t)ep);
         for (int64_t k = 0; k < shard; k++) mine[k] = perm[(rank + k * nranks) % train.n];
 
-        if (fleet_barrier_worker(fleet) != FL_OK) {                           /* + */
+        if (fleet_barrier_worker(fleet) != FL_OK) { /* + */
             fprintf(stderr, "barrier: %s\n", fl_last_error());
             return 1;
         }
@@ -256,8 +258,8 @@ static int fmnist_train_main(int argc, char **argv, const fmnist_model *m)
         }
         double stat[2] = {fmnist_now() - t0, loss_sum / (double)steps};
         /* slowest trainer's time; mean loss over trainers */
-        if (fleet_util_all_reduce(fleet, &stat[0], 1, FL_FLOAT64, "max") != FL_OK ||   /* + */
-            fleet_util_all_reduce(fleet, &stat[1], 1, FL_FLOAT64, "sum") != FL_OK) {   /* + */
+        if (fleet_util_all_reduce(fleet, &stat[0], 1, FL_FLOAT64, "max") != FL_OK || /* + */
+            fleet_util_all_reduce(fleet, &stat[1], 1, FL_FLOAT64, "sum") != FL_OK) { /* + */
             fprintf(stderr, "all_reduce: %s\n", fl_last_error());
             return 1;
         }
@@ -268,14 +270,14 @@ static int fmnist_train_main(int argc, char **argv, const fmnist_model *m)
         double correct = 0, t_test = fmnist_now();
         int report = rank == 0;
         if (!m->test_on_first_worker) {
-            if (fmnist__score(exe, test_prog, test_acc, &test, m, test.n * rank / nranks,
-                              test.n * (rank + 1) / nranks, &correct))
+            if (fmnist__score(exe, test_prog, test_acc, &test, m, test.n * rank / nranks, test.n * (rank + 1) / nranks,
+                              &correct))
                 return 1;
-            if (fleet_util_all_reduce(fleet, &correct, 1, FL_FLOAT64, "sum") != FL_OK) {  /* + */
+            if (fleet_util_all_reduce(fleet, &correct, 1, FL_FLOAT64, "sum") != FL_OK) { /* + */
                 fprintf(stderr, "all_reduce: %s\n", fl_last_error());
                 return 1;
             }
-        } else if ((report = fleet_is_first_worker(fleet))) {                    /* + */
+        } else if ((report = fleet_is_first_worker(fleet))) { /* + */
             if (fmnist__score(exe, test_prog, test_acc, &test, m, 0, test.n, &correct)) return 1;
         }
         if (report) {
@@ -283,16 +285,16 @@ static int fmnist_train_main(int argc, char **argv, const fmnist_model *m)
             if (m->test_on_first_worker) snprintf(took, sizeof took, " (test %.2f s)", fmnist_now() - t_test);
             printf("epoch %d/%d: loss %.4f  samples/s %.0f  time %.3f s  test_acc %.2f%% (%.0f/%lld)  "
                    "[%d trainer%s x batch %lld]%s\n",
-                   ep + 1, epochs, stat[1], (double)train.n / stat[0], stat[0], 100.0 * correct / (double)test.n,
-                   correct, (long long)test.n, nranks, nranks == 1 ? "" : "s", (long long)batch, took);
+                   ep + 1, epochs, stat[1], (double)train.n / stat[0], stat[0], 100.0 * correct / (double)test.n, correct,
+                   (long long)test.n, nranks, nranks == 1 ? "" : "s", (long long)batch, took);
         }
     }
-    if (opt.dump && fleet_is_first_worker(fleet) && fmnist__dump(exe, prog, opt.dump) != FL_OK) {    /* + */
+    if (opt.dump && fleet_is_first_worker(fleet) && fmnist__dump(exe, prog, opt.dump) != FL_OK) { /* + */
         fprintf(stderr, "--dump %s: %s\n", opt.dump, fl_last_error());
         return 1;
     }
     /* the others wait for the first worker's test before leaving */
-    if (m->test_on_first_worker && fleet_barrier_worker(fleet) != FL_OK) {    /* + */
+    if (m->test_on_first_worker && fleet_barrier_worker(fleet) != FL_OK) { /* + */
         fprintf(stderr, "barrier: %s\n", fl_last_error());
         return 1;
     }
@@ -307,7 +309,7 @@ static int fmnist_train_main(int argc, char **argv, const fmnist_model *m)
     fl_opt_free(optimizer);
     fl_prog_free(test_prog);
     fl_prog_free(prog);
-    fleet_free(fleet);                                                         /* + */
+    fleet_free(fleet); /* + */
     return 0;
 }
 

@@ -53,7 +53,7 @@ static int build(fl_prog *prog, const fmnist_opts *o, fl_var **prediction, fl_va
 
 int main(int argc, char **argv)
 {
-    const fmnist_model m = {.usage = usage, .allow_batch_norm = 1, .image = 1, .build = build,
-                            .test_on_first_worker = 1, .test_batch = 500};
+    const fmnist_model m = {
+        .usage = usage, .allow_batch_norm = 1, .image = 1, .build = build, .test_on_first_worker = 1, .test_batch = 500};
     return fmnist_train_main(argc, argv, &m);
 }

@@ -26,17 +26,17 @@ int main(int argc, char **argv)
     fl_var *cost = net.loss;
 
     fl_opt *optimizer = fl_opt_sgd(0.01f);
-    fleet_role *role;                                                          /* + */
-    if (fleet_role_paddlecloud(1, &role) != FL_OK) {                           /* + */
+    fleet_role *role;                                /* + */
+    if (fleet_role_paddlecloud(1, &role) != FL_OK) { /* + */
         fprintf(stderr, "%s\n", fl_last_error());
         return 1;
     }
-    fleet_t *fleet = fleet_init_collective(role, NULL);                        /* + */
+    fleet_t *fleet = fleet_init_collective(role, NULL); /* + */
     if (!fleet) {
         fprintf(stderr, "fleet_init: %s\n", fl_last_error());
         return 1;
     }
-    optimizer = fleet_distributed_optimizer(fleet, optimizer, NULL);           /* + */
+    optimizer = fleet_distributed_optimizer(fleet, optimizer, NULL); /* + */
     if (!optimizer) { /* print the first error: later calls would only see a NULL optimizer */
         fprintf(stderr, "fleet_distributed_optimizer: %s\n", fl_last_error());
         return 1;
@@ -69,6 +69,6 @@ int main(int argc, char **argv)
     fl_exe_free(exe);
     fl_opt_free(optimizer);
     fl_prog_free(prog);
-    fleet_free(fleet);                                                         /* + */
+    fleet_free(fleet); /* + */
     return 0;
 }

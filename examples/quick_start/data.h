@@ -29,7 +29,8 @@ static inline void gen_data(batch_data *d, int batch, unsigned seed)
             s = s * 1664525u + 1013904223u;
             float v = (float)(s >> 8) / 16777216.0f * 2.0f - 1.0f;
             x[i * 32 + j] = v;
-            if (j < 16) a += v; else b += v;
+            if (j < 16) a += v;
+            else b += v;
         }
         y[i] = a > b;
     }

@@ -35,7 +35,7 @@ int main(int argc, char **argv)
     fl_var *cost = net.loss;
 
     fl_opt *optimizer = fl_opt_sgd(0.01f);
-    fleet_strategy strategy = fleet_strategy_default();                       /* + */
+    fleet_strategy strategy = fleet_strategy_default(); /* + */
     if (!strcmp(mode, "sync")) fleet_strategy_set(&strategy, "a_sync", "false");
     if (!strcmp(mode, "geo")) fleet_strategy_set(&strategy, "a_sync_configs.k_steps", "100");
     fleet_t *fleet = fleet_init(NULL, &strategy); /* role from the environment  + */
@@ -43,7 +43,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "fleet_init: %s\n", fl_last_error());
         return 1;
     }
-    optimizer = fleet_distributed_optimizer(fleet, optimizer, NULL);          /* + */
+    optimizer = fleet_distributed_optimizer(fleet, optimizer, NULL); /* + */
     if (!optimizer) { /* print the first error: later calls would only see a NULL optimizer */
         fprintf(stderr, "fleet_distributed_optimizer: %s\n", fl_last_error());
         return 1;
@@ -53,15 +53,15 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    if (fleet_is_server(fleet)) {                                              /* + */
-        char dir[4096]; /* restarted: from the newest checkpoint's tables */
+    if (fleet_is_server(fleet)) { /* + */
+        char dir[4096];           /* restarted: from the newest checkpoint's tables */
         int from = ckpt && fleet_checkpoint_latest(ckpt, dir, sizeof dir, NULL) == FL_OK;
         if (fleet_init_server(fleet, from ? dir : NULL) != FL_OK || fleet_run_server(fleet) != FL_OK) {
             fprintf(stderr, "server: %s\n", fl_last_error());
             return 1;
         }
     } else {
-        if (fleet_init_worker(fleet) != FL_OK) {                               /* + */
+        if (fleet_init_worker(fleet) != FL_OK) { /* + */
             fprintf(stderr, "fleet_init_worker: %s\n", fl_last_error());
             return 1;
         }
@@ -94,7 +94,7 @@ int main(int argc, char **argv)
                 return 1;
             }
         }
-        if (fleet_stop_worker(fleet) != FL_OK) {                               /* + */
+        if (fleet_stop_worker(fleet) != FL_OK) { /* + */
             fprintf(stderr, "fleet_stop_worker: %s\n", fl_last_error());
             return 1;
         }
@@ -103,6 +103,6 @@ int main(int argc, char **argv)
     }
     fl_opt_free(optimizer);
     fl_prog_free(prog);
-    fleet_free(fleet);                                                         /* + */
+    fleet_free(fleet); /* + */
     return 0;
 }

@@ -30,16 +30,16 @@ extern "C" {
 /* Status codes.  Every public function that can fail returns one of these. */
 enum {
     FL_OK = 0,
-    FL_EINVAL = -1,      /* bad argument, ill-formed program, wrong feed */
-    FL_ENOMEM = -2,      /* allocation failed */
-    FL_EIO = -3,         /* file or socket I/O failed */
-    FL_ECORRUPT = -4,    /* a file or frame is truncated or malformed */
-    FL_ENOTFOUND = -5,   /* unknown variable, op, file or key */
-    FL_ETIMEDOUT = -6,   /* a deadline expired */
-    FL_EREMOTE = -7,     /* a peer reported an error or went away */
-    FL_EPROTO = -8,      /* protocol violation */
-    FL_EUNSUPPORTED = -9,/* a valid request that this build does not implement */
-    FL_ESTATE = -10      /* call made in the wrong state (e.g. run before startup) */
+    FL_EINVAL = -1,       /* bad argument, ill-formed program, wrong feed */
+    FL_ENOMEM = -2,       /* allocation failed */
+    FL_EIO = -3,          /* file or socket I/O failed */
+    FL_ECORRUPT = -4,     /* a file or frame is truncated or malformed */
+    FL_ENOTFOUND = -5,    /* unknown variable, op, file or key */
+    FL_ETIMEDOUT = -6,    /* a deadline expired */
+    FL_EREMOTE = -7,      /* a peer reported an error or went away */
+    FL_EPROTO = -8,       /* protocol violation */
+    FL_EUNSUPPORTED = -9, /* a valid request that this build does not implement */
+    FL_ESTATE = -10       /* call made in the wrong state (e.g. run before startup) */
 };
 
 /* The library's version, "MAJOR.MINOR.PATCH" (the Makefile's VERSION, e.g. "0.1.0"): a static
@@ -67,9 +67,17 @@ FL_API void fl_clear_error(void);
 typedef enum { FL_LOG_ERROR = 0, FL_LOG_WARN, FL_LOG_INFO, FL_LOG_DEBUG, FL_LOG_TRACE } fl_log_level;
 
 typedef enum {
-    FL_SUB_BASE = 1 << 0, FL_SUB_TENSOR = 1 << 1, FL_SUB_GRAPH = 1 << 2, FL_SUB_EXEC = 1 << 3,
-    FL_SUB_IO = 1 << 4, FL_SUB_DATA = 1 << 5, FL_SUB_NET = 1 << 6, FL_SUB_PS = 1 << 7,
-    FL_SUB_COLL = 1 << 8, FL_SUB_FLEET = 1 << 9, FL_SUB_ALL = 0x3ff
+    FL_SUB_BASE = 1 << 0,
+    FL_SUB_TENSOR = 1 << 1,
+    FL_SUB_GRAPH = 1 << 2,
+    FL_SUB_EXEC = 1 << 3,
+    FL_SUB_IO = 1 << 4,
+    FL_SUB_DATA = 1 << 5,
+    FL_SUB_NET = 1 << 6,
+    FL_SUB_PS = 1 << 7,
+    FL_SUB_COLL = 1 << 8,
+    FL_SUB_FLEET = 1 << 9,
+    FL_SUB_ALL = 0x3ff
 } fl_log_subsys;
 
 /* Optional sink replacing stderr.  Set before the first handle is created; not thread

@@ -195,7 +195,7 @@ FL_API int fl_coll_allgather(fl_coll *c, const void *send, void *recv, size_t co
 /* recv[i] = op over ranks of send[rank * count_per_rank + i]; send holds world_size *
  * count_per_rank elements, recv count_per_rank.  send and recv must not overlap. */
 FL_API int fl_coll_reduce_scatter(fl_coll *c, const void *send, void *recv, size_t count_per_rank, fl_dtype dt,
-                           fl_coll_op op);
+                                  fl_coll_op op);
 /* Returns when every rank has entered the barrier. */
 FL_API int fl_coll_barrier(fl_coll *c);
 

@@ -97,8 +97,7 @@ FL_API int64_t fl_dataset_get_memory_data_size(const fl_dataset *ds); /* records
 typedef struct {
     int rank, nranks;
     void *ctx;
-    int (*alltoallv)(void *ctx, const void *const *send, const size_t *send_len, void **recv,
-                     size_t *recv_len);
+    int (*alltoallv)(void *ctx, const void *const *send, const size_t *send_len, void **recv, size_t *recv_len);
 } fl_data_exchange;
 FL_API int fl_dataset_global_shuffle(fl_dataset *ds, const fl_data_exchange *ex, uint64_t seed);
 

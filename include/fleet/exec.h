@@ -51,17 +51,17 @@ typedef struct {
  * dimensions, LoD for lod_level 1) and copied in.  out[i] receives a borrowed pointer to
  * the tensor named fetch[i], valid until the next run on this executor.  Errors name the
  * variable and the expected and given shapes; nothing is half-run on a feed error. */
-FL_API int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed,
-               const char *const *fetch, int nfetch, fl_tensor **out);
+FL_API int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed, const char *const *fetch, int nfetch,
+                      fl_tensor **out);
 
 /* ---- training from a dataset (Paddle's Executor.train_from_dataset) ---------------------- */
 
 typedef struct {
     int64_t instances; /* examples read by every thread together */
     int64_t batches;
-    double seconds;    /* wall time of the pass */
+    double seconds; /* wall time of the pass */
     int nfetch;
-    double fetch[16];  /* thread 0's last fetched values (a scalar, or the mean of a tensor) */
+    double fetch[16]; /* thread 0's last fetched values (a scalar, or the mean of a tensor) */
 } fl_exe_dataset_stats;
 
 /* Runs p once per batch of ds with `thread` trainer threads (<= 0: the dataset's thread
@@ -77,10 +77,12 @@ typedef struct {
  * synchronous parameter-server training run one trainer per process: thread must then
  * resolve to 1.  stats may be NULL.  Blocks until the pass ends. */
 FL_API int fl_exe_train_from_dataset(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const char *const *fetch_list,
-                              const char *const *fetch_info, int nfetch, int print_period, fl_exe_dataset_stats *stats);
+                                     const char *const *fetch_info, int nfetch, int print_period,
+                                     fl_exe_dataset_stats *stats);
 /* The same for inference: p is typically fl_prog_clone(main, 1) (no backward, no update). */
 FL_API int fl_exe_infer_from_dataset(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const char *const *fetch_list,
-                              const char *const *fetch_info, int nfetch, int print_period, fl_exe_dataset_stats *stats);
+                                     const char *const *fetch_info, int nfetch, int print_period,
+                                     fl_exe_dataset_stats *stats);
 
 #ifdef __cplusplus
 }

@@ -125,10 +125,10 @@ FL_API void fleet_role_free(fleet_role *r);
 typedef struct {
     int a_sync; /* true */
     struct {
-        int64_t k_steps; /* -1 */
-        int max_merge_var_num, send_queue_size, independent_recv_thread;   /* 1, 16, false */
+        int64_t k_steps;                                                      /* -1 */
+        int max_merge_var_num, send_queue_size, independent_recv_thread;      /* 1, 16, false */
         int min_send_grad_num_before_recv, thread_pool_size, send_wait_times; /* 1, 1, 1 */
-        int runtime_split_send_recv, launch_barrier;                        /* false, true */
+        int runtime_split_send_recv, launch_barrier;                          /* false, true */
     } a_sync_configs;
     int localsgd; /* false */
     struct {
@@ -145,10 +145,10 @@ typedef struct {
     } gradient_merge_configs;
     int amp;
     struct {
-        double init_loss_scaling;                        /* 32768 */
+        double init_loss_scaling;                            /* 32768 */
         int64_t incr_every_n_steps, decr_every_n_nan_or_inf; /* 1000, 2 */
-        double incr_ratio, decr_ratio;                   /* 2.0, 0.8 */
-        int use_dynamic_loss_scaling;                    /* true */
+        double incr_ratio, decr_ratio;                       /* 2.0, 0.8 */
+        int use_dynamic_loss_scaling;                        /* true */
     } amp_configs;
     int dgc;
     struct {
@@ -251,7 +251,7 @@ FL_API int fleet_util_barrier(fleet_t *f);
  * worker returns once it has, with an error if it failed. */
 FL_API int fleet_save_persistables(fleet_t *f, fl_exe *exe, const char *dir, const fl_prog *prog);
 FL_API int fleet_save_inference_model(fleet_t *f, fl_exe *exe, const char *dir, const char *const *feeds, int nfeed,
-                               fl_var *const *targets, int ntarget, const fl_prog *prog);
+                                      fl_var *const *targets, int ntarget, const fl_prog *prog);
 
 /* ---- checkpoints for restart (docs/checkpoints.md) ------------------------------------------ */
 
@@ -275,8 +275,7 @@ FL_API int fleet_save_checkpoint(fleet_t *f, fl_exe *exe, const char *root, cons
  * saved by another number of workers.  Call after the startup program (and, in a
  * parameter-server job, after fleet_init_worker: the servers were started from the same
  * checkpoint, see fleet_checkpoint_latest). */
-FL_API int fleet_load_checkpoint(fleet_t *f, fl_exe *exe, const char *root, const fl_prog *prog,
-                                 fleet_checkpoint_pos *pos);
+FL_API int fleet_load_checkpoint(fleet_t *f, fl_exe *exe, const char *root, const fl_prog *prog, fleet_checkpoint_pos *pos);
 /* The directory of the newest valid checkpoint under root, for fleet_init_server (servers
  * restart from its tables); *seq (may be NULL) its number.  FL_ENOTFOUND when there is
  * none. */

@@ -31,9 +31,8 @@ typedef struct fl_opt fl_opt;
  *   fl_layer_data(p, "x", FL_SHAPE(32), FL_FLOAT32, 0)
  *   fl_layer_fc(FL_VARS(a, b), 128, "tanh")                                     */
 #define FL_SHAPE(...) \
-    (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
-#define FL_VARS(...) \
-    (fl_var *const[]){__VA_ARGS__}, (int)(sizeof((fl_var *const[]){__VA_ARGS__}) / sizeof(fl_var *))
+    (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]) { __VA_ARGS__ }
+#define FL_VARS(...) (fl_var *const[]){__VA_ARGS__}, (int)(sizeof((fl_var *const[]){__VA_ARGS__}) / sizeof(fl_var *))
 
 /* ---- programs ------------------------------------------------------------------------ */
 
@@ -66,8 +65,8 @@ FL_API int fl_prog_to_text(const fl_prog *p, char **out, size_t *len);
 FL_API int fl_prog_from_text(const char *text, size_t len, fl_prog **out);
 /* New program holding only the ops needed to compute `targets` from `feeds` (forward ops
  * only), with the same variables they touch.  Caller frees. */
-FL_API int fl_prog_prune(const fl_prog *p, const char *const *feeds, int nfeed,
-                  const char *const *targets, int ntarget, fl_prog **out);
+FL_API int fl_prog_prune(const fl_prog *p, const char *const *feeds, int nfeed, const char *const *targets, int ntarget,
+                         fl_prog **out);
 
 FL_API const char *fl_var_name(const fl_var *v);
 FL_API fl_dtype fl_var_dtype(const fl_var *v);
@@ -84,12 +83,12 @@ FL_API fl_prog *fl_var_prog(const fl_var *v);
 /* ---- parameters and initializers ---------------------------------------------------- */
 
 typedef enum {
-    FL_INIT_DEFAULT = 0,   /* the layer's default (Xavier for weights, 0 for biases) */
-    FL_INIT_CONSTANT,      /* a = value */
-    FL_INIT_UNIFORM,       /* a = low, b = high */
-    FL_INIT_NORMAL,        /* a = mean, b = std */
+    FL_INIT_DEFAULT = 0,      /* the layer's default (Xavier for weights, 0 for biases) */
+    FL_INIT_CONSTANT,         /* a = value */
+    FL_INIT_UNIFORM,          /* a = low, b = high */
+    FL_INIT_NORMAL,           /* a = mean, b = std */
     FL_INIT_TRUNCATED_NORMAL, /* a = mean, b = std, values beyond 2 std redrawn */
-    FL_INIT_XAVIER         /* a = 0: uniform(+-sqrt(6/(fan_in+fan_out))), a = 1: normal */
+    FL_INIT_XAVIER            /* a = 0: uniform(+-sqrt(6/(fan_in+fan_out))), a = 1: normal */
 } fl_init_kind;
 
 typedef struct {
@@ -118,31 +117,29 @@ typedef struct {
 
 /* Input variable.  A batch dimension -1 is prepended to `shape` (fluid.layers.data).
  * lod_level 1 marks a slot of variable-length id lists (feed with LoD). */
-FL_API fl_var *fl_layer_data(fl_prog *p, const char *name, int ndim, const int64_t *shape,
-                      fl_dtype dtype, int lod_level);
+FL_API fl_var *fl_layer_data(fl_prog *p, const char *name, int ndim, const int64_t *shape, fl_dtype dtype, int lod_level);
 
 /* A free-standing float32 parameter (fluid.layers.create_parameter); with attr->name NULL
  * it is named "create_parameter_<k>.w_0".  Default initializer: Xavier. */
 FL_API fl_var *fl_layer_create_parameter(fl_prog *p, int ndim, const int64_t *shape, fl_dtype dtype,
-                                  const fl_param_attr *attr);
+                                         const fl_param_attr *attr);
 
 typedef struct {
-    int num_flatten_dims;   /* 0 means 1 */
-    fl_param_attr weight;   /* one attribute shared by all inputs' weights; name gets _k */
+    int num_flatten_dims; /* 0 means 1 */
+    fl_param_attr weight; /* one attribute shared by all inputs' weights; name gets _k */
     fl_param_attr bias;
     int no_bias;
 } fl_fc_attr;
 /* Fully connected: out = act(sum_k flatten(in_k) W_k + b).  act: NULL, "tanh", "relu",
  * "sigmoid", "softmax", "softsign". */
 FL_API fl_var *fl_layer_fc(fl_var *const *inputs, int n, int64_t size, const char *act);
-FL_API fl_var *fl_layer_fc_ex(fl_var *const *inputs, int n, int64_t size, const char *act,
-                       const fl_fc_attr *attr);
+FL_API fl_var *fl_layer_fc_ex(fl_var *const *inputs, int n, int64_t size, const char *act, const fl_fc_attr *attr);
 
 typedef struct {
-    int is_sparse;        /* gradient as SelectedRows (only looked-up rows) */
-    int is_distributed;   /* table lives on parameter servers (PS mode) */
-    int has_padding_idx;  /* padding_idx is meaningful */
-    int64_t padding_idx;  /* rows with this id read as zeros and get no gradient;
+    int is_sparse;       /* gradient as SelectedRows (only looked-up rows) */
+    int is_distributed;  /* table lives on parameter servers (PS mode) */
+    int has_padding_idx; /* padding_idx is meaningful */
+    int64_t padding_idx; /* rows with this id read as zeros and get no gradient;
                              negative counts from vocab */
     fl_param_attr param;
 } fl_embedding_attr;
@@ -193,8 +190,7 @@ FL_API fl_var *fl_layer_accuracy(fl_var *input, fl_var *label, int k);
  * int64 [N, 1]; num_thresholds buckets; the global AUC accumulates over all batches,
  * the batch AUC over the last slide_steps batches.  Both are float64 [1] (as in Paddle):
  * read them with *(const double *)fl_tensor_cdata(t).  Returns the global AUC. */
-FL_API fl_var *fl_layer_auc(fl_var *input, fl_var *label, int num_thresholds, int slide_steps,
-                     fl_var **batch_auc);
+FL_API fl_var *fl_layer_auc(fl_var *input, fl_var *label, int num_thresholds, int slide_steps, fl_var **batch_auc);
 
 /* ---- convolution, pooling, batch normalisation (NCHW, float32) ----------------------- */
 #define FLEET_GRAPH_HAS_CONV 1
@@ -214,11 +210,11 @@ typedef struct {
  * bias added per output channel.  act: NULL, "relu", "tanh", "sigmoid" (fused into the
  * op), "softmax", "softsign" (own op).  attr NULL: stride 1, no padding, dilation 1, 1 group. */
 FL_API fl_var *fl_layer_conv2d(fl_var *input, int64_t num_filters, int filter_h, int filter_w, const char *act,
-                        const fl_conv2d_attr *attr);
+                               const fl_conv2d_attr *attr);
 
 typedef struct {
-    int pool_size[2];   /* [h, w]; unused with global_pooling */
-    int stride[2];      /* 0 means 1 */
+    int pool_size[2]; /* [h, w]; unused with global_pooling */
+    int stride[2];    /* 0 means 1 */
     int padding[2];
     int global_pooling; /* one window over the whole image, no padding */
     int inclusive;      /* avg: 1 divides by the whole window, padding included (Paddle exclusive=False) */
@@ -228,7 +224,7 @@ typedef struct {
  * max), pool_stride >= 1, exclusive 1 (Paddle's default): avg divides by the window clipped
  * to the image.  Windows are clipped to the image; max ignores padding. */
 FL_API fl_var *fl_layer_pool2d(fl_var *input, int pool_size, const char *pool_type, int pool_stride, int pool_padding,
-                        int global_pooling, int exclusive);
+                               int global_pooling, int exclusive);
 /* Per-dimension sizes and ceil_mode; a zeroed attr means stride 1, no padding, exclusive. */
 FL_API fl_var *fl_layer_pool2d_ex(fl_var *input, const char *pool_type, const fl_pool2d_attr *attr);
 
@@ -245,7 +241,7 @@ typedef struct {
  * fl_prog_clone(p, 1)): the moving statistics normalise and are not updated.  momentum in
  * [0, 1] (Paddle: 0.9), epsilon in [0, 0.001] (Paddle: 1e-5); act as for conv2d (own op). */
 FL_API fl_var *fl_layer_batch_norm(fl_var *input, const char *act, int is_test, float momentum, float epsilon,
-                            const fl_batch_norm_attr *attr);
+                                   const fl_batch_norm_attr *attr);
 
 /* ---- backward and optimizers --------------------------------------------------------- */
 
@@ -257,8 +253,7 @@ typedef struct {
 /* Appends gradient ops for `loss` (a one-element variable) to its program. Variables named
  * in no_grad get no gradient.  *pairs (malloc'ed, caller frees) lists every trainable
  * parameter reached, with its gradient variable ("<name>@GRAD"). */
-FL_API int fl_append_backward(fl_var *loss, const char *const *no_grad, int n_no_grad,
-                       fl_param_grad **pairs, int *npairs);
+FL_API int fl_append_backward(fl_var *loss, const char *const *no_grad, int n_no_grad, fl_param_grad **pairs, int *npairs);
 
 FL_API fl_opt *fl_opt_sgd(float learning_rate);
 FL_API fl_opt *fl_opt_momentum(float learning_rate, float momentum, int use_nesterov);

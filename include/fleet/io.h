@@ -23,8 +23,7 @@ extern "C" {
 #endif
 
 /* Writes `n` named tensors to one safetensors file, atomically. */
-FL_API int fl_io_write_safetensors(const char *path, const char *const *names,
-                            const fl_tensor *const *tensors, int n);
+FL_API int fl_io_write_safetensors(const char *path, const char *const *names, const fl_tensor *const *tensors, int n);
 /* Reads every tensor of a safetensors file.  *names and *tensors are malloc'ed arrays of
  * *n entries; free them with fl_io_free_tensors(). All-or-nothing. */
 FL_API int fl_io_read_safetensors(const char *path, char ***names, fl_tensor ***tensors, int *n);
@@ -39,12 +38,12 @@ FL_API int fl_io_load_persistables(fl_exe *e, const char *dir, const fl_prog *p)
 
 /* Saves p pruned to feed -> targets, with the parameters it needs. */
 FL_API int fl_io_save_inference_model(fl_exe *e, const char *dir, const char *const *feeds, int nfeed,
-                               fl_var *const *targets, int ntarget, const fl_prog *p);
+                                      fl_var *const *targets, int ntarget, const fl_prog *p);
 /* Loads a program saved by fl_io_save_inference_model into *prog (caller frees) and its
  * parameters into the executor's scope.  *feeds / *fetches are malloc'ed arrays of
  * malloc'ed names; free with fl_io_free_names(). */
-FL_API int fl_io_load_inference_model(fl_exe *e, const char *dir, fl_prog **prog,
-                               char ***feeds, int *nfeed, char ***fetches, int *nfetch);
+FL_API int fl_io_load_inference_model(fl_exe *e, const char *dir, fl_prog **prog, char ***feeds, int *nfeed,
+                                      char ***fetches, int *nfetch);
 FL_API void fl_io_free_names(char **names, int n);
 
 #ifdef __cplusplus

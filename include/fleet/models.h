@@ -37,25 +37,25 @@ extern "C" {
 #define FL_MODEL_CTR_MAX_LAYERS 8
 
 typedef struct {
-    int64_t sparse_feature_dim; /* rows of the shared table (default 1000001) */
-    int embedding_size;         /* default 10 */
-    int num_sparse_slots;       /* default 26 (C1..C26) */
-    int dense_dim;              /* default 13 */
-    int is_sparse;              /* default 1: SelectedRows gradient for the table */
-    int is_distributed;         /* default 0: 1 keeps the table on the servers */
+    int64_t sparse_feature_dim;          /* rows of the shared table (default 1000001) */
+    int embedding_size;                  /* default 10 */
+    int num_sparse_slots;                /* default 26 (C1..C26) */
+    int dense_dim;                       /* default 13 */
+    int is_sparse;                       /* default 1: SelectedRows gradient for the table */
+    int is_distributed;                  /* default 0: 1 keeps the table on the servers */
     int hidden[FL_MODEL_CTR_MAX_LAYERS]; /* default 400, 400, 400 */
     int nhidden;
-    int loss_mean;              /* default 0: reduce_sum of the cross-entropy, as Paddle */
+    int loss_mean; /* default 0: reduce_sum of the cross-entropy, as Paddle */
 } fl_model_ctr_dnn_config;
 
 typedef struct {
     fl_var *dense_input;
     fl_var *sparse[FL_MODEL_CTR_MAX_SLOTS];
     fl_var *label;
-    fl_var *predict;   /* [N, 2] probabilities */
-    fl_var *loss;      /* [1] */
-    fl_var *auc;       /* global AUC, float64 [1] */
-    fl_var *batch_auc; /* AUC of the last 20 batches */
+    fl_var *predict;       /* [N, 2] probabilities */
+    fl_var *loss;          /* [1] */
+    fl_var *auc;           /* global AUC, float64 [1] */
+    fl_var *batch_auc;     /* AUC of the last 20 batches */
     fl_var *auc_states[4]; /* the AUC's persistable statistics: zero them (fl_scope_zero)
                             * to evaluate afresh */
     int nauc_states;
@@ -79,13 +79,13 @@ FL_API int fl_model_ctr_dnn_build(fl_prog *p, const fl_model_ctr_dnn_config *cfg
 #define FL_MODEL_MLP_MAX_LAYERS 8
 
 typedef struct {
-    const char *input_name; /* default "x" */
-    const char *label_name; /* default "y" */
-    int input_dim;          /* default 32 */
+    const char *input_name;              /* default "x" */
+    const char *label_name;              /* default "y" */
+    int input_dim;                       /* default 32 */
     int hidden[FL_MODEL_MLP_MAX_LAYERS]; /* default 128, 128 */
     int nhidden;
-    const char *act;        /* activation of the hidden layers: default "tanh"; NULL for none */
-    int num_classes;        /* default 2 */
+    const char *act; /* activation of the hidden layers: default "tanh"; NULL for none */
+    int num_classes; /* default 2 */
     /* default NULL: Paddle's automatic parameter names (fc_0.w_0, fc_0.b_0, ...).  "fc"
      * names layer k's weight and bias "fc<k>.w" and "fc<k>.b", k = 1, 2, ... (the names
      * of the reference dumps, tests/ref) */
@@ -122,17 +122,17 @@ FL_API int fl_model_mlp_build(fl_prog *p, const fl_model_mlp_config *cfg, fl_mod
 #define FL_MODEL_CNN_MAX_LAYERS 8
 
 typedef struct {
-    const char *input_name;        /* default "img" */
-    const char *label_name;        /* default "label" */
-    int channels, height, width;   /* default 1, 28, 28 */
+    const char *input_name;               /* default "img" */
+    const char *label_name;               /* default "label" */
+    int channels, height, width;          /* default 1, 28, 28 */
     int filters[FL_MODEL_CNN_MAX_LAYERS]; /* default 20, 50 */
     int nconv;
-    int kernel;                    /* default 5 */
-    int pool;                      /* default 2 */
-    int batch_norm;                /* default 0 */
-    int hidden[FL_MODEL_CNN_MAX_LAYERS];  /* default 500 */
+    int kernel;                          /* default 5 */
+    int pool;                            /* default 2 */
+    int batch_norm;                      /* default 0 */
+    int hidden[FL_MODEL_CNN_MAX_LAYERS]; /* default 500 */
     int nhidden;
-    int num_classes;               /* default 10 */
+    int num_classes; /* default 10 */
 } fl_model_cnn_config;
 
 typedef struct {

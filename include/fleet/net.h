@@ -114,10 +114,10 @@ enum { FL_NET_SERVICE_COLL = 1, FL_NET_SERVICE_PS = 2, FL_NET_SERVICE_LAUNCH = 3
 typedef struct {
     const uint8_t *secret; /* the job secret; NULL or len 0: insecure (needs insecure_local) */
     size_t secret_len;
-    int insecure_local;    /* 1: allow running without a secret, loopback peers only */
-    uint32_t service;      /* FL_NET_SERVICE_*: both ends must agree */
-    uint32_t role;         /* this side's role tag, reported to the peer (free-form) */
-    int32_t rank;          /* this side's rank, reported to the peer (-1 if none) */
+    int insecure_local; /* 1: allow running without a secret, loopback peers only */
+    uint32_t service;   /* FL_NET_SERVICE_*: both ends must agree */
+    uint32_t role;      /* this side's role tag, reported to the peer (free-form) */
+    int32_t rank;       /* this side's rank, reported to the peer (-1 if none) */
 } fl_net_auth;
 
 /* ---- listeners and connections ---------------------------------------------------------- */
@@ -254,8 +254,7 @@ FL_API void fl_net_acceptor_free(fl_net_acceptor *a);
  * make room), it retries with backoff (10 ms doubling to 500 ms) until deadline_ns, then
  * returns FL_ETIMEDOUT with the last error.  A refused handshake (wrong secret or service)
  * is not retried. */
-FL_API int fl_net_connect(const char *host, int port, const fl_net_auth *auth, uint64_t deadline_ns,
-                   fl_net_conn **out);
+FL_API int fl_net_connect(const char *host, int port, const fl_net_auth *auth, uint64_t deadline_ns, fl_net_conn **out);
 
 /* Closes and frees.  NULL is ignored. */
 FL_API void fl_net_conn_free(fl_net_conn *c);
@@ -308,7 +307,7 @@ typedef struct {
 
 /* Sends header + body (len may be 0). */
 FL_API int fl_net_send_frame(fl_net_conn *c, uint16_t type, uint32_t flags, const void *body, size_t len,
-                      uint64_t deadline_ns);
+                             uint64_t deadline_ns);
 /* Receives and checks a header: wrong magic or version gives FL_EPROTO, a length above
  * max_len gives FL_EPROTO before anything is allocated.  The caller then reads hdr->len body
  * bytes with fl_net_recv_all. */

@@ -95,26 +95,26 @@ typedef enum {
 
 typedef struct {
     fl_ps_opt_kind kind;
-    float lr;       /* learning rate (> 0 except for SUM) */
-    float l2;       /* L2 decay coefficient, >= 0: g += l2 * w before the rule */
-    double beta1;   /* Adam; 0 means 0.9 (double, as the local op's attribute) */
-    double beta2;   /* Adam; 0 means 0.999 */
-    double epsilon; /* 0 means 1e-6 for Adagrad, 1e-8 for Adam */
-    double momentum;/* Momentum: mu in [0, 1) (0 is plain accumulation) */
-    int nesterov;   /* Momentum: 1 for Nesterov's update */
+    float lr;        /* learning rate (> 0 except for SUM) */
+    float l2;        /* L2 decay coefficient, >= 0: g += l2 * w before the rule */
+    double beta1;    /* Adam; 0 means 0.9 (double, as the local op's attribute) */
+    double beta2;    /* Adam; 0 means 0.999 */
+    double epsilon;  /* 0 means 1e-6 for Adagrad, 1e-8 for Adam */
+    double momentum; /* Momentum: mu in [0, 1) (0 is plain accumulation) */
+    int nesterov;    /* Momentum: 1 for Nesterov's update */
 } fl_ps_optimizer;
 
 /* CtrCommonAccessor statistics of sparse rows (defaults are the_one_ps defaults).
  * score(show, click) = (show - click) * nonclk_coeff + click * click_coeff. */
 typedef struct {
-    float nonclk_coeff;          /* 0 means 0.1 */
-    float click_coeff;           /* 0 means 1.0 */
-    float show_click_decay_rate; /* 0 means 1.0 (no decay); applied by shrink */
-    float delete_threshold;      /* shrink deletes rows with score < this (default 0) */
-    int delete_after_unseen_days;/* shrink deletes rows with unseen_days > this; 0 means 30 */
-    float base_threshold;        /* save modes 1 and 2: score >= this (default 0) */
-    float delta_threshold;       /* save mode 1: delta_score >= this (default 0) */
-    int delta_keep_days;         /* save modes 1 and 2: unseen_days <= this; 0 means 16 */
+    float nonclk_coeff;           /* 0 means 0.1 */
+    float click_coeff;            /* 0 means 1.0 */
+    float show_click_decay_rate;  /* 0 means 1.0 (no decay); applied by shrink */
+    float delete_threshold;       /* shrink deletes rows with score < this (default 0) */
+    int delete_after_unseen_days; /* shrink deletes rows with unseen_days > this; 0 means 30 */
+    float base_threshold;         /* save modes 1 and 2: score >= this (default 0) */
+    float delta_threshold;        /* save mode 1: delta_score >= this (default 0) */
+    int delta_keep_days;          /* save modes 1 and 2: unseen_days <= this; 0 means 16 */
 } fl_ps_accessor;
 
 typedef enum { FL_PS_DENSE = 0, FL_PS_SPARSE = 1 } fl_ps_table_kind;
@@ -123,19 +123,19 @@ typedef enum { FL_PS_DENSE = 0, FL_PS_SPARSE = 1 } fl_ps_table_kind;
  * tables are addressed by their index in it, and a client whose list differs from a
  * server's is refused at connect time with a message naming the first differing table. */
 typedef struct {
-    const char *name;         /* [A-Za-z0-9_.@-]{1,127}; used as a directory name */
+    const char *name; /* [A-Za-z0-9_.@-]{1,127}; used as a directory name */
     fl_ps_table_kind kind;
-    int64_t rows, cols;       /* dense: shape (rows >= 1, cols >= 1) */
-    int dim;                  /* sparse: floats per row (1..FL_PS_MAX_DIM) */
-    fl_initializer init;      /* sparse: per-row initializer (CONSTANT, UNIFORM, NORMAL,
+    int64_t rows, cols;  /* dense: shape (rows >= 1, cols >= 1) */
+    int dim;             /* sparse: floats per row (1..FL_PS_MAX_DIM) */
+    fl_initializer init; /* sparse: per-row initializer (CONSTANT, UNIFORM, NORMAL,
                                * TRUNCATED_NORMAL; DEFAULT and XAVIER mean Xavier with
                                * fan_in = fan_out = dim).  seed 0 means 1.  Dense tables
                                * start at zero and are set by fl_ps_client_init_dense. */
     fl_ps_optimizer opt;
-    const char *entry;        /* sparse: NULL or "" (every id admitted),
+    const char *entry;       /* sparse: NULL or "" (every id admitted),
                                * "count_filter_entry:n" (n >= 1), "probability_entry:p"
                                * (0 < p <= 1) */
-    fl_ps_accessor accessor;  /* sparse statistics; zero = defaults */
+    fl_ps_accessor accessor; /* sparse statistics; zero = defaults */
 } fl_ps_table_config;
 
 /* Checks one table configuration; FL_EINVAL names the table and the field. */
@@ -149,11 +149,11 @@ FL_API int fl_ps_sparse_server(uint64_t id, int nservers);
 
 /* Memory statistics of a table (summed over servers when asked through a client). */
 typedef struct {
-    int64_t rows;            /* dense: rows held; sparse: stored rows */
-    int64_t pending;         /* sparse: ids counted by count_filter_entry, not yet admitted */
-    int64_t bytes;           /* bytes of memory held by the table (values, state, index) */
-    double payload_per_key;  /* sparse: bytes of value + optimizer state per row */
-    double bytes_per_key;    /* sparse: bytes / rows (0 when empty) */
+    int64_t rows;           /* dense: rows held; sparse: stored rows */
+    int64_t pending;        /* sparse: ids counted by count_filter_entry, not yet admitted */
+    int64_t bytes;          /* bytes of memory held by the table (values, state, index) */
+    double payload_per_key; /* sparse: bytes of value + optimizer state per row */
+    double bytes_per_key;   /* sparse: bytes / rows (0 when empty) */
 } fl_ps_table_stats;
 
 /* ---- server ----------------------------------------------------------------------------- */
@@ -161,28 +161,28 @@ typedef struct {
 typedef struct fl_ps_server fl_ps_server;
 
 typedef struct {
-    const char *endpoint;       /* "host:port" to bind (POD_IP:PADDLE_PORT); port 0 picks a
+    const char *endpoint; /* "host:port" to bind (POD_IP:PADDLE_PORT); port 0 picks a
                                  * free port; NULL = "127.0.0.1:0" */
-    int server_index;           /* 0..num_servers-1 */
+    int server_index;     /* 0..num_servers-1 */
     int num_servers;
-    int num_workers;            /* >= 1 */
+    int num_workers; /* >= 1 */
     const fl_ps_table_config *tables;
     int num_tables;
-    int sync;                   /* 1: sync mode (see top of file) */
-    int num_threads;            /* request threads; 0 means 4 */
-    const fl_net_secret *secret;/* job secret; NULL: insecure_local must be set */
-    int insecure_local;         /* 1: accept without a secret, loopback peers only */
-    int handshake_timeout_ms;   /* time a connection has to authenticate; 0 means
+    int sync;                    /* 1: sync mode (see top of file) */
+    int num_threads;             /* request threads; 0 means 4 */
+    const fl_net_secret *secret; /* job secret; NULL: insecure_local must be set */
+    int insecure_local;          /* 1: accept without a secret, loopback peers only */
+    int handshake_timeout_ms;    /* time a connection has to authenticate; 0 means
                                  * FLEET_NET_HANDSHAKE_TIMEOUT_MS or 5000 (fleet/net.h) */
-    int request_timeout_ms;     /* deadline to read the rest of a started frame and to send
+    int request_timeout_ms;      /* deadline to read the rest of a started frame and to send
                                  * a reply; 0 means 60000 */
-    int reconnect_grace_ms;     /* a worker with no connection left and no stop fails the
+    int reconnect_grace_ms;      /* a worker with no connection left and no stop fails the
                                  * server after this; 0 means 3000 */
-    int worker_timeout_ms;      /* a worker not heard from (requests or heartbeats) for this
+    int worker_timeout_ms;       /* a worker not heard from (requests or heartbeats) for this
                                  * long fails the server, naming it; 0 means 8000; < 0
                                  * disables.  Keep it several times the workers'
                                  * heartbeat_ms */
-    int join_timeout_ms;        /* a worker that never connected fails the server after
+    int join_timeout_ms;         /* a worker that never connected fails the server after
                                  * this long; 0 means 120000; < 0 disables */
 } fl_ps_server_opts;
 
@@ -230,22 +230,22 @@ typedef struct fl_ps_client fl_ps_client;
 typedef struct {
     const char *const *endpoints; /* "host:port" of every server, in server-index order */
     int num_servers;
-    int worker_rank;              /* 0..num_workers-1 */
+    int worker_rank; /* 0..num_workers-1 */
     int num_workers;
     const fl_ps_table_config *tables;
     int num_tables;
-    const fl_net_secret *secret;  /* job secret; NULL: insecure_local must be set */
+    const fl_net_secret *secret; /* job secret; NULL: insecure_local must be set */
     int insecure_local;
-    int connect_timeout_ms;  /* wait for servers to start listening; 0 means 60000 */
-    int request_timeout_ms;  /* each request's deadline; 0 means 60000 */
-    int barrier_timeout_ms;  /* barriers and sync-mode pushes (which wait for the other
+    int connect_timeout_ms; /* wait for servers to start listening; 0 means 60000 */
+    int request_timeout_ms; /* each request's deadline; 0 means 60000 */
+    int barrier_timeout_ms; /* barriers and sync-mode pushes (which wait for the other
                               * workers); 0 means 600000 */
-    int retry_ms;            /* after a dropped connection, keep reconnecting this long
+    int retry_ms;           /* after a dropped connection, keep reconnecting this long
                               * (idempotent requests only); 0 means 3000; < 0: no retry */
-    int heartbeat_ms;        /* heartbeat period (own thread and connections); 0 means 1000;
+    int heartbeat_ms;       /* heartbeat period (own thread and connections); 0 means 1000;
                               * < 0 disables (then the server's worker_timeout_ms must be
                               * off or larger than the longest pause between requests) */
-    int server_timeout_ms;   /* a request whose server has answered nothing, not even a
+    int server_timeout_ms;  /* a request whose server has answered nothing, not even a
                               * heartbeat, for this long fails at once (FL_EREMOTE naming
                               * the server: stopped, hung or cut off) instead of waiting for
                               * its deadline, which only a slow server that still answers
@@ -285,13 +285,13 @@ FL_API int fl_ps_client_push_dense(fl_ps_client *c, int table, const float *grad
  * policy; unadmitted ids read as zeros); with 0 absent rows read as zeros and nothing is
  * created or counted. */
 FL_API int fl_ps_client_pull_sparse(fl_ps_client *c, int table, const uint64_t *ids, int64_t n, float *out,
-                             int is_training);
+                                    int is_training);
 /* Push: gradients of duplicate ids are summed first.  shows / clicks (each n floats, may be
  * NULL: show 1 and click 0 per position) feed the accessor statistics.  Every server
  * receives a request (possibly empty), so Adam's pows and sync steps advance everywhere.
  * Retried after a dropped connection with the same sequence number: applied once. */
 FL_API int fl_ps_client_push_sparse(fl_ps_client *c, int table, const uint64_t *ids, int64_t n, const float *grads,
-                             const float *shows, const float *clicks);
+                                    const float *shows, const float *clicks);
 
 /* Blocks until every worker has called barrier the same number of times (counted on
  * server 0; deadline barrier_timeout_ms).  Fails with FL_EREMOTE naming the worker if

@@ -32,23 +32,22 @@ int fl__set_error(int status, const char *file, int line, const char *fmt, ...) 
 int fl__set_handle_error(const void *h, const char *file, int line, const char *fmt, ...) FL_PRINTF(4, 5);
 #define fl__err_handle(h, ...) fl__set_handle_error((h), __FILE__, __LINE__, __VA_ARGS__)
 
-#define FL_CHECK(call)                                                                     \
-    do {                                                                                   \
-        int fl__st_ = (call);                                                              \
-        if (FL_UNLIKELY(fl__st_ != FL_OK)) return fl__st_;                                 \
+#define FL_CHECK(call)                                     \
+    do {                                                   \
+        int fl__st_ = (call);                              \
+        if (FL_UNLIKELY(fl__st_ != FL_OK)) return fl__st_; \
     } while (0)
-#define FL_CHECK_GOTO(call, st, label)                                                     \
-    do {                                                                                   \
-        (st) = (call);                                                                     \
-        if (FL_UNLIKELY((st) != FL_OK)) goto label;                                        \
+#define FL_CHECK_GOTO(call, st, label)              \
+    do {                                            \
+        (st) = (call);                              \
+        if (FL_UNLIKELY((st) != FL_OK)) goto label; \
     } while (0)
 
 /* Logging. */
-void fl__log(fl_log_level lvl, unsigned subsys, const char *file, int line, const char *fmt, ...)
-    FL_PRINTF(5, 6);
+void fl__log(fl_log_level lvl, unsigned subsys, const char *file, int line, const char *fmt, ...) FL_PRINTF(5, 6);
 int fl__log_enabled(fl_log_level lvl, unsigned subsys);
-#define FL_LOG(lvl, sub, ...)                                                              \
-    do {                                                                                   \
+#define FL_LOG(lvl, sub, ...)                                                                      \
+    do {                                                                                           \
         if (fl__log_enabled((lvl), (sub))) fl__log((lvl), (sub), __FILE__, __LINE__, __VA_ARGS__); \
     } while (0)
 #define FL_ERROR(sub, ...) FL_LOG(FL_LOG_ERROR, sub, __VA_ARGS__)
@@ -86,7 +85,11 @@ double fl__rng_normal(fl_rng *r);
 uint64_t fl__hash_bytes(const void *p, size_t n);
 static inline uint64_t fl__hash_u64(uint64_t x)
 {
-    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL; x ^= x >> 33;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
     return x;
 }
 

@@ -105,8 +105,8 @@ int fl__env_int(const char *name, int64_t def, int64_t lo, int64_t hi, int64_t *
     errno = 0;
     long long x = strtoll(v, &end, 10);
     if (errno || *end || x < lo || x > hi)
-        return fl__err(FL_EINVAL, "environment variable %s='%s' is invalid: expected an integer in [%lld, %lld]",
-                       name, v, (long long)lo, (long long)hi);
+        return fl__err(FL_EINVAL, "environment variable %s='%s' is invalid: expected an integer in [%lld, %lld]", name, v,
+                       (long long)lo, (long long)hi);
     *out = x;
     return FL_OK;
 }
@@ -121,8 +121,7 @@ int fl__env_double(const char *name, double def, double *out)
     char *end;
     errno = 0;
     double x = strtod(v, &end);
-    if (errno || *end)
-        return fl__err(FL_EINVAL, "environment variable %s='%s' is invalid: expected a number", name, v);
+    if (errno || *end) return fl__err(FL_EINVAL, "environment variable %s='%s' is invalid: expected a number", name, v);
     *out = x;
     return FL_OK;
 }

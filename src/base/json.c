@@ -145,8 +145,8 @@ int fl__json_parse(fl_json *j, const char *text, size_t len, size_t max_len, siz
     if (pos < len) {
         snippet(text, len, pos, near, sizeof near);
         fl__json_free(j);
-        return fl__json_fail(j, "unexpected data after the JSON value at byte %zu (line %d): '%s'", pos,
-                             line_of(text, pos), near);
+        return fl__json_fail(j, "unexpected data after the JSON value at byte %zu (line %d): '%s'", pos, line_of(text, pos),
+                             near);
     }
     return FL_OK;
 }

@@ -14,8 +14,7 @@ static void *log_user;
 static char log_role[16] = "local";
 static int log_rank = 0;
 
-static const char *const sub_names[] = {"base", "tensor", "graph", "exec", "io",
-                                        "data", "net", "ps", "coll", "fleet"};
+static const char *const sub_names[] = {"base", "tensor", "graph", "exec", "io", "data", "net", "ps", "coll", "fleet"};
 
 static void log_init(void)
 {
@@ -66,14 +65,12 @@ void fl__log(fl_log_level lvl, unsigned subsys, const char *file, int line, cons
             break;
         }
     const char *base = strrchr(file, '/');
-    int n = snprintf(msg, sizeof msg, "[fleet %c %s:%d pid %d %s %s:%d] ", lc[lvl], log_role, log_rank,
-                     (int)getpid(), sn, base ? base + 1 : file, line);
+    int n = snprintf(msg, sizeof msg, "[fleet %c %s:%d pid %d %s %s:%d] ", lc[lvl], log_role, log_rank, (int)getpid(), sn,
+                     base ? base + 1 : file, line);
     va_list ap;
     va_start(ap, fmt);
     if (n > 0 && (size_t)n < sizeof msg) vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
     va_end(ap);
-    if (log_sink)
-        log_sink(lvl, msg, log_user);
-    else
-        fprintf(stderr, "%s\n", msg);
+    if (log_sink) log_sink(lvl, msg, log_user);
+    else fprintf(stderr, "%s\n", msg);
 }

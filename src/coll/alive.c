@@ -38,8 +38,10 @@ void fl__coll_op_end(fl_coll *c) { pthread_mutex_unlock(&c->op_mu); }
 static void note_resumed(fl_coll *c, uint64_t now, uint64_t gap)
 {
     atomic_store(&c->resumed_ns, now);
-    FL_WARN(FL_SUB_COLL, "rank %d: this process did not run for %.1f s (stopped or starved); its peers get a fresh "
-                         "%d ms to be heard from", c->rank, (double)gap / 1e9, c->peer_timeout_ms);
+    FL_WARN(FL_SUB_COLL,
+            "rank %d: this process did not run for %.1f s (stopped or starved); its peers get a fresh "
+            "%d ms to be heard from",
+            c->rank, (double)gap / 1e9, c->peer_timeout_ms);
 }
 
 int fl__coll_hb_flush(fl_coll *c, int p)
@@ -122,9 +124,10 @@ int fl__coll_tick(fl_coll *c, const fl__coll_desc *d)
         if (now - last <= tmo) continue;
         char ds[160];
         fl__coll_desc_str(d, ds, sizeof ds);
-        return fl__err(FL_EREMOTE, "%s sent nothing, not even a heartbeat, for %.1f s during %s: it is stopped or "
-                                   "hung (FLEET_COLL_PEER_TIMEOUT_MS is %d)", fl__coll_peer(c, p),
-                       (double)(now - last) / 1e9, ds, c->peer_timeout_ms);
+        return fl__err(FL_EREMOTE,
+                       "%s sent nothing, not even a heartbeat, for %.1f s during %s: it is stopped or "
+                       "hung (FLEET_COLL_PEER_TIMEOUT_MS is %d)",
+                       fl__coll_peer(c, p), (double)(now - last) / 1e9, ds, c->peer_timeout_ms);
     }
     return FL_OK;
 }

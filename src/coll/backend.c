@@ -33,8 +33,8 @@ static void list_names(char *buf, size_t cap)
         o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? ", " : "", backends[i]->name);
 }
 
-int fl__coll_backend_pick(const fl_coll *c, const fl_coll_opts *o, const fl__coll_backend **named,
-                          uint32_t *usable, uint64_t *request_hash)
+int fl__coll_backend_pick(const fl_coll *c, const fl_coll_opts *o, const fl__coll_backend **named, uint32_t *usable,
+                          uint64_t *request_hash)
 {
     const char *name = o->backend, *src = "fl_coll_opts.backend";
     if (!name || !*name) {
@@ -48,13 +48,15 @@ int fl__coll_backend_pick(const fl_coll *c, const fl_coll_opts *o, const fl__col
         if (!*named) {
             char list[256];
             list_names(list, sizeof list);
-            return fl__err(FL_EINVAL, "fl_coll_create: unknown collective backend '%s' in %s (registered backends: "
-                                      "%s; or auto)", name, src, list);
+            return fl__err(FL_EINVAL,
+                           "fl_coll_create: unknown collective backend '%s' in %s (registered backends: "
+                           "%s; or auto)",
+                           name, src, list);
         }
         int st = (*named)->available ? (*named)->available(c, o) : FL_OK;
         if (st)
-            return fl__err(st, "fl_coll_create: the '%s' collective backend (from %s) cannot be used: %s",
-                           (*named)->name, src, fl_last_error());
+            return fl__err(st, "fl_coll_create: the '%s' collective backend (from %s) cannot be used: %s", (*named)->name,
+                           src, fl_last_error());
     }
     const char *canon = *named ? (*named)->name : "auto";
     *request_hash = fl__hash_bytes(canon, strlen(canon));
@@ -83,8 +85,11 @@ int fl__coll_backend_setup(fl_coll *c, const fl__coll_backend *named, uint32_t u
             c->backend = b;
             return FL_OK;
         }
-        if (named) return fl__err(FL_EPROTO, "fl_coll_create: the '%s' collective backend declined to set up although "
-                                             "it was named", b->name);
+        if (named)
+            return fl__err(FL_EPROTO,
+                           "fl_coll_create: the '%s' collective backend declined to set up although "
+                           "it was named",
+                           b->name);
     }
     return fl__err(FL_EINVAL, "fl_coll_create: no collective backend is usable on every rank");
 }

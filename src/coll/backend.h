@@ -85,8 +85,8 @@ struct fl__coll_backend {
  * or variable, the value and the registered backends; a named backend that is not
  * available fails with its reason.  *request_hash identifies the request, so the ranks
  * can check that they all asked for the same thing. */
-int fl__coll_backend_pick(const fl_coll *c, const fl_coll_opts *o, const fl__coll_backend **named,
-                          uint32_t *usable, uint64_t *request_hash);
+int fl__coll_backend_pick(const fl_coll *c, const fl_coll_opts *o, const fl__coll_backend **named, uint32_t *usable,
+                          uint64_t *request_hash);
 /* Sets up the named backend, or else the first row usable on every rank (usable_all) that
  * accepts, and stores it in c->backend. */
 int fl__coll_backend_setup(fl_coll *c, const fl__coll_backend *named, uint32_t usable_all, uint64_t deadline_ns);

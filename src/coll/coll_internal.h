@@ -32,7 +32,7 @@
 #define FL_COLL_DEFAULT_TIMEOUT_MS 30000
 #define FL_COLL_DEFAULT_SMALL_MAX (64u << 10)
 #define FL_COLL_DEFAULT_CHUNK (1u << 20)
-#define FL_COLL_MSG_MAX 1024 /* abort reasons */
+#define FL_COLL_MSG_MAX 1024      /* abort reasons */
 #define FL_COLL_NT_MIN (8u << 20) /* results this large are written with streaming stores */
 
 /* What a collective call is; equal on every rank for the same call. */
@@ -78,39 +78,39 @@ struct fl_coll {
     int rank, size;
     int timeout_ms;
     size_t small_max, chunk;
-    int spin;                 /* 1 when this host has a core per local rank: spin before sleeping */
-    char **endpoints;         /* [size] */
-    fl_net_conn **conns;      /* [size], NULL at [rank] */
-    int *tx_mid;              /* [size]: our stream to that peer stops mid-message */
-    int *idle_blocked;        /* [size]: the peer's next message belongs to a later op */
-    int *peer_closed;         /* [size]: the peer closed its end (it finished, freed or died) */
-    fl__xfer *xf;             /* [size] */
-    uint64_t seq;             /* sequence number of the last op started */
-    fl__coll_desc cur;        /* descriptor of the op in progress (for abort notices) */
-    int failed;               /* first error status, 0 while healthy */
-    int abort_seen;           /* set when an abort notice was read */
-    int pending_abort;        /* status of an abort notice for a later op (0: none) */
+    int spin;            /* 1 when this host has a core per local rank: spin before sleeping */
+    char **endpoints;    /* [size] */
+    fl_net_conn **conns; /* [size], NULL at [rank] */
+    int *tx_mid;         /* [size]: our stream to that peer stops mid-message */
+    int *idle_blocked;   /* [size]: the peer's next message belongs to a later op */
+    int *peer_closed;    /* [size]: the peer closed its end (it finished, freed or died) */
+    fl__xfer *xf;        /* [size] */
+    uint64_t seq;        /* sequence number of the last op started */
+    fl__coll_desc cur;   /* descriptor of the op in progress (for abort notices) */
+    int failed;          /* first error status, 0 while healthy */
+    int abort_seen;      /* set when an abort notice was read */
+    int pending_abort;   /* status of an abort notice for a later op (0: none) */
     char pending_msg[FL_COLL_MSG_MAX];
     char failmsg[FL_COLL_MSG_MAX];
-    void *scratch;            /* grown on demand, 64-byte aligned */
+    void *scratch; /* grown on demand, 64-byte aligned */
     size_t scratch_cap;
     const fl__coll_backend *backend; /* chosen in fl_coll_create; NULL with one rank */
-    void *be;                 /* the backend's state (its setup makes it, its close frees it) */
+    void *be;                        /* the backend's state (its setup makes it, its close frees it) */
     /* liveness (alive.c); everything below op_mu is used under it */
-    pthread_mutex_t op_mu;    /* held by a running collective, and by the heartbeat thread
+    pthread_mutex_t op_mu; /* held by a running collective, and by the heartbeat thread
                                * while it uses the connections (recursive) */
-    pthread_mutex_t hb_mu;    /* the thread's sleep */
+    pthread_mutex_t hb_mu; /* the thread's sleep */
     pthread_cond_t hb_cv;
     pthread_t hb_thread;
     int hb_inited, hb_started, hb_quit;
-    int hb_ms, peer_timeout_ms; /* -1: off */
-    uint64_t *heard_ns;       /* [size]: when something last arrived from the peer */
-    uint64_t *sent_ns;        /* [size]: when the last heartbeat to the peer started */
+    int hb_ms, peer_timeout_ms;     /* -1: off */
+    uint64_t *heard_ns;             /* [size]: when something last arrived from the peer */
+    uint64_t *sent_ns;              /* [size]: when the last heartbeat to the peer started */
     uint8_t (*hb_out)[FL_COLL_HDR]; /* [size]: the heartbeat being sent */
-    uint8_t *hb_left;         /* [size]: its bytes not yet sent */
-    uint8_t *hb_quiet;        /* [size]: the peer closed its end: send it nothing more */
-    uint64_t tick_ns;         /* the collectives' last heartbeat work */
-    _Atomic uint64_t resumed_ns; /* when this process last ran again after a stop */
+    uint8_t *hb_left;               /* [size]: its bytes not yet sent */
+    uint8_t *hb_quiet;              /* [size]: the peer closed its end: send it nothing more */
+    uint64_t tick_ns;               /* the collectives' last heartbeat work */
+    _Atomic uint64_t resumed_ns;    /* when this process last ran again after a stop */
 };
 
 /* comm.c */

@@ -118,12 +118,14 @@ static int connect_lower(fl_coll *c, const fl_net_auth *auth, uint64_t dl)
         FL_CHECK(fl_net_parse_endpoint(c->endpoints[p], host, sizeof host, &port, 0));
         fl_net_conn *conn;
         int st = fl_net_connect(host, port, auth, dl, &conn);
-        if (st) return fl__err(st, "rendezvous of rank %d: cannot join rank %d (%s): %s", c->rank, p, c->endpoints[p],
-                               fl_last_error());
+        if (st)
+            return fl__err(st, "rendezvous of rank %d: cannot join rank %d (%s): %s", c->rank, p, c->endpoints[p],
+                           fl_last_error());
         if (fl_net_conn_peer_rank(conn) != p || fl_net_conn_peer_role(conn) != ROLE_COLL) {
-            st = fl__err(FL_EPROTO, "rendezvous of rank %d: endpoint %s answered as rank %d of another job or role, "
-                                    "expected rank %d (are two jobs sharing ports?)", c->rank, c->endpoints[p],
-                         fl_net_conn_peer_rank(conn), p);
+            st = fl__err(FL_EPROTO,
+                         "rendezvous of rank %d: endpoint %s answered as rank %d of another job or role, "
+                         "expected rank %d (are two jobs sharing ports?)",
+                         c->rank, c->endpoints[p], fl_net_conn_peer_rank(conn), p);
             fl_net_conn_free(conn);
             return st;
         }
@@ -159,8 +161,8 @@ static int accept_higher(fl_coll *c, fl_net_listener *l, const fl_net_auth *auth
                 if (!c->conns[p])
                     o += (size_t)snprintf(who + o, sizeof who - o, "%s%d (%s)", o ? ", " : "", p, c->endpoints[p]);
             st = fl__err(FL_ETIMEDOUT, "rendezvous of rank %d timed out after %.0f ms: rank %s did not connect%s%s%s",
-                         c->rank, (double)(fl__now_ns() - t0) / 1e6, who, note[0] ? "; refused a connection: " : "",
-                         note, logged + (uint64_t)claimed > 1 ? " (and others)" : "");
+                         c->rank, (double)(fl__now_ns() - t0) / 1e6, who, note[0] ? "; refused a connection: " : "", note,
+                         logged + (uint64_t)claimed > 1 ? " (and others)" : "");
         }
         if (st) break;
         int p = fl_net_conn_peer_rank(conn);
@@ -204,8 +206,9 @@ static int exchange_hello(fl_coll *c, const fl_coll_opts *o, uint64_t request, c
         if (st == FL_OK && (f.type != SETUP_HELLO || f.len != sizeof r))
             st = fl__err(FL_EPROTO, "unexpected setup message type %u from %s", f.type, fl__coll_peer(c, p));
         if (st == FL_OK) st = fl_net_recv_all(c->conns[p], r, sizeof r, dl);
-        if (st) return fl__err(st, "rendezvous of rank %d: setup with %s failed: %s", c->rank, fl__coll_peer(c, p),
-                               fl_last_error());
+        if (st)
+            return fl__err(st, "rendezvous of rank %d: setup with %s failed: %s", c->rank, fl__coll_peer(c, p),
+                           fl_last_error());
         const char *what = NULL;
         if (fl__get_u32(r) != SETUP_VERSION) what = "protocol version";
         else if (fl__get_u32(r + 4) != (uint32_t)c->size) what = "world size";
@@ -214,12 +217,14 @@ static int exchange_hello(fl_coll *c, const fl_coll_opts *o, uint64_t request, c
         else if (fl__get_u64(r + 24) != c->small_max) what = "small_max_bytes";
         else if (fl__get_u64(r + 32) != c->chunk) what = "chunk_bytes";
         if (what)
-            return fl__err(FL_EINVAL, "rendezvous of rank %d: %s disagrees on the %s (world size %u here %d; every "
-                                      "rank must pass the same endpoints and tuning)", c->rank, fl__coll_peer(c, p),
-                           what, fl__get_u32(r + 4), c->size);
+            return fl__err(FL_EINVAL,
+                           "rendezvous of rank %d: %s disagrees on the %s (world size %u here %d; every "
+                           "rank must pass the same endpoints and tuning)",
+                           c->rank, fl__coll_peer(c, p), what, fl__get_u32(r + 4), c->size);
         if (fl__get_u64(r + 40) != request)
-            return fl__err(FL_EINVAL, "rendezvous of rank %d: %s asked for another collective backend than this rank "
-                                      "('%s'); every rank must set the same fl_coll_opts.backend or FLEET_COLL_BACKEND",
+            return fl__err(FL_EINVAL,
+                           "rendezvous of rank %d: %s asked for another collective backend than this rank "
+                           "('%s'); every rank must set the same fl_coll_opts.backend or FLEET_COLL_BACKEND",
                            c->rank, fl__coll_peer(c, p), asked);
         *usable_all &= fl__get_u32(r + 12);
     }
@@ -283,8 +288,12 @@ int fl_coll_create(const fl_coll_opts *o, fl_coll **out)
             }
             l = own;
         }
-        fl_net_auth auth = {o->secret ? o->secret->bytes : NULL, o->secret ? o->secret->len : 0, o->insecure_local,
-                            FL_NET_SERVICE_COLL, ROLE_COLL, c->rank};
+        fl_net_auth auth = {o->secret ? o->secret->bytes : NULL,
+                            o->secret ? o->secret->len : 0,
+                            o->insecure_local,
+                            FL_NET_SERVICE_COLL,
+                            ROLE_COLL,
+                            c->rank};
         FL_CHECK_GOTO(connect_lower(c, &auth, dl), st, fail);
         FL_CHECK_GOTO(accept_higher(c, l, &auth, dl, t0), st, fail);
         fl_net_listener_free(own);

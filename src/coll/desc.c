@@ -64,8 +64,8 @@ void fl__coll_desc_str(const fl__coll_desc *d, char *buf, size_t cap)
                  (unsigned long long)d->count, dn, d->root);
         break;
     case K_ALLGATHER:
-        snprintf(buf, cap, "allgather #%llu (count %llu, %s)", (unsigned long long)d->seq,
-                 (unsigned long long)d->count, dn);
+        snprintf(buf, cap, "allgather #%llu (count %llu, %s)", (unsigned long long)d->seq, (unsigned long long)d->count,
+                 dn);
         break;
     default: snprintf(buf, cap, "%s #%llu", kind_name(d->kind), (unsigned long long)d->seq);
     }
@@ -73,8 +73,8 @@ void fl__coll_desc_str(const fl__coll_desc *d, char *buf, size_t cap)
 
 int fl__coll_desc_equal(const fl__coll_desc *a, const fl__coll_desc *b)
 {
-    return a->seq == b->seq && a->count == b->count && a->kind == b->kind && a->dtype == b->dtype &&
-           a->redop == b->redop && a->root == b->root;
+    return a->seq == b->seq && a->count == b->count && a->kind == b->kind && a->dtype == b->dtype && a->redop == b->redop &&
+           a->root == b->root;
 }
 
 void fl__coll_hdr(uint8_t *h, const fl__coll_desc *d, uint16_t kind, uint64_t tag, uint64_t len)
@@ -119,10 +119,14 @@ int fl__coll_closed_error(fl_coll *c, const fl__coll_desc *d, int p, int mid)
     char ds[160];
     fl__coll_desc_str(d, ds, sizeof ds);
     if (mid)
-        return fl__err(FL_EREMOTE, "%s cut its connection in the middle of a message during %s (the process exited "
-                                   "or crashed)", fl__coll_peer(c, p), ds);
-    return fl__err(FL_EREMOTE, "%s closed its connection during %s (the process exited, crashed or freed its "
-                               "communicator)", fl__coll_peer(c, p), ds);
+        return fl__err(FL_EREMOTE,
+                       "%s cut its connection in the middle of a message during %s (the process exited "
+                       "or crashed)",
+                       fl__coll_peer(c, p), ds);
+    return fl__err(FL_EREMOTE,
+                   "%s closed its connection during %s (the process exited, crashed or freed its "
+                   "communicator)",
+                   fl__coll_peer(c, p), ds);
 }
 
 int fl__coll_read_abort(fl_coll *c, int p, const uint8_t *h)

@@ -99,15 +99,15 @@ int fl__coll_mpi_max_count(fl_coll *c, size_t n)
 #define CLOSED_GRACE_NS 1000000000ull /* a closed peer fails a wait that lasts this much longer */
 #define HALF_PIECE ((size_t)4 << 20)  /* float16/bfloat16 reductions: float32 elements at a time */
 
-typedef struct { /* the backend's state, c->be */
-    MPI_Comm comm;     /* MPI rank == Fleet rank; errors return */
-    size_t max_count;  /* elements in one MPI call: INT_MAX (less in tests) */
-    int stuck;         /* a request that never completed may still use the buffers below */
+typedef struct {      /* the backend's state, c->be */
+    MPI_Comm comm;    /* MPI rank == Fleet rank; errors return */
+    size_t max_count; /* elements in one MPI call: INT_MAX (less in tests) */
+    int stuck;        /* a request that never completed may still use the buffers below */
     uint8_t mine[DESC_BYTES];
-    uint8_t *theirs;   /* [size][DESC_BYTES] */
-    MPI_Request *rq;   /* [2 * size]: descriptor receives, then sends; or the pieces of an op */
-    float *f32;        /* float16/bfloat16 reductions: the float32 copy */
-    size_t f32_cap;    /* elements */
+    uint8_t *theirs; /* [size][DESC_BYTES] */
+    MPI_Request *rq; /* [2 * size]: descriptor receives, then sends; or the pieces of an op */
+    float *f32;      /* float16/bfloat16 reductions: the float32 copy */
+    size_t f32_cap;  /* elements */
 } mpi_be;
 
 static int mpi_available(const fl_coll *c, const fl_coll_opts *o)
@@ -122,15 +122,18 @@ static int mpi_available(const fl_coll *c, const fl_coll_opts *o)
     if (fin) return fl__err(FL_ESTATE, "MPI was already finalized in this process");
     MPI_Query_thread(&level);
     if (level < MPI_THREAD_SERIALIZED)
-        return fl__err(FL_EUNSUPPORTED, "MPI was initialised with thread level %d, below MPI_THREAD_SERIALIZED "
-                                        "(%d): the fleet's communication thread calls the collectives (initialise "
-                                        "MPI with MPI_Init_thread(..., MPI_THREAD_SERIALIZED, ...))",
+        return fl__err(FL_EUNSUPPORTED,
+                       "MPI was initialised with thread level %d, below MPI_THREAD_SERIALIZED "
+                       "(%d): the fleet's communication thread calls the collectives (initialise "
+                       "MPI with MPI_Init_thread(..., MPI_THREAD_SERIALIZED, ...))",
                        level, MPI_THREAD_SERIALIZED);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     if (world != c->size)
-        return fl__err(FL_EINVAL, "this communicator has %d ranks, MPI_COMM_WORLD %d: the mpi backend needs a "
-                                  "communicator of every process mpirun started (a parameter-server job's workers "
-                                  "cannot use the mpi backend)", c->size, world);
+        return fl__err(FL_EINVAL,
+                       "this communicator has %d ranks, MPI_COMM_WORLD %d: the mpi backend needs a "
+                       "communicator of every process mpirun started (a parameter-server job's workers "
+                       "cannot use the mpi backend)",
+                       c->size, world);
     return FL_OK;
 }
 
@@ -176,8 +179,10 @@ static int wait_reqs(fl_coll *c, const fl__coll_desc *d, MPI_Request *rq, int n,
         if (now >= deadline) {
             char ds[160] = "the mpi backend's setup";
             if (d) fl__coll_desc_str(d, ds, sizeof ds);
-            return fl__err(FL_ETIMEDOUT, "%s timed out after %d ms waiting in MPI for %s (stalled, or busy in another "
-                                         "call)", ds, (int)((now - t0) / 1000000ull), late ? late : "the other ranks");
+            return fl__err(FL_ETIMEDOUT,
+                           "%s timed out after %d ms waiting in MPI for %s (stalled, or busy in another "
+                           "call)",
+                           ds, (int)((now - t0) / 1000000ull), late ? late : "the other ranks");
         }
         if (c->spin && now - t0 < SPIN_NS) fl__cpu_relax();
         else sched_yield();
@@ -278,8 +283,8 @@ static int exchange(fl_coll *c, const fl__coll_desc *d)
         char late[512], ds[160];
         late_ranks(c, late, sizeof late);
         fl__coll_desc_str(d, ds, sizeof ds);
-        st = fl__err(FL_ETIMEDOUT, "%s timed out after %d ms waiting in MPI for %s (stalled, or busy in another call)",
-                     ds, c->timeout_ms, late);
+        st = fl__err(FL_ETIMEDOUT, "%s timed out after %d ms waiting in MPI for %s (stalled, or busy in another call)", ds,
+                     c->timeout_ms, late);
     }
     if (st) {
         char msg[FL_COLL_MSG_MAX];
@@ -367,9 +372,11 @@ static int mpi_setup(fl_coll *c, int named, uint64_t dl, int *used)
     for (int w = 0; w < P && st == FL_OK; w++) {
         int64_t r = all[2 * w];
         if (all[2 * w + 1] != me[1] || r < 0 || r >= P || seen[r])
-            st = fl__err(FL_EINVAL, "the processes of MPI_COMM_WORLD are not the ranks of this communicator: world "
-                                    "rank %d is rank %lld of a communicator %s (every process mpirun started must "
-                                    "make the same communicator, each with its own rank)", w, (long long)r,
+            st = fl__err(FL_EINVAL,
+                         "the processes of MPI_COMM_WORLD are not the ranks of this communicator: world "
+                         "rank %d is rank %lld of a communicator %s (every process mpirun started must "
+                         "make the same communicator, each with its own rank)",
+                         w, (long long)r,
                          all[2 * w + 1] != me[1] ? "with other endpoints" : "in which another process has that rank");
         else seen[r] = 1;
     }
@@ -401,8 +408,10 @@ out:
 int fl__coll_mpi_max_count(fl_coll *c, size_t n)
 {
     if (!c || c->magic != FL_COLL_MAGIC || c->backend != &fl__coll_backend_mpi || !c->be || n < 1 || n > INT_MAX)
-        return fl__err(FL_EINVAL, "fl__coll_mpi_max_count: not a communicator of the mpi backend, or n %zu out of "
-                                  "range [1, INT_MAX]", n);
+        return fl__err(FL_EINVAL,
+                       "fl__coll_mpi_max_count: not a communicator of the mpi backend, or n %zu out of "
+                       "range [1, INT_MAX]",
+                       n);
     ((mpi_be *)c->be)->max_count = n;
     return FL_OK;
 }
@@ -527,8 +536,8 @@ static int mpi_allgather(fl_coll *c, const fl__coll_desc *d, const void *send, v
     return FL_OK;
 }
 
-static int mpi_reduce_scatter(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t cpr,
-                              fl_dtype dt, fl_coll_op op)
+static int mpi_reduce_scatter(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t cpr, fl_dtype dt,
+                              fl_coll_op op)
 {
     mpi_be *s = c->be;
     int P = c->size, rc = MPI_SUCCESS;

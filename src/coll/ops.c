@@ -11,10 +11,7 @@
 
 static const char *op_names[FL_COLL_OP_COUNT] = {"sum", "max", "min", "avg"};
 
-const char *fl_coll_op_name(fl_coll_op op)
-{
-    return (unsigned)op < FL_COLL_OP_COUNT ? op_names[op] : "invalid";
-}
+const char *fl_coll_op_name(fl_coll_op op) { return (unsigned)op < FL_COLL_OP_COUNT ? op_names[op] : "invalid"; }
 
 int fl_coll_op_parse(const char *name, fl_coll_op *out)
 {
@@ -28,13 +25,14 @@ int fl_coll_op_parse(const char *name, fl_coll_op *out)
 
 /* Starts an op: checks the handle and state, fills the descriptor.  Errors found later by
  * check() go through fl__coll_fail, so peers learn about them instead of timing out. */
-static int enter(fl_coll *c, const char *fn, fl__coll_desc *d, int kind, size_t count, fl_dtype dt, int redop,
-                 int root)
+static int enter(fl_coll *c, const char *fn, fl__coll_desc *d, int kind, size_t count, fl_dtype dt, int redop, int root)
 {
     if (!c || c->magic != FL_COLL_MAGIC) return fl__err(FL_EINVAL, "%s: invalid communicator handle", fn);
     if (c->failed)
-        return fl__err(FL_ESTATE, "%s on rank %d: the communicator failed earlier and must be recreated (first error: "
-                                  "%s)", fn, c->rank, c->failmsg);
+        return fl__err(FL_ESTATE,
+                       "%s on rank %d: the communicator failed earlier and must be recreated (first error: "
+                       "%s)",
+                       fn, c->rank, c->failmsg);
     d->seq = ++c->seq;
     d->count = count;
     d->kind = (uint8_t)kind;
@@ -55,8 +53,9 @@ static int check_dtype(fl_coll *c, const char *fn, fl_dtype dt, int reduction)
     int ok = dt == FL_FLOAT32 || dt == FL_FLOAT64 || dt == FL_INT64 || dt == FL_FLOAT16 || dt == FL_BFLOAT16 ||
              (!reduction && dt == FL_INT32);
     if (!ok)
-        return bad(c, fl__err(FL_EINVAL, "%s on rank %d: dtype %d (%s) is not supported%s", fn, c->rank, (int)dt,
-                              fl_dtype_name(dt), reduction ? " for reductions (float32, float64, int64, float16, bfloat16)" : ""));
+        return bad(
+            c, fl__err(FL_EINVAL, "%s on rank %d: dtype %d (%s) is not supported%s", fn, c->rank, (int)dt,
+                       fl_dtype_name(dt), reduction ? " for reductions (float32, float64, int64, float16, bfloat16)" : ""));
     return FL_OK;
 }
 
@@ -76,7 +75,8 @@ static int overlaps(const void *a, size_t na, const void *b, size_t nb)
 
 static int check_buf(fl_coll *c, const char *fn, const char *arg, const void *p, size_t bytes)
 {
-    if (!p && bytes) return bad(c, fl__err(FL_EINVAL, "%s on rank %d: %s is NULL with %zu bytes to move", fn, c->rank, arg, bytes));
+    if (!p && bytes)
+        return bad(c, fl__err(FL_EINVAL, "%s on rank %d: %s is NULL with %zu bytes to move", fn, c->rank, arg, bytes));
     return FL_OK;
 }
 
@@ -84,12 +84,12 @@ static int done(fl_coll *c, int st) { return st == FL_OK ? FL_OK : fl__coll_fail
 
 /* The backend runs a collective holding op_mu: the heartbeat thread keeps off the
  * connections meanwhile (the collective's own waits send the heartbeats). */
-#define RUN(c, call)                                                                                \
-    do {                                                                                           \
-        fl__coll_op_begin(c);                                                                      \
-        int st_ = (call);                                                                          \
-        fl__coll_op_end(c);                                                                        \
-        return done(c, st_);                                                                       \
+#define RUN(c, call)          \
+    do {                      \
+        fl__coll_op_begin(c); \
+        int st_ = (call);     \
+        fl__coll_op_end(c);   \
+        return done(c, st_);  \
     } while (0)
 
 /* For a backend without reduce_scatter: an allreduce of the whole send buffer into a
@@ -157,8 +157,8 @@ int fl_coll_allgather(fl_coll *c, const void *send, void *recv, size_t cpr, fl_d
     FL_CHECK(check_buf(c, fn, "recv", recv, bb * (size_t)c->size));
     const uint8_t *mine = (const uint8_t *)recv + (size_t)c->rank * bb;
     if ((const void *)mine != send && overlaps(send, bb, recv, bb * (size_t)c->size))
-        return bad(c, fl__err(FL_EINVAL, "%s on rank %d: send overlaps recv but is not recv + rank * count_per_rank",
-                              fn, c->rank));
+        return bad(c, fl__err(FL_EINVAL, "%s on rank %d: send overlaps recv but is not recv + rank * count_per_rank", fn,
+                              c->rank));
     if (c->size == 1) {
         if (bb && (const void *)mine != send) memcpy(recv, send, bb);
         return FL_OK;

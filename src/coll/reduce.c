@@ -108,42 +108,42 @@ void fl__coll_from_f32(void *dst, fl_dtype dt, const float *src, size_t n)
 #define OP_MIN(x, y) ((x) < (y) ? (x) : (y))
 #define OP_ISUM(x, y) ((int64_t)((uint64_t)(x) + (uint64_t)(y))) /* wraps instead of UB */
 
-#define DEF_KERNELS(T, SFX, SUM)                                                                   \
+#define DEF_KERNELS(T, SFX, SUM)                                                                          \
     FL_CLONES static void k3_sum_##SFX(T *restrict d, const T *restrict a, const T *restrict b, size_t n) \
-    {                                                                                              \
-        for (size_t i = 0; i < n; i++) d[i] = SUM(a[i], b[i]);                                     \
-    }                                                                                              \
+    {                                                                                                     \
+        for (size_t i = 0; i < n; i++) d[i] = SUM(a[i], b[i]);                                            \
+    }                                                                                                     \
     FL_CLONES static void k3_max_##SFX(T *restrict d, const T *restrict a, const T *restrict b, size_t n) \
-    {                                                                                              \
-        for (size_t i = 0; i < n; i++) d[i] = OP_MAX(a[i], b[i]);                                  \
-    }                                                                                              \
+    {                                                                                                     \
+        for (size_t i = 0; i < n; i++) d[i] = OP_MAX(a[i], b[i]);                                         \
+    }                                                                                                     \
     FL_CLONES static void k3_min_##SFX(T *restrict d, const T *restrict a, const T *restrict b, size_t n) \
-    {                                                                                              \
-        for (size_t i = 0; i < n; i++) d[i] = OP_MIN(a[i], b[i]);                                  \
-    }                                                                                              \
-    FL_CLONES static void k2_sum_##SFX(T *restrict d, const T *restrict a, size_t n)               \
-    {                                                                                              \
-        for (size_t i = 0; i < n; i++) d[i] = SUM(d[i], a[i]);                                     \
-    }                                                                                              \
-    FL_CLONES static void k2_max_##SFX(T *restrict d, const T *restrict a, size_t n)               \
-    {                                                                                              \
-        for (size_t i = 0; i < n; i++) d[i] = OP_MAX(d[i], a[i]);                                  \
-    }                                                                                              \
-    FL_CLONES static void k2_min_##SFX(T *restrict d, const T *restrict a, size_t n)               \
-    {                                                                                              \
-        for (size_t i = 0; i < n; i++) d[i] = OP_MIN(d[i], a[i]);                                  \
-    }                                                                                              \
-    static void k3_##SFX(T *d, const T *a, const T *b, size_t n, fl_coll_op op)                    \
-    {                                                                                              \
-        if (op == FL_COLL_MAX) k3_max_##SFX(d, a, b, n);                                           \
-        else if (op == FL_COLL_MIN) k3_min_##SFX(d, a, b, n);                                      \
-        else k3_sum_##SFX(d, a, b, n);                                                             \
-    }                                                                                              \
-    static void k2_##SFX(T *d, const T *a, size_t n, fl_coll_op op)                                \
-    {                                                                                              \
-        if (op == FL_COLL_MAX) k2_max_##SFX(d, a, n);                                              \
-        else if (op == FL_COLL_MIN) k2_min_##SFX(d, a, n);                                         \
-        else k2_sum_##SFX(d, a, n);                                                                \
+    {                                                                                                     \
+        for (size_t i = 0; i < n; i++) d[i] = OP_MIN(a[i], b[i]);                                         \
+    }                                                                                                     \
+    FL_CLONES static void k2_sum_##SFX(T *restrict d, const T *restrict a, size_t n)                      \
+    {                                                                                                     \
+        for (size_t i = 0; i < n; i++) d[i] = SUM(d[i], a[i]);                                            \
+    }                                                                                                     \
+    FL_CLONES static void k2_max_##SFX(T *restrict d, const T *restrict a, size_t n)                      \
+    {                                                                                                     \
+        for (size_t i = 0; i < n; i++) d[i] = OP_MAX(d[i], a[i]);                                         \
+    }                                                                                                     \
+    FL_CLONES static void k2_min_##SFX(T *restrict d, const T *restrict a, size_t n)                      \
+    {                                                                                                     \
+        for (size_t i = 0; i < n; i++) d[i] = OP_MIN(d[i], a[i]);                                         \
+    }                                                                                                     \
+    static void k3_##SFX(T *d, const T *a, const T *b, size_t n, fl_coll_op op)                           \
+    {                                                                                                     \
+        if (op == FL_COLL_MAX) k3_max_##SFX(d, a, b, n);                                                  \
+        else if (op == FL_COLL_MIN) k3_min_##SFX(d, a, b, n);                                             \
+        else k3_sum_##SFX(d, a, b, n);                                                                    \
+    }                                                                                                     \
+    static void k2_##SFX(T *d, const T *a, size_t n, fl_coll_op op)                                       \
+    {                                                                                                     \
+        if (op == FL_COLL_MAX) k2_max_##SFX(d, a, n);                                                     \
+        else if (op == FL_COLL_MIN) k2_min_##SFX(d, a, n);                                                \
+        else k2_sum_##SFX(d, a, n);                                                                       \
     }
 
 DEF_KERNELS(float, f32, OP_SUM)
@@ -170,8 +170,8 @@ static void load_acc(void *acc, const void *src, fl_dtype sdt, size_t n)
     else memcpy(acc, src, n * fl_dtype_size(sdt));
 }
 
-void fl__coll_reduce(void *dst, fl_dtype ddt, const void *const *srcs, int nsrc, fl_dtype sdt, size_t n,
-                     fl_coll_op op, int avg_div)
+void fl__coll_reduce(void *dst, fl_dtype ddt, const void *const *srcs, int nsrc, fl_dtype sdt, size_t n, fl_coll_op op,
+                     int avg_div)
 {
     if (n == 0) return;
     fl_dtype adt = (ddt == FL_FLOAT64) ? FL_FLOAT64 : (ddt == FL_INT64) ? FL_INT64 : FL_FLOAT32;
@@ -251,8 +251,8 @@ static void nt_copy(void *dst, const void *src, size_t bytes)
 #endif
 }
 
-void fl__coll_reduce_nt(void *dst, fl_dtype ddt, const void *const *srcs, int nsrc, fl_dtype sdt, size_t n,
-                        fl_coll_op op, int avg_div)
+void fl__coll_reduce_nt(void *dst, fl_dtype ddt, const void *const *srcs, int nsrc, fl_dtype sdt, size_t n, fl_coll_op op,
+                        int avg_div)
 {
     _Alignas(64) unsigned char blk[BLK * 8];
     const void *bs[nsrc];

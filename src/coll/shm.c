@@ -59,14 +59,14 @@
 enum { OFFER = 10, NONE = 11, RESULT = 12, DECIDE = 13 };
 
 typedef struct {
-    _Atomic uint64_t a;           /* line 0: flag a and the op descriptors */
+    _Atomic uint64_t a; /* line 0: flag a and the op descriptors */
     fl__coll_desc desc[2];
     char pad0[CTL_BYTES / 2 - 8 - 2 * sizeof(fl__coll_desc)];
-    _Atomic uint64_t b;           /* line 2: flag b */
+    _Atomic uint64_t b; /* line 2: flag b */
     char pad1[CTL_BYTES / 4 - 8];
-    _Atomic uint32_t fseq;        /* line 3: futex word, bumped on every publish */
-    _Atomic uint32_t waiters;     /* peers asleep on fseq */
-    _Atomic int32_t cpu;          /* the CPU this rank last published from */
+    _Atomic uint32_t fseq;    /* line 3: futex word, bumped on every publish */
+    _Atomic uint32_t waiters; /* peers asleep on fseq */
+    _Atomic int32_t cpu;      /* the CPU this rank last published from */
     char pad2[CTL_BYTES / 4 - 12];
 } shm_ctl;
 _Static_assert(sizeof(shm_ctl) == CTL_BYTES, "control block size");
@@ -163,7 +163,8 @@ static int shm_attach(fl_coll *c, const char *name, const uint8_t *token, size_t
 {
     size_t co, so, ro;
     if (total != layout(c->size, c->chunk, &co, &so, &ro)) {
-        snprintf(why, cap, "the offered segment has %zu bytes, expected %zu", total, layout(c->size, c->chunk, &co, &so, &ro));
+        snprintf(why, cap, "the offered segment has %zu bytes, expected %zu", total,
+                 layout(c->size, c->chunk, &co, &so, &ro));
         return -1;
     }
     int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
@@ -196,8 +197,8 @@ static int shm_available(const fl_coll *c, const fl_coll_opts *o)
 {
     if (o->disable_shm) return fl__err(FL_EINVAL, "disable_shm is set");
     if (c->size > 1 && c->chunk < (size_t)c->size * 256)
-        return fl__err(FL_EINVAL, "chunk_bytes %zu is too small for %d ranks in shared memory (at least %zu)",
-                       c->chunk, c->size, (size_t)c->size * 256);
+        return fl__err(FL_EINVAL, "chunk_bytes %zu is too small for %d ranks in shared memory (at least %zu)", c->chunk,
+                       c->size, (size_t)c->size * 256);
     return FL_OK;
 }
 
@@ -245,7 +246,8 @@ static int shm_setup(fl_coll *c, int named, uint64_t dl, int *used)
             if (map) munmap(map, bytes);
             return fl__err(st, "shared-memory setup: %s", fl_last_error());
         }
-        if (!have && named) return fl__err(FL_EINVAL, NO_SHM "rank 0 (%s) cannot create the segment: %s", c->endpoints[0], why);
+        if (!have && named)
+            return fl__err(FL_EINVAL, NO_SHM "rank 0 (%s) cannot create the segment: %s", c->endpoints[0], why);
     } else {
         fl_net_frame f;
         int st = fl_net_recv_frame_header(c->conns[0], sizeof msg, &f, dl);
@@ -277,15 +279,14 @@ static int shm_setup(fl_coll *c, int named, uint64_t dl, int *used)
         ok = have && fl__get_u32(r);
         bad = (int32_t)fl__get_u32(r + 4);
         if (named && !have)
-            return fl__err(FL_EINVAL, NO_SHM "this rank, %d (%s), cannot attach rank 0's segment: %s" NO_SHM_HINT,
-                           c->rank, c->endpoints[c->rank], why);
+            return fl__err(FL_EINVAL, NO_SHM "this rank, %d (%s), cannot attach rank 0's segment: %s" NO_SHM_HINT, c->rank,
+                           c->endpoints[c->rank], why);
     }
     if (!ok) {
         if (map) munmap(map, bytes);
         if (!named) return FL_OK;
         if (bad < 0 || bad >= c->size) bad = 0;
-        return fl__err(FL_EINVAL, NO_SHM "rank %d (%s) could not attach the segment" NO_SHM_HINT, bad,
-                       c->endpoints[bad]);
+        return fl__err(FL_EINVAL, NO_SHM "rank %d (%s) could not attach the segment" NO_SHM_HINT, bad, c->endpoints[bad]);
     }
     shm_seg *s = shm_wrap(map, bytes, c->size, c->rank, c->chunk);
     if (!s) {
@@ -310,8 +311,10 @@ static int wait_timeout(fl_coll *c, const fl__coll_desc *d, int which, uint64_t 
     for (int p = 0; p < c->size && o < sizeof who - 80; p++)
         if (p != c->rank && atomic_load_explicit(flag(c->be, p, which), memory_order_acquire) < t)
             o += (size_t)snprintf(who + o, sizeof who - o, "%s%s", o ? ", " : "", fl__coll_peer(c, p));
-    return fl__err(FL_ETIMEDOUT, "%s timed out after %d ms waiting in shared memory for %s (stalled, or busy in "
-                                 "another call)", ds, c->timeout_ms, who);
+    return fl__err(FL_ETIMEDOUT,
+                   "%s timed out after %d ms waiting in shared memory for %s (stalled, or busy in "
+                   "another call)",
+                   ds, c->timeout_ms, who);
 }
 
 /* Abort notices from anyone fail the wait; a closed connection does only for a peer that
@@ -337,7 +340,8 @@ static void publish(shm_seg *s, int which, uint64_t t)
     shm_ctl *me = &s->ctl[s->me];
     atomic_store_explicit(which ? &me->b : &me->a, t, memory_order_release);
     int cpu = sched_getcpu();
-    if (atomic_load_explicit(&me->cpu, memory_order_relaxed) != cpu) atomic_store_explicit(&me->cpu, cpu, memory_order_relaxed);
+    if (atomic_load_explicit(&me->cpu, memory_order_relaxed) != cpu)
+        atomic_store_explicit(&me->cpu, cpu, memory_order_relaxed);
     atomic_fetch_add(&me->fseq, 1);
     if (atomic_load(&me->waiters)) syscall(SYS_futex, (uint32_t *)&me->fseq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
@@ -408,7 +412,10 @@ static int pub_wait(fl_coll *c, const fl__coll_desc *d, uint64_t t, int first)
 
 static inline uint8_t *stage(shm_seg *s, int r, uint64_t t) { return s->stage + ((size_t)r * 2 + (t & 1)) * s->slot; }
 static inline uint8_t *result(shm_seg *s, uint64_t t) { return s->res + (t & 1) * s->slot; }
-static inline size_t clamp_len(size_t total, size_t off, size_t q) { return off >= total ? 0 : (total - off < q ? total - off : q); }
+static inline size_t clamp_len(size_t total, size_t off, size_t q)
+{
+    return off >= total ? 0 : (total - off < q ? total - off : q);
+}
 
 static int shm_barrier(fl_coll *c, const fl__coll_desc *d) { return pub_wait(c, d, ++((shm_seg *)c->be)->step, 1); }
 
@@ -508,8 +515,8 @@ static int shm_allgather(fl_coll *c, const fl__coll_desc *d, const void *send, v
     return FL_OK;
 }
 
-static int shm_reduce_scatter(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t cpr,
-                              fl_dtype dt, fl_coll_op op)
+static int shm_reduce_scatter(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t cpr, fl_dtype dt,
+                              fl_coll_op op)
 {
     shm_seg *s = c->be;
     int P = c->size, r = s->me;

@@ -17,8 +17,8 @@
 
 #include "coll_internal.h"
 
-#define SPIN_NS 50000ull     /* spin this long without progress before sleeping in poll */
-#define LINGER_MS 200        /* after a peer closed: wait this long for a root-cause notice */
+#define SPIN_NS 50000ull           /* spin this long without progress before sleeping in poll */
+#define LINGER_MS 200              /* after a peer closed: wait this long for a root-cause notice */
 #define TICK_SLICE_NS 100000000ull /* longest sleep in poll while heartbeats are on */
 
 void fl__tcp_send(fl_coll *c, int p, const fl__coll_desc *d, uint64_t tag, const void *buf, size_t len)
@@ -161,8 +161,10 @@ static int timeout_error(fl_coll *c, const fl__coll_desc *d)
             o += (size_t)snprintf(who + o, sizeof who - o, "%s%s (%s)", o ? ", " : "", fl__coll_peer(c, p),
                                   x->r_on ? "nothing received" : "not reading");
     }
-    return fl__err(FL_ETIMEDOUT, "%s timed out after %d ms without progress waiting for %s (stalled, or busy in "
-                                 "another call)", ds, c->timeout_ms, who);
+    return fl__err(FL_ETIMEDOUT,
+                   "%s timed out after %d ms without progress waiting for %s (stalled, or busy in "
+                   "another call)",
+                   ds, c->timeout_ms, who);
 }
 
 int fl__tcp_run(fl_coll *c, const fl__coll_desc *d)

@@ -141,8 +141,8 @@ static int tcp_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, v
     return st;
 }
 
-static int tcp_reduce_scatter(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t cpr,
-                              fl_dtype dt, fl_coll_op op)
+static int tcp_reduce_scatter(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t cpr, fl_dtype dt,
+                              fl_coll_op op)
 {
     int P = c->size, r = c->rank;
     size_t es = fl_dtype_size(dt), bb = cpr * es;
@@ -219,7 +219,8 @@ static int tcp_broadcast(fl_coll *c, const fl__coll_desc *d, void *buf, size_t n
     }
     for (size_t j = 0; j <= nch; j++) {
         if (j < nch) fl__tcp_recv(c, left, TAG(0, j), b + j * k * es, chunk_len(n, k, j) * es);
-        if (j > 0 && pos < P - 1) fl__tcp_send(c, right, d, TAG(0, j - 1), b + (j - 1) * k * es, chunk_len(n, k, j - 1) * es);
+        if (j > 0 && pos < P - 1)
+            fl__tcp_send(c, right, d, TAG(0, j - 1), b + (j - 1) * k * es, chunk_len(n, k, j - 1) * es);
         FL_CHECK(fl__tcp_run(c, d));
     }
     if (pos == P - 1) {

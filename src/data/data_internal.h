@@ -147,8 +147,8 @@ typedef struct {
     fl__source *src;
     int file;
     int64_t lineno;
-    fl__arena recs;   /* records of the batch being built (queue) */
-    size_t *offs;     /* their offsets in recs */
+    fl__arena recs; /* records of the batch being built (queue) */
+    size_t *offs;   /* their offsets in recs */
     fl__rec *refs;
     size_t begin, end, pos; /* share of the store (in-memory) */
     int done;
@@ -156,9 +156,9 @@ typedef struct {
 
 /* Counting and logging of skipped lines during one pass or load. */
 typedef struct {
-    int64_t bad;      /* atomic */
-    int failed;       /* atomic: a reader failed (policy stop); others stop */
-    int err_status;   /* first error (under mu) */
+    int64_t bad;    /* atomic */
+    int failed;     /* atomic: a reader failed (policy stop); others stop */
+    int err_status; /* first error (under mu) */
     char err_msg[1024];
 } fl__pass_log;
 
@@ -190,8 +190,8 @@ struct fl_dataset {
     /* in-memory */
     fl__store store;
     pthread_t preload_thr;
-    int preloading;   /* a preload thread exists (not yet joined) */
-    int cancel;       /* atomic: stop a running load */
+    int preloading; /* a preload thread exists (not yet joined) */
+    int cancel;     /* atomic: stop a running load */
     int preload_status;
     char preload_msg[1024];
 };

@@ -137,8 +137,7 @@ int fl_dataset_set_filelist(fl_dataset *ds, const char *const *files, int n)
 int fl_dataset_set_batch_size(fl_dataset *ds, int batch_size)
 {
     FL_CHECK(check_idle(ds, "fl_dataset_set_batch_size"));
-    if (batch_size < 1)
-        return fl__err(FL_EINVAL, "fl_dataset_set_batch_size: batch_size must be >= 1, got %d", batch_size);
+    if (batch_size < 1) return fl__err(FL_EINVAL, "fl_dataset_set_batch_size: batch_size must be >= 1, got %d", batch_size);
     ds->batch_size = batch_size;
     return FL_OK;
 }
@@ -159,8 +158,10 @@ int fl_dataset_set_use_var(fl_dataset *ds, fl_var *const *vars, int n)
     FL_CHECK(check_idle(ds, fn));
     if (n < 1 || !vars) return fl__err(FL_EINVAL, "%s: vars is NULL or n (%d) < 1", fn, n);
     if (ds->store.nrec)
-        return fl__err(FL_ESTATE, "%s: the dataset holds %zu records of the current slots (call "
-                                  "fl_dataset_release_memory first)", fn, ds->store.nrec);
+        return fl__err(FL_ESTATE,
+                       "%s: the dataset holds %zu records of the current slots (call "
+                       "fl_dataset_release_memory first)",
+                       fn, ds->store.nrec);
     fl__slot *s = calloc((size_t)n, sizeof *s);
     if (!s) return fl__err(FL_ENOMEM, "%s: out of memory", fn);
     int st = FL_OK;
@@ -175,20 +176,20 @@ int fl_dataset_set_use_var(fl_dataset *ds, fl_var *const *vars, int n)
         int lod = fl_var_lod_level(v), nd = fl_var_ndim(v);
         const int64_t *shape = fl_var_shape(v);
         if (dt != FL_INT64 && dt != FL_FLOAT32) {
-            st = fl__err(FL_EINVAL, "%s: variable #%d '%s' has dtype %s; a slot must be int64 or float32", fn, i + 1,
-                         name, fl_dtype_name(dt));
+            st = fl__err(FL_EINVAL, "%s: variable #%d '%s' has dtype %s; a slot must be int64 or float32", fn, i + 1, name,
+                         fl_dtype_name(dt));
             goto fail;
         }
         if (lod < 0 || lod > 1) {
-            st = fl__err(FL_EINVAL, "%s: variable #%d '%s' has lod_level %d; a slot has lod_level 0 or 1", fn, i + 1,
-                         name, lod);
+            st = fl__err(FL_EINVAL, "%s: variable #%d '%s' has lod_level %d; a slot has lod_level 0 or 1", fn, i + 1, name,
+                         lod);
             goto fail;
         }
         int64_t width = 1;
         for (int d = 1; d < nd; d++) {
             if (shape[d] <= 0 && lod == 0) {
-                st = fl__err(FL_EINVAL, "%s: variable #%d '%s' is a dense slot (lod_level 0) but dimension %d is %lld",
-                             fn, i + 1, name, d, (long long)shape[d]);
+                st = fl__err(FL_EINVAL, "%s: variable #%d '%s' is a dense slot (lod_level 0) but dimension %d is %lld", fn,
+                             i + 1, name, d, (long long)shape[d]);
                 goto fail;
             }
             width *= shape[d] > 0 ? shape[d] : 1;
@@ -263,10 +264,8 @@ int fl_dataset_set_sparse_feature_dim(fl_dataset *ds, uint64_t dim)
 int fl_dataset_set_bad_line_policy(fl_dataset *ds, const char *policy)
 {
     FL_CHECK(check_idle(ds, "fl_dataset_set_bad_line_policy"));
-    if (policy && !strcmp(policy, "stop"))
-        ds->skip_bad = 0;
-    else if (policy && !strcmp(policy, "skip"))
-        ds->skip_bad = 1;
+    if (policy && !strcmp(policy, "stop")) ds->skip_bad = 0;
+    else if (policy && !strcmp(policy, "skip")) ds->skip_bad = 1;
     else
         return fl__err(FL_EINVAL, "fl_dataset_set_bad_line_policy: unknown policy '%s' (expected stop or skip)",
                        policy ? policy : "(null)");
@@ -340,8 +339,10 @@ int fl_dataset_begin(fl_dataset *ds)
     FL_CHECK(fl__check_layout(fn, ds->fmt, ds->slots, ds->nslots));
     /* Paddle trains "0 s with no AUC" on an InMemoryDataset nobody loaded: say so instead */
     if (ds->kind == FL__DS_INMEM && ds->store.nrec == 0)
-        return fl__err(FL_ESTATE, "%s: the InMemoryDataset holds no records: call fl_dataset_load_into_memory (or "
-                                  "fl_dataset_wait_preload_done) first, with a file list of non-empty files", fn);
+        return fl__err(FL_ESTATE,
+                       "%s: the InMemoryDataset holds no records: call fl_dataset_load_into_memory (or "
+                       "fl_dataset_wait_preload_done) first, with a file list of non-empty files",
+                       fn);
     int nt = fl__ds_nthreads(ds);
     fl__reader *r = calloc((size_t)nt, sizeof *r);
     if (!r) return fl__err(FL_ENOMEM, "%s: out of memory", fn);

@@ -28,9 +28,8 @@
 const double fl__criteo_min[13] = {0, -3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 const double fl__criteo_diff[13] = {20, 603, 100, 50, 64000, 500, 100, 50, 500, 10, 10, 10, 50};
 
-static const double pow10_tab[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
-                                     1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-                                     1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+static const double pow10_tab[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
 static inline int is_sep(char c) { return c == ' ' || c == '\t'; }
 static inline const char *skip_sep(const char *p, const char *e)
@@ -79,7 +78,7 @@ static inline int digits8(const char *p, const char *e, uint64_t *val)
     if (e - p >= 8) {
         uint64_t v;
         memcpy(&v, p, 8);
-        uint64_t t = v ^ 0x3030303030303030ULL; /* a digit becomes 0..9 */
+        uint64_t t = v ^ 0x3030303030303030ULL;                                 /* a digit becomes 0..9 */
         uint64_t m = ((t + 0x7676767676767676ULL) | t) & 0x8080808080808080ULL; /* bytes > 9 */
         int n = m ? __builtin_ctzll(m) >> 3 : 8;
         if (n == 0) {
@@ -89,7 +88,8 @@ static inline int digits8(const char *p, const char *e, uint64_t *val)
         t <<= 64 - 8 * n; /* keep the n digits, as the high bytes (leading zeros below) */
         t = t * 10 + (t >> 8);
         t = (((t & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
-             (((t >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >> 32;
+             (((t >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >>
+            32;
         *val = t;
         return n;
     }
@@ -180,9 +180,8 @@ static int scan_slow(const char *s, const char *e, int want_double, double *out)
     return 0;
 }
 
-static const double npow10_tab[23] = {1e0,   1e-1,  1e-2,  1e-3,  1e-4,  1e-5,  1e-6,  1e-7,
-                                      1e-8,  1e-9,  1e-10, 1e-11, 1e-12, 1e-13, 1e-14, 1e-15,
-                                      1e-16, 1e-17, 1e-18, 1e-19, 1e-20, 1e-21, 1e-22};
+static const double npow10_tab[23] = {1e0,   1e-1,  1e-2,  1e-3,  1e-4,  1e-5,  1e-6,  1e-7,  1e-8,  1e-9,  1e-10, 1e-11,
+                                      1e-12, 1e-13, 1e-14, 1e-15, 1e-16, 1e-17, 1e-18, 1e-19, 1e-20, 1e-21, 1e-22};
 
 /* Fast path for plain decimals; returns 0 ok, -1 "use the slow path".  exact: the result is
  * the correctly rounded double (one multiply or divide of exact operands); otherwise a
@@ -225,10 +224,8 @@ static inline int scan_fast(const char *s, const char *e, double *out, int exact
     }
     if (w > (1ull << 53) || ex < -22 || ex > 22) return -1;
     double v = (double)w;
-    if (ex >= 0)
-        v *= pow10_tab[ex];
-    else
-        v = exact ? v / pow10_tab[-ex] : v * npow10_tab[-ex];
+    if (ex >= 0) v *= pow10_tab[ex];
+    else v = exact ? v / pow10_tab[-ex] : v * npow10_tab[-ex];
     *out = neg ? -v : v;
     return 0;
 }
@@ -317,8 +314,7 @@ static int bad_slot(const fl__parser *ps, int64_t ln, int k, const char *fmt, ..
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    return fl__err(FL_ECORRUPT, "%s:%lld: slot '%s' (#%d): %s", ps->file, (long long)ln, ps->slots[k].name,
-                   k + 1, what);
+    return fl__err(FL_ECORRUPT, "%s:%lld: slot '%s' (#%d): %s", ps->file, (long long)ln, ps->slots[k].name, k + 1, what);
 }
 
 #define QUOTE(q, s, e) fl__quote((q), sizeof(q), (s), (e))
@@ -337,8 +333,7 @@ static int bad_count(const fl__parser *ps, int64_t ln, int k, const char *t, con
     return bad_slot(ps, ln, k, "expected the number of values, got %s", q);
 }
 
-static int bad_value(const fl__parser *ps, int64_t ln, int k, uint64_t i, uint64_t n, int why, const char *t,
-                     const char *e)
+static int bad_value(const fl__parser *ps, int64_t ln, int k, uint64_t i, uint64_t n, int why, const char *t, const char *e)
 {
     char q[64];
     QUOTE(q, t, token_end(t, e));
@@ -470,8 +465,7 @@ static int parse_criteo(const fl__parser *ps, const char *s, const char *e, int6
             int r = fl__scan_f64(cs[1 + i], ce[1 + i], &x);
             if (r) {
                 QUOTE(q, cs[1 + i], ce[1 + i]);
-                return bad_slot(ps, ln, 0, "column I%d: %s: %s", i + 1, r == 2 ? "value out of range" : "not a number",
-                                q);
+                return bad_slot(ps, ln, 0, "column I%d: %s: %s", i + 1, r == 2 ? "value out of range" : "not a number", q);
             }
             v = (float)((x - fl__criteo_min[i]) / fl__criteo_diff[i]);
         }
@@ -505,13 +499,16 @@ static int parse_libsvm(const fl__parser *ps, const char *s, const char *e, int6
     if (r) {
         QUOTE(q, t, te);
         return bad_slot(ps, ln, 2, "the label %s: %s",
-                        r == 2 ? "is out of range" : lab->dtype == FL_INT64 ? "is not an integer" : "is not a number",
+                        r == 2                   ? "is out of range"
+                        : lab->dtype == FL_INT64 ? "is not an integer"
+                                                 : "is not a number",
                         q);
     }
     uint64_t n = 0;
     for (const char *c = skip_sep(te, e); c < e; c = skip_sep(token_end(c, e), e)) n++;
     if (n == 0)
-        return bad_slot(ps, ln, 0, "no idx:val pairs after the label; the number of ids can not be zero, you need padding it");
+        return bad_slot(ps, ln, 0,
+                        "no idx:val pairs after the label; the number of ids can not be zero, you need padding it");
     if (n > INT_MAX) return bad_slot(ps, ln, 0, "more than %d idx:val pairs", INT_MAX);
     size_t need = 4 + (size_t)n * 8 + 4 + (size_t)n * 4 + (size_t)lab->esize;
     if (fl__arena_reserve(out, need)) return FL_ENOMEM;
@@ -550,10 +547,8 @@ static int parse_libsvm(const fl__parser *ps, const char *s, const char *e, int6
         ids += 8;
         vals += 4;
     }
-    if (lab->dtype == FL_INT64)
-        memcpy(vals, &li, 8);
-    else
-        memcpy(vals, &lf, 4);
+    if (lab->dtype == FL_INT64) memcpy(vals, &li, 8);
+    else memcpy(vals, &lf, 4);
     out->len += need;
     return FL_OK;
 }
@@ -568,8 +563,7 @@ int fl__parse_line(const fl__parser *ps, const char *line, size_t len, int64_t l
         st = parse_criteo(ps, line, e, lineno, out);
     } else {
         while (e > line && (e[-1] == '\r' || is_sep(e[-1]))) e--;
-        st = ps->fmt == FL__FMT_LIBSVM ? parse_libsvm(ps, line, e, lineno, out)
-                                       : parse_multislot(ps, line, e, lineno, out);
+        st = ps->fmt == FL__FMT_LIBSVM ? parse_libsvm(ps, line, e, lineno, out) : parse_multislot(ps, line, e, lineno, out);
     }
     if (st != FL_OK) out->len = start;
     return st;
@@ -579,10 +573,8 @@ int fl__parse_line(const fl__parser *ps, const char *line, size_t len, int64_t l
 
 static void describe(const fl__slot *s, char *buf, size_t cap)
 {
-    if (s->dense)
-        snprintf(buf, cap, "%s, lod_level 0, width %d", s->dtype == FL_INT64 ? "int64" : "float32", s->width);
-    else
-        snprintf(buf, cap, "%s, lod_level 1", s->dtype == FL_INT64 ? "int64" : "float32");
+    if (s->dense) snprintf(buf, cap, "%s, lod_level 0, width %d", s->dtype == FL_INT64 ? "int64" : "float32", s->width);
+    else snprintf(buf, cap, "%s, lod_level 1", s->dtype == FL_INT64 ? "int64" : "float32");
 }
 
 int fl__check_layout(const char *fn, fl__data_format fmt, const fl__slot *slots, int nslots)
@@ -594,7 +586,7 @@ int fl__check_layout(const char *fn, fl__data_format fmt, const fl__slot *slots,
         if (nslots != 28) return fl__err(FL_EINVAL, "%s: %s (28 variables); got %d variables", fn, want, nslots);
         for (int i = 0; i < 28; i++) {
             const fl__slot *s = &slots[i];
-            int ok = i == 0    ? s->dense && s->dtype == FL_FLOAT32 && s->width == 13
+            int ok = i == 0   ? s->dense && s->dtype == FL_FLOAT32 && s->width == 13
                      : i < 27 ? !s->dense && s->dtype == FL_INT64
                               : s->dense && s->dtype == FL_INT64 && s->width == 1;
             if (!ok) {
@@ -608,7 +600,7 @@ int fl__check_layout(const char *fn, fl__data_format fmt, const fl__slot *slots,
         if (nslots != 3) return fl__err(FL_EINVAL, "%s: %s (3 variables); got %d variables", fn, want, nslots);
         for (int i = 0; i < 3; i++) {
             const fl__slot *s = &slots[i];
-            int ok = i == 0 ? !s->dense && s->dtype == FL_INT64
+            int ok = i == 0   ? !s->dense && s->dtype == FL_INT64
                      : i == 1 ? !s->dense && s->dtype == FL_FLOAT32
                               : s->dense && s->width == 1;
             if (!ok) {

@@ -21,10 +21,7 @@
 #define GS_MAGIC 0x53474c46u /* "FLGS" */
 #define GS_HDR 16
 
-static inline uint64_t bounded(fl_rng *r, uint64_t n)
-{
-    return (uint64_t)(((unsigned __int128)fl__rng_next(r) * n) >> 64);
-}
+static inline uint64_t bounded(fl_rng *r, uint64_t n) { return (uint64_t)(((unsigned __int128)fl__rng_next(r) * n) >> 64); }
 
 static void shuffle_recs(fl__rec *a, size_t n, uint64_t seed)
 {
@@ -85,8 +82,8 @@ static int take_received(fl_dataset *ds, int from, const char *buf, size_t len, 
     if (o != len) goto bad;
     return FL_OK;
 bad:
-    return fl__err(FL_ECORRUPT, "%s: the %zu bytes received from rank %d are not records of this dataset's slots", fn,
-                   len, from);
+    return fl__err(FL_ECORRUPT, "%s: the %zu bytes received from rank %d are not records of this dataset's slots", fn, len,
+                   from);
 }
 
 int fl_dataset_global_shuffle(fl_dataset *ds, const fl_data_exchange *ex, uint64_t seed)
@@ -123,10 +120,8 @@ int fl_dataset_global_shuffle(fl_dataset *ds, const fl_data_exchange *ex, uint64
         int d = (int)bounded(&r, (uint64_t)nr);
         dest[i] = (uint32_t)d;
         count[d]++;
-        if (d == me)
-            kept_bytes += cur->recs[i].len;
-        else
-            send_len[d] += 4 + cur->recs[i].len;
+        if (d == me) kept_bytes += cur->recs[i].len;
+        else send_len[d] += 4 + cur->recs[i].len;
     }
     for (int d = 0; d < nr; d++) {
         if (d == me) continue;

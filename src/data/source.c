@@ -293,8 +293,7 @@ static int fill(fl__source *s)
         }
         if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return fl__err(FL_EIO, "pipe_command '%s' on %s: cannot read its output: %s", s->cmd, s->file,
-                           strerror(errno));
+            return fl__err(FL_EIO, "pipe_command '%s' on %s: cannot read its output: %s", s->cmd, s->file, strerror(errno));
         double left = deadline - fl__now();
         if (left <= 0) return timed_out(s, "produced no output");
         FL_CHECK(cancelled(s));

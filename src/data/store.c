@@ -67,8 +67,7 @@ void fl__store_free(fl__store *st)
 
 int fl__builder_commit(fl__store_builder *b, size_t start)
 {
-    if (b->noffs + 1 > b->offs_cap)
-        FL_CHECK(grow_array((void **)&b->offs, &b->offs_cap, b->noffs + 1, sizeof(size_t)));
+    if (b->noffs + 1 > b->offs_cap) FL_CHECK(grow_array((void **)&b->offs, &b->offs_cap, b->noffs + 1, sizeof(size_t)));
     b->offs[b->noffs++] = start;
     if (b->cur.len >= CHUNK_BYTES) return fl__builder_seal(b);
     return FL_OK;

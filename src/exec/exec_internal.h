@@ -11,7 +11,7 @@
 struct fl_scope {
     uint32_t magic;
     fl_scope *parent;
-    fl_strmap map;      /* name -> index into tensors/names */
+    fl_strmap map; /* name -> index into tensors/names */
     fl_tensor **tensors;
     char **names;
     int n, cap;

@@ -62,10 +62,8 @@ static void plan_free(plan *pl)
             free(pl->ops[i].ctx.in[s]);
             free(pl->ops[i].ctx.out[s]);
         }
-        if (pl->ops[i].state && pl->ops[i].op->def->state_free)
-            pl->ops[i].op->def->state_free(pl->ops[i].state);
-        else
-            free(pl->ops[i].state);
+        if (pl->ops[i].state && pl->ops[i].op->def->state_free) pl->ops[i].op->def->state_free(pl->ops[i].state);
+        else free(pl->ops[i].state);
     }
     free(pl->ops);
     free(pl->tensors);
@@ -211,20 +209,19 @@ static int check_feed(const fl_prog *p, const fl_feed *f, fl_var **vout)
     fl__shape_str(v, want, sizeof want);
     fl_tensor_describe(t, got, sizeof got);
     if (t->dtype != v->dtype)
-        return fl__err(FL_EINVAL, "feed '%s': expected dtype %s shape %s, got %s", f->name, fl_dtype_name(v->dtype),
-                       want, got);
+        return fl__err(FL_EINVAL, "feed '%s': expected dtype %s shape %s, got %s", f->name, fl_dtype_name(v->dtype), want,
+                       got);
     ok = t->ndim == v->ndim;
     for (int i = 0; ok && i < v->ndim; i++) ok = v->shape[i] < 0 || v->shape[i] == t->shape[i];
     if (!ok) return fl__err(FL_EINVAL, "feed '%s': expected shape %s, got %s", f->name, want, got);
     if (v->lod_level > 0 && !t->lod_n)
-        return fl__err(FL_EINVAL, "feed '%s': the variable has lod_level %d; feed a tensor with LoD offsets (%s)",
-                       f->name, v->lod_level, got);
+        return fl__err(FL_EINVAL, "feed '%s': the variable has lod_level %d; feed a tensor with LoD offsets (%s)", f->name,
+                       v->lod_level, got);
     *vout = v;
     return FL_OK;
 }
 
-int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed, const char *const *fetch, int nfetch,
-               fl_tensor **out)
+int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed, const char *const *fetch, int nfetch, fl_tensor **out)
 {
     if (!e || e->magic != FL_EXE_MAGIC) return fl__err_handle(e, "fl_exe_run: executor is NULL or invalid");
     if (!p || p->magic != FL_PROG_MAGIC) return fl__err_handle(p, "fl_exe_run: program is NULL or invalid");

@@ -157,8 +157,9 @@ static int check_threads(const fl_prog *p, int n, const char *fn)
     if (n <= 1) return FL_OK;
     for (int i = 0; i < p->nops; i++)
         if (fl__attr_i(p->ops[i], "single_trainer", 0))
-            return fl__err(FL_EINVAL, "%s: op '%s' exchanges one step per process (collective or synchronous parameter-server "
-                                      "training), so the program trains with one thread per process; got %d threads",
+            return fl__err(FL_EINVAL,
+                           "%s: op '%s' exchanges one step per process (collective or synchronous parameter-server "
+                           "training), so the program trains with one thread per process; got %d threads",
                            fn, p->ops[i]->def->type, n);
     return FL_OK;
 }
@@ -177,12 +178,22 @@ static int run_pass(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const cha
     if (avail < 1) return fl__err(FL_EINVAL, "%s: the dataset has no file list or no reader threads", fn);
     int n = thread > 0 && thread < avail ? thread : avail;
     if (thread > avail)
-        FL_INFO(FL_SUB_EXEC, "%s: %d threads asked, the dataset has %d readers: training with %d", fn, thread, avail, avail);
+        FL_INFO(FL_SUB_EXEC, "%s: %d threads asked, the dataset has %d readers: training with %d", fn, thread, avail,
+                avail);
     FL_CHECK(check_threads(p, n, fn));
     if (stats) memset(stats, 0, sizeof *stats);
-    pass ps = {.e = e, .p = p, .ds = ds, .nthreads = n, .nshares = avail, .nfetch = nfetch, .print_period = print_period,
+    pass ps = {.e = e,
+               .p = p,
+               .ds = ds,
+               .nthreads = n,
+               .nshares = avail,
+               .nfetch = nfetch,
+               .print_period = print_period,
                .train = train,
-               .fetch = fetch_list, .info = fetch_info, .fn = fn, .stats = stats};
+               .fetch = fetch_list,
+               .info = fetch_info,
+               .fn = fn,
+               .stats = stats};
     atomic_init(&ps.stop, 0);
     atomic_init(&ps.instances, 0);
     atomic_init(&ps.batches, 0);

@@ -32,7 +32,8 @@
 static int check(const fleet_t *f, const char *fn, fl_exe *exe, const char *root)
 {
     if (!f || f->magic != FLEET_MAGIC) return fl__err_handle(f, "%s: fleet handle is NULL or invalid", fn);
-    if (!fleet_is_worker(f)) return fl__err(FL_ESTATE, "%s: this process is a server; workers save and load checkpoints", fn);
+    if (!fleet_is_worker(f))
+        return fl__err(FL_ESTATE, "%s: this process is a server; workers save and load checkpoints", fn);
     if (!exe) return fl__err(FL_EINVAL, "%s: executor is NULL", fn);
     if (!root || !*root) return fl__err(FL_EINVAL, "%s: checkpoint directory is NULL or empty", fn);
     if (strlen(root) > 3800) return fl__err(FL_EINVAL, "%s: checkpoint directory name is longer than 3800 bytes", fn);
@@ -72,7 +73,8 @@ static int read_commit(const char *dir, int64_t seq, int64_t *workers)
     int st = fl__json_parse(&j, text, len, MAX_META, 64);
     if (st == FL_OK) st = fl__json_obj(&j, j.root, "checkpoint");
     if (st == FL_OK) st = fl__json_str(&j, fl__json_find(j.root, "format"), "format", &format);
-    if (st == FL_OK && strcmp(format, "fleet-checkpoint") != 0) st = fl__json_fail(&j, "format is '%s', not fleet-checkpoint", format);
+    if (st == FL_OK && strcmp(format, "fleet-checkpoint") != 0)
+        st = fl__json_fail(&j, "format is '%s', not fleet-checkpoint", format);
     if (st == FL_OK) st = fl__json_int(&j, fl__json_find(j.root, "version"), "version", 1, 1, &version);
     if (st == FL_OK) st = fl__json_int(&j, fl__json_find(j.root, "seq"), "seq", 0, INT64_MAX / 2, &s);
     if (st == FL_OK && s != seq) st = fl__json_fail(&j, "seq %lld does not match the directory name", (long long)s);
@@ -213,8 +215,8 @@ static int read_position(const char *wdir, fleet_checkpoint_pos *pos)
     return st;
 }
 
-int fleet_save_checkpoint(fleet_t *f, fl_exe *exe, const char *root, const fl_prog *prog,
-                          const fleet_checkpoint_pos *pos, int keep)
+int fleet_save_checkpoint(fleet_t *f, fl_exe *exe, const char *root, const fl_prog *prog, const fleet_checkpoint_pos *pos,
+                          int keep)
 {
     const char *fn = "fleet_save_checkpoint";
     FL_CHECK(check(f, fn, exe, root));
@@ -242,14 +244,16 @@ int fleet_save_checkpoint(fleet_t *f, fl_exe *exe, const char *root, const fl_pr
     /* 3. every worker's part is there: worker 0 commits */
     int all = 0;
     FL_CHECK(f->runtime->agree(f, st == FL_OK, fn, &all));
-    if (st != FL_OK) return fl__err(st, "%s: worker %d could not save its part of '%s': %s", fn, fleet_worker_index(f), dir, why);
+    if (st != FL_OK)
+        return fl__err(st, "%s: worker %d could not save its part of '%s': %s", fn, fleet_worker_index(f), dir, why);
     if (!all) return fl__err(FL_EREMOTE, "%s: another worker could not save its part of '%s' (see its log)", fn, dir);
     if (fleet_is_first_worker(f)) {
         char path[4400], text[512];
         snprintf(path, sizeof path, "%s/checkpoint.json", dir);
-        int n = snprintf(text, sizeof text,
-                         "{\"format\": \"fleet-checkpoint\", \"version\": 1, \"seq\": %lld, \"workers\": %d, \"step\": %lld}\n",
-                         (long long)seq, fleet_worker_num(f), (long long)pos->step);
+        int n = snprintf(
+            text, sizeof text,
+            "{\"format\": \"fleet-checkpoint\", \"version\": 1, \"seq\": %lld, \"workers\": %d, \"step\": %lld}\n",
+            (long long)seq, fleet_worker_num(f), (long long)pos->step);
         st = fl__write_file_atomic(path, text, (size_t)n);
         if (st != FL_OK) snprintf(why, sizeof why, "%s", fl_last_error());
         else prune(root, seq, keep);

@@ -60,7 +60,8 @@ static int alltoallv(void *ctx, const void *const *send, const size_t *send_len,
 
 int fleet_dataset_global_shuffle(fleet_t *f, fl_dataset *ds, uint64_t seed)
 {
-    if (!f || f->magic != FLEET_MAGIC) return fl__err_handle(f, "fleet_dataset_global_shuffle: fleet handle is NULL or invalid");
+    if (!f || f->magic != FLEET_MAGIC)
+        return fl__err_handle(f, "fleet_dataset_global_shuffle: fleet handle is NULL or invalid");
     if (!ds) return fl__err(FL_EINVAL, "fleet_dataset_global_shuffle: dataset is NULL");
     FL_CHECK(fl__fleet_worker_ring(f, "fleet_dataset_global_shuffle"));
     if (!f->ring || fl__ring_size(f->ring) <= 1) return fl_dataset_local_shuffle(ds, seed);

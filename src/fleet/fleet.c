@@ -50,12 +50,14 @@ static fleet_t *init_common(fleet_role *role, const fleet_strategy *strategy, in
 
     fl_log_set_identity(role->kind == FLEET_ROLE_SERVER ? "server" : "worker",
                         role->kind == FLEET_ROLE_SERVER ? role->server_index : role->worker_index);
-    if (!role->distributed)
-        FL_INFO(FL_SUB_FLEET, "no distributed environment found: running as one local worker");
+    if (!role->distributed) FL_INFO(FL_SUB_FLEET, "no distributed environment found: running as one local worker");
     return f;
 }
 
-fleet_t *fleet_init(fleet_role *role, const fleet_strategy *strategy) { return init_common(role, strategy, role ? role->is_collective : 0); }
+fleet_t *fleet_init(fleet_role *role, const fleet_strategy *strategy)
+{
+    return init_common(role, strategy, role ? role->is_collective : 0);
+}
 fleet_t *fleet_init_collective(fleet_role *role, const fleet_strategy *strategy) { return init_common(role, strategy, 1); }
 
 int fl__fleet_secret(fleet_t *f, const char *fn, int required, const fl_net_secret **out)
@@ -71,8 +73,9 @@ int fl__fleet_secret(fleet_t *f, const char *fn, int required, const fl_net_secr
         return FL_OK;
     }
     if (!required) return FL_OK;
-    return fl__err(FL_EINVAL, "%s: %s training needs the job secret: set FLEET_JOB_SECRET (hex) or FLEET_JOB_SECRET_FILE "
-                              "(fleetrun sets it for its processes)",
+    return fl__err(FL_EINVAL,
+                   "%s: %s training needs the job secret: set FLEET_JOB_SECRET (hex) or FLEET_JOB_SECRET_FILE "
+                   "(fleetrun sets it for its processes)",
                    fn, f->runtime->name);
 }
 
@@ -98,8 +101,14 @@ int fleet_worker_index(const fleet_t *f) { return f->role->worker_index; }
 int fleet_worker_num(const fleet_t *f) { return f->role->worker_num; }
 int fleet_server_index(const fleet_t *f) { return f->role->server_index; }
 int fleet_server_num(const fleet_t *f) { return f->role->nservers; }
-const char *fleet_worker_endpoint(const fleet_t *f, int i) { return (i >= 0 && i < f->role->nworkers) ? f->role->workers[i] : NULL; }
-const char *fleet_server_endpoint(const fleet_t *f, int i) { return (i >= 0 && i < f->role->nservers) ? f->role->servers[i] : NULL; }
+const char *fleet_worker_endpoint(const fleet_t *f, int i)
+{
+    return (i >= 0 && i < f->role->nworkers) ? f->role->workers[i] : NULL;
+}
+const char *fleet_server_endpoint(const fleet_t *f, int i)
+{
+    return (i >= 0 && i < f->role->nservers) ? f->role->servers[i] : NULL;
+}
 const fleet_strategy *fleet_get_strategy(const fleet_t *f) { return &f->strategy; }
 
 static const char *join(char **v, int n, char **cache)
@@ -197,7 +206,8 @@ int fleet_util_all_reduce(fleet_t *f, void *buf, size_t count, fl_dtype dtype, c
 {
     FL_CHECK(check(f, "fleet_util_all_reduce"));
     if (!mode || (strcmp(mode, "sum") && strcmp(mode, "max") && strcmp(mode, "min")))
-        return fl__err(FL_EINVAL, "fleet_util_all_reduce: mode '%s' is invalid: expected sum, max or min", mode ? mode : "(null)");
+        return fl__err(FL_EINVAL, "fleet_util_all_reduce: mode '%s' is invalid: expected sum, max or min",
+                       mode ? mode : "(null)");
     if (count && !buf) return fl__err(FL_EINVAL, "fleet_util_all_reduce: buffer is NULL");
     FL_CHECK(fl__fleet_worker_ring(f, "fleet_util_all_reduce"));
     return f->ring ? fl__ring_allreduce(f->ring, buf, count, dtype, mode) : FL_OK;

@@ -12,14 +12,14 @@
 struct fleet_role {
     uint32_t magic;
     int is_collective;
-    int distributed;       /* 0: non-distributed fallback */
+    int distributed; /* 0: non-distributed fallback */
     fleet_role_kind kind;
     int worker_index, server_index, worker_num;
-    char **workers;        /* worker endpoints (may be empty in PS mode) */
+    char **workers; /* worker endpoints (may be empty in PS mode) */
     int nworkers;
     char **servers;
     int nservers;
-    int mpi_ref;           /* 1: holds a reference on MPI (role_mpi.c), dropped by fleet_role_free */
+    int mpi_ref; /* 1: holds a reference on MPI (role_mpi.c), dropped by fleet_role_free */
 };
 
 struct fl__runtime;

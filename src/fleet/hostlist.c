@@ -29,9 +29,9 @@ typedef struct {
 typedef struct {
     const char *lit; /* literal text before the group (into the expression) */
     size_t litlen;
-    range *r;        /* ranges of the group; NULL for the trailing literal */
+    range *r; /* ranges of the group; NULL for the trailing literal */
     int nr;
-    unsigned count;  /* numbers in the group */
+    unsigned count; /* numbers in the group */
 } segment;
 
 static int bad(const char *what, const char *list, size_t at, const char *why)
@@ -158,7 +158,8 @@ static int expand_expr(const char *what, const char *list, size_t b, size_t e, s
             len += l;
             if (seg[k].r && len < sizeof name) len += (size_t)group_item(&seg[k], idx[k], name + len, sizeof name - len);
         }
-        if (len >= sizeof name) st = fl__err(FL_EINVAL, "%s='%s': a host name is longer than %d characters", what, list, FL_NET_HOST_MAX - 1);
+        if (len >= sizeof name)
+            st = fl__err(FL_EINVAL, "%s='%s': a host name is longer than %d characters", what, list, FL_NET_HOST_MAX - 1);
         else if (len == 0) st = bad(what, list, b, "an empty host name");
         if (st != FL_OK) break;
         name[len] = 0;
@@ -221,16 +222,17 @@ int fl__slurm_tasks_per_node(const char *spec, const char *what, int **out, int 
         int w;
         size_t at = i;
         if ((st = read_num(what, spec, &i, &tasks, &w)) != FL_OK || tasks == 0) {
-            st = fl__err(FL_EINVAL, "%s='%s' is malformed at offset %zu: a positive task count was expected: " TPN_FORM, what,
-                         spec, at);
+            st = fl__err(FL_EINVAL, "%s='%s' is malformed at offset %zu: a positive task count was expected: " TPN_FORM,
+                         what, spec, at);
             break;
         }
         if (!strncmp(spec + i, "(x", 2)) {
             i += 2;
             at = i;
             if (read_num(what, spec, &i, &times, &w) != FL_OK || times == 0 || spec[i] != ')') {
-                st = fl__err(FL_EINVAL, "%s='%s' is malformed at offset %zu: N(xM) with a positive M was expected: " TPN_FORM,
-                             what, spec, at);
+                st = fl__err(FL_EINVAL,
+                             "%s='%s' is malformed at offset %zu: N(xM) with a positive M was expected: " TPN_FORM, what,
+                             spec, at);
                 break;
             }
             i++;

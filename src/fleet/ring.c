@@ -26,7 +26,7 @@ struct fl_ring {
     int thread_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    float **queue;       /* bucket buffers waiting (ring buffer); the buffer pointers, not
+    float **queue; /* bucket buffers waiting (ring buffer); the buffer pointers, not
                             bucket ids, so the main thread may grow c->buckets meanwhile */
     size_t *qcount;
     int qhead, qtail, qcap, busy, stop;

@@ -25,7 +25,8 @@ static int check_endpoint(const char *ep, const char *what)
     errno = 0;
     long port = strtol(colon + 1, &end, 10);
     if (errno || *end || colon[1] == 0 || port < 1 || port > 65535)
-        return fl__err(FL_EINVAL, "%s: endpoint '%s' has an invalid port: expected host:port with port in 1..65535", what, ep);
+        return fl__err(FL_EINVAL, "%s: endpoint '%s' has an invalid port: expected host:port with port in 1..65535", what,
+                       ep);
     return FL_OK;
 }
 
@@ -87,8 +88,7 @@ fleet_role *fl__role_alloc(int is_collective)
     return r;
 }
 
-int fl__role_from_tasks(fleet_role *r, char *const *eps, int n, int rank, int (*server_of)(int task, void *arg),
-                        void *arg)
+int fl__role_from_tasks(fleet_role *r, char *const *eps, int n, int rank, int (*server_of)(int task, void *arg), void *arg)
 {
     int ns = 0;
     for (int i = 0; !r->is_collective && i < n; i++) ns += server_of(i, arg) != 0;
@@ -101,15 +101,11 @@ int fl__role_from_tasks(fleet_role *r, char *const *eps, int n, int rank, int (*
         if (!e) return fl__err(FL_ENOMEM, "role maker: out of memory");
         if (i == rank) {
             r->kind = is_server ? FLEET_ROLE_SERVER : FLEET_ROLE_WORKER;
-            if (is_server)
-                r->server_index = r->nservers;
-            else
-                r->worker_index = r->nworkers;
+            if (is_server) r->server_index = r->nservers;
+            else r->worker_index = r->nworkers;
         }
-        if (is_server)
-            r->servers[r->nservers++] = e;
-        else
-            r->workers[r->nworkers++] = e;
+        if (is_server) r->servers[r->nservers++] = e;
+        else r->workers[r->nworkers++] = e;
     }
     r->worker_num = r->nworkers ? r->nworkers : 1;
     r->distributed = n > 1;
@@ -153,7 +149,9 @@ static int collective_from_env(fleet_role *r)
     FL_CHECK(fl__env_str("PADDLE_TRAINER_ENDPOINTS", NULL, &eps));
     FL_CHECK(fl__env_str("PADDLE_TRAINING_ROLE", "TRAINER", &role));
     if (strcmp(role, "TRAINER") != 0)
-        return fl__err(FL_EINVAL, "environment variable PADDLE_TRAINING_ROLE='%s' is invalid: expected TRAINER in collective mode", role);
+        return fl__err(FL_EINVAL,
+                       "environment variable PADDLE_TRAINING_ROLE='%s' is invalid: expected TRAINER in collective mode",
+                       role);
     if (!eps) { /* non-distributed fallback: one local trainer */
         int64_t id;
         FL_CHECK(env_index("PADDLE_TRAINER_ID", 0, 1, &id));
@@ -164,12 +162,16 @@ static int collective_from_env(fleet_role *r)
     FL_CHECK(env_index("PADDLE_TRAINER_ID", 0, r->nworkers, &id));
     FL_CHECK(fl__env_int("PADDLE_TRAINERS_NUM", r->nworkers, 1, INT32_MAX, &num));
     if (num != r->nworkers)
-        return fl__err(FL_EINVAL, "environment variable PADDLE_TRAINERS_NUM=%lld does not match the %d endpoints of PADDLE_TRAINER_ENDPOINTS",
-                       (long long)num, r->nworkers);
+        return fl__err(
+            FL_EINVAL,
+            "environment variable PADDLE_TRAINERS_NUM=%lld does not match the %d endpoints of PADDLE_TRAINER_ENDPOINTS",
+            (long long)num, r->nworkers);
     FL_CHECK(fl__env_str("PADDLE_CURRENT_ENDPOINT", NULL, &cur));
     if (cur && strcmp(cur, r->workers[id]) != 0)
-        return fl__err(FL_EINVAL, "environment variable PADDLE_CURRENT_ENDPOINT='%s' is not trainer %lld's endpoint '%s' in PADDLE_TRAINER_ENDPOINTS",
-                       cur, (long long)id, r->workers[id]);
+        return fl__err(
+            FL_EINVAL,
+            "environment variable PADDLE_CURRENT_ENDPOINT='%s' is not trainer %lld's endpoint '%s' in PADDLE_TRAINER_ENDPOINTS",
+            cur, (long long)id, r->workers[id]);
     r->worker_index = (int)id;
     r->worker_num = r->nworkers;
     r->distributed = r->nworkers > 1;
@@ -187,12 +189,12 @@ static int ps_from_env(fleet_role *r)
         FL_CHECK(fl__env_str("PADDLE_TRAINER_ENDPOINTS", NULL, &weps));
         if (weps)
             for (const char *p = weps; *p; p++) n += *p == ',';
-        else
-            FL_CHECK(fl__env_int("PADDLE_TRAINERS_NUM", 1, 1, INT32_MAX, &n));
+        else FL_CHECK(fl__env_int("PADDLE_TRAINERS_NUM", 1, 1, INT32_MAX, &n));
         if (n > 1)
-            return fl__role_ps_as_collective(weps ? "PADDLE_TRAINER_ENDPOINTS lists them and PADDLE_PSERVERS_IP_PORT_LIST is not set"
-                                                  : "PADDLE_TRAINERS_NUM counts them and PADDLE_PSERVERS_IP_PORT_LIST is not set",
-                                             (int)n, "fleetrun --server_num S --worker_num W PROGRAM");
+            return fl__role_ps_as_collective(
+                weps ? "PADDLE_TRAINER_ENDPOINTS lists them and PADDLE_PSERVERS_IP_PORT_LIST is not set"
+                     : "PADDLE_TRAINERS_NUM counts them and PADDLE_PSERVERS_IP_PORT_LIST is not set",
+                (int)n, "fleetrun --server_num S --worker_num W PROGRAM");
         return FL_OK;
     }
     FL_CHECK(fl__parse_endpoints(servers, "environment variable PADDLE_PSERVERS_IP_PORT_LIST", &r->servers, &r->nservers));
@@ -206,7 +208,8 @@ static int ps_from_env(fleet_role *r)
     if (weps) {
         FL_CHECK(fl__parse_endpoints(weps, "environment variable PADDLE_TRAINER_ENDPOINTS", &r->workers, &r->nworkers));
         if (r->nworkers != r->worker_num)
-            return fl__err(FL_EINVAL, "environment variable PADDLE_TRAINER_ENDPOINTS lists %d endpoints but PADDLE_TRAINERS_NUM=%d",
+            return fl__err(FL_EINVAL,
+                           "environment variable PADDLE_TRAINER_ENDPOINTS lists %d endpoints but PADDLE_TRAINERS_NUM=%d",
                            r->nworkers, r->worker_num);
     }
     r->distributed = 1;
@@ -284,17 +287,21 @@ int fleet_role_user_defined(const fleet_user_role *s, fleet_role **out)
     fleet_role *r = fl__role_alloc(s->is_collective);
     if (!r) return FL_ENOMEM;
     int st = copy_eps(s->worker_endpoints, s->n_worker_endpoints, "worker_endpoints", &r->workers, &r->nworkers);
-    if (st == FL_OK) st = copy_eps(s->server_endpoints, s->n_server_endpoints, "server_endpoints", &r->servers, &r->nservers);
+    if (st == FL_OK)
+        st = copy_eps(s->server_endpoints, s->n_server_endpoints, "server_endpoints", &r->servers, &r->nservers);
     if (st != FL_OK) goto fail;
     if (s->role != FLEET_ROLE_WORKER && s->role != FLEET_ROLE_SERVER) {
-        st = fl__err(FL_EINVAL, "UserDefinedRoleMaker: role %d is invalid: expected FLEET_ROLE_WORKER or FLEET_ROLE_SERVER", (int)s->role);
+        st = fl__err(FL_EINVAL, "UserDefinedRoleMaker: role %d is invalid: expected FLEET_ROLE_WORKER or FLEET_ROLE_SERVER",
+                     (int)s->role);
         goto fail;
     }
     r->kind = s->role;
     r->worker_num = s->worker_num ? s->worker_num : r->nworkers;
     if (r->worker_num < 1 || (r->nworkers && r->worker_num != r->nworkers)) {
-        st = fl__err(FL_EINVAL, "UserDefinedRoleMaker: worker_num %d is invalid: expected a positive count matching the %d worker endpoints",
-                     s->worker_num, r->nworkers);
+        st = fl__err(
+            FL_EINVAL,
+            "UserDefinedRoleMaker: worker_num %d is invalid: expected a positive count matching the %d worker endpoints",
+            s->worker_num, r->nworkers);
         goto fail;
     }
     if (s->is_collective) {
@@ -316,10 +323,8 @@ int fleet_role_user_defined(const fleet_user_role *s, fleet_role **out)
                      s->role == FLEET_ROLE_SERVER ? "server" : "worker");
         goto fail;
     }
-    if (s->role == FLEET_ROLE_SERVER)
-        r->server_index = s->current_id;
-    else
-        r->worker_index = s->current_id;
+    if (s->role == FLEET_ROLE_SERVER) r->server_index = s->current_id;
+    else r->worker_index = s->current_id;
     r->distributed = r->worker_num > 1 || r->nservers > 0;
     *out = r;
     return FL_OK;

@@ -62,14 +62,17 @@ int fleet_role_from_env(int is_collective, fleet_role **out)
     const char *name, *why;
     int (*make)(int, fleet_role **);
     if (paddle) {
-        name = "PaddleCloudRoleMaker", why = "Paddle's launcher variables are set (PADDLE_TRAINER_ENDPOINTS, "
-                                            "PADDLE_PSERVERS_IP_PORT_LIST or TRAINING_ROLE)", make = paddle_role;
+        name = "PaddleCloudRoleMaker",
+        why = "Paddle's launcher variables are set (PADDLE_TRAINER_ENDPOINTS, "
+              "PADDLE_PSERVERS_IP_PORT_LIST or TRAINING_ROLE)",
+        make = paddle_role;
     } else if (torch) {
         name = "torchrun", why = "RANK or WORLD_SIZE is set (torchrun, Kubernetes PyTorchJob)", make = fl__role_torchrun;
     } else if (ompi) {
         name = "MPI", why = "OMPI_COMM_WORLD_SIZE is set (Open MPI's mpirun)", make = fleet_role_mpi;
     } else if (slurm && pmi_outside) {
-        name = "MPI", why = "PMI_SIZE differs from SLURM_NTASKS (an MPI launcher inside a Slurm allocation)", make = fleet_role_mpi;
+        name = "MPI", why = "PMI_SIZE differs from SLURM_NTASKS (an MPI launcher inside a Slurm allocation)",
+        make = fleet_role_mpi;
     } else if (slurm) {
         name = "Slurm", why = "SLURM_PROCID and SLURM_STEP_ID are set (an srun step)", make = fleet_role_slurm;
     } else if (pmi) {
@@ -79,7 +82,8 @@ int fleet_role_from_env(int is_collective, fleet_role **out)
         const char *job = NULL;
         fl__env_str("SLURM_JOB_ID", NULL, &job);
         if (job)
-            FL_INFO(FL_SUB_FLEET, "inside Slurm job %s but not in an srun step: start the program with srun to use every task", job);
+            FL_INFO(FL_SUB_FLEET,
+                    "inside Slurm job %s but not in an srun step: start the program with srun to use every task", job);
     }
     int others = (paddle + torch + ompi + slurm + pmi) - 1;
     FL_INFO(FL_SUB_FLEET, "role maker: %s, because %s%s", name, why,

@@ -27,8 +27,7 @@ int fl__role_env_required(const char *name, const char *form, const char **out);
  * Parameter-server roles: `server_of(task)` says whether a task is a server; servers and
  * workers are numbered in task order among their kind.  distributed is set when there is
  * more than one task. */
-int fl__role_from_tasks(fleet_role *r, char *const *eps, int n, int rank, int (*server_of)(int task, void *arg),
-                        void *arg);
+int fl__role_from_tasks(fleet_role *r, char *const *eps, int n, int rank, int (*server_of)(int task, void *arg), void *arg);
 
 /* The error of a parameter-server program (fleet_init) started by a launcher of collective
  * jobs with `n` processes: names the launcher's variables and how to start servers. */

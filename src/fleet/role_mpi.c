@@ -105,7 +105,8 @@ static int acquire(fleet_role *r)
             mpi_pid = getpid();
             if (!registered) registered = atexit(at_exit) == 0;
             if (provided < MPI_THREAD_SERIALIZED)
-                FL_WARN(FL_SUB_FLEET, "MPI provides thread level %d only: free the fleet from the thread that made the role", provided);
+                FL_WARN(FL_SUB_FLEET,
+                        "MPI provides thread level %d only: free the fleet from the thread that made the role", provided);
         }
     }
     if (st == FL_OK) {
@@ -132,17 +133,21 @@ static int resolve_host(const char *name, char *out, size_t cap)
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     int rc = getaddrinfo(name, NULL, &hints, &res);
-    if (rc != 0) return fl__err(FL_EIO, "fleet_role_mpi: cannot resolve this host's name '%s': %s: set FLEET_MPI_HOST", name, gai_strerror(rc));
+    if (rc != 0)
+        return fl__err(FL_EIO, "fleet_role_mpi: cannot resolve this host's name '%s': %s: set FLEET_MPI_HOST", name,
+                       gai_strerror(rc));
     int st = FL_ENOTFOUND;
     for (struct addrinfo *a = res; a && st != FL_OK; a = a->ai_next) {
-        int loop = a->ai_family == AF_INET ? (ntohl(((struct sockaddr_in *)a->ai_addr)->sin_addr.s_addr) >> 24) == 127
-                                           : a->ai_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr);
+        int loop = a->ai_family == AF_INET
+                       ? (ntohl(((struct sockaddr_in *)a->ai_addr)->sin_addr.s_addr) >> 24) == 127
+                       : a->ai_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr);
         if (!loop && getnameinfo(a->ai_addr, a->ai_addrlen, out, (socklen_t)cap, NULL, 0, NI_NUMERICHOST) == 0) st = FL_OK;
     }
     freeaddrinfo(res);
     if (st != FL_OK)
-        return fl__err(FL_ENOTFOUND, "fleet_role_mpi: this host's name '%s' resolves only to loopback addresses while the ranks "
-                                     "run on several hosts: set FLEET_MPI_HOST to an address of this node that the others reach",
+        return fl__err(FL_ENOTFOUND,
+                       "fleet_role_mpi: this host's name '%s' resolves only to loopback addresses while the ranks "
+                       "run on several hosts: set FLEET_MPI_HOST to an address of this node that the others reach",
                        name);
     return FL_OK;
 }
@@ -194,7 +199,8 @@ static int make_role(fleet_role *r, MPI_Comm comm, int rank, int size)
     if (st == FL_OK) st = fl__role_from_tasks(r, eps, size, rank, even_is_server, NULL);
     if (st == FL_OK)
         FL_INFO(FL_SUB_FLEET, "MPI rank %d of %d listens on %s: %s %d", rank, size, mine,
-                r->kind == FLEET_ROLE_SERVER ? "server" : "worker", r->kind == FLEET_ROLE_SERVER ? r->server_index : r->worker_index);
+                r->kind == FLEET_ROLE_SERVER ? "server" : "worker",
+                r->kind == FLEET_ROLE_SERVER ? r->server_index : r->worker_index);
     free(eps);
     free(all);
     return st;
@@ -212,8 +218,9 @@ static int check_launcher(int size)
         if (!v) continue;
         FL_CHECK(fl__env_int(names[i], 1, 1, INT32_MAX, &n));
         if (n != size)
-            return fl__err(FL_EINVAL, "fleet_role_mpi: MPI_COMM_WORLD has %d rank%s but the launcher started %s=%lld processes: "
-                                      "start the program with the mpirun of the MPI it was built with (Open MPI)",
+            return fl__err(FL_EINVAL,
+                           "fleet_role_mpi: MPI_COMM_WORLD has %d rank%s but the launcher started %s=%lld processes: "
+                           "start the program with the mpirun of the MPI it was built with (Open MPI)",
                            size, size == 1 ? "" : "s", names[i], (long long)n);
     }
     return FL_OK;
@@ -229,7 +236,8 @@ int fleet_role_mpi(int is_collective, fleet_role **out)
     int rank = 0, size = 1;
     int st = acquire(r);
     /* a private communicator whose errors come back as codes instead of aborting the job */
-    if (st == FL_OK && MPI_Comm_dup(MPI_COMM_WORLD, &comm) != MPI_SUCCESS) st = fl__err(FL_EIO, "fleet_role_mpi: MPI_Comm_dup failed");
+    if (st == FL_OK && MPI_Comm_dup(MPI_COMM_WORLD, &comm) != MPI_SUCCESS)
+        st = fl__err(FL_EIO, "fleet_role_mpi: MPI_Comm_dup failed");
     if (st == FL_OK) {
         MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
         MPI_Comm_rank(comm, &rank);
@@ -237,8 +245,9 @@ int fleet_role_mpi(int is_collective, fleet_role **out)
         st = check_launcher(size);
     }
     if (st == FL_OK && !is_collective && size > 1 && size % 2)
-        st = fl__err(FL_EINVAL, "fleet_role_mpi: parameter-server mode (MPISymetricRoleMaker) needs an even number of ranks, "
-                                "one server and one worker per node (even ranks serve), but mpirun started %d",
+        st = fl__err(FL_EINVAL,
+                     "fleet_role_mpi: parameter-server mode (MPISymetricRoleMaker) needs an even number of ranks, "
+                     "one server and one worker per node (even ranks serve), but mpirun started %d",
                      size);
     if (st == FL_OK && size > 1) st = make_role(r, comm, rank, size);
     if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);

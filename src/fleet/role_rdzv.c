@@ -50,11 +50,13 @@ static int recv_text(fl_net_conn *c, uint16_t type, uint64_t max, uint64_t dl, c
     fl_net_frame h;
     FL_CHECK(fl_net_recv_frame_header(c, max, &h, dl));
     if (h.type != type)
-        return fl__err(FL_EPROTO, "rendezvous: %s sent a message of type %u, expected %u", fl_net_conn_label(c), h.type, type);
+        return fl__err(FL_EPROTO, "rendezvous: %s sent a message of type %u, expected %u", fl_net_conn_label(c), h.type,
+                       type);
     char *b = malloc(h.len + 1);
     if (!b) return fl__err(FL_ENOMEM, "rendezvous: out of memory");
     int st = fl_net_recv_all(c, b, h.len, dl);
-    if (st == FL_OK && memchr(b, 0, h.len)) st = fl__err(FL_EPROTO, "rendezvous: %s sent a malformed message", fl_net_conn_label(c));
+    if (st == FL_OK && memchr(b, 0, h.len))
+        st = fl__err(FL_EPROTO, "rendezvous: %s sent a malformed message", fl_net_conn_label(c));
     if (st != FL_OK) {
         free(b);
         return st;
@@ -72,21 +74,23 @@ static int local_host(fl_net_conn *c, char *out, size_t cap, int *v6)
     if (getsockname(fl_net_conn_fd(c), (struct sockaddr *)&ss, &sl) != 0)
         return fl__err(FL_EIO, "rendezvous: cannot read the local address of the connection to %s", fl_net_conn_label(c));
     *v6 = ss.ss_family == AF_INET6;
-    const void *a = *v6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
-    if (!inet_ntop(ss.ss_family, a, out, (socklen_t)cap)) return fl__err(FL_EIO, "rendezvous: cannot format the local address");
+    const void *a = *v6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+                        : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
+    if (!inet_ntop(ss.ss_family, a, out, (socklen_t)cap))
+        return fl__err(FL_EIO, "rendezvous: cannot format the local address");
     return FL_OK;
 }
 
-static int join(int rank, int world, const char *host, int port, const fl_net_auth *a, uint64_t dl, char **list,
-                char *mine, size_t mine_cap)
+static int join(int rank, int world, const char *host, int port, const fl_net_auth *a, uint64_t dl, char **list, char *mine,
+                size_t mine_cap)
 {
     fl_net_conn *c = NULL;
     fl_net_listener *l = NULL;
     char *text = NULL;
     int st = fl_net_connect(host, port, a, dl, &c);
     if (st != FL_OK)
-        return fl__err(st, "rendezvous: rank %d cannot reach rank 0 at %s:%d (MASTER_ADDR, FLEET_RENDEZVOUS_PORT): %s", rank, host,
-                       port, fl_last_error());
+        return fl__err(st, "rendezvous: rank %d cannot reach rank 0 at %s:%d (MASTER_ADDR, FLEET_RENDEZVOUS_PORT): %s",
+                       rank, host, port, fl_last_error());
     char label[FL_NET_HOST_MAX + 32], me[INET6_ADDRSTRLEN + 2], msg[RDZV_EP_MAX + 16];
     snprintf(label, sizeof label, "rank 0 (%s:%d)", host, port);
     fl_net_conn_set_label(c, label);
@@ -123,8 +127,9 @@ static int lead(int world, const char *host, int port, const fl_net_auth *a, uin
     }
     st = fl_net_listen(host, port, &rl);
     if (st != FL_OK) {
-        st = fl__err(st, "rendezvous: rank 0 cannot listen on MASTER_ADDR:%d (%s): %s; MASTER_ADDR must be this host "
-                         "and the port free (set FLEET_RENDEZVOUS_PORT)",
+        st = fl__err(st,
+                     "rendezvous: rank 0 cannot listen on MASTER_ADDR:%d (%s): %s; MASTER_ADDR must be this host "
+                     "and the port free (set FLEET_RENDEZVOUS_PORT)",
                      port, host, fl_last_error());
         goto out;
     }
@@ -142,8 +147,9 @@ static int lead(int world, const char *host, int port, const fl_net_auth *a, uin
             fl_buf m = {0};
             for (int r = 1, k = 0; r < world && k < 8; r++)
                 if (!eps[r]) fl__buf_printf(&m, "%s%d", k++ ? ", " : "", r);
-            st = fl__err(FL_ETIMEDOUT, "rendezvous: rank 0 (%s:%d) heard from %d of %d ranks before the deadline "
-                                       "(FLEET_RENDEZVOUS_TIMEOUT_MS); missing ranks: %s%s",
+            st = fl__err(FL_ETIMEDOUT,
+                         "rendezvous: rank 0 (%s:%d) heard from %d of %d ranks before the deadline "
+                         "(FLEET_RENDEZVOUS_TIMEOUT_MS); missing ranks: %s%s",
                          host, port, got, world, m.p ? m.p : "?", world - got > 8 ? ", ..." : "");
             fl__buf_free(&m);
             goto out;
@@ -162,8 +168,10 @@ static int lead(int world, const char *host, int port, const fl_net_auth *a, uin
             continue;
         }
         if (r < 1 || r >= world || eps[r]) {
-            st = fl__err(FL_EPROTO, "rendezvous: %s: rank %d is %s", label, r, r >= 1 && r < world ? "already taken (two processes "
-                         "with the same RANK)" : "out of range for WORLD_SIZE");
+            st = fl__err(FL_EPROTO, "rendezvous: %s: rank %d is %s", label, r,
+                         r >= 1 && r < world ? "already taken (two processes "
+                                               "with the same RANK)"
+                                             : "out of range for WORLD_SIZE");
             fl_net_conn_free(c);
             goto out;
         }

@@ -63,7 +63,8 @@ static int port_base(slurm_job *j, int max_local)
         FL_CHECK(fl__env_int("SLURM_STEP_ID", 0, 0, UINT32_MAX, &step));
         base = 20000 + (int64_t)(((uint64_t)job * 97u + (uint64_t)step * 1009u) % 20000u);
         if (base + max_local - 1 > 65535)
-            return fl__err(FL_EINVAL, "Slurm role maker: %d tasks on one node do not fit above port %lld: set FLEET_SLURM_PORT_BASE",
+            return fl__err(FL_EINVAL,
+                           "Slurm role maker: %d tasks on one node do not fit above port %lld: set FLEET_SLURM_PORT_BASE",
                            max_local, (long long)base);
     }
     j->port_base = (int)base;
@@ -74,17 +75,26 @@ static int read_job(slurm_job *j)
 {
     const char *s, *name;
     FL_CHECK(first_set((const char *[]){"SLURM_NTASKS", "SLURM_NPROCS", NULL}, &name, &s));
-    if (!name) return fl__err(FL_EINVAL, "Slurm role maker: SLURM_NTASKS is not set: expected the number of tasks of the srun step");
+    if (!name)
+        return fl__err(FL_EINVAL,
+                       "Slurm role maker: SLURM_NTASKS is not set: expected the number of tasks of the srun step");
     FL_CHECK(fl__env_int(name, 1, 1, FL_HOSTLIST_MAX * 64, &j->ntasks));
-    FL_CHECK(fl__role_env_required("SLURM_PROCID", "this task's rank in [0, SLURM_NTASKS) (start the program with srun)", &s));
+    FL_CHECK(
+        fl__role_env_required("SLURM_PROCID", "this task's rank in [0, SLURM_NTASKS) (start the program with srun)", &s));
     FL_CHECK(fl__env_int("SLURM_PROCID", 0, 0, j->ntasks - 1, &j->procid));
-    FL_CHECK(first_set((const char *[]){"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST", NULL}, &j->nodes_var, &s));
-    if (!j->nodes_var) return fl__err(FL_EINVAL, "Slurm role maker: SLURM_STEP_NODELIST is not set: expected the step's node list (start the program with srun)");
+    FL_CHECK(first_set((const char *[]){"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST", NULL}, &j->nodes_var,
+                       &s));
+    if (!j->nodes_var)
+        return fl__err(
+            FL_EINVAL,
+            "Slurm role maker: SLURM_STEP_NODELIST is not set: expected the step's node list (start the program with srun)");
     char what[96];
     snprintf(what, sizeof what, "environment variable %s", j->nodes_var);
     FL_CHECK(fl__hostlist_expand(s, what, &j->nodes, &j->nnodes));
     FL_CHECK(first_set((const char *[]){"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", NULL}, &j->tpn_var, &s));
-    if (!j->tpn_var) return fl__err(FL_EINVAL, "Slurm role maker: SLURM_STEP_TASKS_PER_NODE is not set: expected tasks per node such as 2(x3),1");
+    if (!j->tpn_var)
+        return fl__err(FL_EINVAL,
+                       "Slurm role maker: SLURM_STEP_TASKS_PER_NODE is not set: expected tasks per node such as 2(x3),1");
     snprintf(what, sizeof what, "environment variable %s", j->tpn_var);
     FL_CHECK(fl__slurm_tasks_per_node(s, what, &j->tpn, &j->ntpn));
     if (j->ntpn != j->nnodes)
@@ -93,8 +103,8 @@ static int read_job(slurm_job *j)
     int64_t sum = 0;
     for (int i = 0; i < j->ntpn; i++) sum += j->tpn[i];
     if (sum != j->ntasks)
-        return fl__err(FL_EINVAL, "Slurm role maker: %s adds up to %lld tasks but SLURM_NTASKS=%lld", j->tpn_var, (long long)sum,
-                       (long long)j->ntasks);
+        return fl__err(FL_EINVAL, "Slurm role maker: %s adds up to %lld tasks but SLURM_NTASKS=%lld", j->tpn_var,
+                       (long long)sum, (long long)j->ntasks);
     return FL_OK;
 }
 
@@ -104,13 +114,16 @@ static int check_place(const slurm_job *j, int node, int local)
     int64_t v;
     FL_CHECK(fl__env_int("SLURM_LOCALID", local, 0, INT32_MAX, &v));
     if (v != local)
-        return fl__err(FL_EINVAL, "Slurm role maker: SLURM_LOCALID=%lld but task %lld is task %d of node %s in the block layout of %s: "
-                                  "start the tasks with srun's default --distribution=block",
-                       (long long)v, (long long)j->procid, local, j->nodes[node], j->tpn_var);
+        return fl__err(
+            FL_EINVAL,
+            "Slurm role maker: SLURM_LOCALID=%lld but task %lld is task %d of node %s in the block layout of %s: "
+            "start the tasks with srun's default --distribution=block",
+            (long long)v, (long long)j->procid, local, j->nodes[node], j->tpn_var);
     FL_CHECK(fl__env_int("SLURM_NODEID", node, 0, INT32_MAX, &v));
     if (v != node)
-        return fl__err(FL_EINVAL, "Slurm role maker: SLURM_NODEID=%lld but task %lld is on node %d (%s) in the block layout of %s: "
-                                  "start the tasks with srun's default --distribution=block",
+        return fl__err(FL_EINVAL,
+                       "Slurm role maker: SLURM_NODEID=%lld but task %lld is on node %d (%s) in the block layout of %s: "
+                       "start the tasks with srun's default --distribution=block",
                        (long long)v, (long long)j->procid, node, j->nodes[node], j->tpn_var);
     return FL_OK;
 }
@@ -124,8 +137,9 @@ static int make_role(slurm_job *j, fleet_role *r)
         const char *k;
         FL_CHECK(fl__env_str("FLEET_SLURM_SERVERS", NULL, &k));
         if (!k && j->ntasks > 1)
-            return fl__role_ps_as_collective("srun, SLURM_NTASKS", (int)j->ntasks,
-                                             "set FLEET_SLURM_SERVERS=K: the first K of the SLURM_NTASKS tasks become servers");
+            return fl__role_ps_as_collective(
+                "srun, SLURM_NTASKS", (int)j->ntasks,
+                "set FLEET_SLURM_SERVERS=K: the first K of the SLURM_NTASKS tasks become servers");
         if (!k) return FL_OK; /* one task: the local fallback */
         if (j->ntasks < 2)
             return fl__err(FL_EINVAL, "Slurm role maker: FLEET_SLURM_SERVERS is set but the step has one task: "
@@ -152,7 +166,8 @@ static int make_role(slurm_job *j, fleet_role *r)
     fl__free_strv(eps, (int)j->ntasks);
     if (st == FL_OK)
         FL_INFO(FL_SUB_FLEET, "Slurm task %lld of %lld on %s (local %d), port base %d: %s %d", (long long)j->procid,
-                (long long)j->ntasks, j->nodes[node], local, j->port_base, r->kind == FLEET_ROLE_SERVER ? "server" : "worker",
+                (long long)j->ntasks, j->nodes[node], local, j->port_base,
+                r->kind == FLEET_ROLE_SERVER ? "server" : "worker",
                 r->kind == FLEET_ROLE_SERVER ? r->server_index : r->worker_index);
     return st;
 }

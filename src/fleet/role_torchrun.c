@@ -37,22 +37,26 @@ static int read_job(tr_job *j)
     FL_CHECK(fl__role_env_required("MASTER_PORT", "a port of rank 0's host (torchrun sets it)", &s));
     FL_CHECK(fl__env_int("MASTER_PORT", 0, 1, 65535, &j->mport));
     if (strlen(j->maddr) >= FL_NET_HOST_MAX || strchr(j->maddr, ',') || strchr(j->maddr, ' '))
-        return fl__err(FL_EINVAL, "environment variable MASTER_ADDR='%s' is invalid: expected one host name or address", j->maddr);
+        return fl__err(FL_EINVAL, "environment variable MASTER_ADDR='%s' is invalid: expected one host name or address",
+                       j->maddr);
     FL_CHECK(fl__env_str("LOCAL_RANK", NULL, &lr));
     FL_CHECK(fl__env_str("LOCAL_WORLD_SIZE", NULL, &lw));
     if (!lr != !lw)
-        return fl__err(FL_EINVAL, "torchrun role maker: %s is set but %s is not: set both (torchrun does) or neither "
-                                  "(one process per node)",
+        return fl__err(FL_EINVAL,
+                       "torchrun role maker: %s is set but %s is not: set both (torchrun does) or neither "
+                       "(one process per node)",
                        lr ? "LOCAL_RANK" : "LOCAL_WORLD_SIZE", lr ? "LOCAL_WORLD_SIZE" : "LOCAL_RANK");
     FL_CHECK(fl__env_int("LOCAL_WORLD_SIZE", 1, 1, j->world, &j->lws));
     FL_CHECK(fl__env_int("LOCAL_RANK", 0, 0, j->lws - 1, &j->local));
     if (j->world % j->lws)
-        return fl__err(FL_EINVAL, "torchrun role maker: WORLD_SIZE=%lld is not a multiple of LOCAL_WORLD_SIZE=%lld: "
-                                  "every node must run the same number of processes",
+        return fl__err(FL_EINVAL,
+                       "torchrun role maker: WORLD_SIZE=%lld is not a multiple of LOCAL_WORLD_SIZE=%lld: "
+                       "every node must run the same number of processes",
                        (long long)j->world, (long long)j->lws);
     if (j->local != j->rank % j->lws)
-        return fl__err(FL_EINVAL, "torchrun role maker: LOCAL_RANK=%lld but RANK=%lld with LOCAL_WORLD_SIZE=%lld gives %lld: "
-                                  "expected the ranks of a node to be consecutive",
+        return fl__err(FL_EINVAL,
+                       "torchrun role maker: LOCAL_RANK=%lld but RANK=%lld with LOCAL_WORLD_SIZE=%lld gives %lld: "
+                       "expected the ranks of a node to be consecutive",
                        (long long)j->local, (long long)j->rank, (long long)j->lws, (long long)(j->rank % j->lws));
     return FL_OK;
 }
@@ -63,8 +67,9 @@ static int fixed_endpoints(const tr_job *j, const char *hosts_s, char ***out)
     int64_t nnodes = j->world / j->lws, base;
     FL_CHECK(fl__env_int("FLEET_TORCHRUN_PORT_BASE", j->mport + 1, 1, 65535 - j->lws + 1, &base));
     if (base + j->lws - 1 > 65535)
-        return fl__err(FL_EINVAL, "torchrun role maker: %lld processes per node do not fit above port %lld: "
-                                  "set FLEET_TORCHRUN_PORT_BASE",
+        return fl__err(FL_EINVAL,
+                       "torchrun role maker: %lld processes per node do not fit above port %lld: "
+                       "set FLEET_TORCHRUN_PORT_BASE",
                        (long long)j->lws, (long long)base);
     char **hosts = NULL;
     int nh = 0, st = FL_OK;
@@ -78,15 +83,17 @@ static int fixed_endpoints(const tr_job *j, const char *hosts_s, char ***out)
         for (int i = 0; i < nh && st == FL_OK; i++) {
             size_t len = strcspn(p, ",");
             if (len == 0 || len >= FL_NET_HOST_MAX || memchr(p, ' ', len) || (memchr(p, ':', len) && p[0] != '['))
-                st = fl__err(FL_EINVAL, "environment variable FLEET_WORKER_HOSTS='%s': entry %d is not a host: "
-                                        "expected one host name or address per node, e.g. node1,node2", hosts_s, i);
-            else if (!(hosts[i] = strndup(p, len)))
-                st = fl__err(FL_ENOMEM, "out of memory");
+                st = fl__err(FL_EINVAL,
+                             "environment variable FLEET_WORKER_HOSTS='%s': entry %d is not a host: "
+                             "expected one host name or address per node, e.g. node1,node2",
+                             hosts_s, i);
+            else if (!(hosts[i] = strndup(p, len))) st = fl__err(FL_ENOMEM, "out of memory");
             p += len + 1;
         }
         if (st == FL_OK && nh != nnodes)
-            st = fl__err(FL_EINVAL, "environment variable FLEET_WORKER_HOSTS lists %d hosts but WORLD_SIZE=%lld / "
-                                    "LOCAL_WORLD_SIZE=%lld makes %lld nodes",
+            st = fl__err(FL_EINVAL,
+                         "environment variable FLEET_WORKER_HOSTS lists %d hosts but WORLD_SIZE=%lld / "
+                         "LOCAL_WORLD_SIZE=%lld makes %lld nodes",
                          nh, (long long)j->world, (long long)j->lws, (long long)nnodes);
     }
     char **eps = st == FL_OK ? calloc((size_t)j->world, sizeof *eps) : NULL;
@@ -114,9 +121,10 @@ static int rendezvous_endpoints(const tr_job *j, char ***out)
     fl_net_secret sec;
     int st = fl_net_secret_from_env(&sec);
     if (st == FL_ENOTFOUND)
-        return fl__err(FL_EINVAL, "torchrun role maker: %lld nodes without FLEET_WORKER_HOSTS meet at a rendezvous at %s:%lld, "
-                                  "which needs the job secret: export FLEET_JOB_SECRET (hex) or FLEET_JOB_SECRET_FILE to "
-                                  "every process (e.g. from a Kubernetes Secret), or set FLEET_WORKER_HOSTS",
+        return fl__err(FL_EINVAL,
+                       "torchrun role maker: %lld nodes without FLEET_WORKER_HOSTS meet at a rendezvous at %s:%lld, "
+                       "which needs the job secret: export FLEET_JOB_SECRET (hex) or FLEET_JOB_SECRET_FILE to "
+                       "every process (e.g. from a Kubernetes Secret), or set FLEET_WORKER_HOSTS",
                        (long long)(j->world / j->lws), j->maddr, (long long)port);
     if (st != FL_OK) return st;
     st = fl__rdzv_endpoints(j->maddr, (int)port, (int)j->rank, (int)j->world, &sec, timeout, out);
@@ -130,10 +138,11 @@ static int make_role(fleet_role *r)
     FL_CHECK(read_job(&j));
     if (!r->is_collective) {
         if (j.world > 1)
-            return fl__role_ps_as_collective("torchrun / PyTorchJob, WORLD_SIZE", (int)j.world,
-                                             "torchrun and PyTorchJob start collective jobs only: start a parameter-server "
-                                             "program with fleetrun --server_num S --worker_num W, srun with FLEET_SLURM_SERVERS, "
-                                             "mpirun, or a PaddleJob");
+            return fl__role_ps_as_collective(
+                "torchrun / PyTorchJob, WORLD_SIZE", (int)j.world,
+                "torchrun and PyTorchJob start collective jobs only: start a parameter-server "
+                "program with fleetrun --server_num S --worker_num W, srun with FLEET_SLURM_SERVERS, "
+                "mpirun, or a PaddleJob");
         return FL_OK;
     }
     const char *hosts;

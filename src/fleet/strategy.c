@@ -37,7 +37,8 @@ static const field fields[] = {
      * CPU_NUM (default 1); a queue of 16 lets gradients go 16 steps stale (docs/trainer.md) */
     {"a_sync_configs.send_queue_size", F_INT, FO(a_sync_configs.send_queue_size), 1, 1, 1, NULL},
     {"a_sync_configs.independent_recv_thread", F_BOOL, FO(a_sync_configs.independent_recv_thread), 0, 1, 0, NULL},
-    {"a_sync_configs.min_send_grad_num_before_recv", F_INT, FO(a_sync_configs.min_send_grad_num_before_recv), 1, 1, 1, NULL},
+    {"a_sync_configs.min_send_grad_num_before_recv", F_INT, FO(a_sync_configs.min_send_grad_num_before_recv), 1, 1, 1,
+     NULL},
     {"a_sync_configs.thread_pool_size", F_INT, FO(a_sync_configs.thread_pool_size), 1, 1, 1, NULL},
     {"a_sync_configs.send_wait_times", F_INT, FO(a_sync_configs.send_wait_times), 1, 1, 1, NULL},
     {"a_sync_configs.runtime_split_send_recv", F_BOOL, FO(a_sync_configs.runtime_split_send_recv), 0, 1, 0, NULL},
@@ -46,18 +47,22 @@ static const field fields[] = {
     {"localsgd_configs.k_steps", F_I64, FO(localsgd_configs.k_steps), 1, 1, 1, NULL},
     {"localsgd_configs.begin_step", F_I64, FO(localsgd_configs.begin_step), 1, 1, 1, NULL},
     {"adaptive_localsgd", F_BOOL, FO(adaptive_localsgd), 0, 0, 0, "adaptive LocalSGD is not implemented; use localsgd"},
-    {"adaptive_localsgd_configs.init_k_steps", F_I64, FO(adaptive_localsgd_configs.init_k_steps), 1, 0, 1, "adaptive LocalSGD is not implemented"},
-    {"adaptive_localsgd_configs.begin_step", F_I64, FO(adaptive_localsgd_configs.begin_step), 1, 0, 1, "adaptive LocalSGD is not implemented"},
+    {"adaptive_localsgd_configs.init_k_steps", F_I64, FO(adaptive_localsgd_configs.init_k_steps), 1, 0, 1,
+     "adaptive LocalSGD is not implemented"},
+    {"adaptive_localsgd_configs.begin_step", F_I64, FO(adaptive_localsgd_configs.begin_step), 1, 0, 1,
+     "adaptive LocalSGD is not implemented"},
     {"gradient_merge", F_BOOL, FO(gradient_merge), 0, 1, 0, NULL},
     {"gradient_merge_configs.k_steps", F_I64, FO(gradient_merge_configs.k_steps), 1, 1, 1, NULL},
     {"gradient_merge_configs.avg", F_BOOL, FO(gradient_merge_configs.avg), 1, 1, 0, NULL},
     {"amp", F_BOOL, FO(amp), 0, 0, 0, "AMP (mixed precision) is not implemented yet"},
     {"amp_configs.init_loss_scaling", F_DBL, FO(amp_configs.init_loss_scaling), 32768, 0, 0, "AMP is not implemented yet"},
     {"amp_configs.incr_every_n_steps", F_I64, FO(amp_configs.incr_every_n_steps), 1000, 0, 1, "AMP is not implemented yet"},
-    {"amp_configs.decr_every_n_nan_or_inf", F_I64, FO(amp_configs.decr_every_n_nan_or_inf), 2, 0, 1, "AMP is not implemented yet"},
+    {"amp_configs.decr_every_n_nan_or_inf", F_I64, FO(amp_configs.decr_every_n_nan_or_inf), 2, 0, 1,
+     "AMP is not implemented yet"},
     {"amp_configs.incr_ratio", F_DBL, FO(amp_configs.incr_ratio), 2.0, 0, 0, "AMP is not implemented yet"},
     {"amp_configs.decr_ratio", F_DBL, FO(amp_configs.decr_ratio), 0.8, 0, 0, "AMP is not implemented yet"},
-    {"amp_configs.use_dynamic_loss_scaling", F_BOOL, FO(amp_configs.use_dynamic_loss_scaling), 1, 0, 0, "AMP is not implemented yet"},
+    {"amp_configs.use_dynamic_loss_scaling", F_BOOL, FO(amp_configs.use_dynamic_loss_scaling), 1, 0, 0,
+     "AMP is not implemented yet"},
     {"dgc", F_BOOL, FO(dgc), 0, 0, 0, "DGC (deep gradient compression) is not implemented yet"},
     {"dgc_configs.rampup_begin_step", F_I64, FO(dgc_configs.rampup_begin_step), 0, 0, 0, "DGC is not implemented yet"},
     {"dgc_configs.rampup_step", F_I64, FO(dgc_configs.rampup_step), 1, 0, 1, "DGC is not implemented yet"},
@@ -70,11 +75,14 @@ static const field fields[] = {
     {"elastic", F_BOOL, FO(elastic), 0, 0, 0, "elastic training is not implemented"},
     {"auto", F_BOOL, FO(auto_mode), 0, 0, 0, "auto mode is not implemented"},
     {"sync_batch_norm", F_BOOL, FO(sync_batch_norm), 0, 0, 0, "sync_batch_norm is not implemented"},
-    {"use_hierarchical_allreduce", F_BOOL, FO(use_hierarchical_allreduce), 0, 0, 0, "hierarchical allreduce is not implemented"},
-    {"hierarchical_allreduce_inter_nranks", F_I64, FO(hierarchical_allreduce_inter_nranks), 1, 0, 1, "hierarchical allreduce is not implemented"},
+    {"use_hierarchical_allreduce", F_BOOL, FO(use_hierarchical_allreduce), 0, 0, 0,
+     "hierarchical allreduce is not implemented"},
+    {"hierarchical_allreduce_inter_nranks", F_I64, FO(hierarchical_allreduce_inter_nranks), 1, 0, 1,
+     "hierarchical allreduce is not implemented"},
     {"fuse_all_reduce_ops", F_BOOL, FO(fuse_all_reduce_ops), 1, 1, 0, NULL},
     {"fuse_grad_size_in_MB", F_DBL, FO(fuse_grad_size_in_MB), 32, 1, 0, NULL},
-    {"fuse_grad_size_in_TFLOPS", F_DBL, FO(fuse_grad_size_in_TFLOPS), 50, 0, 0, "fusion by TFLOPS is not implemented; use fuse_grad_size_in_MB"},
+    {"fuse_grad_size_in_TFLOPS", F_DBL, FO(fuse_grad_size_in_TFLOPS), 50, 0, 0,
+     "fusion by TFLOPS is not implemented; use fuse_grad_size_in_MB"},
     {"nccl_comm_num", F_I64, FO(nccl_comm_num), 1, 0, 1, "only one communicator per job is implemented"},
     {"sync_nccl_allreduce", F_BOOL, FO(sync_nccl_allreduce), 1, 0, 0, "allreduce is always synchronous with the step"},
 };
@@ -166,9 +174,10 @@ int fleet_strategy_check(const fleet_strategy *s)
         const field *f = &fields[i];
         double v = get_field(s, f);
         if (!f->impl && v != f->def)
-            return fl__err(FL_EUNSUPPORTED, "strategy field '%s' is set to %g but %s; leave it at its default (%g)", f->key, v,
-                           f->why, f->def);
-        if (v < f->lo) return fl__err(FL_EINVAL, "strategy field '%s' = %g is out of range: expected >= %g", f->key, v, f->lo);
+            return fl__err(FL_EUNSUPPORTED, "strategy field '%s' is set to %g but %s; leave it at its default (%g)", f->key,
+                           v, f->why, f->def);
+        if (v < f->lo)
+            return fl__err(FL_EINVAL, "strategy field '%s' = %g is out of range: expected >= %g", f->key, v, f->lo);
     }
     if (s->fuse_grad_size_in_MB <= 0)
         return fl__err(FL_EINVAL, "strategy field 'fuse_grad_size_in_MB' = %g must be positive", s->fuse_grad_size_in_MB);
@@ -184,12 +193,9 @@ char *fleet_strategy_to_text(const fleet_strategy *s)
     for (int i = 0; i < NFIELDS; i++) {
         double v = get_field(s, &fields[i]);
         if (v == fields[i].def) continue;
-        if (fields[i].type == F_BOOL)
-            fl__buf_printf(&b, "%s=%s\n", fields[i].key, v ? "true" : "false");
-        else if (fields[i].type == F_DBL)
-            fl__buf_printf(&b, "%s=%.17g\n", fields[i].key, v);
-        else
-            fl__buf_printf(&b, "%s=%lld\n", fields[i].key, (long long)v);
+        if (fields[i].type == F_BOOL) fl__buf_printf(&b, "%s=%s\n", fields[i].key, v ? "true" : "false");
+        else if (fields[i].type == F_DBL) fl__buf_printf(&b, "%s=%.17g\n", fields[i].key, v);
+        else fl__buf_printf(&b, "%s=%lld\n", fields[i].key, (long long)v);
     }
     if (b.failed) {
         fl__buf_free(&b);

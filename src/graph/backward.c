@@ -18,8 +18,8 @@ typedef struct {
 
 struct fl_grad_ctx {
     fl_prog *p;
-    int nfwd;          /* vars that existed before backward */
-    char *needs;       /* needs[idx]: forward var wants a gradient */
+    int nfwd;    /* vars that existed before backward */
+    char *needs; /* needs[idx]: forward var wants a gradient */
     contrib *c;
     int status;
 };
@@ -71,10 +71,8 @@ fl_var *fl__grad_for(fl_grad_ctx *g, fl_var *v)
         return NULL;
     }
     char name[512];
-    if (c->n == 0)
-        snprintf(name, sizeof name, "%s@GRAD", v->name);
-    else
-        snprintf(name, sizeof name, "%s@GRAD@RENAME@%d", v->name, c->n);
+    if (c->n == 0) snprintf(name, sizeof name, "%s@GRAD", v->name);
+    else snprintf(name, sizeof name, "%s@GRAD@RENAME@%d", v->name, c->n);
     if (c->n == c->cap) {
         int nc = c->cap ? c->cap * 2 : 2;
         fl_var **nv = realloc(c->v, (size_t)nc * sizeof *nv);
@@ -125,8 +123,7 @@ int fl_append_backward(fl_var *loss, const char *const *no_grad, int n_no_grad, 
                               "append_backward: loss '%s' must have one element (use mean or reduce_sum), "
                               "its shape has %d dims",
                               loss->name, loss->ndim);
-    fl_grad_ctx g = {p, p->nvars, calloc((size_t)p->nvars + 1, 1), calloc((size_t)p->nvars + 1, sizeof(contrib)),
-                     FL_OK};
+    fl_grad_ctx g = {p, p->nvars, calloc((size_t)p->nvars + 1, 1), calloc((size_t)p->nvars + 1, sizeof(contrib)), FL_OK};
     int nfwd_ops = p->nops, st = FL_OK;
     fl_param_grad *out = NULL;
     int nout = 0;

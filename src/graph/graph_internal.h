@@ -36,10 +36,10 @@ struct fl_var {
     int stop_gradient;
     int is_param;
     int is_data;
-    int is_sparse_grad;  /* gradient variable that holds SelectedRows at run time */
-    float lr_scale;      /* parameters: learning-rate multiplier */
-    float l2_decay;      /* parameters: extra L2 coefficient */
-    int idx;             /* position in prog->vars */
+    int is_sparse_grad; /* gradient variable that holds SelectedRows at run time */
+    float lr_scale;     /* parameters: learning-rate multiplier */
+    float l2_decay;     /* parameters: extra L2 coefficient */
+    int idx;            /* position in prog->vars */
 };
 
 typedef enum { FL_ATTR_INT, FL_ATTR_FLOAT, FL_ATTR_STR, FL_ATTR_INTS, FL_ATTR_FLOATS } fl_attr_type;
@@ -50,7 +50,7 @@ typedef struct {
     int64_t i;
     double f;
     char *s;
-    int n;          /* list length */
+    int n; /* list length */
     int64_t *ints;
     float *floats;
 } fl_attr;
@@ -79,27 +79,27 @@ struct fl_prog {
     int nvars, cap_vars;
     fl_op **ops;
     int nops, cap_ops;
-    fl_prog *startup;    /* owned; NULL for a startup program */
-    fl_prog *main;       /* for a startup program: its main program */
+    fl_prog *startup; /* owned; NULL for a startup program */
+    fl_prog *main;    /* for a startup program: its main program */
     uint64_t seed;
-    uint64_t version;    /* bumped on every change; executors re-plan on change */
+    uint64_t version; /* bumped on every change; executors re-plan on change */
     int status;
     char err[512];
-    fl_strmap names;     /* name -> var index */
-    fl_strmap uniq;      /* prefix -> next counter for unique names */
-    int cur_role;        /* role of ops appended now */
+    fl_strmap names; /* name -> var index */
+    fl_strmap uniq;  /* prefix -> next counter for unique names */
+    int cur_role;    /* role of ops appended now */
 };
 
 /* ---- kernel context ----------------------------------------------------------------- */
 
 typedef struct fl_kctx {
     const fl_op *op;
-    fl_tensor **in[FL_OP_MAX_SLOTS];  /* in[slot][k] */
+    fl_tensor **in[FL_OP_MAX_SLOTS]; /* in[slot][k] */
     int nin[FL_OP_MAX_SLOTS];
     fl_tensor **out[FL_OP_MAX_SLOTS];
     int nout[FL_OP_MAX_SLOTS];
-    void **state;    /* per-op, per-executor state slot (kernels may malloc; freed with free()) */
-    uint64_t step;   /* how many times this executor has run this program before */
+    void **state;  /* per-op, per-executor state slot (kernels may malloc; freed with free()) */
+    uint64_t step; /* how many times this executor has run this program before */
 } fl_kctx;
 
 #define FL_IN(c, s) ((c)->nin[s] ? (c)->in[s][0] : NULL)
@@ -116,7 +116,7 @@ fl_var *fl__grad_for(fl_grad_ctx *g, fl_var *v);
 
 struct fl_op_def {
     const char *type;
-    const char *in_names[FL_OP_MAX_SLOTS];  /* NULL-terminated */
+    const char *in_names[FL_OP_MAX_SLOTS]; /* NULL-terminated */
     const char *out_names[FL_OP_MAX_SLOTS];
     /* Build time: validate inputs and set output var dtype/shape.  Return status; use
      * fl__op_error() for messages (names the op and the variable). */
@@ -140,7 +140,9 @@ typedef struct {
 } fl_io;
 /* One-variable slot.  The compound literal lives until the end of the enclosing block:
  * never use it as the body of an unbraced if/for whose result is used afterwards. */
+/* clang-format off */
 #define FL_IO1(slot, v) {(slot), (fl_var *const[]){(v)}, 1}
+/* clang-format on */
 
 /* Building an op is two calls: fl__op_new() checks that the type exists, that every slot
  * name is known to the op and that every var belongs to p, and appends the op (role =
@@ -150,8 +152,7 @@ typedef struct {
  * with the program error set.  fl__op_append() = new + finish for ops without attrs. */
 fl_op *fl__op_new(fl_prog *p, const char *type, const fl_io *ins, int nins, const fl_io *outs, int nouts);
 int fl__op_finish(fl_op *op);
-fl_op *fl__op_append(fl_prog *p, const char *type, const fl_io *ins, int nins, const fl_io *outs,
-                     int nouts);
+fl_op *fl__op_append(fl_prog *p, const char *type, const fl_io *ins, int nins, const fl_io *outs, int nouts);
 /* For gradient makers (defined in backward.c): appends gradient op `type` with the given
  * slots, carrying all of the forward op's attributes (Paddle's default grad maker).
  * Returns the status; on failure the program error names the op. */
@@ -200,13 +201,11 @@ fl_var *fl__tmp_var(fl_prog *p, const char *base, fl_dtype dt, int ndim, const i
 void fl__var_set_shape(fl_var *v, fl_dtype dt, int ndim, const int64_t *shape);
 /* Creates a parameter in p and its copy in p's startup program with an initializer op.
  * fan_in/fan_out are used by Xavier; def_init is used when attr->init is DEFAULT. */
-fl_var *fl__param_create(fl_prog *p, const char *name, int ndim, const int64_t *shape,
-                         const fl_param_attr *attr, fl_initializer def_init, int64_t fan_in,
-                         int64_t fan_out);
+fl_var *fl__param_create(fl_prog *p, const char *name, int ndim, const int64_t *shape, const fl_param_attr *attr,
+                         fl_initializer def_init, int64_t fan_in, int64_t fan_out);
 /* Creates a persistable non-parameter var in p and in its startup program, filled with a
  * constant there (optimizer moments, learning rates, counters). */
-fl_var *fl__persistable_create(fl_prog *p, const char *name, fl_dtype dt, int ndim,
-                               const int64_t *shape, float value);
+fl_var *fl__persistable_create(fl_prog *p, const char *name, fl_dtype dt, int ndim, const int64_t *shape, float value);
 /* Renames v (the new name must be free). */
 int fl__var_rename(fl_var *v, const char *name);
 /* Gets or creates the var of the same name/shape in another program. */
@@ -239,12 +238,12 @@ typedef int (*fl_opt_hook_fn)(void *user, int phase, fl_opt_hook_ctx *ctx);
 int fl__opt_set_hook(fl_opt *o, fl_opt_hook_fn fn, void *user);
 
 /* Op groups (each a NULL-terminated list), registered by graph/registry.c. */
-extern const fl_op_def *const fl__ops_basic[];    /* ops_basic.c: fill, init, mul, add, act, losses core */
-extern const fl_op_def *const fl__ops_nn[];       /* ops_nn.c */
-extern const fl_op_def *const fl__ops_seq[];      /* ops_seq.c: embedding, sequence_pool, concat, reshape */
-extern const fl_op_def *const fl__ops_loss[];     /* ops_loss.c */
-extern const fl_op_def *const fl__ops_metric[];   /* ops_metric.c */
-extern const fl_op_def *const fl__ops_optim[];    /* ops_optim.c */
-extern const fl_op_def *const fl__ops_conv[];     /* ops_conv.c: conv2d, pool2d, batch_norm */
+extern const fl_op_def *const fl__ops_basic[];  /* ops_basic.c: fill, init, mul, add, act, losses core */
+extern const fl_op_def *const fl__ops_nn[];     /* ops_nn.c */
+extern const fl_op_def *const fl__ops_seq[];    /* ops_seq.c: embedding, sequence_pool, concat, reshape */
+extern const fl_op_def *const fl__ops_loss[];   /* ops_loss.c */
+extern const fl_op_def *const fl__ops_metric[]; /* ops_metric.c */
+extern const fl_op_def *const fl__ops_optim[];  /* ops_optim.c */
+extern const fl_op_def *const fl__ops_conv[];   /* ops_conv.c: conv2d, pool2d, batch_norm */
 
 #endif

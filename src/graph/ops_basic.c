@@ -117,8 +117,7 @@ fl_var *fl_layer_data(fl_prog *p, const char *name, int ndim, const int64_t *sha
         return NULL;
     }
     if (!fl_dtype_size(dtype) || lod_level < 0 || lod_level > 1) {
-        fl__prog_error(p, FL_EINVAL, "data '%s': invalid dtype %d or lod_level %d (0 or 1)", name, (int)dtype,
-                       lod_level);
+        fl__prog_error(p, FL_EINVAL, "data '%s': invalid dtype %d or lod_level %d (0 or 1)", name, (int)dtype, lod_level);
         return NULL;
     }
     int64_t s[FL_MAX_DIMS];
@@ -184,7 +183,8 @@ static int infer_fc(fl_op *op)
     int n = op->in[0].n, k = (int)fl__attr_i(op, "num_flatten_dims", 1);
     int64_t size = fl__attr_i(op, "size", 0);
     if (n < 1 || op->in[1].n != n) return fl__op_error(op, "needs as many weights as inputs (%d vs %d)", n, op->in[1].n);
-    if (act_code(fl__attr_s(op, "act", "")) < 0) return fl__op_error(op, "unknown fused activation '%s'", fl__attr_s(op, "act", ""));
+    if (act_code(fl__attr_s(op, "act", "")) < 0)
+        return fl__op_error(op, "unknown fused activation '%s'", fl__attr_s(op, "act", ""));
     int64_t lead[FL_MAX_DIMS];
     int nlead = 0;
     for (int i = 0; i < n; i++) {
@@ -192,7 +192,8 @@ static int infer_fc(fl_op *op)
         char xs[96], ws[96];
         fl__shape_str(x, xs, sizeof xs);
         fl__shape_str(w, ws, sizeof ws);
-        if (x->dtype != FL_FLOAT32) return fl__op_error(op, "input '%s' must be float32, is %s", x->name, fl_dtype_name(x->dtype));
+        if (x->dtype != FL_FLOAT32)
+            return fl__op_error(op, "input '%s' must be float32, is %s", x->name, fl_dtype_name(x->dtype));
         if (k < 1 || k >= x->ndim + (x->ndim == 1))
             return fl__op_error(op, "num_flatten_dims %d out of range for input '%s' %s", k, x->name, xs);
         int64_t inner = 1;
@@ -205,12 +206,15 @@ static int infer_fc(fl_op *op)
             for (int d = 0; d < k; d++) lead[d] = x->shape[d];
         } else {
             int64_t a = fl__dims_prod(lead, 0, nlead), b = fl__dims_prod(x->shape, 0, k);
-            if (a > 0 && b > 0 && a != b) return fl__op_error(op, "input '%s' %s has %lld rows, input 0 has %lld", x->name, xs, (long long)b, (long long)a);
+            if (a > 0 && b > 0 && a != b)
+                return fl__op_error(op, "input '%s' %s has %lld rows, input 0 has %lld", x->name, xs, (long long)b,
+                                    (long long)a);
         }
     }
     if (op->in[2].n == 1) {
         fl_var *b = op->in[2].vars[0];
-        if (fl__dims_prod(b->shape, 0, b->ndim) != size) return fl__op_error(op, "bias '%s' must have %lld elements", b->name, (long long)size);
+        if (fl__dims_prod(b->shape, 0, b->ndim) != size)
+            return fl__op_error(op, "bias '%s' must have %lld elements", b->name, (long long)size);
     }
     lead[nlead] = size;
     fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, nlead + 1, lead);
@@ -276,7 +280,8 @@ static int run_col_sum(fl_kctx *c)
     return FL_OK;
 }
 
-static const fl_op_def def_mul_grad = {"mul_grad", {"X", "Y", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"}, fl__infer_nop, run_mul_grad, NULL};
+static const fl_op_def def_mul_grad = {"mul_grad",    {"X", "Y", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"},
+                                       fl__infer_nop, run_mul_grad,           NULL};
 static const fl_op_def def_col_sum = {"bias_grad", {"Out@GRAD", "Bias"}, {"Bias@GRAD"}, fl__infer_nop, run_col_sum, NULL};
 
 static const char *act_grad_type(int a)
@@ -352,7 +357,8 @@ fl_var *fl_layer_fc_ex(fl_var *const *inputs, int n, int64_t size, const char *a
         post = act;
         fused = NULL;
     } else if (act_code(act) < 0) {
-        fl__prog_error(p, FL_EINVAL, "fc: unknown activation '%s' (expected tanh, relu, sigmoid, softmax, softsign or NULL)", act);
+        fl__prog_error(p, FL_EINVAL,
+                       "fc: unknown activation '%s' (expected tanh, relu, sigmoid, softmax, softsign or NULL)", act);
         return NULL;
     }
     int k = attr->num_flatten_dims > 0 ? attr->num_flatten_dims : 1;
@@ -366,7 +372,8 @@ fl_var *fl_layer_fc_ex(fl_var *const *inputs, int n, int64_t size, const char *a
     for (int i = 0; i < n; i++) {
         fl_var *x = inputs[i];
         if (k >= x->ndim && !(x->ndim == 1 && k == 1)) {
-            fl__prog_error(p, FL_EINVAL, "fc: num_flatten_dims %d out of range for input '%s' of rank %d", k, x->name, x->ndim);
+            fl__prog_error(p, FL_EINVAL, "fc: num_flatten_dims %d out of range for input '%s' of rank %d", k, x->name,
+                           x->ndim);
             return NULL;
         }
         int64_t inner = fl__dims_prod(x->shape, k, x->ndim);
@@ -376,7 +383,8 @@ fl_var *fl_layer_fc_ex(fl_var *const *inputs, int n, int64_t size, const char *a
         }
         fl_param_attr wa = attr->weight;
         if (wa.name) {
-            if (n > 1) snprintf(nm, sizeof nm, "%s_%d", wa.name, i); else snprintf(nm, sizeof nm, "%s", wa.name);
+            if (n > 1) snprintf(nm, sizeof nm, "%s_%d", wa.name, i);
+            else snprintf(nm, sizeof nm, "%s", wa.name);
         } else {
             snprintf(nm, sizeof nm, "%s.w_%d", base, i);
         }
@@ -386,7 +394,8 @@ fl_var *fl_layer_fc_ex(fl_var *const *inputs, int n, int64_t size, const char *a
     }
     fl_var *b = NULL;
     if (!attr->no_bias) {
-        if (attr->bias.name) snprintf(nm, sizeof nm, "%s", attr->bias.name); else snprintf(nm, sizeof nm, "%s.b_0", base);
+        if (attr->bias.name) snprintf(nm, sizeof nm, "%s", attr->bias.name);
+        else snprintf(nm, sizeof nm, "%s.b_0", base);
         int64_t bsh[1] = {size};
         b = fl__param_create(p, nm, 1, bsh, &attr->bias, fl_init_constant(0.0f), 0, 0);
         if (!b) return NULL;
@@ -451,8 +460,11 @@ static int run_sum(fl_kctx *c)
     for (int i = 0; i < n; i++) {
         fl_tensor *x = c->in[0][i];
         if (x->is_rows) continue;
-        if (x->numel != out->numel) return fl__err(FL_EINVAL, "sum: input %d has %lld elements, expected %lld", i, (long long)x->numel, (long long)out->numel);
-        if (first) memcpy(y, x->data, (size_t)x->numel * sizeof(float)); else fl__vaxpy(y, 1.0f, x->data, x->numel);
+        if (x->numel != out->numel)
+            return fl__err(FL_EINVAL, "sum: input %d has %lld elements, expected %lld", i, (long long)x->numel,
+                           (long long)out->numel);
+        if (first) memcpy(y, x->data, (size_t)x->numel * sizeof(float));
+        else fl__vaxpy(y, 1.0f, x->data, x->numel);
         first = 0;
     }
     for (int i = 0; i < n; i++) {
@@ -471,7 +483,8 @@ static const fl_op_def def_sum = {"sum", {"X"}, {"Out"}, infer_sum, run_sum, NUL
 static int infer_same(fl_op *op)
 {
     fl_var *x = op->in[0].vars[0], *o = op->out[0].vars[0];
-    if (x->dtype != FL_FLOAT32) return fl__op_error(op, "input '%s' must be float32, is %s", x->name, fl_dtype_name(x->dtype));
+    if (x->dtype != FL_FLOAT32)
+        return fl__op_error(op, "input '%s' must be float32, is %s", x->name, fl_dtype_name(x->dtype));
     fl__var_set_shape(o, x->dtype, x->ndim, x->shape);
     o->lod_level = x->lod_level;
     return FL_OK;
@@ -528,7 +541,9 @@ static int run_softmax(fl_kctx *c)
 static int grad_prep(fl_kctx *c, const float **o, const float **dy, float **dx, int64_t *n)
 {
     fl_tensor *t = FL_IN(c, 0), *g = FL_IN(c, 1), *d = FL_OUT(c, 0);
-    if (t->numel != g->numel) return fl__err(FL_EINVAL, "%s: gradient has %lld elements, value %lld", c->op->def->type, (long long)g->numel, (long long)t->numel);
+    if (t->numel != g->numel)
+        return fl__err(FL_EINVAL, "%s: gradient has %lld elements, value %lld", c->op->def->type, (long long)g->numel,
+                       (long long)t->numel);
     FL_CHECK(fl__tensor_reshape_raw(d, FL_FLOAT32, t->ndim, t->shape));
     FL_CHECK(fl__tensor_share_lod(d, t));
     *o = t->data;
@@ -609,10 +624,10 @@ static int grad_sigmoid(fl_op *op, fl_grad_ctx *g) { return unary_grad(op, g, "s
 static int grad_softsign(fl_op *op, fl_grad_ctx *g) { return unary_grad(op, g, "softsign_grad", 1); }
 static int grad_softmax(fl_op *op, fl_grad_ctx *g) { return unary_grad(op, g, "softmax_grad", 0); }
 
-#define ACT_DEFS(name)                                                                                  \
-    static const fl_op_def def_##name = {#name, {"X"}, {"Out"}, infer_same, run_##name, grad_##name};     \
-    static const fl_op_def def_##name##_grad = {#name "_grad", {"Out", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, \
-                                                run_##name##_grad, NULL};
+#define ACT_DEFS(name)                                                                                \
+    static const fl_op_def def_##name = {#name, {"X"}, {"Out"}, infer_same, run_##name, grad_##name}; \
+    static const fl_op_def def_##name##_grad = {#name "_grad", {"Out", "Out@GRAD"}, {"X@GRAD"},       \
+                                                fl__infer_nop, run_##name##_grad,   NULL};
 ACT_DEFS(relu)
 ACT_DEFS(tanh)
 ACT_DEFS(sigmoid)
@@ -641,9 +656,11 @@ static int check_label(fl_op *op, fl_var *x, fl_var *label)
     char xs[96], ls[96];
     fl__shape_str(x, xs, sizeof xs);
     fl__shape_str(label, ls, sizeof ls);
-    if (label->dtype != FL_INT64) return fl__op_error(op, "label '%s' must be int64, is %s", label->name, fl_dtype_name(label->dtype));
+    if (label->dtype != FL_INT64)
+        return fl__op_error(op, "label '%s' must be int64, is %s", label->name, fl_dtype_name(label->dtype));
     if (label->ndim != x->ndim || label->shape[label->ndim - 1] != 1)
-        return fl__op_error(op, "label '%s' %s must have the rank of input '%s' %s and last dimension 1", label->name, ls, x->name, xs);
+        return fl__op_error(op, "label '%s' %s must have the rank of input '%s' %s and last dimension 1", label->name, ls,
+                            x->name, xs);
     for (int d = 0; d + 1 < x->ndim; d++)
         if (x->shape[d] >= 0 && label->shape[d] >= 0 && x->shape[d] != label->shape[d])
             return fl__op_error(op, "label '%s' %s does not match input '%s' %s", label->name, ls, x->name, xs);
@@ -659,7 +676,8 @@ int fl__infer_label_loss(fl_op *op)
     for (int d = 0; d < x->ndim; d++) sh[d] = x->shape[d];
     sh[x->ndim - 1] = 1;
     for (int s = 0; s < FL_OP_MAX_SLOTS && op->def->out_names[s]; s++)
-        if (op->out[s].n && !strcmp(op->def->out_names[s], "Y")) fl__var_set_shape(op->out[s].vars[0], FL_FLOAT32, x->ndim, sh);
+        if (op->out[s].n && !strcmp(op->def->out_names[s], "Y"))
+            fl__var_set_shape(op->out[s].vars[0], FL_FLOAT32, x->ndim, sh);
     return FL_OK;
 }
 
@@ -670,7 +688,8 @@ static int check_labels_rt(const fl_tensor *lab, int64_t m, int64_t cls, const c
         return fl__err(FL_EINVAL, "%s: label has %lld values for %lld rows", op, (long long)lab->numel, (long long)m);
     for (int64_t i = 0; i < m; i++)
         if (l[i] < 0 || l[i] >= cls)
-            return fl__err(FL_EINVAL, "%s: label %lld at row %lld out of range [0, %lld)", op, (long long)l[i], (long long)i, (long long)cls);
+            return fl__err(FL_EINVAL, "%s: label %lld at row %lld out of range [0, %lld)", op, (long long)l[i],
+                           (long long)i, (long long)cls);
     return FL_OK;
 }
 
@@ -718,8 +737,10 @@ static int grad_cross_entropy(fl_op *op, fl_grad_ctx *g)
     return fl__op_append(op->prog, "cross_entropy_grad", in, 3, &o, 1) ? FL_OK : fl_prog_status(op->prog);
 }
 
-static const fl_op_def def_cross_entropy = {"cross_entropy", {"X", "Label"}, {"Y"}, fl__infer_label_loss, run_cross_entropy, grad_cross_entropy};
-static const fl_op_def def_cross_entropy_grad = {"cross_entropy_grad", {"X", "Label", "Y@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_cross_entropy_grad, NULL};
+static const fl_op_def def_cross_entropy = {"cross_entropy",      {"X", "Label"},    {"Y"},
+                                            fl__infer_label_loss, run_cross_entropy, grad_cross_entropy};
+static const fl_op_def def_cross_entropy_grad = {"cross_entropy_grad", {"X", "Label", "Y@GRAD"}, {"X@GRAD"},
+                                                 fl__infer_nop,        run_cross_entropy_grad,   NULL};
 
 fl_var *fl_layer_cross_entropy(fl_var *prob, fl_var *label)
 {
@@ -787,8 +808,10 @@ fl_var *fl_layer_mean(fl_var *x)
     return fl__op_append(p, "mean", &in, 1, &o, 1) ? y : NULL;
 }
 
+/* clang-format off */
 const fl_op_def *const fl__ops_basic[] = {
     &def_fill_constant, &def_uniform, &def_gaussian, &def_tgaussian, &def_fc, &def_mul_grad, &def_col_sum,
     &def_sum, &def_relu, &def_relu_grad, &def_tanh, &def_tanh_grad, &def_sigmoid, &def_sigmoid_grad,
     &def_softsign, &def_softsign_grad, &def_softmax, &def_softmax_grad, &def_cross_entropy,
     &def_cross_entropy_grad, &def_mean, &def_mean_grad, NULL};
+/* clang-format on */

@@ -24,9 +24,6 @@ extern const fl_op_def *const fl__ops_conv[];
 /* ---- shared helpers ------------------------------------------------------------------ */
 
 
-
-
-
 static int need_nchw(fl_op *op, const char *attr, const fl_var *x)
 {
     const char *f = fl__attr_s(op, attr, "NCHW");
@@ -169,8 +166,8 @@ static int infer_conv2d(fl_op *op)
         fl_var *b = op->in[2].vars[0];
         FL_CHECK(fl__op_need_f32(op, b));
         if (fl__dims_prod(b->shape, 0, b->ndim) != g.m)
-            return fl__op_error(op, "bias '%s' must have %lld elements (one per filter of '%s')", b->name,
-                                (long long)g.m, f->name);
+            return fl__op_error(op, "bias '%s' must have %lld elements (one per filter of '%s')", b->name, (long long)g.m,
+                                f->name);
     }
     int64_t os[4] = {g.n, g.m, g.oh, g.ow};
     fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, 4, os);
@@ -183,7 +180,8 @@ static int conv_geo_rt(fl_kctx *c, conv_geo *g)
     FL_CHECK(fl__kctx_dense_f32(c, 0));
     FL_CHECK(fl__kctx_dense_f32(c, 1));
     const fl_tensor *x = FL_IN(c, 0), *f = FL_IN(c, 1);
-    const char *why = x->ndim != 4 || f->ndim != 4 ? "input and filter must be 4-D" : conv_geo_make(c->op, x->shape, f->shape, g);
+    const char *why = x->ndim != 4 || f->ndim != 4 ? "input and filter must be 4-D"
+                                                   : conv_geo_make(c->op, x->shape, f->shape, g);
     if (why) {
         char xs[96], fs[96];
         fl_tensor_describe(x, xs, sizeof xs);
@@ -233,8 +231,7 @@ static void im2col(const conv_geo *g, float *restrict img, float *restrict col, 
                         continue;
                     }
                     for (int64_t x = 0; x < lo; x++) r[x] = 0.0f;
-                    if (sw == 1)
-                        memcpy(r + lo, in + lo + off, (size_t)(hi - lo) * sizeof(float));
+                    if (sw == 1) memcpy(r + lo, in + lo + off, (size_t)(hi - lo) * sizeof(float));
                     else
                         for (int64_t x = lo; x < hi; x++) r[x] = in[x * sw + off];
                     for (int64_t x = hi; x < g->ow; x++) r[x] = 0.0f;
@@ -276,8 +273,8 @@ static int run_conv2d(fl_kctx *c)
         for (int64_t gr = 0; gr < g.g; gr++) {
             float *xg = (float *)x->data + (n0 * g.c + gr * g.cg) * g.hw;
             for (int64_t j = 0; !direct && j < cnt; j++) im2col(&g, xg + j * g.c * g.hw, col + j * g.ohw, ld, 0);
-            fl__sgemm(0, 0, g.mg, cnt * g.ohw, g.k, 1.0f, fd + gr * g.mg * g.k, g.k, direct ? xg : col,
-                      direct ? g.ohw : ld, 0.0f, prod, ld);
+            fl__sgemm(0, 0, g.mg, cnt * g.ohw, g.k, 1.0f, fd + gr * g.mg * g.k, g.k, direct ? xg : col, direct ? g.ohw : ld,
+                      0.0f, prod, ld);
             for (int64_t j = 0; j < cnt; j++)
                 for (int64_t m = 0; m < g.mg; m++) {
                     const float *restrict src = prod + m * ld + j * g.ohw;
@@ -307,7 +304,8 @@ static int run_conv2d_grad(fl_kctx *c)
     fl_tensor *dx = FL_OUT(c, 0), *df = FL_OUT(c, 1), *db = FL_OUT(c, 2);
     if (dy->numel != g.n * g.m * g.ohw)
         return fl__err(FL_EINVAL, "conv2d_grad: gradient '%s' has %lld elements, the output of '%s' has %lld",
-                       fl__kctx_var_name(c, 2, 0), (long long)dy->numel, fl__kctx_var_name(c, 0, 0), (long long)(g.n * g.m * g.ohw));
+                       fl__kctx_var_name(c, 2, 0), (long long)dy->numel, fl__kctx_var_name(c, 0, 0),
+                       (long long)(g.n * g.m * g.ohw));
     int direct = conv_direct(&g);
     float *col = NULL, *dcol = NULL;
     if (!direct) {
@@ -335,8 +333,8 @@ static int run_conv2d_grad(fl_kctx *c)
             }
             if (dx) {
                 float *dxg = (float *)dx->data + (n * g.c + gr * g.cg) * g.hw;
-                fl__sgemm(1, 0, g.k, g.ohw, g.mg, 1.0f, fd + gr * g.mg * g.k, g.k, og, g.ohw, 0.0f,
-                          direct ? dxg : dcol, g.ohw);
+                fl__sgemm(1, 0, g.k, g.ohw, g.mg, 1.0f, fd + gr * g.mg * g.k, g.k, og, g.ohw, 0.0f, direct ? dxg : dcol,
+                          g.ohw);
                 if (!direct) im2col(&g, dxg, dcol, g.ohw, 1);
             }
         }
@@ -385,11 +383,15 @@ static int grad_conv2d(fl_op *op, fl_grad_ctx *g)
     return fl__grad_append(op, "conv2d_grad", in, 3, o, no);
 }
 
-static const fl_op_def def_conv2d = {"conv2d", {"Input", "Filter", "Bias"}, {"Output"}, infer_conv2d, run_conv2d,
-                                     grad_conv2d, NULL};
-static const fl_op_def def_conv2d_grad = {"conv2d_grad", {"Input", "Filter", "Output@GRAD"},
-                                          {"Input@GRAD", "Filter@GRAD", "Bias@GRAD"}, fl__infer_nop, run_conv2d_grad,
-                                          NULL, NULL};
+static const fl_op_def def_conv2d = {
+    "conv2d", {"Input", "Filter", "Bias"}, {"Output"}, infer_conv2d, run_conv2d, grad_conv2d, NULL};
+static const fl_op_def def_conv2d_grad = {"conv2d_grad",
+                                          {"Input", "Filter", "Output@GRAD"},
+                                          {"Input@GRAD", "Filter@GRAD", "Bias@GRAD"},
+                                          fl__infer_nop,
+                                          run_conv2d_grad,
+                                          NULL,
+                                          NULL};
 
 fl_var *fl_layer_conv2d(fl_var *input, int64_t num_filters, int filter_h, int filter_w, const char *act,
                         const fl_conv2d_attr *attr)
@@ -418,30 +420,33 @@ fl_var *fl_layer_conv2d(fl_var *input, int64_t num_filters, int filter_h, int fi
     else if (a < 0) bad = "got an unknown activation (expected relu, tanh, sigmoid, softmax, softsign or NULL)";
     if (bad) {
         fl__prog_error(p, FL_EINVAL, "conv2d: input '%s' %s %s (num_filters %lld, filter %dx%d, groups %lld, act %s)",
-                       input->name, xs, bad, (long long)num_filters, filter_h, filter_w, (long long)g,
-                       act ? act : "NULL");
+                       input->name, xs, bad, (long long)num_filters, filter_h, filter_w, (long long)g, act ? act : "NULL");
         return NULL;
     }
     int64_t C = input->shape[1], fs[4] = {num_filters, C / g, filter_h, filter_w};
     char base[128], nm[192];
     fl__unique_name(p, "conv2d", base, sizeof base);
-    if (attr->filter.name) snprintf(nm, sizeof nm, "%s", attr->filter.name); else snprintf(nm, sizeof nm, "%s.w_0", base);
+    if (attr->filter.name) snprintf(nm, sizeof nm, "%s", attr->filter.name);
+    else snprintf(nm, sizeof nm, "%s.w_0", base);
     fl_var *old = fl_prog_var(p, nm);
     if (old && (old->ndim != 4 || memcmp(old->shape, fs, sizeof fs))) {
         char ws[96];
         fl__shape_str(old, ws, sizeof ws);
-        fl__prog_error(p, FL_EINVAL, "conv2d: shared filter '%s' is %s but input '%s' %s with groups %lld needs "
-                       "[%lld, %lld, %d, %d]", nm, ws, input->name, xs, (long long)g, (long long)num_filters,
-                       (long long)(C / g), filter_h, filter_w);
+        fl__prog_error(p, FL_EINVAL,
+                       "conv2d: shared filter '%s' is %s but input '%s' %s with groups %lld needs "
+                       "[%lld, %lld, %d, %d]",
+                       nm, ws, input->name, xs, (long long)g, (long long)num_filters, (long long)(C / g), filter_h,
+                       filter_w);
         return NULL;
     }
     double std = sqrt(2.0 / (double)(filter_h * filter_w * C)); /* Paddle: (2 / (kh*kw*C))^0.5 */
-    fl_var *w = fl__param_create(p, nm, 4, fs, &attr->filter, fl_init_normal(0.0f, (float)std),
-                                 fs[1] * filter_h * filter_w, num_filters * filter_h * filter_w);
+    fl_var *w = fl__param_create(p, nm, 4, fs, &attr->filter, fl_init_normal(0.0f, (float)std), fs[1] * filter_h * filter_w,
+                                 num_filters * filter_h * filter_w);
     if (!w) return NULL;
     fl_var *b = NULL;
     if (!attr->no_bias) {
-        if (attr->bias.name) snprintf(nm, sizeof nm, "%s", attr->bias.name); else snprintf(nm, sizeof nm, "%s.b_0", base);
+        if (attr->bias.name) snprintf(nm, sizeof nm, "%s", attr->bias.name);
+        else snprintf(nm, sizeof nm, "%s.b_0", base);
         int64_t bs[1] = {num_filters};
         if (!(b = fl__param_create(p, nm, 1, bs, &attr->bias, fl_init_constant(0.0f), 0, 0))) return NULL;
     }
@@ -514,8 +519,8 @@ static int infer_pool2d(fl_op *op)
     if (why) {
         int64_t k[2];
         attr2(op, "ksize", -1, k);
-        return fl__op_error(op, "input '%s' %s, pool size [%lld, %lld]: %s", x->name, xs, (long long)k[0],
-                            (long long)k[1], why);
+        return fl__op_error(op, "input '%s' %s, pool size [%lld, %lld]: %s", x->name, xs, (long long)k[0], (long long)k[1],
+                            why);
     }
     int64_t os[4] = {g.n, g.c, g.oh, g.ow};
     fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, 4, os);
@@ -641,8 +646,8 @@ static int grad_pool2d(fl_op *op, fl_grad_ctx *g)
 }
 
 static const fl_op_def def_pool2d = {"pool2d", {"X"}, {"Out"}, infer_pool2d, run_pool2d, grad_pool2d, NULL};
-static const fl_op_def def_pool2d_grad = {"pool2d_grad", {"X", "Out", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop,
-                                          run_pool2d_grad, NULL, NULL};
+static const fl_op_def def_pool2d_grad = {
+    "pool2d_grad", {"X", "Out", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_pool2d_grad, NULL, NULL};
 
 fl_var *fl_layer_pool2d_ex(fl_var *input, const char *pool_type, const fl_pool2d_attr *attr)
 {
@@ -687,8 +692,8 @@ fl_var *fl_layer_pool2d(fl_var *input, int pool_size, const char *pool_type, int
         fl__prog_error(p, FL_EINVAL, "pool2d: pool_stride %d (input '%s') must be >= 1", pool_stride, input->name);
         return NULL;
     }
-    fl_pool2d_attr a = {{pool_size, pool_size}, {pool_stride, pool_stride}, {pool_padding, pool_padding},
-                        global_pooling, !exclusive, 0};
+    fl_pool2d_attr a = {
+        {pool_size, pool_size}, {pool_stride, pool_stride}, {pool_padding, pool_padding}, global_pooling, !exclusive, 0};
     return fl_layer_pool2d_ex(input, pool_type, &a);
 }
 
@@ -718,8 +723,8 @@ static int infer_batch_norm(fl_op *op)
         fl_var *v = op->in[s].vars[0];
         FL_CHECK(fl__op_need_f32(op, v));
         if (C > 0 && fl__dims_prod(v->shape, 0, v->ndim) != C)
-            return fl__op_error(op, "%s '%s' must have %lld elements (channels of input '%s' %s)",
-                                op->def->in_names[s], v->name, (long long)C, x->name, xs);
+            return fl__op_error(op, "%s '%s' must have %lld elements (channels of input '%s' %s)", op->def->in_names[s],
+                                v->name, (long long)C, x->name, xs);
     }
     double eps = fl__attr_f(op, "epsilon", 1e-5), mom = fl__attr_f(op, "momentum", 0.9);
     if (!((float)eps >= 0.0f && (float)eps <= 0.001f) || !(mom >= 0.0 && mom <= 1.0)) /* Paddle: float compare */
@@ -740,14 +745,15 @@ static int bn_dims(fl_kctx *c, int64_t *n, int64_t *ch, int64_t *s, int nparam)
     FL_CHECK(fl__kctx_dense_f32(c, 0));
     const fl_tensor *x = FL_IN(c, 0);
     if (x->ndim < 2 || x->ndim > 5)
-        return fl__err(FL_EINVAL, "%s: input '%s' must have rank 2 to 5, has %d", c->op->def->type, fl__kctx_var_name(c, 0, 0),
-                       x->ndim);
+        return fl__err(FL_EINVAL, "%s: input '%s' must have rank 2 to 5, has %d", c->op->def->type,
+                       fl__kctx_var_name(c, 0, 0), x->ndim);
     *n = x->shape[0], *ch = x->shape[1], *s = fl__dims_prod(x->shape, 2, x->ndim);
     for (int k = 1; k <= nparam; k++) {
         FL_CHECK(fl__kctx_dense_f32(c, k));
         if (FL_IN(c, k)->numel != *ch)
             return fl__err(FL_EINVAL, "%s: '%s' has %lld values, input '%s' has %lld channels", c->op->def->type,
-                           fl__kctx_var_name(c, k, 0), (long long)FL_IN(c, k)->numel, fl__kctx_var_name(c, 0, 0), (long long)*ch);
+                           fl__kctx_var_name(c, k, 0), (long long)FL_IN(c, k)->numel, fl__kctx_var_name(c, 0, 0),
+                           (long long)*ch);
     }
     return FL_OK;
 }
@@ -823,8 +829,8 @@ static int run_batch_norm_grad(fl_kctx *c)
     FL_CHECK(fl__kctx_dense_f32(c, 4));
     fl_tensor *x = FL_IN(c, 0), *dyt = FL_IN(c, 4), *dx = FL_OUT(c, 0), *ds = FL_OUT(c, 1), *db = FL_OUT(c, 2);
     if (dyt->numel != x->numel)
-        return fl__err(FL_EINVAL, "batch_norm_grad: gradient '%s' has %lld elements, input '%s' %lld", fl__kctx_var_name(c, 4, 0),
-                       (long long)dyt->numel, fl__kctx_var_name(c, 0, 0), (long long)x->numel);
+        return fl__err(FL_EINVAL, "batch_norm_grad: gradient '%s' has %lld elements, input '%s' %lld",
+                       fl__kctx_var_name(c, 4, 0), (long long)dyt->numel, fl__kctx_var_name(c, 0, 0), (long long)x->numel);
     const float *xd = x->data, *dy = dyt->data, *scale = FL_IN(c, 1)->data, *mean = FL_IN(c, 2)->data,
                 *inv = FL_IN(c, 3)->data;
     int global = fl__attr_i(c->op, "is_test", 0) || fl__attr_i(c->op, "use_global_stats", 0);
@@ -881,12 +887,20 @@ static int grad_batch_norm(fl_op *op, fl_grad_ctx *g)
     return fl__grad_append(op, "batch_norm_grad", in, 5, o, no);
 }
 
-static const fl_op_def def_batch_norm = {"batch_norm", {"X", "Scale", "Bias", "Mean", "Variance"},
+static const fl_op_def def_batch_norm = {"batch_norm",
+                                         {"X", "Scale", "Bias", "Mean", "Variance"},
                                          {"Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"},
-                                         infer_batch_norm, run_batch_norm, grad_batch_norm, NULL};
-static const fl_op_def def_batch_norm_grad = {"batch_norm_grad", {"X", "Scale", "SavedMean", "SavedVariance", "Y@GRAD"},
-                                              {"X@GRAD", "Scale@GRAD", "Bias@GRAD"}, fl__infer_nop, run_batch_norm_grad,
-                                              NULL, NULL};
+                                         infer_batch_norm,
+                                         run_batch_norm,
+                                         grad_batch_norm,
+                                         NULL};
+static const fl_op_def def_batch_norm_grad = {"batch_norm_grad",
+                                              {"X", "Scale", "SavedMean", "SavedVariance", "Y@GRAD"},
+                                              {"X@GRAD", "Scale@GRAD", "Bias@GRAD"},
+                                              fl__infer_nop,
+                                              run_batch_norm_grad,
+                                              NULL,
+                                              NULL};
 
 /* Moving statistic: an existing persistable [C] variable of that name is shared. */
 static fl_var *bn_moving(fl_prog *p, const char *name, int64_t C, float init, const fl_var *x)
@@ -896,8 +910,10 @@ static fl_var *bn_moving(fl_prog *p, const char *name, int64_t C, float init, co
     if (v->persistable && v->dtype == FL_FLOAT32 && fl__dims_prod(v->shape, 0, v->ndim) == C) return v;
     char vs[96];
     fl__shape_str(v, vs, sizeof vs);
-    fl__prog_error(p, FL_EINVAL, "batch_norm: moving statistic '%s' %s cannot be shared with input '%s' of %lld "
-                   "channels (needs a persistable float32 [%lld])", name, vs, x->name, (long long)C, (long long)C);
+    fl__prog_error(p, FL_EINVAL,
+                   "batch_norm: moving statistic '%s' %s cannot be shared with input '%s' of %lld "
+                   "channels (needs a persistable float32 [%lld])",
+                   name, vs, x->name, (long long)C, (long long)C);
     return NULL;
 }
 
@@ -913,9 +929,10 @@ fl_var *fl_layer_batch_norm(fl_var *input, const char *act, int is_test, float m
     fl__shape_str(input, xs, sizeof xs);
     int a = act_code(act);
     if (input->ndim < 2 || input->ndim > 5 || input->shape[1] <= 0 || a < 0) {
-        fl__prog_error(p, FL_EINVAL, "batch_norm: input '%s' %s must have rank 2 to 5 with a known channel count "
-                       "(dim 1), and act '%s' must be relu, tanh, sigmoid, softmax, softsign or NULL", input->name,
-                       xs, act ? act : "NULL");
+        fl__prog_error(p, FL_EINVAL,
+                       "batch_norm: input '%s' %s must have rank 2 to 5 with a known channel count "
+                       "(dim 1), and act '%s' must be relu, tanh, sigmoid, softmax, softsign or NULL",
+                       input->name, xs, act ? act : "NULL");
         return NULL;
     }
     int64_t C = input->shape[1];
@@ -924,7 +941,8 @@ fl_var *fl_layer_batch_norm(fl_var *input, const char *act, int is_test, float m
     const char *given[4] = {attr->scale.name, attr->bias.name, attr->moving_mean_name, attr->moving_variance_name};
     static const char *const suffix[4] = {"w_0", "b_0", "w_1", "w_2"}; /* Paddle's names */
     for (int i = 0; i < 4; i++) {
-        if (given[i]) snprintf(nm[i], sizeof nm[i], "%s", given[i]); else snprintf(nm[i], sizeof nm[i], "%s.%s", base, suffix[i]);
+        if (given[i]) snprintf(nm[i], sizeof nm[i], "%s", given[i]);
+        else snprintf(nm[i], sizeof nm[i], "%s.%s", base, suffix[i]);
     }
     fl_var *v[5];
     v[0] = input;
@@ -946,8 +964,9 @@ fl_var *fl_layer_batch_norm(fl_var *input, const char *act, int is_test, float m
     }
     fl_op *op = fl__op_new(p, "batch_norm", ins, 5, outs, 5);
     if (!op || fl__attr_set_f(op, "momentum", momentum) || fl__attr_set_f(op, "epsilon", epsilon) ||
-        fl__attr_set_i(op, "is_test", is_test != 0) || fl__attr_set_i(op, "use_global_stats", attr->use_global_stats != 0) ||
-        fl__attr_set_s(op, "data_layout", "NCHW") || fl__op_finish(op))
+        fl__attr_set_i(op, "is_test", is_test != 0) ||
+        fl__attr_set_i(op, "use_global_stats", attr->use_global_stats != 0) || fl__attr_set_s(op, "data_layout", "NCHW") ||
+        fl__op_finish(op))
         return NULL;
     return post_act(y, a);
 }

@@ -96,8 +96,8 @@ static int check_labels(const fl_kctx *c, int slot, int64_t m, int64_t cls, int6
     const int64_t *l = lab->data;
     for (int64_t i = 0; i < m; i++)
         if ((l[i] < 0 || l[i] >= cls) && l[i] != ignore)
-            return fl__err(FL_EINVAL, "%s: label '%s' value %lld at row %lld is out of range [0, %lld)", op->def->type,
-                           ln, (long long)l[i], (long long)i, (long long)cls);
+            return fl__err(FL_EINVAL, "%s: label '%s' value %lld at row %lld is out of range [0, %lld)", op->def->type, ln,
+                           (long long)l[i], (long long)i, (long long)cls);
     return FL_OK;
 }
 
@@ -155,8 +155,9 @@ static int grad_swce(fl_op *op, fl_grad_ctx *g)
 {
     fl_var *x = op->in[0].vars[0], *label = op->in[1].vars[0], *sm = op->out[0].vars[0];
     if (fl__grad_of(g, sm))
-        return fl__op_error(op, "a gradient reaches output 'Softmax' ('%s'), which is not differentiable (only Loss "
-                                "is, as in Paddle); use softmax() for probabilities that feed another loss",
+        return fl__op_error(op,
+                            "a gradient reaches output 'Softmax' ('%s'), which is not differentiable (only Loss "
+                            "is, as in Paddle); use softmax() for probabilities that feed another loss",
                             sm->name);
     fl_var *dl = fl__grad_of(g, op->out[1].vars[0]), *dx = fl__grad_for(g, x);
     if (!dl || !dx) return FL_OK;
@@ -168,10 +169,15 @@ static int grad_swce(fl_op *op, fl_grad_ctx *g)
     return fl__op_finish(go);
 }
 
-static const fl_op_def def_swce = {"softmax_with_cross_entropy", {"Logits", "Label"}, {"Softmax", "Loss"},
-                                   infer_swce, run_swce, grad_swce, NULL};
-static const fl_op_def def_swce_grad = {"softmax_with_cross_entropy_grad", {"Label", "Softmax", "Loss@GRAD"},
-                                        {"Logits@GRAD"}, fl__infer_nop, run_swce_grad, NULL, NULL};
+static const fl_op_def def_swce = {
+    "softmax_with_cross_entropy", {"Logits", "Label"}, {"Softmax", "Loss"}, infer_swce, run_swce, grad_swce, NULL};
+static const fl_op_def def_swce_grad = {"softmax_with_cross_entropy_grad",
+                                        {"Label", "Softmax", "Loss@GRAD"},
+                                        {"Logits@GRAD"},
+                                        fl__infer_nop,
+                                        run_swce_grad,
+                                        NULL,
+                                        NULL};
 
 fl_var *fl_layer_softmax_with_cross_entropy(fl_var *logits, fl_var *label)
 {
@@ -211,7 +217,8 @@ static int infer_sce(fl_op *op)
     char xs[96], zs[96];
     fl__shape_str(x, xs, sizeof xs);
     fl__shape_str(z, zs, sizeof zs);
-    if (x->dtype != FL_FLOAT32) return fl__op_error(op, "input '%s' must be float32, is %s", x->name, fl_dtype_name(x->dtype));
+    if (x->dtype != FL_FLOAT32)
+        return fl__op_error(op, "input '%s' must be float32, is %s", x->name, fl_dtype_name(x->dtype));
     if (z->dtype != FL_FLOAT32)
         return fl__op_error(op, "label '%s' must be float32, is %s", z->name, fl_dtype_name(z->dtype));
     if (!fl__shapes_equal(x, z))
@@ -224,8 +231,7 @@ static int sce_check(const fl_kctx *c, const fl_tensor *x, const fl_tensor *z)
 {
     if (x->dtype != FL_FLOAT32 || z->dtype != FL_FLOAT32 || x->numel != z->numel)
         return fl__err(FL_EINVAL, "%s: label '%s' has %lld values, input '%s' %lld (both float32)", c->op->def->type,
-                       c->op->in[1].vars[0]->name, (long long)z->numel, c->op->in[0].vars[0]->name,
-                       (long long)x->numel);
+                       c->op->in[1].vars[0]->name, (long long)z->numel, c->op->in[0].vars[0]->name, (long long)x->numel);
     return FL_OK;
 }
 
@@ -283,10 +289,15 @@ static int grad_sce(fl_op *op, fl_grad_ctx *g)
     return append_grad(op, "sigmoid_cross_entropy_with_logits_grad", in, 3, &o);
 }
 
-static const fl_op_def def_sce = {"sigmoid_cross_entropy_with_logits", {"X", "Label"}, {"Out"}, infer_sce, run_sce,
-                                  grad_sce, NULL};
-static const fl_op_def def_sce_grad = {"sigmoid_cross_entropy_with_logits_grad", {"X", "Label", "Out@GRAD"},
-                                       {"X@GRAD"}, fl__infer_nop, run_sce_grad, NULL, NULL};
+static const fl_op_def def_sce = {
+    "sigmoid_cross_entropy_with_logits", {"X", "Label"}, {"Out"}, infer_sce, run_sce, grad_sce, NULL};
+static const fl_op_def def_sce_grad = {"sigmoid_cross_entropy_with_logits_grad",
+                                       {"X", "Label", "Out@GRAD"},
+                                       {"X@GRAD"},
+                                       fl__infer_nop,
+                                       run_sce_grad,
+                                       NULL,
+                                       NULL};
 
 fl_var *fl_layer_sigmoid_cross_entropy_with_logits(fl_var *x, fl_var *label)
 {
@@ -315,7 +326,8 @@ static int infer_log_loss(fl_op *op)
     char ps[96], zs[96];
     fl__shape_str(p, ps, sizeof ps);
     fl__shape_str(z, zs, sizeof zs);
-    if (p->dtype != FL_FLOAT32) return fl__op_error(op, "input '%s' must be float32, is %s", p->name, fl_dtype_name(p->dtype));
+    if (p->dtype != FL_FLOAT32)
+        return fl__op_error(op, "input '%s' must be float32, is %s", p->name, fl_dtype_name(p->dtype));
     if (p->ndim != 2 || p->shape[1] != 1)
         return fl__op_error(op, "input '%s' %s must have shape [N, 1] (one probability per row)", p->name, ps);
     if (z->dtype != FL_FLOAT32)
@@ -330,8 +342,7 @@ static int log_loss_check(const fl_kctx *c, const fl_tensor *p, const fl_tensor 
 {
     if (p->dtype != FL_FLOAT32 || z->dtype != FL_FLOAT32 || p->numel != z->numel)
         return fl__err(FL_EINVAL, "%s: label '%s' has %lld values, input '%s' %lld (both float32)", c->op->def->type,
-                       c->op->in[1].vars[0]->name, (long long)z->numel, c->op->in[0].vars[0]->name,
-                       (long long)p->numel);
+                       c->op->in[1].vars[0]->name, (long long)z->numel, c->op->in[0].vars[0]->name, (long long)p->numel);
     return FL_OK;
 }
 
@@ -344,8 +355,7 @@ static int run_log_loss(fl_kctx *c)
     float eps = (float)fl__attr_f(c->op, "epsilon", 1e-4);
     const float *pd = p->data, *zd = z->data;
     float *o = out->data;
-    for (int64_t i = 0; i < p->numel; i++)
-        o[i] = -zd[i] * logf(pd[i] + eps) - (1.0f - zd[i]) * logf(1.0f - pd[i] + eps);
+    for (int64_t i = 0; i < p->numel; i++) o[i] = -zd[i] * logf(pd[i] + eps) - (1.0f - zd[i]) * logf(1.0f - pd[i] + eps);
     return FL_OK;
 }
 
@@ -361,8 +371,7 @@ static int run_log_loss_grad(fl_kctx *c)
     float eps = (float)fl__attr_f(c->op, "epsilon", 1e-4);
     const float *restrict pd = p->data, *restrict zd = z->data, *restrict g = dy->data;
     float *restrict d = dp->data;
-    for (int64_t i = 0; i < p->numel; i++)
-        d[i] = (-zd[i] / (pd[i] + eps) + (1.0f - zd[i]) / (1.0f - pd[i] + eps)) * g[i];
+    for (int64_t i = 0; i < p->numel; i++) d[i] = (-zd[i] / (pd[i] + eps) + (1.0f - zd[i]) / (1.0f - pd[i] + eps)) * g[i];
     return FL_OK;
 }
 
@@ -378,10 +387,15 @@ static int grad_log_loss(fl_op *op, fl_grad_ctx *g)
     return fl__op_finish(go);
 }
 
-static const fl_op_def def_log_loss = {"log_loss", {"Predicted", "Labels"}, {"Loss"}, infer_log_loss, run_log_loss,
-                                       grad_log_loss, NULL};
-static const fl_op_def def_log_loss_grad = {"log_loss_grad", {"Predicted", "Labels", "Loss@GRAD"},
-                                            {"Predicted@GRAD"}, fl__infer_nop, run_log_loss_grad, NULL, NULL};
+static const fl_op_def def_log_loss = {"log_loss",   {"Predicted", "Labels"}, {"Loss"}, infer_log_loss,
+                                       run_log_loss, grad_log_loss,           NULL};
+static const fl_op_def def_log_loss_grad = {"log_loss_grad",
+                                            {"Predicted", "Labels", "Loss@GRAD"},
+                                            {"Predicted@GRAD"},
+                                            fl__infer_nop,
+                                            run_log_loss_grad,
+                                            NULL,
+                                            NULL};
 
 fl_var *fl_layer_log_loss(fl_var *pred, fl_var *label, float epsilon)
 {
@@ -397,5 +411,5 @@ fl_var *fl_layer_log_loss(fl_var *pred, fl_var *label, float epsilon)
     return out;
 }
 
-const fl_op_def *const fl__ops_loss[] = {&def_swce, &def_swce_grad, &def_sce,      &def_sce_grad,
+const fl_op_def *const fl__ops_loss[] = {&def_swce,     &def_swce_grad,     &def_sce, &def_sce_grad,
                                          &def_log_loss, &def_log_loss_grad, NULL};

@@ -30,8 +30,7 @@ static int check_label_col(fl_op *op, const fl_var *x, const fl_var *label)
     if (label->ndim != 2 || label->shape[1] != 1)
         return fl__op_error(op, "label '%s' %s must have shape [N, 1]", label->name, ls);
     if (x->ndim > 0 && x->shape[0] >= 0 && label->shape[0] >= 0 && x->shape[0] != label->shape[0])
-        return fl__op_error(op, "label '%s' %s does not have as many rows as input '%s' %s", label->name, ls, x->name,
-                            xs);
+        return fl__op_error(op, "label '%s' %s does not have as many rows as input '%s' %s", label->name, ls, x->name, xs);
     return FL_OK;
 }
 
@@ -60,7 +59,8 @@ static int infer_top_k(fl_op *op)
     int64_t k = fl__attr_i(op, "k", 1);
     char xs[96];
     fl__shape_str(x, xs, sizeof xs);
-    if (x->dtype != FL_FLOAT32) return fl__op_error(op, "input '%s' must be float32, is %s", x->name, fl_dtype_name(x->dtype));
+    if (x->dtype != FL_FLOAT32)
+        return fl__op_error(op, "input '%s' must be float32, is %s", x->name, fl_dtype_name(x->dtype));
     if (x->ndim < 1) return fl__op_error(op, "input '%s' must have rank >= 1", x->name);
     if (k < 1) return fl__op_error(op, "attribute k must be >= 1, got %lld", (long long)k);
     int64_t c = x->shape[x->ndim - 1];
@@ -85,8 +85,8 @@ static int run_top_k(fl_kctx *c)
     if (x->dtype != FL_FLOAT32 || x->ndim < 1) return fl__err(FL_EINVAL, "top_k: input must be float32 of rank >= 1");
     int64_t cls = x->shape[x->ndim - 1];
     if (k < 1 || k > cls)
-        return fl__err(FL_EINVAL, "top_k: k = %lld out of range [1, %lld] (last dimension of input '%s')",
-                       (long long)k, (long long)cls, c->op->in[0].vars[0]->name);
+        return fl__err(FL_EINVAL, "top_k: k = %lld out of range [1, %lld] (last dimension of input '%s')", (long long)k,
+                       (long long)cls, c->op->in[0].vars[0]->name);
     int64_t m = x->numel / cls, sh[FL_MAX_DIMS];
     memcpy(sh, x->shape, sizeof sh);
     sh[x->ndim - 1] = k;
@@ -167,8 +167,8 @@ static int run_accuracy(fl_kctx *c)
     return FL_OK;
 }
 
-static const fl_op_def def_accuracy = {"accuracy", {"Out", "Indices", "Label"}, {"Accuracy", "Correct", "Total"},
-                                       infer_accuracy, run_accuracy, NULL, NULL};
+static const fl_op_def def_accuracy = {
+    "accuracy", {"Out", "Indices", "Label"}, {"Accuracy", "Correct", "Total"}, infer_accuracy, run_accuracy, NULL, NULL};
 
 fl_var *fl_layer_accuracy(fl_var *input, fl_var *label, int k)
 {
@@ -186,8 +186,7 @@ fl_var *fl_layer_accuracy(fl_var *input, fl_var *label, int k)
         return NULL;
     }
     if (input->shape[1] >= 0 && k > input->shape[1]) {
-        fl__prog_error(p, FL_EINVAL, "accuracy: k = %d exceeds the number of classes of input '%s' %s", k,
-                       input->name, is);
+        fl__prog_error(p, FL_EINVAL, "accuracy: k = %d exceeds the number of classes of input '%s' %s", k, input->name, is);
         return NULL;
     }
     int64_t sh[2] = {input->shape[0], k}, one = 1;
@@ -253,8 +252,8 @@ static int auc_check(fl_prog *p, const fl_var *pred, const fl_var *label, int64_
     if (label->ndim != 2 || label->shape[1] != 1)
         return fl__prog_error(p, FL_EINVAL, "auc: label '%s' %s must have shape [N, 1]", label->name, ls);
     if (pred->shape[0] >= 0 && label->shape[0] >= 0 && pred->shape[0] != label->shape[0])
-        return fl__prog_error(p, FL_EINVAL, "auc: label '%s' %s does not have as many rows as input '%s' %s",
-                              label->name, ls, pred->name, ps);
+        return fl__prog_error(p, FL_EINVAL, "auc: label '%s' %s does not have as many rows as input '%s' %s", label->name,
+                              ls, pred->name, ps);
     return FL_OK;
 }
 
@@ -271,8 +270,9 @@ static int infer_auc(fl_op *op)
         int64_t n = 1;
         for (int d = 0; d < st->ndim; d++) n = st->shape[d] < 0 || n < 0 ? -1 : n * st->shape[d];
         if (st->dtype != FL_INT64 || n != want)
-            return fl__op_error(op, "state '%s' (%s) must be int64 with %lld elements for num_thresholds %lld and "
-                                    "slide_steps %lld",
+            return fl__op_error(op,
+                                "state '%s' (%s) must be int64 with %lld elements for num_thresholds %lld and "
+                                "slide_steps %lld",
                                 st->name, op->def->in_names[s], (long long)want, (long long)nt, (long long)ss);
         fl__var_set_shape(op->out[s - 1].vars[0], FL_INT64, st->ndim, st->shape);
     }
@@ -336,10 +336,11 @@ static int run_auc_locked(fl_kctx *c)
     for (int s = 0; s < 2; s++) {
         fl_tensor *in = FL_IN(c, 2 + s), *o = FL_OUT(c, 1 + s);
         if (in->dtype != FL_INT64 || in->numel != want)
-            return fl__err(FL_EINVAL, "auc: state '%s' has %lld %s elements, expected %lld int64 (num_thresholds %lld, "
-                                      "slide_steps %lld)",
-                           op->in[2 + s].vars[0]->name, (long long)in->numel, fl_dtype_name(in->dtype),
-                           (long long)want, (long long)nt, (long long)ss);
+            return fl__err(FL_EINVAL,
+                           "auc: state '%s' has %lld %s elements, expected %lld int64 (num_thresholds %lld, "
+                           "slide_steps %lld)",
+                           op->in[2 + s].vars[0]->name, (long long)in->numel, fl_dtype_name(in->dtype), (long long)want,
+                           (long long)nt, (long long)ss);
         if (o != in) FL_CHECK(fl_tensor_copy(o, in));
         st[s] = o->data;
     }
@@ -377,8 +378,8 @@ static int run_auc_locked(fl_kctx *c)
     return FL_OK;
 }
 
-static const fl_op_def def_auc = {"auc", {"Predict", "Label", "StatPos", "StatNeg"}, {"AUC", "StatPosOut", "StatNegOut"},
-                                  infer_auc, run_auc, NULL, NULL};
+static const fl_op_def def_auc = {
+    "auc", {"Predict", "Label", "StatPos", "StatNeg"}, {"AUC", "StatPosOut", "StatNegOut"}, infer_auc, run_auc, NULL, NULL};
 
 /* Persistable int64 state named like Paddle's helper variables ("auc_0.tmp_2"), zeroed by
  * the startup program. */
@@ -386,8 +387,7 @@ static fl_var *auc_state(fl_prog *p, const char *base, int ndim, const int64_t *
 {
     char pre[160], name[200];
     snprintf(pre, sizeof pre, "%s.tmp", base);
-    do
-        fl__unique_name(p, pre, name, sizeof name);
+    do fl__unique_name(p, pre, name, sizeof name);
     while (fl_prog_var(p, name) || fl_prog_var(p->startup, name));
     return fl__persistable_create(p, name, FL_INT64, ndim, shape, 0.0f);
 }

@@ -11,9 +11,6 @@
 #include "graph_internal.h"
 
 
-
-
-
 /* infer(): output `slot` takes the shape and LoD level of input X. */
 static fl_var *out_like_x(fl_op *op, int slot)
 {
@@ -26,8 +23,7 @@ static fl_var *out_like_x(fl_op *op, int slot)
 /* Starts a layer: outputs "<type>_<k>.tmp_<j>" as Paddle's LayerHelper names them (infer sets
  * their shapes), op appended; the caller sets attributes and calls fl__op_finish. */
 static const char *const OUT1[] = {"Out"};
-static fl_op *layer_begin(const char *type, fl_var *x, fl_var *y, int nin, const char *const *slots, int nout,
-                          fl_var **o)
+static fl_op *layer_begin(const char *type, fl_var *x, fl_var *y, int nin, const char *const *slots, int nout, fl_var **o)
 {
     fl_var *const xy[2] = {x, y};
     fl_prog *p = fl__prog_of(xy, nin);
@@ -106,11 +102,14 @@ static int infer_ew(fl_op *op)
         fl__shape_str(x, xs, sizeof xs);
         fl__shape_str(y, ys, sizeof ys);
         if (code == 1)
-            return fl__op_error(op, "cannot broadcast Y '%s' %s to X '%s' %s with axis %d (rank of Y must be <= rank "
-                                "of X and axis in [-1, rank(X)))", y->name, ys, x->name, xs, axis);
-        return fl__op_error(op, "shape of Y '%s' %s does not match X '%s' %s at axis %d (Y's dims, trailing 1s "
-                            "trimmed, must equal X's dims from axis on)", y->name, ys, x->name, xs,
-                            axis == -1 ? x->ndim - y->ndim : axis);
+            return fl__op_error(op,
+                                "cannot broadcast Y '%s' %s to X '%s' %s with axis %d (rank of Y must be <= rank "
+                                "of X and axis in [-1, rank(X)))",
+                                y->name, ys, x->name, xs, axis);
+        return fl__op_error(op,
+                            "shape of Y '%s' %s does not match X '%s' %s at axis %d (Y's dims, trailing 1s "
+                            "trimmed, must equal X's dims from axis on)",
+                            y->name, ys, x->name, xs, axis == -1 ? x->ndim - y->ndim : axis);
     }
     out_like_x(op, 0);
     return FL_OK;
@@ -135,29 +134,30 @@ static int ew_runtime(fl_kctx *c, ew_dims *d)
 
 /* o[pre,n,post] = EXPR(a = A[pre,n,post], b = B[n]); rows layout (post == 1: [M,N] op [N],
  * and same shapes) or general (a scalar B is pre = 1, n = 1, post = all). */
-#define EW_LOOPS(O, A, B, D, EXPR)                                                                  \
-    do {                                                                                            \
-        float *restrict o_ = (O); const float *restrict a_ = (A), *restrict b_ = (B);               \
-        if ((D).post == 1) {                                                                        \
-            for (int64_t r_ = 0; r_ < (D).pre; r_++) {                                              \
-                const float *restrict ar_ = a_ + r_ * (D).n;                                        \
-                float *restrict or_ = o_ + r_ * (D).n;                                              \
-                for (int64_t j_ = 0; j_ < (D).n; j_++) {                                            \
-                    const float a = ar_[j_], b = b_[j_];                                            \
-                    or_[j_] = (EXPR);                                                               \
-                }                                                                                   \
-            }                                                                                       \
-        } else {                                                                                    \
-            for (int64_t r_ = 0; r_ < (D).pre * (D).n; r_++) {                                      \
-                const float b = b_[r_ % (D).n];                                                     \
-                const float *restrict ar_ = a_ + r_ * (D).post;                                     \
-                float *restrict or_ = o_ + r_ * (D).post;                                           \
-                for (int64_t k_ = 0; k_ < (D).post; k_++) {                                         \
-                    const float a = ar_[k_];                                                        \
-                    or_[k_] = (EXPR);                                                               \
-                }                                                                                   \
-            }                                                                                       \
-        }                                                                                           \
+#define EW_LOOPS(O, A, B, D, EXPR)                              \
+    do {                                                        \
+        float *restrict o_ = (O);                               \
+        const float *restrict a_ = (A), *restrict b_ = (B);     \
+        if ((D).post == 1) {                                    \
+            for (int64_t r_ = 0; r_ < (D).pre; r_++) {          \
+                const float *restrict ar_ = a_ + r_ * (D).n;    \
+                float *restrict or_ = o_ + r_ * (D).n;          \
+                for (int64_t j_ = 0; j_ < (D).n; j_++) {        \
+                    const float a = ar_[j_], b = b_[j_];        \
+                    or_[j_] = (EXPR);                           \
+                }                                               \
+            }                                                   \
+        } else {                                                \
+            for (int64_t r_ = 0; r_ < (D).pre * (D).n; r_++) {  \
+                const float b = b_[r_ % (D).n];                 \
+                const float *restrict ar_ = a_ + r_ * (D).post; \
+                float *restrict or_ = o_ + r_ * (D).post;       \
+                for (int64_t k_ = 0; k_ < (D).post; k_++) {     \
+                    const float a = ar_[k_];                    \
+                    or_[k_] = (EXPR);                           \
+                }                                               \
+            }                                                   \
+        }                                                       \
     } while (0)
 
 /* dy[n] = sum over pre and post of EXPR(g = G[...], a = X[...], b = Y[n]). */
@@ -256,10 +256,10 @@ static int grad_ew(fl_op *op, fl_grad_ctx *g)
     return dout ? grad_xy(op, g, type, in, 3) : FL_OK;
 }
 
-#define EW_DEFS(name)                                                                              \
+#define EW_DEFS(name)                                                                                           \
     static const fl_op_def def_##name = {"elementwise_" #name, {"X", "Y"}, {"Out"}, infer_ew, run_ew, grad_ew}; \
-    static const fl_op_def def_##name##_grad = {"elementwise_" #name "_grad", {"X", "Y", "Out@GRAD"}, \
-                                                {"X@GRAD", "Y@GRAD"}, fl__infer_nop, run_ew_grad, NULL};
+    static const fl_op_def def_##name##_grad = {                                                                \
+        "elementwise_" #name "_grad", {"X", "Y", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"}, fl__infer_nop, run_ew_grad, NULL};
 EW_DEFS(add)
 EW_DEFS(sub)
 EW_DEFS(mul)
@@ -294,17 +294,16 @@ static int run_scale(fl_kctx *c)
 {
     fl_tensor *x = FL_IN(c, 0), *out = FL_OUT(c, 0);
     if (x->dtype != FL_FLOAT32)
-        return fl__err(FL_EINVAL, "scale: input '%s' must be float32, is %s", fl__kctx_var_name(c, 0, 0), fl_dtype_name(x->dtype));
+        return fl__err(FL_EINVAL, "scale: input '%s' must be float32, is %s", fl__kctx_var_name(c, 0, 0),
+                       fl_dtype_name(x->dtype));
     float s = (float)fl__attr_f(c->op, "scale", 1.0), b = (float)fl__attr_f(c->op, "bias", 0.0);
     if (!fl__attr_i(c->op, "bias_after_scale", 1)) b *= s;
     FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, x->ndim, x->shape));
     const float *restrict a = x->data;
     float *restrict y = out->data;
     for (int64_t i = 0; i < x->numel; i++) y[i] = s * a[i] + b;
-    if (x->is_rows)
-        FL_CHECK(fl_tensor_set_rows(out, x->rows, x->shape[0], x->height));
-    else
-        out->is_rows = 0;
+    if (x->is_rows) FL_CHECK(fl_tensor_set_rows(out, x->rows, x->shape[0], x->height));
+    else out->is_rows = 0;
     return fl__tensor_share_lod(out, x);
 }
 
@@ -359,8 +358,10 @@ static int infer_dropout(fl_op *op)
     int up;
     if (!(p >= 0.0 && p <= 1.0)) return fl__op_error(op, "dropout_prob of '%s' must be in [0, 1], got %g", x->name, p);
     if (dropout_impl(op, &up))
-        return fl__op_error(op, "dropout_implementation '%s' (input '%s') must be 'downgrade_in_infer' or "
-                            "'upscale_in_train'", fl__attr_s(op, "dropout_implementation", ""), x->name);
+        return fl__op_error(op,
+                            "dropout_implementation '%s' (input '%s') must be 'downgrade_in_infer' or "
+                            "'upscale_in_train'",
+                            fl__attr_s(op, "dropout_implementation", ""), x->name);
     out_like_x(op, 0);
     out_like_x(op, 1);
     return FL_OK;
@@ -410,8 +411,8 @@ static int run_dropout_grad(fl_kctx *c)
     FL_CHECK(fl__kctx_dense_f32(c, 1));
     fl_tensor *mask = FL_IN(c, 0), *g = FL_IN(c, 1), *dx = FL_OUT(c, 0);
     if (mask->numel != g->numel)
-        return fl__err(FL_EINVAL, "dropout_grad: Mask '%s' has %lld elements, gradient '%s' %lld", fl__kctx_var_name(c, 0, 0),
-                       (long long)mask->numel, fl__kctx_var_name(c, 1, 0), (long long)g->numel);
+        return fl__err(FL_EINVAL, "dropout_grad: Mask '%s' has %lld elements, gradient '%s' %lld",
+                       fl__kctx_var_name(c, 0, 0), (long long)mask->numel, fl__kctx_var_name(c, 1, 0), (long long)g->numel);
     float p = (float)fl__attr_f(c->op, "dropout_prob", 0.5);
     int up = 0;
     dropout_impl(c->op, &up);
@@ -433,7 +434,8 @@ static int grad_dropout(fl_op *op, fl_grad_ctx *g)
 }
 
 static const fl_op_def def_dropout = {"dropout", {"X"}, {"Out", "Mask"}, infer_dropout, run_dropout, grad_dropout};
-static const fl_op_def def_dropout_grad = {"dropout_grad", {"Mask", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_dropout_grad, NULL};
+static const fl_op_def def_dropout_grad = {"dropout_grad", {"Mask", "Out@GRAD"}, {"X@GRAD"},
+                                           fl__infer_nop,  run_dropout_grad,     NULL};
 
 /* dropout_prob and the implementation are checked by infer (error names op and input). */
 fl_var *fl_layer_dropout(fl_var *x, float prob, const char *implementation)
@@ -442,8 +444,8 @@ fl_var *fl_layer_dropout(fl_var *x, float prob, const char *implementation)
     fl_op *op = layer_begin("dropout", x, NULL, 1, (const char *const[]){"Out", "Mask"}, 2, o);
     if (!op) return NULL;
     o[1]->stop_gradient = 1;
-    if (fl__attr_set_f(op, "dropout_prob", prob) || fl__attr_set_i(op, "is_test", 0) ||
-        fl__attr_set_i(op, "fix_seed", 0) || fl__attr_set_i(op, "seed", 0) ||
+    if (fl__attr_set_f(op, "dropout_prob", prob) || fl__attr_set_i(op, "is_test", 0) || fl__attr_set_i(op, "fix_seed", 0) ||
+        fl__attr_set_i(op, "seed", 0) ||
         fl__attr_set_s(op, "dropout_implementation", implementation ? implementation : "downgrade_in_infer") ||
         fl__op_finish(op))
         return NULL;
@@ -502,8 +504,8 @@ static int infer_reduce_sum(fl_op *op)
 /* Walks x in row-major order as merged runs of reduced / kept dims (size-1 dims
  * dropped).  backward = 0: out += x summed over reduced runs; backward = 1: x <- out
  * broadcast back (x is then the gradient being written). */
-static void reduce_walk(float *restrict x, float *restrict out, const int64_t *xs, int rank, const char *red,
-                        int64_t numel, int backward)
+static void reduce_walk(float *restrict x, float *restrict out, const int64_t *xs, int rank, const char *red, int64_t numel,
+                        int backward)
 {
     int64_t len[FL_MAX_DIMS], ostr[FL_MAX_DIMS], idx[FL_MAX_DIMS] = {0};
     char r[FL_MAX_DIMS];
@@ -580,8 +582,8 @@ static int run_reduce_sum_grad(fl_kctx *c)
     int n;
     FL_CHECK(reduce_runtime(c, x, red, os, &n));
     if (g->numel != fl__dims_prod(os, 0, n))
-        return fl__err(FL_EINVAL, "reduce_sum_grad: gradient '%s' has %lld elements, expected %lld", fl__kctx_var_name(c, 1, 0),
-                       (long long)g->numel, (long long)fl__dims_prod(os, 0, n));
+        return fl__err(FL_EINVAL, "reduce_sum_grad: gradient '%s' has %lld elements, expected %lld",
+                       fl__kctx_var_name(c, 1, 0), (long long)g->numel, (long long)fl__dims_prod(os, 0, n));
     FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, x->ndim, x->shape));
     reduce_walk(dx->data, g->data, x->shape, x->ndim, red, x->numel, 1);
     return fl__tensor_share_lod(dx, x);
@@ -597,16 +599,16 @@ static int grad_reduce_sum(fl_op *op, fl_grad_ctx *g)
 }
 
 static const fl_op_def def_reduce_sum = {"reduce_sum", {"X"}, {"Out"}, infer_reduce_sum, run_reduce_sum, grad_reduce_sum};
-static const fl_op_def def_reduce_sum_grad = {"reduce_sum_grad", {"X", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop,
-                                              run_reduce_sum_grad, NULL};
+static const fl_op_def def_reduce_sum_grad = {"reduce_sum_grad", {"X", "Out@GRAD"},   {"X@GRAD"},
+                                              fl__infer_nop,     run_reduce_sum_grad, NULL};
 
 fl_var *fl_layer_reduce_sum(fl_var *x, const int *dims, int ndims, int keep_dim)
 {
     fl_prog *p = fl__prog_of(&x, 1);
     if (!p || p->status != FL_OK) return NULL;
     if (ndims < 0 || ndims > FL_MAX_DIMS || (ndims && !dims)) {
-        fl__prog_error(p, FL_EINVAL, "reduce_sum: %d dims given for input '%s' (expected 0..%d and a dims array)",
-                       ndims, x->name, FL_MAX_DIMS);
+        fl__prog_error(p, FL_EINVAL, "reduce_sum: %d dims given for input '%s' (expected 0..%d and a dims array)", ndims,
+                       x->name, FL_MAX_DIMS);
         return NULL;
     }
     int64_t dv[FL_MAX_DIMS] = {0};
@@ -638,8 +640,10 @@ static int infer_cos_sim(fl_op *op)
         char xs[96], ys[96];
         fl__shape_str(x, xs, sizeof xs);
         fl__shape_str(y, ys, sizeof ys);
-        return fl__op_error(op, "X '%s' %s and Y '%s' %s must have equal rank >= 2, equal dims after the first, and Y "
-                            "must have as many rows as X or one", x->name, xs, y->name, ys);
+        return fl__op_error(op,
+                            "X '%s' %s and Y '%s' %s must have equal rank >= 2, equal dims after the first, and Y "
+                            "must have as many rows as X or one",
+                            x->name, xs, y->name, ys);
     }
     int64_t sx[2] = {x->shape[0], 1}, sy[2] = {y->shape[0], 1};
     fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, 2, sx);
@@ -662,8 +666,8 @@ static int cos_dims(fl_kctx *c, int64_t *n, int64_t *ny, int64_t *len)
         char xs[96], ys[96];
         fl_tensor_describe(x, xs, sizeof xs);
         fl_tensor_describe(y, ys, sizeof ys);
-        return fl__err(FL_EINVAL, "%s: X '%s' %s and Y '%s' %s do not match", c->op->def->type, fl__kctx_var_name(c, 0, 0), xs,
-                       fl__kctx_var_name(c, 1, 0), ys);
+        return fl__err(FL_EINVAL, "%s: X '%s' %s and Y '%s' %s do not match", c->op->def->type, fl__kctx_var_name(c, 0, 0),
+                       xs, fl__kctx_var_name(c, 1, 0), ys);
     }
     return FL_OK;
 }
@@ -737,15 +741,20 @@ static int grad_cos_sim(fl_op *op, fl_grad_ctx *g)
 {
     fl_var *dout = fl__grad_of(g, op->out[0].vars[0]);
     fl_var *out = op->out[0].vars[0], *xn = op->out[1].vars[0], *yn = op->out[2].vars[0];
-    fl_io in[6] = {FL_IO1("X", op->in[0].vars[0]), FL_IO1("Y", op->in[1].vars[0]), FL_IO1("Out", out),
-                   FL_IO1("XNorm", xn), FL_IO1("YNorm", yn), FL_IO1("Out@GRAD", dout)};
+    fl_io in[6] = {FL_IO1("X", op->in[0].vars[0]),
+                   FL_IO1("Y", op->in[1].vars[0]),
+                   FL_IO1("Out", out),
+                   FL_IO1("XNorm", xn),
+                   FL_IO1("YNorm", yn),
+                   FL_IO1("Out@GRAD", dout)};
     return dout ? grad_xy(op, g, "cos_sim_grad", in, 6) : FL_OK;
 }
 
-static const fl_op_def def_cos_sim = {"cos_sim", {"X", "Y"}, {"Out", "XNorm", "YNorm"}, infer_cos_sim, run_cos_sim,
-                                      grad_cos_sim};
-static const fl_op_def def_cos_sim_grad = {"cos_sim_grad", {"X", "Y", "Out", "XNorm", "YNorm", "Out@GRAD"},
-                                           {"X@GRAD", "Y@GRAD"}, fl__infer_nop, run_cos_sim_grad, NULL};
+static const fl_op_def def_cos_sim = {"cos_sim",     {"X", "Y"},  {"Out", "XNorm", "YNorm"},
+                                      infer_cos_sim, run_cos_sim, grad_cos_sim};
+static const fl_op_def def_cos_sim_grad = {"cos_sim_grad",       {"X", "Y", "Out", "XNorm", "YNorm", "Out@GRAD"},
+                                           {"X@GRAD", "Y@GRAD"}, fl__infer_nop,
+                                           run_cos_sim_grad,     NULL};
 
 fl_var *fl_layer_cos_sim(fl_var *x, fl_var *y)
 {
@@ -757,6 +766,6 @@ fl_var *fl_layer_cos_sim(fl_var *x, fl_var *y)
 }
 
 const fl_op_def *const fl__ops_nn[] = {
-    &def_add, &def_add_grad, &def_sub, &def_sub_grad, &def_mul, &def_mul_grad, &def_div, &def_div_grad,
-    &def_scale, &def_dropout, &def_dropout_grad, &def_reduce_sum, &def_reduce_sum_grad, &def_cos_sim,
+    &def_add,          &def_add_grad, &def_sub,     &def_sub_grad,     &def_mul,        &def_mul_grad,        &def_div,
+    &def_div_grad,     &def_scale,    &def_dropout, &def_dropout_grad, &def_reduce_sum, &def_reduce_sum_grad, &def_cos_sim,
     &def_cos_sim_grad, NULL};

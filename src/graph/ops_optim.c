@@ -370,6 +370,7 @@ static int run_adam(fl_kctx *c)
     return FL_OK;
 }
 
+/* clang-format off */
 static const fl_op_def def_sgd = {
     "sgd", {"Param", "Grad", "LearningRate"}, {"ParamOut"}, infer_update, run_sgd, NULL, scratch_free};
 static const fl_op_def def_momentum = {
@@ -381,6 +382,7 @@ static const fl_op_def def_adagrad = {
 static const fl_op_def def_adam = {
     "adam", {"Param", "Grad", "LearningRate", "Moment1", "Moment2", "Beta1Pow", "Beta2Pow"},
     {"ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut"}, infer_adam, run_adam, NULL, scratch_free};
+/* clang-format on */
 
 /* ---- learning-rate schedule ---------------------------------------------------------------- */
 
@@ -402,10 +404,8 @@ static int run_increment(fl_kctx *c)
         return fl__err(FL_EINVAL, "increment: counter '%s' must be an int64 or float32 with one element",
                        c->op->in[0].vars[0]->name);
     if (y != x) FL_CHECK(fl_tensor_copy(y, x));
-    if (y->dtype == FL_INT64)
-        ((int64_t *)y->data)[0] += (int64_t)step;
-    else
-        ((float *)y->data)[0] += (float)step;
+    if (y->dtype == FL_INT64) ((int64_t *)y->data)[0] += (int64_t)step;
+    else ((float *)y->data)[0] += (float)step;
     return FL_OK;
 }
 
@@ -444,5 +444,5 @@ static int run_exp_decay(fl_kctx *c)
 static const fl_op_def def_increment = {"increment", {"X"}, {"Out"}, infer_inc, run_increment, NULL};
 static const fl_op_def def_exp_decay = {"exponential_decay", {"Step"}, {"LearningRate"}, infer_decay, run_exp_decay, NULL};
 
-const fl_op_def *const fl__ops_optim[] = {&def_sgd,  &def_momentum,  &def_adagrad,
-                                           &def_adam, &def_increment, &def_exp_decay, NULL};
+const fl_op_def *const fl__ops_optim[] = {&def_sgd,       &def_momentum,  &def_adagrad, &def_adam,
+                                          &def_increment, &def_exp_decay, NULL};

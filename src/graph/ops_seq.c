@@ -50,7 +50,8 @@ static fl_op *layer_op(fl_prog *p, const char *type, const char *base, fl_dtype 
 static void ints_str(const int64_t *v, int n, char *buf, size_t cap)
 {
     size_t k = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < n && k < cap; i++) k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? ", " : "", (long long)v[i]);
+    for (int i = 0; i < n && k < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? ", " : "", (long long)v[i]);
     if (k < cap) snprintf(buf + k, cap - k, "]");
 }
 
@@ -70,9 +71,10 @@ static int infer_lookup(fl_op *op)
     char ws[96], is[96];
     fl__shape_str(w, ws, sizeof ws), fl__shape_str(ids, is, sizeof is);
     if (w->dtype != FL_FLOAT32 || w->ndim != 2 || w->shape[0] <= 0 || w->shape[1] <= 0)
-        return fl__op_error(op, "table '%s' %s %s must be a float32 [vocab, dim] matrix", w->name,
-                            fl_dtype_name(w->dtype), ws);
-    if (ids->dtype != FL_INT64) return fl__op_error(op, "ids '%s' must be int64, is %s", ids->name, fl_dtype_name(ids->dtype));
+        return fl__op_error(op, "table '%s' %s %s must be a float32 [vocab, dim] matrix", w->name, fl_dtype_name(w->dtype),
+                            ws);
+    if (ids->dtype != FL_INT64)
+        return fl__op_error(op, "ids '%s' must be int64, is %s", ids->name, fl_dtype_name(ids->dtype));
     if (ids->ndim < 2 || (ids->shape[ids->ndim - 1] != 1 && ids->shape[ids->ndim - 1] != -1))
         return fl__op_error(op, "ids '%s' %s must have last dimension 1 (shape [N, 1])", ids->name, is);
     int64_t pad = fl__attr_i(op, "padding_idx", -1);
@@ -105,8 +107,8 @@ static int lookup_check(const fl_kctx *c, const fl_tensor *w, const fl_tensor *i
 static int lookup_range_err(const fl_kctx *c, int64_t id, int64_t pos, int64_t vocab)
 {
     return fl__err(FL_EINVAL, "%s: id %lld at position %lld of '%s' is out of range [0, %lld) of table '%s' (vocab %lld)",
-                   c->op->def->type, (long long)id, (long long)pos, in_name(c, 1, 0), (long long)vocab,
-                   in_name(c, 0, 0), (long long)vocab);
+                   c->op->def->type, (long long)id, (long long)pos, in_name(c, 1, 0), (long long)vocab, in_name(c, 0, 0),
+                   (long long)vocab);
 }
 
 static int run_lookup(fl_kctx *c)
@@ -190,8 +192,8 @@ static int grad_lookup(fl_op *op, fl_grad_ctx *g)
 }
 
 static const fl_op_def def_lookup = {"lookup_table", {"W", "Ids"}, {"Out"}, infer_lookup, run_lookup, grad_lookup};
-static const fl_op_def def_lookup_grad = {"lookup_table_grad", {"W", "Ids", "Out@GRAD"}, {"W@GRAD"}, NULL,
-                                          run_lookup_grad, NULL};
+static const fl_op_def def_lookup_grad = {
+    "lookup_table_grad", {"W", "Ids", "Out@GRAD"}, {"W@GRAD"}, NULL, run_lookup_grad, NULL};
 
 /* Parameter "embedding_<k>.w_0" (or attr->param.name).  A name given in attr->param.name
  * that already names a [vocab, dim] parameter of the program is reused: that is how several
@@ -204,8 +206,8 @@ fl_var *fl_layer_embedding(fl_var *ids, int64_t vocab, int64_t dim, const fl_emb
     static const fl_embedding_attr none;
     if (!attr) attr = &none;
     if (vocab <= 0 || dim <= 0) {
-        fl__prog_error(p, FL_EINVAL, "embedding: size [%lld, %lld] of the table on '%s' must be positive",
-                       (long long)vocab, (long long)dim, ids->name);
+        fl__prog_error(p, FL_EINVAL, "embedding: size [%lld, %lld] of the table on '%s' must be positive", (long long)vocab,
+                       (long long)dim, ids->name);
         return NULL;
     }
     int64_t pad = -1;
@@ -219,10 +221,8 @@ fl_var *fl_layer_embedding(fl_var *ids, int64_t vocab, int64_t dim, const fl_emb
     }
     char base[128], nm[256];
     fl__unique_name(p, "embedding", base, sizeof base);
-    if (attr->param.name)
-        snprintf(nm, sizeof nm, "%s", attr->param.name);
-    else
-        snprintf(nm, sizeof nm, "%s.w_0", base);
+    if (attr->param.name) snprintf(nm, sizeof nm, "%s", attr->param.name);
+    else snprintf(nm, sizeof nm, "%s.w_0", base);
     /* an existing [vocab, dim] parameter of that name is shared (fl__param_create) */
     int64_t wsh[2] = {vocab, dim};
     fl_var *w = fl__param_create(p, nm, 2, wsh, &attr->param, fl_init_xavier(0), vocab, dim);
@@ -399,7 +399,8 @@ static int run_seqpool_grad(fl_kctx *c)
             for (int64_t j = 0; j < w; j++) {
                 int64_t r = idx[s * w + j];
                 if (r < b || r >= e)
-                    return fl__err(FL_EINVAL, "sequence_pool_grad: MaxIndex %lld of sequence %lld of '%s' is outside [%lld, %lld)",
+                    return fl__err(FL_EINVAL,
+                                   "sequence_pool_grad: MaxIndex %lld of sequence %lld of '%s' is outside [%lld, %lld)",
                                    (long long)r, (long long)s, in_name(c, 0, 0), (long long)b, (long long)e);
                 d[r * w + j] = gr[j];
             }
@@ -432,9 +433,10 @@ static int grad_seqpool(fl_op *op, fl_grad_ctx *g)
     return fl__op_finish(go);
 }
 
-static const fl_op_def def_seqpool = {"sequence_pool", {"X"}, {"Out", "MaxIndex"}, infer_seqpool, run_seqpool, grad_seqpool};
-static const fl_op_def def_seqpool_grad = {"sequence_pool_grad", {"X", "Out@GRAD", "MaxIndex"}, {"X@GRAD"}, NULL,
-                                           run_seqpool_grad, NULL};
+static const fl_op_def def_seqpool = {"sequence_pool", {"X"},       {"Out", "MaxIndex"},
+                                      infer_seqpool,   run_seqpool, grad_seqpool};
+static const fl_op_def def_seqpool_grad = {
+    "sequence_pool_grad", {"X", "Out@GRAD", "MaxIndex"}, {"X@GRAD"}, NULL, run_seqpool_grad, NULL};
 
 fl_var *fl_layer_sequence_pool(fl_var *x, const char *pool_type)
 {
@@ -492,8 +494,10 @@ static int infer_concat(fl_op *op)
                 sh[d] = (sh[d] < 0 || v < 0) ? -1 : sh[d] + v;
             } else if (sh[d] >= 0 && v >= 0 && sh[d] != v) {
                 fl__shape_str(src[d], ss, sizeof ss);
-                return fl__op_error(op, "input '%s' %s does not match input '%s' %s in dimension %d (all dimensions but axis %d must agree)",
-                                    x->name, xs, src[d]->name, ss, d, a);
+                return fl__op_error(
+                    op,
+                    "input '%s' %s does not match input '%s' %s in dimension %d (all dimensions but axis %d must agree)",
+                    x->name, xs, src[d]->name, ss, d, a);
             } else if (sh[d] < 0) {
                 sh[d] = v;
                 src[d] = x;
@@ -689,7 +693,8 @@ static int infer_reshape(fl_op *op)
             sh[i] = x->shape[i];
             copied[i] = 1;
         } else if (v < 0) {
-            return fl__op_error(op, "shape %s for input '%s': dimension %d is %lld (expected > 0, 0 to copy or -1 to infer)",
+            return fl__op_error(op,
+                                "shape %s for input '%s': dimension %d is %lld (expected > 0, 0 to copy or -1 to infer)",
                                 ss, x->name, i, (long long)v);
         } else {
             sh[i] = v;
@@ -698,7 +703,8 @@ static int infer_reshape(fl_op *op)
     }
     for (int d = 0; d < x->ndim; d++) {
         if (d < nd && copied[d]) continue;
-        if (x->shape[d] < 0) x_known = 0; else kx *= x->shape[d];
+        if (x->shape[d] < 0) x_known = 0;
+        else kx *= x->shape[d];
     }
     /* kx, ko: element counts of input and output apart from the copied dimensions */
     if (x_known && (infer_at >= 0 ? kx % ko != 0 : kx != ko))
@@ -749,8 +755,8 @@ static int run_reshape_grad(fl_kctx *c)
 {
     fl_tensor *x = FL_IN(c, 0), *dy = FL_IN(c, 1), *dx = FL_OUT(c, 0);
     if (dy->numel != x->numel || dy->dtype != FL_FLOAT32)
-        return fl__err(FL_EINVAL, "reshape2_grad: output gradient has %lld elements, input '%s' %lld",
-                       (long long)dy->numel, in_name(c, 0, 0), (long long)x->numel);
+        return fl__err(FL_EINVAL, "reshape2_grad: output gradient has %lld elements, input '%s' %lld", (long long)dy->numel,
+                       in_name(c, 0, 0), (long long)x->numel);
     FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, x->ndim, x->shape));
     memcpy(dx->data, dy->data, (size_t)x->numel * sizeof(float));
     dx->is_rows = 0;
@@ -787,5 +793,6 @@ fl_var *fl_layer_reshape(fl_var *x, int ndim, const int64_t *shape)
     return out;
 }
 
-const fl_op_def *const fl__ops_seq[] = {&def_lookup,  &def_lookup_grad,  &def_seqpool, &def_seqpool_grad,
-                                        &def_concat,  &def_concat_grad,  &def_reshape, &def_reshape_grad, NULL};
+const fl_op_def *const fl__ops_seq[] = {&def_lookup,       &def_lookup_grad,  &def_seqpool,
+                                        &def_seqpool_grad, &def_concat,       &def_concat_grad,
+                                        &def_reshape,      &def_reshape_grad, NULL};

@@ -96,8 +96,11 @@ int fl_opt_set_l2(fl_opt *o, float coeff)
 int fl_opt_set_exponential_decay(fl_opt *o, int64_t decay_steps, float decay_rate, int staircase)
 {
     if (!o || o->magic != FL_OPT_MAGIC) return fl__err(FL_EINVAL, "fl_opt_set_exponential_decay: optimizer is NULL");
-    if (decay_steps <= 0) return fl__err(FL_EINVAL, "fl_opt_set_exponential_decay: decay_steps must be > 0, got %lld", (long long)decay_steps);
-    if (!(decay_rate > 0.0f)) return fl__err(FL_EINVAL, "fl_opt_set_exponential_decay: decay_rate must be > 0, got %g", (double)decay_rate);
+    if (decay_steps <= 0)
+        return fl__err(FL_EINVAL, "fl_opt_set_exponential_decay: decay_steps must be > 0, got %lld",
+                       (long long)decay_steps);
+    if (!(decay_rate > 0.0f))
+        return fl__err(FL_EINVAL, "fl_opt_set_exponential_decay: decay_rate must be > 0, got %g", (double)decay_rate);
     o->has_decay = 1;
     o->decay_steps = decay_steps;
     o->decay_rate = decay_rate;

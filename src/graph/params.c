@@ -8,10 +8,7 @@
 fl_initializer fl_init_constant(float v) { return (fl_initializer){FL_INIT_CONSTANT, v, 0, 0}; }
 fl_initializer fl_init_uniform(float lo, float hi) { return (fl_initializer){FL_INIT_UNIFORM, lo, hi, 0}; }
 fl_initializer fl_init_normal(float m, float s) { return (fl_initializer){FL_INIT_NORMAL, m, s, 0}; }
-fl_initializer fl_init_truncated_normal(float m, float s)
-{
-    return (fl_initializer){FL_INIT_TRUNCATED_NORMAL, m, s, 0};
-}
+fl_initializer fl_init_truncated_normal(float m, float s) { return (fl_initializer){FL_INIT_TRUNCATED_NORMAL, m, s, 0}; }
 fl_initializer fl_init_xavier(int normal) { return (fl_initializer){FL_INIT_XAVIER, (float)(normal != 0), 0, 0}; }
 
 /* Appends the initializer op for var `sv` of the startup program. */
@@ -37,8 +34,7 @@ static int append_init(fl_prog *sp, fl_var *sv, fl_initializer in, int64_t fan_i
         }
         break;
     }
-    default:
-        return fl__prog_error(sp, FL_EINVAL, "variable '%s': unknown initializer kind %d", sv->name, (int)in.kind);
+    default: return fl__prog_error(sp, FL_EINVAL, "variable '%s': unknown initializer kind %d", sv->name, (int)in.kind);
     }
     fl_io out = FL_IO1("Out", sv);
     fl_op *op = fl__op_new(sp, type, NULL, 0, &out, 1);
@@ -64,8 +60,8 @@ static fl_var *persist_pair(fl_prog *p, const char *name, fl_dtype dt, int ndim,
 {
     for (int i = 0; i < ndim; i++)
         if (shape[i] <= 0) {
-            fl__prog_error(p, FL_EINVAL, "persistable variable '%s': dimension %d must be positive, got %lld", name,
-                           i, (long long)shape[i]);
+            fl__prog_error(p, FL_EINVAL, "persistable variable '%s': dimension %d must be positive, got %lld", name, i,
+                           (long long)shape[i]);
             return NULL;
         }
     fl_var *v = fl_prog_var(p, name);

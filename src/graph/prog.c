@@ -187,8 +187,7 @@ fl_var *fl__tmp_var(fl_prog *p, const char *base, fl_dtype dt, int ndim, const i
 {
     char pre[200], name[256];
     snprintf(pre, sizeof pre, "%s.tmp", base);
-    do
-        fl__unique_name(p, pre, name, sizeof name);
+    do fl__unique_name(p, pre, name, sizeof name);
     while (fl_prog_var(p, name));
     return fl__var_create(p, name, dt, ndim, shape);
 }
@@ -258,7 +257,7 @@ static fl_attr *attr_slot(fl_op *op, const char *name)
     return a;
 }
 
-#define ATTR_OR_FAIL(a)                                                                            \
+#define ATTR_OR_FAIL(a) \
     if (!(a)) return fl__op_error(op, "cannot set attribute '%s' (too many attributes or no memory)", name)
 
 int fl__attr_set_i(fl_op *op, const char *name, int64_t v)
@@ -348,8 +347,8 @@ static int slot_index(const char *const *names, const char *slot)
     return -1;
 }
 
-static int fill_slots(fl_prog *p, const fl_op_def *def, fl_slot *dst, const char *const *names,
-                      const fl_io *ios, int n, const char *what)
+static int fill_slots(fl_prog *p, const fl_op_def *def, fl_slot *dst, const char *const *names, const fl_io *ios, int n,
+                      const char *what)
 {
     for (int i = 0; i < n; i++) {
         int s = slot_index(names, ios[i].slot);
@@ -357,11 +356,10 @@ static int fill_slots(fl_prog *p, const fl_op_def *def, fl_slot *dst, const char
         for (int k = 0; k < ios[i].n; k++) {
             fl_var *v = ios[i].vars[k];
             if (!v || v->magic != FL_VAR_MAGIC)
-                return fl__prog_error(p, FL_EINVAL, "%s: %s '%s' #%d is not a variable", def->type, what,
-                                      ios[i].slot, k);
+                return fl__prog_error(p, FL_EINVAL, "%s: %s '%s' #%d is not a variable", def->type, what, ios[i].slot, k);
             if (v->prog != p)
-                return fl__prog_error(p, FL_EINVAL, "%s: %s '%s' variable '%s' belongs to another program",
-                                      def->type, what, ios[i].slot, v->name);
+                return fl__prog_error(p, FL_EINVAL, "%s: %s '%s' variable '%s' belongs to another program", def->type, what,
+                                      ios[i].slot, v->name);
         }
         fl_var **vs = malloc((size_t)(ios[i].n > 0 ? ios[i].n : 1) * sizeof *vs);
         if (!vs) return fl__prog_error(p, FL_ENOMEM, "out of memory");

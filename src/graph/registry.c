@@ -18,17 +18,17 @@ int fl__op_register_group(const fl_op_def *const *group)
     int found = 0;
     for (int i = 0; i < nextra; i++) found |= extra[i] == group;
     if (!found) {
-        if (nextra == MAX_EXTRA)
-            st = fl__err(FL_ENOMEM, "op registry: too many op groups");
+        if (nextra == MAX_EXTRA) st = fl__err(FL_ENOMEM, "op registry: too many op groups");
         else
-            __atomic_store_n(&extra[nextra], group, __ATOMIC_RELEASE), __atomic_store_n(&nextra, nextra + 1, __ATOMIC_RELEASE);
+            __atomic_store_n(&extra[nextra], group, __ATOMIC_RELEASE),
+                __atomic_store_n(&nextra, nextra + 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&extra_mu);
     return st;
 }
 
-static const fl_op_def *const *const groups[] = {fl__ops_basic, fl__ops_nn,    fl__ops_seq,  fl__ops_loss,
-                                                  fl__ops_metric, fl__ops_optim, fl__ops_conv};
+static const fl_op_def *const *const groups[] = {fl__ops_basic,  fl__ops_nn,    fl__ops_seq, fl__ops_loss,
+                                                 fl__ops_metric, fl__ops_optim, fl__ops_conv};
 
 const fl_op_def *fl__op_lookup(const char *type)
 {

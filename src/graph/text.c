@@ -18,8 +18,10 @@ static const char *const role_names[] = {"forward", "backward", "optimize", "lrs
 static const struct {
     const char *name;
     size_t off;
-} var_flags[] = {{"persistable", offsetof(fl_var, persistable)}, {"param", offsetof(fl_var, is_param)},
-                 {"data", offsetof(fl_var, is_data)},               {"stop_gradient", offsetof(fl_var, stop_gradient)},
+} var_flags[] = {{"persistable", offsetof(fl_var, persistable)},
+                 {"param", offsetof(fl_var, is_param)},
+                 {"data", offsetof(fl_var, is_data)},
+                 {"stop_gradient", offsetof(fl_var, stop_gradient)},
                  {"sparse_grad", offsetof(fl_var, is_sparse_grad)}};
 #define VAR_FLAG(v, k) (*(int *)((char *)(v) + var_flags[k].off))
 
@@ -191,10 +193,10 @@ static int lfail(lex *L, const char *fmt, ...)
 }
 
 /* In parse_var / parse_op: record the error and leave through their cleanup label. */
-#define LFAIL_OUT(...)                                                                             \
-    do {                                                                                           \
-        st = lfail(L, __VA_ARGS__);                                                                \
-        goto out;                                                                                  \
+#define LFAIL_OUT(...)              \
+    do {                            \
+        st = lfail(L, __VA_ARGS__); \
+        goto out;                   \
     } while (0)
 
 static void lspace(lex *L)
@@ -437,7 +439,8 @@ static int slot_of(const char *const *names, const char *s)
 static int parse_slot(lex *L, fl_prog *p, const fl_op_def *def, int out, char *slot, ioset *set)
 {
     const char *const *names = out ? def->out_names : def->in_names;
-    if (slot_of(names, slot) < 0) return lfail(L, "operator '%s' has no %s slot '%s'", def->type, out ? "output" : "input", slot);
+    if (slot_of(names, slot) < 0)
+        return lfail(L, "operator '%s' has no %s slot '%s'", def->type, out ? "output" : "input", slot);
     for (int k = 0; k < set->n; k++)
         if (!strcmp(set->io[k].slot, slot)) return lfail(L, "operator '%s': slot '%s' given twice", def->type, slot);
     int n = 0, cap = 4;
@@ -562,7 +565,8 @@ static int parse_op(lex *L, fl_prog *p)
     L->i++;
     char *end;
     if ((st = lword(L, w, sizeof w)) != FL_OK) goto out;
-    for (role = 0; role < NROLES && strcmp(w, role_names[role]) != 0; role++) {}
+    for (role = 0; role < NROLES && strcmp(w, role_names[role]) != 0; role++) {
+    }
     if (role == NROLES && ((role = (int)strtol(w, &end, 10)) < NROLES || *end))
         LFAIL_OUT("operator '%s': unknown role '%s'", type, w);
     /* optional cond=VAR: the op runs only when VAR's first element is non-zero */
@@ -729,7 +733,8 @@ static int prune_copy(const fl_prog *p, const char *keep_op, const char *keep_va
         if (st == FL_OK) st = build_op(d, so->def->type, &set[0], &set[1], so->role, so->attr, so->nattr);
         for (int w = 0; w < 2; w++)
             for (int k = 0; k < set[w].n; k++) free(set[w].vars[k]);
-        if (st != FL_OK) st = fl__err(st, "fl_prog_prune: rebuilding operator #%d '%s' failed: %s", i, so->def->type, fl_last_error());
+        if (st != FL_OK)
+            st = fl__err(st, "fl_prog_prune: rebuilding operator #%d '%s' failed: %s", i, so->def->type, fl_last_error());
     }
     if (st != FL_OK) {
         fl_prog_free(d);
@@ -794,7 +799,8 @@ int fl_prog_prune(const fl_prog *p, const char *const *feeds, int nfeed, const c
     for (int i = 0; i < p->nvars; i++) {
         const fl_var *v = p->vars[i];
         if (needed[i] && v->is_data && !fed[i] && !written[i]) {
-            st = fl__err(FL_EINVAL, "fl_prog_prune: data variable '%s' is needed to compute the targets but is not among the feeds",
+            st = fl__err(FL_EINVAL,
+                         "fl_prog_prune: data variable '%s' is needed to compute the targets but is not among the feeds",
                          v->name);
             goto out;
         }

@@ -50,8 +50,7 @@ int fl__mkdir_p(const char *dir)
             st = fl__err(FL_EIO, "cannot create directory '%s': %s", p, strerror(errno));
         } else {
             struct stat sb;
-            if (stat(p, &sb) != 0)
-                st = fl__err(FL_EIO, "cannot create directory '%s': %s", p, strerror(errno));
+            if (stat(p, &sb) != 0) st = fl__err(FL_EIO, "cannot create directory '%s': %s", p, strerror(errno));
             else if (!S_ISDIR(sb.st_mode))
                 st = fl__err(FL_EIO, "cannot create directory '%s': a file of that name exists", p);
         }
@@ -117,8 +116,8 @@ int fl__tmp_sweep(const char *dir)
         char *p = fl__path_join(dir && *dir ? dir : ".", e->d_name);
         struct stat st;
         if (p && lstat(p, &st) == 0 && S_ISREG(st.st_mode) && unlink(p) == 0) {
-            FL_INFO(FL_SUB_IO, "removed '%s' (%lld bytes), the temporary file of a save by a process that is gone",
-                    p, (long long)st.st_size);
+            FL_INFO(FL_SUB_IO, "removed '%s' (%lld bytes), the temporary file of a save by a process that is gone", p,
+                    (long long)st.st_size);
             n++;
         }
         free(p);

@@ -62,8 +62,10 @@ static int gather(fl_exe *e, const fl_prog *p, const char *path, const char ***n
         if (!t || (t->numel == 0 && expected_numel(v, &want))) {
             free(nm);
             free(tv);
-            return fl__err(FL_ESTATE, "saving '%s': persistable variable '%s' is %s in the executor's scope (run the startup program first)",
-                           path, v->name, t ? "not initialized" : "missing");
+            return fl__err(
+                FL_ESTATE,
+                "saving '%s': persistable variable '%s' is %s in the executor's scope (run the startup program first)",
+                path, v->name, t ? "not initialized" : "missing");
         }
         nm[k] = v->name;
         tv[k++] = t;
@@ -194,8 +196,8 @@ void fl_io_free_names(char **names, int n)
     free(names);
 }
 
-int fl_io_save_inference_model(fl_exe *e, const char *dir, const char *const *feeds, int nfeed,
-                               fl_var *const *targets, int ntarget, const fl_prog *p)
+int fl_io_save_inference_model(fl_exe *e, const char *dir, const char *const *feeds, int nfeed, fl_var *const *targets,
+                               int ntarget, const fl_prog *p)
 {
     FL_CHECK(check_args(e, dir, p, "fl_io_save_inference_model"));
     if (!p) return fl__err(FL_EINVAL, "fl_io_save_inference_model: program is NULL");
@@ -285,7 +287,8 @@ static int take_names(char *buf, size_t len, const char *path, char ***feeds, in
                 st = FL_ECORRUPT;
                 snprintf(why, sizeof why, "unexpected text after the name");
             }
-            if (st != FL_OK) return fl__err(st, "'%s' line %d: bad %s line: %s", path, lineno, w == 1 ? "feed" : "fetch", why);
+            if (st != FL_OK)
+                return fl__err(st, "'%s' line %d: bad %s line: %s", path, lineno, w == 1 ? "feed" : "fetch", why);
             char ***arr = w == 1 ? feeds : fetches;
             int *cnt = w == 1 ? nfeed : nfetch;
             char **na = realloc(*arr, (size_t)(*cnt + 1) * sizeof *na);

@@ -29,7 +29,7 @@
 static const struct {
     const char *name;
     fl_dtype dt;
-} st_dtypes[] = {{"F32", FL_FLOAT32}, {"I64", FL_INT64}, {"F64", FL_FLOAT64},
+} st_dtypes[] = {{"F32", FL_FLOAT32}, {"I64", FL_INT64},   {"F64", FL_FLOAT64},
                  {"I32", FL_INT32},   {"F16", FL_FLOAT16}, {"BF16", FL_BFLOAT16}};
 #define ST_NDTYPES ((int)(sizeof st_dtypes / sizeof st_dtypes[0]))
 
@@ -80,22 +80,28 @@ static int parse_entry(const fl_json *j, const cJSON *v, st_entry *e)
     FL_CHECK(fl__json_obj(j, v, key));
     const cJSON *dt = NULL, *shape = NULL, *off = NULL;
     for (const cJSON *f = v->child; f; f = f->next) {
-        const cJSON **slot = !strcmp(f->string, "dtype") ? &dt : !strcmp(f->string, "shape") ? &shape
-                             : !strcmp(f->string, "data_offsets") ? &off : NULL;
+        const cJSON **slot = !strcmp(f->string, "dtype")          ? &dt
+                             : !strcmp(f->string, "shape")        ? &shape
+                             : !strcmp(f->string, "data_offsets") ? &off
+                                                                  : NULL;
         if (!slot) return fl__json_fail(j, "tensor '%.200s': unexpected field '%.40s'", e->name, f->string);
         if (*slot) return fl__json_fail(j, "tensor '%.200s': duplicate field '%s'", e->name, f->string);
         *slot = f;
     }
     if (!dt || !shape || !off)
-        return fl__json_fail(j, "tensor '%.200s': missing field '%s'", e->name, !dt ? "dtype" : !shape ? "shape" : "data_offsets");
+        return fl__json_fail(j, "tensor '%.200s': missing field '%s'", e->name,
+                             !dt      ? "dtype"
+                             : !shape ? "shape"
+                                      : "data_offsets");
     const char *dts;
     snprintf(key, sizeof key, "%.200s.dtype", e->name);
     FL_CHECK(fl__json_str(j, dt, key, &dts));
     int k = 0;
     while (k < ST_NDTYPES && strcmp(st_dtypes[k].name, dts) != 0) k++;
     if (k == ST_NDTYPES)
-        return fl__json_fail(j, "tensor '%.200s': unknown or unsupported dtype '%.40s' (expected F32, I64, F64, I32, F16 or BF16)",
-                             e->name, dts);
+        return fl__json_fail(
+            j, "tensor '%.200s': unknown or unsupported dtype '%.40s' (expected F32, I64, F64, I32, F16 or BF16)", e->name,
+            dts);
     e->dt = st_dtypes[k].dt;
     snprintf(key, sizeof key, "%.200s.shape", e->name);
     FL_CHECK(fl__json_arr(j, shape, key, FL_MAX_DIMS, &e->ndim));
@@ -192,19 +198,22 @@ static int validate(const char *path, const st_entry *e, int n, uint64_t data_le
                 return fl__err(FL_ECORRUPT, "'%s': tensor '%s': shape overflows 64 bits", path, e[i].name);
             numel *= d;
         }
-        if (numel > UINT64_MAX / esz) return fl__err(FL_ECORRUPT, "'%s': tensor '%s': shape overflows 64 bits", path, e[i].name);
+        if (numel > UINT64_MAX / esz)
+            return fl__err(FL_ECORRUPT, "'%s': tensor '%s': shape overflows 64 bits", path, e[i].name);
         if (e[i].end < e[i].begin)
             return fl__err(FL_ECORRUPT, "'%s': tensor '%s': data_offsets [%llu, %llu] are reversed", path, e[i].name,
                            (unsigned long long)e[i].begin, (unsigned long long)e[i].end);
         if (e[i].end > data_len)
-            return fl__err(FL_ECORRUPT, "'%s': tensor '%s': data_offsets [%llu, %llu] lie beyond the end of the data buffer (%llu bytes)",
-                           path, e[i].name, (unsigned long long)e[i].begin, (unsigned long long)e[i].end,
-                           (unsigned long long)data_len);
+            return fl__err(
+                FL_ECORRUPT,
+                "'%s': tensor '%s': data_offsets [%llu, %llu] lie beyond the end of the data buffer (%llu bytes)", path,
+                e[i].name, (unsigned long long)e[i].begin, (unsigned long long)e[i].end, (unsigned long long)data_len);
         if (e[i].end - e[i].begin != numel * esz)
-            return fl__err(FL_ECORRUPT, "'%s': tensor '%s': %s with %llu elements needs %llu bytes, but data_offsets [%llu, %llu] hold %llu",
-                           path, e[i].name, st_dtype_name(e[i].dt), (unsigned long long)numel,
-                           (unsigned long long)(numel * esz), (unsigned long long)e[i].begin,
-                           (unsigned long long)e[i].end, (unsigned long long)(e[i].end - e[i].begin));
+            return fl__err(
+                FL_ECORRUPT,
+                "'%s': tensor '%s': %s with %llu elements needs %llu bytes, but data_offsets [%llu, %llu] hold %llu", path,
+                e[i].name, st_dtype_name(e[i].dt), (unsigned long long)numel, (unsigned long long)(numel * esz),
+                (unsigned long long)e[i].begin, (unsigned long long)e[i].end, (unsigned long long)(e[i].end - e[i].begin));
     }
     int *idx = malloc((size_t)(n > 0 ? n : 1) * 2 * sizeof *idx);
     if (!idx) return fl__err(FL_ENOMEM, "'%s': out of memory", path);
@@ -390,14 +399,10 @@ int fl__st_header(const fl__st_desc *t, int n, const char *meta_key, const char 
             st = fl__err(FL_EINVAL, "tensor #%d has an empty or reserved name", i);
         else if (fl__utf8_check(name, strlen(name)) != strlen(name))
             st = fl__err(FL_EINVAL, "tensor name '%s' is not valid UTF-8", name);
-        else if (fl__strmap_get(&seen, name, NULL))
-            st = fl__err(FL_EINVAL, "duplicate tensor name '%s'", name);
-        else if (!dt)
-            st = fl__err(FL_EINVAL, "tensor '%s' has an invalid dtype", name);
-        else if (fl__strmap_put(&seen, name, i) != FL_OK)
-            ok = 0;
-        else
-            ok = put_entry(root, &t[i], dt, off, numel * fl_dtype_size(t[i].dtype));
+        else if (fl__strmap_get(&seen, name, NULL)) st = fl__err(FL_EINVAL, "duplicate tensor name '%s'", name);
+        else if (!dt) st = fl__err(FL_EINVAL, "tensor '%s' has an invalid dtype", name);
+        else if (fl__strmap_put(&seen, name, i) != FL_OK) ok = 0;
+        else ok = put_entry(root, &t[i], dt, off, numel * fl_dtype_size(t[i].dtype));
         off += numel * fl_dtype_size(t[i].dtype);
     }
     char *json = ok && st == FL_OK ? cJSON_PrintUnformatted(root) : NULL;
@@ -407,7 +412,8 @@ int fl__st_header(const fl__st_desc *t, int n, const char *meta_key, const char 
     if (st != FL_OK) return st;
     /* padded with spaces to a multiple of 8, so that the data buffer is 8-byte aligned */
     uint64_t len = strlen(json), hlen = (len + 7) & ~(uint64_t)7;
-    if (hlen > ST_MAX_HEADER) st = fl__err(FL_EINVAL, "a header of %llu bytes exceeds the format's limit", (unsigned long long)hlen);
+    if (hlen > ST_MAX_HEADER)
+        st = fl__err(FL_EINVAL, "a header of %llu bytes exceeds the format's limit", (unsigned long long)hlen);
     unsigned char hb[8];
     for (int k = 0; k < 8; k++) hb[k] = (unsigned char)(hlen >> (8 * k));
     if (st == FL_OK) {
@@ -429,13 +435,15 @@ int fl_io_write_safetensors(const char *path, const char *const *names, const fl
         if (!tensors[i])
             return fl__err(FL_EINVAL, "fl_io_write_safetensors '%s': tensor '%s' is NULL", path, names[i] ? names[i] : "?");
         if (fl_tensor_is_rows(tensors[i]))
-            return fl__err(FL_EUNSUPPORTED, "fl_io_write_safetensors '%s': tensor '%s' holds SelectedRows, which safetensors cannot store",
+            return fl__err(FL_EUNSUPPORTED,
+                           "fl_io_write_safetensors '%s': tensor '%s' holds SelectedRows, which safetensors cannot store",
                            path, names[i] ? names[i] : "?");
     }
     fl__st_desc *d = malloc((size_t)(n ? n : 1) * sizeof *d);
     if (!d) return fl__err(FL_ENOMEM, "fl_io_write_safetensors '%s': out of memory", path);
     for (int i = 0; i < n; i++)
-        d[i] = (fl__st_desc){names[i], fl_tensor_dtype(tensors[i]), fl_tensor_ndim(tensors[i]), fl_tensor_shape(tensors[i])};
+        d[i] = (fl__st_desc){names[i], fl_tensor_dtype(tensors[i]), fl_tensor_ndim(tensors[i]),
+                             fl_tensor_shape(tensors[i])};
     fl_buf b = {0};
     int st = fl__st_header(d, n, NULL, NULL, &b);
     free(d);

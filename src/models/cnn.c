@@ -31,8 +31,8 @@ static int check_cfg(const fl_model_cnn_config *c)
     if (!c->input_name || !*c->input_name || !c->label_name || !*c->label_name)
         return fl__err(FL_EINVAL, "cnn: input_name and label_name must be non-empty");
     if (c->channels < 1 || c->height < 1 || c->width < 1)
-        return fl__err(FL_EINVAL, "cnn: channels, height and width must be >= 1, got %d, %d, %d", c->channels,
-                       c->height, c->width);
+        return fl__err(FL_EINVAL, "cnn: channels, height and width must be >= 1, got %d, %d, %d", c->channels, c->height,
+                       c->width);
     if (c->nconv < 0 || c->nconv > FL_MODEL_CNN_MAX_LAYERS)
         return fl__err(FL_EINVAL, "cnn: nconv must be in [0, %d], got %d", FL_MODEL_CNN_MAX_LAYERS, c->nconv);
     if (c->kernel < 1 || c->pool < 1)
@@ -43,8 +43,8 @@ static int check_cfg(const fl_model_cnn_config *c)
         h = (h - c->kernel + 1) / c->pool;
         w = (w - c->kernel + 1) / c->pool;
         if (h < 1 || w < 1)
-            return fl__err(FL_EINVAL, "cnn: a %dx%d image is empty after conv block %d (kernel %d, pool %d)",
-                           c->height, c->width, i, c->kernel, c->pool);
+            return fl__err(FL_EINVAL, "cnn: a %dx%d image is empty after conv block %d (kernel %d, pool %d)", c->height,
+                           c->width, i, c->kernel, c->pool);
     }
     if (c->nhidden < 0 || c->nhidden > FL_MODEL_CNN_MAX_LAYERS)
         return fl__err(FL_EINVAL, "cnn: nhidden must be in [0, %d], got %d", FL_MODEL_CNN_MAX_LAYERS, c->nhidden);

@@ -54,7 +54,8 @@ int fl_model_ctr_dnn_build(fl_prog *p, const fl_model_ctr_dnn_config *cfg, fl_mo
     const int ns = cfg->num_sparse_slots;
     fl_var *parts[FL_MODEL_CTR_MAX_SLOTS + 1];
     int np = 0;
-    if (cfg->dense_dim > 0) m->dense_input = fl_layer_data(p, "dense_input", 1, (const int64_t[]){cfg->dense_dim}, FL_FLOAT32, 0);
+    if (cfg->dense_dim > 0)
+        m->dense_input = fl_layer_data(p, "dense_input", 1, (const int64_t[]){cfg->dense_dim}, FL_FLOAT32, 0);
     fl_embedding_attr ea;
     memset(&ea, 0, sizeof ea);
     ea.is_sparse = cfg->is_sparse;

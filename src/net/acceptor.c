@@ -31,29 +31,29 @@ enum { HS_GREET, HS_PROOF, HS_FINISH };
 typedef struct {
     fl_net_conn *c;
     int state;
-    size_t off;              /* bytes of the current message moved */
-    uint32_t events;         /* what the descriptor is registered for */
+    size_t off;      /* bytes of the current message moved */
+    uint32_t events; /* what the descriptor is registered for */
     uint64_t t0, last_rx, deadline;
-    uint8_t src[16];         /* source address (IPv4 as v4-mapped IPv6), for the per-source cap */
+    uint8_t src[16]; /* source address (IPv4 as v4-mapped IPv6), for the per-source cap */
     uint8_t hs[FL__NET_HELLO_LEN], hc[FL__NET_HELLO_C_LEN], fin[FL__NET_FINISH_LEN];
 } hs_conn;
 
 struct fl_net_acceptor {
     uint32_t magic;
     fl_net_listener *l;
-    int internal;            /* made by fl_net_accept, owned by the listener */
-    fl_net_auth auth;        /* auth.secret points at secret below */
+    int internal;     /* made by fl_net_accept, owned by the listener */
+    fl_net_auth auth; /* auth.secret points at secret below */
     uint8_t secret[FL_NET_SECRET_MAX];
     int max_pending, max_per_source, hs_timeout_ms;
-    int ep;                  /* epoll: the listener and every pending connection */
-    int listening;           /* the listener is registered in ep */
+    int ep;        /* epoll: the listener and every pending connection */
+    int listening; /* the listener is registered in ep */
     uint64_t paused_until;
-    hs_conn *p;              /* [max_pending], np in use */
+    hs_conn *p; /* [max_pending], np in use */
     int np;
-    fl_net_conn **ready;     /* authenticated, FIFO from rhead */
+    fl_net_conn **ready; /* authenticated, FIFO from rhead */
     int nready, rhead, rcap;
     fl_net_acceptor_stats st;
-    uint64_t refusals;       /* refused + timed out, as a sequence number for fl_net_accept */
+    uint64_t refusals; /* refused + timed out, as a sequence number for fl_net_accept */
     int last_st;
     char last[FL_NET_LABEL_MAX + 256];
 };
@@ -75,8 +75,10 @@ static int opts_resolve(const fl_net_acceptor_opts *in, fl_net_acceptor_opts *o)
     *o = in ? *in : z;
     int64_t v;
     if (o->max_pending < 0 || o->max_per_source < 0 || o->handshake_timeout_ms < 0)
-        return fl__err(FL_EINVAL, "fl_net_acceptor_create: negative option (max_pending %d, max_per_source %d, "
-                                  "handshake_timeout_ms %d)", o->max_pending, o->max_per_source, o->handshake_timeout_ms);
+        return fl__err(FL_EINVAL,
+                       "fl_net_acceptor_create: negative option (max_pending %d, max_per_source %d, "
+                       "handshake_timeout_ms %d)",
+                       o->max_pending, o->max_per_source, o->handshake_timeout_ms);
     if (!o->max_pending) {
         FL_CHECK(fl__env_int("FLEET_NET_MAX_PENDING", FL_NET_DEFAULT_MAX_PENDING, 1, 65536, &v));
         o->max_pending = (int)v;
@@ -167,10 +169,7 @@ void fl_net_acceptor_get_stats(const fl_net_acceptor *a, fl_net_acceptor_stats *
     out->ready = a->nready;
 }
 
-const char *fl_net_acceptor_last_refusal(const fl_net_acceptor *a)
-{
-    return a && a->magic == ACC_MAGIC ? a->last : "";
-}
+const char *fl_net_acceptor_last_refusal(const fl_net_acceptor *a) { return a && a->magic == ACC_MAGIC ? a->last : ""; }
 
 /* ---- the state machine ---------------------------------------------------------------------- */
 
@@ -195,8 +194,8 @@ static void refuse(fl_net_acceptor *a, int i, int st)
 
 static void evict(fl_net_acceptor *a, int i, const char *why)
 {
-    FL_DEBUG(FL_SUB_NET, "listener %s: dropping the unauthenticated connection from %s (idle %.0f ms): %s",
-             a->l->endpoint, a->p[i].c->addr, (double)(fl__now_ns() - a->p[i].last_rx) / 1e6, why);
+    FL_DEBUG(FL_SUB_NET, "listener %s: dropping the unauthenticated connection from %s (idle %.0f ms): %s", a->l->endpoint,
+             a->p[i].c->addr, (double)(fl__now_ns() - a->p[i].last_rx) / 1e6, why);
     a->st.evicted++;
     drop(a, i);
 }
@@ -234,9 +233,11 @@ static void advance(fl_net_acceptor *a, int i, uint64_t now)
             size_t len = h->state == HS_GREET ? sizeof h->hs : sizeof h->fin, k = 0;
             struct iovec iov = {(void *)(buf + h->off), len - h->off};
             if (fl_net_try_sendv(h->c, &iov, 1, &k) != FL_OK) {
-                refuse(a, i, fl__err(FL_EREMOTE, "handshake with %s failed: the peer closed the connection before "
-                                                 "reading our %s", h->c->label,
-                                     h->state == HS_GREET ? "greeting" : "answer"));
+                refuse(a, i,
+                       fl__err(FL_EREMOTE,
+                               "handshake with %s failed: the peer closed the connection before "
+                               "reading our %s",
+                               h->c->label, h->state == HS_GREET ? "greeting" : "answer"));
                 return;
             }
             h->off += k;
@@ -263,9 +264,12 @@ static void advance(fl_net_acceptor *a, int i, uint64_t now)
         }
         size_t k = 0;
         if (fl_net_try_recv(h->c, h->hc + h->off, sizeof h->hc - h->off, &k) != FL_OK) {
-            refuse(a, i, fl__err(FL_EREMOTE, "handshake with %s failed: the peer closed the connection before sending "
-                                             "its proof (got %zu of %zu bytes; it may have refused our credentials or "
-                                             "service)", h->c->label, h->off, sizeof h->hc));
+            refuse(a, i,
+                   fl__err(FL_EREMOTE,
+                           "handshake with %s failed: the peer closed the connection before sending "
+                           "its proof (got %zu of %zu bytes; it may have refused our credentials or "
+                           "service)",
+                           h->c->label, h->off, sizeof h->hc));
             return;
         }
         if (!k) return;
@@ -329,8 +333,10 @@ static void accept_some(fl_net_acceptor *a, uint64_t now)
         fl_net_conn *c;
         if (fl__net_conn_wrap(fd, (struct sockaddr *)&ss, &c) != FL_OK) continue;
         if ((!a->auth.secret || !a->auth.secret_len) && !c->loopback) {
-            a->last_st = fl__err(FL_EPROTO, "refusing connection from %s: insecure local mode (no job secret) accepts "
-                                            "loopback peers only", c->addr);
+            a->last_st = fl__err(FL_EPROTO,
+                                 "refusing connection from %s: insecure local mode (no job secret) accepts "
+                                 "loopback peers only",
+                                 c->addr);
             snprintf(a->last, sizeof a->last, "%s", fl_last_error());
             a->refusals++;
             a->st.refused++;
@@ -389,9 +395,11 @@ int fl_net_acceptor_step(fl_net_acceptor *a)
             i++;
             continue;
         }
-        refuse(a, i, fl__err(FL_ETIMEDOUT, "handshake with %s timed out waiting for its proof after %d ms (got %zu of "
-                                           "%zu bytes; the peer is silent: not a Fleet process, or stalled)",
-                             h->c->label, a->hs_timeout_ms, h->state == HS_PROOF ? h->off : 0, sizeof h->hc));
+        refuse(a, i,
+               fl__err(FL_ETIMEDOUT,
+                       "handshake with %s timed out waiting for its proof after %d ms (got %zu of "
+                       "%zu bytes; the peer is silent: not a Fleet process, or stalled)",
+                       h->c->label, a->hs_timeout_ms, h->state == HS_PROOF ? h->off : 0, sizeof h->hc));
     }
     if (!a->listening && now >= a->paused_until) {
         struct epoll_event lev = {.events = EPOLLIN, .data.fd = a->l->fd};
@@ -451,9 +459,11 @@ int fl_net_acceptor_wait(fl_net_acceptor *a, uint64_t deadline_ns, fl_net_conn *
         FL_CHECK(fl_net_acceptor_next(a, out));
         if (*out) return FL_OK;
         if (fl__now_ns() >= deadline_ns)
-            return fl__err(FL_ETIMEDOUT, "accept on %s timed out after %.0f ms: no peer completed the handshake "
-                                         "(%d pending%s%s)", a->l->endpoint, (double)(fl__now_ns() - t0) / 1e6,
-                           a->np, a->last[0] ? "; last refused: " : "", a->last);
+            return fl__err(FL_ETIMEDOUT,
+                           "accept on %s timed out after %.0f ms: no peer completed the handshake "
+                           "(%d pending%s%s)",
+                           a->l->endpoint, (double)(fl__now_ns() - t0) / 1e6, a->np, a->last[0] ? "; last refused: " : "",
+                           a->last);
         FL_CHECK(wait_some(a, deadline_ns));
     }
 }
@@ -494,10 +504,13 @@ int fl_net_accept(fl_net_listener *l, const fl_net_auth *auth, uint64_t deadline
             /* as a blocking call, the handshakes it started end with it */
             while (a->np) {
                 hs_conn *h = &a->p[0];
-                refuse(a, 0, fl__err(FL_ETIMEDOUT, "handshake with %s timed out waiting for its proof (got %zu of %zu "
-                                                   "bytes in %.0f ms; the peer is silent: not a Fleet process, or "
-                                                   "stalled)", h->c->label, h->state == HS_PROOF ? h->off : 0,
-                                     sizeof h->hc, (double)(fl__now_ns() - h->t0) / 1e6));
+                refuse(a, 0,
+                       fl__err(FL_ETIMEDOUT,
+                               "handshake with %s timed out waiting for its proof (got %zu of %zu "
+                               "bytes in %.0f ms; the peer is silent: not a Fleet process, or "
+                               "stalled)",
+                               h->c->label, h->state == HS_PROOF ? h->off : 0, sizeof h->hc,
+                               (double)(fl__now_ns() - h->t0) / 1e6));
             }
             return fl__err(FL_ETIMEDOUT, "%s", a->last);
         }

@@ -46,15 +46,15 @@ int fl_net_secret_from_hex(const char *hex, const char *what, fl_net_secret *out
     while (n && (hex[n - 1] == '\n' || hex[n - 1] == '\r' || hex[n - 1] == ' ' || hex[n - 1] == '\t')) n--;
     while (n && (*hex == ' ' || *hex == '\t' || *hex == '\n' || *hex == '\r')) hex++, n--;
     if (n % 2 || n / 2 < FL_NET_SECRET_MIN || n / 2 > FL_NET_SECRET_MAX)
-        return fl__err(FL_EINVAL, "%s is invalid: it has %zu characters, expected an even number of hex digits "
-                                  "between %d and %d (%d to %d bytes)", what, n, 2 * FL_NET_SECRET_MIN,
-                       2 * FL_NET_SECRET_MAX, FL_NET_SECRET_MIN, FL_NET_SECRET_MAX);
+        return fl__err(FL_EINVAL,
+                       "%s is invalid: it has %zu characters, expected an even number of hex digits "
+                       "between %d and %d (%d to %d bytes)",
+                       what, n, 2 * FL_NET_SECRET_MIN, 2 * FL_NET_SECRET_MAX, FL_NET_SECRET_MIN, FL_NET_SECRET_MAX);
     for (size_t i = 0; i < n; i += 2) {
         int hi = hexval((unsigned char)hex[i]), lo = hexval((unsigned char)hex[i + 1]);
         if (hi < 0 || lo < 0) {
             fl_net_secret_clear(out);
-            return fl__err(FL_EINVAL, "%s is invalid: character %zu is not a hex digit", what,
-                           hi < 0 ? i + 1 : i + 2);
+            return fl__err(FL_EINVAL, "%s is invalid: character %zu is not a hex digit", what, hi < 0 ? i + 1 : i + 2);
         }
         out->bytes[i / 2] = (uint8_t)(hi << 4 | lo);
     }
@@ -76,14 +76,16 @@ int fl_net_secret_from_file(const char *path, fl_net_secret *out)
     } else if (!S_ISREG(sb.st_mode)) {
         st = fl__err(FL_EINVAL, "job secret file '%s' is not a regular file", path);
     } else if (sb.st_mode & 077) {
-        st = fl__err(FL_EINVAL, "job secret file '%s' has mode %04o: it must not be accessible by group or others "
-                                "(run: chmod 600 '%s')", path, (unsigned)(sb.st_mode & 07777), path);
+        st = fl__err(FL_EINVAL,
+                     "job secret file '%s' has mode %04o: it must not be accessible by group or others "
+                     "(run: chmod 600 '%s')",
+                     path, (unsigned)(sb.st_mode & 07777), path);
     } else if (sb.st_uid != geteuid()) {
         st = fl__err(FL_EINVAL, "job secret file '%s' is owned by uid %u, not by this user (uid %u)", path,
                      (unsigned)sb.st_uid, (unsigned)geteuid());
     } else if ((size_t)sb.st_size >= sizeof buf) {
-        st = fl__err(FL_EINVAL, "job secret file '%s' is too large (%lld bytes; at most %zu)", path,
-                     (long long)sb.st_size, sizeof buf - 1);
+        st = fl__err(FL_EINVAL, "job secret file '%s' is too large (%lld bytes; at most %zu)", path, (long long)sb.st_size,
+                     sizeof buf - 1);
     } else {
         size_t got = 0;
         for (;;) {
@@ -118,8 +120,7 @@ int fl_net_secret_from_env(fl_net_secret *out)
     const char *hex = NULL, *file = NULL;
     FL_CHECK(fl__env_str("FLEET_JOB_SECRET", NULL, &hex));
     FL_CHECK(fl__env_str("FLEET_JOB_SECRET_FILE", NULL, &file));
-    if (hex && file)
-        return fl__err(FL_EINVAL, "both FLEET_JOB_SECRET and FLEET_JOB_SECRET_FILE are set; set only one");
+    if (hex && file) return fl__err(FL_EINVAL, "both FLEET_JOB_SECRET and FLEET_JOB_SECRET_FILE are set; set only one");
     if (hex) return fl_net_secret_from_hex(hex, "environment variable FLEET_JOB_SECRET", out);
     if (file) return fl_net_secret_from_file(file, out);
     return fl__err(FL_ENOTFOUND, "no job secret: set FLEET_JOB_SECRET (hex) or FLEET_JOB_SECRET_FILE (a file of "
@@ -158,12 +159,13 @@ int fl__net_auth_check(const fl_net_auth *auth, const char *what)
 {
     if (!auth) return fl__err(FL_EINVAL, "%s: auth is NULL", what);
     if (auth->secret_len > FL_NET_SECRET_MAX)
-        return fl__err(FL_EINVAL, "%s: secret of %zu bytes is longer than %d", what, auth->secret_len,
-                       FL_NET_SECRET_MAX);
+        return fl__err(FL_EINVAL, "%s: secret of %zu bytes is longer than %d", what, auth->secret_len, FL_NET_SECRET_MAX);
     if (auth->secret_len && !auth->secret) return fl__err(FL_EINVAL, "%s: secret is NULL but secret_len is set", what);
     if ((!auth->secret || !auth->secret_len) && !auth->insecure_local)
-        return fl__err(FL_EINVAL, "%s: no job secret given; set FLEET_JOB_SECRET or FLEET_JOB_SECRET_FILE, or "
-                                  "pass insecure_local to run unauthenticated on loopback only", what);
+        return fl__err(FL_EINVAL,
+                       "%s: no job secret given; set FLEET_JOB_SECRET or FLEET_JOB_SECRET_FILE, or "
+                       "pass insecure_local to run unauthenticated on loopback only",
+                       what);
     return FL_OK;
 }
 
@@ -204,11 +206,15 @@ static int hs_recv(fl_net_conn *c, void *buf, size_t n, uint64_t dl, const char 
     int st = fl_net_recv_all(c, buf, n, dl);
     if (st == FL_OK) return FL_OK;
     if (st == FL_ETIMEDOUT)
-        return fl__err(FL_ETIMEDOUT, "handshake with %s timed out waiting for its %s (the peer is silent: not a "
-                                     "Fleet process, or stalled)", c->label, what);
+        return fl__err(FL_ETIMEDOUT,
+                       "handshake with %s timed out waiting for its %s (the peer is silent: not a "
+                       "Fleet process, or stalled)",
+                       c->label, what);
     if (st == FL_EREMOTE || st == FL_ECORRUPT)
-        return fl__err(FL_EREMOTE, "handshake with %s failed: the peer closed the connection before sending its %s "
-                                   "(it may have refused our credentials or service)", c->label, what);
+        return fl__err(FL_EREMOTE,
+                       "handshake with %s failed: the peer closed the connection before sending its %s "
+                       "(it may have refused our credentials or service)",
+                       c->label, what);
     return st;
 }
 
@@ -217,8 +223,8 @@ static int hello_check(fl_net_conn *c, const uint8_t *b, const fl_net_auth *a)
     if (fl__get_u32(b) != AUTH_MAGIC)
         return fl__err(FL_EPROTO, "handshake with %s failed: the peer is not a Fleet endpoint (bad magic)", c->label);
     if (fl__get_u16(b + 4) != AUTH_VERSION)
-        return fl__err(FL_EPROTO, "handshake with %s failed: peer speaks protocol version %u, this process %u",
-                       c->label, fl__get_u16(b + 4), AUTH_VERSION);
+        return fl__err(FL_EPROTO, "handshake with %s failed: peer speaks protocol version %u, this process %u", c->label,
+                       fl__get_u16(b + 4), AUTH_VERSION);
     c->peer_service = fl__get_u32(b + 8);
     c->peer_role = fl__get_u32(b + 12);
     c->peer_rank = (int32_t)fl__get_u32(b + 16);
@@ -252,8 +258,10 @@ int fl__net_hs_check_proof(fl_net_conn *c, const fl_net_auth *a, const uint8_t *
     *send_fin = 1;
     if (c->peer_service != a->service) {
         fl__put_u32(fin, FIN_BAD_SERVICE);
-        return fl__err(FL_EPROTO, "handshake with %s failed: the peer asked for service %u but this endpoint "
-                                  "serves %u", c->label, c->peer_service, a->service);
+        return fl__err(FL_EPROTO,
+                       "handshake with %s failed: the peer asked for service %u but this endpoint "
+                       "serves %u",
+                       c->label, c->peer_service, a->service);
     }
     FL_CHECK(mac(a, "fleet-auth-v1|c|", hs, HELLO_LEN, hc, HELLO_LEN, want));
     if (CRYPTO_memcmp(want, hc + HELLO_LEN, MAC_LEN) != 0) {
@@ -281,12 +289,13 @@ int fl__net_handshake_connect(fl_net_conn *c, const fl_net_auth *a, uint64_t dl)
     FL_CHECK(hs_recv(c, fin, sizeof fin, dl, "answer to our proof"));
     uint32_t status = fl__get_u32(fin);
     if (status == FIN_BAD_PROOF)
-        return fl__err(FL_EPROTO, "authentication failed: peer %s does not know the job secret (it rejected our "
-                                  "proof)%s", c->label, secret_hint(a, hs));
+        return fl__err(FL_EPROTO,
+                       "authentication failed: peer %s does not know the job secret (it rejected our "
+                       "proof)%s",
+                       c->label, secret_hint(a, hs));
     if (status == FIN_BAD_SERVICE)
         return fl__err(FL_EPROTO, "handshake with %s failed: the peer refused service %u", c->label, a->service);
-    if (status != FIN_OK)
-        return fl__err(FL_EPROTO, "handshake with %s failed: unknown status %u", c->label, status);
+    if (status != FIN_OK) return fl__err(FL_EPROTO, "handshake with %s failed: unknown status %u", c->label, status);
     FL_CHECK(mac(a, "fleet-auth-v1|s|", hs, sizeof hs, hc, sizeof hc, want));
     if (CRYPTO_memcmp(want, fin + 4, MAC_LEN) != 0)
         return fl__err(FL_EPROTO, "authentication failed: peer %s does not know the job secret%s", c->label,

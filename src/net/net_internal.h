@@ -35,7 +35,7 @@ struct fl_net_conn {
     int spin_us;
     fl__net_watch_fn watch;
     void *watch_arg;
-    int loopback;          /* the remote address is a loopback address */
+    int loopback; /* the remote address is a loopback address */
     int32_t peer_rank;
     uint32_t peer_role;
     uint32_t peer_service;
@@ -84,7 +84,11 @@ int fl__net_hs_check_proof(fl_net_conn *c, const fl_net_auth *a, const uint8_t *
 int fl__net_auth_check(const fl_net_auth *auth, const char *what);
 
 /* Little-endian encoding helpers. */
-static inline void fl__put_u16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline void fl__put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
 static inline void fl__put_u32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));

@@ -91,8 +91,7 @@ int fl_net_parse_endpoint(const char *ep, char *host, size_t host_cap, int *port
     size_t hl;
     if (ep[0] == '[') {
         const char *rb = strchr(ep, ']');
-        if (!rb || rb[1] != ':')
-            return fl__err(FL_EINVAL, "endpoint '%s' is malformed: expected [ipv6]:port", ep);
+        if (!rb || rb[1] != ':') return fl__err(FL_EINVAL, "endpoint '%s' is malformed: expected [ipv6]:port", ep);
         hs = ep + 1;
         hl = (size_t)(rb - hs);
         colon = rb + 1;
@@ -283,10 +282,11 @@ int fl_net_connect(const char *host, int port, const fl_net_auth *auth, uint64_t
                 snprintf(c->label, sizeof c->label, "%s:%d", host, port);
                 int st;
                 if ((!auth->secret || !auth->secret_len) && !c->loopback)
-                    st = fl__err(FL_EPROTO, "refusing to connect to %s (%s): insecure local mode (no job secret) "
-                                            "connects to loopback addresses only", c->label, c->addr);
-                else
-                    st = fl__net_handshake_connect(c, auth, deadline_ns);
+                    st = fl__err(FL_EPROTO,
+                                 "refusing to connect to %s (%s): insecure local mode (no job secret) "
+                                 "connects to loopback addresses only",
+                                 c->label, c->addr);
+                else st = fl__net_handshake_connect(c, auth, deadline_ns);
                 if (st == FL_EREMOTE) {
                     /* hung up before answering: a listener under a flood of connections drops
                      * the oldest idle ones; try again while the deadline allows */
@@ -306,8 +306,8 @@ int fl_net_connect(const char *host, int port, const fl_net_auth *auth, uint64_t
     retry:;
         uint64_t now = fl__now_ns();
         if (now >= deadline_ns)
-            return fl__err(FL_ETIMEDOUT, "connect to %s:%d timed out after %.0f ms and %d attempts (last error: %s)",
-                           host, port, (double)(now - t0) / 1e6, attempts, last);
+            return fl__err(FL_ETIMEDOUT, "connect to %s:%d timed out after %.0f ms and %d attempts (last error: %s)", host,
+                           port, (double)(now - t0) / 1e6, attempts, last);
         uint64_t nap = backoff_ms * 1000000ull;
         if (nap > deadline_ns - now) nap = deadline_ns - now;
         struct timespec ts = {(time_t)(nap / 1000000000ull), (long)(nap % 1000000000ull)};
@@ -403,10 +403,7 @@ static int try_recv_flags(fl_net_conn *c, void *buf, size_t n, size_t *done, int
 }
 
 int fl_net_try_recv(fl_net_conn *c, void *buf, size_t n, size_t *done) { return try_recv_flags(c, buf, n, done, 0); }
-int fl_net_try_peek(fl_net_conn *c, void *buf, size_t n, size_t *done)
-{
-    return try_recv_flags(c, buf, n, done, MSG_PEEK);
-}
+int fl_net_try_peek(fl_net_conn *c, void *buf, size_t n, size_t *done) { return try_recv_flags(c, buf, n, done, MSG_PEEK); }
 
 /* Waits for fd readiness, spinning first for up to spin_us since `since`. */
 static int wait_ready(fl_net_conn *c, short ev, uint64_t since, uint64_t deadline_ns)
@@ -467,8 +464,8 @@ int fl_net_send_all(fl_net_conn *c, const void *buf, size_t n, uint64_t deadline
         }
         int st = wait_io(c, POLLOUT, since, &deadline_ns);
         if (st == FL_ETIMEDOUT)
-            return fl__err(FL_ETIMEDOUT, "send to %s timed out: %zu of %zu bytes sent (peer not reading)", c->label,
-                           off, n);
+            return fl__err(FL_ETIMEDOUT, "send to %s timed out: %zu of %zu bytes sent (peer not reading)", c->label, off,
+                           n);
         if (st) return st;
     }
     return FL_OK;
@@ -485,8 +482,10 @@ int fl_net_recv_all(fl_net_conn *c, void *buf, size_t n, uint64_t deadline_ns)
         int eof;
         FL_CHECK(recv_some(c, p + off, n - off, &k, 0, &eof));
         if (eof && off > 0)
-            return fl__err(FL_ECORRUPT, "truncated read from %s: got %zu of %zu bytes before the peer closed the "
-                                        "connection", c->label, off, n);
+            return fl__err(FL_ECORRUPT,
+                           "truncated read from %s: got %zu of %zu bytes before the peer closed the "
+                           "connection",
+                           c->label, off, n);
         if (eof) return fl__err(FL_EREMOTE, "%s closed the connection", c->label);
         if (k) {
             off += k;
@@ -495,8 +494,8 @@ int fl_net_recv_all(fl_net_conn *c, void *buf, size_t n, uint64_t deadline_ns)
         }
         int st = wait_io(c, POLLIN, since, &deadline_ns);
         if (st == FL_ETIMEDOUT)
-            return fl__err(FL_ETIMEDOUT, "receive from %s timed out: %zu of %zu bytes received (peer silent)",
-                           c->label, off, n);
+            return fl__err(FL_ETIMEDOUT, "receive from %s timed out: %zu of %zu bytes received (peer silent)", c->label,
+                           off, n);
         if (st) return st;
     }
     return FL_OK;
@@ -508,8 +507,7 @@ int fl_net_recv_all(fl_net_conn *c, void *buf, size_t n, uint64_t deadline_ns)
 #define FRAME_VERSION 1
 #define FRAME_HDR 24
 
-int fl_net_send_frame(fl_net_conn *c, uint16_t type, uint32_t flags, const void *body, size_t len,
-                      uint64_t deadline_ns)
+int fl_net_send_frame(fl_net_conn *c, uint16_t type, uint32_t flags, const void *body, size_t len, uint64_t deadline_ns)
 {
     uint8_t h[FRAME_HDR] = {0};
     fl__put_u32(h, FRAME_MAGIC);

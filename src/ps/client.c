@@ -96,7 +96,8 @@ static int recv_call(fl_ps_client *c, fl__ps_call *k, uint64_t deadline)
     uint64_t fixed_len = h.len;
     if (has_payload) {
         if (h.len < k->dst_len) {
-            st = fl__err(FL_EPROTO, "%s reply from %s is shorter than the data asked for", fl__ps_type_name(k->type), sv->label);
+            st = fl__err(FL_EPROTO, "%s reply from %s is shorter than the data asked for", fl__ps_type_name(k->type),
+                         sv->label);
             goto broken;
         }
         fixed_len = h.len - k->dst_len;
@@ -261,8 +262,12 @@ int fl_ps_client_create(const fl_ps_client_opts *opts, fl_ps_client **out)
         c->secret = *opts->secret;
         c->o.secret = &c->secret;
     }
-    c->auth = (fl_net_auth){opts->secret ? c->secret.bytes : NULL, opts->secret ? c->secret.len : 0,
-                            opts->insecure_local, FL_NET_SERVICE_PS, FL_PS_ROLE_WORKER, opts->worker_rank};
+    c->auth = (fl_net_auth){opts->secret ? c->secret.bytes : NULL,
+                            opts->secret ? c->secret.len : 0,
+                            opts->insecure_local,
+                            FL_NET_SERVICE_PS,
+                            FL_PS_ROLE_WORKER,
+                            opts->worker_rank};
     fl_net_secret rnd;
     if (st == FL_OK) st = fl_net_secret_generate(&rnd);
     if (st == FL_OK) memcpy(&c->session, rnd.bytes, 8);
@@ -277,8 +282,9 @@ int fl_ps_client_create(const fl_ps_client_opts *opts, fl_ps_client **out)
     uint64_t dl = fl_net_deadline(c->o.connect_timeout_ms);
     for (int i = 0; i < c->ns && st == FL_OK; i++) {
         st = connect_server(c, i, dl, &c->srv[i].conn);
-        if (st) st = fl__err(st, "worker %d: %s (waited up to %d ms)", opts->worker_rank, fl_last_error(),
-                             c->o.connect_timeout_ms);
+        if (st)
+            st = fl__err(st, "worker %d: %s (waited up to %d ms)", opts->worker_rank, fl_last_error(),
+                         c->o.connect_timeout_ms);
     }
     if (st == FL_OK) st = fl__ps_client_calls(c, c->ns);
     for (int i = 0; i < c->ns && st == FL_OK; i++) {
@@ -290,8 +296,12 @@ int fl_ps_client_create(const fl_ps_client_opts *opts, fl_ps_client **out)
         k->dst_len = 0;
         fl__ps_wbuf_begin(&k->fixed);
         st = fl__ps_put_u64(&k->fixed, c->session);
-        uint32_t f[6] = {(uint32_t)opts->worker_rank, (uint32_t)opts->num_workers, (uint32_t)c->ns, (uint32_t)i,
-                         (uint32_t)c->ntables, 0};
+        uint32_t f[6] = {(uint32_t)opts->worker_rank,
+                         (uint32_t)opts->num_workers,
+                         (uint32_t)c->ns,
+                         (uint32_t)i,
+                         (uint32_t)c->ntables,
+                         0};
         if (!st) st = fl__ps_put(&k->fixed, f, sizeof f);
         for (int t = 0; t < c->ntables && !st; t++) st = fl__ps_put_u64(&k->fixed, fl__ps_table_hash(&c->cfgs[t]));
     }
@@ -362,8 +372,8 @@ int fl__ps_client_enter(fl_ps_client *c, const char *fn, int table, fl_ps_table_
 }
 
 /* One request of `type` with the same fixed body to servers [s0, s1). */
-static int simple_calls(fl_ps_client *c, int s0, int s1, uint16_t type, const void *body, size_t blen,
-                        const void *tail, size_t tlen, uint64_t deadline, int idempotent)
+static int simple_calls(fl_ps_client *c, int s0, int s1, uint16_t type, const void *body, size_t blen, const void *tail,
+                        size_t tlen, uint64_t deadline, int idempotent)
 {
     FL_CHECK(fl__ps_client_calls(c, s1 - s0));
     for (int i = s0; i < s1; i++) {
@@ -419,8 +429,13 @@ int fl_ps_client_save(fl_ps_client *c, const char *dir, int mode, int64_t step)
         memcpy(body + 24, &dl, 4);
         memcpy(body + 28, &z, 4);
         st = simple_calls(c, 0, phase == 2 ? 1 : c->ns, FL__PS_SAVE, body, 32, dir, dl, deadline, 1);
-        if (st) st = fl__err(st, "save to '%s' (phase %u: %s) failed; the previous checkpoint, if any, is intact: %s", dir,
-                             phase, phase == 1 ? "shards" : phase == 2 ? "manifest" : "cleanup", fl_last_error());
+        if (st)
+            st = fl__err(st, "save to '%s' (phase %u: %s) failed; the previous checkpoint, if any, is intact: %s", dir,
+                         phase,
+                         phase == 1   ? "shards"
+                         : phase == 2 ? "manifest"
+                                      : "cleanup",
+                         fl_last_error());
         if (st && phase == 3) { /* the checkpoint is committed; stale files stay */
             FL_WARN(FL_SUB_PS, "%s", fl_last_error());
             st = FL_OK;

@@ -24,8 +24,10 @@
 static void note_resumed(fl_ps_client *c, uint64_t now, uint64_t stalled_ns)
 {
     atomic_store(&c->resumed_ns, now);
-    FL_WARN(FL_SUB_PS, "worker %d: this process did not run for %.1f s (stopped or starved); the servers get a fresh "
-                       "%d ms to answer", c->o.worker_rank, (double)stalled_ns / 1e9, c->o.server_timeout_ms);
+    FL_WARN(FL_SUB_PS,
+            "worker %d: this process did not run for %.1f s (stopped or starved); the servers get a fresh "
+            "%d ms to answer",
+            c->o.worker_rank, (double)stalled_ns / 1e9, c->o.server_timeout_ms);
 }
 
 static void hb_drop(fl__ps_csrv *sv)
@@ -154,9 +156,10 @@ int fl__ps_client_watch(void *arg, fl_net_conn *nc, uint64_t idle_ns, uint64_t s
     uint64_t last = last_sign(c, sv, now - idle_ns);
     if (now - last <= (uint64_t)c->o.server_timeout_ms * 1000000ull) return FL_OK;
     sv->gone = 1;
-    return fl__err(FL_EREMOTE, "%s has answered nothing, not even a heartbeat, for %.1f s: it is stopped, hung or cut "
-                               "off (FLEET_PS_SERVER_TIMEOUT_MS is %d)", sv->label, (double)(now - last) / 1e9,
-                   c->o.server_timeout_ms);
+    return fl__err(FL_EREMOTE,
+                   "%s has answered nothing, not even a heartbeat, for %.1f s: it is stopped, hung or cut "
+                   "off (FLEET_PS_SERVER_TIMEOUT_MS is %d)",
+                   sv->label, (double)(now - last) / 1e9, c->o.server_timeout_ms);
 }
 
 int fl__ps_client_timeout_error(fl_ps_client *c, int server, const char *what)
@@ -166,10 +169,14 @@ int fl__ps_client_timeout_error(fl_ps_client *c, int server, const char *what)
     char low[512];
     snprintf(low, sizeof low, "%s", fl_last_error());
     if (r && now - r < 2000000000ull)
-        return fl__err(FL_ETIMEDOUT, "the deadline of %s to %s passed while this worker (%d) itself was stopped or "
-                                     "starved: %s", what, sv->label, c->o.worker_rank, low);
+        return fl__err(FL_ETIMEDOUT,
+                       "the deadline of %s to %s passed while this worker (%d) itself was stopped or "
+                       "starved: %s",
+                       what, sv->label, c->o.worker_rank, low);
     if (c->o.heartbeat_ms > 0 && now - atomic_load(&sv->alive_ns) < 3ull * (uint64_t)c->o.heartbeat_ms * 1000000ull)
-        return fl__err(FL_ETIMEDOUT, "%s did not answer %s within its deadline, though it answers heartbeats (slow or "
-                                     "overloaded): %s", sv->label, what, low);
+        return fl__err(FL_ETIMEDOUT,
+                       "%s did not answer %s within its deadline, though it answers heartbeats (slow or "
+                       "overloaded): %s",
+                       sv->label, what, low);
     return fl__err(FL_ETIMEDOUT, "%s", low);
 }

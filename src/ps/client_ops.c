@@ -130,10 +130,11 @@ int fl_ps_client_push_dense(fl_ps_client *c, int table, const float *grad)
  * Returns the number of distinct ids, or < 0 on error. */
 static int64_t dedup_group(fl_ps_client *c, const uint64_t *ids, uint64_t n, uint64_t *off)
 {
-    if (n > UINT32_MAX - 1) return fl__err(FL_EINVAL, "a batch of %llu ids is too large (at most 2^32 - 2)", (unsigned long long)n);
+    if (n > UINT32_MAX - 1)
+        return fl__err(FL_EINVAL, "a batch of %llu ids is too large (at most 2^32 - 2)", (unsigned long long)n);
     if (n > c->cap_n) {
-        if (grow((void **)&c->pos, NULL, n, 4) || grow((void **)&c->uids, NULL, n, 8) || grow((void **)&c->gids, NULL, n, 8) ||
-            grow((void **)&c->gidx, NULL, n, 4))
+        if (grow((void **)&c->pos, NULL, n, 4) || grow((void **)&c->uids, NULL, n, 8) ||
+            grow((void **)&c->gids, NULL, n, 8) || grow((void **)&c->gidx, NULL, n, 4))
             return -1;
         c->cap_n = n;
     }
@@ -200,7 +201,8 @@ static int vals_room(fl_ps_client *c, uint64_t nu, int dim, int showclick)
 
 int fl_ps_client_pull_sparse(fl_ps_client *c, int table, const uint64_t *ids, int64_t n, float *out, int is_training)
 {
-    if (n < 0 || (n > 0 && (!ids || !out))) return fl__err(FL_EINVAL, "fl_ps_client_pull_sparse: bad ids / out (n = %lld)", (long long)n);
+    if (n < 0 || (n > 0 && (!ids || !out)))
+        return fl__err(FL_EINVAL, "fl_ps_client_pull_sparse: bad ids / out (n = %lld)", (long long)n);
     FL_CHECK(fl__ps_client_enter(c, "fl_ps_client_pull_sparse", table, FL_PS_SPARSE));
     const int dim = c->cfgs[table].dim;
     uint64_t off[FL_PS_MAX_SERVERS + 1];

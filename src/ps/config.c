@@ -61,8 +61,10 @@ int fl__ps_entry_parse(const char *s, const char *table, fl__ps_entry *out)
         out->prob = p;
         return FL_OK;
     }
-    return fl__err(FL_EINVAL, "table '%s': unknown entry policy '%s' (expected count_filter_entry:N or "
-                              "probability_entry:P)", table, s);
+    return fl__err(FL_EINVAL,
+                   "table '%s': unknown entry policy '%s' (expected count_filter_entry:N or "
+                   "probability_entry:P)",
+                   table, s);
 }
 
 void fl__ps_accessor_fill(const fl_ps_accessor *in, fl_ps_accessor *o)
@@ -100,7 +102,8 @@ int fl_ps_table_config_check(const fl_ps_table_config *t)
         return fl__err(FL_EINVAL, "table '%s': unknown optimizer kind %d", n, (int)o->kind);
     if (o->kind != FL_PS_OPT_SUM && !(o->lr > 0 && isfinite(o->lr)))
         return fl__err(FL_EINVAL, "table '%s': learning rate must be finite and > 0, got %g", n, o->lr);
-    if (!(o->l2 >= 0 && isfinite(o->l2))) return fl__err(FL_EINVAL, "table '%s': l2 must be finite and >= 0, got %g", n, o->l2);
+    if (!(o->l2 >= 0 && isfinite(o->l2)))
+        return fl__err(FL_EINVAL, "table '%s': l2 must be finite and >= 0, got %g", n, o->l2);
     if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
         return fl__err(FL_EINVAL, "table '%s': Adam betas must be in [0, 1), got %g and %g", n, o->beta1, o->beta2);
     if (!(o->momentum >= 0 && o->momentum < 1))
@@ -110,26 +113,32 @@ int fl_ps_table_config_check(const fl_ps_table_config *t)
     if (t->kind == FL_PS_DENSE) {
         if (t->rows < 1 || t->cols < 1 || t->rows > ((int64_t)1 << 40) || t->cols > ((int64_t)1 << 30) ||
             t->rows > (((int64_t)1 << 46) / t->cols))
-            return fl__err(FL_EINVAL, "dense table '%s': shape %lld x %lld is invalid (rows >= 1, cols >= 1, at most "
-                                      "2^46 elements)", n, (long long)t->rows, (long long)t->cols);
-        if (t->entry && *t->entry) return fl__err(FL_EINVAL, "dense table '%s': entry policies apply to sparse tables only", n);
+            return fl__err(FL_EINVAL,
+                           "dense table '%s': shape %lld x %lld is invalid (rows >= 1, cols >= 1, at most "
+                           "2^46 elements)",
+                           n, (long long)t->rows, (long long)t->cols);
+        if (t->entry && *t->entry)
+            return fl__err(FL_EINVAL, "dense table '%s': entry policies apply to sparse tables only", n);
         return FL_OK;
     }
     if (t->kind != FL_PS_SPARSE) return fl__err(FL_EINVAL, "table '%s': unknown kind %d", n, (int)t->kind);
     if (t->dim < 1 || t->dim > FL_PS_MAX_DIM)
         return fl__err(FL_EINVAL, "sparse table '%s': dim %d outside [1, %d]", n, t->dim, FL_PS_MAX_DIM);
     switch (t->init.kind) {
-    case FL_INIT_DEFAULT: case FL_INIT_XAVIER: case FL_INIT_CONSTANT: break;
+    case FL_INIT_DEFAULT:
+    case FL_INIT_XAVIER:
+    case FL_INIT_CONSTANT: break;
     case FL_INIT_UNIFORM:
         if (!(t->init.a <= t->init.b) || !isfinite(t->init.a) || !isfinite(t->init.b))
-            return fl__err(FL_EINVAL, "sparse table '%s': uniform initializer needs low <= high, got %g, %g", n, t->init.a, t->init.b);
+            return fl__err(FL_EINVAL, "sparse table '%s': uniform initializer needs low <= high, got %g, %g", n, t->init.a,
+                           t->init.b);
         break;
-    case FL_INIT_NORMAL: case FL_INIT_TRUNCATED_NORMAL:
+    case FL_INIT_NORMAL:
+    case FL_INIT_TRUNCATED_NORMAL:
         if (!(t->init.b >= 0) || !isfinite(t->init.a) || !isfinite(t->init.b))
             return fl__err(FL_EINVAL, "sparse table '%s': normal initializer needs std >= 0, got %g", n, t->init.b);
         break;
-    default:
-        return fl__err(FL_EINVAL, "sparse table '%s': unknown initializer kind %d", n, (int)t->init.kind);
+    default: return fl__err(FL_EINVAL, "sparse table '%s': unknown initializer kind %d", n, (int)t->init.kind);
     }
     fl__ps_entry e;
     FL_CHECK(fl__ps_entry_parse(t->entry, n, &e));
@@ -166,8 +175,8 @@ uint64_t fl__ps_table_hash(const fl_ps_table_config *t)
         h = mix(h, e, strlen(e));
         fl_ps_accessor a;
         fl__ps_accessor_fill(&t->accessor, &a);
-        float f[6] = {a.nonclk_coeff, a.click_coeff, a.show_click_decay_rate, a.delete_threshold, a.base_threshold,
-                      a.delta_threshold};
+        float f[6] = {a.nonclk_coeff,     a.click_coeff,    a.show_click_decay_rate,
+                      a.delete_threshold, a.base_threshold, a.delta_threshold};
         int32_t d2[2] = {a.delete_after_unseen_days, a.delta_keep_days};
         h = mix(h, f, sizeof f);
         h = mix(h, d2, sizeof d2);

@@ -10,14 +10,29 @@
 #include "ps_internal.h"
 
 static const char *const type_names[FL__PS_TYPE_END] = {
-    "?", "hello", "pull_dense", "push_dense", "init_dense", "pull_sparse", "push_sparse",
-    "barrier", "save", "load", "shrink", "stats", "stop", "heartbeat", "scan_sparse"};
+    "?",    "hello", "pull_dense", "push_dense", "init_dense", "pull_sparse", "push_sparse", "barrier",
+    "save", "load",  "shrink",     "stats",      "stop",       "heartbeat",   "scan_sparse"};
 
 const char *fl__ps_type_name(unsigned type) { return type > 0 && type < FL__PS_TYPE_END ? type_names[type] : "unknown"; }
 
-static inline uint16_t ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
-static inline uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-static inline uint64_t ld64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static inline uint16_t ld16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+static inline uint32_t ld32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline uint64_t ld64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
 static inline void st16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
 static inline void st32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 static inline void st64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
@@ -115,7 +130,8 @@ static int decode_request(const fl__ps_hdr *h, const uint8_t *b, fl__ps_msg *m)
         m->server_index = ld32(b + 20);
         m->ntables = ld32(b + 24);
         if (ld32(b + 28)) return BAD("hello: reserved field is not zero");
-        if (m->ntables > FL_PS_MAX_TABLES) return BAD("hello: %u tables exceeds the limit of %d", m->ntables, FL_PS_MAX_TABLES);
+        if (m->ntables > FL_PS_MAX_TABLES)
+            return BAD("hello: %u tables exceeds the limit of %d", m->ntables, FL_PS_MAX_TABLES);
         FL_CHECK(exact(h, 32 + 8ull * m->ntables));
         m->table_hash = (const uint64_t *)(b + 32);
         return FL_OK;
@@ -175,7 +191,8 @@ static int decode_request(const fl__ps_hdr *h, const uint8_t *b, fl__ps_msg *m)
         if (m->dim < 1 || m->dim > FL_PS_MAX_DIM) return BAD("push_sparse: dim %u outside [1, %d]", m->dim, FL_PS_MAX_DIM);
         if (m->n > (h->len - 40) / 8) return BAD("push_sparse: %llu ids exceed the body", (unsigned long long)m->n);
         uint64_t per = 8 + 4ull * m->dim + ((m->bflags & FL__PS_B_SHOWCLICK) ? 8 : 0);
-        if (!mul_add(40, m->n, per, &want)) return BAD("push_sparse: %llu ids x dim %u overflows", (unsigned long long)m->n, m->dim);
+        if (!mul_add(40, m->n, per, &want))
+            return BAD("push_sparse: %llu ids x dim %u overflows", (unsigned long long)m->n, m->dim);
         FL_CHECK(exact(h, want));
         m->ids = (const uint64_t *)(b + 40);
         m->vals = (const float *)(b + 40 + 8 * m->n);
@@ -210,8 +227,7 @@ static int decode_request(const fl__ps_hdr *h, const uint8_t *b, fl__ps_msg *m)
         if (ld32(b + 4)) return BAD("%s: reserved field is not zero", fl__ps_type_name(h->type));
         return FL_OK;
     case FL__PS_STOP:
-    case FL__PS_HEARTBEAT:
-        return exact(h, 0);
+    case FL__PS_HEARTBEAT: return exact(h, 0);
     case FL__PS_SCAN_SPARSE:
         FL_CHECK(exact(h, 24));
         m->table = ld32(b);
@@ -232,7 +248,8 @@ static int decode_reply(const fl__ps_hdr *h, const uint8_t *b, fl__ps_msg *m)
         m->status = (int32_t)ld32(b);
         if (m->status >= 0 || m->status < -100) return BAD("error reply with status %d", m->status);
         m->str_len = ld32(b + 4);
-        if (m->str_len > FL__PS_MSG_MAX) return BAD("error reply: message of %u bytes exceeds %d", m->str_len, FL__PS_MSG_MAX);
+        if (m->str_len > FL__PS_MSG_MAX)
+            return BAD("error reply: message of %u bytes exceeds %d", m->str_len, FL__PS_MSG_MAX);
         FL_CHECK(exact(h, 8ull + m->str_len));
         m->str = (const char *)(b + 8);
         return FL_OK;
@@ -249,7 +266,8 @@ static int decode_reply(const fl__ps_hdr *h, const uint8_t *b, fl__ps_msg *m)
         FL_CHECK(need(h, 16));
         m->n = ld64(b);
         m->dim = ld32(b + 8);
-        if (m->dim < 1 || m->dim > FL_PS_MAX_DIM) return BAD("pull_sparse reply: dim %u outside [1, %d]", m->dim, FL_PS_MAX_DIM);
+        if (m->dim < 1 || m->dim > FL_PS_MAX_DIM)
+            return BAD("pull_sparse reply: dim %u outside [1, %d]", m->dim, FL_PS_MAX_DIM);
         if (m->n > (h->len - 16) / 4) return BAD("pull_sparse reply: count exceeds the body");
         if (!mul_add(16, m->n, 4ull * m->dim, &want)) return BAD("pull_sparse reply: n x dim overflows");
         FL_CHECK(exact(h, want));
@@ -260,7 +278,8 @@ static int decode_reply(const fl__ps_hdr *h, const uint8_t *b, fl__ps_msg *m)
         m->n = ld64(b);
         m->dim = ld32(b + 8);
         if (ld32(b + 12)) return BAD("scan_sparse reply: reserved field is not zero");
-        if (m->dim < 1 || m->dim > FL_PS_MAX_DIM) return BAD("scan_sparse reply: dim %u outside [1, %d]", m->dim, FL_PS_MAX_DIM);
+        if (m->dim < 1 || m->dim > FL_PS_MAX_DIM)
+            return BAD("scan_sparse reply: dim %u outside [1, %d]", m->dim, FL_PS_MAX_DIM);
         if (m->n > (h->len - 16) / 12) return BAD("scan_sparse reply: count exceeds the body");
         if (!mul_add(16, m->n, 8 + 4ull * m->dim, &want)) return BAD("scan_sparse reply: n x dim overflows");
         FL_CHECK(exact(h, want));
@@ -286,8 +305,7 @@ static int decode_reply(const fl__ps_hdr *h, const uint8_t *b, fl__ps_msg *m)
         for (int k = 0; k < 3; k++) m->i64[k] = (int64_t)ld64(b + 8 * k);
         memcpy(&m->f64, b + 24, 8);
         return FL_OK;
-    default:
-        return exact(h, 0);
+    default: return exact(h, 0);
     }
 }
 
@@ -412,8 +430,9 @@ int fl__ps_recv(fl_net_conn *c, fl__ps_rbuf *r, uint64_t max_body, fl__ps_msg *m
         /* The header is checked against max_body above: this allocation is bounded. */
         size_t cap = (size_t)h.len < 4096 ? 4096 : (size_t)h.len;
         void *p = NULL;
-        if (posix_memalign(&p, 64, cap)) return fl__err(FL_ENOMEM, "out of memory for a %llu-byte frame from %s",
-                                                        (unsigned long long)h.len, fl_net_conn_label(c));
+        if (posix_memalign(&p, 64, cap))
+            return fl__err(FL_ENOMEM, "out of memory for a %llu-byte frame from %s", (unsigned long long)h.len,
+                           fl_net_conn_label(c));
         free(r->p);
         r->p = p;
         r->cap = cap;

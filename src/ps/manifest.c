@@ -50,8 +50,7 @@ static int put_table(cJSON *list, const fl_ps_table_config *t, int nservers, uin
     if (ok && t->kind == FL_PS_DENSE)
         ok = cJSON_AddItemToObject(e, "rows", fl__json_int_node(t->rows)) &&
              cJSON_AddItemToObject(e, "cols", fl__json_int_node(t->cols));
-    else if (ok)
-        ok = cJSON_AddItemToObject(e, "dim", fl__json_int_node(t->dim));
+    else if (ok) ok = cJSON_AddItemToObject(e, "dim", fl__json_int_node(t->dim));
     ok = ok && cJSON_AddStringToObject(e, "optimizer", fl__ps_opt_name(t->opt.kind));
     cJSON *files = ok ? cJSON_AddArrayToObject(e, "files") : NULL;
     ok = files != NULL;
@@ -76,7 +75,8 @@ int fl__ps_manifest_write(const char *dir, uint64_t gen, int64_t step, int mode,
              cJSON_AddItemToObject(root, "mode", fl__json_int_node(mode)) &&
              cJSON_AddItemToObject(root, "num_servers", fl__json_int_node(nservers)) &&
              cJSON_AddStringToObject(root, "sparse_shard_rule", "fmix64(id) % num_servers") &&
-             cJSON_AddStringToObject(root, "dense_split_rule", "server i holds rows [i*ceil(R/N), min((i+1)*ceil(R/N), R))");
+             cJSON_AddStringToObject(root, "dense_split_rule",
+                                     "server i holds rows [i*ceil(R/N), min((i+1)*ceil(R/N), R))");
     cJSON *list = ok ? cJSON_AddArrayToObject(root, "tables") : NULL;
     ok = list != NULL;
     for (int i = 0; i < ntables && ok; i++) ok = put_table(list, &tables[i], nservers, gen);
@@ -123,8 +123,10 @@ static int check_table(const fl_json *j, const char *dir, const cJSON *list, con
     if (strcmp(kind, want_kind))
         return fl__err(FL_EINVAL, "checkpoint '%s': table '%s' is %s there, %s here", dir, t->name, kind, want_kind);
     if (strcmp(opt, fl__ps_opt_name(t->opt.kind)))
-        return fl__err(FL_EINVAL, "checkpoint '%s': table '%s' was trained with optimizer %s, this job uses %s (its "
-                                  "state would not match)", dir, t->name, opt, fl__ps_opt_name(t->opt.kind));
+        return fl__err(FL_EINVAL,
+                       "checkpoint '%s': table '%s' was trained with optimizer %s, this job uses %s (its "
+                       "state would not match)",
+                       dir, t->name, opt, fl__ps_opt_name(t->opt.kind));
     int64_t r = 0, c = 0, d = 0;
     if (t->kind == FL_PS_DENSE) {
         snprintf(key, sizeof key, "tables[%d].rows", k);
@@ -144,15 +146,18 @@ static int check_table(const fl_json *j, const char *dir, const cJSON *list, con
     return FL_OK;
 }
 
-int fl__ps_manifest_read(const char *dir, const fl_ps_table_config *tables, int ntables, int nservers,
-                         uint64_t *gen, int64_t *step)
+int fl__ps_manifest_read(const char *dir, const fl_ps_table_config *tables, int ntables, int nservers, uint64_t *gen,
+                         int64_t *step)
 {
     char *path = fl__path_join(dir, FL__PS_MANIFEST), *text = NULL, *src = NULL;
     if (!path) return FL_ENOMEM;
     size_t len;
     int st = fl__read_file(path, 16u << 20, &text, &len);
-    if (st == FL_ENOTFOUND) st = fl__err(FL_ENOTFOUND, "no PS checkpoint in '%s': '%s' does not exist (a save that "
-                                                      "did not finish commits nothing)", dir, path);
+    if (st == FL_ENOTFOUND)
+        st = fl__err(FL_ENOTFOUND,
+                     "no PS checkpoint in '%s': '%s' does not exist (a save that "
+                     "did not finish commits nothing)",
+                     dir, path);
     if (st == FL_OK && !(src = malloc(strlen(path) + 3))) st = fl__err(FL_ENOMEM, "out of memory");
     if (st) {
         free(text);
@@ -190,8 +195,10 @@ int fl__ps_manifest_read(const char *dir, const fl_ps_table_config *tables, int 
     list = fl__json_find(root, "tables");
     FL_CHECK_GOTO(fl__json_arr(&j, list, "tables", 1 << 16, &nlist), st, out);
     if (ns != nservers) {
-        st = fl__err(FL_EINVAL, "checkpoint '%s' was saved by %lld servers, this job has %d: resharding is not "
-                                "supported (load with the same number of servers)", dir, (long long)ns, nservers);
+        st = fl__err(FL_EINVAL,
+                     "checkpoint '%s' was saved by %lld servers, this job has %d: resharding is not "
+                     "supported (load with the same number of servers)",
+                     dir, (long long)ns, nservers);
         goto out;
     }
     for (int i = 0; i < ntables && st == FL_OK; i++) st = check_table(&j, dir, list, &tables[i]);
@@ -207,8 +214,7 @@ out:
     return st;
 }
 
-void fl__ps_remove_old_parts(const char *dir, const fl_ps_table_config *tables, int ntables, int server,
-                             uint64_t keep_gen)
+void fl__ps_remove_old_parts(const char *dir, const fl_ps_table_config *tables, int ntables, int server, uint64_t keep_gen)
 {
     char prefix[32], keep[64];
     snprintf(prefix, sizeof prefix, "part-%05d-", server);

@@ -113,7 +113,7 @@ typedef struct {
     const float *vals, *shows, *clicks;
     const char *str; /* dir or error message (not NUL-terminated) */
     uint32_t str_len;
-    int32_t status;  /* error replies */
+    int32_t status; /* error replies */
     uint32_t worker_rank, num_workers, num_servers, server_index, ntables, applied;
     const uint64_t *table_hash;
     int64_t i64[3];
@@ -171,7 +171,7 @@ typedef struct {
     double b1, b2, eps;  /* Adam */
     float mu;            /* Momentum */
     int nesterov;
-    int nstate;          /* state floats per parameter float: 0, 1 (Adagrad, Momentum) or 2 (Adam) */
+    int nstate; /* state floats per parameter float: 0, 1 (Adagrad, Momentum) or 2 (Adam) */
 } fl__ps_opt;
 
 void fl__ps_opt_init(fl__ps_opt *o, const fl_ps_optimizer *cfg);
@@ -188,7 +188,7 @@ int fl__ps_opt_apply(const fl__ps_opt *o, float *w, float *m1, float *m2, const 
 /* ---- config.c ------------------------------------------------------------------------------ */
 
 typedef struct {
-    int kind;      /* 0 none, 1 count filter, 2 probability */
+    int kind; /* 0 none, 1 count filter, 2 probability */
     uint32_t count;
     double prob;
 } fl__ps_entry;
@@ -300,7 +300,7 @@ struct fl__ps_sparse {
     int dim, server, nservers;
     size_t stride;
     uint64_t seed;
-    pthread_rwlock_t lk;    /* read: requests (then stripe locks); write: save (whole table) */
+    pthread_rwlock_t lk; /* read: requests (then stripe locks); write: save (whole table) */
     pthread_mutex_t pow_mu;
     float pows[2];
     fl__ps_stripe st[FL__PS_STRIPES];
@@ -335,8 +335,8 @@ typedef struct {
 int fl__ps_st_write_header(fl__afile *f, const fl__ps_st_tensor *t, int n, const char *table);
 /* Finds a tensor by name among those read; checks dtype and shape (dims < 0 = any).
  * FL_ECORRUPT names the file and tensor. */
-int fl__ps_st_find(char **names, fl_tensor **tensors, int n, const char *path, const char *name, fl_dtype dt,
-                   int ndim, const int64_t *shape, fl_tensor **out);
+int fl__ps_st_find(char **names, fl_tensor **tensors, int n, const char *path, const char *name, fl_dtype dt, int ndim,
+                   const int64_t *shape, fl_tensor **out);
 
 /* ---- manifest.c ------------------------------------------------------------------------------ */
 
@@ -347,11 +347,10 @@ char *fl__ps_part_path(const char *dir, const char *table, int server, uint64_t 
 int fl__ps_manifest_write(const char *dir, uint64_t gen, int64_t step, int mode, int nservers,
                           const fl_ps_table_config *tables, int ntables);
 /* Reads and checks the manifest against the table list and server count. */
-int fl__ps_manifest_read(const char *dir, const fl_ps_table_config *tables, int ntables, int nservers,
-                         uint64_t *gen, int64_t *step);
+int fl__ps_manifest_read(const char *dir, const fl_ps_table_config *tables, int ntables, int nservers, uint64_t *gen,
+                         int64_t *step);
 /* Removes this server's part files of generations other than keep_gen (errors logged). */
-void fl__ps_remove_old_parts(const char *dir, const fl_ps_table_config *tables, int ntables, int server,
-                             uint64_t keep_gen);
+void fl__ps_remove_old_parts(const char *dir, const fl_ps_table_config *tables, int ntables, int server, uint64_t keep_gen);
 
 /* ---- the client (client.c: connections, requests, control calls; client_ops.c: tables) ---- */
 
@@ -359,13 +358,13 @@ typedef struct {
     char host[FL_NET_HOST_MAX];
     int port;
     struct fl_ps_client *client;
-    fl_net_conn *conn; /* NULL after a failure: reconnected on the next request */
-    int gone;          /* the last request failed because the server answered nothing, not
+    fl_net_conn *conn;         /* NULL after a failure: reconnected on the next request */
+    int gone;                  /* the last request failed because the server answered nothing, not
                         * even heartbeats: not retried (request thread only) */
     _Atomic uint64_t alive_ns; /* when the server last answered a heartbeat or a connect */
     /* heartbeat thread only */
-    fl_net_conn *hb;   /* its own connection */
-    uint64_t hb_id;    /* the heartbeat waiting for its answer (0: none) */
+    fl_net_conn *hb; /* its own connection */
+    uint64_t hb_id;  /* the heartbeat waiting for its answer (0: none) */
     uint8_t hb_rx[FL__PS_HDR];
     size_t hb_got;
     char label[FL_NET_HOST_MAX + 32]; /* "server 1 (host:port)" */
@@ -375,13 +374,13 @@ typedef struct {
 typedef struct {
     int server;
     uint16_t type;
-    fl__ps_wbuf fixed;      /* header + fixed part */
+    fl__ps_wbuf fixed; /* header + fixed part */
     const void *parts[4];
     size_t lens[4];
     int nparts;
-    void *dst;              /* reply payload after the fixed reply part goes here (or NULL) */
+    void *dst; /* reply payload after the fixed reply part goes here (or NULL) */
     uint64_t dst_len;
-    fl__ps_msg reply;       /* decoded fixed reply (pointers not valid after the call) */
+    fl__ps_msg reply; /* decoded fixed reply (pointers not valid after the call) */
     int st;
 } fl__ps_call;
 
@@ -471,11 +470,11 @@ typedef struct {
 typedef struct {
     pthread_mutex_t mu;
     uint64_t step;
-    uint8_t *pushed;         /* per worker: 0 not yet, 1 some chunks, 2 complete */
+    uint8_t *pushed; /* per worker: 0 not yet, 1 some chunks, 2 complete */
     uint64_t *pend_seq, *pend_session;
     int ncomplete;
     fl__ps_waitlist waiters;
-    float *acc;              /* dense: shard-sized sum of acc_n floats */
+    float *acc; /* dense: shard-sized sum of acc_n floats */
     int64_t acc_n;
     /* sparse: merged ids of this step (open addressing: slot -> index + 1) */
     uint64_t *ids;
@@ -502,7 +501,7 @@ struct fl_ps_server {
     fl_net_secret secret;
     fl_net_auth auth;
     fl_net_listener *lis;
-    fl_net_acceptor *acc;    /* handshakes, run by the loop thread */
+    fl_net_acceptor *acc;             /* handshakes, run by the loop thread */
     fl_net_acceptor_stats acc_logged; /* counts at the last log line about refusals */
     uint64_t acc_log_ns;
     char endpoint[FL_NET_HOST_MAX + 16];
@@ -510,9 +509,9 @@ struct fl_ps_server {
 
     pthread_rwlock_t tab_lk; /* read: any request; write: load swaps tables */
     fl__ps_table *tab;
-    fl__ps_sync *sync;       /* per table, sync mode only */
+    fl__ps_sync *sync; /* per table, sync mode only */
 
-    pthread_mutex_t mu;      /* everything below */
+    pthread_mutex_t mu; /* everything below */
     pthread_cond_t cv;
     int wake[2];
     fl__ps_sconn **conns;
@@ -553,8 +552,7 @@ void fl__ps_server_drop_tables(fl_ps_server *s, fl__ps_table *t);
 int fl__ps_dispatch(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m);
 int fl__ps_reply(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m, const fl__ps_wbuf *b, const void *payload,
                  size_t plen);
-int fl__ps_reply_error(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m, int st, const char *fmt, ...)
-    FL_PRINTF(5, 6);
+int fl__ps_reply_error(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m, int st, const char *fmt, ...) FL_PRINTF(5, 6);
 /* Answers (empty reply, or error when st != 0) and releases every waiter of the list. */
 void fl__ps_waiters_finish(fl_ps_server *s, fl__ps_waitlist *wl, int st, const char *msg);
 int fl__ps_waiters_add(fl__ps_waitlist *wl, fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m);

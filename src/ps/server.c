@@ -55,8 +55,7 @@ static int make_tables(fl_ps_server *s, fl__ps_table **out)
         t[i].cfg = s->cfgs[i];
         if (t[i].cfg.kind == FL_PS_DENSE)
             st = fl__ps_dense_create(&t[i].cfg, s->o.server_index, s->o.num_servers, &t[i].dense);
-        else
-            st = fl__ps_sparse_create(&t[i].cfg, s->o.server_index, s->o.num_servers, &t[i].sparse);
+        else st = fl__ps_sparse_create(&t[i].cfg, s->o.server_index, s->o.num_servers, &t[i].sparse);
     }
     if (st) {
         for (int i = 0; i < s->ntables; i++) {
@@ -103,8 +102,12 @@ int fl_ps_server_create(const fl_ps_server_opts *opts, fl_ps_server **out)
         s->secret = *opts->secret;
         o->secret = &s->secret;
     }
-    s->auth = (fl_net_auth){opts->secret ? s->secret.bytes : NULL, opts->secret ? s->secret.len : 0,
-                            opts->insecure_local, FL_NET_SERVICE_PS, FL_PS_ROLE_SERVER, opts->server_index};
+    s->auth = (fl_net_auth){opts->secret ? s->secret.bytes : NULL,
+                            opts->secret ? s->secret.len : 0,
+                            opts->insecure_local,
+                            FL_NET_SERVICE_PS,
+                            FL_PS_ROLE_SERVER,
+                            opts->server_index};
     int W = o->num_workers;
     if (st == FL_OK) {
         s->nconn = calloc((size_t)W, sizeof *s->nconn);
@@ -141,10 +144,7 @@ int fl_ps_server_create(const fl_ps_server_opts *opts, fl_ps_server **out)
     return FL_OK;
 }
 
-const char *fl_ps_server_endpoint(const fl_ps_server *s)
-{
-    return s && s->magic == FL_PS_MAGIC_SERVER ? s->endpoint : "";
-}
+const char *fl_ps_server_endpoint(const fl_ps_server *s) { return s && s->magic == FL_PS_MAGIC_SERVER ? s->endpoint : ""; }
 
 int fl_ps_server_port(const fl_ps_server *s)
 {
@@ -218,8 +218,10 @@ static void conn_close_locked(fl_ps_server *s, fl__ps_sconn *c, const char *why)
     int r = c->rank;
     if (--s->nconn[r] == 0 && !s->stopped[r] && !s->failed) {
         s->lost_since[r] = fl__now_ns();
-        FL_WARN(FL_SUB_PS, "%s: worker %d (%s) has no connection left and has not called stop (%s); waiting %d ms "
-                           "for it to reconnect", s->me, r, s->addr[r], why, s->o.reconnect_grace_ms);
+        FL_WARN(FL_SUB_PS,
+                "%s: worker %d (%s) has no connection left and has not called stop (%s); waiting %d ms "
+                "for it to reconnect",
+                s->me, r, s->addr[r], why, s->o.reconnect_grace_ms);
     }
 }
 
@@ -307,8 +309,7 @@ static void do_read(fl_ps_server *s, fl__ps_sconn *c)
         int quiet = st == FL_EREMOTE && s->stopped[c->rank];
         if (!quiet && st != FL_EREMOTE)
             FL_WARN(FL_SUB_PS, "%s: closing the connection to %s: %s", s->me, c->label, fl_last_error());
-        else if (!quiet)
-            FL_INFO(FL_SUB_PS, "%s: %s", s->me, fl_last_error());
+        else if (!quiet) FL_INFO(FL_SUB_PS, "%s: %s", s->me, fl_last_error());
         conn_close_locked(s, c, fl_strerror(st));
     }
     c->busy = c->serving = 0;
@@ -389,8 +390,7 @@ static int push_job(fl_ps_server *s, fl__ps_sconn *c)
  * handshakes are logged: the first at once, then a summary at most every 5 s. */
 static void serve_acceptor(fl_ps_server *s)
 {
-    if (fl_net_acceptor_step(s->acc) != FL_OK)
-        FL_WARN(FL_SUB_PS, "%s: accepting connections: %s", s->me, fl_last_error());
+    if (fl_net_acceptor_step(s->acc) != FL_OK) FL_WARN(FL_SUB_PS, "%s: accepting connections: %s", s->me, fl_last_error());
     fl_net_conn *nc;
     while (fl_net_acceptor_next(s->acc, &nc) == FL_OK && nc) add_conn(s, nc);
     fl_net_acceptor_stats a, *o = &s->acc_logged;
@@ -399,10 +399,12 @@ static void serve_acceptor(fl_ps_server *s)
     uint64_t now = fl__now_ns();
     if (bad == was || (was && now - s->acc_log_ns < 5000000000ull)) return;
     const char *last = fl_net_acceptor_last_refusal(s->acc);
-    FL_WARN(FL_SUB_PS, "%s: turned away %llu unauthenticated connections (%llu refused, %llu timed out, %llu dropped "
-                       "to make room; %d pending now)%s%s", s->me, (unsigned long long)(bad - was),
-            (unsigned long long)(a.refused - o->refused), (unsigned long long)(a.timed_out - o->timed_out),
-            (unsigned long long)(a.evicted - o->evicted), a.pending, *last ? "; latest refusal: " : "", last);
+    FL_WARN(FL_SUB_PS,
+            "%s: turned away %llu unauthenticated connections (%llu refused, %llu timed out, %llu dropped "
+            "to make room; %d pending now)%s%s",
+            s->me, (unsigned long long)(bad - was), (unsigned long long)(a.refused - o->refused),
+            (unsigned long long)(a.timed_out - o->timed_out), (unsigned long long)(a.evicted - o->evicted), a.pending,
+            *last ? "; latest refusal: " : "", last);
     *o = a;
     s->acc_log_ns = now;
 }
@@ -426,15 +428,18 @@ static int check_workers(fl_ps_server *s, int *all_stopped)
         }
         double quiet = (double)(now - s->last_seen[r]) / 1e9;
         if (s->seen[r] && s->nconn[r] == 0 && now - s->lost_since[r] > (uint64_t)s->o.reconnect_grace_ms * 1000000ull) {
-            snprintf(msg, sizeof msg, "%s: worker %d (%s) lost its connections %.1f s ago without calling stop "
-                                      "(killed or crashed?)", s->me, r, s->addr[r], (double)(now - s->lost_since[r]) / 1e9);
+            snprintf(msg, sizeof msg,
+                     "%s: worker %d (%s) lost its connections %.1f s ago without calling stop "
+                     "(killed or crashed?)",
+                     s->me, r, s->addr[r], (double)(now - s->lost_since[r]) / 1e9);
         } else if (s->seen[r] && s->o.worker_timeout_ms > 0 && quiet * 1000 > s->o.worker_timeout_ms) {
-            snprintf(msg, sizeof msg, "%s: worker %d (%s) sent nothing, not even a heartbeat, for %.1f s: it is stopped "
-                                      "or hung (FLEET_PS_WORKER_TIMEOUT_MS is %d)", s->me, r, s->addr[r], quiet,
-                     s->o.worker_timeout_ms);
+            snprintf(msg, sizeof msg,
+                     "%s: worker %d (%s) sent nothing, not even a heartbeat, for %.1f s: it is stopped "
+                     "or hung (FLEET_PS_WORKER_TIMEOUT_MS is %d)",
+                     s->me, r, s->addr[r], quiet, s->o.worker_timeout_ms);
         } else if (!s->seen[r] && s->o.join_timeout_ms > 0 && quiet * 1000 > s->o.join_timeout_ms) {
-            snprintf(msg, sizeof msg, "%s: worker %d never connected within %d ms (FLEET_PS_WORKER_JOIN_TIMEOUT_MS)",
-                     s->me, r, s->o.join_timeout_ms);
+            snprintf(msg, sizeof msg, "%s: worker %d never connected within %d ms (FLEET_PS_WORKER_JOIN_TIMEOUT_MS)", s->me,
+                     r, s->o.join_timeout_ms);
         } else {
             continue;
         }
@@ -493,8 +498,10 @@ int fl_ps_server_run(fl_ps_server *s)
         pthread_mutex_lock(&s->mu);
         uint64_t t = fl__now_ns();
         if (t - prev > STALL_NS) { /* this server did not run (stopped, starved): no worker is to blame */
-            FL_WARN(FL_SUB_PS, "%s: this process did not run for %.1f s (stopped or starved); the workers get a fresh "
-                               "%d ms to be heard from", s->me, (double)(t - prev) / 1e9, s->o.worker_timeout_ms);
+            FL_WARN(FL_SUB_PS,
+                    "%s: this process did not run for %.1f s (stopped or starved); the workers get a fresh "
+                    "%d ms to be heard from",
+                    s->me, (double)(t - prev) / 1e9, s->o.worker_timeout_ms);
             for (int r = 0; r < s->o.num_workers; r++) s->last_seen[r] = t;
         }
         prev = t;
@@ -550,7 +557,8 @@ int fl_ps_server_run(fl_ps_server *s)
         if (r <= 0) continue;
         if (pf[0].revents) {
             char buf[256];
-            while (read(s->wake[0], buf, sizeof buf) > 0) {}
+            while (read(s->wake[0], buf, sizeof buf) > 0) {
+            }
         }
         for (int i = nfix; i < n; i++)
             if (pf[i].revents && answer_heartbeats(s, pc[i])) pf[i].revents = 0;

@@ -141,9 +141,11 @@ static int bad_range(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m, int 
 {
     int64_t n = fl__ps_dense_numel(s->tab[m->table].dense);
     if (m->offset > (uint64_t)n || m->n > (uint64_t)n - m->offset) {
-        *rc = fl__ps_reply_error(s, c, m, FL_EINVAL, "dense table '%s': range [%llu, %llu + %llu) lies outside this "
-                                 "server's shard of %lld floats", s->cfgs[m->table].name, (unsigned long long)m->offset,
-                                 (unsigned long long)m->offset, (unsigned long long)m->n, (long long)n);
+        *rc = fl__ps_reply_error(s, c, m, FL_EINVAL,
+                                 "dense table '%s': range [%llu, %llu + %llu) lies outside this "
+                                 "server's shard of %lld floats",
+                                 s->cfgs[m->table].name, (unsigned long long)m->offset, (unsigned long long)m->offset,
+                                 (unsigned long long)m->n, (long long)n);
         return 1;
     }
     return 0;
@@ -157,8 +159,10 @@ static int on_hello(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m)
     if (m->worker_rank != (uint32_t)c->rank)
         REJECT(FL_EINVAL, "worker rank %u in hello differs from rank %d of the handshake", m->worker_rank, c->rank);
     if (m->num_workers != (uint32_t)o->num_workers || m->num_servers != (uint32_t)o->num_servers)
-        REJECT(FL_EINVAL, "worker %d believes the job has %u workers and %u servers; this server was started with %d "
-                          "workers and %d servers", c->rank, m->num_workers, m->num_servers, o->num_workers, o->num_servers);
+        REJECT(FL_EINVAL,
+               "worker %d believes the job has %u workers and %u servers; this server was started with %d "
+               "workers and %d servers",
+               c->rank, m->num_workers, m->num_servers, o->num_workers, o->num_servers);
     if (m->server_index != (uint32_t)o->server_index)
         REJECT(FL_EINVAL, "worker %d connected here as server %u, but this is server %d (endpoint lists differ?)", c->rank,
                m->server_index, o->server_index);
@@ -168,8 +172,10 @@ static int on_hello(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m)
         uint64_t h;
         memcpy(&h, &m->table_hash[i], 8);
         if (h != fl__ps_table_hash(&s->cfgs[i]))
-            REJECT(FL_EINVAL, "table %d '%s' is configured differently on worker %d and on this server (kind, shape, "
-                              "optimizer, initializer, entry or accessor)", i, s->cfgs[i].name, c->rank);
+            REJECT(FL_EINVAL,
+                   "table %d '%s' is configured differently on worker %d and on this server (kind, shape, "
+                   "optimizer, initializer, entry or accessor)",
+                   i, s->cfgs[i].name, c->rank);
     }
     if (!fl__ps_session_get(s, m->session)) REJECT(FL_ENOMEM, "out of memory");
     fl__ps_wbuf *b = &c->wb;
@@ -204,10 +210,8 @@ static int on_push(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m, fl__ps
         return reply_empty(s, c, m);
     }
     int last = (m->bflags & FL__PS_B_LAST) != 0, st;
-    if (t->dense)
-        st = fl__ps_dense_push(t->dense, m->offset, m->n, m->vals, 1.0f, last);
-    else
-        st = fl__ps_sparse_push(t->sparse, m->ids, m->n, m->vals, m->shows, m->clicks, 1.0f, last);
+    if (t->dense) st = fl__ps_dense_push(t->dense, m->offset, m->n, m->vals, 1.0f, last);
+    else st = fl__ps_sparse_push(t->sparse, m->ids, m->n, m->vals, m->shows, m->clicks, 1.0f, last);
     if (st == FL_OK) se->last_seq = m->seq;
     pthread_mutex_unlock(&se->mu);
     if (st) REJECT(st, "%s", fl_last_error());
@@ -286,7 +290,8 @@ static int on_barrier(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m)
     for (int k = 0; k < W; k++)
         if (s->stopped[k]) {
             pthread_mutex_unlock(&s->mu);
-            REJECT(FL_EREMOTE, "barrier #%llu can not complete: worker %d has already stopped", (unsigned long long)m->seq, k);
+            REJECT(FL_EREMOTE, "barrier #%llu can not complete: worker %d has already stopped", (unsigned long long)m->seq,
+                   k);
         }
     fl__ps_waitlist *wl = &s->bar_waiters; /* under the server mutex, like the counts */
     if (wl->n == wl->cap) {
@@ -394,7 +399,8 @@ static int on_load(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m)
 
 static int on_table_info(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m)
 {
-    if (m->table >= (uint32_t)s->ntables) REJECT(FL_EINVAL, "no table %u (this server has %d tables)", m->table, s->ntables);
+    if (m->table >= (uint32_t)s->ntables)
+        REJECT(FL_EINVAL, "no table %u (this server has %d tables)", m->table, s->ntables);
     fl__ps_table *t = &s->tab[m->table];
     fl__ps_wbuf *b = &c->wb;
     fl__ps_wbuf_begin(b);

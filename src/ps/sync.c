@@ -27,7 +27,8 @@ int fl__ps_sync_init(fl_ps_server *s)
         y->pushed = calloc((size_t)W, 1);
         y->pend_seq = calloc((size_t)W, 8);
         y->pend_session = calloc((size_t)W, 8);
-        if (!y->pushed || !y->pend_seq || !y->pend_session) return fl__err(FL_ENOMEM, "%s: out of memory for sync state", s->me);
+        if (!y->pushed || !y->pend_seq || !y->pend_session)
+            return fl__err(FL_ENOMEM, "%s: out of memory for sync state", s->me);
     }
     return FL_OK;
 }
@@ -81,7 +82,8 @@ static int grow_ids(fl__ps_sync *y, int dim)
     if (sh) y->shows = sh;
     float *ck = realloc(y->clicks, cap * 4);
     if (ck) y->clicks = ck;
-    if (!ids || !g || !sh || !ck) return fl__err(FL_ENOMEM, "out of memory for a sync step of %llu ids", (unsigned long long)cap);
+    if (!ids || !g || !sh || !ck)
+        return fl__err(FL_ENOMEM, "out of memory for a sync step of %llu ids", (unsigned long long)cap);
     y->idcap = cap;
     /* the index: at most half full */
     uint64_t sc = y->slotcap ? y->slotcap : 2048;
@@ -175,8 +177,10 @@ int fl__ps_sync_push(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m, fl__
         uint64_t step = y->step;
         pthread_mutex_unlock(&se->mu);
         pthread_mutex_unlock(&y->mu);
-        return fl__ps_reply_error(s, c, m, FL_ESTATE, "worker %d pushed table '%s' twice in sync step %llu (push each "
-                                  "table once per step)", r, t->cfg.name, (unsigned long long)step);
+        return fl__ps_reply_error(s, c, m, FL_ESTATE,
+                                  "worker %d pushed table '%s' twice in sync step %llu (push each "
+                                  "table once per step)",
+                                  r, t->cfg.name, (unsigned long long)step);
     }
     st = t->dense ? acc_dense(y, t, m) : acc_sparse(y, t, m);
     if (st == FL_OK) se->last_seq = m->seq;
@@ -223,8 +227,9 @@ int fl__ps_sync_push(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m, fl__
     }
     st = apply_step(s, y, t);
     char msg[1024] = "";
-    if (st) snprintf(msg, sizeof msg, "%s: applying sync step %llu of table '%s' failed: %s", s->me,
-                     (unsigned long long)y->step, t->cfg.name, fl_last_error());
+    if (st)
+        snprintf(msg, sizeof msg, "%s: applying sync step %llu of table '%s' failed: %s", s->me,
+                 (unsigned long long)y->step, t->cfg.name, fl_last_error());
     reset_step(s, y);
     y->step++;
     fl__ps_waitlist done = y->waiters;
@@ -251,8 +256,7 @@ static void fail_table(fl_ps_server *s, int i, int only_rank, int st, const char
     if (only_rank >= 0)
         snprintf(msg, sizeof msg, "%s: worker %d stopped before pushing sync step %llu of table '%s'", s->me, only_rank,
                  (unsigned long long)y->step, s->cfgs[i].name);
-    else
-        snprintf(msg, sizeof msg, "%s", msg_in);
+    else snprintf(msg, sizeof msg, "%s", msg_in);
     reset_step(s, y);
     fl__ps_waitlist done = y->waiters;
     y->waiters = (fl__ps_waitlist){0};

@@ -91,8 +91,7 @@ int fl__ps_dense_push(fl__ps_dense *t, uint64_t off, uint64_t count, const float
     return FL_OK;
 }
 
-void fl__ps_dense_init(fl__ps_dense *t, uint64_t off, uint64_t count, const float *vals, int force, int last,
-                       int *applied)
+void fl__ps_dense_init(fl__ps_dense *t, uint64_t off, uint64_t count, const float *vals, int force, int last, int *applied)
 {
     pthread_rwlock_wrlock(&t->lk);
     *applied = 0;
@@ -161,9 +160,11 @@ int fl__ps_dense_load(fl__ps_dense *t, const char *path)
     if (st == FL_OK) {
         const int64_t *r = fl_tensor_cdata(rr);
         if (r[0] != t->row0 || r[1] != t->row1 || r[2] != t->cfg.rows)
-            st = fl__err(FL_ECORRUPT, "'%s': dense table '%s' shard holds rows [%lld, %lld) of %lld, this server "
-                                      "expects [%lld, %lld) of %lld", path, t->cfg.name, (long long)r[0],
-                         (long long)r[1], (long long)r[2], (long long)t->row0, (long long)t->row1, (long long)t->cfg.rows);
+            st = fl__err(FL_ECORRUPT,
+                         "'%s': dense table '%s' shard holds rows [%lld, %lld) of %lld, this server "
+                         "expects [%lld, %lld) of %lld",
+                         path, t->cfg.name, (long long)r[0], (long long)r[1], (long long)r[2], (long long)t->row0,
+                         (long long)t->row1, (long long)t->cfg.rows);
     }
     if (st == FL_OK) {
         pthread_rwlock_wrlock(&t->lk);

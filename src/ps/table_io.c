@@ -24,8 +24,8 @@ int fl__ps_st_write_header(fl__afile *f, const fl__ps_st_tensor *t, int n, const
     return st;
 }
 
-int fl__ps_st_find(char **names, fl_tensor **tensors, int n, const char *path, const char *name, fl_dtype dt,
-                   int ndim, const int64_t *shape, fl_tensor **out)
+int fl__ps_st_find(char **names, fl_tensor **tensors, int n, const char *path, const char *name, fl_dtype dt, int ndim,
+                   const int64_t *shape, fl_tensor **out)
 {
     for (int i = 0; i < n; i++) {
         if (strcmp(names[i], name)) continue;
@@ -43,7 +43,8 @@ int fl__ps_st_find(char **names, fl_tensor **tensors, int n, const char *path, c
             for (int k = 0; k < fl_tensor_ndim(t); k++)
                 snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", k ? "x" : "",
                          (long long)fl_tensor_shape(t)[k]);
-            return fl__err(FL_ECORRUPT, "'%s': tensor '%s' has shape [%s], expected [%s] (-1 = any)", path, name, got, want);
+            return fl__err(FL_ECORRUPT, "'%s': tensor '%s' has shape [%s], expected [%s] (-1 = any)", path, name, got,
+                           want);
         }
         *out = t;
         return FL_OK;

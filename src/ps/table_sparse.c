@@ -85,7 +85,8 @@ void fl__ps_sparse_init_row(const fl__ps_sparse *t, uint64_t id, float *out)
     case FL_INIT_TRUNCATED_NORMAL:
         for (int j = 0; j < d; j++) {
             double z;
-            do z = fl__rng_normal(&r); while (fabs(z) > 2.0);
+            do z = fl__rng_normal(&r);
+            while (fabs(z) > 2.0);
             out[j] = (float)(in->a + in->b * z);
         }
         return;
@@ -158,8 +159,9 @@ static int grow_slots(fl__ps_sparse *t, fl__ps_stripe *s)
 {
     uint64_t cap = s->cap ? s->cap * 2 : 64;
     uint32_t *ns = calloc(cap, sizeof *ns);
-    if (!ns) return fl__err(FL_ENOMEM, "sparse table '%s': out of memory growing an index to %llu slots", t->cfg.name,
-                            (unsigned long long)cap);
+    if (!ns)
+        return fl__err(FL_ENOMEM, "sparse table '%s': out of memory growing an index to %llu slots", t->cfg.name,
+                       (unsigned long long)cap);
     for (uint64_t i = 0; i < s->cap; i++) {
         uint32_t v = s->slots[i];
         if (!v) continue;
@@ -180,8 +182,10 @@ static int alloc_row(fl__ps_sparse *t, fl__ps_stripe *s, uint32_t *idx)
         return FL_OK;
     }
     if (s->nalloc >= FL__PS_MAX_STRIPE_ROWS)
-        return fl__err(FL_ENOMEM, "sparse table '%s': a stripe of this server reached %u rows (the limit is about "
-                                  "4.3e9 rows per server: add servers)", t->cfg.name, FL__PS_MAX_STRIPE_ROWS);
+        return fl__err(FL_ENOMEM,
+                       "sparse table '%s': a stripe of this server reached %u rows (the limit is about "
+                       "4.3e9 rows per server: add servers)",
+                       t->cfg.name, FL__PS_MAX_STRIPE_ROWS);
     if (s->nalloc % FL__PS_CHUNK == 0 && s->nalloc / FL__PS_CHUNK == s->nchunks) {
         if (s->nchunks == s->chunks_cap) {
             uint32_t nc = s->chunks_cap ? s->chunks_cap * 2 : 8;
@@ -322,18 +326,16 @@ static int admit(fl__ps_sparse *t, fl__ps_stripe *s, uint64_t id, uint64_t hs)
         }
         return fl__ps_pending_set(s, id, hs, c) ? -1 : 0;
     }
-    case 2:
-        return (double)fl__rng_uniform(&s->rng) < t->entry.prob;
-    default:
-        return 1;
+    case 2: return (double)fl__rng_uniform(&s->rng) < t->entry.prob;
+    default: return 1;
     }
 }
 
 /* ---- grouping a request by stripe ------------------------------------------------------------ */
 
 typedef struct {
-    uint32_t *order;        /* positions sorted by stripe */
-    uint64_t *hs;           /* inner hash per position */
+    uint32_t *order; /* positions sorted by stripe */
+    uint64_t *hs;    /* inner hash per position */
     uint32_t start[FL__PS_STRIPES + 1];
 } groups;
 
@@ -392,10 +394,8 @@ int fl__ps_sparse_pull(fl__ps_sparse *t, const uint64_t *ids, uint64_t n, float 
                     break;
                 }
             }
-            if (row)
-                memcpy(out + (size_t)i * t->dim, row + FL__PS_ROW_HDR, vb);
-            else
-                memset(out + (size_t)i * t->dim, 0, vb);
+            if (row) memcpy(out + (size_t)i * t->dim, row + FL__PS_ROW_HDR, vb);
+            else memset(out + (size_t)i * t->dim, 0, vb);
         }
         pthread_mutex_unlock(&s->mu);
     }
@@ -573,8 +573,10 @@ int fl__ps_sparse_scan(fl__ps_sparse *t, uint64_t first, uint64_t n, uint64_t *i
     }
     pthread_rwlock_unlock(&t->lk);
     if (got < n)
-        return fl__err(FL_ESTATE, "sparse table '%s': rows %llu..%llu were asked for but the shard holds %llu rows (rows "
-                                  "were deleted during the export)", t->cfg.name, (unsigned long long)first,
-                       (unsigned long long)(first + n), (unsigned long long)(first + got));
+        return fl__err(FL_ESTATE,
+                       "sparse table '%s': rows %llu..%llu were asked for but the shard holds %llu rows (rows "
+                       "were deleted during the export)",
+                       t->cfg.name, (unsigned long long)first, (unsigned long long)(first + n),
+                       (unsigned long long)(first + got));
     return FL_OK;
 }

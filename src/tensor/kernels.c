@@ -11,14 +11,15 @@
 
 /* Hot elementwise kernels are compiled for AVX-512, AVX2 and baseline x86-64; the loader
  * picks the best the CPU has (GCC function multiversioning). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
 #define FL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), visibility("hidden")))
 #else
 #define FL_CLONES
 #endif
 
-void fl__sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-               const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+void fl__sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+               int64_t ldb, float beta, float *c, int64_t ldc)
 {
     if (m == 0 || n == 0) return;
     if (k == 0) {
@@ -27,8 +28,8 @@ void fl__sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, con
         return;
     }
     if (fl__sgemm_parallel(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m,
-                (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
+                alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
 
 FL_CLONES void fl__vadd(float *restrict y, const float *restrict a, const float *restrict b, int64_t n)
@@ -124,17 +125,17 @@ static inline float relu1(float v) { return v > 0.0f ? v : 0.0f; }
 
 /* In-place (y == x) and out-of-place loops are separate so both vectorise: a possibly
  * overlapping pair makes the compiler fall back to scalar code at run time. */
-#define UNARY_KERNEL(name, f)                                                                     \
-    FL_CLONES void name(float *y, const float *x, int64_t n)                                      \
-    {                                                                                             \
-        if (y == x) {                                                                             \
-            float *restrict z = y;                                                                \
-            for (int64_t i = 0; i < n; i++) z[i] = f(z[i]);                                       \
-        } else {                                                                                  \
-            float *restrict o = y;                                                                \
-            const float *restrict a = x;                                                          \
-            for (int64_t i = 0; i < n; i++) o[i] = f(a[i]);                                       \
-        }                                                                                         \
+#define UNARY_KERNEL(name, f)                                \
+    FL_CLONES void name(float *y, const float *x, int64_t n) \
+    {                                                        \
+        if (y == x) {                                        \
+            float *restrict z = y;                           \
+            for (int64_t i = 0; i < n; i++) z[i] = f(z[i]);  \
+        } else {                                             \
+            float *restrict o = y;                           \
+            const float *restrict a = x;                     \
+            for (int64_t i = 0; i < n; i++) o[i] = f(a[i]);  \
+        }                                                    \
     }
 UNARY_KERNEL(fl__tanh, tanh1)
 
@@ -145,9 +146,9 @@ FL_CLONES void fl__act_grad(int act, float *dx, const float *out, const float *d
     if (dx == dy || dx == out) { /* in place: the compiler cannot assume no overlap */
         for (int64_t i = 0; i < n; i++) {
             float oi = out[i], gi = dy[i];
-            dx[i] = act == FL_ACT_RELU ? (oi > 0.0f ? gi : 0.0f)
-                  : act == FL_ACT_TANH ? gi * (1.0f - oi * oi)
-                                       : gi * oi * (1.0f - oi);
+            dx[i] = act == FL_ACT_RELU   ? (oi > 0.0f ? gi : 0.0f)
+                    : act == FL_ACT_TANH ? gi * (1.0f - oi * oi)
+                                         : gi * oi * (1.0f - oi);
         }
         return;
     }

@@ -5,8 +5,7 @@
 #include "tensor_internal.h"
 
 static const size_t dtype_sizes[FL_DTYPE_COUNT] = {4, 8, 8, 4, 2, 2};
-static const char *const dtype_names[FL_DTYPE_COUNT] = {"float32", "int64", "float64",
-                                                         "int32", "float16", "bfloat16"};
+static const char *const dtype_names[FL_DTYPE_COUNT] = {"float32", "int64", "float64", "int32", "float16", "bfloat16"};
 
 size_t fl_dtype_size(fl_dtype dt) { return (unsigned)dt < FL_DTYPE_COUNT ? dtype_sizes[dt] : 0; }
 const char *fl_dtype_name(fl_dtype dt) { return (unsigned)dt < FL_DTYPE_COUNT ? dtype_names[dt] : "invalid"; }
@@ -110,10 +109,8 @@ int fl_tensor_copy(fl_tensor *dst, const fl_tensor *src)
     FL_CHECK(fl__tensor_reshape_raw(dst, src->dtype, src->ndim, src->shape));
     memcpy(dst->data, src->data, fl_tensor_nbytes(src));
     FL_CHECK(fl__tensor_share_lod(dst, src));
-    if (src->is_rows)
-        FL_CHECK(fl_tensor_set_rows(dst, src->rows, src->shape[0], src->height));
-    else
-        dst->is_rows = 0;
+    if (src->is_rows) FL_CHECK(fl_tensor_set_rows(dst, src->rows, src->shape[0], src->height));
+    else dst->is_rows = 0;
     return FL_OK;
 }
 
@@ -142,12 +139,12 @@ int fl_tensor_set_lod(fl_tensor *t, const int64_t *off, int64_t n)
     if (n < 1 || off[0] != 0) return fl__err(FL_EINVAL, "LoD offsets must start at 0");
     for (int64_t i = 1; i < n; i++)
         if (off[i] < off[i - 1])
-            return fl__err(FL_EINVAL, "LoD offsets must be non-decreasing (offset %lld: %lld < %lld)",
-                           (long long)i, (long long)off[i], (long long)off[i - 1]);
+            return fl__err(FL_EINVAL, "LoD offsets must be non-decreasing (offset %lld: %lld < %lld)", (long long)i,
+                           (long long)off[i], (long long)off[i - 1]);
     int64_t d0 = t->ndim > 0 ? t->shape[0] : 1;
     if (off[n - 1] != d0)
-        return fl__err(FL_EINVAL, "LoD last offset %lld does not match dimension 0 (%lld)",
-                       (long long)off[n - 1], (long long)d0);
+        return fl__err(FL_EINVAL, "LoD last offset %lld does not match dimension 0 (%lld)", (long long)off[n - 1],
+                       (long long)d0);
     if (n > t->lod_cap) {
         int64_t *nl = realloc(t->lod, (size_t)n * sizeof *nl);
         if (!nl) return fl__err(FL_ENOMEM, "LoD: out of memory");
@@ -190,8 +187,8 @@ int fl_tensor_set_rows(fl_tensor *t, const int64_t *rows, int64_t nrows, int64_t
         return FL_OK;
     }
     if (t->ndim < 1 || t->shape[0] != nrows)
-        return fl__err(FL_EINVAL, "SelectedRows: %lld rows given for a tensor with dimension 0 = %lld",
-                       (long long)nrows, (long long)(t->ndim ? t->shape[0] : 0));
+        return fl__err(FL_EINVAL, "SelectedRows: %lld rows given for a tensor with dimension 0 = %lld", (long long)nrows,
+                       (long long)(t->ndim ? t->shape[0] : 0));
     if (nrows > t->rows_cap || !t->rows) {
         int64_t *nr = realloc(t->rows, (size_t)(nrows ? nrows : 1) * sizeof *nr);
         if (!nr) return fl__err(FL_ENOMEM, "SelectedRows: out of memory");

@@ -17,13 +17,13 @@ struct fl_tensor {
     int64_t shape[FL_MAX_DIMS];
     int64_t numel;
     void *data;
-    size_t cap;           /* bytes allocated at data */
-    int64_t *lod;         /* one level of offsets, lod_n entries (0 = no LoD) */
+    size_t cap;   /* bytes allocated at data */
+    int64_t *lod; /* one level of offsets, lod_n entries (0 = no LoD) */
     int64_t lod_n, lod_cap;
-    int64_t *rows;        /* SelectedRows indices (is_rows) */
+    int64_t *rows; /* SelectedRows indices (is_rows) */
     int64_t rows_cap;
     int is_rows;
-    int64_t height;       /* SelectedRows: rows of the full matrix */
+    int64_t height; /* SelectedRows: rows of the full matrix */
 };
 
 /* Resize keeping LoD/rows untouched (kernels set them explicitly). */
@@ -47,21 +47,20 @@ static inline int64_t fl__dims_prod(const int64_t *s, int from, int to)
 /* ---- CPU kernels (kernels.c): plain loops over contiguous float arrays ---- */
 
 /* C[m,n] = alpha * op(A) op(B) + beta * C, row-major, through cblas_sgemm. */
-void fl__sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
-               int64_t ldc);
+void fl__sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+               const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 /* Runs the sgemm on two threads when FLEET_NUM_THREADS=2 and it is large enough; returns 0
  * (doing nothing) otherwise.  parallel.c. */
 /* BLAS single-threaded for a while (trainer threads): returns the previous thread count to
  * hand back to fl__blas_single_end.  parallel.c. */
 int fl__blas_single_begin(void);
 void fl__blas_single_end(int prev);
-int fl__sgemm_parallel(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                       int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+int fl__sgemm_parallel(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                       const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 void fl__vadd(float *restrict y, const float *restrict a, const float *restrict b, int64_t n);
-void fl__vaxpy(float *restrict y, float alpha, const float *restrict x, int64_t n); /* y += a*x */
+void fl__vaxpy(float *restrict y, float alpha, const float *restrict x, int64_t n);  /* y += a*x */
 void fl__vscale(float *restrict y, float alpha, const float *restrict x, int64_t n); /* y = a*x */
-void fl__vscal(float *restrict y, float alpha, int64_t n); /* y *= a, in place */
+void fl__vscal(float *restrict y, float alpha, int64_t n);                           /* y *= a, in place */
 void fl__vfill(float *y, float v, int64_t n);
 /* Adds row vector b[n] to each of m rows of y[m,n]. */
 void fl__add_rowvec(float *restrict y, const float *restrict b, int64_t m, int64_t n);

@@ -105,8 +105,10 @@ static void sleep_s(double s)
 
 static int signum(const char *name)
 {
-    static const struct { const char *n; int s; } t[] = {{"SEGV", SIGSEGV}, {"ABRT", SIGABRT}, {"KILL", SIGKILL},
-                                                         {"TERM", SIGTERM}, {"BUS", SIGBUS},   {"FPE", SIGFPE}};
+    static const struct {
+        const char *n;
+        int s;
+    } t[] = {{"SEGV", SIGSEGV}, {"ABRT", SIGABRT}, {"KILL", SIGKILL}, {"TERM", SIGTERM}, {"BUS", SIGBUS}, {"FPE", SIGFPE}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(name, t[i].n)) return t[i].s;
     return atoi(name);

@@ -47,7 +47,8 @@ static int has(int argc, char **argv, const char *step)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: role_job mpi|slurm|torchrun|env|init coll|ps [allreduce] [userinit] [again] [keep] [train]\n");
+        fprintf(stderr,
+                "usage: role_job mpi|slurm|torchrun|env|init coll|ps [allreduce] [userinit] [again] [keep] [train]\n");
         return 2;
     }
     const char *maker = argv[1];
@@ -68,8 +69,7 @@ int main(int argc, char **argv)
     const char *rank = getenv("OMPI_COMM_WORLD_RANK");
     printf("ROLE rank=%s kind=%s index=%d workers=%d servers=%d eps=%s srv=%s\n", rank ? rank : "-",
            fleet_is_server(f) ? "server" : "worker", fleet_is_server(f) ? fleet_server_index(f) : fleet_worker_index(f),
-           fleet_worker_num(f), fleet_server_num(f),
-           *fleet_worker_endpoints_str(f) ? fleet_worker_endpoints_str(f) : "-",
+           fleet_worker_num(f), fleet_server_num(f), *fleet_worker_endpoints_str(f) ? fleet_worker_endpoints_str(f) : "-",
            *fleet_server_endpoints_str(f) ? fleet_server_endpoints_str(f) : "-");
     fflush(stdout);
     if (has(argc, argv, "allreduce") && fleet_is_worker(f)) {

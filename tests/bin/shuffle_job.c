@@ -89,8 +89,8 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/worker.%d", argv[1], fleet_worker_index(f));
     FILE *out = fopen(path, "w");
     if (!out) return fail("output file");
-    fprintf(out, "held %lld total %lld hash %llu before %lld\n", (long long)held, (long long)total, (unsigned long long)hash,
-            (long long)before);
+    fprintf(out, "held %lld total %lld hash %llu before %lld\n", (long long)held, (long long)total,
+            (unsigned long long)hash, (long long)before);
     fclose(out);
     if (fleet_stop_worker(f) != FL_OK) return fail("fleet_stop_worker");
     fl_data_batch_free(b);

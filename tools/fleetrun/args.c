@@ -61,18 +61,31 @@ long fr_parse_long(const char *flag, const char *v, long lo, long hi, const char
 void fr_parse_args(int argc, char **argv)
 {
     enum { A_STR, A_DEV, A_NUM, A_COUNT, A_PORT, A_SECS, A_NODES };
-    static const struct { const char *name; int kind; void *dst; } opts[] = {
-        {"--nproc_per_node", A_NUM, &J.nproc}, {"--server_num", A_NUM, &J.server_num},
-        {"--worker_num", A_NUM, &J.worker_num}, {"--start_port", A_PORT, &J.start_port},
-        {"--grace_s", A_SECS, &J.grace},        {"--server_grace_s", A_SECS, &J.server_grace},
-        {"--gpus", A_DEV, NULL},                {"--selected_gpus", A_DEV, NULL},
-        {"--devices", A_DEV, NULL},             {"--ips", A_STR, &J.ips},
-        {"--node_ip", A_STR, &J.node_ip},       {"--log_dir", A_STR, &J.log_dir},
-        {"--servers", A_STR, &J.servers},       {"--workers", A_STR, &J.workers},
-        {"--run_mode", A_STR, &J.run_mode},     {"--master", A_STR, &J.master},
-        {"--nnodes", A_NODES, &J.nnodes},       {"--max_restart", A_COUNT, &J.max_restart},
-        {"--job_id", A_STR, &J.job_id_flag},    {"--log_level", A_STR, &J.log_level},
-        {"--rdzv_timeout_s", A_SECS, &J.rdzv_timeout}};
+    static const struct {
+        const char *name;
+        int kind;
+        void *dst;
+    } opts[] = {{"--nproc_per_node", A_NUM, &J.nproc},
+                {"--server_num", A_NUM, &J.server_num},
+                {"--worker_num", A_NUM, &J.worker_num},
+                {"--start_port", A_PORT, &J.start_port},
+                {"--grace_s", A_SECS, &J.grace},
+                {"--server_grace_s", A_SECS, &J.server_grace},
+                {"--gpus", A_DEV, NULL},
+                {"--selected_gpus", A_DEV, NULL},
+                {"--devices", A_DEV, NULL},
+                {"--ips", A_STR, &J.ips},
+                {"--node_ip", A_STR, &J.node_ip},
+                {"--log_dir", A_STR, &J.log_dir},
+                {"--servers", A_STR, &J.servers},
+                {"--workers", A_STR, &J.workers},
+                {"--run_mode", A_STR, &J.run_mode},
+                {"--master", A_STR, &J.master},
+                {"--nnodes", A_NODES, &J.nnodes},
+                {"--max_restart", A_COUNT, &J.max_restart},
+                {"--job_id", A_STR, &J.job_id_flag},
+                {"--log_level", A_STR, &J.log_level},
+                {"--rdzv_timeout_s", A_SECS, &J.rdzv_timeout}};
     enum { NOPTS = sizeof opts / sizeof opts[0] };
     struct option longopts[NOPTS + 3];
     for (int k = 0; k < NOPTS; k++) longopts[k] = (struct option){opts[k].name + 2, required_argument, NULL, k};
@@ -88,19 +101,19 @@ void fr_parse_args(int argc, char **argv)
         if (k == 'V') puts("fleetrun " FLEET_VERSION), exit(0);
         if (k == '?')
             usage_error("unknown flag '%s' (flags are --name VALUE or --name=VALUE; the program "
-                        "and its arguments come after the flags)", name);
+                        "and its arguments come after the flags)",
+                        name);
         if (!*v) usage_error("%s expects a value, got an empty string", name);
         char *end;
         double d;
         switch (opts[k].kind) {
-        case A_NUM:
-            *(int *)opts[k].dst = (int)fr_parse_long(name, v, 1, MAX_LOCAL, "a positive integer (1..1024)");
-            break;
+        case A_NUM: *(int *)opts[k].dst = (int)fr_parse_long(name, v, 1, MAX_LOCAL, "a positive integer (1..1024)"); break;
         case A_COUNT: *(int *)opts[k].dst = (int)fr_parse_long(name, v, 0, 1000, "an integer in 0..1000"); break;
         case A_NODES:
             if (strchr(v, ':'))
                 usage_error("%s %s: elastic node ranges (MIN:MAX) are not supported; give a fixed count, "
-                            "e.g. %s 2", name, v, name);
+                            "e.g. %s 2",
+                            name, v, name);
             *(int *)opts[k].dst = (int)fr_parse_long(name, v, 1, MAX_NODES, "a node count (1..1024)");
             break;
         case A_PORT: *(int *)opts[k].dst = (int)fr_parse_long(name, v, 1, 65535, "a port number (1..65535)"); break;
@@ -130,8 +143,7 @@ static int have_devices(void)
         DIR *d = opendir(dirs[k]);
         int found = 0;
         for (struct dirent *e; d && !found && (e = readdir(d));)
-            found = k == 0 ? e->d_name[0] != '.'
-                           : !strncmp(e->d_name, "nvidia", 6) && isdigit((unsigned char)e->d_name[6]);
+            found = k == 0 ? e->d_name[0] != '.' : !strncmp(e->d_name, "nvidia", 6) && isdigit((unsigned char)e->d_name[6]);
         if (d) closedir(d);
         if (found) return 1;
     }
@@ -151,7 +163,8 @@ static void check_devices(void)
     if (!allow && !have_devices())
         usage_error("%s %s: this machine has no GPU (no /proc/driver/nvidia/gpus/*, /dev/nvidiaN or /dev/kfd), "
                     "so the processes could not use these devices; use --nproc_per_node N for CPU processes, or "
-                    "set FLEET_ALLOW_NO_DEVICES=1 to pass the ids on anyway", J.dev_flag, J.devices);
+                    "set FLEET_ALLOW_NO_DEVICES=1 to pass the ids on anyway",
+                    J.dev_flag, J.devices);
 }
 
 /* --master IP:PORT into J.master_ip and J.master_port. */
@@ -160,7 +173,8 @@ static void check_master(void)
     const char *m = J.master, *c = strrchr(m, ':');
     if (strstr(m, "://"))
         usage_error("--master %s: only IP:PORT is supported (fleetrun hosts the rendezvous itself, on the node "
-                    "that owns that IP; there is no etcd or HTTP store)", m);
+                    "that owns that IP; there is no etcd or HTTP store)",
+                    m);
     if (!c || (size_t)(c - m) >= sizeof J.master_ip)
         usage_error("--master expects IP:PORT, e.g. 10.0.0.1:6170, got '%s'", m);
     snprintf(J.master_ip, sizeof J.master_ip, "%.*s", (int)(c - m), m);
@@ -170,7 +184,7 @@ static void check_master(void)
 
 void fr_check_args(void)
 {
-    static const char *const levels[][2] = {{"error", "error"}, {"warn", "warn"}, {"warning", "warn"},
+    static const char *const levels[][2] = {{"error", "error"}, {"warn", "warn"},   {"warning", "warn"},
                                             {"info", "info"},   {"debug", "debug"}, {"trace", "trace"}};
     if (J.run_mode && strcmp(J.run_mode, "collective") && strcmp(J.run_mode, "ps"))
         usage_error("--run_mode expects collective or ps, got '%s'", J.run_mode);
@@ -186,13 +200,14 @@ void fr_check_args(void)
             if (!strcasecmp(J.log_level, levels[i][0])) canon = levels[i][1];
         if (!canon)
             usage_error("--log_level expects error, warn, info, debug or trace (exported as FLEET_LOG_LEVEL), "
-                        "got '%s'", J.log_level);
+                        "got '%s'",
+                        J.log_level);
         J.log_level = canon;
     }
     if (J.job_id_flag) {
         size_t n = strlen(J.job_id_flag);
         if (n >= FR_JOB_ID_MAX || strspn(J.job_id_flag, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                         "0123456789._-") != n)
+                                                        "0123456789._-") != n)
             usage_error("--job_id expects at most %d letters, digits, '.', '_' or '-', got '%s'", FR_JOB_ID_MAX - 1,
                         J.job_id_flag);
     }
@@ -202,8 +217,7 @@ void fr_check_args(void)
         usage_error("--nnodes %d needs --master IP:PORT, the endpoint where the nodes meet", J.nnodes);
     if (J.master) {
         check_master();
-        if (J.ips)
-            usage_error("--master and --ips are two ways to name the machines of a job; give one of them");
+        if (J.ips) usage_error("--master and --ips are two ways to name the machines of a job; give one of them");
         if (J.servers || J.workers)
             usage_error("--servers/--workers list fixed endpoints; with --master give --server_num and --worker_num "
                         "(the processes of each node)");

@@ -50,14 +50,14 @@ static const char *const role_name[] = {"worker", "server"};
 enum { PH_RUN, PH_SERVER_WAIT, PH_TERM, PH_KILL }; /* the phases of watching a generation */
 
 typedef struct {
-    int role, rank, local;       /* rank: global (server index in PS); local: index among this node's */
-    int node;                    /* the node's rank (0 without --master) */
+    int role, rank, local; /* rank: global (server index in PS); local: index among this node's */
+    int node;              /* the node's rank (0 without --master) */
     char ip[INET_ADDRSTRLEN];
-    int want_port;               /* the configured port; 0: a free port, picked again each run */
-    int port, is_local, probe;   /* probe: socket holding the port until the fork, or -1 */
+    int want_port;             /* the configured port; 0: a free port, picked again each run */
+    int port, is_local, probe; /* probe: socket holding the port until the fork, or -1 */
     char ep[INET_ADDRSTRLEN + 8];
     char log[PATH_MAX];
-    off_t log_start;             /* size of the (appended) log before this run */
+    off_t log_start; /* size of the (appended) log before this run */
     pid_t pid;
     int reaped, status, stopped; /* stopped: last signal fleetrun sent it (0: none) */
 } proc_t;
@@ -107,7 +107,7 @@ typedef struct {
     int abandon;          /* stop waiting for the master (a signal came while waiting) */
     int guard_lost;       /* the guard died and no new one could be started */
     int servers_stopped, leftovers, stuck, started;
-    char what[768];       /* the master's reason for a restart or a stop, or why it was lost */
+    char what[768]; /* the master's reason for a restart or a stop, or why it was lost */
 } fr_outcome;
 
 /* Exit with code 2 (usage: the flag is named, with the expected form) or 1 (runtime). */

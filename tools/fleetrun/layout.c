@@ -33,7 +33,8 @@ static const char *this_node(const char **ips, int n, const char *what)
     const char *me = J.node_ip ? J.node_ip : fr_env("POD_IP", NULL), *src = J.node_ip ? "--node_ip" : "POD_IP";
     if (!me)
         usage_error("%s name %d machines: tell fleetrun which one this is with --node_ip IP "
-                    "(or the POD_IP environment variable)", what, n);
+                    "(or the POD_IP environment variable)",
+                    what, n);
     fr_check_ip(src, me);
     for (int i = 0; i < n; i++)
         if (!strcmp(ips[i], me)) return ips[i];
@@ -85,8 +86,8 @@ void fr_build_ps(void)
     for (int r = WORKER; r <= SERVER; r++) {
         cnt[r] = list[r] ? fr_split(flag[r], list[r], lst[r], MAX_LOCAL) : *num[r] > 0 ? *num[r] : 1;
         if (list[r] && *num[r] > 0 && *num[r] != cnt[r])
-            usage_error("%s_num %d does not match the %d endpoints of %s", r ? "--server" : "--worker", *num[r],
-                        cnt[r], flag[r]);
+            usage_error("%s_num %d does not match the %d endpoints of %s", r ? "--server" : "--worker", *num[r], cnt[r],
+                        flag[r]);
         *num[r] = J.total[r] = cnt[r];
     }
     alloc_procs(cnt[SERVER] + cnt[WORKER]);
@@ -100,8 +101,7 @@ void fr_build_ps(void)
         size_t il = c ? (size_t)(c - s) : strlen(s);
         snprintf(p->ip, sizeof p->ip, "%.*s", (int)(il < sizeof p->ip ? il : 0), s);
         fr_check_ip(flag[r], il < sizeof p->ip ? p->ip : s);
-        if (c)
-            p->want_port = (int)fr_parse_long(flag[r], c + 1, 1, 65535, "endpoints IP[:PORT] with a port in 1..65535");
+        if (c) p->want_port = (int)fr_parse_long(flag[r], c + 1, 1, 65535, "endpoints IP[:PORT] with a port in 1..65535");
         int seen = 0;
         for (int k = 0; k < nips; k++) seen |= !strcmp(ips[k], p->ip);
         if (!seen) ips[nips++] = p->ip;
@@ -138,10 +138,11 @@ void fr_claim_ports(void)
              * bind. */
             if (fd >= 0 && p->port) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
             if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0)
-                e = errno, fatal("%s %d cannot have %s:%d: %s%s", role_name[p->role], p->rank, p->ip, p->port,
-                                 strerror(e), e == EADDRINUSE ? " (another program holds it; choose other ports "
-                                 "or let fleetrun pick free ones)" : e == EADDRNOTAVAIL ?
-                                 " (that IP is not an address of this machine)" : "");
+                e = errno, fatal("%s %d cannot have %s:%d: %s%s", role_name[p->role], p->rank, p->ip, p->port, strerror(e),
+                                 e == EADDRINUSE      ? " (another program holds it; choose other ports "
+                                                        "or let fleetrun pick free ones)"
+                                 : e == EADDRNOTAVAIL ? " (that IP is not an address of this machine)"
+                                                      : "");
             getsockname(fd, (struct sockaddr *)&a, &al);
             p->port = ntohs(a.sin_port), p->probe = fd;
         }

@@ -32,9 +32,20 @@
 
 #include "fleetrun.h"
 
-fr_job J = {.nproc = -1, .server_num = -1, .worker_num = -1, .start_port = -1, .nnodes = -1, .log_dir = "log",
-            .grace = 5, .server_grace = 30, .rdzv_timeout = 300, .tee_rd = -1, .tee_log = -1, .guard_fd = -1,
-            .guard_pid = -1, .master_pid = -1};
+fr_job J = {.nproc = -1,
+            .server_num = -1,
+            .worker_num = -1,
+            .start_port = -1,
+            .nnodes = -1,
+            .log_dir = "log",
+            .grace = 5,
+            .server_grace = 30,
+            .rdzv_timeout = 300,
+            .tee_rd = -1,
+            .tee_log = -1,
+            .guard_fd = -1,
+            .guard_pid = -1,
+            .master_pid = -1};
 
 /* Starts this node's processes of the generation J.restart (ports claimed, layout known). */
 static int start_generation(void)
@@ -48,14 +59,15 @@ static int start_generation(void)
     for (int i = 0; i < J.n && !J.tee; i++)
         if (J.p[i].is_local && J.p[i].role == WORKER) J.tee = &J.p[i];
     if (!J.restart) fr_print_table();
-    else cli_say("restart %d of %d: PADDLE_TRAINER_ENDPOINTS=%s%s%s", J.restart, J.max_restart, J.worker_list,
-                 J.ps ? " PADDLE_PSERVERS_IP_PORT_LIST=" : "", J.ps ? J.server_list : "");
+    else
+        cli_say("restart %d of %d: PADDLE_TRAINER_ENDPOINTS=%s%s%s", J.restart, J.max_restart, J.worker_list,
+                J.ps ? " PADDLE_PSERVERS_IP_PORT_LIST=" : "", J.ps ? J.server_list : "");
     fr_write_endpoints_log();
     int started = 0;
     for (int i = 0; i < J.n; i++)
         if (J.p[i].is_local && (fr_spawn(&J.p[i]), started++ < 32))
             cli_say("started %s %d (pid %d) at %s, log %s%s", role_name[J.p[i].role], J.p[i].rank, (int)J.p[i].pid,
-                J.p[i].ep, J.p[i].log, &J.p[i] == J.tee ? " (also shown here)" : "");
+                    J.p[i].ep, J.p[i].log, &J.p[i] == J.tee ? " (also shown here)" : "");
     if (!J.max_restart) explicit_bzero(J.secret_env, strlen(J.secret_env)); /* no second start needs it */
     if (started > 32) cli_say("started %d processes in all", started);
     return started;
@@ -65,13 +77,12 @@ static int start_generation(void)
 static int restart_next(const fr_outcome *o)
 {
     char title[96];
-    int again = J.rdzv ? o->verdict == FR_V_RESTART
-                       : o->cause && !o->sig && !o->stuck && J.restart < J.max_restart;
+    int again = J.rdzv ? o->verdict == FR_V_RESTART : o->cause && !o->sig && !o->stuck && J.restart < J.max_restart;
     if (!again) return 0;
     snprintf(title, sizeof title, "failure: the job restarts (restart %d of %d)", J.restart + 1, J.max_restart);
     if (o->cause) fr_report_failure(o->cause, 0, J.rdzv ? o->what : NULL, title);
-    cli_say("restarting the job: restart %d of %d (PADDLE_RESTART_COUNT=%d)%s", J.restart + 1, J.max_restart,
-            J.restart + 1, J.rdzv ? " on every node" : "");
+    cli_say("restarting the job: restart %d of %d (PADDLE_RESTART_COUNT=%d)%s", J.restart + 1, J.max_restart, J.restart + 1,
+            J.rdzv ? " on every node" : "");
     return 1;
 }
 
@@ -105,8 +116,9 @@ static int finish(const fr_outcome *o, int started)
     }
     if (o->leftovers) cli_say("note: stopped processes that the job's processes had left running");
     if (o->servers_stopped) cli_say("job finished: the workers succeeded; the servers were stopped (%.1f s)", el);
-    else cli_say("job finished: all %d processes on this node succeeded%s (%.1f s)", started,
-                 J.rdzv ? ", and so did every other node" : "", el);
+    else
+        cli_say("job finished: all %d processes on this node succeeded%s (%.1f s)", started,
+                J.rdzv ? ", and so did every other node" : "", el);
     return 0;
 }
 

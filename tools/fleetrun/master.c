@@ -31,10 +31,10 @@ enum { M_JOINING, M_RUNNING, M_ENDING };
 typedef struct {
     fl_net_conn *c; /* NULL once closed */
     fr_node nd;
-    int joined;     /* the generation of its last JOIN, -1 before its first */
-    int rank;       /* from the first LAYOUT on */
+    int joined; /* the generation of its last JOIN, -1 before its first */
+    int rank;   /* from the first LAYOUT on */
     int workers_done, done;
-    double rx, tx;  /* when it last sent us something, when we last sent it something */
+    double rx, tx; /* when it last sent us something, when we last sent it something */
 } mnode;
 
 static struct {
@@ -42,7 +42,7 @@ static struct {
     fl_net_acceptor *acc; /* handshakes run concurrently: a stranger cannot hold the door */
     uint64_t refused;     /* handshakes refused so far (logged as they come) */
     fl_net_auth auth;
-    mnode n[MAX_NODES]; /* in the order they connected */
+    mnode n[MAX_NODES];   /* in the order they connected */
     int order[MAX_NODES]; /* rank -> index in n */
     int nn, gen, restarts, phase, told_workers;
     double since; /* start of the phase */
@@ -262,8 +262,7 @@ static void on_accept(fl_net_conn *c)
 {
     if (M.phase != M_JOINING || M.gen != 0 || M.nn == J.nnodes) {
         fl_buf b = {0};
-        fl__buf_printf(&b, "{\"gen\":%d,\"code\":1,\"what\":\"the job's %d nodes have already joined\"}", M.gen,
-                       J.nnodes);
+        fl__buf_printf(&b, "{\"gen\":%d,\"code\":1,\"what\":\"the job's %d nodes have already joined\"}", M.gen, J.nnodes);
         say("refused a node at %s: the job's %d nodes have already joined", fl_net_conn_addr(c), J.nnodes);
         fr_msg_send(c, FR_MSG_ERROR, &b);
         fl__buf_free(&b);

@@ -257,8 +257,7 @@ static int handle(fr_outcome *o, int *layout_ok)
     case FR_MSG_RESTART:
         if (gen != J.restart + 1 || o->verdict != FR_V_NONE) break;
         o->verdict = FR_V_RESTART;
-        snprintf(o->what, sizeof o->what, "the master restarts the job (restart %d of %d): %s", gen, J.max_restart,
-                 what);
+        snprintf(o->what, sizeof o->what, "the master restarts the job (restart %d of %d): %s", gen, J.max_restart, what);
         break;
     case FR_MSG_STOP:
     case FR_MSG_ERROR:
@@ -274,9 +273,7 @@ static int handle(fr_outcome *o, int *layout_ok)
         o->verdict = FR_V_END;
         fl_net_conn_free(R.c), R.c = NULL;
         break;
-    default:
-        lost(o, "the master sent a message that a node does not expect");
-        st = FL_EPROTO;
+    default: lost(o, "the master sent a message that a node does not expect"); st = FL_EPROTO;
     }
     fl__json_free(&j);
     return st;
@@ -328,8 +325,7 @@ int fr_rdzv_join(fr_outcome *o)
         if (!got && (o->verdict != FR_V_NONE || !R.c)) return 1;
         if (!got && fr_now() > end) {
             o->verdict = FR_V_LOST;
-            snprintf(o->what, sizeof o->what, "no layout from the master within --rdzv_timeout_s=%g s",
-                     J.rdzv_timeout);
+            snprintf(o->what, sizeof o->what, "no layout from the master within --rdzv_timeout_s=%g s", J.rdzv_timeout);
             return 1;
         }
     }

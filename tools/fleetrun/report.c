@@ -16,8 +16,9 @@ void fr_describe(const proc_t *p, char *b, size_t n)
     const char *ab = sigabbrev_np(s);
     if (!p->reaped) snprintf(b, n, "could not be stopped");
     else if (WIFEXITED(ws)) snprintf(b, n, "exited with code %d", WEXITSTATUS(ws));
-    else snprintf(b, n, "killed by signal %s%s (%s)%s", ab ? "SIG" : "", ab ? ab : "", strsignal(s),
-                  WCOREDUMP(ws) ? ", core dumped" : "");
+    else
+        snprintf(b, n, "killed by signal %s%s (%s)%s", ab ? "SIG" : "", ab ? ab : "", strsignal(s),
+                 WCOREDUMP(ws) ? ", core dumped" : "");
 }
 
 /* The library's error records (src/base/log.c: "[fleet E role:rank pid N subsys file:line]
@@ -115,7 +116,9 @@ void fr_report_failure(const proc_t *c, int sig, const char *remote, const char 
         }
         fr_describe(p, d, sizeof d);
         cli_say("  other: %s %d (pid %d) %s%s", role_name[p->role], p->rank, (int)p->pid, d,
-            p->stopped == SIGKILL ? ": SIGKILLed by fleetrun after --grace_s" : p->stopped ? ": stopped by fleetrun" : "");
+                p->stopped == SIGKILL ? ": SIGKILLed by fleetrun after --grace_s"
+                : p->stopped          ? ": stopped by fleetrun"
+                                      : "");
     }
     cli_say("=====================================================================");
 }

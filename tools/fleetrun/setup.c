@@ -57,7 +57,9 @@ void fr_setup_secret(void)
                     "FLEET_JOB_SECRET_FILE (a 0600 file) in fleetrun's environment on each machine, e.g. "
                     "umask 077; openssl rand -hex 32 > ~/.fleet_secret, copied to every node, and "
                     "export FLEET_JOB_SECRET_FILE=~/.fleet_secret",
-                    J.rdzv ? "--nnodes > 1" : J.ps ? "--servers/--workers on several IPs" : "several --ips");
+                    J.rdzv ? "--nnodes > 1"
+                    : J.ps ? "--servers/--workers on several IPs"
+                           : "several --ips");
     if (fl_net_secret_generate(&sec) != FL_OK) fatal("%s", fl_last_error());
     J.secret_env = fr_fmt("FLEET_JOB_SECRET=%064d", 0);
     fl_net_secret_to_hex(&sec, J.secret_env + strlen("FLEET_JOB_SECRET="), 2 * 32 + 1);
@@ -75,8 +77,8 @@ void fr_setup_job_id(void)
         return;
     }
     if (fl_net_secret_generate(&r) != FL_OK) fatal("%s", fl_last_error());
-    snprintf(J.job_id, sizeof J.job_id, "job-%02x%02x%02x%02x%02x%02x", r.bytes[0], r.bytes[1], r.bytes[2],
-             r.bytes[3], r.bytes[4], r.bytes[5]);
+    snprintf(J.job_id, sizeof J.job_id, "job-%02x%02x%02x%02x%02x%02x", r.bytes[0], r.bytes[1], r.bytes[2], r.bytes[3],
+             r.bytes[4], r.bytes[5]);
     fl_net_secret_clear(&r);
 }
 
@@ -99,13 +101,15 @@ void fr_resolve_program(void)
         if (stat(J.prog, &st) == 0 && S_ISREG(st.st_mode) && access(J.prog, X_OK) == 0) return;
         if (!d[dl])
             usage_error("program '%s' not found in PATH (give its path, e.g. ./%s; a script runs through "
-                        "its interpreter: fleetrun ... python3 %s)", name, name, name);
+                        "its interpreter: fleetrun ... python3 %s)",
+                        name, name, name);
         d += dl + 1;
     }
     if (stat(J.prog, &st) != 0) usage_error("program '%s' does not exist", name);
     if (!S_ISREG(st.st_mode) || access(J.prog, X_OK) != 0)
         usage_error("program '%s' is not an executable file (a script runs through its interpreter: "
-                    "fleetrun ... python3 %s)", name, name);
+                    "fleetrun ... python3 %s)",
+                    name, name);
 }
 
 void fr_mkdirs(const char *dir) /* mkdir -p, without a shell */

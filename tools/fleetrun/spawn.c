@@ -83,7 +83,8 @@ int fr_guard_restart(int ws)
         if (p->is_local && p->pid > 0 && (!p->reaped || kill(-p->pid, 0) == 0)) fr_guard_send(p->pid), n++;
     }
     cli_say("warning: fleetrun's guard process (pid %d) %s; started a new one (pid %d) watching %d process "
-            "group(s)", (int)old, d, (int)J.guard_pid, n);
+            "group(s)",
+            (int)old, d, (int)J.guard_pid, n);
     return J.guard_fd >= 0 ? 0 : -1;
 }
 
@@ -96,11 +97,22 @@ void fr_guard_send(int32_t v)
  * FLEET_LOG_LEVEL only with --log_level). */
 static int managed(const char *e)
 {
-    static const char *const names[] = {
-        "PADDLE_TRAINER_ID", "PADDLE_CURRENT_ENDPOINT", "PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ENDPOINTS",
-        "PADDLE_RANK_IN_NODE", "PADDLE_TRAINING_ROLE", "TRAINING_ROLE", "PADDLE_PSERVERS_IP_PORT_LIST",
-        "PADDLE_PORT", "FLAGS_selected_gpus", "FLEET_JOB_SECRET", "FLEET_JOB_SECRET_FILE", "PADDLE_RESTART_COUNT",
-        "PADDLE_JOB_ID", "POD_IP", "FLEET_LOG_LEVEL"};
+    static const char *const names[] = {"PADDLE_TRAINER_ID",
+                                        "PADDLE_CURRENT_ENDPOINT",
+                                        "PADDLE_TRAINERS_NUM",
+                                        "PADDLE_TRAINER_ENDPOINTS",
+                                        "PADDLE_RANK_IN_NODE",
+                                        "PADDLE_TRAINING_ROLE",
+                                        "TRAINING_ROLE",
+                                        "PADDLE_PSERVERS_IP_PORT_LIST",
+                                        "PADDLE_PORT",
+                                        "FLAGS_selected_gpus",
+                                        "FLEET_JOB_SECRET",
+                                        "FLEET_JOB_SECRET_FILE",
+                                        "PADDLE_RESTART_COUNT",
+                                        "PADDLE_JOB_ID",
+                                        "POD_IP",
+                                        "FLEET_LOG_LEVEL"};
     const size_t nn = sizeof names / sizeof names[0], l = strcspn(e, "=");
     for (size_t i = 0; i < nn; i++)
         if (strlen(names[i]) == l && !strncmp(e, names[i], l))
@@ -148,8 +160,8 @@ void fr_spawn(proc_t *p)
     int logfd = fr_open_log(p->log, 0), out = logfd;
     if (J.restart) { /* the log goes on; a line marks where the restarted process begins */
         char *sep = fr_fmt("==================== fleetrun: restart %d of at most %d (job %s): %s %d starts "
-                           "again ====================\n", J.restart, J.max_restart, J.job_id, role_name[p->role],
-                           p->rank);
+                           "again ====================\n",
+                           J.restart, J.max_restart, J.job_id, role_name[p->role], p->rank);
         fr_write_all(logfd, sep, strlen(sep));
         free(sep);
     }
@@ -219,8 +231,8 @@ static int adopted(pid_t *out, int max)
         fclose(f);
         buf[r] = 0;
         char *rp = strrchr(buf, ')');
-        if (rp && sscanf(rp + 1, " %c %d", &st, &ppid) == 2 && ppid == getpid() && st != 'Z' &&
-            pid != J.guard_pid && pid != J.master_pid && !fr_find(pid))
+        if (rp && sscanf(rp + 1, " %c %d", &st, &ppid) == 2 && ppid == getpid() && st != 'Z' && pid != J.guard_pid &&
+            pid != J.master_pid && !fr_find(pid))
             out[n++] = pid;
     }
     if (d) closedir(d);

@@ -37,15 +37,14 @@ static void reap(fr_outcome *o)
             continue;
         }
         J.master_pid = pid == J.master_pid ? -1 : J.master_pid; /* the node sees the connection close */
-        if (!p) continue;                                        /* an adopted grandchild */
+        if (!p) continue;                                       /* an adopted grandchild */
         p->reaped = 1, p->status = ws;
         if (!(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) && !p->stopped && !failing(o)) {
             char what[PATH_MAX + 256];
             o->cause = p;
             fr_what(p, what, sizeof what);
             cli_say("%s; stopping the job", what);
-            if (J.rdzv)
-                fr_rdzv_failed(what, WIFSIGNALED(ws) ? 128 + WTERMSIG(ws) : 1, 0);
+            if (J.rdzv) fr_rdzv_failed(what, WIFSIGNALED(ws) ? 128 + WTERMSIG(ws) : 1, 0);
         }
     }
 }
@@ -59,8 +58,7 @@ static void on_signal(fr_outcome *o, int s, int *phase, double *deadline, int ov
         cli_say("received SIG%s; stopping the job", sigabbrev_np(s));
         if (J.rdzv) {
             char what[160];
-            snprintf(what, sizeof what, "fleetrun on %s (node %d) received SIG%s", J.my_ip, J.node_rank,
-                     sigabbrev_np(s));
+            snprintf(what, sizeof what, "fleetrun on %s (node %d) received SIG%s", J.my_ip, J.node_rank, sigabbrev_np(s));
             fr_rdzv_failed(what, 128 + s, 1);
         }
     } else if (over) {
@@ -102,8 +100,8 @@ void fr_watch(fr_outcome *o)
             for (int i = 0; i < J.n; i++)
                 if (J.p[i].role == SERVER && J.p[i].pid && !J.p[i].reaped)
                     cli_say("warning: server %d (pid %d) did not exit within --server_grace_s=%g s after the workers "
-                        "finished; stopping it (SIGTERM, then SIGKILL after --grace_s=%g s)", J.p[i].rank,
-                        (int)J.p[i].pid, J.server_grace, J.grace);
+                            "finished; stopping it (SIGTERM, then SIGKILL after --grace_s=%g s)",
+                            J.p[i].rank, (int)J.p[i].pid, J.server_grace, J.grace);
             fr_signal_job(SIGTERM, 1);
             o->servers_stopped = 1, phase = PH_TERM, deadline = now + J.grace;
         }
@@ -113,7 +111,8 @@ void fr_watch(fr_outcome *o)
                 over = 1;
             } else if (phase <= PH_SERVER_WAIT) {
                 cli_say("stopping processes left behind by the job's processes (SIGTERM, SIGKILL after "
-                        "--grace_s=%g s)", J.grace);
+                        "--grace_s=%g s)",
+                        J.grace);
                 fr_signal_job(SIGTERM, 0);
                 o->leftovers = 1, phase = PH_TERM, deadline = now + J.grace;
             }
@@ -127,7 +126,7 @@ void fr_watch(fr_outcome *o)
             for (int i = 0; i < J.n; i++)
                 if (J.p[i].pid && !J.p[i].reaped)
                     cli_say("%s %d (pid %d) did not exit within --grace_s=%g s after SIGTERM; sending SIGKILL",
-                        role_name[J.p[i].role], J.p[i].rank, (int)J.p[i].pid, J.grace);
+                            role_name[J.p[i].role], J.p[i].rank, (int)J.p[i].pid, J.grace);
             fr_signal_job(SIGKILL, 0);
             phase = PH_KILL, deadline = now + KILL_WAIT_S;
         }

@@ -9,22 +9,21 @@
 
 void fr_auth(fl_net_auth *a, uint32_t role)
 {
-    *a = (fl_net_auth){.secret = J.secret.bytes, .secret_len = J.secret.len, .service = FR_NET_SERVICE,
-                       .role = role, .rank = -1};
+    *a = (fl_net_auth){
+        .secret = J.secret.bytes, .secret_len = J.secret.len, .service = FR_NET_SERVICE, .role = role, .rank = -1};
 }
 
 const char *fr_msg_name(int type)
 {
-    static const char *const names[FR_MSG_COUNT] = {"?", "JOIN", "LAYOUT", "HEARTBEAT", "FAILED", "STATUS",
-                                                    "RESTART", "STOP", "WORKERS_DONE", "END", "ERROR"};
+    static const char *const names[FR_MSG_COUNT] = {"?",       "JOIN", "LAYOUT",       "HEARTBEAT", "FAILED", "STATUS",
+                                                    "RESTART", "STOP", "WORKERS_DONE", "END",       "ERROR"};
     return type > 0 && type < FR_MSG_COUNT ? names[type] : "unknown";
 }
 
 int fr_msg_send(fl_net_conn *c, int type, const fl_buf *body)
 {
     if (body && body->failed) return fl__err(FL_ENOMEM, "out of memory building a %s message", fr_msg_name(type));
-    return fl_net_send_frame(c, (uint16_t)type, 0, body ? body->p : NULL, body ? body->len : 0,
-                             fl_net_deadline(FR_IO_MS));
+    return fl_net_send_frame(c, (uint16_t)type, 0, body ? body->p : NULL, body ? body->len : 0, fl_net_deadline(FR_IO_MS));
 }
 
 int fr_msg_recv(fl_net_conn *c, int *type, fl_json *j)

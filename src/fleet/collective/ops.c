@@ -196,10 +196,12 @@ static int run_gm_accumulate(fl_kctx *c)
     int apply = s % k == 0;
     for (int i = 0; i < c->nin[0]; i++) {
         fl_tensor *g = c->in[0][i], *m = c->out[0][i];
-        if (g->is_rows) return fl__err(FL_EUNSUPPORTED, "gradient merge: sparse gradient '%s' is not supported; use a dense embedding",
-                                       c->op->in[0].vars[i]->name);
-        if (m->numel != g->numel) return fl__err(FL_EINVAL, "gradient merge: accumulator of '%s' has %lld elements, gradient %lld",
-                                                 c->op->in[0].vars[i]->name, (long long)m->numel, (long long)g->numel);
+        if (g->is_rows)
+            return fl__err(FL_EUNSUPPORTED, "gradient merge: sparse gradient '%s' is not supported; use a dense embedding",
+                           c->op->in[0].vars[i]->name);
+        if (m->numel != g->numel)
+            return fl__err(FL_EINVAL, "gradient merge: accumulator of '%s' has %lld elements, gradient %lld",
+                           c->op->in[0].vars[i]->name, (long long)m->numel, (long long)g->numel);
         fl__vaxpy(m->data, 1.0f, g->data, g->numel);
         if (apply && avg) fl__vscal(m->data, 1.0f / (float)k, m->numel);
     }
@@ -220,9 +222,11 @@ static const fl_op_def def_broadcast = {"c_broadcast", {"X"}, {"Out"}, fl__infer
 static const fl_op_def def_ar_start = {"c_allreduce_start", {"X"}, {NULL}, fl__infer_nop, run_ar_start, NULL};
 static const fl_op_def def_ar_wait = {"c_allreduce_wait", {"X"}, {"Out"}, fl__infer_nop, run_ar_wait, NULL};
 static const fl_op_def def_sparse_ag = {"c_sparse_allgather", {"X"}, {"Out"}, fl__infer_nop, run_sparse_allgather, NULL};
-static const fl_op_def def_localsgd = {"c_localsgd", {"Param", "Step"}, {"ParamOut", "StepOut"}, fl__infer_nop, run_localsgd, NULL};
-static const fl_op_def def_gm_acc = {"gm_accumulate", {"Grad", "Step"}, {"Merged", "Cond", "StepOut"}, fl__infer_nop, run_gm_accumulate, NULL};
+static const fl_op_def def_localsgd = {"c_localsgd",  {"Param", "Step"}, {"ParamOut", "StepOut"},
+                                       fl__infer_nop, run_localsgd,      NULL};
+static const fl_op_def def_gm_acc = {"gm_accumulate", {"Grad", "Step"},  {"Merged", "Cond", "StepOut"},
+                                     fl__infer_nop,   run_gm_accumulate, NULL};
 static const fl_op_def def_gm_zero = {"gm_zero", {"Merged"}, {"MergedOut"}, fl__infer_nop, run_gm_zero, NULL};
 
 const fl_op_def *const fl__ops_collective[] = {&def_broadcast, &def_ar_start, &def_ar_wait, &def_sparse_ag,
-                                               &def_localsgd, &def_gm_acc, &def_gm_zero, NULL};
+                                               &def_localsgd,  &def_gm_acc,   &def_gm_zero, NULL};

@@ -195,7 +195,8 @@ static int hook(void *user, int phase, fl_opt_hook_ctx *h)
     const fleet_strategy *s = &f->strategy;
     if (phase == FL_HOOK_AFTER_BACKWARD) {
         if (s->localsgd && strcmp(h->opt_type, "sgd") != 0 && strcmp(h->opt_type, "momentum") != 0)
-            return fl__prog_error(p, FL_EUNSUPPORTED, "localsgd works with the sgd or momentum optimizer, not %s", h->opt_type);
+            return fl__prog_error(p, FL_EUNSUPPORTED, "localsgd works with the sgd or momentum optimizer, not %s",
+                                  h->opt_type);
         if (distributed) FL_CHECK(append_broadcast(f, p, h));
         if (s->gradient_merge) return gradient_merge(f, p, h, distributed);
         if (!distributed || s->localsgd) return FL_OK;

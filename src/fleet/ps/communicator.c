@@ -26,7 +26,7 @@
 typedef struct {
     float *vals;
     uint64_t *ids;
-    int64_t nvals, nids;   /* floats / ids held */
+    int64_t nvals, nids; /* floats / ids held */
     size_t vcap, icap;
 } slot_t;
 
@@ -228,10 +228,12 @@ int fl__ps_comm_send(fl__ps_comm *c, int var, const fl_tensor *g)
 {
     if (var < 0 || var >= c->nvars) return fl__err(FL_EINVAL, "async communicator: no variable %d", var);
     cvar *v = &c->vars[var];
-    if (g->dtype != FL_FLOAT32) return fl__err(FL_EINVAL, "async communicator: gradient of table %d is not float32", v->v.table);
+    if (g->dtype != FL_FLOAT32)
+        return fl__err(FL_EINVAL, "async communicator: gradient of table %d is not float32", v->v.table);
     if (v->v.sparse) {
         if (!g->is_rows)
-            return fl__err(FL_EINVAL, "async communicator: the gradient of sparse table %d is not SelectedRows", v->v.table);
+            return fl__err(FL_EINVAL, "async communicator: the gradient of sparse table %d is not SelectedRows",
+                           v->v.table);
         int64_t n = g->shape[0];
         if (n && g->numel != n * v->v.dim)
             return fl__err(FL_EINVAL, "async communicator: gradient width %lld differs from table %d dim %d",
@@ -380,14 +382,12 @@ int fl__ps_comm_create(const fl__ps_comm_opts *o, fl__ps_comm **out)
     if (st == FL_OK) {
         if (pthread_create(&c->send_th, NULL, send_main, c) != 0)
             st = fl__err(FL_ENOMEM, "async communicator: cannot start the send thread");
-        else
-            c->send_started = 1;
+        else c->send_started = 1;
     }
     if (st == FL_OK) {
         if (pthread_create(&c->recv_th, NULL, recv_main, c) != 0)
             st = fl__err(FL_ENOMEM, "async communicator: cannot start the receive thread");
-        else
-            c->recv_started = 1;
+        else c->recv_started = 1;
     }
     if (st != FL_OK) {
         fl__ps_comm_free(c);

@@ -24,12 +24,14 @@ typedef struct {
 static int fill_rows(void *user, const uint64_t *ids, const float *vals, int64_t n, int dim)
 {
     fill_ctx *f = user;
-    if (dim != f->dim) return fl__err(FL_EPROTO, "table '%s': the servers hold rows of dim %d, the program %d", f->name, dim, f->dim);
+    if (dim != f->dim)
+        return fl__err(FL_EPROTO, "table '%s': the servers hold rows of dim %d, the program %d", f->name, dim, f->dim);
     for (int64_t i = 0; i < n; i++) {
         if (ids[i] >= (uint64_t)f->height)
-            return fl__err(FL_EUNSUPPORTED, "table '%s': the servers hold id %llu, outside the declared vocabulary [0, %lld); a "
-                                            "local [%lld, %d] table cannot hold it (declare the embedding with the id range "
-                                            "the data uses, or serve the model with the servers)",
+            return fl__err(FL_EUNSUPPORTED,
+                           "table '%s': the servers hold id %llu, outside the declared vocabulary [0, %lld); a "
+                           "local [%lld, %d] table cannot hold it (declare the embedding with the id range "
+                           "the data uses, or serve the model with the servers)",
                            f->name, (unsigned long long)ids[i], (long long)f->height, (long long)f->height, f->dim);
         memcpy(f->w + ids[i] * (uint64_t)f->dim, vals + i * (int64_t)dim, (size_t)dim * sizeof(float));
     }
@@ -45,8 +47,9 @@ static int local_table(fl__ps_ctx *c, fl_ps_client *cl, fl_scope *tmp, int table
     if (!t) return fl__err(FL_ENOMEM, "out of memory");
     if (t->numel == height * dim) return FL_OK;
     if (height > ((int64_t)1 << 34) / dim)
-        return fl__err(FL_EUNSUPPORTED, "table '%s' [%lld, %lld] is too large to export into a local inference model (at most "
-                                        "2^34 values); serve the model with the servers",
+        return fl__err(FL_EUNSUPPORTED,
+                       "table '%s' [%lld, %lld] is too large to export into a local inference model (at most "
+                       "2^34 values); serve the model with the servers",
                        tc->name, (long long)height, (long long)dim);
     FL_CHECK(fl_tensor_resize(t, FL_FLOAT32, 2, (const int64_t[]){height, dim}));
     memset(t->data, 0, (size_t)(height * dim) * sizeof(float));
@@ -64,7 +67,8 @@ static int localize(fl__ps_ctx *c, fl_ps_client *cl, fl_prog *q, fl_scope *tmp, 
     int table = (int)fl__attr_i(op, "table", -1);
     int64_t height = fl__attr_i(op, "height", 0), dim = fl__attr_i(op, "dim", 0), pad = fl__attr_i(op, "padding_idx", -1);
     if (table < 0 || table >= c->ntables || c->tables[table].kind != FL_PS_SPARSE || height <= 0 || dim <= 0)
-        return fl__err(FL_EINVAL, "fleet_save_inference_model: a distributed_lookup_table op lacks its table, height or dim");
+        return fl__err(FL_EINVAL,
+                       "fleet_save_inference_model: a distributed_lookup_table op lacks its table, height or dim");
     const char *name = c->tables[table].name;
     FL_CHECK(local_table(c, cl, tmp, table, height, dim));
     fl_var *w = fl_prog_var(q, name);

@@ -28,40 +28,40 @@ typedef struct fl__ps_mode fl__ps_mode;
 
 /* One parameter held by the servers: table index, and dense element count. */
 typedef struct {
-    char *name;   /* parameter name = table name */
+    char *name; /* parameter name = table name */
     int table;
-    int sparse;   /* 1: sparse table looked up remotely (never materialized on a worker) */
-    int64_t numel;/* dense: rows * cols */
+    int sparse;    /* 1: sparse table looked up remotely (never materialized on a worker) */
+    int64_t numel; /* dense: rows * cols */
 } fl__ps_param;
 
 typedef struct fl__ps_comm fl__ps_comm;
 
 typedef struct fl__ps_ctx {
-    int id;                   /* registry id (attribute ps_id of the ops) */
-    const fl__ps_mode *mode;  /* the row of modes.c the strategy selected */
-    int64_t k_steps;          /* GEO */
+    int id;                  /* registry id (attribute ps_id of the ops) */
+    const fl__ps_mode *mode; /* the row of modes.c the strategy selected */
+    int64_t k_steps;         /* GEO */
     fleet_strategy strategy;
     int is_server;
     int worker_index, worker_num, server_index, nservers;
-    char **servers;           /* server endpoints (copies) */
-    fl_prog *prog;            /* the program minimize rewrote (borrowed; NULL before) */
+    char **servers;             /* server endpoints (copies) */
+    fl_prog *prog;              /* the program minimize rewrote (borrowed; NULL before) */
     fl_ps_table_config *tables; /* owned, names owned */
     int ntables;
-    int status_table;         /* index of the 1x1 "@fleet_status@" table (save results) */
+    int status_table; /* index of the 1x1 "@fleet_status@" table (save results) */
     fl__ps_param *params;
     int nparams;
     fl_ps_server *server;
-    fl_ps_client *client;     /* the trainer thread's client */
-    fl__ps_comm *comm;        /* async mode */
-    pthread_mutex_t mu;       /* guards the fields below */
+    fl_ps_client *client; /* the trainer thread's client */
+    fl__ps_comm *comm;    /* async mode */
+    pthread_mutex_t mu;   /* guards the fields below */
     /* init exchange: done by whichever of fleet_init_worker and the startup program's
      * ps_init op comes last (the tensors are the startup run's parameters) */
     fl_tensor **pending;
     int *pending_table;
     int npending, has_pending, inited;
-    float **geo_old;          /* GEO: per table, the values at the last exchange */
+    float **geo_old; /* GEO: per table, the values at the last exchange */
     int64_t geo_step;
-    int64_t step;             /* training steps pushed by this worker */
+    int64_t step; /* training steps pushed by this worker */
     int stopped;
 } fl__ps_ctx;
 
@@ -171,9 +171,9 @@ typedef struct {
     const fl_ps_client_opts *client; /* copied into the communicator's own two clients */
     const fl__ps_comm_var *vars;
     int nvars;
-    int queue_size;                  /* send_queue_size (>= 1) */
-    int max_merge;                   /* max_merge_var_num (>= 1) */
-    int min_send_before_recv;        /* min_send_grad_num_before_recv (>= 1) */
+    int queue_size;           /* send_queue_size (>= 1) */
+    int max_merge;            /* max_merge_var_num (>= 1) */
+    int min_send_before_recv; /* min_send_grad_num_before_recv (>= 1) */
 } fl__ps_comm_opts;
 
 /* Connects two clients (send, receive) and starts the send and receive threads. */

@@ -37,7 +37,11 @@ static int async_start(fl__ps_ctx *c, const fl_ps_client_opts *o)
         vars[i].dim = c->tables[c->params[i].table].dim;
     }
     const fleet_strategy *s = &c->strategy;
-    fl__ps_comm_opts co = {o, vars, c->nparams, s->a_sync_configs.send_queue_size, s->a_sync_configs.max_merge_var_num,
+    fl__ps_comm_opts co = {o,
+                           vars,
+                           c->nparams,
+                           s->a_sync_configs.send_queue_size,
+                           s->a_sync_configs.max_merge_var_num,
                            s->a_sync_configs.min_send_grad_num_before_recv};
     int st = fl__ps_comm_create(&co, &c->comm);
     free(vars);
@@ -78,20 +82,31 @@ static int geo_after_init(fl__ps_ctx *c, fl_tensor *const *ts, const int *tables
 /* ---- the table ------------------------------------------------------------------------------ */
 
 static const fl__ps_mode mode_sync = {
-    .name = "sync", .selects = selects_sync,
-    .server_optimizes = 1, .remote_sparse = 1, .send_single_trainer = 1, .server_sync = 1,
-    .push = fl__ps_push_now, .pull = fl__ps_pull_now,
+    .name = "sync",
+    .selects = selects_sync,
+    .server_optimizes = 1,
+    .remote_sparse = 1,
+    .send_single_trainer = 1,
+    .server_sync = 1,
+    .push = fl__ps_push_now,
+    .pull = fl__ps_pull_now,
 };
 
 static const fl__ps_mode mode_async = {
-    .name = "async", .selects = selects_async,
-    .server_optimizes = 1, .remote_sparse = 1,
-    .push = fl__ps_push_queued, .pull = fl__ps_pull_queued,
-    .start = async_start, .flush = async_flush, .stop = async_stop,
+    .name = "async",
+    .selects = selects_async,
+    .server_optimizes = 1,
+    .remote_sparse = 1,
+    .push = fl__ps_push_queued,
+    .pull = fl__ps_pull_queued,
+    .start = async_start,
+    .flush = async_flush,
+    .stop = async_stop,
 };
 
 static const fl__ps_mode mode_geo = {
-    .name = "geo", .selects = selects_geo,
+    .name = "geo",
+    .selects = selects_geo,
     .after_init = geo_after_init,
 };
 
@@ -101,8 +116,9 @@ int fl__ps_mode_select(const fleet_strategy *s, const fl__ps_mode **out, int64_t
 {
     int64_t ks = s->a_sync_configs.k_steps;
     if (!s->a_sync && ks > 0)
-        return fl__err(FL_EINVAL, "fleet_distributed_optimizer: a_sync_configs.k_steps=%lld needs a_sync=true (GEO "
-                                  "mode); with a_sync=false (sync mode) k_steps must be 0",
+        return fl__err(FL_EINVAL,
+                       "fleet_distributed_optimizer: a_sync_configs.k_steps=%lld needs a_sync=true (GEO "
+                       "mode); with a_sync=false (sync mode) k_steps must be 0",
                        (long long)ks);
     for (int i = 0; modes[i]; i++)
         if (modes[i]->selects(s)) {

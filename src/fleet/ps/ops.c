@@ -110,7 +110,8 @@ static int infer_dlookup(fl_op *op)
 {
     int n = op->in[0].n;
     int64_t dim = fl__attr_i(op, "dim", 0);
-    if (n < 1 || op->out[0].n != n) return fl__op_error(op, "needs as many Out as Ids variables (got %d and %d)", n, op->out[0].n);
+    if (n < 1 || op->out[0].n != n)
+        return fl__op_error(op, "needs as many Out as Ids variables (got %d and %d)", n, op->out[0].n);
     if (dim <= 0) return fl__op_error(op, "attribute dim must be positive, got %lld", (long long)dim);
     for (int i = 0; i < n; i++) {
         fl_var *ids = op->in[0].vars[i], *o = op->out[0].vars[i];
@@ -135,7 +136,8 @@ static int run_dlookup(fl_kctx *k)
     int64_t dim = fl__attr_i(k->op, "dim", 0), pad = fl__attr_i(k->op, "padding_idx", -1);
     int training = !fl__attr_i(k->op, "is_test", 0);
     if (table < 0 || table >= c->ntables || c->tables[table].kind != FL_PS_SPARSE || c->tables[table].dim != dim)
-        return fl__err(FL_EINVAL, "distributed_lookup_table: table %d is not a sparse table of dim %lld", table, (long long)dim);
+        return fl__err(FL_EINVAL, "distributed_lookup_table: table %d is not a sparse table of dim %lld", table,
+                       (long long)dim);
     scratch *s = get_scratch(k);
     if (!s) return FL_ENOMEM;
     int64_t total = 0;
@@ -156,7 +158,8 @@ static int run_dlookup(fl_kctx *k)
         for (int64_t j = 0; j < ids->numel; j++, at++) {
             if (pad >= 0 && id[j] == pad) continue;
             if (FL_UNLIKELY(id[j] < 0))
-                return fl__err(FL_EINVAL, "distributed_lookup_table: id %lld at position %lld of '%s' is negative (table '%s')",
+                return fl__err(FL_EINVAL,
+                               "distributed_lookup_table: id %lld at position %lld of '%s' is negative (table '%s')",
                                (long long)id[j], (long long)j, k->op->in[0].vars[i]->name, c->tables[table].name);
             s->ids[m] = (uint64_t)id[j];
             s->pos[m++] = at;
@@ -206,11 +209,13 @@ static int run_dlookup_grad(fl_kctx *k)
 {
     const fl_tensor *ids = FL_IN(k, 0), *dy = FL_IN(k, 1);
     fl_tensor *dw = FL_OUT(k, 0);
-    int64_t h = fl__attr_i(k->op, "height", 0), dim = fl__attr_i(k->op, "dim", 0), pad = fl__attr_i(k->op, "padding_idx", -1);
+    int64_t h = fl__attr_i(k->op, "height", 0), dim = fl__attr_i(k->op, "dim", 0),
+            pad = fl__attr_i(k->op, "padding_idx", -1);
     int64_t n = ids->numel;
     if (ids->dtype != FL_INT64) return fl__err(FL_EINVAL, "distributed_lookup_table_grad: ids must be int64");
     if (dy->numel != n * dim)
-        return fl__err(FL_EINVAL, "distributed_lookup_table_grad: output gradient has %lld elements, expected %lld ids x %lld",
+        return fl__err(FL_EINVAL,
+                       "distributed_lookup_table_grad: output gradient has %lld elements, expected %lld ids x %lld",
                        (long long)dy->numel, (long long)n, (long long)dim);
     FL_CHECK(fl__tensor_resize2(dw, n, dim));
     dw->lod_n = 0;
@@ -220,8 +225,8 @@ static int run_dlookup_grad(fl_kctx *k)
     for (int64_t i = 0; i < n; i++) {
         if (pad >= 0 && id[i] == pad) memset(d + i * dim, 0, (size_t)dim * sizeof(float));
         else if (FL_UNLIKELY(id[i] < 0))
-            return fl__err(FL_EINVAL, "distributed_lookup_table_grad: id %lld at position %lld is negative", (long long)id[i],
-                           (long long)i);
+            return fl__err(FL_EINVAL, "distributed_lookup_table_grad: id %lld at position %lld is negative",
+                           (long long)id[i], (long long)i);
     }
     return fl_tensor_set_rows(dw, id, n, h);
 }
@@ -233,16 +238,18 @@ static int run_dlookup_grad(fl_kctx *k)
 static int push_sparse(fl_kctx *k, fl_ps_client *cl, const fl__ps_ctx *c, int t, const fl_tensor *g, const char *name)
 {
     if (!g->is_rows)
-        return fl__err(FL_EINVAL, "ps_send: gradient '%s' of sparse table '%s' is not SelectedRows", name, c->tables[t].name);
+        return fl__err(FL_EINVAL, "ps_send: gradient '%s' of sparse table '%s' is not SelectedRows", name,
+                       c->tables[t].name);
     int64_t n = g->shape[0];
     if (n && g->numel != n * c->tables[t].dim)
-        return fl__err(FL_EINVAL, "ps_send: gradient '%s' has width %lld, table '%s' dim %d", name, (long long)(g->numel / n),
-                       c->tables[t].name, c->tables[t].dim);
+        return fl__err(FL_EINVAL, "ps_send: gradient '%s' has width %lld, table '%s' dim %d", name,
+                       (long long)(g->numel / n), c->tables[t].name, c->tables[t].dim);
     scratch *s = get_scratch(k);
     if (!s) return FL_ENOMEM;
     FL_CHECK(grow((void **)&s->ids, &s->ids_cap, (size_t)n + 1, sizeof *s->ids));
     for (int64_t i = 0; i < n; i++) {
-        if (g->rows[i] < 0) return fl__err(FL_EINVAL, "ps_send: gradient '%s' has a negative row %lld", name, (long long)g->rows[i]);
+        if (g->rows[i] < 0)
+            return fl__err(FL_EINVAL, "ps_send: gradient '%s' has a negative row %lld", name, (long long)g->rows[i]);
         s->ids[i] = (uint64_t)g->rows[i];
     }
     return fl_ps_client_push_sparse(cl, t, s->ids, n, g->data, NULL, NULL);
@@ -322,7 +329,10 @@ static int run_geo(fl_kctx *k)
     c->step++;
     int ready = c->geo_old != NULL;
     pthread_mutex_unlock(&c->mu);
-    if (!ready) return fl__err(FL_ESTATE, "ps_geo: the initial exchange has not run (run the startup program after or before fleet_init_worker)");
+    if (!ready)
+        return fl__err(
+            FL_ESTATE,
+            "ps_geo: the initial exchange has not run (run the startup program after or before fleet_init_worker)");
     if (ks < 1 || step % ks != 0) return FL_OK;
     scratch *s = get_scratch(k);
     if (!s) return FL_ENOMEM;
@@ -413,10 +423,10 @@ static int run_init(fl_kctx *k)
     return st;
 }
 
-static const fl_op_def def_dlookup = {"distributed_lookup_table", {"Ids"}, {"Out"}, infer_dlookup, run_dlookup, NULL,
-                                      scratch_free};
-static const fl_op_def def_dlookup_grad = {"distributed_lookup_table_grad", {"Ids", "Out@GRAD"}, {"W@GRAD"},
-                                           infer_dlookup_grad, run_dlookup_grad, NULL};
+static const fl_op_def def_dlookup = {
+    "distributed_lookup_table", {"Ids"}, {"Out"}, infer_dlookup, run_dlookup, NULL, scratch_free};
+static const fl_op_def def_dlookup_grad = {
+    "distributed_lookup_table_grad", {"Ids", "Out@GRAD"}, {"W@GRAD"}, infer_dlookup_grad, run_dlookup_grad, NULL};
 static const fl_op_def def_send = {"ps_send", {"Grad"}, {NULL}, infer_nop, run_send, NULL, scratch_free};
 static const fl_op_def def_recv = {"ps_recv", {NULL}, {"Param"}, infer_nop, run_recv, NULL};
 static const fl_op_def def_geo = {"ps_geo", {"Param"}, {"ParamOut"}, infer_nop, run_geo, NULL, scratch_free};

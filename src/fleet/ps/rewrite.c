@@ -143,7 +143,9 @@ static int table_init(fl_prog *p, const fl_var *w, fl_initializer *in)
 {
     const fl_op *op = init_op(p, w->name);
     memset(in, 0, sizeof *in);
-    if (!op) return fl__prog_error(p, FL_EINVAL, "parameter server: table '%s' has no initializer in the startup program", w->name);
+    if (!op)
+        return fl__prog_error(p, FL_EINVAL, "parameter server: table '%s' has no initializer in the startup program",
+                              w->name);
     const char *t = op->def->type;
     if (!strcmp(t, "fill_constant")) {
         *in = fl_init_constant((float)fl__attr_f(op, "value", 0.0));
@@ -154,8 +156,10 @@ static int table_init(fl_prog *p, const fl_var *w, fl_initializer *in)
     } else if (!strcmp(t, "truncated_gaussian_random")) {
         *in = fl_init_truncated_normal((float)fl__attr_f(op, "mean", 0.0), (float)fl__attr_f(op, "std", 1.0));
     } else {
-        return fl__prog_error(p, FL_EUNSUPPORTED, "parameter server: table '%s' is initialized by %s, which a sparse table "
-                                                  "cannot reproduce per row", w->name, t);
+        return fl__prog_error(p, FL_EUNSUPPORTED,
+                              "parameter server: table '%s' is initialized by %s, which a sparse table "
+                              "cannot reproduce per row",
+                              w->name, t);
     }
     /* the op's seed, else one derived from the table name: never from the program seed, so
      * a server and workers that seed their programs differently still agree */
@@ -176,8 +180,9 @@ static int table_opt(fl__ps_ctx *c, fl_prog *p, const pinfo *pi, fl_ps_optimizer
     const fl_var *lrv = u->in[2].vars[0];
     for (int i = 0; i < p->nops; i++)
         if (op_writes(p->ops[i], lrv))
-            return fl__prog_error(p, FL_EUNSUPPORTED, "parameter server (%s mode): a learning-rate schedule (%s) is not "
-                                                      "applied by the servers; use a constant rate or GEO mode",
+            return fl__prog_error(p, FL_EUNSUPPORTED,
+                                  "parameter server (%s mode): a learning-rate schedule (%s) is not "
+                                  "applied by the servers; use a constant rate or GEO mode",
                                   c->mode->name, p->ops[i]->def->type);
     const fl_op *lop = init_op(p, lrv->name);
     if (!lop || strcmp(lop->def->type, "fill_constant") != 0)
@@ -200,14 +205,18 @@ static int table_opt(fl__ps_ctx *c, fl_prog *p, const pinfo *pi, fl_ps_optimizer
         o->beta2 = fl__attr_f(u, "beta2", 0.999);
         o->epsilon = fl__attr_f(u, "epsilon", 1e-8);
     } else {
-        return fl__prog_error(p, FL_EUNSUPPORTED, "parameter server (%s mode): the servers apply sgd, momentum, adagrad or adam, not "
-                                                  "%s; use GEO mode (a_sync_configs.k_steps > 0) to keep %s on the workers",
+        return fl__prog_error(p, FL_EUNSUPPORTED,
+                              "parameter server (%s mode): the servers apply sgd, momentum, adagrad or adam, not "
+                              "%s; use GEO mode (a_sync_configs.k_steps > 0) to keep %s on the workers",
                               c->mode->name, t, t);
     }
     /* fleet/ps.h reads 0 as "the default" for these: refuse rather than train differently */
-    if ((o->kind != FL_PS_OPT_SGD && o->kind != FL_PS_OPT_MOMENTUM && o->epsilon == 0.0) || (o->kind == FL_PS_OPT_ADAM && (o->beta1 == 0.0 || o->beta2 == 0.0)))
-        return fl__prog_error(p, FL_EUNSUPPORTED, "parameter server: %s with epsilon, beta1 or beta2 equal to 0 cannot be "
-                                                  "applied by the servers (0 selects their default there)", t);
+    if ((o->kind != FL_PS_OPT_SGD && o->kind != FL_PS_OPT_MOMENTUM && o->epsilon == 0.0) ||
+        (o->kind == FL_PS_OPT_ADAM && (o->beta1 == 0.0 || o->beta2 == 0.0)))
+        return fl__prog_error(p, FL_EUNSUPPORTED,
+                              "parameter server: %s with epsilon, beta1 or beta2 equal to 0 cannot be "
+                              "applied by the servers (0 selects their default there)",
+                              t);
     return FL_OK;
 }
 
@@ -268,10 +277,7 @@ static int derive_tables(fl__ps_ctx *c, fl_prog *p, pinfo *pi, int n)
 
 /* ---- the rewrite ------------------------------------------------------------------------------- */
 
-static int set_ps_attrs(fl__ps_ctx *c, fl_op *op)
-{
-    return fl__attr_set_i(op, "ps_id", c->id);
-}
+static int set_ps_attrs(fl__ps_ctx *c, fl_op *op) { return fl__attr_set_i(op, "ps_id", c->id); }
 
 static int ints_attr(fl_op *op, const char *name, const int64_t *v, int n) { return fl__attr_set_ints(op, name, v, n); }
 
@@ -369,8 +375,8 @@ static int rewrite_lookups(fl__ps_ctx *c, fl_prog *p, fl_var *w, int table)
 
 /* Appends op `type` with list slot `slot` (and the same list as output `oslot` if given)
  * and the attributes ps_id and tables. */
-static int append_list_op(fl__ps_ctx *c, fl_prog *p, const char *type, const char *slot, const char *oslot,
-                          fl_var **vs, const int64_t *tables, int n, int64_t k_steps)
+static int append_list_op(fl__ps_ctx *c, fl_prog *p, const char *type, const char *slot, const char *oslot, fl_var **vs,
+                          const int64_t *tables, int n, int64_t k_steps)
 {
     fl_io in = {slot, vs, n}, out = {oslot, vs, n};
     fl_op *op = fl__op_new(p, type, slot ? &in : NULL, slot ? 1 : 0, oslot ? &out : NULL, oslot ? 1 : 0);
@@ -403,14 +409,16 @@ static int rewrite(fl__ps_ctx *c, fl_opt_hook_ctx *h)
         if (st == FL_OK) st = classify(p, &pi[i]);
         if (st == FL_OK && !c->mode->remote_sparse && pi[i].sparse) {
             if (pi[i].distributed)
-                st = fl__prog_error(p, FL_EUNSUPPORTED, "parameter server (%s mode): table '%s' is looked up with "
-                                                        "is_distributed; %s mode keeps every table on the workers; use "
-                                                        "is_sparse without is_distributed, or async mode",
+                st = fl__prog_error(p, FL_EUNSUPPORTED,
+                                    "parameter server (%s mode): table '%s' is looked up with "
+                                    "is_distributed; %s mode keeps every table on the workers; use "
+                                    "is_sparse without is_distributed, or async mode",
                                     c->mode->name, pi[i].param->name, c->mode->name);
             pi[i].sparse = 0; /* a local table, synchronized as a dense one */
         }
         if (st == FL_OK && pi[i].sparse && pi[i].param->ndim != 2)
-            st = fl__prog_error(p, FL_EINVAL, "parameter server: sparse table '%s' must be a [vocab, dim] matrix", pi[i].param->name);
+            st = fl__prog_error(p, FL_EINVAL, "parameter server: sparse table '%s' must be a [vocab, dim] matrix",
+                                pi[i].param->name);
     }
     if (st == FL_OK) st = derive_tables(c, p, pi, n);
 
@@ -449,7 +457,8 @@ static int rewrite(fl__ps_ctx *c, fl_opt_hook_ctx *h)
             if (st == FL_OK) pi[i].grad->is_sparse_grad = 1;
             if (st == FL_OK) st = drop_if_unused(p, wname);
             if (st == FL_OK && fl_prog_var(p, wname))
-                st = fl__prog_error(p, FL_EUNSUPPORTED, "parameter server: table '%s' is still used after the rewrite", wname);
+                st = fl__prog_error(p, FL_EUNSUPPORTED, "parameter server: table '%s' is still used after the rewrite",
+                                    wname);
             pi[i].param = NULL;
             free(wname);
         }
@@ -479,7 +488,9 @@ static int rewrite(fl__ps_ctx *c, fl_opt_hook_ctx *h)
     for (int i = 0; st == FL_OK && i < n; i++)
         if (!c->params[i].sparse) {
             svs[m] = fl_prog_var(sp, c->params[i].name);
-            if (!svs[m]) st = fl__prog_error(p, FL_EINVAL, "parameter server: '%s' is not in the startup program", c->params[i].name);
+            if (!svs[m])
+                st = fl__prog_error(p, FL_EINVAL, "parameter server: '%s' is not in the startup program",
+                                    c->params[i].name);
             tabs[m++] = c->params[i].table;
         }
     if (st == FL_OK && m) st = append_list_op(c, sp, "ps_init", "Param", "ParamOut", svs, tabs, m, 0);
@@ -500,14 +511,16 @@ static int hook(void *user, int phase, fl_opt_hook_ctx *h)
     fl__ps_ctx *c = user;
     if (phase == FL_HOOK_AFTER_BACKWARD) {
         if (c->prog || c->tables)
-            return fl__prog_error(h->prog, FL_ESTATE, "parameter server: this fleet handle already built a program; "
-                                                      "one fleet handle trains one program");
-        if (c->mode->server_optimizes && strcmp(h->opt_type, "sgd") && strcmp(h->opt_type, "momentum") && strcmp(h->opt_type, "adagrad") &&
-            strcmp(h->opt_type, "adam"))
-            return fl__prog_error(h->prog, FL_EUNSUPPORTED,
-                                  "parameter server (%s mode): the servers apply sgd, momentum, adagrad or adam, not %s; use GEO mode "
-                                  "(a_sync=true, a_sync_configs.k_steps > 0) to keep %s on the workers",
-                                  c->mode->name, h->opt_type, h->opt_type);
+            return fl__prog_error(h->prog, FL_ESTATE,
+                                  "parameter server: this fleet handle already built a program; "
+                                  "one fleet handle trains one program");
+        if (c->mode->server_optimizes && strcmp(h->opt_type, "sgd") && strcmp(h->opt_type, "momentum") &&
+            strcmp(h->opt_type, "adagrad") && strcmp(h->opt_type, "adam"))
+            return fl__prog_error(
+                h->prog, FL_EUNSUPPORTED,
+                "parameter server (%s mode): the servers apply sgd, momentum, adagrad or adam, not %s; use GEO mode "
+                "(a_sync=true, a_sync_configs.k_steps > 0) to keep %s on the workers",
+                c->mode->name, h->opt_type, h->opt_type);
         return FL_OK;
     }
     return rewrite(c, h);

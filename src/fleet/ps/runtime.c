@@ -98,8 +98,9 @@ static int ctx_create(fleet_t *f, fl__ps_ctx **out)
     c->server_index = f->role->server_index;
     int st = fl__ps_mode_select(&f->strategy, &c->mode, &c->k_steps);
     if (st == FL_OK && (f->strategy.localsgd || f->strategy.gradient_merge))
-        st = fl__err(FL_EUNSUPPORTED, "fleet_distributed_optimizer: %s is a collective-mode strategy; parameter-server "
-                                      "mode does not apply it (unset it, or use fleet_init_collective)",
+        st = fl__err(FL_EUNSUPPORTED,
+                     "fleet_distributed_optimizer: %s is a collective-mode strategy; parameter-server "
+                     "mode does not apply it (unset it, or use fleet_init_collective)",
                      f->strategy.localsgd ? "localsgd" : "gradient_merge");
     if (st == FL_OK && f->role->nservers < 1)
         st = fl__err(FL_EINVAL, "fleet_distributed_optimizer: parameter-server mode needs at least one server endpoint");
@@ -115,7 +116,9 @@ static int ctx_create(fleet_t *f, fl__ps_ctx **out)
         for (int i = 0; i < MAX_CTX && c->id < 0; i++)
             if (!ctxs[i]) ctxs[c->id = i] = c;
         pthread_mutex_unlock(&ctxs_mu);
-        if (c->id < 0) st = fl__err(FL_ENOMEM, "fleet_distributed_optimizer: more than %d parameter-server fleets in this process", MAX_CTX);
+        if (c->id < 0)
+            st = fl__err(FL_ENOMEM, "fleet_distributed_optimizer: more than %d parameter-server fleets in this process",
+                         MAX_CTX);
     }
     if (st != FL_OK) {
         ctx_free(c);
@@ -153,8 +156,9 @@ static int ps_ctx(fleet_t *f, const char *fn, fl__ps_ctx **out)
 {
     fl__ps_ctx *c = f->rt;
     if (!c || !c->prog)
-        return fl__err(FL_ESTATE, "%s: call fleet_distributed_optimizer and fl_opt_minimize first: the parameter-server "
-                                  "tables are derived from the program",
+        return fl__err(FL_ESTATE,
+                       "%s: call fleet_distributed_optimizer and fl_opt_minimize first: the parameter-server "
+                       "tables are derived from the program",
                        fn);
     *out = c;
     return FL_OK;
@@ -249,7 +253,8 @@ static int init_server(fleet_t *f, const char *model_dir)
     if (st == FL_OK && model_dir && *model_dir) {
         st = fl_ps_server_load(s, model_dir);
         if (st != FL_OK)
-            st = fl__err(st, "fleet_init_server: server %d cannot load '%s': %s", c->server_index, model_dir, fl_last_error());
+            st = fl__err(st, "fleet_init_server: server %d cannot load '%s': %s", c->server_index, model_dir,
+                         fl_last_error());
     }
     if (st != FL_OK) {
         fl_ps_server_free(s);
@@ -287,11 +292,14 @@ static int barrier_worker(fleet_t *f)
 static int worker_ring(fleet_t *f, const char *fn)
 {
     if (f->ring) return FL_OK;
-    if (f->role->kind != FLEET_ROLE_WORKER) return fl__err(FL_ESTATE, "%s: called on a server; it runs among the workers", fn);
+    if (f->role->kind != FLEET_ROLE_WORKER)
+        return fl__err(FL_ESTATE, "%s: called on a server; it runs among the workers", fn);
     if (f->role->worker_num <= 1) return FL_OK;
     if (f->role->nworkers != f->role->worker_num)
-        return fl__err(FL_EINVAL, "%s: the workers of this parameter-server job have no endpoints to talk to each other: "
-                                  "set PADDLE_TRAINER_ENDPOINTS (ip:port,... one per worker; fleetrun sets it)", fn);
+        return fl__err(FL_EINVAL,
+                       "%s: the workers of this parameter-server job have no endpoints to talk to each other: "
+                       "set PADDLE_TRAINER_ENDPOINTS (ip:port,... one per worker; fleetrun sets it)",
+                       fn);
     const fl_net_secret *sec = NULL;
     FL_CHECK(fl__fleet_secret(f, fn, 1, &sec));
     /* every worker makes this call (it is collective), so they meet here */
