@@ -256,13 +256,24 @@ static inline int th_fuzz_build(char dir[32], const char *sources)
     snprintf(dir, 32, "/tmp/fl_fuzzXXXXXX");
     if (!mkdtemp(dir)) TFAIL("mkdtemp failed");
     char cmd[2048];
+    /* libFuzzer itself first: without it the harness is skipped; with it, a harness that
+     * does not build is a failure (the library's sources changed under it) */
     snprintf(cmd, sizeof cmd,
-             "clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc %s -o %s/fuzz "
-             ">%s/build.log 2>&1",
+             "printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return (int)(n && !d); }\\n' "
+             ">%s/probe.c && clang -fsanitize=fuzzer %s/probe.c -o %s/probe >%s/probe.log 2>&1",
+             dir, dir, dir, dir);
+    if (system(cmd) != 0) {
+        printf("  SKIP: clang cannot build a libFuzzer binary here (see %s/probe.log)\n", dir);
+        return 0;
+    }
+    snprintf(cmd, sizeof cmd,
+             "clang -std=c11 -D_GNU_SOURCE -DFLEET_VERSION_STRING='\"fuzz\"' -g -O1 -fsanitize=fuzzer,address,undefined "
+             "-Iinclude -Isrc %s -o %s/fuzz >%s/build.log 2>&1",
              sources, dir, dir);
     if (system(cmd) != 0) {
-        printf("  SKIP: clang cannot build a libFuzzer binary here (see %s/build.log)\n", dir);
-        return 0;
+        snprintf(cmd, sizeof cmd, "tail -20 %s/build.log", dir);
+        if (system(cmd) < 0) TFAIL("tail failed");
+        TFAIL("the libFuzzer harness does not build (log: %s/build.log)", dir);
     }
     return 1;
 }
