@@ -10,6 +10,7 @@
 #include "fleet/graph.h"
 #include "fleet/data.h"
 #include "fleet/exec.h"
+#include "fleet/metrics.h"
 #include "fleet/io.h"
 #include "fleet/models.h"
 #include "fleet/net.h"

@@ -111,6 +111,19 @@ FL_API int fl_dataset_begin(fl_dataset *ds);
 FL_API int fl_dataset_next(fl_dataset *ds, int thread, fl_data_batch *b);
 FL_API int fl_dataset_end(fl_dataset *ds);
 
+/* How far the current pass has read (or the last one read, after fl_dataset_end).  A
+ * QueueDataset counts the bytes of its files (sizes taken at fl_dataset_begin; a file read
+ * through a pipe_command counts when the command's output ends, the others line by line)
+ * and the files finished; an InMemoryDataset counts records (files 0).  fraction is
+ * done / total in [0, 1].  Safe to call from any thread during a pass; never blocks. */
+typedef struct {
+    int64_t done, total; /* in `unit` */
+    int files_done, files;
+    const char *unit; /* "bytes" or "records" (static storage) */
+    double fraction;
+} fl_data_progress;
+FL_API int fl_dataset_progress(const fl_dataset *ds, fl_data_progress *out);
+
 /* A batch: one tensor per slot, reused from call to call.  The last batch of a thread's
  * share may hold fewer instances than batch_size. */
 FL_API fl_data_batch *fl_data_batch_create(const fl_dataset *ds);

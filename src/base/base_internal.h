@@ -46,6 +46,8 @@ int fl__set_handle_error(const void *h, const char *file, int line, const char *
 /* Logging. */
 void fl__log(fl_log_level lvl, unsigned subsys, const char *file, int line, const char *fmt, ...) FL_PRINTF(5, 6);
 int fl__log_enabled(fl_log_level lvl, unsigned subsys);
+/* The rank given to fl_log_set_identity (fleet_init gives the role's), -1 if never set. */
+int fl__log_rank(void);
 #define FL_LOG(lvl, sub, ...)                                                                      \
     do {                                                                                           \
         if (fl__log_enabled((lvl), (sub))) fl__log((lvl), (sub), __FILE__, __LINE__, __VA_ARGS__); \
@@ -95,6 +97,8 @@ static inline uint64_t fl__hash_u64(uint64_t x)
 
 /* Monotonic time in seconds / nanoseconds. */
 double fl__now(void);
+/* Seconds since 1970 (CLOCK_REALTIME), for time stamps in files. */
+double fl__wall_time(void);
 uint64_t fl__now_ns(void);
 
 /* Growable byte buffer for building text. */

@@ -6,9 +6,13 @@
  *   FLEET_LOG_SUBSYS   comma list of subsystems, "all", ^name excludes (default all)
  *   FLEET_NUM_THREADS  1 or 2: threads for large matrix products (default 1; see
  *                      src/tensor/parallel.c)
+ *   FLEET_METRICS_DIR  directory for training metrics (CSV and TensorBoard files, one set
+ *                      per rank) when the program set none (src/exec/metrics.c,
+ *                      include/fleet/metrics.h); unset: no metrics files
  *
  * Paddle's launcher variables, read by the role makers (src/fleet/role.c):
- *   PADDLE_TRAINER_ID            this trainer's index (integer in [0, trainers))
+ *   PADDLE_TRAINER_ID            this trainer's index (integer in [0, trainers)); also the
+ *                                metrics files' rank when fleet_init did not run (metrics.c)
  *   PADDLE_TRAINER_ENDPOINTS     host:port,... of all trainers
  *   PADDLE_CURRENT_ENDPOINT      this trainer's host:port (collective)
  *   PADDLE_TRAINERS_NUM          number of trainers

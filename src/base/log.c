@@ -13,6 +13,7 @@ static fl_log_fn log_sink;
 static void *log_user;
 static char log_role[16] = "local";
 static int log_rank = 0;
+static int log_identity_set;
 
 static const char *const sub_names[] = {"base", "tensor", "graph", "exec", "io", "data", "net", "ps", "coll", "fleet"};
 
@@ -52,7 +53,10 @@ void fl_log_set_identity(const char *role, int rank)
 {
     snprintf(log_role, sizeof log_role, "%s", role ? role : "local");
     log_rank = rank;
+    log_identity_set = 1;
 }
+
+int fl__log_rank(void) { return log_identity_set ? log_rank : -1; }
 
 void fl__log(fl_log_level lvl, unsigned subsys, const char *file, int line, const char *fmt, ...)
 {

@@ -54,6 +54,13 @@ uint64_t fl__now_ns(void)
 
 double fl__now(void) { return (double)fl__now_ns() * 1e-9; }
 
+double fl__wall_time(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static int buf_reserve(fl_buf *b, size_t extra)
 {
     if (b->failed) return -1;

@@ -100,6 +100,9 @@ int fl__source_next(fl__source *s, const char **line, size_t *len);
 /* While *flag (read atomically) is non-zero, reads fail with FL_ESTATE; a wait for a silent
  * command looks at it every 100 ms.  Used to stop a background load. */
 void fl__source_set_cancel(fl__source *s, const int *flag);
+/* Bytes of the file behind the lines returned so far; -1 when a command reads the file
+ * (its output says nothing about how much of the file it read). */
+int64_t fl__source_consumed(const fl__source *s);
 /* Kills a still running child, reaps it and frees everything.  NULL is ignored. */
 void fl__source_close(fl__source *s);
 
@@ -152,6 +155,7 @@ typedef struct {
     fl__rec *refs;
     size_t begin, end, pos; /* share of the store (in-memory) */
     int done;
+    int64_t counted; /* bytes of the current file already added to the pass's progress */
 } fl__reader;
 
 /* Counting and logging of skipped lines during one pass or load. */
@@ -186,6 +190,10 @@ struct fl_dataset {
     fl__reader *readers;
     fl__pass_log log;
     int64_t last_bad;
+    /* progress of the current or last pass (fl_dataset_progress): done and files_done are
+     * atomics added to by the readers; file_bytes[i] is file i's size at fl_dataset_begin */
+    int64_t prog_done, prog_total, prog_files_done;
+    int64_t *file_bytes;
 
     /* in-memory */
     fl__store store;

@@ -11,6 +11,7 @@
  */
 #include <limits.h>
 #include <math.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -72,6 +73,7 @@ void fl_dataset_free(fl_dataset *ds)
     fl__store_free(&ds->store);
     free_slots(ds->slots, ds->nslots);
     free_files(ds->files, ds->nfiles);
+    free(ds->file_bytes);
     free(ds->pipe_cmd);
     pthread_mutex_destroy(&ds->mu);
     ds->magic = 0;
@@ -355,6 +357,25 @@ int fl_dataset_begin(fl_dataset *ds)
             r[t].end = ds->store.nrec * (size_t)(t + 1) / (size_t)nt;
         }
     }
+    int64_t total = 0;
+    if (ds->kind == FL__DS_QUEUE) {
+        int64_t *fb = realloc(ds->file_bytes, sizeof *fb * (size_t)(ds->nfiles ? ds->nfiles : 1));
+        if (!fb) {
+            free(r);
+            return fl__err(FL_ENOMEM, "%s: out of memory", fn);
+        }
+        ds->file_bytes = fb;
+        for (int i = 0; i < ds->nfiles; i++) {
+            struct stat sb;
+            fb[i] = stat(ds->files[i], &sb) == 0 && S_ISREG(sb.st_mode) ? (int64_t)sb.st_size : 0;
+            total += fb[i];
+        }
+    } else {
+        total = (int64_t)ds->store.nrec;
+    }
+    __atomic_store_n(&ds->prog_done, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&ds->prog_files_done, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&ds->prog_total, total, __ATOMIC_RELAXED);
     ds->readers = r;
     ds->nreaders = nt;
     ds->next_file = 0;
@@ -401,6 +422,17 @@ static int reader_fail(fl_dataset *ds, fl__reader *r, int st)
     return st;
 }
 
+/* Adds the bytes of r's current file read up to `upto` (clamped to its size at
+ * fl_dataset_begin) to the pass's progress; a finished file counts whole. */
+static void note_bytes(fl_dataset *ds, fl__reader *r, int64_t upto, int finished)
+{
+    int64_t size = ds->file_bytes[r->file];
+    if (finished || upto > size) upto = size;
+    if (upto > r->counted) __atomic_fetch_add(&ds->prog_done, upto - r->counted, __ATOMIC_RELAXED);
+    r->counted = upto > r->counted ? upto : r->counted;
+    if (finished) __atomic_fetch_add(&ds->prog_files_done, 1, __ATOMIC_RELAXED);
+}
+
 /* QueueDataset: parses up to batch_size lines from the shared file queue into r->recs. */
 static int queue_fill(fl_dataset *ds, fl__reader *r, int *count)
 {
@@ -421,6 +453,7 @@ static int queue_fill(fl_dataset *ds, fl__reader *r, int *count)
             if (f < 0) break;
             r->file = f;
             r->lineno = 0;
+            r->counted = 0;
             FL_CHECK(fl__source_open(&r->src, ds->files[f], ds->pipe_cmd, ds->pipe_timeout));
             fl__ds_parser(ds, ds->files[f], &ps);
         }
@@ -431,6 +464,7 @@ static int queue_fill(fl_dataset *ds, fl__reader *r, int *count)
         if (got == 0) {
             fl__source_close(r->src);
             r->src = NULL;
+            note_bytes(ds, r, 0, 1);
             continue;
         }
         r->lineno++;
@@ -444,6 +478,7 @@ static int queue_fill(fl_dataset *ds, fl__reader *r, int *count)
             return st;
         }
     }
+    if (r->src) note_bytes(ds, r, fl__source_consumed(r->src), 0);
     *count = n;
     return FL_OK;
 }
@@ -475,6 +510,7 @@ int fl_dataset_next(fl_dataset *ds, int thread, fl_data_batch *b)
         st = fl__batch_fill(b, ds->store.recs + r->pos, (int)n);
         if (st) return reader_fail(ds, r, st);
         r->pos += n;
+        __atomic_fetch_add(&ds->prog_done, (int64_t)n, __ATOMIC_RELAXED);
         return 1;
     }
     int n = 0;
@@ -491,4 +527,19 @@ int fl_dataset_next(fl_dataset *ds, int thread, fl_data_batch *b)
     st = fl__batch_fill(b, r->refs, n);
     if (st) return reader_fail(ds, r, st);
     return 1;
+}
+
+int fl_dataset_progress(const fl_dataset *ds, fl_data_progress *out)
+{
+    FL_CHECK(check_ds(ds, "fl_dataset_progress"));
+    if (!out) return fl__err(FL_EINVAL, "fl_dataset_progress: out is NULL");
+    int queue = ds->kind == FL__DS_QUEUE;
+    out->done = __atomic_load_n(&ds->prog_done, __ATOMIC_RELAXED);
+    out->total = __atomic_load_n(&ds->prog_total, __ATOMIC_RELAXED);
+    out->files_done = queue ? (int)__atomic_load_n(&ds->prog_files_done, __ATOMIC_RELAXED) : 0;
+    out->files = queue ? ds->nfiles : 0;
+    out->unit = queue ? "bytes" : "records";
+    out->fraction = out->total > 0 ? (double)out->done / (double)out->total : (out->files_done ? 1.0 : 0.0);
+    if (out->fraction > 1.0) out->fraction = 1.0;
+    return FL_OK;
 }

@@ -40,6 +40,7 @@ struct fl__source {
     size_t cap, start, end, scan;
     int eof;
     int64_t lines;
+    int64_t consumed; /* bytes of the lines returned (direct reads) */
     char tail[ERR_TAIL];
     size_t tail_len;
 };
@@ -314,6 +315,7 @@ int fl__source_next(fl__source *s, const char **line, size_t *len)
             if (nl) {
                 *line = s->buf + s->start;
                 *len = (size_t)(nl - (s->buf + s->start));
+                s->consumed += (int64_t)(nl + 1 - (s->buf + s->start));
                 s->start = s->scan = (size_t)(nl + 1 - s->buf);
                 s->lines++;
                 return 1;
@@ -324,6 +326,7 @@ int fl__source_next(fl__source *s, const char **line, size_t *len)
             if (s->start < s->end) { /* a last line without '\n' */
                 *line = s->buf + s->start;
                 *len = s->end - s->start;
+                s->consumed += (int64_t)(s->end - s->start);
                 s->start = s->scan = s->end;
                 s->lines++;
                 return 1;
@@ -348,6 +351,8 @@ int fl__source_next(fl__source *s, const char **line, size_t *len)
         FL_CHECK(fill(s));
     }
 }
+
+int64_t fl__source_consumed(const fl__source *s) { return s->cmd ? -1 : s->consumed; }
 
 void fl__source_close(fl__source *s)
 {

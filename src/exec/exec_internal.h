@@ -17,6 +17,18 @@ struct fl_scope {
     int n, cap;
 };
 
+/* What an executor keeps for metrics and progress (src/exec/metrics.c, trainer.c). */
+typedef struct fl_metrics fl_metrics;
+typedef struct {
+    fl_metrics *m;  /* owned; NULL: no metrics */
+    int decided;    /* fl_exe_set_metrics called, or FLEET_METRICS_DIR looked at */
+    int epochs;     /* training passes run so far (the epoch number of the next) */
+    int64_t steps;  /* batches trained so far, every pass and thread together */
+} fl__exe_metrics;
+fl__exe_metrics *fl__exe_metrics_of(fl_exe *e);
+/* Closes the writer (a write error is logged as a warning). */
+void fl__exe_metrics_free(fl__exe_metrics *x);
+
 /* Root-most ancestor of s. */
 fl_scope *fl__scope_root(fl_scope *s);
 

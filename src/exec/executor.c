@@ -32,6 +32,7 @@ struct fl_exe {
     fl_scope *scope;
     int own_scope;
     plan *plans;
+    fl__exe_metrics metrics; /* metrics.c, trainer.c */
 };
 
 fl_exe *fl_exe_create(fl_scope *scope)
@@ -79,9 +80,12 @@ void fl_exe_free(fl_exe *e)
         plan_free(pl);
     }
     if (e->own_scope) fl_scope_free(e->scope);
+    fl__exe_metrics_free(&e->metrics);
     e->magic = 0;
     free(e);
 }
+
+fl__exe_metrics *fl__exe_metrics_of(fl_exe *e) { return &e->metrics; }
 
 fl_scope *fl_exe_scope(fl_exe *e) { return e && e->magic == FL_EXE_MAGIC ? e->scope : NULL; }
 

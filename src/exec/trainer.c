@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "exec_internal.h"
+#include "progress.h"
 #include "../tensor/tensor_internal.h"
 
 #define MAX_FETCH 16
@@ -40,7 +41,7 @@ struct pass {
     atomic_int stop;
     atomic_llong instances, batches;
     double t0;
-    int tty;
+    fl__report rep; /* progress line and metrics (progress.c) */
     pthread_mutex_t mu; /* first error */
     int err;
     char msg[1024];
@@ -72,21 +73,6 @@ static double value_of(const fl_tensor *t)
         }
     }
     return s / (double)t->numel;
-}
-
-static void progress(pass *ps, int64_t batch, const double *vals, int final)
-{
-    double el = fl__now() - ps->t0;
-    long long n = atomic_load(&ps->instances);
-    char line[1024];
-    int k = snprintf(line, sizeof line, "%s batch %lld", ps->train ? "train" : "infer", (long long)batch);
-    for (int i = 0; i < ps->nfetch && k < (int)sizeof line - 64; i++)
-        k += snprintf(line + k, sizeof line - (size_t)k, "  %s %.6g", ps->info && ps->info[i] ? ps->info[i] : ps->fetch[i],
-                      vals[i]);
-    snprintf(line + k, sizeof line - (size_t)k, "  | %.0f ex/s  %.1f s", el > 0 ? (double)n / el : 0.0, el);
-    if (ps->tty) printf("\r%s\033[K%s", line, final ? "\n" : "");
-    else printf("%s\n", line);
-    fflush(stdout);
 }
 
 static void run_thread(pass *ps, int t)
@@ -125,17 +111,13 @@ static void run_thread(pass *ps, int t)
         batch++;
         atomic_fetch_add(&ps->instances, fl_data_batch_size(b));
         atomic_fetch_add(&ps->batches, 1);
-        if (t == 0 && ps->nfetch) {
-            for (int i = 0; i < ps->nfetch; i++) vals[i] = value_of(out[i]);
-            if (ps->stats) {
-                ps->stats->nfetch = ps->nfetch;
-                memcpy(ps->stats->fetch, vals, sizeof(double) * (size_t)ps->nfetch);
-            }
-            if (ps->print_period > 0 && batch % ps->print_period == 0) progress(ps, batch, vals, 0);
+        for (int i = 0; i < ps->nfetch; i++) vals[i] = value_of(out[i]);
+        if (t == 0 && ps->nfetch && ps->stats) {
+            ps->stats->nfetch = ps->nfetch;
+            memcpy(ps->stats->fetch, vals, sizeof(double) * (size_t)ps->nfetch);
         }
+        fl__report_batch(&ps->rep, vals, fl_data_batch_size(b));
     }
-    if (t == 0 && ps->tty && ps->nfetch && ps->print_period > 0 && batch >= ps->print_period && ps->stats)
-        progress(ps, batch, ps->stats->fetch, 1);
 out:
     free(feed);
     fl_data_batch_free(b);
@@ -198,14 +180,20 @@ static int run_pass(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const cha
     atomic_init(&ps.instances, 0);
     atomic_init(&ps.batches, 0);
     pthread_mutex_init(&ps.mu, NULL);
-    ps.tty = isatty(STDOUT_FILENO);
     worker *ws = calloc((size_t)n, sizeof *ws);
     if (!ws) {
         pthread_mutex_destroy(&ps.mu);
         return fl__err(FL_ENOMEM, "%s: out of memory", fn);
     }
-    int st = fl_dataset_begin(ds);
+    int st = fl__report_begin(&ps.rep, e, p, ds, fetch_list, fetch_info, nfetch, print_period, train);
     if (st != FL_OK) {
+        free(ws);
+        pthread_mutex_destroy(&ps.mu);
+        return fl__err(st, "%s: %s", fn, fl_last_error());
+    }
+    st = fl_dataset_begin(ds);
+    if (st != FL_OK) {
+        fl__report_end(&ps.rep, 0, 0);
         free(ws);
         pthread_mutex_destroy(&ps.mu);
         return fl__err(st, "%s: %s", fn, fl_last_error());
@@ -227,6 +215,7 @@ static int run_pass(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const cha
     if (n > 1) fl__blas_single_end(blas);
     double el = fl__now() - ps.t0;
     int est = fl_dataset_end(ds);
+    fl__report_end(&ps.rep, !ps.err && est == FL_OK, el);
     if (stats) {
         stats->instances = atomic_load(&ps.instances);
         stats->batches = atomic_load(&ps.batches);
