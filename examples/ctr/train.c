@@ -22,6 +22,10 @@
  * the last completed epoch: the servers from its tables, the workers from their state.
  * An epoch that reads no example is an error naming the files (empty or unreadable data is
  * most often a mistake); --allow_empty 1 lets a process train on nothing.
+ * --metrics_dir DIR writes each worker's loss (mean per example), AUC, examples/s (and
+ * learning rate where the worker runs the optimizer) every print_period batches and per
+ * epoch to DIR/metrics.rank<R>.csv and TensorBoard files in DIR/rank<R>/ (as
+ * FLEET_METRICS_DIR does; docs/metrics.md); scripts/plot-metrics.sh DIR draws them.
  */
 #include <fleet.h>
 #include <stdio.h>
@@ -35,6 +39,7 @@ typedef struct {
     int64_t sparse_feature_dim;
     double lr;
     const char *train_data, *test_data, *optimizer, *dataset, *model_dir, *pipe_command, *mode, *checkpoint_dir;
+    const char *metrics_dir;
     const char *hidden;       /* --hidden 400,400,400 */
     const char *strategy[16]; /* --strategy KEY=VALUE (DistributedStrategy fields) */
     int nstrategy;
@@ -59,6 +64,7 @@ static int parse_args(int argc, char **argv, args_t *a)
                   NULL,
                   "async",
                   NULL,
+                  NULL,
                   "400,400,400",
                   {NULL},
                   0};
@@ -82,6 +88,7 @@ static int parse_args(int argc, char **argv, args_t *a)
         else if (!strcmp(k, "lr")) a->lr = atof(v);
         else if (!strcmp(k, "train_data")) a->train_data = v;
         else if (!strcmp(k, "checkpoint_dir")) a->checkpoint_dir = v;
+        else if (!strcmp(k, "metrics_dir")) a->metrics_dir = v;
         else if (!strcmp(k, "test_data")) a->test_data = v;
         else if (!strcmp(k, "optimizer")) a->optimizer = v;
         else if (!strcmp(k, "dataset")) a->dataset = v;
@@ -151,7 +158,8 @@ static void name_files(char *out, size_t n, const char *const *files, int nfiles
 static int train_loop(const args_t *a, fl_exe *exe, fl_prog *prog, fl_dataset *ds, const char *const *files, int nfiles,
                       fl_model_ctr_dnn *m, fleet_t *fleet, int first)
 {
-    const char *fetch[2] = {fl_var_name(m->auc), fl_var_name(m->loss)}, *info[2] = {"auc", "loss"};
+    /* the loss shown and recorded is the mean per example (the model trains on the sum) */
+    const char *fetch[2] = {fl_var_name(m->auc), fl_var_name(m->avg_loss)}, *info[2] = {"auc", "loss"};
     /* collective training exchanges one step per process: one trainer thread */
     int thread = !strcmp(a->mode, "collective") && !a->is_local ? 1 : 0;
     int64_t seen = 0;
@@ -211,7 +219,8 @@ static int evaluate(const args_t *a, fl_exe *exe, fl_prog *prog, fl_model_ctr_dn
         st = fl_scope_zero(fl_exe_scope(exe), fl_var_name(m->auc_states[i]));
     const char *fetch[1] = {fl_var_name(m->auc)};
     fl_exe_dataset_stats s;
-    if (st == FL_OK) st = fl_exe_infer_from_dataset(exe, test, ds, 1, fetch, NULL, 1, 0, &s);
+    const char *info[1] = {"auc"};
+    if (st == FL_OK) st = fl_exe_infer_from_dataset(exe, test, ds, 1, fetch, info, 1, 0, &s);
     if (st == FL_OK) printf("test auc %.4f on %lld examples\n", s.fetch[0], (long long)s.instances);
     fl_prog_free(test);
     fl_dataset_free(ds);
@@ -248,6 +257,7 @@ static int main_function(const args_t *a)
 
     if (a->is_local) { /* local training */
         fl_dataset *ds = make_dataset(a, &m, (const char *const *)whole_filelist, nfiles);
+        if (a->metrics_dir && fl_exe_set_metrics(exe, a->metrics_dir, NULL) != FL_OK) return -1;
         if (!ds || fl_opt_minimize(optimizer, m.loss) != FL_OK ||
             fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK)
             return -1;
@@ -279,6 +289,8 @@ static int main_function(const args_t *a)
             if (fleet_split_files(fleet, (const char *const *)whole_filelist, nfiles, &mine, &nmine) != FL_OK) return -1;
             fl_dataset *ds = make_dataset(a, &m, mine, nmine);
             int first = 0;
+            /* after fleet_init: the files carry this worker's rank */
+            if (a->metrics_dir && fl_exe_set_metrics(exe, a->metrics_dir, NULL) != FL_OK) return -1;
             if (!ds || fleet_init_worker(fleet) != FL_OK || /* + */
                 fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK ||
                 resume(a, fleet, exe, prog, &first))
@@ -315,7 +327,7 @@ int main(int argc, char **argv)
                 "[--batch_size N] [--thread_num N] [--optimizer sgd|adam|adagrad] [--lr X] "
                 "[--dataset QueueDataset|InMemoryDataset] [--mode async|sync|geo] "
                 "[--sparse_feature_dim N] [--model_dir DIR] [--pipe_command CMD] [--hidden N,N,..] "
-                "[--strategy KEY=VALUE ...] [--checkpoint_dir DIR] [--allow_empty 1]\n",
+                "[--strategy KEY=VALUE ...] [--checkpoint_dir DIR] [--allow_empty 1] [--metrics_dir DIR]\n",
                 argv[0]);
         return pr == 1 ? 0 : 2;
     }

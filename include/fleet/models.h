@@ -62,6 +62,9 @@ typedef struct {
     /* dataset slots in Paddle's order: dense_input, C1..C26, label */
     fl_var *use_var[FL_MODEL_CTR_MAX_SLOTS + 2];
     int nuse_var;
+    /* the cross-entropy's mean over the batch, whatever loss_mean says: fetch it to watch
+     * the loss per example (loss itself is the sum by default) */
+    fl_var *avg_loss;
 } fl_model_ctr_dnn;
 
 FL_API fl_model_ctr_dnn_config fl_model_ctr_dnn_default(void);

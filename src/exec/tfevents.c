@@ -151,8 +151,14 @@ static int tf_open(void **sink, const char *dir, int rank)
     for (char *c = host; *c; c++)
         if (*c == '/') *c = '_';
     double now = fl__wall_time();
-    snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s.%d", sub, (long long)now, host, (int)getpid());
-    w->f = fopen(w->path, "wbx");
+    /* a second writer of this process in the same second gets a suffix */
+    for (int i = 0; i < 1000 && !w->f; i++) {
+        int k = snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s.%d", sub, (long long)now, host,
+                         (int)getpid());
+        if (i) snprintf(w->path + k, sizeof w->path - (size_t)k, ".%d", i);
+        w->f = fopen(w->path, "wbx");
+        if (!w->f && errno != EEXIST) break;
+    }
     if (!w->f) {
         int st = fl__err(FL_EIO, "metrics: cannot create %s: %s", w->path, strerror(errno));
         free(w);

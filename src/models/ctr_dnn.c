@@ -80,6 +80,7 @@ int fl_model_ctr_dnn_build(fl_prog *p, const fl_model_ctr_dnn_config *cfg, fl_mo
     m->predict = fc(x, width, 2, "softmax");
     fl_var *cost = fl_layer_cross_entropy(m->predict, m->label);
     m->loss = cfg->loss_mean ? fl_layer_mean(cost) : fl_layer_reduce_sum(cost, NULL, 0, 0);
+    m->avg_loss = cfg->loss_mean ? m->loss : fl_layer_mean(cost);
     int before = fl_prog_num_vars(p);
     m->auc = fl_layer_auc(m->predict, m->label, 4096, 20, &m->batch_auc);
     for (int i = before; i < fl_prog_num_vars(p) && m->nauc_states < 4; i++) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run.sh BUILD [--venv-only] - runs the Python package's tests (pytest on tests/python) in a
-# virtual environment made once per build directory: BUILD/pyenv, with NumPy, pytest and
+# virtual environment made once per build directory: BUILD/pyenv, with NumPy, pytest,
+# TensorBoard (its EventAccumulator reads the metrics files back: test_metrics.py) and
 # the package (pip install ./python, reinstalled when python/ changes).  The package
 # loads BUILD/libfleet.so (FLEET_LIB); the seed programs run under BUILD/tools/fleetrun.
 # --venv-only makes or reuses the environment and stops.  Prints "venv: created ..." or
@@ -11,6 +12,7 @@ build=$(cd "${1:?usage: run.sh BUILD [--venv-only]}" && pwd) || exit 2
 root=$(cd "$(dirname "$0")/../.." && pwd)
 venv=$build/pyenv
 created=$venv/.fleet-created   # written once, when the environment is complete
+reqs="numpy pytest tensorboard"  # from PyPI; an environment made with fewer gets the rest
 export PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
 die() { echo "tests/python/run.sh: $*" >&2; exit 1; }
@@ -20,12 +22,21 @@ if [ ! -f "$created" ]; then
   command -v python3 >/dev/null || die "python3 is not installed (scripts/ensure-deps.sh test installs it)"
   python3 -m venv "$venv" >"$build/pyenv.log" 2>&1 ||
     die "python3 -m venv $venv failed (Debian: apt-get install python3-venv, in the test profile of scripts/ensure-deps.sh): $(tail -3 "$build/pyenv.log")"
-  "$venv/bin/pip" install -q numpy pytest >>"$build/pyenv.log" 2>&1 ||
-    die "pip install numpy pytest failed (is PyPI reachable?): $(tail -3 "$build/pyenv.log")"
+  # shellcheck disable=SC2086
+  "$venv/bin/pip" install -q $reqs >>"$build/pyenv.log" 2>&1 ||
+    die "pip install $reqs failed (is PyPI reachable?): $(tail -3 "$build/pyenv.log")"
+  echo "$reqs" >"$venv/.fleet-reqs"
   date '+%Y-%m-%d %H:%M:%S' >"$created"
   echo "venv: created $venv"
 else
   echo "venv: reusing $venv (created $(cat "$created"))"
+  if [ "$(cat "$venv/.fleet-reqs" 2>/dev/null)" != "$reqs" ]; then
+    # shellcheck disable=SC2086
+    "$venv/bin/pip" install -q $reqs >>"$build/pyenv.log" 2>&1 ||
+      die "pip install $reqs failed (is PyPI reachable?): $(tail -3 "$build/pyenv.log")"
+    echo "$reqs" >"$venv/.fleet-reqs"
+    echo "venv: added the packages now required ($reqs)"
+  fi
 fi
 
 # The package as a user installs it; again whenever a file under python/ changed.
