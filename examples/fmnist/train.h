@@ -14,7 +14,10 @@
  * reference); samples/s = training images / epoch time.  The test set is evaluated by a
  * program cloned for test before minimize.  --dump PATH: after training, the first worker (or
  * the single process) writes the parameters to PATH as safetensors (one tensor per
- * parameter, by name), for comparing a distributed run with a local one.
+ * parameter, by name), for comparing a distributed run with a local one.  --metrics_dir DIR
+ * (or FLEET_METRICS_DIR): each trainer writes its loss every 50 steps and per epoch, its
+ * samples/s, the learning rate and the test accuracy to DIR/metrics.rank<R>.csv and
+ * TensorBoard files in DIR/rank<R>/ (include/fleet/metrics.h; scripts/plot-metrics.sh DIR).
  *
  * A single-machine loop: the lines marked "+" make it data-parallel under fleetrun, and
  * without fleetrun it trains as one local worker.
@@ -49,6 +52,7 @@ typedef struct {
     uint64_t seed;      /* --seed S (0) */
     int batch_norm;     /* --batch_norm, when allowed */
     const char *dump;   /* --dump PATH: the parameters after training (NULL: none) */
+    const char *metrics_dir; /* --metrics_dir DIR (NULL: $FLEET_METRICS_DIR or none) */
 } fmnist_opts;
 
 /* Parses the examples' options into *o (defaults first).  Returns -1 to go on, or the exit
@@ -56,7 +60,7 @@ typedef struct {
 static inline int fmnist_parse_args(int argc, char **argv, int allow_batch_norm, void (*usage)(const char *),
                                     fmnist_opts *o)
 {
-    *o = (fmnist_opts){NULL, 1, 64, 0.01f, 0.9f, 0, 0, NULL};
+    *o = (fmnist_opts){NULL, 1, 64, 0.01f, 0.9f, 0, 0, NULL, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
@@ -81,6 +85,7 @@ static inline int fmnist_parse_args(int argc, char **argv, int allow_batch_norm,
         else if (!strcmp(a, "--momentum")) o->momentum = strtof(v, &end);
         else if (!strcmp(a, "--seed")) o->seed = strtoull(v, &end, 10);
         else if (!strcmp(a, "--dump")) o->dump = v;
+        else if (!strcmp(a, "--metrics_dir")) o->metrics_dir = v;
         else {
             fprintf(stderr, "%s: unknown option %s\n", argv[0], a);
             usage(argv[0]);
@@ -215,6 +220,12 @@ static int fmnist_train_main(int argc, char **argv, const fmnist_model *m)
         fprintf(stderr, "startup failed: %s\n", fl_last_error());
         return 1;
     }
+    /* metrics of this hand-written loop (after fleet_init: the files carry the rank) */
+    fl_metrics *mx = NULL;
+    if (opt.metrics_dir ? !(mx = fl_metrics_open(opt.metrics_dir, NULL)) : fl_metrics_open_env(&mx) != FL_OK) {
+        fprintf(stderr, "metrics: %s\n", fl_last_error());
+        return 1;
+    }
 
     /* ---- this trainer's shard: perm[rank::nranks], padded to the same length on all ---- */
     int64_t shard = (train.n + nranks - 1) / nranks;
@@ -241,7 +252,7 @@ static int fmnist_train_main(int argc, char **argv, const fmnist_model *m)
             fprintf(stderr, "barrier: %s\n", fl_last_error());
             return 1;
         }
-        double t0 = fmnist_now(), loss_sum = 0;
+        double t0 = fmnist_now(), loss_sum = 0, window = 0;
         for (int64_t s = 0; s < steps; s++) {
             int64_t b = s == steps - 1 ? shard - s * batch : batch;
             if (fmnist_gather(&train, mine + s * batch, b, m->image, x, y)) {
@@ -255,6 +266,15 @@ static int fmnist_train_main(int argc, char **argv, const fmnist_model *m)
                 return 1;
             }
             loss_sum += fl_tensor_f32(cost)[0];
+            window += fl_tensor_f32(cost)[0];
+            int64_t step = (int64_t)ep * steps + s + 1;
+            if (mx && step % 50 == 0) {
+                if (fl_metrics_scalar(mx, "loss", step, ep, window / 50) != FL_OK || fl_metrics_flush(mx) != FL_OK) {
+                    fprintf(stderr, "metrics: %s\n", fl_last_error());
+                    return 1;
+                }
+                window = 0;
+            }
         }
         double stat[2] = {fmnist_now() - t0, loss_sum / (double)steps};
         /* slowest trainer's time; mean loss over trainers */
@@ -280,6 +300,15 @@ static int fmnist_train_main(int argc, char **argv, const fmnist_model *m)
         } else if ((report = fleet_is_first_worker(fleet))) { /* + */
             if (fmnist__score(exe, test_prog, test_acc, &test, m, 0, test.n, &correct)) return 1;
         }
+        int64_t at = (int64_t)ep + 1;
+        if (mx && (fl_metrics_scalar(mx, "epoch/loss", at, ep, stat[1]) != FL_OK ||
+                   fl_metrics_scalar(mx, "epoch/examples_per_s", at, ep, (double)train.n / stat[0]) != FL_OK ||
+                   fl_metrics_scalar(mx, "epoch/lr", at, ep, opt.lr) != FL_OK ||
+                   (report && fl_metrics_scalar(mx, "epoch/test_acc", at, ep, correct / (double)test.n) != FL_OK) ||
+                   fl_metrics_flush(mx) != FL_OK)) {
+            fprintf(stderr, "metrics: %s\n", fl_last_error());
+            return 1;
+        }
         if (report) {
             char took[32] = "";
             if (m->test_on_first_worker) snprintf(took, sizeof took, " (test %.2f s)", fmnist_now() - t_test);
@@ -299,6 +328,10 @@ static int fmnist_train_main(int argc, char **argv, const fmnist_model *m)
         return 1;
     }
 
+    if (fl_metrics_close(mx) != FL_OK) {
+        fprintf(stderr, "metrics: %s\n", fl_last_error());
+        return 1;
+    }
     fl_tensor_free(x);
     fl_tensor_free(y);
     free(perm);
