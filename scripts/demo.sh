@@ -36,7 +36,8 @@ echo "== 3. The saved model, reloaded with no servers, scores the test files"
 "$build"/examples/ctr/infer --model_dir "$model" --test_data "$data/test" --sparse_feature_dim 1000001
 echo
 echo "== 4. Loss and AUC per worker: scripts/plot-metrics.sh"
-png=$("$(dirname "$0")"/plot-metrics.sh "$metrics" "$build/demo-metrics.png")
+png=$("$(dirname "$0")"/plot-metrics.sh "$metrics" "$(cd "$build" && pwd)/demo-metrics.png")
+echo "   $png"
 echo
 echo "== Summary"
 awk -v c="$ceiling" -v t0="$start" -v t1="$end" '
