@@ -45,13 +45,13 @@ static inline double fmnist_now(void)
 }
 
 typedef struct {
-    const char *data;   /* --data DIR (NULL: $FMNIST_DIR or the default) */
-    int epochs;         /* --epochs N (1) */
-    int64_t batch;      /* --batch N per trainer (64) */
-    float lr, momentum; /* --lr F (0.01), --momentum F (0.9) */
-    uint64_t seed;      /* --seed S (0) */
-    int batch_norm;     /* --batch_norm, when allowed */
-    const char *dump;   /* --dump PATH: the parameters after training (NULL: none) */
+    const char *data;        /* --data DIR (NULL: $FMNIST_DIR or the default) */
+    int epochs;              /* --epochs N (1) */
+    int64_t batch;           /* --batch N per trainer (64) */
+    float lr, momentum;      /* --lr F (0.01), --momentum F (0.9) */
+    uint64_t seed;           /* --seed S (0) */
+    int batch_norm;          /* --batch_norm, when allowed */
+    const char *dump;        /* --dump PATH: the parameters after training (NULL: none) */
     const char *metrics_dir; /* --metrics_dir DIR (NULL: $FLEET_METRICS_DIR or none) */
 } fmnist_opts;
 
@@ -300,7 +300,7 @@ static int fmnist_train_main(int argc, char **argv, const fmnist_model *m)
         } else if ((report = fleet_is_first_worker(fleet))) { /* + */
             if (fmnist__score(exe, test_prog, test_acc, &test, m, 0, test.n, &correct)) return 1;
         }
-        int64_t at = (int64_t)ep + 1;
+        int64_t at = ep; /* epoch records: step = epoch (0-based), as fl_exe_train_from_dataset */
         if (mx && (fl_metrics_scalar(mx, "epoch/loss", at, ep, stat[1]) != FL_OK ||
                    fl_metrics_scalar(mx, "epoch/examples_per_s", at, ep, (double)train.n / stat[0]) != FL_OK ||
                    fl_metrics_scalar(mx, "epoch/lr", at, ep, opt.lr) != FL_OK ||

@@ -5,7 +5,8 @@
  * shared/peers RESULTS.md 5c.  The training program (data, shards, epochs, the "+" lines
  * that make it data-parallel) is train.h; without fleetrun it trains as one local worker.
  *
- *   train_mlp [--data DIR] [--epochs N] [--batch N] [--lr F] [--momentum F] [--seed S] [--dump PATH] [--metrics_dir DIR]
+ *   train_mlp [--data DIR] [--epochs N] [--batch N] [--lr F] [--momentum F] [--seed S] [--dump PATH]
+ *             [--metrics_dir DIR]
  *   fleetrun --nproc_per_node 2 build/examples/fmnist/train_mlp --batch 32
  *
  * --batch is per trainer (global batch = trainers x batch).  Each trainer scores its share
@@ -19,14 +20,15 @@
 static void usage(const char *argv0)
 {
     fprintf(stderr,
-            "usage: %s [--data DIR] [--epochs N] [--batch N] [--lr F] [--momentum F] [--seed S] [--dump PATH] [--metrics_dir DIR]\n"
+            "usage: %s [--data DIR] [--epochs N] [--batch N] [--lr F] [--momentum F] [--seed S] [--dump PATH]\n"
+            "          [--metrics_dir DIR]\n"
             "  --data DIR     IDX files (default $FMNIST_DIR, else " FMNIST_DEFAULT_DIR ")\n"
             "  --epochs N     epochs (default 1)\n"
             "  --batch N      batch per trainer (default 64)\n"
             "  --lr F         learning rate (default 0.01); --momentum F (default 0.9)\n"
             "  --seed S       shuffle seed of epoch 1 (default 0; epoch e uses S+e-1)\n"
             "  --dump PATH    after training, the first worker writes the parameters to PATH (safetensors)\n"
-            "  --metrics_dir DIR  loss, samples/s, lr and test accuracy per rank as CSV and TensorBoard files\n",
+            "  --metrics_dir DIR  loss, samples/s, lr, test accuracy per rank: CSV and TensorBoard files\n",
             argv0);
 }
 

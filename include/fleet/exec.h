@@ -70,9 +70,13 @@ typedef struct {
  * MultiTrainer: each thread has a child scope of e's scope for activations and its own
  * plan; persistable variables (parameters, optimizer state, AUC statistics) live in e's
  * root scope and are updated by every thread without locks.  BLAS runs single-threaded
- * inside trainer threads.  Every print_period batches of thread 0 (0: never) a line shows
- * the fetched values (labelled by fetch_info, or the names), examples/s and elapsed time;
- * on a terminal one refreshing line.  The first error of any thread stops every thread and
+ * inside trainer threads.  Fetched values are combined over all threads (a cumulative one,
+ * made by an op that updates persistable state such as auc: the latest; others: the mean
+ * per example).  Every print_period batches of the process (0: never) a line shows them
+ * (labelled by fetch_info, or the names) with the epoch, the percent of the data read,
+ * examples/s, elapsed time and ETA; on a terminal one line rewritten in place.  With a
+ * metrics writer (fl_exe_set_metrics or FLEET_METRICS_DIR, fleet/metrics.h) the same go to
+ * CSV and TensorBoard files; a directory that cannot be opened fails the call first.  The first error of any thread stops every thread and
  * is returned (naming the thread and batch).  Programs rewritten for collective or
  * synchronous parameter-server training run one trainer per process: thread must then
  * resolve to 1.  stats may be NULL.  Blocks until the pass ends. */

@@ -20,10 +20,10 @@ struct fl_scope {
 /* What an executor keeps for metrics and progress (src/exec/metrics.c, trainer.c). */
 typedef struct fl_metrics fl_metrics;
 typedef struct {
-    fl_metrics *m;  /* owned; NULL: no metrics */
-    int decided;    /* fl_exe_set_metrics called, or FLEET_METRICS_DIR looked at */
-    int epochs;     /* training passes run so far (the epoch number of the next) */
-    int64_t steps;  /* batches trained so far, every pass and thread together */
+    fl_metrics *m; /* owned; NULL: no metrics */
+    int decided;   /* fl_exe_set_metrics called, or FLEET_METRICS_DIR looked at */
+    int epochs;    /* training passes run so far (the epoch number of the next) */
+    int64_t steps; /* batches trained so far, every pass and thread together */
 } fl__exe_metrics;
 fl__exe_metrics *fl__exe_metrics_of(fl_exe *e);
 /* Closes the writer (a write error is logged as a warning). */

@@ -41,7 +41,7 @@ struct pass {
     atomic_int stop;
     atomic_llong instances, batches;
     double t0;
-    fl__report rep; /* progress line and metrics (progress.c) */
+    fl__report rep;     /* progress line and metrics (progress.c) */
     pthread_mutex_t mu; /* first error */
     int err;
     char msg[1024];
