@@ -288,6 +288,7 @@ TEST(bad_arguments_are_named)
 typedef struct {
     fl_prog *p;
     fl_exe *e;
+    fl_opt *opt;
     fl_var *x, *y, *loss, *acc;
 } model_t;
 
@@ -300,7 +301,8 @@ static model_t build(void)
     fl_var *prob = fl_layer_fc(FL_VARS(m.x), 2, "softmax");
     m.loss = fl_layer_mean(fl_layer_cross_entropy(prob, m.y));
     m.acc = fl_layer_accuracy(prob, m.y, 1);
-    CHECK_OK(fl_opt_minimize(fl_opt_sgd(0.1f), m.loss));
+    m.opt = fl_opt_sgd(0.1f);
+    CHECK_OK(fl_opt_minimize(m.opt, m.loss));
     m.e = fl_exe_create(NULL);
     CHECK(m.e);
     CHECK_OK(fl_exe_run(m.e, fl_prog_startup(m.p), NULL, 0, NULL, 0, NULL));
@@ -399,6 +401,7 @@ TEST(train_from_dataset_writes_metrics_from_the_environment)
     event_file(path, ev, sizeof ev);
     event evs[64];
     CHECK_EQ_INT(read_events(ev, evs, 64), 1 + 2 * (3 * 4 + 4) + 3);
+    fl_opt_free(m.opt);
     fl_prog_free(m.p);
     fl_prog_free(test);
     fl_dataset_free(ds);
@@ -448,6 +451,7 @@ TEST(set_metrics_overrides_the_environment)
     CHECK_STR_HAS(fl_last_error(), "FLEET_METRICS_DIR='/proc/no/such/dir'");
     fl_exe_free(e2);
     fl_exe_free(m.e);
+    fl_opt_free(m.opt);
     fl_prog_free(m.p);
     fl_dataset_free(ds);
     rmdir_all();
