@@ -457,6 +457,45 @@ TEST(set_metrics_overrides_the_environment)
     rmdir_all();
 }
 
+/* A file read through a pipe_command counts whole when the command's output ends; the
+ * fraction never goes back. */
+TEST(dataset_progress_through_a_pipe_command)
+{
+    tmpdir();
+    model_t m = build();
+    int64_t bytes;
+    fl_dataset *ds = dataset(&m, "QueueDataset", 3, 40, &bytes);
+    CHECK_OK(fl_dataset_set_thread(ds, 1));
+    CHECK_OK(fl_dataset_set_pipe_command(ds, "sed -n p"));
+    fl_data_progress pg;
+    CHECK_OK(fl_dataset_begin(ds));
+    CHECK_OK(fl_dataset_progress(ds, &pg));
+    CHECK(pg.done == 0 && pg.total == bytes && pg.files == 3 && pg.files_done == 0 && pg.fraction == 0);
+    fl_data_batch *b = fl_data_batch_create(ds);
+    double last = 0;
+    int r, batches = 0;
+    while ((r = fl_dataset_next(ds, 0, b)) == 1) {
+        CHECK_OK(fl_dataset_progress(ds, &pg));
+        CHECK(pg.fraction >= last && pg.fraction <= 1.0);
+        last = pg.fraction;
+        batches++;
+    }
+    CHECK_EQ_INT(r, 0);
+    CHECK_EQ_INT(batches, 12);
+    CHECK_OK(fl_dataset_end(ds));
+    CHECK_OK(fl_dataset_progress(ds, &pg)); /* the last pass's, after the end */
+    CHECK(pg.done == bytes && pg.files_done == 3 && pg.fraction == 1.0);
+    CHECK_FAILS(fl_dataset_progress(ds, NULL), FL_EINVAL, "out is NULL");
+    CHECK_FAILS(fl_dataset_progress(NULL, &pg), FL_EINVAL, "dataset is NULL");
+    fl_data_batch_free(b);
+    fl_exe_free(m.e);
+    fl_opt_free(m.opt);
+    fl_prog_free(m.p);
+    fl_dataset_free(ds);
+    rmdir_all();
+}
+
 TEST_MAIN(T(crc32c_known_answers), T(event_file_framing_parses_back), T(csv_content_and_append),
           T(rank_from_identity_then_env), T(bad_arguments_are_named),
-          T(train_from_dataset_writes_metrics_from_the_environment), T(set_metrics_overrides_the_environment))
+          T(train_from_dataset_writes_metrics_from_the_environment), T(set_metrics_overrides_the_environment),
+          T(dataset_progress_through_a_pipe_command))
