@@ -32,6 +32,8 @@ struct fl_exe {
     fl_scope *scope;
     int own_scope;
     plan *plans;
+    const fl_prog **noticed; /* programs fl__exe_first_notice has seen */
+    int nnoticed;
 };
 
 fl_exe *fl_exe_create(fl_scope *scope)
@@ -79,8 +81,20 @@ void fl_exe_free(fl_exe *e)
         plan_free(pl);
     }
     if (e->own_scope) fl_scope_free(e->scope);
+    free(e->noticed);
     e->magic = 0;
     free(e);
+}
+
+int fl__exe_first_notice(fl_exe *e, const fl_prog *p)
+{
+    for (int i = 0; i < e->nnoticed; i++)
+        if (e->noticed[i] == p) return 0;
+    const fl_prog **n = realloc(e->noticed, (size_t)(e->nnoticed + 1) * sizeof *n);
+    if (!n) return 0;
+    n[e->nnoticed++] = p;
+    e->noticed = n;
+    return 1;
 }
 
 fl_scope *fl_exe_scope(fl_exe *e) { return e && e->magic == FL_EXE_MAGIC ? e->scope : NULL; }
