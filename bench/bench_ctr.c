@@ -4,7 +4,7 @@
  * and parameter-server async training with 1 server + 2 workers on 127.0.0.1.
  *
  *   bench_ctr local --data DIR [--files N] [--batches 32,512] [--threads 1,2] [--seconds S]
- *                   [--queue-batch B] [--optimizer sgd|adam] [--lr X] [--tag T]
+ *                   [--queue-batch B] [--optimizer sgd|adam] [--lr X] [--tag T] [--epochs N]
  *   bench_ctr ps    --data DIR [--files N] [--batches 32,512] [--threads 1] [--seconds S]
  *                   [--strategy KEY=VALUE ...] ...
  *
@@ -20,7 +20,10 @@
  * data until --seconds have passed (at least one).  examples/s = examples / pass seconds (the
  * pass time fl_exe_train_from_dataset reports, summed).  Per thread = total / threads.
  * --queue-batch B (0: off) adds, per thread count, one QueueDataset pass over the same files at
- * batch B: parsing + batching + training (the full pipeline).
+ * batch B: parsing + batching + training (the full pipeline).  --epochs N (local) replaces the
+ * timed passes by N single passes, each timed and printed alone (ours.ctrepoch.bB.tT.epochK_s),
+ * and the ratio of the slowest later epoch to the first: with Adam this shows whether later
+ * epochs slow down (they did by ~30 % while the optimizer state went subnormal).
  *
  * ps: this process starts 1 server and 2 workers (itself, re-executed with Paddle's PS
  * environment: PADDLE_PSERVERS_IP_PORT_LIST, TRAINING_ROLE, PADDLE_TRAINERS_NUM,
@@ -42,6 +45,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fleet.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,10 +64,10 @@ static struct {
     const char *data, *opt, *tag;
     const char *strategy[8]; /* --strategy KEY=VALUE (ps), after a_sync = true */
     int nstrategy;
-    int nfiles, nbatch, nthread, queue_batch;
+    int nfiles, nbatch, nthread, queue_batch, epochs;
     int batches[MAXCFG], threads[MAXCFG];
     double seconds, lr;
-} A = {NULL, "sgd", "", {NULL}, 0, 0, 0, 0, 0, {0}, {0}, 2.0, 1e-3};
+} A = {NULL, "sgd", "", {NULL}, 0, 0, 0, 0, 0, 0, {0}, {0}, 2.0, 1e-3};
 
 static double now(void)
 {
@@ -238,6 +242,54 @@ static void header(const char *mode)
 
 /* ---- local ------------------------------------------------------------------------------ */
 
+/* Subnormal float32 values (0 < |x| < FLT_MIN) in the root scope, and all float32 values:
+ * the optimizer moments of dead units decay into this range, where x86 arithmetic is slow. */
+static void count_subnormal(fl_exe *exe, long long *sub, long long *all, char *top, size_t cap)
+{
+    fl_scope *sc = fl_exe_scope(exe);
+    long long best = 0;
+    *sub = *all = 0;
+    snprintf(top, cap, "-");
+    for (int i = 0; i < fl_scope_num_vars(sc); i++) {
+        const fl_tensor *t = fl_scope_find(sc, fl_scope_name_at(sc, i));
+        if (!t || fl_tensor_dtype(t) != FL_FLOAT32) continue;
+        const float *x = fl_tensor_cdata(t);
+        long long n = 0;
+        for (int64_t j = 0; j < fl_tensor_numel(t); j++) n += fpclassify(x[j]) == FP_SUBNORMAL;
+        if (n > best) {
+            best = n;
+            snprintf(top, cap, "%s %lld of %lld", fl_scope_name_at(sc, i), n, (long long)fl_tensor_numel(t));
+        }
+        *sub += n;
+        *all += fl_tensor_numel(t);
+    }
+}
+
+/* --epochs N: N single passes over the data, each timed alone; prints every epoch's seconds
+ * and the ratio of the slowest later epoch to the first (flat epochs: about 1). */
+static void epochs(fl_exe *exe, model *md, fl_dataset *mem, int b, int t)
+{
+    double first = 0, worst = 0;
+    char key[96];
+    snprintf(key, sizeof key, "ours.ctrepoch.b%d.t%d", b, t);
+    for (int ep = 0; ep < A.epochs; ep++) {
+        run_res r = train(exe, md, mem, t, 0);
+        char what[32];
+        snprintf(what, sizeof what, "epoch%d_s", ep + 1);
+        emit(key, what, r.seconds, "s", "%.3f");
+        if (ep == 0) first = r.seconds;
+        else if (r.seconds > worst) worst = r.seconds;
+        long long sub, all;
+        char top[160];
+        count_subnormal(exe, &sub, &all, top, sizeof top);
+        printf("# b%d t%d epoch %d: %lld examples in %.3f s (%.0f examples/s), last loss %.4f; subnormal floats in the "
+               "scope afterwards: %lld of %lld (most: %s)\n",
+               b, t, ep + 1, r.instances, r.seconds, r.instances / r.seconds, r.loss, sub, all, top);
+        fflush(stdout);
+    }
+    if (A.epochs > 1) emit(key, "slowest_later_over_first", worst / first, "ratio", "%.3f");
+}
+
 static int run_local(void)
 {
     header("local");
@@ -268,6 +320,10 @@ static int run_local(void)
                 return 1;
             }
             train(exe, &md, warm, t, 0);
+            if (A.epochs > 0) {
+                epochs(exe, &md, mem, b, t);
+                continue;
+            }
             double b0 = sys_busy_s(), c0 = own_cpu_s(), w0 = now();
             run_res r = train(exe, &md, mem, t, A.seconds);
             double other = (sys_busy_s() - b0 - (own_cpu_s() - c0)) / (now() - w0);
@@ -534,8 +590,9 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
     usage:
-        fprintf(stderr, "usage: bench_ctr local|ps --data DIR [--files N] [--batches 32,512] [--threads 1,2] [--seconds S] "
-                        "[--queue-batch B] [--optimizer sgd|adam] [--lr X] [--tag T] [--strategy KEY=VALUE]\n");
+        fprintf(stderr,
+                "usage: bench_ctr local|ps --data DIR [--files N] [--batches 32,512] [--threads 1,2] [--seconds S] "
+                "[--queue-batch B] [--optimizer sgd|adam] [--lr X] [--tag T] [--strategy KEY=VALUE] [--epochs N]\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -553,10 +610,12 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--optimizer")) A.opt = v;
         else if (!strcmp(k, "--lr")) A.lr = atof(v);
         else if (!strcmp(k, "--tag")) A.tag = v;
+        else if (!strcmp(k, "--epochs")) A.epochs = atoi(v);
         else if (!strcmp(k, "--strategy") && A.nstrategy < 8) A.strategy[A.nstrategy++] = v;
         else goto usage;
     }
-    if (!A.data || A.seconds < 0 || !(A.lr > 0) || (strcmp(A.opt, "sgd") && strcmp(A.opt, "adam"))) goto usage;
+    if (!A.data || A.seconds < 0 || A.epochs < 0 || !(A.lr > 0) || (strcmp(A.opt, "sgd") && strcmp(A.opt, "adam")))
+        goto usage;
     if (!strcmp(mode, "local")) return run_local();
     if (!strcmp(mode, "ps")) return run_ps(argc, argv);
     if (!strcmp(mode, "ps-server")) return ps_server();

@@ -8,12 +8,14 @@
  * cases (1) build the update op directly (internal API, tests see src/) on a data variable
  * marked as a sparse gradient, so they can feed SelectedRows with chosen duplicate rows,
  * and (2) train an is_sparse fl_layer_embedding end to end.  A few cases call a kernel
- * directly for inputs the executor cannot feed.
+ * directly for inputs the executor cannot feed.  Dead units' state (zero gradients for 1,000
+ * steps) never goes subnormal, locally and in the parameter server's rules alike.
  * Tolerance: 1e-5 relative (plus 1e-8 absolute for values crossing zero). */
 #include "testhelp.h"
 #include "fleet/fleet.h"
 
 #include "graph/graph_internal.h"
+#include "ps/ps_internal.h"
 
 #define RTOL 1e-5
 #define ATOL 1e-8
@@ -506,6 +508,59 @@ TEST(sparse_l2_lr_scale_momentum) { sparse_lazy(&O_MOM, 0.05, 2.0); }
 TEST(sparse_l2_lr_scale_adagrad) { sparse_lazy(&O_ADAGRAD_EPS, 0.05, 2.0); }
 TEST(sparse_l2_lr_scale_adam) { sparse_lazy(&O_ADAM_EPS, 0.05, 2.0); }
 
+/* ---- no subnormal state ---------------------------------------------------------------- */
+
+static int64_t count_subnormal(const float *x, int64_t n)
+{
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) k += fpclassify(x[i]) == FP_SUBNORMAL;
+    return k;
+}
+
+/* A dead unit: one gradient g0, then 1,000 steps of gz (0: the state decays geometrically;
+ * adagrad: a gradient whose square is below FLT_MIN).  The state never holds a subnormal
+ * (it is flushed to 0 below FLT_MIN, where x86 arithmetic is slow), and the parameter
+ * server's rule (src/ps/optim.c) stays bit-identical to the local op all the way. */
+static void no_subnormal_state(const ocfg *o, fl_ps_opt_kind kind, float g0, float gz)
+{
+    fl_prog *p = build_update(o, 0.0, 1.0);
+    fl_exe *e = fl_exe_create(NULL);
+    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
+    const char *sn = !strcmp(o->type, "adagrad") ? "t_moment_0" : !strcmp(o->type, "adam") ? "t_moment1_0" : "t_velocity_0";
+    fl_ps_optimizer pc = {kind, o->lr, 0.0f, o->b1, o->b2, o->eps, o->mu, o->nesterov};
+    fl__ps_opt po;
+    fl__ps_opt_init(&po, &pc);
+    float w[W], m1[W] = {0}, m2[W] = {0}, pows[2];
+    fl__ps_opt_pows_init(&po, pows);
+    memcpy(w, fl_tensor_f32(find(e, "t")) + W, sizeof w);
+    int64_t row = 1, flushed = 0;
+    for (int step = 0; step < 1000; step++) {
+        float vals[W];
+        for (int j = 0; j < W; j++) vals[j] = step ? gz : g0 * (float)(j + 1);
+        fl_tensor *gt = rows_tensor(&row, 1, vals, R);
+        fl_feed feed[] = {{"g", gt}};
+        CHECK_OK(fl_exe_run(e, p, feed, 1, NULL, 0, NULL));
+        fl_tensor_free(gt);
+        CHECK_OK(fl__ps_opt_apply(&po, w, m1, m2, vals, W, 1.0f, pows));
+        fl__ps_opt_pows_advance(&po, pows);
+        const float *st = fl_tensor_f32(find(e, sn)) + W, *pw = fl_tensor_f32(find(e, "t")) + W;
+        if (count_subnormal(st, W))
+            TFAIL("%s: step %d: state '%s' holds %lld subnormal values (first %g)", o->type, step, sn,
+                  (long long)count_subnormal(st, W), (double)st[0]);
+        CHECK(memcmp(st, m1, sizeof m1) == 0 && memcmp(pw, w, sizeof w) == 0);
+        if (!strcmp(o->type, "adam")) CHECK(memcmp(fl_tensor_f32(find(e, "t_moment2_0")) + W, m2, sizeof m2) == 0);
+        flushed += st[0] == 0.0f;
+    }
+    CHECK(flushed > 0); /* the decay did reach the flush */
+    fl_exe_free(e);
+    fl_prog_free(p);
+}
+
+TEST(dead_unit_state_momentum) { no_subnormal_state(&O_MOM, FL_PS_OPT_MOMENTUM, 1e-3f, 0.0f); }
+TEST(dead_unit_state_nesterov) { no_subnormal_state(&O_NAG, FL_PS_OPT_MOMENTUM, 1e-3f, 0.0f); }
+TEST(dead_unit_state_adam) { no_subnormal_state(&O_ADAM, FL_PS_OPT_ADAM, 1e-3f, 0.0f); }
+TEST(dead_unit_state_adagrad) { no_subnormal_state(&O_ADAGRAD, FL_PS_OPT_ADAGRAD, 1e-20f, 1e-20f); }
+
 /* Calls op's kernel directly on the given tensors, one per slot in def order; outputs are
  * bound to their inputs as minimize() does (ParamOut = Param, state outputs = state). */
 static int call_kernel(const fl_op *op, fl_tensor **ins, int nin, void **state)
@@ -832,4 +887,5 @@ TEST_MAIN(T(null_handle_keeps_the_earlier_error), T(dense_sgd), T(dense_momentum
           T(embedding_sparse_l2_lr_scale_momentum), T(embedding_sparse_l2_lr_scale_adam),
           T(embedding_sparse_equals_dense_sgd), T(embedding_sparse_vs_dense_sgd_l2), T(separate_outputs_sgd_sparse),
           T(separate_outputs_momentum_dense), T(separate_outputs_momentum_sparse), T(separate_outputs_adagrad_sparse),
-          T(separate_outputs_adam_dense), T(separate_outputs_adam_sparse))
+          T(separate_outputs_adam_dense), T(separate_outputs_adam_sparse), T(dead_unit_state_momentum),
+          T(dead_unit_state_nesterov), T(dead_unit_state_adam), T(dead_unit_state_adagrad))

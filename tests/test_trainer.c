@@ -6,6 +6,7 @@
  * parameters alone, and the progress lines show the fetched values and the speed.
  */
 #include <limits.h>
+#include <pthread.h>
 
 #include "testhelp.h"
 #include "graph/graph_internal.h"
@@ -63,7 +64,7 @@ typedef struct {
     fl_exe *e;
 } ctr_t;
 
-static ctr_t build(int hidden, float lr)
+static ctr_t build_opt(int hidden, float lr, int minimize)
 {
     ctr_t c;
     c.p = fl_prog_create();
@@ -72,11 +73,13 @@ static ctr_t build(int hidden, float lr)
     cfg.nhidden = 2;
     cfg.hidden[0] = cfg.hidden[1] = hidden;
     CHECK_OK(fl_model_ctr_dnn_build(c.p, &cfg, &c.m));
-    CHECK_OK(fl_opt_minimize(fl_opt_adam(lr, 0.9f, 0.999f, 1e-8f), c.m.loss));
+    if (minimize) CHECK_OK(fl_opt_minimize(fl_opt_adam(lr, 0.9f, 0.999f, 1e-8f), c.m.loss));
     c.e = fl_exe_create(NULL);
     CHECK_OK(fl_exe_run(c.e, fl_prog_startup(c.p), NULL, 0, NULL, 0, NULL));
     return c;
 }
+
+static ctr_t build(int hidden, float lr) { return build_opt(hidden, lr, 1); }
 
 static fl_dataset *dataset(ctr_t *c, const char *kind, const char *sub, int threads, int batch)
 {
@@ -242,5 +245,103 @@ TEST(infer_pass_threads_and_progress)
     cleanup();
 }
 
+/* Log lines, captured by a sink (FLEET_LOG_LEVEL=info is set before the first line). */
+static char log_text[16384];
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static void log_sink(fl_log_level lvl, const char *line, void *user)
+{
+    (void)user;
+    pthread_mutex_lock(&log_mu);
+    size_t o = strlen(log_text);
+    snprintf(log_text + o, sizeof log_text - o, "%c %s\n", "EWIDT"[lvl], line);
+    pthread_mutex_unlock(&log_mu);
+}
+static int count_in_log(const char *sub)
+{
+    int n = 0;
+    for (const char *p = log_text; (p = strstr(p, sub)); p++) n++;
+    return n;
+}
+
+#define FORGOT "no backward or optimizer op"
+
+/* Training a program that was never minimized warns once per executor and program, naming
+ * a parameter and fl_opt_minimize; a minimized program, an inference pass and fl_exe_run
+ * (which cannot tell training from evaluation) do not warn. */
+TEST(forgotten_minimize_warns_once)
+{
+    setenv("FLEET_LOG_LEVEL", "info", 1);
+    fl_log_set_sink(log_sink, NULL);
+    gen(2000, "--vocab-scale 0.01");
+    ctr_t c = build_opt(16, 0.01f, 0);
+    fl_dataset *ds = dataset(&c, "QueueDataset", "train", 2, 64);
+    fl_tensor *wt = fl_scope_find(fl_exe_scope(c.e), "fc_0.w_0");
+    CHECK(wt);
+    size_t nb = fl_tensor_nbytes(wt);
+    void *before = malloc(nb);
+    memcpy(before, fl_tensor_cdata(wt), nb);
+    for (int epoch = 0; epoch < 3; epoch++) CHECK_OK(fl_exe_train_from_dataset(c.e, c.p, ds, 2, NULL, NULL, 0, 0, NULL));
+    CHECK(memcmp(before, fl_tensor_cdata(wt), nb) == 0); /* nothing trained */
+    CHECK_EQ_INT(count_in_log(FORGOT), 1);
+    CHECK_STR_HAS(log_text, "W ");
+    CHECK_STR_HAS(log_text, "fl_exe_train_from_dataset: the program has ");
+    CHECK_STR_HAS(log_text, "(e.g. '");
+    CHECK_STR_HAS(log_text, "call fl_opt_minimize(optimizer, loss)");
+    /* fl_exe_run and inference passes say nothing */
+    log_text[0] = 0;
+    CHECK_OK(fl_exe_infer_from_dataset(c.e, c.p, ds, 2, NULL, NULL, 0, 0, NULL));
+    fl_prog *t = fl_prog_clone(c.p, 1);
+    CHECK_OK(fl_exe_infer_from_dataset(c.e, t, ds, 1, NULL, NULL, 0, 0, NULL));
+    fl_prog_free(t);
+    CHECK_EQ_INT(count_in_log(FORGOT), 0);
+    fl_dataset_free(ds);
+    ctr_free(&c);
+    /* a minimized program trains without the warning */
+    c = build_opt(16, 0.01f, 1);
+    ds = dataset(&c, "QueueDataset", "train", 2, 64);
+    CHECK_OK(fl_exe_train_from_dataset(c.e, c.p, ds, 2, NULL, NULL, 0, 0, NULL));
+    t = fl_prog_clone(c.p, 1);
+    CHECK_OK(fl_exe_infer_from_dataset(c.e, t, ds, 2, NULL, NULL, 0, 0, NULL));
+    CHECK_EQ_INT(count_in_log(FORGOT), 0);
+    /* training the forward-only clone by mistake is caught too */
+    CHECK_OK(fl_exe_train_from_dataset(c.e, t, ds, 1, NULL, NULL, 0, 0, NULL));
+    CHECK_EQ_INT(count_in_log(FORGOT), 1);
+    fl_prog_free(t);
+    free(before);
+    fl_dataset_free(ds);
+    ctr_free(&c);
+    cleanup();
+}
+
+/* A program with an op marked single_trainer (collective, sync PS, GEO) trains with one
+ * thread when none is asked (thread <= 0), saying so; an explicit 2 fails naming the op and
+ * what to pass. */
+TEST(single_trainer_program_chooses_one_thread)
+{
+    setenv("FLEET_LOG_LEVEL", "info", 1);
+    fl_log_set_sink(log_sink, NULL);
+    gen(3000, "--vocab-scale 0.01");
+    ctr_t c = build(16, 0.01f);
+    fl_dataset *ds = dataset(&c, "QueueDataset", "train", 3, 64);
+    CHECK_OK(fl__attr_set_i(c.p->ops[0], "single_trainer", 1));
+    fl_exe_dataset_stats s;
+    CHECK_OK(fl_exe_train_from_dataset(c.e, c.p, ds, 0, NULL, NULL, 0, 0, &s));
+    CHECK_EQ_INT(s.instances, 3000); /* one thread read all 3 readers' shares */
+    CHECK_EQ_INT(count_in_log("training with 1 thread"), 1);
+    CHECK_STR_HAS(log_text, "I ");
+    CHECK_STR_HAS(log_text, c.p->ops[0]->def->type);
+    CHECK_OK(fl_exe_train_from_dataset(c.e, c.p, ds, -1, NULL, NULL, 0, 0, &s));
+    CHECK_EQ_INT(s.instances, 3000);
+    CHECK(fl_exe_train_from_dataset(c.e, c.p, ds, 2, NULL, NULL, 0, 0, NULL) == FL_EINVAL);
+    CHECK_STR_HAS(fl_last_error(), "one thread per process; got 2 threads: pass thread 1 (or 0 to choose it)");
+    CHECK_STR_HAS(fl_last_error(), c.p->ops[0]->def->type);
+    CHECK_OK(fl_exe_train_from_dataset(c.e, c.p, ds, 1, NULL, NULL, 0, 0, &s));
+    CHECK_EQ_INT(s.instances, 3000);
+    fl_dataset_free(ds);
+    ctr_free(&c);
+    cleanup();
+}
+
 TEST_MAIN(T(hogwild_reaches_the_planted_auc), T(bad_line_stops_the_pass_with_its_location),
-          T(infer_pass_threads_and_progress))
+          T(infer_pass_threads_and_progress), T(forgotten_minimize_warns_once),
+          T(single_trainer_program_chooses_one_thread))

@@ -78,8 +78,11 @@ typedef struct {
  * metrics writer (fl_exe_set_metrics or FLEET_METRICS_DIR, fleet/metrics.h) the same go to
  * CSV and TensorBoard files; a directory that cannot be opened fails the call first.  The first error of any thread stops every thread and
  * is returned (naming the thread and batch).  Programs rewritten for collective or
- * synchronous parameter-server training run one trainer per process: thread must then
- * resolve to 1.  stats may be NULL.  Blocks until the pass ends. */
+ * synchronous parameter-server training run one trainer per process: thread <= 0 then
+ * chooses 1 (logged at INFO) and an explicit count resolving to more fails (FL_EINVAL).  A
+ * program with trainable parameters but no backward or optimizer op (fl_opt_minimize not
+ * called) trains nothing: the first pass per executor and program warns.  stats may be
+ * NULL.  Blocks until the pass ends. */
 FL_API int fl_exe_train_from_dataset(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const char *const *fetch_list,
                                      const char *const *fetch_info, int nfetch, int print_period,
                                      fl_exe_dataset_stats *stats);

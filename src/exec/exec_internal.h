@@ -32,4 +32,15 @@ void fl__exe_metrics_free(fl__exe_metrics *x);
 /* Root-most ancestor of s. */
 fl_scope *fl__scope_root(fl_scope *s);
 
+/* executor.c: 1 the first time it is called for program p on executor e, 0 afterwards (and
+ * when out of memory): one-time notices per executor and program. */
+int fl__exe_first_notice(fl_exe *e, const fl_prog *p);
+
+/* untrained.c: a trainable parameter of p when p has no backward and no optimizer op (a
+ * training pass would leave it unchanged: fl_opt_minimize was forgotten); NULL otherwise. */
+const fl_var *fl__untrained_param(const fl_prog *p);
+/* Warns once per executor and program when fl__untrained_param(p) is not NULL; fn names
+ * the training call in the message. */
+void fl__untrained_warn(fl_exe *e, const fl_prog *p, const char *fn);
+
 #endif

@@ -33,6 +33,8 @@ struct fl_exe {
     int own_scope;
     plan *plans;
     fl__exe_metrics metrics; /* metrics.c, trainer.c */
+    const fl_prog **noticed; /* programs fl__exe_first_notice has seen */
+    int nnoticed;
 };
 
 fl_exe *fl_exe_create(fl_scope *scope)
@@ -81,11 +83,22 @@ void fl_exe_free(fl_exe *e)
     }
     if (e->own_scope) fl_scope_free(e->scope);
     fl__exe_metrics_free(&e->metrics);
+    free(e->noticed);
     e->magic = 0;
     free(e);
 }
 
 fl__exe_metrics *fl__exe_metrics_of(fl_exe *e) { return &e->metrics; }
+int fl__exe_first_notice(fl_exe *e, const fl_prog *p)
+{
+    for (int i = 0; i < e->nnoticed; i++)
+        if (e->noticed[i] == p) return 0;
+    const fl_prog **n = realloc(e->noticed, (size_t)(e->nnoticed + 1) * sizeof *n);
+    if (!n) return 0;
+    n[e->nnoticed++] = p;
+    e->noticed = n;
+    return 1;
+}
 
 fl_scope *fl_exe_scope(fl_exe *e) { return e && e->magic == FL_EXE_MAGIC ? e->scope : NULL; }
 

@@ -133,16 +133,37 @@ static void *thread_main(void *arg)
 }
 
 /* An op marked single_trainer (collective and synchronous parameter-server ops) counts
- * one step per process: such programs train with one thread. */
-static int check_threads(const fl_prog *p, int n, const char *fn)
+ * one step per process: such programs train with one thread.  Its index, or -1. */
+static int single_trainer_op(const fl_prog *p)
 {
-    if (n <= 1) return FL_OK;
     for (int i = 0; i < p->nops; i++)
-        if (fl__attr_i(p->ops[i], "single_trainer", 0))
-            return fl__err(FL_EINVAL,
-                           "%s: op '%s' exchanges one step per process (collective or synchronous parameter-server "
-                           "training), so the program trains with one thread per process; got %d threads",
-                           fn, p->ops[i]->def->type, n);
+        if (fl__attr_i(p->ops[i], "single_trainer", 0)) return i;
+    return -1;
+}
+
+/* Trainer threads for a pass: `thread` (<= 0: the dataset's readers, or 1 for a program
+ * with a single_trainer op), at most the dataset's `avail` readers.  An explicit count
+ * above 1 for a single_trainer program is an error saying what to set. */
+static int choose_threads(const fl_prog *p, int thread, int avail, const char *fn, int *n)
+{
+    int one = single_trainer_op(p);
+    if (thread <= 0 && one >= 0 && avail > 1) {
+        FL_INFO(FL_SUB_EXEC,
+                "%s: op '%s' exchanges one step per process: training with 1 thread (the dataset has %d "
+                "readers; each thread reads their shares in turn)",
+                fn, p->ops[one]->def->type, avail);
+        thread = 1;
+    }
+    *n = thread > 0 && thread < avail ? thread : avail;
+    if (thread > avail)
+        FL_INFO(FL_SUB_EXEC, "%s: %d threads asked, the dataset has %d readers: training with %d", fn, thread, avail,
+                avail);
+    if (*n > 1 && one >= 0)
+        return fl__err(FL_EINVAL,
+                       "%s: op '%s' exchanges one step per process (collective or synchronous parameter-server "
+                       "training), so the program trains with one thread per process; got %d threads: pass thread 1 "
+                       "(or 0 to choose it)",
+                       fn, p->ops[one]->def->type, *n);
     return FL_OK;
 }
 
@@ -158,11 +179,9 @@ static int run_pass(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const cha
     if (print_period < 0) return fl__err(FL_EINVAL, "%s: print_period must be >= 0, got %d", fn, print_period);
     int avail = fl_dataset_thread_num(ds);
     if (avail < 1) return fl__err(FL_EINVAL, "%s: the dataset has no file list or no reader threads", fn);
-    int n = thread > 0 && thread < avail ? thread : avail;
-    if (thread > avail)
-        FL_INFO(FL_SUB_EXEC, "%s: %d threads asked, the dataset has %d readers: training with %d", fn, thread, avail,
-                avail);
-    FL_CHECK(check_threads(p, n, fn));
+    int n;
+    FL_CHECK(choose_threads(p, thread, avail, fn, &n));
+    if (train) fl__untrained_warn(e, p, fn);
     if (stats) memset(stats, 0, sizeof *stats);
     pass ps = {.e = e,
                .p = p,

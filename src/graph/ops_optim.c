@@ -16,6 +16,10 @@
  * Paddle's sparse momentum, and adam with lazy_mode=False, also decay the state of rows
  * absent from the gradient; Fleet does not, so a step costs O(rows touched) even for huge
  * embedding tables.  Adam's beta pow accumulators still advance once per step.
+ *
+ * Optimizer state (velocity, moments) is flushed to 0 when it falls below FLT_MIN
+ * (fl__flush_tiny): the moments of dead units otherwise decay into subnormals, which x86
+ * computes on a slow path; what this changes numerically is in docs/engine.md.
  */
 #include <math.h>
 #include <string.h>
@@ -293,13 +297,13 @@ static int run_momentum(fl_kctx *c)
         const float *restrict gr = u.gv + i * u.seg;
         if (nesterov) {
             for (int64_t j = 0; j < u.seg; j++) {
-                float gj = gr[j] + l2 * p[j], vj = mu * v[j] + gj;
+                float gj = gr[j] + l2 * p[j], vj = fl__flush_tiny(mu * v[j] + gj);
                 v[j] = vj;
                 p[j] -= lr * (gj + mu * vj);
             }
         } else {
             for (int64_t j = 0; j < u.seg; j++) {
-                float gj = gr[j] + l2 * p[j], vj = mu * v[j] + gj;
+                float gj = gr[j] + l2 * p[j], vj = fl__flush_tiny(mu * v[j] + gj);
                 v[j] = vj;
                 p[j] -= lr * vj;
             }
@@ -321,7 +325,7 @@ static int run_adagrad(fl_kctx *c)
         float *restrict m = (float *)mt->data + seg_off(&u, i);
         const float *restrict gr = u.gv + i * u.seg;
         for (int64_t j = 0; j < u.seg; j++) {
-            float gj = gr[j] + l2 * p[j], mj = m[j] + gj * gj;
+            float gj = gr[j] + l2 * p[j], mj = fl__flush_tiny(m[j] + gj * gj);
             m[j] = mj;
             p[j] -= lr * gj / (sqrtf(mj) + eps);
         }
@@ -359,7 +363,7 @@ static int run_adam(fl_kctx *c)
         const float *restrict gr = u.gv + i * u.seg;
         for (int64_t j = 0; j < u.seg; j++) {
             float gj = gr[j] + l2 * p[j];
-            float a = fb1 * m1[j] + cb1 * gj, b = fb2 * m2[j] + cb2 * gj * gj;
+            float a = fl__flush_tiny(fb1 * m1[j] + cb1 * gj), b = fl__flush_tiny(fb2 * m2[j] + cb2 * gj * gj);
             m1[j] = a;
             m2[j] = b;
             p[j] -= lr * a / (sqrtf(b) + eps_t);

@@ -66,5 +66,48 @@ typedef struct {
  * and not "__metadata__", dtypes one of the six: FL_EINVAL naming the tensor, without a
  * prefix (the caller adds which file). */
 int fl__st_header(const fl__st_desc *t, int n, const char *meta_key, const char *meta_val, fl_buf *out);
+/* The same with nmeta metadata entries mkeys[i]: mvals[i] after "format": "fleet". */
+int fl__st_header_meta(const fl__st_desc *t, int n, const char *const *mkeys, const char *const *mvals, int nmeta,
+                       fl_buf *out);
+/* fl_io_write_safetensors with metadata entries, as fl__st_header_meta. */
+int fl__st_write(const char *path, const char *const *names, const fl_tensor *const *tensors, int n,
+                 const char *const *mkeys, const char *const *mvals, int nmeta);
+
+/* The "__metadata__" strings of a safetensors file (malloc'ed copies). */
+typedef struct {
+    int n;
+    char **keys, **vals;
+} fl__st_meta;
+void fl__st_meta_free(fl__st_meta *m);
+/* The value of key, or NULL. */
+const char *fl__st_meta_get(const fl__st_meta *m, const char *key);
+/* fl_io_read_safetensors that also returns the metadata (meta may be NULL; on failure it is
+ * left empty). */
+int fl__st_read(const char *path, char ***names, fl_tensor ***tensors, int *n, fl__st_meta *meta);
+
+/* ---- rows.c: tables stored as their non-zero rows ---------------------------------------- */
+
+/* Tensors as written to a file: some of the caller's, borrowed, and the packed ones, owned. */
+typedef struct {
+    int n;
+    const char **names;
+    const fl_tensor **ts;
+    char **own_names; /* the packed tensors' names and tensors, freed by fl__rows_free */
+    fl_tensor **own_ts;
+    int nown;
+    char **mkeys, **mvals; /* "NAME@height": "<rows>" for each packed table */
+    int nmeta;
+} fl__rows_pack;
+
+/* Packs each 2-D tensor of (names, ts) of at least 2 rows of which fewer than half are
+ * non-zero (any bit set) into NAME@ids (int64 [n], ascending) and NAME@rows ([n, dim], the
+ * tensor's dtype), with "NAME@height" in the metadata; other tensors pass through.  path
+ * names the file in errors. */
+int fl__rows_pack_tables(const char *path, const char *const *names, const fl_tensor *const *ts, int n, fl__rows_pack *out);
+void fl__rows_pack_free(fl__rows_pack *p);
+/* Rebuilds every table the metadata lists ("NAME@height") from NAME@ids and NAME@rows, bit
+ * for bit (absent rows are zero), replacing the two entries of the arrays by NAME.  An id out
+ * of range, ids not ascending, or a missing or misshapen part is FL_ECORRUPT naming path. */
+int fl__rows_unpack_tables(const char *path, const fl__st_meta *meta, char ***names, fl_tensor ***ts, int *n);
 
 #endif

@@ -4,7 +4,8 @@
  *
  *   <dir>/persistables.safetensors   fl_io_save_persistables
  *   <dir>/__model__                  fl_io_save_inference_model: "feed"/"fetch" lines and
- *   <dir>/params.safetensors         the program text; its parameters
+ *   <dir>/params.safetensors         the program text; its parameters (tables that are
+ *                                    mostly zero rows stored by their rows, rows.c)
  *
  * Loading is all-or-nothing: the file is read and every variable checked (present, same
  * dtype and shape) before the scope is touched; the values are then swapped into the
@@ -76,13 +77,21 @@ static int gather(fl_exe *e, const fl_prog *p, const char *path, const char ***n
     return FL_OK;
 }
 
-static int save_vars(fl_exe *e, const fl_prog *p, const char *path)
+/* Writes p's persistable variables to path; with pack, mostly-zero tables by their rows
+ * (rows.c). */
+static int save_vars(fl_exe *e, const fl_prog *p, const char *path, int pack)
 {
     const char **names;
     const fl_tensor **ts;
     int n;
     FL_CHECK(gather(e, p, path, &names, &ts, &n));
-    int st = fl_io_write_safetensors(path, names, ts, n);
+    fl__rows_pack pk = {0};
+    int st = pack ? fl__rows_pack_tables(path, names, ts, n, &pk) : FL_OK;
+    if (st == FL_OK && pack)
+        st = fl__st_write(path, pk.names, pk.ts, pk.n, (const char *const *)pk.mkeys, (const char *const *)pk.mvals,
+                          pk.nmeta);
+    else if (st == FL_OK) st = fl_io_write_safetensors(path, names, ts, n);
+    fl__rows_pack_free(&pk); /* empty when not packed or when the pack failed */
     free(names);
     free(ts);
     return st;
@@ -94,7 +103,14 @@ static int load_vars(fl_exe *e, const fl_prog *p, const char *path)
     char **names = NULL;
     fl_tensor **ts = NULL;
     int n = 0, st;
-    FL_CHECK(fl_io_read_safetensors(path, &names, &ts, &n));
+    fl__st_meta meta;
+    FL_CHECK(fl__st_read(path, &names, &ts, &n, &meta));
+    st = fl__rows_unpack_tables(path, &meta, &names, &ts, &n);
+    fl__st_meta_free(&meta);
+    if (st != FL_OK) {
+        fl_io_free_tensors(names, ts, n);
+        return st;
+    }
     fl_strmap idx = {0};
     fl_tensor **dst = calloc((size_t)p->nvars + 1, sizeof *dst);
     int *src = calloc((size_t)p->nvars + 1, sizeof *src);
@@ -171,7 +187,7 @@ int fl_io_save_persistables(fl_exe *e, const char *dir, const fl_prog *p)
     if (!p) return fl__err(FL_EINVAL, "fl_io_save_persistables: program is NULL");
     char *path = fl__path_join(dir, PERSIST_FILE);
     if (!path) return FL_ENOMEM;
-    int st = save_vars(e, p, path);
+    int st = save_vars(e, p, path, 0);
     free(path);
     return st;
 }
@@ -228,7 +244,7 @@ int fl_io_save_inference_model(fl_exe *e, const char *dir, const char *const *fe
         st = FL_ENOMEM;
         goto out;
     }
-    FL_CHECK_GOTO(save_vars(e, q, ppath), st, out);
+    FL_CHECK_GOTO(save_vars(e, q, ppath, 1), st, out);
     size_t tlen;
     FL_CHECK_GOTO(fl_prog_to_text(q, &text, &tlen), st, out);
     fl__buf_printf(&b, "# Fleet inference model: the feed and fetch lines name the model's inputs and outputs;\n"

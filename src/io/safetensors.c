@@ -125,9 +125,46 @@ static int parse_entry(const fl_json *j, const cJSON *v, st_entry *e)
     return FL_OK;
 }
 
-/* An object of tensor descriptions and an optional "__metadata__" object of strings.
+void fl__st_meta_free(fl__st_meta *m)
+{
+    if (!m) return;
+    for (int i = 0; i < m->n; i++) {
+        free(m->keys[i]);
+        free(m->vals[i]);
+    }
+    free(m->keys);
+    free(m->vals);
+    *m = (fl__st_meta){0, NULL, NULL};
+}
+
+const char *fl__st_meta_get(const fl__st_meta *m, const char *key)
+{
+    for (int i = 0; m && i < m->n; i++)
+        if (!strcmp(m->keys[i], key)) return m->vals[i];
+    return NULL;
+}
+
+/* Appends a copy of key: val; false when out of memory. */
+static int meta_add(fl__st_meta *m, const char *key, const char *val)
+{
+    char **k = realloc(m->keys, (size_t)(m->n + 1) * sizeof *k);
+    if (k) m->keys = k;
+    char **v = k ? realloc(m->vals, (size_t)(m->n + 1) * sizeof *v) : NULL;
+    if (v) m->vals = v;
+    char *ks = v ? fl__strdup(key) : NULL, *vs = ks ? fl__strdup(val) : NULL;
+    if (!vs) {
+        free(ks);
+        return 0;
+    }
+    m->keys[m->n] = ks;
+    m->vals[m->n++] = vs;
+    return 1;
+}
+
+/* An object of tensor descriptions and an optional "__metadata__" object of strings
+ * (copied into *mo when it is not NULL).
  * On success *out (malloc'ed, *n entries, NULL when none) points into j's tree. */
-static int parse_header(const fl_json *j, st_entry **out, int *n)
+static int parse_header(const fl_json *j, st_entry **out, int *n, fl__st_meta *mo)
 {
     const cJSON *root = j->root;
     *out = NULL;
@@ -147,6 +184,7 @@ static int parse_header(const fl_json *j, st_entry **out, int *n)
                 char key[80];
                 snprintf(key, sizeof key, "__metadata__.%.40s", m->string);
                 st = fl__json_str(j, m, key, &unused);
+                if (st == FL_OK && mo) st = meta_add(mo, m->string, unused) ? FL_OK : fl__json_fail(j, "out of memory");
             }
             continue;
         }
@@ -268,10 +306,16 @@ void fl_io_free_tensors(char **names, fl_tensor **tensors, int n)
 
 int fl_io_read_safetensors(const char *path, char ***names, fl_tensor ***tensors, int *n)
 {
+    return fl__st_read(path, names, tensors, n, NULL);
+}
+
+int fl__st_read(const char *path, char ***names, fl_tensor ***tensors, int *n, fl__st_meta *meta)
+{
     if (!names || !tensors || !n) return fl__err(FL_EINVAL, "fl_io_read_safetensors: output pointer is NULL");
     *names = NULL;
     *tensors = NULL;
     *n = 0;
+    if (meta) *meta = (fl__st_meta){0, NULL, NULL};
     if (!path) return fl__err(FL_EINVAL, "fl_io_read_safetensors: path is NULL");
     fl__tmp_sweep_near(path); /* a save killed mid-write left its temporary file here */
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -326,7 +370,7 @@ int fl_io_read_safetensors(const char *path, char ***names, fl_tensor ***tensors
         snprintf(src, srclen, "'%s': bad safetensors header", path);
         j.src = src;
         st = fl__json_parse(&j, hdr, (size_t)hlen, ST_MAX_HEADER, ST_MAX_VALUES);
-        if (st == FL_OK) st = parse_header(&j, &ents, &ne);
+        if (st == FL_OK) st = parse_header(&j, &ents, &ne, meta);
     }
     free(hdr);
     if (st != FL_OK) goto out;
@@ -363,6 +407,7 @@ int fl_io_read_safetensors(const char *path, char ***names, fl_tensor ***tensors
     ts = NULL;
 out:
     if (nm || ts) fl_io_free_tensors(nm, ts, ne);
+    if (st != FL_OK) fl__st_meta_free(meta);
     free(ents);
     fl__json_free(&j);
     free(src);
@@ -386,10 +431,16 @@ static int put_entry(cJSON *root, const fl__st_desc *t, const char *dt, uint64_t
 
 int fl__st_header(const fl__st_desc *t, int n, const char *meta_key, const char *meta_val, fl_buf *out)
 {
+    return fl__st_header_meta(t, n, meta_key ? &meta_key : NULL, meta_key ? &meta_val : NULL, meta_key ? 1 : 0, out);
+}
+
+int fl__st_header_meta(const fl__st_desc *t, int n, const char *const *mkeys, const char *const *mvals, int nmeta,
+                       fl_buf *out)
+{
     fl_strmap seen = {0};
     cJSON *root = cJSON_CreateObject(), *meta = root ? cJSON_AddObjectToObject(root, "__metadata__") : NULL;
     int st = FL_OK, ok = meta && cJSON_AddStringToObject(meta, "format", "fleet");
-    if (ok && meta_key) ok = cJSON_AddStringToObject(meta, meta_key, meta_val) != NULL;
+    for (int i = 0; ok && i < nmeta; i++) ok = cJSON_AddStringToObject(meta, mkeys[i], mvals[i]) != NULL;
     uint64_t off = 0;
     for (int i = 0; i < n && ok && st == FL_OK; i++) {
         const char *name = t[i].name, *dt = st_dtype_name(t[i].dtype);
@@ -428,6 +479,12 @@ int fl__st_header(const fl__st_desc *t, int n, const char *meta_key, const char 
 
 int fl_io_write_safetensors(const char *path, const char *const *names, const fl_tensor *const *tensors, int n)
 {
+    return fl__st_write(path, names, tensors, n, NULL, NULL, 0);
+}
+
+int fl__st_write(const char *path, const char *const *names, const fl_tensor *const *tensors, int n,
+                 const char *const *mkeys, const char *const *mvals, int nmeta)
+{
     if (!path) return fl__err(FL_EINVAL, "fl_io_write_safetensors: path is NULL");
     if (n < 0 || (n > 0 && (!names || !tensors)))
         return fl__err(FL_EINVAL, "fl_io_write_safetensors '%s': bad tensor list (n = %d)", path, n);
@@ -445,7 +502,7 @@ int fl_io_write_safetensors(const char *path, const char *const *names, const fl
         d[i] = (fl__st_desc){names[i], fl_tensor_dtype(tensors[i]), fl_tensor_ndim(tensors[i]),
                              fl_tensor_shape(tensors[i])};
     fl_buf b = {0};
-    int st = fl__st_header(d, n, NULL, NULL, &b);
+    int st = fl__st_header_meta(d, n, mkeys, mvals, nmeta, &b);
     free(d);
     if (st != FL_OK) {
         fl__buf_free(&b);

@@ -10,7 +10,8 @@
  *             (pow1, pow2 start at b1, b2 and are multiplied by them after each step)
  *   momentum: v = mu v + g;  w -= lr v     (Nesterov: w -= lr (g + mu v), with the new v)
  *   sum:      w += grad * scale           (GEO deltas; no lr, no l2)
- * With scale == 1 the gradient is used unchanged (bit-identical to the local op).
+ * With scale == 1 the gradient is used unchanged (bit-identical to the local op).  As there,
+ * the state (v, m, m1, m2) is flushed to 0 below FLT_MIN (fl__flush_tiny, docs/engine.md).
  */
 #include <math.h>
 
@@ -64,7 +65,7 @@ int fl__ps_opt_apply(const fl__ps_opt *o, float *restrict w, float *restrict m1,
     case FL_PS_OPT_MOMENTUM: {
         const float mu = o->mu;
         for (int64_t j = 0; j < n; j++) {
-            float gj = (unit ? grad[j] : grad[j] * scale) + l2 * w[j], vj = mu * m1[j] + gj;
+            float gj = (unit ? grad[j] : grad[j] * scale) + l2 * w[j], vj = fl__flush_tiny(mu * m1[j] + gj);
             m1[j] = vj;
             w[j] -= o->nesterov ? lr * (gj + mu * vj) : lr * vj;
         }
@@ -73,7 +74,7 @@ int fl__ps_opt_apply(const fl__ps_opt *o, float *restrict w, float *restrict m1,
     case FL_PS_OPT_ADAGRAD: {
         const float eps = o->eps_f;
         for (int64_t j = 0; j < n; j++) {
-            float gj = (unit ? grad[j] : grad[j] * scale) + l2 * w[j], mj = m1[j] + gj * gj;
+            float gj = (unit ? grad[j] : grad[j] * scale) + l2 * w[j], mj = fl__flush_tiny(m1[j] + gj * gj);
             m1[j] = mj;
             w[j] -= lr * gj / (sqrtf(mj) + eps);
         }
@@ -87,7 +88,7 @@ int fl__ps_opt_apply(const fl__ps_opt *o, float *restrict w, float *restrict m1,
         const float fb1 = (float)o->b1, fb2 = (float)o->b2, cb1 = (float)(1.0 - o->b1), cb2 = (float)(1.0 - o->b2);
         for (int64_t j = 0; j < n; j++) {
             float gj = (unit ? grad[j] : grad[j] * scale) + l2 * w[j];
-            float a = fb1 * m1[j] + cb1 * gj, b = fb2 * m2[j] + cb2 * gj * gj;
+            float a = fl__flush_tiny(fb1 * m1[j] + cb1 * gj), b = fl__flush_tiny(fb2 * m2[j] + cb2 * gj * gj);
             m1[j] = a;
             m2[j] = b;
             w[j] -= lrt * a / (sqrtf(b) + eps_t);

@@ -5,6 +5,9 @@
 #ifndef FL_TENSOR_INTERNAL_H
 #define FL_TENSOR_INTERNAL_H
 
+#include <float.h>
+#include <math.h>
+
 #include "fleet/tensor.h"
 #include "../base/base_internal.h"
 
@@ -62,6 +65,13 @@ void fl__vaxpy(float *restrict y, float alpha, const float *restrict x, int64_t 
 void fl__vscale(float *restrict y, float alpha, const float *restrict x, int64_t n); /* y = a*x */
 void fl__vscal(float *restrict y, float alpha, int64_t n);                           /* y *= a, in place */
 void fl__vfill(float *y, float v, int64_t n);
+/* x, or 0 when x is subnormal (0 < |x| < FLT_MIN, 1.2e-38).  Optimizer state stored
+ * through this never goes subnormal: the moments of dead units decay geometrically into
+ * that range, where x86 arithmetic takes a slow microcode path (CTR-DNN Adam epochs were
+ * ~30 % slower after the first).  Vectorises to an and, a compare and a mask: about 11 % on
+ * the Adam update alone, against 2.7-3.1x when a tenth of its state is subnormal
+ * (bench/bench_subnormal.c). */
+static inline float fl__flush_tiny(float x) { return fabsf(x) < FLT_MIN ? 0.0f : x; }
 /* Adds row vector b[n] to each of m rows of y[m,n]. */
 void fl__add_rowvec(float *restrict y, const float *restrict b, int64_t m, int64_t n);
 /* db[n] (+)= column sums of dy[m,n]. accumulate=0 overwrites. */

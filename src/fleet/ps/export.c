@@ -5,7 +5,8 @@
  * need the servers.  The exported model replaces each of them by local lookup_table ops on
  * a [height, dim] parameter named after the table, filled with every row the servers hold
  * (fl_ps_client_scan_sparse); rows the servers never created read as zeros, which is what a
- * non-training pull from the servers returns for them.  The table's declared height bounds
+ * non-training pull from the servers returns for them (params.safetensors then stores only
+ * the non-zero rows: src/io/rows.c).  The table's declared height bounds
  * the ids it can hold: a trained id at or above it is reported, not dropped.  Dense
  * parameters are the servers' newest values (the caller pulls them first).
  */
