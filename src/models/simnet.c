@@ -106,8 +106,14 @@ fl_dataset *fl_model_simnet_dataset(const fl_model_simnet *m, const char *kind, 
 int fl__model_eval_loop(fl_exe *exe, fl_prog *test, fl_dataset *ds, const char *const *fetch, int nfetch,
                         int (*fn)(void *user, fl_tensor **out), void *user)
 {
-    fl_data_batch *b = fl_data_batch_create(ds);
-    if (!b) return fl_last_status();
+    /* an executor of its own on exe's scope: its cached plan of test goes with it, before the
+     * caller frees test (exe would keep a plan pointing into the freed program) */
+    fl_exe *ev = fl_exe_create(fl_exe_scope(exe));
+    fl_data_batch *b = ev ? fl_data_batch_create(ds) : NULL;
+    if (!b) {
+        fl_exe_free(ev);
+        return fl_last_status();
+    }
     int st = fl_dataset_begin(ds), r = 0;
     const int ns = fl_data_batch_num_slots(b);
     fl_feed feed[16];
@@ -115,13 +121,14 @@ int fl__model_eval_loop(fl_exe *exe, fl_prog *test, fl_dataset *ds, const char *
     while (st == FL_OK && (r = fl_dataset_next(ds, 0, b)) > 0) {
         for (int i = 0; i < ns; i++) feed[i] = (fl_feed){fl_data_batch_name(b, i), fl_data_batch_tensor(b, i)};
         fl_tensor *out[8];
-        st = fl_exe_run(exe, test, feed, ns, fetch, nfetch, out);
+        st = fl_exe_run(ev, test, feed, ns, fetch, nfetch, out);
         if (st == FL_OK) st = fn(user, out);
     }
     if (st == FL_OK && r < 0) st = r;
     int e = fl_dataset_end(ds);
     if (st == FL_OK) st = e;
     fl_data_batch_free(b);
+    fl_exe_free(ev);
     return st;
 }
 

@@ -89,10 +89,11 @@ fl_dataset *fl_model_word2vec_dataset(const fl_model_word2vec *m, const char *ki
 static int embeddings(fl_exe *exe, fl_prog *test, const fl_model_word2vec *m, int64_t V, float **out, int64_t *dim)
 {
     const int64_t K = fl_var_shape(m->neg_word)[1], B = 512;
+    fl_exe *ev = fl_exe_create(fl_exe_scope(exe)); /* its plan of test goes with it (see simnet.c) */
     fl_tensor *in = fl_tensor_create(FL_INT64, 2, (const int64_t[]){B, 1});
     fl_tensor *neg = fl_tensor_create(FL_INT64, 2, (const int64_t[]){B, K});
     float *E = NULL;
-    int st = in && neg ? FL_OK : fl_last_status();
+    int st = ev && in && neg ? FL_OK : fl_last_status();
     int64_t D = 0;
     for (int64_t s = 0; st == FL_OK && s < V; s += B) {
         int64_t n = V - s < B ? V - s : B;
@@ -108,7 +109,7 @@ static int embeddings(fl_exe *exe, fl_prog *test, const fl_model_word2vec *m, in
             {fl_var_name(m->input_word), in}, {fl_var_name(m->true_word), in}, {fl_var_name(m->neg_word), neg}};
         const char *fetch[1] = {fl_var_name(m->emb)};
         fl_tensor *o;
-        if ((st = fl_exe_run(exe, test, feed, 3, fetch, 1, &o)) != FL_OK) break;
+        if ((st = fl_exe_run(ev, test, feed, 3, fetch, 1, &o)) != FL_OK) break;
         if (!E) {
             D = fl_tensor_dim(o, 1);
             if (!(E = malloc((size_t)(V * D) * sizeof *E))) st = fl__err(FL_ENOMEM, "word2vec eval: out of memory");
@@ -117,6 +118,7 @@ static int embeddings(fl_exe *exe, fl_prog *test, const fl_model_word2vec *m, in
     }
     fl_tensor_free(in);
     fl_tensor_free(neg);
+    fl_exe_free(ev);
     if (st != FL_OK) {
         free(E);
         return st;
