@@ -20,7 +20,7 @@
 typedef struct {
     zoo_common c;
     const char *data_dir, *sample_dir;
-    int embedding_size, neg_num, window, seed;
+    int embedding_size, neg_num, window, seed, keep_samples;
     double sample;
 } args_t;
 
@@ -126,7 +126,12 @@ static int main_function(const args_t *a)
         }
         fleet_free(fleet); /* + */
     }
-    remove_samples(samples, nmine);
+    if (a->keep_samples) {
+        for (int i = 0; i < nmine; i++) printf("training pairs kept in %s\n", samples[i]);
+        free_files(samples, nmine);
+    } else {
+        remove_samples(samples, nmine);
+    }
     fl_opt_free(optimizer);
     fl_exe_free(exe);
     fl_prog_free(prog);
@@ -137,7 +142,7 @@ static int main_function(const args_t *a)
 
 int main(int argc, char **argv)
 {
-    args_t a = {{0, 3, 128, 2, 1000, 1.0, NULL, NULL, "sgd", "async", {NULL}, 0}, "data", "/tmp", 300, 5, 5, 1, 1e-3};
+    args_t a = {{0, 3, 128, 2, 1000, 1.0, NULL, NULL, "sgd", "async", {NULL}, 0}, "data", "/tmp", 300, 5, 5, 1, 0, 1e-3};
     const zoo_opt opts[] = {ZOO_COMMON_OPTS(&a.c),
                             {"data_dir", 's', &a.data_dir, "fleet-datagen word2vec output (train/, dict.txt, ...)"},
                             {"sample_dir", 's', &a.sample_dir, "where the training pairs are written (then removed)"},
@@ -145,7 +150,8 @@ int main(int argc, char **argv)
                             {"neg_num", 'i', &a.neg_num, "negatives per pair"},
                             {"window", 'i', &a.window, "largest window on each side"},
                             {"sample", 'd', &a.sample, "subsampling threshold (0: none)"},
-                            {"seed", 'i', &a.seed, "seed of the sampling"}};
+                            {"seed", 'i', &a.seed, "seed of the sampling"},
+                            {"keep_samples", 'i', &a.keep_samples, "1: keep the training pairs (bench/zoo_text.sh)"}};
     int pr = zoo_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]));
     if (!pr) pr = zoo_check_common(argv[0], &a.c);
     if (pr) return pr == 1 ? 0 : 2;
