@@ -236,10 +236,10 @@ FL_API int64_t fl_model_word2vec_vocab_size(const fl_model_word2vec_vocab *v);
 FL_API int64_t fl_model_word2vec_vocab_id(const fl_model_word2vec_vocab *v, const char *word, size_t len);
 
 typedef struct {
-    int window;      /* default 5 */
-    double sample;   /* subsampling threshold t, default 1e-3 (0: none) */
-    int neg_num;     /* default 5 */
-    uint64_t seed;   /* default 1 */
+    int window;    /* default 5 */
+    double sample; /* subsampling threshold t, default 1e-3 (0: none) */
+    int neg_num;   /* default 5 */
+    uint64_t seed; /* default 1; each corpus file draws from a stream of (seed, its path) */
 } fl_model_word2vec_sampling;
 FL_API fl_model_word2vec_sampling fl_model_word2vec_sampling_default(void);
 /* Reads corpus (text, one sentence per line, words separated by blanks; words not in v are
@@ -261,9 +261,8 @@ typedef struct {
  * line, its words separated by blanks) by the cosine nearest neighbour among all clustered
  * words, analogies (lines `a b c d`) by 3CosAdd over the whole vocabulary less a, b and c.
  * An unknown word in either file is an error naming the file and line. */
-FL_API int fl_model_word2vec_eval(fl_exe *exe, fl_prog *test, const fl_model_word2vec *m,
-                                  const fl_model_word2vec_vocab *v, const char *clusters, const char *analogies,
-                                  fl_model_word2vec_metrics *out);
+FL_API int fl_model_word2vec_eval(fl_exe *exe, fl_prog *test, const fl_model_word2vec *m, const fl_model_word2vec_vocab *v,
+                                  const char *clusters, const char *analogies, fl_model_word2vec_metrics *out);
 
 #ifdef __cplusplus
 }
