@@ -286,7 +286,7 @@ TEST(ps_runs_match_local_runs)
                    BIN, DIR_, BIN, DIR_, DIR_, sc);
     CHECK_STR_HAS(sp, "all 2 processes on this node succeeded");
     double a = after(sl, "test order rate "), b = after(sp, "test order rate ");
-    const char *wc = "--embedding_size 16 --epochs 2 --batch_size 64 --lr 1 --thread_num 1 --print_period 0";
+    const char *wc = "--embedding_size 32 --epochs 2 --batch_size 64 --lr 1 --thread_num 1 --print_period 0";
     char *wl = run("wl", 60, NULL, "%s/examples/word2vec/train --is_local 1 --data_dir %s/w --sample_dir %s %s", BIN, DIR_,
                    DIR_, wc);
     char *wp = run("wp", 120, NULL,

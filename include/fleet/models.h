@@ -239,7 +239,7 @@ typedef struct {
     int window;    /* default 5 */
     double sample; /* subsampling threshold t, default 1e-3 (0: none) */
     int neg_num;   /* default 5 */
-    uint64_t seed; /* default 1; each corpus file draws from a stream of (seed, its path) */
+    uint64_t seed; /* default 1; each corpus file draws from a stream of (seed, its file name) */
 } fl_model_word2vec_sampling;
 FL_API fl_model_word2vec_sampling fl_model_word2vec_sampling_default(void);
 /* Reads corpus (text, one sentence per line, words separated by blanks; words not in v are

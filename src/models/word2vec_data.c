@@ -160,7 +160,8 @@ int fl_model_word2vec_make_samples(const fl_model_word2vec_vocab *v, const fl_mo
     int st = FL_OK;
     if (!tmp || !table) st = fl__err(FL_ENOMEM, "word2vec samples: out of memory");
     else if (!o) st = fl__err(FL_EIO, "word2vec samples '%s': %s", tmp, strerror(errno));
-    fl_rng g = {fl__hash_u64(s->seed ^ fl__hash_bytes(corpus, strlen(corpus)))};
+    const char *base = strrchr(corpus, '/') ? strrchr(corpus, '/') + 1 : corpus; /* not the directory */
+    fl_rng g = {fl__hash_u64(s->seed ^ fl__hash_bytes(base, strlen(base)))};
     char *line = NULL;
     size_t lcap = 0, icap = 0;
     int64_t *ids = NULL, n_pairs = 0;
