@@ -325,12 +325,20 @@ TEST(text_generators_are_deterministic_and_check_options)
     free(o);
     o = run("e2", 30, &rc, "%s/tools/fleet-datagen word2vec --sentences 10 --out %s/e", BIN, DIR_);
     CHECK_EQ_INT(rc, 2);
-    CHECK_STR_HAS(o, "give more --sentences");
+    CHECK_STR_HAS(o, "never occur in 10 sentences");
     free(o);
     o = run("e3", 30, &rc, "%s/tools/fleet-datagen word2vec --sentence 10 --out %s/e", BIN, DIR_);
     CHECK_EQ_INT(rc, 2);
     CHECK_STR_HAS(o, "unknown option '--sentence'");
     free(o);
+    /* the library functions behind them name the bad field */
+    fl_model_simnet_datagen sg = fl_model_simnet_datagen_default();
+    CHECK(fl_model_simnet_generate(&sg, DIR_, NULL) == FL_EINVAL);
+    CHECK_STR_HAS(fl_last_error(), "rows");
+    fl_model_word2vec_datagen wg = fl_model_word2vec_datagen_default();
+    wg.sentences = 100, wg.roles = 1;
+    CHECK(fl_model_word2vec_generate(&wg, DIR_, NULL) == FL_EINVAL);
+    CHECK_STR_HAS(fl_last_error(), "roles");
     cleanup();
 }
 

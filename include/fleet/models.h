@@ -264,6 +264,48 @@ typedef struct {
 FL_API int fl_model_word2vec_eval(fl_exe *exe, fl_prog *test, const fl_model_word2vec *m, const fl_model_word2vec_vocab *v,
                                   const char *clusters, const char *analogies, fl_model_word2vec_metrics *out);
 
+/* ---- the text models' data generators (`fleet-datagen simnet` / `word2vec` call them) ----
+ *
+ * Each writes a data set with planted structure under out (created like mkdir -p): every
+ * file to NAME.tmp, then renamed; the same configuration gives byte-identical files.  The
+ * layouts, the planted models and the metrics' known best values are in docs/datagen.md.
+ * Errors: FL_EINVAL naming the bad field, FL_EIO naming the path. */
+typedef struct {
+    int64_t rows;            /* training triples (required, >= 1) */
+    int64_t test_rows;       /* default -1: rows / 5 */
+    int files;               /* training files, default 1 (the test split is one file) */
+    uint64_t seed;           /* default 1 */
+    int topics, topic_words; /* default 20 topics of 50 words */
+    int background;          /* default 200 words shared by every topic */
+    double purity, mix;      /* default 0.6 own topic, 0.2 another topic, the rest background */
+} fl_model_simnet_datagen;
+typedef struct {
+    int64_t dict_dim;                   /* topics * topic_words + background */
+    double ceiling_train, ceiling_test; /* the Bayes order rate of each split (NAN if empty) */
+} fl_model_simnet_datagen_info;
+FL_API fl_model_simnet_datagen fl_model_simnet_datagen_default(void);
+/* DIR/train/part-NNNNN, DIR/test/part-00000 (MultiSlot triples) and DIR/planted.json. */
+FL_API int fl_model_simnet_generate(const fl_model_simnet_datagen *g, const char *out, fl_model_simnet_datagen_info *info);
+
+typedef struct {
+    int64_t sentences;       /* required, >= 1 */
+    int files;               /* default 1 */
+    uint64_t seed;           /* default 1 */
+    int topics, topic_words; /* default 16 clusters of 8 words */
+    int roles, role_words;   /* default 4 roles of 6 context words */
+    int background;          /* default 300 Zipf-distributed words */
+    int length;              /* default 12: sentences of length/2 .. length words */
+} fl_model_word2vec_datagen;
+typedef struct {
+    int64_t dict_size, tokens, analogies, clustered_words;
+    double chance_cluster_acc, chance_analogy_acc; /* the best reachable is 1 for both */
+} fl_model_word2vec_datagen_info;
+FL_API fl_model_word2vec_datagen fl_model_word2vec_datagen_default(void);
+/* DIR/train/part-NNNNN (the corpus), DIR/dict.txt, DIR/clusters.txt, DIR/analogies.txt and
+ * DIR/planted.json.  A corpus too small for every planted word to occur is FL_EINVAL. */
+FL_API int fl_model_word2vec_generate(const fl_model_word2vec_datagen *g, const char *out,
+                                      fl_model_word2vec_datagen_info *info);
+
 #ifdef __cplusplus
 }
 #endif
