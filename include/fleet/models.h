@@ -153,10 +153,11 @@ FL_API int fl_model_cnn_build(fl_prog *p, const fl_model_cnn_config *cfg, fl_mod
 /* ---- text models: simnet-bow and word2vec ------------------------------------------------
  *
  * Each model has a builder (as above), a data reader setup (a dataset whose slots are the
- * model's data variables), and an evaluation function that computes the model's metric on
- * held-out data with a trained executor.  `fleet-datagen simnet` and `fleet-datagen
- * word2vec` write data with planted structure (docs/datagen.md); examples/simnet/train.c
- * and examples/word2vec/train.c train them locally and with parameter servers. */
+ * model's data variables), a data generator with planted structure (at the end of this
+ * section; `fleet-datagen simnet` and `fleet-datagen word2vec` call them, docs/datagen.md)
+ * and an evaluation function that computes the model's metric on held-out data with a
+ * trained executor.  examples/simnet/train.c and examples/word2vec/train.c train them
+ * locally and with parameter servers (docs/models_text.md). */
 #include "fleet/data.h"
 #include "fleet/exec.h"
 
