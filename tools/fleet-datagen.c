@@ -105,7 +105,10 @@ static void usage(void)
          "                   values, which an MLP learns slowly; 0.1 makes the ceiling\n"
          "                   reachable in a short run\n"
          "  --version        print the version and exit\n"
-         "The same options give byte-identical files.  Exit: 0 ok, 1 I/O error, 2 usage.");
+         "The same options give byte-identical files.  Exit: 0 ok, 1 I/O error, 2 usage.\n"
+         "Also: fleet-datagen simnet --rows N --out DIR (query/positive/negative triples) and\n"
+         "fleet-datagen word2vec --sentences N --out DIR (a corpus with planted clusters and\n"
+         "analogies); their options are in docs/datagen.md and tools/datagen_text.h.");
 }
 
 /* ---------------------------------------------------------------- random numbers */
@@ -495,6 +498,8 @@ static void fmt_num(char *s, size_t n, double a, int digits, const char *none)
     else snprintf(s, n, "%.*f", digits, a);
 }
 
+#include "datagen_text.h" /* the simnet and word2vec subcommands */
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -502,7 +507,9 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--version")) return printf("fleet-datagen %s\n", fl_version()), 0;
     }
     if (argc < 2) cli_die(2, "missing the subcommand (fleet-datagen criteo --rows N --out DIR ...)");
-    if (strcmp(argv[1], "criteo")) cli_die(2, "unknown subcommand '%s' (expected: criteo)", argv[1]);
+    if (!strcmp(argv[1], "simnet")) return datagen_simnet(argc, argv);
+    if (!strcmp(argv[1], "word2vec")) return datagen_word2vec(argc, argv);
+    if (strcmp(argv[1], "criteo")) cli_die(2, "unknown subcommand '%s' (expected: criteo, simnet or word2vec)", argv[1]);
 
     int64_t rows = -1, test_rows = -1;
     int files = 1, test_files = 1;

@@ -178,6 +178,14 @@ FL_API fl_var *fl_layer_mean(fl_var *x);
 FL_API fl_var *fl_layer_reduce_sum(fl_var *x, const int *dims, int ndims, int keep_dim);
 /* Row-wise cosine similarity of [N, d] and [N or 1, d] -> [N, 1]. */
 FL_API fl_var *fl_layer_cos_sim(fl_var *x, fl_var *y);
+/* Paddle's matmul: alpha * op(x) op(y) for x [M, K] or [B, M, K] and y [K, N] or [B, K, N]
+ * (stored transposed when transpose_x / transpose_y is set) -> [M, N] or [B, M, N]; a rank-2
+ * operand next to a rank-3 one is shared by every batch. */
+FL_API fl_var *fl_layer_matmul(fl_var *x, fl_var *y, int transpose_x, int transpose_y, float alpha);
+/* A tensor of `shape` (dim 0 replaced by input's dim 0, the batch) filled with value, of
+ * dtype float32, float64 or int64; no gradient flows through it (labels, margins). */
+FL_API fl_var *fl_layer_fill_constant_batch_size_like(fl_var *input, int ndim, const int64_t *shape, fl_dtype dtype,
+                                                      float value);
 /* scale*x + bias (bias_after_scale) or scale*(x + bias). */
 FL_API fl_var *fl_layer_scale(fl_var *x, float scale, float bias, int bias_after_scale);
 /* implementation: "downgrade_in_infer" (Paddle's default) or "upscale_in_train". */

@@ -153,6 +153,163 @@ FL_API fl_model_cnn_config fl_model_cnn_default(void);
  * minimize. */
 FL_API int fl_model_cnn_build(fl_prog *p, const fl_model_cnn_config *cfg, fl_model_cnn *out);
 
+/* ---- text models: simnet-bow and word2vec ------------------------------------------------
+ *
+ * Each model has a builder (as above), a data reader setup (a dataset whose slots are the
+ * model's data variables), a data generator with planted structure (at the end of this
+ * section; `fleet-datagen simnet` and `fleet-datagen word2vec` call them, docs/datagen.md)
+ * and an evaluation function that computes the model's metric on held-out data with a
+ * trained executor.  examples/simnet/train.c and examples/word2vec/train.c train them
+ * locally and with parameter servers (docs/models_text.md). */
+#include "fleet/data.h"
+#include "fleet/exec.h"
+
+/* simnet-bow, Fleet's examples/simnet_bow: query, positive title and negative title are
+ * bags of word ids (int64 [N, 1], LoD) looked up in one shared embedding table "__emb__"
+ * [dict_dim, emb_dim], each sum-pooled and passed through softsign; the query through fc
+ * "__q_fc__" and both titles through the shared fc "__fc__" (hid_dim, no activation);
+ * cos_pos = cos_sim(q, pos), cos_neg = cos_sim(q, neg); loss = mean(max(0, margin - cos_pos
+ * + cos_neg)).  Differences from the example: the embedding starts Uniform(-0.1, 0.1) and
+ * the fc weights Xavier (the example's Constant(0.01) keeps every hidden unit identical, so
+ * its cosines stay at 1), and the unused label slot is left out.  The metric is the
+ * positive-negative order rate: the share of triples with cos_pos > cos_neg (ties 1/2). */
+typedef struct {
+    int64_t dict_dim;   /* rows of "__emb__" (default 1451594, the example's) */
+    int emb_dim;        /* default 128 */
+    int hid_dim;        /* default 128 */
+    float margin;       /* default 0.1 */
+    int is_sparse;      /* default 1 */
+    int is_distributed; /* default 0: 1 keeps "__emb__" on the parameter servers */
+} fl_model_simnet_config;
+
+typedef struct {
+    fl_var *query, *pos_title, *neg_title; /* int64 [N, 1], lod_level 1 */
+    fl_var *cos_pos, *cos_neg;             /* [N, 1] */
+    fl_var *loss;                          /* [1] */
+    fl_var *use_var[3];                    /* dataset slots: query, pos_title, neg_title */
+    int nuse_var;
+} fl_model_simnet;
+
+FL_API fl_model_simnet_config fl_model_simnet_default(void);
+FL_API int fl_model_simnet_build(fl_prog *p, const fl_model_simnet_config *cfg, fl_model_simnet *out);
+/* A dataset of kind ("QueueDataset" or "InMemoryDataset") over MultiSlot files of
+ * `fleet-datagen simnet` (per line: query ids, positive title ids, negative title ids),
+ * with the model's slots.  NULL + fl_last_error() on failure. */
+FL_API fl_dataset *fl_model_simnet_dataset(const fl_model_simnet *m, const char *kind, int batch_size, int thread,
+                                           const char *const *files, int nfiles);
+/* Order rate of test (a program holding m's network, typically fl_prog_clone(main, 1)) on
+ * files, run on exe (trained).  *pairs gets the triples read; no triple is an error. */
+FL_API int fl_model_simnet_eval(fl_exe *exe, fl_prog *test, const fl_model_simnet *m, const char *const *files, int nfiles,
+                                double *order_rate, int64_t *pairs);
+
+/* word2vec, Fleet's examples/word2vec: skip-gram with negative sampling.  Data input_word,
+ * true_word int64 [N, 1] and neg_word int64 [N, neg_num]; input embedding "emb" [dict_size,
+ * embedding_size] (Uniform(-0.5/size, 0.5/size)), output embedding "emb_w" and bias "emb_b"
+ * [dict_size, 1] (zeros); true logit = <emb[in], emb_w[true]> + emb_b[true], negative
+ * logits = matmul([N, 1, D], [N, K, D]^T) + emb_b[neg]; loss = mean over the batch of the
+ * sigmoid cross-entropy of the true logit against 1 plus the negatives' against 0.  The
+ * reader does what the original word2vec does: a vocabulary sorted by count (dict file
+ * `word count` per line, id = line number), subsampling of frequent words (keep
+ * probability (sqrt(f / (t N)) + 1) t N / f), a window b drawn uniformly from [1, window]
+ * on each side, and neg_num negatives per pair drawn from count^0.75. */
+typedef struct {
+    int64_t dict_size;  /* rows of the tables (the vocabulary; required) */
+    int embedding_size; /* default 300 */
+    int neg_num;        /* default 5 */
+    int is_sparse;      /* default 1 */
+    int is_distributed; /* default 0: 1 keeps the three tables on the parameter servers */
+} fl_model_word2vec_config;
+
+typedef struct {
+    fl_var *input_word, *true_word, *neg_word;
+    fl_var *emb; /* [N, embedding_size]: the input embedding of input_word (what eval reads) */
+    fl_var *loss;
+    fl_var *use_var[3];
+    int nuse_var;
+} fl_model_word2vec;
+
+FL_API fl_model_word2vec_config fl_model_word2vec_default(void);
+FL_API int fl_model_word2vec_build(fl_prog *p, const fl_model_word2vec_config *cfg, fl_model_word2vec *out);
+
+/* A vocabulary read from a dict file (`word count` per line, counts not increasing). */
+typedef struct fl_model_word2vec_vocab fl_model_word2vec_vocab;
+FL_API int fl_model_word2vec_vocab_load(const char *path, fl_model_word2vec_vocab **out);
+FL_API void fl_model_word2vec_vocab_free(fl_model_word2vec_vocab *v);
+FL_API int64_t fl_model_word2vec_vocab_size(const fl_model_word2vec_vocab *v);
+/* Id of word (len bytes), or -1. */
+FL_API int64_t fl_model_word2vec_vocab_id(const fl_model_word2vec_vocab *v, const char *word, size_t len);
+
+typedef struct {
+    int window;    /* default 5 */
+    double sample; /* subsampling threshold t, default 1e-3 (0: none) */
+    int neg_num;   /* default 5 */
+    uint64_t seed; /* default 1; each corpus file draws from a stream of (seed, its file name) */
+} fl_model_word2vec_sampling;
+FL_API fl_model_word2vec_sampling fl_model_word2vec_sampling_default(void);
+/* Reads corpus (text, one sentence per line, words separated by blanks; words not in v are
+ * skipped) and writes the training pairs as MultiSlot lines `1 in 1 true K neg...` to out
+ * (NAME.tmp, renamed when complete).  *pairs (may be NULL) gets the number written. */
+FL_API int fl_model_word2vec_make_samples(const fl_model_word2vec_vocab *v, const fl_model_word2vec_sampling *s,
+                                          const char *corpus, const char *out, int64_t *pairs);
+/* A dataset over sample files with the model's slots (see fl_model_simnet_dataset). */
+FL_API fl_dataset *fl_model_word2vec_dataset(const fl_model_word2vec *m, const char *kind, int batch_size, int thread,
+                                             const char *const *files, int nfiles);
+
+typedef struct {
+    double cluster_acc; /* share of clustered words whose nearest neighbour is in their cluster */
+    double analogy_acc; /* share of analogies a b c d where d is nearest b - a + c */
+    int64_t clustered_words, analogies;
+} fl_model_word2vec_metrics;
+/* Reads every word's input embedding through test (feeding ids, so with parameter servers
+ * the rows come from the servers) and scores the planted structure: clusters (one cluster per
+ * line, its words separated by blanks) by the cosine nearest neighbour among all clustered
+ * words, analogies (lines `a b c d`) by 3CosAdd over the whole vocabulary less a, b and c.
+ * An unknown word in either file is an error naming the file and line. */
+FL_API int fl_model_word2vec_eval(fl_exe *exe, fl_prog *test, const fl_model_word2vec *m, const fl_model_word2vec_vocab *v,
+                                  const char *clusters, const char *analogies, fl_model_word2vec_metrics *out);
+
+/* ---- the text models' data generators (`fleet-datagen simnet` / `word2vec` call them) ----
+ *
+ * Each writes a data set with planted structure under out (created like mkdir -p): every
+ * file to NAME.tmp, then renamed; the same configuration gives byte-identical files.  The
+ * layouts, the planted models and the metrics' known best values are in docs/datagen.md.
+ * Errors: FL_EINVAL naming the bad field, FL_EIO naming the path. */
+typedef struct {
+    int64_t rows;            /* training triples (required, >= 1) */
+    int64_t test_rows;       /* default -1: rows / 5 */
+    int files;               /* training files, default 1 (the test split is one file) */
+    uint64_t seed;           /* default 1 */
+    int topics, topic_words; /* default 20 topics of 50 words */
+    int background;          /* default 200 words shared by every topic */
+    double purity, mix;      /* default 0.6 own topic, 0.2 another topic, the rest background */
+} fl_model_simnet_datagen;
+typedef struct {
+    int64_t dict_dim;                   /* topics * topic_words + background */
+    double ceiling_train, ceiling_test; /* the Bayes order rate of each split (NAN if empty) */
+} fl_model_simnet_datagen_info;
+FL_API fl_model_simnet_datagen fl_model_simnet_datagen_default(void);
+/* DIR/train/part-NNNNN, DIR/test/part-00000 (MultiSlot triples) and DIR/planted.json. */
+FL_API int fl_model_simnet_generate(const fl_model_simnet_datagen *g, const char *out, fl_model_simnet_datagen_info *info);
+
+typedef struct {
+    int64_t sentences;       /* required, >= 1 */
+    int files;               /* default 1 */
+    uint64_t seed;           /* default 1 */
+    int topics, topic_words; /* default 16 clusters of 8 words */
+    int roles, role_words;   /* default 4 roles of 6 context words */
+    int background;          /* default 300 Zipf-distributed words */
+    int length;              /* default 12: sentences of length/2 .. length words */
+} fl_model_word2vec_datagen;
+typedef struct {
+    int64_t dict_size, tokens, analogies, clustered_words;
+    double chance_cluster_acc, chance_analogy_acc; /* the best reachable is 1 for both */
+} fl_model_word2vec_datagen_info;
+FL_API fl_model_word2vec_datagen fl_model_word2vec_datagen_default(void);
+/* DIR/train/part-NNNNN (the corpus), DIR/dict.txt, DIR/clusters.txt, DIR/analogies.txt and
+ * DIR/planted.json.  A corpus too small for every planted word to occur is FL_EINVAL. */
+FL_API int fl_model_word2vec_generate(const fl_model_word2vec_datagen *g, const char *out,
+                                      fl_model_word2vec_datagen_info *info);
+
 #ifdef __cplusplus
 }
 #endif

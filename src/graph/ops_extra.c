@@ -1,0 +1,280 @@
+/*
+ * ops_extra.c - operator group "extra": matmul (Paddle's batched matmul with transpose_X,
+ * transpose_Y and alpha) with its gradient, and fill_constant_batch_size_like.  word2vec's
+ * negative-sampling logits are a batched matmul of [N, 1, D] by [N, K, D]^T, and its labels
+ * (ones and zeros shaped like the logits) come from fill_constant_batch_size_like, as in
+ * Paddle's word2vec example.  Only float32 data (fill_constant_batch_size_like also writes
+ * int64 and float64).
+ */
+#include <string.h>
+
+#include "graph_internal.h"
+
+/* ---- matmul ------------------------------------------------------------------------------
+ *
+ * X [M, K] or [B, M, K] and Y [K, N] or [B, K, N] (stored transposed when transpose_X /
+ * transpose_Y is set) -> Out = alpha * op(X) op(Y), [M, N] or [B, M, N].  A rank-2 operand
+ * next to a rank-3 one is shared by every batch (Paddle broadcasts it the same way); two
+ * rank-3 operands must have the same batch.  Other ranks are rejected (Paddle also accepts
+ * rank 1 and rank > 3). */
+
+typedef struct {
+    int64_t batch, m, n, k;
+    int64_t xr, xc, yr, yc; /* stored matrix dims of one batch of X and Y */
+    int xb, yb;             /* whether X / Y has a batch dim */
+} mm_dims;
+
+/* 0 ok; 1 bad rank; 2 inner dims differ; 3 batches differ (unknown -1 dims pass at build). */
+static int mm_layout(const int64_t *xs, int xn, const int64_t *ys, int yn, int tx, int ty, mm_dims *d)
+{
+    if (xn < 2 || xn > 3 || yn < 2 || yn > 3) return 1;
+    d->xb = xn == 3, d->yb = yn == 3;
+    d->xr = xs[xn - 2], d->xc = xs[xn - 1], d->yr = ys[yn - 2], d->yc = ys[yn - 1];
+    d->m = tx ? d->xc : d->xr;
+    d->k = tx ? d->xr : d->xc;
+    d->n = ty ? d->yr : d->yc;
+    int64_t yk = ty ? d->yc : d->yr;
+    if (d->k >= 0 && yk >= 0 && d->k != yk) return 2;
+    int64_t bx = d->xb ? xs[0] : 1, by = d->yb ? ys[0] : 1;
+    if (d->xb && d->yb && bx >= 0 && by >= 0 && bx != by) return 3;
+    d->batch = d->xb ? bx : by;
+    return 0;
+}
+
+static int infer_matmul(fl_op *op)
+{
+    FL_CHECK(fl__op_check_slots(op));
+    fl_var *x = op->in[0].vars[0], *y = op->in[1].vars[0];
+    FL_CHECK(fl__op_need_f32(op, x));
+    FL_CHECK(fl__op_need_f32(op, y));
+    int tx = (int)fl__attr_i(op, "transpose_X", 0), ty = (int)fl__attr_i(op, "transpose_Y", 0);
+    mm_dims d;
+    int code = mm_layout(x->shape, x->ndim, y->shape, y->ndim, tx, ty, &d);
+    if (code) {
+        char xs[96], ys[96];
+        fl__shape_str(x, xs, sizeof xs);
+        fl__shape_str(y, ys, sizeof ys);
+        static const char *const why[] = {"", "X and Y must be of rank 2 or 3",
+                                          "the inner dimensions of op(X) and op(Y) differ",
+                                          "X and Y of rank 3 must have the same batch"};
+        return fl__op_error(op, "X '%s' %s, Y '%s' %s (transpose_X %d, transpose_Y %d): %s", x->name, xs, y->name, ys, tx,
+                            ty, why[code]);
+    }
+    int64_t os[3];
+    int on = 0;
+    if (d.xb || d.yb) os[on++] = d.batch;
+    os[on++] = d.m;
+    os[on++] = d.n;
+    fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, on, os);
+    return FL_OK;
+}
+
+/* C = alpha * op(A) op(B) + beta * C for stored matrices A [ar, ac] and B [br, bc]. */
+static void mm(int ta, int tb, const float *a, int64_t ar, int64_t ac, const float *b, int64_t br, int64_t bc, float alpha,
+               float beta, float *c)
+{
+    int64_t m = ta ? ac : ar, k = ta ? ar : ac, n = tb ? br : bc;
+    if (m == 0 || n == 0) return;
+    fl__sgemm(ta, tb, m, n, k, alpha, a, ac, b, bc, beta, c, n);
+}
+
+static int mm_runtime(fl_kctx *c, mm_dims *d, int *tx, int *ty)
+{
+    FL_CHECK(fl__kctx_dense_f32(c, 0));
+    FL_CHECK(fl__kctx_dense_f32(c, 1));
+    const fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1);
+    *tx = (int)fl__attr_i(c->op, "transpose_X", 0), *ty = (int)fl__attr_i(c->op, "transpose_Y", 0);
+    if (mm_layout(x->shape, x->ndim, y->shape, y->ndim, *tx, *ty, d)) {
+        char xs[96], ys[96];
+        fl_tensor_describe(x, xs, sizeof xs);
+        fl_tensor_describe(y, ys, sizeof ys);
+        return fl__err(FL_EINVAL, "%s: X '%s' %s and Y '%s' %s do not multiply (transpose_X %d, transpose_Y %d)",
+                       c->op->def->type, fl__kctx_var_name(c, 0, 0), xs, fl__kctx_var_name(c, 1, 0), ys, *tx, *ty);
+    }
+    return FL_OK;
+}
+
+static int run_matmul(fl_kctx *c)
+{
+    mm_dims d;
+    int tx, ty;
+    FL_CHECK(mm_runtime(c, &d, &tx, &ty));
+    const fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1);
+    fl_tensor *out = FL_OUT(c, 0);
+    int64_t os[3];
+    int on = 0;
+    if (d.xb || d.yb) os[on++] = d.batch;
+    os[on++] = d.m;
+    os[on++] = d.n;
+    FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, on, os));
+    float alpha = (float)fl__attr_f(c->op, "alpha", 1.0);
+    const float *xd = x->data, *yd = y->data;
+    float *od = out->data;
+    for (int64_t b = 0; b < d.batch; b++)
+        mm(tx, ty, xd + (d.xb ? b * d.xr * d.xc : 0), d.xr, d.xc, yd + (d.yb ? b * d.yr * d.yc : 0), d.yr, d.yc, alpha,
+           0.0f, od + b * d.m * d.n);
+    out->lod_n = 0;
+    return FL_OK;
+}
+
+/* Inputs X, Y, Out@GRAD; outputs X@GRAD and / or Y@GRAD.  A shared (rank-2) operand's
+ * gradient sums over the batches. */
+static int run_matmul_grad(fl_kctx *c)
+{
+    mm_dims d;
+    int tx, ty;
+    FL_CHECK(mm_runtime(c, &d, &tx, &ty));
+    FL_CHECK(fl__kctx_dense_f32(c, 2));
+    const fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1), *g = FL_IN(c, 2);
+    fl_tensor *dx = FL_OUT(c, 0), *dy = FL_OUT(c, 1);
+    if (g->numel != d.batch * d.m * d.n)
+        return fl__err(FL_EINVAL, "matmul_grad: gradient '%s' has %lld elements, expected %lld", fl__kctx_var_name(c, 2, 0),
+                       (long long)g->numel, (long long)(d.batch * d.m * d.n));
+    float alpha = (float)fl__attr_f(c->op, "alpha", 1.0);
+    if (dx) FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, x->ndim, x->shape));
+    if (dy) FL_CHECK(fl__tensor_reshape_raw(dy, FL_FLOAT32, y->ndim, y->shape));
+    if (dx && !d.xb) memset(dx->data, 0, (size_t)dx->numel * sizeof(float));
+    if (dy && !d.yb) memset(dy->data, 0, (size_t)dy->numel * sizeof(float));
+    const float *xd = x->data, *yd = y->data, *gd = g->data;
+    for (int64_t b = 0; b < d.batch; b++) {
+        const float *xb = xd + (d.xb ? b * d.xr * d.xc : 0), *yb = yd + (d.yb ? b * d.yr * d.yc : 0);
+        const float *gb = gd + b * d.m * d.n;
+        if (dx) {
+            float *o = (float *)dx->data + (d.xb ? b * d.xr * d.xc : 0);
+            float beta = d.xb ? 0.0f : 1.0f;
+            if (!tx) mm(0, !ty, gb, d.m, d.n, yb, d.yr, d.yc, alpha, beta, o); /* dOut op(Y)^T */
+            else mm(ty, 1, yb, d.yr, d.yc, gb, d.m, d.n, alpha, beta, o);      /* (dOut op(Y)^T)^T */
+        }
+        if (dy) {
+            float *o = (float *)dy->data + (d.yb ? b * d.yr * d.yc : 0);
+            float beta = d.yb ? 0.0f : 1.0f;
+            if (!ty) mm(!tx, 0, xb, d.xr, d.xc, gb, d.m, d.n, alpha, beta, o); /* op(X)^T dOut */
+            else mm(1, tx, gb, d.m, d.n, xb, d.xr, d.xc, alpha, beta, o);      /* (op(X)^T dOut)^T */
+        }
+    }
+    return FL_OK;
+}
+
+static int grad_matmul(fl_op *op, fl_grad_ctx *g)
+{
+    fl_var *x = op->in[0].vars[0], *y = op->in[1].vars[0], *dout = fl__grad_of(g, op->out[0].vars[0]);
+    if (!dout) return FL_OK;
+    fl_var *dx = fl__grad_for(g, x), *dy = fl__grad_for(g, y);
+    fl_var *dxv[1] = {dx}, *dyv[1] = {dy};
+    fl_io o[2];
+    int no = 0;
+    if (dx) o[no++] = (fl_io){"X@GRAD", dxv, 1};
+    if (dy) o[no++] = (fl_io){"Y@GRAD", dyv, 1};
+    fl_io in[3] = {FL_IO1("X", x), FL_IO1("Y", y), FL_IO1("Out@GRAD", dout)};
+    return no ? fl__grad_append(op, "matmul_grad", in, 3, o, no) : FL_OK;
+}
+
+static const fl_op_def def_matmul = {"matmul", {"X", "Y"}, {"Out"}, infer_matmul, run_matmul, grad_matmul};
+static const fl_op_def def_matmul_grad = {"matmul_grad", {"X", "Y", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"},
+                                          fl__infer_nop, run_matmul_grad,        NULL};
+
+fl_var *fl_layer_matmul(fl_var *x, fl_var *y, int transpose_x, int transpose_y, float alpha)
+{
+    fl_var *const xy[2] = {x, y};
+    fl_prog *p = fl__prog_of(xy, 2);
+    if (!p) {
+        fl__err(FL_EINVAL, "matmul: input X or Y is NULL");
+        return NULL;
+    }
+    if (p->status != FL_OK) return NULL;
+    char base[128];
+    fl__unique_name(p, "matmul", base, sizeof base);
+    fl_var *o = fl__tmp_var(p, base, FL_FLOAT32, x->ndim, x->shape);
+    if (!o) return NULL;
+    fl_io in[2] = {FL_IO1("X", x), FL_IO1("Y", y)}, out = FL_IO1("Out", o);
+    fl_op *op = fl__op_new(p, "matmul", in, 2, &out, 1);
+    if (!op || fl__attr_set_i(op, "transpose_X", transpose_x != 0) || fl__attr_set_i(op, "transpose_Y", transpose_y != 0) ||
+        fl__attr_set_f(op, "alpha", alpha) || fl__op_finish(op))
+        return NULL;
+    return o;
+}
+
+/* ---- fill_constant_batch_size_like ----------------------------------------------------------
+ *
+ * Out has attribute 'shape' with dim output_dim_idx (default 0) replaced by Input's dim
+ * input_dim_idx (default 0), filled with 'value' (dtype float32, float64 or int64).  No
+ * gradient: Out does not depend on Input's values. */
+
+static int infer_fill_bsl(fl_op *op)
+{
+    FL_CHECK(fl__op_check_slots(op));
+    fl_var *in = op->in[0].vars[0];
+    const fl_attr *sh = fl__attr_find(op, "shape");
+    if (!sh || sh->type != FL_ATTR_INTS || sh->n < 1 || sh->n > FL_MAX_DIMS)
+        return fl__op_error(op, "attribute 'shape' is missing or has a bad rank");
+    int64_t ii = fl__attr_i(op, "input_dim_idx", 0), oi = fl__attr_i(op, "output_dim_idx", 0);
+    if (ii < 0 || ii >= in->ndim || oi < 0 || oi >= sh->n)
+        return fl__op_error(op,
+                            "input_dim_idx %lld or output_dim_idx %lld out of range (input '%s' rank %d, shape rank %d)",
+                            (long long)ii, (long long)oi, in->name, in->ndim, sh->n);
+    int64_t os[FL_MAX_DIMS];
+    for (int i = 0; i < sh->n; i++) {
+        os[i] = sh->ints[i];
+        if (i != oi && os[i] < 1) return fl__op_error(op, "shape[%d] = %lld must be >= 1", i, (long long)os[i]);
+    }
+    os[oi] = in->shape[ii];
+    fl_dtype dt = (fl_dtype)fl__attr_i(op, "dtype", FL_FLOAT32);
+    if (dt != FL_FLOAT32 && dt != FL_FLOAT64 && dt != FL_INT64)
+        return fl__op_error(op, "dtype %s is not supported (float32, float64 or int64)", fl_dtype_name(dt));
+    fl__var_set_shape(op->out[0].vars[0], dt, sh->n, os);
+    return FL_OK;
+}
+
+static int run_fill_bsl(fl_kctx *c)
+{
+    const fl_tensor *in = FL_IN(c, 0);
+    fl_tensor *out = FL_OUT(c, 0);
+    const fl_attr *sh = fl__attr_find(c->op, "shape");
+    int64_t ii = fl__attr_i(c->op, "input_dim_idx", 0), oi = fl__attr_i(c->op, "output_dim_idx", 0);
+    if (ii >= in->ndim)
+        return fl__err(FL_EINVAL, "fill_constant_batch_size_like: input '%s' has rank %d, input_dim_idx is %lld",
+                       fl__kctx_var_name(c, 0, 0), in->ndim, (long long)ii);
+    int64_t os[FL_MAX_DIMS];
+    for (int i = 0; i < sh->n; i++) os[i] = sh->ints[i];
+    os[oi] = in->shape[ii];
+    fl_dtype dt = (fl_dtype)fl__attr_i(c->op, "dtype", FL_FLOAT32);
+    FL_CHECK(fl__tensor_reshape_raw(out, dt, sh->n, os));
+    double v = fl__attr_f(c->op, "value", 0.0);
+    if (dt == FL_FLOAT32) fl__vfill(out->data, (float)v, out->numel);
+    else if (dt == FL_FLOAT64)
+        for (int64_t i = 0; i < out->numel; i++) ((double *)out->data)[i] = v;
+    else
+        for (int64_t i = 0; i < out->numel; i++) ((int64_t *)out->data)[i] = (int64_t)v;
+    out->lod_n = 0;
+    return FL_OK;
+}
+
+static const fl_op_def def_fill_bsl = {
+    "fill_constant_batch_size_like", {"Input"}, {"Out"}, infer_fill_bsl, run_fill_bsl, NULL};
+
+fl_var *fl_layer_fill_constant_batch_size_like(fl_var *input, int ndim, const int64_t *shape, fl_dtype dtype, float value)
+{
+    fl_prog *p = fl__prog_of(&input, 1);
+    if (!p) {
+        fl__err(FL_EINVAL, "fill_constant_batch_size_like: input is NULL");
+        return NULL;
+    }
+    if (p->status != FL_OK) return NULL;
+    if (ndim < 1 || ndim > FL_MAX_DIMS || !shape) {
+        fl__prog_error(p, FL_EINVAL, "fill_constant_batch_size_like: shape must have 1 to %d dims", FL_MAX_DIMS);
+        return NULL;
+    }
+    char base[128];
+    fl__unique_name(p, "fill_constant_batch_size_like", base, sizeof base);
+    fl_var *o = fl__tmp_var(p, base, dtype, ndim, shape);
+    if (!o) return NULL;
+    o->stop_gradient = 1;
+    fl_io in = FL_IO1("Input", input), out = FL_IO1("Out", o);
+    fl_op *op = fl__op_new(p, "fill_constant_batch_size_like", &in, 1, &out, 1);
+    if (!op || fl__attr_set_ints(op, "shape", shape, ndim) || fl__attr_set_i(op, "dtype", dtype) ||
+        fl__attr_set_f(op, "value", value) || fl__op_finish(op))
+        return NULL;
+    return o;
+}
+
+const fl_op_def *const fl__ops_extra[] = {&def_matmul, &def_matmul_grad, &def_fill_bsl, NULL};
