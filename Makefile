@@ -28,6 +28,18 @@ CFLAGS   += -DFL_HAVE_MPI $(shell pkg-config --cflags ompi-c)
 LDLIBS   += $(MPI_LIBS)
 endif
 
+# oneDNN, optional: when its header is found (Debian: libdnnl-dev, which has no pkg-config
+# file; a dnnl.pc is used where one exists) fc and mul_grad run on oneDNN's matmul
+# primitives (src/tensor/dnn.c, FLEET_GEMM); without it on OpenBLAS.  Debian's oneDNN uses
+# OpenMP: libgomp is linked for the team size.  `make DNNL=0` leaves it out (then `make clean`).
+ifndef DNNL
+DNNL := $(shell pkg-config --exists dnnl 2>/dev/null && echo 1 || (printf '\043include <dnnl.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1 || echo 0))
+endif
+ifeq ($(DNNL),1)
+CFLAGS   += -DFL_HAVE_DNNL $(shell pkg-config --cflags dnnl 2>/dev/null)
+LDLIBS   += $(shell pkg-config --exists dnnl 2>/dev/null && pkg-config --libs dnnl || echo -ldnnl) -lgomp
+endif
+
 # The compile and link flags of the last build: objects are rebuilt when they change (for
 # example when Open MPI was installed since), not only when a source changes.
 # NOBUILD=1 (an install from a finished build, see install) leaves the stamp alone.

@@ -75,4 +75,46 @@ void fl__act_grad(int act, float *dx, const float *out, const float *dy, int64_t
 /* Row-wise softmax of x[m,n]. */
 void fl__softmax_rows(float *restrict y, const float *restrict x, int64_t m, int64_t n);
 
+/* ---- matrix products with a fused epilogue (dnn.c) ---- */
+
+/* C[m,n] = act(op(A) op(B) + bias + beta * C), row-major with leading dimensions; A and B
+ * are float32 or both bfloat16 (ab_type), C and bias float32.  beta is 0 or 1; act is 0 or
+ * an FL_ACT_* code.  Build one with memset(0) first: the whole struct is the cache key. */
+typedef struct {
+    int trans_a, trans_b;
+    int64_t m, n, k, lda, ldb, ldc;
+    float beta;
+    int act;
+    int has_bias;
+    fl_dtype ab_type;
+} fl_gemm_desc;
+/* Primitives of one op in one executor (in the op's kernel state slot): up to 8 shapes,
+ * the least recently used replaced.  Not thread safe: one cache per executor op. */
+typedef struct fl_gemm_cache fl_gemm_cache;
+enum { FL_GEMM_OPENBLAS = 1, FL_GEMM_DNNL = 2 };
+/* Runs d through the library FLEET_GEMM selects (fl__gemm_lib); with oneDNN the primitive
+ * for d is made on the first call with this shape (*cache is created when NULL) and reused
+ * after.  bias is read when d->has_bias.  Returns the status (bf16 without oneDNN, a oneDNN
+ * failure or a bad FLEET_GEMM: FL_EUNSUPPORTED / FL_EINVAL, the message naming the shape). */
+int fl__gemm(fl_gemm_cache **cache, const fl_gemm_desc *d, const void *a, const void *b, const float *bias, float *c);
+/* Frees a cache (NULL is fine); signature of fl_op_def.state_free. */
+void fl__gemm_cache_free(void *cache);
+/* FL_GEMM_OPENBLAS or FL_GEMM_DNNL, from FLEET_GEMM read on first use; FL_EINVAL-style
+ * negative status for a bad value.  fl__gemm_lib_reload() reads the variable again (tests). */
+int fl__gemm_lib(void);
+void fl__gemm_lib_reload(void);
+/* 1 when this build has oneDNN. */
+int fl__dnn_available(void);
+/* oneDNN primitives created by this process so far (tests check the steady state makes none). */
+uint64_t fl__dnn_primitives_created(void);
+/* One line naming the libraries and ISAs the products use here ("oneDNN 2.6.3 isa
+ * avx512_core_bf16 (OMP); OpenBLAS SkylakeX ..."), for benchmarks and logs. */
+const char *fl__gemm_info(char *buf, size_t cap);
+/* Trainer threads: oneDNN runs single-threaded in every thread between begin and end
+ * (called by fl__blas_single_begin / _end). */
+void fl__dnn_single(int on);
+/* float32 <-> bfloat16 (round to nearest even; NaN stays NaN). */
+void fl__cvt_f32_to_bf16(uint16_t *restrict y, const float *restrict x, int64_t n);
+void fl__cvt_bf16_to_f32(float *restrict y, const uint16_t *restrict x, int64_t n);
+
 #endif
