@@ -65,6 +65,11 @@ FL_API int fl_prog_to_text(const fl_prog *p, char **out, size_t *len);
 FL_API int fl_prog_from_text(const char *text, size_t len, fl_prog **out);
 /* New program holding only the ops needed to compute `targets` from `feeds` (forward ops
  * only), with the same variables they touch.  Caller frees. */
+/* Rewrite: each fc without activation whose output only feeds a relu, tanh or sigmoid op
+ * becomes one fc with that activation (applied in the matrix product's epilogue); the
+ * intermediate variable is removed.  Call before fl_opt_minimize (FL_EINVAL naming the op
+ * otherwise).  Returns the number of pairs fused (>= 0) or a negative status. */
+FL_API int fl_fuse_fc_act(fl_prog *p);
 FL_API int fl_prog_prune(const fl_prog *p, const char *const *feeds, int nfeed, const char *const *targets, int ntarget,
                          fl_prog **out);
 
