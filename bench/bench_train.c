@@ -27,6 +27,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "tensor/tensor_internal.h" /* fl__gemm_info */
+
 #define POOL 32
 
 static double now(void)
@@ -282,6 +284,8 @@ int main(int argc, char **argv)
            "OPENBLAS_NUM_THREADS=%s; config: %s\n",
            mode, batch, openblas_get_corename(), openblas_get_num_threads(), ct ? ct : "(unset: auto-detect)",
            getenv("OPENBLAS_NUM_THREADS") ? getenv("OPENBLAS_NUM_THREADS") : "(unset)", openblas_get_config());
+    char info[256];
+    printf("# %s\n", fl__gemm_info(info, sizeof info)); /* FLEET_GEMM's library and ISAs */
     char key[160];
     snprintf(key, sizeof key, "ours.%s.b%d.blas%d%s", mode, batch, g_threads, tag);
 
