@@ -37,7 +37,7 @@ static double gemm_all_cases(const char *lib)
                         memset(&d, 0, sizeof d);
                         d.trans_a = ta, d.trans_b = tb, d.m = M, d.n = N, d.k = K;
                         d.lda = LD, d.ldb = LD, d.ldc = LD; /* leading dims wider than the rows */
-                        d.beta = (float)beta, d.act = act, d.has_bias = hb, d.ab_type = FL_FLOAT32;
+                        d.beta = (float)beta, d.act = act, d.has_bias = hb, d.a_type = d.b_type = FL_FLOAT32;
                         memcpy(c, c0, sizeof c);
                         CHECK_OK(fl__gemm(&cache, &d, a, b, bias, c));
                         for (int i = 0; i < M; i++)
@@ -88,7 +88,8 @@ TEST(gemm_env_is_checked)
     fl__gemm_cache_free(cache);
 }
 
-TEST(gemm_bf16_within_bf16_rounding)
+/* A in bf16 and B in bf16 or float32 (mixed: the library rounds B), through `lib`. */
+static void bf16_case(const char *lib, int mixed)
 {
     enum { M = 64, N = 48, K = 96 };
     static float a[M * K], b[K * N], c[M * N];
@@ -100,13 +101,11 @@ TEST(gemm_bf16_within_bf16_rounding)
     fl__cvt_f32_to_bf16(bh, b, K * N);
     fl_gemm_desc d;
     memset(&d, 0, sizeof d);
-    d.m = M, d.n = N, d.k = K, d.lda = K, d.ldb = N, d.ldc = N, d.ab_type = FL_BFLOAT16;
+    d.m = M, d.n = N, d.k = K, d.lda = K, d.ldb = N, d.ldc = N;
+    d.a_type = FL_BFLOAT16, d.b_type = mixed ? FL_FLOAT32 : FL_BFLOAT16;
     fl_gemm_cache *cache = NULL;
-    use_lib("openblas");
-    CHECK_FAILS(fl__gemm(&cache, &d, ah, bh, NULL, c), FL_EUNSUPPORTED, "in bfloat16 needs oneDNN");
-    if (!fl__dnn_available()) return;
-    use_lib("dnnl");
-    CHECK_OK(fl__gemm(&cache, &d, ah, bh, NULL, c));
+    use_lib(lib);
+    CHECK_OK(fl__gemm(&cache, &d, ah, mixed ? (const void *)b : bh, NULL, c));
     /* inputs rounded to 8 bits of mantissa (relative 2^-9 each), products summed in f32 */
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
@@ -115,6 +114,15 @@ TEST(gemm_bf16_within_bf16_rounding)
             CHECK(fabs(s - c[i * N + j]) <= mag * 2 * 0.00390625 + 1e-5);
         }
     fl__gemm_cache_free(cache);
+}
+
+TEST(gemm_bf16_within_bf16_rounding)
+{
+    bf16_case("openblas", 0);
+    bf16_case("openblas", 1);
+    if (!fl__dnn_available()) return;
+    bf16_case("dnnl", 0);
+    bf16_case("dnnl", 1);
 }
 
 /* x[16] -> fc 32 (act separately or fused) -> fc 32 tanh -> fc 3 softmax -> cross-entropy,

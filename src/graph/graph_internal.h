@@ -245,5 +245,6 @@ extern const fl_op_def *const fl__ops_loss[];   /* ops_loss.c */
 extern const fl_op_def *const fl__ops_metric[]; /* ops_metric.c */
 extern const fl_op_def *const fl__ops_optim[];  /* ops_optim.c */
 extern const fl_op_def *const fl__ops_conv[];   /* ops_conv.c: conv2d, pool2d, batch_norm */
+extern const fl_op_def *const fl__ops_amp[];    /* amp.c: cast */
 
 #endif

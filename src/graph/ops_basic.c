@@ -192,8 +192,11 @@ static int infer_fc(fl_op *op)
         char xs[96], ws[96];
         fl__shape_str(x, xs, sizeof xs);
         fl__shape_str(w, ws, sizeof ws);
-        if (x->dtype != FL_FLOAT32)
-            return fl__op_error(op, "input '%s' must be float32, is %s", x->name, fl_dtype_name(x->dtype));
+        /* bfloat16 inputs and weights come from fl_amp_decorate's casts */
+        if (x->dtype != FL_FLOAT32 && x->dtype != FL_BFLOAT16)
+            return fl__op_error(op, "input '%s' must be float32 (or bfloat16), is %s", x->name, fl_dtype_name(x->dtype));
+        if (w->dtype != FL_FLOAT32 && w->dtype != FL_BFLOAT16)
+            return fl__op_error(op, "weight '%s' must be float32 (or bfloat16), is %s", w->name, fl_dtype_name(w->dtype));
         if (k < 1 || k >= x->ndim + (x->ndim == 1))
             return fl__op_error(op, "num_flatten_dims %d out of range for input '%s' %s", k, x->name, xs);
         int64_t inner = 1;
@@ -247,7 +250,7 @@ static int run_fc(fl_kctx *c)
         memset(&d, 0, sizeof d);
         d.m = m, d.n = size, d.k = kk, d.lda = kk, d.ldb = size, d.ldc = size;
         d.beta = i ? 1.0f : 0.0f;
-        d.ab_type = FL_FLOAT32;
+        d.a_type = x->dtype, d.b_type = w->dtype; /* float32, or bfloat16 after fl_amp_decorate */
         if (i == n - 1) d.act = act == ACT_RELU ? FL_ACT_RELU : act == ACT_TANH ? FL_ACT_TANH : act ? FL_ACT_SIGMOID : 0;
         d.has_bias = i == n - 1 && c->nin[2];
         FL_CHECK(fl__gemm((fl_gemm_cache **)c->state, &d, x->data, w->data, d.has_bias ? c->in[2][0]->data : NULL, y));
@@ -263,16 +266,17 @@ static int run_mul_grad(fl_kctx *c)
     int64_t m = fl__dims_prod(x->shape, 0, k), kk = w->shape[0], n = w->shape[1];
     fl_gemm_desc d;
     memset(&d, 0, sizeof d);
-    d.ab_type = FL_FLOAT32;
     if (dx) { /* dX[m, kk] = dY[m, n] W[kk, n]^T */
         FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, x->ndim, x->shape));
         d.trans_b = 1, d.m = m, d.n = kk, d.k = n, d.lda = n, d.ldb = n, d.ldc = kk;
+        d.a_type = dy->dtype, d.b_type = w->dtype;
         FL_CHECK(fl__gemm((fl_gemm_cache **)c->state, &d, dy->data, w->data, NULL, dx->data));
         FL_CHECK(fl__tensor_share_lod(dx, x));
     }
     if (dw) { /* dW[kk, n] = X[m, kk]^T dY[m, n] */
         FL_CHECK(fl__tensor_reshape_raw(dw, FL_FLOAT32, 2, w->shape));
         d.trans_a = 1, d.trans_b = 0, d.m = kk, d.n = n, d.k = m, d.lda = kk, d.ldb = n, d.ldc = n;
+        d.a_type = x->dtype, d.b_type = dy->dtype;
         FL_CHECK(fl__gemm((fl_gemm_cache **)c->state, &d, x->data, dy->data, NULL, dw->data));
     }
     return FL_OK;

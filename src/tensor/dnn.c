@@ -49,6 +49,8 @@ struct fl_gemm_cache {
     dnnl_stream_t stream;
 #endif
     entry e[CACHE_SLOTS];
+    void *conv[2]; /* converted A and B of mixed products */
+    size_t conv_cap[2];
 };
 
 static atomic_int lib_choice;        /* 0 unread, else FL_GEMM_* or a negative status */
@@ -108,10 +110,6 @@ void fl__cvt_bf16_to_f32(float *restrict y, const uint16_t *restrict x, int64_t 
 
 static int gemm_openblas(const fl_gemm_desc *d, const void *a, const void *b, const float *bias, float *c)
 {
-    if (d->ab_type != FL_FLOAT32)
-        return fl__err(FL_EUNSUPPORTED,
-                       "matmul %lldx%lldx%lld in %s needs oneDNN (FLEET_GEMM=openblas, or a build without libdnnl-dev)",
-                       (long long)d->m, (long long)d->n, (long long)d->k, fl_dtype_name(d->ab_type));
     fl__sgemm(d->trans_a, d->trans_b, d->m, d->n, d->k, 1.0f, a, d->lda, b, d->ldb, d->beta, c, d->ldc);
     for (int64_t i = 0; i < d->m; i++) {
         float *r = c + i * d->ldc;
@@ -197,7 +195,7 @@ static int entry_make(entry *e, const fl_gemm_desc *d)
 {
     dnnl_status_t s = dnnl_success;
     const char *step = "";
-    dnnl_data_type_t abt = d->ab_type == FL_BFLOAT16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_data_type_t abt = d->a_type == FL_BFLOAT16 ? dnnl_bf16 : dnnl_f32; /* a_type == b_type here */
     dnnl_memory_desc_t amd, bmd, cmd, biasmd;
     dnnl_dims_t adims = {d->m, d->k}, bdims = {d->k, d->n}, cdims = {d->m, d->n}, biasdims = {1, d->n};
     dnnl_dims_t astr = {d->trans_a ? 1 : d->lda, d->trans_a ? d->lda : 1};
@@ -251,16 +249,9 @@ static int gemm_dnnl(fl_gemm_cache **cp, const fl_gemm_desc *d, const void *a, c
     pthread_once(&dnn.once, dnn_init);
     if (dnn.status != FL_OK) return fl__err(dnn.status, "%s", dnn.err);
     fl_gemm_cache *cache = *cp;
-    if (!cache) {
-        cache = calloc(1, sizeof *cache);
-        if (!cache) return fl__err(FL_ENOMEM, "matmul: out of memory");
-        cache->magic = CACHE_MAGIC;
+    if (!cache->stream) {
         dnnl_status_t s = dnnl_stream_create(&cache->stream, dnn.engine, dnnl_stream_default_flags);
-        if (s != dnnl_success) {
-            free(cache);
-            return fl__err(FL_EUNSUPPORTED, "oneDNN: could not create a stream: %s", dnnl_status2str(s));
-        }
-        *cp = cache;
+        if (s != dnnl_success) return fl__err(FL_EUNSUPPORTED, "oneDNN: could not create a stream: %s", dnnl_status2str(s));
     }
     entry *e = NULL, *victim = &cache->e[0];
     for (int i = 0; i < CACHE_SLOTS && !e; i++) {
@@ -297,18 +288,58 @@ static int gemm_dnnl(fl_gemm_cache **cp, const fl_gemm_desc *d, const void *a, c
 }
 #endif /* FL_HAVE_DNNL */
 
-int fl__gemm(fl_gemm_cache **cache, const fl_gemm_desc *d, const void *a, const void *b, const float *bias, float *c)
+/* Elements spanned by an operand of `rows` rows of `cols` used columns, leading dim ld. */
+static int64_t span(int64_t rows, int64_t cols, int64_t ld) { return (rows - 1) * ld + cols; }
+
+/* Operand `which` (0 A, 1 B) converted to dtype `to` in the cache's buffer. */
+static int convert(fl_gemm_cache *cache, int which, const void *x, fl_dtype from, fl_dtype to, int64_t n,
+                   const void **out)
 {
-    if (d->m == 0 || d->n == 0) return FL_OK;
+    size_t need = (size_t)n * fl_dtype_size(to);
+    if (cache->conv_cap[which] < need) {
+        fl__free_aligned(cache->conv[which]);
+        cache->conv[which] = fl__alloc_aligned(need);
+        cache->conv_cap[which] = cache->conv[which] ? need : 0;
+        if (!cache->conv[which]) return fl__err(FL_ENOMEM, "matmul: out of memory converting %s to %s",
+                                                fl_dtype_name(from), fl_dtype_name(to));
+    }
+    if (to == FL_BFLOAT16) fl__cvt_f32_to_bf16(cache->conv[which], x, n);
+    else fl__cvt_bf16_to_f32(cache->conv[which], x, n);
+    *out = cache->conv[which];
+    return FL_OK;
+}
+
+int fl__gemm(fl_gemm_cache **cp, const fl_gemm_desc *dd, const void *a, const void *b, const float *bias, float *c)
+{
+    if (dd->m == 0 || dd->n == 0) return FL_OK;
     int lib = fl__gemm_lib();
     if (lib < 0) return lib;
+    if ((dd->a_type != FL_FLOAT32 && dd->a_type != FL_BFLOAT16) || (dd->b_type != FL_FLOAT32 && dd->b_type != FL_BFLOAT16))
+        return fl__err(FL_EUNSUPPORTED, "matmul: operands of %s and %s (expected float32 or bfloat16)",
+                       fl_dtype_name(dd->a_type), fl_dtype_name(dd->b_type));
+    if (!*cp) {
+        *cp = calloc(1, sizeof **cp);
+        if (!*cp) return fl__err(FL_ENOMEM, "matmul: out of memory");
+        (*cp)->magic = CACHE_MAGIC;
+    }
+    fl_gemm_desc d = *dd;
+    int use_dnnl = lib == FL_GEMM_DNNL && d.k > 0; /* k == 0 (an empty input): the epilogue alone */
+    /* oneDNN multiplies bf16 by bf16 or f32 by f32; OpenBLAS f32 only */
+    fl_dtype want = use_dnnl && (d.a_type == FL_BFLOAT16 || d.b_type == FL_BFLOAT16) ? FL_BFLOAT16 : FL_FLOAT32;
+    if (d.k > 0 && d.a_type != want) {
+        FL_CHECK(convert(*cp, 0, a, d.a_type, want, span(d.trans_a ? d.k : d.m, d.trans_a ? d.m : d.k, d.lda), &a));
+        d.a_type = want;
+    }
+    if (d.k > 0 && d.b_type != want) {
+        FL_CHECK(convert(*cp, 1, b, d.b_type, want, span(d.trans_b ? d.n : d.k, d.trans_b ? d.k : d.n, d.ldb), &b));
+        d.b_type = want;
+    }
 #ifdef FL_HAVE_DNNL
-    /* k == 0 (an empty input) is the epilogue alone: OpenBLAS's path handles it */
-    if (lib == FL_GEMM_DNNL && d->k > 0) return gemm_dnnl(cache, d, a, b, bias, c);
+    if (use_dnnl) return gemm_dnnl(cp, &d, a, b, bias, c);
 #else
-    (void)cache;
+    (void)use_dnnl;
 #endif
-    return gemm_openblas(d, a, b, bias, c);
+    return gemm_openblas(&d, a, b, bias, c);
 }
 
 void fl__gemm_cache_free(void *p)
@@ -319,6 +350,8 @@ void fl__gemm_cache_free(void *p)
     for (int i = 0; i < CACHE_SLOTS; i++) entry_clear(&cache->e[i]);
     if (cache->stream) dnnl_stream_destroy(cache->stream);
 #endif
+    fl__free_aligned(cache->conv[0]);
+    fl__free_aligned(cache->conv[1]);
     cache->magic = 0;
     free(cache);
 }

@@ -78,24 +78,27 @@ void fl__softmax_rows(float *restrict y, const float *restrict x, int64_t m, int
 /* ---- matrix products with a fused epilogue (dnn.c) ---- */
 
 /* C[m,n] = act(op(A) op(B) + bias + beta * C), row-major with leading dimensions; A and B
- * are float32 or both bfloat16 (ab_type), C and bias float32.  beta is 0 or 1; act is 0 or
- * an FL_ACT_* code.  Build one with memset(0) first: the whole struct is the cache key. */
+ * each float32 or bfloat16 (a_type, b_type), C and bias float32.  beta is 0 or 1; act is 0
+ * or an FL_ACT_* code.  Build one with memset(0) first: the whole struct is the cache key.
+ * Mixed operands: oneDNN gets the float32 one rounded to bfloat16 (the product is then a
+ * bf16 x bf16 product accumulated in float32); OpenBLAS gets bfloat16 ones widened. */
 typedef struct {
     int trans_a, trans_b;
     int64_t m, n, k, lda, ldb, ldc;
     float beta;
     int act;
     int has_bias;
-    fl_dtype ab_type;
+    fl_dtype a_type, b_type;
 } fl_gemm_desc;
 /* Primitives of one op in one executor (in the op's kernel state slot): up to 8 shapes,
- * the least recently used replaced.  Not thread safe: one cache per executor op. */
+ * the least recently used replaced, and the conversion buffers of mixed operands.  Not
+ * thread safe: one cache per executor op. */
 typedef struct fl_gemm_cache fl_gemm_cache;
 enum { FL_GEMM_OPENBLAS = 1, FL_GEMM_DNNL = 2 };
 /* Runs d through the library FLEET_GEMM selects (fl__gemm_lib); with oneDNN the primitive
- * for d is made on the first call with this shape (*cache is created when NULL) and reused
- * after.  bias is read when d->has_bias.  Returns the status (bf16 without oneDNN, a oneDNN
- * failure or a bad FLEET_GEMM: FL_EUNSUPPORTED / FL_EINVAL, the message naming the shape). */
+ * for d is made on the first call with this shape and reused after (*cache is created when NULL in either case).  bias is read when d->has_bias.
+ * Returns the status (a oneDNN failure or a bad FLEET_GEMM: FL_EUNSUPPORTED / FL_EINVAL,
+ * the message naming the shape; FL_ENOMEM). */
 int fl__gemm(fl_gemm_cache **cache, const fl_gemm_desc *d, const void *a, const void *b, const float *bias, float *c);
 /* Frees a cache (NULL is fine); signature of fl_op_def.state_free. */
 void fl__gemm_cache_free(void *cache);
