@@ -15,6 +15,7 @@
  * same for bf16).  float16 would need dynamic loss scaling with the step skipped on
  * inf/NaN; it is refused with an error saying so.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -197,5 +198,12 @@ int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts)
         }
     }
     if (done) FL_DEBUG(FL_SUB_GRAPH, "fl_amp_decorate: %d ops compute in bfloat16", done);
+    static atomic_int told;
+    if (done && !fl__gemm_bf16_native() && !atomic_exchange(&told, 1))
+        FL_INFO(FL_SUB_GRAPH,
+                "AMP: no bfloat16 instructions in use here (%s): bf16 products are emulated or "
+                "widened to float32 and will not be faster than float32",
+                fl__dnn_available() ? "this CPU has neither AVX512-BF16 nor AMX, or FLEET_GEMM=openblas"
+                                    : "this build has no oneDNN");
     return done;
 }

@@ -68,6 +68,18 @@ int fl__dnn_available(void)
 
 uint64_t fl__dnn_primitives_created(void) { return atomic_load(&n_prims); }
 
+int fl__gemm_bf16_native(void)
+{
+#ifdef FL_HAVE_DNNL
+    /* the ISA values are bit sets: AVX512-BF16 and AMX both contain avx512_core_bf16's bits */
+    return fl__gemm_lib() == FL_GEMM_DNNL &&
+           ((unsigned)dnnl_get_effective_cpu_isa() & (unsigned)dnnl_cpu_isa_avx512_core_bf16) ==
+               (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+#else
+    return 0;
+#endif
+}
+
 void fl__dnn_single(int on) { atomic_fetch_add(&single_depth, on ? 1 : -1); }
 
 void fl__gemm_lib_reload(void) { atomic_store(&lib_choice, 0); }
@@ -292,16 +304,15 @@ static int gemm_dnnl(fl_gemm_cache **cp, const fl_gemm_desc *d, const void *a, c
 static int64_t span(int64_t rows, int64_t cols, int64_t ld) { return (rows - 1) * ld + cols; }
 
 /* Operand `which` (0 A, 1 B) converted to dtype `to` in the cache's buffer. */
-static int convert(fl_gemm_cache *cache, int which, const void *x, fl_dtype from, fl_dtype to, int64_t n,
-                   const void **out)
+static int convert(fl_gemm_cache *cache, int which, const void *x, fl_dtype from, fl_dtype to, int64_t n, const void **out)
 {
     size_t need = (size_t)n * fl_dtype_size(to);
     if (cache->conv_cap[which] < need) {
         fl__free_aligned(cache->conv[which]);
         cache->conv[which] = fl__alloc_aligned(need);
         cache->conv_cap[which] = cache->conv[which] ? need : 0;
-        if (!cache->conv[which]) return fl__err(FL_ENOMEM, "matmul: out of memory converting %s to %s",
-                                                fl_dtype_name(from), fl_dtype_name(to));
+        if (!cache->conv[which])
+            return fl__err(FL_ENOMEM, "matmul: out of memory converting %s to %s", fl_dtype_name(from), fl_dtype_name(to));
     }
     if (to == FL_BFLOAT16) fl__cvt_f32_to_bf16(cache->conv[which], x, n);
     else fl__cvt_bf16_to_f32(cache->conv[which], x, n);

@@ -106,6 +106,9 @@ void fl__gemm_cache_free(void *cache);
  * negative status for a bad value.  fl__gemm_lib_reload() reads the variable again (tests). */
 int fl__gemm_lib(void);
 void fl__gemm_lib_reload(void);
+/* 1 when bfloat16 products run on bf16 instructions here (oneDNN chosen, and the CPU has
+ * AVX512-BF16 or AMX); 0 when they are emulated or widened to float32 (not faster). */
+int fl__gemm_bf16_native(void);
 /* 1 when this build has oneDNN. */
 int fl__dnn_available(void);
 /* oneDNN primitives created by this process so far (tests check the steady state makes none). */
