@@ -5,6 +5,8 @@
 #   fc       BUILD_DIR/bench/bench_train fc --batch 32 and 512: x[273] -> fc400 relu x3 -> fc2
 #            softmax -> cross-entropy, SGD (CTR-DNN's dense part), samples/s
 #   fcfwd    BUILD_DIR/bench/bench_train fcfwd --batch 32 and 512: the same stack forward only, GFLOP/s
+#   amp      the fc and fcfwd runs again with --amp 1 (bfloat16 products through fl_amp_decorate,
+#            oneDNN only: tagged .amp, compared with oneDNN float32)
 #   ctr      BUILD_DIR/bench/bench_ctr local --batches 32,512 --threads 1: CTR-DNN through
 #            fl_exe_train_from_dataset on fleet-datagen data, examples/s
 # Each round runs every configuration once per library, the two libraries back to back, the
@@ -70,6 +72,10 @@ one_lib() {
   for b in ${batches//,/ }; do
     step "fc b$b" "$lib" "$train" fc --batch "$b" --seconds "$secs" --floor 0 --tag ".$lib"
     step "fcfwd b$b" "$lib" "$train" fcfwd --batch "$b" --seconds "$secs" --tag ".$lib"
+    if [ "$lib" = dnnl ]; then
+      step "fc amp b$b" "$lib" "$train" fc --batch "$b" --seconds "$secs" --floor 0 --amp 1 --tag ".amp"
+      step "fcfwd amp b$b" "$lib" "$train" fcfwd --batch "$b" --seconds "$secs" --amp 1 --tag ".amp"
+    fi
   done
   step "ctr" "$lib" "$ctr" local --data "$tmp/data" --files 1 --batches "$batches" --threads 1 --seconds "$secs" \
     --tag ".$lib"
@@ -92,7 +98,7 @@ for line in open(raw):
     f = line.rstrip("\n").split("\t")
     if len(f) == 4 and f[0] == "R":
         vals.setdefault(f[1], []).append(float(f[2]))
-rows = []
+rows, amp_rows = [], []
 wanted = ("samples_per_s", "gflops", "ex_per_s")
 for key in sorted(vals):
     if not key.startswith("ours.") or ".dnnl" not in key or not key.endswith(wanted):
@@ -104,9 +110,19 @@ for key in sorted(vals):
     ma, mb = statistics.median(a), statistics.median(b)
     name = key.replace(".dnnl", "")
     rows.append(f"| {name} | {ma:.1f} ({min(a):.1f}-{max(a):.1f}) | {mb:.1f} ({min(b):.1f}-{max(b):.1f}) | {ma / mb:.2f}x |")
+for key in sorted(vals):
+    if not key.startswith("ours.") or ".amp" not in key or not key.endswith(wanted):
+        continue
+    other = key.replace(".amp", ".dnnl")
+    if other not in vals:
+        continue
+    a, b = vals[key], vals[other]
+    ma, mb = statistics.median(a), statistics.median(b)
+    amp_rows.append(f"| {key.replace('.amp', '')} | {ma:.1f} ({min(a):.1f}-{max(a):.1f}) | {mb:.1f} ({min(b):.1f}-{max(b):.1f}) | {ma / mb:.2f}x |")
 text = "\n".join(["# oneDNN vs OpenBLAS (FLEET_GEMM), medians (min-max) of %d runs" % max(len(v) for v in vals.values())]
                  + [""] + ["    " + h for h in head] + ["", "| configuration | oneDNN | OpenBLAS | oneDNN / OpenBLAS |",
-                 "|---|---|---|---|"] + rows) + "\n"
+                 "|---|---|---|---|"] + rows + ["", "| configuration | oneDNN AMP bf16 | oneDNN float32 | bf16 / float32 |",
+                 "|---|---|---|---|"] + amp_rows) + "\n"
 open(out, "w").write(text)
 print(text)
 EOF
