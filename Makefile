@@ -28,6 +28,19 @@ CFLAGS   += -DFL_HAVE_MPI $(shell pkg-config --cflags ompi-c)
 LDLIBS   += $(MPI_LIBS)
 endif
 
+# oneDNN, optional: when its header is found (Debian: libdnnl-dev, which has no pkg-config
+# file; a dnnl.pc is used where one exists) fc and mul_grad run on oneDNN's matmul
+# primitives (src/tensor/dnn.c, FLEET_GEMM); without it on OpenBLAS.  Debian's oneDNN uses
+# OpenMP: libgomp is linked for the team size.  `make DNNL=0` leaves it out (then `make clean`).
+ifndef DNNL
+DNNL := $(shell pkg-config --exists dnnl 2>/dev/null && echo 1 || (printf '\043include <dnnl.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1 || echo 0))
+endif
+ifeq ($(DNNL),1)
+DNNL_LIBS := $(shell pkg-config --exists dnnl 2>/dev/null && pkg-config --libs dnnl || echo -ldnnl) -lgomp
+CFLAGS   += -DFL_HAVE_DNNL $(shell pkg-config --cflags dnnl 2>/dev/null)
+LDLIBS   += $(DNNL_LIBS)
+endif
+
 # The compile and link flags of the last build: objects are rebuilt when they change (for
 # example when Open MPI was installed since), not only when a source changes.
 # NOBUILD=1 (an install from a finished build, see install) leaves the stamp alone.
@@ -168,7 +181,7 @@ valgrind: all
 # NOBUILD=1 installs what BUILD already holds without building it: the install test uses
 # it so that a sanitizer build dir is never rebuilt with other flags.
 INSTALL_DEPS := $(if $(filter 1,$(NOBUILD)),,lib $(TOOL_BIN))
-INSTALL_SED  := sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@MPI_LIBS@|$(MPI_LIBS)|g'
+INSTALL_SED  := sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@MPI_LIBS@|$(MPI_LIBS)|g' -e 's|@DNNL_LIBS@|$(DNNL_LIBS)|g'
 install: $(INSTALL_DEPS)
 	@test -f $(BUILD)/libfleet.so.$(VERSION) || { echo "install: $(BUILD)/libfleet.so.$(VERSION) is missing: run make first" >&2; exit 1; }
 	install -d $(DESTDIR)$(PREFIX)/include/fleet $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/cmake/Fleet $(DESTDIR)$(PREFIX)/bin

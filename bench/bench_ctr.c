@@ -55,7 +55,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "testhelp.h" /* th_free_port */
+#include "tensor/tensor_internal.h" /* fl__gemm_info */
+#include "testhelp.h"               /* th_free_port */
 
 #define MAXCFG 8
 #define MAXFILES 256
@@ -237,6 +238,8 @@ static void header(const char *mode)
            mode, openblas_get_corename(), openblas_get_num_threads(), ct ? ct : "(unset: auto-detect)",
            getenv("OPENBLAS_NUM_THREADS") ? getenv("OPENBLAS_NUM_THREADS") : "(unset)", A.opt, A.lr, A.seconds,
            openblas_get_config());
+    char info[256];
+    printf("# %s\n", fl__gemm_info(info, sizeof info)); /* FLEET_GEMM's library and ISAs */
     fflush(stdout);
 }
 

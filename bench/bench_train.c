@@ -2,7 +2,7 @@
  * bench_train.c - training / forward throughput of the Fleet executor (the real path: programs
  * built with the public layer API, run by fl_exe_run with feeds and a fetched loss).
  *
- * usage: bench_train MODE [--batch N] [--seconds S] [--warmup N] [--tag T] [--floor 0|1]
+ * usage: bench_train MODE [--batch N] [--seconds S] [--warmup N] [--tag T] [--floor 0|1] [--amp 0|1]
  *   mlp    quick-start MLP: x[32] -> fc128 tanh -> fc128 tanh -> fc2 softmax -> cross_entropy -> mean,
  *          SGD lr 0.01; default batch 128.  Reports steps/s.
  *   fc     fc-heavy training step: x[273] -> fc400 relu x3 -> fc2 softmax -> cross_entropy -> mean,
@@ -14,6 +14,7 @@
  * mlp and fc also report the GEMM floor: the matrix products of one training step (forward NN,
  * backward TN for dW and NT for dX) through bare cblas_sgemm, timed in slices alternating with
  * ours (--floor 0 leaves it out, e.g. to profile ours alone).
+ * --amp 1 runs the program through fl_amp_decorate first (bfloat16 products, float32 master weights).
  * Input data is a pool of 32 batches generated before timing (uniform [-1, 1) features, labels
  * 0/1), cycled through, as the PyTorch reference (bench/torch_ref.py) does.  Each measurement runs
  * --warmup steps, then whole steps until --seconds have passed.
@@ -26,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "tensor/tensor_internal.h" /* fl__gemm_info */
 
 #define POOL 32
 
@@ -116,14 +119,22 @@ static float run_step(model *m, pool *p, long i)
     return fl_tensor_f32(out)[0];
 }
 
+static int g_amp; /* --amp */
+
+static void amp(fl_prog *p)
+{
+    if (g_amp && fl_amp_decorate(p, NULL) < 0) die("fl_amp_decorate");
+}
+
 static void build_mlp(model *m)
 {
     m->prog = fl_prog_create();
     fl_model_mlp_config cfg = fl_model_mlp_default();
     fl_model_mlp net;
     m->opt = fl_opt_sgd(0.01f);
-    if (fl_model_mlp_build(m->prog, &cfg, &net) != FL_OK || fl_opt_minimize(m->opt, net.loss) != FL_OK)
-        die("building the MLP");
+    if (fl_model_mlp_build(m->prog, &cfg, &net) != FL_OK) die("building the MLP");
+    amp(m->prog);
+    if (fl_opt_minimize(m->opt, net.loss) != FL_OK) die("building the MLP");
     m->fetch = fl_var_name(net.loss);
     m->has_label = 1;
 }
@@ -139,12 +150,15 @@ static void build_fc(model *m, int train)
         fl_var *pred = fl_layer_fc(FL_VARS(h), 2, "softmax");
         fl_var *cost = fl_layer_mean(fl_layer_cross_entropy(pred, y));
         m->opt = fl_opt_sgd(0.01f);
+        if (!cost) die("building the fc stack");
+        amp(p);
         if (fl_opt_minimize(m->opt, cost) != FL_OK) die("building the fc stack");
         m->fetch = fl_var_name(cost);
         m->has_label = 1;
     } else {
         fl_var *out = fl_layer_fc(FL_VARS(h), 2, NULL);
         if (!out) die("building the fc stack");
+        amp(p);
         m->fetch = fl_var_name(out);
         m->has_label = 0;
     }
@@ -252,7 +266,8 @@ static int g_threads = 1;
 int main(int argc, char **argv)
 {
     if (argc < 2 || (strcmp(argv[1], "mlp") && strcmp(argv[1], "fc") && strcmp(argv[1], "fcfwd"))) {
-        fprintf(stderr, "usage: bench_train mlp|fc|fcfwd [--batch N] [--seconds S] [--warmup N] [--tag T] [--floor 0|1]\n");
+        fprintf(stderr,
+                "usage: bench_train mlp|fc|fcfwd [--batch N] [--seconds S] [--warmup N] [--tag T] [--floor 0|1] [--amp 0|1]\n");
         return 2;
     }
     g_threads = openblas_get_num_threads();
@@ -268,6 +283,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--warmup")) warmup = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--tag")) tag = argv[i + 1];
         else if (!strcmp(argv[i], "--floor")) with_floor = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--amp")) g_amp = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "bench_train: unknown option %s\n", argv[i]);
             return 2;
@@ -282,6 +298,8 @@ int main(int argc, char **argv)
            "OPENBLAS_NUM_THREADS=%s; config: %s\n",
            mode, batch, openblas_get_corename(), openblas_get_num_threads(), ct ? ct : "(unset: auto-detect)",
            getenv("OPENBLAS_NUM_THREADS") ? getenv("OPENBLAS_NUM_THREADS") : "(unset)", openblas_get_config());
+    char info[256];
+    printf("# %s\n", fl__gemm_info(info, sizeof info)); /* FLEET_GEMM's library and ISAs */
     char key[160];
     snprintf(key, sizeof key, "ours.%s.b%d.blas%d%s", mode, batch, g_threads, tag);
 

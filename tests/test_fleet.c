@@ -223,9 +223,24 @@ TEST(strategy_unimplemented_rejected)
 {
     fleet_strategy s = fleet_strategy_default();
     s.amp = 1;
-    CHECK_FAILS(fleet_strategy_check(&s), FL_EUNSUPPORTED, "strategy field 'amp' is set to 1 but AMP");
+    CHECK_OK(fleet_strategy_check(&s));
+    s.amp_configs.use_pure_fp16 = 1;
+    CHECK_FAILS(fleet_strategy_check(&s), FL_EUNSUPPORTED, "'amp_configs.use_pure_fp16' is set to 1 but pure fp16");
     CHECK(fleet_init(NULL, &s) == NULL);
-    CHECK_STR_HAS(fl_last_error(), "'amp'");
+    CHECK_STR_HAS(fl_last_error(), "'amp_configs.use_pure_fp16'");
+    s = fleet_strategy_default();
+    CHECK_OK(fleet_strategy_set(&s, "amp_configs.dtype", "float16"));
+    CHECK_FAILS(fleet_strategy_check(&s), FL_EUNSUPPORTED, "float16 AMP needs dynamic loss scaling");
+    CHECK_OK(fleet_strategy_set(&s, "amp_configs.dtype", "bf8"));
+    CHECK_FAILS(fleet_strategy_check(&s), FL_EINVAL, "'amp_configs.dtype' = 'bf8' is invalid");
+    s = fleet_strategy_default();
+    CHECK_OK(fleet_strategy_parse(&s, "{\"amp\": true, \"amp_configs\": {\"custom_white_list\": [\"fc\", \"mul\"], "
+                                      "\"custom_black_list\": \"softmax\", \"dtype\": \"bfloat16\"}}"));
+    CHECK(s.amp == 1);
+    CHECK(!strcmp(s.amp_configs.custom_white_list, "fc,mul") && !strcmp(s.amp_configs.custom_black_list, "softmax"));
+    char *text = fleet_strategy_to_text(&s);
+    CHECK_STR_HAS(text, "amp_configs.custom_white_list=fc,mul\n");
+    free(text);
     s = fleet_strategy_default();
     s.dgc = 1;
     CHECK_FAILS(fleet_strategy_check(&s), FL_EUNSUPPORTED, "DGC");

@@ -122,6 +122,7 @@ FL_API void fleet_role_free(fleet_role *r);
  * ("a_sync", "a_sync_configs.k_steps", ...) or from text with fleet_strategy_parse()
  * (key=value lines or a JSON object).  Fields this build does not implement are
  * rejected when they differ from their default (fleet_strategy_check). */
+#define FLEET_STRATEGY_STR_MAX 256 /* bytes of a string field, NUL included */
 typedef struct {
     int a_sync; /* true */
     struct {
@@ -143,12 +144,17 @@ typedef struct {
         int64_t k_steps; /* 1 */
         int avg;         /* true */
     } gradient_merge_configs;
-    int amp;
+    int amp; /* false; true: fl_amp_decorate at minimize (src/fleet/amp.c) */
     struct {
+        /* Loss scaling: accepted, unused with bfloat16 (float32's range; docs/engine.md) */
         double init_loss_scaling;                            /* 32768 */
         int64_t incr_every_n_steps, decr_every_n_nan_or_inf; /* 1000, 2 */
         double incr_ratio, decr_ratio;                       /* 2.0, 0.8 */
         int use_dynamic_loss_scaling;                        /* true */
+        /* comma-separated op types (JSON: a list of strings or one such string) */
+        char custom_white_list[FLEET_STRATEGY_STR_MAX], custom_black_list[FLEET_STRATEGY_STR_MAX]; /* "" */
+        int use_pure_fp16;                   /* false (O2: not implemented) */
+        char dtype[FLEET_STRATEGY_STR_MAX];  /* our extension: "bfloat16" (default) or "float16" (refused) */
     } amp_configs;
     int dgc;
     struct {

@@ -65,6 +65,28 @@ FL_API int fl_prog_to_text(const fl_prog *p, char **out, size_t *len);
 FL_API int fl_prog_from_text(const char *text, size_t len, fl_prog **out);
 /* New program holding only the ops needed to compute `targets` from `feeds` (forward ops
  * only), with the same variables they touch.  Caller frees. */
+/* Rewrite: each fc without activation whose output only feeds a relu, tanh or sigmoid op
+ * becomes one fc with that activation (applied in the matrix product's epilogue); the
+ * intermediate variable is removed.  Call before fl_opt_minimize (FL_EINVAL naming the op
+ * otherwise).  Returns the number of pairs fused (>= 0) or a negative status. */
+FL_API int fl_fuse_fc_act(fl_prog *p);
+/* Automatic mixed precision (Paddle's static amp.decorate, level O1).  The float32 inputs
+ * of white-listed ops (default: fc) get a cast op to bfloat16 inserted before them
+ * ("<var>.cast_bf16", visible in the program text); those ops multiply in bfloat16 with
+ * float32 accumulation and output, everything else stays float32.  Parameters, their
+ * gradients and optimizer state stay float32 (master weights).  No loss scaling: bfloat16
+ * has float32's range.  Lists are comma-separated op types; custom_white_list may only
+ * name ops with a bfloat16 kernel (fc; Paddle's mul, matmul, matmul_v2 are accepted as
+ * its names), custom_black_list keeps ops in float32.  dtype 0 means bfloat16; float16 is
+ * refused (FL_EUNSUPPORTED: it needs dynamic loss scaling, not implemented).  Call before
+ * fl_opt_minimize.  Returns the number of ops rewritten (>= 0) or a negative status with
+ * the program error naming the op or list entry. */
+typedef struct {
+    fl_dtype dtype;
+    const char *custom_white_list;
+    const char *custom_black_list;
+} fl_amp_opts;
+FL_API int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts);
 FL_API int fl_prog_prune(const fl_prog *p, const char *const *feeds, int nfeed, const char *const *targets, int ntarget,
                          fl_prog **out);
 

@@ -30,7 +30,8 @@ _CONFIG_DEFAULTS = {
     "adaptive_localsgd_configs": {"init_k_steps": 1, "begin_step": 1},
     "gradient_merge_configs": {"k_steps": 1, "avg": True},
     "amp_configs": {"init_loss_scaling": 32768.0, "incr_every_n_steps": 1000, "decr_every_n_nan_or_inf": 2,
-                    "incr_ratio": 2.0, "decr_ratio": 0.8, "use_dynamic_loss_scaling": True},
+                    "incr_ratio": 2.0, "decr_ratio": 0.8, "use_dynamic_loss_scaling": True,
+                    "custom_white_list": [], "custom_black_list": [], "use_pure_fp16": False, "dtype": "bfloat16"},
     "dgc_configs": {"rampup_begin_step": 0, "rampup_step": 1},
 }
 
@@ -40,8 +41,10 @@ def _str(value):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
-    if isinstance(value, (list, tuple)):
-        raise TypeError("list values are not supported by Fleet's strategy fields")
+    if isinstance(value, (list, tuple)):  # op lists (amp_configs.custom_white_list): comma-separated
+        if not all(isinstance(v, str) for v in value):
+            raise TypeError("list values of Fleet's strategy fields are lists of strings")
+        return ",".join(value)
     return str(value)
 
 

@@ -63,6 +63,9 @@ int fl__log_rank(void);
 int fl__env_str(const char *name, const char *def, const char **out);
 int fl__env_int(const char *name, int64_t def, int64_t lo, int64_t hi, int64_t *out);
 int fl__env_double(const char *name, double def, double *out);
+/* One of a NULL-terminated list of names: *out = its index (def when unset); FL_EINVAL
+ * naming the variable and listing the choices otherwise. */
+int fl__env_choice(const char *name, const char *const *choices, int def, int *out);
 
 /* Memory: 64-byte aligned allocations (free with fl__free_aligned). */
 void *fl__alloc_aligned(size_t bytes);

@@ -5,7 +5,11 @@
  *   FLEET_LOG_LEVEL    error|warn|info|debug|trace (default warn)
  *   FLEET_LOG_SUBSYS   comma list of subsystems, "all", ^name excludes (default all)
  *   FLEET_NUM_THREADS  1 or 2: threads for large matrix products (default 1; see
- *                      src/tensor/parallel.c)
+ *                      src/tensor/parallel.c); oneDNN's threads as well (1 inside
+ *                      Hogwild trainer threads; src/tensor/dnn.c)
+ *   FLEET_GEMM         auto|dnnl|openblas: library of the matrix products of fc and
+ *                      mul_grad (default auto: oneDNN when the build has it, else
+ *                      OpenBLAS; dnnl in a build without oneDNN is an error; src/tensor/dnn.c)
  *   FLEET_METRICS_DIR  directory for training metrics (CSV and TensorBoard files, one set
  *                      per rank) when the program set none (src/exec/metrics.c,
  *                      include/fleet/metrics.h); unset: no metrics files
@@ -86,6 +90,7 @@
  *                                stopped or hung, not slow); -1 disables (default 8000)
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,4 +133,23 @@ int fl__env_double(const char *name, double def, double *out)
     if (errno || *end) return fl__err(FL_EINVAL, "environment variable %s='%s' is invalid: expected a number", name, v);
     *out = x;
     return FL_OK;
+}
+
+int fl__env_choice(const char *name, const char *const *choices, int def, int *out)
+{
+    const char *v = getenv(name);
+    *out = def;
+    if (!v || !*v) return FL_OK;
+    char list[256];
+    size_t at = 0;
+    list[0] = 0;
+    for (int i = 0; choices[i]; i++) {
+        if (!strcmp(v, choices[i])) {
+            *out = i;
+            return FL_OK;
+        }
+        int w = snprintf(list + at, sizeof list - at, "%s%s", i ? "|" : "", choices[i]);
+        if (w > 0 && (size_t)w < sizeof list - at) at += (size_t)w;
+    }
+    return fl__err(FL_EINVAL, "environment variable %s='%s' is invalid: expected %s", name, v, list);
 }

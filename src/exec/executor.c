@@ -13,6 +13,9 @@ typedef struct {
     const fl_op *op;
     fl_kctx ctx;
     void *state;
+    /* copied from op->def when planning: a plan may outlive its program (an executor freed
+     * after the program it ran), so freeing the state must not read the op */
+    void (*state_free)(void *state);
     const fl_tensor *cond; /* run only when its first element is non-zero */
 } plan_op;
 
@@ -65,7 +68,7 @@ static void plan_free(plan *pl)
             free(pl->ops[i].ctx.in[s]);
             free(pl->ops[i].ctx.out[s]);
         }
-        if (pl->ops[i].state && pl->ops[i].op->def->state_free) pl->ops[i].op->def->state_free(pl->ops[i].state);
+        if (pl->ops[i].state && pl->ops[i].state_free) pl->ops[i].state_free(pl->ops[i].state);
         else free(pl->ops[i].state);
     }
     free(pl->ops);
@@ -139,6 +142,7 @@ static int plan_build(fl_exe *e, const fl_prog *p, plan **out)
         po->op = op;
         po->ctx.op = op;
         po->ctx.state = &po->state;
+        po->state_free = op->def->state_free;
         if (op->cond) po->cond = pl->tensors[op->cond->idx];
         for (int s = 0; s < FL_OP_MAX_SLOTS; s++) {
             if (op->in[s].n) {

@@ -157,7 +157,8 @@ fl_opt *fleet_distributed_optimizer(fleet_t *f, fl_opt *opt, const fleet_strateg
         if (fleet_strategy_check(strategy) != FL_OK) return NULL;
         f->strategy = *strategy; /* Paddle: a strategy given here replaces the one from init */
     }
-    return f->runtime->distributed_optimizer(f, opt) == FL_OK ? opt : NULL;
+    if (f->runtime->distributed_optimizer(f, opt) != FL_OK) return NULL;
+    return fl__fleet_amp_wire(f, opt) == FL_OK ? opt : NULL; /* every runtime: amp.c */
 }
 
 int fleet_init_worker(fleet_t *f)

@@ -51,6 +51,12 @@ int fl__fleet_secret(fleet_t *f, const char *fn, int required, const fl_net_secr
  * a local run or one worker (the caller then acts alone). */
 int fl__fleet_worker_ring(fleet_t *f, const char *fn);
 
+/* strategy.amp: makes minimize() run fl_amp_decorate on the forward program first, with
+ * amp_configs' lists and dtype (amp.c).  Nothing when amp is false.  The same for every
+ * runtime: casts sit in the forward program, parameters and gradients stay float32, so
+ * allreduce and the servers see float32. */
+int fl__fleet_amp_wire(fleet_t *f, fl_opt *opt);
+
 /* Splits "a:1,b:2" into a malloc'ed array of malloc'ed endpoints, validating host:port.
  * `what` names the source (environment variable or argument) in errors. */
 int fl__parse_endpoints(const char *list, const char *what, char ***out, int *n);

@@ -15,7 +15,7 @@
 
 #define STRATEGY_MAX_BYTES ((size_t)1 << 20)
 
-typedef enum { F_BOOL, F_INT, F_I64, F_DBL } ftype;
+typedef enum { F_BOOL, F_INT, F_I64, F_DBL, F_STR } ftype;
 
 /* impl: 1 = implemented; 0 = rejected when not at its default */
 typedef struct {
@@ -26,6 +26,7 @@ typedef struct {
     int impl;
     double lo; /* minimum accepted value */
     const char *why;
+    const char *sdef; /* F_STR: default (a char[FLEET_STRATEGY_STR_MAX] member) */
 } field;
 
 #define FO(m) offsetof(fleet_strategy, m)
@@ -54,15 +55,18 @@ static const field fields[] = {
     {"gradient_merge", F_BOOL, FO(gradient_merge), 0, 1, 0, NULL},
     {"gradient_merge_configs.k_steps", F_I64, FO(gradient_merge_configs.k_steps), 1, 1, 1, NULL},
     {"gradient_merge_configs.avg", F_BOOL, FO(gradient_merge_configs.avg), 1, 1, 0, NULL},
-    {"amp", F_BOOL, FO(amp), 0, 0, 0, "AMP (mixed precision) is not implemented yet"},
-    {"amp_configs.init_loss_scaling", F_DBL, FO(amp_configs.init_loss_scaling), 32768, 0, 0, "AMP is not implemented yet"},
-    {"amp_configs.incr_every_n_steps", F_I64, FO(amp_configs.incr_every_n_steps), 1000, 0, 1, "AMP is not implemented yet"},
-    {"amp_configs.decr_every_n_nan_or_inf", F_I64, FO(amp_configs.decr_every_n_nan_or_inf), 2, 0, 1,
-     "AMP is not implemented yet"},
-    {"amp_configs.incr_ratio", F_DBL, FO(amp_configs.incr_ratio), 2.0, 0, 0, "AMP is not implemented yet"},
-    {"amp_configs.decr_ratio", F_DBL, FO(amp_configs.decr_ratio), 0.8, 0, 0, "AMP is not implemented yet"},
-    {"amp_configs.use_dynamic_loss_scaling", F_BOOL, FO(amp_configs.use_dynamic_loss_scaling), 1, 0, 0,
-     "AMP is not implemented yet"},
+    {"amp", F_BOOL, FO(amp), 0, 1, 0, NULL},
+    {"amp_configs.init_loss_scaling", F_DBL, FO(amp_configs.init_loss_scaling), 32768, 1, 0, NULL},
+    {"amp_configs.incr_every_n_steps", F_I64, FO(amp_configs.incr_every_n_steps), 1000, 1, 1, NULL},
+    {"amp_configs.decr_every_n_nan_or_inf", F_I64, FO(amp_configs.decr_every_n_nan_or_inf), 2, 1, 1, NULL},
+    {"amp_configs.incr_ratio", F_DBL, FO(amp_configs.incr_ratio), 2.0, 1, 0, NULL},
+    {"amp_configs.decr_ratio", F_DBL, FO(amp_configs.decr_ratio), 0.8, 1, 0, NULL},
+    {"amp_configs.use_dynamic_loss_scaling", F_BOOL, FO(amp_configs.use_dynamic_loss_scaling), 1, 1, 0, NULL},
+    {"amp_configs.custom_white_list", F_STR, FO(amp_configs.custom_white_list), 0, 1, 0, NULL, ""},
+    {"amp_configs.custom_black_list", F_STR, FO(amp_configs.custom_black_list), 0, 1, 0, NULL, ""},
+    {"amp_configs.use_pure_fp16", F_BOOL, FO(amp_configs.use_pure_fp16), 0, 0, 0,
+     "pure fp16 (O2, float16 parameters) is not implemented: AMP runs O1 with float32 master weights"},
+    {"amp_configs.dtype", F_STR, FO(amp_configs.dtype), 0, 1, 0, NULL, "bfloat16"},
     {"dgc", F_BOOL, FO(dgc), 0, 0, 0, "DGC (deep gradient compression) is not implemented yet"},
     {"dgc_configs.rampup_begin_step", F_I64, FO(dgc_configs.rampup_begin_step), 0, 0, 0, "DGC is not implemented yet"},
     {"dgc_configs.rampup_step", F_I64, FO(dgc_configs.rampup_step), 1, 0, 1, "DGC is not implemented yet"},
@@ -95,8 +99,16 @@ static double get_field(const fleet_strategy *s, const field *f)
     case F_BOOL:
     case F_INT: return *(const int *)p;
     case F_I64: return (double)*(const int64_t *)p;
+    case F_STR: return 0; /* compared with str_default() */
     default: return *(const double *)p;
     }
+}
+
+static const char *get_str(const fleet_strategy *s, const field *f) { return (const char *)s + f->off; }
+static int str_default(const fleet_strategy *s, const field *f) { return !strcmp(get_str(s, f), f->sdef); }
+static void put_str(fleet_strategy *s, const field *f, const char *v)
+{
+    snprintf((char *)s + f->off, FLEET_STRATEGY_STR_MAX, "%s", v);
 }
 
 static void put_field(fleet_strategy *s, const field *f, double v)
@@ -106,6 +118,7 @@ static void put_field(fleet_strategy *s, const field *f, double v)
     case F_BOOL:
     case F_INT: *(int *)p = (int)v; break;
     case F_I64: *(int64_t *)p = (int64_t)v; break;
+    case F_STR: break;
     default: *(double *)p = v; break;
     }
 }
@@ -114,7 +127,10 @@ fleet_strategy fleet_strategy_default(void)
 {
     fleet_strategy s;
     memset(&s, 0, sizeof s);
-    for (int i = 0; i < NFIELDS; i++) put_field(&s, &fields[i], fields[i].def);
+    for (int i = 0; i < NFIELDS; i++) {
+        put_field(&s, &fields[i], fields[i].def);
+        if (fields[i].type == F_STR) put_str(&s, &fields[i], fields[i].sdef);
+    }
     return s;
 }
 
@@ -161,6 +177,12 @@ int fleet_strategy_set(fleet_strategy *s, const char *key, const char *value)
     if (!s || !key || !value) return fl__err(FL_EINVAL, "fleet_strategy_set: NULL argument");
     const field *f = find_field(key);
     if (!f) return fl__err(FL_EINVAL, "unknown strategy field '%s'", key);
+    if (f->type == F_STR) {
+        if (strlen(value) >= FLEET_STRATEGY_STR_MAX)
+            return fl__err(FL_EINVAL, "strategy field '%s' is longer than %d bytes", key, FLEET_STRATEGY_STR_MAX - 1);
+        put_str(s, f, value);
+        return FL_OK;
+    }
     double v = 0;
     FL_CHECK(parse_value(f, value, &v));
     store(s, f, v);
@@ -172,6 +194,11 @@ int fleet_strategy_check(const fleet_strategy *s)
     if (!s) return fl__err(FL_EINVAL, "fleet_strategy_check: strategy is NULL");
     for (int i = 0; i < NFIELDS; i++) {
         const field *f = &fields[i];
+        if (f->type == F_STR) {
+            if (memchr(get_str(s, f), 0, FLEET_STRATEGY_STR_MAX) == NULL)
+                return fl__err(FL_EINVAL, "strategy field '%s' is not NUL-terminated", f->key);
+            continue;
+        }
         double v = get_field(s, f);
         if (!f->impl && v != f->def)
             return fl__err(FL_EUNSUPPORTED, "strategy field '%s' is set to %g but %s; leave it at its default (%g)", f->key,
@@ -183,6 +210,14 @@ int fleet_strategy_check(const fleet_strategy *s)
         return fl__err(FL_EINVAL, "strategy field 'fuse_grad_size_in_MB' = %g must be positive", s->fuse_grad_size_in_MB);
     if (s->localsgd && s->gradient_merge)
         return fl__err(FL_EINVAL, "strategy: localsgd and gradient_merge cannot be combined");
+    const char *dt = s->amp_configs.dtype;
+    if (!strcmp(dt, "float16") || !strcmp(dt, "fp16"))
+        return fl__err(FL_EUNSUPPORTED, "strategy field 'amp_configs.dtype' = %s: float16 AMP needs dynamic loss "
+                       "scaling with the step skipped on inf/NaN, which is not implemented; use bfloat16 (the CPU "
+                       "default, which needs no loss scaling)", dt);
+    if (strcmp(dt, "bfloat16") != 0 && strcmp(dt, "bf16") != 0)
+        return fl__err(FL_EINVAL, "strategy field 'amp_configs.dtype' = '%s' is invalid: expected bfloat16 or float16",
+                       dt);
     return FL_OK;
 }
 
@@ -191,6 +226,10 @@ char *fleet_strategy_to_text(const fleet_strategy *s)
     fl_buf b = {0};
     fl__buf_put(&b, "", 0);
     for (int i = 0; i < NFIELDS; i++) {
+        if (fields[i].type == F_STR) {
+            if (!str_default(s, &fields[i])) fl__buf_printf(&b, "%s=%s\n", fields[i].key, get_str(s, &fields[i]));
+            continue;
+        }
         double v = get_field(s, &fields[i]);
         if (v == fields[i].def) continue;
         if (fields[i].type == F_BOOL) fl__buf_printf(&b, "%s=%s\n", fields[i].key, v ? "true" : "false");
@@ -216,6 +255,28 @@ static int is_group(const char *prefix)
     return 0;
 }
 
+static int json_str_or_list(const fl_json *j, const cJSON *v, const char *key, char *buf, size_t cap)
+{
+    const char *str;
+    size_t at = 0;
+    buf[0] = 0;
+    if (cJSON_IsString(v)) {
+        FL_CHECK(fl__json_str(j, v, key, &str));
+        if (strlen(str) >= cap) return fl__json_fail(j, "key '%s' is longer than %zu bytes", key, cap - 1);
+        snprintf(buf, cap, "%s", str);
+        return FL_OK;
+    }
+    int n = 0;
+    FL_CHECK(fl__json_arr(j, v, key, 64, &n));
+    for (const cJSON *e = v->child; e; e = e->next) {
+        FL_CHECK(fl__json_str(j, e, key, &str));
+        int w = snprintf(buf + at, cap - at, "%s%s", at ? "," : "", str);
+        if (w < 0 || (size_t)w >= cap - at) return fl__json_fail(j, "key '%s' is longer than %zu bytes", key, cap - 1);
+        at += (size_t)w;
+    }
+    return FL_OK;
+}
+
 /* Sets the members of obj in document order; groups nest one level ({"a_sync_configs":
  * {"k_steps": 100}}).  Values are typed: true/false, integers, numbers. */
 static int json_fields(const fl_json *j, const cJSON *obj, const char *prefix, fleet_strategy *s)
@@ -234,6 +295,12 @@ static int json_fields(const fl_json *j, const cJSON *obj, const char *prefix, f
         double d;
         int64_t x;
         int b;
+        if (f->type == F_STR) { /* a string, or a list of strings joined with commas */
+            char buf[FLEET_STRATEGY_STR_MAX];
+            FL_CHECK(json_str_or_list(j, v, key, buf, sizeof buf));
+            put_str(s, f, buf);
+            continue;
+        }
         if (f->type == F_BOOL) {
             FL_CHECK(fl__json_bool(j, v, key, &b));
             d = b;

@@ -226,7 +226,7 @@ int fl__op_register_group(const fl_op_def *const *group);
  * ops: it may append ops (allreduce of gradients), replace pairs[i].grad, and set
  * update_cond (update ops then run only on steps where it is non-zero).  Phase
  * AFTER_UPDATE runs after the update ops (LocalSGD parameter averaging). */
-enum { FL_HOOK_AFTER_BACKWARD = 1, FL_HOOK_AFTER_UPDATE = 2 };
+enum { FL_HOOK_AFTER_BACKWARD = 1, FL_HOOK_AFTER_UPDATE = 2, FL_HOOK_BEFORE_BACKWARD = 3 };
 typedef struct {
     fl_prog *prog;
     fl_param_grad *pairs;
@@ -236,6 +236,9 @@ typedef struct {
 } fl_opt_hook_ctx;
 typedef int (*fl_opt_hook_fn)(void *user, int phase, fl_opt_hook_ctx *ctx);
 int fl__opt_set_hook(fl_opt *o, fl_opt_hook_fn fn, void *user);
+/* A second hook, independent of the runtime's, called with phase BEFORE_BACKWARD (pairs
+ * empty) before append_backward: forward-program rewrites such as AMP's casts. */
+int fl__opt_set_pre_hook(fl_opt *o, fl_opt_hook_fn fn, void *user);
 
 /* Op groups (each a NULL-terminated list), registered by graph/registry.c. */
 extern const fl_op_def *const fl__ops_basic[];  /* ops_basic.c: fill, init, mul, add, act, losses core */
@@ -246,5 +249,6 @@ extern const fl_op_def *const fl__ops_metric[]; /* ops_metric.c */
 extern const fl_op_def *const fl__ops_optim[];  /* ops_optim.c */
 extern const fl_op_def *const fl__ops_conv[];   /* ops_conv.c: conv2d, pool2d, batch_norm */
 extern const fl_op_def *const fl__ops_extra[];  /* ops_extra.c: matmul, fill_constant_batch_size_like */
+extern const fl_op_def *const fl__ops_amp[];    /* amp.c: cast */
 
 #endif

@@ -192,8 +192,11 @@ static int infer_fc(fl_op *op)
         char xs[96], ws[96];
         fl__shape_str(x, xs, sizeof xs);
         fl__shape_str(w, ws, sizeof ws);
-        if (x->dtype != FL_FLOAT32)
-            return fl__op_error(op, "input '%s' must be float32, is %s", x->name, fl_dtype_name(x->dtype));
+        /* bfloat16 inputs and weights come from fl_amp_decorate's casts */
+        if (x->dtype != FL_FLOAT32 && x->dtype != FL_BFLOAT16)
+            return fl__op_error(op, "input '%s' must be float32 (or bfloat16), is %s", x->name, fl_dtype_name(x->dtype));
+        if (w->dtype != FL_FLOAT32 && w->dtype != FL_BFLOAT16)
+            return fl__op_error(op, "weight '%s' must be float32 (or bfloat16), is %s", w->name, fl_dtype_name(w->dtype));
         if (k < 1 || k >= x->ndim + (x->ndim == 1))
             return fl__op_error(op, "num_flatten_dims %d out of range for input '%s' %s", k, x->name, xs);
         int64_t inner = 1;
@@ -234,20 +237,23 @@ static int run_fc(fl_kctx *c)
     sh[k] = size;
     FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, k + 1, sh));
     float *y = out->data;
+    int act = act_code(fl__attr_s(op, "act", ""));
     for (int i = 0; i < n; i++) {
         fl_tensor *x = c->in[0][i], *w = c->in[1][i];
         int64_t xm = fl__dims_prod(x->shape, 0, k), kk = x->numel / (xm ? xm : 1);
         if (xm != m || kk != w->shape[0])
             return fl__err(FL_EINVAL, "fc: input %d has shape [%lld x %lld], weight expects width %lld and %lld rows", i,
                            (long long)xm, (long long)kk, (long long)w->shape[0], (long long)m);
-        fl__sgemm(0, 0, m, size, kk, 1.0f, x->data, kk, w->data, size, i ? 1.0f : 0.0f, y, size);
-    }
-    if (c->nin[2]) fl__add_rowvec(y, c->in[2][0]->data, m, size);
-    switch (act_code(fl__attr_s(op, "act", ""))) {
-    case ACT_RELU: fl__relu(y, y, out->numel); break;
-    case ACT_TANH: fl__tanh(y, y, out->numel); break;
-    case ACT_SIGMOID: fl__sigmoid(y, y, out->numel); break;
-    default: break;
+        /* one product per input, accumulating; the last one adds the bias and applies the
+         * activation in its epilogue (oneDNN post-ops) */
+        fl_gemm_desc d;
+        memset(&d, 0, sizeof d);
+        d.m = m, d.n = size, d.k = kk, d.lda = kk, d.ldb = size, d.ldc = size;
+        d.beta = i ? 1.0f : 0.0f;
+        d.a_type = x->dtype, d.b_type = w->dtype; /* float32, or bfloat16 after fl_amp_decorate */
+        if (i == n - 1) d.act = act == ACT_RELU ? FL_ACT_RELU : act == ACT_TANH ? FL_ACT_TANH : act ? FL_ACT_SIGMOID : 0;
+        d.has_bias = i == n - 1 && c->nin[2];
+        FL_CHECK(fl__gemm((fl_gemm_cache **)c->state, &d, x->data, w->data, d.has_bias ? c->in[2][0]->data : NULL, y));
     }
     return fl__tensor_share_lod(out, x0);
 }
@@ -258,14 +264,20 @@ static int run_mul_grad(fl_kctx *c)
     fl_tensor *x = FL_IN(c, 0), *w = FL_IN(c, 1), *dy = FL_IN(c, 2), *dx = FL_OUT(c, 0), *dw = FL_OUT(c, 1);
     int k = (int)fl__attr_i(c->op, "num_flatten_dims", 1);
     int64_t m = fl__dims_prod(x->shape, 0, k), kk = w->shape[0], n = w->shape[1];
-    if (dx) {
+    fl_gemm_desc d;
+    memset(&d, 0, sizeof d);
+    if (dx) { /* dX[m, kk] = dY[m, n] W[kk, n]^T */
         FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, x->ndim, x->shape));
-        fl__sgemm(0, 1, m, kk, n, 1.0f, dy->data, n, w->data, n, 0.0f, dx->data, kk);
+        d.trans_b = 1, d.m = m, d.n = kk, d.k = n, d.lda = n, d.ldb = n, d.ldc = kk;
+        d.a_type = dy->dtype, d.b_type = w->dtype;
+        FL_CHECK(fl__gemm((fl_gemm_cache **)c->state, &d, dy->data, w->data, NULL, dx->data));
         FL_CHECK(fl__tensor_share_lod(dx, x));
     }
-    if (dw) {
+    if (dw) { /* dW[kk, n] = X[m, kk]^T dY[m, n] */
         FL_CHECK(fl__tensor_reshape_raw(dw, FL_FLOAT32, 2, w->shape));
-        fl__sgemm(1, 0, kk, n, m, 1.0f, x->data, kk, dy->data, n, 0.0f, dw->data, n);
+        d.trans_a = 1, d.trans_b = 0, d.m = kk, d.n = n, d.k = m, d.lda = kk, d.ldb = n, d.ldc = n;
+        d.a_type = x->dtype, d.b_type = dy->dtype;
+        FL_CHECK(fl__gemm((fl_gemm_cache **)c->state, &d, x->data, dy->data, NULL, dw->data));
     }
     return FL_OK;
 }
@@ -281,7 +293,8 @@ static int run_col_sum(fl_kctx *c)
 }
 
 static const fl_op_def def_mul_grad = {"mul_grad",    {"X", "Y", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"},
-                                       fl__infer_nop, run_mul_grad,           NULL};
+                                       fl__infer_nop, run_mul_grad,           NULL,
+                                       fl__gemm_cache_free};
 static const fl_op_def def_col_sum = {"bias_grad", {"Out@GRAD", "Bias"}, {"Bias@GRAD"}, fl__infer_nop, run_col_sum, NULL};
 
 static const char *act_grad_type(int a)
@@ -329,7 +342,7 @@ static int grad_fc(fl_op *op, fl_grad_ctx *g)
     return FL_OK;
 }
 
-static const fl_op_def def_fc = {"fc", {"Input", "W", "Bias"}, {"Out"}, infer_fc, run_fc, grad_fc};
+static const fl_op_def def_fc = {"fc", {"Input", "W", "Bias"}, {"Out"}, infer_fc, run_fc, grad_fc, fl__gemm_cache_free};
 
 fl_var *fl_layer_fc(fl_var *const *inputs, int n, int64_t size, const char *act)
 {

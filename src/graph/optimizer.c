@@ -23,6 +23,8 @@ struct fl_opt {
     float decay_rate;
     fl_opt_hook_fn hook;
     void *hook_user;
+    fl_opt_hook_fn pre_hook; /* FL_HOOK_BEFORE_BACKWARD (AMP, src/fleet/amp.c) */
+    void *pre_user;
 };
 
 int fl__opt_set_hook(fl_opt *o, fl_opt_hook_fn fn, void *user)
@@ -30,6 +32,14 @@ int fl__opt_set_hook(fl_opt *o, fl_opt_hook_fn fn, void *user)
     if (!o || o->magic != FL_OPT_MAGIC) return fl__err_handle(o, "optimizer is NULL or invalid");
     o->hook = fn;
     o->hook_user = user;
+    return FL_OK;
+}
+
+int fl__opt_set_pre_hook(fl_opt *o, fl_opt_hook_fn fn, void *user)
+{
+    if (!o || o->magic != FL_OPT_MAGIC) return fl__err_handle(o, "optimizer is NULL or invalid");
+    o->pre_hook = fn;
+    o->pre_user = user;
     return FL_OK;
 }
 
@@ -201,6 +211,10 @@ int fl_opt_minimize_ex(fl_opt *o, fl_var *loss, const char *const *no_grad, int 
     if (p->status != FL_OK) return p->status;
     fl_param_grad *pairs = NULL;
     int n = 0;
+    if (o->pre_hook) {
+        fl_opt_hook_ctx pre = {p, NULL, 0, NULL, o->type};
+        FL_CHECK(o->pre_hook(o->pre_user, FL_HOOK_BEFORE_BACKWARD, &pre));
+    }
     FL_CHECK(fl_append_backward(loss, no_grad, n_no_grad, &pairs, &n));
     int st = FL_OK;
     fl_opt_hook_ctx hc = {p, pairs, n, NULL, o->type};

@@ -120,6 +120,7 @@ int fl__sgemm_parallel(int ta, int tb, int64_t m, int64_t n, int64_t k, float al
 
 int fl__blas_single_begin(void)
 {
+    fl__dnn_single(1);
     int prev = openblas_get_num_threads();
     if (prev > 1) openblas_set_num_threads(1);
     return prev;
@@ -128,4 +129,5 @@ int fl__blas_single_begin(void)
 void fl__blas_single_end(int prev)
 {
     if (prev > 1) openblas_set_num_threads(prev);
+    fl__dnn_single(0);
 }

@@ -85,4 +85,52 @@ void fl__act_grad(int act, float *dx, const float *out, const float *dy, int64_t
 /* Row-wise softmax of x[m,n]. */
 void fl__softmax_rows(float *restrict y, const float *restrict x, int64_t m, int64_t n);
 
+/* ---- matrix products with a fused epilogue (dnn.c) ---- */
+
+/* C[m,n] = act(op(A) op(B) + bias + beta * C), row-major with leading dimensions; A and B
+ * each float32 or bfloat16 (a_type, b_type), C and bias float32.  beta is 0 or 1; act is 0
+ * or an FL_ACT_* code.  Build one with memset(0) first: the whole struct is the cache key.
+ * Mixed operands: oneDNN gets the float32 one rounded to bfloat16 (the product is then a
+ * bf16 x bf16 product accumulated in float32); OpenBLAS gets bfloat16 ones widened. */
+typedef struct {
+    int trans_a, trans_b;
+    int64_t m, n, k, lda, ldb, ldc;
+    float beta;
+    int act;
+    int has_bias;
+    fl_dtype a_type, b_type;
+} fl_gemm_desc;
+/* Primitives of one op in one executor (in the op's kernel state slot): up to 8 shapes,
+ * the least recently used replaced, and the conversion buffers of mixed operands.  Not
+ * thread safe: one cache per executor op. */
+typedef struct fl_gemm_cache fl_gemm_cache;
+enum { FL_GEMM_OPENBLAS = 1, FL_GEMM_DNNL = 2 };
+/* Runs d through the library FLEET_GEMM selects (fl__gemm_lib); with oneDNN the primitive
+ * for d is made on the first call with this shape and reused after (*cache is created when NULL in either case).  bias is read when d->has_bias.
+ * Returns the status (a oneDNN failure or a bad FLEET_GEMM: FL_EUNSUPPORTED / FL_EINVAL,
+ * the message naming the shape; FL_ENOMEM). */
+int fl__gemm(fl_gemm_cache **cache, const fl_gemm_desc *d, const void *a, const void *b, const float *bias, float *c);
+/* Frees a cache (NULL is fine); signature of fl_op_def.state_free. */
+void fl__gemm_cache_free(void *cache);
+/* FL_GEMM_OPENBLAS or FL_GEMM_DNNL, from FLEET_GEMM read on first use; FL_EINVAL-style
+ * negative status for a bad value.  fl__gemm_lib_reload() reads the variable again (tests). */
+int fl__gemm_lib(void);
+void fl__gemm_lib_reload(void);
+/* 1 when bfloat16 products run on bf16 instructions here (oneDNN chosen, and the CPU has
+ * AVX512-BF16 or AMX); 0 when they are emulated or widened to float32 (not faster). */
+int fl__gemm_bf16_native(void);
+/* 1 when this build has oneDNN. */
+int fl__dnn_available(void);
+/* oneDNN primitives created by this process so far (tests check the steady state makes none). */
+uint64_t fl__dnn_primitives_created(void);
+/* One line naming the libraries and ISAs the products use here ("oneDNN 2.6.3 isa
+ * avx512_core_bf16 (OMP); OpenBLAS SkylakeX ..."), for benchmarks and logs. */
+const char *fl__gemm_info(char *buf, size_t cap);
+/* Trainer threads: oneDNN runs single-threaded in every thread between begin and end
+ * (called by fl__blas_single_begin / _end). */
+void fl__dnn_single(int on);
+/* float32 <-> bfloat16 (round to nearest even; NaN stays NaN). */
+void fl__cvt_f32_to_bf16(uint16_t *restrict y, const float *restrict x, int64_t n);
+void fl__cvt_bf16_to_f32(float *restrict y, const uint16_t *restrict x, int64_t n);
+
 #endif

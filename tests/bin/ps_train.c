@@ -28,6 +28,7 @@
  *                          (fleet_load_checkpoint: parameters, optimizer state, step)
  *     kill_self_at=S       SIGKILL itself before step S (only worker kill_rank=R if given)
  *     merge=N queue=N      async: max_merge_var_num and send_queue_size
+ *     amp=0|1              strategy.amp (bf16 products, float32 parameters on the servers)
  *     quiet=1              print only the last step's cost
  * Exit status 0 on success, 1 with the error on stderr otherwise.
  */
@@ -203,6 +204,7 @@ int main(int argc, char **argv)
     }
     s.a_sync_configs.max_merge_var_num = atoi(arg(argc, argv, "merge", "1"));
     s.a_sync_configs.send_queue_size = atoi(arg(argc, argv, "queue", "16"));
+    s.amp = atoi(arg(argc, argv, "amp", "0"));
     fleet_t *fleet = fleet_init(NULL, &s);
     if (!fleet) return fail("fleet_init");
     opt = fleet_distributed_optimizer(fleet, opt, NULL);

@@ -94,8 +94,12 @@ def test_strategy_fields_are_checked_when_set():
     assert s.a_sync_configs["send_queue_size"] == 16
     with pytest.raises(fleet_c.FleetError, match="no_such_field"):
         s.no_such_field = 1
-    s.amp = True  # a field this build does not implement: refused when used
-    with pytest.raises(fleet_c.FleetError, match="AMP"):
+    s.amp = True
+    s.amp_configs = {"custom_white_list": ["fc", "mul"], "dtype": "bfloat16"}
+    s._pointer()
+    assert "amp_configs.custom_white_list=fc,mul" in s.to_text()
+    s.dgc = True  # a field this build does not implement: refused when used
+    with pytest.raises(fleet_c.FleetError, match="DGC"):
         s._pointer()
 
 

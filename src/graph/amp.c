@@ -1,0 +1,209 @@
+/*
+ * amp.c - automatic mixed precision as a program rewrite (Paddle's static AMP "decorate",
+ * level O1): the float32 inputs of white-listed ops get a cast op to bfloat16 inserted
+ * before them, so the op computes in bfloat16 (with float32 accumulation and a float32
+ * output); every other op keeps float32.  Parameters stay float32 (master weights): the
+ * cast reads the parameter each step, its gradient op turns the bfloat16 product's
+ * gradient back into the parameter's float32 gradient, and the optimizer updates the
+ * float32 copy with float32 state.
+ *
+ * Also here: the cast op (attribute out_dtype; the input's dtype is whatever the tensor
+ * holds at run time) and its gradient, which is a cast back.
+ *
+ * Loss scaling: bfloat16 has float32's exponent range, so gradients neither underflow nor
+ * overflow more than in float32 and no loss scaling is done (Paddle and PyTorch do the
+ * same for bf16).  float16 would need dynamic loss scaling with the step skipped on
+ * inf/NaN; it is refused with an error saying so.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "graph_internal.h"
+
+/* ---- cast ------------------------------------------------------------------------------ */
+
+static int infer_cast(fl_op *op)
+{
+    FL_CHECK(fl__op_check_slots(op));
+    fl_dtype to = (fl_dtype)fl__attr_i(op, "out_dtype", FL_FLOAT32);
+    if (to != FL_FLOAT32 && to != FL_BFLOAT16)
+        return fl__op_error(op, "out_dtype %s is not supported (float32 or bfloat16)", fl_dtype_name(to));
+    fl_var *x = op->in[0].vars[0], *o = op->out[0].vars[0];
+    if (x->dtype != FL_FLOAT32 && x->dtype != FL_BFLOAT16)
+        return fl__op_error(op, "input '%s' is %s (float32 or bfloat16)", x->name, fl_dtype_name(x->dtype));
+    fl__var_set_shape(o, to, x->ndim, x->shape);
+    o->lod_level = x->lod_level;
+    return FL_OK;
+}
+
+static int run_cast(fl_kctx *c)
+{
+    fl_tensor *x = FL_IN(c, 0), *o = FL_OUT(c, 0);
+    fl_dtype to = (fl_dtype)fl__attr_i(c->op, "out_dtype", FL_FLOAT32);
+    if (x->is_rows)
+        return fl__err(FL_EUNSUPPORTED, "cast: input '%s' holds SelectedRows (only dense tensors are cast)",
+                       fl__kctx_var_name(c, 0, 0));
+    if (x->dtype != FL_FLOAT32 && x->dtype != FL_BFLOAT16)
+        return fl__err(FL_EINVAL, "cast: input '%s' is %s (float32 or bfloat16)", fl__kctx_var_name(c, 0, 0),
+                       fl_dtype_name(x->dtype));
+    FL_CHECK(fl__tensor_reshape_raw(o, to, x->ndim, x->shape));
+    if (x->dtype == to) memcpy(o->data, x->data, (size_t)x->numel * fl_dtype_size(to));
+    else if (to == FL_BFLOAT16) fl__cvt_f32_to_bf16(o->data, x->data, x->numel);
+    else fl__cvt_bf16_to_f32(o->data, x->data, x->numel);
+    return fl__tensor_share_lod(o, x);
+}
+
+/* d(cast)/dx: the output's gradient cast to the input's dtype. */
+static int grad_cast(fl_op *op, fl_grad_ctx *g)
+{
+    fl_var *x = op->in[0].vars[0], *dout = fl__grad_of(g, op->out[0].vars[0]);
+    fl_var *dx = dout ? fl__grad_for(g, x) : NULL;
+    if (!dx) return FL_OK;
+    fl_io in = FL_IO1("X", dout), out = FL_IO1("Out", dx);
+    fl_op *gop = fl__op_new(op->prog, "cast", &in, 1, &out, 1);
+    if (!gop) return fl_prog_status(op->prog);
+    FL_CHECK(fl__attr_set_i(gop, "out_dtype", x->dtype));
+    return fl__op_finish(gop);
+}
+
+static const fl_op_def def_cast = {"cast", {"X"}, {"Out"}, infer_cast, run_cast, grad_cast};
+
+const fl_op_def *const fl__ops_amp[] = {&def_cast, NULL};
+
+/* ---- the rewrite ------------------------------------------------------------------------ */
+
+/* Ops with a bfloat16 kernel.  Paddle's mul / matmul / matmul_v2 are the products this
+ * port's layers express as fc, so those names are accepted in the lists as well. */
+static const char *const bf16_ops[] = {"fc", NULL};
+static const char *const paddle_aliases[] = {"mul", "matmul", "matmul_v2", NULL};
+
+static int in_list(const char *const *l, const char *s)
+{
+    for (; *l; l++)
+        if (!strcmp(*l, s)) return 1;
+    return 0;
+}
+
+/* Whether `type` appears in the comma-separated list (spaces allowed around names). */
+static int in_csv(const char *csv, const char *type)
+{
+    size_t n = strlen(type);
+    for (const char *p = csv ? csv : ""; *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        const char *e = p;
+        while (*e && *e != ',') e++;
+        const char *t = e;
+        while (t > p && t[-1] == ' ') t--;
+        if ((size_t)(t - p) == n && !strncmp(p, type, n)) return 1;
+        p = e;
+    }
+    return 0;
+}
+
+/* Every name of the list is a known op; white-list names must have a bf16 kernel. */
+static int check_list(fl_prog *p, const char *csv, const char *what, int white)
+{
+    for (const char *q = csv ? csv : ""; *q;) {
+        while (*q == ' ' || *q == ',') q++;
+        const char *e = q;
+        while (*e && *e != ',') e++;
+        const char *t = e;
+        while (t > q && t[-1] == ' ') t--;
+        char name[64];
+        if (t > q) {
+            snprintf(name, sizeof name, "%.*s", (int)(t - q), q);
+            int alias = in_list(paddle_aliases, name);
+            if (!alias && !fl__op_lookup(name))
+                return fl__prog_error(p, FL_EINVAL, "fl_amp_decorate: %s names unknown op '%s'", what, name);
+            if (white && !alias && !in_list(bf16_ops, name))
+                return fl__prog_error(p, FL_EUNSUPPORTED,
+                                      "fl_amp_decorate: %s names op '%s', which has no bfloat16 kernel (ops with "
+                                      "one: fc, and Paddle's mul, matmul, matmul_v2)",
+                                      what, name);
+        }
+        q = e;
+    }
+    return FL_OK;
+}
+
+static int is_white(const fl_amp_opts *o, const char *type)
+{
+    if (in_csv(o->custom_black_list, type)) return 0;
+    /* Paddle's product names stand for fc here: black-listing them keeps fc in float32 */
+    if (!strcmp(type, "fc"))
+        for (int i = 0; paddle_aliases[i]; i++)
+            if (in_csv(o->custom_black_list, paddle_aliases[i])) return 0;
+    return in_list(bf16_ops, type) || in_csv(o->custom_white_list, type);
+}
+
+/* The bfloat16 copy of v, cast by a new op placed at index `at`. */
+static fl_var *cast_before(fl_prog *p, fl_var *v, int at)
+{
+    char nm[256];
+    snprintf(nm, sizeof nm, "%s.cast_bf16", v->name);
+    fl_var *cv = fl_prog_var(p, nm);
+    if (cv) return cv; /* a shared input: cast once, before its first reader */
+    cv = fl__var_create(p, nm, FL_BFLOAT16, v->ndim, v->shape);
+    if (!cv) return NULL;
+    fl_io in = FL_IO1("X", v), out = FL_IO1("Out", cv);
+    fl_op *op = fl__op_new(p, "cast", &in, 1, &out, 1);
+    if (!op || fl__attr_set_i(op, "out_dtype", FL_BFLOAT16) || fl__op_finish(op)) return NULL;
+    if (fl__prog_move_last_op(p, at) != FL_OK) return NULL;
+    return cv;
+}
+
+int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts)
+{
+    if (!p || p->magic != FL_PROG_MAGIC) return fl__err(FL_EINVAL, "fl_amp_decorate: program is NULL or invalid");
+    if (p->status != FL_OK) return p->status;
+    fl_amp_opts o;
+    memset(&o, 0, sizeof o);
+    if (opts) o = *opts;
+    if (o.dtype == FL_FLOAT32) o.dtype = FL_BFLOAT16; /* the CPU default */
+    if (o.dtype == FL_FLOAT16)
+        return fl__prog_error(p, FL_EUNSUPPORTED,
+                              "fl_amp_decorate: float16 needs dynamic loss scaling with the step skipped on inf/NaN, "
+                              "which is not implemented; use bfloat16 (the CPU default, no loss scaling needed)");
+    if (o.dtype != FL_BFLOAT16)
+        return fl__prog_error(p, FL_EINVAL, "fl_amp_decorate: dtype %s is not a low-precision type (bfloat16)",
+                              fl_dtype_name(o.dtype));
+    for (int i = 0; i < p->nops; i++)
+        if (p->ops[i]->role != FL_ROLE_FORWARD)
+            return fl__prog_error(p, FL_EINVAL,
+                                  "fl_amp_decorate: op %d (%s) is a backward or optimizer op: decorate before "
+                                  "fl_opt_minimize / append_backward",
+                                  i, p->ops[i]->def->type);
+    FL_CHECK(check_list(p, o.custom_white_list, "custom_white_list", 1));
+    FL_CHECK(check_list(p, o.custom_black_list, "custom_black_list", 0));
+    int done = 0;
+    for (int i = 0; i < p->nops; i++) {
+        fl_op *op = p->ops[i];
+        if (!is_white(&o, op->def->type) || op->cond) continue;
+        int changed = 0;
+        for (int s = 0; s < 2; s++) /* fc: Input and W; the bias stays float32 */
+            for (int k = 0; k < op->in[s].n; k++) {
+                fl_var *v = op->in[s].vars[k];
+                if (v->dtype != FL_FLOAT32) continue;
+                int before = p->nops;
+                fl_var *cv = cast_before(p, v, i);
+                if (!cv) return fl_prog_status(p) ? fl_prog_status(p) : fl_last_status();
+                if (p->nops > before) i++; /* the op moved one place down */
+                op->in[s].vars[k] = cv;
+                changed = 1;
+            }
+        if (changed) {
+            p->version++;
+            done++;
+        }
+    }
+    if (done) FL_DEBUG(FL_SUB_GRAPH, "fl_amp_decorate: %d ops compute in bfloat16", done);
+    static atomic_int told;
+    if (done && !fl__gemm_bf16_native() && !atomic_exchange(&told, 1))
+        FL_INFO(FL_SUB_GRAPH,
+                "AMP: no bfloat16 instructions in use here (%s): bf16 products are emulated or "
+                "widened to float32 and will not be faster than float32",
+                fl__dnn_available() ? "this CPU has neither AVX512-BF16 nor AMX, or FLEET_GEMM=openblas"
+                                    : "this build has no oneDNN");
+    return done;
+}
