@@ -3,7 +3,8 @@
 # installed.  As root it installs the missing ones with apt-get; otherwise it prints the
 # exact command to run and exits 1.  Nothing is downloaded from anywhere but Debian.
 #   build: compiler, make, OpenBLAS, OpenSSL (libcrypto, used by the network layer), cJSON
-#          (the one JSON reader and writer: strategies, checkpoint manifests, safetensors headers)
+#          (the one JSON reader and writer: strategies, checkpoint manifests, safetensors headers),
+#          RocksDB (the disk tier of SSD sparse tables)
 #   test:  build + python3-numpy (reads our safetensors files back in a test), clang with
 #          libFuzzer (the frame and data-parser fuzz harnesses run briefly in the tests),
 #          Open MPI (the MPI role maker is built in and tested under mpirun), cmake (an
@@ -17,7 +18,7 @@
 #          dataset-fashion-mnist (the collective job), python3 (compares parameter dumps)
 set -euo pipefail
 profile=${1:-test}
-pkgs=(gcc make libc6-dev libopenblas-dev libssl-dev libcjson-dev pkg-config)
+pkgs=(gcc make libc6-dev libopenblas-dev libssl-dev libcjson-dev pkg-config librocksdb-dev)
 case "$profile" in
   build) ;;
   test) pkgs+=(python3 python3-numpy python3-venv clang libclang-rt-dev openmpi-bin libopenmpi-dev cmake) ;;
