@@ -255,13 +255,13 @@ int fl__ps_sparse_scan(fl__ps_sparse *t, uint64_t first, uint64_t n, uint64_t *i
 
 /* Layout shared by table_sparse.c, table_sparse_io.c and table_ssd.c.  A stripe is an
  * open-addressing (linear probing) map from id to a row index, rows living in chunks of
- * FL__PS_CHUNK rows of `stride` bytes: {id u64, show f32, click f32, delta_score f32,
+ * 2^chunk_shift rows (FL__PS_CHUNK_SHIFT, smaller for small SSD budgets) of `stride` bytes: {id u64, show f32, click f32, delta_score f32,
  * unseen_days u16, flags u16, values f32[dim], state f32[nstate*dim]}.  A free row (on the
  * free list) has FL__PS_ROW_FREE in its flags; FL__PS_ROW_REF is the CLOCK reference bit of
  * SSD tables (set by every training touch).  The same bytes are an SSD table's RocksDB
  * value.  Ids waiting for admission by count_filter_entry live in a second small map (pkeys,
  * pcounts; count 0 = empty slot). */
-#define FL__PS_CHUNK 256
+#define FL__PS_CHUNK_SHIFT 8 /* 256 rows per chunk */
 #define FL__PS_ROW_HDR 24
 #define FL__PS_ROW_FREE 1u
 #define FL__PS_ROW_REF 2u
@@ -307,6 +307,7 @@ struct fl__ps_sparse {
     fl_ps_accessor acc;
     int dim, server, nservers;
     size_t stride;
+    uint32_t chunk_shift; /* rows per chunk: 2^chunk_shift */
     uint64_t seed;
     pthread_rwlock_t lk; /* read: requests (then stripe locks); write: save (whole table) */
     pthread_mutex_t pow_mu;
@@ -321,7 +322,7 @@ struct fl__ps_sparse {
 static inline uint64_t fl__ps_inner_hash(uint64_t id) { return fl__hash_u64(fl__hash_u64(id) ^ 0x9e3779b97f4a7c15ULL); }
 static inline uint8_t *fl__ps_row(const fl__ps_sparse *t, const fl__ps_stripe *s, uint32_t idx)
 {
-    return s->chunks[idx / FL__PS_CHUNK] + (size_t)(idx % FL__PS_CHUNK) * t->stride;
+    return s->chunks[idx >> t->chunk_shift] + (size_t)(idx & ((1u << t->chunk_shift) - 1)) * t->stride;
 }
 /* The row of id in stripe s or NULL (stripe lock held). */
 uint8_t *fl__ps_stripe_find(const fl__ps_sparse *t, const fl__ps_stripe *s, uint64_t id, uint64_t hs);

@@ -35,6 +35,7 @@ int fl__ps_sparse_create(const fl_ps_table_config *cfg, int server, int nservers
         return st;
     }
     t->stride = (FL__PS_ROW_HDR + (size_t)4 * (size_t)t->dim * (size_t)(1 + t->opt.nstate) + 7) & ~(size_t)7;
+    t->chunk_shift = FL__PS_CHUNK_SHIFT;
     t->seed = cfg->init.seed ? cfg->init.seed : 1;
     pthread_mutex_init(&t->pow_mu, NULL);
     pthread_rwlock_init(&t->lk, NULL);
@@ -192,7 +193,8 @@ static int alloc_row(fl__ps_sparse *t, fl__ps_stripe *s, uint32_t *idx)
                        "sparse table '%s': a stripe of this server reached %u rows (the limit is about "
                        "4.3e9 rows per server: add servers)",
                        t->cfg.name, FL__PS_MAX_STRIPE_ROWS);
-    if (s->nalloc % FL__PS_CHUNK == 0 && s->nalloc / FL__PS_CHUNK == s->nchunks) {
+    const uint32_t chunk = 1u << t->chunk_shift;
+    if (s->nalloc % chunk == 0 && s->nalloc / chunk == s->nchunks) {
         if (s->nchunks == s->chunks_cap) {
             uint32_t nc = s->chunks_cap ? s->chunks_cap * 2 : 8;
             uint8_t **p = realloc(s->chunks, nc * sizeof *p);
@@ -200,8 +202,8 @@ static int alloc_row(fl__ps_sparse *t, fl__ps_stripe *s, uint32_t *idx)
             s->chunks = p;
             s->chunks_cap = nc;
         }
-        uint8_t *c = malloc(FL__PS_CHUNK * t->stride);
-        if (!c) return fl__err(FL_ENOMEM, "sparse table '%s': out of memory for %d rows", t->cfg.name, FL__PS_CHUNK);
+        uint8_t *c = malloc(chunk * t->stride);
+        if (!c) return fl__err(FL_ENOMEM, "sparse table '%s': out of memory for %u rows", t->cfg.name, chunk);
         s->chunks[s->nchunks++] = c;
     }
     *idx = s->nalloc++;
@@ -624,7 +626,7 @@ void fl__ps_sparse_stats(fl__ps_sparse *t, fl_ps_table_stats *out)
         pthread_mutex_lock(&s->mu);
         out->rows += s->nrows;
         out->pending += s->plen;
-        bytes += (int64_t)(s->cap * 4 + (uint64_t)s->nchunks * FL__PS_CHUNK * t->stride + s->chunks_cap * 8 +
+        bytes += (int64_t)(s->cap * 4 + ((uint64_t)s->nchunks << t->chunk_shift) * t->stride + s->chunks_cap * 8 +
                            (uint64_t)s->free_cap * 4 + s->pcap * 12);
         pthread_mutex_unlock(&s->mu);
     }

@@ -98,12 +98,12 @@ int fl__ps_ssd_open(fl__ps_sparse *t)
              (unsigned long long)atomic_fetch_add(&instances, 1));
     d->opts = rocksdb_options_create();
     rocksdb_options_set_create_if_missing(d->opts, 1);
-    rocksdb_options_set_write_buffer_size(d->opts, (size_t)4 << 20);
-    rocksdb_options_set_max_write_buffer_number(d->opts, 2);
+    rocksdb_options_set_write_buffer_size(d->opts, (size_t)2 << 20);
+    rocksdb_options_set_max_write_buffer_number(d->opts, 2);          /* 2 x 2 MiB */
     rocksdb_options_set_compression(d->opts, rocksdb_no_compression); /* floats barely compress */
     rocksdb_options_set_max_open_files(d->opts, 256);
     d->bbo = rocksdb_block_based_options_create();
-    d->cache = rocksdb_cache_create_lru((size_t)4 << 20);
+    d->cache = rocksdb_cache_create_lru((size_t)2 << 20);
     rocksdb_block_based_options_set_block_cache(d->bbo, d->cache);
     d->bloom = rocksdb_filterpolicy_create_bloom(10);
     rocksdb_block_based_options_set_filter_policy(d->bbo, d->bloom);
@@ -123,9 +123,14 @@ int fl__ps_ssd_open(fl__ps_sparse *t)
         fl__ps_ssd_close(t);
         return st;
     }
-    /* memory per row: the row, its index slot (4 bytes at a load of 3/8..3/4) */
+    /* A stripe's share of the budget holds `fit` rows with their index slots (4 bytes at a
+     * load of 3/8..3/4).  Rows are allocated by chunks of about fit/8 (a power of two, 16 to
+     * 256 rows), so it keeps 7/8 of fit: the last chunk's slack stays within the share. */
     uint64_t per_row = t->stride + 11, budget = (uint64_t)t->cfg.mem_budget_mb << 20;
-    uint64_t rows = budget / per_row / FL__PS_STRIPES;
+    uint64_t fit = budget / per_row / FL__PS_STRIPES, rows = fit - fit / 8;
+    uint32_t shift = 4;
+    while (shift < FL__PS_CHUNK_SHIFT && (2ull << shift) <= fit / 8) shift++;
+    t->chunk_shift = shift;
     t->stripe_rows = rows < 16 ? 16 : rows > FL__PS_MAX_STRIPE_ROWS ? FL__PS_MAX_STRIPE_ROWS : (uint32_t)rows;
     return FL_OK;
 }
