@@ -15,6 +15,10 @@
  *       in batches of 65536 (training pull + push), then pulls and pushes random batches of
  *       65536 ids for 10 s.  Reports rows/s of the fill and of the random phase, rows per
  *       server on disk and in memory, and each server's peak resident memory.
+ *   bench_ps_ssd --memory N
+ *       Memory per key of the in-memory table: N keys (pulled for training, so created) in
+ *       tables of dim 8 and 16 with SGD, Adagrad and Adam; fl_ps_table_stats.bytes_per_key
+ *       against the payload (values + optimizer state).
  * D (default /tmp) holds the RocksDB directories, removed at the end.
  */
 #include <signal.h>
@@ -262,9 +266,39 @@ static int scale(uint64_t nkeys, int ns, int64_t budget, const char *dir)
     return 0;
 }
 
+static int memory(uint64_t nkeys)
+{
+    static const fl_ps_opt_kind kinds[3] = {FL_PS_OPT_SGD, FL_PS_OPT_ADAGRAD, FL_PS_OPT_ADAM};
+    static const int dims[3] = {8, 10, 16};
+    enum { B = 65536 };
+    static uint64_t ids[B];
+    static float vals[B * 16];
+    printf("memory per key of the in-memory table, %llu keys on one server\n", (unsigned long long)nkeys);
+    printf("%4s %-8s %12s %10s %7s\n", "dim", "opt", "bytes/key", "payload", "ratio");
+    for (int d = 0; d < 3; d++)
+        for (int k = 0; k < 3; k++) {
+            fl_ps_table_config t = cfg(NULL, 0, kinds[k]);
+            t.dim = dims[d];
+            fl__ps_sparse *m;
+            if (fl__ps_sparse_create(&t, 0, 1, &m)) die("create");
+            for (uint64_t b = 0; b < nkeys; b += B) {
+                int n = (int)(nkeys - b < B ? nkeys - b : B);
+                for (int j = 0; j < n; j++) ids[j] = id_of(b + (uint64_t)j);
+                if (fl__ps_sparse_pull(m, ids, n, vals, 1)) die("pull");
+            }
+            fl_ps_table_stats st;
+            fl__ps_sparse_stats(m, &st);
+            printf("%4d %-8s %12.1f %10.0f %6.2fx\n", dims[d], fl__ps_opt_name(kinds[k]), st.bytes_per_key,
+                   st.payload_per_key, st.bytes_per_key / st.payload_per_key);
+            fflush(stdout);
+            fl__ps_sparse_free(m);
+        }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    uint64_t keys = 2000000, scale_keys = 0;
+    uint64_t keys = 2000000, scale_keys = 0, mem_keys = 0;
     int64_t budget = -1;
     int ns = 2;
     double secs = 2;
@@ -272,13 +306,15 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--keys") && i + 1 < argc) keys = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--scale") && i + 1 < argc) scale_keys = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--memory") && i + 1 < argc) mem_keys = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--budget") && i + 1 < argc) budget = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--servers") && i + 1 < argc) ns = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) secs = atof(argv[++i]);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else {
             fprintf(stderr, "usage: bench_ps_ssd [--keys N] [--budget MB] [--seconds S] [--dir D]\n"
-                            "       bench_ps_ssd --scale N [--servers K] [--budget MB] [--dir D]\n");
+                            "       bench_ps_ssd --scale N [--servers K] [--budget MB] [--dir D]\n"
+                            "       bench_ps_ssd --memory N\n");
             return 2;
         }
     }
@@ -286,6 +322,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_ps_ssd: --keys must be at least %d\n", 2 * HOTSET);
         return 2;
     }
+    if (mem_keys) return memory(mem_keys);
     if (scale_keys) return scale(scale_keys, ns, budget > 0 ? budget : 256, dir);
     return tiers(keys, budget > 0 ? budget : 16, secs, dir);
 }
