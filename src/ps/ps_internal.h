@@ -312,8 +312,8 @@ struct fl__ps_sparse {
     pthread_rwlock_t lk; /* read: requests (then stripe locks); write: save (whole table) */
     pthread_mutex_t pow_mu;
     float pows[2];
-    fl__ps_ssd *ssd;        /* NULL: in memory only */
-    uint32_t stripe_rows;   /* SSD tables: rows a stripe keeps in memory */
+    fl__ps_ssd *ssd;      /* NULL: in memory only */
+    uint32_t stripe_rows; /* SSD tables: rows a stripe keeps in memory */
     fl__ps_stripe st[FL__PS_STRIPES];
 };
 
@@ -354,8 +354,8 @@ int64_t fl__ps_ssd_rows(const fl__ps_sparse *t);
  * looked up on disk in one MultiGet.  promote = 1: found rows move into memory (a training
  * touch); 0: their values are copied to out + position * dim and *found[position] is set.
  * Stripe lock held. */
-int fl__ps_ssd_fetch(fl__ps_sparse *t, fl__ps_stripe *s, const uint64_t *ids, const uint64_t *hs,
-                     const uint32_t *order, uint32_t q0, uint32_t q1, int promote, float *out, uint8_t *found);
+int fl__ps_ssd_fetch(fl__ps_sparse *t, fl__ps_stripe *s, const uint64_t *ids, const uint64_t *hs, const uint32_t *order,
+                     uint32_t q0, uint32_t q1, int promote, float *out, uint8_t *found);
 /* Moves rows of stripe s to disk (CLOCK: the first rows found without a reference bit,
  * clearing bits on the way) until it holds no more than t->stripe_rows.  Stripe lock held. */
 int fl__ps_ssd_evict(fl__ps_sparse *t, fl__ps_stripe *s);
