@@ -41,6 +41,18 @@ CFLAGS   += -DFL_HAVE_DNNL $(shell pkg-config --cflags dnnl 2>/dev/null)
 LDLIBS   += $(DNNL_LIBS)
 endif
 
+# RocksDB, optional: when pkg-config finds rocksdb (Debian: librocksdb-dev) sparse tables
+# can keep their cold rows on disk (src/ps/table_ssd.c); without it a table with ssd_path
+# is refused with FL_EUNSUPPORTED.  `make ROCKSDB=0` leaves it out even when installed.
+ifndef ROCKSDB
+ROCKSDB := $(shell pkg-config --exists rocksdb 2>/dev/null && echo 1 || echo 0)
+endif
+ifeq ($(ROCKSDB),1)
+ROCKSDB_LIBS := $(shell pkg-config --libs rocksdb)
+CFLAGS   += -DFL_HAVE_ROCKSDB $(shell pkg-config --cflags rocksdb)
+LDLIBS   += $(ROCKSDB_LIBS)
+endif
+
 # The compile and link flags of the last build: objects are rebuilt when they change (for
 # example when Open MPI was installed since), not only when a source changes.
 # NOBUILD=1 (an install from a finished build, see install) leaves the stamp alone.
@@ -181,7 +193,7 @@ valgrind: all
 # NOBUILD=1 installs what BUILD already holds without building it: the install test uses
 # it so that a sanitizer build dir is never rebuilt with other flags.
 INSTALL_DEPS := $(if $(filter 1,$(NOBUILD)),,lib $(TOOL_BIN))
-INSTALL_SED  := sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@MPI_LIBS@|$(MPI_LIBS)|g' -e 's|@DNNL_LIBS@|$(DNNL_LIBS)|g'
+INSTALL_SED  := sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@MPI_LIBS@|$(MPI_LIBS)|g' -e 's|@DNNL_LIBS@|$(DNNL_LIBS)|g' -e 's|@ROCKSDB_LIBS@|$(ROCKSDB_LIBS)|g'
 install: $(INSTALL_DEPS)
 	@test -f $(BUILD)/libfleet.so.$(VERSION) || { echo "install: $(BUILD)/libfleet.so.$(VERSION) is missing: run make first" >&2; exit 1; }
 	install -d $(DESTDIR)$(PREFIX)/include/fleet $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/cmake/Fleet $(DESTDIR)$(PREFIX)/bin

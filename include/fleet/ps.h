@@ -136,6 +136,15 @@ typedef struct {
                                * "count_filter_entry:n" (n >= 1), "probability_entry:p"
                                * (0 < p <= 1) */
     fl_ps_accessor accessor; /* sparse statistics; zero = defaults */
+    /* Sparse SSD tier (Paddle's SSDSparseTable; needs a build with RocksDB, otherwise
+     * FL_EUNSUPPORTED).  With ssd_path set, each server keeps at most about mem_budget_mb
+     * MiB of this table's rows (rows, index) in memory, the most recently used ones, and the
+     * rest in a RocksDB database under ssd_path (a directory of its own per server and
+     * table, created, and removed when the table is freed).  Pulls, pushes, save, load,
+     * shrink and entry policies behave as for an in-memory table, bit for bit.  Server-local:
+     * not part of the table hash that client and server compare. */
+    const char *ssd_path;  /* NULL or "": in memory only */
+    int64_t mem_budget_mb; /* with ssd_path: >= 1 */
 } fl_ps_table_config;
 
 /* Checks one table configuration; FL_EINVAL names the table and the field. */

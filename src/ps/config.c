@@ -119,6 +119,8 @@ int fl_ps_table_config_check(const fl_ps_table_config *t)
                            n, (long long)t->rows, (long long)t->cols);
         if (t->entry && *t->entry)
             return fl__err(FL_EINVAL, "dense table '%s': entry policies apply to sparse tables only", n);
+        if ((t->ssd_path && *t->ssd_path) || t->mem_budget_mb)
+            return fl__err(FL_EINVAL, "dense table '%s': ssd_path and mem_budget_mb apply to sparse tables only", n);
         return FL_OK;
     }
     if (t->kind != FL_PS_SPARSE) return fl__err(FL_EINVAL, "table '%s': unknown kind %d", n, (int)t->kind);
@@ -148,7 +150,7 @@ int fl_ps_table_config_check(const fl_ps_table_config *t)
                        a->show_click_decay_rate);
     if (a->delete_after_unseen_days < 0 || a->delta_keep_days < 0)
         return fl__err(FL_EINVAL, "sparse table '%s': day counts must be >= 0", n);
-    return FL_OK;
+    return fl__ps_ssd_check(t);
 }
 
 /* ---- hashing and copies ------------------------------------------------------------------- */
@@ -199,6 +201,7 @@ void fl__ps_tables_free(fl_ps_table_config *t, int n)
     for (int i = 0; i < n; i++) {
         free((char *)t[i].name);
         free((char *)t[i].entry);
+        free((char *)t[i].ssd_path);
     }
     free(t);
 }
@@ -211,7 +214,8 @@ int fl__ps_tables_copy(const fl_ps_table_config *in, int n, fl_ps_table_config *
         t[i] = in[i];
         t[i].name = fl__strdup(in[i].name);
         t[i].entry = fl__strdup(in[i].entry ? in[i].entry : "");
-        if (!t[i].name || !t[i].entry) {
+        t[i].ssd_path = fl__strdup(in[i].ssd_path ? in[i].ssd_path : "");
+        if (!t[i].name || !t[i].entry || !t[i].ssd_path) {
             fl__ps_tables_free(t, i + 1);
             return fl__err(FL_ENOMEM, "out of memory for table configurations");
         }

@@ -253,20 +253,25 @@ int fl__ps_sparse_get(fl__ps_sparse *t, uint64_t id, float *vals, float *show, f
  * inserted or deleted): ids[n] and vals[n x dim].  FL_ESTATE if the shard holds fewer. */
 int fl__ps_sparse_scan(fl__ps_sparse *t, uint64_t first, uint64_t n, uint64_t *ids, float *vals);
 
-/* Layout shared by table_sparse.c and table_sparse_io.c.  A stripe is an open-addressing
- * (linear probing) map from id to a row index, rows living in chunks of FL__PS_CHUNK rows of
- * `stride` bytes: {id u64, show f32, click f32, delta_score f32, unseen_days u32, values
- * f32[dim], state f32[nstate*dim]}.  A free row (on the free list) has unseen_days ==
- * FL__PS_FREE_ROW.  Ids waiting for admission by count_filter_entry live in a second small
- * map (pkeys, pcounts; count 0 = empty slot). */
-#define FL__PS_CHUNK 256
+/* Layout shared by table_sparse.c, table_sparse_io.c and table_ssd.c.  A stripe is an
+ * open-addressing (linear probing) map from id to a row index, rows living in chunks of
+ * 2^chunk_shift rows (FL__PS_CHUNK_SHIFT, smaller for small SSD budgets) of `stride` bytes: {id u64, show f32, click f32, delta_score f32,
+ * unseen_days u16, flags u16, values f32[dim], state f32[nstate*dim]}.  A free row (on the
+ * free list) has FL__PS_ROW_FREE in its flags; FL__PS_ROW_REF is the CLOCK reference bit of
+ * SSD tables (set by every training touch).  The same bytes are an SSD table's RocksDB
+ * value.  Ids waiting for admission by count_filter_entry live in a second small map (pkeys,
+ * pcounts; count 0 = empty slot). */
+#define FL__PS_CHUNK_SHIFT 8 /* 256 rows per chunk */
 #define FL__PS_ROW_HDR 24
-#define FL__PS_FREE_ROW 0xffffffffu
+#define FL__PS_ROW_FREE 1u
+#define FL__PS_ROW_REF 2u
+#define FL__PS_UNSEEN_MAX 0xffffu /* unseen_days saturates here */
 
 typedef struct {
     uint64_t key;
     float show, click, delta_score;
-    uint32_t unseen_days;
+    uint16_t unseen_days;
+    uint16_t flags;
 } fl__ps_rowhdr;
 
 /* A slot holds ((row index + 1) << 6) | tag, 0 = empty; the tag (6 bits of the inner hash)
@@ -289,8 +294,11 @@ typedef struct {
     uint32_t *pcounts;
     uint64_t pcap;
     uint32_t plen;
-    fl_rng rng; /* probability_entry draws */
+    uint32_t hand; /* SSD tables: the CLOCK hand (a row index) */
+    fl_rng rng;    /* probability_entry draws */
 } fl__ps_stripe;
+
+typedef struct fl__ps_ssd fl__ps_ssd; /* table_ssd.c */
 
 struct fl__ps_sparse {
     fl_ps_table_config cfg;
@@ -299,10 +307,13 @@ struct fl__ps_sparse {
     fl_ps_accessor acc;
     int dim, server, nservers;
     size_t stride;
+    uint32_t chunk_shift; /* rows per chunk: 2^chunk_shift */
     uint64_t seed;
     pthread_rwlock_t lk; /* read: requests (then stripe locks); write: save (whole table) */
     pthread_mutex_t pow_mu;
     float pows[2];
+    fl__ps_ssd *ssd;      /* NULL: in memory only */
+    uint32_t stripe_rows; /* SSD tables: rows a stripe keeps in memory */
     fl__ps_stripe st[FL__PS_STRIPES];
 };
 
@@ -311,15 +322,52 @@ struct fl__ps_sparse {
 static inline uint64_t fl__ps_inner_hash(uint64_t id) { return fl__hash_u64(fl__hash_u64(id) ^ 0x9e3779b97f4a7c15ULL); }
 static inline uint8_t *fl__ps_row(const fl__ps_sparse *t, const fl__ps_stripe *s, uint32_t idx)
 {
-    return s->chunks[idx / FL__PS_CHUNK] + (size_t)(idx % FL__PS_CHUNK) * t->stride;
+    return s->chunks[idx >> t->chunk_shift] + (size_t)(idx & ((1u << t->chunk_shift) - 1)) * t->stride;
 }
 /* The row of id in stripe s or NULL (stripe lock held). */
 uint8_t *fl__ps_stripe_find(const fl__ps_sparse *t, const fl__ps_stripe *s, uint64_t id, uint64_t hs);
 /* Inserts a row for id (absent) with the given header and values (NULL: initializer) and
  * zero state; returns its pointer or NULL (FL_ENOMEM set).  Stripe lock held. */
 uint8_t *fl__ps_stripe_insert(fl__ps_sparse *t, fl__ps_stripe *s, uint64_t id, uint64_t hs);
+/* Inserts id (absent) with a whole stored row (header and values, as FL__PS_ROW_HDR +
+ * stride bytes of another row); returns its pointer or NULL.  Stripe lock held. */
+uint8_t *fl__ps_stripe_insert_raw(fl__ps_sparse *t, fl__ps_stripe *s, uint64_t id, uint64_t hs, const uint8_t *row);
+/* Removes the row of id if present (1), else 0; < 0 when out of memory.  Stripe lock held. */
+int fl__ps_stripe_remove(fl__ps_sparse *t, fl__ps_stripe *s, uint64_t id, uint64_t hs);
 /* Sets a pending count (insert or overwrite).  Stripe lock held. */
 int fl__ps_pending_set(fl__ps_stripe *s, uint64_t id, uint64_t hs, uint32_t count);
+/* Whether a row is written by a save of this mode (0..3). */
+int fl__ps_row_selected(const fl__ps_sparse *t, const fl__ps_rowhdr *h, int mode);
+/* Shrink of one row: decays show and click; returns 1 if the row is to be deleted. */
+int fl__ps_row_shrink(const fl__ps_sparse *t, fl__ps_rowhdr *h);
+
+/* ---- table_ssd.c: the RocksDB tier of SSD tables (FL_HAVE_ROCKSDB) -------------------------- */
+
+/* Checks ssd_path / mem_budget_mb of a sparse table config (FL_EUNSUPPORTED without RocksDB). */
+int fl__ps_ssd_check(const fl_ps_table_config *t);
+/* Opens a fresh, empty database for t (sets t->ssd and t->stripe_rows); close removes it. */
+int fl__ps_ssd_open(fl__ps_sparse *t);
+void fl__ps_ssd_close(fl__ps_sparse *t);
+/* Rows on disk. */
+int64_t fl__ps_ssd_rows(const fl__ps_sparse *t);
+/* Ids order[q] for q in [q0, q1) of stripe s (inner hashes hs[]) that are not in memory are
+ * looked up on disk in one MultiGet.  promote = 1: found rows move into memory (a training
+ * touch); 0: their values are copied to out + position * dim and *found[position] is set.
+ * Stripe lock held. */
+int fl__ps_ssd_fetch(fl__ps_sparse *t, fl__ps_stripe *s, const uint64_t *ids, const uint64_t *hs, const uint32_t *order,
+                     uint32_t q0, uint32_t q1, int promote, float *out, uint8_t *found);
+/* Moves rows of stripe s to disk (CLOCK: the first rows found without a reference bit,
+ * clearing bits on the way) until it holds no more than t->stripe_rows.  Stripe lock held. */
+int fl__ps_ssd_evict(fl__ps_sparse *t, fl__ps_stripe *s);
+/* Copies the disk row of id (FL__PS_ROW_HDR + values + state bytes) into row; 1 found, 0
+ * not, < 0 error. */
+int fl__ps_ssd_get(fl__ps_sparse *t, uint64_t id, uint8_t *row);
+/* Visits every disk row in key order (table write lock held, or nothing changes the table).
+ * fn may change the row and returns FL__PS_VISIT_*; changes are written in batches (each
+ * row whole). */
+enum { FL__PS_VISIT_KEEP, FL__PS_VISIT_WRITE, FL__PS_VISIT_DELETE, FL__PS_VISIT_STOP };
+typedef int (*fl__ps_ssd_visit_fn)(void *user, uint8_t *row);
+int fl__ps_ssd_foreach(fl__ps_sparse *t, fl__ps_ssd_visit_fn fn, void *user);
 
 /* ---- table_io.c: streaming safetensors writer shared by both tables ------------------------ */
 

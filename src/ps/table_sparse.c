@@ -9,6 +9,7 @@
  * work on different stripes.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,12 +35,17 @@ int fl__ps_sparse_create(const fl_ps_table_config *cfg, int server, int nservers
         return st;
     }
     t->stride = (FL__PS_ROW_HDR + (size_t)4 * (size_t)t->dim * (size_t)(1 + t->opt.nstate) + 7) & ~(size_t)7;
+    t->chunk_shift = FL__PS_CHUNK_SHIFT;
     t->seed = cfg->init.seed ? cfg->init.seed : 1;
     pthread_mutex_init(&t->pow_mu, NULL);
     pthread_rwlock_init(&t->lk, NULL);
     for (int i = 0; i < FL__PS_STRIPES; i++) {
         pthread_mutex_init(&t->st[i].mu, NULL);
         t->st[i].rng.s = fl__hash_u64(t->seed ^ ((uint64_t)server << 32) ^ (uint64_t)i);
+    }
+    if (cfg->ssd_path && *cfg->ssd_path && (st = fl__ps_ssd_open(t)) != FL_OK) {
+        fl__ps_sparse_free(t);
+        return st;
     }
     *out = t;
     return FL_OK;
@@ -48,6 +54,7 @@ int fl__ps_sparse_create(const fl_ps_table_config *cfg, int server, int nservers
 void fl__ps_sparse_free(fl__ps_sparse *t)
 {
     if (!t) return;
+    if (t->ssd) fl__ps_ssd_close(t);
     for (int i = 0; i < FL__PS_STRIPES; i++) {
         fl__ps_stripe *s = &t->st[i];
         for (uint32_t c = 0; c < s->nchunks; c++) free(s->chunks[c]);
@@ -186,7 +193,8 @@ static int alloc_row(fl__ps_sparse *t, fl__ps_stripe *s, uint32_t *idx)
                        "sparse table '%s': a stripe of this server reached %u rows (the limit is about "
                        "4.3e9 rows per server: add servers)",
                        t->cfg.name, FL__PS_MAX_STRIPE_ROWS);
-    if (s->nalloc % FL__PS_CHUNK == 0 && s->nalloc / FL__PS_CHUNK == s->nchunks) {
+    const uint32_t chunk = 1u << t->chunk_shift;
+    if (s->nalloc % chunk == 0 && s->nalloc / chunk == s->nchunks) {
         if (s->nchunks == s->chunks_cap) {
             uint32_t nc = s->chunks_cap ? s->chunks_cap * 2 : 8;
             uint8_t **p = realloc(s->chunks, nc * sizeof *p);
@@ -194,15 +202,16 @@ static int alloc_row(fl__ps_sparse *t, fl__ps_stripe *s, uint32_t *idx)
             s->chunks = p;
             s->chunks_cap = nc;
         }
-        uint8_t *c = malloc(FL__PS_CHUNK * t->stride);
-        if (!c) return fl__err(FL_ENOMEM, "sparse table '%s': out of memory for %d rows", t->cfg.name, FL__PS_CHUNK);
+        uint8_t *c = malloc(chunk * t->stride);
+        if (!c) return fl__err(FL_ENOMEM, "sparse table '%s': out of memory for %u rows", t->cfg.name, chunk);
         s->chunks[s->nchunks++] = c;
     }
     *idx = s->nalloc++;
     return FL_OK;
 }
 
-uint8_t *fl__ps_stripe_insert(fl__ps_sparse *t, fl__ps_stripe *s, uint64_t id, uint64_t hs)
+/* A row for id (absent) with its slot taken; contents are the caller's. */
+static uint8_t *insert_slot(fl__ps_sparse *t, fl__ps_stripe *s, uint64_t hs)
 {
     if ((uint64_t)(s->nrows + 1) * MAX_LOAD_DEN > s->cap * MAX_LOAD_NUM && grow_slots(t, s)) return NULL;
     uint32_t idx = 0;
@@ -211,8 +220,23 @@ uint8_t *fl__ps_stripe_insert(fl__ps_sparse *t, fl__ps_stripe *s, uint64_t id, u
     while (s->slots[i]) i = (i + 1) & mask;
     s->slots[i] = FL__PS_SLOT_MAKE(idx, hs);
     s->nrows++;
-    uint8_t *row = fl__ps_row(t, s, idx);
-    fl__ps_rowhdr h = {id, 0, 0, 0, 0};
+    return fl__ps_row(t, s, idx);
+}
+
+uint8_t *fl__ps_stripe_insert_raw(fl__ps_sparse *t, fl__ps_stripe *s, uint64_t id, uint64_t hs, const uint8_t *src)
+{
+    uint8_t *row = insert_slot(t, s, hs);
+    if (!row) return NULL;
+    memcpy(row, src, t->stride);
+    memcpy(row, &id, 8);
+    return row;
+}
+
+uint8_t *fl__ps_stripe_insert(fl__ps_sparse *t, fl__ps_stripe *s, uint64_t id, uint64_t hs)
+{
+    uint8_t *row = insert_slot(t, s, hs);
+    if (!row) return NULL;
+    fl__ps_rowhdr h = {id, 0, 0, 0, 0, FL__PS_ROW_REF};
     memcpy(row, &h, sizeof h);
     float *v = (float *)(row + FL__PS_ROW_HDR);
     fl__ps_sparse_init_row(t, id, v);
@@ -237,10 +261,34 @@ static void delete_slot(fl__ps_sparse *t, fl__ps_stripe *s, uint64_t i)
         }
     }
     uint8_t *row = fl__ps_row(t, s, idx);
-    uint32_t freed = FL__PS_FREE_ROW;
-    memcpy(row + 20, &freed, 4);
+    fl__ps_rowhdr h;
+    memcpy(&h, row, sizeof h);
+    h.flags = FL__PS_ROW_FREE;
+    memcpy(row, &h, sizeof h);
     s->freel[s->nfree++] = idx; /* room reserved by the caller */
     s->nrows--;
+}
+
+/* Makes room on the free list for `more` rows. */
+static int reserve_free(fl__ps_sparse *t, fl__ps_stripe *s, uint32_t more)
+{
+    if (s->free_cap >= s->nfree + more) return FL_OK;
+    uint32_t nc = s->nfree + more;
+    if (nc < s->free_cap * 2) nc = s->free_cap * 2;
+    uint32_t *p = realloc(s->freel, (size_t)nc * sizeof *p);
+    if (!p) return fl__err(FL_ENOMEM, "sparse table '%s': out of memory for a free list", t->cfg.name);
+    s->freel = p;
+    s->free_cap = nc;
+    return FL_OK;
+}
+
+int fl__ps_stripe_remove(fl__ps_sparse *t, fl__ps_stripe *s, uint64_t id, uint64_t hs)
+{
+    uint64_t slot;
+    if (!lookup(t, s, id, hs, &slot)) return 0;
+    if (reserve_free(t, s, 1)) return -1;
+    delete_slot(t, s, slot);
+    return 1;
 }
 
 /* ---- the pending-count map (count_filter_entry) ------------------------------------------- */
@@ -376,12 +424,18 @@ int fl__ps_sparse_pull(fl__ps_sparse *t, const uint64_t *ids, uint64_t n, float 
     FL_CHECK(group(ids, n, &g));
     const size_t vb = (size_t)t->dim * 4;
     int st = FL_OK;
+    uint8_t *found = NULL; /* SSD tables, not training: positions read from disk */
+    if (t->ssd && !training && !(found = calloc(n ? n : 1, 1))) {
+        groups_free(&g);
+        return fl__err(FL_ENOMEM, "out of memory pulling %llu ids", (unsigned long long)n);
+    }
     pthread_rwlock_rdlock(&t->lk);
     for (int k = 0; k < FL__PS_STRIPES && st == FL_OK; k++) {
         if (g.start[k] == g.start[k + 1]) continue;
         fl__ps_stripe *s = &t->st[k];
         pthread_mutex_lock(&s->mu);
-        for (uint32_t q = g.start[k]; q < g.start[k + 1]; q++) {
+        if (t->ssd) st = fl__ps_ssd_fetch(t, s, ids, g.hs, g.order, g.start[k], g.start[k + 1], training, out, found);
+        for (uint32_t q = g.start[k]; q < g.start[k + 1] && st == FL_OK; q++) {
             uint32_t i = g.order[q];
             uint64_t slot;
             prefetch(t, s, g.hs, g.order, q, g.start[k + 1]);
@@ -394,13 +448,24 @@ int fl__ps_sparse_pull(fl__ps_sparse *t, const uint64_t *ids, uint64_t n, float 
                     break;
                 }
             }
-            if (row) memcpy(out + (size_t)i * t->dim, row + FL__PS_ROW_HDR, vb);
-            else memset(out + (size_t)i * t->dim, 0, vb);
+            if (row) {
+                memcpy(out + (size_t)i * t->dim, row + FL__PS_ROW_HDR, vb);
+                if (t->ssd && training) {
+                    uint16_t f;
+                    memcpy(&f, row + offsetof(fl__ps_rowhdr, flags), 2);
+                    f |= FL__PS_ROW_REF;
+                    memcpy(row + offsetof(fl__ps_rowhdr, flags), &f, 2);
+                }
+            } else if (!found || !found[i]) {
+                memset(out + (size_t)i * t->dim, 0, vb);
+            }
         }
+        if (t->ssd && training && st == FL_OK) st = fl__ps_ssd_evict(t, s);
         pthread_mutex_unlock(&s->mu);
     }
     pthread_rwlock_unlock(&t->lk);
     groups_free(&g);
+    free(found);
     return st;
 }
 
@@ -427,6 +492,7 @@ int fl__ps_sparse_push(fl__ps_sparse *t, const uint64_t *ids, uint64_t n, const 
         if (g.start[k] == g.start[k + 1]) continue;
         fl__ps_stripe *s = &t->st[k];
         pthread_mutex_lock(&s->mu);
+        if (t->ssd) st = fl__ps_ssd_fetch(t, s, ids, g.hs, g.order, g.start[k], g.start[k + 1], 1, NULL, NULL);
         for (uint32_t q = g.start[k]; q < g.start[k + 1] && st == FL_OK; q++) {
             uint32_t i = g.order[q];
             uint64_t slot;
@@ -448,12 +514,14 @@ int fl__ps_sparse_push(fl__ps_sparse *t, const uint64_t *ids, uint64_t n, const 
             h.click += ck;
             h.delta_score += score(&t->acc, sh, ck);
             h.unseen_days = 0;
+            h.flags |= FL__PS_ROW_REF;
             memcpy(row, &h, sizeof h);
             float *w = (float *)(row + FL__PS_ROW_HDR);
             if (t->opt.nstate >= 1) m1 = w + d;
             if (t->opt.nstate >= 2) m2 = w + 2 * d;
             st = fl__ps_opt_apply(&t->opt, w, m1, m2, grads + (size_t)i * d, d, scale, pows);
         }
+        if (t->ssd && st == FL_OK) st = fl__ps_ssd_evict(t, s);
         pthread_mutex_unlock(&s->mu);
     }
     pthread_rwlock_unlock(&t->lk);
@@ -468,7 +536,12 @@ int fl__ps_sparse_get(fl__ps_sparse *t, uint64_t id, float *vals, float *show, f
     fl__ps_stripe *s = &t->st[hs >> 58];
     pthread_rwlock_rdlock(&t->lk);
     pthread_mutex_lock(&s->mu);
-    uint8_t *row = lookup(t, s, id, hs, &slot);
+    uint8_t *row = lookup(t, s, id, hs, &slot), *disk = NULL;
+    int got = row != NULL;
+    if (!row && t->ssd && (disk = malloc(t->stride)) != NULL && fl__ps_ssd_get(t, id, disk) > 0) {
+        row = disk;
+        got = 1;
+    }
     if (row) {
         fl__ps_rowhdr h;
         memcpy(&h, row, sizeof h);
@@ -478,39 +551,52 @@ int fl__ps_sparse_get(fl__ps_sparse *t, uint64_t id, float *vals, float *show, f
     }
     pthread_mutex_unlock(&s->mu);
     pthread_rwlock_unlock(&t->lk);
-    return row != NULL;
+    free(disk);
+    return got;
 }
 
 /* ---- shrink and statistics ----------------------------------------------------------------- */
 
-int64_t fl__ps_sparse_shrink(fl__ps_sparse *t)
+int fl__ps_row_shrink(const fl__ps_sparse *t, fl__ps_rowhdr *h)
 {
     const fl_ps_accessor *a = &t->acc;
+    h->show *= a->show_click_decay_rate;
+    h->click *= a->show_click_decay_rate;
+    return score(a, h->show, h->click) < a->delete_threshold || h->unseen_days > a->delete_after_unseen_days;
+}
+
+static int shrink_disk_row(void *user, uint8_t *row)
+{
+    fl__ps_rowhdr h;
+    memcpy(&h, row, sizeof h);
+    if (fl__ps_row_shrink(user, &h)) return FL__PS_VISIT_DELETE;
+    memcpy(row, &h, sizeof h);
+    return FL__PS_VISIT_WRITE;
+}
+
+int64_t fl__ps_sparse_shrink(fl__ps_sparse *t)
+{
     int64_t deleted = 0;
-    pthread_rwlock_rdlock(&t->lk);
+    /* an SSD table is shrunk whole: no request may move a row between tiers meanwhile */
+    if (t->ssd) pthread_rwlock_wrlock(&t->lk);
+    else pthread_rwlock_rdlock(&t->lk);
     for (int k = 0; k < FL__PS_STRIPES; k++) {
         fl__ps_stripe *s = &t->st[k];
         pthread_mutex_lock(&s->mu);
         /* reserve free-list room for every row that might go */
-        if (s->free_cap < s->nfree + s->nrows) {
-            uint32_t *p = realloc(s->freel, (size_t)(s->nfree + s->nrows) * sizeof *p);
-            if (!p) {
-                pthread_mutex_unlock(&s->mu);
-                FL_WARN(FL_SUB_PS, "sparse table '%s': out of memory during shrink; stripe %d skipped", t->cfg.name, k);
-                continue;
-            }
-            s->freel = p;
-            s->free_cap = s->nfree + s->nrows;
+        if (reserve_free(t, s, s->nrows)) {
+            pthread_mutex_unlock(&s->mu);
+            FL_WARN(FL_SUB_PS, "sparse table '%s': out of memory during shrink; stripe %d skipped", t->cfg.name, k);
+            continue;
         }
         for (uint32_t idx = 0; idx < s->nalloc; idx++) {
             uint8_t *row = fl__ps_row(t, s, idx);
             fl__ps_rowhdr h;
             memcpy(&h, row, sizeof h);
-            if (h.unseen_days == FL__PS_FREE_ROW) continue;
-            h.show *= a->show_click_decay_rate;
-            h.click *= a->show_click_decay_rate;
+            if (h.flags & FL__PS_ROW_FREE) continue;
+            int del = fl__ps_row_shrink(t, &h);
             memcpy(row, &h, sizeof h);
-            if (score(a, h.show, h.click) < a->delete_threshold || h.unseen_days > (uint32_t)a->delete_after_unseen_days) {
+            if (del) {
                 uint64_t slot;
                 if (lookup(t, s, h.key, fl__ps_inner_hash(h.key), &slot)) {
                     delete_slot(t, s, slot);
@@ -519,6 +605,12 @@ int64_t fl__ps_sparse_shrink(fl__ps_sparse *t)
             }
         }
         pthread_mutex_unlock(&s->mu);
+    }
+    if (t->ssd) {
+        int64_t before = fl__ps_ssd_rows(t);
+        if (fl__ps_ssd_foreach(t, shrink_disk_row, t))
+            FL_WARN(FL_SUB_PS, "sparse table '%s': shrink of the rows on disk failed: %s", t->cfg.name, fl_last_error());
+        deleted += before - fl__ps_ssd_rows(t);
     }
     pthread_rwlock_unlock(&t->lk);
     return deleted;
@@ -534,10 +626,11 @@ void fl__ps_sparse_stats(fl__ps_sparse *t, fl_ps_table_stats *out)
         pthread_mutex_lock(&s->mu);
         out->rows += s->nrows;
         out->pending += s->plen;
-        bytes += (int64_t)(s->cap * 4 + (uint64_t)s->nchunks * FL__PS_CHUNK * t->stride + s->chunks_cap * 8 +
+        bytes += (int64_t)(s->cap * 4 + ((uint64_t)s->nchunks << t->chunk_shift) * t->stride + s->chunks_cap * 8 +
                            (uint64_t)s->free_cap * 4 + s->pcap * 12);
         pthread_mutex_unlock(&s->mu);
     }
+    if (t->ssd) out->rows += fl__ps_ssd_rows(t);
     pthread_rwlock_unlock(&t->lk);
     out->bytes = bytes;
     out->payload_per_key = 4.0 * t->dim * (1 + t->opt.nstate);
@@ -545,6 +638,25 @@ void fl__ps_sparse_stats(fl__ps_sparse *t, fl_ps_table_stats *out)
 }
 
 /* ---- export -------------------------------------------------------------------------------- */
+
+typedef struct {
+    fl__ps_sparse *t;
+    uint64_t skip, want, got;
+    uint64_t *ids;
+    float *vals;
+} scan_state;
+
+static int scan_disk_row(void *user, uint8_t *row)
+{
+    scan_state *z = user;
+    if (z->skip) {
+        z->skip--;
+        return FL__PS_VISIT_KEEP;
+    }
+    memcpy(&z->ids[z->got], row, 8);
+    memcpy(z->vals + z->got * (uint64_t)z->t->dim, row + FL__PS_ROW_HDR, (size_t)z->t->dim * 4);
+    return ++z->got == z->want ? FL__PS_VISIT_STOP : FL__PS_VISIT_KEEP;
+}
 
 int fl__ps_sparse_scan(fl__ps_sparse *t, uint64_t first, uint64_t n, uint64_t *ids, float *vals)
 {
@@ -563,13 +675,17 @@ int fl__ps_sparse_scan(fl__ps_sparse *t, uint64_t first, uint64_t n, uint64_t *i
             const uint8_t *row = fl__ps_row(t, s, idx);
             fl__ps_rowhdr h;
             memcpy(&h, row, sizeof h);
-            if (h.unseen_days == FL__PS_FREE_ROW) continue;
+            if (h.flags & FL__PS_ROW_FREE) continue;
             if (rank++ < first) continue;
             ids[got] = h.key;
             memcpy(vals + got * d, row + FL__PS_ROW_HDR, d * 4);
             got++;
         }
         pthread_mutex_unlock(&s->mu);
+    }
+    if (t->ssd && got < n) { /* then the rows on disk, in key order */
+        scan_state z = {t, first > rank ? first - rank : 0, n - got, 0, ids + got, vals + got * d};
+        if (fl__ps_ssd_foreach(t, scan_disk_row, &z) == FL_OK) got += z.got;
     }
     pthread_rwlock_unlock(&t->lk);
     if (got < n)

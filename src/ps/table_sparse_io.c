@@ -44,55 +44,82 @@ static void wflush(wbuf *w)
     w->len = 0;
 }
 
-static int selected(const fl__ps_sparse *t, const fl__ps_rowhdr *h, int mode)
+int fl__ps_row_selected(const fl__ps_sparse *t, const fl__ps_rowhdr *h, int mode)
 {
-    if (h->unseen_days == FL__PS_FREE_ROW) return 0;
+    if (h->flags & FL__PS_ROW_FREE) return 0;
     if (mode == 0 || mode == 3) return 1;
     const fl_ps_accessor *a = &t->acc;
     float sc = (h->show - h->click) * a->nonclk_coeff + h->click * a->click_coeff;
-    if (sc < a->base_threshold || h->unseen_days > (uint32_t)a->delta_keep_days) return 0;
+    if (sc < a->base_threshold || h->unseen_days > a->delta_keep_days) return 0;
     return mode == 2 || h->delta_score >= a->delta_threshold;
 }
 
-enum { F_KEY, F_VALUES, F_M1, F_M2, F_SHOW, F_CLICK, F_DELTA, F_UNSEEN };
+enum { F_COUNT, F_KEY, F_VALUES, F_M1, F_M2, F_SHOW, F_CLICK, F_DELTA, F_UNSEEN, F_AFTER };
+
+/* One pass of a save over the rows of both tiers: memory, then disk (SSD tables). */
+typedef struct {
+    wbuf *w;
+    fl__ps_sparse *t;
+    int mode, field;
+    int64_t n; /* rows selected (counting pass) */
+} pass;
+
+static int put_row(void *user, uint8_t *row)
+{
+    pass *p = user;
+    const size_t vb = (size_t)p->t->dim * 4;
+    fl__ps_rowhdr h;
+    memcpy(&h, row, sizeof h);
+    if (!fl__ps_row_selected(p->t, &h, p->mode)) return FL__PS_VISIT_KEEP;
+    int32_t unseen = h.unseen_days;
+    switch (p->field) {
+    case F_COUNT: p->n++; break;
+    case F_KEY: wput(p->w, &h.key, 8); break;
+    case F_VALUES: wput(p->w, row + FL__PS_ROW_HDR, vb); break;
+    case F_M1: wput(p->w, row + FL__PS_ROW_HDR + vb, vb); break;
+    case F_M2: wput(p->w, row + FL__PS_ROW_HDR + 2 * vb, vb); break;
+    case F_SHOW: wput(p->w, &h.show, 4); break;
+    case F_CLICK: wput(p->w, &h.click, 4); break;
+    case F_DELTA: wput(p->w, &h.delta_score, 4); break;
+    case F_UNSEEN: wput(p->w, &unseen, 4); break;
+    case F_AFTER: /* after a delta save the saved rows' delta_score restarts; a daily save ages rows */
+        if (p->mode == 1) h.delta_score = 0;
+        else if (h.unseen_days < FL__PS_UNSEEN_MAX) h.unseen_days++;
+        memcpy(row, &h, sizeof h);
+        return FL__PS_VISIT_WRITE;
+    }
+    return p->w && p->w->st ? FL__PS_VISIT_STOP : FL__PS_VISIT_KEEP;
+}
+
+static int each_row(fl__ps_sparse *t, pass *p)
+{
+    for (int k = 0; k < FL__PS_STRIPES; k++) {
+        fl__ps_stripe *s = &t->st[k];
+        for (uint32_t idx = 0; idx < s->nalloc; idx++)
+            if (put_row(p, fl__ps_row(t, s, idx)) == FL__PS_VISIT_STOP) return FL_OK;
+    }
+    return t->ssd ? fl__ps_ssd_foreach(t, put_row, p) : FL_OK;
+}
 
 static void write_field(wbuf *w, fl__ps_sparse *t, int mode, int field)
 {
-    const size_t vb = (size_t)t->dim * 4;
-    for (int k = 0; k < FL__PS_STRIPES; k++) {
-        fl__ps_stripe *s = &t->st[k];
-        for (uint32_t idx = 0; idx < s->nalloc && !w->st; idx++) {
-            uint8_t *row = fl__ps_row(t, s, idx);
-            fl__ps_rowhdr h;
-            memcpy(&h, row, sizeof h);
-            if (!selected(t, &h, mode)) continue;
-            switch (field) {
-            case F_KEY: wput(w, &h.key, 8); break;
-            case F_VALUES: wput(w, row + FL__PS_ROW_HDR, vb); break;
-            case F_M1: wput(w, row + FL__PS_ROW_HDR + vb, vb); break;
-            case F_M2: wput(w, row + FL__PS_ROW_HDR + 2 * vb, vb); break;
-            case F_SHOW: wput(w, &h.show, 4); break;
-            case F_CLICK: wput(w, &h.click, 4); break;
-            case F_DELTA: wput(w, &h.delta_score, 4); break;
-            case F_UNSEEN: wput(w, &h.unseen_days, 4); break;
-            }
-        }
-    }
+    pass p = {w, t, mode, field, 0};
+    int st = each_row(t, &p);
+    if (st && !w->st) w->st = st;
 }
 
 int fl__ps_sparse_save(fl__ps_sparse *t, const char *path, int mode)
 {
     pthread_rwlock_wrlock(&t->lk); /* excludes every request to this table */
-    int64_t n = 0, np = 0;
-    for (int k = 0; k < FL__PS_STRIPES; k++) {
-        fl__ps_stripe *s = &t->st[k];
-        np += s->plen;
-        for (uint32_t idx = 0; idx < s->nalloc; idx++) {
-            fl__ps_rowhdr h;
-            memcpy(&h, fl__ps_row(t, s, idx), sizeof h);
-            n += selected(t, &h, mode);
-        }
+    int64_t np = 0;
+    for (int k = 0; k < FL__PS_STRIPES; k++) np += t->st[k].plen;
+    pass count = {NULL, t, mode, F_COUNT, 0};
+    int cst = each_row(t, &count);
+    if (cst) {
+        pthread_rwlock_unlock(&t->lk);
+        return cst;
     }
+    const int64_t n = count.n;
     const int64_t d = t->dim;
     fl__ps_st_tensor td[14];
     int nt = 0;
@@ -139,19 +166,8 @@ int fl__ps_sparse_save(fl__ps_sparse *t, const char *path, int mode)
     if (st == FL_OK) st = fl__afile_commit(&f);
     else if (opened) fl__afile_abort(&f);
     if (st == FL_OK && (mode == 1 || mode == 3)) {
-        /* after a delta save the saved rows' delta_score restarts; a daily save (3) ages rows */
-        for (int k = 0; k < FL__PS_STRIPES; k++) {
-            fl__ps_stripe *s = &t->st[k];
-            for (uint32_t idx = 0; idx < s->nalloc; idx++) {
-                uint8_t *row = fl__ps_row(t, s, idx);
-                fl__ps_rowhdr h;
-                memcpy(&h, row, sizeof h);
-                if (!selected(t, &h, mode)) continue;
-                if (mode == 1) h.delta_score = 0;
-                else if (h.unseen_days < FL__PS_FREE_ROW - 1) h.unseen_days++;
-                memcpy(row, &h, sizeof h);
-            }
-        }
+        pass after = {NULL, t, mode, F_AFTER, 0};
+        st = each_row(t, &after);
     }
     pthread_rwlock_unlock(&t->lk);
     free(w.buf);
@@ -198,7 +214,7 @@ int fl__ps_sparse_load(fl__ps_sparse *t, const char *path)
         }
         uint64_t hs = fl__ps_inner_hash(id);
         fl__ps_stripe *s = &t->st[hs >> 58];
-        if (fl__ps_stripe_find(t, s, id, hs)) {
+        if (fl__ps_stripe_find(t, s, id, hs) || (t->ssd && fl__ps_ssd_get(t, id, NULL) > 0)) {
             st = fl__err(FL_ECORRUPT, "'%s': id %llu appears twice", path, (unsigned long long)id);
             break;
         }
@@ -207,13 +223,22 @@ int fl__ps_sparse_load(fl__ps_sparse *t, const char *path)
             st = FL_ENOMEM;
             break;
         }
-        fl__ps_rowhdr h = {id, ((const float *)fl_tensor_cdata(show))[i], ((const float *)fl_tensor_cdata(click))[i],
-                           ((const float *)fl_tensor_cdata(delta))[i], ((const uint32_t *)fl_tensor_cdata(unseen))[i]};
-        if (h.unseen_days == FL__PS_FREE_ROW) h.unseen_days--;
+        int32_t days = ((const int32_t *)fl_tensor_cdata(unseen))[i];
+        if (days < 0) {
+            st = fl__err(FL_ECORRUPT, "'%s': unseen_days %d of id %llu is negative", path, days, (unsigned long long)id);
+            break;
+        }
+        fl__ps_rowhdr h = {id,
+                           ((const float *)fl_tensor_cdata(show))[i],
+                           ((const float *)fl_tensor_cdata(click))[i],
+                           ((const float *)fl_tensor_cdata(delta))[i],
+                           (uint16_t)(days < (int32_t)FL__PS_UNSEEN_MAX ? days : (int32_t)FL__PS_UNSEEN_MAX),
+                           FL__PS_ROW_REF};
         memcpy(row, &h, sizeof h);
         memcpy(row + FL__PS_ROW_HDR, (const float *)fl_tensor_cdata(vals) + i * t->dim, vb);
         if (m1) memcpy(row + FL__PS_ROW_HDR + vb, (const float *)fl_tensor_cdata(m1) + i * t->dim, vb);
         if (m2) memcpy(row + FL__PS_ROW_HDR + 2 * vb, (const float *)fl_tensor_cdata(m2) + i * t->dim, vb);
+        if (t->ssd) st = fl__ps_ssd_evict(t, s); /* the budget holds while loading too */
     }
     for (int64_t i = 0; st == FL_OK && i < np; i++) {
         uint64_t id = ((const uint64_t *)fl_tensor_cdata(pk))[i];

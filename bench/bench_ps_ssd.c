@@ -1,0 +1,328 @@
+/*
+ * bench_ps_ssd.c - SSD sparse tables (src/ps/table_ssd.c) against the in-memory table.
+ *
+ *   bench_ps_ssd [--keys N] [--budget MB] [--seconds S] [--dir D]
+ *       Tiers, in this process (no network: the cost of the tier itself).  An in-memory
+ *       table and an SSD table (dim 8, Adagrad, budget MB) are both filled with N keys
+ *       (default 2,000,000; budget 16 MiB, about 1/10 of the rows).  Then, interleaved,
+ *       medians of 5 slices of S/5 seconds (default S = 2): training pull + push of batches of
+ *       4096 ids drawn from the hot set (the 20,000 ids touched last) and from all N ids
+ *       (mostly cold: on disk for the SSD table), rows/s of each table and their ratio; and
+ *       the memory each table holds (fl_ps_table_stats.bytes) and this process's peak RSS.
+ *   bench_ps_ssd --scale N [--servers K] [--budget MB] [--dir D]
+ *       Scale run: K (default 2) forked servers on 127.0.0.1 each hold an SSD table of dim 8
+ *       (SGD) with the given budget per server (default 256 MiB); the client creates N keys
+ *       in batches of 65536 (training pull + push), then pulls and pushes random batches of
+ *       65536 ids for 10 s.  Reports rows/s of the fill and of the random phase, rows per
+ *       server on disk and in memory, and each server's peak resident memory.
+ *   bench_ps_ssd --memory N
+ *       Memory per key of the in-memory table: N keys (pulled for training, so created) in
+ *       tables of dim 8 and 16 with SGD, Adagrad and Adam; fl_ps_table_stats.bytes_per_key
+ *       against the payload (values + optimizer state).
+ * D (default /tmp) holds the RocksDB directories, removed at the end.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fleet/ps.h"
+#include "ps/ps_internal.h"
+
+#define DIM 8
+#define BATCH 4096
+#define HOTSET 20000
+#define SLICES 5
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_ps_ssd: %s: %s\n", what, fl_last_error());
+    exit(1);
+}
+
+static long proc_kb(pid_t pid, const char *field)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long kb = -1;
+    size_t n = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, field, n) && line[n] == ':') kb = atol(line + n + 1);
+    fclose(f);
+    return kb;
+}
+
+static fl_ps_table_config cfg(const char *ssd, int64_t budget, fl_ps_opt_kind k)
+{
+    fl_ps_table_config t = {0};
+    t.name = "emb";
+    t.kind = FL_PS_SPARSE;
+    t.dim = DIM;
+    t.init = fl_init_uniform(-0.01f, 0.01f);
+    t.opt = (fl_ps_optimizer){k, 0.01f, 0, 0, 0, 0, 0, 0};
+    t.ssd_path = ssd;
+    t.mem_budget_mb = budget;
+    return t;
+}
+
+static uint64_t id_of(uint64_t x) { return x * 0x9E3779B97F4A7C15ull + 1; }
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* Distinct ids of one batch: from [base, base + range). */
+static void draw(uint64_t *ids, int n, uint64_t base, uint64_t range)
+{
+    uint64_t start = rnd() % range, step = range > (uint64_t)n ? range / (uint64_t)n : 1;
+    for (int j = 0; j < n; j++) ids[j] = id_of(base + (start + (uint64_t)j * step) % range);
+}
+
+static float g[65536 * DIM], out[65536 * DIM];
+
+static void step(fl__ps_sparse *t, const uint64_t *ids, int n)
+{
+    if (fl__ps_sparse_pull(t, ids, n, out, 1)) die("pull");
+    if (fl__ps_sparse_push(t, ids, n, g, NULL, NULL, 1.0f, 1)) die("push");
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int tiers(uint64_t nkeys, int64_t budget, double secs, const char *dir)
+{
+    fl_ps_table_config cm = cfg(NULL, 0, FL_PS_OPT_ADAGRAD), cs = cfg(dir, budget, FL_PS_OPT_ADAGRAD);
+    fl__ps_sparse *m, *s;
+    if (fl__ps_sparse_create(&cm, 0, 1, &m) || fl__ps_sparse_create(&cs, 0, 1, &s)) die("create");
+    static uint64_t ids[BATCH];
+    double fill[2] = {0, 0};
+    fl__ps_sparse *tab[2] = {m, s};
+    for (uint64_t b = 0; b < nkeys; b += BATCH) {
+        int n = (int)(nkeys - b < BATCH ? nkeys - b : BATCH);
+        for (int j = 0; j < n; j++) ids[j] = id_of(b + (uint64_t)j);
+        for (int t = 0; t < 2; t++) {
+            double t0 = now_s();
+            step(tab[t], ids, n);
+            fill[t] += now_s() - t0;
+        }
+    }
+    printf("SSD tier, in process: %llu keys of dim %d (Adagrad), budget %lld MiB; batches of %d ids (pull + push)\n",
+           (unsigned long long)nkeys, DIM, (long long)budget, BATCH);
+    printf("%-26s %14s %14s %8s\n", "phase", "memory rows/s", "SSD rows/s", "ratio");
+    printf("%-26s %14.3e %14.3e %8.3f\n", "fill (new rows)", nkeys / fill[0], nkeys / fill[1], fill[0] / fill[1]);
+    const char *names[2] = {"hot (last 20k ids)", "cold (uniform over all)"};
+    for (int phase = 0; phase < 2; phase++) {
+        double rate[2][SLICES];
+        for (int sl = 0; sl < SLICES; sl++)
+            for (int t = 0; t < 2; t++) { /* interleaved: the same batches for both tables */
+                uint64_t saved = rng_state;
+                double t0 = now_s(), el;
+                long rows = 0;
+                do {
+                    if (phase == 0) draw(ids, BATCH, nkeys - HOTSET, HOTSET);
+                    else draw(ids, BATCH, 0, nkeys);
+                    step(tab[t], ids, BATCH);
+                    rows += BATCH;
+                } while ((el = now_s() - t0) < secs / SLICES / 2);
+                rate[t][sl] = rows / el;
+                if (t == 0) rng_state = saved;
+            }
+        qsort(rate[0], SLICES, sizeof(double), cmp_d);
+        qsort(rate[1], SLICES, sizeof(double), cmp_d);
+        printf("%-26s %14.3e %14.3e %8.3f\n", names[phase], rate[0][SLICES / 2], rate[1][SLICES / 2],
+               rate[1][SLICES / 2] / rate[0][SLICES / 2]);
+    }
+    fl_ps_table_stats a, b;
+    fl__ps_sparse_stats(m, &a);
+    fl__ps_sparse_stats(s, &b);
+    printf("memory held: in-memory table %.1f MiB (%.1f bytes/key), SSD table %.1f MiB in memory (%lld of %lld rows "
+           "in memory); peak RSS of this process %.1f MiB\n",
+           a.bytes / 1048576.0, a.bytes_per_key, b.bytes / 1048576.0, (long long)(b.rows - fl__ps_ssd_rows(s)),
+           (long long)b.rows, proc_kb(getpid(), "VmHWM") / 1024.0);
+    fl__ps_sparse_free(m);
+    fl__ps_sparse_free(s);
+    return 0;
+}
+
+/* ---- scale run ------------------------------------------------------------------------------------ */
+
+static pid_t spawn_server(const fl_ps_table_config *t, int index, int ns, char *ep, size_t cap)
+{
+    int p[2];
+    if (pipe(p)) die("pipe");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) die("fork");
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(p[0]);
+        fl_ps_server_opts o = {0};
+        o.server_index = index;
+        o.num_servers = ns;
+        o.num_workers = 1;
+        o.tables = t;
+        o.num_tables = 1;
+        o.insecure_local = 1;
+        o.worker_timeout_ms = -1;
+        o.request_timeout_ms = 600000;
+        fl_ps_server *s;
+        if (fl_ps_server_create(&o, &s)) die("server");
+        char buf[128];
+        snprintf(buf, sizeof buf, "%s", fl_ps_server_endpoint(s));
+        if (write(p[1], buf, sizeof buf) != (ssize_t)sizeof buf) _exit(4);
+        close(p[1]);
+        int rc = fl_ps_server_run(s);
+        fl_ps_server_free(s);
+        _exit(rc == FL_OK ? 0 : 1);
+    }
+    close(p[1]);
+    char buf[128];
+    if (read(p[0], buf, sizeof buf) != (ssize_t)sizeof buf) die("server start");
+    close(p[0]);
+    snprintf(ep, cap, "%s", buf);
+    return pid;
+}
+
+static int scale(uint64_t nkeys, int ns, int64_t budget, const char *dir)
+{
+    fl_ps_table_config t = cfg(dir, budget, FL_PS_OPT_SGD);
+    char eps[8][128];
+    const char *ep[8];
+    pid_t pid[8];
+    if (ns < 1 || ns > 8) {
+        fprintf(stderr, "bench_ps_ssd: --servers must be 1..8\n");
+        return 2;
+    }
+    for (int i = 0; i < ns; i++) {
+        pid[i] = spawn_server(&t, i, ns, eps[i], sizeof eps[i]);
+        ep[i] = eps[i];
+    }
+    fl_ps_client_opts o = {0};
+    o.endpoints = ep;
+    o.num_servers = ns;
+    o.num_workers = 1;
+    o.tables = &t;
+    o.num_tables = 1;
+    o.insecure_local = 1;
+    o.request_timeout_ms = 600000;
+    fl_ps_client *c;
+    if (fl_ps_client_create(&o, &c)) die("client");
+    enum { B = 65536 };
+    static uint64_t ids[B];
+    double t0 = now_s();
+    for (uint64_t b = 0; b < nkeys; b += B) {
+        int n = (int)(nkeys - b < B ? nkeys - b : B);
+        for (int j = 0; j < n; j++) ids[j] = id_of(b + (uint64_t)j);
+        if (fl_ps_client_pull_sparse(c, 0, ids, n, out, 1)) die("pull");
+        if (fl_ps_client_push_sparse(c, 0, ids, n, g, NULL, NULL)) die("push");
+        if ((b / B) % 160 == 159) {
+            printf("  %.0f M keys after %.0f s\n", (b + (uint64_t)n) / 1e6, now_s() - t0);
+            fflush(stdout);
+        }
+    }
+    double fill = now_s() - t0;
+    long rows = 0;
+    t0 = now_s();
+    while (now_s() - t0 < 10) {
+        draw(ids, B, 0, nkeys);
+        if (fl_ps_client_pull_sparse(c, 0, ids, B, out, 1)) die("pull");
+        if (fl_ps_client_push_sparse(c, 0, ids, B, g, NULL, NULL)) die("push");
+        rows += B;
+    }
+    double rnd_s = now_s() - t0;
+    fl_ps_table_stats st;
+    if (fl_ps_client_table_stats(c, 0, &st)) die("stats");
+    printf("scale run: %llu keys of dim %d (SGD) over %d servers, budget %lld MiB per server\n", (unsigned long long)nkeys,
+           DIM, ns, (long long)budget);
+    printf("  fill: %.3e rows/s (pull + push of new rows, %.0f s); random batches of %d: %.3e rows/s\n", nkeys / fill, fill,
+           B, rows / rnd_s);
+    printf("  rows %lld, %.1f MiB in server memory (all servers)\n", (long long)st.rows, st.bytes / 1048576.0);
+    for (int i = 0; i < ns; i++)
+        printf("  server %d: peak resident memory %.1f MiB\n", i, proc_kb(pid[i], "VmHWM") / 1024.0);
+    if (fl_ps_client_stop(c)) die("stop");
+    fl_ps_client_free(c);
+    for (int i = 0; i < ns; i++) waitpid(pid[i], NULL, 0);
+    return 0;
+}
+
+static int memory(uint64_t nkeys)
+{
+    static const fl_ps_opt_kind kinds[3] = {FL_PS_OPT_SGD, FL_PS_OPT_ADAGRAD, FL_PS_OPT_ADAM};
+    static const int dims[3] = {8, 10, 16};
+    enum { B = 65536 };
+    static uint64_t ids[B];
+    static float vals[B * 16];
+    printf("memory per key of the in-memory table, %llu keys on one server\n", (unsigned long long)nkeys);
+    printf("%4s %-8s %12s %10s %7s\n", "dim", "opt", "bytes/key", "payload", "ratio");
+    for (int d = 0; d < 3; d++)
+        for (int k = 0; k < 3; k++) {
+            fl_ps_table_config t = cfg(NULL, 0, kinds[k]);
+            t.dim = dims[d];
+            fl__ps_sparse *m;
+            if (fl__ps_sparse_create(&t, 0, 1, &m)) die("create");
+            for (uint64_t b = 0; b < nkeys; b += B) {
+                int n = (int)(nkeys - b < B ? nkeys - b : B);
+                for (int j = 0; j < n; j++) ids[j] = id_of(b + (uint64_t)j);
+                if (fl__ps_sparse_pull(m, ids, n, vals, 1)) die("pull");
+            }
+            fl_ps_table_stats st;
+            fl__ps_sparse_stats(m, &st);
+            printf("%4d %-8s %12.1f %10.0f %6.2fx\n", dims[d], fl__ps_opt_name(kinds[k]), st.bytes_per_key,
+                   st.payload_per_key, st.bytes_per_key / st.payload_per_key);
+            fflush(stdout);
+            fl__ps_sparse_free(m);
+        }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t keys = 2000000, scale_keys = 0, mem_keys = 0;
+    int64_t budget = -1;
+    int ns = 2;
+    double secs = 2;
+    const char *dir = "/tmp";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--keys") && i + 1 < argc) keys = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--scale") && i + 1 < argc) scale_keys = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--memory") && i + 1 < argc) mem_keys = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--budget") && i + 1 < argc) budget = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--servers") && i + 1 < argc) ns = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) secs = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+        else {
+            fprintf(stderr, "usage: bench_ps_ssd [--keys N] [--budget MB] [--seconds S] [--dir D]\n"
+                            "       bench_ps_ssd --scale N [--servers K] [--budget MB] [--dir D]\n"
+                            "       bench_ps_ssd --memory N\n");
+            return 2;
+        }
+    }
+    if (keys < 2 * HOTSET) {
+        fprintf(stderr, "bench_ps_ssd: --keys must be at least %d\n", 2 * HOTSET);
+        return 2;
+    }
+    if (mem_keys) return memory(mem_keys);
+    if (scale_keys) return scale(scale_keys, ns, budget > 0 ? budget : 256, dir);
+    return tiers(keys, budget > 0 ? budget : 16, secs, dir);
+}
