@@ -96,6 +96,11 @@ static inline uint64_t fl__hash_u64(uint64_t x)
 /* Monotonic time in seconds / nanoseconds. */
 double fl__now(void);
 uint64_t fl__now_ns(void);
+/* now - then, or 0 when then is later.  A time another thread stored (a heartbeat's answer,
+ * the moment this process resumed) can be later than a clock this thread read just before
+ * it: plain unsigned subtraction would wrap to ~584 years and turn "just heard from" into
+ * "timed out". */
+static inline uint64_t fl__ns_since(uint64_t now, uint64_t then) { return now > then ? now - then : 0; }
 
 /* Growable byte buffer for building text. */
 typedef struct {
