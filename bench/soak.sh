@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/soak.sh BUILD [options] - the soak benchmark (not CI; see bench/README.md).
+# bench/soak.sh BUILD [options] - the soak benchmark (not CI; results: BENCHMARKS.md, "Soak").
 #
 # Four CTR-DNN jobs (examples/ctr/train on fleet-datagen data) run side by side, each under
 # `fleetrun --max_restart` with a checkpoint after every epoch, round after round until
@@ -17,12 +17,12 @@
 # files, listening ports).  Everything is kept in --dir (default a new /tmp/fleet-soak.*).
 #
 # Options: --duration S (1800)  --kill-every MIN:MAX (120:240)  --flood IDLE:SLOW (100:100)
-#          --rows N (100000)  --ps-epochs N (40)  --coll-epochs N (100)  --max-restart N (50)
+#          --rows N (100000)  --ps-epochs N (40)  --coll-epochs N (50)  --max-restart N (50)
 #          --finish-s S (900: how long rounds still running at the end may take)  --dir DIR
 set -uo pipefail
 build=${1:-build}
 shift || true
-duration=1800 kill_every=120:240 flood=100:100 rows=100000 ps_epochs=40 coll_epochs=100 max_restart=50
+duration=1800 kill_every=120:240 flood=100:100 rows=100000 ps_epochs=40 coll_epochs=50 max_restart=50
 finish_s=900 W=""
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || { echo "soak.sh: $1 expects a value" >&2; exit 2; }
@@ -145,14 +145,16 @@ sample() {
   done
 }
 
-# Until the end: SIGKILL to a random process of a random disturbed job.
+# Until the end: SIGKILL to a random process of a disturbed job (the two jobs in turn, the
+# first one picked at random).
 killer() {
-  local wait job cur fr r victims v key
+  local wait job cur fr r victims v key turn=$((RANDOM % 2))
   while :; do
     wait=$((kill_min + RANDOM % (kill_max - kill_min + 1)))
     while [ "$wait" -gt 0 ] && [ "$(now)" -lt "$end" ]; do sleep 1; wait=$((wait - 1)); done
     [ "$(now)" -lt "$end" ] || break
-    job=$([ $((RANDOM % 2)) -eq 0 ] && echo ps_soak || echo coll_soak)
+    turn=$((1 - turn))
+    job=$([ "$turn" -eq 0 ] && echo ps_soak || echo coll_soak)
     cur=$(cat "$W/$job/current" 2>/dev/null) || { echo "$(now) $job - - - no round running" >>"$W/kills"; continue; }
     read -r fr r <<<"$cur"
     PS=$(ps -e -o pid=,ppid=)
