@@ -170,19 +170,32 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@bench/run.sh $(BUILD)
 
+# SAN_TESTS selects the test binaries the sanitizer targets build and run: names, or
+# patterns with one '*' (`make tsan SAN_TESTS="test_coll* test_ps_rpc"` runs test_coll,
+# test_coll_mpi, test_collective and test_ps_rpc); empty: all of them (and the whole tree
+# is built).  .ci/run's subsets and why: tests/README.md.
+SAN_TESTS ?=
+SAN_FILTER = $(if $(strip $(SAN_TESTS)),FLEET_TESTS="$(strip $(SAN_TESTS))")
+SAN_BINS = $(filter $(addprefix $(BUILD)/tests/,$(subst *,%,$(SAN_TESTS))),$(TEST_BIN))
+# what a sanitizer run builds: with SAN_TESTS, the library, tools, examples, test helpers
+# and the selected tests (no benchmarks, no other tests)
+SAN_GOAL = $(if $(strip $(SAN_TESTS)),SAN_TESTS="$(strip $(SAN_TESTS))" san-build,all)
+.PHONY: san-build
+san-build: lib $(TBIN_BIN) $(EX_BIN) $(TOOL_BIN) $(SAN_BINS)
+
 asan:
-	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" all
-	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 scripts/run-tests.sh build-asan
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" $(SAN_GOAL)
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 $(SAN_FILTER) scripts/run-tests.sh build-asan
 
 ubsan:
-	@$(MAKE) --no-print-directory BUILD=build-ubsan OPT=-O1 SAN="-fsanitize=undefined -fno-sanitize-recover=all" all
-	@UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 scripts/run-tests.sh build-ubsan
+	@$(MAKE) --no-print-directory BUILD=build-ubsan OPT=-O1 SAN="-fsanitize=undefined -fno-sanitize-recover=all" $(SAN_GOAL)
+	@UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 $(SAN_FILTER) scripts/run-tests.sh build-ubsan
 
 # OpenBLAS is not instrumented: its own worker threads hand off work in ways ThreadSanitizer
 # cannot see, so it runs single-threaded here (Fleet's threads are all still checked).
 tsan:
-	@$(MAKE) --no-print-directory BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all
-	@OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:history_size=7:suppressions=$(CURDIR)/scripts/tsan-hogwild.supp scripts/run-tests.sh build-tsan
+	@$(MAKE) --no-print-directory BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" $(SAN_GOAL)
+	@OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:history_size=7:suppressions=$(CURDIR)/scripts/tsan-hogwild.supp $(SAN_FILTER) scripts/run-tests.sh build-tsan
 
 valgrind: all
 	@FLEET_TEST_WRAPPER="valgrind -q --error-exitcode=99 --leak-check=full" scripts/run-tests.sh $(BUILD)

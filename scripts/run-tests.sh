@@ -3,16 +3,24 @@
 # process under a timeout (each case inside also forks with its own timeout), and ends
 # with "N passed, N failed".  Exit status 1 if anything failed.
 # FLEET_TEST_WRAPPER (e.g. "valgrind -q") prefixes each binary; FLEET_TEST_FILTER selects
-# binaries by substring.
+# binaries by substring; FLEET_TESTS by whole name or shell pattern, several space-separated
+# ("test_coll* test_net": the sanitizer targets' SAN_TESTS).
 set -u
 build=${1:-build}
 cd "$(dirname "$0")/.." || exit 2
 pass=0; fail=0; failed_bins=()
 per_bin_timeout=${FLEET_TEST_BIN_TIMEOUT:-600}
+read -r -a names <<< "${FLEET_TESTS:-*}"
 for t in "$build"/tests/test_*; do
   [ -x "$t" ] || continue
   case "$(basename "$t")" in *"${FLEET_TEST_FILTER:-}"*) ;; *) continue ;; esac
   name=$(basename "$t")
+  want=0
+  for pat in "${names[@]}"; do
+    # shellcheck disable=SC2254 # a pattern on purpose
+    case "$name" in $pat) want=1; break ;; esac
+  done
+  [ "$want" -eq 1 ] || continue
   echo "== $name"
   out=$(timeout -k 5 "$per_bin_timeout" ${FLEET_TEST_WRAPPER:-} "$t" 2>&1)
   rc=$?

@@ -19,6 +19,7 @@
 #include "testhelp.h"
 #include <fleet/coll.h>
 #include <fleet/net.h>
+#include "coll/coll_internal.h"
 
 #define CH_MAXP 16
 static const fl_net_secret ch_secret = {.bytes = "fleet-test-secret-0123456789abc", .len = 32};
@@ -642,6 +643,30 @@ TEST(stopped_rank_is_named_within_10s)
     stop_case(3, 0, 1);
 }
 
+/* The heartbeat thread stamps resumed_ns with its own clock, which can be later than the clock
+ * a collective's wait read just before it.  Unsigned subtraction made that wait "timed out"
+ * (tcp: "sent nothing ... for 18446744071.7 s"; shm: "timed out after ... ms") at once. */
+static void rank_later_stamp(ch_world *w, int r, void *arg)
+{
+    (void)arg;
+    fl_coll *c = ch_comm(w, r);
+    float x[256];
+    for (int it = 0; it < 3; it++) {
+        for (int i = 0; i < 256; i++) x[i] = (float)r;
+        atomic_store(&c->resumed_ns, fl__now_ns() + 3000000000ull);
+        if (r == 1) usleep(300000); /* rank 0 waits in the allreduce meanwhile */
+        CHECK_OK(fl_coll_allreduce(c, x, x, 256, FL_FLOAT32, FL_COLL_SUM));
+        CHECK(x[0] == 1.0f && x[255] == 1.0f);
+    }
+    fl_coll_free(c);
+}
+
+TEST(later_stamp_of_the_heartbeat_thread_is_no_timeout)
+{
+    ch_run(2, 0, rank_later_stamp, NULL);
+    ch_run(2, 1, rank_later_stamp, NULL);
+}
+
 static void rank_wrong_secret(ch_world *w, int r, void *arg)
 {
     int liar = *(const int *)arg;
@@ -829,4 +854,5 @@ TEST_MAIN(T(allreduce_shm), T(allreduce_tcp), T(broadcast_every_root), T(allgath
           T(shm_named_without_shared_memory_fails), T(ranks_must_name_one_backend), T(allreduce_16m_floats),
           T(allreduce_random_floats), T(kill_rank_mid_allreduce), T(stopped_rank_is_named_within_10s),
           T(wrong_secret_is_refused), T(mismatched_calls_fail_on_every_rank), T(stalled_rank_times_out),
-          T(secret_configuration), T(insecure_local_mode), T(bad_arguments))
+          T(secret_configuration), T(insecure_local_mode), T(bad_arguments),
+          T(later_stamp_of_the_heartbeat_thread_is_no_timeout))

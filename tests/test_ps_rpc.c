@@ -682,8 +682,45 @@ TEST(unreachable_server_is_named)
     CHECK_STR_HAS(fl_last_error(), "server 0");
 }
 
+/* The heartbeat thread stamps alive_ns (and resumed_ns) with its own clock, which can be later
+ * than the clock a waiting request read just before it: that server was just heard from.
+ * Unsigned subtraction made it "answered nothing for 18446744073.7 s" and failed the request
+ * (or, in a timeout's message, lost "though it answers heartbeats"). */
+TEST(later_stamp_of_the_heartbeat_thread_is_fresh)
+{
+    fl_ps_client c;
+    fl__ps_csrv sv;
+    memset(&c, 0, sizeof c);
+    memset(&sv, 0, sizeof sv);
+    c.o.heartbeat_ms = 1000;
+    c.o.server_timeout_ms = 8000;
+    c.ns = 1;
+    c.srv = &sv;
+    sv.client = &c;
+    snprintf(sv.label, sizeof sv.label, "server 0 (test)");
+    uint64_t later = fl__now_ns() + 1000000000ull;
+    atomic_store(&sv.alive_ns, later);
+    CHECK_OK(fl__ps_client_watch(&sv, NULL, 0, 0));
+    CHECK(!sv.gone);
+    atomic_store(&sv.alive_ns, 0);
+    atomic_store(&c.resumed_ns, later);
+    CHECK_OK(fl__ps_client_watch(&sv, NULL, 0, 0));
+    CHECK(!sv.gone);
+    atomic_store(&c.resumed_ns, 0);
+    atomic_store(&sv.alive_ns, later);
+    fl__err(FL_ETIMEDOUT, "receive from server 0 (test) timed out");
+    CHECK_EQ_INT(fl__ps_client_timeout_error(&c, 0, "pull_dense"), FL_ETIMEDOUT);
+    CHECK_STR_HAS(fl_last_error(), "though it answers heartbeats");
+    /* a server silent for longer than server_timeout_ms is still named */
+    atomic_store(&sv.alive_ns, 1);
+    CHECK_EQ_INT(fl__ps_client_watch(&sv, NULL, 9000000000ull, 0), FL_EREMOTE);
+    CHECK_STR_HAS(fl_last_error(), "server 0 (test) has answered nothing");
+    CHECK(sv.gone);
+}
+
 TEST_MAIN(T(dense_roundtrip_two_servers), T(sparse_roundtrip_duplicates_two_servers), T(barrier_among_three_workers),
           T(sync_mode_equals_local_training_on_global_batch), T(sync_push_fails_fast_when_a_worker_stopped),
           T(retried_push_applied_once), T(malformed_frames_close_only_their_connection), T(wrong_or_missing_secret_refused),
           T(config_mismatch_names_the_table), T(save_load_bit_exact_through_clients),
-          T(interrupted_save_keeps_previous_checkpoint), T(lost_worker_fails_the_server), T(unreachable_server_is_named))
+          T(interrupted_save_keeps_previous_checkpoint), T(lost_worker_fails_the_server), T(unreachable_server_is_named),
+          T(later_stamp_of_the_heartbeat_thread_is_fresh))

@@ -103,6 +103,11 @@ double fl__now(void);
 /* Seconds since 1970 (CLOCK_REALTIME), for time stamps in files. */
 double fl__wall_time(void);
 uint64_t fl__now_ns(void);
+/* now - then, or 0 when then is later.  A time another thread stored (a heartbeat's answer,
+ * the moment this process resumed) can be later than a clock this thread read just before
+ * it: plain unsigned subtraction would wrap to ~584 years and turn "just heard from" into
+ * "timed out". */
+static inline uint64_t fl__ns_since(uint64_t now, uint64_t then) { return now > then ? now - then : 0; }
 
 /* Growable byte buffer for building text. */
 typedef struct {

@@ -121,13 +121,13 @@ int fl__coll_tick(fl_coll *c, const fl__coll_desc *d)
          * closed is handled by the collective (it may have finished) */
         if (!c->conns[p] || c->idle_blocked[p] || c->peer_closed[p]) continue;
         uint64_t last = c->heard_ns[p] > fresh ? c->heard_ns[p] : fresh;
-        if (now - last <= tmo) continue;
+        if (fl__ns_since(now, last) <= tmo) continue; /* fresh is the thread's clock: may be after now */
         char ds[160];
         fl__coll_desc_str(d, ds, sizeof ds);
         return fl__err(FL_EREMOTE,
                        "%s sent nothing, not even a heartbeat, for %.1f s during %s: it is stopped or "
                        "hung (FLEET_COLL_PEER_TIMEOUT_MS is %d)",
-                       fl__coll_peer(c, p), (double)(now - last) / 1e9, ds, c->peer_timeout_ms);
+                       fl__coll_peer(c, p), (double)fl__ns_since(now, last) / 1e9, ds, c->peer_timeout_ms);
     }
     return FL_OK;
 }

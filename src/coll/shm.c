@@ -370,7 +370,7 @@ static int shm_wait(fl_coll *c, const fl__coll_desc *d, int which, uint64_t t)
             uint64_t resumed = atomic_load(&c->resumed_ns);
             if (resumed > t0) t0 = resumed; /* this process was stopped: restart the clock */
         }
-        uint64_t waited = now - t0;
+        uint64_t waited = fl__ns_since(now, t0); /* resumed is the heartbeat thread's clock: may be after now */
         if (waited >= tmo) return wait_timeout(c, d, which, t);
         shm_ctl *pc = &s->ctl[p];
         if (waited < SPIN_NS && atomic_load_explicit(&pc->cpu, memory_order_relaxed) == sched_getcpu()) {

@@ -193,8 +193,9 @@ int fl__tcp_run(fl_coll *c, const fl__coll_desc *d)
         }
         FL_CHECK(fl__coll_tick(c, d));
         uint64_t resumed = atomic_load(&c->resumed_ns);
-        if (resumed > last) last = resumed; /* this process was stopped: restart the clock */
-        if (now - last >= tmo) return timeout_error(c, d);
+        if (resumed > last) last = resumed;        /* this process was stopped: restart the clock */
+        uint64_t waited = fl__ns_since(now, last); /* resumed is the heartbeat thread's clock: may be after now */
+        if (waited >= tmo) return timeout_error(c, d);
         int n = 0;
         for (int p = 0; p < P; p++) {
             fl__xfer *x = &c->xf[p];
@@ -207,7 +208,7 @@ int fl__tcp_run(fl_coll *c, const fl__coll_desc *d)
             pf[n].revents = 0;
             who[n++] = p;
         }
-        uint64_t left = last + tmo - now;
+        uint64_t left = tmo - waited;
         if (c->hb_ms > 0 && left > TICK_SLICE_NS) left = TICK_SLICE_NS; /* wake for heartbeat work */
         struct timespec ts = {(time_t)(left / 1000000000ull), (long)(left % 1000000000ull)};
         int r = ppoll(pf, (nfds_t)n, &ts, NULL);

@@ -154,12 +154,14 @@ int fl__ps_client_watch(void *arg, fl_net_conn *nc, uint64_t idle_ns, uint64_t s
     if (stalled_ns) note_resumed(c, now, stalled_ns);
     if (c->o.heartbeat_ms <= 0 || c->o.server_timeout_ms <= 0) return FL_OK;
     uint64_t last = last_sign(c, sv, now - idle_ns);
-    if (now - last <= (uint64_t)c->o.server_timeout_ms * 1000000ull) return FL_OK;
+    /* alive_ns and resumed_ns are the heartbeat thread's clock: they may be after now */
+    uint64_t quiet = fl__ns_since(now, last);
+    if (quiet <= (uint64_t)c->o.server_timeout_ms * 1000000ull) return FL_OK;
     sv->gone = 1;
     return fl__err(FL_EREMOTE,
                    "%s has answered nothing, not even a heartbeat, for %.1f s: it is stopped, hung or cut "
                    "off (FLEET_PS_SERVER_TIMEOUT_MS is %d)",
-                   sv->label, (double)(now - last) / 1e9, c->o.server_timeout_ms);
+                   sv->label, (double)quiet / 1e9, c->o.server_timeout_ms);
 }
 
 int fl__ps_client_timeout_error(fl_ps_client *c, int server, const char *what)
@@ -168,12 +170,13 @@ int fl__ps_client_timeout_error(fl_ps_client *c, int server, const char *what)
     uint64_t now = fl__now_ns(), r = atomic_load(&c->resumed_ns);
     char low[512];
     snprintf(low, sizeof low, "%s", fl_last_error());
-    if (r && now - r < 2000000000ull)
+    if (r && fl__ns_since(now, r) < 2000000000ull)
         return fl__err(FL_ETIMEDOUT,
                        "the deadline of %s to %s passed while this worker (%d) itself was stopped or "
                        "starved: %s",
                        what, sv->label, c->o.worker_rank, low);
-    if (c->o.heartbeat_ms > 0 && now - atomic_load(&sv->alive_ns) < 3ull * (uint64_t)c->o.heartbeat_ms * 1000000ull)
+    if (c->o.heartbeat_ms > 0 &&
+        fl__ns_since(now, atomic_load(&sv->alive_ns)) < 3ull * (uint64_t)c->o.heartbeat_ms * 1000000ull)
         return fl__err(FL_ETIMEDOUT,
                        "%s did not answer %s within its deadline, though it answers heartbeats (slow or "
                        "overloaded): %s",
