@@ -82,9 +82,12 @@ static void async_stop(fl__ps_ctx *c)
     if (!c->comm) return;
     FL_INFO(FL_SUB_FLEET, "worker %d: the %s communicator made %lld pushes", c->worker_index, c->mode->name,
             (long long)fl__ps_comm_pushes(c->comm));
+    pthread_mutex_lock(&c->mu); /* fleet_ps_traffic reads both under mu */
     fl__ps_comm_traffic(c->comm, &c->traffic);
-    fl__ps_comm_free(c->comm);
+    fl__ps_comm *comm = c->comm;
     c->comm = NULL;
+    pthread_mutex_unlock(&c->mu);
+    fl__ps_comm_free(comm);
 }
 
 /* ---- geo: the snapshot of the last exchange ------------------------------------------------ */
