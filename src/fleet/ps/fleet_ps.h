@@ -70,12 +70,13 @@ typedef struct fl__ps_ctx {
 /* ---- modes.c: the mode table ----------------------------------------------------------
  *
  * A mode is one row: how the strategy selects it (Paddle 2.x: a_sync=false -> sync;
- * a_sync=true and k_steps <= 0 -> async, k_steps = -1 being the untouched default;
- * a_sync=true and k_steps > 0 -> GEO(k_steps)), what the rewrite inserts, what the servers
+ * a_sync=true and k_steps <= 0 -> async, k_steps = -1 being the untouched default, or
+ * half-async with our a_sync_configs.half_async; a_sync=true and k_steps > 0 ->
+ * GEO(k_steps)), what the rewrite inserts, what the servers
  * do, and the worker's communicator.  Nothing outside modes.c and runtime.c asks which mode
  * it is: the rewrite reads the flags, the ops and the runtime call the hooks.
  *
- * How to add a mode (e.g. half-async):
+ * How to add a mode (half_async is the latest example):
  *   1. write its hooks (a communicator in its own file if it has one; push/pull for ps_send
  *      and ps_recv; start/flush/stop around the worker's connection);
  *   2. add one row to `modes` in modes.c, placed so that its selects() sees the strategies
@@ -83,7 +84,7 @@ typedef struct fl__ps_ctx {
  *      docs/parameter_server.md;
  *   3. add a test against local training in tests/test_ps_fleet.c. */
 struct fl__ps_mode {
-    const char *name; /* "sync", "async", "geo" (logs, messages) */
+    const char *name; /* "sync", "half_async", "async", "geo" (logs, messages) */
     /* 1 if the strategy selects this mode (rows are tried in order) */
     int (*selects)(const fleet_strategy *s);
     /* the rewrite: 1 = the update ops leave the workers, the servers apply the optimizer
