@@ -149,6 +149,55 @@ TEST(dense_roundtrip_two_servers)
     cluster_join(&c, FL_OK);
 }
 
+static float bf16_round(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* dense_wire_dtype = FL_BFLOAT16: pulls read the servers' float32 values rounded to bf16,
+ * pushes arrive as bf16 and update float32; a float32 client of the same job sees the exact
+ * values; the traffic counters count 2 bytes per dense value against 4. */
+TEST(bf16_dense_wire_and_traffic)
+{
+    fl_ps_table_config t[1] = {dense_t("fc.w", 5, 3, FL_PS_OPT_SGD)};
+    cluster c;
+    cluster_start(&c, server_opts(t, 1, 2, 2));
+    fl_ps_client_opts co = client_opts(&c, t, 1, 0, 2), cb = client_opts(&c, t, 1, 1, 2);
+    cb.dense_wire_dtype = FL_BFLOAT16;
+    fl_ps_client *f32, *b16;
+    CHECK_OK(fl_ps_client_create(&co, &f32));
+    CHECK_OK(fl_ps_client_create(&cb, &b16));
+    float w[15], g[15], out[15];
+    for (int i = 0; i < 15; i++) w[i] = (float)i / 3.0f + 0.001f, g[i] = 1.0f / 3.0f;
+    CHECK_OK(fl_ps_client_init_dense(b16, 0, w, 0, NULL)); /* init stays float32 */
+    CHECK_OK(fl_ps_client_pull_dense(f32, 0, out));
+    CHECK(memcmp(out, w, sizeof w) == 0);
+    CHECK_OK(fl_ps_client_pull_dense(b16, 0, out));
+    for (int i = 0; i < 15; i++) CHECK(out[i] == bf16_round(w[i]));
+    CHECK_OK(fl_ps_client_push_dense(b16, 0, g));
+    CHECK_OK(fl_ps_client_pull_dense(f32, 0, out));
+    for (int i = 0; i < 15; i++) CHECK(out[i] == w[i] - 0.1f * bf16_round(g[i]));
+    fl_ps_traffic tf, tb;
+    CHECK_OK(fl_ps_client_traffic(f32, &tf));
+    CHECK_OK(fl_ps_client_traffic(b16, &tb));
+    CHECK_EQ_INT((int)tf.dense_bytes_received, 2 * 15 * 4);
+    CHECK_EQ_INT((int)tf.dense_bytes_sent, 0);
+    CHECK_EQ_INT((int)tb.dense_bytes_received, 15 * 2);
+    CHECK_EQ_INT((int)tb.dense_bytes_sent, 15 * 4 + 15 * 2); /* init float32, push bf16 */
+    CHECK(tf.requests >= 4 && tb.requests >= 6);             /* 2 servers per call */
+    CHECK(tb.bytes_sent > tb.dense_bytes_sent && tb.bytes_received > tb.dense_bytes_received);
+    CHECK_OK(fl_ps_client_stop(f32));
+    CHECK_OK(fl_ps_client_stop(b16));
+    fl_ps_client_free(f32);
+    fl_ps_client_free(b16);
+    cluster_join(&c, FL_OK);
+}
+
 TEST(sparse_roundtrip_duplicates_two_servers)
 {
     fl_ps_table_config t[2] = {sparse_t("emb", 4, FL_PS_OPT_SGD), dense_t("b", 1, 1, FL_PS_OPT_SGD)};
@@ -718,9 +767,10 @@ TEST(later_stamp_of_the_heartbeat_thread_is_fresh)
     CHECK(sv.gone);
 }
 
-TEST_MAIN(T(dense_roundtrip_two_servers), T(sparse_roundtrip_duplicates_two_servers), T(barrier_among_three_workers),
-          T(sync_mode_equals_local_training_on_global_batch), T(sync_push_fails_fast_when_a_worker_stopped),
-          T(retried_push_applied_once), T(malformed_frames_close_only_their_connection), T(wrong_or_missing_secret_refused),
+TEST_MAIN(T(dense_roundtrip_two_servers), T(bf16_dense_wire_and_traffic), T(sparse_roundtrip_duplicates_two_servers),
+          T(barrier_among_three_workers), T(sync_mode_equals_local_training_on_global_batch),
+          T(sync_push_fails_fast_when_a_worker_stopped), T(retried_push_applied_once),
+          T(malformed_frames_close_only_their_connection), T(wrong_or_missing_secret_refused),
           T(config_mismatch_names_the_table), T(save_load_bit_exact_through_clients),
           T(interrupted_save_keeps_previous_checkpoint), T(lost_worker_fails_the_server), T(unreachable_server_is_named),
           T(later_stamp_of_the_heartbeat_thread_is_fresh))

@@ -130,6 +130,12 @@ typedef struct {
         int max_merge_var_num, send_queue_size, independent_recv_thread;      /* 1, 16, false */
         int min_send_grad_num_before_recv, thread_pool_size, send_wait_times; /* 1, 1, 1 */
         int runtime_split_send_recv, launch_barrier;                          /* false, true */
+        /* extensions (not in Paddle's proto; docs/parameter_server.md): half_async selects
+         * the half-async mode (a_sync = true, k_steps <= 0); dense_wire_dtype is how dense
+         * values travel in async and half-async mode: FL_FLOAT32 or FL_BFLOAT16 (text:
+         * "float32", "bfloat16" or "bf16") */
+        int half_async;       /* false */
+        int dense_wire_dtype; /* FL_FLOAT32 */
     } a_sync_configs;
     int localsgd; /* false */
     struct {

@@ -260,7 +260,21 @@ typedef struct {
                               * its deadline, which only a slow server that still answers
                               * heartbeats is given; 0 means 8000; < 0 disables (as does
                               * heartbeat_ms < 0) */
+    int dense_wire_dtype;   /* how dense values of push_dense and pull_dense travel:
+                              * FL_FLOAT32 (0, the default) or FL_BFLOAT16 (half the bytes;
+                              * rounded to nearest even on the way, the servers keep and
+                              * update float32).  init_dense always sends float32. */
 } fl_ps_client_opts;
+
+/* Bytes this client moved through its request connections since it was created (frames
+ * whole: headers, fixed parts and payloads; heartbeats, which have their own connections,
+ * are not counted).  dense_*: the dense values alone (push / init payloads sent, pull
+ * payloads received), in their wire dtype. */
+typedef struct {
+    uint64_t bytes_sent, bytes_received;
+    uint64_t dense_bytes_sent, dense_bytes_received;
+    uint64_t requests;
+} fl_ps_traffic;
 
 /* Fills zero fields from FLEET_PS_CONNECT_TIMEOUT_MS, FLEET_PS_REQUEST_TIMEOUT_MS,
  * FLEET_PS_BARRIER_TIMEOUT_MS, FLEET_PS_RETRY_MS, FLEET_PS_HEARTBEAT_MS,
@@ -330,6 +344,19 @@ FL_API int fl_ps_client_table_stats(fl_ps_client *c, int table, fl_ps_table_stat
  * during the scan fails with FL_ESTATE.  Holds the client for the whole scan. */
 typedef int (*fl_ps_scan_fn)(void *user, const uint64_t *ids, const float *vals, int64_t n, int dim);
 FL_API int fl_ps_client_scan_sparse(fl_ps_client *c, int table, fl_ps_scan_fn fn, void *user);
+
+/* The traffic counters (atomic: any thread may read them, also while another call runs). */
+FL_API int fl_ps_client_traffic(const fl_ps_client *c, fl_ps_traffic *out);
+/* Adds b's counters to a (a += b). */
+FL_API void fl_ps_traffic_add(fl_ps_traffic *a, const fl_ps_traffic *b);
+
+/* The traffic of a parameter-server worker of the fleet facade: its client and its
+ * communicator's (async, half-async), counted until fleet_stop_worker and kept after it;
+ * *examples (may be NULL): the examples its training steps took (rows of the batch).
+ * fleet_stop_worker logs the same at info level, per example.  FL_ESTATE for a fleet that
+ * is not a parameter-server one. */
+struct fleet;
+FL_API int fleet_ps_traffic(const struct fleet *f, fl_ps_traffic *out, int64_t *examples);
 
 /* Tells every server this worker is done (Paddle's stop_worker).  Further calls fail with
  * FL_ESTATE.  Servers return from fl_ps_server_run once every worker has stopped. */

@@ -25,7 +25,7 @@ _CONFIG_DEFAULTS = {
     "a_sync_configs": {"k_steps": -1, "max_merge_var_num": 1, "send_queue_size": 16,
                        "independent_recv_thread": False, "min_send_grad_num_before_recv": 1,
                        "thread_pool_size": 1, "send_wait_times": 1, "runtime_split_send_recv": False,
-                       "launch_barrier": True},
+                       "launch_barrier": True, "half_async": False, "dense_wire_dtype": "float32"},
     "localsgd_configs": {"k_steps": 1, "begin_step": 1},
     "adaptive_localsgd_configs": {"init_k_steps": 1, "begin_step": 1},
     "gradient_merge_configs": {"k_steps": 1, "avg": True},

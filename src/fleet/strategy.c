@@ -15,7 +15,8 @@
 
 #define STRATEGY_MAX_BYTES ((size_t)1 << 20)
 
-typedef enum { F_BOOL, F_INT, F_I64, F_DBL, F_STR } ftype;
+/* F_DTYPE: an int holding FL_FLOAT32 or FL_BFLOAT16, written as a dtype name */
+typedef enum { F_BOOL, F_INT, F_I64, F_DBL, F_STR, F_DTYPE } ftype;
 
 /* impl: 1 = implemented; 0 = rejected when not at its default */
 typedef struct {
@@ -44,6 +45,8 @@ static const field fields[] = {
     {"a_sync_configs.send_wait_times", F_INT, FO(a_sync_configs.send_wait_times), 1, 1, 1, NULL},
     {"a_sync_configs.runtime_split_send_recv", F_BOOL, FO(a_sync_configs.runtime_split_send_recv), 0, 1, 0, NULL},
     {"a_sync_configs.launch_barrier", F_BOOL, FO(a_sync_configs.launch_barrier), 1, 1, 0, NULL},
+    {"a_sync_configs.half_async", F_BOOL, FO(a_sync_configs.half_async), 0, 1, 0, NULL},
+    {"a_sync_configs.dense_wire_dtype", F_DTYPE, FO(a_sync_configs.dense_wire_dtype), FL_FLOAT32, 1, 0, NULL},
     {"localsgd", F_BOOL, FO(localsgd), 0, 1, 0, NULL},
     {"localsgd_configs.k_steps", F_I64, FO(localsgd_configs.k_steps), 1, 1, 1, NULL},
     {"localsgd_configs.begin_step", F_I64, FO(localsgd_configs.begin_step), 1, 1, 1, NULL},
@@ -97,7 +100,8 @@ static double get_field(const fleet_strategy *s, const field *f)
     const char *p = (const char *)s + f->off;
     switch (f->type) {
     case F_BOOL:
-    case F_INT: return *(const int *)p;
+    case F_INT:
+    case F_DTYPE: return *(const int *)p;
     case F_I64: return (double)*(const int64_t *)p;
     case F_STR: return 0; /* compared with str_default() */
     default: return *(const double *)p;
@@ -116,7 +120,8 @@ static void put_field(fleet_strategy *s, const field *f, double v)
     char *p = (char *)s + f->off;
     switch (f->type) {
     case F_BOOL:
-    case F_INT: *(int *)p = (int)v; break;
+    case F_INT:
+    case F_DTYPE: *(int *)p = (int)v; break;
     case F_I64: *(int64_t *)p = (int64_t)v; break;
     case F_STR: break;
     default: *(double *)p = v; break;
@@ -141,6 +146,18 @@ static const field *find_field(const char *key)
     return NULL;
 }
 
+/* The dtypes dense values may travel in: float32 or bfloat16 ("bf16" too). */
+static int parse_wire_dtype(const field *f, const char *v, double *out)
+{
+    fl_dtype dt;
+    if (!strcmp(v, "bf16")) dt = FL_BFLOAT16;
+    else if (fl_dtype_parse(v, &dt) != FL_OK) dt = FL_DTYPE_COUNT;
+    if (dt != FL_FLOAT32 && dt != FL_BFLOAT16)
+        return fl__err(FL_EINVAL, "strategy field '%s'='%s' is invalid: expected float32, bfloat16 or bf16", f->key, v);
+    *out = dt;
+    return FL_OK;
+}
+
 static int parse_value(const field *f, const char *v, double *out)
 {
     if (f->type == F_BOOL) {
@@ -149,6 +166,7 @@ static int parse_value(const field *f, const char *v, double *out)
         else return fl__err(FL_EINVAL, "strategy field '%s'='%s' is invalid: expected true or false", f->key, v);
         return FL_OK;
     }
+    if (f->type == F_DTYPE) return parse_wire_dtype(f, v, out);
     char *end;
     errno = 0;
     if (f->type == F_DBL) {
@@ -205,6 +223,9 @@ int fleet_strategy_check(const fleet_strategy *s)
                            v, f->why, f->def);
         if (v < f->lo)
             return fl__err(FL_EINVAL, "strategy field '%s' = %g is out of range: expected >= %g", f->key, v, f->lo);
+        if (f->type == F_DTYPE && v != FL_FLOAT32 && v != FL_BFLOAT16)
+            return fl__err(FL_EINVAL, "strategy field '%s' = %s: expected float32 or bfloat16", f->key,
+                           fl_dtype_name((fl_dtype)v));
     }
     if (s->fuse_grad_size_in_MB <= 0)
         return fl__err(FL_EINVAL, "strategy field 'fuse_grad_size_in_MB' = %g must be positive", s->fuse_grad_size_in_MB);
@@ -233,6 +254,7 @@ char *fleet_strategy_to_text(const fleet_strategy *s)
         double v = get_field(s, &fields[i]);
         if (v == fields[i].def) continue;
         if (fields[i].type == F_BOOL) fl__buf_printf(&b, "%s=%s\n", fields[i].key, v ? "true" : "false");
+        else if (fields[i].type == F_DTYPE) fl__buf_printf(&b, "%s=%s\n", fields[i].key, fl_dtype_name((fl_dtype)v));
         else if (fields[i].type == F_DBL) fl__buf_printf(&b, "%s=%.17g\n", fields[i].key, v);
         else fl__buf_printf(&b, "%s=%lld\n", fields[i].key, (long long)v);
     }
@@ -304,6 +326,9 @@ static int json_fields(const fl_json *j, const cJSON *obj, const char *prefix, f
         if (f->type == F_BOOL) {
             FL_CHECK(fl__json_bool(j, v, key, &b));
             d = b;
+        } else if (f->type == F_DTYPE) {
+            if (!cJSON_IsString(v)) return fl__json_fail(j, "key '%s' must be a string (float32 or bfloat16)", key);
+            FL_CHECK(parse_wire_dtype(f, v->valuestring, &d));
         } else if (f->type == F_DBL) {
             FL_CHECK(fl__json_num(j, v, key, &d));
             if (d < f->lo) return fl__json_fail(j, "key '%s' must be at least %g, not %g", key, f->lo, d);

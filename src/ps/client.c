@@ -66,6 +66,10 @@ static int send_call(fl_ps_client *c, fl__ps_call *k, uint64_t deadline)
     for (int p = 0; p < k->nparts; p++) extra += k->lens[p];
     fl__ps_wbuf_finish(&k->fixed, k->type, 0, ++c->req_id, extra);
     int st = fl__ps_send(sv->conn, &k->fixed, k->parts, k->lens, k->nparts, deadline);
+    if (st == FL_OK) {
+        atomic_fetch_add(&c->tx_bytes, (uint64_t)k->fixed.len + extra);
+        atomic_fetch_add(&c->nreq, 1);
+    }
     if (st == FL_ETIMEDOUT) st = fl__ps_client_timeout_error(c, k->server, fl__ps_type_name(k->type));
     if (st) drop_conn(c, k->server);
     return st;
@@ -119,6 +123,7 @@ static int recv_call(fl_ps_client *c, fl__ps_call *k, uint64_t deadline)
         st = fl__err(FL_ECORRUPT, "truncated %s reply from %s: the connection closed inside it", fl__ps_type_name(k->type),
                      sv->label);
     if (st) goto broken;
+    atomic_fetch_add(&c->rx_bytes, (uint64_t)FL__PS_HDR + h.len);
     fl__ps_hdr hf = h;
     hf.len = fixed_len;
     memset(&k->reply, 0, sizeof k->reply);
@@ -128,7 +133,7 @@ static int recv_call(fl_ps_client *c, fl__ps_call *k, uint64_t deadline)
         int ok = 0;
         if (k->type == FL__PS_PULL_DENSE && fixed_len == 8) {
             memcpy(&k->reply.n, c->rb.p, 8);
-            ok = k->reply.n <= FL_PS_MAX_BODY && k->reply.n * 4 == k->dst_len;
+            ok = k->reply.n <= FL_PS_MAX_BODY && k->reply.n * (k->wire16 ? 2 : 4) == k->dst_len;
         } else if (k->type == FL__PS_PULL_SPARSE && fixed_len == 16) {
             memcpy(&k->reply.n, c->rb.p, 8);
             memcpy(&k->reply.dim, c->rb.p + 8, 4);
@@ -234,6 +239,9 @@ static int check_copts(const fl_ps_client_opts *o)
     if (o->num_tables < 0 || o->num_tables > FL_PS_MAX_TABLES || (o->num_tables > 0 && !o->tables))
         return fl__err(FL_EINVAL, "fl_ps_client_create: bad table list (num_tables %d)", o->num_tables);
     for (int i = 0; i < o->num_tables; i++) FL_CHECK(fl_ps_table_config_check(&o->tables[i]));
+    if (o->dense_wire_dtype != FL_FLOAT32 && o->dense_wire_dtype != FL_BFLOAT16)
+        return fl__err(FL_EINVAL, "fl_ps_client_create: dense_wire_dtype %d is neither FL_FLOAT32 nor FL_BFLOAT16",
+                       o->dense_wire_dtype);
     if (!o->secret && !o->insecure_local)
         return fl__err(FL_EINVAL, "fl_ps_client_create: no job secret (set FLEET_JOB_SECRET or pass insecure_local "
                                   "for a loopback-only test job)");
@@ -341,6 +349,7 @@ void fl_ps_client_free(fl_ps_client *c)
     free(c->gidx);
     free(c->hslot);
     free(c->gvals);
+    free(c->wire16);
     free(c->gshow);
     free(c->gclick);
     fl__ps_tables_free(c->cfgs, c->ntables);
@@ -535,4 +544,28 @@ int fl_ps_client_stop(fl_ps_client *c)
     pthread_mutex_unlock(&c->mu);
     fl__ps_client_hb_stop(c);
     return st;
+}
+
+/* ---- traffic ------------------------------------------------------------------------------ */
+
+int fl_ps_client_traffic(const fl_ps_client *c, fl_ps_traffic *out)
+{
+    if (!c || !out) return fl__err(FL_EINVAL, "fl_ps_client_traffic: client and out must not be NULL");
+    fl_ps_client *m = (fl_ps_client *)c; /* the counters are atomics: reading them changes nothing */
+    out->bytes_sent = atomic_load(&m->tx_bytes);
+    out->bytes_received = atomic_load(&m->rx_bytes);
+    out->dense_bytes_sent = atomic_load(&m->tx_dense);
+    out->dense_bytes_received = atomic_load(&m->rx_dense);
+    out->requests = atomic_load(&m->nreq);
+    return FL_OK;
+}
+
+void fl_ps_traffic_add(fl_ps_traffic *a, const fl_ps_traffic *b)
+{
+    if (!a || !b) return;
+    a->bytes_sent += b->bytes_sent;
+    a->bytes_received += b->bytes_received;
+    a->dense_bytes_sent += b->dense_bytes_sent;
+    a->dense_bytes_received += b->dense_bytes_received;
+    a->requests += b->requests;
 }

@@ -31,6 +31,19 @@ static int dense_call(fl_ps_client *c, int table, dense_op op, float *out, const
 {
     const fl_ps_table_config *t = &c->cfgs[table];
     const uint64_t per = MAX_PAYLOAD / 4;
+    /* bf16 on the wire: pushes are converted into c->wire16 first, pulls land there */
+    const int w16 = op != D_INIT && c->o.dense_wire_dtype == FL_BFLOAT16;
+    const uint64_t esz = w16 ? 2 : 4, total = (uint64_t)(t->rows * t->cols);
+    if (w16) {
+        if (total > c->cap_wire16) {
+            uint16_t *p = realloc(c->wire16, (size_t)(total ? total : 1) * 2);
+            if (!p) return fl__err(FL_ENOMEM, "out of memory for %llu bf16 values", (unsigned long long)total);
+            c->wire16 = p;
+            c->cap_wire16 = total;
+        }
+        if (op == D_PUSH)
+            for (uint64_t i = 0; i < total; i++) c->wire16[i] = fl__ps_f2bf(in[i]);
+    }
     int n = 0;
     for (int sv = 0; sv < c->ns; sv++) {
         int64_t r0, r1;
@@ -51,6 +64,7 @@ static int dense_call(fl_ps_client *c, int table, dense_op op, float *out, const
             q->server = sv;
             q->dst = NULL;
             q->dst_len = 0;
+            q->wire16 = 0;
             q->nparts = 0;
             fl__ps_wbuf_begin(&q->fixed);
             int st = FL_OK;
@@ -59,14 +73,15 @@ static int dense_call(fl_ps_client *c, int table, dense_op op, float *out, const
             case D_PULL:
                 q->type = FL__PS_PULL_DENSE;
                 st = fl__ps_put_u32(&q->fixed, (uint32_t)table);
-                if (!st) st = fl__ps_put_u32(&q->fixed, 0);
-                q->dst = out + base + off;
-                q->dst_len = len * 4;
+                if (!st) st = fl__ps_put_u32(&q->fixed, w16 ? FL__PS_B_BF16 : 0);
+                q->dst = w16 ? (void *)(c->wire16 + base + off) : (void *)(out + base + off);
+                q->dst_len = len * esz;
+                q->wire16 = w16;
                 break;
             case D_PUSH:
                 q->type = FL__PS_PUSH_DENSE;
                 st = fl__ps_put_u32(&q->fixed, (uint32_t)table);
-                if (!st) st = fl__ps_put_u32(&q->fixed, last ? FL__PS_B_LAST : 0);
+                if (!st) st = fl__ps_put_u32(&q->fixed, (last ? FL__PS_B_LAST : 0) | (w16 ? FL__PS_B_BF16 : 0));
                 if (!st) st = fl__ps_put_u64(&q->fixed, c->session);
                 if (!st) st = fl__ps_put_u64(&q->fixed, ++c->seq);
                 break;
@@ -81,14 +96,21 @@ static int dense_call(fl_ps_client *c, int table, dense_op op, float *out, const
             if (!st) st = fl__ps_put_u64(&q->fixed, len);
             FL_CHECK(st);
             if (op != D_PULL) {
-                q->parts[0] = in + base + off;
-                q->lens[0] = len * 4;
+                q->parts[0] = w16 ? (const void *)(c->wire16 + base + off) : (const void *)(in + base + off);
+                q->lens[0] = len * esz;
                 q->nparts = 1;
             }
         }
     }
     uint64_t dl = op == D_PUSH ? fl__ps_client_push_deadline(c) : fl_net_deadline(c->o.request_timeout_ms);
     FL_CHECK(fl__ps_client_run(c, c->calls, n, dl, 1));
+    if (op == D_PULL) {
+        if (w16)
+            for (uint64_t i = 0; i < total; i++) out[i] = fl__ps_bf2f(c->wire16[i]);
+        atomic_fetch_add(&c->rx_dense, total * esz);
+    } else {
+        atomic_fetch_add(&c->tx_dense, total * esz);
+    }
     if (applied) {
         *applied = 0;
         for (int i = 0; i < n; i++) *applied |= c->calls[i].reply.applied != 0;

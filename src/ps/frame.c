@@ -139,7 +139,7 @@ static int decode_request(const fl__ps_hdr *h, const uint8_t *b, fl__ps_msg *m)
         FL_CHECK(exact(h, 24));
         m->table = ld32(b);
         m->bflags = ld32(b + 4);
-        FL_CHECK(flags_ok(m, 0));
+        FL_CHECK(flags_ok(m, FL__PS_B_BF16));
         m->offset = ld64(b + 8);
         m->n = ld64(b + 16);
         if (m->n > FL_PS_MAX_BODY / 4) return BAD("pull_dense: count %llu exceeds one frame", (unsigned long long)m->n);
@@ -148,14 +148,18 @@ static int decode_request(const fl__ps_hdr *h, const uint8_t *b, fl__ps_msg *m)
         FL_CHECK(need(h, 40));
         m->table = ld32(b);
         m->bflags = ld32(b + 4);
-        FL_CHECK(flags_ok(m, FL__PS_B_LAST));
+        FL_CHECK(flags_ok(m, FL__PS_B_LAST | FL__PS_B_BF16));
         m->session = ld64(b + 8);
         m->seq = ld64(b + 16);
         m->offset = ld64(b + 24);
         m->n = ld64(b + 32);
-        if (m->n > (h->len - 40) / 4) return BAD("push_dense: count %llu exceeds the body", (unsigned long long)m->n);
-        FL_CHECK(exact(h, 40 + 4 * m->n));
-        m->vals = (const float *)(b + 40);
+        {
+            uint64_t esz = m->bflags & FL__PS_B_BF16 ? 2 : 4;
+            if (m->n > (h->len - 40) / esz) return BAD("push_dense: count %llu exceeds the body", (unsigned long long)m->n);
+            FL_CHECK(exact(h, 40 + esz * m->n));
+            if (esz == 2) m->vals16 = (const uint16_t *)(b + 40);
+            else m->vals = (const float *)(b + 40);
+        }
         return FL_OK;
     case FL__PS_INIT_DENSE:
         FL_CHECK(need(h, 24));

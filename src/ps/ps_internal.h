@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "fleet/ps.h"
 #include "../base/base_internal.h"
@@ -33,9 +34,9 @@
  * Request bodies (offsets are multiples of 8 so ids and floats are aligned):
  *   HELLO       session u64, worker_rank u32, num_workers u32, num_servers u32,
  *               server_index u32, ntables u32, reserved u32, table_hash u64[ntables]
- *   PULL_DENSE  table u32, reserved u32, offset u64, count u64   (floats of this shard)
- *   PUSH_DENSE  table u32, flags u32 (LAST), session u64, seq u64, offset u64, count u64,
- *               f32[count]
+ *   PULL_DENSE  table u32, flags u32 (BF16), offset u64, count u64   (values of this shard)
+ *   PUSH_DENSE  table u32, flags u32 (LAST | BF16), session u64, seq u64, offset u64,
+ *               count u64, f32[count] (BF16: bf16[count])
  *   INIT_DENSE  table u32, flags u32 (LAST | FORCE), offset u64, count u64, f32[count]
  *   PULL_SPARSE table u32, flags u32 (TRAINING), n u64, ids u64[n]
  *   PUSH_SPARSE table u32, flags u32 (LAST | SHOWCLICK), session u64, seq u64, n u64,
@@ -92,8 +93,28 @@ enum {
 #define FL__PS_B_FORCE 2u
 #define FL__PS_B_TRAINING 4u
 #define FL__PS_B_SHOWCLICK 8u
+/* dense values travel as bfloat16 (a PULL_DENSE reply then holds count u64, bf16[count]);
+ * the server converts, its tables stay float32 */
+#define FL__PS_B_BF16 16u
 
 const char *fl__ps_type_name(unsigned type);
+
+/* float32 <-> bfloat16 of the dense wire: round to nearest even, NaN stays NaN. */
+static inline uint16_t fl__ps_f2bf(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline float fl__ps_bf2f(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 typedef struct {
     uint16_t type;
@@ -111,7 +132,8 @@ typedef struct {
     uint32_t dim;
     const uint64_t *ids;
     const float *vals, *shows, *clicks;
-    const char *str; /* dir or error message (not NUL-terminated) */
+    const uint16_t *vals16; /* PUSH_DENSE with BF16: the values (vals is NULL) */
+    const char *str;        /* dir or error message (not NUL-terminated) */
     uint32_t str_len;
     int32_t status; /* error replies */
     uint32_t worker_rank, num_workers, num_servers, server_index, ntables, applied;
@@ -428,6 +450,7 @@ typedef struct {
     int nparts;
     void *dst; /* reply payload after the fixed reply part goes here (or NULL) */
     uint64_t dst_len;
+    int wire16;       /* PULL_DENSE asked for bf16: the payload holds 2 bytes per value */
     fl__ps_msg reply; /* decoded fixed reply (pointers not valid after the call) */
     int st;
 } fl__ps_call;
@@ -457,6 +480,10 @@ struct fl_ps_client {
     uint32_t *pos, *gidx, *hslot;
     float *gvals, *gshow, *gclick;
     size_t cap_n, cap_u, cap_h, cap_vals;
+    uint16_t *wire16; /* dense values in bf16 (dense_wire_dtype) */
+    size_t cap_wire16;
+    /* traffic (fl_ps_client_traffic) */
+    _Atomic uint64_t tx_bytes, rx_bytes, tx_dense, rx_dense, nreq;
 };
 
 /* client_hb.c: heartbeats and the liveness of servers */
@@ -500,6 +527,8 @@ typedef struct {
     pthread_mutex_t send_mu;
     fl__ps_rbuf rb;
     fl__ps_wbuf wb;
+    float *f32; /* a bf16 push converted to float32 */
+    size_t cap_f32;
     char label[128];
 } fl__ps_sconn;
 

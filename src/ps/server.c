@@ -197,6 +197,7 @@ static void conn_free(fl__ps_sconn *c)
     fl_net_conn_free(c->nc);
     fl__ps_rbuf_free(&c->rb);
     fl__ps_wbuf_free(&c->wb);
+    free(c->f32);
     pthread_mutex_destroy(&c->send_mu);
     free(c);
 }

@@ -192,8 +192,22 @@ static int on_pull_dense(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m)
     fl__ps_wbuf_begin(b);
     if (fl__ps_put_u64(b, m->n) || fl__ps_wbuf_reserve(b, m->n * 4))
         REJECT(FL_ENOMEM, "out of memory for a reply of %llu floats", (unsigned long long)m->n);
-    fl__ps_dense_pull(s->tab[m->table].dense, m->offset, m->n, (float *)(b->p + b->len));
-    b->len += m->n * 4;
+    float *v = (float *)(b->p + b->len);
+    fl__ps_dense_pull(s->tab[m->table].dense, m->offset, m->n, v);
+    if (m->bflags & FL__PS_B_BF16) {
+        /* in place, front to back: value i is read before its bytes [4i, 4i+4) can be
+         * overwritten (writes reach byte 2i+1 < 4i+4 only, and bytes of values < i) */
+        uint8_t *w = (uint8_t *)v;
+        for (uint64_t i = 0; i < m->n; i++) {
+            float f;
+            memcpy(&f, w + 4 * i, 4);
+            uint16_t h = fl__ps_f2bf(f);
+            memcpy(w + 2 * i, &h, 2);
+        }
+        b->len += m->n * 2;
+    } else {
+        b->len += m->n * 4;
+    }
     return fl__ps_reply(s, c, m, b, NULL, 0);
 }
 
@@ -463,6 +477,24 @@ int fl__ps_dispatch(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m)
     case FL__PS_PULL_DENSE: rc = on_pull_dense(s, c, m); break;
     case FL__PS_PUSH_DENSE:
         if (bad_table(s, c, m, FL_PS_DENSE, &rc) || bad_range(s, c, m, &rc)) break;
+        if (m->vals16) { /* bf16 on the wire: the table takes float32 */
+            if (m->n > c->cap_f32) {
+                float *p = realloc(c->f32, (size_t)m->n * sizeof *p);
+                if (!p) {
+                    rc = fl__ps_reply_error(s, c, m, FL_ENOMEM, "out of memory for a push of %llu values",
+                                            (unsigned long long)m->n);
+                    break;
+                }
+                c->f32 = p;
+                c->cap_f32 = m->n;
+            }
+            for (uint64_t i = 0; i < m->n; i++) c->f32[i] = fl__ps_bf2f(m->vals16[i]);
+            fl__ps_msg m32 = *m;
+            m32.vals = c->f32;
+            m32.vals16 = NULL;
+            rc = on_push(s, c, &m32, &s->tab[m->table]);
+            break;
+        }
         rc = on_push(s, c, m, &s->tab[m->table]);
         break;
     case FL__PS_INIT_DENSE: rc = on_init_dense(s, c, m); break;

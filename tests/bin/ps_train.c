@@ -7,7 +7,7 @@
  *     task=tiny|quick      tiny: x[6] -> fc16 tanh (+ two id slots looked up in the
  *                          sparse table "emb" [11, 4], one with padding_idx 0) -> fc2
  *                          softmax; quick: the quick-start MLP on gen_data (default tiny)
- *     mode=sync|async|geo  (default sync)   k=K  GEO k_steps (default 4)
+ *     mode=sync|async|half_async|geo  (default sync)   k=K  GEO k_steps (default 4)
  *     opt=sgd|adam|adagrad|momentum (default sgd)   lr=RATE   l2=COEFF
  *     sparse=0|1           tiny only: add the embedding (default 1)
  *     dist=0|1             embedding is_distributed (default 1; is_sparse always)
@@ -29,6 +29,9 @@
  *     kill_self_at=S       SIGKILL itself before step S (only worker kill_rank=R if given)
  *     merge=N queue=N      async: max_merge_var_num and send_queue_size
  *     amp=0|1              strategy.amp (bf16 products, float32 parameters on the servers)
+ *     s:KEY=VALUE          any strategy field (fleet_strategy_set), after the above
+ *     After fleet_stop_worker a worker prints "traffic: sent S received R dense_sent DS
+ *     dense_received DR examples E" (fleet_ps_traffic).
  *     quiet=1              print only the last step's cost
  * Exit status 0 on success, 1 with the error on stderr otherwise.
  */
@@ -201,10 +204,24 @@ int main(int argc, char **argv)
     } else if (!strcmp(mode, "geo")) {
         s.a_sync = 1;
         s.a_sync_configs.k_steps = atoi(arg(argc, argv, "k", "4"));
+    } else if (!strcmp(mode, "half_async")) {
+        s.a_sync_configs.half_async = 1;
     }
     s.a_sync_configs.max_merge_var_num = atoi(arg(argc, argv, "merge", "1"));
     s.a_sync_configs.send_queue_size = atoi(arg(argc, argv, "queue", "16"));
     s.amp = atoi(arg(argc, argv, "amp", "0"));
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "s:", 2) != 0) continue;
+        char kv[256];
+        snprintf(kv, sizeof kv, "%s", argv[i] + 2);
+        char *eq = strchr(kv, '=');
+        if (!eq) {
+            fprintf(stderr, "ps_train: '%s' is not s:KEY=VALUE\n", argv[i]);
+            return 1;
+        }
+        *eq = 0;
+        if (fleet_strategy_set(&s, kv, eq + 1) != FL_OK) return fail(argv[i]);
+    }
     fleet_t *fleet = fleet_init(NULL, &s);
     if (!fleet) return fail("fleet_init");
     opt = fleet_distributed_optimizer(fleet, opt, NULL);
@@ -305,6 +322,15 @@ int main(int argc, char **argv)
     }
     if (dump_path && me == 0 && dump(dump_path, fleet, prog, exe, remote) != FL_OK) return fail("dump");
     if (fleet_stop_worker(fleet) != FL_OK) return fail("fleet_stop_worker");
+    fl_ps_traffic tr;
+    int64_t ex = 0;
+    if (fleet_is_distributed(fleet)) {
+        if (fleet_ps_traffic(fleet, &tr, &ex) != FL_OK) return fail("fleet_ps_traffic");
+        printf("traffic: sent %llu received %llu dense_sent %llu dense_received %llu examples %lld\n",
+               (unsigned long long)tr.bytes_sent, (unsigned long long)tr.bytes_received,
+               (unsigned long long)tr.dense_bytes_sent, (unsigned long long)tr.dense_bytes_received, (long long)ex);
+        fflush(stdout);
+    }
     batch_data_free(&qd);
     free(xs);
     free(i1);

@@ -25,7 +25,7 @@ done
 
 JOBS=(ps_ctr_async ps_sync_params ps_server_only_host collective_fmnist ps_worker_killed ps_server_killed mpirun_smoke
   slurm_smoke master_collective master_ps_restart master_ps_server_restart mpirun_collective srun_collective srun_ps
-  sbatch_ps_restart)
+  sbatch_ps_restart ps_ctr_rate)
 [ -n "${CLUSTER_JOBS:-}" ] && read -r -a JOBS <<<"$CLUSTER_JOBS"
 
 # unique names: the CI job (if any) and this shell's pid

@@ -1,21 +1,30 @@
 /*
- * communicator.c - the async-mode communicator (Paddle 1.8's AsyncCommunicator).
+ * communicator.c - the communicator of async and half-async mode (Paddle's
+ * AsyncCommunicator and HalfAsyncCommunicator).
  *
  *   trainer thread   ps_send copies each gradient into its variable's queue (a ring of
  *                    send_queue_size slots; blocks while the ring is full) and returns;
  *                    ps_recv copies the newest pulled dense values into the parameters
- *   send thread      takes the oldest waiting variable, pops up to max_merge_var_num of
- *                    its gradients, merges them (average: dense values, or SelectedRows
- *                    concatenated with values / k; the client sums duplicate ids) and
- *                    pushes them with its own client
- *   receive thread   after every min_send_grad_num_before_recv x (number of variables)
- *                    pushes - that many steps' worth of gradients - pulls every dense
- *                    table with its own client into a staging buffer (double-buffered)
+ *                    (half-async: waits until its queued gradients are pushed, then pulls)
+ *   send threads     thread_pool_size of them, each with its own client: a thread takes
+ *                    the variable waiting longest that no other thread holds; with fewer
+ *                    than max_merge_var_num gradients queued it waits 10 ms for more, up
+ *                    to send_wait_times times in a row; then pops up to max_merge_var_num
+ *                    gradients, merges them (Paddle's MergeVars: summed when the server
+ *                    rule is SGD, else averaged; SelectedRows concatenated, values / k
+ *                    when averaged; the client sums duplicate ids) and pushes them.
+ *                    Without independent_recv_thread (Paddle's default) the thread then
+ *                    pulls that dense parameter itself into its staging buffer
+ *   receive thread   with independent_recv_thread: after every
+ *                    min_send_grad_num_before_recv x (number of variables) pushes - that
+ *                    many steps' worth of gradients - pulls every dense table with its own
+ *                    client into a staging buffer (double-buffered)
  *
- * The trainer never waits for the network except when a queue is full.  Parameters are
- * written only by the trainer thread (in ps_recv), so forward and backward never read a
- * half-updated tensor.  The first error of a background thread stops both threads and is
- * returned by every later call.
+ * The trainer never waits for the network except when a queue is full (and, half-async,
+ * at the end of its step).  Parameters are written only by the trainer thread (in
+ * ps_recv), so forward and backward never read a half-updated tensor.  The first error of
+ * a background thread stops every thread and is returned by every later call.  Dense
+ * values travel in the wire dtype of the client options (bf16 halves them).
  */
 #include <stdio.h>
 #include <string.h>
@@ -33,28 +42,39 @@ typedef struct {
 typedef struct {
     fl__ps_comm_var v;
     slot_t *q;
-    int head, count, taken; /* taken: popped by the send thread, still being merged */
+    int head, count, taken; /* taken: popped by a send thread, still being merged */
+    int held;               /* a send thread holds the variable (merging, pushing, pulling) */
+    int waits, seen_count;  /* send_wait_times: 10 ms waits in a row without a new gradient */
     int64_t waiting_since;  /* order in which variables got their first queued gradient */
     /* receive staging (dense) */
     float *staged, *pullbuf;
     uint64_t version, seen;
 } cvar;
 
-struct fl__ps_comm {
-    fl_ps_client *send_cl, *recv_cl;
-    cvar *vars;
-    int nvars, cap, max_merge, min_recv;
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* any change: work queued, space freed, push done, stop */
-    pthread_t send_th, recv_th;
-    int send_started, recv_started, stop, busy;
-    int64_t ticket, pushes, since_recv;
-    int err;
-    char errmsg[768];
-    /* send thread merge buffers */
+/* One send thread: its client and merge buffers. */
+typedef struct {
+    struct fl__ps_comm *c;
+    fl_ps_client *cl;
+    pthread_t th;
+    int started;
     float *mvals;
     uint64_t *mids;
     size_t mvcap, micap;
+} sender;
+
+struct fl__ps_comm {
+    fl_ps_client *recv_cl;
+    sender *senders;
+    int nsenders;
+    cvar *vars;
+    int nvars, cap, max_merge, min_recv, wait_times, recv_mode;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* any change: work queued, space freed, push done, stop */
+    pthread_t recv_th;
+    int recv_started, stop, busy, flushing;
+    int64_t ticket, pushes, since_recv;
+    int err;
+    char errmsg[768];
 };
 
 static int grow(void **p, size_t *cap, size_t n, size_t elem)
@@ -93,19 +113,21 @@ static void timed_wait(fl__ps_comm *c, int ms)
 
 /* ---- send thread ------------------------------------------------------------------------------ */
 
-/* Merges slots [head, head+k) of var v into the merge buffers; returns ids / floats. */
-static int merge(fl__ps_comm *c, cvar *v, int k, int64_t *nids, int64_t *nvals)
+/* Merges slots [head, head+k) of var v into the sender's merge buffers; returns ids /
+ * floats. */
+static int merge(sender *w, cvar *v, int k, int64_t *nids, int64_t *nvals)
 {
+    fl__ps_comm *c = w->c;
     const float scale = 1.0f / (float)k;
     if (!v->v.sparse) {
         int64_t n = v->v.numel;
-        FL_CHECK(grow((void **)&c->mvals, &c->mvcap, (size_t)n + 1, sizeof *c->mvals));
+        FL_CHECK(grow((void **)&w->mvals, &w->mvcap, (size_t)n + 1, sizeof *w->mvals));
         for (int s = 0; s < k; s++) {
             const slot_t *sl = &v->q[(v->head + s) % c->cap];
-            if (s == 0) memcpy(c->mvals, sl->vals, (size_t)n * sizeof(float));
-            else fl__vaxpy(c->mvals, 1.0f, sl->vals, n);
+            if (s == 0) memcpy(w->mvals, sl->vals, (size_t)n * sizeof(float));
+            else fl__vaxpy(w->mvals, 1.0f, sl->vals, n);
         }
-        if (k > 1) fl__vscal(c->mvals, scale, n);
+        if (k > 1 && !v->v.merge_add) fl__vscal(w->mvals, scale, n);
         *nids = 0;
         *nvals = n;
         return FL_OK;
@@ -116,43 +138,82 @@ static int merge(fl__ps_comm *c, cvar *v, int k, int64_t *nids, int64_t *nvals)
         ti += sl->nids;
         tv += sl->nvals;
     }
-    FL_CHECK(grow((void **)&c->mids, &c->micap, (size_t)ti + 1, sizeof *c->mids));
-    FL_CHECK(grow((void **)&c->mvals, &c->mvcap, (size_t)tv + 1, sizeof *c->mvals));
+    FL_CHECK(grow((void **)&w->mids, &w->micap, (size_t)ti + 1, sizeof *w->mids));
+    FL_CHECK(grow((void **)&w->mvals, &w->mvcap, (size_t)tv + 1, sizeof *w->mvals));
     int64_t ai = 0, av = 0;
     for (int s = 0; s < k; s++) {
         const slot_t *sl = &v->q[(v->head + s) % c->cap];
-        if (sl->nids) memcpy(c->mids + ai, sl->ids, (size_t)sl->nids * sizeof *c->mids);
-        if (sl->nvals) memcpy(c->mvals + av, sl->vals, (size_t)sl->nvals * sizeof *c->mvals);
+        if (sl->nids) memcpy(w->mids + ai, sl->ids, (size_t)sl->nids * sizeof *w->mids);
+        if (sl->nvals) memcpy(w->mvals + av, sl->vals, (size_t)sl->nvals * sizeof *w->mvals);
         ai += sl->nids;
         av += sl->nvals;
     }
-    if (k > 1) fl__vscal(c->mvals, scale, av);
+    if (k > 1 && !v->v.merge_add) fl__vscal(w->mvals, scale, av);
     *nids = ai;
     *nvals = av;
     return FL_OK;
 }
 
+/* Pulls dense var v with cl into its staging buffer (v held by the caller, or the
+ * receive thread, so no other thread pulls v meanwhile). */
+static int pull_staged(fl__ps_comm *c, fl_ps_client *cl, cvar *v)
+{
+    int st = fl_ps_client_pull_dense(cl, v->v.table, v->pullbuf);
+    if (st != FL_OK) return st;
+    pthread_mutex_lock(&c->mu);
+    float *t = v->staged;
+    v->staged = v->pullbuf;
+    v->pullbuf = t;
+    v->version++;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return FL_OK;
+}
+
+/* The variable waiting longest that no send thread holds, or -1 (mu held). */
+static int pick_var(fl__ps_comm *c)
+{
+    int pick = -1;
+    for (int i = 0; i < c->nvars; i++) {
+        const cvar *v = &c->vars[i];
+        if (v->count > 0 && !v->held && (pick < 0 || v->waiting_since < c->vars[pick].waiting_since)) pick = i;
+    }
+    return pick;
+}
+
 static void *send_main(void *arg)
 {
-    fl__ps_comm *c = arg;
+    sender *w = arg;
+    fl__ps_comm *c = w->c;
+    const int want = c->max_merge < c->cap ? c->max_merge : c->cap;
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        /* the variable waiting longest */
-        int pick = -1;
-        for (int i = 0; i < c->nvars; i++)
-            if (c->vars[i].count > 0 && (pick < 0 || c->vars[i].waiting_since < c->vars[pick].waiting_since)) pick = i;
+        int pick = pick_var(c);
         if (c->err || (c->stop && pick < 0)) break;
         if (pick < 0) {
             timed_wait(c, 100);
             continue;
         }
         cvar *v = &c->vars[pick];
+        /* send_wait_times: fewer gradients than can be merged - wait 10 ms for more, up to
+         * send_wait_times times without a new one (not while stopping or flushing) */
+        if (v->count != v->seen_count) {
+            v->seen_count = v->count;
+            v->waits = 0;
+        }
+        if (v->count < want && v->waits < c->wait_times && !c->stop && !c->flushing) {
+            v->waits++;
+            timed_wait(c, 10);
+            continue;
+        }
         int k = v->count < c->max_merge ? v->count : c->max_merge;
         v->taken = k;
-        c->busy = 1;
+        v->held = 1;
+        v->waits = v->seen_count = 0;
+        c->busy++;
         pthread_mutex_unlock(&c->mu);
         int64_t ni = 0, nv = 0;
-        int st = merge(c, v, k, &ni, &nv);
+        int st = merge(w, v, k, &ni, &nv);
         pthread_mutex_lock(&c->mu);
         v->head = (v->head + k) % c->cap;
         v->count -= k;
@@ -160,15 +221,23 @@ static void *send_main(void *arg)
         v->waiting_since = ++c->ticket;
         pthread_cond_broadcast(&c->cv);
         pthread_mutex_unlock(&c->mu);
+        const char *what = "push to";
         if (st == FL_OK)
-            st = v->v.sparse ? fl_ps_client_push_sparse(c->send_cl, v->v.table, c->mids, ni, c->mvals, NULL, NULL)
-                             : fl_ps_client_push_dense(c->send_cl, v->v.table, c->mvals);
+            st = v->v.sparse ? fl_ps_client_push_sparse(w->cl, v->v.table, w->mids, ni, w->mvals, NULL, NULL)
+                             : fl_ps_client_push_dense(w->cl, v->v.table, w->mvals);
+        /* Paddle's default (no independent receive thread): the parameter comes back right
+         * after its gradient went */
+        if (st == FL_OK && c->recv_mode == FL__PS_RECV_AFTER_SEND && !v->v.sparse) {
+            what = "pull of";
+            st = pull_staged(c, w->cl, v);
+        }
         pthread_mutex_lock(&c->mu);
-        c->busy = 0;
+        c->busy--;
+        v->held = 0;
         if (st != FL_OK) {
-            char what[160];
-            snprintf(what, sizeof what, "push to table %d", v->v.table);
-            set_error(c, st, what);
+            char msg[160];
+            snprintf(msg, sizeof msg, "%s table %d", what, v->v.table);
+            set_error(c, st, msg);
             break;
         }
         c->pushes++;
@@ -198,17 +267,8 @@ static void *recv_main(void *arg)
         for (int i = 0; i < c->nvars && st == FL_OK; i++) {
             cvar *v = &c->vars[i];
             if (v->v.sparse) continue;
-            st = fl_ps_client_pull_dense(c->recv_cl, v->v.table, v->pullbuf);
-            if (st != FL_OK) {
-                bad = v->v.table;
-                break;
-            }
-            pthread_mutex_lock(&c->mu);
-            float *t = v->staged;
-            v->staged = v->pullbuf;
-            v->pullbuf = t;
-            v->version++;
-            pthread_mutex_unlock(&c->mu);
+            st = pull_staged(c, c->recv_cl, v);
+            if (st != FL_OK) bad = v->v.table;
         }
         pthread_mutex_lock(&c->mu);
         if (st != FL_OK) {
@@ -304,15 +364,40 @@ int fl__ps_comm_recv(fl__ps_comm *c, int var, fl_tensor *w, int *copied)
 int fl__ps_comm_flush(fl__ps_comm *c)
 {
     pthread_mutex_lock(&c->mu);
+    c->flushing++; /* no send_wait_times waits while someone waits for the queues to drain */
+    pthread_cond_broadcast(&c->cv);
     for (;;) {
         int pending = c->busy;
         for (int i = 0; i < c->nvars && !pending; i++) pending = c->vars[i].count > 0;
         if (c->err || !pending || c->stop) break;
         timed_wait(c, 100);
     }
+    c->flushing--;
     int st = c->err ? report(c) : FL_OK;
     pthread_mutex_unlock(&c->mu);
     return st;
+}
+
+int fl__ps_comm_pull_now(fl__ps_comm *c, int var, fl_tensor *w)
+{
+    if (var < 0 || var >= c->nvars || c->vars[var].v.sparse)
+        return fl__err(FL_EINVAL, "communicator: no dense variable %d", var);
+    cvar *v = &c->vars[var];
+    if (w->dtype != FL_FLOAT32 || w->numel != v->v.numel)
+        return fl__err(FL_EINVAL, "communicator: parameter of table %d has %lld elements, expected %lld", v->v.table,
+                       (long long)w->numel, (long long)v->v.numel);
+    FL_CHECK(fl__ps_comm_flush(c));
+    int st = fl_ps_client_pull_dense(c->recv_cl, v->v.table, w->data);
+    if (st != FL_OK) return fl__err(st, "communicator: pull of table %d: %s", v->v.table, fl_last_error());
+    return FL_OK;
+}
+
+void fl__ps_comm_traffic(fl__ps_comm *c, fl_ps_traffic *t)
+{
+    fl_ps_traffic x;
+    for (int i = 0; i < c->nsenders; i++)
+        if (c->senders[i].cl && fl_ps_client_traffic(c->senders[i].cl, &x) == FL_OK) fl_ps_traffic_add(t, &x);
+    if (c->recv_cl && fl_ps_client_traffic(c->recv_cl, &x) == FL_OK) fl_ps_traffic_add(t, &x);
 }
 
 int64_t fl__ps_comm_pushes(fl__ps_comm *c)
@@ -330,9 +415,15 @@ void fl__ps_comm_free(fl__ps_comm *c)
     c->stop = 1;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
-    if (c->send_started) pthread_join(c->send_th, NULL);
+    for (int i = 0; i < c->nsenders; i++)
+        if (c->senders[i].started) pthread_join(c->senders[i].th, NULL);
     if (c->recv_started) pthread_join(c->recv_th, NULL);
-    fl_ps_client_free(c->send_cl);
+    for (int i = 0; i < c->nsenders; i++) {
+        fl_ps_client_free(c->senders[i].cl);
+        free(c->senders[i].mvals);
+        free(c->senders[i].mids);
+    }
+    free(c->senders);
     fl_ps_client_free(c->recv_cl);
     for (int i = 0; c->vars && i < c->nvars; i++) {
         cvar *v = &c->vars[i];
@@ -345,8 +436,6 @@ void fl__ps_comm_free(fl__ps_comm *c)
         free(v->pullbuf);
     }
     free(c->vars);
-    free(c->mvals);
-    free(c->mids);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);
@@ -362,7 +451,15 @@ int fl__ps_comm_create(const fl__ps_comm_opts *o, fl__ps_comm **out)
     c->cap = o->queue_size > 0 ? o->queue_size : 1;
     c->max_merge = o->max_merge > 0 ? o->max_merge : 1;
     c->min_recv = (o->min_send_before_recv > 0 ? o->min_send_before_recv : 1) * (o->nvars > 0 ? o->nvars : 1);
+    c->wait_times = o->send_wait_times > 0 ? o->send_wait_times : 0;
+    c->recv_mode = o->recv_mode;
     int st = FL_OK;
+    c->nsenders = o->thread_pool_size > 0 ? o->thread_pool_size : 1;
+    c->senders = calloc((size_t)c->nsenders, sizeof *c->senders);
+    if (!c->senders) {
+        c->nsenders = 0;
+        st = fl__err(FL_ENOMEM, "async communicator: out of memory");
+    }
     c->vars = calloc((size_t)(o->nvars ? o->nvars : 1), sizeof *c->vars);
     if (!c->vars) st = fl__err(FL_ENOMEM, "async communicator: out of memory");
     c->nvars = c->vars ? o->nvars : 0;
@@ -377,14 +474,17 @@ int fl__ps_comm_create(const fl__ps_comm_opts *o, fl__ps_comm **out)
             if (!v->staged || !v->pullbuf) st = fl__err(FL_ENOMEM, "async communicator: out of memory");
         }
     }
-    if (st == FL_OK) st = fl_ps_client_create(o->client, &c->send_cl);
-    if (st == FL_OK) st = fl_ps_client_create(o->client, &c->recv_cl);
-    if (st == FL_OK) {
-        if (pthread_create(&c->send_th, NULL, send_main, c) != 0)
-            st = fl__err(FL_ENOMEM, "async communicator: cannot start the send thread");
-        else c->send_started = 1;
+    for (int i = 0; st == FL_OK && i < c->nsenders; i++) {
+        c->senders[i].c = c;
+        st = fl_ps_client_create(o->client, &c->senders[i].cl);
     }
-    if (st == FL_OK) {
+    if (st == FL_OK) st = fl_ps_client_create(o->client, &c->recv_cl);
+    for (int i = 0; st == FL_OK && i < c->nsenders; i++) {
+        if (pthread_create(&c->senders[i].th, NULL, send_main, &c->senders[i]) != 0)
+            st = fl__err(FL_ENOMEM, "async communicator: cannot start send thread %d", i);
+        else c->senders[i].started = 1;
+    }
+    if (st == FL_OK && c->recv_mode == FL__PS_RECV_THREAD) {
         if (pthread_create(&c->recv_th, NULL, recv_main, c) != 0)
             st = fl__err(FL_ENOMEM, "async communicator: cannot start the receive thread");
         else c->recv_started = 1;

@@ -3,14 +3,14 @@
  *
  *   runtime.c       the runtime row: the PS context of a fleet handle, init_server /
  *                   run_server / init_worker / stop_worker / barrier / save
- *   modes.c         the mode table: sync, async, GEO (one row each)
+ *   modes.c         the mode table: sync, half-async, async, GEO (one row each)
  *   rewrite.c       the table list derived from the program, and the program rewrite run
  *                   by the optimizer hook
  *   ops.c           the ops the rewrite inserts: distributed_lookup_table (+ _grad),
  *                   ps_send, ps_recv, ps_geo, and ps_init (startup program)
  *   export.c        the inference model: distributed lookups become local tables
- *   communicator.c  async mode: per-variable send queues, a send thread that merges and
- *                   pushes, a receive thread that pulls dense parameters
+ *   communicator.c  async and half-async mode: per-variable send queues, send threads
+ *                   that merge and push, a receive thread that pulls dense parameters
  *
  * Ops find their context through the attribute ps_id (a registry, as the collective ops
  * find their communicator through ring_id): a program never points at a fleet handle.
@@ -51,9 +51,11 @@ typedef struct fl__ps_ctx {
     fl__ps_param *params;
     int nparams;
     fl_ps_server *server;
-    fl_ps_client *client; /* the trainer thread's client */
-    fl__ps_comm *comm;    /* async mode */
-    pthread_mutex_t mu;   /* guards the fields below */
+    fl_ps_client *client;  /* the trainer thread's client */
+    fl__ps_comm *comm;     /* async and half-async mode */
+    fl_ps_traffic traffic; /* of the clients freed so far (the communicator's, at stop) */
+    int64_t examples;      /* examples trained (ps_send / ps_geo: the batch rows) */
+    pthread_mutex_t mu;    /* guards the fields below */
     /* init exchange: done by whichever of fleet_init_worker and the startup program's
      * ps_init op comes last (the tensors are the startup run's parameters) */
     fl_tensor **pending;
@@ -68,12 +70,13 @@ typedef struct fl__ps_ctx {
 /* ---- modes.c: the mode table ----------------------------------------------------------
  *
  * A mode is one row: how the strategy selects it (Paddle 2.x: a_sync=false -> sync;
- * a_sync=true and k_steps <= 0 -> async, k_steps = -1 being the untouched default;
- * a_sync=true and k_steps > 0 -> GEO(k_steps)), what the rewrite inserts, what the servers
+ * a_sync=true and k_steps <= 0 -> async, k_steps = -1 being the untouched default, or
+ * half-async with our a_sync_configs.half_async; a_sync=true and k_steps > 0 ->
+ * GEO(k_steps)), what the rewrite inserts, what the servers
  * do, and the worker's communicator.  Nothing outside modes.c and runtime.c asks which mode
  * it is: the rewrite reads the flags, the ops and the runtime call the hooks.
  *
- * How to add a mode (e.g. half-async):
+ * How to add a mode (half_async is the latest example):
  *   1. write its hooks (a communicator in its own file if it has one; push/pull for ps_send
  *      and ps_recv; start/flush/stop around the worker's connection);
  *   2. add one row to `modes` in modes.c, placed so that its selects() sees the strategies
@@ -81,7 +84,7 @@ typedef struct fl__ps_ctx {
  *      docs/parameter_server.md;
  *   3. add a test against local training in tests/test_ps_fleet.c. */
 struct fl__ps_mode {
-    const char *name; /* "sync", "async", "geo" (logs, messages) */
+    const char *name; /* "sync", "half_async", "async", "geo" (logs, messages) */
     /* 1 if the strategy selects this mode (rows are tried in order) */
     int (*selects)(const fleet_strategy *s);
     /* the rewrite: 1 = the update ops leave the workers, the servers apply the optimizer
@@ -97,6 +100,9 @@ struct fl__ps_mode {
     int send_single_trainer;
     /* the servers apply a step once every worker pushed it */
     int server_sync;
+    /* 1: dense values may travel as bf16 (a_sync_configs.dense_wire_dtype; the
+     * communicator's clients) */
+    int dense_wire;
     /* ps_send / ps_recv of one table (server_optimizes modes; NULL otherwise) */
     int (*push)(fl_kctx *k, fl__ps_ctx *c, int table, const fl_tensor *grad, const char *name);
     int (*pull)(fl__ps_ctx *c, int table, fl_tensor *param);
@@ -125,6 +131,8 @@ int fl__ps_pull_now(fl__ps_ctx *c, int table, fl_tensor *param);
  * receive thread pulled are copied. */
 int fl__ps_push_queued(fl_kctx *k, fl__ps_ctx *c, int table, const fl_tensor *grad, const char *name);
 int fl__ps_pull_queued(fl__ps_ctx *c, int table, fl_tensor *param);
+/* Half-async: waits until this worker's queued gradients are pushed, then pulls. */
+int fl__ps_pull_flushed(fl__ps_ctx *c, int table, fl_tensor *param);
 
 /* ---- export.c ----------------------------------------------------------------------- */
 
@@ -159,24 +167,36 @@ int fl__ps_init_exchange(fl__ps_ctx *c, fl_tensor *const *ts, const int *tables,
 
 /* ---- communicator.c --------------------------------------------------------------------- */
 
-/* One queue per variable: table, sparse or dense, and the dense element count. */
+/* One queue per variable: table, sparse or dense, the dense element count, how merged
+ * gradients combine. */
 typedef struct {
     int table;
     int sparse;
     int64_t numel;
     int dim;
+    int merge_add; /* merged gradients are summed (the server rule is SGD), else averaged */
 } fl__ps_comm_var;
 
+/* How dense parameters come back (recv_mode). */
+enum {
+    FL__PS_RECV_NONE,       /* the trainer pulls (fl__ps_comm_pull_now; half-async) */
+    FL__PS_RECV_AFTER_SEND, /* a send thread pulls a parameter right after pushing its gradient */
+    FL__PS_RECV_THREAD      /* independent_recv_thread: a receive thread at its own pace */
+};
+
 typedef struct {
-    const fl_ps_client_opts *client; /* copied into the communicator's own two clients */
+    const fl_ps_client_opts *client; /* copied into the communicator's own clients */
     const fl__ps_comm_var *vars;
     int nvars;
     int queue_size;           /* send_queue_size (>= 1) */
     int max_merge;            /* max_merge_var_num (>= 1) */
     int min_send_before_recv; /* min_send_grad_num_before_recv (>= 1) */
+    int send_wait_times;      /* 10 ms waits for more gradients to merge (>= 0) */
+    int thread_pool_size;     /* send threads, each with its own client (>= 1) */
+    int recv_mode;            /* FL__PS_RECV_* */
 } fl__ps_comm_opts;
 
-/* Connects two clients (send, receive) and starts the send and receive threads. */
+/* Connects a client per send thread and a receive client, and starts the threads. */
 int fl__ps_comm_create(const fl__ps_comm_opts *o, fl__ps_comm **out);
 /* Copies a gradient (dense, or SelectedRows for sparse tables) into var's queue; blocks
  * while the queue is full.  Fails with the send thread's error once it has one. */
@@ -186,6 +206,10 @@ int fl__ps_comm_send(fl__ps_comm *c, int var, const fl_tensor *grad);
 int fl__ps_comm_recv(fl__ps_comm *c, int var, fl_tensor *param, int *copied);
 /* Waits until every queued gradient has been pushed; the first background error. */
 int fl__ps_comm_flush(fl__ps_comm *c);
+/* Half-async: flushes, then pulls var's dense values into param with the receive client. */
+int fl__ps_comm_pull_now(fl__ps_comm *c, int var, fl_tensor *param);
+/* Adds the traffic of the communicator's clients to *t. */
+void fl__ps_comm_traffic(fl__ps_comm *c, fl_ps_traffic *t);
 /* Pushes merged by the send thread so far (for tests and logs). */
 int64_t fl__ps_comm_pushes(fl__ps_comm *c);
 /* Stops the threads (queued gradients not yet pushed are dropped: flush first), frees the

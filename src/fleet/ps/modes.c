@@ -2,16 +2,22 @@
  * modes.c - the parameter-server mode table: one row per mode (see the recipe in
  * fleet_ps.h), and the hooks that are a mode's own.
  *
- *   sync   the servers apply a step once every worker pushed it; workers push gradients
- *          and pull parameters on the training thread (Paddle's sync mode)
- *   async  workers queue gradients on a communicator whose send thread merges up to
- *          max_merge_var_num of them per push and whose receive thread pulls the dense
- *          parameters at its own pace; servers apply each push as it comes
- *   geo    workers train locally with their own optimizer; every k_steps they push
- *          (latest - old) / trainers to "sum" tables and pull the sum (Paddle's GEO-SGD)
+ *   sync        the servers apply a step once every worker pushed it; workers push
+ *               gradients and pull parameters on the training thread (Paddle's sync mode)
+ *   half_async  gradients go through the communicator's queues and send threads, as in
+ *               async; at the end of each step (ps_recv) the worker waits until its queued
+ *               gradients are pushed and pulls the dense parameters (Paddle's
+ *               HalfAsyncCommunicator: a barrier per batch, no barrier between workers);
+ *               servers apply each push as it comes
+ *   async       workers queue gradients on a communicator whose send threads merge up to
+ *               max_merge_var_num of them per push; dense parameters come back after each
+ *               push, or with independent_recv_thread from a receive thread at its own
+ *               pace; servers apply each push as it comes
+ *   geo         workers train locally with their own optimizer; every k_steps they push
+ *               (latest - old) / trainers to "sum" tables and pull the sum (Paddle's GEO-SGD)
  *
- * Half-async is not a row: Paddle 2.x's program builder never selects it (its strategy maps
- * only to sync, async and GEO), so no strategy can ask for it here either.
+ * Paddle 2.x's strategy cannot select half-async (its program builder maps a_sync and
+ * k_steps to sync, async and GEO only); a_sync_configs.half_async = true is our extension.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -21,12 +27,16 @@
 /* ---- selection ----------------------------------------------------------------------- */
 
 static int selects_sync(const fleet_strategy *s) { return !s->a_sync; }
+static int selects_half_async(const fleet_strategy *s)
+{
+    return s->a_sync && s->a_sync_configs.half_async && s->a_sync_configs.k_steps <= 0;
+}
 static int selects_async(const fleet_strategy *s) { return s->a_sync && s->a_sync_configs.k_steps <= 0; }
 static int selects_geo(const fleet_strategy *s) { return s->a_sync && s->a_sync_configs.k_steps > 0; }
 
-/* ---- async: the communicator ------------------------------------------------------------ */
+/* ---- async and half-async: the communicator ------------------------------------------------- */
 
-static int async_start(fl__ps_ctx *c, const fl_ps_client_opts *o)
+static int comm_start(fl__ps_ctx *c, const fl_ps_client_opts *o, int recv_mode)
 {
     fl__ps_comm_var *vars = calloc((size_t)(c->nparams ? c->nparams : 1), sizeof *vars);
     if (!vars) return fl__err(FL_ENOMEM, "fleet_init_worker: out of memory");
@@ -35,28 +45,49 @@ static int async_start(fl__ps_ctx *c, const fl_ps_client_opts *o)
         vars[i].sparse = c->params[i].sparse;
         vars[i].numel = c->params[i].numel;
         vars[i].dim = c->tables[c->params[i].table].dim;
+        /* Paddle's MergeVars: a sum for SGD (k merged SGD steps are one step with the sum),
+         * an average for the other rules (FLAGS_communicator_is_sgd_optimizer) */
+        vars[i].merge_add = c->tables[c->params[i].table].opt.kind == FL_PS_OPT_SGD;
     }
     const fleet_strategy *s = &c->strategy;
-    fl__ps_comm_opts co = {o,
+    fl_ps_client_opts wire = *o; /* dense values in the wire dtype; the trainer's client
+                                  * (initial exchange, saves) keeps float32 */
+    wire.dense_wire_dtype = s->a_sync_configs.dense_wire_dtype;
+    fl__ps_comm_opts co = {&wire,
                            vars,
                            c->nparams,
                            s->a_sync_configs.send_queue_size,
                            s->a_sync_configs.max_merge_var_num,
-                           s->a_sync_configs.min_send_grad_num_before_recv};
+                           s->a_sync_configs.min_send_grad_num_before_recv,
+                           s->a_sync_configs.send_wait_times,
+                           s->a_sync_configs.thread_pool_size,
+                           recv_mode};
     int st = fl__ps_comm_create(&co, &c->comm);
     free(vars);
     return st;
 }
+
+static int async_start(fl__ps_ctx *c, const fl_ps_client_opts *o)
+{
+    return comm_start(c, o,
+                      c->strategy.a_sync_configs.independent_recv_thread ? FL__PS_RECV_THREAD : FL__PS_RECV_AFTER_SEND);
+}
+
+static int half_async_start(fl__ps_ctx *c, const fl_ps_client_opts *o) { return comm_start(c, o, FL__PS_RECV_NONE); }
 
 static int async_flush(fl__ps_ctx *c) { return c->comm ? fl__ps_comm_flush(c->comm) : FL_OK; }
 
 static void async_stop(fl__ps_ctx *c)
 {
     if (!c->comm) return;
-    FL_INFO(FL_SUB_FLEET, "worker %d: the async communicator made %lld pushes", c->worker_index,
+    FL_INFO(FL_SUB_FLEET, "worker %d: the %s communicator made %lld pushes", c->worker_index, c->mode->name,
             (long long)fl__ps_comm_pushes(c->comm));
-    fl__ps_comm_free(c->comm);
+    pthread_mutex_lock(&c->mu); /* fleet_ps_traffic reads both under mu */
+    fl__ps_comm_traffic(c->comm, &c->traffic);
+    fl__ps_comm *comm = c->comm;
     c->comm = NULL;
+    pthread_mutex_unlock(&c->mu);
+    fl__ps_comm_free(comm);
 }
 
 /* ---- geo: the snapshot of the last exchange ------------------------------------------------ */
@@ -92,11 +123,25 @@ static const fl__ps_mode mode_sync = {
     .pull = fl__ps_pull_now,
 };
 
+static const fl__ps_mode mode_half_async = {
+    .name = "half_async",
+    .selects = selects_half_async,
+    .server_optimizes = 1,
+    .remote_sparse = 1,
+    .push = fl__ps_push_queued,
+    .dense_wire = 1,
+    .pull = fl__ps_pull_flushed,
+    .start = half_async_start,
+    .flush = async_flush,
+    .stop = async_stop,
+};
+
 static const fl__ps_mode mode_async = {
     .name = "async",
     .selects = selects_async,
     .server_optimizes = 1,
     .remote_sparse = 1,
+    .dense_wire = 1,
     .push = fl__ps_push_queued,
     .pull = fl__ps_pull_queued,
     .start = async_start,
@@ -110,7 +155,8 @@ static const fl__ps_mode mode_geo = {
     .after_init = geo_after_init,
 };
 
-static const fl__ps_mode *const modes[] = {&mode_sync, &mode_async, &mode_geo, NULL};
+/* half_async before async: it owns the async strategies with half_async set */
+static const fl__ps_mode *const modes[] = {&mode_sync, &mode_half_async, &mode_async, &mode_geo, NULL};
 
 int fl__ps_mode_select(const fleet_strategy *s, const fl__ps_mode **out, int64_t *k_steps)
 {
@@ -120,8 +166,18 @@ int fl__ps_mode_select(const fleet_strategy *s, const fl__ps_mode **out, int64_t
                        "fleet_distributed_optimizer: a_sync_configs.k_steps=%lld needs a_sync=true (GEO "
                        "mode); with a_sync=false (sync mode) k_steps must be 0",
                        (long long)ks);
+    if (s->a_sync_configs.half_async && (!s->a_sync || ks > 0))
+        return fl__err(FL_EINVAL,
+                       "fleet_distributed_optimizer: a_sync_configs.half_async=true needs a_sync=true and k_steps <= 0 "
+                       "(got a_sync=%d, k_steps=%lld)",
+                       s->a_sync, (long long)ks);
     for (int i = 0; modes[i]; i++)
         if (modes[i]->selects(s)) {
+            if (s->a_sync_configs.dense_wire_dtype != FL_FLOAT32 && !modes[i]->dense_wire)
+                return fl__err(FL_EUNSUPPORTED,
+                               "fleet_distributed_optimizer: a_sync_configs.dense_wire_dtype=%s applies to async and "
+                               "half_async mode, not %s mode (leave it at float32)",
+                               fl_dtype_name((fl_dtype)s->a_sync_configs.dense_wire_dtype), modes[i]->name);
             *out = modes[i];
             *k_steps = ks > 0 ? ks : 0;
             return FL_OK;

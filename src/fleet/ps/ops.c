@@ -280,6 +280,24 @@ int fl__ps_pull_queued(fl__ps_ctx *c, int t, fl_tensor *w)
     return fl__ps_comm_recv(c->comm, v, w, NULL);
 }
 
+int fl__ps_pull_flushed(fl__ps_ctx *c, int t, fl_tensor *w)
+{
+    int v = param_of_table(c, t);
+    if (v < 0 || !c->comm) return fl__err(FL_ESTATE, "ps_recv: the communicator is not running");
+    return fl__ps_comm_pull_now(c->comm, v, w);
+}
+
+/* Examples in this step: the rows (or, with a LoD, the sequences) of the optional input
+ * Batch, one data variable of the program (traffic per example). */
+static int64_t batch_examples(const fl_kctx *k)
+{
+    const fl_tensor *b = k->nin[1] ? k->in[1][0] : NULL;
+    if (!b || b->ndim < 1) return 0;
+    int64_t n = 0;
+    const int64_t *lod = fl_tensor_lod(b, &n);
+    return lod && n > 1 ? n - 1 : b->shape[0];
+}
+
 static int run_send(fl_kctx *k)
 {
     fl__ps_ctx *c = NULL;
@@ -294,6 +312,7 @@ static int run_send(fl_kctx *k)
     }
     pthread_mutex_lock(&c->mu);
     c->step++;
+    c->examples += batch_examples(k);
     pthread_mutex_unlock(&c->mu);
     return FL_OK;
 }
@@ -327,6 +346,7 @@ static int run_geo(fl_kctx *k)
     pthread_mutex_lock(&c->mu);
     int64_t step = ++c->geo_step;
     c->step++;
+    c->examples += batch_examples(k);
     int ready = c->geo_old != NULL;
     pthread_mutex_unlock(&c->mu);
     if (!ready)
@@ -427,9 +447,9 @@ static const fl_op_def def_dlookup = {
     "distributed_lookup_table", {"Ids"}, {"Out"}, infer_dlookup, run_dlookup, NULL, scratch_free};
 static const fl_op_def def_dlookup_grad = {
     "distributed_lookup_table_grad", {"Ids", "Out@GRAD"}, {"W@GRAD"}, infer_dlookup_grad, run_dlookup_grad, NULL};
-static const fl_op_def def_send = {"ps_send", {"Grad"}, {NULL}, infer_nop, run_send, NULL, scratch_free};
+static const fl_op_def def_send = {"ps_send", {"Grad", "Batch"}, {NULL}, infer_nop, run_send, NULL, scratch_free};
 static const fl_op_def def_recv = {"ps_recv", {NULL}, {"Param"}, infer_nop, run_recv, NULL};
-static const fl_op_def def_geo = {"ps_geo", {"Param"}, {"ParamOut"}, infer_nop, run_geo, NULL, scratch_free};
+static const fl_op_def def_geo = {"ps_geo", {"Param", "Batch"}, {"ParamOut"}, infer_nop, run_geo, NULL, scratch_free};
 static const fl_op_def def_init = {"ps_init", {"Param"}, {"ParamOut"}, infer_nop, run_init, NULL};
 
 const fl_op_def *const fl__ops_ps[] = {&def_dlookup, &def_dlookup_grad, &def_send, &def_recv, &def_geo, &def_init, NULL};

@@ -375,11 +375,21 @@ static int rewrite_lookups(fl__ps_ctx *c, fl_prog *p, fl_var *w, int table)
 
 /* Appends op `type` with list slot `slot` (and the same list as output `oslot` if given)
  * and the attributes ps_id and tables. */
+/* The first data variable of p with a batch dimension (NULL if none): ps_send and ps_geo
+ * read its rows to count examples. */
+static fl_var *batch_var(fl_prog *p)
+{
+    for (int i = 0; i < p->nvars; i++)
+        if (p->vars[i]->is_data && p->vars[i]->ndim >= 1) return p->vars[i];
+    return NULL;
+}
+
 static int append_list_op(fl__ps_ctx *c, fl_prog *p, const char *type, const char *slot, const char *oslot, fl_var **vs,
                           const int64_t *tables, int n, int64_t k_steps)
 {
-    fl_io in = {slot, vs, n}, out = {oslot, vs, n};
-    fl_op *op = fl__op_new(p, type, slot ? &in : NULL, slot ? 1 : 0, oslot ? &out : NULL, oslot ? 1 : 0);
+    fl_var *bv = strcmp(type, "ps_send") && strcmp(type, "ps_geo") ? NULL : batch_var(p);
+    fl_io in[2] = {{slot, vs, n}, {"Batch", &bv, 1}}, out = {oslot, vs, n};
+    fl_op *op = fl__op_new(p, type, slot ? in : NULL, slot ? (bv ? 2 : 1) : 0, oslot ? &out : NULL, oslot ? 1 : 0);
     if (!op) return fl_prog_status(p->main ? p->main : p);
     FL_CHECK(set_ps_attrs(c, op));
     FL_CHECK(ints_attr(op, "tables", tables, n));

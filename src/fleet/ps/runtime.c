@@ -56,6 +56,21 @@ int fl__ps_fleet_tables(const fleet_t *f, const fl_ps_table_config **tables, int
     return FL_OK;
 }
 
+int fleet_ps_traffic(const fleet_t *f, fl_ps_traffic *out, int64_t *examples)
+{
+    if (!out) return fl__err(FL_EINVAL, "fleet_ps_traffic: out is NULL");
+    fl__ps_ctx *c = ctx_of(f);
+    if (!c) return fl__err(FL_ESTATE, "fleet_ps_traffic: not a parameter-server fleet (call fleet_distributed_optimizer)");
+    pthread_mutex_lock(&c->mu);
+    *out = c->traffic;
+    fl_ps_traffic t;
+    if (c->client && fl_ps_client_traffic(c->client, &t) == FL_OK) fl_ps_traffic_add(out, &t);
+    if (c->comm) fl__ps_comm_traffic(c->comm, out);
+    if (examples) *examples = c->examples;
+    pthread_mutex_unlock(&c->mu);
+    return FL_OK;
+}
+
 fl_ps_client *fl__ps_fleet_client(const fleet_t *f)
 {
     fl__ps_ctx *c = ctx_of(f);
@@ -224,9 +239,20 @@ static int stop_worker(fleet_t *f)
     fl_ps_client *cl = c->client;
     c->client = NULL;
     c->stopped = 1;
+    fl_ps_traffic t;
+    if (fl_ps_client_traffic(cl, &t) == FL_OK) fl_ps_traffic_add(&c->traffic, &t);
+    t = c->traffic;
+    int64_t ex = c->examples;
     pthread_mutex_unlock(&c->mu);
     fl_ps_client_free(cl);
     FL_INFO(FL_SUB_FLEET, "worker %d stopped after %lld steps", c->worker_index, (long long)c->step);
+    double per = ex > 0 ? 1.0 / (double)ex : 0.0;
+    FL_INFO(FL_SUB_FLEET,
+            "worker %d traffic (%s mode): %llu bytes sent, %llu received over %lld examples: %.1f sent and %.1f "
+            "received per example (dense values %.1f and %.1f)",
+            c->worker_index, c->mode->name, (unsigned long long)t.bytes_sent, (unsigned long long)t.bytes_received,
+            (long long)ex, (double)t.bytes_sent * per, (double)t.bytes_received * per, (double)t.dense_bytes_sent * per,
+            (double)t.dense_bytes_received * per);
     return st != FL_OK ? st : st2;
 }
 

@@ -1,0 +1,330 @@
+/*
+ * test_ps_modes.c - parameter-server modes beyond sync (tests/test_ps_fleet.c has sync,
+ * the rewrite and the lifecycle) and the dense traffic, with BUILD/tests/bin/ps_train jobs
+ * on 127.0.0.1:
+ *   - half-async with one worker equals local training step by step (its worker waits
+ *     for its own pushes and pulls at the end of every step); with 2 x 2 it converges;
+ *   - GEO with one worker equals local training (the servers' "sum" tables follow the
+ *     worker's dense parameters exactly), whatever k_steps;
+ *   - bf16 on the wire (a_sync_configs.dense_wire_dtype) halves the dense bytes that the
+ *     traffic counter reports, and async training with it ends where float32 ends;
+ *   - async with merging (max_merge_var_num, send_wait_times, 2 send threads) and with an
+ *     independent receive thread converges; CTR-DNN trained async with merging and bf16
+ *     dense values ends within 0.005 test AUC of local training;
+ *   - the strategy fields and the errors of contradictory combinations (in process).
+ */
+#include "ps_job.h"
+#include "testhelp.h"
+#include "fleet/ps/fleet_ps.h"
+
+static void paths(void)
+{
+    char self[PATH_MAX - 64];
+    th_tests_dir(self, sizeof self);
+    snprintf(PS_TRAIN, sizeof PS_TRAIN, "%s/bin/ps_train", self);
+}
+
+/* Every "stepN cost = C" of worker (or the local run) w, in order; returns the count. */
+static int step_costs(const job *j, int local, int w, double *out, int cap)
+{
+    for (int i = 0; i < j->n; i++) {
+        const proc_t_ *p = &j->p[i];
+        if (p->server || p->idx != w || (strstr(p->log, "/local.") != NULL) != local) continue;
+        char *s = slurp(p->log), *q = s;
+        int n = 0;
+        while ((q = strstr(q, " cost = ")) && n < cap) {
+            out[n++] = atof(q + 8);
+            q++;
+        }
+        free(s);
+        return n;
+    }
+    return 0;
+}
+
+/* A worker's "traffic:" line. */
+typedef struct {
+    double sent, received, dense_sent, dense_received, examples;
+} traffic;
+
+static traffic worker_traffic(const job *j, int w)
+{
+    traffic t = {0};
+    for (int i = 0; i < j->n; i++) {
+        if (j->p[i].server || j->p[i].idx != w) continue;
+        char *s = slurp(j->p[i].log), *q = strstr(s, "traffic: ");
+        if (q)
+            sscanf(q, "traffic: sent %lf received %lf dense_sent %lf dense_received %lf examples %lf", &t.sent, &t.received,
+                   &t.dense_sent, &t.dense_received, &t.examples);
+        free(s);
+    }
+    if (t.examples <= 0) TFAIL("worker %d printed no traffic line", w);
+    return t;
+}
+
+/* The distributed job (ns servers, one worker), then the local run of the same arguments;
+ * worker 0's step costs must equal the local ones within tol.  remote_table: the sparse
+ * table lives on the servers (rows made there from their own seed), so the local run
+ * starts from the rows worker 0 pulled before training. */
+static void equals_local(const char *const *args, int ns, int remote_table, double tol)
+{
+    paths();
+    job j;
+    job_init(&j, ns, 1);
+    char dump_init[128], init_table[128];
+    snprintf(dump_init, sizeof dump_init, "dump_init=%s/init.st", j.dir);
+    snprintf(init_table, sizeof init_table, "init_table=%s/init.st", j.dir);
+    const char *w0[] = {dump_init, NULL};
+    job_start(&j, args, NULL, remote_table ? w0 : NULL);
+    job_wait_ok(&j, 90);
+    const char *largs[16];
+    int n = 0;
+    for (int i = 0; args[i] && n < 14; i++) largs[n++] = args[i];
+    if (remote_table) largs[n++] = init_table;
+    largs[n] = NULL;
+    spawn(&j, 0, 0, 1, largs);
+    job_wait_ok(&j, 60);
+    double a[64], b[64];
+    int na = step_costs(&j, 0, 0, a, 64), nb = step_costs(&j, 1, 0, b, 64);
+    CHECK(na > 0);
+    CHECK_EQ_INT(na, nb);
+    for (int i = 0; i < na; i++)
+        if (!(fabs(a[i] - b[i]) <= tol)) {
+            dump_logs(&j);
+            TFAIL("step %d: cost %.7f distributed, %.7f local", i, a[i], b[i]);
+        }
+    printf("  %d step costs equal local training within %g\n", na, tol);
+    rm_rf(j.dir);
+}
+
+/* One worker, half-async: its push is applied before its pull (it waits for its own
+ * queue), so each step is a local SGD step.  Sparse table included (the flush covers it). */
+TEST(half_async_one_worker_equals_local)
+{
+    const char *args[] = {"task=tiny", "mode=half_async", "steps=12", "batch=8", NULL};
+    equals_local(args, 2, 1, 1e-5);
+}
+
+/* One worker, GEO with k_steps 3: the worker trains locally; every 3 steps it pushes its
+ * dense delta (latest - old) / 1 to the "sum" tables and pulls them back, which are then
+ * exactly its own parameters: GEO changes nothing for one worker.  The is_sparse
+ * embedding stays on the worker (GEO refuses is_distributed) and is synchronised as a
+ * dense table. */
+TEST(geo_one_worker_equals_local)
+{
+    const char *args[] = {"task=tiny", "mode=geo", "k=3", "dist=0", "steps=12", "batch=8", NULL};
+    equals_local(args, 2, 0, 1e-5);
+}
+
+static void converges(const char *const *args, double threshold)
+{
+    paths();
+    job j;
+    job_init(&j, 2, 2);
+    job_start(&j, args, NULL, NULL);
+    job_wait_ok(&j, 120);
+    for (int w = 0; w < 2; w++) {
+        double c = worker_cost(&j, w, 50);
+        printf("  %s: worker %d mean cost of the last 50 steps %.4f\n", args[1], w, c);
+        if (!(c < threshold)) {
+            dump_logs(&j);
+            TFAIL("%s: worker %d's cost %.4f is not below %.2f", args[1], w, c, threshold);
+        }
+    }
+    rm_rf(j.dir);
+}
+
+/* Cost at the start 0.69; local training averages 0.28 over steps 250-299 (see
+ * test_ps_fleet.c's async_converges). */
+TEST(half_async_converges)
+{
+    const char *args[] = {"task=quick", "mode=half_async", "steps=300", "merge=2", "queue=2", NULL};
+    converges(args, 0.4);
+}
+
+/* Merging of up to 4 gradients (waiting up to 3 x 10 ms for them), 2 send threads, bf16 on
+ * the wire, parameters from an independent receive thread. */
+TEST(async_merged_bf16_converges)
+{
+    const char *args[] = {"task=quick",
+                          "mode=async",
+                          "steps=300",
+                          "merge=4",
+                          "queue=4",
+                          "s:a_sync_configs.send_wait_times=3",
+                          "s:a_sync_configs.thread_pool_size=2",
+                          "s:a_sync_configs.dense_wire_dtype=bf16",
+                          "s:a_sync_configs.independent_recv_thread=true",
+                          NULL};
+    converges(args, 0.4);
+}
+
+/* One async worker, one push and one pull per step (merge 1, the parameter pulled right
+ * after its gradient went): the dense bytes of the bf16 run are half those of the float32
+ * run, up to the initial exchange (float32 in both), and the training ends alike. */
+TEST(bf16_wire_halves_dense_bytes)
+{
+    paths();
+    traffic t[2];
+    double cost[2];
+    for (int r = 0; r < 2; r++) {
+        job j;
+        job_init(&j, 1, 1);
+        const char *args[] = {"task=quick", "mode=async", "steps=200",
+                              "merge=1",    "queue=1",    r ? "s:a_sync_configs.dense_wire_dtype=bf16" : "quiet=0",
+                              NULL};
+        job_start(&j, args, NULL, NULL);
+        job_wait_ok(&j, 90);
+        t[r] = worker_traffic(&j, 0);
+        cost[r] = worker_cost(&j, 0, 50);
+        rm_rf(j.dir);
+    }
+    for (int r = 0; r < 2; r++)
+        printf("  %s: %.0f examples, per example %.1f bytes sent, %.1f received (dense %.1f, %.1f); cost %.4f\n",
+               r ? "bf16" : "float32", t[r].examples, t[r].sent / t[r].examples, t[r].received / t[r].examples,
+               t[r].dense_sent / t[r].examples, t[r].dense_received / t[r].examples, cost[r]);
+    CHECK_NEAR(t[0].examples, 200.0 * 128, 0.5);
+    CHECK_NEAR(t[1].examples, t[0].examples, 0.5);
+    /* each way: one float32 initial exchange (worker 0 offers, then pulls) and 200 steps
+     * of the dense parameters: (1 + 200 / 2) / (1 + 200) = 0.5025 */
+    double rs = t[1].dense_sent / t[0].dense_sent, rr = t[1].dense_received / t[0].dense_received;
+    printf("  bf16 / float32: dense bytes sent %.4f, received %.4f; all bytes sent %.4f, received %.4f\n", rs, rr,
+           t[1].sent / t[0].sent, t[1].received / t[0].received);
+    CHECK_NEAR(rs, 0.5025, 0.002);
+    CHECK_NEAR(rr, 0.5025, 0.002);
+    CHECK(t[1].sent < 0.6 * t[0].sent);
+    CHECK(t[1].received < 0.6 * t[0].received);
+    CHECK(cost[0] < 0.45);
+    CHECK_NEAR(cost[1], cost[0], 0.03);
+}
+
+/* ---- CTR-DNN: merged async with bf16 on the wire keeps the AUC ------------------------------------ */
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define CTR_ROWS "20000"
+#define CTR_TOL 0.05
+#else
+#define CTR_ROWS "200000"
+#define CTR_TOL 0.005
+#endif
+
+/* Runs a shell command bounded by `seconds`, output to log; returns the log (malloc'd). */
+static char *sh(const char *log, int seconds, const char *cmd)
+{
+    char full[8192];
+    snprintf(full, sizeof full, "timeout -k 5 %d %s > %s 2>&1", seconds, cmd, log);
+    int rc = system(full);
+    char *out = slurp(log);
+    if (rc != 0) TFAIL("'%s' failed (status %d):\n%s", cmd, rc, out);
+    return out;
+}
+
+static double after(const char *s, const char *key)
+{
+    const char *p = strstr(s, key);
+    if (!p) TFAIL("'%s' not found in:\n%s", key, s);
+    return atof(p + strlen(key));
+}
+
+/* examples/ctr/train under fleetrun (1 server, 2 workers of 2 Hogwild threads, Adam):
+ * gradients merged 4 at a time (send_queue_size 4, send_wait_times 2, 2 send threads),
+ * dense values as bf16 both ways; the test AUC ends within CTR_TOL of local training on
+ * the same data (test_ctr.c's settings), and the workers log their traffic. */
+TEST(ctr_merged_async_bf16_matches_local_auc)
+{
+    char self[512], bin[600], dir[64] = "/tmp/fl_psmodesXXXXXX", cmd[8192], log[128];
+    th_tests_dir(self, sizeof self);
+    snprintf(bin, sizeof bin, "%s/..", self);
+    CHECK(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "%s/tools/fleet-datagen criteo --rows " CTR_ROWS
+             " --files 4 --out %s/data --seed 5 --vocab-scale 0.002 --dense-scale 0.1",
+             bin, dir);
+    snprintf(log, sizeof log, "%s/gen.log", dir);
+    free(sh(log, 60, cmd));
+    const char *common =
+        "--epochs 2 --optimizer adam --lr 0.003 --hidden 64,64 --sparse_feature_dim 100003 --print_period 0";
+    snprintf(cmd, sizeof cmd,
+             "%s/examples/ctr/train --is_local 1 --thread_num 2 --train_data %s/data/train --test_data %s/data/test "
+             "--model_dir %s/local_model %s",
+             bin, dir, dir, dir, common);
+    snprintf(log, sizeof log, "%s/local.log", dir);
+    char *loc = sh(log, 120, cmd);
+    double a_local = after(loc, "test auc ");
+    snprintf(cmd, sizeof cmd,
+             "%s/tools/fleetrun --server_num 1 --worker_num 2 --log_level info --log_dir %s/log %s/examples/ctr/train "
+             "--thread_num 2 --train_data %s/data/train --test_data %s/data/test --model_dir %s/ps_model "
+             "--strategy a_sync_configs.send_queue_size=4 --strategy a_sync_configs.max_merge_var_num=4 "
+             "--strategy a_sync_configs.send_wait_times=2 --strategy a_sync_configs.thread_pool_size=2 "
+             "--strategy a_sync_configs.dense_wire_dtype=bf16 %s",
+             bin, dir, bin, dir, dir, dir, common);
+    snprintf(log, sizeof log, "%s/ps.log", dir);
+    char *ps = sh(log, 180, cmd);
+    double a_ps = after(ps, "test auc ");
+    snprintf(log, sizeof log, "%s/log/workerlog.0", dir);
+    char *w0 = slurp(log);
+    const char *tl = strstr(w0, "traffic (async mode)");
+    printf("  test auc: local %.4f, async merged with bf16 dense values %.4f\n", a_local, a_ps);
+    if (tl) printf("  worker 0 %.*s\n", (int)strcspn(tl, "\n"), tl);
+    CHECK(tl != NULL);
+    CHECK_NEAR(a_ps, a_local, CTR_TOL);
+    free(w0);
+    free(ps);
+    free(loc);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+/* ---- in process: the strategy --------------------------------------------------------------- */
+
+TEST(strategy_fields_and_mode_selection)
+{
+    fleet_strategy s = fleet_strategy_default();
+    CHECK_EQ_INT(s.a_sync_configs.dense_wire_dtype, FL_FLOAT32);
+    CHECK_EQ_INT(s.a_sync_configs.half_async, 0);
+    CHECK_OK(fleet_strategy_set(&s, "a_sync_configs.dense_wire_dtype", "bf16"));
+    CHECK_EQ_INT(s.a_sync_configs.dense_wire_dtype, FL_BFLOAT16);
+    CHECK_OK(fleet_strategy_parse(&s, "{\"a_sync_configs\": {\"dense_wire_dtype\": \"float32\", \"half_async\": true}}"));
+    CHECK_EQ_INT(s.a_sync_configs.dense_wire_dtype, FL_FLOAT32);
+    CHECK_EQ_INT(s.a_sync_configs.half_async, 1);
+    CHECK_EQ_INT(fleet_strategy_set(&s, "a_sync_configs.dense_wire_dtype", "float16"), FL_EINVAL);
+    CHECK_STR_HAS(fl_last_error(), "expected float32, bfloat16 or bf16");
+    CHECK_OK(fleet_strategy_set(&s, "a_sync_configs.dense_wire_dtype", "bfloat16"));
+    char *txt = fleet_strategy_to_text(&s);
+    CHECK(txt);
+    CHECK_STR_HAS(txt, "a_sync_configs.dense_wire_dtype=bfloat16");
+    CHECK_STR_HAS(txt, "a_sync_configs.half_async=true");
+    fleet_strategy back = fleet_strategy_default();
+    CHECK_OK(fleet_strategy_parse(&back, txt));
+    CHECK_EQ_INT(back.a_sync_configs.dense_wire_dtype, FL_BFLOAT16);
+    free(txt);
+    CHECK_OK(fleet_strategy_check(&s));
+
+    const fl__ps_mode *m = NULL;
+    int64_t k = 0;
+    CHECK_OK(fl__ps_mode_select(&s, &m, &k)); /* a_sync (default) + half_async */
+    CHECK(!strcmp(m->name, "half_async"));
+    s.a_sync_configs.half_async = 0;
+    CHECK_OK(fl__ps_mode_select(&s, &m, &k));
+    CHECK(!strcmp(m->name, "async"));
+    /* half_async with GEO or sync: refused, naming the fields */
+    s.a_sync_configs.half_async = 1;
+    s.a_sync_configs.k_steps = 4;
+    CHECK_EQ_INT(fl__ps_mode_select(&s, &m, &k), FL_EINVAL);
+    CHECK_STR_HAS(fl_last_error(), "half_async=true needs a_sync=true and k_steps <= 0");
+    s.a_sync_configs.k_steps = 0;
+    s.a_sync = 0;
+    CHECK_EQ_INT(fl__ps_mode_select(&s, &m, &k), FL_EINVAL);
+    /* bf16 on the wire: async and half-async only */
+    s.a_sync_configs.half_async = 0;
+    CHECK_EQ_INT(fl__ps_mode_select(&s, &m, &k), FL_EUNSUPPORTED);
+    CHECK_STR_HAS(fl_last_error(), "dense_wire_dtype=bfloat16 applies to async and half_async mode, not sync mode");
+    s.a_sync = 1;
+    s.a_sync_configs.k_steps = 5;
+    CHECK_EQ_INT(fl__ps_mode_select(&s, &m, &k), FL_EUNSUPPORTED);
+    CHECK_STR_HAS(fl_last_error(), "not geo mode");
+}
+
+TEST_MAIN(T(strategy_fields_and_mode_selection), T(half_async_one_worker_equals_local), T(geo_one_worker_equals_local),
+          T(bf16_wire_halves_dense_bytes), T(half_async_converges), T(async_merged_bf16_converges),
+          T(ctr_merged_async_bf16_matches_local_auc))
