@@ -12,6 +12,7 @@
 #include "fleet/exec.h"
 #include "fleet/io.h"
 #include "fleet/models.h"
+#include "fleet/app.h"
 #include "fleet/net.h"
 #include "fleet/coll.h"
 #include "fleet/ps.h"
