@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CLI_NAME "fleet-lightning"
 #define CLI_HELP_HINT "(run 'fleet-lightning --help' for the options)"
@@ -112,6 +113,14 @@ int main(int argc, char **argv)
     if (!row) cli_die(2, "%s needs --model NAME (fleet-lightning list shows the models)", cmd);
 
     fl_app_config_default(row, &cfg);
+    if (eval || infer) { /* the training run's options, saved beside the model */
+        const char *dir = cfg.model_dir;
+        for (int i = 0; i < nargs; i++)
+            if (!strcmp(names[i], "model_dir")) dir = values[i];
+        char conf[FL_APP_PATH + 32];
+        snprintf(conf, sizeof conf, "%s/lightning.conf", dir);
+        if (!access(conf, F_OK) && fl_app_config_load(&cfg, conf) != FL_OK) cli_die(1, "%s", fl_last_error());
+    }
     if (config && fl_app_config_load(&cfg, config) != FL_OK) cli_die(2, "--config: %s", fl_last_error());
     for (int i = 0; i < nargs; i++)
         if (fl_app_config_set(&cfg, names[i], values[i]) != FL_OK) cli_die(2, "%s", fl_last_error());

@@ -114,6 +114,11 @@ FL_API void fl_app_config_default(const fl_app_row *row, fl_app_config *c);
 FL_API int fl_app_config_set(fl_app_config *c, const char *name, const char *value);
 /* key=value (or "key: value") lines, '#' comments; errors name the file and line. */
 FL_API int fl_app_config_load(fl_app_config *c, const char *path);
+/* Writes every option as key=value lines to path (atomically: a temporary name, renamed).
+ * fl_app_train saves the training run's options as <model_dir>/lightning.conf, which
+ * fleet-lightning eval and infer load before their own options (the hashing of ids into
+ * sparse_feature_dim rows must match the model's). */
+FL_API int fl_app_config_save(const fl_app_config *c, const char *path);
 /* Option i (0.. until NULL): its name, its help line; *def gets its default as text. */
 FL_API const char *fl_app_option(int i, const char **help);
 /* The value of option `name` in c as text (into buf). */

@@ -217,8 +217,8 @@ FL_API fl_model_resnet_config fl_model_resnet_default(void);
 /* ResNet-50 for 3 x 224 x 224 images, 1000 classes (set height, width, num_classes for
  * other data). */
 FL_API fl_model_resnet_config fl_model_resnet50(void);
-/* Builds the network into p; errors name the bad field (an unsupported depth, an image
- * that becomes empty).  *out is zeroed first. */
+/* Builds the network into p; errors name the bad field (an unsupported depth).  Every
+ * stride-2 layer pads, so any image size of at least 1 x 1 builds.  *out is zeroed first. */
 FL_API int fl_model_resnet_build(fl_prog *p, const fl_model_resnet_config *cfg, fl_model_resnet *out);
 
 #ifdef __cplusplus

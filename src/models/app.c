@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "app_internal.h"
 
@@ -307,6 +308,27 @@ int fl_app_config_load(fl_app_config *c, const char *path)
     }
     fclose(f);
     return st;
+}
+
+int fl_app_config_save(const fl_app_config *c, const char *path)
+{
+    if (!c || !path) return fl__err(FL_EINVAL, "fl_app_config_save: config or path is NULL");
+    char tmp[FL_APP_PATH + 64];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return fl__err(FL_EIO, "%s: %s", tmp, strerror(errno));
+    fprintf(f, "# fleet-lightning options of the training run (eval and infer read them first)\n");
+    for (int i = 0; i < NOPTS; i++) {
+        char v[FL_APP_PATH];
+        fl_app_config_get(c, opts[i].name, v, sizeof v);
+        if (*v) fprintf(f, "%s=%s\n", opts[i].name, v);
+    }
+    if (fclose(f) || rename(tmp, path)) {
+        int e = errno;
+        unlink(tmp);
+        return fl__err(FL_EIO, "%s: %s", path, strerror(e));
+    }
+    return FL_OK;
 }
 
 int fl_app_list(FILE *f)

@@ -130,6 +130,9 @@ static int train_worker(const fl_app_row *row, const fl_app_config *c, train_ctx
         FL_CHECK(
             fl_io_save_inference_model(t->exe, c->model_dir, feeds, t->net.nfeeds - 1, &t->net.predict, 1, t->net.prog));
     if (rank == 0) {
+        char conf[FL_APP_PATH + 32];
+        snprintf(conf, sizeof conf, "%s/lightning.conf", c->model_dir);
+        FL_CHECK(fl_app_config_save(c, conf));
         printf("%s: inference model saved to %s\n", row->name, c->model_dir);
         if (c->test_data[0]) {
             double m;
@@ -215,8 +218,8 @@ static void saved_free(const app_reader *rd, saved *m)
     if (m->data) rd->close(m->data);
     fl_io_free_names(m->feeds, m->nfeed);
     fl_io_free_names(m->fetches, m->nfetch);
+    fl_exe_free(m->exe); /* its plans point into the program */
     fl_prog_free(m->prog);
-    fl_exe_free(m->exe);
 }
 
 /* Loads model_dir, adds the int64 [1] "label" input (and the metric), opens test_data. */

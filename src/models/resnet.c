@@ -63,8 +63,6 @@ static int layout_of(int depth, layout *l)
     return fl__err(FL_EINVAL, "resnet: depth must be 6n+2 (8, 14, 20, ...), 18, 34, 50, 101 or 152, got %d", depth);
 }
 
-static int out_size(int in, int k, int s, int pad) { return (in + 2 * pad - k) / s + 1; }
-
 static int check_cfg(const fl_model_resnet_config *c, layout *l)
 {
     if (!c->input_name || !*c->input_name || !c->label_name || !*c->label_name)
@@ -75,18 +73,6 @@ static int check_cfg(const fl_model_resnet_config *c, layout *l)
     if (c->base_filters < 1) return fl__err(FL_EINVAL, "resnet: base_filters must be >= 1, got %d", c->base_filters);
     if (c->num_classes < 2) return fl__err(FL_EINVAL, "resnet: num_classes must be >= 2, got %d", c->num_classes);
     FL_CHECK(layout_of(c->depth, l));
-    int h = c->height, w = c->width;
-    if (c->imagenet_stem) {
-        h = out_size(out_size(h, 7, 2, 3), 3, 2, 1);
-        w = out_size(out_size(w, 7, 2, 3), 3, 2, 1);
-    }
-    for (int s = 1; s < l->nstage; s++) {
-        h = out_size(h, 3, 2, 1);
-        w = out_size(w, 3, 2, 1);
-    }
-    if (h < 1 || w < 1)
-        return fl__err(FL_EINVAL, "resnet: a %dx%d image is empty before the last stage of depth %d", c->height, c->width,
-                       c->depth);
     return FL_OK;
 }
 
