@@ -114,6 +114,10 @@ FL_API void fl_app_config_default(const fl_app_row *row, fl_app_config *c);
 FL_API int fl_app_config_set(fl_app_config *c, const char *name, const char *value);
 /* key=value (or "key: value") lines, '#' comments; errors name the file and line. */
 FL_API int fl_app_config_load(fl_app_config *c, const char *path);
+/* lightning.parse_train_configs(): the row's defaults (generic ones with row NULL), then
+ * the file of "--config FILE", then every other "--name VALUE" / "--name=VALUE" of argv[1..]
+ * (fl_app_option names).  FL_EINVAL naming the argument on anything else. */
+FL_API int fl_app_parse_train_configs(int argc, char **argv, const fl_app_row *row, fl_app_config *c);
 /* Writes every option as key=value lines to path (atomically: a temporary name, renamed).
  * fl_app_train saves the training run's options as <model_dir>/lightning.conf, which
  * fleet-lightning eval and infer load before their own options (the hashing of ids into

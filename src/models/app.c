@@ -331,6 +331,28 @@ int fl_app_config_save(const fl_app_config *c, const char *path)
     return FL_OK;
 }
 
+int fl_app_parse_train_configs(int argc, char **argv, const fl_app_row *row, fl_app_config *c)
+{
+    if (!c || argc < 0 || (argc && !argv)) return fl__err(FL_EINVAL, "fl_app_parse_train_configs: bad arguments");
+    fl_app_config_default(row, c);
+    for (int pass = 0; pass < 2; pass++) /* --config FILE first, then the other options over it */
+        for (int i = 1; i < argc; i++) {
+            const char *a = argv[i];
+            if (strncmp(a, "--", 2))
+                return fl__err(FL_EINVAL, "argument %d: expected --name VALUE or --name=VALUE, got '%s'", i, a);
+            char name[64];
+            const char *eq = strchr(a, '='), *v = eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : NULL;
+            size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+            snprintf(name, sizeof name, "%.*s", (int)(n < 63 ? n : 63), a + 2);
+            if (!v) return fl__err(FL_EINVAL, "option --%s expects a value (--%s VALUE or --%s=VALUE)", name, name, name);
+            if (!eq) i++;
+            int is_config = !strcmp(name, "config");
+            if (pass == 0 && is_config) FL_CHECK(fl_app_config_load(c, v));
+            if (pass == 1 && !is_config) FL_CHECK(fl_app_config_set(c, name, v));
+        }
+    return FL_OK;
+}
+
 int fl_app_list(FILE *f)
 {
     if (!f) return fl__err(FL_EINVAL, "fl_app_list: file is NULL");
