@@ -33,7 +33,8 @@
  *               files DIR/train-* or DIR/t10k-*, fed as "img" [N, C, H, W] and "label")
  *   metric      "auc" (Paddle's auc over predict [N, 2]) or "accuracy" (top-1 over
  *               predict [N, classes]); the metric table in src/models/app_data.c builds it
- *               both during training and on a loaded inference model
+ *               both during training (on the last feed) and on a loaded inference model
+ *               (on an int64 [N, 1] input named "label", which the builder must use)
  *   defaults    fills the model's defaults into a config already holding the generic
  *               ones (lr, batch_size, epochs, ...); it may only change fields
  *   build       appends the model to net->prog as the config says and fills net (feeds in

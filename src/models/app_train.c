@@ -185,8 +185,8 @@ int fl_app_train(const fl_app_row *row, const fl_app_config *c)
         st = fleet_init_server(t.fleet, NULL);
         if (st == FL_OK) st = fleet_run_server(t.fleet);
     } else if (st == FL_OK) {
-        /* collective and synchronous programs exchange one step per process: one trainer */
-        int thread = collective || !strcmp(mode, "sync") ? 1 : c->thread;
+        /* collective, synchronous and GEO programs exchange one step per process: one trainer */
+        int thread = collective || !strcmp(mode, "sync") || !strcmp(mode, "geo") ? 1 : c->thread;
         printf("%s: mode %s, %s %d of %d, %s lr %g, batch %d, %d epoch(s)\n", row->name, mode,
                local || !t.fleet || !fleet_is_distributed(t.fleet) ? "local worker" : "worker", rank, nranks, c->optimizer,
                c->lr, c->batch_size, c->epochs);
