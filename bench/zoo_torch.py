@@ -19,7 +19,8 @@ ResNet (Fashion-MNIST IDX, gzipped or not): the CIFAR-style ResNet-depth (3x3 st
 (depth-2)/6 basic blocks, width x 1, 2, 4 filters, 1x1 conv + BN projections, global average pool,
 Linear 10), convolutions without bias (Kaiming normal, fan_in, as Paddle's Normal(0, sqrt(2/fan_in))),
 BatchNorm momentum 0.1 (Paddle's 0.9), Momentum SGD, cosine decay per epoch (Paddle's
-cosine_decay), pixels / 255.  Metric: top-1 accuracy on t10k.
+cosine_decay) or, with --decay_steps N, lr * decay_rate^floor(step / N) (Paddle's staircase
+exponential_decay), pixels / 255.  Metric: top-1 accuracy on t10k.
 
 Threads: OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 (set before torch is imported), as Fleet's
 --thread 1.  Prints 'R<TAB>key<TAB>value<TAB>unit' lines: examples_per_s (training, timed from the
@@ -189,6 +190,9 @@ def run_resnet(a):
             g["lr"] = a.lr * 0.5 * (math.cos(ep * math.pi / a.epochs) + 1)
         perm = torch.from_numpy(rng.permutation(len(y)))
         for s in range(steps):
+            if a.decay_steps:  # Paddle's exponential_decay, staircase
+                for g in opt.param_groups:
+                    g["lr"] = a.lr * a.decay_rate ** ((ep * steps + s) // a.decay_steps)
             b = perm[s * a.batch:(s + 1) * a.batch]
             loss = F.cross_entropy(net(x[b]), y[b])
             opt.zero_grad()
@@ -220,6 +224,8 @@ def main():
     p.add_argument("--width", type=int, default=8)
     p.add_argument("--max_steps", type=int, default=0)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--decay_steps", type=int, default=0, help="staircase exponential decay instead of cosine")
+    p.add_argument("--decay_rate", type=float, default=0.5)
     a = p.parse_args()
     torch.set_num_threads(1)
     if a.model == "resnet":
