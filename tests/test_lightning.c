@@ -243,6 +243,35 @@ TEST(resnet50_builds_and_runs_a_few_steps)
     fl_prog_free(p);
 }
 
+/* Paddle's cosine_decay: lr = base * 0.5 * (cos(floor(step / step_each_epoch) * pi / epochs) + 1). */
+TEST(cosine_decay_follows_paddle)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *x = fl_layer_data(p, "x", FL_SHAPE(2), FL_FLOAT32, 0);
+    fl_var *loss = fl_layer_mean(fl_layer_fc(FL_VARS(x), 1, NULL));
+    fl_opt *o = fl_opt_sgd(0.1f);
+    CHECK_FAILS(fl_opt_set_cosine_decay(o, 0, 4), FL_EINVAL, "step_each_epoch and epochs must be > 0");
+    CHECK_OK(fl_opt_set_cosine_decay(o, 2, 4));
+    CHECK_OK(fl_opt_minimize(o, loss));
+    const char *lr = NULL;
+    for (int i = 0; i < fl_prog_num_vars(p); i++)
+        if (!strncmp(fl_var_name(fl_prog_var_at(p, i)), "learning_rate", 13)) lr = fl_var_name(fl_prog_var_at(p, i));
+    CHECK(lr);
+    fl_exe *e = fl_exe_create(NULL);
+    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
+    fl_tensor *tx = th_f32(2, (const int64_t[]){1, 2}, (const float[]){1, 2});
+    fl_feed feed[] = {{"x", tx}};
+    for (int step = 0; step < 8; step++) {
+        fl_tensor *out;
+        CHECK_OK(fl_exe_run(e, p, feed, 1, &lr, 1, &out));
+        CHECK_NEAR(fl_tensor_f32(out)[0], 0.1 * 0.5 * (cos((step / 2) * M_PI / 4) + 1), 1e-6);
+    }
+    fl_tensor_free(tx);
+    fl_exe_free(e);
+    fl_opt_free(o);
+    fl_prog_free(p);
+}
+
 /* ---- the registry --------------------------------------------------------------------------- */
 
 TEST(registry_rows_and_options)
@@ -443,6 +472,7 @@ TEST(resnet_under_fleetrun_collective)
 
 TEST_MAIN(T(deepfm_builder_shapes_and_gradients), T(wide_deep_builder_shapes_and_gradients),
           T(resnet_builder_shapes_gradients_and_errors), T(resnet50_builds_and_runs_a_few_steps),
-          T(registry_rows_and_options), T(deepfm_and_wide_deep_converge_on_planted_criteo_data),
-          T(resnet_converges_on_planted_images), T(cli_errors_are_clear),
-          T(deepfm_under_fleetrun_with_a_server_then_eval_and_infer), T(resnet_under_fleetrun_collective))
+          T(cosine_decay_follows_paddle), T(registry_rows_and_options),
+          T(deepfm_and_wide_deep_converge_on_planted_criteo_data), T(resnet_converges_on_planted_images),
+          T(cli_errors_are_clear), T(deepfm_under_fleetrun_with_a_server_then_eval_and_infer),
+          T(resnet_under_fleetrun_collective))
