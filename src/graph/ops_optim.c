@@ -449,8 +449,7 @@ static int infer_cosine(fl_op *op)
     if (lr->dtype != FL_FLOAT32) return fl__op_error(op, "learning rate '%s' must be float32", lr->name);
     int64_t se = fl__attr_i(op, "step_each_epoch", 1), ep = fl__attr_i(op, "epochs", 1);
     if (se <= 0 || ep <= 0)
-        return fl__op_error(op, "step_each_epoch and epochs must be > 0, got %lld and %lld", (long long)se,
-                            (long long)ep);
+        return fl__op_error(op, "step_each_epoch and epochs must be > 0, got %lld and %lld", (long long)se, (long long)ep);
     return FL_OK;
 }
 
@@ -478,4 +477,4 @@ static const fl_op_def def_cosine = {"cosine_decay", {"Step"}, {"LearningRate"},
 static const fl_op_def def_exp_decay = {"exponential_decay", {"Step"}, {"LearningRate"}, infer_decay, run_exp_decay, NULL};
 
 const fl_op_def *const fl__ops_optim[] = {&def_sgd,       &def_momentum,  &def_adagrad, &def_adam,
-                                          &def_increment, &def_exp_decay, &def_cosine, NULL};
+                                          &def_increment, &def_exp_decay, &def_cosine,  NULL};

@@ -144,12 +144,11 @@ static fl_var *make_lr(fl_opt *o, fl_prog *p)
     /* the schedules: one op each (ops_optim.c), its attributes set here */
     fl_op *op = fl__op_new(p, o->has_decay == 2 ? "cosine_decay" : "exponential_decay", &in, 1, &out, 1);
     if (!op || fl__attr_set_f(op, "learning_rate", o->lr)) return NULL;
-    if (o->has_decay == 2 ? fl__attr_set_i(op, "step_each_epoch", o->decay_steps) ||
-                                fl__attr_set_i(op, "epochs", o->decay_epochs)
-                          : fl__attr_set_i(op, "decay_steps", o->decay_steps) ||
-                                fl__attr_set_f(op, "decay_rate", o->decay_rate) ||
-                                fl__attr_set_i(op, "staircase", o->staircase))
-        return NULL;
+    int bad = o->has_decay == 2
+                  ? fl__attr_set_i(op, "step_each_epoch", o->decay_steps) || fl__attr_set_i(op, "epochs", o->decay_epochs)
+                  : fl__attr_set_i(op, "decay_steps", o->decay_steps) || fl__attr_set_f(op, "decay_rate", o->decay_rate) ||
+                        fl__attr_set_i(op, "staircase", o->staircase);
+    if (bad) return NULL;
     if (fl__op_finish(op)) return NULL;
     fl_io sin = FL_IO1("X", step), sout = FL_IO1("Out", step);
     fl_op *inc = fl__op_new(p, "increment", &sin, 1, &sout, 1);
