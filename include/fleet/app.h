@@ -67,7 +67,7 @@ typedef struct {
     char train_data[FL_APP_PATH], test_data[FL_APP_PATH]; /* directories */
     char model_dir[FL_APP_PATH];                          /* default "<model>_model" */
     char metrics_dir[FL_APP_PATH];                        /* "" : no metrics file */
-    char strategy_file[FL_APP_PATH];                      /* DistributedStrategy (key=value or JSON) */
+    char strategy_file[FL_APP_PATH];                      /* option "strategy": DistributedStrategy file */
     char output[FL_APP_PATH];                             /* infer: predictions ("" = stdout) */
     char mode[FL_APP_WORD];                               /* "" = the row's default */
     char optimizer[FL_APP_WORD];                          /* sgd, momentum, adam, adagrad */

@@ -171,7 +171,9 @@ static const opt_def opts[] = {
     OS(test_data, "directory of test data, scored after training (idx: t10k-*-ubyte[.gz])"),
     OS(model_dir, "where the inference model is saved (and read by eval / infer)"),
     OS(metrics_dir, "write metrics.json (one line per epoch and the test metric) there"),
-    OS(strategy_file, "DistributedStrategy file (key=value lines or JSON)"),
+    /* --strategy FILE, as the command line names it */
+    {"strategy", O_STR, offsetof(fl_app_config, strategy_file), sizeof(((fl_app_config *)0)->strategy_file), 0, 0,
+     "DistributedStrategy file (key=value lines or JSON)"},
     OS(output, "infer: file of predictions (default stdout)"),
     OS(mode, "local, async, sync, geo or collective (default: the model's kind)"),
     OS(optimizer, "sgd, momentum, adam or adagrad"),
