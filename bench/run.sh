@@ -20,8 +20,9 @@
 #
 # Environment: BENCH_ROUNDS (default 5), BENCH_SECONDS per timed run (default 1.5),
 # BENCH_PYTHON (default /usr/bin/python3), BENCH_ONLY (space list of mlp fc fcfwd).
-# BENCH_FMNIST=0 / BENCH_CTR=0 / BENCH_DNN=0 skip bench/bench_fmnist.sh / bench/bench_ctr.sh /
-# bench/bench_ctr_dnn.sh (run after these; the last only in a build with oneDNN).
+# BENCH_FMNIST=0 / BENCH_CTR=0 / BENCH_DNN=0 / BENCH_ZOO=0 skip bench/bench_fmnist.sh /
+# bench/bench_ctr.sh / bench/bench_ctr_dnn.sh / bench/bench_zoo.sh (run after these; bench_ctr_dnn.sh
+# only in a build with oneDNN).
 # Output: BUILD_DIR/bench/results.raw (every line of every run), BUILD_DIR/bench/summary.md.
 set -euo pipefail
 build=${1:-build}
@@ -93,4 +94,5 @@ echo "raw results: $raw; summary: $build/bench/summary.md"
 [ "${BENCH_FMNIST:-1}" = 1 ] && { bench/bench_fmnist.sh "$build" || echo "# FAILED: bench/bench_fmnist.sh"; }
 [ "${BENCH_CTR:-1}" = 1 ] && { bench/bench_ctr.sh "$build" || echo "# FAILED: bench/bench_ctr.sh"; }   # CTR-DNN vs PyTorch, PS async, parser
 [ "${BENCH_DNN:-1}" = 1 ] && { bench/bench_ctr_dnn.sh "$build" || echo "# FAILED: bench/bench_ctr_dnn.sh"; }   # oneDNN vs OpenBLAS, AMP bf16
+[ "${BENCH_ZOO:-1}" = 1 ] && { bench/bench_zoo.sh "$build" || echo "# FAILED: bench/bench_zoo.sh"; }   # fleet-lightning's models vs PyTorch
 bench/allreduce_peers.sh "$build"   # Fleet vs Open MPI vader vs gloo allreduce (BENCH_AR_ROUNDS/BENCH_AR_SECONDS/BENCH_AR_SIZES)

@@ -13,6 +13,7 @@
 #include "fleet/metrics.h"
 #include "fleet/io.h"
 #include "fleet/models.h"
+#include "fleet/app.h"
 #include "fleet/net.h"
 #include "fleet/coll.h"
 #include "fleet/ps.h"

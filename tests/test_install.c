@@ -96,6 +96,7 @@ TEST(install_tree_has_tools_pc_and_cmake_package)
                                         "lib/libfleet.so." FLEET_VERSION_STRING,
                                         "bin/fleetrun",
                                         "bin/fleet-datagen",
+                                        "bin/fleet-lightning",
                                         "lib/pkgconfig/fleet.pc",
                                         "lib/cmake/Fleet/FleetConfig.cmake",
                                         "lib/cmake/Fleet/FleetConfigVersion.cmake"};
@@ -111,6 +112,7 @@ TEST(install_tree_has_tools_pc_and_cmake_package)
              build, prefix, prefix, fl_version());
     run_ok("the installed tools", cmd, out, sizeof out);
     CHECK_STR_HAS(out, "fleet-datagen " FLEET_VERSION_STRING);
+    CHECK_STR_HAS(out, "fleet-lightning " FLEET_VERSION_STRING);
     CHECK(!strcmp(fl_version(), FLEET_VERSION_STRING));
     /* downstream flags never carry -Werror */
     snprintf(cmd, sizeof cmd, "cat '%s/lib/pkgconfig/fleet.pc' '%s/lib/cmake/Fleet/'*.cmake", prefix, prefix);

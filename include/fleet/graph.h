@@ -295,6 +295,9 @@ FL_API int fl_opt_set_l2(fl_opt *o, float coeff);
 /* lr = base * rate^(step / decay_steps), floor()ed with staircase; step counts the runs
  * of the main program, starting at 0. */
 FL_API int fl_opt_set_exponential_decay(fl_opt *o, int64_t decay_steps, float decay_rate, int staircase);
+/* Paddle's cosine_decay: lr = base * 0.5 * (cos(floor(step / step_each_epoch) * pi / epochs) + 1);
+ * replaces an exponential decay set before (and the other way round). */
+FL_API int fl_opt_set_cosine_decay(fl_opt *o, int64_t step_each_epoch, int64_t epochs);
 /* Name of the optimizer: "sgd", "momentum", "adagrad", "adam". */
 FL_API const char *fl_opt_type(const fl_opt *o);
 /* append_backward + regularization + one optimizer op per parameter + learning-rate ops.

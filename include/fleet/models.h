@@ -153,6 +153,77 @@ FL_API fl_model_cnn_config fl_model_cnn_default(void);
  * minimize. */
 FL_API int fl_model_cnn_build(fl_prog *p, const fl_model_cnn_config *cfg, fl_model_cnn *out);
 
+/* ---- DeepFM and Wide&Deep -----------------------------------------------------------------
+ *
+ * Both read the CTR-DNN inputs (dense_input float[13], sparse slots C1..C26, label) and use
+ * its configuration and outputs (fl_model_ctr_config / fl_model_ctr are the same types), so
+ * the Criteo reader, the parameter-server rewrite and the AUC evaluation are shared.  The
+ * click logit z [N, 1] becomes two-class logits [0, z], whose softmax is [1 - sigmoid(z),
+ * sigmoid(z)]: predict is [N, 2] as CTR-DNN's and the loss is the sigmoid cross-entropy
+ * (softmax_with_cross_entropy of the two-class logits), summed, or the mean with loss_mean.
+ *
+ * DeepFM (Fleet's examples/deepFM): z = first order + FM second order + DNN, where
+ *   first order  = fc(dense_input, 1) + sum over slots of sum-pooled rows of
+ *                  "FirstOrderWeights" [sparse_feature_dim, 1];
+ *   second order = 0.5 * sum_k ((sum_i v_ik)^2 - sum_i v_ik^2) over the 26 slot vectors v_i
+ *                  (sum-pooled rows of "SparseFeatFactors" [sparse_feature_dim, embedding_size]);
+ *   DNN          = fc hidden... relu over concat(v_1..v_26, dense_input) -> fc 1.
+ * Wide&Deep: z = wide + deep, wide being DeepFM's first-order term (a linear model of the
+ * raw ids and the dense input) and deep its DNN.  Both tables are is_sparse and, with
+ * is_distributed, live on the parameter servers.  Defaults: embedding_size 10, hidden
+ * 400, 400, 400 (DeepFM) and 256, 128 (Wide&Deep), sparse_feature_dim 1000001. */
+
+typedef fl_model_ctr_dnn_config fl_model_ctr_config;
+typedef fl_model_ctr_dnn fl_model_ctr;
+
+FL_API fl_model_ctr_config fl_model_deepfm_default(void);
+FL_API int fl_model_deepfm_build(fl_prog *p, const fl_model_ctr_config *cfg, fl_model_ctr *out);
+FL_API fl_model_ctr_config fl_model_wide_deep_default(void);
+FL_API int fl_model_wide_deep_build(fl_prog *p, const fl_model_ctr_config *cfg, fl_model_ctr *out);
+
+/* ---- ResNet --------------------------------------------------------------------------------
+ *
+ * He et al.'s residual networks (NCHW, float32).  depth picks the blocks:
+ *   6n + 2 (8, 14, 20, 32, 44, 56, 110): the CIFAR network, three stages of n basic blocks
+ *            (two conv 3x3 + batch_norm) with base_filters x 1, 2, 4 channels;
+ *   18, 34:  four stages of basic blocks (2,2,2,2 / 3,4,6,3), base_filters x 1, 2, 4, 8;
+ *   50, 101, 152: four stages of bottleneck blocks (1x1, 3x3, 1x1 x4; 3,4,6,3 / 3,4,23,3 /
+ *            3,8,36,3), Paddle's ResNet50 of the lightning seed at base_filters 64.
+ * Every stage after the first halves the image (stride 2 on the block's first 3x3 conv, or
+ * the 1x1 of a bottleneck); a block whose shape changes adds a 1x1 conv + batch_norm
+ * projection to its shortcut; each block ends relu(branch + shortcut).  Stem: conv 3x3
+ * stride 1 + batch_norm relu (imagenet_stem 0, for small images), or conv 7x7 stride 2 +
+ * batch_norm relu + max pool 3x3 stride 2 (imagenet_stem 1).  Then global average pool ->
+ * fc num_classes softmax -> cross_entropy with label int64 [N, 1] -> mean.  Convolutions
+ * have no bias (batch_norm follows); batch_norm momentum 0.9, epsilon 1e-5.  To evaluate
+ * with the moving statistics, clone p for test (fl_prog_clone(p, 1)) before minimize. */
+
+typedef struct {
+    const char *input_name;       /* default "img" */
+    const char *label_name;       /* default "label" */
+    int channels, height, width;  /* default 1, 28, 28 (Fashion-MNIST) */
+    int depth;                    /* default 20 */
+    int base_filters;             /* default 16 */
+    int imagenet_stem;            /* default 0 */
+    int num_classes;              /* default 10 */
+} fl_model_resnet_config;
+
+typedef struct {
+    fl_var *input;   /* float32 [N, channels, height, width] */
+    fl_var *label;   /* int64 [N, 1] */
+    fl_var *predict; /* [N, num_classes] probabilities */
+    fl_var *loss;    /* [1], mean cross-entropy */
+} fl_model_resnet;
+
+/* ResNet-20 for 1 x 28 x 28 images, 10 classes. */
+FL_API fl_model_resnet_config fl_model_resnet_default(void);
+/* ResNet-50 for 3 x 224 x 224 images, 1000 classes (set height, width, num_classes for
+ * other data). */
+FL_API fl_model_resnet_config fl_model_resnet50(void);
+/* Builds the network into p; errors name the bad field (an unsupported depth).  Every
+ * stride-2 layer pads, so any image size of at least 1 x 1 builds.  *out is zeroed first. */
+FL_API int fl_model_resnet_build(fl_prog *p, const fl_model_resnet_config *cfg, fl_model_resnet *out);
+
 /* ---- text models: simnet-bow and word2vec ------------------------------------------------
  *
  * Each model has a builder (as above), a data reader setup (a dataset whose slots are the

@@ -445,8 +445,40 @@ static int run_exp_decay(fl_kctx *c)
     return FL_OK;
 }
 
+static int infer_cosine(fl_op *op)
+{
+    FL_CHECK(fl__op_check_slots(op));
+    fl_var *step = op->in[0].vars[0], *lr = op->out[0].vars[0];
+    if (step->dtype != FL_INT64) return fl__op_error(op, "step counter '%s' must be int64", step->name);
+    if (lr->dtype != FL_FLOAT32) return fl__op_error(op, "learning rate '%s' must be float32", lr->name);
+    int64_t se = fl__attr_i(op, "step_each_epoch", 1), ep = fl__attr_i(op, "epochs", 1);
+    if (se <= 0 || ep <= 0)
+        return fl__op_error(op, "step_each_epoch and epochs must be > 0, got %lld and %lld", (long long)se, (long long)ep);
+    return FL_OK;
+}
+
+/* Paddle's cosine_decay: lr = learning_rate * 0.5 * (cos(epoch * pi / epochs) + 1), epoch =
+ * floor(step / step_each_epoch), step the counter before this run's increment. */
+static int run_cosine(fl_kctx *c)
+{
+    const fl_tensor *st = FL_IN(c, 0);
+    if (st->dtype != FL_INT64 || st->numel < 1)
+        return fl__err(FL_EINVAL, "cosine_decay: step counter '%s' must be an int64 with one element",
+                       c->op->in[0].vars[0]->name);
+    int64_t step = ((const int64_t *)st->data)[0];
+    double base = fl__attr_f(c->op, "learning_rate", 0.0);
+    double epoch = floor((double)step / (double)fl__attr_i(c->op, "step_each_epoch", 1));
+    double epochs = (double)fl__attr_i(c->op, "epochs", 1);
+    fl_tensor *lr = FL_OUT(c, 0);
+    int64_t one = 1;
+    FL_CHECK(fl__tensor_reshape_raw(lr, FL_FLOAT32, 1, &one));
+    ((float *)lr->data)[0] = (float)(base * 0.5 * (cos(epoch * M_PI / epochs) + 1.0));
+    return FL_OK;
+}
+
 static const fl_op_def def_increment = {"increment", {"X"}, {"Out"}, infer_inc, run_increment, NULL};
+static const fl_op_def def_cosine = {"cosine_decay", {"Step"}, {"LearningRate"}, infer_cosine, run_cosine, NULL};
 static const fl_op_def def_exp_decay = {"exponential_decay", {"Step"}, {"LearningRate"}, infer_decay, run_exp_decay, NULL};
 
 const fl_op_def *const fl__ops_optim[] = {&def_sgd,       &def_momentum,  &def_adagrad, &def_adam,
-                                          &def_increment, &def_exp_decay, NULL};
+                                          &def_increment, &def_exp_decay, &def_cosine,  NULL};

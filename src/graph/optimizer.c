@@ -18,9 +18,10 @@ struct fl_opt {
     float lr, mu, beta1, beta2, eps;
     int nesterov;
     float l2;
-    int has_decay, staircase;
-    int64_t decay_steps;
+    int has_decay, staircase; /* has_decay: 1 exponential_decay, 2 cosine_decay */
+    int64_t decay_steps;      /* cosine: step_each_epoch */
     float decay_rate;
+    int64_t decay_epochs; /* cosine */
     fl_opt_hook_fn hook;
     void *hook_user;
     fl_opt_hook_fn pre_hook; /* FL_HOOK_BEFORE_BACKWARD (AMP, src/fleet/amp.c) */
@@ -118,6 +119,18 @@ int fl_opt_set_exponential_decay(fl_opt *o, int64_t decay_steps, float decay_rat
     return FL_OK;
 }
 
+int fl_opt_set_cosine_decay(fl_opt *o, int64_t step_each_epoch, int64_t epochs)
+{
+    if (!o || o->magic != FL_OPT_MAGIC) return fl__err(FL_EINVAL, "fl_opt_set_cosine_decay: optimizer is NULL");
+    if (step_each_epoch <= 0 || epochs <= 0)
+        return fl__err(FL_EINVAL, "fl_opt_set_cosine_decay: step_each_epoch and epochs must be > 0, got %lld and %lld",
+                       (long long)step_each_epoch, (long long)epochs);
+    o->has_decay = 2;
+    o->decay_steps = step_each_epoch;
+    o->decay_epochs = epochs;
+    return FL_OK;
+}
+
 static fl_var *state_var(fl_prog *p, const fl_var *param, const char *suffix, int ndim, const int64_t *shape, float value)
 {
     char name[512];
@@ -138,11 +151,15 @@ static fl_var *make_lr(fl_opt *o, fl_prog *p)
     if (!step) step = fl__persistable_create(p, "@LR_DECAY_COUNTER@", FL_INT64, 1, &one, 0.0f);
     if (!step) return NULL;
     fl_io in = FL_IO1("Step", step), out = FL_IO1("LearningRate", lr);
-    fl_op *op = fl__op_new(p, "exponential_decay", &in, 1, &out, 1);
-    if (!op || fl__attr_set_f(op, "learning_rate", o->lr) || fl__attr_set_i(op, "decay_steps", o->decay_steps) ||
-        fl__attr_set_f(op, "decay_rate", o->decay_rate) || fl__attr_set_i(op, "staircase", o->staircase) ||
-        fl__op_finish(op))
-        return NULL;
+    /* the schedules: one op each (ops_optim.c), its attributes set here */
+    fl_op *op = fl__op_new(p, o->has_decay == 2 ? "cosine_decay" : "exponential_decay", &in, 1, &out, 1);
+    if (!op || fl__attr_set_f(op, "learning_rate", o->lr)) return NULL;
+    int bad = o->has_decay == 2
+                  ? fl__attr_set_i(op, "step_each_epoch", o->decay_steps) || fl__attr_set_i(op, "epochs", o->decay_epochs)
+                  : fl__attr_set_i(op, "decay_steps", o->decay_steps) || fl__attr_set_f(op, "decay_rate", o->decay_rate) ||
+                        fl__attr_set_i(op, "staircase", o->staircase);
+    if (bad) return NULL;
+    if (fl__op_finish(op)) return NULL;
     fl_io sin = FL_IO1("X", step), sout = FL_IO1("Out", step);
     fl_op *inc = fl__op_new(p, "increment", &sin, 1, &sout, 1);
     if (!inc || fl__attr_set_f(inc, "step", 1.0) || fl__op_finish(inc)) return NULL;

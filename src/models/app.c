@@ -1,0 +1,378 @@
+/*
+ * app.c - the registry of standard models (one row each, see fleet/app.h) and their
+ * options: defaults, setting by name, configuration files.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "app_internal.h"
+
+/* ---- the rows --------------------------------------------------------------------------- */
+
+/* "400,400,400" -> hidden[], nhidden; errors name the option. */
+static int parse_hidden(const char *s, int *hidden, int *n)
+{
+    *n = 0;
+    if (!*s) return FL_OK;
+    const char *q = s;
+    while (*q) {
+        char *end;
+        errno = 0;
+        long v = strtol(q, &end, 10);
+        if (end == q || v < 1 || v > 1 << 20 || errno || (*end && *end != ','))
+            return fl__err(FL_EINVAL, "option hidden: expected sizes such as 400,400,400, got '%s'", s);
+        if (*n == FL_MODEL_CTR_MAX_LAYERS)
+            return fl__err(FL_EINVAL, "option hidden: at most %d layers, got '%s'", FL_MODEL_CTR_MAX_LAYERS, s);
+        hidden[(*n)++] = (int)v;
+        q = *end ? end + 1 : end;
+    }
+    return FL_OK;
+}
+
+static void set_str(char *dst, size_t cap, const char *s) { snprintf(dst, cap, "%s", s); }
+#define SET(field, s) set_str(field, sizeof field, s)
+
+/* CTR models share the inputs, the reader and the configuration. */
+typedef int (*ctr_build_fn)(fl_prog *, const fl_model_ctr_config *, fl_model_ctr *);
+
+static int build_ctr(fl_app_net *net, const fl_app_config *c, int is_distributed, fl_model_ctr_config mc, ctr_build_fn fn)
+{
+    mc.sparse_feature_dim = c->sparse_feature_dim;
+    mc.embedding_size = c->embedding_size;
+    mc.is_distributed = is_distributed;
+    mc.loss_mean = 1;
+    FL_CHECK(parse_hidden(c->hidden, mc.hidden, &mc.nhidden));
+    fl_model_ctr m;
+    FL_CHECK(fn(net->prog, &mc, &m));
+    net->nfeeds = m.nuse_var;
+    memcpy(net->feeds, m.use_var, (size_t)m.nuse_var * sizeof m.use_var[0]);
+    net->predict = m.predict;
+    net->loss = m.loss;
+    return FL_OK;
+}
+
+static void ctr_defaults(fl_app_config *c, const char *hidden)
+{
+    SET(c->optimizer, "adam");
+    c->lr = 0.001;
+    c->batch_size = 256;
+    c->epochs = 2;
+    c->thread = 2;
+    c->sparse_feature_dim = 1000001;
+    c->embedding_size = 10;
+    SET(c->hidden, hidden);
+}
+
+static void ctr_dnn_defaults(fl_app_config *c) { ctr_defaults(c, "400,400,400"); }
+static void deepfm_defaults(fl_app_config *c) { ctr_defaults(c, "400,400,400"); }
+static void wide_deep_defaults(fl_app_config *c) { ctr_defaults(c, "256,128"); }
+
+static int ctr_dnn_build(fl_app_net *net, const fl_app_config *c, int d)
+{
+    return build_ctr(net, c, d, fl_model_ctr_dnn_default(), fl_model_ctr_dnn_build);
+}
+static int deepfm_build(fl_app_net *net, const fl_app_config *c, int d)
+{
+    return build_ctr(net, c, d, fl_model_deepfm_default(), fl_model_deepfm_build);
+}
+static int wide_deep_build(fl_app_net *net, const fl_app_config *c, int d)
+{
+    return build_ctr(net, c, d, fl_model_wide_deep_default(), fl_model_wide_deep_build);
+}
+
+static void resnet_defaults(fl_app_config *c)
+{
+    SET(c->optimizer, "momentum");
+    c->lr = 0.05;
+    c->momentum = 0.9;
+    SET(c->lr_decay, "cosine");
+    c->batch_size = 64;
+    c->epochs = 1;
+    c->thread = 1;
+    c->depth = 20;
+    c->width = 8;
+}
+
+static int resnet_build(fl_app_net *net, const fl_app_config *c, int is_distributed)
+{
+    fl_model_resnet_config rc = fl_model_resnet_default();
+    rc.depth = c->depth;
+    rc.base_filters = c->width;
+    fl_model_resnet m;
+    FL_CHECK(fl_model_resnet_build(net->prog, &rc, &m));
+    net->feeds[0] = m.input;
+    net->feeds[1] = m.label;
+    net->nfeeds = 2;
+    net->predict = m.predict;
+    net->loss = m.loss;
+    return FL_OK;
+}
+
+/* How to add a model: see the row contract in fleet/app.h. */
+/* clang-format off */
+static const fl_app_row rows[] = {
+    {"ctr_dnn", "CTR-DNN: 26 sum-pooled embeddings + dense input, fc 400 x 3 (Paddle's ctr example)",
+     FL_APP_SPARSE, "local,async,sync,geo,collective", "criteo", "auc", ctr_dnn_defaults, ctr_dnn_build},
+    {"deepfm", "DeepFM: first-order weights + FM second order over the 26 slots + DNN",
+     FL_APP_SPARSE, "local,async,sync,geo,collective", "criteo", "auc", deepfm_defaults, deepfm_build},
+    {"wide_deep", "Wide&Deep: a linear model of the ids and dense input + DNN over the embeddings",
+     FL_APP_SPARSE, "local,async,sync,geo,collective", "criteo", "auc", wide_deep_defaults, wide_deep_build},
+    {"resnet", "ResNet (depth 6n+2, 18, 34, 50, ...; batch_norm, residual blocks) on Fashion-MNIST",
+     FL_APP_DENSE, "local,collective", "idx", "accuracy", resnet_defaults, resnet_build},
+};
+/* clang-format on */
+#define NROWS ((int)(sizeof rows / sizeof rows[0]))
+
+int fl_app_count(void) { return NROWS; }
+const fl_app_row *fl_app_at(int i) { return i >= 0 && i < NROWS ? &rows[i] : NULL; }
+
+const fl_app_row *fl_app_find(const char *name)
+{
+    char known[512] = "";
+    size_t k = 0;
+    for (int i = 0; i < NROWS; i++) {
+        if (name && !strcmp(rows[i].name, name)) return &rows[i];
+        k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", i ? ", " : "", rows[i].name);
+        if (k >= sizeof known) k = sizeof known - 1;
+    }
+    fl__err(FL_ENOTFOUND, "unknown model '%s' (models: %s)", name ? name : "(null)", known);
+    return NULL;
+}
+
+/* ---- options ------------------------------------------------------------------------------ */
+
+typedef enum { O_STR, O_INT, O_I64, O_U64, O_DBL } otype;
+
+typedef struct {
+    const char *name;
+    otype type;
+    size_t off, size;
+    double lo, hi; /* numbers: the accepted range */
+    const char *help;
+} opt_def;
+
+#define OS(f, h)                                                                        \
+    {                                                                                   \
+#f, O_STR, offsetof(fl_app_config, f), sizeof(((fl_app_config *)0)->f), 0, 0, h \
+    }
+#define ON(f, t, lo, hi, h)                                                           \
+    {                                                                                 \
+#f, t, offsetof(fl_app_config, f), sizeof(((fl_app_config *)0)->f), lo, hi, h \
+    }
+/* clang-format off */
+static const opt_def opts[] = {
+    OS(model, "model name (fleet-lightning list)"),
+    OS(train_data, "directory of training data (criteo: its files; idx: train-*-ubyte[.gz])"),
+    OS(test_data, "directory of test data, scored after training (idx: t10k-*-ubyte[.gz])"),
+    OS(model_dir, "where the inference model is saved (and read by eval / infer)"),
+    OS(metrics_dir, "write metrics.json (one line per epoch and the test metric) there"),
+    /* --strategy FILE, as the command line names it */
+    {"strategy", O_STR, offsetof(fl_app_config, strategy_file), sizeof(((fl_app_config *)0)->strategy_file), 0, 0,
+     "DistributedStrategy file (key=value lines or JSON)"},
+    OS(output, "infer: file of predictions (default stdout)"),
+    OS(mode, "local, async, sync, geo or collective (default: the model's kind)"),
+    OS(optimizer, "sgd, momentum, adam or adagrad"),
+    OS(lr_decay, "learning-rate decay: none, exponential or cosine"),
+    ON(lr, O_DBL, 1e-12, 1e6, "learning rate"),
+    ON(momentum, O_DBL, 0, 1, "momentum (optimizer momentum)"),
+    ON(decay_rate, O_DBL, 1e-12, 1, "exponential decay: rate per decay_steps"),
+    ON(decay_steps, O_I64, 0, 1e15, "exponential: steps per decay; cosine: steps per epoch (0 = an epoch's)"),
+    ON(batch_size, O_INT, 1, 1 << 24, "examples per batch and worker"),
+    ON(epochs, O_INT, 1, 1e6, "passes over the training data"),
+    ON(thread, O_INT, 1, 256, "trainer threads (dataset readers; 1 under collective training)"),
+    ON(print_period, O_INT, 0, 1e9, "batches between progress lines (0: none)"),
+    ON(max_steps, O_I64, 0, 1e15, "at most this many batches per epoch and worker (0: all)"),
+    ON(seed, O_U64, 0, 1.8e19, "seed of the initial parameters and the shuffles"),
+    ON(sparse_feature_dim, O_I64, 1, 1e12, "CTR: rows of the sparse tables (ids hashed into them)"),
+    ON(embedding_size, O_INT, 1, 4096, "CTR: width of an embedding"),
+    OS(hidden, "CTR: sizes of the DNN's fc layers, e.g. 400,400,400"),
+    ON(depth, O_INT, 8, 1202, "ResNet: depth (6n+2, 18, 34, 50, 101, 152)"),
+    ON(width, O_INT, 1, 4096, "ResNet: filters of the first stage"),
+};
+/* clang-format on */
+#define NOPTS ((int)(sizeof opts / sizeof opts[0]))
+
+void fl_app_config_default(const fl_app_row *row, fl_app_config *c)
+{
+    memset(c, 0, sizeof *c);
+    SET(c->optimizer, "sgd");
+    SET(c->lr_decay, "none");
+    c->lr = 0.01;
+    c->momentum = 0.9;
+    c->decay_rate = 0.5;
+    c->batch_size = 64;
+    c->epochs = 1;
+    c->thread = 1;
+    c->print_period = 0;
+    c->seed = 1;
+    c->sparse_feature_dim = 1000001;
+    c->embedding_size = 10;
+    c->depth = 20;
+    c->width = 16;
+    if (!row) return;
+    SET(c->model, row->name);
+    snprintf(c->model_dir, sizeof c->model_dir, "%s_model", row->name);
+    row->defaults(c);
+}
+
+static const opt_def *find_opt(const char *name)
+{
+    for (int i = 0; i < NOPTS; i++)
+        if (!strcmp(opts[i].name, name)) return &opts[i];
+    return NULL;
+}
+
+int fl_app_config_set(fl_app_config *c, const char *name, const char *value)
+{
+    if (!c || !name || !value) return fl__err(FL_EINVAL, "fl_app_config_set: config, name or value is NULL");
+    const opt_def *o = find_opt(name);
+    if (!o) return fl__err(FL_EINVAL, "unknown option '%s'", name);
+    char *f = (char *)c + o->off;
+    if (o->type == O_STR) {
+        if (strlen(value) >= o->size)
+            return fl__err(FL_EINVAL, "option %s: value longer than %zu characters", name, o->size - 1);
+        memcpy(f, value, strlen(value) + 1);
+        return FL_OK;
+    }
+    char *end;
+    errno = 0;
+    double d = o->type == O_DBL ? strtod(value, &end) : (double)strtoll(value, &end, 10);
+    uint64_t u = 0;
+    if (o->type == O_U64) {
+        errno = 0;
+        u = strtoull(value, &end, 10);
+        d = (double)u;
+    }
+    if (end == value || *end || errno || (o->type == O_U64 && value[0] == '-'))
+        return fl__err(FL_EINVAL, "option %s: '%s' is not %s", name, value, o->type == O_DBL ? "a number" : "an integer");
+    if (!(d >= o->lo && d <= o->hi))
+        return fl__err(FL_EINVAL, "option %s: %s is out of range [%g, %g]", name, value, o->lo, o->hi);
+    switch (o->type) {
+    case O_INT: *(int *)f = (int)d; break;
+    case O_I64: *(int64_t *)f = (int64_t)strtoll(value, NULL, 10); break;
+    case O_U64: *(uint64_t *)f = u; break;
+    case O_DBL: *(double *)f = d; break;
+    case O_STR: break;
+    }
+    return FL_OK;
+}
+
+int fl_app_config_get(const fl_app_config *c, const char *name, char *buf, size_t cap)
+{
+    const opt_def *o = c && name ? find_opt(name) : NULL;
+    if (!o || !buf || !cap) return fl__err(FL_EINVAL, "fl_app_config_get: unknown option '%s'", name ? name : "(null)");
+    const char *f = (const char *)c + o->off;
+    switch (o->type) {
+    case O_STR: snprintf(buf, cap, "%s", f); break;
+    case O_INT: snprintf(buf, cap, "%d", *(const int *)f); break;
+    case O_I64: snprintf(buf, cap, "%" PRId64, *(const int64_t *)f); break;
+    case O_U64: snprintf(buf, cap, "%" PRIu64, *(const uint64_t *)f); break;
+    case O_DBL: snprintf(buf, cap, "%g", *(const double *)f); break;
+    }
+    return FL_OK;
+}
+
+const char *fl_app_option(int i, const char **help)
+{
+    if (i < 0 || i >= NOPTS) return NULL;
+    if (help) *help = opts[i].help;
+    return opts[i].name;
+}
+
+int fl_app_config_load(fl_app_config *c, const char *path)
+{
+    if (!c || !path) return fl__err(FL_EINVAL, "fl_app_config_load: config or path is NULL");
+    FILE *f = fopen(path, "r");
+    if (!f) return fl__err(FL_EIO, "config file %s: %s", path, strerror(errno));
+    char line[4096];
+    int lineno = 0, st = FL_OK;
+    while (st == FL_OK && fgets(line, sizeof line, f)) {
+        lineno++;
+        char *s = line + strspn(line, " \t");
+        s[strcspn(s, "#\r\n")] = 0;
+        if (!*s) continue;
+        size_t k = strcspn(s, "=:");
+        if (!s[k]) {
+            st = fl__err(FL_EINVAL, "%s:%d: expected key=value, got '%s'", path, lineno, s);
+            break;
+        }
+        char *v = s + k + 1, *ke = s + k;
+        while (ke > s && (ke[-1] == ' ' || ke[-1] == '\t')) ke--;
+        *ke = 0;
+        v += strspn(v, " \t");
+        for (char *e = v + strlen(v); e > v && (e[-1] == ' ' || e[-1] == '\t');) *--e = 0;
+        if (fl_app_config_set(c, s, v) != FL_OK) st = fl__err(FL_EINVAL, "%s:%d: %s", path, lineno, fl_last_error());
+    }
+    fclose(f);
+    return st;
+}
+
+int fl_app_config_save(const fl_app_config *c, const char *path)
+{
+    if (!c || !path) return fl__err(FL_EINVAL, "fl_app_config_save: config or path is NULL");
+    char tmp[FL_APP_PATH + 64];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return fl__err(FL_EIO, "%s: %s", tmp, strerror(errno));
+    fprintf(f, "# fleet-lightning options of the training run (eval and infer read them first)\n");
+    for (int i = 0; i < NOPTS; i++) {
+        char v[FL_APP_PATH];
+        fl_app_config_get(c, opts[i].name, v, sizeof v);
+        if (*v) fprintf(f, "%s=%s\n", opts[i].name, v);
+    }
+    if (fclose(f) || rename(tmp, path)) {
+        int e = errno;
+        unlink(tmp);
+        return fl__err(FL_EIO, "%s: %s", path, strerror(e));
+    }
+    return FL_OK;
+}
+
+int fl_app_parse_train_configs(int argc, char **argv, const fl_app_row *row, fl_app_config *c)
+{
+    if (!c || argc < 0 || (argc && !argv)) return fl__err(FL_EINVAL, "fl_app_parse_train_configs: bad arguments");
+    fl_app_config_default(row, c);
+    for (int pass = 0; pass < 2; pass++) /* --config FILE first, then the other options over it */
+        for (int i = 1; i < argc; i++) {
+            const char *a = argv[i];
+            if (strncmp(a, "--", 2))
+                return fl__err(FL_EINVAL, "argument %d: expected --name VALUE or --name=VALUE, got '%s'", i, a);
+            char name[64];
+            const char *eq = strchr(a, '='), *v = eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : NULL;
+            size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+            snprintf(name, sizeof name, "%.*s", (int)(n < 63 ? n : 63), a + 2);
+            if (!v) return fl__err(FL_EINVAL, "option --%s expects a value (--%s VALUE or --%s=VALUE)", name, name, name);
+            if (!eq) i++;
+            int is_config = !strcmp(name, "config");
+            if (pass == 0 && is_config) FL_CHECK(fl_app_config_load(c, v));
+            if (pass == 1 && !is_config) FL_CHECK(fl_app_config_set(c, name, v));
+        }
+    return FL_OK;
+}
+
+int fl_app_list(FILE *f)
+{
+    if (!f) return fl__err(FL_EINVAL, "fl_app_list: file is NULL");
+    fprintf(f, "%-10s %-6s %-7s %-8s %-32s %s\n", "model", "kind", "data", "metric", "modes", "default config");
+    for (int i = 0; i < NROWS; i++) {
+        const fl_app_row *r = &rows[i];
+        fl_app_config c;
+        fl_app_config_default(r, &c);
+        char cfg[256];
+        if (r->kind == FL_APP_SPARSE)
+            snprintf(cfg, sizeof cfg, "%s lr %g batch %d epochs %d emb %d hidden %s", c.optimizer, c.lr, c.batch_size,
+                     c.epochs, c.embedding_size, c.hidden);
+        else
+            snprintf(cfg, sizeof cfg, "%s lr %g momentum %g %s decay, batch %d epochs %d depth %d width %d", c.optimizer,
+                     c.lr, c.momentum, c.lr_decay, c.batch_size, c.epochs, c.depth, c.width);
+        fprintf(f, "%-10s %-6s %-7s %-8s %-32s %s\n", r->name, r->kind == FL_APP_SPARSE ? "ps" : "coll", r->reader,
+                r->metric, r->modes, cfg);
+        fprintf(f, "%-10s   %s\n", "", r->summary);
+    }
+    return FL_OK;
+}

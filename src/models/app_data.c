@@ -1,0 +1,326 @@
+/*
+ * app_data.c - the readers and metrics of the model registry (see app_internal.h): a
+ * dataset reader over the files of a directory (criteo, multislot) and an IDX image
+ * reader (the Fashion-MNIST files of examples/fmnist/idx.h, reused as is).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "app_internal.h"
+#include "../../examples/fmnist/idx.h"
+
+/* ---- metrics -------------------------------------------------------------------------------- */
+
+static fl_var *build_auc(fl_var *predict, fl_var *label) { return fl_layer_auc(predict, label, 4096, 20, NULL); }
+static fl_var *build_accuracy(fl_var *predict, fl_var *label) { return fl_layer_accuracy(predict, label, 1); }
+
+static const app_metric metrics[] = {
+    {"auc", build_auc, 1},
+    {"accuracy", build_accuracy, 0},
+};
+
+const app_metric *fl__app_metric(const char *name)
+{
+    for (size_t i = 0; i < sizeof metrics / sizeof metrics[0]; i++)
+        if (!strcmp(metrics[i].name, name)) return &metrics[i];
+    fl__err(FL_ENOTFOUND, "unknown metric '%s' (auc, accuracy)", name);
+    return NULL;
+}
+
+/* ---- dataset reader (criteo, multislot) ------------------------------------------------------ */
+
+typedef struct {
+    fl_dataset *ds;
+    char **files;
+    int nfiles;
+    int print_period;
+    uint64_t seed;
+} ds_reader;
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The regular files of dir (not hidden), sorted. */
+static int list_dir(const char *what, const char *dir, char ***out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (!*dir) return fl__err(FL_EINVAL, "%s is not set (a directory of data files)", what);
+    DIR *d = opendir(dir);
+    if (!d) return fl__err(FL_EIO, "%s '%s': %s", what, dir, strerror(errno));
+    struct dirent *e;
+    int cap = 0, st = FL_OK;
+    while (st == FL_OK && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[FL_APP_PATH + 256];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (stat(path, &sb) || !S_ISREG(sb.st_mode)) continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **nf = realloc(*out, (size_t)cap * sizeof *nf);
+            if (!nf) st = fl__err(FL_ENOMEM, "%s: out of memory", what);
+            else *out = nf;
+        }
+        if (st == FL_OK && !((*out)[*n] = strdup(path))) st = fl__err(FL_ENOMEM, "%s: out of memory", what);
+        if (st == FL_OK) (*n)++;
+    }
+    closedir(d);
+    if (st == FL_OK && !*n) st = fl__err(FL_ENOTFOUND, "%s '%s' holds no data files", what, dir);
+    if (st == FL_OK) qsort(*out, (size_t)*n, sizeof **out, cmp_str);
+    return st;
+}
+
+static void ds_close(void *p)
+{
+    ds_reader *r = p;
+    if (!r) return;
+    fl_dataset_free(r->ds);
+    for (int i = 0; i < r->nfiles; i++) free(r->files[i]);
+    free(r->files);
+    free(r);
+}
+
+static int ds_open_as(const char *format, const fl_app_config *c, const char *dir, int train, int rank, int nranks,
+                      fl_var *const *feeds, int nfeeds, void **out)
+{
+    if (train && c->max_steps)
+        return fl__err(FL_EUNSUPPORTED,
+                       "option max_steps: the %s reader trains on whole passes (Hogwild threads); "
+                       "leave max_steps at 0",
+                       format);
+    ds_reader *r = calloc(1, sizeof *r);
+    if (!r) return fl__err(FL_ENOMEM, "reader: out of memory");
+    r->print_period = c->print_period;
+    r->seed = c->seed;
+    int st = list_dir(train ? "train_data" : "test_data", dir, &r->files, &r->nfiles);
+    /* this worker's files: contiguous blocks, the first len % n workers one more (fleet_split_files) */
+    int lo = 0, hi = r->nfiles;
+    if (st == FL_OK && train && nranks > 1) {
+        int q = r->nfiles / nranks, rem = r->nfiles % nranks;
+        lo = rank * q + (rank < rem ? rank : rem);
+        hi = lo + q + (rank < rem);
+    }
+    r->ds = st == FL_OK ? fl_dataset_create(train ? "InMemoryDataset" : "QueueDataset") : NULL;
+    if (st == FL_OK && !r->ds) st = fl_last_status();
+    if (st == FL_OK) st = fl_dataset_set_format(r->ds, format);
+    if (st == FL_OK) st = fl_dataset_set_batch_size(r->ds, c->batch_size);
+    if (st == FL_OK) st = fl_dataset_set_thread(r->ds, train ? c->thread : 1);
+    if (st == FL_OK) st = fl_dataset_set_use_var(r->ds, feeds, nfeeds);
+    if (st == FL_OK && !strcmp(format, "criteo"))
+        st = fl_dataset_set_sparse_feature_dim(r->ds, (uint64_t)c->sparse_feature_dim);
+    if (st == FL_OK) st = fl_dataset_set_filelist(r->ds, (const char *const *)r->files + lo, hi - lo);
+    if (st == FL_OK && train) st = fl_dataset_load_into_memory(r->ds);
+    if (st != FL_OK) {
+        ds_close(r);
+        return st;
+    }
+    *out = r;
+    return FL_OK;
+}
+
+static int criteo_open(const fl_app_config *c, const char *dir, int train, int rank, int nranks, fl_var *const *feeds,
+                       int nfeeds, void **out)
+{
+    return ds_open_as("criteo", c, dir, train, rank, nranks, feeds, nfeeds, out);
+}
+
+static int multislot_open(const fl_app_config *c, const char *dir, int train, int rank, int nranks, fl_var *const *feeds,
+                          int nfeeds, void **out)
+{
+    return ds_open_as("multislot", c, dir, train, rank, nranks, feeds, nfeeds, out);
+}
+
+static int ds_pass(void *p, fl_exe *e, fl_prog *prog, int train, int thread, const char *const *fetch, int nfetch,
+                   int epoch, app_pass *out, app_batch_fn fn, void *user)
+{
+    ds_reader *r = p;
+    memset(out, 0, sizeof *out);
+    if (train) {
+        const char *info[2] = {"loss", "metric"};
+        fl_exe_dataset_stats s;
+        FL_CHECK(fl_dataset_local_shuffle(r->ds, r->seed + (uint64_t)epoch));
+        FL_CHECK(fl_exe_train_from_dataset(e, prog, r->ds, thread, fetch, info, nfetch, r->print_period, &s));
+        *out = (app_pass){s.instances, s.batches, s.seconds, s.fetch[0], nfetch > 1 ? s.fetch[1] : 0};
+        return FL_OK;
+    }
+    double t0 = fl__now();
+    FL_CHECK(fl_dataset_begin(r->ds));
+    fl_data_batch *b = fl_data_batch_create(r->ds);
+    int st = b ? FL_OK : fl_last_status(), got;
+    fl_feed feed[FL_APP_MAX_FEEDS];
+    fl_tensor *res[4];
+    while (st == FL_OK && (got = fl_dataset_next(r->ds, 0, b)) == 1) {
+        int nf = fl_data_batch_num_slots(b);
+        for (int i = 0; i < nf && i < FL_APP_MAX_FEEDS; i++)
+            feed[i] = (fl_feed){fl_data_batch_name(b, i), fl_data_batch_tensor(b, i)};
+        st = fl_exe_run(e, prog, feed, nf, fetch, nfetch, res);
+        if (st == FL_OK && fn) st = fn(user, res, nfetch, fl_data_batch_size(b));
+        out->instances += fl_data_batch_size(b);
+        out->batches++;
+    }
+    if (st == FL_OK && got < 0) st = fl_last_status();
+    int end = fl_dataset_end(r->ds);
+    if (st == FL_OK) st = end;
+    fl_data_batch_free(b);
+    out->seconds = fl__now() - t0;
+    return st;
+}
+
+/* ---- IDX image reader ------------------------------------------------------------------------ */
+
+typedef struct {
+    fmnist_split d;
+    int rank, nranks, batch, print_period;
+    int64_t max_steps;
+    uint64_t seed;
+    char xname[128], yname[128];
+    int64_t *perm;
+    fl_tensor *x, *y;
+} idx_reader;
+
+static void idx_close(void *p)
+{
+    idx_reader *r = p;
+    if (!r) return;
+    fmnist_free(&r->d);
+    free(r->perm);
+    fl_tensor_free(r->x);
+    fl_tensor_free(r->y);
+    free(r);
+}
+
+static int idx_open(const fl_app_config *c, const char *dir, int train, int rank, int nranks, fl_var *const *feeds,
+                    int nfeeds, void **out)
+{
+    if (nfeeds != 2)
+        return fl__err(FL_EINVAL, "the idx reader feeds an image and a label, the model has %d inputs", nfeeds);
+    const int64_t *sh = fl_var_shape(feeds[0]);
+    if (fl_var_ndim(feeds[0]) != 4 || sh[1] != 1 || sh[2] != FMNIST_ROWS || sh[3] != FMNIST_COLS)
+        return fl__err(FL_EINVAL, "the idx reader feeds [N, 1, 28, 28] images; input '%s' differs", fl_var_name(feeds[0]));
+    idx_reader *r = calloc(1, sizeof *r);
+    if (!r) return fl__err(FL_ENOMEM, "reader: out of memory");
+    char err[8192];
+    if (fmnist_load(fmnist_dir(dir), train ? "train" : "t10k", &r->d, err, sizeof err)) {
+        free(r);
+        return fl__err(FL_EIO, "%s: %s", train ? "train_data" : "test_data", err);
+    }
+    r->rank = train ? rank : 0;
+    r->nranks = train ? nranks : 1;
+    r->batch = c->batch_size;
+    r->print_period = c->print_period;
+    r->max_steps = train ? c->max_steps : 0;
+    r->seed = c->seed;
+    snprintf(r->xname, sizeof r->xname, "%s", fl_var_name(feeds[0]));
+    snprintf(r->yname, sizeof r->yname, "%s", fl_var_name(feeds[1]));
+    r->perm = malloc((size_t)r->d.n * sizeof *r->perm);
+    r->x = fl_tensor_create(FL_FLOAT32, 4, (const int64_t[]){r->batch, 1, FMNIST_ROWS, FMNIST_COLS});
+    r->y = fl_tensor_create(FL_INT64, 2, (const int64_t[]){r->batch, 1});
+    if (!r->perm || !r->x || !r->y || !r->d.n) {
+        int empty = r->perm && r->x && r->y;
+        idx_close(r);
+        return empty ? fl__err(FL_ENOTFOUND, "%s '%s' holds no images", train ? "train_data" : "test_data", dir)
+                     : fl__err(FL_ENOMEM, "reader: out of memory");
+    }
+    *out = r;
+    return FL_OK;
+}
+
+/* Samples perm[k] of the pass, k in [lo, lo + b), into the feed tensors. */
+static int idx_gather(idx_reader *r, const int64_t *idx, int64_t b)
+{
+    if (fl_tensor_dim(r->x, 0) != b) {
+        FL_CHECK(fl_tensor_resize(r->x, FL_FLOAT32, 4, (const int64_t[]){b, 1, FMNIST_ROWS, FMNIST_COLS}));
+        FL_CHECK(fl_tensor_resize(r->y, FL_INT64, 2, (const int64_t[]){b, 1}));
+    }
+    float *xp = fl_tensor_f32(r->x);
+    int64_t *yp = fl_tensor_i64(r->y);
+    for (int64_t i = 0; i < b; i++) {
+        memcpy(xp + i * FMNIST_PIXELS, r->d.x + idx[i] * FMNIST_PIXELS, FMNIST_PIXELS * sizeof(float));
+        yp[i] = r->d.y[idx[i]];
+    }
+    return FL_OK;
+}
+
+/* Training: the epoch's fixed shuffle, this trainer's perm[rank::nranks] padded by wrapping
+ * round so every trainer runs the same number of steps (examples/fmnist/train.h's rule).
+ * Evaluation: every image in file order. */
+static int idx_pass(void *p, fl_exe *e, fl_prog *prog, int train, int thread, const char *const *fetch, int nfetch,
+                    int epoch, app_pass *out, app_batch_fn fn, void *user)
+{
+    idx_reader *r = p;
+    memset(out, 0, sizeof *out);
+    int64_t n = r->d.n, shard = (n + r->nranks - 1) / r->nranks;
+    if (train) {
+        fmnist_shuffle(r->perm, n, r->seed + (uint64_t)epoch);
+        int64_t *mine = malloc((size_t)shard * sizeof *mine);
+        if (!mine) return fl__err(FL_ENOMEM, "reader: out of memory");
+        for (int64_t k = 0; k < shard; k++) mine[k] = r->perm[(r->rank + k * r->nranks) % n];
+        memcpy(r->perm, mine, (size_t)shard * sizeof *mine);
+        free(mine);
+    } else {
+        for (int64_t k = 0; k < n; k++) r->perm[k] = k;
+    }
+    int64_t steps = (shard + r->batch - 1) / r->batch;
+    if (r->max_steps && steps > r->max_steps) steps = r->max_steps;
+    double t0 = fl__now(), loss = 0, metric = 0;
+    for (int64_t s = 0; s < steps; s++) {
+        int64_t b = shard - s * r->batch < r->batch ? shard - s * r->batch : r->batch;
+        FL_CHECK(idx_gather(r, r->perm + s * r->batch, b));
+        fl_feed feed[2] = {{r->xname, r->x}, {r->yname, r->y}};
+        fl_tensor *res[4];
+        int st = fl_exe_run(e, prog, feed, 2, fetch, nfetch, res);
+        if (st != FL_OK) return fl__err(st, "epoch %d batch %lld: %s", epoch + 1, (long long)s, fl_last_error());
+        if (fn) FL_CHECK(fn(user, res, nfetch, (int)b));
+        if (train) {
+            loss += fl_tensor_f32(res[0])[0];
+            if (nfetch > 1) metric += fl_tensor_f32(res[1])[0];
+            if (r->print_period && (s + 1) % r->print_period == 0)
+                printf("epoch %d step %lld/%lld: loss %.4f metric %.4f (%.0f examples/s)\n", epoch + 1, (long long)s + 1,
+                       (long long)steps, loss / (double)(s + 1), metric / (double)(s + 1),
+                       (double)(s + 1) * r->batch / (fl__now() - t0));
+        }
+        out->instances += b;
+        out->batches++;
+    }
+    out->seconds = fl__now() - t0;
+    if (steps) {
+        out->loss = loss / (double)steps;
+        out->metric = metric / (double)steps;
+    }
+    (void)thread;
+    return FL_OK;
+}
+
+static int64_t ds_steps(void *p, int batch_size)
+{
+    ds_reader *r = p;
+    int64_t n = fl_dataset_get_memory_data_size(r->ds);
+    return n > 0 ? (n + batch_size - 1) / batch_size : 1;
+}
+
+static int64_t idx_steps(void *p, int batch_size)
+{
+    idx_reader *r = p;
+    int64_t steps = ((r->d.n + r->nranks - 1) / r->nranks + batch_size - 1) / batch_size;
+    return r->max_steps && steps > r->max_steps ? r->max_steps : steps;
+}
+
+/* ---- the reader table ------------------------------------------------------------------------- */
+
+static const app_reader readers[] = {
+    {"criteo", criteo_open, ds_pass, ds_close, ds_steps},
+    {"multislot", multislot_open, ds_pass, ds_close, ds_steps},
+    {"idx", idx_open, idx_pass, idx_close, idx_steps},
+};
+
+const app_reader *fl__app_reader(const char *name)
+{
+    for (size_t i = 0; i < sizeof readers / sizeof readers[0]; i++)
+        if (!strcmp(readers[i].name, name)) return &readers[i];
+    fl__err(FL_ENOTFOUND, "unknown reader '%s' (criteo, multislot, idx)", name);
+    return NULL;
+}

@@ -1,0 +1,314 @@
+/*
+ * app_train.c - fl_app_train, fl_app_eval and fl_app_infer: a registry row driven through
+ * the executor, the row's reader and the fleet facade (see fleet/app.h).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "app_internal.h"
+
+static double scalar_of(const fl_tensor *t)
+{
+    if (fl_tensor_dtype(t) == FL_FLOAT64) return *(const double *)fl_tensor_cdata(t);
+    if (fl_tensor_dtype(t) == FL_INT64) return (double)*(const int64_t *)fl_tensor_cdata(t);
+    return *(const float *)fl_tensor_cdata(t);
+}
+
+static int in_list(const char *list, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *p = list; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+        if (strcspn(p, ",") == n && !strncmp(p, word, n)) return 1;
+    }
+    return 0;
+}
+
+static int check_row(const fl_app_row *row, const fl_app_config *c, const char *who)
+{
+    if (!row || !c) return fl__err(FL_EINVAL, "%s: model row or config is NULL", who);
+    if (!fl__app_reader(row->reader) || !fl__app_metric(row->metric)) return fl_last_status();
+    return FL_OK;
+}
+
+/* Appends "key": value pairs (already formatted) as one JSON line to metrics_dir/metrics.json. */
+static int metrics_line(const fl_app_config *c, const char *fmt, ...) FL_PRINTF(2, 3);
+static int metrics_line(const fl_app_config *c, const char *fmt, ...)
+{
+    if (!c->metrics_dir[0]) return FL_OK;
+    if (mkdir(c->metrics_dir, 0755) && errno != EEXIST)
+        return fl__err(FL_EIO, "metrics_dir '%s': %s", c->metrics_dir, strerror(errno));
+    char path[FL_APP_PATH + 32];
+    snprintf(path, sizeof path, "%s/metrics.json", c->metrics_dir);
+    FILE *f = fopen(path, "a");
+    if (!f) return fl__err(FL_EIO, "%s: %s", path, strerror(errno));
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(f, "{\"model\": \"%s\", ", c->model);
+    vfprintf(f, fmt, ap);
+    fputs("}\n", f);
+    va_end(ap);
+    return fclose(f) ? fl__err(FL_EIO, "%s: %s", path, strerror(errno)) : FL_OK;
+}
+
+static fl_opt *make_optimizer(const fl_app_config *c, int64_t steps_per_epoch)
+{
+    fl_opt *o = NULL;
+    float lr = (float)c->lr;
+    if (!strcmp(c->optimizer, "sgd")) o = fl_opt_sgd(lr);
+    else if (!strcmp(c->optimizer, "momentum")) o = fl_opt_momentum(lr, (float)c->momentum, 0);
+    else if (!strcmp(c->optimizer, "adam")) o = fl_opt_adam(lr, 0.9f, 0.999f, 1e-8f);
+    else if (!strcmp(c->optimizer, "adagrad")) o = fl_opt_adagrad(lr, 1e-6f);
+    else {
+        fl__err(FL_EINVAL, "option optimizer: expected sgd, momentum, adam or adagrad, got '%s'", c->optimizer);
+        return NULL;
+    }
+    if (!o || !strcmp(c->lr_decay, "none")) return o;
+    int64_t steps = c->decay_steps ? c->decay_steps : steps_per_epoch > 0 ? steps_per_epoch : 1;
+    if (!strcmp(c->lr_decay, "exponential")) {
+        if (fl_opt_set_exponential_decay(o, steps, (float)c->decay_rate, 1) == FL_OK) return o;
+    } else if (!strcmp(c->lr_decay, "cosine")) {
+        if (fl_opt_set_cosine_decay(o, steps, c->epochs) == FL_OK) return o;
+    } else {
+        fl__err(FL_EINVAL, "option lr_decay: expected none, exponential or cosine, got '%s'", c->lr_decay);
+    }
+    fl_opt_free(o);
+    return NULL;
+}
+
+/* The strategy of a mode: a_sync for async and geo (k_steps 100), sync without; then the
+ * strategy file, which may override any field. */
+static int make_strategy(const fl_app_config *c, const char *mode, fleet_strategy *s)
+{
+    *s = fleet_strategy_default();
+    if (!strcmp(mode, "sync")) FL_CHECK(fleet_strategy_set(s, "a_sync", "false"));
+    if (!strcmp(mode, "async") || !strcmp(mode, "geo")) FL_CHECK(fleet_strategy_set(s, "a_sync", "true"));
+    if (!strcmp(mode, "geo")) FL_CHECK(fleet_strategy_set(s, "a_sync_configs.k_steps", "100"));
+    if (c->strategy_file[0]) FL_CHECK(fleet_strategy_load(s, c->strategy_file));
+    return FL_OK;
+}
+
+typedef struct {
+    fl_app_net net;
+    fl_var *metric;
+    fl_opt *opt;
+    fleet_t *fleet;
+    fl_exe *exe;
+    const app_reader *rd;
+    void *data;
+} train_ctx;
+
+static int train_worker(const fl_app_row *row, const fl_app_config *c, train_ctx *t, int thread)
+{
+    int rank = t->fleet ? fleet_worker_index(t->fleet) : 0, nranks = t->fleet ? fleet_worker_num(t->fleet) : 1;
+    if (t->fleet) FL_CHECK(fleet_init_worker(t->fleet));
+    FL_CHECK(fl_exe_run(t->exe, fl_prog_startup(t->net.prog), NULL, 0, NULL, 0, NULL));
+    const char *fetch[2] = {fl_var_name(t->net.loss), fl_var_name(t->metric)};
+    for (int ep = 0; ep < c->epochs; ep++) {
+        app_pass s;
+        FL_CHECK(t->rd->pass(t->data, t->exe, t->net.prog, 1, thread, fetch, 2, ep, &s, NULL, NULL));
+        if (!s.instances)
+            return fl__err(FL_ENOTFOUND, "epoch %d read no example from train_data '%s'", ep + 1, c->train_data);
+        double eps = s.seconds > 0 ? (double)s.instances / s.seconds : 0;
+        printf("%s worker %d/%d epoch %d/%d: loss %.4f train %s %.4f, %lld examples in %.2f s (%.0f examples/s)\n",
+               row->name, rank, nranks, ep + 1, c->epochs, s.loss, row->metric, s.metric, (long long)s.instances, s.seconds,
+               eps);
+        fflush(stdout);
+        if (rank == 0)
+            FL_CHECK(metrics_line(c, "\"epoch\": %d, \"loss\": %.6f, \"train_%s\": %.6f, \"examples_per_s\": %.1f", ep + 1,
+                                  s.loss, row->metric, s.metric, eps));
+    }
+    const char *feeds[FL_APP_MAX_FEEDS];
+    for (int i = 0; i + 1 < t->net.nfeeds; i++) feeds[i] = fl_var_name(t->net.feeds[i]);
+    if (t->fleet)
+        FL_CHECK(fleet_save_inference_model(t->fleet, t->exe, c->model_dir, feeds, t->net.nfeeds - 1, &t->net.predict, 1,
+                                            t->net.prog));
+    else
+        FL_CHECK(
+            fl_io_save_inference_model(t->exe, c->model_dir, feeds, t->net.nfeeds - 1, &t->net.predict, 1, t->net.prog));
+    if (rank == 0) {
+        char conf[FL_APP_PATH + 32];
+        snprintf(conf, sizeof conf, "%s/lightning.conf", c->model_dir);
+        FL_CHECK(fl_app_config_save(c, conf));
+        printf("%s: inference model saved to %s\n", row->name, c->model_dir);
+        if (c->test_data[0]) {
+            double m;
+            FL_CHECK(fl_app_eval(row, c, &m));
+            FL_CHECK(metrics_line(c, "\"test_%s\": %.6f", row->metric, m));
+        }
+    }
+    if (t->fleet) FL_CHECK(fleet_stop_worker(t->fleet));
+    return FL_OK;
+}
+
+int fl_app_train(const fl_app_row *row, const fl_app_config *c)
+{
+    FL_CHECK(check_row(row, c, "fl_app_train"));
+    const char *mode = c->mode[0] ? c->mode : row->kind == FL_APP_SPARSE ? "async" : "collective";
+    if (!in_list(row->modes, mode))
+        return fl__err(FL_EINVAL, "option mode: model %s trains in modes %s, not '%s'", row->name, row->modes, mode);
+    int local = !strcmp(mode, "local"), collective = !strcmp(mode, "collective");
+    train_ctx t;
+    memset(&t, 0, sizeof t);
+    t.rd = fl__app_reader(row->reader);
+    fleet_strategy s;
+    int st = FL_OK;
+    if (!local) {
+        FL_CHECK(make_strategy(c, mode, &s));
+        t.fleet = collective ? fleet_init_collective(NULL, &s) : fleet_init(NULL, &s);
+        if (!t.fleet) return fl_last_status();
+    }
+    int server = t.fleet && fleet_is_server(t.fleet);
+    /* the tables live on the servers in async and sync mode; GEO and collective keep them local */
+    int dist = t.fleet && !collective && strcmp(mode, "geo") && fleet_server_num(t.fleet) > 0;
+    int rank = t.fleet && !server ? fleet_worker_index(t.fleet) : 0;
+    int nranks = t.fleet && !server ? fleet_worker_num(t.fleet) : 1;
+    t.net.prog = fl_prog_create();
+    t.exe = fl_exe_create(NULL);
+    if (!t.net.prog || !t.exe) st = fl__err(FL_ENOMEM, "fl_app_train: out of memory");
+    if (st == FL_OK) {
+        fl_prog_set_seed(t.net.prog, c->seed);
+        st = row->build(&t.net, c, dist);
+    }
+    if (st == FL_OK && (t.net.nfeeds < 2 || !t.net.predict || !t.net.loss))
+        st = fl__err(FL_EINVAL, "model %s: its builder left feeds, predict or loss unset", row->name);
+    if (st == FL_OK && !(t.metric = fl__app_metric(row->metric)->build(t.net.predict, t.net.feeds[t.net.nfeeds - 1])))
+        st = fl__err(fl_last_status(), "model %s: metric %s: %s", row->name, row->metric, fl_last_error());
+    if (st == FL_OK && !server) st = t.rd->open(c, c->train_data, 1, rank, nranks, t.net.feeds, t.net.nfeeds, &t.data);
+    if (st == FL_OK && !(t.opt = make_optimizer(c, t.data ? t.rd->steps(t.data, c->batch_size) : 1))) st = fl_last_status();
+    if (st == FL_OK && t.fleet && !fleet_distributed_optimizer(t.fleet, t.opt, &s)) st = fl_last_status();
+    if (st == FL_OK) st = fl_opt_minimize(t.opt, t.net.loss);
+    if (st == FL_OK && server) {
+        st = fleet_init_server(t.fleet, NULL);
+        if (st == FL_OK) st = fleet_run_server(t.fleet);
+    } else if (st == FL_OK) {
+        /* collective, synchronous and GEO programs exchange one step per process: one trainer */
+        int thread = collective || !strcmp(mode, "sync") || !strcmp(mode, "geo") ? 1 : c->thread;
+        printf("%s: mode %s, %s %d of %d, %s lr %g, batch %d, %d epoch(s)\n", row->name, mode,
+               local || !t.fleet || !fleet_is_distributed(t.fleet) ? "local worker" : "worker", rank, nranks, c->optimizer,
+               c->lr, c->batch_size, c->epochs);
+        st = train_worker(row, c, &t, thread);
+    }
+    if (t.data) t.rd->close(t.data);
+    fl_opt_free(t.opt);
+    fl_exe_free(t.exe);
+    fl_prog_free(t.net.prog);
+    fleet_free(t.fleet);
+    return st;
+}
+
+/* ---- a saved model: eval and infer ------------------------------------------------------------ */
+
+typedef struct {
+    fl_exe *exe;
+    fl_prog *prog;
+    char **feeds, **fetches;
+    int nfeed, nfetch;
+    fl_var *vars[FL_APP_MAX_FEEDS + 1];
+    int nvars;
+    fl_var *predict, *metric;
+    void *data;
+} saved;
+
+static void saved_free(const app_reader *rd, saved *m)
+{
+    if (m->data) rd->close(m->data);
+    fl_io_free_names(m->feeds, m->nfeed);
+    fl_io_free_names(m->fetches, m->nfetch);
+    fl_exe_free(m->exe); /* its plans point into the program */
+    fl_prog_free(m->prog);
+}
+
+/* Loads model_dir, adds the int64 [1] "label" input (and the metric), opens test_data. */
+static int saved_open(const fl_app_row *row, const fl_app_config *c, int with_metric, saved *m)
+{
+    memset(m, 0, sizeof *m);
+    if (!c->model_dir[0]) return fl__err(FL_EINVAL, "option model_dir is not set");
+    if (!(m->exe = fl_exe_create(NULL))) return fl_last_status();
+    FL_CHECK(fl_io_load_inference_model(m->exe, c->model_dir, &m->prog, &m->feeds, &m->nfeed, &m->fetches, &m->nfetch));
+    if (m->nfetch < 1 || m->nfeed > FL_APP_MAX_FEEDS)
+        return fl__err(FL_EINVAL, "model_dir '%s': %d inputs and %d outputs, not a model of this tool", c->model_dir,
+                       m->nfeed, m->nfetch);
+    for (int i = 0; i < m->nfeed; i++)
+        if (!(m->vars[m->nvars++] = fl_prog_var(m->prog, m->feeds[i])))
+            return fl__err(FL_ECORRUPT, "model_dir '%s': input '%s' is not in the program", c->model_dir, m->feeds[i]);
+    fl_var *label = fl_prog_var(m->prog, "label");
+    if (!label) label = fl_layer_data(m->prog, "label", 1, (const int64_t[]){1}, FL_INT64, 0);
+    m->vars[m->nvars++] = label;
+    m->predict = fl_prog_var(m->prog, m->fetches[0]);
+    if (!label || !m->predict) return fl_last_status();
+    if (with_metric && !(m->metric = fl__app_metric(row->metric)->build(m->predict, label)))
+        return fl__err(fl_last_status(), "model_dir '%s': metric %s: %s", c->model_dir, row->metric, fl_last_error());
+    FL_CHECK(fl_exe_run(m->exe, fl_prog_startup(m->prog), NULL, 0, NULL, 0, NULL));
+    return fl__app_reader(row->reader)->open(c, c->test_data, 0, 0, 1, m->vars, m->nvars, &m->data);
+}
+
+typedef struct {
+    int cumulative;
+    double sum, last;
+    int64_t n;
+} metric_acc;
+
+static int on_metric(void *user, fl_tensor **res, int nfetch, int batch)
+{
+    metric_acc *a = user;
+    a->last = scalar_of(res[0]);
+    a->sum += a->last * batch;
+    a->n += batch;
+    return FL_OK;
+}
+
+int fl_app_eval(const fl_app_row *row, const fl_app_config *c, double *metric)
+{
+    FL_CHECK(check_row(row, c, "fl_app_eval"));
+    const app_reader *rd = fl__app_reader(row->reader);
+    saved m;
+    int st = saved_open(row, c, 1, &m);
+    metric_acc acc = {fl__app_metric(row->metric)->cumulative, 0, 0, 0};
+    app_pass s;
+    const char *fetch[1] = {m.metric ? fl_var_name(m.metric) : ""};
+    if (st == FL_OK) st = rd->pass(m.data, m.exe, m.prog, 0, 1, fetch, 1, 0, &s, on_metric, &acc);
+    if (st == FL_OK && !acc.n) st = fl__err(FL_ENOTFOUND, "test_data '%s': no example read", c->test_data);
+    if (st == FL_OK) {
+        double v = acc.cumulative ? acc.last : acc.sum / (double)acc.n;
+        printf("%s: test %s %.4f on %lld examples (%.2f s)\n", row->name, row->metric, v, (long long)acc.n, s.seconds);
+        if (metric) *metric = v;
+    }
+    saved_free(rd, &m);
+    return st;
+}
+
+static int on_predict(void *user, fl_tensor **res, int nfetch, int batch)
+{
+    FILE *f = user;
+    fl_tensor *p = res[0];
+    int64_t w = fl_tensor_numel(p) / (batch > 0 ? batch : 1);
+    const float *v = fl_tensor_f32(p);
+    for (int i = 0; i < batch; i++) {
+        for (int64_t j = 0; j < w; j++) fprintf(f, j ? " %.6g" : "%.6g", v[i * w + j]);
+        fputc('\n', f);
+    }
+    return ferror(f) ? fl__err(FL_EIO, "writing predictions: %s", strerror(errno)) : FL_OK;
+}
+
+int fl_app_infer(const fl_app_row *row, const fl_app_config *c)
+{
+    FL_CHECK(check_row(row, c, "fl_app_infer"));
+    const app_reader *rd = fl__app_reader(row->reader);
+    saved m;
+    int st = saved_open(row, c, 0, &m);
+    FILE *f = stdout;
+    if (st == FL_OK && c->output[0] && !(f = fopen(c->output, "w")))
+        st = fl__err(FL_EIO, "output '%s': %s", c->output, strerror(errno));
+    app_pass s;
+    const char *fetch[1] = {m.predict ? fl_var_name(m.predict) : ""};
+    if (st == FL_OK) st = rd->pass(m.data, m.exe, m.prog, 0, 1, fetch, 1, 0, &s, on_predict, f);
+    if (f && f != stdout && fclose(f) && st == FL_OK) st = fl__err(FL_EIO, "output '%s': %s", c->output, strerror(errno));
+    if (st == FL_OK && f != stdout)
+        printf("%s: %lld predictions written to %s\n", row->name, (long long)s.instances, c->output);
+    saved_free(rd, &m);
+    return st;
+}
