@@ -113,6 +113,74 @@ static int resnet_build(fl_app_net *net, const fl_app_config *c, int is_distribu
     return FL_OK;
 }
 
+/* simnet-bow: sparse_feature_dim is dict_dim (fleet-datagen simnet's default 1200),
+ * embedding_size emb_dim, hidden the one fc width (hid_dim); predict [N, 2] is
+ * (cos_pos, cos_neg) and there is no label (metric order_rate). */
+static void simnet_defaults(fl_app_config *c)
+{
+    SET(c->optimizer, "adagrad");
+    c->lr = 0.1;
+    c->batch_size = 64;
+    c->epochs = 3;
+    c->thread = 2;
+    c->sparse_feature_dim = 1200;
+    c->embedding_size = 32;
+    SET(c->hidden, "32");
+}
+
+static int simnet_build(fl_app_net *net, const fl_app_config *c, int is_distributed)
+{
+    int hidden[FL_MODEL_CTR_MAX_LAYERS], nh;
+    FL_CHECK(parse_hidden(c->hidden, hidden, &nh));
+    if (nh != 1) return fl__err(FL_EINVAL, "option hidden: simnet_bow has one fc layer (e.g. 32), got '%s'", c->hidden);
+    fl_model_simnet_config sc = fl_model_simnet_default();
+    sc.dict_dim = c->sparse_feature_dim;
+    sc.emb_dim = c->embedding_size;
+    sc.hid_dim = hidden[0];
+    sc.is_distributed = is_distributed;
+    fl_model_simnet m;
+    FL_CHECK(fl_model_simnet_build(net->prog, &sc, &m));
+    memcpy(net->feeds, m.use_var, (size_t)m.nuse_var * sizeof m.use_var[0]);
+    net->nfeeds = m.nuse_var;
+    net->predict = fl_layer_concat((fl_var *const[]){m.cos_pos, m.cos_neg}, 2, 1);
+    net->loss = m.loss;
+    return net->predict ? FL_OK : fl_last_status();
+}
+
+/* word2vec: the tables' rows are the dictionary's words (dict.txt of train_data or its
+ * parent, as `fleet-datagen word2vec` writes it); embedding_size is the vector width;
+ * predict is the input embedding (metric cluster_acc reads it, fed every word's id). */
+static void word2vec_defaults(fl_app_config *c)
+{
+    SET(c->optimizer, "sgd");
+    c->lr = 1;
+    c->batch_size = 64;
+    c->epochs = 2;
+    c->thread = 2;
+    c->embedding_size = 16;
+}
+
+static int word2vec_build(fl_app_net *net, const fl_app_config *c, int is_distributed)
+{
+    char dict[FL_APP_PATH + 64];
+    FL_CHECK(fl__app_data_file("train_data", c->train_data, "dict.txt", dict, sizeof dict));
+    fl_model_word2vec_vocab *v;
+    FL_CHECK(fl_model_word2vec_vocab_load(dict, &v));
+    fl_model_word2vec_config wc = fl_model_word2vec_default();
+    wc.dict_size = fl_model_word2vec_vocab_size(v);
+    fl_model_word2vec_vocab_free(v);
+    wc.embedding_size = c->embedding_size;
+    wc.neg_num = fl_model_word2vec_sampling_default().neg_num;
+    wc.is_distributed = is_distributed;
+    fl_model_word2vec m;
+    FL_CHECK(fl_model_word2vec_build(net->prog, &wc, &m));
+    memcpy(net->feeds, m.use_var, (size_t)m.nuse_var * sizeof m.use_var[0]);
+    net->nfeeds = m.nuse_var;
+    net->predict = m.emb;
+    net->loss = m.loss;
+    return FL_OK;
+}
+
 /* How to add a model: see the row contract in fleet/app.h. */
 /* clang-format off */
 static const fl_app_row rows[] = {
@@ -122,6 +190,10 @@ static const fl_app_row rows[] = {
      FL_APP_SPARSE, "local,async,sync,geo,collective", "criteo", "auc", deepfm_defaults, deepfm_build},
     {"wide_deep", "Wide&Deep: a linear model of the ids and dense input + DNN over the embeddings",
      FL_APP_SPARSE, "local,async,sync,geo,collective", "criteo", "auc", wide_deep_defaults, wide_deep_build},
+    {"simnet_bow", "simnet-bow: bag-of-words query/title towers, cosine, pairwise hinge (Fleet's simnet_bow)",
+     FL_APP_SPARSE, "local,async,sync,geo", "multislot", "order_rate", simnet_defaults, simnet_build},
+    {"word2vec", "word2vec: skip-gram with negative sampling over a corpus and its dict.txt",
+     FL_APP_SPARSE, "local,async,sync,geo", "word2vec", "cluster_acc", word2vec_defaults, word2vec_build},
     {"resnet", "ResNet (depth 6n+2, 18, 34, 50, ...; batch_norm, residual blocks) on Fashion-MNIST",
      FL_APP_DENSE, "local,collective", "idx", "accuracy", resnet_defaults, resnet_build},
 };

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "app_internal.h"
 #include "../../examples/fmnist/idx.h"
@@ -18,17 +19,72 @@
 static fl_var *build_auc(fl_var *predict, fl_var *label) { return fl_layer_auc(predict, label, 4096, 20, NULL); }
 static fl_var *build_accuracy(fl_var *predict, fl_var *label) { return fl_layer_accuracy(predict, label, 1); }
 
+/* simnet-bow's positive-negative order rate: predict [N, 2] = (cos_pos, cos_neg); a triple
+ * counts 1 when cos_pos > cos_neg, 1/2 on a tie (fl_model_simnet_eval's rule). */
+static int score_order_rate(const fl_tensor *predict, int batch, double *sum, int64_t *n)
+{
+    if (fl_tensor_ndim(predict) != 2 || fl_tensor_dim(predict, 1) != 2 || fl_tensor_dim(predict, 0) != batch)
+        return fl__err(FL_EINVAL, "order_rate: predict must be [%d, 2] (cos_pos, cos_neg)", batch);
+    const float *v = fl_tensor_cdata(predict);
+    for (int i = 0; i < batch; i++) *sum += v[2 * i] > v[2 * i + 1] ? 1.0 : v[2 * i] == v[2 * i + 1] ? 0.5 : 0.0;
+    *n += batch;
+    return FL_OK;
+}
+
+/* word2vec's planted structure: the inputs are input_word, true_word, neg_word and predict
+ * the input embedding; the clusters, analogies and dictionary of `fleet-datagen word2vec`
+ * are read from test_data (or its parent).  The metric is the cluster accuracy. */
+static int eval_word2vec(const fl_app_config *c, fl_exe *exe, fl_prog *prog, fl_var *const *feeds, int nfeeds,
+                         fl_var *predict, double *metric)
+{
+    if (nfeeds != 3)
+        return fl__err(FL_EINVAL, "word2vec eval: the model has %d inputs, not input_word, true_word, neg_word", nfeeds);
+    char dict[FL_APP_PATH + 64], clusters[FL_APP_PATH + 64], analogies[FL_APP_PATH + 64];
+    if (!c->test_data[0])
+        return fl__err(FL_EINVAL, "word2vec eval: test_data is not set (the directory of fleet-datagen word2vec "
+                                  "holding clusters.txt, analogies.txt and dict.txt)");
+    FL_CHECK(fl__app_data_file("test_data", c->test_data, "clusters.txt", clusters, sizeof clusters));
+    FL_CHECK(fl__app_data_file("test_data", c->test_data, "analogies.txt", analogies, sizeof analogies));
+    FL_CHECK(fl__app_data_file("test_data", c->test_data, "dict.txt", dict, sizeof dict));
+    fl_model_word2vec_vocab *v;
+    FL_CHECK(fl_model_word2vec_vocab_load(dict, &v));
+    fl_model_word2vec m;
+    memset(&m, 0, sizeof m);
+    m.input_word = feeds[0], m.true_word = feeds[1], m.neg_word = feeds[2], m.emb = predict;
+    fl_model_word2vec_metrics r;
+    double t0 = fl__now();
+    int st = fl_model_word2vec_eval(exe, prog, &m, v, clusters, analogies, &r);
+    fl_model_word2vec_vocab_free(v);
+    if (st != FL_OK) return st;
+    printf("word2vec: test cluster accuracy %.4f (%lld words), analogy accuracy %.4f (%lld analogies) (%.2f s)\n",
+           r.cluster_acc, (long long)r.clustered_words, r.analogy_acc, (long long)r.analogies, fl__now() - t0);
+    *metric = r.cluster_acc;
+    return FL_OK;
+}
+
 static const app_metric metrics[] = {
-    {"auc", build_auc, 1},
-    {"accuracy", build_accuracy, 0},
+    {"auc", build_auc, 1, 1, NULL, NULL},
+    {"accuracy", build_accuracy, 0, 1, NULL, NULL},
+    {"order_rate", NULL, 0, 0, score_order_rate, NULL},
+    {"cluster_acc", NULL, 0, 0, NULL, eval_word2vec},
 };
 
 const app_metric *fl__app_metric(const char *name)
 {
     for (size_t i = 0; i < sizeof metrics / sizeof metrics[0]; i++)
         if (!strcmp(metrics[i].name, name)) return &metrics[i];
-    fl__err(FL_ENOTFOUND, "unknown metric '%s' (auc, accuracy)", name);
+    fl__err(FL_ENOTFOUND, "unknown metric '%s' (auc, accuracy, order_rate, cluster_acc)", name);
     return NULL;
+}
+
+int fl__app_data_file(const char *what, const char *dir, const char *name, char *out, size_t cap)
+{
+    struct stat sb;
+    snprintf(out, cap, "%s/%s", dir, name);
+    if (!stat(out, &sb) && S_ISREG(sb.st_mode)) return FL_OK;
+    snprintf(out, cap, "%s/../%s", dir, name);
+    if (!stat(out, &sb) && S_ISREG(sb.st_mode)) return FL_OK;
+    return fl__err(FL_ENOTFOUND, "%s '%s': no %s there nor in its parent directory", what, dir, name);
 }
 
 /* ---- dataset reader (criteo, multislot) ------------------------------------------------------ */
@@ -39,6 +95,7 @@ typedef struct {
     int nfiles;
     int print_period;
     uint64_t seed;
+    char tmpdir[FL_APP_PATH]; /* word2vec: the samples made at open, removed at close */
 } ds_reader;
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -79,7 +136,11 @@ static void ds_close(void *p)
     ds_reader *r = p;
     if (!r) return;
     fl_dataset_free(r->ds);
-    for (int i = 0; i < r->nfiles; i++) free(r->files[i]);
+    for (int i = 0; i < r->nfiles; i++) {
+        if (r->tmpdir[0]) remove(r->files[i]);
+        free(r->files[i]);
+    }
+    if (r->tmpdir[0]) rmdir(r->tmpdir);
     free(r->files);
     free(r);
 }
@@ -167,6 +228,81 @@ static int ds_pass(void *p, fl_exe *e, fl_prog *prog, int train, int thread, con
     if (st == FL_OK) st = end;
     fl_data_batch_free(b);
     out->seconds = fl__now() - t0;
+    return st;
+}
+
+/* ---- word2vec reader: corpus files -> skip-gram samples -> a multislot dataset ---------------- */
+
+static int is_planted_file(const char *path)
+{
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    return !strcmp(b, "dict.txt") || !strcmp(b, "clusters.txt") || !strcmp(b, "analogies.txt") ||
+           !strcmp(b, "planted.json");
+}
+
+/* Training: this worker's corpus files of dir (every regular file but the generator's
+ * dict.txt, clusters.txt, analogies.txt, planted.json), turned into samples once
+ * (fl_model_word2vec_make_samples with the dictionary dict.txt of dir or its parent, the
+ * sampling defaults and the run's seed) in a temporary directory removed at close. */
+static int word2vec_open(const fl_app_config *c, const char *dir, int train, int rank, int nranks, fl_var *const *feeds,
+                         int nfeeds, void **out)
+{
+    if (!train)
+        return fl__err(FL_EUNSUPPORTED, "word2vec: test_data is scored by its planted clusters and analogies "
+                                        "(eval); infer over a corpus is not supported");
+    char dict[FL_APP_PATH + 64], **files = NULL;
+    int n = 0;
+    FL_CHECK(fl__app_data_file("train_data", dir, "dict.txt", dict, sizeof dict));
+    fl_model_word2vec_vocab *v = NULL;
+    int st = fl_model_word2vec_vocab_load(dict, &v);
+    if (st == FL_OK) st = list_dir("train_data", dir, &files, &n);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (is_planted_file(files[i])) free(files[i]);
+        else files[k++] = files[i];
+    }
+    n = k;
+    if (st == FL_OK && !n) st = fl__err(FL_ENOTFOUND, "train_data '%s' holds no corpus file", dir);
+    int q = n / nranks, rem = n % nranks, lo = rank * q + (rank < rem ? rank : rem), hi = lo + q + (rank < rem);
+    if (st == FL_OK && lo == hi)
+        st = fl__err(FL_EINVAL, "train_data '%s': %d corpus file(s) for %d workers; worker %d has none", dir, n, nranks,
+                     rank);
+    const char *tmp = getenv("TMPDIR");
+    char tdir[FL_APP_PATH];
+    snprintf(tdir, sizeof tdir, "%s/fleet-word2vec-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    int made = st == FL_OK && mkdtemp(tdir);
+    if (st == FL_OK && !made) st = fl__err(FL_EIO, "word2vec samples: %s: %s", tdir, strerror(errno));
+    fl_model_word2vec_sampling s = fl_model_word2vec_sampling_default();
+    s.seed = c->seed;
+    s.neg_num = (int)fl_var_shape(feeds[2])[1];
+    int64_t pairs = 0;
+    for (int i = lo; st == FL_OK && i < hi; i++) {
+        char path[FL_APP_PATH + 32];
+        int64_t p = 0;
+        snprintf(path, sizeof path, "%s/part-%05d", tdir, i);
+        st = fl_model_word2vec_make_samples(v, &s, files[i], path, &p);
+        pairs += p;
+    }
+    for (int i = 0; i < n; i++) free(files[i]);
+    free(files);
+    fl_model_word2vec_vocab_free(v);
+    if (st == FL_OK) {
+        printf("word2vec worker %d: %lld skip-gram pairs from %d corpus file(s) (window %d, sample %g, %d negatives)\n",
+               rank, (long long)pairs, hi - lo, s.window, s.sample, s.neg_num);
+        st = ds_open_as("multislot", c, tdir, train, 0, 1, feeds, nfeeds, out);
+    }
+    if (st == FL_OK) {
+        snprintf(((ds_reader *)*out)->tmpdir, sizeof tdir, "%s", tdir);
+    } else if (made) { /* the samples written so far */
+        char **left = NULL;
+        int nl = 0;
+        if (list_dir("samples", tdir, &left, &nl) == FL_OK)
+            for (int i = 0; i < nl; i++) remove(left[i]);
+        for (int i = 0; i < nl; i++) free(left[i]);
+        free(left);
+        rmdir(tdir);
+    }
     return st;
 }
 
@@ -315,12 +451,13 @@ static const app_reader readers[] = {
     {"criteo", criteo_open, ds_pass, ds_close, ds_steps},
     {"multislot", multislot_open, ds_pass, ds_close, ds_steps},
     {"idx", idx_open, idx_pass, idx_close, idx_steps},
+    {"word2vec", word2vec_open, ds_pass, ds_close, ds_steps},
 };
 
 const app_reader *fl__app_reader(const char *name)
 {
     for (size_t i = 0; i < sizeof readers / sizeof readers[0]; i++)
         if (!strcmp(readers[i].name, name)) return &readers[i];
-    fl__err(FL_ENOTFOUND, "unknown reader '%s' (criteo, multislot, idx)", name);
+    fl__err(FL_ENOTFOUND, "unknown reader '%s' (criteo, multislot, idx, word2vec)", name);
     return NULL;
 }

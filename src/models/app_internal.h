@@ -34,15 +34,27 @@ typedef struct {
     int64_t (*steps)(void *st, int batch_size); /* batches of one training pass (a learning-rate schedule's epoch) */
 } app_reader;
 
-/* A metric: built on predict and label into predict's program; cumulative metrics keep
- * persistable statistics (zeroed with app_metric_reset before an evaluation). */
+/* A metric (fl_app_row.metric names its row in app_data.c).  build: made on predict and
+ * label into predict's program, fetched during training and evaluation (NULL: none in the
+ * graph); cumulative metrics keep persistable statistics.  labelled: the data carries a
+ * label (the net's last feed; 0: every feed is an input, build gets label NULL).
+ * score (instead of build, in evaluation): adds one batch's predict to *sum and *n
+ * (the metric is *sum / *n).  evaluate (instead of a pass over test_data): the metric of
+ * the trained or loaded program prog on exe, whose inputs are feeds[0..nfeeds) and whose
+ * output is predict; it reads what it needs from c (test_data) and prints its line. */
 typedef struct {
     const char *name;
     fl_var *(*build)(fl_var *predict, fl_var *label);
-    int cumulative;
+    int cumulative, labelled;
+    int (*score)(const fl_tensor *predict, int batch, double *sum, int64_t *n);
+    int (*evaluate)(const fl_app_config *c, fl_exe *exe, fl_prog *prog, fl_var *const *feeds, int nfeeds, fl_var *predict,
+                    double *metric);
 } app_metric;
 
 const app_reader *fl__app_reader(const char *name);
 const app_metric *fl__app_metric(const char *name);
+/* dir/name, else the same name in dir's parent (fleet-datagen word2vec writes dict.txt,
+ * clusters.txt and analogies.txt next to train/): into out; FL_ENOTFOUND naming both. */
+int fl__app_data_file(const char *what, const char *dir, const char *name, char *out, size_t cap);
 
 #endif

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "app_internal.h"
+#include "fleet/metrics.h"
 
 static double scalar_of(const fl_tensor *t)
 {
@@ -34,24 +35,17 @@ static int check_row(const fl_app_row *row, const fl_app_config *c, const char *
     return FL_OK;
 }
 
-/* Appends "key": value pairs (already formatted) as one JSON line to metrics_dir/metrics.json. */
-static int metrics_line(const fl_app_config *c, const char *fmt, ...) FL_PRINTF(2, 3);
-static int metrics_line(const fl_app_config *c, const char *fmt, ...)
+/* The epoch and test scalars of a run to the executor's metrics writer (fleet/metrics.h:
+ * metrics_dir, else FLEET_METRICS_DIR; none: nothing), under "lightning/<name>". */
+static int metrics_put(fl_exe *e, const char *name, int64_t step, int epoch, double v)
 {
-    if (!c->metrics_dir[0]) return FL_OK;
-    if (mkdir(c->metrics_dir, 0755) && errno != EEXIST)
-        return fl__err(FL_EIO, "metrics_dir '%s': %s", c->metrics_dir, strerror(errno));
-    char path[FL_APP_PATH + 32];
-    snprintf(path, sizeof path, "%s/metrics.json", c->metrics_dir);
-    FILE *f = fopen(path, "a");
-    if (!f) return fl__err(FL_EIO, "%s: %s", path, strerror(errno));
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(f, "{\"model\": \"%s\", ", c->model);
-    vfprintf(f, fmt, ap);
-    fputs("}\n", f);
-    va_end(ap);
-    return fclose(f) ? fl__err(FL_EIO, "%s: %s", path, strerror(errno)) : FL_OK;
+    fl_metrics *m;
+    FL_CHECK(fl_exe_get_metrics(e, &m));
+    if (!m) return FL_OK;
+    char tag[160];
+    snprintf(tag, sizeof tag, "lightning/%s", name);
+    FL_CHECK(fl_metrics_scalar(m, tag, step, epoch, v));
+    return fl_metrics_flush(m);
 }
 
 static fl_opt *make_optimizer(const fl_app_config *c, int64_t steps_per_epoch)
@@ -106,29 +100,34 @@ static int train_worker(const fl_app_row *row, const fl_app_config *c, train_ctx
     int rank = t->fleet ? fleet_worker_index(t->fleet) : 0, nranks = t->fleet ? fleet_worker_num(t->fleet) : 1;
     if (t->fleet) FL_CHECK(fleet_init_worker(t->fleet));
     FL_CHECK(fl_exe_run(t->exe, fl_prog_startup(t->net.prog), NULL, 0, NULL, 0, NULL));
-    const char *fetch[2] = {fl_var_name(t->net.loss), fl_var_name(t->metric)};
+    const char *fetch[2] = {fl_var_name(t->net.loss), t->metric ? fl_var_name(t->metric) : NULL};
+    int nfetch = t->metric ? 2 : 1;
+    int64_t steps = 0;
     for (int ep = 0; ep < c->epochs; ep++) {
         app_pass s;
-        FL_CHECK(t->rd->pass(t->data, t->exe, t->net.prog, 1, thread, fetch, 2, ep, &s, NULL, NULL));
+        FL_CHECK(t->rd->pass(t->data, t->exe, t->net.prog, 1, thread, fetch, nfetch, ep, &s, NULL, NULL));
         if (!s.instances)
             return fl__err(FL_ENOTFOUND, "epoch %d read no example from train_data '%s'", ep + 1, c->train_data);
         double eps = s.seconds > 0 ? (double)s.instances / s.seconds : 0;
-        printf("%s worker %d/%d epoch %d/%d: loss %.4f train %s %.4f, %lld examples in %.2f s (%.0f examples/s)\n",
-               row->name, rank, nranks, ep + 1, c->epochs, s.loss, row->metric, s.metric, (long long)s.instances, s.seconds,
-               eps);
+        char train_metric[64] = "";
+        if (t->metric) snprintf(train_metric, sizeof train_metric, " train %s %.4f", row->metric, s.metric);
+        printf("%s worker %d/%d epoch %d/%d: loss %.4f%s, %lld examples in %.2f s (%.0f examples/s)\n", row->name, rank,
+               nranks, ep + 1, c->epochs, s.loss, train_metric, (long long)s.instances, s.seconds, eps);
         fflush(stdout);
-        if (rank == 0)
-            FL_CHECK(metrics_line(c, "\"epoch\": %d, \"loss\": %.6f, \"train_%s\": %.6f, \"examples_per_s\": %.1f", ep + 1,
-                                  s.loss, row->metric, s.metric, eps));
+        steps += s.batches;
+        char tag[64];
+        snprintf(tag, sizeof tag, "train_%s", row->metric);
+        FL_CHECK(metrics_put(t->exe, "loss", steps, ep, s.loss));
+        if (t->metric) FL_CHECK(metrics_put(t->exe, tag, steps, ep, s.metric));
+        FL_CHECK(metrics_put(t->exe, "examples_per_s", steps, ep, eps));
     }
     const char *feeds[FL_APP_MAX_FEEDS];
-    for (int i = 0; i + 1 < t->net.nfeeds; i++) feeds[i] = fl_var_name(t->net.feeds[i]);
+    int ninputs = t->net.nfeeds - fl__app_metric(row->metric)->labelled;
+    for (int i = 0; i < ninputs; i++) feeds[i] = fl_var_name(t->net.feeds[i]);
     if (t->fleet)
-        FL_CHECK(fleet_save_inference_model(t->fleet, t->exe, c->model_dir, feeds, t->net.nfeeds - 1, &t->net.predict, 1,
-                                            t->net.prog));
-    else
         FL_CHECK(
-            fl_io_save_inference_model(t->exe, c->model_dir, feeds, t->net.nfeeds - 1, &t->net.predict, 1, t->net.prog));
+            fleet_save_inference_model(t->fleet, t->exe, c->model_dir, feeds, ninputs, &t->net.predict, 1, t->net.prog));
+    else FL_CHECK(fl_io_save_inference_model(t->exe, c->model_dir, feeds, ninputs, &t->net.predict, 1, t->net.prog));
     if (rank == 0) {
         char conf[FL_APP_PATH + 32];
         snprintf(conf, sizeof conf, "%s/lightning.conf", c->model_dir);
@@ -137,7 +136,9 @@ static int train_worker(const fl_app_row *row, const fl_app_config *c, train_ctx
         if (c->test_data[0]) {
             double m;
             FL_CHECK(fl_app_eval(row, c, &m));
-            FL_CHECK(metrics_line(c, "\"test_%s\": %.6f", row->metric, m));
+            char tag[64];
+            snprintf(tag, sizeof tag, "test_%s", row->metric);
+            FL_CHECK(metrics_put(t->exe, tag, steps, c->epochs - 1, m));
         }
     }
     if (t->fleet) FL_CHECK(fleet_stop_worker(t->fleet));
@@ -173,10 +174,13 @@ int fl_app_train(const fl_app_row *row, const fl_app_config *c)
         fl_prog_set_seed(t.net.prog, c->seed);
         st = row->build(&t.net, c, dist);
     }
-    if (st == FL_OK && (t.net.nfeeds < 2 || !t.net.predict || !t.net.loss))
+    const app_metric *mt = fl__app_metric(row->metric);
+    if (st == FL_OK && (t.net.nfeeds < 1 + mt->labelled || !t.net.predict || !t.net.loss))
         st = fl__err(FL_EINVAL, "model %s: its builder left feeds, predict or loss unset", row->name);
-    if (st == FL_OK && !(t.metric = fl__app_metric(row->metric)->build(t.net.predict, t.net.feeds[t.net.nfeeds - 1])))
+    if (st == FL_OK && mt->build &&
+        !(t.metric = mt->build(t.net.predict, mt->labelled ? t.net.feeds[t.net.nfeeds - 1] : NULL)))
         st = fl__err(fl_last_status(), "model %s: metric %s: %s", row->name, row->metric, fl_last_error());
+    if (st == FL_OK && c->metrics_dir[0]) st = fl_exe_set_metrics(t.exe, c->metrics_dir, NULL);
     if (st == FL_OK && !server) st = t.rd->open(c, c->train_data, 1, rank, nranks, t.net.feeds, t.net.nfeeds, &t.data);
     if (st == FL_OK && !(t.opt = make_optimizer(c, t.data ? t.rd->steps(t.data, c->batch_size) : 1))) st = fl_last_status();
     if (st == FL_OK && t.fleet && !fleet_distributed_optimizer(t.fleet, t.opt, &s)) st = fl_last_status();
@@ -222,10 +226,12 @@ static void saved_free(const app_reader *rd, saved *m)
     fl_prog_free(m->prog);
 }
 
-/* Loads model_dir, adds the int64 [1] "label" input (and the metric), opens test_data. */
+/* Loads model_dir; a labelled metric adds the int64 [1] "label" input (and, with_metric,
+ * its graph metric); opens test_data unless the metric evaluates the model itself. */
 static int saved_open(const fl_app_row *row, const fl_app_config *c, int with_metric, saved *m)
 {
     memset(m, 0, sizeof *m);
+    const app_metric *mt = fl__app_metric(row->metric);
     if (!c->model_dir[0]) return fl__err(FL_EINVAL, "option model_dir is not set");
     if (!(m->exe = fl_exe_create(NULL))) return fl_last_status();
     FL_CHECK(fl_io_load_inference_model(m->exe, c->model_dir, &m->prog, &m->feeds, &m->nfeed, &m->fetches, &m->nfetch));
@@ -235,19 +241,23 @@ static int saved_open(const fl_app_row *row, const fl_app_config *c, int with_me
     for (int i = 0; i < m->nfeed; i++)
         if (!(m->vars[m->nvars++] = fl_prog_var(m->prog, m->feeds[i])))
             return fl__err(FL_ECORRUPT, "model_dir '%s': input '%s' is not in the program", c->model_dir, m->feeds[i]);
-    fl_var *label = fl_prog_var(m->prog, "label");
-    if (!label) label = fl_layer_data(m->prog, "label", 1, (const int64_t[]){1}, FL_INT64, 0);
-    m->vars[m->nvars++] = label;
-    m->predict = fl_prog_var(m->prog, m->fetches[0]);
-    if (!label || !m->predict) return fl_last_status();
-    if (with_metric && !(m->metric = fl__app_metric(row->metric)->build(m->predict, label)))
+    fl_var *label = NULL;
+    if (mt->labelled) {
+        if (!(label = fl_prog_var(m->prog, "label")))
+            label = fl_layer_data(m->prog, "label", 1, (const int64_t[]){1}, FL_INT64, 0);
+        if (!label) return fl_last_status();
+        m->vars[m->nvars++] = label;
+    }
+    if (!(m->predict = fl_prog_var(m->prog, m->fetches[0]))) return fl_last_status();
+    if (with_metric && mt->build && !mt->score && !(m->metric = mt->build(m->predict, label)))
         return fl__err(fl_last_status(), "model_dir '%s': metric %s: %s", c->model_dir, row->metric, fl_last_error());
     FL_CHECK(fl_exe_run(m->exe, fl_prog_startup(m->prog), NULL, 0, NULL, 0, NULL));
+    if (with_metric && mt->evaluate) return FL_OK;
     return fl__app_reader(row->reader)->open(c, c->test_data, 0, 0, 1, m->vars, m->nvars, &m->data);
 }
 
 typedef struct {
-    int cumulative;
+    const app_metric *mt;
     double sum, last;
     int64_t n;
 } metric_acc;
@@ -255,6 +265,7 @@ typedef struct {
 static int on_metric(void *user, fl_tensor **res, int nfetch, int batch)
 {
     metric_acc *a = user;
+    if (a->mt->score) return a->mt->score(res[0], batch, &a->sum, &a->n);
     a->last = scalar_of(res[0]);
     a->sum += a->last * batch;
     a->n += batch;
@@ -267,13 +278,20 @@ int fl_app_eval(const fl_app_row *row, const fl_app_config *c, double *metric)
     const app_reader *rd = fl__app_reader(row->reader);
     saved m;
     int st = saved_open(row, c, 1, &m);
-    metric_acc acc = {fl__app_metric(row->metric)->cumulative, 0, 0, 0};
+    metric_acc acc = {fl__app_metric(row->metric), 0, 0, 0};
+    double v = 0;
+    if (st == FL_OK && acc.mt->evaluate) {
+        st = acc.mt->evaluate(c, m.exe, m.prog, m.vars, m.nvars, m.predict, &v);
+        if (st == FL_OK && metric) *metric = v;
+        saved_free(rd, &m);
+        return st;
+    }
     app_pass s;
-    const char *fetch[1] = {m.metric ? fl_var_name(m.metric) : ""};
+    const char *fetch[1] = {m.metric ? fl_var_name(m.metric) : m.predict ? fl_var_name(m.predict) : ""};
     if (st == FL_OK) st = rd->pass(m.data, m.exe, m.prog, 0, 1, fetch, 1, 0, &s, on_metric, &acc);
     if (st == FL_OK && !acc.n) st = fl__err(FL_ENOTFOUND, "test_data '%s': no example read", c->test_data);
     if (st == FL_OK) {
-        double v = acc.cumulative ? acc.last : acc.sum / (double)acc.n;
+        v = acc.mt->cumulative ? acc.last : acc.sum / (double)acc.n;
         printf("%s: test %s %.4f on %lld examples (%.2f s)\n", row->name, row->metric, v, (long long)acc.n, s.seconds);
         if (metric) *metric = v;
     }
