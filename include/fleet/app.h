@@ -30,15 +30,28 @@
  *               "geo", "collective"
  *   reader      the data reader, by name: "criteo" and "multislot" (fl_dataset files of
  *               the directory, slots in the order of net->feeds), "idx" (Fashion-MNIST IDX
- *               files DIR/train-* or DIR/t10k-*, fed as "img" [N, C, H, W] and "label")
- *   metric      "auc" (Paddle's auc over predict [N, 2]) or "accuracy" (top-1 over
- *               predict [N, classes]); the metric table in src/models/app_data.c builds it
- *               both during training (on the last feed) and on a loaded inference model
- *               (on an int64 [N, 1] input named "label", which the builder must use)
+ *               files DIR/train-* or DIR/t10k-*, fed as "img" [N, C, H, W] and "label"),
+ *               "word2vec" (corpus files; dict.txt in the directory or its parent; each
+ *               worker makes its skip-gram samples once with fl_model_word2vec_make_samples
+ *               into a temporary directory; training only)
+ *   metric      the metric table in src/models/app_data.c, a metric being one of three
+ *               forms.  In the graph: "auc" (Paddle's auc over predict [N, 2]) and
+ *               "accuracy" (top-1 over predict [N, classes]), built both during training
+ *               (on the last feed, the label) and on a loaded inference model (on an int64
+ *               [N, 1] input named "label", which the builder must use).  On the host:
+ *               "order_rate" (simnet: predict [N, 2] = (cos_pos, cos_neg), the share with
+ *               cos_pos > cos_neg, ties 1/2), summed over the batches of test_data; the
+ *               data has no label.  An evaluation hook: "cluster_acc" (word2vec: predict is
+ *               the input embedding, feeds input_word, true_word, neg_word; scored on the
+ *               planted clusters and analogies of the generator, clusters.txt,
+ *               analogies.txt and dict.txt in test_data or its parent), run on the loaded
+ *               model instead of a pass over test_data.  Metrics outside the graph print no
+ *               training value.  fl_app_train scores test_data through fl_app_eval on the
+ *               saved model, so every form works on a saved model.
  *   defaults    fills the model's defaults into a config already holding the generic
  *               ones (lr, batch_size, epochs, ...); it may only change fields
  *   build       appends the model to net->prog as the config says and fills net (feeds in
- *               reader order with the label last, predict, loss); is_distributed says
+ *               reader order with the label last if the metric has one, predict, loss); is_distributed says
  *               whether its sparse tables go on the servers (async/sync with servers).
  *               Returns FL_OK or the error (fl_last_error() names the field)
  */
@@ -66,7 +79,7 @@ typedef struct {
     char model[FL_APP_WORD];
     char train_data[FL_APP_PATH], test_data[FL_APP_PATH]; /* directories */
     char model_dir[FL_APP_PATH];                          /* default "<model>_model" */
-    char metrics_dir[FL_APP_PATH];                        /* "" : no metrics file */
+    char metrics_dir[FL_APP_PATH];                        /* fl_exe_set_metrics ("" : FLEET_METRICS_DIR or none) */
     char strategy_file[FL_APP_PATH];                      /* option "strategy": DistributedStrategy file */
     char output[FL_APP_PATH];                             /* infer: predictions ("" = stdout) */
     char mode[FL_APP_WORD];                               /* "" = the row's default */

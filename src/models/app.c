@@ -242,7 +242,7 @@ static const opt_def opts[] = {
     OS(train_data, "directory of training data (criteo: its files; idx: train-*-ubyte[.gz])"),
     OS(test_data, "directory of test data, scored after training (idx: t10k-*-ubyte[.gz])"),
     OS(model_dir, "where the inference model is saved (and read by eval / infer)"),
-    OS(metrics_dir, "write metrics.json (one line per epoch and the test metric) there"),
+    OS(metrics_dir, "metrics CSV + TensorBoard files per rank there (docs/metrics.md)"),
     /* --strategy FILE, as the command line names it */
     {"strategy", O_STR, offsetof(fl_app_config, strategy_file), sizeof(((fl_app_config *)0)->strategy_file), 0, 0,
      "DistributedStrategy file (key=value lines or JSON)"},
@@ -260,9 +260,9 @@ static const opt_def opts[] = {
     ON(print_period, O_INT, 0, 1e9, "batches between progress lines (0: none)"),
     ON(max_steps, O_I64, 0, 1e15, "at most this many batches per epoch and worker (0: all)"),
     ON(seed, O_U64, 0, 1.8e19, "seed of the initial parameters and the shuffles"),
-    ON(sparse_feature_dim, O_I64, 1, 1e12, "CTR: rows of the sparse tables (ids hashed into them)"),
-    ON(embedding_size, O_INT, 1, 4096, "CTR: width of an embedding"),
-    OS(hidden, "CTR: sizes of the DNN's fc layers, e.g. 400,400,400"),
+    ON(sparse_feature_dim, O_I64, 1, 1e12, "CTR: rows of the sparse tables (ids hashed into them); simnet: dict_dim"),
+    ON(embedding_size, O_INT, 1, 4096, "CTR, simnet, word2vec: width of an embedding"),
+    OS(hidden, "CTR: sizes of the DNN's fc layers, e.g. 400,400,400; simnet: the fc width"),
     ON(depth, O_INT, 8, 1202, "ResNet: depth (6n+2, 18, 34, 50, 101, 152)"),
     ON(width, O_INT, 1, 4096, "ResNet: filters of the first stage"),
 };
