@@ -437,8 +437,8 @@ int fl_app_list(FILE *f)
         fl_app_config_default(r, &c);
         char cfg[256];
         if (r->kind == FL_APP_SPARSE)
-            snprintf(cfg, sizeof cfg, "%s lr %g batch %d epochs %d emb %d hidden %s", c.optimizer, c.lr, c.batch_size,
-                     c.epochs, c.embedding_size, c.hidden);
+            snprintf(cfg, sizeof cfg, "%s lr %g batch %d epochs %d emb %d%s%s", c.optimizer, c.lr, c.batch_size, c.epochs,
+                     c.embedding_size, c.hidden[0] ? " hidden " : "", c.hidden);
         else
             snprintf(cfg, sizeof cfg, "%s lr %g momentum %g %s decay, batch %d epochs %d depth %d width %d", c.optimizer,
                      c.lr, c.momentum, c.lr_decay, c.batch_size, c.epochs, c.depth, c.width);
