@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "testhelp.h"
+#include "cmdrun.h"
 
 static char BIN[PATH_MAX + 8], DIR_[64];
 
@@ -41,55 +42,9 @@ static void cleanup(void)
     CHECK(system(cmd) == 0);
 }
 
-/* Runs a shell command (bounded by `timeout`), output to DIR/name.log; returns the log. */
-static char *run(const char *name, int seconds, const char *fmt, ...)
-{
-    char cmd[8192], body[7000], log[128];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(body, sizeof body, fmt, ap);
-    va_end(ap);
-    snprintf(log, sizeof log, "%s/%s.log", DIR_, name);
-    snprintf(cmd, sizeof cmd, "timeout -k 5 %d %s > %s 2>&1", seconds, body, log);
-    int rc = system(cmd);
-    FILE *f = fopen(log, "r");
-    CHECK(f);
-    static char buf[1 << 16];
-    size_t k = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[k] = 0;
-    char *s = strdup(buf);
-    if (rc != 0) TFAIL("'%s' failed (status %d):\n%s", body, rc, s);
-    return s;
-}
-
-/* Like run, but the exit status (of `timeout`, so of the command) is returned in *rc. */
-static char *run_rc(const char *name, int seconds, int *rc, const char *fmt, ...)
-{
-    char cmd[8192], body[7000], log[128];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(body, sizeof body, fmt, ap);
-    va_end(ap);
-    snprintf(log, sizeof log, "%s/%s.log", DIR_, name);
-    snprintf(cmd, sizeof cmd, "timeout -k 5 %d %s > %s 2>&1", seconds, body, log);
-    int ws = system(cmd);
-    *rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-    FILE *f = fopen(log, "r");
-    CHECK(f);
-    static char buf[1 << 16];
-    size_t k = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[k] = 0;
-    return strdup(buf);
-}
-
-static double after(const char *s, const char *key)
-{
-    const char *p = strstr(s, key);
-    if (!p) TFAIL("'%s' not found in:\n%s", key, s);
-    return atof(p + strlen(key));
-}
+#define run(name, seconds, ...) th_cmd(DIR_, name, seconds, NULL, __VA_ARGS__)
+#define run_rc(name, seconds, rc, ...) th_cmd(DIR_, name, seconds, rc, __VA_ARGS__)
+#define after th_after
 
 /* PS async with 2 workers of 2 Hogwild threads each (every thread pulling and pushing
  * through its worker's communicator) ends within 0.005 AUC of local training on the same

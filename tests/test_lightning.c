@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "gradcheck.h"
+#include "cmdrun.h"
 
 static char BIN[PATH_MAX + 8], DIR_[64];
 
@@ -32,34 +33,8 @@ static void cleanup(void)
     CHECK(system(cmd) == 0);
 }
 
-/* Runs a shell command bounded by `seconds`, output to DIR/name.log; returns the log and
- * the exit status in *rc. */
-static char *run_rc(const char *name, int seconds, int *rc, const char *fmt, ...)
-{
-    char cmd[8192], body[7000], log[128];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(body, sizeof body, fmt, ap);
-    va_end(ap);
-    snprintf(log, sizeof log, "%s/%s.log", DIR_, name);
-    snprintf(cmd, sizeof cmd, "timeout -k 5 %d %s > %s 2>&1", seconds, body, log);
-    int ws = system(cmd);
-    *rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-    FILE *f = fopen(log, "r");
-    CHECK(f);
-    static char buf[1 << 16];
-    size_t k = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[k] = 0;
-    return strdup(buf);
-}
-
-static double after(const char *s, const char *key)
-{
-    const char *p = strstr(s, key);
-    if (!p) TFAIL("'%s' not found in:\n%s", key, s);
-    return atof(p + strlen(key));
-}
+#define run_rc(name, seconds, rc, ...) th_cmd(DIR_, name, seconds, rc, __VA_ARGS__)
+#define after th_after
 
 /* ---- planted data ------------------------------------------------------------------------- */
 

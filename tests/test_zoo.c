@@ -10,6 +10,7 @@
 #include <stdarg.h>
 
 #include "gradcheck.h"
+#include "cmdrun.h"
 
 static char BIN[4096], DIR_[64];
 
@@ -27,36 +28,8 @@ static void cleanup(void)
     CHECK(system(cmd) == 0);
 }
 
-/* Runs a shell command (bounded by `timeout`), output to DIR/name.log; returns the log and
- * the exit status in *rc (NULL: a non-zero status fails the test). */
-static char *run(const char *name, int seconds, int *rc, const char *fmt, ...)
-{
-    char cmd[8192], body[7000], log[128];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(body, sizeof body, fmt, ap);
-    va_end(ap);
-    snprintf(log, sizeof log, "%s/%s.log", DIR_, name);
-    snprintf(cmd, sizeof cmd, "timeout -k 5 %d %s > %s 2>&1", seconds, body, log);
-    int ws = system(cmd);
-    FILE *f = fopen(log, "r");
-    CHECK(f);
-    static char buf[1 << 16];
-    size_t k = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[k] = 0;
-    char *s = strdup(buf);
-    if (rc) *rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-    else if (ws != 0) TFAIL("'%s' failed (status %d):\n%s", body, ws, s);
-    return s;
-}
-
-static double after(const char *s, const char *key)
-{
-    const char *p = strstr(s, key);
-    if (!p) TFAIL("'%s' not found in:\n%s", key, s);
-    return atof(p + strlen(key));
-}
+#define run(name, seconds, rc, ...) th_cmd(DIR_, name, seconds, rc, __VA_ARGS__)
+#define after th_after
 
 static fl_model_simnet_config small_simnet(int64_t dict)
 {
