@@ -27,6 +27,9 @@ ps_start() {
 
 # Criteo-format data from a planted model, made once per run (the same as tests/test_ctr.c).
 CTR_ROWS=${CLUSTER_CTR_ROWS:-200000}
+# The tower of the CTR jobs: CI keeps it small; CLUSTER_CTR_HIDDEN=400,400,400 is the demo's
+# (1.7 MB of dense parameters moved by every async step: what ps_ctr_rate is about).
+CTR_HIDDEN=${CLUSTER_CTR_HIDDEN:-64,64}
 ctr_data() {
   [ -f "$WORK/ctr-data/planted.json" ] && return 0
   "$BUILD/tools/fleet-datagen" criteo --rows "$CTR_ROWS" --files 4 --out "$WORK/ctr-data" --seed 5 \
@@ -34,7 +37,7 @@ ctr_data() {
 }
 ctr_args() {
   echo --train_data "$WORK/ctr-data/train" --test_data "$WORK/ctr-data/test" --optimizer adam --lr 0.003 \
-    --hidden 64,64 --sparse_feature_dim 100003 --print_period 0 --thread_num 2
+    --hidden "$CTR_HIDDEN" --sparse_feature_dim 100003 --print_period 0 --thread_num 2
 }
 
 # ctr_local EPOCHS: the local run of the CTR program on the data (in h3), made once per run
