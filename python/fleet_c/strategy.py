@@ -33,6 +33,9 @@ _CONFIG_DEFAULTS = {
                     "incr_ratio": 2.0, "decr_ratio": 0.8, "use_dynamic_loss_scaling": True,
                     "custom_white_list": [], "custom_black_list": [], "use_pure_fp16": False, "dtype": "bfloat16"},
     "dgc_configs": {"rampup_begin_step": 0, "rampup_step": 1},
+    "lars_configs": {"lars_coeff": 0.001, "lars_weight_decay": 0.0005, "epsilon": 0.0,
+                     "exclude_from_weight_decay": []},
+    "lamb_configs": {"lamb_weight_decay": 0.01, "exclude_from_weight_decay": []},
 }
 
 

@@ -74,8 +74,14 @@ static const field fields[] = {
     {"dgc_configs.rampup_begin_step", F_I64, FO(dgc_configs.rampup_begin_step), 0, 0, 0, "DGC is not implemented yet"},
     {"dgc_configs.rampup_step", F_I64, FO(dgc_configs.rampup_step), 1, 0, 1, "DGC is not implemented yet"},
     {"recompute", F_BOOL, FO(recompute), 0, 0, 0, "recompute is not implemented"},
-    {"lars", F_BOOL, FO(lars), 0, 0, 0, "LARS is not implemented"},
-    {"lamb", F_BOOL, FO(lamb), 0, 0, 0, "LAMB is not implemented"},
+    {"lars", F_BOOL, FO(lars), 0, 1, 0, NULL},
+    {"lars_configs.lars_coeff", F_DBL, FO(lars_configs.lars_coeff), 0.001, 1, 0, NULL},
+    {"lars_configs.lars_weight_decay", F_DBL, FO(lars_configs.lars_weight_decay), 0.0005, 1, 0, NULL},
+    {"lars_configs.epsilon", F_DBL, FO(lars_configs.epsilon), 0, 1, 0, NULL},
+    {"lars_configs.exclude_from_weight_decay", F_STR, FO(lars_configs.exclude_from_weight_decay), 0, 1, 0, NULL, ""},
+    {"lamb", F_BOOL, FO(lamb), 0, 1, 0, NULL},
+    {"lamb_configs.lamb_weight_decay", F_DBL, FO(lamb_configs.lamb_weight_decay), 0.01, 1, 0, NULL},
+    {"lamb_configs.exclude_from_weight_decay", F_STR, FO(lamb_configs.exclude_from_weight_decay), 0, 1, 0, NULL, ""},
     {"pipeline", F_BOOL, FO(pipeline), 0, 0, 0, "pipeline parallelism is not implemented"},
     {"sharding", F_BOOL, FO(sharding), 0, 0, 0, "sharding is not implemented"},
     {"tensor_parallel", F_BOOL, FO(tensor_parallel), 0, 0, 0, "tensor parallelism is not implemented"},
@@ -231,6 +237,8 @@ int fleet_strategy_check(const fleet_strategy *s)
         return fl__err(FL_EINVAL, "strategy field 'fuse_grad_size_in_MB' = %g must be positive", s->fuse_grad_size_in_MB);
     if (s->localsgd && s->gradient_merge)
         return fl__err(FL_EINVAL, "strategy: localsgd and gradient_merge cannot be combined");
+    if (s->lars && s->lamb)
+        return fl__err(FL_EINVAL, "strategy: lars and lamb cannot be combined (one replaces Momentum, the other Adam)");
     const char *dt = s->amp_configs.dtype;
     if (!strcmp(dt, "float16") || !strcmp(dt, "fp16"))
         return fl__err(FL_EUNSUPPORTED, "strategy field 'amp_configs.dtype' = %s: float16 AMP needs dynamic loss "
