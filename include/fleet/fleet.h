@@ -186,6 +186,10 @@ typedef struct {
     double fuse_grad_size_in_MB;                 /* 32 */
     double fuse_grad_size_in_TFLOPS;             /* 50 */
     int64_t nccl_comm_num;                       /* 1 */
+    /* our extension: the wire dtype of the collective gradient allreduce, "float32"
+     * (default), "bfloat16" or "float16" (Horovod's Compression.fp16): half the bytes,
+     * reduced in float32 (fl_coll_allreduce in fleet/coll.h) */
+    char allreduce_dtype[FLEET_STRATEGY_STR_MAX];
     int sync_nccl_allreduce;                     /* true */
 } fleet_strategy;
 
