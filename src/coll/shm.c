@@ -418,7 +418,10 @@ static inline size_t clamp_len(size_t total, size_t off, size_t q)
 }
 
 /* fl_coll_bytes_sent: the bytes this rank writes into the segment. */
-static inline void sent(fl_coll *c, size_t bytes) { atomic_fetch_add_explicit(&c->bytes_sent, bytes, memory_order_relaxed); }
+static inline void sent(fl_coll *c, size_t bytes)
+{
+    atomic_fetch_add_explicit(&c->bytes_sent, bytes, memory_order_relaxed);
+}
 
 static int shm_barrier(fl_coll *c, const fl__coll_desc *d) { return pub_wait(c, d, ++((shm_seg *)c->be)->step, 1); }
 
@@ -441,7 +444,6 @@ static int shm_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, v
             size_t l = clamp_len(n, base, k);
             uint64_t t = ++s->step;
             if (l) memcpy(stage(s, r, t), in + base * es, l * es);
-        sent(c, l * es);
             sent(c, l * es);
             FL_CHECK(pub_wait(c, d, t, first));
             first = 0;
@@ -515,6 +517,7 @@ static int shm_allgather(fl_coll *c, const fl__coll_desc *d, const void *send, v
         size_t l = clamp_len(cpr, base, k);
         uint64_t t = ++s->step;
         if (l) memcpy(stage(s, r, t), in + base * es, l * es);
+        sent(c, l * es);
         FL_CHECK(pub_wait(c, d, t, first));
         first = 0;
         for (int p = 0; p < P && l; p++)
