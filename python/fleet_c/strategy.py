@@ -20,6 +20,7 @@ _DEFAULTS = {
     "tensor_parallel": False, "elastic": False, "auto": False, "sync_batch_norm": False,
     "use_hierarchical_allreduce": False, "hierarchical_allreduce_inter_nranks": 1, "fuse_all_reduce_ops": True,
     "fuse_grad_size_in_MB": 32, "fuse_grad_size_in_TFLOPS": 50, "nccl_comm_num": 1, "sync_nccl_allreduce": True,
+    "allreduce_dtype": "float32",
 }
 _CONFIG_DEFAULTS = {
     "a_sync_configs": {"k_steps": -1, "max_merge_var_num": 1, "send_queue_size": 16,
