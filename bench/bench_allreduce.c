@@ -4,12 +4,18 @@
  * itself on 127.0.0.1 (default 2); or with the "mpi" backend, started by mpirun.
  *
  *   bench_allreduce [--np N] [--mode shm|tcp|both] [--seconds S] [--label L]
- *                   [--chunk BYTES] [--small BYTES] [--bind core|none] [SIZE ...]
+ *                   [--chunk BYTES] [--small BYTES] [--bind core|none] [--dtype D] [SIZE ...]
  *   mpirun -np N bench_allreduce --mode mpi [--seconds S] [--label L] [SIZE ...]
  *
  * --mode mpi: every process mpirun started is a rank (--np and --bind are mpirun's business);
  * each binds a listener on 127.0.0.1, the endpoints and rank 0's job secret travel by MPI,
  * and the communicator names backend "mpi" (a build without Open MPI refuses).
+ *
+ * --dtype sets fl_coll_opts.allreduce_dtype: float32 (default), bf16 or fp16 (the float32
+ * buffers travel compressed; the path is then named e.g. "shm-bf16" in the output).  The
+ * inputs are small integers, exact in all three, so the check stays exact.  Besides time
+ * and bandwidth, rank 0's bytes on the transport per op (fl_coll_bytes_sent) are printed
+ * (".bytes").
  *
  * --chunk and --small set fl_coll_opts.chunk_bytes and small_max_bytes (tuning).  --bind
  * core (default) pins rank r to CPU r mod ncpu, as mpirun binds its ranks by default;
@@ -70,6 +76,7 @@ typedef struct {
     long chunk, small;
     const char *label;
     const char *backend; /* fl_coll_opts.backend: NULL (shm or tcp by disable_shm), or "mpi" */
+    const char *dtype;   /* fl_coll_opts.allreduce_dtype */
     int nsizes;
     const char **sizes;
     fl_net_secret secret;
@@ -99,9 +106,12 @@ static void run_rank(bench_cfg *b, int rank)
     o.chunk_bytes = (size_t)b->chunk;
     o.small_max_bytes = (size_t)b->small;
     o.backend = b->backend;
+    o.allreduce_dtype = b->dtype;
     fl_coll *c;
     if (fl_coll_create(&o, &c) != FL_OK) DIE("create: %s", fl_last_error());
-    const char *path = fl_coll_backend_name(c);
+    char path[64];
+    int comp = b->dtype && strcmp(b->dtype, "float32");
+    snprintf(path, sizeof path, "%s%s%s", fl_coll_backend_name(c), comp ? "-" : "", comp ? b->dtype : "");
     if (rank == 0)
         fprintf(stderr, "# %s path, %d ranks, float32 sum, out of place\n# %10s %12s %12s %10s %10s %8s\n", path, b->np,
                 "size(B)", "time(us)", "p50(us)", "algbw", "busbw", "#wrong");
@@ -123,6 +133,7 @@ static void run_rank(bench_cfg *b, int rank)
         iters = iters < 3 ? 3 : iters > 2000 ? 2000 : iters;
         double *ts = malloc(sizeof(double) * (size_t)iters);
         if (fl_coll_barrier(c)) DIE("barrier: %s", fl_last_error());
+        uint64_t sent0 = fl_coll_bytes_sent(c);
         double t0 = now_s(), tp = t0;
         for (int i = 0; i < iters; i++) {
             if (fl_coll_allreduce(c, s, r, n, FL_FLOAT32, FL_COLL_SUM)) DIE("allreduce: %s", fl_last_error());
@@ -131,6 +142,7 @@ static void run_rank(bench_cfg *b, int rank)
             tp = tn;
         }
         double el = now_s() - t0;
+        double sent = (double)(fl_coll_bytes_sent(c) - sent0) / iters;
         if (fl_coll_allreduce(c, &el, &el, 1, FL_FLOAT64, FL_COLL_MAX)) DIE("allreduce: %s", fl_last_error());
         int64_t wrong = 0;
         float base = (float)(b->np * (b->np + 1) / 2);
@@ -145,6 +157,7 @@ static void run_rank(bench_cfg *b, int rank)
             printf("R\t%s_%s.%s.p50us\t%.2f\tus/op\n", b->label, path, b->sizes[si], ts[iters / 2] * 1e6);
             printf("R\t%s_%s.%s.algbw\t%.3f\tGB/s\n", b->label, path, b->sizes[si], alg);
             printf("R\t%s_%s.%s.busbw\t%.3f\tGB/s\n", b->label, path, b->sizes[si], bus);
+            printf("R\t%s_%s.%s.bytes\t%.0f\tbytes/op\n", b->label, path, b->sizes[si], sent);
             if (wrong) printf("R\t%s_%s.%s.wrong\t%lld\telements\n", b->label, path, b->sizes[si], (long long)wrong);
             fflush(stdout);
         }
@@ -242,11 +255,12 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) b.chunk = parse_size(argv[++i]);
         else if (!strcmp(argv[i], "--bind") && i + 1 < argc) b.bind = !strcmp(argv[++i], "core");
         else if (!strcmp(argv[i], "--small") && i + 1 < argc) b.small = parse_size(argv[++i]);
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) b.dtype = argv[++i];
         else if (parse_size(argv[i]) >= 4) sizes[ns++] = argv[i];
         else {
             fprintf(
                 stderr,
-                "usage: %s [--np N] [--mode shm|tcp|both|mpi] [--seconds S] [--label L] [--chunk B] [--small B] [--bind core|none] [SIZE ...]\n",
+                "usage: %s [--np N] [--mode shm|tcp|both|mpi] [--seconds S] [--label L] [--chunk B] [--small B] [--bind core|none] [--dtype float32|bf16|fp16] [SIZE ...]\n",
                 argv[0]);
             return 2;
         }

@@ -849,10 +849,127 @@ TEST(bad_arguments)
     CHECK_FAILS(fl_coll_op_parse("prod", &op), FL_EINVAL, "unknown reduction 'prod'");
 }
 
+/* ---- compressed allreduce (allreduce_dtype) ------------------------------------------------- */
+
+typedef struct {
+    const char *dtype; /* allreduce_dtype */
+    size_t n;
+    int overflow;    /* rank 1 puts 70000 (beyond float16) at element 5 */
+    uint64_t *bytes; /* shared with the parent (MAP_SHARED): [rank] */
+} cz_arg;
+
+static float cz_val(int r, size_t i) { return (float)sin(0.001 * (double)i + 0.7 * r) * (1.0f + (float)(i % 5)); }
+
+static void rank_compressed(ch_world *w, int r, void *arg)
+{
+    cz_arg *a = arg;
+    fl_coll_opts o = ch_opts(w, r);
+    o.allreduce_dtype = a->dtype;
+    fl_coll *c = NULL;
+    CHECK_OK(fl_coll_create(&o, &c));
+    int half = strcmp(a->dtype, "float32") != 0;
+    CHECK_EQ_INT(fl_coll_allreduce_dtype(c), !half ? FL_FLOAT32 : strstr(a->dtype, "b") ? FL_BFLOAT16 : FL_FLOAT16);
+    float *x = xmalloc(a->n * 4), *y = xmalloc(a->n * 4);
+    for (size_t i = 0; i < a->n; i++) x[i] = cz_val(r, i);
+    if (a->overflow && r == 1) x[5] = 70000.0f;
+    uint64_t b0 = fl_coll_bytes_sent(c);
+    int st = fl_coll_allreduce(c, x, y, a->n, FL_FLOAT32, FL_COLL_SUM);
+    a->bytes[r] = fl_coll_bytes_sent(c) - b0;
+    if (a->overflow) {
+        /* every rank: an error naming the element, and the communicator still works */
+        CHECK_EQ_INT(st, FL_EINVAL);
+        CHECK_STR_HAS(fl_last_error(), "element 5 of");
+        CHECK_STR_HAS(fl_last_error(), "float16");
+        x[5] = 1.0f;
+        CHECK_OK(fl_coll_allreduce(c, x, y, a->n, FL_FLOAT32, FL_COLL_SUM));
+    } else {
+        CHECK_OK(st);
+        /* float32 on the wire: exact up to float32 sums; 16 bits: a few ulps of the dtype,
+         * relative to the sum of magnitudes (each partial sum is rounded again) */
+        double tol = !half ? 1e-6 : strstr(a->dtype, "b") ? 4.0 / 256 : 4.0 / 2048;
+        for (size_t i = 0; i < a->n; i++) {
+            double ref = 0.0, mag = 0.0;
+            for (int p = 0; p < w->P; p++) {
+                ref += cz_val(p, i);
+                mag += fabs(cz_val(p, i));
+            }
+            if (!(fabs(y[i] - ref) <= tol * mag + 1e-30))
+                TFAIL("rank %d, %s: element %zu is %.8g, float64 sum %.8g (tolerance %.3g)", r, a->dtype, i, y[i], ref,
+                      tol * mag);
+        }
+    }
+    free(x);
+    free(y);
+    fl_coll_free(c);
+}
+
+/* The bytes rank 0 sent for one allreduce of n floats, checking the results. */
+static uint64_t cz_run(int P, int shm, const char *dtype, size_t n, int overflow)
+{
+    uint64_t *bytes = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(bytes != MAP_FAILED);
+    cz_arg a = {dtype, n, overflow, bytes};
+    ch_run(P, shm, rank_compressed, &a);
+    uint64_t b = bytes[0];
+    munmap(bytes, 4096);
+    return b;
+}
+
+TEST(compressed_allreduce_within_tolerance)
+{
+    static const char *const dts[] = {"bf16", "fp16", "bfloat16", "float16"};
+    for (int shm = 0; shm < 2; shm++)
+        for (int P = 2; P <= 3; P++)
+            for (int i = 0; i < 4; i++) cz_run(P, shm, dts[i], i < 2 ? 100000 : 1000, 0);
+}
+
+/* Half the bytes on the wire, for both backends and both 16-bit dtypes. */
+TEST(compressed_allreduce_halves_the_bytes)
+{
+    const size_t n = (size_t)1 << 20;
+    for (int shm = 0; shm < 2; shm++) {
+        uint64_t full = cz_run(2, shm, "float32", n, 0);
+        CHECK(full >= n * 4 / 2); /* at least the half each rank contributes */
+        for (int h = 0; h < 2; h++) {
+            uint64_t half = cz_run(2, shm, h ? "fp16" : "bf16", n, 0);
+            double ratio = (double)half / (double)full;
+            if (!(ratio > 0.49 && ratio < 0.51))
+                TFAIL("%s, %s: %llu bytes against %llu in float32 (ratio %.4f, expected 0.5)", shm ? "shm" : "tcp",
+                      h ? "fp16" : "bf16", (unsigned long long)half, (unsigned long long)full, ratio);
+        }
+    }
+}
+
+TEST(fp16_overflow_is_an_error_on_every_rank)
+{
+    for (int shm = 0; shm < 2; shm++) cz_run(2, shm, "fp16", 1000, 1);
+    for (int shm = 0; shm < 2; shm++) cz_run(3, shm, "fp16", 100000, 1);
+}
+
+TEST(allreduce_dtype_is_checked)
+{
+    ch_world w;
+    ch_init(&w, 1, 0);
+    fl_coll_opts o = ch_opts(&w, 0);
+    o.allreduce_dtype = "int8";
+    fl_coll *c = NULL;
+    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "fl_coll_opts.allreduce_dtype = 'int8' is invalid");
+    o.allreduce_dtype = NULL;
+    setenv("FLEET_COLL_ALLREDUCE_DTYPE", "half", 1);
+    CHECK_FAILS(fl_coll_create(&o, &c), FL_EINVAL, "FLEET_COLL_ALLREDUCE_DTYPE = 'half'");
+    setenv("FLEET_COLL_ALLREDUCE_DTYPE", "bf16", 1);
+    CHECK_OK(fl_coll_create(&o, &c));
+    CHECK_EQ_INT(fl_coll_allreduce_dtype(c), FL_BFLOAT16);
+    fl_coll_free(c);
+    unsetenv("FLEET_COLL_ALLREDUCE_DTYPE");
+}
+
 TEST_MAIN(T(allreduce_shm), T(allreduce_tcp), T(broadcast_every_root), T(allgather), T(reduce_scatter), T(barrier),
           T(named_backend_tcp), T(named_backend_shm), T(unknown_backend_is_refused),
           T(shm_named_without_shared_memory_fails), T(ranks_must_name_one_backend), T(allreduce_16m_floats),
           T(allreduce_random_floats), T(kill_rank_mid_allreduce), T(stopped_rank_is_named_within_10s),
           T(wrong_secret_is_refused), T(mismatched_calls_fail_on_every_rank), T(stalled_rank_times_out),
           T(secret_configuration), T(insecure_local_mode), T(bad_arguments),
-          T(later_stamp_of_the_heartbeat_thread_is_no_timeout))
+          T(later_stamp_of_the_heartbeat_thread_is_no_timeout), T(compressed_allreduce_within_tolerance),
+          T(compressed_allreduce_halves_the_bytes), T(fp16_overflow_is_an_error_on_every_rank),
+          T(allreduce_dtype_is_checked))

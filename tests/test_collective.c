@@ -14,9 +14,12 @@ typedef enum { M_DP, M_LOCALSGD, M_GM } mode_t_;
 typedef struct {
     int sparse; /* add an embedding with a sparse gradient */
     mode_t_ mode;
-    int k;           /* localsgd / gradient merge k_steps */
-    const char *opt; /* "sgd", "momentum", "adam" */
-    int amp;         /* strategy.amp (bf16); the local side calls fl_amp_decorate */
+    int k;                /* localsgd / gradient merge k_steps */
+    const char *opt;      /* "sgd", "momentum", "adam" */
+    int amp;              /* strategy.amp (bf16); the local side calls fl_amp_decorate */
+    int meta;             /* 1: strategy.lars (opt momentum), 2: strategy.lamb (opt adam); the local side
+                        calls fl_opt_lars / fl_opt_lamb with the same settings */
+    const char *ar_dtype; /* strategy.allreduce_dtype (NULL: float32); compared with a float32 local run */
 } cfg;
 
 /* Samples: x[i] and ids[i] for global sample index i (deterministic). */
@@ -45,6 +48,9 @@ static fl_prog *build(const cfg *c, fl_var **cost)
     *cost = fl_layer_mean(fl_layer_cross_entropy(pr, y));
     return p;
 }
+
+#define LARS_EXCLUDE "b_0"
+#define LAMB_EXCLUDE ".b_0,embedding_0.w_0"
 
 static fl_opt *make_opt(const cfg *c)
 {
@@ -109,6 +115,17 @@ static void run_rank(const cfg *c, int rank, int world, const char *eps, int fd)
     }
     s.fuse_grad_size_in_MB = 0.0005; /* several buckets even for this small model */
     s.amp = c->amp;
+    if (c->ar_dtype) snprintf(s.allreduce_dtype, FLEET_STRATEGY_STR_MAX, "%s", c->ar_dtype);
+    if (c->meta == 1) {
+        s.lars = 1;
+        s.lars_configs.lars_coeff = 0.02;
+        s.lars_configs.lars_weight_decay = 0.01;
+        snprintf(s.lars_configs.exclude_from_weight_decay, FLEET_STRATEGY_STR_MAX, "%s", LARS_EXCLUDE);
+    } else if (c->meta == 2) {
+        s.lamb = 1;
+        s.lamb_configs.lamb_weight_decay = 0.05;
+        snprintf(s.lamb_configs.exclude_from_weight_decay, FLEET_STRATEGY_STR_MAX, "%s", LAMB_EXCLUDE);
+    }
     fleet_t *f = fleet_init_collective(NULL, &s);
     CHECK(f);
     CHECK_EQ_INT(fleet_worker_num(f), world);
@@ -133,6 +150,15 @@ static void run_local(const cfg *c, int world, int fd)
     fl_var *cost;
     fl_prog *p = build(c, &cost);
     fl_opt *o = make_opt(c);
+    if (c->meta == 1) {
+        fl_opt_free(o);
+        o = fl_opt_lars(0.1f, 0.9f, 0.02f, 0.01f, 0.0f);
+        CHECK_OK(fl_opt_set_exclude_from_weight_decay(o, LARS_EXCLUDE));
+    } else if (c->meta == 2) {
+        fl_opt_free(o);
+        o = fl_opt_lamb(0.05f, 0.9f, 0.999f, 1e-8f, 0.05f);
+        CHECK_OK(fl_opt_set_exclude_from_weight_decay(o, LAMB_EXCLUDE));
+    }
     if (c->mode == M_GM) {
         /* gradient merge locally: the same program through a non-distributed fleet */
         fleet_strategy s = fleet_strategy_default();
@@ -163,20 +189,25 @@ static void run_local(const cfg *c, int world, int fd)
     fl_prog_free(p);
 }
 
-static void compare(int fa, int fb, double tol)
+/* Returns the largest difference seen. */
+static double compare(int fa, int fb, double tol)
 {
+    double maxd = 0.0;
     for (int i = 0; PARAMS[i]; i++) {
         int64_t na, nb;
         CHECK(read(fa, &na, sizeof na) == sizeof na && read(fb, &nb, sizeof nb) == sizeof nb);
         CHECK_EQ_INT(na, nb);
         float *a = malloc((size_t)(na ? na : 1) * 4), *b = malloc((size_t)(nb ? nb : 1) * 4);
         if (na) CHECK(read(fa, a, (size_t)na * 4) == (ssize_t)(na * 4) && read(fb, b, (size_t)nb * 4) == (ssize_t)(nb * 4));
-        for (int64_t j = 0; j < na; j++)
+        for (int64_t j = 0; j < na; j++) {
+            if (fabs(a[j] - b[j]) > maxd) maxd = fabs(a[j] - b[j]);
             if (!(fabs(a[j] - b[j]) <= tol * (1 + fabs(b[j]))))
                 TFAIL("%s[%lld]: distributed %.8g vs local %.8g", PARAMS[i], (long long)j, a[j], b[j]);
+        }
         free(a);
         free(b);
     }
+    return maxd;
 }
 
 static void check_equivalence(const cfg *c, int world)
@@ -212,7 +243,10 @@ static void check_equivalence(const cfg *c, int world)
     CHECK(waitpid(lp, &ws, 0) == lp && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
     /* AMP: the weights are rounded to bf16 each step, so a last-bit float32 difference (sums
      * in another order) could move a bf16 copy by one bf16 step: 1e-4 allowed, within 1e-5 here */
-    compare(pd[0], pl[0], c->amp ? 1e-4 : 1e-5);
+    /* compressed allreduce: gradients rounded to 16 bits each step; 5 steps of lr 0.05-0.5 */
+    double maxd = compare(pd[0], pl[0], c->ar_dtype ? 2e-2 : c->amp ? 1e-4 : 1e-5);
+    /* and the gradients did travel rounded: far from float32's last-bit differences */
+    if (c->ar_dtype && !(maxd > 1e-5)) TFAIL("allreduce_dtype %s: parameters within %g of float32", c->ar_dtype, maxd);
     close(pd[0]);
     close(pl[0]);
 }
@@ -222,6 +256,10 @@ TEST(dp_equals_local_adam_3) { check_equivalence(&(cfg){0, M_DP, 1, "adam"}, 3);
 TEST(dp_sparse_embedding_2) { check_equivalence(&(cfg){1, M_DP, 1, "sgd"}, 2); }
 TEST(dp_sparse_embedding_momentum_3) { check_equivalence(&(cfg){1, M_DP, 1, "momentum"}, 3); }
 TEST(dp_amp_bf16_equals_local_amp_2) { check_equivalence(&(cfg){1, M_DP, 1, "adam", 1}, 2); }
+TEST(dp_lars_equals_local_lars_2) { check_equivalence(&(cfg){0, M_DP, 1, "momentum", 0, 1}, 2); }
+TEST(dp_lamb_equals_local_lamb_2) { check_equivalence(&(cfg){0, M_DP, 1, "adam", 0, 2}, 2); }
+TEST(dp_bf16_allreduce_near_float32_local_2) { check_equivalence(&(cfg){0, M_DP, 1, "adam", 0, 0, "bfloat16"}, 2); }
+TEST(dp_fp16_allreduce_near_float32_local_2) { check_equivalence(&(cfg){0, M_DP, 1, "momentum", 0, 0, "fp16"}, 2); }
 TEST(localsgd_k1_equals_dp) { check_equivalence(&(cfg){0, M_LOCALSGD, 1, "sgd"}, 2); }
 TEST(gradient_merge_equals_big_batch)
 {
@@ -261,5 +299,6 @@ TEST(gradient_merge_k2_local)
 }
 
 TEST_MAIN(T(dp_equals_local_sgd_2), T(dp_equals_local_adam_3), T(dp_sparse_embedding_2), T(dp_sparse_embedding_momentum_3),
-          T(dp_amp_bf16_equals_local_amp_2), T(localsgd_k1_equals_dp), T(gradient_merge_equals_big_batch),
-          T(gradient_merge_k2_local))
+          T(dp_amp_bf16_equals_local_amp_2), T(dp_lars_equals_local_lars_2), T(dp_lamb_equals_local_lamb_2),
+          T(dp_bf16_allreduce_near_float32_local_2), T(dp_fp16_allreduce_near_float32_local_2), T(localsgd_k1_equals_dp),
+          T(gradient_merge_equals_big_batch), T(gradient_merge_k2_local))

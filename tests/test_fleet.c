@@ -250,6 +250,11 @@ TEST(strategy_unimplemented_rejected)
     s = fleet_strategy_default();
     s.localsgd = s.gradient_merge = 1;
     CHECK_FAILS(fleet_strategy_check(&s), FL_EINVAL, "cannot be combined");
+    s = fleet_strategy_default();
+    CHECK_OK(fleet_strategy_set(&s, "allreduce_dtype", "bfloat16"));
+    CHECK_OK(fleet_strategy_check(&s));
+    CHECK_OK(fleet_strategy_set(&s, "allreduce_dtype", "int8"));
+    CHECK_FAILS(fleet_strategy_check(&s), FL_EINVAL, "'allreduce_dtype' = 'int8' is invalid");
 }
 
 TEST(strategy_parse_text_and_json)

@@ -155,6 +155,10 @@ typedef struct {
     int heartbeat_ms;             /* 0: FLEET_COLL_HEARTBEAT_MS or 1000; < 0: no heartbeats
                                      (and no silent-peer check) */
     int peer_timeout_ms;          /* 0: FLEET_COLL_PEER_TIMEOUT_MS or 8000; < 0: off */
+    const char *allreduce_dtype;  /* wire dtype of float32 allreduces: "float32" (default),
+                                     "bfloat16" ("bf16") or "float16" ("fp16"); NULL or "":
+                                     FLEET_COLL_ALLREDUCE_DTYPE, else float32.  See
+                                     fl_coll_allreduce. */
 } fl_coll_opts;
 
 /* Creates the communicator: checks a named backend, listens on endpoints[rank] (unless
@@ -177,6 +181,13 @@ FL_API int fl_coll_size(const fl_coll *c);
 FL_API const char *fl_coll_backend_name(const fl_coll *c);
 /* 1 if the collectives of this communicator use shared memory (the "shm" backend). */
 FL_API int fl_coll_uses_shm(const fl_coll *c);
+/* Bytes this rank has put on its transport for collectives since fl_coll_create: TCP bytes
+ * written to the sockets (message headers included, heartbeats not), shared-memory bytes
+ * written into the segment.  0 for one rank or the mpi backend (MPI moves the data).
+ * Thread-safe (read atomically). */
+FL_API uint64_t fl_coll_bytes_sent(const fl_coll *c);
+/* The wire dtype of float32 allreduces: FL_FLOAT32, FL_BFLOAT16 or FL_FLOAT16. */
+FL_API fl_dtype fl_coll_allreduce_dtype(const fl_coll *c);
 
 /* All of these block until every rank has made the same call, and fail as described at the
  * top of this file.  Buffers are the caller's; counts are elements of dt, which may be
@@ -186,6 +197,14 @@ FL_API int fl_coll_uses_shm(const fl_coll *c);
 
 /* recv[i] = op over ranks of send[i], i < count.  send == recv is in place; other overlap
  * is not allowed. */
+/* Compression: with allreduce_dtype bfloat16 or float16, a float32 allreduce is rounded to
+ * that dtype (round to nearest even), reduced with the 16-bit values on the wire and every
+ * partial sum computed in float32 and rounded again, and widened back to float32: half
+ * the bytes, a relative error of a few 16-bit ulps (2^-8 for bfloat16, 2^-11 for float16,
+ * times about log2(world size)).  A float16 result that is not finite (a value or a sum
+ * beyond +-65504, or an inf/NaN input) is FL_EINVAL on every rank, naming the first such
+ * element, instead of a silent inf; recv then holds the float16 result widened, and the
+ * communicator stays usable.  Other dtypes are never compressed. */
 FL_API int fl_coll_allreduce(fl_coll *c, const void *send, void *recv, size_t count, fl_dtype dt, fl_coll_op op);
 /* buf (count elements) of rank root is copied to buf of every rank. */
 FL_API int fl_coll_broadcast(fl_coll *c, void *buf, size_t count, fl_dtype dt, int root);

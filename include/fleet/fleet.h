@@ -166,13 +166,30 @@ typedef struct {
     struct {
         int64_t rampup_begin_step, rampup_step; /* 0, 1 */
     } dgc_configs;
-    int recompute, lars, lamb, pipeline, sharding, tensor_parallel, elastic, auto_mode;
+    int recompute;
+    int lars; /* false; true: the Momentum optimizer becomes lars_momentum (fl_opt_lars) */
+    struct {
+        double lars_coeff, lars_weight_decay, epsilon; /* 0.001, 0.0005, 0 */
+        /* comma-separated names (JSON: a list of strings); matched as substrings */
+        char exclude_from_weight_decay[FLEET_STRATEGY_STR_MAX]; /* "" */
+    } lars_configs;
+    int lamb; /* false; true: the Adam optimizer becomes lamb (fl_opt_lamb) */
+    struct {
+        double lamb_weight_decay; /* 0.01 */
+        /* comma-separated names (JSON: a list of strings); matched as name suffixes */
+        char exclude_from_weight_decay[FLEET_STRATEGY_STR_MAX]; /* "" */
+    } lamb_configs;
+    int pipeline, sharding, tensor_parallel, elastic, auto_mode;
     int sync_batch_norm, use_hierarchical_allreduce;
     int64_t hierarchical_allreduce_inter_nranks; /* 1 */
     int fuse_all_reduce_ops;                     /* true */
     double fuse_grad_size_in_MB;                 /* 32 */
     double fuse_grad_size_in_TFLOPS;             /* 50 */
     int64_t nccl_comm_num;                       /* 1 */
+    /* our extension: the wire dtype of the collective gradient allreduce, "float32"
+     * (default), "bfloat16" or "float16" (Horovod's Compression.fp16): half the bytes,
+     * reduced in float32 (fl_coll_allreduce in fleet/coll.h) */
+    char allreduce_dtype[FLEET_STRATEGY_STR_MAX];
     int sync_nccl_allreduce;                     /* true */
 } fleet_strategy;
 

@@ -289,6 +289,24 @@ FL_API fl_opt *fl_opt_sgd(float learning_rate);
 FL_API fl_opt *fl_opt_momentum(float learning_rate, float momentum, int use_nesterov);
 FL_API fl_opt *fl_opt_adagrad(float learning_rate, float epsilon);
 FL_API fl_opt *fl_opt_adam(float learning_rate, float beta1, float beta2, float epsilon);
+/* Paddle's LarsMomentumOptimizer (op lars_momentum; Paddle's defaults: lars_coeff 0.001,
+ * lars_weight_decay 0.0005, epsilon 0).  Per parameter, g = grad (+ L2 as for the others):
+ *   local_lr = lr * lars_coeff * ||p|| / (||g|| + lars_weight_decay * ||p|| + epsilon)
+ *              (lr when lars_weight_decay is 0 or a norm is 0)
+ *   velocity = momentum * velocity + local_lr * (g + lars_weight_decay * p);  p -= velocity
+ * Dense gradients only (a sparse one is an error at minimize).  NULL with FL_EINVAL for a
+ * negative or non-finite lars_coeff, lars_weight_decay or epsilon. */
+FL_API fl_opt *fl_opt_lars(float learning_rate, float momentum, float lars_coeff, float lars_weight_decay, float epsilon);
+/* Paddle's LambOptimizer (op lamb; Paddle's defaults: beta1 0.9, beta2 0.999, epsilon 1e-6,
+ * lamb_weight_decay 0.01): Adam's bias-corrected moments give r = m1_hat / (sqrt(m2_hat) +
+ * epsilon) + lamb_weight_decay * p, and p -= lr * (||p|| / ||r||) * r (ratio 1 when a norm
+ * is 0).  Dense gradients only. */
+FL_API fl_opt *fl_opt_lamb(float learning_rate, float beta1, float beta2, float epsilon, float lamb_weight_decay);
+/* Parameters exempt from the weight decay of lars_momentum or lamb: a comma-separated list
+ * ("b_0,.b" ...; NULL or "" clears it).  As in Paddle, a LARS entry matches a parameter
+ * whose name contains it, a LAMB entry one whose name ends with it.  Other optimizers:
+ * FL_EINVAL. */
+FL_API int fl_opt_set_exclude_from_weight_decay(fl_opt *o, const char *names);
 /* L2 regularization coefficient applied to every parameter's gradient (grad += c*param;
  * for sparse gradients only on the touched rows). */
 FL_API int fl_opt_set_l2(fl_opt *o, float coeff);
@@ -298,7 +316,7 @@ FL_API int fl_opt_set_exponential_decay(fl_opt *o, int64_t decay_steps, float de
 /* Paddle's cosine_decay: lr = base * 0.5 * (cos(floor(step / step_each_epoch) * pi / epochs) + 1);
  * replaces an exponential decay set before (and the other way round). */
 FL_API int fl_opt_set_cosine_decay(fl_opt *o, int64_t step_each_epoch, int64_t epochs);
-/* Name of the optimizer: "sgd", "momentum", "adagrad", "adam". */
+/* Name of the optimizer: "sgd", "momentum", "adagrad", "adam", "lars_momentum", "lamb". */
 FL_API const char *fl_opt_type(const fl_opt *o);
 /* append_backward + regularization + one optimizer op per parameter + learning-rate ops.
  * Returns the program's build status. */

@@ -20,6 +20,7 @@ _DEFAULTS = {
     "tensor_parallel": False, "elastic": False, "auto": False, "sync_batch_norm": False,
     "use_hierarchical_allreduce": False, "hierarchical_allreduce_inter_nranks": 1, "fuse_all_reduce_ops": True,
     "fuse_grad_size_in_MB": 32, "fuse_grad_size_in_TFLOPS": 50, "nccl_comm_num": 1, "sync_nccl_allreduce": True,
+    "allreduce_dtype": "float32",
 }
 _CONFIG_DEFAULTS = {
     "a_sync_configs": {"k_steps": -1, "max_merge_var_num": 1, "send_queue_size": 16,
@@ -33,6 +34,9 @@ _CONFIG_DEFAULTS = {
                     "incr_ratio": 2.0, "decr_ratio": 0.8, "use_dynamic_loss_scaling": True,
                     "custom_white_list": [], "custom_black_list": [], "use_pure_fp16": False, "dtype": "bfloat16"},
     "dgc_configs": {"rampup_begin_step": 0, "rampup_step": 1},
+    "lars_configs": {"lars_coeff": 0.001, "lars_weight_decay": 0.0005, "epsilon": 0.0,
+                     "exclude_from_weight_decay": []},
+    "lamb_configs": {"lamb_weight_decay": 0.01, "exclude_from_weight_decay": []},
 }
 
 

@@ -66,6 +66,9 @@
  *                                used when the caller gives no timeout
  *   FLEET_COLL_BACKEND           collective backend: auto (default), shm, tcp or mpi, used when
  *                                fl_coll_opts.backend is unset (src/coll/backend.c)
+ *   FLEET_COLL_ALLREDUCE_DTYPE   wire dtype of float32 allreduces: float32 (default), bfloat16
+ *                                or float16 (half the bytes, reduced in float32), used when
+ *                                fl_coll_opts.allreduce_dtype is unset (src/coll/comm.c)
  *   FLEET_COLL_HEARTBEAT_MS      heartbeat period on every connection of a communicator
  *                                (default 1000; -1: none, and no silent-peer check), used
  *                                when fl_coll_opts.heartbeat_ms is 0 (src/coll/alive.c)

@@ -94,6 +94,12 @@ struct fl_coll {
     char failmsg[FL_COLL_MSG_MAX];
     void *scratch; /* grown on demand, 64-byte aligned */
     size_t scratch_cap;
+    fl_dtype ar_dtype;            /* wire dtype of float32 allreduces (ops.c) */
+    uint16_t *cbuf;               /* their 16-bit buffer, grown on demand */
+    int wire_half;                /* 1 during such an allreduce: partial sums travel in the
+                                     16-bit dtype too (tcp_ops.c), not widened to float32 */
+    size_t cbuf_cap;              /* elements */
+    _Atomic uint64_t bytes_sent;  /* fl_coll_bytes_sent: tcp.c and shm.c add to it */
     const fl__coll_backend *backend; /* chosen in fl_coll_create; NULL with one rank */
     void *be;                        /* the backend's state (its setup makes it, its close frees it) */
     /* liveness (alive.c); everything below op_mu is used under it */

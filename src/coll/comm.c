@@ -223,13 +223,42 @@ static int exchange_hello(fl_coll *c, const fl_coll_opts *o, uint64_t request, c
                            c->rank, fl__coll_peer(c, p), what, fl__get_u32(r + 4), c->size);
         if (fl__get_u64(r + 40) != request)
             return fl__err(FL_EINVAL,
-                           "rendezvous of rank %d: %s asked for another collective backend than this rank "
-                           "('%s'); every rank must set the same fl_coll_opts.backend or FLEET_COLL_BACKEND",
+                           "rendezvous of rank %d: %s asked for another collective backend or allreduce dtype "
+                           "than this rank ('%s'); every rank must set the same fl_coll_opts.backend or "
+                           "FLEET_COLL_BACKEND, and allreduce_dtype or FLEET_COLL_ALLREDUCE_DTYPE",
                            c->rank, fl__coll_peer(c, p), asked);
         *usable_all &= fl__get_u32(r + 12);
     }
     return FL_OK;
 }
+
+/* opts->allreduce_dtype, else FLEET_COLL_ALLREDUCE_DTYPE, else float32. */
+static int parse_ar_dtype(const fl_coll_opts *o, fl_dtype *out)
+{
+    const char *v = o->allreduce_dtype, *src = "fl_coll_opts.allreduce_dtype";
+    if (!v || !*v) {
+        FL_CHECK(fl__env_str("FLEET_COLL_ALLREDUCE_DTYPE", "float32", &v));
+        src = "FLEET_COLL_ALLREDUCE_DTYPE";
+    }
+    static const struct {
+        const char *name;
+        fl_dtype dt;
+    } names[] = {{"float32", FL_FLOAT32}, {"fp32", FL_FLOAT32},  {"bfloat16", FL_BFLOAT16},
+                 {"bf16", FL_BFLOAT16},   {"float16", FL_FLOAT16}, {"fp16", FL_FLOAT16}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(v, names[i].name)) {
+            *out = names[i].dt;
+            return FL_OK;
+        }
+    return fl__err(FL_EINVAL, "%s = '%s' is invalid: expected float32, bfloat16 (bf16) or float16 (fp16)", src, v);
+}
+
+uint64_t fl_coll_bytes_sent(const fl_coll *c)
+{
+    return c && c->magic == FL_COLL_MAGIC ? atomic_load(&((fl_coll *)c)->bytes_sent) : 0;
+}
+
+fl_dtype fl_coll_allreduce_dtype(const fl_coll *c) { return c && c->magic == FL_COLL_MAGIC ? c->ar_dtype : FL_FLOAT32; }
 
 int fl_coll_create(const fl_coll_opts *o, fl_coll **out)
 {
@@ -272,6 +301,8 @@ int fl_coll_create(const fl_coll_opts *o, fl_coll **out)
     uint32_t usable = 0;
     uint64_t request = 0;
     FL_CHECK_GOTO(fl__coll_backend_pick(c, o, &named, &usable, &request), st, fail);
+    FL_CHECK_GOTO(parse_ar_dtype(o, &c->ar_dtype), st, fail);
+    request ^= (uint64_t)c->ar_dtype * 0x9e3779b97f4a7c15ull; /* every rank: the same wire dtype */
     FL_CHECK_GOTO(fl__coll_hb_init(c, o), st, fail);
     if (c->size > 1) {
         uint64_t t0 = fl__now_ns(), dl = fl_net_deadline(tmo);
@@ -351,6 +382,7 @@ void fl_coll_free(fl_coll *c)
     free(c->xf);
     fl__coll_hb_free(c);
     fl__free_aligned(c->scratch);
+    free(c->cbuf);
     free(c);
 }
 

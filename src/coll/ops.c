@@ -4,6 +4,8 @@
  * communicator's backend (c->backend, chosen once in fl_coll_create), and the failure
  * rule: the first error breaks the communicator and notifies every peer.
  */
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -106,6 +108,40 @@ static int reduce_scatter_by_allreduce(fl_coll *c, const fl__coll_desc *d, const
     return st;
 }
 
+/* A float32 allreduce with a 16-bit wire dtype (c->ar_dtype): round into c->cbuf, reduce
+ * it in place through the backend (fl__coll_reduce widens every partial sum to float32),
+ * widen into recv.  A non-finite float16 result is an error after the collective
+ * completed, the same on every rank (they hold the same result), so the communicator is
+ * not failed. */
+static int allreduce_compressed(fl_coll *c, const fl__coll_desc *d, const float *send, float *recv, size_t n,
+                                fl_coll_op op)
+{
+    const fl_dtype wt = c->ar_dtype;
+    if (n > c->cbuf_cap) {
+        uint16_t *nb = realloc(c->cbuf, n * sizeof *nb);
+        if (!nb) return done(c, fl__err(FL_ENOMEM, "fl_coll_allreduce: out of memory for %zu 16-bit values", n));
+        c->cbuf = nb;
+        c->cbuf_cap = n;
+    }
+    fl__coll_from_f32(c->cbuf, wt, send, n);
+    fl__coll_op_begin(c);
+    c->wire_half = 1;
+    int st = c->backend->allreduce(c, d, c->cbuf, c->cbuf, n, wt, op);
+    c->wire_half = 0;
+    fl__coll_op_end(c);
+    if (st != FL_OK) return done(c, st);
+    fl__coll_to_f32(recv, c->cbuf, wt, n);
+    if (wt == FL_FLOAT16)
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(recv[i]))
+                return fl__err(FL_EINVAL,
+                               "fl_coll_allreduce on rank %d: element %zu of %zu is %g in float16 (allreduce_dtype "
+                               "float16): a value or sum beyond float16's range (+-65504) or a non-finite input; "
+                               "use bfloat16 or float32, or scale the values down",
+                               c->rank, i, n, (double)recv[i]);
+    return FL_OK;
+}
+
 int fl_coll_allreduce(fl_coll *c, const void *send, void *recv, size_t count, fl_dtype dt, fl_coll_op op)
 {
     const char *fn = "fl_coll_allreduce";
@@ -126,6 +162,7 @@ int fl_coll_allreduce(fl_coll *c, const void *send, void *recv, size_t count, fl
         fl__coll_reduce(recv, dt, srcs, 1, dt, count, op, 1);
         return FL_OK;
     }
+    if (dt == FL_FLOAT32 && c->ar_dtype != FL_FLOAT32) return allreduce_compressed(c, &d, send, recv, count, op);
     RUN(c, c->backend->allreduce(c, &d, send, recv, count, dt, op));
 }
 

@@ -417,6 +417,12 @@ static inline size_t clamp_len(size_t total, size_t off, size_t q)
     return off >= total ? 0 : (total - off < q ? total - off : q);
 }
 
+/* fl_coll_bytes_sent: the bytes this rank writes into the segment. */
+static inline void sent(fl_coll *c, size_t bytes)
+{
+    atomic_fetch_add_explicit(&c->bytes_sent, bytes, memory_order_relaxed);
+}
+
 static int shm_barrier(fl_coll *c, const fl__coll_desc *d) { return pub_wait(c, d, ++((shm_seg *)c->be)->step, 1); }
 
 static int shm_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, void *recv, size_t n, fl_dtype dt,
@@ -438,6 +444,7 @@ static int shm_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, v
             size_t l = clamp_len(n, base, k);
             uint64_t t = ++s->step;
             if (l) memcpy(stage(s, r, t), in + base * es, l * es);
+            sent(c, l * es);
             FL_CHECK(pub_wait(c, d, t, first));
             first = 0;
             for (int p = 0; p < P; p++) srcs[p] = stage(s, p, t);
@@ -457,6 +464,7 @@ static int shm_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, v
         for (int p = 0; p < P; p++) {
             size_t o = (size_t)p * q, l = clamp_len(ce, o, q);
             if (p != r && l) memcpy(mine + o * es, in + (base + o) * es, l * es);
+            if (p != r) sent(c, l * es);
         }
         FL_CHECK(pub_wait(c, d, t, first));
         first = 0;
@@ -464,6 +472,7 @@ static int shm_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, v
         if (l) {
             for (int p = 0; p < P; p++) srcs[p] = p == r ? in + (base + o) * es : stage(s, p, t) + o * es;
             fl__coll_reduce(res + o * es, dt, srcs, P, dt, l, op, P);
+            sent(c, l * es);
             memcpy(out + (base + o) * es, res + o * es, l * es);
         }
         publish(s, 1, t);
@@ -486,6 +495,7 @@ static int shm_broadcast(fl_coll *c, const fl__coll_desc *d, void *buf, size_t n
         size_t l = clamp_len(n, base, k);
         uint64_t t = ++s->step;
         if (s->me == root && l) memcpy(stage(s, root, t), b + base * es, l * es);
+        if (s->me == root) sent(c, l * es);
         FL_CHECK(pub_wait(c, d, t, first));
         first = 0;
         if (s->me != root && l) memcpy(b + base * es, stage(s, root, t), l * es);
@@ -507,6 +517,7 @@ static int shm_allgather(fl_coll *c, const fl__coll_desc *d, const void *send, v
         size_t l = clamp_len(cpr, base, k);
         uint64_t t = ++s->step;
         if (l) memcpy(stage(s, r, t), in + base * es, l * es);
+        sent(c, l * es);
         FL_CHECK(pub_wait(c, d, t, first));
         first = 0;
         for (int p = 0; p < P && l; p++)
@@ -531,6 +542,7 @@ static int shm_reduce_scatter(fl_coll *c, const fl__coll_desc *d, const void *se
         uint8_t *mine = stage(s, r, t);
         for (int p = 0; p < P && l; p++)
             if (p != r) memcpy(mine + (size_t)p * q * es, in + ((size_t)p * cpr + base) * es, l * es);
+        sent(c, (size_t)(P - 1) * l * es);
         FL_CHECK(pub_wait(c, d, t, first));
         first = 0;
         if (!l) continue;

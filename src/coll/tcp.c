@@ -98,6 +98,7 @@ static int step_send(fl_coll *c, const fl__coll_desc *d, int p, fl__xfer *x, int
         if (st) return st;
         if (!k) break;
         x->s_done += k;
+        atomic_fetch_add_explicit(&c->bytes_sent, k, memory_order_relaxed);
         *progress = 1;
     }
     c->tx_mid[p] = x->s_done > 0 && x->s_done < total;

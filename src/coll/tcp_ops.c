@@ -125,7 +125,10 @@ static int tcp_allreduce(fl_coll *c, const fl__coll_desc *d, const void *send, v
     FL_CHECK(segs(c, n, 0, &off, &len, &maxlen));
     int st;
     uint8_t *out = (uint8_t *)recv + off[r] * es;
-    if (fl__is_half(dt)) {
+    /* 16-bit data: the partial sums travel as float32 (one rounding, at the end), except in
+     * a compressed float32 allreduce (c->wire_half, ops.c), whose point is half the bytes:
+     * there every hop adds in float32 and rounds to the 16-bit dtype again */
+    if (fl__is_half(dt) && !c->wire_half) {
         float *acc = fl__coll_scratch(c, n * sizeof(float));
         if (!acc) {
             free(off);

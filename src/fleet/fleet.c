@@ -157,6 +157,7 @@ fl_opt *fleet_distributed_optimizer(fleet_t *f, fl_opt *opt, const fleet_strateg
         if (fleet_strategy_check(strategy) != FL_OK) return NULL;
         f->strategy = *strategy; /* Paddle: a strategy given here replaces the one from init */
     }
+    if (fl__fleet_meta_optim(f, opt) != FL_OK) return NULL; /* lars / lamb: meta_optim.c */
     if (f->runtime->distributed_optimizer(f, opt) != FL_OK) return NULL;
     return fl__fleet_amp_wire(f, opt) == FL_OK ? opt : NULL; /* every runtime: amp.c */
 }

@@ -57,6 +57,13 @@ int fl__fleet_worker_ring(fleet_t *f, const char *fn);
  * allreduce and the servers see float32. */
 int fl__fleet_amp_wire(fleet_t *f, fl_opt *opt);
 
+/* strategy.lars / strategy.lamb, as Paddle's LarsOptimizer and LambOptimizer meta
+ * optimizers: the Momentum optimizer becomes lars_momentum, the Adam one lamb, in place,
+ * before the runtime's distributed_optimizer (meta_optim.c).  Collective runs and local
+ * (non-distributed) ones; a parameter-server run is FL_EUNSUPPORTED, as is another inner
+ * optimizer.  Nothing when both are false. */
+int fl__fleet_meta_optim(fleet_t *f, fl_opt *opt);
+
 /* Splits "a:1,b:2" into a malloc'ed array of malloc'ed endpoints, validating host:port.
  * `what` names the source (environment variable or argument) in errors. */
 int fl__parse_endpoints(const char *list, const char *what, char ***out, int *n);

@@ -202,7 +202,7 @@ int fl__ring_wait_all(fl_ring *c)
     return FL_OK;
 }
 
-int fl__ring_create(const fleet_role *role, const fl_net_secret *secret, fl_ring **out)
+int fl__ring_create(const fleet_role *role, const fl_net_secret *secret, const char *allreduce_dtype, fl_ring **out)
 {
     *out = NULL;
     fl_ring *c = calloc(1, sizeof *c);
@@ -223,6 +223,7 @@ int fl__ring_create(const fleet_role *role, const fl_net_secret *secret, fl_ring
         o.world_size = c->size;
         o.endpoints = (const char *const *)role->workers;
         o.secret = secret;
+        o.allreduce_dtype = allreduce_dtype;
         st = fl_coll_create(&o, &c->coll);
         if (st != FL_OK) goto fail;
         if (pthread_create(&c->thread, NULL, comm_main, c) != 0) {

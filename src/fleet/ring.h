@@ -12,8 +12,10 @@ typedef struct fl_ring fl_ring;
 
 /* Creates the communicator among the role's workers (rendezvous with every worker; blocks
  * up to the collective deadline) and registers it under a new ring id.  secret: the job
- * secret (fl__fleet_secret), required for more than one worker. */
-int fl__ring_create(const fleet_role *role, const fl_net_secret *secret, fl_ring **out);
+ * secret (fl__fleet_secret), required for more than one worker.  allreduce_dtype: the wire
+ * dtype of float32 allreduces (fl_coll_opts.allreduce_dtype; NULL: FLEET_COLL_ALLREDUCE_DTYPE
+ * or float32). */
+int fl__ring_create(const fleet_role *role, const fl_net_secret *secret, const char *allreduce_dtype, fl_ring **out);
 void fl__ring_free(fl_ring *c);
 int fl__ring_id(const fl_ring *c);
 int fl__ring_rank(const fl_ring *c);

@@ -74,8 +74,14 @@ static const field fields[] = {
     {"dgc_configs.rampup_begin_step", F_I64, FO(dgc_configs.rampup_begin_step), 0, 0, 0, "DGC is not implemented yet"},
     {"dgc_configs.rampup_step", F_I64, FO(dgc_configs.rampup_step), 1, 0, 1, "DGC is not implemented yet"},
     {"recompute", F_BOOL, FO(recompute), 0, 0, 0, "recompute is not implemented"},
-    {"lars", F_BOOL, FO(lars), 0, 0, 0, "LARS is not implemented"},
-    {"lamb", F_BOOL, FO(lamb), 0, 0, 0, "LAMB is not implemented"},
+    {"lars", F_BOOL, FO(lars), 0, 1, 0, NULL},
+    {"lars_configs.lars_coeff", F_DBL, FO(lars_configs.lars_coeff), 0.001, 1, 0, NULL},
+    {"lars_configs.lars_weight_decay", F_DBL, FO(lars_configs.lars_weight_decay), 0.0005, 1, 0, NULL},
+    {"lars_configs.epsilon", F_DBL, FO(lars_configs.epsilon), 0, 1, 0, NULL},
+    {"lars_configs.exclude_from_weight_decay", F_STR, FO(lars_configs.exclude_from_weight_decay), 0, 1, 0, NULL, ""},
+    {"lamb", F_BOOL, FO(lamb), 0, 1, 0, NULL},
+    {"lamb_configs.lamb_weight_decay", F_DBL, FO(lamb_configs.lamb_weight_decay), 0.01, 1, 0, NULL},
+    {"lamb_configs.exclude_from_weight_decay", F_STR, FO(lamb_configs.exclude_from_weight_decay), 0, 1, 0, NULL, ""},
     {"pipeline", F_BOOL, FO(pipeline), 0, 0, 0, "pipeline parallelism is not implemented"},
     {"sharding", F_BOOL, FO(sharding), 0, 0, 0, "sharding is not implemented"},
     {"tensor_parallel", F_BOOL, FO(tensor_parallel), 0, 0, 0, "tensor parallelism is not implemented"},
@@ -91,6 +97,7 @@ static const field fields[] = {
     {"fuse_grad_size_in_TFLOPS", F_DBL, FO(fuse_grad_size_in_TFLOPS), 50, 0, 0,
      "fusion by TFLOPS is not implemented; use fuse_grad_size_in_MB"},
     {"nccl_comm_num", F_I64, FO(nccl_comm_num), 1, 0, 1, "only one communicator per job is implemented"},
+    {"allreduce_dtype", F_STR, FO(allreduce_dtype), 0, 1, 0, NULL, "float32"},
     {"sync_nccl_allreduce", F_BOOL, FO(sync_nccl_allreduce), 1, 0, 0, "allreduce is always synchronous with the step"},
 };
 #define NFIELDS (int)(sizeof fields / sizeof fields[0])
@@ -231,6 +238,14 @@ int fleet_strategy_check(const fleet_strategy *s)
         return fl__err(FL_EINVAL, "strategy field 'fuse_grad_size_in_MB' = %g must be positive", s->fuse_grad_size_in_MB);
     if (s->localsgd && s->gradient_merge)
         return fl__err(FL_EINVAL, "strategy: localsgd and gradient_merge cannot be combined");
+    static const char *const ar_dtypes[] = {"float32", "fp32", "bfloat16", "bf16", "float16", "fp16"};
+    int ar_ok = 0;
+    for (size_t i = 0; i < sizeof ar_dtypes / sizeof ar_dtypes[0]; i++) ar_ok |= !strcmp(s->allreduce_dtype, ar_dtypes[i]);
+    if (!ar_ok)
+        return fl__err(FL_EINVAL, "strategy field 'allreduce_dtype' = '%s' is invalid: expected float32, bfloat16 or "
+                       "float16", s->allreduce_dtype);
+    if (s->lars && s->lamb)
+        return fl__err(FL_EINVAL, "strategy: lars and lamb cannot be combined (one replaces Momentum, the other Adam)");
     const char *dt = s->amp_configs.dtype;
     if (!strcmp(dt, "float16") || !strcmp(dt, "fp16"))
         return fl__err(FL_EUNSUPPORTED, "strategy field 'amp_configs.dtype' = %s: float16 AMP needs dynamic loss "

@@ -240,6 +240,13 @@ int fl__opt_set_hook(fl_opt *o, fl_opt_hook_fn fn, void *user);
  * empty) before append_backward: forward-program rewrites such as AMP's casts. */
 int fl__opt_set_pre_hook(fl_opt *o, fl_opt_hook_fn fn, void *user);
 
+/* strategy.lars / strategy.lamb (src/fleet/meta_optim.c), as Paddle's meta optimizers: turn
+ * a momentum optimizer into lars_momentum, an adam one into lamb, in place (same handle,
+ * same learning rate, momentum or betas and epsilon, schedules and L2).  Another inner
+ * optimizer is FL_EUNSUPPORTED naming it.  exclude: comma-separated names (or NULL). */
+int fl__opt_to_lars(fl_opt *o, float lars_coeff, float lars_weight_decay, float epsilon, const char *exclude);
+int fl__opt_to_lamb(fl_opt *o, float lamb_weight_decay, const char *exclude);
+
 /* Op groups (each a NULL-terminated list), registered by graph/registry.c. */
 extern const fl_op_def *const fl__ops_basic[];  /* ops_basic.c: fill, init, mul, add, act, losses core */
 extern const fl_op_def *const fl__ops_nn[];     /* ops_nn.c */
@@ -250,5 +257,14 @@ extern const fl_op_def *const fl__ops_optim[];  /* ops_optim.c */
 extern const fl_op_def *const fl__ops_conv[];   /* ops_conv.c: conv2d, pool2d, batch_norm */
 extern const fl_op_def *const fl__ops_extra[];  /* ops_extra.c: matmul, fill_constant_batch_size_like */
 extern const fl_op_def *const fl__ops_amp[];    /* amp.c: cast */
+extern const fl_op_def *const fl__ops_optim_lars[]; /* ops_optim_lars.c: lars_momentum, lamb */
+
+/* Shared by the update-op files (ops_optim.c defines them).  fl__optim_infer_update checks
+ * an update op's Param, Grad, LearningRate and state slots (float32, the parameter's shape,
+ * one element for slots named *Pow) and the l2 / lr_scale attributes.  fl__optim_target
+ * returns the tensor output slot `o` updates in place (its input, or the output after a
+ * copy of the input into it), checking float32 and `numel` (-1: any). */
+int fl__optim_infer_update(fl_op *op);
+int fl__optim_target(fl_kctx *c, int o, int64_t numel, fl_tensor **t);
 
 #endif

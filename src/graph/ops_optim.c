@@ -44,7 +44,7 @@ static int64_t known_numel(const fl_var *v)
  * state input of the same rank (inputs 3.., after Param, Grad, LearningRate). */
 static int in_slot_of_out(int o) { return o == 0 ? 0 : o + 2; }
 
-static int infer_update(fl_op *op)
+int fl__optim_infer_update(fl_op *op)
 {
     FL_CHECK(fl__op_check_slots(op));
     fl_var *w = op->in[0].vars[0], *g = op->in[1].vars[0], *lr = op->in[2].vars[0];
@@ -86,7 +86,7 @@ static int infer_update(fl_op *op)
 
 static int infer_momentum(fl_op *op)
 {
-    FL_CHECK(infer_update(op));
+    FL_CHECK(fl__optim_infer_update(op));
     double mu = fl__attr_f(op, "mu", 0.0);
     if (!isfinite(mu)) return fl__op_error(op, "mu of parameter '%s' must be finite, got %g", op->in[0].vars[0]->name, mu);
     return FL_OK;
@@ -94,7 +94,7 @@ static int infer_momentum(fl_op *op)
 
 static int infer_adagrad(fl_op *op)
 {
-    FL_CHECK(infer_update(op));
+    FL_CHECK(fl__optim_infer_update(op));
     double eps = fl__attr_f(op, "epsilon", 1e-6);
     if (!(eps >= 0.0) || !isfinite(eps))
         return fl__op_error(op, "epsilon of parameter '%s' must be finite and >= 0, got %g", op->in[0].vars[0]->name, eps);
@@ -103,7 +103,7 @@ static int infer_adagrad(fl_op *op)
 
 static int infer_adam(fl_op *op)
 {
-    FL_CHECK(infer_update(op));
+    FL_CHECK(fl__optim_infer_update(op));
     const char *w = op->in[0].vars[0]->name;
     double b1 = fl__attr_f(op, "beta1", 0.9), b2 = fl__attr_f(op, "beta2", 0.999), eps = fl__attr_f(op, "epsilon", 1e-8);
     if (!(b1 >= 0.0 && b1 < 1.0)) return fl__op_error(op, "beta1 of parameter '%s' must be in [0, 1), got %g", w, b1);
@@ -217,7 +217,7 @@ static inline int64_t seg_off(const update *u, int64_t i) { return u->rows ? u->
 
 /* The tensor output slot `o` updates in place: its input, or the output after a copy of the
  * input into it when the program binds a different variable.  Checks dtype and size. */
-static int target(fl_kctx *c, int o, int64_t numel, fl_tensor **t)
+int fl__optim_target(fl_kctx *c, int o, int64_t numel, fl_tensor **t)
 {
     int si = in_slot_of_out(o);
     fl_tensor *in = FL_IN(c, si), *out = FL_OUT(c, o);
@@ -237,7 +237,7 @@ static int prep(fl_kctx *c, update *u)
     const fl_op *op = c->op;
     const char *type = op->def->type, *wname = op->in[0].vars[0]->name;
     fl_tensor *g = FL_IN(c, 1), *lr = FL_IN(c, 2);
-    FL_CHECK(target(c, 0, -1, &u->w));
+    FL_CHECK(fl__optim_target(c, 0, -1, &u->w));
     if (g->dtype != FL_FLOAT32)
         return fl__err(FL_EINVAL, "%s: gradient of parameter '%s' must be float32, got %s", type, wname,
                        fl_dtype_name(g->dtype));
@@ -288,7 +288,7 @@ static int run_momentum(fl_kctx *c)
     update u;
     fl_tensor *vt;
     FL_CHECK(prep(c, &u));
-    FL_CHECK(target(c, 1, u.w->numel, &vt));
+    FL_CHECK(fl__optim_target(c, 1, u.w->numel, &vt));
     const float lr = u.lr, l2 = u.l2, mu = (float)fl__attr_f(c->op, "mu", 0.0);
     const int nesterov = fl__attr_i(c->op, "use_nesterov", 0) != 0;
     for (int64_t i = 0; i < u.nseg; i++) {
@@ -318,7 +318,7 @@ static int run_adagrad(fl_kctx *c)
     update u;
     fl_tensor *mt;
     FL_CHECK(prep(c, &u));
-    FL_CHECK(target(c, 1, u.w->numel, &mt));
+    FL_CHECK(fl__optim_target(c, 1, u.w->numel, &mt));
     const float lr = u.lr, l2 = u.l2, eps = (float)fl__attr_f(c->op, "epsilon", 1e-6);
     for (int64_t i = 0; i < u.nseg; i++) {
         float *restrict p = (float *)u.w->data + seg_off(&u, i);
@@ -344,10 +344,10 @@ static int run_adam(fl_kctx *c)
     update u;
     fl_tensor *m1t, *m2t, *p1t, *p2t;
     FL_CHECK(prep(c, &u));
-    FL_CHECK(target(c, 1, u.w->numel, &m1t));
-    FL_CHECK(target(c, 2, u.w->numel, &m2t));
-    FL_CHECK(target(c, 3, 1, &p1t));
-    FL_CHECK(target(c, 4, 1, &p2t));
+    FL_CHECK(fl__optim_target(c, 1, u.w->numel, &m1t));
+    FL_CHECK(fl__optim_target(c, 2, u.w->numel, &m2t));
+    FL_CHECK(fl__optim_target(c, 3, 1, &p1t));
+    FL_CHECK(fl__optim_target(c, 4, 1, &p2t));
     const double b1 = fl__attr_f(c->op, "beta1", 0.9), b2 = fl__attr_f(c->op, "beta2", 0.999);
     const double eps = fl__attr_f(c->op, "epsilon", 1e-8);
     const double pw1 = ((float *)p1t->data)[0], pw2 = ((float *)p2t->data)[0];
@@ -376,7 +376,7 @@ static int run_adam(fl_kctx *c)
 
 /* clang-format off */
 static const fl_op_def def_sgd = {
-    "sgd", {"Param", "Grad", "LearningRate"}, {"ParamOut"}, infer_update, run_sgd, NULL, scratch_free};
+    "sgd", {"Param", "Grad", "LearningRate"}, {"ParamOut"}, fl__optim_infer_update, run_sgd, NULL, scratch_free};
 static const fl_op_def def_momentum = {
     "momentum", {"Param", "Grad", "LearningRate", "Velocity"}, {"ParamOut", "VelocityOut"},
     infer_momentum, run_momentum, NULL, scratch_free};

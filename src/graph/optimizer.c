@@ -1,10 +1,12 @@
 /*
  * optimizer.c - optimizers appended by minimize(): backward, learning-rate variables and
- * schedules, then one update op per parameter (sgd, momentum, adagrad, adam).  Each update
+ * schedules, then one update op per parameter (sgd, momentum, adagrad, adam, and
+ * lars_momentum and lamb of ops_optim_lars.c), built from the table of kinds below.  Each update
  * op applies L2 regularization (grad += l2 * param, optimizer coefficient plus the
  * parameter's own) and the parameter's learning-rate scale, and takes the sparse
  * (SelectedRows) path at run time when the gradient holds rows.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,6 +28,9 @@ struct fl_opt {
     void *hook_user;
     fl_opt_hook_fn pre_hook; /* FL_HOOK_BEFORE_BACKWARD (AMP, src/fleet/amp.c) */
     void *pre_user;
+    float lars_coeff; /* lars_momentum */
+    float decay;      /* lars_weight_decay / lamb weight_decay */
+    char *exclude;    /* comma-separated names exempt from `decay` (malloc'ed or NULL) */
 };
 
 int fl__opt_set_hook(fl_opt *o, fl_opt_hook_fn fn, void *user)
@@ -87,10 +92,101 @@ fl_opt *fl_opt_adam(float lr, float beta1, float beta2, float epsilon)
     return o;
 }
 
+static int lars_check(const char *fn, float coeff, float wd, float eps)
+{
+    if (!(coeff >= 0.0f) || !isfinite(coeff))
+        return fl__err(FL_EINVAL, "%s: lars_coeff must be finite and >= 0, got %g", fn, (double)coeff);
+    if (!(wd >= 0.0f) || !isfinite(wd))
+        return fl__err(FL_EINVAL, "%s: lars_weight_decay must be finite and >= 0, got %g", fn, (double)wd);
+    if (!(eps >= 0.0f) || !isfinite(eps))
+        return fl__err(FL_EINVAL, "%s: epsilon must be finite and >= 0, got %g", fn, (double)eps);
+    return FL_OK;
+}
+
+fl_opt *fl_opt_lars(float lr, float momentum, float lars_coeff, float lars_weight_decay, float epsilon)
+{
+    if (lars_check("fl_opt_lars", lars_coeff, lars_weight_decay, epsilon)) return NULL;
+    fl_opt *o = opt_new("lars_momentum", lr);
+    if (o) {
+        o->mu = momentum;
+        o->lars_coeff = lars_coeff;
+        o->decay = lars_weight_decay;
+        o->eps = epsilon;
+    }
+    return o;
+}
+
+fl_opt *fl_opt_lamb(float lr, float beta1, float beta2, float epsilon, float lamb_weight_decay)
+{
+    if (!(lamb_weight_decay >= 0.0f) || !isfinite(lamb_weight_decay)) {
+        fl__err(FL_EINVAL, "fl_opt_lamb: lamb_weight_decay must be finite and >= 0, got %g", (double)lamb_weight_decay);
+        return NULL;
+    }
+    fl_opt *o = fl_opt_adam(lr, beta1, beta2, epsilon);
+    if (o) {
+        snprintf(o->type, sizeof o->type, "lamb");
+        o->decay = lamb_weight_decay;
+    }
+    return o;
+}
+
+int fl_opt_set_exclude_from_weight_decay(fl_opt *o, const char *names)
+{
+    if (!o || o->magic != FL_OPT_MAGIC)
+        return fl__err(FL_EINVAL, "fl_opt_set_exclude_from_weight_decay: optimizer is NULL");
+    if (strcmp(o->type, "lars_momentum") && strcmp(o->type, "lamb"))
+        return fl__err(FL_EINVAL,
+                       "fl_opt_set_exclude_from_weight_decay: optimizer '%s' has no weight decay of its own "
+                       "(lars_momentum and lamb have)",
+                       o->type);
+    char *copy = NULL;
+    if (names && *names && !(copy = strdup(names)))
+        return fl__err(FL_ENOMEM, "fl_opt_set_exclude_from_weight_decay: out of memory");
+    free(o->exclude);
+    o->exclude = copy;
+    return FL_OK;
+}
+
+int fl__opt_to_lars(fl_opt *o, float lars_coeff, float lars_weight_decay, float epsilon, const char *exclude)
+{
+    if (!o || o->magic != FL_OPT_MAGIC) return fl__err_handle(o, "strategy.lars: optimizer is NULL or invalid");
+    if (strcmp(o->type, "momentum"))
+        return fl__err(FL_EUNSUPPORTED,
+                       "strategy.lars replaces a Momentum optimizer (as Paddle's LarsOptimizer), "
+                       "the inner optimizer is %s",
+                       o->type);
+    if (o->nesterov)
+        return fl__err(FL_EUNSUPPORTED, "strategy.lars: lars_momentum has no Nesterov form; the inner Momentum "
+                                        "optimizer has use_nesterov set");
+    FL_CHECK(lars_check("strategy.lars_configs", lars_coeff, lars_weight_decay, epsilon));
+    snprintf(o->type, sizeof o->type, "lars_momentum");
+    o->lars_coeff = lars_coeff;
+    o->decay = lars_weight_decay;
+    o->eps = epsilon;
+    return fl_opt_set_exclude_from_weight_decay(o, exclude);
+}
+
+int fl__opt_to_lamb(fl_opt *o, float lamb_weight_decay, const char *exclude)
+{
+    if (!o || o->magic != FL_OPT_MAGIC) return fl__err_handle(o, "strategy.lamb: optimizer is NULL or invalid");
+    if (strcmp(o->type, "adam"))
+        return fl__err(FL_EUNSUPPORTED,
+                       "strategy.lamb replaces an Adam optimizer (as Paddle's LambOptimizer), "
+                       "the inner optimizer is %s",
+                       o->type);
+    if (!(lamb_weight_decay >= 0.0f) || !isfinite(lamb_weight_decay))
+        return fl__err(FL_EINVAL, "strategy.lamb_configs.lamb_weight_decay must be finite and >= 0, got %g",
+                       (double)lamb_weight_decay);
+    snprintf(o->type, sizeof o->type, "lamb");
+    o->decay = lamb_weight_decay;
+    return fl_opt_set_exclude_from_weight_decay(o, exclude);
+}
+
 void fl_opt_free(fl_opt *o)
 {
     if (!o || o->magic != FL_OPT_MAGIC) return;
     o->magic = 0;
+    free(o->exclude);
     free(o);
 }
 
@@ -166,8 +262,104 @@ static fl_var *make_lr(fl_opt *o, fl_prog *p)
     return lr;
 }
 
+/* ---- the kinds: one row each ----------------------------------------------------------------
+ * How to add an optimizer: a constructor above filling the fl_opt fields it uses, the update
+ * op (an ops_*.c group), and a row here naming the op, its state variables (slot names and
+ * initial value) and a function setting the op's own attributes. */
+
+enum { INIT_ZERO, INIT_BETA1, INIT_BETA2 };
+
+typedef struct {
+    const char *suffix, *in, *out;
+    int init; /* INIT_*; a beta pow holds one element, the others the parameter's shape */
+} state_spec;
+
+typedef struct {
+    const char *type; /* fl_opt type and op type */
+    state_spec state[4];
+    int (*attrs)(const fl_opt *o, fl_op *op, const fl_var *param);
+} opt_kind;
+
+/* 1 when the parameter's name matches an entry of the comma-separated exclude list: contains
+ * it (LARS, Paddle's LarsMomentumOptimizer) or ends with it (LAMB, Paddle's fleet lamb). */
+static int excluded(const char *list, const char *name, int suffix_only)
+{
+    const char *s = list;
+    while (s && *s) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        while (len && (*s == ' ' || *s == '\t')) s++, len--;
+        while (len && (s[len - 1] == ' ' || s[len - 1] == '\t')) len--;
+        if (len) {
+            size_t nl = strlen(name);
+            if (suffix_only ? (nl >= len && !memcmp(name + nl - len, s, len)) : memmem(name, nl, s, len) != NULL) return 1;
+        }
+        s = e ? e + 1 : NULL;
+    }
+    return 0;
+}
+
+static int attrs_none(const fl_opt *o, fl_op *op, const fl_var *w) { return (void)o, (void)op, (void)w, FL_OK; }
+
+static int attrs_momentum(const fl_opt *o, fl_op *op, const fl_var *w)
+{
+    (void)w;
+    FL_CHECK(fl__attr_set_f(op, "mu", o->mu));
+    return fl__attr_set_i(op, "use_nesterov", o->nesterov);
+}
+
+static int attrs_adagrad(const fl_opt *o, fl_op *op, const fl_var *w)
+{
+    (void)w;
+    return fl__attr_set_f(op, "epsilon", o->eps);
+}
+
+static int attrs_adam(const fl_opt *o, fl_op *op, const fl_var *w)
+{
+    (void)w;
+    FL_CHECK(fl__attr_set_f(op, "beta1", o->beta1));
+    FL_CHECK(fl__attr_set_f(op, "beta2", o->beta2));
+    return fl__attr_set_f(op, "epsilon", o->eps);
+}
+
+static int attrs_lars(const fl_opt *o, fl_op *op, const fl_var *w)
+{
+    FL_CHECK(fl__attr_set_f(op, "mu", o->mu));
+    FL_CHECK(fl__attr_set_f(op, "lars_coeff", o->lars_coeff));
+    FL_CHECK(fl__attr_set_f(op, "lars_weight_decay", excluded(o->exclude, w->name, 0) ? 0.0 : (double)o->decay));
+    return fl__attr_set_f(op, "epsilon", o->eps);
+}
+
+static int attrs_lamb(const fl_opt *o, fl_op *op, const fl_var *w)
+{
+    FL_CHECK(attrs_adam(o, op, w));
+    return fl__attr_set_f(op, "weight_decay", excluded(o->exclude, w->name, 1) ? 0.0 : (double)o->decay);
+}
+
+#define ADAM_STATE                                                                                        \
+    {                                                                                                     \
+        {"moment1", "Moment1", "Moment1Out", INIT_ZERO}, {"moment2", "Moment2", "Moment2Out", INIT_ZERO}, \
+            {"beta1_pow_acc", "Beta1Pow", "Beta1PowOut", INIT_BETA1},                                     \
+        {                                                                                                 \
+            "beta2_pow_acc", "Beta2Pow", "Beta2PowOut", INIT_BETA2                                        \
+        }                                                                                                 \
+    }
+
+static const opt_kind kinds[] = {
+    {"sgd", {{NULL}}, attrs_none},
+    {"momentum", {{"velocity", "Velocity", "VelocityOut", INIT_ZERO}}, attrs_momentum},
+    {"adagrad", {{"moment", "Moment", "MomentOut", INIT_ZERO}}, attrs_adagrad},
+    {"adam", ADAM_STATE, attrs_adam},
+    {"lars_momentum", {{"velocity", "Velocity", "VelocityOut", INIT_ZERO}}, attrs_lars},
+    {"lamb", ADAM_STATE, attrs_lamb},
+};
+
 static int append_update(fl_opt *o, fl_prog *p, fl_var *lr, fl_param_grad pg, fl_var *cond)
 {
+    const opt_kind *k = NULL;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0] && !k; i++)
+        if (!strcmp(kinds[i].type, o->type)) k = &kinds[i];
+    if (!k) return fl__prog_error(p, FL_EINVAL, "minimize: optimizer type '%s' has no update op", o->type);
     fl_var *w = pg.param, *gr = pg.grad;
     fl_io in[8], out[6];
     int ni = 0, no = 0;
@@ -177,41 +369,19 @@ static int append_update(fl_opt *o, fl_prog *p, fl_var *lr, fl_param_grad pg, fl
     out[no++] = (fl_io)FL_IO1("ParamOut", w);
     fl_var *s[4] = {NULL};
     int64_t one = 1;
-    if (!strcmp(o->type, "momentum")) {
-        if (!(s[0] = state_var(p, w, "velocity", w->ndim, w->shape, 0.0f))) return fl_prog_status(p);
-        in[ni++] = (fl_io){"Velocity", &s[0], 1};
-        out[no++] = (fl_io){"VelocityOut", &s[0], 1};
-    } else if (!strcmp(o->type, "adagrad")) {
-        if (!(s[0] = state_var(p, w, "moment", w->ndim, w->shape, 0.0f))) return fl_prog_status(p);
-        in[ni++] = (fl_io){"Moment", &s[0], 1};
-        out[no++] = (fl_io){"MomentOut", &s[0], 1};
-    } else if (!strcmp(o->type, "adam")) {
-        if (!(s[0] = state_var(p, w, "moment1", w->ndim, w->shape, 0.0f)) ||
-            !(s[1] = state_var(p, w, "moment2", w->ndim, w->shape, 0.0f)) ||
-            !(s[2] = state_var(p, w, "beta1_pow_acc", 1, &one, o->beta1)) ||
-            !(s[3] = state_var(p, w, "beta2_pow_acc", 1, &one, o->beta2)))
-            return fl_prog_status(p);
-        static const char *const ins[4] = {"Moment1", "Moment2", "Beta1Pow", "Beta2Pow"};
-        static const char *const outs[4] = {"Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut"};
-        for (int i = 0; i < 4; i++) {
-            in[ni++] = (fl_io){ins[i], &s[i], 1};
-            out[no++] = (fl_io){outs[i], &s[i], 1};
-        }
+    for (int i = 0; i < 4 && k->state[i].suffix; i++) {
+        const state_spec *ss = &k->state[i];
+        if (ss->init == INIT_ZERO) s[i] = state_var(p, w, ss->suffix, w->ndim, w->shape, 0.0f);
+        else s[i] = state_var(p, w, ss->suffix, 1, &one, ss->init == INIT_BETA1 ? o->beta1 : o->beta2);
+        if (!s[i]) return fl_prog_status(p);
+        in[ni++] = (fl_io){ss->in, &s[i], 1};
+        out[no++] = (fl_io){ss->out, &s[i], 1};
     }
-    fl_op *op = fl__op_new(p, o->type, in, ni, out, no);
+    fl_op *op = fl__op_new(p, k->type, in, ni, out, no);
     if (!op) return fl_prog_status(p);
     FL_CHECK(fl__attr_set_f(op, "l2", (double)o->l2 + (double)w->l2_decay));
     FL_CHECK(fl__attr_set_f(op, "lr_scale", w->lr_scale));
-    if (!strcmp(o->type, "momentum")) {
-        FL_CHECK(fl__attr_set_f(op, "mu", o->mu));
-        FL_CHECK(fl__attr_set_i(op, "use_nesterov", o->nesterov));
-    } else if (!strcmp(o->type, "adagrad")) {
-        FL_CHECK(fl__attr_set_f(op, "epsilon", o->eps));
-    } else if (!strcmp(o->type, "adam")) {
-        FL_CHECK(fl__attr_set_f(op, "beta1", o->beta1));
-        FL_CHECK(fl__attr_set_f(op, "beta2", o->beta2));
-        FL_CHECK(fl__attr_set_f(op, "epsilon", o->eps));
-    }
+    FL_CHECK(k->attrs(o, op, w));
     op->cond = cond;
     return fl__op_finish(op);
 }

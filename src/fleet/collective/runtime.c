@@ -9,6 +9,7 @@
  * returns after the files are committed, or fails with the first worker's failure.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "collective.h"
 
@@ -23,7 +24,9 @@ static int ring(fleet_t *f)
     if (f->ring) return FL_OK;
     const fl_net_secret *sec = NULL;
     FL_CHECK(fl__fleet_secret(f, "collective training", f->role->nworkers > 1, &sec));
-    return fl__ring_create(f->role, sec, &f->ring);
+    /* strategy.allreduce_dtype (our extension) when set, else FLEET_COLL_ALLREDUCE_DTYPE */
+    const char *ad = strcmp(f->strategy.allreduce_dtype, "float32") ? f->strategy.allreduce_dtype : NULL;
+    return fl__ring_create(f->role, sec, ad, &f->ring);
 }
 
 static int init(fleet_t *f)

@@ -329,7 +329,7 @@ static int worker_ring(fleet_t *f, const char *fn)
     const fl_net_secret *sec = NULL;
     FL_CHECK(fl__fleet_secret(f, fn, 1, &sec));
     /* every worker makes this call (it is collective), so they meet here */
-    return fl__ring_create(f->role, sec, &f->ring);
+    return fl__ring_create(f->role, sec, NULL, &f->ring);
 }
 
 /* Parameter-server saving: flush, barrier, the first worker acts and publishes its status
