@@ -485,10 +485,10 @@ TEST(cli_errors_are_clear)
     free(o);
     o = run_rc("e7", 20, &rc, "%s/tools/fleet-lightning list", BIN);
     CHECK_EQ_INT(rc, 0);
-    CHECK_STR_HAS(o, "deepfm     ps     criteo  auc");
-    CHECK_STR_HAS(o, "resnet     coll   idx     accuracy");
-    CHECK_STR_HAS(o, "simnet_bow ps     multislot order_rate");
-    CHECK_STR_HAS(o, "word2vec   ps     word2vec cluster_acc");
+    CHECK_STR_HAS(o, "deepfm     ps     criteo    auc         local");
+    CHECK_STR_HAS(o, "resnet     coll   idx       accuracy    local,collective");
+    CHECK_STR_HAS(o, "simnet_bow ps     multislot order_rate  local");
+    CHECK_STR_HAS(o, "word2vec   ps     word2vec  cluster_acc local");
     free(o);
     cleanup();
 }

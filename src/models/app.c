@@ -430,7 +430,7 @@ int fl_app_parse_train_configs(int argc, char **argv, const fl_app_row *row, fl_
 int fl_app_list(FILE *f)
 {
     if (!f) return fl__err(FL_EINVAL, "fl_app_list: file is NULL");
-    fprintf(f, "%-10s %-6s %-7s %-8s %-32s %s\n", "model", "kind", "data", "metric", "modes", "default config");
+    fprintf(f, "%-10s %-6s %-9s %-11s %-32s %s\n", "model", "kind", "data", "metric", "modes", "default config");
     for (int i = 0; i < NROWS; i++) {
         const fl_app_row *r = &rows[i];
         fl_app_config c;
@@ -442,7 +442,7 @@ int fl_app_list(FILE *f)
         else
             snprintf(cfg, sizeof cfg, "%s lr %g momentum %g %s decay, batch %d epochs %d depth %d width %d", c.optimizer,
                      c.lr, c.momentum, c.lr_decay, c.batch_size, c.epochs, c.depth, c.width);
-        fprintf(f, "%-10s %-6s %-7s %-8s %-32s %s\n", r->name, r->kind == FL_APP_SPARSE ? "ps" : "coll", r->reader,
+        fprintf(f, "%-10s %-6s %-9s %-11s %-32s %s\n", r->name, r->kind == FL_APP_SPARSE ? "ps" : "coll", r->reader,
                 r->metric, r->modes, cfg);
         fprintf(f, "%-10s   %s\n", "", r->summary);
     }
