@@ -19,6 +19,7 @@
 
 #define RTOL 1e-5
 #define ATOL 1e-8
+#include "optref.h"
 
 /* ---- reference optimizer ---------------------------------------------------------------- */
 
@@ -103,24 +104,6 @@ static const ocfg O_ADAM_EPS = {"adam", 0.01f, 0, 1e-3f, 0.8f, 0.99f, 0};
 
 /* ---- comparing scope variables ------------------------------------------------------------ */
 
-static fl_tensor *find(fl_exe *e, const char *name)
-{
-    fl_tensor *t = fl_scope_find(fl_exe_scope(e), name);
-    if (!t) TFAIL("variable '%s' not found in the scope", name);
-    return t;
-}
-
-static void check_close(fl_exe *e, const char *name, const double *want, int64_t n, int step)
-{
-    fl_tensor *t = find(e, name);
-    const float *got = fl_tensor_f32(t);
-    if (!got || fl_tensor_numel(t) != n)
-        TFAIL("'%s' is not float32 with %lld elements (has %lld)", name, (long long)n, (long long)fl_tensor_numel(t));
-    for (int64_t i = 0; i < n; i++)
-        if (!(fabs(got[i] - want[i]) <= RTOL * fabs(want[i]) + ATOL))
-            TFAIL("%s[%lld] after step %d: got %.9g, reference %.9g", name, (long long)i, step, got[i], want[i]);
-}
-
 /* Compares a parameter and each optimizer state variable optimizer.c created for it. */
 static void check_param(fl_exe *e, const ocfg *o, const char *name, const rparam *r, int step)
 {
@@ -147,10 +130,6 @@ static void check_param(fl_exe *e, const ocfg *o, const char *name, const rparam
 /* ---- dense: a model trained through fl_opt_minimize ---------------------------------------- */
 
 /* loss = mean(tanh(x W0 + c W1 + b)); x [N, D] data, c [N, E] a created parameter. */
-enum { N = 4, D = 3, E = 2, K = 2, NPARAM = 4 };
-enum { PW0, PW1, PB, PC };
-static const char *const pname[NPARAM] = {"w_0", "w_1", "b", "c"};
-
 typedef struct {
     ocfg o;
     int attrs;           /* optimizer L2 + per-parameter l2_decay and learning_rate */
@@ -160,36 +139,8 @@ typedef struct {
     int steps;
 } dense_case;
 
-/* Per-parameter L2 and rate scale used when attrs is set (optimizer L2 is 0.001). */
-static const float p_l2[NPARAM] = {0.01f, 0.01f, 0.0f, 0.02f}, p_lrs[NPARAM] = {0.5f, 0.5f, 2.0f, 1.5f};
+/* Optimizer L2 when attrs is set (the per-parameter ones: p_l2, p_lrs in optref.h). */
 static const float OPT_L2 = 0.001f;
-
-static void ref_grads(double *const *pv, const float *x, double *const *gv)
-{
-    double dz[N * K];
-    for (int n = 0; n < N; n++)
-        for (int k = 0; k < K; k++) {
-            double z = pv[PB][k];
-            for (int d = 0; d < D; d++) z += (double)x[n * D + d] * pv[PW0][d * K + k];
-            for (int j = 0; j < E; j++) z += pv[PC][n * E + j] * pv[PW1][j * K + k];
-            double o = tanh(z);
-            dz[n * K + k] = (1.0 - o * o) / (double)(N * K);
-        }
-    memset(gv[PW0], 0, D * K * sizeof(double));
-    memset(gv[PW1], 0, E * K * sizeof(double));
-    memset(gv[PB], 0, K * sizeof(double));
-    memset(gv[PC], 0, N * E * sizeof(double));
-    for (int n = 0; n < N; n++)
-        for (int k = 0; k < K; k++) {
-            double g = dz[n * K + k];
-            for (int d = 0; d < D; d++) gv[PW0][d * K + k] += (double)x[n * D + d] * g;
-            for (int j = 0; j < E; j++) {
-                gv[PW1][j * K + k] += pv[PC][n * E + j] * g;
-                gv[PC][n * E + j] += g * pv[PW1][j * K + k];
-            }
-            gv[PB][k] += g;
-        }
-}
 
 static double sched_lr(const dense_case *dc, int step)
 {

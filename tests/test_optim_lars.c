@@ -13,10 +13,9 @@
 #define RTOL 1e-5
 #define ATOL 1e-7
 
-enum { N = 4, D = 3, E = 2, K = 2, NPARAM = 4, STEPS = 5 };
-enum { PW0, PW1, PB, PC };
-static const char *const pname[NPARAM] = {"w_0", "w_1", "b", "c"};
-static const float p_l2[NPARAM] = {0.01f, 0.01f, 0.0f, 0.02f}, p_lrs[NPARAM] = {0.5f, 0.5f, 2.0f, 1.5f};
+#include "optref.h"
+
+enum { STEPS = 5 };
 
 typedef struct {
     int lamb;
@@ -30,34 +29,6 @@ typedef struct {
     int64_t n;
     double *p, *s1, *s2, pow1, pow2;
 } rparam;
-
-/* d mean(tanh(x W0 + c W1 + b)) / d each parameter. */
-static void ref_grads(double *const *pv, const float *x, double *const *gv)
-{
-    double dz[N * K];
-    for (int n = 0; n < N; n++)
-        for (int k = 0; k < K; k++) {
-            double z = pv[PB][k];
-            for (int d = 0; d < D; d++) z += (double)x[n * D + d] * pv[PW0][d * K + k];
-            for (int j = 0; j < E; j++) z += pv[PC][n * E + j] * pv[PW1][j * K + k];
-            double o = tanh(z);
-            dz[n * K + k] = (1.0 - o * o) / (double)(N * K);
-        }
-    memset(gv[PW0], 0, D * K * sizeof(double));
-    memset(gv[PW1], 0, E * K * sizeof(double));
-    memset(gv[PB], 0, K * sizeof(double));
-    memset(gv[PC], 0, N * E * sizeof(double));
-    for (int n = 0; n < N; n++)
-        for (int k = 0; k < K; k++) {
-            double g = dz[n * K + k];
-            for (int d = 0; d < D; d++) gv[PW0][d * K + k] += (double)x[n * D + d] * g;
-            for (int j = 0; j < E; j++) {
-                gv[PW1][j * K + k] += pv[PC][n * E + j] * g;
-                gv[PC][n * E + j] += g * pv[PW1][j * K + k];
-            }
-            gv[PB][k] += g;
-        }
-}
 
 static double norm(const double *v, int64_t n)
 {
@@ -95,17 +66,6 @@ static void ref_step(const lcase *c, rparam *r, const double *grad, double lr, d
         free(u);
     }
     free(g);
-}
-
-static void check_close(fl_exe *e, const char *name, const double *want, int64_t n, int step)
-{
-    fl_tensor *t = fl_scope_find(fl_exe_scope(e), name);
-    if (!t) TFAIL("variable '%s' not found in the scope", name);
-    const float *got = fl_tensor_f32(t);
-    if (!got || fl_tensor_numel(t) != n) TFAIL("'%s' is not float32 with %lld elements", name, (long long)n);
-    for (int64_t i = 0; i < n; i++)
-        if (!(fabs(got[i] - want[i]) <= RTOL * fabs(want[i]) + ATOL))
-            TFAIL("%s[%lld] after step %d: got %.9g, reference %.9g", name, (long long)i, step, got[i], want[i]);
 }
 
 static void check_param(fl_exe *e, const lcase *c, int i, const rparam *r, int step)
