@@ -79,11 +79,13 @@ const app_metric *fl__app_metric(const char *name)
 
 int fl__app_data_file(const char *what, const char *dir, const char *name, char *out, size_t cap)
 {
-    struct stat sb;
-    snprintf(out, cap, "%s/%s", dir, name);
-    if (!stat(out, &sb) && S_ISREG(sb.st_mode)) return FL_OK;
-    snprintf(out, cap, "%s/../%s", dir, name);
-    if (!stat(out, &sb) && S_ISREG(sb.st_mode)) return FL_OK;
+    static const char *const where[] = {"", "/.."}; /* the directory, then its parent */
+    for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
+        int n = snprintf(out, cap, "%s%s/%s", dir, where[i], name);
+        if (n < 0 || (size_t)n >= cap) return fl__err(FL_EINVAL, "%s '%s': path too long", what, dir);
+        struct stat sb;
+        if (!stat(out, &sb) && S_ISREG(sb.st_mode)) return FL_OK;
+    }
     return fl__err(FL_ENOTFOUND, "%s '%s': no %s there nor in its parent directory", what, dir, name);
 }
 
