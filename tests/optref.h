@@ -18,6 +18,32 @@ static const char *const pname[NPARAM] = {"w_0", "w_1", "b", "c"};
 /* Per-parameter L2 and rate scale used when a case sets them. */
 static const float p_l2[NPARAM] = {0.01f, 0.01f, 0.0f, 0.02f}, p_lrs[NPARAM] = {0.5f, 0.5f, 2.0f, 1.5f};
 
+/* Appends the model to p and returns its loss; attrs: the parameters carry p_l2 and p_lrs. */
+static fl_var *ref_model(fl_prog *p, int attrs)
+{
+    fl_var *x = fl_layer_data(p, "x", FL_SHAPE(D), FL_FLOAT32, 0);
+    fl_param_attr ca = {0};
+    ca.name = "c";
+    ca.init = fl_init_uniform(-1.0f, 1.0f);
+    fl_fc_attr fa = {0};
+    fa.weight.name = "w";
+    fa.weight.init = fl_init_uniform(-0.8f, 0.8f);
+    fa.bias.name = "b";
+    fa.bias.init = fl_init_uniform(-0.3f, 0.3f);
+    if (attrs) {
+        ca.l2_decay = p_l2[PC];
+        ca.learning_rate = p_lrs[PC];
+        fa.weight.l2_decay = p_l2[PW0];
+        fa.weight.learning_rate = p_lrs[PW0];
+        fa.bias.l2_decay = p_l2[PB];
+        fa.bias.learning_rate = p_lrs[PB];
+    }
+    fl_var *c = fl_layer_create_parameter(p, FL_SHAPE(N, E), FL_FLOAT32, &ca);
+    fl_var *loss = fl_layer_mean(fl_layer_fc_ex(FL_VARS(x, c), K, "tanh", &fa));
+    CHECK(loss != NULL);
+    return loss;
+}
+
 /* d loss / d each parameter (pv, gv indexed by PW0..PC). */
 static void ref_grads(double *const *pv, const float *x, double *const *gv)
 {

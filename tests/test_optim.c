@@ -154,26 +154,7 @@ static double sched_lr(const dense_case *dc, int step)
 static void run_dense(const dense_case *dc)
 {
     fl_prog *p = fl_prog_create();
-    fl_var *x = fl_layer_data(p, "x", FL_SHAPE(D), FL_FLOAT32, 0);
-    fl_param_attr ca = {0};
-    ca.name = "c";
-    ca.init = fl_init_uniform(-1.0f, 1.0f);
-    fl_fc_attr fa = {0};
-    fa.weight.name = "w";
-    fa.weight.init = fl_init_uniform(-0.8f, 0.8f);
-    fa.bias.name = "b";
-    fa.bias.init = fl_init_uniform(-0.3f, 0.3f);
-    if (dc->attrs) {
-        ca.l2_decay = p_l2[PC];
-        ca.learning_rate = p_lrs[PC];
-        fa.weight.l2_decay = p_l2[PW0];
-        fa.weight.learning_rate = p_lrs[PW0];
-        fa.bias.l2_decay = p_l2[PB];
-        fa.bias.learning_rate = p_lrs[PB];
-    }
-    fl_var *c = fl_layer_create_parameter(p, FL_SHAPE(N, E), FL_FLOAT32, &ca);
-    fl_var *loss = fl_layer_mean(fl_layer_fc_ex(FL_VARS(x, c), K, "tanh", &fa));
-    CHECK(loss != NULL);
+    fl_var *loss = ref_model(p, dc->attrs);
     fl_opt *opt = make_opt(&dc->o);
     if (dc->attrs) CHECK_OK(fl_opt_set_l2(opt, OPT_L2));
     if (dc->decay_steps) CHECK_OK(fl_opt_set_exponential_decay(opt, dc->decay_steps, dc->decay_rate, dc->staircase));

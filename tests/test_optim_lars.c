@@ -87,26 +87,7 @@ static void run_case(const lcase *c, int via_strategy)
 {
     unsetenv("PADDLE_TRAINER_ENDPOINTS");
     fl_prog *p = fl_prog_create();
-    fl_var *x = fl_layer_data(p, "x", FL_SHAPE(D), FL_FLOAT32, 0);
-    fl_param_attr ca = {0};
-    ca.name = "c";
-    ca.init = fl_init_uniform(-1.0f, 1.0f);
-    fl_fc_attr fa = {0};
-    fa.weight.name = "w";
-    fa.weight.init = fl_init_uniform(-0.8f, 0.8f);
-    fa.bias.name = "b";
-    fa.bias.init = fl_init_uniform(-0.3f, 0.3f);
-    if (c->attrs) {
-        ca.l2_decay = p_l2[PC];
-        ca.learning_rate = p_lrs[PC];
-        fa.weight.l2_decay = p_l2[PW0];
-        fa.weight.learning_rate = p_lrs[PW0];
-        fa.bias.l2_decay = p_l2[PB];
-        fa.bias.learning_rate = p_lrs[PB];
-    }
-    fl_var *cv = fl_layer_create_parameter(p, FL_SHAPE(N, E), FL_FLOAT32, &ca);
-    fl_var *loss = fl_layer_mean(fl_layer_fc_ex(FL_VARS(x, cv), K, "tanh", &fa));
-    CHECK(loss != NULL);
+    fl_var *loss = ref_model(p, c->attrs);
     fl_opt *opt;
     fleet_t *f = NULL;
     if (via_strategy) {
