@@ -68,7 +68,8 @@ static struct {
     int nfiles, nbatch, nthread, queue_batch, epochs;
     int batches[MAXCFG], threads[MAXCFG];
     double seconds, lr;
-} A = {NULL, "sgd", "", {NULL}, 0, 0, 0, 0, 0, 0, {0}, {0}, 2.0, 1e-3};
+    int64_t table_rows; /* rows of the shared sparse table (--table-rows) */
+} A = {NULL, "sgd", "", {NULL}, 0, 0, 0, 0, 0, 0, {0}, {0}, 2.0, 1e-3, 1000001};
 
 static double now(void)
 {
@@ -160,6 +161,7 @@ static void build(model *md, int distributed)
     md->prog = fl_prog_create();
     fl_model_ctr_dnn_config cfg = fl_model_ctr_dnn_default();
     cfg.is_distributed = distributed;
+    cfg.sparse_feature_dim = A.table_rows;
     if (fl_model_ctr_dnn_build(md->prog, &cfg, &md->m) != FL_OK) die("building CTR-DNN");
     md->opt = !strcmp(A.opt, "adam") ? fl_opt_adam((float)A.lr, 0.9f, 0.999f, 1e-8f) : fl_opt_sgd((float)A.lr);
     if (!md->opt) die("optimizer");
@@ -188,7 +190,7 @@ static fl_dataset *dataset(model *md, const char *kind, const char *const *files
 {
     fl_dataset *ds = fl_dataset_create(kind);
     if (!ds || fl_dataset_set_use_var(ds, md->m.use_var, md->m.nuse_var) != FL_OK ||
-        fl_dataset_set_format(ds, "criteo") != FL_OK || fl_dataset_set_sparse_feature_dim(ds, 1000001) != FL_OK ||
+        fl_dataset_set_format(ds, "criteo") != FL_OK || fl_dataset_set_sparse_feature_dim(ds, A.table_rows) != FL_OK ||
         fl_dataset_set_thread(ds, n) != FL_OK || fl_dataset_set_filelist(ds, files, n) != FL_OK)
         die("dataset");
     if (load && fl_dataset_load_into_memory(ds) != FL_OK) die("load_into_memory");
@@ -595,7 +597,8 @@ int main(int argc, char **argv)
     usage:
         fprintf(stderr,
                 "usage: bench_ctr local|ps --data DIR [--files N] [--batches 32,512] [--threads 1,2] [--seconds S] "
-                "[--queue-batch B] [--optimizer sgd|adam] [--lr X] [--tag T] [--strategy KEY=VALUE] [--epochs N]\n");
+                "[--queue-batch B] [--optimizer sgd|adam] [--lr X] [--tag T] [--strategy KEY=VALUE] [--epochs N] "
+                "[--table-rows R]\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -614,10 +617,11 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--lr")) A.lr = atof(v);
         else if (!strcmp(k, "--tag")) A.tag = v;
         else if (!strcmp(k, "--epochs")) A.epochs = atoi(v);
+        else if (!strcmp(k, "--table-rows")) A.table_rows = atoll(v);
         else if (!strcmp(k, "--strategy") && A.nstrategy < 8) A.strategy[A.nstrategy++] = v;
         else goto usage;
     }
-    if (!A.data || A.seconds < 0 || A.epochs < 0 || !(A.lr > 0) || (strcmp(A.opt, "sgd") && strcmp(A.opt, "adam")))
+    if (!A.data || A.seconds < 0 || A.table_rows < 2 || A.epochs < 0 || !(A.lr > 0) || (strcmp(A.opt, "sgd") && strcmp(A.opt, "adam")))
         goto usage;
     if (!strcmp(mode, "local")) return run_local();
     if (!strcmp(mode, "ps")) return run_ps(argc, argv);

@@ -72,6 +72,18 @@ void fl__vfill(float *y, float v, int64_t n);
  * the Adam update alone, against 2.7-3.1x when a tenth of its state is subnormal
  * (bench/bench_subnormal.c). */
 static inline float fl__flush_tiny(float x) { return fabsf(x) < FLT_MIN ? 0.0f : x; }
+/* Parameter-update loops over one contiguous segment (optim_kernels.c; the formulas are
+ * src/graph/ops_optim.c's).  Adam's coefficients: lr and eps already bias-corrected. */
+typedef struct {
+    float lr, l2, b1, b2, cb1, cb2, eps;
+} fl__adam_coef;
+void fl__sgd_seg(float *restrict p, const float *restrict g, int64_t n, float lr, float l2);
+void fl__momentum_seg(float *restrict p, float *restrict v, const float *restrict g, int64_t n, float lr, float l2,
+                      float mu, int nesterov);
+void fl__adagrad_seg(float *restrict p, float *restrict m, const float *restrict g, int64_t n, float lr, float l2,
+                     float eps);
+void fl__adam_seg(float *restrict p, float *restrict m1, float *restrict m2, const float *restrict g, int64_t n,
+                  const fl__adam_coef *k);
 /* Adds row vector b[n] to each of m rows of y[m,n]. */
 void fl__add_rowvec(float *restrict y, const float *restrict b, int64_t m, int64_t n);
 /* db[n] (+)= column sums of dy[m,n]. accumulate=0 overwrites. */
