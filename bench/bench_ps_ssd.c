@@ -264,8 +264,12 @@ static int scale(uint64_t nkeys, int ns, int64_t budget, const char *dir)
     double rnd_s = now_s() - t0;
     fl_ps_table_stats st;
     if (fl_ps_client_table_stats(c, 0, &st)) die("stats");
-    printf("scale run: %llu keys of dim %d (SGD) over %d servers, budget %lld MiB per server\n", (unsigned long long)nkeys,
-           DIM, ns, (long long)budget);
+    if (budget)
+        printf("scale run: %llu keys of dim %d (SGD) over %d servers, SSD tables with %lld MiB of memory per server\n",
+               (unsigned long long)nkeys, DIM, ns, (long long)budget);
+    else
+        printf("scale run: %llu keys of dim %d (SGD) over %d servers, in-memory tables\n", (unsigned long long)nkeys, DIM,
+               ns);
     printf("  fill: %.3e rows/s (pull + push of new rows, %.0f s); random batches of %d: %.3e rows/s (pull %.3e "
            "rows/s, push %.3e rows/s)\n",
            nkeys / fill, fill, B, rows / rnd_s, rows / pull_s, rows / push_s);

@@ -268,6 +268,11 @@ TEST(strategy_unimplemented_rejected)
     CHECK_OK(fleet_strategy_set(&s, "fleet_desc_configs.sparse_table_class", "HashTable"));
     CHECK_FAILS(fleet_strategy_check(&s), FL_EINVAL, "'fleet_desc_configs.sparse_table_class' = 'HashTable' is invalid");
     CHECK_FAILS(fleet_strategy_set(&s, "fleet_desc_configs.sparse_mem_budget_mb", "-1"), FL_EINVAL, "expected >= 0");
+    s = fleet_strategy_default();
+    CHECK_OK(fleet_strategy_parse(&s, "{\"fleet_desc_configs\": {\"sparse_table_class\": \"SSDSparseTable\", "
+                                      "\"sparse_ssd_path\": \"/data/ssd\", \"sparse_mem_budget_mb\": 4096}}"));
+    CHECK_OK(fleet_strategy_check(&s));
+    CHECK(!strcmp(s.fleet_desc_configs.sparse_ssd_path, "/data/ssd") && s.fleet_desc_configs.sparse_mem_budget_mb == 4096);
 }
 
 TEST(strategy_parse_text_and_json)
