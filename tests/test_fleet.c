@@ -255,6 +255,24 @@ TEST(strategy_unimplemented_rejected)
     CHECK_OK(fleet_strategy_check(&s));
     CHECK_OK(fleet_strategy_set(&s, "allreduce_dtype", "int8"));
     CHECK_FAILS(fleet_strategy_check(&s), FL_EINVAL, "'allreduce_dtype' = 'int8' is invalid");
+    /* fleet_desc_configs: the sparse table class and what an SSD class needs */
+    s = fleet_strategy_default();
+    CHECK(!strcmp(s.fleet_desc_configs.sparse_table_class, "DownpourSparseTable"));
+    CHECK_OK(fleet_strategy_set(&s, "fleet_desc_configs.sparse_table_class", "DownpourSparseSSDTable"));
+    CHECK_FAILS(fleet_strategy_check(&s), FL_EINVAL, "needs fleet_desc_configs.sparse_ssd_path");
+    CHECK_OK(fleet_strategy_set(&s, "fleet_desc_configs.sparse_ssd_path", "/tmp/ssd"));
+    CHECK_OK(fleet_strategy_set(&s, "fleet_desc_configs.sparse_mem_budget_mb", "64"));
+    CHECK_OK(fleet_strategy_check(&s));
+    CHECK_OK(fleet_strategy_set(&s, "fleet_desc_configs.sparse_table_class", "MemorySparseTable"));
+    CHECK_FAILS(fleet_strategy_check(&s), FL_EINVAL, "apply to an SSD table class");
+    CHECK_OK(fleet_strategy_set(&s, "fleet_desc_configs.sparse_table_class", "HashTable"));
+    CHECK_FAILS(fleet_strategy_check(&s), FL_EINVAL, "'fleet_desc_configs.sparse_table_class' = 'HashTable' is invalid");
+    CHECK_FAILS(fleet_strategy_set(&s, "fleet_desc_configs.sparse_mem_budget_mb", "-1"), FL_EINVAL, "expected >= 0");
+    s = fleet_strategy_default();
+    CHECK_OK(fleet_strategy_parse(&s, "{\"fleet_desc_configs\": {\"sparse_table_class\": \"SSDSparseTable\", "
+                                      "\"sparse_ssd_path\": \"/data/ssd\", \"sparse_mem_budget_mb\": 4096}}"));
+    CHECK_OK(fleet_strategy_check(&s));
+    CHECK(!strcmp(s.fleet_desc_configs.sparse_ssd_path, "/data/ssd") && s.fleet_desc_configs.sparse_mem_budget_mb == 4096);
 }
 
 TEST(strategy_parse_text_and_json)

@@ -191,6 +191,21 @@ typedef struct {
      * reduced in float32 (fl_coll_allreduce in fleet/coll.h) */
     char allreduce_dtype[FLEET_STRATEGY_STR_MAX];
     int sync_nccl_allreduce;                     /* true */
+    /* The class of the sparse tables of a parameter-server job.  Paddle 2.x sets it per table
+     * in fleet_desc_configs[table]["sparse_table_class"]; here one setting covers every sparse
+     * table of the job (docs/parameter_server.md).  sparse_table_class: "DownpourSparseTable"
+     * (default) or "MemorySparseTable": in server memory; "DownpourSparseSSDTable" or
+     * "SSDSparseTable": Paddle's SSDSparseTable, rows beyond a memory budget in RocksDB.
+     * Our extensions (Paddle takes the directory from its rocksdb_path flag and moves rows by
+     * unseen days instead of a budget): sparse_ssd_path, the directory each server keeps its
+     * databases under, and sparse_mem_budget_mb, the MiB of rows a server keeps in memory
+     * per table (fl_ps_table_config.ssd_path / mem_budget_mb); both required by, and only
+     * allowed with, an SSD class. */
+    struct {
+        char sparse_table_class[FLEET_STRATEGY_STR_MAX]; /* "DownpourSparseTable" */
+        char sparse_ssd_path[FLEET_STRATEGY_STR_MAX];    /* "" */
+        int64_t sparse_mem_budget_mb;                    /* 0 */
+    } fleet_desc_configs;
 } fleet_strategy;
 
 FL_API fleet_strategy fleet_strategy_default(void);

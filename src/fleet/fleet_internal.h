@@ -64,6 +64,11 @@ int fl__fleet_amp_wire(fleet_t *f, fl_opt *opt);
  * optimizer.  Nothing when both are false. */
 int fl__fleet_meta_optim(fleet_t *f, fl_opt *opt);
 
+/* strategy.fleet_desc_configs: checks the sparse table class against sparse_ssd_path and
+ * sparse_mem_budget_mb (strategy.c); *ssd (may be NULL) gets 1 for an SSD class.  Used by
+ * fleet_strategy_check and by the PS runtime when it makes the servers' tables. */
+int fl__strategy_ssd_table(const fleet_strategy *s, int *ssd);
+
 /* Splits "a:1,b:2" into a malloc'ed array of malloc'ed endpoints, validating host:port.
  * `what` names the source (environment variable or argument) in errors. */
 int fl__parse_endpoints(const char *list, const char *what, char ***out, int *n);

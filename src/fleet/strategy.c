@@ -99,6 +99,11 @@ static const field fields[] = {
     {"nccl_comm_num", F_I64, FO(nccl_comm_num), 1, 0, 1, "only one communicator per job is implemented"},
     {"allreduce_dtype", F_STR, FO(allreduce_dtype), 0, 1, 0, NULL, "float32"},
     {"sync_nccl_allreduce", F_BOOL, FO(sync_nccl_allreduce), 1, 0, 0, "allreduce is always synchronous with the step"},
+    /* checked in fleet_strategy_check; applied to the servers' tables by src/fleet/ps/runtime.c */
+    {"fleet_desc_configs.sparse_table_class", F_STR, FO(fleet_desc_configs.sparse_table_class), 0, 1, 0, NULL,
+     "DownpourSparseTable"},
+    {"fleet_desc_configs.sparse_ssd_path", F_STR, FO(fleet_desc_configs.sparse_ssd_path), 0, 1, 0, NULL, ""},
+    {"fleet_desc_configs.sparse_mem_budget_mb", F_I64, FO(fleet_desc_configs.sparse_mem_budget_mb), 0, 1, 0, NULL},
 };
 #define NFIELDS (int)(sizeof fields / sizeof fields[0])
 
@@ -244,6 +249,7 @@ int fleet_strategy_check(const fleet_strategy *s)
     if (!ar_ok)
         return fl__err(FL_EINVAL, "strategy field 'allreduce_dtype' = '%s' is invalid: expected float32, bfloat16 or "
                        "float16", s->allreduce_dtype);
+    FL_CHECK(fl__strategy_ssd_table(s, NULL));
     if (s->lars && s->lamb)
         return fl__err(FL_EINVAL, "strategy: lars and lamb cannot be combined (one replaces Momentum, the other Adam)");
     const char *dt = s->amp_configs.dtype;
@@ -254,6 +260,36 @@ int fleet_strategy_check(const fleet_strategy *s)
     if (strcmp(dt, "bfloat16") != 0 && strcmp(dt, "bf16") != 0)
         return fl__err(FL_EINVAL, "strategy field 'amp_configs.dtype' = '%s' is invalid: expected bfloat16 or float16",
                        dt);
+    return FL_OK;
+}
+
+int fl__strategy_ssd_table(const fleet_strategy *s, int *ssd)
+{
+    static const char *const classes[][2] = {{"DownpourSparseTable", "0"},
+                                             {"MemorySparseTable", "0"},
+                                             {"DownpourSparseSSDTable", "1"},
+                                             {"SSDSparseTable", "1"}};
+    const char *cls = s->fleet_desc_configs.sparse_table_class, *path = s->fleet_desc_configs.sparse_ssd_path;
+    const int64_t mb = s->fleet_desc_configs.sparse_mem_budget_mb;
+    int is_ssd = -1;
+    for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++)
+        if (!strcmp(cls, classes[i][0])) is_ssd = classes[i][1][0] == '1';
+    if (is_ssd < 0)
+        return fl__err(FL_EINVAL,
+                       "strategy field 'fleet_desc_configs.sparse_table_class' = '%s' is invalid: expected "
+                       "DownpourSparseTable, MemorySparseTable, DownpourSparseSSDTable or SSDSparseTable",
+                       cls);
+    if (is_ssd && (!*path || mb < 1))
+        return fl__err(FL_EINVAL,
+                       "strategy: fleet_desc_configs.sparse_table_class = %s needs fleet_desc_configs.sparse_ssd_path "
+                       "(a directory, got '%s') and fleet_desc_configs.sparse_mem_budget_mb >= 1 (got %lld)",
+                       cls, path, (long long)mb);
+    if (!is_ssd && (*path || mb))
+        return fl__err(FL_EINVAL,
+                       "strategy: fleet_desc_configs.sparse_ssd_path and sparse_mem_budget_mb apply to an SSD table "
+                       "class, but sparse_table_class is %s",
+                       cls);
+    if (ssd) *ssd = is_ssd;
     return FL_OK;
 }
 
