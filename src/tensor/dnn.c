@@ -51,6 +51,7 @@ struct fl_gemm_cache {
     entry e[CACHE_SLOTS];
     void *conv[2]; /* converted A and B of mixed products */
     size_t conv_cap[2];
+    int f16_failed; /* oneDNN refused a float16 product of this op: float32 from then on */
 };
 
 static atomic_int lib_choice;        /* 0 unread, else FL_GEMM_* or a negative status */
@@ -393,27 +394,38 @@ int fl__gemm(fl_gemm_cache **cp, const fl_gemm_desc *dd, const void *a, const vo
         if (!*cp) return fl__err(FL_ENOMEM, "matmul: out of memory");
         (*cp)->magic = CACHE_MAGIC;
     }
-    fl_gemm_desc d = *dd;
-    int use_dnnl = lib == FL_GEMM_DNNL && d.k > 0; /* k == 0 (an empty input): the epilogue alone */
+    int use_dnnl = lib == FL_GEMM_DNNL && dd->k > 0; /* k == 0 (an empty input): the epilogue alone */
     /* oneDNN multiplies bf16 by bf16, f16 by f16 (where fl__gemm_f16_native) or f32 by f32;
      * OpenBLAS f32 only.  A float16 product elsewhere runs in float32 on operands rounded to
      * float16 (float16's numerics: range, overflow to inf, precision; not its speed). */
-    fl_dtype want = use_dnnl && (d.a_type == FL_BFLOAT16 || d.b_type == FL_BFLOAT16) ? FL_BFLOAT16 : FL_FLOAT32;
-    if (half && use_dnnl && fl__gemm_f16_native()) want = FL_FLOAT16;
-    if (d.k > 0 && (d.a_type != want || (half && want == FL_FLOAT32 && d.a_type == FL_FLOAT32))) {
-        FL_CHECK(convert(*cp, 0, a, d.a_type, want, span(d.trans_a ? d.k : d.m, d.trans_a ? d.m : d.k, d.lda), &a));
-        d.a_type = want;
-    }
-    if (d.k > 0 && (d.b_type != want || (half && want == FL_FLOAT32 && d.b_type == FL_FLOAT32))) {
-        FL_CHECK(convert(*cp, 1, b, d.b_type, want, span(d.trans_b ? d.n : d.k, d.trans_b ? d.k : d.n, d.ldb), &b));
-        d.b_type = want;
-    }
+    fl_dtype want = use_dnnl && (dd->a_type == FL_BFLOAT16 || dd->b_type == FL_BFLOAT16) ? FL_BFLOAT16 : FL_FLOAT32;
+    if (half && use_dnnl && !(*cp)->f16_failed && fl__gemm_f16_native()) want = FL_FLOAT16;
+    for (;;) {
+        fl_gemm_desc d = *dd;
+        const void *pa = a, *pb = b;
+        if (d.k > 0 && (d.a_type != want || (half && want == FL_FLOAT32 && d.a_type == FL_FLOAT32))) {
+            FL_CHECK(convert(*cp, 0, a, d.a_type, want, span(d.trans_a ? d.k : d.m, d.trans_a ? d.m : d.k, d.lda), &pa));
+            d.a_type = want;
+        }
+        if (d.k > 0 && (d.b_type != want || (half && want == FL_FLOAT32 && d.b_type == FL_FLOAT32))) {
+            FL_CHECK(convert(*cp, 1, b, d.b_type, want, span(d.trans_b ? d.n : d.k, d.trans_b ? d.k : d.n, d.ldb), &pb));
+            d.b_type = want;
+        }
 #ifdef FL_HAVE_DNNL
-    if (use_dnnl) return gemm_dnnl(cp, &d, a, b, bias, c);
+        if (use_dnnl) {
+            int st = gemm_dnnl(cp, &d, pa, pb, bias, c);
+            if (st == FL_OK || want != FL_FLOAT16) return st;
+            /* a shape or epilogue oneDNN's float16 matmul does not take: float32 for this op */
+            FL_INFO(FL_SUB_TENSOR, "%s; this op's float16 products run in float32 from now on", fl_last_error());
+            (*cp)->f16_failed = 1;
+            want = FL_FLOAT32;
+            continue;
+        }
 #else
-    (void)use_dnnl;
+        (void)use_dnnl;
 #endif
-    return gemm_openblas(&d, a, b, bias, c);
+        return gemm_openblas(&d, pa, pb, bias, c);
+    }
 }
 
 void fl__gemm_cache_free(void *p)
