@@ -230,7 +230,24 @@ TEST(strategy_unimplemented_rejected)
     CHECK_STR_HAS(fl_last_error(), "'amp_configs.use_pure_fp16'");
     s = fleet_strategy_default();
     CHECK_OK(fleet_strategy_set(&s, "amp_configs.dtype", "float16"));
-    CHECK_FAILS(fleet_strategy_check(&s), FL_EUNSUPPORTED, "float16 AMP needs dynamic loss scaling");
+    CHECK_OK(fleet_strategy_check(&s)); /* float16 AMP with loss scaling (tests/test_amp_fp16.c) */
+    {
+        /* ... but not with parameter servers: refused by name at the distributed optimizer */
+        s.amp = 1;
+        const char *servers[] = {"127.0.0.1:6001"};
+        fleet_user_role u = {0, 0, FLEET_ROLE_WORKER, 1, NULL, 0, servers, 1};
+        fleet_role *r;
+        CHECK_OK(fleet_role_user_defined(&u, &r));
+        fleet_t *f = fleet_init(r, &s);
+        CHECK(f);
+        fl_opt *o = fl_opt_sgd(0.1f);
+        CHECK(fleet_distributed_optimizer(f, o, NULL) == NULL);
+        CHECK_STR_HAS(fl_last_error(), "float16 loss scaling (the step skipped on inf/NaN) is not implemented with "
+                                       "servers");
+        fl_opt_free(o);
+        fleet_free(f);
+        s.amp = 0;
+    }
     CHECK_OK(fleet_strategy_set(&s, "amp_configs.dtype", "bf8"));
     CHECK_FAILS(fleet_strategy_check(&s), FL_EINVAL, "'amp_configs.dtype' = 'bf8' is invalid");
     s = fleet_strategy_default();

@@ -150,9 +150,9 @@ typedef struct {
         int64_t k_steps; /* 1 */
         int avg;         /* true */
     } gradient_merge_configs;
-    int amp; /* false; true: fl_amp_decorate at minimize (src/fleet/amp.c) */
+    int amp; /* false; true: fl_amp_decorate_optimizer at minimize (src/fleet/amp.c) */
     struct {
-        /* Loss scaling: accepted, unused with bfloat16 (float32's range; docs/engine.md) */
+        /* Loss scaling of float16 (unused with bfloat16, which has float32's range; docs/engine.md) */
         double init_loss_scaling;                            /* 32768 */
         int64_t incr_every_n_steps, decr_every_n_nan_or_inf; /* 1000, 2 */
         double incr_ratio, decr_ratio;                       /* 2.0, 0.8 */
@@ -160,7 +160,8 @@ typedef struct {
         /* comma-separated op types (JSON: a list of strings or one such string) */
         char custom_white_list[FLEET_STRATEGY_STR_MAX], custom_black_list[FLEET_STRATEGY_STR_MAX]; /* "" */
         int use_pure_fp16;                   /* false (O2: not implemented) */
-        char dtype[FLEET_STRATEGY_STR_MAX];  /* our extension: "bfloat16" (default) or "float16" (refused) */
+        char dtype[FLEET_STRATEGY_STR_MAX];  /* our extension: "bfloat16" (default) or "float16" (collective
+                                              * or local; refused with parameter servers) */
     } amp_configs;
     int dgc;
     struct {

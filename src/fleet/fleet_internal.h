@@ -51,10 +51,10 @@ int fl__fleet_secret(fleet_t *f, const char *fn, int required, const fl_net_secr
  * a local run or one worker (the caller then acts alone). */
 int fl__fleet_worker_ring(fleet_t *f, const char *fn);
 
-/* strategy.amp: makes minimize() run fl_amp_decorate on the forward program first, with
- * amp_configs' lists and dtype (amp.c).  Nothing when amp is false.  The same for every
- * runtime: casts sit in the forward program, parameters and gradients stay float32, so
- * allreduce and the servers see float32. */
+/* strategy.amp: fl_amp_decorate_optimizer with amp_configs (amp.c): the cast rewrite before
+ * backward, float16 loss scaling after the runtime's allreduce.  Nothing when amp is false.
+ * Parameters and gradients stay float32, so allreduce and the servers see float32;
+ * float16 with parameter servers is refused (FL_EUNSUPPORTED). */
 int fl__fleet_amp_wire(fleet_t *f, fl_opt *opt);
 
 /* strategy.lars / strategy.lamb, as Paddle's LarsOptimizer and LambOptimizer meta

@@ -253,11 +253,10 @@ int fleet_strategy_check(const fleet_strategy *s)
     if (s->lars && s->lamb)
         return fl__err(FL_EINVAL, "strategy: lars and lamb cannot be combined (one replaces Momentum, the other Adam)");
     const char *dt = s->amp_configs.dtype;
-    if (!strcmp(dt, "float16") || !strcmp(dt, "fp16"))
-        return fl__err(FL_EUNSUPPORTED, "strategy field 'amp_configs.dtype' = %s: float16 AMP needs dynamic loss "
-                       "scaling with the step skipped on inf/NaN, which is not implemented; use bfloat16 (the CPU "
-                       "default, which needs no loss scaling)", dt);
-    if (strcmp(dt, "bfloat16") != 0 && strcmp(dt, "bf16") != 0)
+    static const char *const amp_dtypes[] = {"bfloat16", "bf16", "float16", "fp16"};
+    int amp_ok = 0;
+    for (size_t i = 0; i < sizeof amp_dtypes / sizeof amp_dtypes[0]; i++) amp_ok |= !strcmp(dt, amp_dtypes[i]);
+    if (!amp_ok)
         return fl__err(FL_EINVAL, "strategy field 'amp_configs.dtype' = '%s' is invalid: expected bfloat16 or float16",
                        dt);
     return FL_OK;
