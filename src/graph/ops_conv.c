@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../tensor/dnn_conv.h"
 #include "ops_conv.h"
 
 extern const fl_op_def *const fl__ops_conv[];
@@ -41,25 +42,45 @@ int fl__conv_attr2(const fl_op *op, const char *name, int64_t def, int64_t v[2])
     return 0;
 }
 
-/* Per-executor scratch kept in the op's state slot (freed by the executor with free()). */
+/* Per-executor state of conv2d and conv2d_grad in the op's state slot: the oneDNN
+ * primitives (dnn_conv.c) and the im2col path's scratch. */
 typedef struct {
-    size_t n;
-    float buf[];
-} scratch;
+    fl_conv_cache *dnn;
+    size_t n, wide_n[2];
+    float *buf, *wide[2]; /* scratch; bfloat16 Input and Filter widened */
+} conv_state;
+
+static void conv_state_free(void *p)
+{
+    conv_state *st = p;
+    if (!st) return;
+    fl__conv_cache_free(st->dnn);
+    free(st->buf);
+    free(st->wide[0]);
+    free(st->wide[1]);
+    free(st);
+}
+
+static conv_state *state_get(fl_kctx *c)
+{
+    if (!*c->state && !(*c->state = calloc(1, sizeof(conv_state))))
+        fl__err(FL_ENOMEM, "%s: out of memory", c->op->def->type);
+    return *c->state;
+}
 
 static float *scratch_get(fl_kctx *c, int64_t n)
 {
-    scratch *s = *c->state;
-    if (!s || s->n < (size_t)n) {
-        scratch *ns = realloc(s, sizeof *s + (size_t)(n ? n : 1) * sizeof(float));
-        if (!ns) {
+    conv_state *s = state_get(c);
+    if (s && s->n < (size_t)n + 1) {
+        float *nb = realloc(s->buf, ((size_t)n + 1) * sizeof(float));
+        if (!nb) {
             fl__err(FL_ENOMEM, "%s: cannot allocate %lld floats of scratch", c->op->def->type, (long long)n);
             return NULL;
         }
-        ns->n = (size_t)n;
-        *c->state = s = ns;
+        s->buf = nb;
+        s->n = (size_t)n + 1;
     }
-    return s->buf;
+    return s ? s->buf : NULL;
 }
 
 enum { ACT_NONE = 0, ACT_RELU, ACT_TANH, ACT_SIGMOID, ACT_POST_SOFTMAX, ACT_POST_SOFTSIGN };
@@ -140,13 +161,20 @@ static const char *conv_geo_make(const fl_op *op, const int64_t *xs, const int64
     return NULL;
 }
 
+/* Input and Filter: float32, or bfloat16 after fl_amp_decorate (the bias stays float32). */
+static int need_f32_or_bf16(fl_op *op, const fl_var *v)
+{
+    if (v->dtype == FL_BFLOAT16) return FL_OK;
+    return fl__op_need_f32(op, v);
+}
+
 static int infer_conv2d(fl_op *op)
 {
     if (op->in[0].n != 1 || op->in[1].n != 1 || op->in[2].n > 1 || op->out[0].n != 1)
         return fl__op_error(op, "needs one Input, one Filter, at most one Bias and one Output");
     fl_var *x = op->in[0].vars[0], *f = op->in[1].vars[0];
-    FL_CHECK(fl__op_need_f32(op, x));
-    FL_CHECK(fl__op_need_f32(op, f));
+    FL_CHECK(need_f32_or_bf16(op, x));
+    FL_CHECK(need_f32_or_bf16(op, f));
     FL_CHECK(fl__conv_need_nchw(op, "data_format", x));
     char xs[96], fs[96];
     fl__shape_str(x, xs, sizeof xs);
@@ -176,8 +204,11 @@ static int infer_conv2d(fl_op *op)
 /* Run-time geometry of Input (slot 0) and Filter (slot 1). */
 static int conv_geo_rt(fl_kctx *c, conv_geo *g)
 {
-    FL_CHECK(fl__kctx_dense_f32(c, 0));
-    FL_CHECK(fl__kctx_dense_f32(c, 1));
+    for (int slot = 0; slot < 2; slot++) {
+        const fl_tensor *t = FL_IN(c, slot);
+        if (t && t->dtype == FL_BFLOAT16 && !t->is_rows) continue;
+        FL_CHECK(fl__kctx_dense_f32(c, slot));
+    }
     const fl_tensor *x = FL_IN(c, 0), *f = FL_IN(c, 1);
     const char *why = x->ndim != 4 || f->ndim != 4 ? "input and filter must be 4-D"
                                                    : conv_geo_make(c->op, x->shape, f->shape, g);
@@ -244,6 +275,38 @@ static int conv_direct(const conv_geo *g)
     return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
 }
 
+/* The oneDNN description of g for Input x and Filter f. */
+static fl_conv_desc dnn_desc(const conv_geo *g, const fl_tensor *x, const fl_tensor *f)
+{
+    fl_conv_desc d;
+    memset(&d, 0, sizeof d);
+    d.n = g->n, d.c = g->c, d.h = g->h, d.w = g->w, d.m = g->m, d.kh = g->kh, d.kw = g->kw, d.oh = g->oh, d.ow = g->ow;
+    d.sh = g->sh, d.sw = g->sw, d.ph = g->ph, d.pw = g->pw, d.dh = g->dh, d.dw = g->dw, d.g = g->g;
+    d.x_type = x->dtype, d.w_type = f->dtype;
+    return d;
+}
+
+/* The data of Input or Filter (slot 0 / 1) as float32: a bfloat16 one widened into the
+ * state's buffer for the im2col path. */
+static float *f32_data(fl_kctx *c, int slot)
+{
+    fl_tensor *t = FL_IN(c, slot);
+    if (t->dtype == FL_FLOAT32) return t->data;
+    conv_state *st = state_get(c);
+    if (!st) return NULL;
+    if (st->wide_n[slot] < (size_t)t->numel + 1) {
+        float *nb = realloc(st->wide[slot], ((size_t)t->numel + 1) * sizeof(float));
+        if (!nb) {
+            fl__err(FL_ENOMEM, "%s: cannot widen '%s' to float32", c->op->def->type, fl__kctx_var_name(c, slot, 0));
+            return NULL;
+        }
+        st->wide[slot] = nb;
+        st->wide_n[slot] = (size_t)t->numel + 1;
+    }
+    fl__cvt_bf16_to_f32(st->wide[slot], t->data, t->numel);
+    return st->wide[slot];
+}
+
 static int run_conv2d(fl_kctx *c)
 {
     conv_geo g;
@@ -254,8 +317,21 @@ static int run_conv2d(fl_kctx *c)
                        (long long)g.m);
     int64_t os[4] = {g.n, g.m, g.oh, g.ow};
     FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, 4, os));
-    const float *fd = f->data, *bd = b ? (const float *)b->data : NULL;
+    out->lod_n = 0;
+    const float *bd = b ? (const float *)b->data : NULL;
     int act = act_code(fl__attr_s(c->op, "act", "")), direct = conv_direct(&g);
+    int lib = fl__gemm_lib();
+    if (lib < 0) return lib;
+    if (lib == FL_GEMM_DNNL) {
+        conv_state *st = state_get(c);
+        if (!st) return fl_last_status();
+        fl_conv_desc d = dnn_desc(&g, x, f);
+        d.act = act == ACT_RELU ? FL_ACT_RELU : act == ACT_TANH ? FL_ACT_TANH : act == ACT_SIGMOID ? FL_ACT_SIGMOID : 0;
+        d.has_bias = bd != NULL;
+        return fl__conv_fwd(&st->dnn, &d, x->data, f->data, bd, out->data);
+    }
+    const float *fd = f32_data(c, 1), *xd = fd ? f32_data(c, 0) : NULL;
+    if (!xd) return fl_last_status();
     /* nb images at a time when K is large: their column matrices side by side
      * [K, nb*Ho*Wo] (about 1 MB of scratch) make one larger sgemm, which amortises
      * OpenBLAS's packing (for small K, per-image products take its faster small-matrix
@@ -270,8 +346,8 @@ static int run_conv2d(fl_kctx *c)
     for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
         int64_t cnt = g.n - n0 < nb ? g.n - n0 : nb;
         for (int64_t gr = 0; gr < g.g; gr++) {
-            float *xg = (float *)x->data + (n0 * g.c + gr * g.cg) * g.hw;
-            for (int64_t j = 0; !direct && j < cnt; j++) im2col(&g, xg + j * g.c * g.hw, col + j * g.ohw, ld, 0);
+            const float *xg = xd + (n0 * g.c + gr * g.cg) * g.hw;
+            for (int64_t j = 0; !direct && j < cnt; j++) im2col(&g, (float *)xg + j * g.c * g.hw, col + j * g.ohw, ld, 0);
             fl__sgemm(0, 0, g.mg, cnt * g.ohw, g.k, 1.0f, fd + gr * g.mg * g.k, g.k, direct ? xg : col, direct ? g.ohw : ld,
                       0.0f, prod, ld);
             for (int64_t j = 0; j < cnt; j++)
@@ -287,7 +363,28 @@ static int run_conv2d(fl_kctx *c)
                 }
         }
     }
-    out->lod_n = 0;
+    return FL_OK;
+}
+
+/* Bias@GRAD = dOut summed per channel (when requested), in double per channel. */
+static int bias_grad(const conv_geo *gp, const fl_tensor *dy, fl_tensor *db)
+{
+    const conv_geo g = *gp;
+    if (db) {
+        int64_t bs[1] = {g.m};
+        FL_CHECK(fl__tensor_reshape_raw(db, FL_FLOAT32, 1, bs));
+        float *bd = db->data;
+        for (int64_t m = 0; m < g.m; m++) {
+            double s = 0.0;
+            for (int64_t n = 0; n < g.n; n++) {
+                const float *restrict r = (const float *)dy->data + (n * g.m + m) * g.ohw;
+                float part = 0.0f;
+                for (int64_t i = 0; i < g.ohw; i++) part += r[i];
+                s += part;
+            }
+            bd[m] = (float)s;
+        }
+    }
     return FL_OK;
 }
 
@@ -305,6 +402,26 @@ static int run_conv2d_grad(fl_kctx *c)
         return fl__err(FL_EINVAL, "conv2d_grad: gradient '%s' has %lld elements, the output of '%s' has %lld",
                        fl__kctx_var_name(c, 2, 0), (long long)dy->numel, fl__kctx_var_name(c, 0, 0),
                        (long long)(g.n * g.m * g.ohw));
+    FL_CHECK(bias_grad(&g, dy, db));
+    int lib = fl__gemm_lib();
+    if (lib < 0) return lib;
+    if (lib == FL_GEMM_DNNL) {
+        conv_state *st = state_get(c);
+        if (!st) return fl_last_status();
+        fl_conv_desc d = dnn_desc(&g, x, f);
+        if (dx) {
+            FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, 4, x->shape));
+            dx->lod_n = 0;
+            FL_CHECK(fl__conv_bwd_data(&st->dnn, &d, dy->data, f->data, dx->data));
+        }
+        if (df) {
+            FL_CHECK(fl__tensor_reshape_raw(df, FL_FLOAT32, 4, f->shape));
+            FL_CHECK(fl__conv_bwd_weights(&st->dnn, &d, x->data, dy->data, df->data));
+        }
+        return FL_OK;
+    }
+    const float *fd = f32_data(c, 1), *xd = fd ? f32_data(c, 0) : NULL;
+    if (!xd) return fl_last_status();
     int direct = conv_direct(&g);
     float *col = NULL, *dcol = NULL;
     if (!direct) {
@@ -320,10 +437,9 @@ static int run_conv2d_grad(fl_kctx *c)
         FL_CHECK(fl__tensor_reshape_raw(df, FL_FLOAT32, 4, f->shape));
         memset(df->data, 0, (size_t)df->numel * sizeof(float));
     }
-    const float *fd = f->data;
     for (int64_t n = 0; n < g.n && (dx || df); n++)
         for (int64_t gr = 0; gr < g.g; gr++) {
-            float *xg = (float *)x->data + (n * g.c + gr * g.cg) * g.hw;
+            float *xg = (float *)xd + (n * g.c + gr * g.cg) * g.hw;
             const float *og = (const float *)dy->data + (n * g.m + gr * g.mg) * g.ohw;
             if (df) {
                 if (!direct) im2col(&g, xg, col, g.ohw, 0);
@@ -337,21 +453,6 @@ static int run_conv2d_grad(fl_kctx *c)
                 if (!direct) im2col(&g, dxg, dcol, g.ohw, 1);
             }
         }
-    if (db) {
-        int64_t bs[1] = {g.m};
-        FL_CHECK(fl__tensor_reshape_raw(db, FL_FLOAT32, 1, bs));
-        float *bd = db->data;
-        for (int64_t m = 0; m < g.m; m++) {
-            double s = 0.0;
-            for (int64_t n = 0; n < g.n; n++) {
-                const float *restrict r = (const float *)dy->data + (n * g.m + m) * g.ohw;
-                float part = 0.0f;
-                for (int64_t i = 0; i < g.ohw; i++) part += r[i];
-                s += part;
-            }
-            bd[m] = (float)s;
-        }
-    }
     return FL_OK;
 }
 
@@ -383,14 +484,14 @@ static int grad_conv2d(fl_op *op, fl_grad_ctx *g)
 }
 
 static const fl_op_def def_conv2d = {
-    "conv2d", {"Input", "Filter", "Bias"}, {"Output"}, infer_conv2d, run_conv2d, grad_conv2d, NULL};
+    "conv2d", {"Input", "Filter", "Bias"}, {"Output"}, infer_conv2d, run_conv2d, grad_conv2d, conv_state_free};
 static const fl_op_def def_conv2d_grad = {"conv2d_grad",
                                           {"Input", "Filter", "Output@GRAD"},
                                           {"Input@GRAD", "Filter@GRAD", "Bias@GRAD"},
                                           fl__infer_nop,
                                           run_conv2d_grad,
                                           NULL,
-                                          NULL};
+                                          conv_state_free};
 
 fl_var *fl_layer_conv2d(fl_var *input, int64_t num_filters, int filter_h, int filter_w, const char *act,
                         const fl_conv2d_attr *attr)
