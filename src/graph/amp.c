@@ -75,7 +75,7 @@ const fl_op_def *const fl__ops_amp[] = {&def_cast, NULL};
 
 /* Ops with a bfloat16 kernel.  Paddle's mul / matmul / matmul_v2 are the products this
  * port's layers express as fc, so those names are accepted in the lists as well. */
-static const char *const bf16_ops[] = {"fc", NULL};
+static const char *const bf16_ops[] = {"fc", "conv2d", NULL};
 static const char *const paddle_aliases[] = {"mul", "matmul", "matmul_v2", NULL};
 
 static int in_list(const char *const *l, const char *s)
