@@ -111,6 +111,66 @@ static float pool_div(const pool_geo *g, const int64_t w[4])
     return (float)(g->excl ? (w[1] - w[0]) * (w[3] - w[2]) : g->kh * g->kw);
 }
 
+/* Every window lies inside the image (no padding, no clipping): the common case
+ * (LeNet's 2x2 stride 2) runs loops without the clipping arithmetic of pool_window. */
+static int pool_full(const pool_geo *g)
+{
+    return g->ph == 0 && g->pw == 0 && (g->oh - 1) * g->sh + g->kh <= g->h && (g->ow - 1) * g->sw + g->kw <= g->w;
+}
+
+/* Offset in the window at p (rows g->w apart) of its first maximum, and that maximum. */
+static inline int64_t window_argmax(const pool_geo *g, const float *restrict p, float *max)
+{
+    int64_t best = 0;
+    float m = p[0];
+    for (int64_t i = 0; i < g->kh; i++)
+        for (int64_t j = 0; j < g->kw; j++) {
+            float v = p[i * g->w + j];
+            if (v > m) m = v, best = i * g->w + j;
+        }
+    *max = m;
+    return best;
+}
+
+/* pool_full images: forward (max or avg) of image img into o. */
+static void pool_fwd_full(const pool_geo *g, const float *restrict img, float *restrict o)
+{
+    const float div = (float)(g->kh * g->kw); /* as pool_div: the window is not clipped */
+    for (int64_t y = 0; y < g->oh; y++)
+        for (int64_t x = 0; x < g->ow; x++) {
+            const float *restrict p = img + y * g->sh * g->w + x * g->sw;
+            float r;
+            if (g->max) {
+                window_argmax(g, p, &r);
+            } else {
+                r = 0.0f;
+                for (int64_t i = 0; i < g->kh; i++)
+                    for (int64_t j = 0; j < g->kw; j++) r += p[i * g->w + j];
+                r /= div;
+            }
+            o[y * g->ow + x] = r;
+        }
+}
+
+/* pool_full images: dImage += the gradient of output gradient d (gi zeroed by the caller). */
+static void pool_bwd_full(const pool_geo *g, const float *restrict img, const float *restrict d, float *restrict gi)
+{
+    const float div = (float)(g->kh * g->kw); /* as pool_div: the window is not clipped */
+    for (int64_t y = 0; y < g->oh; y++)
+        for (int64_t x = 0; x < g->ow; x++) {
+            const int64_t at = y * g->sh * g->w + x * g->sw;
+            const float v = d[y * g->ow + x];
+            if (g->max) {
+                float m;
+                gi[at + window_argmax(g, img + at, &m)] += v;
+                continue;
+            }
+            const float share = v / div;
+            for (int64_t i = 0; i < g->kh; i++)
+                for (int64_t j = 0; j < g->kw; j++) gi[at + i * g->w + j] += share;
+        }
+}
+
 static int run_pool2d(fl_kctx *c)
 {
     pool_geo g;
@@ -119,9 +179,14 @@ static int run_pool2d(fl_kctx *c)
     int64_t os[4] = {g.n, g.c, g.oh, g.ow}, hw = g.h * g.w;
     FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, 4, os));
     out->lod_n = 0;
+    int full = pool_full(&g);
     for (int64_t nc = 0; nc < g.n * g.c; nc++) {
         const float *img = (const float *)x->data + nc * hw;
         float *o = (float *)out->data + nc * g.oh * g.ow;
+        if (full) {
+            pool_fwd_full(&g, img, o);
+            continue;
+        }
         for (int64_t y = 0; y < g.oh; y++)
             for (int64_t xx = 0; xx < g.ow; xx++) {
                 if (g.max) {
@@ -158,9 +223,14 @@ static int run_pool2d_grad(fl_kctx *c)
     FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, 4, x->shape));
     memset(dx->data, 0, (size_t)dx->numel * sizeof(float));
     dx->lod_n = 0;
+    int full = pool_full(&g);
     for (int64_t nc = 0; nc < g.n * g.c; nc++) {
         const float *img = (const float *)x->data + nc * hw, *d = (const float *)dy->data + nc * ohw;
         float *gi = (float *)dx->data + nc * hw;
+        if (full) {
+            pool_bwd_full(&g, img, d, gi);
+            continue;
+        }
         for (int64_t y = 0; y < g.oh; y++)
             for (int64_t xx = 0; xx < g.ow; xx++) {
                 float v = d[y * g.ow + xx];
