@@ -1,8 +1,13 @@
-"""PyTorch side of bench/bench_fmnist.sh: the Fashion-MNIST MLP of examples/fmnist/train_mlp.c.
+"""PyTorch side of bench/bench_fmnist.sh: the Fashion-MNIST MLP of examples/fmnist/train_mlp.c, or
+with --model cnn the CNN of examples/fmnist/train_cnn.c.
 
-usage: /usr/bin/python3 bench/fmnist_torch.py [--world 2] [--batch 64] [--epochs 1] [--threads 1]
-           [--blas-threads 1] [--data DIR] [--lr 0.01] [--momentum 0.9] [--seed 0] [--pin]
-  784 -> Linear 512 ReLU -> Linear 256 ReLU -> Linear 10, CrossEntropyLoss (softmax + cross-entropy),
+usage: /usr/bin/python3 bench/fmnist_torch.py [--model mlp|cnn] [--world 2] [--batch 64] [--epochs 1]
+           [--threads 1] [--blas-threads 1] [--data DIR] [--lr 0.01] [--momentum 0.9] [--seed 0] [--pin]
+  mlp: 784 -> Linear 512 ReLU -> Linear 256 ReLU -> Linear 10;
+  cnn: [1, 28, 28] -> Conv2d 5x5 x20 ReLU -> MaxPool 2 -> Conv2d 5x5 x50 ReLU -> MaxPool 2 -> Linear 500
+  ReLU -> Linear 10 (NCHW float32 tensors; torch runs these convolutions on its bundled oneDNN,
+  MKL-DNN, when the '#' line says it is enabled);
+  both CrossEntropyLoss (softmax + cross-entropy),
   SGD(lr, momentum), torch.manual_seed(0) initialisation, pixels / 255, fixed shuffle
   torch.randperm(seed 0 + epoch); rank r of w takes perm[r::w] (as shared/peers/py/train.py).
   --world 1: one process, no DDP.  --world N > 1: N processes (torch.multiprocessing.spawn),
@@ -13,7 +18,8 @@ usage: /usr/bin/python3 bench/fmnist_torch.py [--world 2] [--batch 64] [--epochs
   (data loading excluded); test accuracy on the 10,000 test images, by rank 0.
 Prints the same epoch line as train_mlp:
   epoch E/N: loss L  samples/s S  time T s  test_acc A% (C/10000)  [W trainers x batch B]
-and a '#' line with the OpenBLAS core name and thread count torch's BLAS library reports.
+and a '#' line with the OpenBLAS core name and thread count torch's BLAS library reports, torch's CPU
+capability (the ISA of its own vector kernels) and whether its oneDNN is available.
 """
 import os
 import sys
@@ -99,7 +105,12 @@ def run(rank, world, port, args):
     xte, yte = load_split(args.data, "t10k")
     t_load = time.perf_counter() - t_load
     torch.manual_seed(0)  # same initial weights on every rank (DDP also broadcasts rank 0's)
-    net = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
+    if args.model == "cnn":
+        xtr, xte = xtr.view(-1, 1, 28, 28), xte.view(-1, 1, 28, 28)
+        net = nn.Sequential(nn.Conv2d(1, 20, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(20, 50, 5), nn.ReLU(),
+                            nn.MaxPool2d(2), nn.Flatten(), nn.Linear(800, 500), nn.ReLU(), nn.Linear(500, 10))
+    else:
+        net = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
     model = nn.parallel.DistributedDataParallel(net) if world > 1 else net
     lossf = nn.CrossEntropyLoss()
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
@@ -113,9 +124,12 @@ def run(rank, world, port, args):
 
     if rank == 0:
         core, nthr, lib = blas_info()
+        cap = [ln.split(":", 1)[1].strip() for ln in torch.__config__.show().splitlines() if "CPU capability" in ln]
         print("# torch %s, OpenBLAS core %s, %d BLAS thread(s) (%s); OMP_NUM_THREADS=%s torch threads=%d; "
-              "data loaded in %.2f s" % (torch.__version__, core, nthr, lib, os.environ.get("OMP_NUM_THREADS"),
-                                         torch.get_num_threads(), t_load), flush=True)
+              "CPU capability %s; oneDNN %s; data loaded in %.2f s"
+              % (torch.__version__, core, nthr, lib, os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads(),
+                 cap[0] if cap else "?", "enabled" if torch.backends.mkldnn.is_available() else "not available",
+                 t_load), flush=True)
     for ep in range(args.epochs):
         perm = torch.randperm(xtr.shape[0], generator=torch.Generator().manual_seed(args.seed + ep))
         mine = perm[rank::world]
@@ -158,6 +172,7 @@ def free_port():
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=1)

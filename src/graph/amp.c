@@ -72,11 +72,15 @@ const fl_op_def *const fl__ops_amp[] = {&def_cast, NULL};
 
 /* ---- the rewrite ------------------------------------------------------------------------ */
 
-/* Ops with bfloat16 and float16 kernels (their first two input slots are cast: fc's Input
- * and W, matmul's X and Y).  Paddle's mul / matmul_v2 are the products this port's layers
- * express as fc, so those names are accepted in the lists as well. */
-static const char *const bf16_ops[] = {"fc", "matmul", NULL};
+/* Ops with low-precision kernels (their first two input slots are cast: fc's Input and
+ * W, matmul's X and Y, conv2d's Input and Filter).  conv2d has a bfloat16 kernel only
+ * (oneDNN's, src/tensor/dnn_conv.c).  Paddle's mul / matmul_v2 are the products this
+ * port's layers express as fc, so those names are accepted in the lists as well. */
+static const char *const bf16_ops[] = {"fc", "matmul", "conv2d", NULL};
+static const char *const fp16_ops[] = {"fc", "matmul", NULL};
 static const char *const paddle_aliases[] = {"mul", "matmul_v2", NULL};
+
+static const char *const *kernel_ops(fl_dtype dt) { return dt == FL_FLOAT16 ? fp16_ops : bf16_ops; }
 
 static int in_list(const char *const *l, const char *s)
 {
@@ -102,7 +106,7 @@ static int in_csv(const char *csv, const char *type)
 }
 
 /* Every name of the list is a known op; white-list names must have a bf16 kernel. */
-static int check_list(fl_prog *p, const char *csv, const char *what, int white)
+static int check_list(fl_prog *p, const char *csv, const char *what, int white, fl_dtype dt)
 {
     for (const char *q = csv ? csv : ""; *q;) {
         while (*q == ' ' || *q == ',') q++;
@@ -116,11 +120,12 @@ static int check_list(fl_prog *p, const char *csv, const char *what, int white)
             int alias = in_list(paddle_aliases, name);
             if (!alias && !fl__op_lookup(name))
                 return fl__prog_error(p, FL_EINVAL, "fl_amp_decorate: %s names unknown op '%s'", what, name);
-            if (white && !alias && !in_list(bf16_ops, name))
+            if (white && !alias && !in_list(kernel_ops(dt), name))
                 return fl__prog_error(p, FL_EUNSUPPORTED,
-                                      "fl_amp_decorate: %s names op '%s', which has no bfloat16 / float16 kernel "
-                                      "(ops with one: fc, matmul, and Paddle's mul, matmul_v2)",
-                                      what, name);
+                                      "fl_amp_decorate: %s names op '%s', which has no %s kernel (ops with one: %s, "
+                                      "and Paddle's mul, matmul_v2)",
+                                      what, name, fl_dtype_name(dt),
+                                      dt == FL_FLOAT16 ? "fc, matmul" : "fc, matmul, conv2d");
         }
         q = e;
     }
@@ -134,7 +139,7 @@ static int is_white(const fl_amp_opts *o, const char *type)
     if (!strcmp(type, "fc"))
         for (int i = 0; paddle_aliases[i]; i++)
             if (in_csv(o->custom_black_list, paddle_aliases[i])) return 0;
-    return in_list(bf16_ops, type) || in_csv(o->custom_white_list, type);
+    return in_list(kernel_ops(o->dtype), type) || in_csv(o->custom_white_list, type);
 }
 
 /* The low-precision copy of v, cast by a new op placed at index `at`. */
@@ -176,8 +181,8 @@ int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts)
                                   "fl_amp_decorate: op %d (%s) is a backward or optimizer op: decorate before "
                                   "fl_opt_minimize / append_backward",
                                   i, p->ops[i]->def->type);
-    FL_CHECK(check_list(p, o.custom_white_list, "custom_white_list", 1));
-    FL_CHECK(check_list(p, o.custom_black_list, "custom_black_list", 0));
+    FL_CHECK(check_list(p, o.custom_white_list, "custom_white_list", 1, o.dtype));
+    FL_CHECK(check_list(p, o.custom_black_list, "custom_black_list", 0, o.dtype));
     int done = 0;
     for (int i = 0; i < p->nops; i++) {
         fl_op *op = p->ops[i];

@@ -1,13 +1,12 @@
 /*
- * ops_conv.c - operator group "conv": conv2d, pool2d and batch_norm with their gradients
- * and layer builders, following Paddle's fluid ops (NCHW, float32 only).  Port choices:
+ * ops_conv.c - operator group "conv": conv2d, pool2d (in ops_pool.c) and batch_norm
+ * with their gradients and layer builders, following Paddle's fluid ops (NCHW).  Port
+ * choices:
  *   - conv2d fuses the per-channel bias (optional input "Bias") and the activation
  *     (attribute "act": relu, tanh, sigmoid), as this port's fc op does; Paddle appends
  *     an elementwise_add (axis 1) and an activation op instead.  The results are the same.
  *   - data_format / data_layout other than "NCHW" (NHWC) and adaptive pooling are rejected
  *     with an error naming the option.
- *   - pool2d windows that lie entirely in the padding (possible with ceil_mode or a padding
- *     >= the window) output 0 and pass no gradient (Paddle leaves them undefined).
  * Kernels: conv2d is im2col + fl__sgemm per group and image (or per batch of images when
  * the filter is large, see run_conv2d; a 1x1 filter with stride 1 and no padding skips
  * im2col); im2col and col2im copy whole rows with the out-of-image border computed once
@@ -17,14 +16,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "graph_internal.h"
+#include "../tensor/dnn_conv.h"
+#include "ops_conv.h"
 
 extern const fl_op_def *const fl__ops_conv[];
 
-/* ---- shared helpers ------------------------------------------------------------------ */
+/* ---- shared helpers (ops_conv.h) ------------------------------------------------------- */
 
-
-static int need_nchw(fl_op *op, const char *attr, const fl_var *x)
+int fl__conv_need_nchw(fl_op *op, const char *attr, const fl_var *x)
 {
     const char *f = fl__attr_s(op, attr, "NCHW");
     if (!strcmp(f, "NCHW") || !strcmp(f, "AnyLayout")) return FL_OK;
@@ -32,7 +31,7 @@ static int need_nchw(fl_op *op, const char *attr, const fl_var *x)
 }
 
 /* Two-element int attribute (one element means both); 0 if present and well formed. */
-static int attr2(const fl_op *op, const char *name, int64_t def, int64_t v[2])
+int fl__conv_attr2(const fl_op *op, const char *name, int64_t def, int64_t v[2])
 {
     const fl_attr *a = fl__attr_find(op, name);
     v[0] = v[1] = def;
@@ -43,25 +42,45 @@ static int attr2(const fl_op *op, const char *name, int64_t def, int64_t v[2])
     return 0;
 }
 
-/* Per-executor scratch kept in the op's state slot (freed by the executor with free()). */
+/* Per-executor state of conv2d and conv2d_grad in the op's state slot: the oneDNN
+ * primitives (dnn_conv.c) and the im2col path's scratch. */
 typedef struct {
-    size_t n;
-    float buf[];
-} scratch;
+    fl_conv_cache *dnn;
+    size_t n, wide_n[2];
+    float *buf, *wide[2]; /* scratch; bfloat16 Input and Filter widened */
+} conv_state;
+
+static void conv_state_free(void *p)
+{
+    conv_state *st = p;
+    if (!st) return;
+    fl__conv_cache_free(st->dnn);
+    free(st->buf);
+    free(st->wide[0]);
+    free(st->wide[1]);
+    free(st);
+}
+
+static conv_state *state_get(fl_kctx *c)
+{
+    if (!*c->state && !(*c->state = calloc(1, sizeof(conv_state))))
+        fl__err(FL_ENOMEM, "%s: out of memory", c->op->def->type);
+    return *c->state;
+}
 
 static float *scratch_get(fl_kctx *c, int64_t n)
 {
-    scratch *s = *c->state;
-    if (!s || s->n < (size_t)n) {
-        scratch *ns = realloc(s, sizeof *s + (size_t)(n ? n : 1) * sizeof(float));
-        if (!ns) {
+    conv_state *s = state_get(c);
+    if (s && s->n < (size_t)n + 1) {
+        float *nb = realloc(s->buf, ((size_t)n + 1) * sizeof(float));
+        if (!nb) {
             fl__err(FL_ENOMEM, "%s: cannot allocate %lld floats of scratch", c->op->def->type, (long long)n);
             return NULL;
         }
-        ns->n = (size_t)n;
-        *c->state = s = ns;
+        s->buf = nb;
+        s->n = (size_t)n + 1;
     }
-    return s->buf;
+    return s ? s->buf : NULL;
 }
 
 enum { ACT_NONE = 0, ACT_RELU, ACT_TANH, ACT_SIGMOID, ACT_POST_SOFTMAX, ACT_POST_SOFTSIGN };
@@ -121,7 +140,8 @@ static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d)
 static const char *conv_geo_make(const fl_op *op, const int64_t *xs, const int64_t *fs, conv_geo *g)
 {
     int64_t s[2], p[2], d[2];
-    if (attr2(op, "strides", 1, s) || attr2(op, "paddings", 0, p) || attr2(op, "dilations", 1, d))
+    if (fl__conv_attr2(op, "strides", 1, s) || fl__conv_attr2(op, "paddings", 0, p) ||
+        fl__conv_attr2(op, "dilations", 1, d))
         return "strides, paddings and dilations must be int lists of 1 or 2 entries";
     g->g = fl__attr_i(op, "groups", 1);
     g->sh = s[0], g->sw = s[1], g->ph = p[0], g->pw = p[1], g->dh = d[0], g->dw = d[1];
@@ -141,14 +161,21 @@ static const char *conv_geo_make(const fl_op *op, const int64_t *xs, const int64
     return NULL;
 }
 
+/* Input and Filter: float32, or bfloat16 after fl_amp_decorate (the bias stays float32). */
+static int need_f32_or_bf16(fl_op *op, const fl_var *v)
+{
+    if (v->dtype == FL_BFLOAT16) return FL_OK;
+    return fl__op_need_f32(op, v);
+}
+
 static int infer_conv2d(fl_op *op)
 {
     if (op->in[0].n != 1 || op->in[1].n != 1 || op->in[2].n > 1 || op->out[0].n != 1)
         return fl__op_error(op, "needs one Input, one Filter, at most one Bias and one Output");
     fl_var *x = op->in[0].vars[0], *f = op->in[1].vars[0];
-    FL_CHECK(fl__op_need_f32(op, x));
-    FL_CHECK(fl__op_need_f32(op, f));
-    FL_CHECK(need_nchw(op, "data_format", x));
+    FL_CHECK(need_f32_or_bf16(op, x));
+    FL_CHECK(need_f32_or_bf16(op, f));
+    FL_CHECK(fl__conv_need_nchw(op, "data_format", x));
     char xs[96], fs[96];
     fl__shape_str(x, xs, sizeof xs);
     fl__shape_str(f, fs, sizeof fs);
@@ -177,8 +204,11 @@ static int infer_conv2d(fl_op *op)
 /* Run-time geometry of Input (slot 0) and Filter (slot 1). */
 static int conv_geo_rt(fl_kctx *c, conv_geo *g)
 {
-    FL_CHECK(fl__kctx_dense_f32(c, 0));
-    FL_CHECK(fl__kctx_dense_f32(c, 1));
+    for (int slot = 0; slot < 2; slot++) {
+        const fl_tensor *t = FL_IN(c, slot);
+        if (t && t->dtype == FL_BFLOAT16 && !t->is_rows) continue;
+        FL_CHECK(fl__kctx_dense_f32(c, slot));
+    }
     const fl_tensor *x = FL_IN(c, 0), *f = FL_IN(c, 1);
     const char *why = x->ndim != 4 || f->ndim != 4 ? "input and filter must be 4-D"
                                                    : conv_geo_make(c->op, x->shape, f->shape, g);
@@ -245,6 +275,38 @@ static int conv_direct(const conv_geo *g)
     return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0;
 }
 
+/* The oneDNN description of g for Input x and Filter f. */
+static fl_conv_desc dnn_desc(const conv_geo *g, const fl_tensor *x, const fl_tensor *f)
+{
+    fl_conv_desc d;
+    memset(&d, 0, sizeof d);
+    d.n = g->n, d.c = g->c, d.h = g->h, d.w = g->w, d.m = g->m, d.kh = g->kh, d.kw = g->kw, d.oh = g->oh, d.ow = g->ow;
+    d.sh = g->sh, d.sw = g->sw, d.ph = g->ph, d.pw = g->pw, d.dh = g->dh, d.dw = g->dw, d.g = g->g;
+    d.x_type = x->dtype, d.w_type = f->dtype;
+    return d;
+}
+
+/* The data of Input or Filter (slot 0 / 1) as float32: a bfloat16 one widened into the
+ * state's buffer for the im2col path. */
+static float *f32_data(fl_kctx *c, int slot)
+{
+    fl_tensor *t = FL_IN(c, slot);
+    if (t->dtype == FL_FLOAT32) return t->data;
+    conv_state *st = state_get(c);
+    if (!st) return NULL;
+    if (st->wide_n[slot] < (size_t)t->numel + 1) {
+        float *nb = realloc(st->wide[slot], ((size_t)t->numel + 1) * sizeof(float));
+        if (!nb) {
+            fl__err(FL_ENOMEM, "%s: cannot widen '%s' to float32", c->op->def->type, fl__kctx_var_name(c, slot, 0));
+            return NULL;
+        }
+        st->wide[slot] = nb;
+        st->wide_n[slot] = (size_t)t->numel + 1;
+    }
+    fl__cvt_bf16_to_f32(st->wide[slot], t->data, t->numel);
+    return st->wide[slot];
+}
+
 static int run_conv2d(fl_kctx *c)
 {
     conv_geo g;
@@ -255,8 +317,21 @@ static int run_conv2d(fl_kctx *c)
                        (long long)g.m);
     int64_t os[4] = {g.n, g.m, g.oh, g.ow};
     FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, 4, os));
-    const float *fd = f->data, *bd = b ? (const float *)b->data : NULL;
+    out->lod_n = 0;
+    const float *bd = b ? (const float *)b->data : NULL;
     int act = act_code(fl__attr_s(c->op, "act", "")), direct = conv_direct(&g);
+    int lib = fl__gemm_lib();
+    if (lib < 0) return lib;
+    if (lib == FL_GEMM_DNNL) {
+        conv_state *st = state_get(c);
+        if (!st) return fl_last_status();
+        fl_conv_desc d = dnn_desc(&g, x, f);
+        d.act = act == ACT_RELU ? FL_ACT_RELU : act == ACT_TANH ? FL_ACT_TANH : act == ACT_SIGMOID ? FL_ACT_SIGMOID : 0;
+        d.has_bias = bd != NULL;
+        return fl__conv_fwd(&st->dnn, &d, x->data, f->data, bd, out->data);
+    }
+    const float *fd = f32_data(c, 1), *xd = fd ? f32_data(c, 0) : NULL;
+    if (!xd) return fl_last_status();
     /* nb images at a time when K is large: their column matrices side by side
      * [K, nb*Ho*Wo] (about 1 MB of scratch) make one larger sgemm, which amortises
      * OpenBLAS's packing (for small K, per-image products take its faster small-matrix
@@ -271,8 +346,8 @@ static int run_conv2d(fl_kctx *c)
     for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
         int64_t cnt = g.n - n0 < nb ? g.n - n0 : nb;
         for (int64_t gr = 0; gr < g.g; gr++) {
-            float *xg = (float *)x->data + (n0 * g.c + gr * g.cg) * g.hw;
-            for (int64_t j = 0; !direct && j < cnt; j++) im2col(&g, xg + j * g.c * g.hw, col + j * g.ohw, ld, 0);
+            const float *xg = xd + (n0 * g.c + gr * g.cg) * g.hw;
+            for (int64_t j = 0; !direct && j < cnt; j++) im2col(&g, (float *)xg + j * g.c * g.hw, col + j * g.ohw, ld, 0);
             fl__sgemm(0, 0, g.mg, cnt * g.ohw, g.k, 1.0f, fd + gr * g.mg * g.k, g.k, direct ? xg : col, direct ? g.ohw : ld,
                       0.0f, prod, ld);
             for (int64_t j = 0; j < cnt; j++)
@@ -288,7 +363,28 @@ static int run_conv2d(fl_kctx *c)
                 }
         }
     }
-    out->lod_n = 0;
+    return FL_OK;
+}
+
+/* Bias@GRAD = dOut summed per channel (when requested), in double per channel. */
+static int bias_grad(const conv_geo *gp, const fl_tensor *dy, fl_tensor *db)
+{
+    const conv_geo g = *gp;
+    if (db) {
+        int64_t bs[1] = {g.m};
+        FL_CHECK(fl__tensor_reshape_raw(db, FL_FLOAT32, 1, bs));
+        float *bd = db->data;
+        for (int64_t m = 0; m < g.m; m++) {
+            double s = 0.0;
+            for (int64_t n = 0; n < g.n; n++) {
+                const float *restrict r = (const float *)dy->data + (n * g.m + m) * g.ohw;
+                float part = 0.0f;
+                for (int64_t i = 0; i < g.ohw; i++) part += r[i];
+                s += part;
+            }
+            bd[m] = (float)s;
+        }
+    }
     return FL_OK;
 }
 
@@ -306,6 +402,26 @@ static int run_conv2d_grad(fl_kctx *c)
         return fl__err(FL_EINVAL, "conv2d_grad: gradient '%s' has %lld elements, the output of '%s' has %lld",
                        fl__kctx_var_name(c, 2, 0), (long long)dy->numel, fl__kctx_var_name(c, 0, 0),
                        (long long)(g.n * g.m * g.ohw));
+    FL_CHECK(bias_grad(&g, dy, db));
+    int lib = fl__gemm_lib();
+    if (lib < 0) return lib;
+    if (lib == FL_GEMM_DNNL) {
+        conv_state *st = state_get(c);
+        if (!st) return fl_last_status();
+        fl_conv_desc d = dnn_desc(&g, x, f);
+        if (dx) {
+            FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, 4, x->shape));
+            dx->lod_n = 0;
+            FL_CHECK(fl__conv_bwd_data(&st->dnn, &d, dy->data, f->data, dx->data));
+        }
+        if (df) {
+            FL_CHECK(fl__tensor_reshape_raw(df, FL_FLOAT32, 4, f->shape));
+            FL_CHECK(fl__conv_bwd_weights(&st->dnn, &d, x->data, dy->data, df->data));
+        }
+        return FL_OK;
+    }
+    const float *fd = f32_data(c, 1), *xd = fd ? f32_data(c, 0) : NULL;
+    if (!xd) return fl_last_status();
     int direct = conv_direct(&g);
     float *col = NULL, *dcol = NULL;
     if (!direct) {
@@ -321,10 +437,9 @@ static int run_conv2d_grad(fl_kctx *c)
         FL_CHECK(fl__tensor_reshape_raw(df, FL_FLOAT32, 4, f->shape));
         memset(df->data, 0, (size_t)df->numel * sizeof(float));
     }
-    const float *fd = f->data;
     for (int64_t n = 0; n < g.n && (dx || df); n++)
         for (int64_t gr = 0; gr < g.g; gr++) {
-            float *xg = (float *)x->data + (n * g.c + gr * g.cg) * g.hw;
+            float *xg = (float *)xd + (n * g.c + gr * g.cg) * g.hw;
             const float *og = (const float *)dy->data + (n * g.m + gr * g.mg) * g.ohw;
             if (df) {
                 if (!direct) im2col(&g, xg, col, g.ohw, 0);
@@ -338,21 +453,6 @@ static int run_conv2d_grad(fl_kctx *c)
                 if (!direct) im2col(&g, dxg, dcol, g.ohw, 1);
             }
         }
-    if (db) {
-        int64_t bs[1] = {g.m};
-        FL_CHECK(fl__tensor_reshape_raw(db, FL_FLOAT32, 1, bs));
-        float *bd = db->data;
-        for (int64_t m = 0; m < g.m; m++) {
-            double s = 0.0;
-            for (int64_t n = 0; n < g.n; n++) {
-                const float *restrict r = (const float *)dy->data + (n * g.m + m) * g.ohw;
-                float part = 0.0f;
-                for (int64_t i = 0; i < g.ohw; i++) part += r[i];
-                s += part;
-            }
-            bd[m] = (float)s;
-        }
-    }
     return FL_OK;
 }
 
@@ -384,14 +484,14 @@ static int grad_conv2d(fl_op *op, fl_grad_ctx *g)
 }
 
 static const fl_op_def def_conv2d = {
-    "conv2d", {"Input", "Filter", "Bias"}, {"Output"}, infer_conv2d, run_conv2d, grad_conv2d, NULL};
+    "conv2d", {"Input", "Filter", "Bias"}, {"Output"}, infer_conv2d, run_conv2d, grad_conv2d, conv_state_free};
 static const fl_op_def def_conv2d_grad = {"conv2d_grad",
                                           {"Input", "Filter", "Output@GRAD"},
                                           {"Input@GRAD", "Filter@GRAD", "Bias@GRAD"},
                                           fl__infer_nop,
                                           run_conv2d_grad,
                                           NULL,
-                                          NULL};
+                                          conv_state_free};
 
 fl_var *fl_layer_conv2d(fl_var *input, int64_t num_filters, int filter_h, int filter_w, const char *act,
                         const fl_conv2d_attr *attr)
@@ -464,239 +564,6 @@ fl_var *fl_layer_conv2d(fl_var *input, int64_t num_filters, int filter_h, int fi
     return a > ACT_SIGMOID ? post_act(out, a) : out;
 }
 
-/* ---- pool2d ---------------------------------------------------------------------------- */
-
-/* Paddle's pool2d: X [N, C, H, W] -> Out [N, C, Ho, Wo], Ho = (H - k + 2p) / s + 1 (ceil_mode:
- * rounded up).  Attributes pooling_type ("max" | "avg"), ksize, global_pooling (window =
- * the whole image, no padding), strides, paddings, exclusive (avg divides by the window
- * clipped to the image; else by kh*kw), ceil_mode, adaptive (rejected), data_format.
- * Windows are clipped to the image as Paddle's CPU kernel: max ignores padding. */
-typedef struct {
-    int64_t n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
-    int max, excl;
-} pool_geo;
-
-static const char *pool_geo_make(const fl_op *op, const int64_t *xs, pool_geo *g)
-{
-    const char *t = fl__attr_s(op, "pooling_type", "max");
-    int64_t k[2], s[2], p[2];
-    if (strcmp(t, "max") && strcmp(t, "avg")) return "pooling_type must be 'max' or 'avg'";
-    if (fl__attr_i(op, "adaptive", 0)) return "adaptive pooling is not supported";
-    if (attr2(op, "ksize", -1, k) || attr2(op, "strides", 1, s) || attr2(op, "paddings", 0, p))
-        return "ksize, strides and paddings must be int lists of 1 or 2 entries";
-    g->max = !strcmp(t, "max");
-    g->excl = (int)fl__attr_i(op, "exclusive", 1) != 0;
-    g->n = xs[0], g->c = xs[1], g->h = xs[2], g->w = xs[3];
-    if (fl__attr_i(op, "global_pooling", 0)) {
-        g->kh = g->h, g->kw = g->w, g->sh = g->sw = 1, g->ph = g->pw = 0, g->oh = g->ow = 1;
-        return NULL;
-    }
-    g->kh = k[0], g->kw = k[1], g->sh = s[0], g->sw = s[1], g->ph = p[0], g->pw = p[1];
-    if (k[0] < 1 || k[1] < 1) return "pool size must be positive (or use global_pooling)";
-    if (s[0] < 1 || s[1] < 1 || p[0] < 0 || p[1] < 0) return "strides must be >= 1 and paddings >= 0";
-    int ceil = fl__attr_i(op, "ceil_mode", 0) != 0;
-    int64_t dims[2] = {g->h, g->w}, out[2];
-    for (int i = 0; i < 2; i++) {
-        int64_t span = dims[i] + 2 * p[i] - k[i];
-        out[i] = dims[i] < 0 ? -1 : span < 0 ? 0 : (span + (ceil ? s[i] - 1 : 0)) / s[i] + 1;
-    }
-    g->oh = out[0], g->ow = out[1];
-    if (!g->oh || !g->ow) return "the pool window is larger than the padded input";
-    return NULL;
-}
-
-static int infer_pool2d(fl_op *op)
-{
-    FL_CHECK(fl__op_check_slots(op));
-    fl_var *x = op->in[0].vars[0];
-    FL_CHECK(fl__op_need_f32(op, x));
-    FL_CHECK(need_nchw(op, "data_format", x));
-    char xs[96];
-    fl__shape_str(x, xs, sizeof xs);
-    if (x->ndim != 4) return fl__op_error(op, "input '%s' must be 4-D NCHW [N, C, H, W], is %s", x->name, xs);
-    pool_geo g;
-    const char *why = pool_geo_make(op, x->shape, &g);
-    if (why) {
-        int64_t k[2];
-        attr2(op, "ksize", -1, k);
-        return fl__op_error(op, "input '%s' %s, pool size [%lld, %lld]: %s", x->name, xs, (long long)k[0], (long long)k[1],
-                            why);
-    }
-    int64_t os[4] = {g.n, g.c, g.oh, g.ow};
-    fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, 4, os);
-    return FL_OK;
-}
-
-static int pool_geo_rt(fl_kctx *c, pool_geo *g)
-{
-    FL_CHECK(fl__kctx_dense_f32(c, 0));
-    const fl_tensor *x = FL_IN(c, 0);
-    const char *why = x->ndim != 4 ? "the input must be 4-D" : pool_geo_make(c->op, x->shape, g);
-    if (!why) return FL_OK;
-    char xs[96];
-    fl_tensor_describe(x, xs, sizeof xs);
-    return fl__err(FL_EINVAL, "%s: input '%s' %s: %s", c->op->def->type, fl__kctx_var_name(c, 0, 0), xs, why);
-}
-
-/* Window of output (y, x) clipped to the image: rows [w[0], w[1]), columns [w[2], w[3]). */
-static int pool_window(const pool_geo *g, int64_t y, int64_t x, int64_t w[4])
-{
-    int64_t h0 = y * g->sh - g->ph, w0 = x * g->sw - g->pw;
-    w[0] = h0 > 0 ? h0 : 0;
-    w[1] = h0 + g->kh < g->h ? h0 + g->kh : g->h;
-    w[2] = w0 > 0 ? w0 : 0;
-    w[3] = w0 + g->kw < g->w ? w0 + g->kw : g->w;
-    return w[0] < w[1] && w[2] < w[3]; /* 0: the window lies in the padding only */
-}
-
-/* Index (in the image) of the first maximum of the window, -1 if the window is empty. */
-static int64_t pool_argmax(const pool_geo *g, const float *img, int64_t y, int64_t x)
-{
-    int64_t w[4];
-    if (!pool_window(g, y, x, w)) return -1;
-    int64_t best = w[0] * g->w + w[2];
-    for (int64_t i = w[0]; i < w[1]; i++)
-        for (int64_t j = w[2]; j < w[3]; j++)
-            if (img[i * g->w + j] > img[best]) best = i * g->w + j;
-    return best;
-}
-
-/* Divisor of an avg window: its clipped size (exclusive) or kh*kw. */
-static float pool_div(const pool_geo *g, const int64_t w[4])
-{
-    return (float)(g->excl ? (w[1] - w[0]) * (w[3] - w[2]) : g->kh * g->kw);
-}
-
-static int run_pool2d(fl_kctx *c)
-{
-    pool_geo g;
-    FL_CHECK(pool_geo_rt(c, &g));
-    fl_tensor *x = FL_IN(c, 0), *out = FL_OUT(c, 0);
-    int64_t os[4] = {g.n, g.c, g.oh, g.ow}, hw = g.h * g.w;
-    FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, 4, os));
-    out->lod_n = 0;
-    for (int64_t nc = 0; nc < g.n * g.c; nc++) {
-        const float *img = (const float *)x->data + nc * hw;
-        float *o = (float *)out->data + nc * g.oh * g.ow;
-        for (int64_t y = 0; y < g.oh; y++)
-            for (int64_t xx = 0; xx < g.ow; xx++) {
-                if (g.max) {
-                    int64_t a = pool_argmax(&g, img, y, xx);
-                    o[y * g.ow + xx] = a < 0 ? 0.0f : img[a];
-                    continue;
-                }
-                int64_t w[4];
-                float s = 0.0f;
-                if (!pool_window(&g, y, xx, w)) {
-                    o[y * g.ow + xx] = 0.0f;
-                    continue;
-                }
-                for (int64_t i = w[0]; i < w[1]; i++)
-                    for (int64_t j = w[2]; j < w[3]; j++) s += img[i * g.w + j];
-                o[y * g.ow + xx] = s / pool_div(&g, w);
-            }
-    }
-    return FL_OK;
-}
-
-/* Grad op: inputs X, Out, Out@GRAD -> X@GRAD.  max: each dOut goes to the first maximum
- * of its window (Paddle: the first x equal to out); avg: dOut / divisor over the window. */
-static int run_pool2d_grad(fl_kctx *c)
-{
-    pool_geo g;
-    FL_CHECK(pool_geo_rt(c, &g));
-    FL_CHECK(fl__kctx_dense_f32(c, 2));
-    fl_tensor *x = FL_IN(c, 0), *dy = FL_IN(c, 2), *dx = FL_OUT(c, 0);
-    int64_t hw = g.h * g.w, ohw = g.oh * g.ow;
-    if (dy->numel != g.n * g.c * ohw)
-        return fl__err(FL_EINVAL, "pool2d_grad: gradient '%s' has %lld elements, expected %lld", fl__kctx_var_name(c, 2, 0),
-                       (long long)dy->numel, (long long)(g.n * g.c * ohw));
-    FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, 4, x->shape));
-    memset(dx->data, 0, (size_t)dx->numel * sizeof(float));
-    dx->lod_n = 0;
-    for (int64_t nc = 0; nc < g.n * g.c; nc++) {
-        const float *img = (const float *)x->data + nc * hw, *d = (const float *)dy->data + nc * ohw;
-        float *gi = (float *)dx->data + nc * hw;
-        for (int64_t y = 0; y < g.oh; y++)
-            for (int64_t xx = 0; xx < g.ow; xx++) {
-                float v = d[y * g.ow + xx];
-                if (g.max) {
-                    int64_t a = pool_argmax(&g, img, y, xx);
-                    if (a >= 0) gi[a] += v;
-                    continue;
-                }
-                int64_t w[4];
-                if (!pool_window(&g, y, xx, w)) continue;
-                v /= pool_div(&g, w);
-                for (int64_t i = w[0]; i < w[1]; i++)
-                    for (int64_t j = w[2]; j < w[3]; j++) gi[i * g.w + j] += v;
-            }
-    }
-    return FL_OK;
-}
-
-static int grad_pool2d(fl_op *op, fl_grad_ctx *g)
-{
-    fl_var *x = op->in[0].vars[0], *out = op->out[0].vars[0];
-    fl_var *dout = fl__grad_of(g, out), *dx = fl__grad_for(g, x);
-    if (!dout || !dx) return FL_OK;
-    fl_io in[3] = {FL_IO1("X", x), FL_IO1("Out", out), FL_IO1("Out@GRAD", dout)};
-    fl_io o = FL_IO1("X@GRAD", dx);
-    return fl__grad_append(op, "pool2d_grad", in, 3, &o, 1);
-}
-
-static const fl_op_def def_pool2d = {"pool2d", {"X"}, {"Out"}, infer_pool2d, run_pool2d, grad_pool2d, NULL};
-static const fl_op_def def_pool2d_grad = {
-    "pool2d_grad", {"X", "Out", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_pool2d_grad, NULL, NULL};
-
-fl_var *fl_layer_pool2d_ex(fl_var *input, const char *pool_type, const fl_pool2d_attr *attr)
-{
-    fl_prog *p = fl__prog_of(&input, 1);
-    if (!p || p->status != FL_OK) return NULL;
-    fl_pool2d_attr none;
-    memset(&none, 0, sizeof none);
-    if (!attr) attr = &none;
-    const char *t = pool_type ? pool_type : "max";
-    if (strcmp(t, "max") && strcmp(t, "avg")) {
-        fl__prog_error(p, FL_EINVAL, "pool2d: pool_type '%s' (input '%s') must be 'max' or 'avg'", t, input->name);
-        return NULL;
-    }
-    int64_t k[2], s[2], pd[2];
-    for (int i = 0; i < 2; i++) {
-        k[i] = attr->global_pooling ? -1 : attr->pool_size[i];
-        s[i] = attr->stride[i] ? attr->stride[i] : 1;
-        pd[i] = attr->padding[i];
-    }
-    char base[128];
-    fl__unique_name(p, "pool2d", base, sizeof base);
-    int64_t os[4] = {-1, -1, -1, -1};
-    fl_var *out = fl__tmp_var(p, base, FL_FLOAT32, 4, os);
-    if (!out) return NULL;
-    fl_io in = FL_IO1("X", input), o = FL_IO1("Out", out);
-    fl_op *op = fl__op_new(p, "pool2d", &in, 1, &o, 1);
-    if (!op || fl__attr_set_s(op, "pooling_type", t) || fl__attr_set_ints(op, "ksize", k, 2) ||
-        fl__attr_set_i(op, "global_pooling", attr->global_pooling != 0) || fl__attr_set_ints(op, "strides", s, 2) ||
-        fl__attr_set_ints(op, "paddings", pd, 2) || fl__attr_set_i(op, "exclusive", !attr->inclusive) ||
-        fl__attr_set_i(op, "adaptive", 0) || fl__attr_set_i(op, "ceil_mode", attr->ceil_mode != 0) ||
-        fl__attr_set_s(op, "data_format", "NCHW") || fl__op_finish(op))
-        return NULL;
-    return out;
-}
-
-fl_var *fl_layer_pool2d(fl_var *input, int pool_size, const char *pool_type, int pool_stride, int pool_padding,
-                        int global_pooling, int exclusive)
-{
-    fl_prog *p = fl__prog_of(&input, 1);
-    if (!p || p->status != FL_OK) return NULL;
-    if (pool_stride < 1) {
-        fl__prog_error(p, FL_EINVAL, "pool2d: pool_stride %d (input '%s') must be >= 1", pool_stride, input->name);
-        return NULL;
-    }
-    fl_pool2d_attr a = {
-        {pool_size, pool_size}, {pool_stride, pool_stride}, {pool_padding, pool_padding}, global_pooling, !exclusive, 0};
-    return fl_layer_pool2d_ex(input, pool_type, &a);
-}
-
 /* ---- batch_norm ------------------------------------------------------------------------- */
 
 /* Paddle's batch_norm over axis 1 of X [N, C, ...] (rank 2 to 5; statistics over N and the
@@ -713,7 +580,7 @@ static int infer_batch_norm(fl_op *op)
     FL_CHECK(fl__op_check_slots(op));
     fl_var *x = op->in[0].vars[0];
     FL_CHECK(fl__op_need_f32(op, x));
-    FL_CHECK(need_nchw(op, "data_layout", x));
+    FL_CHECK(fl__conv_need_nchw(op, "data_layout", x));
     char xs[96];
     fl__shape_str(x, xs, sizeof xs);
     if (x->ndim < 2 || x->ndim > 5)
@@ -971,5 +838,5 @@ fl_var *fl_layer_batch_norm(fl_var *input, const char *act, int is_test, float m
     return post_act(y, a);
 }
 
-const fl_op_def *const fl__ops_conv[] = {&def_conv2d,     &def_conv2d_grad,     &def_pool2d, &def_pool2d_grad,
-                                         &def_batch_norm, &def_batch_norm_grad, NULL};
+const fl_op_def *const fl__ops_conv[] = {
+    &def_conv2d, &def_conv2d_grad, &fl__def_pool2d, &fl__def_pool2d_grad, &def_batch_norm, &def_batch_norm_grad, NULL};

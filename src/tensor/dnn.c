@@ -457,3 +457,22 @@ const char *fl__gemm_info(char *buf, size_t cap)
     snprintf(buf + at, cap - at, "; OpenBLAS core %s", openblas_get_corename());
     return buf;
 }
+
+#ifdef FL_HAVE_DNNL
+/* For the other oneDNN callers (dnn_conv.c): the engine, after setting this thread's
+ * OpenMP team size as gemm_dnnl does.  NULL with the message set when oneDNN failed. */
+dnnl_engine_t fl__dnn_enter(void)
+{
+    pthread_once(&dnn.once, dnn_init);
+    if (dnn.status != FL_OK) {
+        fl__err(dnn.status, "%s", dnn.err);
+        return NULL;
+    }
+    int want = atomic_load(&single_depth) > 0 ? 1 : dnn.threads;
+    if (tl_threads != want) {
+        omp_set_num_threads(want);
+        tl_threads = want;
+    }
+    return dnn.engine;
+}
+#endif

@@ -1,0 +1,312 @@
+/*
+ * ops_pool.c - pool2d (max / avg over NCHW windows) with its gradient and layer builders,
+ * following Paddle's fluid op; part of the "conv" op group (listed in ops_conv.c's
+ * fl__ops_conv).  Windows that lie entirely in the padding (possible with ceil_mode or a
+ * padding >= the window) output 0 and pass no gradient (Paddle leaves them undefined).
+ */
+#include <string.h>
+
+#include "ops_conv.h"
+
+/* ---- pool2d ---------------------------------------------------------------------------- */
+
+/* Paddle's pool2d: X [N, C, H, W] -> Out [N, C, Ho, Wo], Ho = (H - k + 2p) / s + 1 (ceil_mode:
+ * rounded up).  Attributes pooling_type ("max" | "avg"), ksize, global_pooling (window =
+ * the whole image, no padding), strides, paddings, exclusive (avg divides by the window
+ * clipped to the image; else by kh*kw), ceil_mode, adaptive (rejected), data_format.
+ * Windows are clipped to the image as Paddle's CPU kernel: max ignores padding. */
+typedef struct {
+    int64_t n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
+    int max, excl;
+} pool_geo;
+
+static const char *pool_geo_make(const fl_op *op, const int64_t *xs, pool_geo *g)
+{
+    const char *t = fl__attr_s(op, "pooling_type", "max");
+    int64_t k[2], s[2], p[2];
+    if (strcmp(t, "max") && strcmp(t, "avg")) return "pooling_type must be 'max' or 'avg'";
+    if (fl__attr_i(op, "adaptive", 0)) return "adaptive pooling is not supported";
+    if (fl__conv_attr2(op, "ksize", -1, k) || fl__conv_attr2(op, "strides", 1, s) || fl__conv_attr2(op, "paddings", 0, p))
+        return "ksize, strides and paddings must be int lists of 1 or 2 entries";
+    g->max = !strcmp(t, "max");
+    g->excl = (int)fl__attr_i(op, "exclusive", 1) != 0;
+    g->n = xs[0], g->c = xs[1], g->h = xs[2], g->w = xs[3];
+    if (fl__attr_i(op, "global_pooling", 0)) {
+        g->kh = g->h, g->kw = g->w, g->sh = g->sw = 1, g->ph = g->pw = 0, g->oh = g->ow = 1;
+        return NULL;
+    }
+    g->kh = k[0], g->kw = k[1], g->sh = s[0], g->sw = s[1], g->ph = p[0], g->pw = p[1];
+    if (k[0] < 1 || k[1] < 1) return "pool size must be positive (or use global_pooling)";
+    if (s[0] < 1 || s[1] < 1 || p[0] < 0 || p[1] < 0) return "strides must be >= 1 and paddings >= 0";
+    int ceil = fl__attr_i(op, "ceil_mode", 0) != 0;
+    int64_t dims[2] = {g->h, g->w}, out[2];
+    for (int i = 0; i < 2; i++) {
+        int64_t span = dims[i] + 2 * p[i] - k[i];
+        out[i] = dims[i] < 0 ? -1 : span < 0 ? 0 : (span + (ceil ? s[i] - 1 : 0)) / s[i] + 1;
+    }
+    g->oh = out[0], g->ow = out[1];
+    if (!g->oh || !g->ow) return "the pool window is larger than the padded input";
+    return NULL;
+}
+
+static int infer_pool2d(fl_op *op)
+{
+    FL_CHECK(fl__op_check_slots(op));
+    fl_var *x = op->in[0].vars[0];
+    FL_CHECK(fl__op_need_f32(op, x));
+    FL_CHECK(fl__conv_need_nchw(op, "data_format", x));
+    char xs[96];
+    fl__shape_str(x, xs, sizeof xs);
+    if (x->ndim != 4) return fl__op_error(op, "input '%s' must be 4-D NCHW [N, C, H, W], is %s", x->name, xs);
+    pool_geo g;
+    const char *why = pool_geo_make(op, x->shape, &g);
+    if (why) {
+        int64_t k[2];
+        fl__conv_attr2(op, "ksize", -1, k);
+        return fl__op_error(op, "input '%s' %s, pool size [%lld, %lld]: %s", x->name, xs, (long long)k[0], (long long)k[1],
+                            why);
+    }
+    int64_t os[4] = {g.n, g.c, g.oh, g.ow};
+    fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, 4, os);
+    return FL_OK;
+}
+
+static int pool_geo_rt(fl_kctx *c, pool_geo *g)
+{
+    FL_CHECK(fl__kctx_dense_f32(c, 0));
+    const fl_tensor *x = FL_IN(c, 0);
+    const char *why = x->ndim != 4 ? "the input must be 4-D" : pool_geo_make(c->op, x->shape, g);
+    if (!why) return FL_OK;
+    char xs[96];
+    fl_tensor_describe(x, xs, sizeof xs);
+    return fl__err(FL_EINVAL, "%s: input '%s' %s: %s", c->op->def->type, fl__kctx_var_name(c, 0, 0), xs, why);
+}
+
+/* Window of output (y, x) clipped to the image: rows [w[0], w[1]), columns [w[2], w[3]). */
+static int pool_window(const pool_geo *g, int64_t y, int64_t x, int64_t w[4])
+{
+    int64_t h0 = y * g->sh - g->ph, w0 = x * g->sw - g->pw;
+    w[0] = h0 > 0 ? h0 : 0;
+    w[1] = h0 + g->kh < g->h ? h0 + g->kh : g->h;
+    w[2] = w0 > 0 ? w0 : 0;
+    w[3] = w0 + g->kw < g->w ? w0 + g->kw : g->w;
+    return w[0] < w[1] && w[2] < w[3]; /* 0: the window lies in the padding only */
+}
+
+/* Index (in the image) of the first maximum of the window, -1 if the window is empty. */
+static int64_t pool_argmax(const pool_geo *g, const float *img, int64_t y, int64_t x)
+{
+    int64_t w[4];
+    if (!pool_window(g, y, x, w)) return -1;
+    int64_t best = w[0] * g->w + w[2];
+    for (int64_t i = w[0]; i < w[1]; i++)
+        for (int64_t j = w[2]; j < w[3]; j++)
+            if (img[i * g->w + j] > img[best]) best = i * g->w + j;
+    return best;
+}
+
+/* Divisor of an avg window: its clipped size (exclusive) or kh*kw. */
+static float pool_div(const pool_geo *g, const int64_t w[4])
+{
+    return (float)(g->excl ? (w[1] - w[0]) * (w[3] - w[2]) : g->kh * g->kw);
+}
+
+/* Every window lies inside the image (no padding, no clipping): the common case
+ * (LeNet's 2x2 stride 2) runs loops without the clipping arithmetic of pool_window. */
+static int pool_full(const pool_geo *g)
+{
+    return g->ph == 0 && g->pw == 0 && (g->oh - 1) * g->sh + g->kh <= g->h && (g->ow - 1) * g->sw + g->kw <= g->w;
+}
+
+/* Offset in the window at p (rows g->w apart) of its first maximum, and that maximum. */
+static inline int64_t window_argmax(const pool_geo *g, const float *restrict p, float *max)
+{
+    int64_t best = 0;
+    float m = p[0];
+    for (int64_t i = 0; i < g->kh; i++)
+        for (int64_t j = 0; j < g->kw; j++) {
+            float v = p[i * g->w + j];
+            if (v > m) m = v, best = i * g->w + j;
+        }
+    *max = m;
+    return best;
+}
+
+/* pool_full images: forward (max or avg) of image img into o. */
+static void pool_fwd_full(const pool_geo *g, const float *restrict img, float *restrict o)
+{
+    const float div = (float)(g->kh * g->kw); /* as pool_div: the window is not clipped */
+    for (int64_t y = 0; y < g->oh; y++)
+        for (int64_t x = 0; x < g->ow; x++) {
+            const float *restrict p = img + y * g->sh * g->w + x * g->sw;
+            float r;
+            if (g->max) {
+                window_argmax(g, p, &r);
+            } else {
+                r = 0.0f;
+                for (int64_t i = 0; i < g->kh; i++)
+                    for (int64_t j = 0; j < g->kw; j++) r += p[i * g->w + j];
+                r /= div;
+            }
+            o[y * g->ow + x] = r;
+        }
+}
+
+/* pool_full images: dImage += the gradient of output gradient d (gi zeroed by the caller). */
+static void pool_bwd_full(const pool_geo *g, const float *restrict img, const float *restrict d, float *restrict gi)
+{
+    const float div = (float)(g->kh * g->kw); /* as pool_div: the window is not clipped */
+    for (int64_t y = 0; y < g->oh; y++)
+        for (int64_t x = 0; x < g->ow; x++) {
+            const int64_t at = y * g->sh * g->w + x * g->sw;
+            const float v = d[y * g->ow + x];
+            if (g->max) {
+                float m;
+                gi[at + window_argmax(g, img + at, &m)] += v;
+                continue;
+            }
+            const float share = v / div;
+            for (int64_t i = 0; i < g->kh; i++)
+                for (int64_t j = 0; j < g->kw; j++) gi[at + i * g->w + j] += share;
+        }
+}
+
+static int run_pool2d(fl_kctx *c)
+{
+    pool_geo g;
+    FL_CHECK(pool_geo_rt(c, &g));
+    fl_tensor *x = FL_IN(c, 0), *out = FL_OUT(c, 0);
+    int64_t os[4] = {g.n, g.c, g.oh, g.ow}, hw = g.h * g.w;
+    FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, 4, os));
+    out->lod_n = 0;
+    int full = pool_full(&g);
+    for (int64_t nc = 0; nc < g.n * g.c; nc++) {
+        const float *img = (const float *)x->data + nc * hw;
+        float *o = (float *)out->data + nc * g.oh * g.ow;
+        if (full) {
+            pool_fwd_full(&g, img, o);
+            continue;
+        }
+        for (int64_t y = 0; y < g.oh; y++)
+            for (int64_t xx = 0; xx < g.ow; xx++) {
+                if (g.max) {
+                    int64_t a = pool_argmax(&g, img, y, xx);
+                    o[y * g.ow + xx] = a < 0 ? 0.0f : img[a];
+                    continue;
+                }
+                int64_t w[4];
+                float s = 0.0f;
+                if (!pool_window(&g, y, xx, w)) {
+                    o[y * g.ow + xx] = 0.0f;
+                    continue;
+                }
+                for (int64_t i = w[0]; i < w[1]; i++)
+                    for (int64_t j = w[2]; j < w[3]; j++) s += img[i * g.w + j];
+                o[y * g.ow + xx] = s / pool_div(&g, w);
+            }
+    }
+    return FL_OK;
+}
+
+/* Grad op: inputs X, Out, Out@GRAD -> X@GRAD.  max: each dOut goes to the first maximum
+ * of its window (Paddle: the first x equal to out); avg: dOut / divisor over the window. */
+static int run_pool2d_grad(fl_kctx *c)
+{
+    pool_geo g;
+    FL_CHECK(pool_geo_rt(c, &g));
+    FL_CHECK(fl__kctx_dense_f32(c, 2));
+    fl_tensor *x = FL_IN(c, 0), *dy = FL_IN(c, 2), *dx = FL_OUT(c, 0);
+    int64_t hw = g.h * g.w, ohw = g.oh * g.ow;
+    if (dy->numel != g.n * g.c * ohw)
+        return fl__err(FL_EINVAL, "pool2d_grad: gradient '%s' has %lld elements, expected %lld", fl__kctx_var_name(c, 2, 0),
+                       (long long)dy->numel, (long long)(g.n * g.c * ohw));
+    FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, 4, x->shape));
+    memset(dx->data, 0, (size_t)dx->numel * sizeof(float));
+    dx->lod_n = 0;
+    int full = pool_full(&g);
+    for (int64_t nc = 0; nc < g.n * g.c; nc++) {
+        const float *img = (const float *)x->data + nc * hw, *d = (const float *)dy->data + nc * ohw;
+        float *gi = (float *)dx->data + nc * hw;
+        if (full) {
+            pool_bwd_full(&g, img, d, gi);
+            continue;
+        }
+        for (int64_t y = 0; y < g.oh; y++)
+            for (int64_t xx = 0; xx < g.ow; xx++) {
+                float v = d[y * g.ow + xx];
+                if (g.max) {
+                    int64_t a = pool_argmax(&g, img, y, xx);
+                    if (a >= 0) gi[a] += v;
+                    continue;
+                }
+                int64_t w[4];
+                if (!pool_window(&g, y, xx, w)) continue;
+                v /= pool_div(&g, w);
+                for (int64_t i = w[0]; i < w[1]; i++)
+                    for (int64_t j = w[2]; j < w[3]; j++) gi[i * g.w + j] += v;
+            }
+    }
+    return FL_OK;
+}
+
+static int grad_pool2d(fl_op *op, fl_grad_ctx *g)
+{
+    fl_var *x = op->in[0].vars[0], *out = op->out[0].vars[0];
+    fl_var *dout = fl__grad_of(g, out), *dx = fl__grad_for(g, x);
+    if (!dout || !dx) return FL_OK;
+    fl_io in[3] = {FL_IO1("X", x), FL_IO1("Out", out), FL_IO1("Out@GRAD", dout)};
+    fl_io o = FL_IO1("X@GRAD", dx);
+    return fl__grad_append(op, "pool2d_grad", in, 3, &o, 1);
+}
+
+const fl_op_def fl__def_pool2d = {"pool2d", {"X"}, {"Out"}, infer_pool2d, run_pool2d, grad_pool2d, NULL};
+const fl_op_def fl__def_pool2d_grad = {
+    "pool2d_grad", {"X", "Out", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_pool2d_grad, NULL, NULL};
+
+fl_var *fl_layer_pool2d_ex(fl_var *input, const char *pool_type, const fl_pool2d_attr *attr)
+{
+    fl_prog *p = fl__prog_of(&input, 1);
+    if (!p || p->status != FL_OK) return NULL;
+    fl_pool2d_attr none;
+    memset(&none, 0, sizeof none);
+    if (!attr) attr = &none;
+    const char *t = pool_type ? pool_type : "max";
+    if (strcmp(t, "max") && strcmp(t, "avg")) {
+        fl__prog_error(p, FL_EINVAL, "pool2d: pool_type '%s' (input '%s') must be 'max' or 'avg'", t, input->name);
+        return NULL;
+    }
+    int64_t k[2], s[2], pd[2];
+    for (int i = 0; i < 2; i++) {
+        k[i] = attr->global_pooling ? -1 : attr->pool_size[i];
+        s[i] = attr->stride[i] ? attr->stride[i] : 1;
+        pd[i] = attr->padding[i];
+    }
+    char base[128];
+    fl__unique_name(p, "pool2d", base, sizeof base);
+    int64_t os[4] = {-1, -1, -1, -1};
+    fl_var *out = fl__tmp_var(p, base, FL_FLOAT32, 4, os);
+    if (!out) return NULL;
+    fl_io in = FL_IO1("X", input), o = FL_IO1("Out", out);
+    fl_op *op = fl__op_new(p, "pool2d", &in, 1, &o, 1);
+    if (!op || fl__attr_set_s(op, "pooling_type", t) || fl__attr_set_ints(op, "ksize", k, 2) ||
+        fl__attr_set_i(op, "global_pooling", attr->global_pooling != 0) || fl__attr_set_ints(op, "strides", s, 2) ||
+        fl__attr_set_ints(op, "paddings", pd, 2) || fl__attr_set_i(op, "exclusive", !attr->inclusive) ||
+        fl__attr_set_i(op, "adaptive", 0) || fl__attr_set_i(op, "ceil_mode", attr->ceil_mode != 0) ||
+        fl__attr_set_s(op, "data_format", "NCHW") || fl__op_finish(op))
+        return NULL;
+    return out;
+}
+
+fl_var *fl_layer_pool2d(fl_var *input, int pool_size, const char *pool_type, int pool_stride, int pool_padding,
+                        int global_pooling, int exclusive)
+{
+    fl_prog *p = fl__prog_of(&input, 1);
+    if (!p || p->status != FL_OK) return NULL;
+    if (pool_stride < 1) {
+        fl__prog_error(p, FL_EINVAL, "pool2d: pool_stride %d (input '%s') must be >= 1", pool_stride, input->name);
+        return NULL;
+    }
+    fl_pool2d_attr a = {
+        {pool_size, pool_size}, {pool_stride, pool_stride}, {pool_padding, pool_padding}, global_pooling, !exclusive, 0};
+    return fl_layer_pool2d_ex(input, pool_type, &a);
+}

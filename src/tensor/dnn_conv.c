@@ -1,0 +1,359 @@
+/*
+ * dnn_conv.c - 2-D convolutions on oneDNN: forward (bias and activation fused as a post-op),
+ * backward-data and backward-weights primitives, created once per shape and direction and
+ * kept in the op's cache, as dnn.c keeps matmul primitives.
+ *
+ * Layout: tensors stay NCHW (filters OIHW, GOIHW with groups) at the boundary.  Each
+ * primitive is made with "any" layouts, so oneDNN picks its blocked layouts (nChw16c and
+ * the like on AVX-512) and its data type of computation; every operand whose chosen layout
+ * or type differs from the caller's gets a reorder primitive and a buffer, made with the
+ * convolution and cached with it.  A step then runs: reorders in, the convolution, reorders
+ * out (one stream, waited on once).  The reorders cost one pass over each operand; the
+ * numbers are in docs/engine.md.
+ *
+ * bfloat16: when Input or Filter is bfloat16 (AMP), the products run in bf16 and
+ * accumulate in f32, and a float32 output gradient is rounded to bf16 by its reorder; the
+ * outputs (Output, Input@GRAD, Filter@GRAD) stay float32.  If this oneDNN has no bf16
+ * convolution for the CPU at hand, the computation is widened to f32 by the same reorders.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dnn_conv.h"
+
+static atomic_uint_fast64_t n_prims;
+
+uint64_t fl__conv_primitives_created(void) { return atomic_load(&n_prims); }
+
+#ifndef FL_HAVE_DNNL
+
+static int no_dnnl(void)
+{
+    return fl__err(FL_EUNSUPPORTED, "conv2d: this build has no oneDNN (install libdnnl-dev, then make clean all)");
+}
+int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias, float *y)
+{
+    (void)cache, (void)d, (void)x, (void)w, (void)bias, (void)y;
+    return no_dnnl();
+}
+int fl__conv_bwd_data(fl_conv_cache **cache, const fl_conv_desc *d, const float *dy, const void *w, float *dx)
+{
+    (void)cache, (void)d, (void)dy, (void)w, (void)dx;
+    return no_dnnl();
+}
+int fl__conv_bwd_weights(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const float *dy, float *dw)
+{
+    (void)cache, (void)d, (void)x, (void)dy, (void)dw;
+    return no_dnnl();
+}
+void fl__conv_cache_free(fl_conv_cache *cache) { (void)cache; }
+
+#else
+
+#define SLOTS 8
+#define MAX_PORTS 4
+
+enum { FWD, BWD_DATA, BWD_WEIGHTS };
+static const char *const dir_name[] = {"forward", "backward-data", "backward-weights"};
+
+typedef struct {
+    fl_conv_desc d; /* act and has_bias zero for the backward directions */
+    int dir;
+} conv_key;
+
+/* One operand: the caller's memory and, when oneDNN chose another layout or type, its
+ * own buffer with the reorder between the two. */
+typedef struct {
+    int arg; /* DNNL_ARG_* */
+    int out; /* written by the convolution: reordered to the caller's after it */
+    dnnl_memory_t user;
+    dnnl_memory_t inner; /* NULL: the convolution uses `user` directly */
+    dnnl_primitive_t re; /* user -> inner, or inner -> user for an output */
+} port;
+
+typedef struct {
+    conv_key key;
+    int used, np;
+    uint64_t last;
+    dnnl_primitive_t prim;
+    port p[MAX_PORTS];
+} entry;
+
+struct fl_conv_cache {
+    uint64_t tick;
+    dnnl_stream_t stream;
+    entry e[SLOTS];
+};
+
+static void entry_clear(entry *e)
+{
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+    for (int i = 0; i < e->np; i++) {
+        if (e->p[i].re) dnnl_primitive_destroy(e->p[i].re);
+        if (e->p[i].inner) dnnl_memory_destroy(e->p[i].inner);
+        if (e->p[i].user) dnnl_memory_destroy(e->p[i].user);
+    }
+    memset(e, 0, sizeof *e);
+}
+
+static dnnl_alg_kind_t act_alg(int act)
+{
+    return act == FL_ACT_RELU ? dnnl_eltwise_relu : act == FL_ACT_TANH ? dnnl_eltwise_tanh : dnnl_eltwise_logistic;
+}
+
+static dnnl_data_type_t dt_of(fl_dtype t) { return t == FL_BFLOAT16 ? dnnl_bf16 : dnnl_f32; }
+
+/* The memory descriptors of a convolution: x, w, y and bias, with the given types and
+ * either the caller's layouts (plain) or "any". */
+typedef struct {
+    dnnl_memory_desc_t x, w, y, b;
+} conv_mds;
+
+static dnnl_status_t mds_init(conv_mds *m, const fl_conv_desc *d, dnnl_data_type_t xt, dnnl_data_type_t wt,
+                              dnnl_data_type_t yt, int plain)
+{
+    dnnl_dims_t xd = {d->n, d->c, d->h, d->w}, yd = {d->n, d->m, d->oh, d->ow}, bd = {d->m};
+    dnnl_dims_t wd = {d->m, d->c / d->g, d->kh, d->kw}, gwd = {d->g, d->m / d->g, d->c / d->g, d->kh, d->kw};
+    dnnl_format_tag_t any = dnnl_format_tag_any;
+    dnnl_status_t s = dnnl_memory_desc_init_by_tag(&m->x, 4, xd, xt, plain ? dnnl_nchw : any);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&m->y, 4, yd, yt, plain ? dnnl_nchw : any);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&m->b, 1, bd, dnnl_f32, dnnl_a);
+    if (s == dnnl_success)
+        s = d->g > 1 ? dnnl_memory_desc_init_by_tag(&m->w, 5, gwd, wt, plain ? dnnl_goihw : any)
+                     : dnnl_memory_desc_init_by_tag(&m->w, 4, wd, wt, plain ? dnnl_oihw : any);
+    return s;
+}
+
+/* The convolution descriptor of one direction over the descriptors m. */
+static dnnl_status_t desc_init(dnnl_convolution_desc_t *cd, const fl_conv_desc *d, int dir, const conv_mds *m, int bias)
+{
+    dnnl_dims_t st = {d->sh, d->sw}, di = {d->dh - 1, d->dw - 1}, pl = {d->ph, d->pw};
+    /* right padding so that (h + pl + pr - extent) / s + 1 == oh exactly */
+    dnnl_dims_t pr = {(d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1 - d->h - d->ph,
+                      (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1 - d->w - d->pw};
+    if (dir == FWD)
+        return dnnl_dilated_convolution_forward_desc_init(cd, dnnl_forward_training, dnnl_convolution_direct, &m->x, &m->w,
+                                                          bias ? &m->b : NULL, &m->y, st, di, pl, pr);
+    if (dir == BWD_DATA)
+        return dnnl_dilated_convolution_backward_data_desc_init(cd, dnnl_convolution_direct, &m->x, &m->w, &m->y, st, di,
+                                                                pl, pr);
+    return dnnl_dilated_convolution_backward_weights_desc_init(cd, dnnl_convolution_direct, &m->x, &m->w, NULL, &m->y, st,
+                                                               di, pl, pr);
+}
+
+#define TRY(call, what)          \
+    do {                         \
+        s = (call);              \
+        if (s != dnnl_success) { \
+            step = (what);       \
+            goto out;            \
+        }                        \
+    } while (0)
+
+/* Adds the operand `arg` (caller's descriptor `user`, the primitive's `want`) to e. */
+static dnnl_status_t port_add(entry *e, dnnl_engine_t eng, int arg, int out, const dnnl_memory_desc_t *user,
+                              const dnnl_memory_desc_t *want)
+{
+    port *p = &e->p[e->np++];
+    p->arg = arg, p->out = out;
+    dnnl_status_t s = dnnl_memory_create(&p->user, user, eng, DNNL_MEMORY_NONE);
+    if (s != dnnl_success || dnnl_memory_desc_equal(user, want)) return s;
+    if ((s = dnnl_memory_create(&p->inner, want, eng, DNNL_MEMORY_ALLOCATE)) != dnnl_success) return s;
+    dnnl_primitive_desc_t rpd = NULL;
+    s = out ? dnnl_reorder_primitive_desc_create(&rpd, want, eng, user, eng, NULL)
+            : dnnl_reorder_primitive_desc_create(&rpd, user, eng, want, eng, NULL);
+    if (s == dnnl_success) s = dnnl_primitive_create(&p->re, rpd);
+    if (rpd) dnnl_primitive_desc_destroy(rpd);
+    if (s == dnnl_success) atomic_fetch_add(&n_prims, 1);
+    return s;
+}
+
+/* The primitive descriptor of key k computing in `ct` (f32 or bf16); *hint gets the
+ * forward one a backward direction needs. */
+static dnnl_status_t pd_make(dnnl_primitive_desc_t *pd, dnnl_primitive_desc_t *hint, dnnl_engine_t eng, const conv_key *k,
+                             dnnl_data_type_t ct, const dnnl_primitive_attr_t attr)
+{
+    const fl_conv_desc *d = &k->d;
+    conv_mds any;
+    dnnl_convolution_desc_t cd;
+    dnnl_status_t s = mds_init(&any, d, ct, ct, dnnl_f32, 0);
+    if (s == dnnl_success && k->dir != FWD) { /* the hint: a forward convolution of the same shape */
+        s = desc_init(&cd, d, FWD, &any, 0);
+        if (s == dnnl_success) s = dnnl_primitive_desc_create(hint, &cd, NULL, eng, NULL);
+    }
+    if (s != dnnl_success) return s;
+    conv_mds m = any;
+    /* the gradients of the inputs are float32; the output gradient is read in ct */
+    if (k->dir == BWD_DATA) s = mds_init(&m, d, dnnl_f32, ct, ct, 0);
+    if (k->dir == BWD_WEIGHTS) s = mds_init(&m, d, ct, dnnl_f32, ct, 0);
+    if (s == dnnl_success) s = desc_init(&cd, d, k->dir, &m, d->has_bias);
+    if (s == dnnl_success) s = dnnl_primitive_desc_create(pd, &cd, attr, eng, *hint);
+    return s;
+}
+
+static int entry_make(entry *e, dnnl_engine_t eng, const conv_key *k)
+{
+    const fl_conv_desc *d = &k->d;
+    dnnl_status_t s = dnnl_success;
+    const char *step = "";
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL, hint = NULL;
+    int bf16 = d->x_type == FL_BFLOAT16 || d->w_type == FL_BFLOAT16;
+    memset(e, 0, sizeof *e);
+    TRY(dnnl_post_ops_create(&po), "post-ops");
+    if (d->act) TRY(dnnl_post_ops_append_eltwise(po, 1.0f, act_alg(d->act), 0.0f, 0.0f), "eltwise post-op");
+    TRY(dnnl_primitive_attr_create(&attr), "attributes");
+    TRY(dnnl_primitive_attr_set_post_ops(attr, po), "attributes");
+    s = pd_make(&pd, &hint, eng, k, bf16 ? dnnl_bf16 : dnnl_f32, attr);
+    if (s == dnnl_unimplemented && bf16) { /* no bf16 convolution here: computed in f32 */
+        if (hint) dnnl_primitive_desc_destroy(hint);
+        hint = NULL;
+        s = pd_make(&pd, &hint, eng, k, dnnl_f32, attr);
+    }
+    if (s != dnnl_success) {
+        step = "primitive descriptor";
+        goto out;
+    }
+    TRY(dnnl_primitive_create(&e->prim, pd), "primitive");
+    atomic_fetch_add(&n_prims, 1);
+    conv_mds u; /* the caller's tensors: NCHW / (G)OIHW in their own types */
+    static const dnnl_query_t q[3][3] = {{dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md},
+                                         {dnnl_query_diff_src_md, dnnl_query_weights_md, dnnl_query_diff_dst_md},
+                                         {dnnl_query_src_md, dnnl_query_diff_weights_md, dnnl_query_diff_dst_md}};
+    static const int args[3][3] = {{DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST},
+                                   {DNNL_ARG_DIFF_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST},
+                                   {DNNL_ARG_SRC, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_DST}};
+    static const int outs[3][3] = {{0, 0, 1}, {1, 0, 0}, {0, 1, 0}};
+    dnnl_data_type_t xt = k->dir == BWD_DATA ? dnnl_f32 : dt_of(d->x_type);
+    dnnl_data_type_t wt = k->dir == BWD_WEIGHTS ? dnnl_f32 : dt_of(d->w_type);
+    TRY(mds_init(&u, d, xt, wt, dnnl_f32, 1), "caller's descriptors");
+    const dnnl_memory_desc_t *um[3] = {&u.x, &u.w, &u.y};
+    for (int i = 0; i < 3; i++)
+        TRY(port_add(e, eng, args[k->dir][i], outs[k->dir][i], um[i], dnnl_primitive_desc_query_md(pd, q[k->dir][i], 0)),
+            "operand reorder");
+    if (k->dir == FWD && d->has_bias) TRY(port_add(e, eng, DNNL_ARG_BIAS, 0, &u.b, &u.b), "bias memory");
+    if (fl__log_enabled(FL_LOG_DEBUG, FL_SUB_TENSOR)) {
+        const char *impl = "?";
+        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+        int nre = 0;
+        for (int i = 0; i < e->np; i++) nre += e->p[i].re != NULL;
+        FL_DEBUG(FL_SUB_TENSOR, "oneDNN conv %s n%lld c%lld %lldx%lld -> m%lld k%lldx%lld g%lld %s: %s, %d reorders",
+                 dir_name[k->dir], (long long)d->n, (long long)d->c, (long long)d->h, (long long)d->w, (long long)d->m,
+                 (long long)d->kh, (long long)d->kw, (long long)d->g, bf16 ? "bf16" : "f32", impl, nre);
+    }
+out:
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (hint) dnnl_primitive_desc_destroy(hint);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (po) dnnl_post_ops_destroy(po);
+    if (s != dnnl_success) {
+        entry_clear(e);
+        return fl__err(FL_EUNSUPPORTED,
+                       "oneDNN conv2d %s: input [%lld, %lld, %lld, %lld] %s, filter [%lld, %lld, %lld, %lld] %s, "
+                       "strides %lldx%lld, paddings %lldx%lld, dilations %lldx%lld, groups %lld: %s failed: %s",
+                       dir_name[k->dir], (long long)d->n, (long long)d->c, (long long)d->h, (long long)d->w,
+                       fl_dtype_name(d->x_type), (long long)d->m, (long long)(d->c / d->g), (long long)d->kh,
+                       (long long)d->kw, fl_dtype_name(d->w_type), (long long)d->sh, (long long)d->sw, (long long)d->ph,
+                       (long long)d->pw, (long long)d->dh, (long long)d->dw, (long long)d->g, step, dnnl_status2str(s));
+    }
+    e->key = *k;
+    e->used = 1;
+    return FL_OK;
+}
+
+/* Runs direction `dir` of d with the operands' data in port order (x, w, y, bias for the
+ * forward; dx, w, dy; x, dw, dy). */
+static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *const data[MAX_PORTS])
+{
+    if (fl__gemm_lib() < 0) return fl__gemm_lib();
+    dnnl_engine_t eng = fl__dnn_enter();
+    if (!eng) return fl_last_status();
+    if (!*cp && !(*cp = calloc(1, sizeof **cp))) return fl__err(FL_ENOMEM, "conv2d: out of memory");
+    fl_conv_cache *cache = *cp;
+    if (!cache->stream) {
+        dnnl_status_t s = dnnl_stream_create(&cache->stream, eng, dnnl_stream_default_flags);
+        if (s != dnnl_success) return fl__err(FL_EUNSUPPORTED, "oneDNN: could not create a stream: %s", dnnl_status2str(s));
+    }
+    conv_key k;
+    memset(&k, 0, sizeof k);
+    k.d = *dd;
+    k.dir = dir;
+    if (dir != FWD) k.d.act = 0, k.d.has_bias = 0;
+    entry *e = NULL, *victim = &cache->e[0];
+    for (int i = 0; i < SLOTS && !e; i++) {
+        entry *x = &cache->e[i];
+        if (x->used && !memcmp(&x->key, &k, sizeof k)) e = x;
+        else if (!x->used || (victim->used && x->last < victim->last)) victim = x;
+    }
+    if (!e) {
+        entry_clear(victim);
+        FL_CHECK(entry_make(victim, eng, &k));
+        e = victim;
+    }
+    e->last = ++cache->tick;
+    dnnl_exec_arg_t args[MAX_PORTS];
+    dnnl_status_t s = dnnl_success;
+    const char *step = "reorder";
+    for (int i = 0; i < e->np && s == dnnl_success; i++) {
+        port *p = &e->p[i];
+        dnnl_memory_set_data_handle(p->user, data[i]);
+        args[i] = (dnnl_exec_arg_t){p->arg, p->inner ? p->inner : p->user};
+        if (p->re && !p->out) {
+            dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, p->user}, {DNNL_ARG_TO, p->inner}};
+            s = dnnl_primitive_execute(p->re, cache->stream, 2, ra);
+        }
+    }
+    if (s == dnnl_success) {
+        step = "convolution";
+        s = dnnl_primitive_execute(e->prim, cache->stream, e->np, args);
+    }
+    for (int i = 0; i < e->np && s == dnnl_success; i++) {
+        port *p = &e->p[i];
+        if (!p->re || !p->out) continue;
+        step = "reorder";
+        dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, p->inner}, {DNNL_ARG_TO, p->user}};
+        s = dnnl_primitive_execute(p->re, cache->stream, 2, ra);
+    }
+    if (s == dnnl_success) s = dnnl_stream_wait(cache->stream);
+    if (s != dnnl_success)
+        return fl__err(FL_EUNSUPPORTED, "oneDNN conv2d %s: input [%lld, %lld, %lld, %lld]: %s failed: %s", dir_name[dir],
+                       (long long)dd->n, (long long)dd->c, (long long)dd->h, (long long)dd->w, step, dnnl_status2str(s));
+    return FL_OK;
+}
+
+int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias, float *y)
+{
+    if (d->n == 0) return FL_OK;
+    void *data[MAX_PORTS] = {(void *)x, (void *)w, y, (void *)bias};
+    return conv_run(cache, d, FWD, data);
+}
+
+int fl__conv_bwd_data(fl_conv_cache **cache, const fl_conv_desc *d, const float *dy, const void *w, float *dx)
+{
+    if (d->n == 0) return FL_OK;
+    void *data[MAX_PORTS] = {dx, (void *)w, (void *)dy, NULL};
+    return conv_run(cache, d, BWD_DATA, data);
+}
+
+int fl__conv_bwd_weights(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const float *dy, float *dw)
+{
+    if (d->n == 0) {
+        memset(dw, 0, (size_t)(d->m * (d->c / d->g) * d->kh * d->kw) * sizeof(float));
+        return FL_OK;
+    }
+    void *data[MAX_PORTS] = {(void *)x, dw, (void *)dy, NULL};
+    return conv_run(cache, d, BWD_WEIGHTS, data);
+}
+
+void fl__conv_cache_free(fl_conv_cache *cache)
+{
+    if (!cache) return;
+    for (int i = 0; i < SLOTS; i++) entry_clear(&cache->e[i]);
+    if (cache->stream) dnnl_stream_destroy(cache->stream);
+    free(cache);
+}
+
+#endif /* FL_HAVE_DNNL */

@@ -1,0 +1,50 @@
+/*
+ * dnn_conv.h - 2-D convolutions on oneDNN (dnn_conv.c): forward with fused bias and
+ * activation, backward-data and backward-weights, NCHW tensors at the boundary.  The
+ * conv2d op (src/graph/ops_conv.c) calls these when FLEET_GEMM picks oneDNN
+ * (fl__gemm_lib() == FL_GEMM_DNNL) and its own im2col + sgemm otherwise; without oneDNN in
+ * the build each call returns FL_EUNSUPPORTED.
+ */
+#ifndef FL_DNN_CONV_H
+#define FL_DNN_CONV_H
+
+#include "tensor_internal.h"
+
+#ifdef FL_HAVE_DNNL
+#include <dnnl.h>
+#include <dnnl_debug.h>
+/* dnn.c: the engine, after setting the calling thread's OpenMP team size under the
+ * FLEET_NUM_THREADS / trainer-thread rules; NULL with the message set on failure. */
+dnnl_engine_t fl__dnn_enter(void);
+#endif
+
+/* One convolution: Input [n, c, h, w] (x_type), Filter [m, c/g, kh, kw] (w_type), each
+ * float32 or bfloat16; Output [n, m, oh, ow] float32 with oh = (h + 2ph - dh(kh-1) - 1)/sh + 1
+ * (likewise ow).  act is 0 or an FL_ACT_* code and has_bias adds Bias [m] (forward only).
+ * Build one with memset(0) first: the whole struct is the cache key. */
+typedef struct {
+    int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g;
+    int act, has_bias;
+    fl_dtype x_type, w_type;
+} fl_conv_desc;
+
+/* Primitives of one op in one executor: up to 8 (shape, direction) pairs, the least
+ * recently used replaced, each with the reorders between the caller's NCHW tensors and the
+ * layout and data type oneDNN chose (cached with it).  Not thread safe. */
+typedef struct fl_conv_cache fl_conv_cache;
+
+/* y = act(conv(x, w) + bias); bias is read when d->has_bias.  *cache is created when NULL.
+ * Returns FL_OK, FL_EUNSUPPORTED (no oneDNN, or oneDNN failed: the message names the
+ * shape and step) or FL_ENOMEM. */
+int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias, float *y);
+/* dx = the gradient of the convolution's input for output gradient dy (overwritten). */
+int fl__conv_bwd_data(fl_conv_cache **cache, const fl_conv_desc *d, const float *dy, const void *w, float *dx);
+/* dw = the gradient of the filter for output gradient dy (overwritten). */
+int fl__conv_bwd_weights(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const float *dy, float *dw);
+/* Frees a cache (NULL is fine). */
+void fl__conv_cache_free(fl_conv_cache *cache);
+/* Convolution and reorder primitives created so far (tests check the steady state makes
+ * none). */
+uint64_t fl__conv_primitives_created(void);
+
+#endif
