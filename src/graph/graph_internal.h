@@ -258,6 +258,7 @@ extern const fl_op_def *const fl__ops_conv[];   /* ops_conv.c: conv2d, pool2d, b
 extern const fl_op_def *const fl__ops_extra[];  /* ops_extra.c: matmul, fill_constant_batch_size_like */
 extern const fl_op_def *const fl__ops_amp[];    /* amp.c: cast */
 extern const fl_op_def *const fl__ops_optim_lars[]; /* ops_optim_lars.c: lars_momentum, lamb */
+extern const fl_op_def *const fl__ops_dgc[];        /* ops_dgc.c: dgc, dgc_momentum */
 
 /* Shared by the update-op files (ops_optim.c defines them).  fl__optim_infer_update checks
  * an update op's Param, Grad, LearningRate and state slots (float32, the parameter's shape,
