@@ -87,43 +87,63 @@ static int infer_dgc(fl_op *op)
     return FL_OK;
 }
 
-/* Per-op scratch: |v| for the selection. */
+/* Per-op scratch: the candidates of the radix selection. */
 typedef struct {
     int64_t cap;
-    float a[];
+    uint32_t a[];
 } sel_scratch;
 
-static void swapf(float *x, float *y)
+/* |x| as an unsigned key whose order is the order of |x|: the float's bits without the
+ * sign.  NaN keys lie above +inf, so a diverged value is sent (and shows) rather than kept. */
+static inline uint32_t key_of(float x)
 {
-    float t = *x;
-    *x = *y;
-    *y = t;
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u & 0x7fffffffu;
 }
 
-/* The k-th largest value of a[0, n) (1 <= k <= n); reorders a.  Quickselect with a
- * median-of-three pivot and a three-way partition (greater | equal | less), so runs of
- * equal values (the zeros of dead units) cost no more than distinct ones: expected O(n). */
-static float kth_largest(float *a, int64_t n, int64_t k)
+/* The key of the k-th largest |v[i]| (1 <= k <= n), and in *ties how many elements equal to
+ * it belong to the top k.  Radix selection, most significant digit first (11, 11, 10 bits):
+ * a histogram of the candidates' digit, the bucket holding the k-th, and the candidates of
+ * that bucket kept for the next digit.  Two passes over v, then passes over the (normally
+ * few) candidates; no comparison sort, so equal values cost nothing extra. */
+static uint32_t kth_key(const float *v, int64_t n, int64_t k, uint32_t *tmp, int64_t *ties)
 {
-    int64_t lo = 0, hi = n, want = k - 1; /* the answer's position lies in [lo, hi) */
-    while (hi - lo > 1) {
-        float x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi - 1];
-        float pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
-        int64_t gt = lo, i = lo, lt = hi; /* [lo, gt) > pivot, [gt, i) == pivot, [lt, hi) < pivot */
-        while (i < lt) {
-            if (a[i] > pivot) swapf(&a[gt++], &a[i++]);
-            else if (a[i] < pivot) swapf(&a[i], &a[--lt]);
-            else i++;
+    static const int shift[3] = {21, 10, 0}, width[3] = {11, 11, 10};
+    uint32_t prefix = 0, mask = 0;
+    int64_t want = k, ncand = n;
+    for (int d = 0; d < 3; d++) {
+        int64_t hist[2048] = {0};
+        uint32_t dm = (1u << width[d]) - 1u;
+        if (d == 0)
+            for (int64_t i = 0; i < n; i++) hist[key_of(v[i]) >> shift[0]]++;
+        else
+            for (int64_t i = 0; i < ncand; i++) hist[(tmp[i] >> shift[d]) & dm]++;
+        int64_t cum = 0;
+        uint32_t b = dm;
+        for (;; b--) {
+            if (cum + hist[b] >= want) break;
+            cum += hist[b];
         }
-        if (want < gt) hi = gt;
-        else if (want >= lt) lo = lt;
-        else return pivot;
+        want -= cum;
+        prefix |= b << shift[d];
+        mask |= dm << shift[d];
+        if (d == 2) break;
+        int64_t m = 0; /* keep the candidates in bucket b (tmp is compacted in place) */
+        if (d == 0) {
+            for (int64_t i = 0; i < n; i++) {
+                uint32_t x = key_of(v[i]);
+                if ((x & mask) == prefix) tmp[m++] = x;
+            }
+        } else {
+            for (int64_t i = 0; i < ncand; i++)
+                if ((tmp[i] & mask) == prefix) tmp[m++] = tmp[i];
+        }
+        ncand = m;
     }
-    return a[lo];
+    *ties = want;
+    return prefix;
 }
-
-/* |x|, with NaN as +inf so that a diverged value is sent (and shows) rather than kept. */
-static inline float mag(float x) { return isnan(x) ? INFINITY : fabsf(x); }
 
 /* Selects the k indices of largest |v| (ties: lowest indices first), ascending. */
 static int select_topk(fl_kctx *c, const float *v, int64_t n, int64_t k, int32_t *idx)
@@ -131,21 +151,18 @@ static int select_topk(fl_kctx *c, const float *v, int64_t n, int64_t k, int32_t
     sel_scratch *s = *c->state;
     if (!s || s->cap < n) {
         free(s);
-        s = malloc(sizeof *s + (size_t)n * sizeof(float));
+        s = malloc(sizeof *s + (size_t)n * sizeof(uint32_t));
         *c->state = s;
         if (!s)
             return fl__err(FL_ENOMEM, "dgc: out of memory selecting the top %lld of %lld values", (long long)k,
                            (long long)n);
         s->cap = n;
     }
-    for (int64_t i = 0; i < n; i++) s->a[i] = mag(v[i]);
-    float thr = kth_largest(s->a, n, k);
-    int64_t above = 0;
-    for (int64_t i = 0; i < n; i++) above += mag(v[i]) > thr;
-    int64_t ties = k - above, at = 0;
+    int64_t ties = 0, at = 0;
+    uint32_t thr = kth_key(v, n, k, s->a, &ties);
     for (int64_t i = 0; i < n && at < k; i++) {
-        float a = mag(v[i]);
-        if (a > thr || (a == thr && ties-- > 0)) idx[at++] = (int32_t)i;
+        uint32_t x = key_of(v[i]);
+        if (x > thr || (x == thr && ties-- > 0)) idx[at++] = (int32_t)i;
     }
     return FL_OK;
 }

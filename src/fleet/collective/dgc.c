@@ -21,7 +21,8 @@
  * c_dgc_allreduce: before rampup_begin_step, the gradient is allreduced dense and averaged.
  * After: every rank's k (index, value) pairs (k is the same everywhere: same size, same step)
  * travel in one allgather of 2k 32-bit words per rank; each rank adds all of them into the
- * zeroed gradient and divides by the number of ranks, so every rank applies the same update.
+ * zeroed gradient, each scaled by 1/(number of ranks), so every rank applies the same
+ * averaged update.
  */
 #include <stdio.h>
 #include <string.h>
@@ -81,6 +82,7 @@ static int run_dgc_allreduce(fl_kctx *c)
     memcpy(send + k, ev->data, (size_t)k * sizeof(uint32_t));
     FL_CHECK(fl__ring_allgather(cm, send, recv, words, FL_INT32));
     memset(gv, 0, (size_t)numel * sizeof(float));
+    const float scale = 1.0f / (float)n; /* applied per pair: the rest of the gradient is 0 */
     for (int r = 0; r < n; r++) {
         const uint32_t *ri = recv + (size_t)r * words;
         const float *rv = (const float *)(const void *)(ri + k);
@@ -89,10 +91,9 @@ static int run_dgc_allreduce(fl_kctx *c)
             if (i < 0 || i >= numel)
                 return fl__err(FL_EPROTO, "c_dgc_allreduce: rank %d sent index %d for '%s', outside its %lld elements", r,
                                i, gn, (long long)numel);
-            gv[i] += rv[j];
+            gv[i] += scale * rv[j];
         }
     }
-    fl__vscal(gv, 1.0f / (float)n, numel);
     fl__ring_dgc_count(cm, step, 1, fl__ring_bytes_sent(cm) - b0);
     return FL_OK;
 }
