@@ -278,6 +278,20 @@ static void run_rank(int dgc, int rank, const char *eps, int fd)
     fl_opt *o = fleet_distributed_optimizer(f, fl_opt_momentum(0.05f, 0.9f, 0), NULL);
     CHECK(o);
     CHECK_OK(fl_opt_minimize(o, cost));
+    if (dgc) { /* the rewrite is visible in the program text, round-trips, and clones for test */
+        char *text = NULL;
+        size_t len = 0;
+        CHECK_OK(fl_prog_to_text(p, &text, &len));
+        CHECK_EQ_INT(th_count(text, "dgc_momentum"), 1);
+        CHECK_EQ_INT(th_count(text, "c_dgc_allreduce"), 1);
+        fl_prog *back = NULL;
+        CHECK_OK(fl_prog_from_text(text, len, &back));
+        fl_prog_free(back);
+        free(text);
+        fl_prog *test = fl_prog_clone(p, 1);
+        CHECK(test);
+        fl_prog_free(test);
+    }
     fl_exe *e = fl_exe_create(NULL);
     fl_prog_set_seed(p, 7);
     CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));

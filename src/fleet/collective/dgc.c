@@ -235,8 +235,8 @@ void fl__dgc_report(fleet_t *f)
     fleet_dgc_stats s;
     if (fleet_dgc_stats_get(f, &s) != FL_OK || !s.params) return;
     FL_INFO(FL_SUB_FLEET,
-            "strategy.dgc: %lld parameters; %lld dense steps, %.0f bytes sent per step; %lld sparse steps, %.0f bytes "
-            "sent per step",
+            "strategy.dgc: %lld compressed parameters; %lld dense steps, %.0f bytes sent per step for them; %lld "
+            "sparse steps, %.0f bytes sent per step",
             (long long)s.params, (long long)s.dense_steps,
             s.dense_steps ? (double)s.dense_bytes / (double)s.dense_steps : 0.0, (long long)s.sparse_steps,
             s.sparse_steps ? (double)s.sparse_bytes / (double)s.sparse_steps : 0.0);
