@@ -251,7 +251,8 @@ int fleet_strategy_check(const fleet_strategy *s)
         return fl__err(FL_EINVAL, "strategy: lars and lamb cannot be combined (one replaces Momentum, the other Adam)");
     float sp[FLEET_DGC_MAX_SPARSITY];
     int nsp = 0;
-    FL_CHECK(fl__strategy_dgc_sparsity(s, sp, &nsp));
+    if (s->dgc || s->dgc_configs.sparsity[0]) /* empty (a zeroed struct) passes while dgc is off */
+        FL_CHECK(fl__strategy_dgc_sparsity(s, sp, &nsp));
     if (s->dgc && (s->localsgd || s->gradient_merge || s->lars || s->lamb))
         return fl__err(FL_EINVAL, "strategy: dgc cannot be combined with %s (DGC replaces the Momentum update and the "
                        "gradient allreduce itself)", s->localsgd ? "localsgd" : s->gradient_merge ? "gradient_merge"

@@ -85,13 +85,14 @@ static int run_dgc_allreduce(fl_kctx *c)
     const float scale = 1.0f / (float)n; /* applied per pair: the rest of the gradient is 0 */
     for (int r = 0; r < n; r++) {
         const uint32_t *ri = recv + (size_t)r * words;
-        const float *rv = (const float *)(const void *)(ri + k);
         for (int64_t j = 0; j < k; j++) {
             int32_t i = (int32_t)ri[j];
+            float x;
+            memcpy(&x, ri + k + j, sizeof x); /* the value's bits, as sent */
             if (i < 0 || i >= numel)
                 return fl__err(FL_EPROTO, "c_dgc_allreduce: rank %d sent index %d for '%s', outside its %lld elements", r,
                                i, gn, (long long)numel);
-            gv[i] += scale * rv[j];
+            gv[i] += scale * x;
         }
     }
     fl__ring_dgc_count(cm, step, 1, fl__ring_bytes_sent(cm) - b0);
