@@ -259,8 +259,8 @@ TEST(strategy_unimplemented_rejected)
     CHECK_STR_HAS(text, "amp_configs.custom_white_list=fc,mul\n");
     free(text);
     s = fleet_strategy_default();
-    s.dgc = 1;
-    CHECK_FAILS(fleet_strategy_check(&s), FL_EUNSUPPORTED, "DGC");
+    s.pipeline = 1;
+    CHECK_FAILS(fleet_strategy_check(&s), FL_EUNSUPPORTED, "pipeline parallelism is not implemented");
     s = fleet_strategy_default();
     s.nccl_comm_num = 2;
     CHECK_FAILS(fleet_strategy_check(&s), FL_EUNSUPPORTED, "nccl_comm_num");

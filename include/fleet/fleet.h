@@ -123,6 +123,7 @@ FL_API void fleet_role_free(fleet_role *r);
  * (key=value lines or a JSON object).  Fields this build does not implement are
  * rejected when they differ from their default (fleet_strategy_check). */
 #define FLEET_STRATEGY_STR_MAX 256 /* bytes of a string field, NUL included */
+#define FLEET_DGC_MAX_SPARSITY 32  /* entries of dgc_configs.sparsity */
 typedef struct {
     int a_sync; /* true */
     struct {
@@ -163,9 +164,12 @@ typedef struct {
         char dtype[FLEET_STRATEGY_STR_MAX];  /* our extension: "bfloat16" (default) or "float16" (collective
                                               * or local; refused with parameter servers) */
     } amp_configs;
-    int dgc;
+    int dgc; /* false; true: Deep Gradient Compression of the Momentum optimizer (docs/collective.md) */
     struct {
         int64_t rampup_begin_step, rampup_step; /* 0, 1 */
+        /* the sparsity schedule over rampup_step steps: comma-separated numbers in [0, 1),
+         * at most FLEET_DGC_MAX_SPARSITY (JSON: a list of numbers) */
+        char sparsity[FLEET_STRATEGY_STR_MAX]; /* "0.999" */
     } dgc_configs;
     int recompute;
     int lars; /* false; true: the Momentum optimizer becomes lars_momentum (fl_opt_lars) */
@@ -231,6 +235,20 @@ FL_API char *fleet_strategy_to_text(const fleet_strategy *s);
 /* ---- the facade ---------------------------------------------------------------------------- */
 
 typedef struct fleet fleet_t;
+
+/* What strategy.dgc exchanged on this worker so far (collective runtime, more than one
+ * worker; otherwise all zero).  Bytes are this rank's bytes on the transport
+ * (fl_coll_bytes_sent) during DGC's exchanges; fleet_stop_worker logs them at info level. */
+typedef struct {
+    int64_t params;       /* parameters compressed (the small ones are allreduced as usual) */
+    int64_t dense_steps;  /* steps before rampup_begin_step: those parameters allreduced dense */
+    int64_t sparse_steps; /* steps that exchanged top-k (index, value) pairs */
+    uint64_t dense_bytes, sparse_bytes;
+} fleet_dgc_stats;
+
+/* Fills *out.  FL_EINVAL for a NULL or invalid handle or out.  Not thread safe with a
+ * training step running on another thread. */
+FL_API int fleet_dgc_stats_get(fleet_t *f, fleet_dgc_stats *out);
 
 /* Creates the handle.  role NULL means fleet_role_from_env(0, ...) (the launcher's
  * variables, parameter-server mode); fleet_init_collective uses collective mode.  The handle takes

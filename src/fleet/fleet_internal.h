@@ -69,6 +69,10 @@ int fl__fleet_meta_optim(fleet_t *f, fl_opt *opt);
  * fleet_strategy_check and by the PS runtime when it makes the servers' tables. */
 int fl__strategy_ssd_table(const fleet_strategy *s, int *ssd);
 
+/* strategy.dgc_configs.sparsity as numbers (out: FLEET_DGC_MAX_SPARSITY entries); FL_EINVAL
+ * naming the field when malformed (strategy.c). */
+int fl__strategy_dgc_sparsity(const fleet_strategy *s, float *out, int *n);
+
 /* Splits "a:1,b:2" into a malloc'ed array of malloc'ed endpoints, validating host:port.
  * `what` names the source (environment variable or argument) in errors. */
 int fl__parse_endpoints(const char *list, const char *what, char ***out, int *n);

@@ -263,6 +263,7 @@ extern const fl_op_def *const fl__ops_amp[];    /* amp.c: cast */
 /* amp_scaling.c: scale_loss_grad, check_finite_and_unscale, update_loss_scaling */
 extern const fl_op_def *const fl__ops_amp_scaling[];
 extern const fl_op_def *const fl__ops_optim_lars[]; /* ops_optim_lars.c: lars_momentum, lamb */
+extern const fl_op_def *const fl__ops_dgc[];        /* ops_dgc.c: dgc, dgc_momentum */
 
 /* Shared by the update-op files (ops_optim.c defines them).  fl__optim_infer_update checks
  * an update op's Param, Grad, LearningRate and state slots (float32, the parameter's shape,
