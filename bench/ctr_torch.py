@@ -1,7 +1,7 @@
 """PyTorch side of bench/bench_ctr.sh: CTR-DNN as bench/bench_ctr.c trains it (fl_model_ctr_dnn_build).
 
 usage: /usr/bin/python3 bench/ctr_torch.py --data DIR [--files 2] [--batches 32,512] [--mode t1]
-           [--seconds 1] [--optimizer sgd|adam] [--lr 1e-3] [--tag TAG]
+           [--seconds 1] [--optimizer sgd|adam] [--lr 1e-3] [--amp 0|1] [--tag TAG]
        /usr/bin/python3 bench/ctr_torch.py --data DIR --files N --prepare   (parse and cache only)
 
 Model: nn.Embedding(1000001, 10, sparse=True) (init U(-1, 1)) looked up by the 26 slots (one id per
@@ -10,6 +10,8 @@ slot and row, so the sum-pool is the lookup itself), concatenated with the 13 de
 cross-entropy of the softmax summed over the batch (Paddle's reduce_sum).  SGD lr 1e-3 on the
 dense and the sparse gradients (torch.optim.SGD takes the embedding's sparse gradient), or Adam +
 SparseAdam.  (Fleet's program also computes Paddle's AUC every batch; this one does not.)
+--amp 1: the forward under torch.autocast("cpu", dtype=torch.bfloat16) (Linear in bfloat16 through
+torch's oneDNN, the loss in float32, float32 weights); keys tagged .bf16.
 
 Data: the first --files files of DIR/train (sorted) and the files of DIR/test (warm-up), parsed
 before any timing, as Fleet's Criteo reader does: label, 13 dense columns (x - min) / diff with
@@ -107,7 +109,7 @@ def batches(data, b):
     return [(d[s:s + b], i[s:s + b], l[s:s + b]) for s in range(0, len(l), b)]
 
 
-def train_for(torch, F, net, opts, bl, seconds, first_pass_only=False):
+def train_for(torch, F, net, opts, bl, seconds, first_pass_only=False, amp=False):
     """Batches in order (wrapping) until `seconds`; returns (examples, elapsed, last loss)."""
     n, k, t0 = 0, 0, time.perf_counter()
     loss = None
@@ -115,7 +117,9 @@ def train_for(torch, F, net, opts, bl, seconds, first_pass_only=False):
         dense, ids, y = bl[k % len(bl)]
         for o in opts:
             o.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(net(dense, ids), y, reduction="sum")
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            logits = net(dense, ids)
+        loss = F.cross_entropy(logits.float(), y, reduction="sum")
         loss.backward()
         for o in opts:
             o.step()
@@ -132,10 +136,10 @@ def hog_child(rank, net, a, part, warm, batch, barrier, q):
     torch.set_num_threads(1)
     opts = make_opt(torch, net, a)
     bl = batches(part, batch)
-    train_for(torch, F, net, opts, batches(warm, batch), 0, first_pass_only=True)
+    train_for(torch, F, net, opts, batches(warm, batch), 0, first_pass_only=True, amp=a.amp == 1)
     barrier.wait(timeout=120)
     s0 = time.monotonic()
-    n, el, loss = train_for(torch, F, net, opts, bl, a.seconds)
+    n, el, loss = train_for(torch, F, net, opts, bl, a.seconds, amp=a.amp == 1)
     q.put((rank, n, s0, time.monotonic(), el, loss))
 
 
@@ -148,6 +152,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--amp", type=int, default=0, choices=[0, 1])
     ap.add_argument("--tag", default="")
     ap.add_argument("--prepare", action="store_true")
     a = ap.parse_args()
@@ -170,18 +175,19 @@ def main():
     core, nthr, path = blas_info()
     print("# torch %s ctr %s: OpenBLAS core %s, %d thread(s) (%s), OPENBLAS_CORETYPE=%s, OPENBLAS_NUM_THREADS=%s, "
           "OMP_NUM_THREADS=%s, torch threads %d, %d process(es); %d train rows (data ready in %.2f s, not timed); "
-          "optimizer %s lr %g" % (torch.__version__, a.mode, core, nthr, path,
+          "optimizer %s lr %g; %s; oneDNN (mkldnn) %s" % (torch.__version__, a.mode, core, nthr, path,
                                   os.environ.get("OPENBLAS_CORETYPE", "(unset: auto-detect)"), blas, omp,
-                                  torch.get_num_threads(), procs, len(train[2]), tload, a.optimizer, a.lr), flush=True)
+                                  torch.get_num_threads(), procs, len(train[2]), tload, a.optimizer, a.lr,
+                                  "autocast bf16" if a.amp else "float32", torch.backends.mkldnn.is_available()), flush=True)
     for b in [int(x) for x in a.batches.split(",")]:
-        key = "torch.ctr.b%d.%s%s" % (b, a.mode, a.tag)
+        key = "torch.ctr.b%d.%s%s%s" % (b, a.mode, ".bf16" if a.amp else "", a.tag)
         net = make_model(torch, nn)
         b0, c0, w0 = sys_busy_s(), None, time.perf_counter()
         if procs == 1:
             opts = make_opt(torch, net, a)
-            train_for(torch, F, net, opts, batches(warm, b), 0, first_pass_only=True)
+            train_for(torch, F, net, opts, batches(warm, b), 0, first_pass_only=True, amp=a.amp == 1)
             b0, c0, w0 = sys_busy_s(), time.process_time(), time.perf_counter()
-            n, el, loss = train_for(torch, F, net, opts, batches(train, b), a.seconds)
+            n, el, loss = train_for(torch, F, net, opts, batches(train, b), a.seconds, amp=a.amp == 1)
             own = time.process_time() - c0
             rate = n / el
             print("# b%d %s: %d examples in %.3f s; last loss (sum over the batch) %.4f" % (b, a.mode, n, el, loss))
