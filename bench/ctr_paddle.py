@@ -17,6 +17,7 @@ cross-entropy summed over the batch; SGD lr 1e-3 (sparse gradient rows for the t
   paddle.amp.auto_cast(dtype="bfloat16", level="O1").  Matmuls in bfloat16, fp32 master weights.
 --threads N: OMP_NUM_THREADS=MKL_NUM_THREADS=N before paddle is imported and
   paddle.base.core.set_num_threads(N) (intra-op threads of MKL / oneDNN; one process).
+MKL_DEBUG_CPU_TYPE=5 on AMD CPUs unless set (paddle_info.mkl_env: MKL's AVX2 kernels, about 2x there).
 --onednn 1: FLAGS_use_mkldnn=1 (oneDNN kernels for the ops that have them); 0: Paddle's default CPU
   kernels (MKL cblas for the matrix products).
 
@@ -44,6 +45,10 @@ if _arg("--graph", "static") == "static":
     # is_sparse table's gradient (a [1000001, 10] update per step, 20+ ms at batch 32)
     os.environ["FLAGS_enable_pir_api"] = "1" if _arg("--ir", "legacy") == "pir" else "0"
 os.environ.setdefault("GLOG_minloglevel", "2")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from paddle_info import mkl_env, paddle_info  # noqa: E402
+
+mkl_env()
 
 import argparse  # noqa: E402
 import time  # noqa: E402
@@ -51,9 +56,7 @@ import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ctr_data import DIM, load, sys_busy_s  # noqa: E402
-from paddle_info import paddle_info  # noqa: E402
 
 
 def make_net(paddle):

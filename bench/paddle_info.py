@@ -4,6 +4,11 @@ paddle_info(paddle) names Paddle's version and commit, its MKL and oneDNN build 
 oneDNN kernels are on (FLAGS_use_mkldnn), the oneDNN library mapped into the process with its
 version and the ISA it dispatches to (dnnl_get_effective_cpu_isa), the MKL library, the intra-op
 thread settings and the CPU's AVX-512 / AMX flags.  Run as a script it prints that line.
+
+mkl_env() (call before paddle is imported): on an AMD CPU sets MKL_DEBUG_CPU_TYPE=5 unless the
+environment sets it.  Paddle's wheel carries MKL 2019.0.5 (libmklml_intel), which takes its slow
+non-Intel code path on AMD; 5 selects its AVX2 kernels, Paddle's fastest CPU configuration there
+(measured: CTR-DNN static f32 at batch 512, about 2x).  No effect on Intel CPUs.
 """
 import ctypes
 import os
@@ -12,6 +17,16 @@ import os
 ISA = {0x1: "sse41", 0x3: "avx", 0x7: "avx2", 0xf: "avx2_vnni", 0x1f: "avx2_vnni_2", 0x27: "avx512_core",
        0x67: "avx512_core_vnni", 0xe7: "avx512_core_bf16", 0x1ef: "avx10_1_512 (avx512_core_fp16)",
        0xfe7: "avx512_core_amx", 0x1fef: "avx10_1_512_amx_fp16"}
+
+
+def mkl_env():
+    try:
+        with open("/proc/cpuinfo") as f:
+            amd = any(line.startswith("vendor_id") and "AuthenticAMD" in line for line in f)
+    except OSError:
+        amd = False
+    if amd:
+        os.environ.setdefault("MKL_DEBUG_CPU_TYPE", "5")
 
 
 def _mapped(word):
@@ -66,17 +81,18 @@ def paddle_info(paddle):
     except (ValueError, KeyError):
         flag = "?"
     return ("paddle %s (commit %s), with_mkl %s, compiled with oneDNN %s, FLAGS_use_mkldnn %s, %s, MKL %s, "
-            "OMP_NUM_THREADS=%s MKL_NUM_THREADS=%s, CPU flags: %s" % (
+            "OMP_NUM_THREADS=%s MKL_NUM_THREADS=%s MKL_DEBUG_CPU_TYPE=%s, CPU flags: %s" % (
                 paddle.__version__, str(v.commit)[:10], v.with_mkl, core.is_compiled_with_onednn(), flag,
                 onednn_info(), ",".join(os.path.basename(m) for m in mkl) or "not mapped",
                 os.environ.get("OMP_NUM_THREADS", "(unset)"), os.environ.get("MKL_NUM_THREADS", "(unset)"),
-                cpu_flags()))
+                os.environ.get("MKL_DEBUG_CPU_TYPE", "(unset)"), cpu_flags()))
 
 
 if __name__ == "__main__":
     import warnings
 
     warnings.filterwarnings("ignore")
+    mkl_env()
     import paddle
 
     print(paddle_info(paddle))
