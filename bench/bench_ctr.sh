@@ -35,7 +35,7 @@
 # Environment: CTR_ROUNDS (3), CTR_SECONDS (1.5) per timed configuration, CTR_ROWS (200000),
 # CTR_FILES (8), CTR_LOCAL_FILES (2), CTR_PS_FILES (2), CTR_PS_THREADS (1), CTR_BATCHES (32,512),
 # CTR_TORCH_MODES ("t2hog t2blas t2omp"), CTR_TORCH_AMP_MODES ("t1 t2omp"), CTR_PADDLE_CONFIGS
-# ("static.f32.1 static.f32.2 dynamic.f32.1.onednn dynamic.f32.2.onednn static.bf16.1 static.bf16.2"),
+# ("static.f32.1 static.f32.2 dynamic.f32.1.onednn static.bf16.1 static.bf16.2"),
 # CTR_AMP (1: the bf16 runs), BENCH_PEERS (paddle,torch: which peers; bench/peers.sh), CTR_PS_EXTRA (strategy KEY=VALUE list; empty: off), CTR_PARSE (1: run bench_data_parse), BENCH_PYTHON
 # (/usr/bin/python3).  About 6 minutes with both peers (3 without).
 # Output: BUILD_DIR/bench/ctr.raw (every line of every run), BUILD_DIR/bench/ctr_summary.md.
@@ -52,7 +52,7 @@ pthreads=${CTR_PS_THREADS:-1}
 batches=${CTR_BATCHES:-32,512}
 tmodes=${CTR_TORCH_MODES:-t2hog t2blas t2omp}
 amodes=${CTR_TORCH_AMP_MODES:-t1 t2omp}
-pconfigs=${CTR_PADDLE_CONFIGS:-static.f32.1 static.f32.2 dynamic.f32.1.onednn dynamic.f32.2.onednn static.bf16.1 static.bf16.2}
+pconfigs=${CTR_PADDLE_CONFIGS:-static.f32.1 static.f32.2 dynamic.f32.1.onednn static.bf16.1 static.bf16.2}
 amp=${CTR_AMP:-1}
 psextra=${CTR_PS_EXTRA-a_sync_configs.max_merge_var_num=8 a_sync_configs.min_send_grad_num_before_recv=8}
 py=${BENCH_PYTHON:-/usr/bin/python3}
