@@ -36,7 +36,7 @@
 # CTR_FILES (8), CTR_LOCAL_FILES (2), CTR_PS_FILES (2), CTR_PS_THREADS (1), CTR_BATCHES (32,512),
 # CTR_TORCH_MODES ("t2hog t2blas t2omp"), CTR_TORCH_AMP_MODES ("t1 t2omp"), CTR_PADDLE_CONFIGS
 # ("static.f32.1 static.f32.2 dynamic.f32.1.onednn static.bf16.1 static.bf16.2"),
-# CTR_AMP (1: the bf16 runs), BENCH_PEERS (paddle,torch: which peers; bench/peers.sh), CTR_PS_EXTRA (strategy KEY=VALUE list; empty: off), CTR_PARSE (1: run bench_data_parse), BENCH_PYTHON
+# CTR_AMP (1: the bf16 runs), CTR_PS (1; 0 skips the parameter-server runs), BENCH_PEERS (paddle,torch: which peers; bench/peers.sh), CTR_PS_EXTRA (strategy KEY=VALUE list; empty: off), CTR_PARSE (1: run bench_data_parse), BENCH_PYTHON
 # (/usr/bin/python3).  About 6 minutes with both peers (3 without).
 # Output: BUILD_DIR/bench/ctr.raw (every line of every run), BUILD_DIR/bench/ctr_summary.md.
 set -euo pipefail
@@ -119,6 +119,7 @@ ours_local() {
   step "ours local" "$bin" local --data "$tmp/data" --files "$lfiles" --batches "$batches" --threads 1,2 --seconds "$secs" "${q[@]}"
 }
 ours_ps() {
+  [ "${CTR_PS:-1}" = 1 ] || return 0
   step "ours ps" "$bin" ps --data "$tmp/data" --files "$pfiles" --batches "$batches" --threads "$pthreads" --seconds "$secs"
   if [ -n "$psextra" ]; then
     local a=() kv

@@ -133,21 +133,22 @@ if vals.get("ours.ctr.b%s.t1.amp.ex_per_s" % batches.split(",")[0]) or amodes or
                 " (%s)" % tn if tn else "", cell(pk) if pk else "n/a", " (%s)" % pn if pn else "", fmt(r2, "%.2fx"),
                 tg, ok))
     L.append("")
-L.append("### Parameter server async (1 server + 2 workers x %d thread(s), 127.0.0.1) vs local Hogwild with %d threads\n" % (
-    pthreads, 2 * pthreads))
-L.append("| batch | strategy | PS total examples/s | local Hogwild examples/s | PS / local | target | met |")
-L.append("|---|---|---:|---:|---:|---:|---|")
-for b in [int(x) for x in batches.split(",")]:
-    for tag, label in (("", "default a_sync_configs"), (".tuned", psextra + " (context)")):
-        pk = "ours.ctrps.b%d.w2t%d%s.ex_per_s" % (b, pthreads, tag)
-        p = med(pk)
-        if p is None and tag:
-            continue
-        loc = med("ours.ctr.b%d.t%d.ex_per_s" % (b, 2 * pthreads))
-        r = p / loc if p and loc else None
-        L.append("| %d | %s | %s (%s) | %s | %s | %s | %s |" % (b, label, fmt(p), rng(pk), fmt(loc), fmt(r, "%.2fx"),
-                 ">= 0.80x" if not tag else "", ("n/a" if r is None else ("yes" if r >= 0.8 else "NO")) if not tag else ""))
-L.append("")
+if any(k.startswith("ours.ctrps.") for k in vals):
+    L.append("### Parameter server async (1 server + 2 workers x %d thread(s), 127.0.0.1) vs local Hogwild with %d threads\n" % (
+        pthreads, 2 * pthreads))
+    L.append("| batch | strategy | PS total examples/s | local Hogwild examples/s | PS / local | target | met |")
+    L.append("|---|---|---:|---:|---:|---:|---|")
+    for b in [int(x) for x in batches.split(",")]:
+        for tag, label in (("", "default a_sync_configs"), (".tuned", psextra + " (context)")):
+            pk = "ours.ctrps.b%d.w2t%d%s.ex_per_s" % (b, pthreads, tag)
+            p = med(pk)
+            if p is None and tag:
+                continue
+            loc = med("ours.ctr.b%d.t%d.ex_per_s" % (b, 2 * pthreads))
+            r = p / loc if p and loc else None
+            L.append("| %d | %s | %s (%s) | %s | %s | %s | %s |" % (b, label, fmt(p), rng(pk), fmt(loc), fmt(r, "%.2fx"),
+                     ">= 0.80x" if not tag else "", ("n/a" if r is None else ("yes" if r >= 0.8 else "NO")) if not tag else ""))
+    L.append("")
 qs = sorted(k for k in vals if k.startswith("ours.ctrqueue.") and k.endswith(".ex_per_s"))
 if qs:
     L.append("### Full pipeline: one QueueDataset pass (parse + batch + train), round 1 only\n")

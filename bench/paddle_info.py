@@ -75,7 +75,10 @@ def cpu_flags():
 def paddle_info(paddle):
     core = paddle.base.core
     v = paddle.version
-    mkl = _mapped("mkl")
+    mkl = [os.path.basename(m) for m in _mapped("mkl")]
+    if not mkl:  # loaded at the first matrix product: name the one the wheel carries
+        libs = os.path.join(os.path.dirname(paddle.__file__), "libs")
+        mkl = ["%s (not loaded yet)" % f for f in sorted(os.listdir(libs)) if "mkl" in f] if os.path.isdir(libs) else []
     try:
         flag = paddle.get_flags(["FLAGS_use_mkldnn"])["FLAGS_use_mkldnn"]
     except (ValueError, KeyError):
@@ -83,7 +86,7 @@ def paddle_info(paddle):
     return ("paddle %s (commit %s), with_mkl %s, compiled with oneDNN %s, FLAGS_use_mkldnn %s, %s, MKL %s, "
             "OMP_NUM_THREADS=%s MKL_NUM_THREADS=%s MKL_DEBUG_CPU_TYPE=%s, CPU flags: %s" % (
                 paddle.__version__, str(v.commit)[:10], v.with_mkl, core.is_compiled_with_onednn(), flag,
-                onednn_info(), ",".join(os.path.basename(m) for m in mkl) or "not mapped",
+                onednn_info(), ",".join(mkl) or "none found",
                 os.environ.get("OMP_NUM_THREADS", "(unset)"), os.environ.get("MKL_NUM_THREADS", "(unset)"),
                 os.environ.get("MKL_DEBUG_CPU_TYPE", "(unset)"), cpu_flags()))
 

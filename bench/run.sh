@@ -115,4 +115,6 @@ echo "raw results: $raw; summary: $build/bench/summary.md"
 [ "${BENCH_CTR:-1}" = 1 ] && { bench/bench_ctr.sh "$build" || echo "# FAILED: bench/bench_ctr.sh"; }   # CTR-DNN vs PyTorch, PS async, parser
 [ "${BENCH_DNN:-1}" = 1 ] && { bench/bench_ctr_dnn.sh "$build" || echo "# FAILED: bench/bench_ctr_dnn.sh"; }   # oneDNN vs OpenBLAS, AMP bf16
 [ "${BENCH_ZOO:-1}" = 1 ] && { bench/bench_zoo.sh "$build" || echo "# FAILED: bench/bench_zoo.sh"; }   # fleet-lightning's models vs PyTorch
-[ "${BENCH_ALLREDUCE:-1}" = 1 ] && bench/allreduce_peers.sh "$build"   # Fleet vs Open MPI vader vs gloo allreduce (BENCH_AR_ROUNDS/BENCH_AR_SECONDS/BENCH_AR_SIZES)
+if [ "${BENCH_ALLREDUCE:-1}" = 1 ]; then
+  bench/allreduce_peers.sh "$build"   # Fleet vs Open MPI vader vs gloo allreduce (BENCH_AR_ROUNDS/BENCH_AR_SECONDS/BENCH_AR_SIZES)
+fi
