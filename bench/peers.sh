@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # sets variables for the scripts that source it
 # bench/peers.sh - sourced by the benchmark scripts: which peers run (BENCH_PEERS) and with what.
 #
 #   peers_init BUILD_DIR   sets want_torch / want_paddle (0|1) from BENCH_PEERS (a comma list of
