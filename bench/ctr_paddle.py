@@ -1,8 +1,8 @@
 """Paddle 3.x side of bench/bench_ctr.sh: CTR-DNN as bench/bench_ctr.c trains it (fl_model_ctr_dnn_build).
 
 usage: build/peer-venv/bin/python bench/ctr_paddle.py --data DIR [--files 2] [--batches 32,512]
-           [--graph static|dynamic] [--dtype f32|bf16] [--threads 1] [--onednn 0|1] [--seconds 1]
-           [--lr 1e-3] [--tag TAG]
+           [--graph static|dynamic] [--ir legacy|pir] [--dtype f32|bf16] [--threads 1] [--onednn 0|1]
+           [--seconds 1] [--lr 1e-3] [--tag TAG]
        (the virtual environment comes from bench/peer_venv.sh; the data cache from ctr_data.py)
 
 Model: paddle.nn.Embedding(1000001, 10, sparse=True) (init U(-1, 1)) looked up by the 26 slots (one
@@ -12,9 +12,12 @@ cross-entropy summed over the batch; SGD lr 1e-3 (sparse gradient rows for the t
 
 --graph static: paddle.enable_static(), one Program run by paddle.static.Executor with the batch fed
   as NumPy arrays and nothing fetched in the timed loop (Paddle's fastest CPU training mode that
-  takes in-memory arrays).  --graph dynamic: eager mode, the same layers.
---dtype bf16: static: paddle.static.amp.decorate(level O1, dtype bfloat16); dynamic:
-  paddle.amp.auto_cast(dtype="bfloat16", level="O1").  Matmuls in bfloat16, fp32 master weights.
+  takes in-memory arrays), in the legacy IR (FLAGS_enable_pir_api=0; --ir pir: Paddle 3's default
+  PIR, which applies the is_sparse table's gradient densely, 20+ ms per step; key tagged .pir).
+  --graph dynamic: eager mode, the same layers.
+--dtype bf16: static: paddle.static.amp.bf16.decorate_bf16 (AMP O1: the bf16 list's ops in
+  bfloat16, fp32 master weights); dynamic: paddle.amp.auto_cast(dtype="bfloat16", level="O1"),
+  which on Paddle 3.3's CPU place leaves Linear in float32: the run then fails with that message.
 --threads N: OMP_NUM_THREADS=MKL_NUM_THREADS=N before paddle is imported and
   paddle.base.core.set_num_threads(N) (intra-op threads of MKL / oneDNN; one process).
 MKL_DEBUG_CPU_TYPE=5 on AMD CPUs unless set (paddle_info.mkl_env: MKL's AVX2 kernels, about 2x there).
