@@ -4,12 +4,15 @@
 # over 2 processes x 1 thread on this machine:
 #   ours     BUILD_DIR/tools/fleetrun --nproc_per_node 2 BUILD_DIR/examples/fmnist/train_mlp --batch B
 #   PyTorch  /usr/bin/python3 bench/fmnist_torch.py --world 2 --batch B  (DDP, gloo over 127.0.0.1)
+#   Paddle   BUILD_DIR/peer-venv/bin/python bench/fmnist_paddle.py --world 2 --batch B  (Paddle 3.x
+#            from PyPI, bench/peer_venv.sh: paddle.DataParallel, gloo over 127.0.0.1, 1 thread per
+#            rank; BENCH_PEERS chooses the peers, bench/peers.sh)
 # for per-rank batch B = 32 (global 64, the single-process batch) and 64 (global 128).
 # Both sides: OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 (one thread per rank), the same system
 # OpenBLAS and the kernel set OPENBLAS_CORETYPE selects in the environment (unset: auto-detect).
 # Runs are interleaved (the order reverses every round) and repeated FMNIST_ROUNDS times (default 3);
-# the summary gives medians (min-max) and the ratio of median epoch times ours/PyTorch at equal
-# global batch.  Target: ratio <= 0.5 with test accuracy within 1 point of PyTorch's.
+# the summary gives medians (min-max) and the ratio of median epoch times ours/PyTorch (and
+# ours/Paddle) at equal global batch.  Target: ratio <= 0.5 with test accuracy within 1 point of PyTorch's.
 #
 # Epoch time (each side's own measurement): a barrier, then the whole epoch, the slowest rank's time;
 # data loading and process start are excluded.  Noise gauge per run: other_cpu = CPU seconds that
@@ -53,9 +56,12 @@ if [ -z "${FMNIST_DIR:-}" ]; then
                                    "(or set FMNIST_DIR)" >&2; exit 1; }
 fi
 export FMNIST_DIR OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-have_torch=1
-"$py" -c 'import torch' >/dev/null 2>&1 || { have_torch=0; echo "bench_fmnist.sh: $py cannot import torch" \
-  "(apt-get install python3-torch); the PyTorch columns will be n/a" >&2; }
+# shellcheck source=bench/peers.sh
+. bench/peers.sh
+peers_init "$build"
+have_torch=$want_torch
+[ $have_torch = 0 ] || "$py" -c 'import torch' >/dev/null 2>&1 || { have_torch=0; echo "bench_fmnist.sh: $py cannot" \
+  "import torch (apt-get install python3-torch); the PyTorch columns will be n/a" >&2; }
 mkdir -p "$outdir"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -70,6 +76,7 @@ ours_core=$("$py" -c 'import ctypes,sys; l=ctypes.CDLL(sys.argv[1]); l.openblas_
   echo "# OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset: auto-detect)} OMP_NUM_THREADS=$OMP_NUM_THREADS" \
        "OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS; ours: $blaslib, core $ours_core; rounds=$rounds; per-rank batches: $batches;" \
        "repeat runs with other_cpu > $noisy (at most $retries time(s), first ${budget}s); pinned: $([ "$pin" = 1 ] && echo "rank r on CPU r" || echo no)"
+  paddle_header
   echo "# data: $FMNIST_DIR; git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
 } | tee "$raw"
 
@@ -131,6 +138,7 @@ if [ "$pin" = 1 ]; then
 fi
 ours() { run ours "$1" "$fleetrun" --nproc_per_node 2 --log_dir "$tmp/log" "${pinwrap[@]}" "$prog" --batch "$1"; }
 torch() { [ $have_torch = 1 ] || return 0; run torch "$1" "$py" bench/fmnist_torch.py --world 2 --batch "$1" "${pinarg[@]}"; }
+paddle() { [ -n "$paddle_py" ] || return 0; run paddle "$1" "$paddle_py" bench/fmnist_paddle.py --world 2 --batch "$1"; }
 
 if awk -v l="$(cut -d' ' -f1 /proc/loadavg)" 'BEGIN { exit !(l > 0.5) }'; then
   echo "# warning: 1-minute load average is $(cut -d' ' -f1 /proc/loadavg) before starting: other work is running," \
@@ -140,11 +148,12 @@ fi
 t0=$(date +%s)
 for r in $(seq 1 "$rounds"); do
   for b in $batches; do
-    if [ $((r % 2)) = 1 ]; then ours "$b"; torch "$b"; else torch "$b"; ours "$b"; fi
+    if [ $((r % 2)) = 1 ]; then ours "$b"; torch "$b"; paddle "$b"; else paddle "$b"; torch "$b"; ours "$b"; fi
   done
   echo "round $r/$rounds done ($(( $(date +%s) - t0 )) s)"
 done
 grep -m1 '^# torch' "$raw" | sed 's/^# /pytorch: /' || true
+grep -m1 '^# paddle [0-9]' "$raw" | sed 's/^# /paddle:  /' || true
 
 # medians (min-max) per side and batch, ratio of median times
 grep '^RESULT' "$raw" | awk -v pin="$pin" -v nnoisy="$(grep -c '^NOISY' "$raw" || true)" -v rounds="$rounds" -v core="$ours_core" -v ct="${OPENBLAS_CORETYPE:-auto-detect}" '
@@ -156,12 +165,12 @@ function med(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[
 END {
   printf "### Fashion-MNIST MLP, one epoch, 2 processes x 1 thread (OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, OPENBLAS_CORETYPE=%s, core %s%s), median of %d rounds\n\n", ct, core, pin == 1 ? ", rank r pinned to CPU r" : "", rounds
   printf "| per-rank batch (global) | side | s/epoch (min-max) | samples/s | test acc | cores own / other (median) | n |\n|---|---|---:|---:|---:|---:|---:|\n"
-  for (bi = 1; bi <= nb; bi++) for (si = 1; si <= 2; si++) {
-    b = bl[bi]; s = si == 1 ? "ours" : "torch"; k = s SUBSEP b; m = n[k]; if (!m) continue
+  for (bi = 1; bi <= nb; bi++) for (si = 1; si <= 3; si++) {
+    b = bl[bi]; s = si == 1 ? "ours" : si == 2 ? "torch" : "paddle"; k = s SUBSEP b; m = n[k]; if (!m) continue
     lo = 1e9; hi = 0
     for (i = 1; i <= m; i++) { t[i] = T[k, i]; x[i] = S[k, i]; y[i] = A[k, i]; o[i] = O[k, i]; c[i] = C[k, i]; if (T[k, i] < lo) lo = T[k, i]; if (T[k, i] > hi) hi = T[k, i] }
     mt[k] = med(t, m); ma[k] = med(y, m)
-    printf "| %d (%d) | %s | %.3f (%.3f-%.3f) | %.0f | %.2f%% | %.2f / %.2f | %d |\n", b, 2 * b, s == "ours" ? "ours (fleetrun)" : "PyTorch DDP gloo", mt[k], lo, hi, med(x, m), ma[k], med(c, m), med(o, m), m
+    printf "| %d (%d) | %s | %.3f (%.3f-%.3f) | %.0f | %.2f%% | %.2f / %.2f | %d |\n", b, 2 * b, s == "ours" ? "ours (fleetrun)" : s == "torch" ? "PyTorch DDP gloo" : "Paddle DataParallel gloo", mt[k], lo, hi, med(x, m), ma[k], med(c, m), med(o, m), m
   }
   printf "\nCores: CPU time / wall time of the whole run (start-up and loading included) for the run itself (own) and\nfor every other process on the machine (other). %d run(s) with other > the noise threshold were repeated.\n\n", nnoisy
   for (bi = 1; bi <= nb; bi++) {
@@ -170,6 +179,13 @@ END {
     r = mt[ko] / mt[kt]; d = ma[ko] - ma[kt]
     printf "- per-rank batch %d: ours/PyTorch epoch time = **%.2fx** (%.1fx faster); test accuracy %.2f%% vs %.2f%% (%+.2f points): target <= 0.5x at equal accuracy (within 1 point): %s\n",
            b, r, 1 / r, ma[ko], ma[kt], d, (r <= 0.5 && d >= -1) ? "**met**" : "**not met**"
+  }
+  for (bi = 1; bi <= nb; bi++) {
+    b = bl[bi]; ko = "ours" SUBSEP b; kp = "paddle" SUBSEP b
+    if (!n[ko] || !n[kp]) continue
+    r = mt[ko] / mt[kp]; d = ma[ko] - ma[kp]
+    printf "- per-rank batch %d: ours/Paddle epoch time = **%.2fx** (%.1fx faster); test accuracy %.2f%% vs %.2f%% (%+.2f points)\n",
+           b, r, 1 / r, ma[ko], ma[kp], d
   }
 }' | tee "$summary"
 echo
