@@ -129,6 +129,10 @@ TEST(amp_lists_and_dtype_are_checked)
     CHECK_OK(fl_model_mlp_build(p, &cfg, &m));
     o = (fl_amp_opts){FL_BFLOAT16, "fc, pool2d", NULL};
     CHECK_FAILS(fl_amp_decorate(p, &o), FL_EUNSUPPORTED, "names op 'pool2d', which has no bfloat16 kernel");
+    fl_prog_free(p);
+
+    p = fl_prog_create();
+    CHECK_OK(fl_model_mlp_build(p, &cfg, &m));
     o = (fl_amp_opts){FL_FLOAT16, "fc, conv2d", NULL};
     CHECK_FAILS(fl_amp_decorate(p, &o), FL_EUNSUPPORTED, "names op 'conv2d', which has no float16 kernel");
     fl_prog_free(p);
