@@ -63,6 +63,29 @@ TEST(half_conversions_match_the_compiler)
     CHECK(tried >= 1);
 }
 
+/* fl__cvt_any (the cast op's conversions): every pair of float32, bfloat16 and float16;
+ * bfloat16 <-> float16 goes through float32 in blocks (600 values: three blocks). */
+TEST(cast_conversions_between_all_three)
+{
+    enum { N = 600 };
+    static float x[N], y[N];
+    static uint16_t b[N], h[N], h2[N], b2[N];
+    for (int i = 0; i < N; i++) x[i] = ldexpf(1.0f + (float)i / N, i % 40 - 20) * (i % 2 ? -1.0f : 1.0f);
+    CHECK_OK(fl__cvt_any(b, FL_BFLOAT16, x, FL_FLOAT32, N));
+    CHECK_OK(fl__cvt_any(h2, FL_FLOAT16, b, FL_BFLOAT16, N));
+    CHECK_OK(fl__cvt_any(y, FL_FLOAT32, b, FL_BFLOAT16, N));
+    for (int i = 0; i < N; i++) CHECK_EQ_INT(h2[i], ref_f16(y[i])); /* bf16 -> f16 = bf16 -> f32 -> f16 */
+    CHECK_OK(fl__cvt_any(h, FL_FLOAT16, x, FL_FLOAT32, N));
+    CHECK_OK(fl__cvt_any(b2, FL_BFLOAT16, h, FL_FLOAT16, N));
+    CHECK_OK(fl__cvt_any(y, FL_FLOAT32, h, FL_FLOAT16, N));
+    uint16_t want[N];
+    fl__cvt_f32_to_bf16(want, y, N);
+    CHECK(!memcmp(b2, want, sizeof want));
+    CHECK_OK(fl__cvt_any(h2, FL_FLOAT16, h, FL_FLOAT16, N)); /* same type: a copy */
+    CHECK(!memcmp(h2, h, sizeof h));
+    CHECK_FAILS(fl__cvt_any(y, FL_FLOAT32, x, FL_INT64, N), FL_EUNSUPPORTED, "conversion from int64 to float32");
+}
+
 /* ---- training ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -403,6 +426,7 @@ TEST(fp16_errors_are_clear)
     CHECK_STR_HAS(fl_last_error(), "use_pure_fp16");
 }
 
-TEST_MAIN(T(half_conversions_match_the_compiler), T(fp16_trains_like_f32), T(overflow_skips_the_step_and_shrinks_the_scale),
-          T(finite_steps_grow_the_scale), T(static_scale_stays_and_still_skips), T(fp16_program_text),
-          T(matmul_low_precision_near_f32), T(fp16_errors_are_clear))
+TEST_MAIN(T(half_conversions_match_the_compiler), T(cast_conversions_between_all_three), T(fp16_trains_like_f32),
+          T(overflow_skips_the_step_and_shrinks_the_scale), T(finite_steps_grow_the_scale),
+          T(static_scale_stays_and_still_skips), T(fp16_program_text), T(matmul_low_precision_near_f32),
+          T(fp16_errors_are_clear))

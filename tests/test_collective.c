@@ -327,6 +327,7 @@ TEST(gradient_merge_k2_local)
 }
 
 TEST_MAIN(T(dp_equals_local_sgd_2), T(dp_equals_local_adam_3), T(dp_sparse_embedding_2), T(dp_sparse_embedding_momentum_3),
-          T(dp_amp_bf16_equals_local_amp_2), T(dp_amp_fp16_equals_local_amp_2), T(dp_amp_fp16_nan_on_one_rank_skips_every_rank_2), T(dp_lars_equals_local_lars_2), T(dp_lamb_equals_local_lamb_2),
+          T(dp_amp_bf16_equals_local_amp_2), T(dp_amp_fp16_equals_local_amp_2),
+          T(dp_amp_fp16_nan_on_one_rank_skips_every_rank_2), T(dp_lars_equals_local_lars_2), T(dp_lamb_equals_local_lamb_2),
           T(dp_bf16_allreduce_near_float32_local_2), T(dp_fp16_allreduce_near_float32_local_2), T(localsgd_k1_equals_dp),
           T(gradient_merge_equals_big_batch), T(gradient_merge_k2_local))

@@ -29,7 +29,8 @@ static int infer_cast(fl_op *op)
 {
     FL_CHECK(fl__op_check_slots(op));
     fl_dtype to = (fl_dtype)fl__attr_i(op, "out_dtype", FL_FLOAT32);
-    if (!castable(to)) return fl__op_error(op, "out_dtype %s is not supported (float32, bfloat16 or float16)", fl_dtype_name(to));
+    if (!castable(to))
+        return fl__op_error(op, "out_dtype %s is not supported (float32, bfloat16 or float16)", fl_dtype_name(to));
     fl_var *x = op->in[0].vars[0], *o = op->out[0].vars[0];
     if (!castable(x->dtype))
         return fl__op_error(op, "input '%s' is %s (float32, bfloat16 or float16)", x->name, fl_dtype_name(x->dtype));
@@ -167,8 +168,7 @@ int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts)
     if (opts) o = *opts;
     if (o.dtype == FL_FLOAT32) o.dtype = FL_BFLOAT16; /* the CPU default */
     if (o.dtype != FL_BFLOAT16 && o.dtype != FL_FLOAT16)
-        return fl__prog_error(p, FL_EINVAL,
-                              "fl_amp_decorate: dtype %s is not a low-precision type (bfloat16 or float16)",
+        return fl__prog_error(p, FL_EINVAL, "fl_amp_decorate: dtype %s is not a low-precision type (bfloat16 or float16)",
                               fl_dtype_name(o.dtype));
     if (o.use_pure_fp16)
         return fl__prog_error(p, FL_EUNSUPPORTED,

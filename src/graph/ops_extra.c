@@ -89,8 +89,8 @@ static void mm(int ta, int tb, const float *a, int64_t ar, int64_t ac, const flo
 
 /* The same for low-precision operands (a_type / b_type), through fl__gemm and the op's
  * primitive cache; no alpha (the callers apply it). */
-static int mm_lp(fl_kctx *c, int ta, int tb, const void *a, fl_dtype at, int64_t ar, int64_t ac, const void *b,
-                 fl_dtype bt, int64_t br, int64_t bc, float beta, float *out)
+static int mm_lp(fl_kctx *c, int ta, int tb, const void *a, fl_dtype at, int64_t ar, int64_t ac, const void *b, fl_dtype bt,
+                 int64_t br, int64_t bc, float beta, float *out)
 {
     fl_gemm_desc d;
     memset(&d, 0, sizeof d);
@@ -246,11 +246,10 @@ static int grad_matmul(fl_op *op, fl_grad_ctx *g)
     return no ? fl__grad_append(op, "matmul_grad", in, 3, o, no) : FL_OK;
 }
 
-static const fl_op_def def_matmul = {"matmul",    {"X", "Y"},  {"Out"}, infer_matmul, run_matmul, grad_matmul,
-                                     fl__gemm_cache_free};
-static const fl_op_def def_matmul_grad = {"matmul_grad", {"X", "Y", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"},
-                                          fl__infer_nop, run_matmul_grad,        NULL,
-                                          fl__gemm_cache_free};
+static const fl_op_def def_matmul = {"matmul",    {"X", "Y"},         {"Out"}, infer_matmul, run_matmul,
+                                     grad_matmul, fl__gemm_cache_free};
+static const fl_op_def def_matmul_grad = {
+    "matmul_grad", {"X", "Y", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"}, fl__infer_nop, run_matmul_grad, NULL, fl__gemm_cache_free};
 
 fl_var *fl_layer_matmul(fl_var *x, fl_var *y, int transpose_x, int transpose_y, float alpha)
 {

@@ -29,9 +29,9 @@ struct fl_opt {
     fl_opt_hook_fn pre_hook; /* AMP (src/graph/amp_scaling.c): BEFORE_BACKWARD, then AFTER_BACKWARD */
     void *pre_user;          /* after the runtime's hook */
     fl_amp_opts amp;         /* fl_amp_decorate_optimizer's options (the pre-hook's user data) */
-    float lars_coeff; /* lars_momentum */
-    float decay;      /* lars_weight_decay / lamb weight_decay */
-    char *exclude;    /* comma-separated names exempt from `decay` (malloc'ed or NULL) */
+    float lars_coeff;        /* lars_momentum */
+    float decay;             /* lars_weight_decay / lamb weight_decay */
+    char *exclude;           /* comma-separated names exempt from `decay` (malloc'ed or NULL) */
 };
 
 int fl__opt_set_hook(fl_opt *o, fl_opt_hook_fn fn, void *user)
