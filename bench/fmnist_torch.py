@@ -1,8 +1,11 @@
-"""PyTorch side of bench/bench_fmnist.sh: the Fashion-MNIST MLP of examples/fmnist/train_mlp.c.
+"""PyTorch side of bench/bench_fmnist.sh: the Fashion-MNIST MLP of examples/fmnist/train_mlp.c
+(or, with --model cnn, the CNN of train_cnn.c).
 
 usage: /usr/bin/python3 bench/fmnist_torch.py [--world 2] [--batch 64] [--epochs 1] [--threads 1]
-           [--blas-threads 1] [--data DIR] [--lr 0.01] [--momentum 0.9] [--seed 0] [--pin]
+           [--blas-threads 1] [--data DIR] [--lr 0.01] [--momentum 0.9] [--seed 0] [--pin] [--model mlp|cnn]
   784 -> Linear 512 ReLU -> Linear 256 ReLU -> Linear 10, CrossEntropyLoss (softmax + cross-entropy),
+  (cnn: [1, 28, 28] -> Conv2d 5x5 x20 ReLU -> MaxPool 2 -> Conv2d 5x5 x50 ReLU -> MaxPool 2 -> Linear 500
+  ReLU -> Linear 10, fl_model_cnn_default's model),
   SGD(lr, momentum), torch.manual_seed(0) initialisation, pixels / 255, fixed shuffle
   torch.randperm(seed 0 + epoch); rank r of w takes perm[r::w] (as shared/peers/py/train.py).
   --world 1: one process, no DDP.  --world N > 1: N processes (torch.multiprocessing.spawn),
@@ -99,7 +102,12 @@ def run(rank, world, port, args):
     xte, yte = load_split(args.data, "t10k")
     t_load = time.perf_counter() - t_load
     torch.manual_seed(0)  # same initial weights on every rank (DDP also broadcasts rank 0's)
-    net = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
+    if args.model == "cnn":
+        xtr, xte = xtr.reshape(-1, 1, 28, 28), xte.reshape(-1, 1, 28, 28)
+        net = nn.Sequential(nn.Conv2d(1, 20, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(20, 50, 5), nn.ReLU(),
+                            nn.MaxPool2d(2), nn.Flatten(), nn.Linear(800, 500), nn.ReLU(), nn.Linear(500, 10))
+    else:
+        net = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
     model = nn.parallel.DistributedDataParallel(net) if world > 1 else net
     lossf = nn.CrossEntropyLoss()
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
@@ -167,6 +175,7 @@ def main():
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--pin", action="store_true", help="pin rank r to CPU r")
+    ap.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
     ap.add_argument("--data", default=os.environ.get("FMNIST_DIR") or DEFAULT_DIR)
     args = ap.parse_args()
     if args.world < 1 or args.batch < 1 or args.epochs < 1:
