@@ -103,6 +103,7 @@ for r in $(seq 1 "$rounds"); do
 done
 # the kernel set each side actually used (first report of each)
 grep -m1 '^# fleet bench_train' "$raw" | sed 's/^# /ours:    /' || true
+grep -m1 '^# gemm' "$raw" | sed 's/^# /ours:    /' || true   # oneDNN version and ISA, OpenBLAS core
 grep -m1 '^# torch' "$raw" | sed 's/^# /pytorch: /' || true
 grep -m1 '^# paddle bench' "$raw" | sed 's/^# /paddle:  /' || true
 cores=$(grep -o 'OpenBLAS core [A-Za-z0-9_]*' "$raw" | sort -u | tr '\n' ' ')
