@@ -168,6 +168,7 @@ if [ "${CTR_PARSE:-1}" = 1 ]; then
   cat "$tmp/parse.out" >>"$raw"
 fi
 grep -m1 '^# fleet bench_ctr local' "$raw" | sed 's/^# /ours:    /' || true
+grep -m1 '^# gemm' "$raw" | sed 's/^# /ours:    /' || true   # oneDNN version and ISA, OpenBLAS core
 grep -m1 '^# torch' "$raw" | sed 's/^# /pytorch: /' || true
 grep -m1 '^# paddle ctr' "$raw" | sed 's/^# /paddle:  /' || true
 cores=$(grep -o 'OpenBLAS core [A-Za-z0-9_]*' "$raw" | sort -u | tr '\n' ' ')

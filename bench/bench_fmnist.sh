@@ -30,7 +30,8 @@
 #
 # Environment: FMNIST_ROUNDS (3), FMNIST_BATCHES ("32 64"), BENCH_PYTHON (/usr/bin/python3),
 # FMNIST_DIR (default: found with dpkg -L dataset-fashion-mnist), FMNIST_NOISY, FMNIST_RETRIES,
-# FMNIST_BUDGET_S, FMNIST_PIN.
+# FMNIST_BUDGET_S, FMNIST_PIN, FMNIST_TIMEOUT (seconds per run: 180, 600 for the CNN), FMNIST_MODEL (mlp; cnn: examples/fmnist/train_cnn, the LeNet-style
+# CNN, and the peers' --model cnn; its files are fmnist_cnn.raw and fmnist_cnn_summary.md).
 # Output: BUILD_DIR/bench/fmnist.raw (every run's output), BUILD_DIR/bench/fmnist_summary.md.
 set -euo pipefail
 build=${1:-build}
@@ -43,10 +44,14 @@ budget=${FMNIST_BUDGET_S:-150}  # no repeats after this many seconds
 pin=${FMNIST_PIN:-0}
 py=${BENCH_PYTHON:-/usr/bin/python3}
 fleetrun="$build/tools/fleetrun"
-prog="$build/examples/fmnist/train_mlp"
+model=${FMNIST_MODEL:-mlp}
+case $model in mlp|cnn) ;; *) echo "bench_fmnist.sh: FMNIST_MODEL must be mlp or cnn, got '$model'" >&2; exit 2 ;; esac
+prog="$build/examples/fmnist/train_$model"
 outdir="$build/bench"
-raw="$outdir/fmnist.raw"
-summary="$outdir/fmnist_summary.md"
+sfx=$([ "$model" = mlp ] || echo "_$model")
+tmo=${FMNIST_TIMEOUT:-$([ "$model" = mlp ] && echo 180 || echo 600)}   # seconds per run
+raw="$outdir/fmnist$sfx.raw"
+summary="$outdir/fmnist${sfx}_summary.md"
 for f in "$fleetrun" "$prog"; do
   [ -x "$f" ] || { echo "bench_fmnist.sh: $f not built (run: make BUILD=$build all)" >&2; exit 1; }
 done
@@ -92,7 +97,7 @@ once() {
   echo "## $side batch $b: $* (load average $(cut -d' ' -f1 /proc/loadavg))" >>"$raw"
   b0=$(busy)
   TIMEFORMAT='%R %U %S'
-  { time timeout 180 "$@" >"$out" 2>&1 || rc=$?; } 2>"$tmp/time"
+  { time timeout "$tmo" "$@" >"$out" 2>&1 || rc=$?; } 2>"$tmp/time"
   t=$(tail -1 "$tmp/time")
   cat "$out" >>"$raw"
   line=$(grep -E '^epoch 1/1: loss' "$out" | tail -1 || true)
@@ -137,8 +142,8 @@ if [ "$pin" = 1 ]; then
   pinarg=(--pin)
 fi
 ours() { run ours "$1" "$fleetrun" --nproc_per_node 2 --log_dir "$tmp/log" "${pinwrap[@]}" "$prog" --batch "$1"; }
-torch() { [ $have_torch = 1 ] || return 0; run torch "$1" "$py" bench/fmnist_torch.py --world 2 --batch "$1" "${pinarg[@]}"; }
-paddle() { [ -n "$paddle_py" ] || return 0; run paddle "$1" "$paddle_py" bench/fmnist_paddle.py --world 2 --batch "$1"; }
+torch() { [ $have_torch = 1 ] || return 0; run torch "$1" "$py" bench/fmnist_torch.py --world 2 --batch "$1" --model "$model" "${pinarg[@]}"; }
+paddle() { [ -n "$paddle_py" ] || return 0; run paddle "$1" "$paddle_py" bench/fmnist_paddle.py --world 2 --batch "$1" --model "$model"; }
 
 if awk -v l="$(cut -d' ' -f1 /proc/loadavg)" 'BEGIN { exit !(l > 0.5) }'; then
   echo "# warning: 1-minute load average is $(cut -d' ' -f1 /proc/loadavg) before starting: other work is running," \
@@ -156,14 +161,14 @@ grep -m1 '^# torch' "$raw" | sed 's/^# /pytorch: /' || true
 grep -m1 '^# paddle [0-9]' "$raw" | sed 's/^# /paddle:  /' || true
 
 # medians (min-max) per side and batch, ratio of median times
-grep '^RESULT' "$raw" | awk -v pin="$pin" -v nnoisy="$(grep -c '^NOISY' "$raw" || true)" -v rounds="$rounds" -v core="$ours_core" -v ct="${OPENBLAS_CORETYPE:-auto-detect}" '
+grep '^RESULT' "$raw" | awk -v model="$(echo "$model" | tr a-z A-Z)" -v pin="$pin" -v nnoisy="$(grep -c '^NOISY' "$raw" || true)" -v rounds="$rounds" -v core="$ours_core" -v ct="${OPENBLAS_CORETYPE:-auto-detect}" '
 function med(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
                                  return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
 { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
   k = v["side"] SUBSEP v["batch"]; n[k]++; if (!(v["batch"] in seen)) { seen[v["batch"]] = 1; bl[++nb] = v["batch"] }
   T[k, n[k]] = v["time"]; S[k, n[k]] = v["sps"]; A[k, n[k]] = v["acc"]; O[k, n[k]] = v["other_cpu"]; C[k, n[k]] = v["own_cpu"] }
 END {
-  printf "### Fashion-MNIST MLP, one epoch, 2 processes x 1 thread (OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, OPENBLAS_CORETYPE=%s, core %s%s), median of %d rounds\n\n", ct, core, pin == 1 ? ", rank r pinned to CPU r" : "", rounds
+  printf "### Fashion-MNIST " model ", one epoch, 2 processes x 1 thread (OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, OPENBLAS_CORETYPE=%s, core %s%s), median of %d rounds\n\n", ct, core, pin == 1 ? ", rank r pinned to CPU r" : "", rounds
   printf "| per-rank batch (global) | side | s/epoch (min-max) | samples/s | test acc | cores own / other (median) | n |\n|---|---|---:|---:|---:|---:|---:|\n"
   for (bi = 1; bi <= nb; bi++) for (si = 1; si <= 3; si++) {
     b = bl[bi]; s = si == 1 ? "ours" : si == 2 ? "torch" : "paddle"; k = s SUBSEP b; m = n[k]; if (!m) continue

@@ -1,8 +1,11 @@
-"""Paddle 3.x side of bench/bench_fmnist.sh: the Fashion-MNIST MLP of examples/fmnist/train_mlp.c.
+"""Paddle 3.x side of bench/bench_fmnist.sh: the Fashion-MNIST MLP of examples/fmnist/train_mlp.c
+(or, with --model cnn, the CNN of train_cnn.c).
 
 usage: build/peer-venv/bin/python bench/fmnist_paddle.py [--world 2] [--batch 64] [--epochs 1]
-           [--threads 1] [--data DIR] [--lr 0.01] [--momentum 0.9] [--seed 0]
+           [--threads 1] [--data DIR] [--lr 0.01] [--momentum 0.9] [--seed 0] [--model mlp|cnn]
   784 -> Linear 512 ReLU -> Linear 256 ReLU -> Linear 10, softmax cross-entropy (mean),
+  (cnn: [1, 28, 28] -> Conv2D 5x5 x20 ReLU -> MaxPool 2 -> Conv2D 5x5 x50 ReLU -> MaxPool 2 -> Linear 500
+  ReLU -> Linear 10),
   paddle.optimizer.Momentum(lr, momentum), paddle.seed(0) initialisation, pixels / 255, a fixed
   shuffle (NumPy RandomState(seed + epoch).permutation; rank r of w takes perm[r::w]).
   --world 1: one process.  --world N > 1: N processes (paddle.distributed.spawn, backend gloo on
@@ -82,7 +85,12 @@ def run(args):
     t_load = time.perf_counter() - t_load
     paddle.seed(0)  # same initial weights on every rank (DataParallel also broadcasts rank 0's)
     nn = paddle.nn
-    net = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
+    if args.model == "cnn":
+        xtr, xte = xtr.reshape(-1, 1, 28, 28), xte.reshape(-1, 1, 28, 28)
+        net = nn.Sequential(nn.Conv2D(1, 20, 5), nn.ReLU(), nn.MaxPool2D(2), nn.Conv2D(20, 50, 5), nn.ReLU(),
+                            nn.MaxPool2D(2), nn.Flatten(), nn.Linear(800, 500), nn.ReLU(), nn.Linear(500, 10))
+    else:
+        net = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
     model = paddle.DataParallel(net) if world > 1 else net
     opt = paddle.optimizer.Momentum(learning_rate=args.lr, momentum=args.momentum, parameters=model.parameters())
     xtr_t, ytr_t = paddle.to_tensor(xtr), paddle.to_tensor(ytr)
@@ -133,6 +141,7 @@ def main():
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
     ap.add_argument("--data", default=os.environ.get("FMNIST_DIR") or DEFAULT_DIR)
     args = ap.parse_args()
     if args.world < 1 or args.batch < 1 or args.epochs < 1:

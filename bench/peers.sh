@@ -34,7 +34,7 @@ peers_init() {
 paddle_header() {
   [ -n "$paddle_py" ] || return 0
   echo "# paddle: $(OMP_NUM_THREADS=1 GLOG_minloglevel=2 "$paddle_py" bench/paddle_info.py 2>/dev/null | tail -1);" \
-       "MKL: $(MKL_VERBOSE=1 MKL_DEBUG_CPU_TYPE=$(grep -q AuthenticAMD /proc/cpuinfo && echo 5) OMP_NUM_THREADS=1 GLOG_minloglevel=2 "$paddle_py" -W ignore -c \
+       "MKL: $(MKL_VERBOSE=1 OMP_NUM_THREADS=1 GLOG_minloglevel=2 "$paddle_py" -W ignore -c \
          'import paddle; x = paddle.rand([64, 64]); paddle.matmul(x, x).numpy()' 2>&1 |
          grep -m1 -o 'Intel(R) .*processors\|MKL_VERBOSE Intel.*' | cut -c1-200)"
 }

@@ -24,7 +24,8 @@
 #
 # Environment: BENCH_ROUNDS (default 5), BENCH_SECONDS per timed run (default 1.5),
 # BENCH_PYTHON (default /usr/bin/python3), BENCH_ONLY (space list of mlp fc fcfwd),
-# BENCH_PEERS (paddle,torch: which peers run, bench/peers.sh), BENCH_ALLREDUCE=0 skips
+# BENCH_PEERS (paddle,torch: which peers run, bench/peers.sh), BENCH_FMNIST_MODELS (mlp; "mlp cnn"
+# adds the Fashion-MNIST CNN), BENCH_ALLREDUCE=0 skips
 # bench/allreduce_peers.sh.
 # BENCH_FMNIST=0 / BENCH_CTR=0 / BENCH_DNN=0 / BENCH_ZOO=0 skip bench/bench_fmnist.sh /
 # bench/bench_ctr.sh / bench/bench_ctr_dnn.sh / bench/bench_zoo.sh (run after these; bench_ctr_dnn.sh
@@ -102,6 +103,7 @@ for r in $(seq 1 "$rounds"); do
 done
 # the kernel set each side actually used (first report of each)
 grep -m1 '^# fleet bench_train' "$raw" | sed 's/^# /ours:    /' || true
+grep -m1 '^# gemm' "$raw" | sed 's/^# /ours:    /' || true   # oneDNN version and ISA, OpenBLAS core
 grep -m1 '^# torch' "$raw" | sed 's/^# /pytorch: /' || true
 grep -m1 '^# paddle bench' "$raw" | sed 's/^# /paddle:  /' || true
 cores=$(grep -o 'OpenBLAS core [A-Za-z0-9_]*' "$raw" | sort -u | tr '\n' ' ')
@@ -111,7 +113,11 @@ echo "OpenBLAS kernel sets seen in all runs: ${cores:-none}"
 echo
 "$sumpy" bench/summarize.py "$raw" --markdown "$build/bench/summary.md"
 echo "raw results: $raw; summary: $build/bench/summary.md"
-[ "${BENCH_FMNIST:-1}" = 1 ] && { bench/bench_fmnist.sh "$build" || echo "# FAILED: bench/bench_fmnist.sh"; }
+if [ "${BENCH_FMNIST:-1}" = 1 ]; then   # BENCH_FMNIST_MODELS: "mlp" (default), "mlp cnn"
+  for m in ${BENCH_FMNIST_MODELS:-mlp}; do
+    FMNIST_MODEL=$m bench/bench_fmnist.sh "$build" || echo "# FAILED: bench/bench_fmnist.sh ($m)"
+  done
+fi
 [ "${BENCH_CTR:-1}" = 1 ] && { bench/bench_ctr.sh "$build" || echo "# FAILED: bench/bench_ctr.sh"; }   # CTR-DNN vs PyTorch, PS async, parser
 [ "${BENCH_DNN:-1}" = 1 ] && { bench/bench_ctr_dnn.sh "$build" || echo "# FAILED: bench/bench_ctr_dnn.sh"; }   # oneDNN vs OpenBLAS, AMP bf16
 [ "${BENCH_ZOO:-1}" = 1 ] && { bench/bench_zoo.sh "$build" || echo "# FAILED: bench/bench_zoo.sh"; }   # fleet-lightning's models vs PyTorch
