@@ -50,6 +50,7 @@ typedef struct {
     int64_t waiting_since;  /* order in which variables got their first queued gradient */
     /* receive staging (dense) */
     float *staged, *pullbuf;
+    const fl_tensor *half_w; /* half-async: the parameter the last meeting's leader wrote */
     uint64_t version, seen;
 } cvar;
 
@@ -389,6 +390,7 @@ int fl__ps_comm_flush(fl__ps_comm *c)
 typedef struct {
     fl__ps_comm *c;
     cvar *v;
+    fl_tensor *w;
 } step_end;
 
 static int step_end_leader(void *arg)
@@ -397,6 +399,11 @@ static int step_end_leader(void *arg)
     FL_CHECK(fl__ps_comm_flush(e->c));
     int st = pull_staged(e->c, e->c->recv_cl, e->v);
     if (st != FL_OK) return fl__err(st, "communicator: pull of table %d: %s", e->v->v.table, fl_last_error());
+    /* every thread is waiting in the meeting: nobody reads the parameter while it changes */
+    pthread_mutex_lock(&e->c->mu);
+    memcpy(e->w->data, e->v->staged, (size_t)e->v->v.numel * sizeof(float));
+    e->v->half_w = e->w;
+    pthread_mutex_unlock(&e->c->mu);
     return FL_OK;
 }
 
@@ -408,11 +415,13 @@ int fl__ps_comm_pull_now(fl__ps_comm *c, int var, fl_tensor *w)
     if (w->dtype != FL_FLOAT32 || w->numel != v->v.numel)
         return fl__err(FL_EINVAL, "communicator: parameter of table %d has %lld elements, expected %lld", v->v.table,
                        (long long)w->numel, (long long)v->v.numel);
-    step_end e = {c, v};
+    step_end e = {c, v, w};
     FL_CHECK(fl__tgroup_meet(step_end_leader, &e));
-    /* the staging buffer changes only in the next meeting, which waits for this thread */
+    /* Hogwild threads share the parameter, which the leader wrote; a thread with a copy of
+     * its own takes the staged values (they change only in the next meeting, which waits
+     * for this thread) */
     pthread_mutex_lock(&c->mu);
-    memcpy(w->data, v->staged, (size_t)v->v.numel * sizeof(float));
+    if (v->half_w != w) memcpy(w->data, v->staged, (size_t)v->v.numel * sizeof(float));
     pthread_mutex_unlock(&c->mu);
     return FL_OK;
 }
