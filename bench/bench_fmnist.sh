@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # bench/bench_fmnist.sh [BUILD_DIR] - one epoch of the Fashion-MNIST MLP (784-512-256-10, relu,
-# softmax cross-entropy, SGD momentum 0.9 lr 0.01, pixels/255, fixed shuffle seed 0), data-parallel
-# over 2 processes x 1 thread on this machine:
-#   ours     BUILD_DIR/tools/fleetrun --nproc_per_node 2 BUILD_DIR/examples/fmnist/train_mlp --batch B
-#   PyTorch  /usr/bin/python3 bench/fmnist_torch.py --world 2 --batch B  (DDP, gloo over 127.0.0.1)
+# softmax cross-entropy, SGD momentum 0.9 lr 0.01, pixels/255, fixed shuffle seed 0), or with
+# FMNIST_MODEL=cnn the LeNet-style CNN of examples/fmnist/train_cnn.c (conv 5x5x20 relu, max-pool 2,
+# conv 5x5x50 relu, max-pool 2, fc500 relu, fc10), data-parallel over 2 processes x 1 thread here:
+#   ours     BUILD_DIR/tools/fleetrun --nproc_per_node 2 BUILD_DIR/examples/fmnist/train_MODEL --batch B
+#   PyTorch  /usr/bin/python3 bench/fmnist_torch.py --model MODEL --world 2 --batch B  (DDP, gloo over 127.0.0.1)
+# The header names the libraries and ISAs each side uses: ours from BUILD_DIR/bench/bench_conv --info
+# (FLEET_GEMM as set in the environment: oneDNN's ISA, OpenBLAS's core), PyTorch's from its '#' line.
 # for per-rank batch B = 32 (global 64, the single-process batch) and 64 (global 128).
 # Both sides: OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 (one thread per rank), the same system
 # OpenBLAS and the kernel set OPENBLAS_CORETYPE selects in the environment (unset: auto-detect).
@@ -25,10 +28,11 @@
 # that reads PADDLE_TRAINER_ID, PyTorch through fmnist_torch.py --pin); default: not pinned, as a
 # user would run them.
 #
-# Environment: FMNIST_ROUNDS (3), FMNIST_BATCHES ("32 64"), BENCH_PYTHON (/usr/bin/python3),
+# Environment: FMNIST_MODEL (mlp or cnn), FMNIST_ROUNDS (3), FMNIST_BATCHES ("32 64"), BENCH_PYTHON (/usr/bin/python3),
 # FMNIST_DIR (default: found with dpkg -L dataset-fashion-mnist), FMNIST_NOISY, FMNIST_RETRIES,
 # FMNIST_BUDGET_S, FMNIST_PIN.
-# Output: BUILD_DIR/bench/fmnist.raw (every run's output), BUILD_DIR/bench/fmnist_summary.md.
+# Output: BUILD_DIR/bench/fmnist.raw (every run's output), BUILD_DIR/bench/fmnist_summary.md (for the
+# CNN: fmnist_cnn.raw, fmnist_cnn_summary.md).
 set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
@@ -39,12 +43,18 @@ retries=${FMNIST_RETRIES:-1}
 budget=${FMNIST_BUDGET_S:-150}  # no repeats after this many seconds
 pin=${FMNIST_PIN:-0}
 py=${BENCH_PYTHON:-/usr/bin/python3}
+model=${FMNIST_MODEL:-mlp}
+case $model in
+  mlp) suffix= title=MLP ;;
+  cnn) suffix=_cnn title=CNN ;;
+  *) echo "bench_fmnist.sh: FMNIST_MODEL=$model: expected mlp or cnn" >&2; exit 1 ;;
+esac
 fleetrun="$build/tools/fleetrun"
-prog="$build/examples/fmnist/train_mlp"
+prog="$build/examples/fmnist/train_$model"
 outdir="$build/bench"
-raw="$outdir/fmnist.raw"
-summary="$outdir/fmnist_summary.md"
-for f in "$fleetrun" "$prog"; do
+raw="$outdir/fmnist$suffix.raw"
+summary="$outdir/fmnist${suffix}_summary.md"
+for f in "$fleetrun" "$prog" "$build/bench/bench_conv"; do
   [ -x "$f" ] || { echo "bench_fmnist.sh: $f not built (run: make BUILD=$build all)" >&2; exit 1; }
 done
 if [ -z "${FMNIST_DIR:-}" ]; then
@@ -70,6 +80,7 @@ ours_core=$("$py" -c 'import ctypes,sys; l=ctypes.CDLL(sys.argv[1]); l.openblas_
   echo "# OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset: auto-detect)} OMP_NUM_THREADS=$OMP_NUM_THREADS" \
        "OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS; ours: $blaslib, core $ours_core; rounds=$rounds; per-rank batches: $batches;" \
        "repeat runs with other_cpu > $noisy (at most $retries time(s), first ${budget}s); pinned: $([ "$pin" = 1 ] && echo "rank r on CPU r" || echo no)"
+  echo "# ours: $("$build/bench/bench_conv" --info) (FLEET_GEMM=${FLEET_GEMM:-auto})"
   echo "# data: $FMNIST_DIR; git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
 } | tee "$raw"
 
@@ -130,7 +141,7 @@ if [ "$pin" = 1 ]; then
   pinarg=(--pin)
 fi
 ours() { run ours "$1" "$fleetrun" --nproc_per_node 2 --log_dir "$tmp/log" "${pinwrap[@]}" "$prog" --batch "$1"; }
-torch() { [ $have_torch = 1 ] || return 0; run torch "$1" "$py" bench/fmnist_torch.py --world 2 --batch "$1" "${pinarg[@]}"; }
+torch() { [ $have_torch = 1 ] || return 0; run torch "$1" "$py" bench/fmnist_torch.py --model "$model" --world 2 --batch "$1" "${pinarg[@]}"; }
 
 if awk -v l="$(cut -d' ' -f1 /proc/loadavg)" 'BEGIN { exit !(l > 0.5) }'; then
   echo "# warning: 1-minute load average is $(cut -d' ' -f1 /proc/loadavg) before starting: other work is running," \
@@ -147,14 +158,14 @@ done
 grep -m1 '^# torch' "$raw" | sed 's/^# /pytorch: /' || true
 
 # medians (min-max) per side and batch, ratio of median times
-grep '^RESULT' "$raw" | awk -v pin="$pin" -v nnoisy="$(grep -c '^NOISY' "$raw" || true)" -v rounds="$rounds" -v core="$ours_core" -v ct="${OPENBLAS_CORETYPE:-auto-detect}" '
+grep '^RESULT' "$raw" | awk -v pin="$pin" -v nnoisy="$(grep -c '^NOISY' "$raw" || true)" -v rounds="$rounds" -v core="$ours_core" -v title="$title" -v ct="${OPENBLAS_CORETYPE:-auto-detect}" '
 function med(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
                                  return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
 { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
   k = v["side"] SUBSEP v["batch"]; n[k]++; if (!(v["batch"] in seen)) { seen[v["batch"]] = 1; bl[++nb] = v["batch"] }
   T[k, n[k]] = v["time"]; S[k, n[k]] = v["sps"]; A[k, n[k]] = v["acc"]; O[k, n[k]] = v["other_cpu"]; C[k, n[k]] = v["own_cpu"] }
 END {
-  printf "### Fashion-MNIST MLP, one epoch, 2 processes x 1 thread (OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, OPENBLAS_CORETYPE=%s, core %s%s), median of %d rounds\n\n", ct, core, pin == 1 ? ", rank r pinned to CPU r" : "", rounds
+  printf "### Fashion-MNIST " title ", one epoch, 2 processes x 1 thread (OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, OPENBLAS_CORETYPE=%s, core %s%s), median of %d rounds\n\n", ct, core, pin == 1 ? ", rank r pinned to CPU r" : "", rounds
   printf "| per-rank batch (global) | side | s/epoch (min-max) | samples/s | test acc | cores own / other (median) | n |\n|---|---|---:|---:|---:|---:|---:|\n"
   for (bi = 1; bi <= nb; bi++) for (si = 1; si <= 2; si++) {
     b = bl[bi]; s = si == 1 ? "ours" : "torch"; k = s SUBSEP b; m = n[k]; if (!m) continue
