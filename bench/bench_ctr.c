@@ -4,7 +4,7 @@
  * and parameter-server async training with 1 server + 2 workers on 127.0.0.1.
  *
  *   bench_ctr local --data DIR [--files N] [--batches 32,512] [--threads 1,2] [--seconds S]
- *                   [--queue-batch B] [--optimizer sgd|adam] [--lr X] [--tag T] [--epochs N]
+ *                   [--queue-batch B] [--optimizer sgd|adam] [--lr X] [--tag T] [--epochs N] [--amp 0|1]
  *   bench_ctr ps    --data DIR [--files N] [--batches 32,512] [--threads 1] [--seconds S]
  *                   [--strategy KEY=VALUE ...] ...
  *
@@ -23,7 +23,9 @@
  * batch B: parsing + batching + training (the full pipeline).  --epochs N (local) replaces the
  * timed passes by N single passes, each timed and printed alone (ours.ctrepoch.bB.tT.epochK_s),
  * and the ratio of the slowest later epoch to the first: with Adam this shows whether later
- * epochs slow down (they did by ~30 % while the optimizer state went subnormal).
+ * epochs slow down (they did by ~30 % while the optimizer state went subnormal).  --amp 1
+ * runs the program through fl_amp_decorate before minimize (bfloat16 products, float32
+ * master weights and optimizer state; the peers' bf16 AMP is the comparison).
  *
  * ps: this process starts 1 server and 2 workers (itself, re-executed with Paddle's PS
  * environment: PADDLE_PSERVERS_IP_PORT_LIST, TRAINING_ROLE, PADDLE_TRAINERS_NUM,
@@ -65,10 +67,11 @@ static struct {
     const char *data, *opt, *tag;
     const char *strategy[8]; /* --strategy KEY=VALUE (ps), after a_sync = true */
     int nstrategy;
-    int nfiles, nbatch, nthread, queue_batch, epochs;
+    int nfiles, nbatch, nthread, queue_batch, epochs, amp;
     int batches[MAXCFG], threads[MAXCFG];
     double seconds, lr;
-} A = {NULL, "sgd", "", {NULL}, 0, 0, 0, 0, 0, 0, {0}, {0}, 2.0, 1e-3};
+    int64_t table_rows; /* rows of the shared sparse table (--table-rows) */
+} A = {NULL, "sgd", "", {NULL}, 0, 0, 0, 0, 0, 0, 0, {0}, {0}, 2.0, 1e-3, 1000001};
 
 static double now(void)
 {
@@ -160,6 +163,7 @@ static void build(model *md, int distributed)
     md->prog = fl_prog_create();
     fl_model_ctr_dnn_config cfg = fl_model_ctr_dnn_default();
     cfg.is_distributed = distributed;
+    cfg.sparse_feature_dim = A.table_rows;
     if (fl_model_ctr_dnn_build(md->prog, &cfg, &md->m) != FL_OK) die("building CTR-DNN");
     md->opt = !strcmp(A.opt, "adam") ? fl_opt_adam((float)A.lr, 0.9f, 0.999f, 1e-8f) : fl_opt_sgd((float)A.lr);
     if (!md->opt) die("optimizer");
@@ -181,6 +185,7 @@ static void build(model *md, int distributed)
         md->opt = fleet_distributed_optimizer(md->fleet, md->opt, &s);
         if (!md->opt) die("fleet_distributed_optimizer");
     }
+    if (A.amp && fl_amp_decorate(md->prog, NULL) < 0) die("fl_amp_decorate");
     if (fl_opt_minimize(md->opt, md->m.loss) != FL_OK) die("minimize");
 }
 
@@ -188,7 +193,7 @@ static fl_dataset *dataset(model *md, const char *kind, const char *const *files
 {
     fl_dataset *ds = fl_dataset_create(kind);
     if (!ds || fl_dataset_set_use_var(ds, md->m.use_var, md->m.nuse_var) != FL_OK ||
-        fl_dataset_set_format(ds, "criteo") != FL_OK || fl_dataset_set_sparse_feature_dim(ds, 1000001) != FL_OK ||
+        fl_dataset_set_format(ds, "criteo") != FL_OK || fl_dataset_set_sparse_feature_dim(ds, A.table_rows) != FL_OK ||
         fl_dataset_set_thread(ds, n) != FL_OK || fl_dataset_set_filelist(ds, files, n) != FL_OK)
         die("dataset");
     if (load && fl_dataset_load_into_memory(ds) != FL_OK) die("load_into_memory");
@@ -593,9 +598,9 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
     usage:
-        fprintf(stderr,
-                "usage: bench_ctr local|ps --data DIR [--files N] [--batches 32,512] [--threads 1,2] [--seconds S] "
-                "[--queue-batch B] [--optimizer sgd|adam] [--lr X] [--tag T] [--strategy KEY=VALUE] [--epochs N]\n");
+        fprintf(stderr, "usage: bench_ctr local|ps --data DIR [--files N] [--batches 32,512] [--threads 1,2] [--seconds S] "
+                        "[--queue-batch B] [--optimizer sgd|adam] [--lr X] [--tag T] [--strategy KEY=VALUE] [--epochs N] "
+                        "[--amp 0|1] [--table-rows R]\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -614,10 +619,13 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--lr")) A.lr = atof(v);
         else if (!strcmp(k, "--tag")) A.tag = v;
         else if (!strcmp(k, "--epochs")) A.epochs = atoi(v);
+        else if (!strcmp(k, "--amp")) A.amp = atoi(v);
+        else if (!strcmp(k, "--table-rows")) A.table_rows = atoll(v);
         else if (!strcmp(k, "--strategy") && A.nstrategy < 8) A.strategy[A.nstrategy++] = v;
         else goto usage;
     }
-    if (!A.data || A.seconds < 0 || A.epochs < 0 || !(A.lr > 0) || (strcmp(A.opt, "sgd") && strcmp(A.opt, "adam")))
+    if (!A.data || A.seconds < 0 || A.epochs < 0 || A.table_rows < 2 || (A.amp != 0 && A.amp != 1) || !(A.lr > 0) ||
+        (strcmp(A.opt, "sgd") && strcmp(A.opt, "adam")))
         goto usage;
     if (!strcmp(mode, "local")) return run_local();
     if (!strcmp(mode, "ps")) return run_ps(argc, argv);

@@ -17,18 +17,27 @@
 #            for 2 threads, t2hog (2 Hogwild processes, OMP 1 / OpenBLAS 1 each), t2blas (OMP 1,
 #            OpenBLAS 2), t2omp (OMP 2, OpenBLAS 1); ours with 2 threads is compared with the
 #            fastest of the three (by median)
+#   Paddle   bench/ctr_paddle.py in BUILD_DIR/peer-venv (Paddle 3.x from PyPI, bench/peer_venv.sh):
+#            the same model, data and batches in each of CTR_PADDLE_CONFIGS (GRAPH.DTYPE.THREADS
+#            [.onednn]: static = legacy-IR Program + Executor, dynamic = eager; f32 or bf16 AMP;
+#            1 or 2 intra-op threads); per batch and thread count the fastest is the peer
+#   bf16     ours with --amp 1 (fl_amp_decorate) at 1 and 2 threads against ours f32 and the
+#            peers' bf16: PyTorch autocast bf16 (CTR_TORCH_AMP_MODES) and Paddle's bf16 configs
 #   parser   BUILD_DIR/bench/bench_data_parse (its MB/s table, once, after the rounds)
 # Runs are interleaved (ours local, PyTorch t1, ps, PyTorch 2-thread modes; the order reverses every
 # round), CTR_ROUNDS rounds; the summary gives medians, ratios of medians and the targets (local
-# >= 1.5x PyTorch; PS async >= 0.8x local Hogwild with the same total trainer threads; parser
+# f32 >= 1.5x the fastest peer in f32; AMP bf16 >= 2x ours f32 at batch 512 and >= the fastest
+# peer's bf16; PS async >= 0.8x local Hogwild with the same total trainer threads; parser
 # >= 200 MB/s per thread).  The OpenBLAS kernel set is whatever OPENBLAS_CORETYPE in the
 # environment selects (unset: auto-detect), the same for both sides; both report the core name.
 # Noise gauge: other_cpu (cores used by other processes during a timed run).
 #
 # Environment: CTR_ROUNDS (3), CTR_SECONDS (1.5) per timed configuration, CTR_ROWS (200000),
 # CTR_FILES (8), CTR_LOCAL_FILES (2), CTR_PS_FILES (2), CTR_PS_THREADS (1), CTR_BATCHES (32,512),
-# CTR_TORCH_MODES ("t2hog t2blas t2omp"), CTR_PS_EXTRA (strategy KEY=VALUE list; empty: off), CTR_PARSE (1: run bench_data_parse), BENCH_PYTHON
-# (/usr/bin/python3).  About 3 minutes.
+# CTR_TORCH_MODES ("t2hog t2blas t2omp"), CTR_TORCH_AMP_MODES ("t1 t2omp"), CTR_PADDLE_CONFIGS
+# ("static.f32.1 static.f32.2 dynamic.f32.1.onednn static.bf16.1 static.bf16.2"),
+# CTR_AMP (1: the bf16 runs), CTR_PS (1; 0 skips the parameter-server runs), BENCH_PEERS (paddle,torch: which peers; bench/peers.sh), CTR_PS_EXTRA (strategy KEY=VALUE list; empty: off), CTR_PARSE (1: run bench_data_parse), BENCH_PYTHON
+# (/usr/bin/python3).  About 6 minutes with both peers (3 without).
 # Output: BUILD_DIR/bench/ctr.raw (every line of every run), BUILD_DIR/bench/ctr_summary.md.
 set -euo pipefail
 build=${1:-build}
@@ -42,6 +51,9 @@ pfiles=${CTR_PS_FILES:-2}
 pthreads=${CTR_PS_THREADS:-1}
 batches=${CTR_BATCHES:-32,512}
 tmodes=${CTR_TORCH_MODES:-t2hog t2blas t2omp}
+amodes=${CTR_TORCH_AMP_MODES:-t1 t2omp}
+pconfigs=${CTR_PADDLE_CONFIGS:-static.f32.1 static.f32.2 dynamic.f32.1.onednn static.bf16.1 static.bf16.2}
+amp=${CTR_AMP:-1}
 psextra=${CTR_PS_EXTRA-a_sync_configs.max_merge_var_num=8 a_sync_configs.min_send_grad_num_before_recv=8}
 py=${BENCH_PYTHON:-/usr/bin/python3}
 bin="$build/bench/bench_ctr"
@@ -53,9 +65,15 @@ summary="$outdir/ctr_summary.md"
 for f in "$bin" "$gen" "$parse"; do
   [ -x "$f" ] || { echo "bench_ctr.sh: $f not built (run: make BUILD=$build all)" >&2; exit 1; }
 done
-have_torch=1
-"$py" -c 'import torch, numpy' >/dev/null 2>&1 || { have_torch=0; echo "bench_ctr.sh: $py cannot import torch" \
-  "and numpy (apt-get install python3-torch); the PyTorch columns will be n/a" >&2; }
+# shellcheck source=bench/peers.sh
+. bench/peers.sh
+peers_init "$build"
+have_torch=$want_torch
+[ $have_torch = 0 ] || "$py" -c 'import torch, numpy' >/dev/null 2>&1 || { have_torch=0; echo "bench_ctr.sh: $py cannot" \
+  "import torch and numpy (apt-get install python3-torch); the PyTorch columns will be n/a" >&2; }
+[ $have_torch = 1 ] || amodes=
+[ -n "$paddle_py" ] || pconfigs=
+[ "$amp" = 1 ] || { amodes=; pconfigs=$(echo "$pconfigs" | tr ' ' '\n' | grep -v '\.bf16\.' | tr '\n' ' ' || true); }
 sumpy=$py
 "$sumpy" -c 'pass' 2>/dev/null || sumpy=python3
 mkdir -p "$outdir"
@@ -70,6 +88,9 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 FLEET_NUM_THREADS=1
        "data: $rows rows in $nfiles files, local uses $lfiles file(s), ps $pfiles file(s), ps threads per worker $pthreads;" \
        "batches $batches"
   echo "# git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
+  echo "# peers: BENCH_PEERS=${BENCH_PEERS:-paddle,torch}; PyTorch $([ $have_torch = 1 ] && echo "modes t1 $tmodes, bf16 ${amodes:-none}" || echo "n/a");" \
+       "Paddle ${pconfigs:-n/a}"
+  paddle_header
 } | tee "$raw"
 load() { cut -d' ' -f1 /proc/loadavg; }
 if awk -v l="$(load)" 'BEGIN { exit !(l > 0.5) }'; then
@@ -79,10 +100,10 @@ fi
 t0=$(date +%s)
 "$gen" criteo --rows "$rows" --files "$nfiles" --test-rows 4096 --test-files 2 --out "$tmp/data" >>"$raw" 2>&1 \
   || { echo "bench_ctr.sh: fleet-datagen failed" >&2; exit 1; }
-if [ $have_torch = 1 ]; then
+if [ $have_torch = 1 ] || [ -n "$pconfigs" ]; then
   for n in "$lfiles" "$pfiles"; do
     timeout 120 "$py" bench/ctr_torch.py --data "$tmp/data" --files "$n" --prepare >>"$raw" 2>&1 \
-      || { echo "# FAILED: ctr_torch.py --prepare" | tee -a "$raw"; have_torch=0; }
+      || { echo "# FAILED: ctr_data.py (ctr_torch.py --prepare)" | tee -a "$raw"; have_torch=0; amodes=; pconfigs=; }
   done
 fi
 echo "data ready ($(( $(date +%s) - t0 )) s)"
@@ -98,6 +119,7 @@ ours_local() {
   step "ours local" "$bin" local --data "$tmp/data" --files "$lfiles" --batches "$batches" --threads 1,2 --seconds "$secs" "${q[@]}"
 }
 ours_ps() {
+  [ "${CTR_PS:-1}" = 1 ] || return 0
   step "ours ps" "$bin" ps --data "$tmp/data" --files "$pfiles" --batches "$batches" --threads "$pthreads" --seconds "$secs"
   if [ -n "$psextra" ]; then
     local a=() kv
@@ -106,17 +128,36 @@ ours_ps() {
       --seconds "$secs" --tag .tuned "${a[@]}"
   fi
 }
-torch_run() {
+torch_run() { # MODE [AMP]
   [ $have_torch = 1 ] || return 0
-  step "torch $1" "$py" bench/ctr_torch.py --data "$tmp/data" --files "$lfiles" --batches "$batches" --mode "$1" --seconds "$secs"
+  step "torch $1${2:+ bf16}" "$py" bench/ctr_torch.py --data "$tmp/data" --files "$lfiles" --batches "$batches" --mode "$1" \
+    --seconds "$secs" --amp "${2:-0}"
+}
+paddle_run() { # GRAPH.DTYPE.THREADS[.onednn]
+  local g d t o
+  IFS=. read -r g d t o <<<"$1"
+  step "paddle $1" "$paddle_py" bench/ctr_paddle.py --data "$tmp/data" --files "$lfiles" --batches "$batches" \
+    --graph "$g" --dtype "$d" --threads "$t" --onednn "$([ "$o" = onednn ] && echo 1 || echo 0)" --seconds "$secs"
+}
+ours_amp() {
+  [ "$amp" = 1 ] || return 0
+  step "ours local amp" "$bin" local --data "$tmp/data" --files "$lfiles" --batches "$batches" --threads 1,2 --seconds "$secs" \
+    --amp 1 --tag .amp
+}
+peers_f32() { local c; for c in $pconfigs; do [[ $c == *.f32.* ]] && paddle_run "$c"; done; return 0; }
+peers_bf16() {
+  local m c
+  for m in $amodes; do torch_run "$m" 1; done
+  for c in $pconfigs; do [[ $c == *.bf16.* ]] && paddle_run "$c"; done
+  return 0
 }
 
 for r in $(seq 1 "$rounds"); do
   echo "# round $r" >>"$raw"
   if [ $((r % 2)) = 1 ]; then
-    ours_local "$r"; torch_run t1; ours_ps; for m in $tmodes; do torch_run "$m"; done
+    ours_local "$r"; torch_run t1; peers_f32; ours_ps; for m in $tmodes; do torch_run "$m"; done; ours_amp; peers_bf16
   else
-    for m in $tmodes; do torch_run "$m"; done; ours_ps; torch_run t1; ours_local "$r"
+    peers_bf16; ours_amp; for m in $tmodes; do torch_run "$m"; done; ours_ps; peers_f32; torch_run t1; ours_local "$r"
   fi
   echo "round $r/$rounds done ($(( $(date +%s) - t0 )) s)"
 done
@@ -127,96 +168,14 @@ if [ "${CTR_PARSE:-1}" = 1 ]; then
   cat "$tmp/parse.out" >>"$raw"
 fi
 grep -m1 '^# fleet bench_ctr local' "$raw" | sed 's/^# /ours:    /' || true
+grep -m1 '^# gemm' "$raw" | sed 's/^# /ours:    /' || true   # oneDNN version and ISA, OpenBLAS core
 grep -m1 '^# torch' "$raw" | sed 's/^# /pytorch: /' || true
+grep -m1 '^# paddle ctr' "$raw" | sed 's/^# /paddle:  /' || true
 cores=$(grep -o 'OpenBLAS core [A-Za-z0-9_]*' "$raw" | sort -u | tr '\n' ' ')
 echo "OpenBLAS kernel sets seen in all runs: ${cores:-none}"
 [ "$(grep -o 'OpenBLAS core [A-Za-z0-9_]*' "$raw" | sort -u | wc -l)" -le 1 ] \
   || echo "WARNING: the two sides did not use the same OpenBLAS kernel set; the comparison is not like for like"
 echo
 
-"$sumpy" - "$raw" "$summary" "$batches" "$pthreads" "$tmodes" "$psextra" <<'EOF'
-import statistics, sys
-raw, out, batches, pthreads, tmodes = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5].split()
-psextra = sys.argv[6]
-vals, rnd, parser = {}, 0, []
-with open(raw) as f:
-    for line in f:
-        if line.startswith("# round "):
-            rnd = line.split()[2]
-            continue
-        if rnd == "parser" and not line.startswith("## "):
-            t = line.rstrip("\n")
-            parser.extend(["", t[2:], ""] if t.startswith("# ") else [t])
-        p = line.rstrip("\n").split("\t")
-        if len(p) == 4 and p[0] == "R":
-            try:
-                vals.setdefault(p[1], []).append(float(p[2]))
-            except ValueError:
-                pass
-med = lambda k: statistics.median(vals[k]) if vals.get(k) else None
-rng = lambda k: "%.0f-%.0f" % (min(vals[k]), max(vals[k])) if vals.get(k) else ""
-fmt = lambda x, s="%.0f": "n/a" if x is None else s % x
-L = []
-L.append("### CTR-DNN training, examples/s, medians of %d rounds (min-max)\n" % max(len(v) for v in vals.values()))
-L.append("| config | ours | PyTorch | ours / PyTorch | target | met | other_cpu ours / PyTorch |")
-L.append("|---|---:|---:|---:|---:|---|---|")
-for b in [int(x) for x in batches.split(",")]:
-    for t in (1, 2):
-        ok = "ours.ctr.b%d.t%d" % (b, t)
-        o = med(ok + ".ex_per_s")
-        cands = ["t1"] if t == 1 else tmodes
-        tm = {m: med("torch.ctr.b%d.%s.ex_per_s" % (b, m)) for m in cands}
-        tm = {m: v for m, v in tm.items() if v is not None}
-        best = max(tm, key=tm.get) if tm else None
-        ref = tm.get(best)
-        ratio = o / ref if o and ref else None
-        oc = med(ok + ".other_cpu")
-        toc = med("torch.ctr.b%d.%s.other_cpu" % (b, best)) if best else None
-        L.append("| batch %d, %d thread%s (ours Hogwild; PyTorch %s) | %s (%s) | %s (%s) | %s | >= 1.50x | %s | %s / %s |" % (
-            b, t, "s" if t > 1 else "", best or "n/a", fmt(o), rng(ok + ".ex_per_s"), fmt(ref),
-            rng("torch.ctr.b%d.%s.ex_per_s" % (b, best)) if best else "", fmt(ratio, "%.2fx"),
-            "n/a" if ratio is None else ("yes" if ratio >= 1.5 else "NO"), fmt(oc, "%.2f"), fmt(toc, "%.2f")))
-        if t == 2:
-            for m in tmodes:
-                v = med("torch.ctr.b%d.%s.ex_per_s" % (b, m))
-                if v is not None:
-                    L.append("| &nbsp;&nbsp; PyTorch %s, batch %d | | %s (%s) | %s | | | |" % (
-                        m, b, fmt(v), rng("torch.ctr.b%d.%s.ex_per_s" % (b, m)), fmt(o / v if o else None, "%.2fx")))
-    L.append("| batch %d, per thread: ours t1 / t2 | %s / %s | %s / %s | | | | |" % (
-        b, fmt(med("ours.ctr.b%d.t1.ex_per_s_per_thread" % b)), fmt(med("ours.ctr.b%d.t2.ex_per_s_per_thread" % b)),
-        fmt(med("torch.ctr.b%d.t1.ex_per_s_per_thread" % b)),
-        fmt(max([v for v in (med("torch.ctr.b%d.%s.ex_per_s_per_thread" % (b, m)) for m in tmodes) if v is not None] or [0]))))
-L.append("")
-L.append("### Parameter server async (1 server + 2 workers x %d thread(s), 127.0.0.1) vs local Hogwild with %d threads\n" % (
-    pthreads, 2 * pthreads))
-L.append("| batch | strategy | PS total examples/s | local Hogwild examples/s | PS / local | target | met |")
-L.append("|---|---|---:|---:|---:|---:|---|")
-for b in [int(x) for x in batches.split(",")]:
-    for tag, label in (("", "default a_sync_configs"), (".tuned", psextra + " (context)")):
-        pk = "ours.ctrps.b%d.w2t%d%s.ex_per_s" % (b, pthreads, tag)
-        p = med(pk)
-        if p is None and tag:
-            continue
-        loc = med("ours.ctr.b%d.t%d.ex_per_s" % (b, 2 * pthreads))
-        r = p / loc if p and loc else None
-        L.append("| %d | %s | %s (%s) | %s | %s | %s | %s |" % (b, label, fmt(p), rng(pk), fmt(loc), fmt(r, "%.2fx"),
-                 ">= 0.80x" if not tag else "", ("n/a" if r is None else ("yes" if r >= 0.8 else "NO")) if not tag else ""))
-L.append("")
-qs = sorted(k for k in vals if k.startswith("ours.ctrqueue.") and k.endswith(".ex_per_s"))
-if qs:
-    L.append("### Full pipeline: one QueueDataset pass (parse + batch + train), round 1 only\n")
-    L.append("| config | examples/s | InMemoryDataset, same config (median) |")
-    L.append("|---|---:|---:|")
-    for k in qs:
-        cfg = k.split(".")[2] + "." + k.split(".")[3]
-        L.append("| %s | %s | %s |" % (cfg, fmt(med(k)), fmt(med("ours.ctr.%s.ex_per_s" % cfg))))
-    L.append("")
-if parser:
-    L.append("### Parser (bench_data_parse)\n")
-    L.extend(parser)
-    L.append("")
-text = "\n".join(L) + "\n"
-print(text, end="")
-open(out, "w").write(text)
-EOF
+"$sumpy" bench/ctr_summary.py "$raw" "$summary" "$batches" "$pthreads" "$tmodes" "$psextra" "$amodes" "$pconfigs"
 echo "raw results: $raw; summary: $summary"

@@ -7,6 +7,10 @@
 #   fcfwd    BUILD_DIR/bench/bench_train fcfwd --batch 32 and 512: the same stack forward only, GFLOP/s
 #   amp      the fc and fcfwd runs again with --amp 1 (bfloat16 products through fl_amp_decorate,
 #            oneDNN only: tagged .amp, compared with oneDNN float32)
+#   chain    BUILD_DIR/bench/bench_dnn_chain --batch 32 and 512: the fc stack forward through the
+#            executor against the same chain of oneDNN matmul primitives called directly (plain
+#            layouts; and weights in oneDNN's own layout as context), alternating slices in one
+#            process (oneDNN rounds only); target ours >= 0.9x the plain chain
 #   ctr      BUILD_DIR/bench/bench_ctr local --batches 32,512 --threads 1: CTR-DNN through
 #            fl_exe_train_from_dataset on fleet-datagen data, examples/s
 # Each round runs every configuration once per library, the two libraries back to back, the
@@ -27,12 +31,13 @@ secs=${DNN_SECONDS:-1.0}
 rows=${DNN_ROWS:-60000}
 batches=${DNN_BATCHES:-32,512}
 train="$build/bench/bench_train"
+chain="$build/bench/bench_dnn_chain"
 ctr="$build/bench/bench_ctr"
 gen="$build/tools/fleet-datagen"
 outdir="$build/bench"
 raw="$outdir/dnn.raw"
 summary="$outdir/dnn_summary.md"
-for f in "$train" "$ctr" "$gen"; do
+for f in "$train" "$ctr" "$gen" "$chain"; do
   [ -x "$f" ] || { echo "bench_ctr_dnn.sh: $f not built (run: make BUILD=$build all)" >&2; exit 1; }
 done
 if ! FLEET_GEMM=dnnl "$train" fcfwd --batch 8 --seconds 0.05 --warmup 1 --floor 0 >/dev/null 2>&1; then
@@ -77,6 +82,7 @@ one_lib() {
     if [ "$lib" = dnnl ]; then
       step "fc amp b$b" "$lib" "$train" fc --batch "$b" --seconds "$secs" --floor 0 --amp 1 --tag ".amp"
       step "fcfwd amp b$b" "$lib" "$train" fcfwd --batch "$b" --seconds "$secs" --amp 1 --tag ".amp"
+      step "chain b$b" "$lib" "$chain" --batch "$b" --seconds "$secs"
     fi
   done
   step "ctr" "$lib" "$ctr" local --data "$tmp/data" --files 1 --batches "$batches" --threads 1 --seconds "$secs" \
@@ -121,10 +127,25 @@ for key in sorted(vals):
     a, b = vals[key], vals[other]
     ma, mb = statistics.median(a), statistics.median(b)
     amp_rows.append(f"| {key.replace('.amp', '')} | {ma:.1f} ({min(a):.1f}-{max(a):.1f}) | {mb:.1f} ({min(b):.1f}-{max(b):.1f}) | {ma / mb:.2f}x |")
+chain_rows = []
+for key in sorted(vals):
+    m = re.match(r"dnnchain\.ours\.(b\d+)\.gflops$", key)
+    if not m:
+        continue
+    b = m.group(1)
+    o, pl, an = (vals.get("dnnchain.%s.%s.gflops" % (s, b)) for s in ("ours", "plain", "any"))
+    if not pl or not an:
+        continue
+    mo, mp, ma = statistics.median(o), statistics.median(pl), statistics.median(an)
+    chain_rows.append(f"| fc stack forward {b} | {mo:.1f} ({min(o):.1f}-{max(o):.1f}) | {mp:.1f} ({min(pl):.1f}-{max(pl):.1f}) | "
+                      f"{ma:.1f} | {mo / mp:.2f}x | {'yes' if mo / mp >= 0.9 else 'NO'} | {mo / ma:.2f}x |")
 text = "\n".join(["# oneDNN vs OpenBLAS (FLEET_GEMM), medians (min-max) of %d runs" % max(len(v) for v in vals.values())]
                  + [""] + ["    " + h for h in head] + ["", "| configuration | oneDNN | OpenBLAS | oneDNN / OpenBLAS |",
                  "|---|---|---|---|"] + rows + ["", "| configuration | oneDNN AMP bf16 | oneDNN float32 | bf16 / float32 |",
-                 "|---|---|---|---|"] + amp_rows) + "\n"
+                 "|---|---|---|---|"] + amp_rows + ["", "GFLOP/s of the matrix products; ours through the executor, the bare "
+                 "chains call oneDNN matmul (+ bias, relu post-op) directly, alternating slices in one process", "",
+                 "| configuration | ours | bare oneDNN chain, plain layouts | weights in oneDNN's layout | ours / plain |"
+                 " >= 0.9x | ours / oneDNN layout |", "|---|---|---|---|---|---|---|"] + chain_rows) + "\n"
 open(out, "w").write(text)
 print(text)
 EOF

@@ -11,10 +11,16 @@
  *       the memory each table holds (fl_ps_table_stats.bytes) and this process's peak RSS.
  *   bench_ps_ssd --scale N [--servers K] [--budget MB] [--dir D]
  *       Scale run: K (default 2) forked servers on 127.0.0.1 each hold an SSD table of dim 8
- *       (SGD) with the given budget per server (default 256 MiB); the client creates N keys
+ *       (SGD) with the given budget per server (default 256 MiB; 0: in-memory tables, no SSD
+ *       tier); the client creates N keys
  *       in batches of 65536 (training pull + push), then pulls and pushes random batches of
- *       65536 ids for 10 s.  Reports rows/s of the fill and of the random phase, rows per
- *       server on disk and in memory, and each server's peak resident memory.
+ *       65536 ids for 10 s.  Reports rows/s of the fill and of the random phase (pulls and
+ *       pushes timed apart), the rows and memory the servers' tables hold
+ *       (fl_ps_table_stats), and each server's peak resident memory.
+ *   bench_ps_ssd --export N [--budget MB] [--dir D]
+ *       Export of an SSD table: N keys (dim 8, SGD, budget MB, default 16) created, then the
+ *       whole shard read in the pages fl_ps_client_scan_sparse asks a server for (8 MiB of ids
+ *       and values each); seconds and rows/s of the export, rows in memory and on disk.
  *   bench_ps_ssd --memory N
  *       Memory per key of the in-memory table: N keys (pulled for training, so created) in
  *       tables of dim 8 and 16 with SGD, Adagrad and Adam; fl_ps_table_stats.bytes_per_key
@@ -206,7 +212,7 @@ static pid_t spawn_server(const fl_ps_table_config *t, int index, int ns, char *
 
 static int scale(uint64_t nkeys, int ns, int64_t budget, const char *dir)
 {
-    fl_ps_table_config t = cfg(dir, budget, FL_PS_OPT_SGD);
+    fl_ps_table_config t = cfg(budget ? dir : NULL, budget, FL_PS_OPT_SGD);
     char eps[8][128];
     const char *ep[8];
     pid_t pid[8];
@@ -243,26 +249,75 @@ static int scale(uint64_t nkeys, int ns, int64_t budget, const char *dir)
     }
     double fill = now_s() - t0;
     long rows = 0;
+    double pull_s = 0, push_s = 0;
     t0 = now_s();
     while (now_s() - t0 < 10) {
         draw(ids, B, 0, nkeys);
+        double t1 = now_s();
         if (fl_ps_client_pull_sparse(c, 0, ids, B, out, 1)) die("pull");
+        double t2 = now_s();
         if (fl_ps_client_push_sparse(c, 0, ids, B, g, NULL, NULL)) die("push");
+        pull_s += t2 - t1;
+        push_s += now_s() - t2;
         rows += B;
     }
     double rnd_s = now_s() - t0;
     fl_ps_table_stats st;
     if (fl_ps_client_table_stats(c, 0, &st)) die("stats");
-    printf("scale run: %llu keys of dim %d (SGD) over %d servers, budget %lld MiB per server\n", (unsigned long long)nkeys,
-           DIM, ns, (long long)budget);
-    printf("  fill: %.3e rows/s (pull + push of new rows, %.0f s); random batches of %d: %.3e rows/s\n", nkeys / fill, fill,
-           B, rows / rnd_s);
-    printf("  rows %lld, %.1f MiB in server memory (all servers)\n", (long long)st.rows, st.bytes / 1048576.0);
+    if (budget)
+        printf("scale run: %llu keys of dim %d (SGD) over %d servers, SSD tables with %lld MiB of memory per server\n",
+               (unsigned long long)nkeys, DIM, ns, (long long)budget);
+    else
+        printf("scale run: %llu keys of dim %d (SGD) over %d servers, in-memory tables\n", (unsigned long long)nkeys, DIM,
+               ns);
+    printf("  fill: %.3e rows/s (pull + push of new rows, %.0f s); random batches of %d: %.3e rows/s (pull %.3e "
+           "rows/s, push %.3e rows/s)\n",
+           nkeys / fill, fill, B, rows / rnd_s, rows / pull_s, rows / push_s);
+    printf("  rows %lld, %.1f MiB in the servers' tables (all servers, %.1f bytes per key)\n", (long long)st.rows,
+           st.bytes / 1048576.0, st.bytes_per_key);
     for (int i = 0; i < ns; i++)
         printf("  server %d: peak resident memory %.1f MiB\n", i, proc_kb(pid[i], "VmHWM") / 1024.0);
     if (fl_ps_client_stop(c)) die("stop");
     fl_ps_client_free(c);
     for (int i = 0; i < ns; i++) waitpid(pid[i], NULL, 0);
+    return 0;
+}
+
+/* ---- export ------------------------------------------------------------------------------------- */
+
+static int export_run(uint64_t nkeys, int64_t budget, const char *dir)
+{
+    fl_ps_table_config c = cfg(dir, budget, FL_PS_OPT_SGD);
+    fl__ps_sparse *t;
+    if (fl__ps_sparse_create(&c, 0, 1, &t)) die("create");
+    enum { B = 65536 };
+    static uint64_t ids[B];
+    for (uint64_t b = 0; b < nkeys; b += B) {
+        int n = (int)(nkeys - b < B ? nkeys - b : B);
+        for (int j = 0; j < n; j++) ids[j] = id_of(b + (uint64_t)j);
+        step(t, ids, n);
+    }
+    fl_ps_table_stats st;
+    fl__ps_sparse_stats(t, &st);
+    const uint64_t page = (8u << 20) / (8 + 4 * DIM), rows = (uint64_t)st.rows;
+    uint64_t *pid = malloc(page * 8);
+    float *pv = malloc(page * 4 * DIM);
+    if (!pid || !pv) die("out of memory");
+    double t0 = now_s();
+    uint64_t sum = 0;
+    for (uint64_t first = 0; first < rows; first += page) {
+        uint64_t n = rows - first < page ? rows - first : page;
+        if (fl__ps_sparse_scan(t, first, n, pid, pv)) die("scan");
+        for (uint64_t j = 0; j < n; j++) sum += pid[j];
+    }
+    double el = now_s() - t0;
+    printf("export of an SSD table: %llu rows of dim %d (%lld in memory, %lld on disk, budget %lld MiB), pages of "
+           "%llu rows: %.2f s, %.3e rows/s (id checksum %016llx)\n",
+           (unsigned long long)rows, DIM, (long long)(rows - (uint64_t)fl__ps_ssd_rows(t)), (long long)fl__ps_ssd_rows(t),
+           (long long)budget, (unsigned long long)page, el, rows / el, (unsigned long long)sum);
+    free(pid);
+    free(pv);
+    fl__ps_sparse_free(t);
     return 0;
 }
 
@@ -298,7 +353,7 @@ static int memory(uint64_t nkeys)
 
 int main(int argc, char **argv)
 {
-    uint64_t keys = 2000000, scale_keys = 0, mem_keys = 0;
+    uint64_t keys = 2000000, scale_keys = 0, mem_keys = 0, export_keys = 0;
     int64_t budget = -1;
     int ns = 2;
     double secs = 2;
@@ -307,6 +362,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--keys") && i + 1 < argc) keys = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--scale") && i + 1 < argc) scale_keys = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--memory") && i + 1 < argc) mem_keys = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--export") && i + 1 < argc) export_keys = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--budget") && i + 1 < argc) budget = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--servers") && i + 1 < argc) ns = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) secs = atof(argv[++i]);
@@ -314,6 +370,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: bench_ps_ssd [--keys N] [--budget MB] [--seconds S] [--dir D]\n"
                             "       bench_ps_ssd --scale N [--servers K] [--budget MB] [--dir D]\n"
+                            "       bench_ps_ssd --export N [--budget MB] [--dir D]\n"
                             "       bench_ps_ssd --memory N\n");
             return 2;
         }
@@ -323,6 +380,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (mem_keys) return memory(mem_keys);
-    if (scale_keys) return scale(scale_keys, ns, budget > 0 ? budget : 256, dir);
+    if (export_keys) return export_run(export_keys, budget > 0 ? budget : 16, dir);
+    if (scale_keys) return scale(scale_keys, ns, budget >= 0 ? budget : 256, dir);
     return tiers(keys, budget > 0 ? budget : 16, secs, dir);
 }

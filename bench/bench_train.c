@@ -14,7 +14,8 @@
  * mlp and fc also report the GEMM floor: the matrix products of one training step (forward NN,
  * backward TN for dW and NT for dX) through bare cblas_sgemm, timed in slices alternating with
  * ours (--floor 0 leaves it out, e.g. to profile ours alone).
- * --amp 1 runs the program through fl_amp_decorate first (bfloat16 products, float32 master weights).
+ * --amp 1 runs the program through AMP first (bfloat16 products, float32 master weights); --amp 2
+ * the same in float16 with dynamic loss scaling.
  * Input data is a pool of 32 batches generated before timing (uniform [-1, 1) features, labels
  * 0/1), cycled through, as the PyTorch reference (bench/torch_ref.py) does.  Each measurement runs
  * --warmup steps, then whole steps until --seconds have passed.
@@ -121,9 +122,13 @@ static float run_step(model *m, pool *p, long i)
 
 static int g_amp; /* --amp */
 
-static void amp(fl_prog *p)
+/* --amp 1: bfloat16, 2: float16 with dynamic loss scaling (through the optimizer when the
+ * program trains, else the program rewrite alone). */
+static void amp(fl_prog *p, fl_opt *o)
 {
-    if (g_amp && fl_amp_decorate(p, NULL) < 0) die("fl_amp_decorate");
+    if (!g_amp) return;
+    fl_amp_opts a = {g_amp == 2 ? FL_FLOAT16 : FL_BFLOAT16};
+    if (o ? fl_amp_decorate_optimizer(o, &a) != FL_OK : fl_amp_decorate(p, &a) < 0) die("AMP");
 }
 
 static void build_mlp(model *m)
@@ -133,7 +138,7 @@ static void build_mlp(model *m)
     fl_model_mlp net;
     m->opt = fl_opt_sgd(0.01f);
     if (fl_model_mlp_build(m->prog, &cfg, &net) != FL_OK) die("building the MLP");
-    amp(m->prog);
+    amp(m->prog, m->opt);
     if (fl_opt_minimize(m->opt, net.loss) != FL_OK) die("building the MLP");
     m->fetch = fl_var_name(net.loss);
     m->has_label = 1;
@@ -151,14 +156,14 @@ static void build_fc(model *m, int train)
         fl_var *cost = fl_layer_mean(fl_layer_cross_entropy(pred, y));
         m->opt = fl_opt_sgd(0.01f);
         if (!cost) die("building the fc stack");
-        amp(p);
+        amp(p, m->opt);
         if (fl_opt_minimize(m->opt, cost) != FL_OK) die("building the fc stack");
         m->fetch = fl_var_name(cost);
         m->has_label = 1;
     } else {
         fl_var *out = fl_layer_fc(FL_VARS(h), 2, NULL);
         if (!out) die("building the fc stack");
-        amp(p);
+        amp(p, NULL);
         m->fetch = fl_var_name(out);
         m->has_label = 0;
     }

@@ -1,7 +1,7 @@
 """PyTorch side of bench/bench_ctr.sh: CTR-DNN as bench/bench_ctr.c trains it (fl_model_ctr_dnn_build).
 
 usage: /usr/bin/python3 bench/ctr_torch.py --data DIR [--files 2] [--batches 32,512] [--mode t1]
-           [--seconds 1] [--optimizer sgd|adam] [--lr 1e-3] [--tag TAG]
+           [--seconds 1] [--optimizer sgd|adam] [--lr 1e-3] [--amp 0|1] [--tag TAG]
        /usr/bin/python3 bench/ctr_torch.py --data DIR --files N --prepare   (parse and cache only)
 
 Model: nn.Embedding(1000001, 10, sparse=True) (init U(-1, 1)) looked up by the 26 slots (one id per
@@ -10,6 +10,8 @@ slot and row, so the sum-pool is the lookup itself), concatenated with the 13 de
 cross-entropy of the softmax summed over the batch (Paddle's reduce_sum).  SGD lr 1e-3 on the
 dense and the sparse gradients (torch.optim.SGD takes the embedding's sparse gradient), or Adam +
 SparseAdam.  (Fleet's program also computes Paddle's AUC every batch; this one does not.)
+--amp 1: the forward under torch.autocast("cpu", dtype=torch.bfloat16) (Linear in bfloat16 through
+torch's oneDNN, the loss in float32, float32 weights); keys tagged .bf16.
 
 Data: the first --files files of DIR/train (sorted) and the files of DIR/test (warm-up), parsed
 before any timing, as Fleet's Criteo reader does: label, 13 dense columns (x - min) / diff with
@@ -54,74 +56,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-DIM = 1000001
-D_MIN = np.array([0, -3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], dtype=np.float64)
-D_DIFF = np.array([20, 603, 100, 50, 64000, 500, 100, 50, 500, 10, 10, 10, 50], dtype=np.float64)
-FNV_OFF = np.uint64(0xcbf29ce484222325)
-FNV_PRIME = np.uint64(0x100000001b3)
-
-
-def fnv_prefix(k):
-    h = int(FNV_OFF)
-    for c in b"C%d:" % k:
-        h = ((h ^ c) * int(FNV_PRIME)) & 0xFFFFFFFFFFFFFFFF
-    return np.uint64(h)
-
-
-def hash_column(k, fields):
-    """fl_data_criteo_id(k, field) % DIM for a list of bytes fields, vectorised over rows."""
-    arr = np.array(fields, dtype=bytes)  # fixed width, NUL padded
-    width = arr.dtype.itemsize
-    lens = np.char.str_len(arr)
-    b = arr.view(np.uint8).reshape(len(fields), width).astype(np.uint64)
-    h = np.full(len(fields), fnv_prefix(k), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for j in range(width):
-            nh = (h ^ b[:, j]) * FNV_PRIME
-            h = np.where(lens > j, nh, h)
-    return (h % np.uint64(DIM)).astype(np.int64)
-
-
-def parse_files(paths):
-    rows = []
-    for p in paths:
-        with open(p, "rb") as f:
-            for line in f.read().split(b"\n"):
-                if line.endswith(b"\r"):
-                    line = line[:-1]
-                if line:
-                    rows.append(line.split(b"\t"))
-    for i, r in enumerate(rows):
-        if len(r) != 40:
-            sys.exit("ctr_torch.py: row %d has %d columns, expected 40" % (i, len(r)))
-    label = np.array([int(r[0]) for r in rows], dtype=np.int64)
-    dense = np.zeros((len(rows), 13), dtype=np.float32)
-    for i in range(13):
-        col = np.array([float(r[1 + i]) if r[1 + i] else np.nan for r in rows], dtype=np.float64)
-        v = (col - D_MIN[i]) / D_DIFF[i]
-        dense[:, i] = np.where(np.isnan(col), 0.0, v).astype(np.float32)
-    ids = np.zeros((len(rows), 26), dtype=np.int64)
-    for i in range(26):
-        ids[:, i] = hash_column(i + 1, [r[14 + i] for r in rows])
-    return dense, ids, label
-
-
-def files_of(d, sub, n=None):
-    p = os.path.join(d, sub)
-    fs = sorted(os.path.join(p, f) for f in os.listdir(p) if not f.startswith(".") and ".tmp" not in f)
-    return fs[:n] if n else fs
-
-
-def load(d, nfiles):
-    cache = os.path.join(d, "torch_cache_%d.npz" % nfiles)
-    if not os.path.exists(cache):
-        tr = parse_files(files_of(d, "train", nfiles))
-        te = parse_files(files_of(d, "test"))
-        tmp = cache + ".tmp.npz"
-        np.savez(tmp, d=tr[0], i=tr[1], l=tr[2], wd=te[0], wi=te[1], wl=te[2])
-        os.replace(tmp, cache)
-    z = np.load(cache)
-    return (z["d"], z["i"], z["l"]), (z["wd"], z["wi"], z["wl"])
+from ctr_data import DIM, load, sys_busy_s  # noqa: E402
 
 
 def blas_info():
@@ -139,15 +74,6 @@ def blas_info():
         except (OSError, AttributeError):
             continue
     return "(no OpenBLAS found in the process)", 0, ""
-
-
-def sys_busy_s():
-    try:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / 100.0
-    except (OSError, ValueError, IndexError):
-        return 0.0
 
 
 def make_model(torch, nn):
@@ -183,7 +109,7 @@ def batches(data, b):
     return [(d[s:s + b], i[s:s + b], l[s:s + b]) for s in range(0, len(l), b)]
 
 
-def train_for(torch, F, net, opts, bl, seconds, first_pass_only=False):
+def train_for(torch, F, net, opts, bl, seconds, first_pass_only=False, amp=False):
     """Batches in order (wrapping) until `seconds`; returns (examples, elapsed, last loss)."""
     n, k, t0 = 0, 0, time.perf_counter()
     loss = None
@@ -191,7 +117,9 @@ def train_for(torch, F, net, opts, bl, seconds, first_pass_only=False):
         dense, ids, y = bl[k % len(bl)]
         for o in opts:
             o.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(net(dense, ids), y, reduction="sum")
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            logits = net(dense, ids)
+        loss = F.cross_entropy(logits.float(), y, reduction="sum")
         loss.backward()
         for o in opts:
             o.step()
@@ -208,10 +136,10 @@ def hog_child(rank, net, a, part, warm, batch, barrier, q):
     torch.set_num_threads(1)
     opts = make_opt(torch, net, a)
     bl = batches(part, batch)
-    train_for(torch, F, net, opts, batches(warm, batch), 0, first_pass_only=True)
+    train_for(torch, F, net, opts, batches(warm, batch), 0, first_pass_only=True, amp=a.amp == 1)
     barrier.wait(timeout=120)
     s0 = time.monotonic()
-    n, el, loss = train_for(torch, F, net, opts, bl, a.seconds)
+    n, el, loss = train_for(torch, F, net, opts, bl, a.seconds, amp=a.amp == 1)
     q.put((rank, n, s0, time.monotonic(), el, loss))
 
 
@@ -224,6 +152,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--amp", type=int, default=0, choices=[0, 1])
     ap.add_argument("--tag", default="")
     ap.add_argument("--prepare", action="store_true")
     a = ap.parse_args()
@@ -246,18 +175,19 @@ def main():
     core, nthr, path = blas_info()
     print("# torch %s ctr %s: OpenBLAS core %s, %d thread(s) (%s), OPENBLAS_CORETYPE=%s, OPENBLAS_NUM_THREADS=%s, "
           "OMP_NUM_THREADS=%s, torch threads %d, %d process(es); %d train rows (data ready in %.2f s, not timed); "
-          "optimizer %s lr %g" % (torch.__version__, a.mode, core, nthr, path,
+          "optimizer %s lr %g; %s; oneDNN (mkldnn) %s" % (torch.__version__, a.mode, core, nthr, path,
                                   os.environ.get("OPENBLAS_CORETYPE", "(unset: auto-detect)"), blas, omp,
-                                  torch.get_num_threads(), procs, len(train[2]), tload, a.optimizer, a.lr), flush=True)
+                                  torch.get_num_threads(), procs, len(train[2]), tload, a.optimizer, a.lr,
+                                  "autocast bf16" if a.amp else "float32", torch.backends.mkldnn.is_available()), flush=True)
     for b in [int(x) for x in a.batches.split(",")]:
-        key = "torch.ctr.b%d.%s%s" % (b, a.mode, a.tag)
+        key = "torch.ctr.b%d.%s%s%s" % (b, a.mode, ".bf16" if a.amp else "", a.tag)
         net = make_model(torch, nn)
         b0, c0, w0 = sys_busy_s(), None, time.perf_counter()
         if procs == 1:
             opts = make_opt(torch, net, a)
-            train_for(torch, F, net, opts, batches(warm, b), 0, first_pass_only=True)
+            train_for(torch, F, net, opts, batches(warm, b), 0, first_pass_only=True, amp=a.amp == 1)
             b0, c0, w0 = sys_busy_s(), time.process_time(), time.perf_counter()
-            n, el, loss = train_for(torch, F, net, opts, batches(train, b), a.seconds)
+            n, el, loss = train_for(torch, F, net, opts, batches(train, b), a.seconds, amp=a.amp == 1)
             own = time.process_time() - c0
             rate = n / el
             print("# b%d %s: %d examples in %.3f s; last loss (sum over the batch) %.4f" % (b, a.mode, n, el, loss))

@@ -18,8 +18,15 @@
 # OPENBLAS_CORETYPE in the environment selects (unset: auto-detect); it is the same for both sides,
 # and each run prints the core name its OpenBLAS reports.
 #
+# Paddle 3.x (PyPI, in BUILD_DIR/peer-venv made by bench/peer_venv.sh) runs the same models
+# (bench/paddle_ref.py: static and dynamic graph, 1 and 2 intra-op threads), interleaved with the
+# others; the summary adds ours against Paddle's fastest configuration.
+#
 # Environment: BENCH_ROUNDS (default 5), BENCH_SECONDS per timed run (default 1.5),
-# BENCH_PYTHON (default /usr/bin/python3), BENCH_ONLY (space list of mlp fc fcfwd).
+# BENCH_PYTHON (default /usr/bin/python3), BENCH_ONLY (space list of mlp fc fcfwd),
+# BENCH_PEERS (paddle,torch: which peers run, bench/peers.sh), BENCH_FMNIST_MODELS (mlp; "mlp cnn"
+# adds the Fashion-MNIST CNN), BENCH_ALLREDUCE=0 skips
+# bench/allreduce_peers.sh.
 # BENCH_FMNIST=0 / BENCH_CTR=0 / BENCH_DNN=0 / BENCH_ZOO=0 skip bench/bench_fmnist.sh /
 # bench/bench_ctr.sh / bench/bench_ctr_dnn.sh / bench/bench_zoo.sh (run after these; bench_ctr_dnn.sh
 # only in a build with oneDNN).
@@ -35,8 +42,11 @@ bin="$build/bench/bench_train"
 raw="$build/bench/results.raw"
 [ -x "$bin" ] || { echo "bench/run.sh: $bin not built (run: make BUILD=$build all)" >&2; exit 1; }
 
-have_torch=1
-if ! "$py" -c 'import torch' >/dev/null 2>&1; then
+# shellcheck source=bench/peers.sh
+. bench/peers.sh
+peers_init "$build"
+have_torch=$want_torch
+if [ $have_torch = 1 ] && ! "$py" -c 'import torch' >/dev/null 2>&1; then
   have_torch=0
   echo "bench/run.sh: $py cannot import torch (apt-get install python3-torch); PyTorch columns will be n/a" >&2
 fi
@@ -52,6 +62,9 @@ export OMP_NUM_THREADS=1   # our library does not use OpenMP; set the same for b
   echo "# OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset: auto-detect)} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-(unset)}" \
        "OMP_NUM_THREADS=$OMP_NUM_THREADS; rounds=$rounds, ${secs}s per timed run"
   echo "# git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
+  echo "# peers: BENCH_PEERS=${BENCH_PEERS:-paddle,torch}; PyTorch $([ $have_torch = 1 ] && echo yes || echo n/a);" \
+       "Paddle $([ -n "$paddle_py" ] && echo yes || echo n/a)"
+  paddle_header
 } | tee -a "$raw"
 
 load() { cut -d' ' -f1 /proc/loadavg; }
@@ -69,6 +82,13 @@ torch() { # MODE BLAS_THREADS (OMP_NUM_THREADS=1 always: the fast configurations
     || echo "# FAILED: torch $1 blas$2" | tee -a "$raw"
 }
 
+paddle() { # MODE THREADS: static and dynamic graph in one process
+  [ -n "$paddle_py" ] || return 0
+  echo "## paddle $1 threads $2 (load average $(load))" >>"$raw"
+  timeout 120 "$paddle_py" bench/paddle_ref.py "$1" --seconds "$secs" --threads "$2" >>"$raw" 2>&1 \
+    || echo "# FAILED: paddle $1 threads $2" | tee -a "$raw"
+}
+
 if awk -v l="$(load)" 'BEGIN { exit !(l > 0.5) }'; then
   echo "# warning: 1-minute load average is $(load) before starting: other work is running, numbers will be noisy" | tee -a "$raw"
 fi
@@ -76,14 +96,16 @@ t0=$(date +%s)
 for r in $(seq 1 "$rounds"); do
   echo "# round $r" >>"$raw"
   for m in $only; do
-    if [ $((r % 2)) = 1 ]; then ours "$m" 1; torch "$m" 2; ours "$m" 2; torch "$m" 1
-    else torch "$m" 1; ours "$m" 2; torch "$m" 2; ours "$m" 1; fi
+    if [ $((r % 2)) = 1 ]; then ours "$m" 1; torch "$m" 2; paddle "$m" 1; ours "$m" 2; torch "$m" 1; paddle "$m" 2
+    else paddle "$m" 2; torch "$m" 1; ours "$m" 2; paddle "$m" 1; torch "$m" 2; ours "$m" 1; fi
   done
   echo "round $r/$rounds done ($(( $(date +%s) - t0 )) s)"
 done
 # the kernel set each side actually used (first report of each)
 grep -m1 '^# fleet bench_train' "$raw" | sed 's/^# /ours:    /' || true
+grep -m1 '^# gemm' "$raw" | sed 's/^# /ours:    /' || true   # oneDNN version and ISA, OpenBLAS core
 grep -m1 '^# torch' "$raw" | sed 's/^# /pytorch: /' || true
+grep -m1 '^# paddle bench' "$raw" | sed 's/^# /paddle:  /' || true
 cores=$(grep -o 'OpenBLAS core [A-Za-z0-9_]*' "$raw" | sort -u | tr '\n' ' ')
 echo "OpenBLAS kernel sets seen in all runs: ${cores:-none}"
 [ "$(grep -o 'OpenBLAS core [A-Za-z0-9_]*' "$raw" | sort -u | wc -l)" -le 1 ] \
@@ -91,8 +113,14 @@ echo "OpenBLAS kernel sets seen in all runs: ${cores:-none}"
 echo
 "$sumpy" bench/summarize.py "$raw" --markdown "$build/bench/summary.md"
 echo "raw results: $raw; summary: $build/bench/summary.md"
-[ "${BENCH_FMNIST:-1}" = 1 ] && { bench/bench_fmnist.sh "$build" || echo "# FAILED: bench/bench_fmnist.sh"; }
+if [ "${BENCH_FMNIST:-1}" = 1 ]; then   # BENCH_FMNIST_MODELS: "mlp" (default), "mlp cnn"
+  for m in ${BENCH_FMNIST_MODELS:-mlp}; do
+    FMNIST_MODEL=$m bench/bench_fmnist.sh "$build" || echo "# FAILED: bench/bench_fmnist.sh ($m)"
+  done
+fi
 [ "${BENCH_CTR:-1}" = 1 ] && { bench/bench_ctr.sh "$build" || echo "# FAILED: bench/bench_ctr.sh"; }   # CTR-DNN vs PyTorch, PS async, parser
 [ "${BENCH_DNN:-1}" = 1 ] && { bench/bench_ctr_dnn.sh "$build" || echo "# FAILED: bench/bench_ctr_dnn.sh"; }   # oneDNN vs OpenBLAS, AMP bf16
 [ "${BENCH_ZOO:-1}" = 1 ] && { bench/bench_zoo.sh "$build" || echo "# FAILED: bench/bench_zoo.sh"; }   # fleet-lightning's models vs PyTorch
-bench/allreduce_peers.sh "$build"   # Fleet vs Open MPI vader vs gloo allreduce (BENCH_AR_ROUNDS/BENCH_AR_SECONDS/BENCH_AR_SIZES)
+if [ "${BENCH_ALLREDUCE:-1}" = 1 ]; then
+  bench/allreduce_peers.sh "$build"   # Fleet vs Open MPI vader vs gloo allreduce (BENCH_AR_ROUNDS/BENCH_AR_SECONDS/BENCH_AR_SIZES)
+fi

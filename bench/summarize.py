@@ -5,7 +5,9 @@ RAW_FILE holds 'R<TAB>key<TAB>value<TAB>unit' lines (every repeat of every run; 
 ignored).  Prints, per key, the median, min, max, spread ((max-min)/median) and n, then the three
 headline comparisons against their targets: ratio of medians, ours at the better of its two
 OpenBLAS thread settings (both shown, labelled), against each PyTorch configuration (OMP 1 with
-OpenBLAS 2 and with OpenBLAS 1; the faster one is marked and is the one to beat).  Plain python3, no third-party modules.
+OpenBLAS 2 and with OpenBLAS 1; the faster one is marked and is the one to beat).  When the raw
+file has Paddle runs (bench/paddle_ref.py, keys paddle.MODE.bB.GRAPH.tT), a second table sets ours
+against Paddle's fastest graph and thread count per model.  Plain python3, no third-party modules.
 """
 import statistics
 import sys
@@ -114,6 +116,27 @@ def main():
                        "%s (PyTorch OMP 1, OpenBLAS %d) | %s (ours at %s) | | | |" % (
                            fmt(med(vals, "ours.fcfwd.b512.blas1.gflops")), fmt(med(vals, "ours.fcfwd.b512.blas2.gflops")),
                            fmt(tf), t, fmt(best / tf if best else None, "%.2fx"), label))
+    paddle_rows = []
+    for name, ours_prefix, suffix, pprefix, spec in (
+            ("quick-start MLP train, batch 128, steps/s", "ours.mlp.b128", "steps_per_s", "paddle.mlp.b128", "%.0f"),
+            ("fc 273-400-400-400-2 train, batch 512, samples/s", "ours.fc.b512", "samples_per_s", "paddle.fc.b512", "%.0f"),
+            ("fc stack forward, batch 512, GFLOP/s", "ours.fcfwd.b512", "gflops", "paddle.fcfwd.b512", "%.1f")):
+        cands = {k[len(pprefix) + 1:-len(suffix) - 1]: med(vals, k) for k in vals
+                 if k.startswith(pprefix + ".") and k.endswith("." + suffix)}
+        if not cands:
+            continue
+        best, label, _ = pick(ours_prefix, suffix)
+        pb = max(cands, key=cands.get)
+        paddle_rows.append("| %s | %s (%s) | %s (%s) | %s | %s |" % (
+            name, fmt(best, spec), label, fmt(cands[pb], spec), pb, fmt(best / cands[pb] if best else None, "%.2fx"),
+            ", ".join("%s %s" % (c, fmt(v, spec)) for c, v in sorted(cands.items()))))
+    if paddle_rows:
+        out.append("")
+        out.append("Against Paddle 3.x (PyPI; its fastest graph, static or dynamic, and thread count, 1 or 2):")
+        out.append("")
+        out.append("| comparison | ours (best) | Paddle (best) | ours / Paddle | every Paddle configuration (median) |")
+        out.append("|---|---:|---:|---:|---|")
+        out.extend(paddle_rows)
     out.append("")
     out.append("Context (not targets):")
     out.append("")

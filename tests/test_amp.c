@@ -115,14 +115,26 @@ TEST(amp_lists_and_dtype_are_checked)
     fl_model_mlp_config cfg = fl_model_mlp_default();
     fl_model_mlp m;
     CHECK_OK(fl_model_mlp_build(p, &cfg, &m));
-    fl_amp_opts o = {FL_FLOAT16, NULL, NULL};
-    CHECK_FAILS(fl_amp_decorate(p, &o), FL_EUNSUPPORTED, "float16 needs dynamic loss scaling");
+    fl_amp_opts o = {FL_INT64, NULL, NULL};
+    CHECK_FAILS(fl_amp_decorate(p, &o), FL_EINVAL, "is not a low-precision type");
+    fl_prog_free(p);
+    p = fl_prog_create(); /* the first build error sticks to a program */
+    CHECK_OK(fl_model_mlp_build(p, &cfg, &m));
+    o = (fl_amp_opts){FL_FLOAT16, NULL, NULL};
+    o.use_pure_fp16 = 1;
+    CHECK_FAILS(fl_amp_decorate(p, &o), FL_EUNSUPPORTED, "use_pure_fp16 (level O2");
     fl_prog_free(p);
 
     p = fl_prog_create();
     CHECK_OK(fl_model_mlp_build(p, &cfg, &m));
     o = (fl_amp_opts){FL_BFLOAT16, "fc, pool2d", NULL};
     CHECK_FAILS(fl_amp_decorate(p, &o), FL_EUNSUPPORTED, "names op 'pool2d', which has no bfloat16 kernel");
+    fl_prog_free(p);
+
+    p = fl_prog_create();
+    CHECK_OK(fl_model_mlp_build(p, &cfg, &m));
+    o = (fl_amp_opts){FL_FLOAT16, "fc, conv2d", NULL};
+    CHECK_FAILS(fl_amp_decorate(p, &o), FL_EUNSUPPORTED, "names op 'conv2d', which has no float16 kernel");
     fl_prog_free(p);
 
     p = fl_prog_create();

@@ -16,16 +16,36 @@ typedef struct {
     mode_t_ mode;
     int k;                /* localsgd / gradient merge k_steps */
     const char *opt;      /* "sgd", "momentum", "adam" */
-    int amp;              /* strategy.amp (bf16); the local side calls fl_amp_decorate */
+    int amp;              /* strategy.amp: 1 bf16 (the local side calls fl_amp_decorate), 2 fp16 with the
+                             default loss scaling, 3 the same with a NaN in one sample of rank 1 at
+                             step 1 (every rank must skip that step); the local side of 2 and 3 calls
+                             fl_amp_decorate_optimizer */
     int meta;             /* 1: strategy.lars (opt momentum), 2: strategy.lamb (opt adam); the local side
                         calls fl_opt_lars / fl_opt_lamb with the same settings */
     const char *ar_dtype; /* strategy.allreduce_dtype (NULL: float32); compared with a float32 local run */
 } cfg;
 
+/* cfg.amp 3: global sample 3B (step 1, rank 1's first) holds a NaN.  Rank 0 never sees it,
+ * so its parameters match the local run's only if it skips step 1 too: the inf/NaN check
+ * must run on the reduced gradients. */
+static int64_t poison = -1;
+
+/* After training with cfg.amp 3: one step skipped (the scale kept: decr_every_n_nan_or_inf
+ * is 2), the 3 steps after it finite. */
+static void check_skipped(const cfg *c, fl_exe *e)
+{
+    if (c->amp != 3) return;
+    fl_tensor *t = fl_scope_find(fl_exe_scope(e), "loss_scaling_0");
+    CHECK(t && fl_tensor_f32(t)[0] == 32768.0f);
+    t = fl_scope_find(fl_exe_scope(e), "num_good_steps_0");
+    CHECK(t && ((const int64_t *)fl_tensor_data(t))[0] == STEPS - 2);
+}
+
 /* Samples: x[i] and ids[i] for global sample index i (deterministic). */
 static void sample(int64_t i, float *x, int64_t *id, int64_t *y)
 {
     for (int j = 0; j < 6; j++) x[j] = (float)sin(0.37 * (double)(i * 6 + j));
+    if (i == poison) x[0] = NAN;
     *id = (i * 7) % 11;
     *y = (i % 3) == 0;
 }
@@ -114,7 +134,9 @@ static void run_rank(const cfg *c, int rank, int world, const char *eps, int fd)
         s.gradient_merge_configs.k_steps = c->k;
     }
     s.fuse_grad_size_in_MB = 0.0005; /* several buckets even for this small model */
-    s.amp = c->amp;
+    s.amp = c->amp != 0;
+    if (c->amp >= 2) snprintf(s.amp_configs.dtype, FLEET_STRATEGY_STR_MAX, "float16");
+    if (c->amp == 3) poison = 3 * B;
     if (c->ar_dtype) snprintf(s.allreduce_dtype, FLEET_STRATEGY_STR_MAX, "%s", c->ar_dtype);
     if (c->meta == 1) {
         s.lars = 1;
@@ -137,6 +159,7 @@ static void run_rank(const cfg *c, int rank, int world, const char *eps, int fd)
     fl_prog_set_seed(p, 100 + (uint64_t)rank);
     CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
     train(p, cost, e, c->sparse, B * world, B * rank, B, STEPS);
+    check_skipped(c, e);
     if (rank == 0) dump(fl_exe_scope(e), fd);
     fl_exe_free(e);
     fl_opt_free(o);
@@ -176,12 +199,15 @@ static void run_local(const cfg *c, int world, int fd)
         fl_exe_free(e);
         fleet_free(f);
     } else {
-        if (c->amp) CHECK(fl_amp_decorate(p, NULL) > 0);
+        if (c->amp == 1) CHECK(fl_amp_decorate(p, NULL) > 0);
+        if (c->amp >= 2) CHECK_OK(fl_amp_decorate_optimizer(o, &(fl_amp_opts){FL_FLOAT16}));
+        if (c->amp == 3) poison = 3 * B;
         CHECK_OK(fl_opt_minimize(o, cost));
         fl_exe *e = fl_exe_create(NULL);
         fl_prog_set_seed(p, 100);
         CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
         train(p, cost, e, c->sparse, B * world, 0, B * world, STEPS);
+        check_skipped(c, e);
         dump(fl_exe_scope(e), fd);
         fl_exe_free(e);
     }
@@ -256,6 +282,8 @@ TEST(dp_equals_local_adam_3) { check_equivalence(&(cfg){0, M_DP, 1, "adam"}, 3);
 TEST(dp_sparse_embedding_2) { check_equivalence(&(cfg){1, M_DP, 1, "sgd"}, 2); }
 TEST(dp_sparse_embedding_momentum_3) { check_equivalence(&(cfg){1, M_DP, 1, "momentum"}, 3); }
 TEST(dp_amp_bf16_equals_local_amp_2) { check_equivalence(&(cfg){1, M_DP, 1, "adam", 1}, 2); }
+TEST(dp_amp_fp16_equals_local_amp_2) { check_equivalence(&(cfg){1, M_DP, 1, "adam", 2}, 2); }
+TEST(dp_amp_fp16_nan_on_one_rank_skips_every_rank_2) { check_equivalence(&(cfg){0, M_DP, 1, "momentum", 3}, 2); }
 TEST(dp_lars_equals_local_lars_2) { check_equivalence(&(cfg){0, M_DP, 1, "momentum", 0, 1}, 2); }
 TEST(dp_lamb_equals_local_lamb_2) { check_equivalence(&(cfg){0, M_DP, 1, "adam", 0, 2}, 2); }
 TEST(dp_bf16_allreduce_near_float32_local_2) { check_equivalence(&(cfg){0, M_DP, 1, "adam", 0, 0, "bfloat16"}, 2); }
@@ -299,6 +327,7 @@ TEST(gradient_merge_k2_local)
 }
 
 TEST_MAIN(T(dp_equals_local_sgd_2), T(dp_equals_local_adam_3), T(dp_sparse_embedding_2), T(dp_sparse_embedding_momentum_3),
-          T(dp_amp_bf16_equals_local_amp_2), T(dp_lars_equals_local_lars_2), T(dp_lamb_equals_local_lamb_2),
+          T(dp_amp_bf16_equals_local_amp_2), T(dp_amp_fp16_equals_local_amp_2),
+          T(dp_amp_fp16_nan_on_one_rank_skips_every_rank_2), T(dp_lars_equals_local_lars_2), T(dp_lamb_equals_local_lamb_2),
           T(dp_bf16_allreduce_near_float32_local_2), T(dp_fp16_allreduce_near_float32_local_2), T(localsgd_k1_equals_dp),
           T(gradient_merge_equals_big_batch), T(gradient_merge_k2_local))

@@ -230,7 +230,24 @@ TEST(strategy_unimplemented_rejected)
     CHECK_STR_HAS(fl_last_error(), "'amp_configs.use_pure_fp16'");
     s = fleet_strategy_default();
     CHECK_OK(fleet_strategy_set(&s, "amp_configs.dtype", "float16"));
-    CHECK_FAILS(fleet_strategy_check(&s), FL_EUNSUPPORTED, "float16 AMP needs dynamic loss scaling");
+    CHECK_OK(fleet_strategy_check(&s)); /* float16 AMP with loss scaling (tests/test_amp_fp16.c) */
+    {
+        /* ... but not with parameter servers: refused by name at the distributed optimizer */
+        s.amp = 1;
+        const char *servers[] = {"127.0.0.1:6001"};
+        fleet_user_role u = {0, 0, FLEET_ROLE_WORKER, 1, NULL, 0, servers, 1};
+        fleet_role *r;
+        CHECK_OK(fleet_role_user_defined(&u, &r));
+        fleet_t *f = fleet_init(r, &s);
+        CHECK(f);
+        fl_opt *o = fl_opt_sgd(0.1f);
+        CHECK(fleet_distributed_optimizer(f, o, NULL) == NULL);
+        CHECK_STR_HAS(fl_last_error(), "float16 loss scaling (the step skipped on inf/NaN) is not implemented with "
+                                       "servers");
+        fl_opt_free(o);
+        fleet_free(f);
+        s.amp = 0;
+    }
     CHECK_OK(fleet_strategy_set(&s, "amp_configs.dtype", "bf8"));
     CHECK_FAILS(fleet_strategy_check(&s), FL_EINVAL, "'amp_configs.dtype' = 'bf8' is invalid");
     s = fleet_strategy_default();
@@ -242,8 +259,8 @@ TEST(strategy_unimplemented_rejected)
     CHECK_STR_HAS(text, "amp_configs.custom_white_list=fc,mul\n");
     free(text);
     s = fleet_strategy_default();
-    s.dgc = 1;
-    CHECK_FAILS(fleet_strategy_check(&s), FL_EUNSUPPORTED, "DGC");
+    s.pipeline = 1;
+    CHECK_FAILS(fleet_strategy_check(&s), FL_EUNSUPPORTED, "pipeline parallelism is not implemented");
     s = fleet_strategy_default();
     s.nccl_comm_num = 2;
     CHECK_FAILS(fleet_strategy_check(&s), FL_EUNSUPPORTED, "nccl_comm_num");
@@ -255,6 +272,24 @@ TEST(strategy_unimplemented_rejected)
     CHECK_OK(fleet_strategy_check(&s));
     CHECK_OK(fleet_strategy_set(&s, "allreduce_dtype", "int8"));
     CHECK_FAILS(fleet_strategy_check(&s), FL_EINVAL, "'allreduce_dtype' = 'int8' is invalid");
+    /* fleet_desc_configs: the sparse table class and what an SSD class needs */
+    s = fleet_strategy_default();
+    CHECK(!strcmp(s.fleet_desc_configs.sparse_table_class, "DownpourSparseTable"));
+    CHECK_OK(fleet_strategy_set(&s, "fleet_desc_configs.sparse_table_class", "DownpourSparseSSDTable"));
+    CHECK_FAILS(fleet_strategy_check(&s), FL_EINVAL, "needs fleet_desc_configs.sparse_ssd_path");
+    CHECK_OK(fleet_strategy_set(&s, "fleet_desc_configs.sparse_ssd_path", "/tmp/ssd"));
+    CHECK_OK(fleet_strategy_set(&s, "fleet_desc_configs.sparse_mem_budget_mb", "64"));
+    CHECK_OK(fleet_strategy_check(&s));
+    CHECK_OK(fleet_strategy_set(&s, "fleet_desc_configs.sparse_table_class", "MemorySparseTable"));
+    CHECK_FAILS(fleet_strategy_check(&s), FL_EINVAL, "apply to an SSD table class");
+    CHECK_OK(fleet_strategy_set(&s, "fleet_desc_configs.sparse_table_class", "HashTable"));
+    CHECK_FAILS(fleet_strategy_check(&s), FL_EINVAL, "'fleet_desc_configs.sparse_table_class' = 'HashTable' is invalid");
+    CHECK_FAILS(fleet_strategy_set(&s, "fleet_desc_configs.sparse_mem_budget_mb", "-1"), FL_EINVAL, "expected >= 0");
+    s = fleet_strategy_default();
+    CHECK_OK(fleet_strategy_parse(&s, "{\"fleet_desc_configs\": {\"sparse_table_class\": \"SSDSparseTable\", "
+                                      "\"sparse_ssd_path\": \"/data/ssd\", \"sparse_mem_budget_mb\": 4096}}"));
+    CHECK_OK(fleet_strategy_check(&s));
+    CHECK(!strcmp(s.fleet_desc_configs.sparse_ssd_path, "/data/ssd") && s.fleet_desc_configs.sparse_mem_budget_mb == 4096);
 }
 
 TEST(strategy_parse_text_and_json)

@@ -238,6 +238,51 @@ TEST(save_restart_is_bit_exact)
     rm_rf(b2.dir);
 }
 
+/* The SSD tier chosen the way a Paddle user does (strategy fleet_desc_configs): the servers'
+ * sparse table keeps its rows under sparse_ssd_path within a 1 MiB budget, trains, saves, and
+ * new SSD servers loading the checkpoint end bit-exact with an uninterrupted in-memory run. */
+TEST(ssd_table_from_strategy)
+{
+#ifndef FL_HAVE_ROCKSDB
+    printf("  skipped: built without RocksDB\n");
+#else
+    paths();
+    char b_dump[PATH_MAX + 8], save[PATH_MAX + 8], load[PATH_MAX + 8], ssd[PATH_MAX + 64];
+    job a;
+    uninterrupted(&a);
+    job b;
+    job_init(&b, 2, 2);
+    snprintf(save, sizeof save, "save=%s", path_in(&b, "ckpt"));
+    snprintf(ssd, sizeof ssd, "s:fleet_desc_configs.sparse_ssd_path=%s", path_in(&b, "ssd"));
+    const char *cls = "s:fleet_desc_configs.sparse_table_class=DownpourSparseSSDTable",
+               *mb = "s:fleet_desc_configs.sparse_mem_budget_mb=1";
+    const char *cb1[] = {"task=tiny", "mode=sync", "opt=adam", "lr=0.05", "steps=4", "quiet=1", save, cls, ssd, mb, NULL};
+    job_start(&b, cb1, NULL, NULL);
+    job_wait_ok(&b, 90);
+    struct stat sb;
+    CHECK(stat(path_in(&b, "ssd"), &sb) == 0 && S_ISDIR(sb.st_mode)); /* made by the servers' SSD tables */
+    CHECK(stat(path_in(&b, "ckpt/ps_manifest.json"), &sb) == 0);
+    job b2;
+    job_init(&b2, 2, 2);
+    snprintf(load, sizeof load, "load=%s", path_in(&b, "ckpt"));
+    snprintf(b_dump, sizeof b_dump, "dump=%s", path_in(&b, "b.st"));
+    const char *cb2[] = {"task=tiny", "mode=sync", "opt=adam", "lr=0.05", "start=4", "steps=4",
+                         "quiet=1",   cls,         ssd,        mb,        NULL};
+    const char *sb2[] = {load, NULL};
+    const char *wb2[] = {b_dump, NULL};
+    job_start(&b2, cb2, sb2, wb2);
+    job_wait_ok(&b2, 90);
+    dump_t x = read_dump(path_in(&a, "a.st")), y = read_dump(path_in(&b, "b.st"));
+    CHECK_EQ_INT(x.n, y.n);
+    compare(&x, &y, 0);
+    free_dump(&x);
+    free_dump(&y);
+    rm_rf(a.dir);
+    rm_rf(b.dir);
+    rm_rf(b2.dir);
+#endif
+}
+
 /* Checkpoints for restart: a sync Adam job checkpointing every 2 steps loses worker 1 at
  * step 5; the same command run again resumes from the checkpoint of step 4 (servers'
  * tables, the workers' Adam moments and step) and ends bit-exact with an uninterrupted
@@ -724,5 +769,5 @@ TEST_MAIN(T(checkpoint_restart_is_bit_exact), T(rewrite_sync_and_async), T(rewri
           T(unsupported_combinations_are_refused), T(missing_server_fails_init_worker_in_time), T(sync_sgd_l2_equals_local),
           T(sync_adam_equals_local), T(sync_adagrad_equals_local), T(sync_momentum_equals_local),
           T(sync_amp_bf16_equals_local_amp), T(async_converges), T(geo_converges), T(async_sparse_runs),
-          T(save_restart_is_bit_exact), T(inference_model_from_the_servers), T(killed_worker_fails_the_servers),
-          T(killed_worker_reported_by_fleetrun), T(example_runs_under_fleetrun))
+          T(save_restart_is_bit_exact), T(ssd_table_from_strategy), T(inference_model_from_the_servers),
+          T(killed_worker_fails_the_servers), T(killed_worker_reported_by_fleetrun), T(example_runs_under_fleetrun))

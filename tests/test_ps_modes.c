@@ -275,6 +275,57 @@ TEST(ctr_merged_async_bf16_matches_local_auc)
     CHECK(system(cmd) == 0);
 }
 
+/* Half-async with 2 Hogwild threads per worker: the threads meet at the end of each step and
+ * the last to arrive pushes both threads' gradients, merged (send_queue_size =
+ * max_merge_var_num = 2), and pulls once - so the worker makes about half as many pushes
+ * per trainer step as with one thread, where every step pushes each variable once. */
+static void half_async_run(const char *bin, const char *dir, int threads, double *pushes_per_step, double *auc)
+{
+    char cmd[8192], log[160];
+    snprintf(cmd, sizeof cmd,
+             "%s/tools/fleetrun --server_num 1 --worker_num 1 --log_level info --log_dir %s/log%d "
+             "%s/examples/ctr/train --thread_num %d --train_data %s/data/train --test_data %s/data/test "
+             "--model_dir %s/model%d --epochs 1 --optimizer adam --lr 0.003 --hidden 32,32 "
+             "--sparse_feature_dim 100003 --print_period 0 --strategy a_sync_configs.half_async=true "
+             "--strategy a_sync_configs.send_queue_size=2 --strategy a_sync_configs.max_merge_var_num=2",
+             bin, dir, threads, bin, threads, dir, dir, dir, threads);
+    snprintf(log, sizeof log, "%s/half%d.log", dir, threads);
+    char *out = sh(log, 180, cmd);
+    *auc = after(out, "test auc ");
+    snprintf(log, sizeof log, "%s/log%d/workerlog.0", dir, threads);
+    char *w = slurp(log);
+    double steps = after(w, "stopped after ");
+    double pushes = after(w, "communicator made ");
+    printf("  half-async, %d thread(s): %.0f steps, %.0f pushes, test auc %.4f\n", threads, steps, pushes, *auc);
+    CHECK(steps > 0);
+    *pushes_per_step = pushes / steps;
+    free(w);
+    free(out);
+}
+
+TEST(half_async_threads_meet_once_per_step)
+{
+    char self[512], bin[600], dir[64] = "/tmp/fl_halfasyncXXXXXX", cmd[8192], log[128];
+    th_tests_dir(self, sizeof self);
+    snprintf(bin, sizeof bin, "%s/..", self);
+    CHECK(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "%s/tools/fleet-datagen criteo --rows 20000 --files 2 --out %s/data --seed 7 --vocab-scale 0.002 "
+             "--dense-scale 0.1",
+             bin, dir);
+    snprintf(log, sizeof log, "%s/gen.log", dir);
+    free(sh(log, 60, cmd));
+    double one = 0, two = 0, auc1 = 0, auc2 = 0;
+    half_async_run(bin, dir, 1, &one, &auc1);
+    half_async_run(bin, dir, 2, &two, &auc2);
+    CHECK(one > 0);
+    CHECK(two < 0.75 * one); /* about 0.5: two threads' gradients per push */
+    CHECK(auc1 > 0.6);
+    CHECK_NEAR(auc2, auc1, 0.05);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 /* ---- in process: the strategy --------------------------------------------------------------- */
 
 TEST(strategy_fields_and_mode_selection)
@@ -327,4 +378,4 @@ TEST(strategy_fields_and_mode_selection)
 
 TEST_MAIN(T(strategy_fields_and_mode_selection), T(half_async_one_worker_equals_local), T(geo_one_worker_equals_local),
           T(bf16_wire_halves_dense_bytes), T(half_async_converges), T(async_merged_bf16_converges),
-          T(ctr_merged_async_bf16_matches_local_auc))
+          T(ctr_merged_async_bf16_matches_local_auc), T(half_async_threads_meet_once_per_step))

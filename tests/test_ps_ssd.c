@@ -6,7 +6,7 @@
  *     field by field: values, optimizer state, show, click, delta_score, unseen_days,
  *     pending counts, pows, rng), trains on after the restore, ages rows with daily saves,
  *     writes the same delta save, and shrinks (decay, delete threshold, unseen days) the same
- *     rows on both tiers; a scan returns every row once;
+ *     rows on both tiers; a scan returns every row once, paged as in one page;
  *   - a server process holding such a table (10x its budget) answers as the in-memory table
  *     does, saves and reloads it, and its resident memory grows by no more than the budget
  *     plus a stated overhead (RocksDB's write buffers and block cache, chunk slack);
@@ -250,6 +250,33 @@ TEST(ssd_table_matches_memory_table)
         CHECK(!memcmp(one, svals + i * DIM, sizeof one));
     }
     CHECK_FAILS(fl__ps_sparse_scan(s, (uint64_t)ss.rows - 1, 2, sid, svals), FL_ESTATE, "holds");
+    /* pages resume where the previous one ended (one pass): the same rows in the same order
+     * as one page, for both tables; a row inserted between pages makes the next page count
+     * from the start again */
+    fl__ps_sparse *both[2] = {s, m};
+    for (int w = 0; w < 2; w++) {
+        fl__ps_sparse *t = both[w];
+        fl_ps_table_stats ts;
+        fl__ps_sparse_stats(t, &ts);
+        const uint64_t nr = (uint64_t)ts.rows, pg = 777;
+        uint64_t *one_id = malloc((nr + 1) * 8), *pg_id = malloc((nr + 1) * 8);
+        float *one_v = malloc((nr + 1) * DIM * 4), *pg_v = malloc((nr + 1) * DIM * 4);
+        CHECK_OK(fl__ps_sparse_scan(t, 0, nr, one_id, one_v));
+        for (uint64_t f = 0; f < nr; f += pg)
+            CHECK_OK(fl__ps_sparse_scan(t, f, nr - f < pg ? nr - f : pg, pg_id + f, pg_v + f * DIM));
+        CHECK(!memcmp(one_id, pg_id, nr * 8) && !memcmp(one_v, pg_v, nr * DIM * 4));
+        CHECK_OK(fl__ps_sparse_scan(t, 0, pg, pg_id, pg_v));
+        uint64_t fresh = id_of((uint64_t)nall + 5); /* a new row in both (admitted at its second touch) */
+        CHECK_OK(fl__ps_sparse_pull(t, &fresh, 1, one, 1));
+        CHECK_OK(fl__ps_sparse_pull(t, &fresh, 1, one, 1));
+        CHECK_OK(fl__ps_sparse_scan(t, pg, nr + 1 - pg, pg_id + pg, pg_v + pg * DIM));
+        CHECK_OK(fl__ps_sparse_scan(t, 0, nr + 1, one_id, one_v));
+        CHECK(!memcmp(one_id + pg, pg_id + pg, (nr + 1 - pg) * 8));
+        free(one_id);
+        free(pg_id);
+        free(one_v);
+        free(pg_v);
+    }
     free(o);
     free(sid);
     free(svals);
@@ -257,7 +284,7 @@ TEST(ssd_table_matches_memory_table)
     /* save: the same checkpoint; restore into a fresh SSD table and train on: still equal */
     CHECK_OK(fl__ps_sparse_save(m, pa, 0));
     CHECK_OK(fl__ps_sparse_save(s, pb, 0));
-    CHECK_EQ_INT(compare_saves(pa, pb, DIM), ss.rows);
+    CHECK_EQ_INT(compare_saves(pa, pb, DIM), ss.rows + 1); /* and the row the scan test added */
     fl__ps_sparse *r;
     CHECK_OK(fl__ps_sparse_create(&cs, 0, 1, &r));
     CHECK_EQ_INT(count_entries(ssd), 2); /* a database per table instance */

@@ -123,6 +123,7 @@ FL_API void fleet_role_free(fleet_role *r);
  * (key=value lines or a JSON object).  Fields this build does not implement are
  * rejected when they differ from their default (fleet_strategy_check). */
 #define FLEET_STRATEGY_STR_MAX 256 /* bytes of a string field, NUL included */
+#define FLEET_DGC_MAX_SPARSITY 32  /* entries of dgc_configs.sparsity */
 typedef struct {
     int a_sync; /* true */
     struct {
@@ -150,9 +151,9 @@ typedef struct {
         int64_t k_steps; /* 1 */
         int avg;         /* true */
     } gradient_merge_configs;
-    int amp; /* false; true: fl_amp_decorate at minimize (src/fleet/amp.c) */
+    int amp; /* false; true: fl_amp_decorate_optimizer at minimize (src/fleet/amp.c) */
     struct {
-        /* Loss scaling: accepted, unused with bfloat16 (float32's range; docs/engine.md) */
+        /* Loss scaling of float16 (unused with bfloat16, which has float32's range; docs/engine.md) */
         double init_loss_scaling;                            /* 32768 */
         int64_t incr_every_n_steps, decr_every_n_nan_or_inf; /* 1000, 2 */
         double incr_ratio, decr_ratio;                       /* 2.0, 0.8 */
@@ -160,11 +161,15 @@ typedef struct {
         /* comma-separated op types (JSON: a list of strings or one such string) */
         char custom_white_list[FLEET_STRATEGY_STR_MAX], custom_black_list[FLEET_STRATEGY_STR_MAX]; /* "" */
         int use_pure_fp16;                   /* false (O2: not implemented) */
-        char dtype[FLEET_STRATEGY_STR_MAX];  /* our extension: "bfloat16" (default) or "float16" (refused) */
+        char dtype[FLEET_STRATEGY_STR_MAX];  /* our extension: "bfloat16" (default) or "float16" (collective
+                                              * or local; refused with parameter servers) */
     } amp_configs;
-    int dgc;
+    int dgc; /* false; true: Deep Gradient Compression of the Momentum optimizer (docs/collective.md) */
     struct {
         int64_t rampup_begin_step, rampup_step; /* 0, 1 */
+        /* the sparsity schedule over rampup_step steps: comma-separated numbers in [0, 1),
+         * at most FLEET_DGC_MAX_SPARSITY (JSON: a list of numbers) */
+        char sparsity[FLEET_STRATEGY_STR_MAX]; /* "0.999" */
     } dgc_configs;
     int recompute;
     int lars; /* false; true: the Momentum optimizer becomes lars_momentum (fl_opt_lars) */
@@ -191,6 +196,21 @@ typedef struct {
      * reduced in float32 (fl_coll_allreduce in fleet/coll.h) */
     char allreduce_dtype[FLEET_STRATEGY_STR_MAX];
     int sync_nccl_allreduce;                     /* true */
+    /* The class of the sparse tables of a parameter-server job.  Paddle 2.x sets it per table
+     * in fleet_desc_configs[table]["sparse_table_class"]; here one setting covers every sparse
+     * table of the job (docs/parameter_server.md).  sparse_table_class: "DownpourSparseTable"
+     * (default) or "MemorySparseTable": in server memory; "DownpourSparseSSDTable" or
+     * "SSDSparseTable": Paddle's SSDSparseTable, rows beyond a memory budget in RocksDB.
+     * Our extensions (Paddle takes the directory from its rocksdb_path flag and moves rows by
+     * unseen days instead of a budget): sparse_ssd_path, the directory each server keeps its
+     * databases under, and sparse_mem_budget_mb, the MiB of rows a server keeps in memory
+     * per table (fl_ps_table_config.ssd_path / mem_budget_mb); both required by, and only
+     * allowed with, an SSD class. */
+    struct {
+        char sparse_table_class[FLEET_STRATEGY_STR_MAX]; /* "DownpourSparseTable" */
+        char sparse_ssd_path[FLEET_STRATEGY_STR_MAX];    /* "" */
+        int64_t sparse_mem_budget_mb;                    /* 0 */
+    } fleet_desc_configs;
 } fleet_strategy;
 
 FL_API fleet_strategy fleet_strategy_default(void);
@@ -215,6 +235,20 @@ FL_API char *fleet_strategy_to_text(const fleet_strategy *s);
 /* ---- the facade ---------------------------------------------------------------------------- */
 
 typedef struct fleet fleet_t;
+
+/* What strategy.dgc exchanged on this worker so far (collective runtime, more than one
+ * worker; otherwise all zero).  Bytes are this rank's bytes on the transport
+ * (fl_coll_bytes_sent) during DGC's exchanges; fleet_stop_worker logs them at info level. */
+typedef struct {
+    int64_t params;       /* parameters compressed (the small ones are allreduced as usual) */
+    int64_t dense_steps;  /* steps before rampup_begin_step: those parameters allreduced dense */
+    int64_t sparse_steps; /* steps that exchanged top-k (index, value) pairs */
+    uint64_t dense_bytes, sparse_bytes;
+} fleet_dgc_stats;
+
+/* Fills *out.  FL_EINVAL for a NULL or invalid handle or out.  Not thread safe with a
+ * training step running on another thread. */
+FL_API int fleet_dgc_stats_get(fleet_t *f, fleet_dgc_stats *out);
 
 /* Creates the handle.  role NULL means fleet_role_from_env(0, ...) (the launcher's
  * variables, parameter-server mode); fleet_init_collective uses collective mode.  The handle takes

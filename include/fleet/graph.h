@@ -71,22 +71,47 @@ FL_API int fl_prog_from_text(const char *text, size_t len, fl_prog **out);
  * otherwise).  Returns the number of pairs fused (>= 0) or a negative status. */
 FL_API int fl_fuse_fc_act(fl_prog *p);
 /* Automatic mixed precision (Paddle's static amp.decorate, level O1).  The float32 inputs
- * of white-listed ops (default: fc) get a cast op to bfloat16 inserted before them
- * ("<var>.cast_bf16", visible in the program text); those ops multiply in bfloat16 with
- * float32 accumulation and output, everything else stays float32.  Parameters, their
- * gradients and optimizer state stay float32 (master weights).  No loss scaling: bfloat16
- * has float32's range.  Lists are comma-separated op types; custom_white_list may only
- * name ops with a bfloat16 kernel (fc; Paddle's mul, matmul, matmul_v2 are accepted as
- * its names), custom_black_list keeps ops in float32.  dtype 0 means bfloat16; float16 is
- * refused (FL_EUNSUPPORTED: it needs dynamic loss scaling, not implemented).  Call before
- * fl_opt_minimize.  Returns the number of ops rewritten (>= 0) or a negative status with
- * the program error naming the op or list entry. */
+ * of white-listed ops (default: fc and matmul) get a cast op to bfloat16 or float16
+ * inserted before them ("<var>.cast_bf16" / "<var>.cast_fp16", visible in the program
+ * text); those ops multiply in low precision with float32 accumulation and output,
+ * everything else stays float32.  Parameters, their gradients and optimizer state stay
+ * float32 (master weights).  Lists are comma-separated op types; custom_white_list may only
+ * name ops with a low-precision kernel (fc, matmul; Paddle's mul and matmul_v2 are accepted
+ * as fc's names), custom_black_list keeps ops in float32.  dtype 0 means bfloat16 (no loss
+ * scaling: it has float32's range).  float16 needs loss scaling: use
+ * fl_amp_decorate_optimizer, which also runs this rewrite.  use_pure_fp16 (level O2) is
+ * refused (FL_EUNSUPPORTED).  Call before fl_opt_minimize.  Returns the number of ops
+ * rewritten (>= 0) or a negative status with the program error naming the op or list
+ * entry. */
 typedef struct {
     fl_dtype dtype;
     const char *custom_white_list;
     const char *custom_black_list;
+    /* Loss scaling of float16 (fl_amp_decorate_optimizer), Paddle's amp_configs; 0 picks
+     * Paddle's default given in brackets. */
+    double init_loss_scaling;        /* [32768] */
+    int64_t incr_every_n_steps;      /* [1000] finite steps in a row before the scale grows */
+    int64_t decr_every_n_nan_or_inf; /* [2] steps with inf/NaN before the scale shrinks */
+    double incr_ratio;               /* [2.0] */
+    double decr_ratio;               /* [0.8] */
+    int static_loss_scaling;         /* [0] 1: the scale stays init_loss_scaling (Paddle's
+                                      * use_dynamic_loss_scaling = false) */
+    int use_pure_fp16;               /* [0] level O2: not implemented (FL_EUNSUPPORTED) */
 } fl_amp_opts;
 FL_API int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts);
+/* AMP on an optimizer (Paddle's static amp.decorate(optimizer, ...)): fl_opt_minimize
+ * then runs fl_amp_decorate on the loss's program before backward and, for float16, adds
+ * loss scaling after backward (and after a distributed runtime's gradient allreduce):
+ * persistable "loss_scaling_0" (float32 [1], init_loss_scaling), "num_good_steps_0" and
+ * "num_bad_steps_0" (int64 [1]); the loss gradient multiplied by loss_scaling_0; every
+ * gradient divided by it and checked (check_finite_and_unscale -> "find_infinite_scale");
+ * update_loss_scaling (unless static_loss_scaling); and every update op runs only on steps
+ * whose gradients are all finite, so a step with inf/NaN leaves parameters and optimizer
+ * state bit-identical.  bfloat16 adds no loss scaling.  opts is copied (the list strings
+ * must stay valid until fl_opt_minimize returns).  FL_EINVAL for a bad ratio or count.
+ * Another optimizer hook that sets an update condition of its own (gradient merge) is
+ * refused with float16 at minimize. */
+FL_API int fl_amp_decorate_optimizer(fl_opt *o, const fl_amp_opts *opts);
 FL_API int fl_prog_prune(const fl_prog *p, const char *const *feeds, int nfeed, const char *const *targets, int ntarget,
                          fl_prog **out);
 

@@ -29,8 +29,8 @@ typedef enum {
     FL_INT64 = 1,
     FL_FLOAT64 = 2,
     FL_INT32 = 3,
-    FL_FLOAT16 = 4,  /* storage only (no kernels yet) */
-    FL_BFLOAT16 = 5, /* storage only (no kernels yet) */
+    FL_FLOAT16 = 4,  /* AMP: cast, fc / matmul operands (docs/engine.md) */
+    FL_BFLOAT16 = 5, /* AMP: cast, fc / matmul operands (docs/engine.md) */
     FL_DTYPE_COUNT
 } fl_dtype;
 

@@ -33,7 +33,7 @@ _CONFIG_DEFAULTS = {
     "amp_configs": {"init_loss_scaling": 32768.0, "incr_every_n_steps": 1000, "decr_every_n_nan_or_inf": 2,
                     "incr_ratio": 2.0, "decr_ratio": 0.8, "use_dynamic_loss_scaling": True,
                     "custom_white_list": [], "custom_black_list": [], "use_pure_fp16": False, "dtype": "bfloat16"},
-    "dgc_configs": {"rampup_begin_step": 0, "rampup_step": 1},
+    "dgc_configs": {"rampup_begin_step": 0, "rampup_step": 1, "sparsity": [0.999]},
     "lars_configs": {"lars_coeff": 0.001, "lars_weight_decay": 0.0005, "epsilon": 0.0,
                      "exclude_from_weight_decay": []},
     "lamb_configs": {"lamb_weight_decay": 0.01, "exclude_from_weight_decay": []},
@@ -46,8 +46,10 @@ def _str(value):
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, (list, tuple)):  # op lists (amp_configs.custom_white_list): comma-separated
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            return ",".join(repr(float(v)) for v in value)  # dgc_configs.sparsity
         if not all(isinstance(v, str) for v in value):
-            raise TypeError("list values of Fleet's strategy fields are lists of strings")
+            raise TypeError("list values of Fleet's strategy fields are lists of strings or of numbers")
         return ",".join(value)
     return str(value)
 

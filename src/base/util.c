@@ -2,15 +2,31 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "base_internal.h"
+
+/* Buffers from 32 MiB (embedding tables and their optimizer state) are aligned to 2 MiB
+ * and advised for transparent huge pages: a sparse update touches a few rows at random
+ * all over such a table, and with 4 KiB pages nearly every row costs a TLB miss (Adam
+ * reads three such tables per row; measured in bench/adam_rows.sh).  The tables are
+ * written whole when initialised, so huge pages hold no memory that 4 KiB pages would
+ * not.  Where the kernel's THP setting is "never" the advice is a no-op. */
+#define FL_HUGE_FROM ((size_t)32 << 20)
+#define FL_HUGE_PAGE ((size_t)2 << 20)
 
 void *fl__alloc_aligned(size_t bytes)
 {
     void *p = NULL;
     if (bytes == 0) bytes = 64;
     bytes = (bytes + 63) & ~(size_t)63;
+    if (bytes >= FL_HUGE_FROM) {
+        size_t len = (bytes + FL_HUGE_PAGE - 1) & ~(FL_HUGE_PAGE - 1);
+        if (posix_memalign(&p, FL_HUGE_PAGE, len) != 0) return NULL;
+        (void)madvise(p, len, MADV_HUGEPAGE);
+        return p;
+    }
     if (posix_memalign(&p, 64, bytes) != 0) return NULL;
     return p;
 }

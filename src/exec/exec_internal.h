@@ -2,6 +2,8 @@
 #ifndef FL_EXEC_INTERNAL_H
 #define FL_EXEC_INTERNAL_H
 
+#include <pthread.h>
+
 #include "fleet/exec.h"
 #include "../graph/graph_internal.h"
 
@@ -42,5 +44,25 @@ const fl_var *fl__untrained_param(const fl_prog *p);
 /* Warns once per executor and program when fl__untrained_param(p) is not NULL; fn names
  * the training call in the message. */
 void fl__untrained_warn(fl_exe *e, const fl_prog *p, const char *fn);
+
+/* The trainer threads of one pass (src/exec/tgroup.c): kernels meet there to act once per
+ * worker step.  fl__tgroup_meet runs leader(arg) once, in the last thread to arrive, after
+ * every thread still in the pass has arrived (at once when called outside a pass) and
+ * returns its status in every thread. */
+typedef struct fl__tgroup {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int active, arrived;
+    uint64_t gen;
+    int st;
+    char msg[512];
+    int (*leader)(void *arg);
+    void *arg;
+} fl__tgroup;
+void fl__tgroup_init(fl__tgroup *g, int threads);
+void fl__tgroup_destroy(fl__tgroup *g);
+void fl__tgroup_enter(fl__tgroup *g);
+void fl__tgroup_leave(fl__tgroup *g);
+int fl__tgroup_meet(int (*leader)(void *arg), void *arg);
 
 #endif

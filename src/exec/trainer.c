@@ -42,6 +42,7 @@ struct pass {
     atomic_llong instances, batches;
     double t0;
     fl__report rep;     /* progress line and metrics (progress.c) */
+    fl__tgroup group;   /* the trainer threads, for kernels that meet once per step */
     pthread_mutex_t mu; /* first error */
     int err;
     char msg[1024];
@@ -83,6 +84,7 @@ static void run_thread(pass *ps, int t)
     int nslots = b ? fl_data_batch_num_slots(b) : 0;
     fl_feed *feed = b ? calloc((size_t)nslots + 1, sizeof *feed) : NULL;
     int64_t batch = 0;
+    fl__tgroup_enter(&ps->group);
     if (!feed) {
         fail(ps, t, 0, fl_last_status() ? fl_last_status() : FL_ENOMEM);
         goto out;
@@ -119,6 +121,7 @@ static void run_thread(pass *ps, int t)
         fl__report_batch(&ps->rep, vals, fl_data_batch_size(b));
     }
 out:
+    fl__tgroup_leave(&ps->group);
     free(feed);
     fl_data_batch_free(b);
     fl_exe_free(ex);
@@ -199,14 +202,17 @@ static int run_pass(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const cha
     atomic_init(&ps.instances, 0);
     atomic_init(&ps.batches, 0);
     pthread_mutex_init(&ps.mu, NULL);
+    fl__tgroup_init(&ps.group, n);
     worker *ws = calloc((size_t)n, sizeof *ws);
     if (!ws) {
+        fl__tgroup_destroy(&ps.group);
         pthread_mutex_destroy(&ps.mu);
         return fl__err(FL_ENOMEM, "%s: out of memory", fn);
     }
     int st = fl__report_begin(&ps.rep, e, p, ds, fetch_list, fetch_info, nfetch, print_period, train);
     if (st != FL_OK) {
         free(ws);
+        fl__tgroup_destroy(&ps.group);
         pthread_mutex_destroy(&ps.mu);
         return fl__err(st, "%s: %s", fn, fl_last_error());
     }
@@ -214,6 +220,7 @@ static int run_pass(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const cha
     if (st != FL_OK) {
         fl__report_end(&ps.rep, 0, 0);
         free(ws);
+        fl__tgroup_destroy(&ps.group);
         pthread_mutex_destroy(&ps.mu);
         return fl__err(st, "%s: %s", fn, fl_last_error());
     }
@@ -224,11 +231,13 @@ static int run_pass(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const cha
         if (pthread_create(&ws[t].th, NULL, thread_main, &ws[t]) != 0) {
             fl__err(FL_ENOMEM, "could not start trainer thread %d", t);
             fail(&ps, t, 0, FL_ENOMEM);
+            for (int u = t; u < n; u++) fl__tgroup_leave(&ps.group); /* never entered */
             break;
         }
         ws[t].started = 1;
     }
     if (!atomic_load(&ps.stop)) run_thread(&ps, 0);
+    else fl__tgroup_leave(&ps.group); /* thread 0 never entered */
     for (int t = 1; t < n; t++)
         if (ws[t].started) pthread_join(ws[t].th, NULL);
     if (n > 1) fl__blas_single_end(blas);
@@ -241,6 +250,7 @@ static int run_pass(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const cha
         stats->seconds = el;
     }
     free(ws);
+    fl__tgroup_destroy(&ps.group);
     pthread_mutex_destroy(&ps.mu);
     if (ps.err) return fl__err(ps.err, "%s", ps.msg);
     if (est != FL_OK) return fl__err(est, "%s: %s", fn, fl_last_error());

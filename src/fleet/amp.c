@@ -1,33 +1,44 @@
 /*
- * amp.c - strategy.amp for every runtime: fleet_distributed_optimizer sets a hook that runs
- * fl_amp_decorate (src/graph/amp.c) on the forward program when minimize() starts, before
- * backward and before the runtime's own rewrite (allreduce insertion, PS send/recv).
+ * amp.c - strategy.amp for every runtime: fleet_distributed_optimizer hands amp_configs to
+ * fl_amp_decorate_optimizer (src/graph/amp_scaling.c), so minimize() runs the cast rewrite
+ * on the forward program before backward, and for float16 adds loss scaling after the
+ * runtime's own rewrite (allreduce insertion): the gradients checked for inf/NaN are the
+ * reduced ones, identical on every rank, so every rank skips the same steps.
  *
- * What the runtimes then see: gradients of float32 parameters, in float32 (the casts'
- * gradients turn the bfloat16 products' gradients back), so the collective allreduce and
- * the parameter servers work unchanged and servers keep float32 tables.
- *
- * amp_configs: custom_white_list / custom_black_list and dtype are used; use_pure_fp16 is
- * refused by fleet_strategy_check; the loss-scaling fields are accepted and not used,
- * because bfloat16 has float32's exponent range (said once at info level).
+ * What the runtimes see: gradients of float32 parameters, in float32 (the casts' gradients
+ * turn the low-precision products' gradients back), so the collective allreduce works
+ * unchanged.  Parameter servers keep float32 tables and work unchanged with bfloat16;
+ * float16 with parameter servers is refused (the servers apply the pushed gradients, so
+ * the check and the skipped step would have to move into the communicator: not done).
  */
 #include <string.h>
 
 #include "fleet_internal.h"
-
-static int amp_hook(void *user, int phase, fl_opt_hook_ctx *ctx)
-{
-    fleet_t *f = user;
-    if (phase != FL_HOOK_BEFORE_BACKWARD) return FL_OK;
-    fl_amp_opts o = {FL_BFLOAT16, f->strategy.amp_configs.custom_white_list, f->strategy.amp_configs.custom_black_list};
-    int n = fl_amp_decorate(ctx->prog, &o);
-    if (n < 0) return n;
-    FL_INFO(FL_SUB_FLEET, "strategy.amp: %d op(s) compute in bfloat16 (loss scaling is not used with bfloat16)", n);
-    return FL_OK;
-}
+#include "runtime.h"
 
 int fl__fleet_amp_wire(fleet_t *f, fl_opt *opt)
 {
     if (!f->strategy.amp) return FL_OK;
-    return fl__opt_set_pre_hook(opt, amp_hook, f);
+    const fleet_strategy *s = &f->strategy;
+    const char *dt = s->amp_configs.dtype;
+    int f16 = !strcmp(dt, "float16") || !strcmp(dt, "fp16");
+    if (f16 && f->runtime == &fl__runtime_ps)
+        return fl__err(FL_EUNSUPPORTED,
+                       "strategy.amp with amp_configs.dtype = %s and parameter servers: float16 loss scaling "
+                       "(the step skipped on inf/NaN) is not implemented with servers; use bfloat16, which needs "
+                       "no loss scaling and keeps the servers' float32 tables",
+                       dt);
+    fl_amp_opts o;
+    memset(&o, 0, sizeof o);
+    o.dtype = f16 ? FL_FLOAT16 : FL_BFLOAT16;
+    o.custom_white_list = s->amp_configs.custom_white_list;
+    o.custom_black_list = s->amp_configs.custom_black_list;
+    o.init_loss_scaling = s->amp_configs.init_loss_scaling;
+    o.incr_every_n_steps = s->amp_configs.incr_every_n_steps;
+    o.decr_every_n_nan_or_inf = s->amp_configs.decr_every_n_nan_or_inf;
+    o.incr_ratio = s->amp_configs.incr_ratio;
+    o.decr_ratio = s->amp_configs.decr_ratio;
+    o.static_loss_scaling = !s->amp_configs.use_dynamic_loss_scaling;
+    o.use_pure_fp16 = s->amp_configs.use_pure_fp16;
+    return fl_amp_decorate_optimizer(opt, &o);
 }

@@ -51,10 +51,10 @@ int fl__fleet_secret(fleet_t *f, const char *fn, int required, const fl_net_secr
  * a local run or one worker (the caller then acts alone). */
 int fl__fleet_worker_ring(fleet_t *f, const char *fn);
 
-/* strategy.amp: makes minimize() run fl_amp_decorate on the forward program first, with
- * amp_configs' lists and dtype (amp.c).  Nothing when amp is false.  The same for every
- * runtime: casts sit in the forward program, parameters and gradients stay float32, so
- * allreduce and the servers see float32. */
+/* strategy.amp: fl_amp_decorate_optimizer with amp_configs (amp.c): the cast rewrite before
+ * backward, float16 loss scaling after the runtime's allreduce.  Nothing when amp is false.
+ * Parameters and gradients stay float32, so allreduce and the servers see float32;
+ * float16 with parameter servers is refused (FL_EUNSUPPORTED). */
 int fl__fleet_amp_wire(fleet_t *f, fl_opt *opt);
 
 /* strategy.lars / strategy.lamb, as Paddle's LarsOptimizer and LambOptimizer meta
@@ -63,6 +63,15 @@ int fl__fleet_amp_wire(fleet_t *f, fl_opt *opt);
  * (non-distributed) ones; a parameter-server run is FL_EUNSUPPORTED, as is another inner
  * optimizer.  Nothing when both are false. */
 int fl__fleet_meta_optim(fleet_t *f, fl_opt *opt);
+
+/* strategy.fleet_desc_configs: checks the sparse table class against sparse_ssd_path and
+ * sparse_mem_budget_mb (strategy.c); *ssd (may be NULL) gets 1 for an SSD class.  Used by
+ * fleet_strategy_check and by the PS runtime when it makes the servers' tables. */
+int fl__strategy_ssd_table(const fleet_strategy *s, int *ssd);
+
+/* strategy.dgc_configs.sparsity as numbers (out: FLEET_DGC_MAX_SPARSITY entries); FL_EINVAL
+ * naming the field when malformed (strategy.c). */
+int fl__strategy_dgc_sparsity(const fleet_strategy *s, float *out, int *n);
 
 /* Splits "a:1,b:2" into a malloc'ed array of malloc'ed endpoints, validating host:port.
  * `what` names the source (environment variable or argument) in errors. */

@@ -11,11 +11,23 @@
  * training; here a parameter-server run with either set is an error rather than a silent
  * no-op, because the servers run their own update rules.
  */
+#include <string.h>
+
 #include "fleet_internal.h"
 
 int fl__fleet_meta_optim(fleet_t *f, fl_opt *opt)
 {
     const fleet_strategy *s = &f->strategy;
+    /* strategy.dgc: Paddle's DGCOptimizer applies to collective Momentum only; the rewrite
+     * itself is the collective runtime's (collective/dgc.c) */
+    if (s->dgc && f->role->distributed && !f->role->is_collective)
+        return fl__err(FL_EUNSUPPORTED, "strategy.dgc works with collective training (as in Paddle); this is a "
+                                        "parameter-server run, whose servers receive every gradient dense");
+    if (s->dgc && strcmp(fl_opt_type(opt), "momentum") != 0)
+        return fl__err(FL_EUNSUPPORTED,
+                       "strategy.dgc works with the Momentum optimizer only (Paddle's DGCMomentumOptimizer); "
+                       "the optimizer is %s",
+                       fl_opt_type(opt));
     if (!s->lars && !s->lamb) return FL_OK;
     const char *which = s->lars ? "strategy.lars" : "strategy.lamb";
     if (f->role->distributed && !f->role->is_collective)

@@ -32,6 +32,8 @@ struct fl_ring {
     int qhead, qtail, qcap, busy, stop;
     int err;
     char errmsg[512];
+    fleet_dgc_stats dgc;           /* fl__ring_dgc_count */
+    int64_t dgc_last[2];           /* the last step counted, dense and sparse */
 };
 
 /* The process-wide ring table: ring id -> communicator (ops find theirs by attribute). */
@@ -85,6 +87,21 @@ int fl__ring_allgather(fl_ring *c, const void *send, void *recv, size_t count, f
     }
     return fl_coll_allgather(c->coll, send, recv, count, dt);
 }
+
+uint64_t fl__ring_bytes_sent(const fl_ring *c) { return c->size > 1 ? fl_coll_bytes_sent(c->coll) : 0; }
+
+void fl__ring_dgc_count(fl_ring *c, int64_t step, int sparse, uint64_t bytes)
+{
+    if (c->dgc_last[sparse != 0] != step + 1) {
+        c->dgc_last[sparse != 0] = step + 1;
+        if (sparse) c->dgc.sparse_steps++;
+        else c->dgc.dense_steps++;
+    }
+    if (sparse) c->dgc.sparse_bytes += bytes;
+    else c->dgc.dense_bytes += bytes;
+}
+
+fleet_dgc_stats fl__ring_dgc_stats(const fl_ring *c) { return c->dgc; }
 
 int fl__ring_barrier(fl_ring *c)
 {

@@ -40,6 +40,13 @@ int fl__ring_barrier(fl_ring *c);
  * buffer of at least n elements for bucket b (kept between steps).  fl__ring_start(c, b, n)
  * queues an in-place sum-allreduce of its first n elements; fl__ring_wait_all() waits for
  * every queued job and returns the first error. */
+/* Bytes this rank has put on the transport (fl_coll_bytes_sent; 0 on a ring of one). */
+uint64_t fl__ring_bytes_sent(const fl_ring *c);
+/* DGC's exchange (collective/dgc.c) counts here, per step: one exchange of `bytes` at step
+ * `step`, sparse (top-k pairs) or dense.  Read with fl__ring_dgc_stats (executor thread). */
+void fl__ring_dgc_count(fl_ring *c, int64_t step, int sparse, uint64_t bytes);
+fleet_dgc_stats fl__ring_dgc_stats(const fl_ring *c);
+
 float *fl__ring_bucket(fl_ring *c, int b, size_t n);
 int fl__ring_start(fl_ring *c, int b, size_t n);
 int fl__ring_wait_all(fl_ring *c);

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -70,9 +71,11 @@ static const field fields[] = {
     {"amp_configs.use_pure_fp16", F_BOOL, FO(amp_configs.use_pure_fp16), 0, 0, 0,
      "pure fp16 (O2, float16 parameters) is not implemented: AMP runs O1 with float32 master weights"},
     {"amp_configs.dtype", F_STR, FO(amp_configs.dtype), 0, 1, 0, NULL, "bfloat16"},
-    {"dgc", F_BOOL, FO(dgc), 0, 0, 0, "DGC (deep gradient compression) is not implemented yet"},
-    {"dgc_configs.rampup_begin_step", F_I64, FO(dgc_configs.rampup_begin_step), 0, 0, 0, "DGC is not implemented yet"},
-    {"dgc_configs.rampup_step", F_I64, FO(dgc_configs.rampup_step), 1, 0, 1, "DGC is not implemented yet"},
+    {"dgc", F_BOOL, FO(dgc), 0, 1, 0, NULL},
+    {"dgc_configs.rampup_begin_step", F_I64, FO(dgc_configs.rampup_begin_step), 0, 1, 0, NULL},
+    {"dgc_configs.rampup_step", F_I64, FO(dgc_configs.rampup_step), 1, 1, 1, NULL},
+    /* a list of numbers in [0, 1): comma-separated in text, a JSON list of numbers */
+    {"dgc_configs.sparsity", F_STR, FO(dgc_configs.sparsity), 0, 1, 0, NULL, "0.999"},
     {"recompute", F_BOOL, FO(recompute), 0, 0, 0, "recompute is not implemented"},
     {"lars", F_BOOL, FO(lars), 0, 1, 0, NULL},
     {"lars_configs.lars_coeff", F_DBL, FO(lars_configs.lars_coeff), 0.001, 1, 0, NULL},
@@ -99,6 +102,11 @@ static const field fields[] = {
     {"nccl_comm_num", F_I64, FO(nccl_comm_num), 1, 0, 1, "only one communicator per job is implemented"},
     {"allreduce_dtype", F_STR, FO(allreduce_dtype), 0, 1, 0, NULL, "float32"},
     {"sync_nccl_allreduce", F_BOOL, FO(sync_nccl_allreduce), 1, 0, 0, "allreduce is always synchronous with the step"},
+    /* checked in fleet_strategy_check; applied to the servers' tables by src/fleet/ps/runtime.c */
+    {"fleet_desc_configs.sparse_table_class", F_STR, FO(fleet_desc_configs.sparse_table_class), 0, 1, 0, NULL,
+     "DownpourSparseTable"},
+    {"fleet_desc_configs.sparse_ssd_path", F_STR, FO(fleet_desc_configs.sparse_ssd_path), 0, 1, 0, NULL, ""},
+    {"fleet_desc_configs.sparse_mem_budget_mb", F_I64, FO(fleet_desc_configs.sparse_mem_budget_mb), 0, 1, 0, NULL},
 };
 #define NFIELDS (int)(sizeof fields / sizeof fields[0])
 
@@ -244,16 +252,78 @@ int fleet_strategy_check(const fleet_strategy *s)
     if (!ar_ok)
         return fl__err(FL_EINVAL, "strategy field 'allreduce_dtype' = '%s' is invalid: expected float32, bfloat16 or "
                        "float16", s->allreduce_dtype);
+    FL_CHECK(fl__strategy_ssd_table(s, NULL));
     if (s->lars && s->lamb)
         return fl__err(FL_EINVAL, "strategy: lars and lamb cannot be combined (one replaces Momentum, the other Adam)");
+    float sp[FLEET_DGC_MAX_SPARSITY];
+    int nsp = 0;
+    if (s->dgc || s->dgc_configs.sparsity[0]) /* empty (a zeroed struct) passes while dgc is off */
+        FL_CHECK(fl__strategy_dgc_sparsity(s, sp, &nsp));
+    if (s->dgc && (s->localsgd || s->gradient_merge || s->lars || s->lamb))
+        return fl__err(FL_EINVAL, "strategy: dgc cannot be combined with %s (DGC replaces the Momentum update and the "
+                       "gradient allreduce itself)", s->localsgd ? "localsgd" : s->gradient_merge ? "gradient_merge"
+                       : s->lars ? "lars" : "lamb");
     const char *dt = s->amp_configs.dtype;
-    if (!strcmp(dt, "float16") || !strcmp(dt, "fp16"))
-        return fl__err(FL_EUNSUPPORTED, "strategy field 'amp_configs.dtype' = %s: float16 AMP needs dynamic loss "
-                       "scaling with the step skipped on inf/NaN, which is not implemented; use bfloat16 (the CPU "
-                       "default, which needs no loss scaling)", dt);
-    if (strcmp(dt, "bfloat16") != 0 && strcmp(dt, "bf16") != 0)
+    static const char *const amp_dtypes[] = {"bfloat16", "bf16", "float16", "fp16"};
+    int amp_ok = 0;
+    for (size_t i = 0; i < sizeof amp_dtypes / sizeof amp_dtypes[0]; i++) amp_ok |= !strcmp(dt, amp_dtypes[i]);
+    if (!amp_ok)
         return fl__err(FL_EINVAL, "strategy field 'amp_configs.dtype' = '%s' is invalid: expected bfloat16 or float16",
                        dt);
+    return FL_OK;
+}
+
+int fl__strategy_ssd_table(const fleet_strategy *s, int *ssd)
+{
+    static const char *const classes[][2] = {{"DownpourSparseTable", "0"},
+                                             {"MemorySparseTable", "0"},
+                                             {"DownpourSparseSSDTable", "1"},
+                                             {"SSDSparseTable", "1"}};
+    const char *cls = s->fleet_desc_configs.sparse_table_class, *path = s->fleet_desc_configs.sparse_ssd_path;
+    const int64_t mb = s->fleet_desc_configs.sparse_mem_budget_mb;
+    int is_ssd = -1;
+    for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++)
+        if (!strcmp(cls, classes[i][0])) is_ssd = classes[i][1][0] == '1';
+    if (is_ssd < 0)
+        return fl__err(FL_EINVAL,
+                       "strategy field 'fleet_desc_configs.sparse_table_class' = '%s' is invalid: expected "
+                       "DownpourSparseTable, MemorySparseTable, DownpourSparseSSDTable or SSDSparseTable",
+                       cls);
+    if (is_ssd && (!*path || mb < 1))
+        return fl__err(FL_EINVAL,
+                       "strategy: fleet_desc_configs.sparse_table_class = %s needs fleet_desc_configs.sparse_ssd_path "
+                       "(a directory, got '%s') and fleet_desc_configs.sparse_mem_budget_mb >= 1 (got %lld)",
+                       cls, path, (long long)mb);
+    if (!is_ssd && (*path || mb))
+        return fl__err(FL_EINVAL,
+                       "strategy: fleet_desc_configs.sparse_ssd_path and sparse_mem_budget_mb apply to an SSD table "
+                       "class, but sparse_table_class is %s",
+                       cls);
+    if (ssd) *ssd = is_ssd;
+    return FL_OK;
+}
+
+int fl__strategy_dgc_sparsity(const fleet_strategy *s, float *out, int *n)
+{
+    const char *key = "dgc_configs.sparsity", *p = s->dgc_configs.sparsity;
+    *n = 0;
+    while (*p) {
+        char *end;
+        errno = 0;
+        double d = strtod(p, &end);
+        if (errno || end == p || !(d >= 0.0 && d < 1.0))
+            return fl__err(FL_EINVAL, "strategy field '%s' = '%s': entry %d is not a number in [0, 1)", key,
+                           s->dgc_configs.sparsity, *n + 1);
+        if (*n == FLEET_DGC_MAX_SPARSITY)
+            return fl__err(FL_EINVAL, "strategy field '%s' has more than %d entries", key, FLEET_DGC_MAX_SPARSITY);
+        out[(*n)++] = (float)d;
+        while (isspace((unsigned char)*end)) end++;
+        if (*end && *end != ',')
+            return fl__err(FL_EINVAL, "strategy field '%s' = '%s': expected numbers separated by commas", key,
+                           s->dgc_configs.sparsity);
+        p = *end ? end + 1 : end;
+    }
+    if (!*n) return fl__err(FL_EINVAL, "strategy field '%s' is empty: give at least one sparsity such as 0.999", key);
     return FL_OK;
 }
 
@@ -303,10 +373,20 @@ static int json_str_or_list(const fl_json *j, const cJSON *v, const char *key, c
         snprintf(buf, cap, "%s", str);
         return FL_OK;
     }
+    if (cJSON_IsNumber(v)) { /* one number (dgc_configs.sparsity) */
+        snprintf(buf, cap, "%.9g", v->valuedouble);
+        return FL_OK;
+    }
     int n = 0;
     FL_CHECK(fl__json_arr(j, v, key, 64, &n));
     for (const cJSON *e = v->child; e; e = e->next) {
-        FL_CHECK(fl__json_str(j, e, key, &str));
+        char num[32];
+        if (cJSON_IsNumber(e)) { /* lists of numbers are kept as their text */
+            snprintf(num, sizeof num, "%.9g", e->valuedouble);
+            str = num;
+        } else {
+            FL_CHECK(fl__json_str(j, e, key, &str));
+        }
         int w = snprintf(buf + at, cap - at, "%s%s", at ? "," : "", str);
         if (w < 0 || (size_t)w >= cap - at) return fl__json_fail(j, "key '%s' is longer than %zu bytes", key, cap - 1);
         at += (size_t)w;

@@ -1,8 +1,8 @@
 /*
  * amp.c - automatic mixed precision as a program rewrite (Paddle's static AMP "decorate",
- * level O1): the float32 inputs of white-listed ops get a cast op to bfloat16 inserted
- * before them, so the op computes in bfloat16 (with float32 accumulation and a float32
- * output); every other op keeps float32.  Parameters stay float32 (master weights): the
+ * level O1): the float32 inputs of white-listed ops get a cast op to bfloat16 or float16
+ * inserted before them, so the op computes in low precision (with float32 accumulation and
+ * a float32 output); every other op keeps float32.  Parameters stay float32 (master weights): the
  * cast reads the parameter each step, its gradient op turns the bfloat16 product's
  * gradient back into the parameter's float32 gradient, and the optimizer updates the
  * float32 copy with float32 state.
@@ -12,8 +12,8 @@
  *
  * Loss scaling: bfloat16 has float32's exponent range, so gradients neither underflow nor
  * overflow more than in float32 and no loss scaling is done (Paddle and PyTorch do the
- * same for bf16).  float16 would need dynamic loss scaling with the step skipped on
- * inf/NaN; it is refused with an error saying so.
+ * same for bf16).  float16 (max 65504, smallest normal 6e-5) gets dynamic loss scaling
+ * with the step skipped on inf/NaN: amp_scaling.c, through fl_amp_decorate_optimizer.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -23,15 +23,17 @@
 
 /* ---- cast ------------------------------------------------------------------------------ */
 
+static int castable(fl_dtype t) { return t == FL_FLOAT32 || t == FL_BFLOAT16 || t == FL_FLOAT16; }
+
 static int infer_cast(fl_op *op)
 {
     FL_CHECK(fl__op_check_slots(op));
     fl_dtype to = (fl_dtype)fl__attr_i(op, "out_dtype", FL_FLOAT32);
-    if (to != FL_FLOAT32 && to != FL_BFLOAT16)
-        return fl__op_error(op, "out_dtype %s is not supported (float32 or bfloat16)", fl_dtype_name(to));
+    if (!castable(to))
+        return fl__op_error(op, "out_dtype %s is not supported (float32, bfloat16 or float16)", fl_dtype_name(to));
     fl_var *x = op->in[0].vars[0], *o = op->out[0].vars[0];
-    if (x->dtype != FL_FLOAT32 && x->dtype != FL_BFLOAT16)
-        return fl__op_error(op, "input '%s' is %s (float32 or bfloat16)", x->name, fl_dtype_name(x->dtype));
+    if (!castable(x->dtype))
+        return fl__op_error(op, "input '%s' is %s (float32, bfloat16 or float16)", x->name, fl_dtype_name(x->dtype));
     fl__var_set_shape(o, to, x->ndim, x->shape);
     o->lod_level = x->lod_level;
     return FL_OK;
@@ -44,13 +46,11 @@ static int run_cast(fl_kctx *c)
     if (x->is_rows)
         return fl__err(FL_EUNSUPPORTED, "cast: input '%s' holds SelectedRows (only dense tensors are cast)",
                        fl__kctx_var_name(c, 0, 0));
-    if (x->dtype != FL_FLOAT32 && x->dtype != FL_BFLOAT16)
-        return fl__err(FL_EINVAL, "cast: input '%s' is %s (float32 or bfloat16)", fl__kctx_var_name(c, 0, 0),
-                       fl_dtype_name(x->dtype));
+    if (!castable(x->dtype) || !castable(to))
+        return fl__err(FL_EINVAL, "cast: input '%s' is %s, out_dtype %s (float32, bfloat16 or float16)",
+                       fl__kctx_var_name(c, 0, 0), fl_dtype_name(x->dtype), fl_dtype_name(to));
     FL_CHECK(fl__tensor_reshape_raw(o, to, x->ndim, x->shape));
-    if (x->dtype == to) memcpy(o->data, x->data, (size_t)x->numel * fl_dtype_size(to));
-    else if (to == FL_BFLOAT16) fl__cvt_f32_to_bf16(o->data, x->data, x->numel);
-    else fl__cvt_bf16_to_f32(o->data, x->data, x->numel);
+    if (o->data != x->data) FL_CHECK(fl__cvt_any(o->data, to, x->data, x->dtype, x->numel));
     return fl__tensor_share_lod(o, x);
 }
 
@@ -73,10 +73,15 @@ const fl_op_def *const fl__ops_amp[] = {&def_cast, NULL};
 
 /* ---- the rewrite ------------------------------------------------------------------------ */
 
-/* Ops with a bfloat16 kernel.  Paddle's mul / matmul / matmul_v2 are the products this
+/* Ops with low-precision kernels (their first two input slots are cast: fc's Input and
+ * W, matmul's X and Y, conv2d's Input and Filter).  conv2d has a bfloat16 kernel only
+ * (oneDNN's, src/tensor/dnn_conv.c).  Paddle's mul / matmul_v2 are the products this
  * port's layers express as fc, so those names are accepted in the lists as well. */
-static const char *const bf16_ops[] = {"fc", "conv2d", NULL};
-static const char *const paddle_aliases[] = {"mul", "matmul", "matmul_v2", NULL};
+static const char *const bf16_ops[] = {"fc", "matmul", "conv2d", NULL};
+static const char *const fp16_ops[] = {"fc", "matmul", NULL};
+static const char *const paddle_aliases[] = {"mul", "matmul_v2", NULL};
+
+static const char *const *kernel_ops(fl_dtype dt) { return dt == FL_FLOAT16 ? fp16_ops : bf16_ops; }
 
 static int in_list(const char *const *l, const char *s)
 {
@@ -102,7 +107,7 @@ static int in_csv(const char *csv, const char *type)
 }
 
 /* Every name of the list is a known op; white-list names must have a bf16 kernel. */
-static int check_list(fl_prog *p, const char *csv, const char *what, int white)
+static int check_list(fl_prog *p, const char *csv, const char *what, int white, fl_dtype dt)
 {
     for (const char *q = csv ? csv : ""; *q;) {
         while (*q == ' ' || *q == ',') q++;
@@ -116,11 +121,12 @@ static int check_list(fl_prog *p, const char *csv, const char *what, int white)
             int alias = in_list(paddle_aliases, name);
             if (!alias && !fl__op_lookup(name))
                 return fl__prog_error(p, FL_EINVAL, "fl_amp_decorate: %s names unknown op '%s'", what, name);
-            if (white && !alias && !in_list(bf16_ops, name))
+            if (white && !alias && !in_list(kernel_ops(dt), name))
                 return fl__prog_error(p, FL_EUNSUPPORTED,
-                                      "fl_amp_decorate: %s names op '%s', which has no bfloat16 kernel (ops with "
-                                      "one: fc, and Paddle's mul, matmul, matmul_v2)",
-                                      what, name);
+                                      "fl_amp_decorate: %s names op '%s', which has no %s kernel (ops with one: %s, "
+                                      "and Paddle's mul, matmul_v2)",
+                                      what, name, fl_dtype_name(dt),
+                                      dt == FL_FLOAT16 ? "fc, matmul" : "fc, matmul, conv2d");
         }
         q = e;
     }
@@ -134,21 +140,21 @@ static int is_white(const fl_amp_opts *o, const char *type)
     if (!strcmp(type, "fc"))
         for (int i = 0; paddle_aliases[i]; i++)
             if (in_csv(o->custom_black_list, paddle_aliases[i])) return 0;
-    return in_list(bf16_ops, type) || in_csv(o->custom_white_list, type);
+    return in_list(kernel_ops(o->dtype), type) || in_csv(o->custom_white_list, type);
 }
 
-/* The bfloat16 copy of v, cast by a new op placed at index `at`. */
-static fl_var *cast_before(fl_prog *p, fl_var *v, int at)
+/* The low-precision copy of v, cast by a new op placed at index `at`. */
+static fl_var *cast_before(fl_prog *p, fl_var *v, int at, fl_dtype dt)
 {
     char nm[256];
-    snprintf(nm, sizeof nm, "%s.cast_bf16", v->name);
+    snprintf(nm, sizeof nm, "%s.cast_%s", v->name, dt == FL_FLOAT16 ? "fp16" : "bf16");
     fl_var *cv = fl_prog_var(p, nm);
     if (cv) return cv; /* a shared input: cast once, before its first reader */
-    cv = fl__var_create(p, nm, FL_BFLOAT16, v->ndim, v->shape);
+    cv = fl__var_create(p, nm, dt, v->ndim, v->shape);
     if (!cv) return NULL;
     fl_io in = FL_IO1("X", v), out = FL_IO1("Out", cv);
     fl_op *op = fl__op_new(p, "cast", &in, 1, &out, 1);
-    if (!op || fl__attr_set_i(op, "out_dtype", FL_BFLOAT16) || fl__op_finish(op)) return NULL;
+    if (!op || fl__attr_set_i(op, "out_dtype", dt) || fl__op_finish(op)) return NULL;
     if (fl__prog_move_last_op(p, at) != FL_OK) return NULL;
     return cv;
 }
@@ -161,21 +167,22 @@ int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts)
     memset(&o, 0, sizeof o);
     if (opts) o = *opts;
     if (o.dtype == FL_FLOAT32) o.dtype = FL_BFLOAT16; /* the CPU default */
-    if (o.dtype == FL_FLOAT16)
-        return fl__prog_error(p, FL_EUNSUPPORTED,
-                              "fl_amp_decorate: float16 needs dynamic loss scaling with the step skipped on inf/NaN, "
-                              "which is not implemented; use bfloat16 (the CPU default, no loss scaling needed)");
-    if (o.dtype != FL_BFLOAT16)
-        return fl__prog_error(p, FL_EINVAL, "fl_amp_decorate: dtype %s is not a low-precision type (bfloat16)",
+    if (o.dtype != FL_BFLOAT16 && o.dtype != FL_FLOAT16)
+        return fl__prog_error(p, FL_EINVAL, "fl_amp_decorate: dtype %s is not a low-precision type (bfloat16 or float16)",
                               fl_dtype_name(o.dtype));
+    if (o.use_pure_fp16)
+        return fl__prog_error(p, FL_EUNSUPPORTED,
+                              "fl_amp_decorate: use_pure_fp16 (level O2: low-precision activations between white "
+                              "ops, low-precision parameters) is not implemented; level O1 (use_pure_fp16 = 0) "
+                              "keeps float32 master weights and casts at each white op");
     for (int i = 0; i < p->nops; i++)
         if (p->ops[i]->role != FL_ROLE_FORWARD)
             return fl__prog_error(p, FL_EINVAL,
                                   "fl_amp_decorate: op %d (%s) is a backward or optimizer op: decorate before "
                                   "fl_opt_minimize / append_backward",
                                   i, p->ops[i]->def->type);
-    FL_CHECK(check_list(p, o.custom_white_list, "custom_white_list", 1));
-    FL_CHECK(check_list(p, o.custom_black_list, "custom_black_list", 0));
+    FL_CHECK(check_list(p, o.custom_white_list, "custom_white_list", 1, o.dtype));
+    FL_CHECK(check_list(p, o.custom_black_list, "custom_black_list", 0, o.dtype));
     int done = 0;
     for (int i = 0; i < p->nops; i++) {
         fl_op *op = p->ops[i];
@@ -186,7 +193,7 @@ int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts)
                 fl_var *v = op->in[s].vars[k];
                 if (v->dtype != FL_FLOAT32) continue;
                 int before = p->nops;
-                fl_var *cv = cast_before(p, v, i);
+                fl_var *cv = cast_before(p, v, i, o.dtype);
                 if (!cv) return fl_prog_status(p) ? fl_prog_status(p) : fl_last_status();
                 if (p->nops > before) i++; /* the op moved one place down */
                 op->in[s].vars[k] = cv;
@@ -197,9 +204,17 @@ int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts)
             done++;
         }
     }
-    if (done) FL_DEBUG(FL_SUB_GRAPH, "fl_amp_decorate: %d ops compute in bfloat16", done);
-    static atomic_int told;
-    if (done && !fl__gemm_bf16_native() && !atomic_exchange(&told, 1))
+    const char *dtn = o.dtype == FL_FLOAT16 ? "float16" : "bfloat16";
+    if (done) FL_DEBUG(FL_SUB_GRAPH, "fl_amp_decorate: %d ops compute in %s", done, dtn);
+    static atomic_int told, told16;
+    if (done && o.dtype == FL_FLOAT16 && !fl__gemm_f16_native() && !atomic_exchange(&told16, 1))
+        FL_INFO(FL_SUB_GRAPH,
+                "AMP: no float16 matrix product here (%s): float16 products run in float32 on operands rounded to "
+                "float16 (float16's numerics, not faster than float32)",
+                fl__dnn_available() ? "oneDNN has no float16 matmul for this CPU (it needs avx512_core_fp16 or "
+                                      "AMX-FP16), or FLEET_GEMM=openblas"
+                                    : "this build has no oneDNN");
+    if (done && o.dtype == FL_BFLOAT16 && !fl__gemm_bf16_native() && !atomic_exchange(&told, 1))
         FL_INFO(FL_SUB_GRAPH,
                 "AMP: no bfloat16 instructions in use here (%s): bf16 products are emulated or "
                 "widened to float32 and will not be faster than float32",

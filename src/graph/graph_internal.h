@@ -237,8 +237,11 @@ typedef struct {
 typedef int (*fl_opt_hook_fn)(void *user, int phase, fl_opt_hook_ctx *ctx);
 int fl__opt_set_hook(fl_opt *o, fl_opt_hook_fn fn, void *user);
 /* A second hook, independent of the runtime's, called with phase BEFORE_BACKWARD (pairs
- * empty) before append_backward: forward-program rewrites such as AMP's casts. */
+ * empty) before append_backward (forward-program rewrites such as AMP's casts), then with
+ * AFTER_BACKWARD after the runtime's hook (AMP's loss scaling on reduced gradients). */
 int fl__opt_set_pre_hook(fl_opt *o, fl_opt_hook_fn fn, void *user);
+/* Storage in the optimizer for fl_amp_decorate_optimizer's options (NULL for a bad handle). */
+fl_amp_opts *fl__opt_amp_opts(fl_opt *o);
 
 /* strategy.lars / strategy.lamb (src/fleet/meta_optim.c), as Paddle's meta optimizers: turn
  * a momentum optimizer into lars_momentum, an adam one into lamb, in place (same handle,
@@ -257,7 +260,10 @@ extern const fl_op_def *const fl__ops_optim[];  /* ops_optim.c */
 extern const fl_op_def *const fl__ops_conv[];   /* ops_conv.c: conv2d, pool2d, batch_norm */
 extern const fl_op_def *const fl__ops_extra[];  /* ops_extra.c: matmul, fill_constant_batch_size_like */
 extern const fl_op_def *const fl__ops_amp[];    /* amp.c: cast */
+/* amp_scaling.c: scale_loss_grad, check_finite_and_unscale, update_loss_scaling */
+extern const fl_op_def *const fl__ops_amp_scaling[];
 extern const fl_op_def *const fl__ops_optim_lars[]; /* ops_optim_lars.c: lars_momentum, lamb */
+extern const fl_op_def *const fl__ops_dgc[];        /* ops_dgc.c: dgc, dgc_momentum */
 
 /* Shared by the update-op files (ops_optim.c defines them).  fl__optim_infer_update checks
  * an update op's Param, Grad, LearningRate and state slots (float32, the parameter's shape,

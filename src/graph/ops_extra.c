@@ -3,8 +3,10 @@
  * transpose_Y and alpha) with its gradient, and fill_constant_batch_size_like.  word2vec's
  * negative-sampling logits are a batched matmul of [N, 1, D] by [N, K, D]^T, and its labels
  * (ones and zeros shaped like the logits) come from fill_constant_batch_size_like, as in
- * Paddle's word2vec example.  Only float32 data (fill_constant_batch_size_like also writes
- * int64 and float64).
+ * Paddle's word2vec example.  Float32 data (fill_constant_batch_size_like also writes
+ * int64 and float64); matmul also takes bfloat16 or float16 X and Y (after AMP's casts,
+ * src/graph/amp.c), multiplied by fl__gemm (oneDNN's bf16 / f16 kernels where the CPU has
+ * them, src/tensor/dnn.c) with float32 accumulation and a float32 Out.
  */
 #include <string.h>
 
@@ -45,8 +47,15 @@ static int infer_matmul(fl_op *op)
 {
     FL_CHECK(fl__op_check_slots(op));
     fl_var *x = op->in[0].vars[0], *y = op->in[1].vars[0];
-    FL_CHECK(fl__op_need_f32(op, x));
-    FL_CHECK(fl__op_need_f32(op, y));
+    for (int i = 0; i < 2; i++) {
+        fl_var *v = i ? y : x;
+        if (v->dtype != FL_FLOAT32 && v->dtype != FL_BFLOAT16 && v->dtype != FL_FLOAT16)
+            return fl__op_error(op, "%s '%s' is %s (float32, or bfloat16 / float16 after AMP's casts)", i ? "Y" : "X",
+                                v->name, fl_dtype_name(v->dtype));
+    }
+    if ((x->dtype == FL_FLOAT16 && y->dtype == FL_BFLOAT16) || (x->dtype == FL_BFLOAT16 && y->dtype == FL_FLOAT16))
+        return fl__op_error(op, "X '%s' is %s and Y '%s' %s: one low-precision type per product", x->name,
+                            fl_dtype_name(x->dtype), y->name, fl_dtype_name(y->dtype));
     int tx = (int)fl__attr_i(op, "transpose_X", 0), ty = (int)fl__attr_i(op, "transpose_Y", 0);
     mm_dims d;
     int code = mm_layout(x->shape, x->ndim, y->shape, y->ndim, tx, ty, &d);
@@ -78,11 +87,30 @@ static void mm(int ta, int tb, const float *a, int64_t ar, int64_t ac, const flo
     fl__sgemm(ta, tb, m, n, k, alpha, a, ac, b, bc, beta, c, n);
 }
 
+/* The same for low-precision operands (a_type / b_type), through fl__gemm and the op's
+ * primitive cache; no alpha (the callers apply it). */
+static int mm_lp(fl_kctx *c, int ta, int tb, const void *a, fl_dtype at, int64_t ar, int64_t ac, const void *b, fl_dtype bt,
+                 int64_t br, int64_t bc, float beta, float *out)
+{
+    fl_gemm_desc d;
+    memset(&d, 0, sizeof d);
+    d.trans_a = ta, d.trans_b = tb;
+    d.m = ta ? ac : ar, d.k = ta ? ar : ac, d.n = tb ? br : bc;
+    d.lda = ac, d.ldb = bc, d.ldc = d.n;
+    d.beta = beta;
+    d.a_type = at, d.b_type = bt;
+    return fl__gemm((fl_gemm_cache **)c->state, &d, a, b, NULL, out);
+}
+
+static int is_low(const fl_tensor *t) { return t->dtype == FL_BFLOAT16 || t->dtype == FL_FLOAT16; }
+
 static int mm_runtime(fl_kctx *c, mm_dims *d, int *tx, int *ty)
 {
-    FL_CHECK(fl__kctx_dense_f32(c, 0));
-    FL_CHECK(fl__kctx_dense_f32(c, 1));
     const fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1);
+    for (int i = 0; i < 2; i++)
+        if (!is_low(i ? y : x)) FL_CHECK(fl__kctx_dense_f32(c, i));
+        else if ((i ? y : x)->is_rows)
+            return fl__err(FL_EINVAL, "%s: input '%s' holds SelectedRows", c->op->def->type, fl__kctx_var_name(c, i, 0));
     *tx = (int)fl__attr_i(c->op, "transpose_X", 0), *ty = (int)fl__attr_i(c->op, "transpose_Y", 0);
     if (mm_layout(x->shape, x->ndim, y->shape, y->ndim, *tx, *ty, d)) {
         char xs[96], ys[96];
@@ -110,11 +138,59 @@ static int run_matmul(fl_kctx *c)
     float alpha = (float)fl__attr_f(c->op, "alpha", 1.0);
     const float *xd = x->data, *yd = y->data;
     float *od = out->data;
+    if (is_low(x) || is_low(y)) {
+        size_t xe = fl_dtype_size(x->dtype), ye = fl_dtype_size(y->dtype);
+        for (int64_t b = 0; b < d.batch; b++)
+            FL_CHECK(mm_lp(c, tx, ty, (const char *)x->data + (d.xb ? b * d.xr * d.xc : 0) * xe, x->dtype, d.xr, d.xc,
+                           (const char *)y->data + (d.yb ? b * d.yr * d.yc : 0) * ye, y->dtype, d.yr, d.yc, 0.0f,
+                           od + b * d.m * d.n));
+        if (alpha != 1.0f)
+            for (int64_t i = 0; i < out->numel; i++) od[i] *= alpha;
+        out->lod_n = 0;
+        return FL_OK;
+    }
     for (int64_t b = 0; b < d.batch; b++)
         mm(tx, ty, xd + (d.xb ? b * d.xr * d.xc : 0), d.xr, d.xc, yd + (d.yb ? b * d.yr * d.yc : 0), d.yr, d.yc, alpha,
            0.0f, od + b * d.m * d.n);
     out->lod_n = 0;
     return FL_OK;
+}
+
+/* matmul_grad with low-precision X / Y: the same products as below through mm_lp; alpha is
+ * applied to a copy of Out@GRAD first. */
+static int matmul_grad_lp(fl_kctx *c, const mm_dims *d, int tx, int ty, float alpha)
+{
+    const fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1), *g = FL_IN(c, 2);
+    fl_tensor *dx = FL_OUT(c, 0), *dy = FL_OUT(c, 1);
+    const float *gd = g->data;
+    float *scaled = NULL;
+    if (alpha != 1.0f) {
+        scaled = malloc((size_t)(g->numel ? g->numel : 1) * sizeof *scaled);
+        if (!scaled) return fl__err(FL_ENOMEM, "matmul_grad: out of memory");
+        for (int64_t i = 0; i < g->numel; i++) scaled[i] = gd[i] * alpha;
+        gd = scaled;
+    }
+    size_t xe = fl_dtype_size(x->dtype), ye = fl_dtype_size(y->dtype);
+    int st = FL_OK;
+    for (int64_t b = 0; b < d->batch && st == FL_OK; b++) {
+        const char *xb = (const char *)x->data + (d->xb ? b * d->xr * d->xc : 0) * xe;
+        const char *yb = (const char *)y->data + (d->yb ? b * d->yr * d->yc : 0) * ye;
+        const float *gb = gd + b * d->m * d->n;
+        if (dx) {
+            float *o = (float *)dx->data + (d->xb ? b * d->xr * d->xc : 0);
+            float beta = d->xb ? 0.0f : 1.0f;
+            if (!tx) st = mm_lp(c, 0, !ty, gb, FL_FLOAT32, d->m, d->n, yb, y->dtype, d->yr, d->yc, beta, o);
+            else st = mm_lp(c, ty, 1, yb, y->dtype, d->yr, d->yc, gb, FL_FLOAT32, d->m, d->n, beta, o);
+        }
+        if (dy && st == FL_OK) {
+            float *o = (float *)dy->data + (d->yb ? b * d->yr * d->yc : 0);
+            float beta = d->yb ? 0.0f : 1.0f;
+            if (!ty) st = mm_lp(c, !tx, 0, xb, x->dtype, d->xr, d->xc, gb, FL_FLOAT32, d->m, d->n, beta, o);
+            else st = mm_lp(c, 1, tx, gb, FL_FLOAT32, d->m, d->n, xb, x->dtype, d->xr, d->xc, beta, o);
+        }
+    }
+    free(scaled);
+    return st;
 }
 
 /* Inputs X, Y, Out@GRAD; outputs X@GRAD and / or Y@GRAD.  A shared (rank-2) operand's
@@ -135,6 +211,7 @@ static int run_matmul_grad(fl_kctx *c)
     if (dy) FL_CHECK(fl__tensor_reshape_raw(dy, FL_FLOAT32, y->ndim, y->shape));
     if (dx && !d.xb) memset(dx->data, 0, (size_t)dx->numel * sizeof(float));
     if (dy && !d.yb) memset(dy->data, 0, (size_t)dy->numel * sizeof(float));
+    if (is_low(x) || is_low(y)) return matmul_grad_lp(c, &d, tx, ty, alpha);
     const float *xd = x->data, *yd = y->data, *gd = g->data;
     for (int64_t b = 0; b < d.batch; b++) {
         const float *xb = xd + (d.xb ? b * d.xr * d.xc : 0), *yb = yd + (d.yb ? b * d.yr * d.yc : 0);
@@ -169,9 +246,10 @@ static int grad_matmul(fl_op *op, fl_grad_ctx *g)
     return no ? fl__grad_append(op, "matmul_grad", in, 3, o, no) : FL_OK;
 }
 
-static const fl_op_def def_matmul = {"matmul", {"X", "Y"}, {"Out"}, infer_matmul, run_matmul, grad_matmul};
-static const fl_op_def def_matmul_grad = {"matmul_grad", {"X", "Y", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"},
-                                          fl__infer_nop, run_matmul_grad,        NULL};
+static const fl_op_def def_matmul = {"matmul",    {"X", "Y"},         {"Out"}, infer_matmul, run_matmul,
+                                     grad_matmul, fl__gemm_cache_free};
+static const fl_op_def def_matmul_grad = {
+    "matmul_grad", {"X", "Y", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"}, fl__infer_nop, run_matmul_grad, NULL, fl__gemm_cache_free};
 
 fl_var *fl_layer_matmul(fl_var *x, fl_var *y, int transpose_x, int transpose_y, float alpha)
 {

@@ -272,12 +272,8 @@ static int run_sgd(fl_kctx *c)
 {
     update u;
     FL_CHECK(prep(c, &u));
-    const float lr = u.lr, l2 = u.l2;
-    for (int64_t i = 0; i < u.nseg; i++) {
-        float *restrict p = (float *)u.w->data + seg_off(&u, i);
-        const float *restrict gr = u.gv + i * u.seg;
-        for (int64_t j = 0; j < u.seg; j++) p[j] -= lr * (gr[j] + l2 * p[j]);
-    }
+    for (int64_t i = 0; i < u.nseg; i++)
+        fl__sgd_seg((float *)u.w->data + seg_off(&u, i), u.gv + i * u.seg, u.seg, u.lr, u.l2);
     return FL_OK;
 }
 
@@ -291,24 +287,9 @@ static int run_momentum(fl_kctx *c)
     FL_CHECK(fl__optim_target(c, 1, u.w->numel, &vt));
     const float lr = u.lr, l2 = u.l2, mu = (float)fl__attr_f(c->op, "mu", 0.0);
     const int nesterov = fl__attr_i(c->op, "use_nesterov", 0) != 0;
-    for (int64_t i = 0; i < u.nseg; i++) {
-        float *restrict p = (float *)u.w->data + seg_off(&u, i);
-        float *restrict v = (float *)vt->data + seg_off(&u, i);
-        const float *restrict gr = u.gv + i * u.seg;
-        if (nesterov) {
-            for (int64_t j = 0; j < u.seg; j++) {
-                float gj = gr[j] + l2 * p[j], vj = fl__flush_tiny(mu * v[j] + gj);
-                v[j] = vj;
-                p[j] -= lr * (gj + mu * vj);
-            }
-        } else {
-            for (int64_t j = 0; j < u.seg; j++) {
-                float gj = gr[j] + l2 * p[j], vj = fl__flush_tiny(mu * v[j] + gj);
-                v[j] = vj;
-                p[j] -= lr * vj;
-            }
-        }
-    }
+    for (int64_t i = 0; i < u.nseg; i++)
+        fl__momentum_seg((float *)u.w->data + seg_off(&u, i), (float *)vt->data + seg_off(&u, i), u.gv + i * u.seg, u.seg,
+                         lr, l2, mu, nesterov);
     return FL_OK;
 }
 
@@ -320,16 +301,9 @@ static int run_adagrad(fl_kctx *c)
     FL_CHECK(prep(c, &u));
     FL_CHECK(fl__optim_target(c, 1, u.w->numel, &mt));
     const float lr = u.lr, l2 = u.l2, eps = (float)fl__attr_f(c->op, "epsilon", 1e-6);
-    for (int64_t i = 0; i < u.nseg; i++) {
-        float *restrict p = (float *)u.w->data + seg_off(&u, i);
-        float *restrict m = (float *)mt->data + seg_off(&u, i);
-        const float *restrict gr = u.gv + i * u.seg;
-        for (int64_t j = 0; j < u.seg; j++) {
-            float gj = gr[j] + l2 * p[j], mj = fl__flush_tiny(m[j] + gj * gj);
-            m[j] = mj;
-            p[j] -= lr * gj / (sqrtf(mj) + eps);
-        }
-    }
+    for (int64_t i = 0; i < u.nseg; i++)
+        fl__adagrad_seg((float *)u.w->data + seg_off(&u, i), (float *)mt->data + seg_off(&u, i), u.gv + i * u.seg, u.seg,
+                        lr, l2, eps);
     return FL_OK;
 }
 
@@ -355,20 +329,10 @@ static int run_adam(fl_kctx *c)
         return fl__err(FL_EINVAL, "adam: beta pow accumulators of parameter '%s' must be in [0, 1), got %g and %g",
                        c->op->in[0].vars[0]->name, pw1, pw2);
     const float lr = (float)(u.lr * sqrt(1.0 - pw2) / (1.0 - pw1)), eps_t = (float)(eps * sqrt(1.0 - pw2));
-    const float l2 = u.l2, fb1 = (float)b1, fb2 = (float)b2, cb1 = (float)(1.0 - b1), cb2 = (float)(1.0 - b2);
-    for (int64_t i = 0; i < u.nseg; i++) {
-        float *restrict p = (float *)u.w->data + seg_off(&u, i);
-        float *restrict m1 = (float *)m1t->data + seg_off(&u, i);
-        float *restrict m2 = (float *)m2t->data + seg_off(&u, i);
-        const float *restrict gr = u.gv + i * u.seg;
-        for (int64_t j = 0; j < u.seg; j++) {
-            float gj = gr[j] + l2 * p[j];
-            float a = fl__flush_tiny(fb1 * m1[j] + cb1 * gj), b = fl__flush_tiny(fb2 * m2[j] + cb2 * gj * gj);
-            m1[j] = a;
-            m2[j] = b;
-            p[j] -= lr * a / (sqrtf(b) + eps_t);
-        }
-    }
+    const fl__adam_coef k = {lr, u.l2, (float)b1, (float)b2, (float)(1.0 - b1), (float)(1.0 - b2), eps_t};
+    for (int64_t i = 0; i < u.nseg; i++)
+        fl__adam_seg((float *)u.w->data + seg_off(&u, i), (float *)m1t->data + seg_off(&u, i),
+                     (float *)m2t->data + seg_off(&u, i), u.gv + i * u.seg, u.seg, &k);
     ((float *)p1t->data)[0] = (float)(pw1 * b1);
     ((float *)p2t->data)[0] = (float)(pw2 * b2);
     return FL_OK;

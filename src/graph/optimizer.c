@@ -26,11 +26,12 @@ struct fl_opt {
     int64_t decay_epochs; /* cosine */
     fl_opt_hook_fn hook;
     void *hook_user;
-    fl_opt_hook_fn pre_hook; /* FL_HOOK_BEFORE_BACKWARD (AMP, src/fleet/amp.c) */
-    void *pre_user;
-    float lars_coeff; /* lars_momentum */
-    float decay;      /* lars_weight_decay / lamb weight_decay */
-    char *exclude;    /* comma-separated names exempt from `decay` (malloc'ed or NULL) */
+    fl_opt_hook_fn pre_hook; /* AMP (src/graph/amp_scaling.c): BEFORE_BACKWARD, then AFTER_BACKWARD */
+    void *pre_user;          /* after the runtime's hook */
+    fl_amp_opts amp;         /* fl_amp_decorate_optimizer's options (the pre-hook's user data) */
+    float lars_coeff;        /* lars_momentum */
+    float decay;             /* lars_weight_decay / lamb weight_decay */
+    char *exclude;           /* comma-separated names exempt from `decay` (malloc'ed or NULL) */
 };
 
 int fl__opt_set_hook(fl_opt *o, fl_opt_hook_fn fn, void *user)
@@ -40,6 +41,8 @@ int fl__opt_set_hook(fl_opt *o, fl_opt_hook_fn fn, void *user)
     o->hook_user = user;
     return FL_OK;
 }
+
+fl_amp_opts *fl__opt_amp_opts(fl_opt *o) { return o && o->magic == FL_OPT_MAGIC ? &o->amp : NULL; }
 
 int fl__opt_set_pre_hook(fl_opt *o, fl_opt_hook_fn fn, void *user)
 {
@@ -408,6 +411,11 @@ int fl_opt_minimize_ex(fl_opt *o, fl_var *loss, const char *const *no_grad, int 
     if (o->hook) {
         fl__prog_set_role(p, FL_ROLE_BACKWARD);
         st = o->hook(o->hook_user, FL_HOOK_AFTER_BACKWARD, &hc);
+        fl__prog_set_role(p, FL_ROLE_FORWARD);
+    }
+    if (o->pre_hook && st == FL_OK) { /* AMP's loss scaling: on the reduced gradients */
+        fl__prog_set_role(p, FL_ROLE_BACKWARD);
+        st = o->pre_hook(o->pre_user, FL_HOOK_AFTER_BACKWARD, &hc);
         fl__prog_set_role(p, FL_ROLE_FORWARD);
     }
     fl_var *lr = st == FL_OK ? make_lr(o, p) : NULL;

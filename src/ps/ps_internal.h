@@ -336,6 +336,18 @@ struct fl__ps_sparse {
     float pows[2];
     fl__ps_ssd *ssd;      /* NULL: in memory only */
     uint32_t stripe_rows; /* SSD tables: rows a stripe keeps in memory */
+    /* rows inserted or deleted so far (either tier): a scan cursor is valid while it holds */
+    _Atomic uint64_t changes;
+    /* Where the last fl__ps_sparse_scan page ended, so that paging through the shard is one
+     * pass: the next page starts there when it asks for row `rank` and nothing changed.
+     * stripe < FL__PS_STRIPES: row index idx of that stripe; FL__PS_STRIPES: the disk rows
+     * after disk_key (or the first one when !disk_key_set). */
+    pthread_mutex_t scan_mu;
+    struct {
+        int valid, stripe, disk_key_set;
+        uint32_t idx;
+        uint64_t rank, changes, disk_key;
+    } scan;
     fl__ps_stripe st[FL__PS_STRIPES];
 };
 
@@ -390,6 +402,9 @@ int fl__ps_ssd_get(fl__ps_sparse *t, uint64_t id, uint8_t *row);
 enum { FL__PS_VISIT_KEEP, FL__PS_VISIT_WRITE, FL__PS_VISIT_DELETE, FL__PS_VISIT_STOP };
 typedef int (*fl__ps_ssd_visit_fn)(void *user, uint8_t *row);
 int fl__ps_ssd_foreach(fl__ps_sparse *t, fl__ps_ssd_visit_fn fn, void *user);
+/* The same from the first disk row whose key (8 id bytes, compared as bytes) is >= *from
+ * (from NULL: the first row). */
+int fl__ps_ssd_foreach_from(fl__ps_sparse *t, const uint64_t *from, fl__ps_ssd_visit_fn fn, void *user);
 
 /* ---- table_io.c: streaming safetensors writer shared by both tables ------------------------ */
 

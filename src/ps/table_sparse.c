@@ -38,6 +38,7 @@ int fl__ps_sparse_create(const fl_ps_table_config *cfg, int server, int nservers
     t->chunk_shift = FL__PS_CHUNK_SHIFT;
     t->seed = cfg->init.seed ? cfg->init.seed : 1;
     pthread_mutex_init(&t->pow_mu, NULL);
+    pthread_mutex_init(&t->scan_mu, NULL);
     pthread_rwlock_init(&t->lk, NULL);
     for (int i = 0; i < FL__PS_STRIPES; i++) {
         pthread_mutex_init(&t->st[i].mu, NULL);
@@ -66,6 +67,7 @@ void fl__ps_sparse_free(fl__ps_sparse *t)
         pthread_mutex_destroy(&s->mu);
     }
     pthread_mutex_destroy(&t->pow_mu);
+    pthread_mutex_destroy(&t->scan_mu);
     pthread_rwlock_destroy(&t->lk);
     free(t);
 }
@@ -220,6 +222,7 @@ static uint8_t *insert_slot(fl__ps_sparse *t, fl__ps_stripe *s, uint64_t hs)
     while (s->slots[i]) i = (i + 1) & mask;
     s->slots[i] = FL__PS_SLOT_MAKE(idx, hs);
     s->nrows++;
+    atomic_fetch_add_explicit(&t->changes, 1, memory_order_relaxed);
     return fl__ps_row(t, s, idx);
 }
 
@@ -267,6 +270,7 @@ static void delete_slot(fl__ps_sparse *t, fl__ps_stripe *s, uint64_t i)
     memcpy(row, &h, sizeof h);
     s->freel[s->nfree++] = idx; /* room reserved by the caller */
     s->nrows--;
+    atomic_fetch_add_explicit(&t->changes, 1, memory_order_relaxed);
 }
 
 /* Makes room on the free list for `more` rows. */
@@ -644,34 +648,57 @@ typedef struct {
     uint64_t skip, want, got;
     uint64_t *ids;
     float *vals;
+    int after_set; /* rows with this key are skipped (the last row of the previous page) */
+    uint64_t after, last;
 } scan_state;
 
 static int scan_disk_row(void *user, uint8_t *row)
 {
     scan_state *z = user;
+    uint64_t key;
+    memcpy(&key, row, 8);
+    if (z->after_set && key == z->after) return FL__PS_VISIT_KEEP;
     if (z->skip) {
         z->skip--;
         return FL__PS_VISIT_KEEP;
     }
-    memcpy(&z->ids[z->got], row, 8);
+    z->ids[z->got] = key;
+    z->last = key;
     memcpy(z->vals + z->got * (uint64_t)z->t->dim, row + FL__PS_ROW_HDR, (size_t)z->t->dim * 4);
     return ++z->got == z->want ? FL__PS_VISIT_STOP : FL__PS_VISIT_KEEP;
 }
 
+/* Pages of a scan go in order (fl_ps_client_scan_sparse asks for rows [0, p), [p, 2p), ...):
+ * each page starts where the previous one ended (t->scan) instead of counting rows from the
+ * start, so a whole export is one pass over the memory rows and one over the disk rows. */
 int fl__ps_sparse_scan(fl__ps_sparse *t, uint64_t first, uint64_t n, uint64_t *ids, float *vals)
 {
     const size_t d = (size_t)t->dim;
     uint64_t rank = 0, got = 0;
     pthread_rwlock_rdlock(&t->lk);
-    for (int k = 0; k < FL__PS_STRIPES && got < n; k++) {
+    const uint64_t changes = atomic_load(&t->changes);
+    pthread_mutex_lock(&t->scan_mu);
+    const int resume = t->scan.valid && t->scan.rank == first && t->scan.changes == changes;
+    int k = 0, disk_key_set = 0;
+    uint32_t idx = 0;
+    uint64_t disk_key = 0;
+    if (resume) {
+        k = t->scan.stripe;
+        idx = t->scan.idx;
+        disk_key_set = t->scan.disk_key_set;
+        disk_key = t->scan.disk_key;
+        rank = first;
+    }
+    pthread_mutex_unlock(&t->scan_mu);
+    for (; k < FL__PS_STRIPES && got < n; k++, idx = 0) {
         fl__ps_stripe *s = &t->st[k];
         pthread_mutex_lock(&s->mu);
-        if (rank + s->nrows <= first) { /* the whole stripe lies before the page */
+        if (idx == 0 && rank + s->nrows <= first) { /* the whole stripe lies before the page */
             rank += s->nrows;
             pthread_mutex_unlock(&s->mu);
             continue;
         }
-        for (uint32_t idx = 0; idx < s->nalloc && got < n; idx++) {
+        for (; idx < s->nalloc && got < n; idx++) {
             const uint8_t *row = fl__ps_row(t, s, idx);
             fl__ps_rowhdr h;
             memcpy(&h, row, sizeof h);
@@ -682,11 +709,27 @@ int fl__ps_sparse_scan(fl__ps_sparse *t, uint64_t first, uint64_t n, uint64_t *i
             got++;
         }
         pthread_mutex_unlock(&s->mu);
+        if (got == n) break; /* the next page starts at row idx of this stripe */
     }
+    if (k >= FL__PS_STRIPES) k = FL__PS_STRIPES;
     if (t->ssd && got < n) { /* then the rows on disk, in key order */
-        scan_state z = {t, first > rank ? first - rank : 0, n - got, 0, ids + got, vals + got * d};
-        if (fl__ps_ssd_foreach(t, scan_disk_row, &z) == FL_OK) got += z.got;
+        scan_state z = {t, first > rank ? first - rank : 0, n - got, 0, ids + got, vals + got * d, disk_key_set, disk_key,
+                        0};
+        if (fl__ps_ssd_foreach_from(t, disk_key_set ? &disk_key : NULL, scan_disk_row, &z) == FL_OK) got += z.got;
+        if (z.got) {
+            disk_key_set = 1;
+            disk_key = z.last;
+        }
     }
+    pthread_mutex_lock(&t->scan_mu);
+    t->scan.valid = got == n;
+    t->scan.stripe = k;
+    t->scan.idx = k < FL__PS_STRIPES ? idx : 0;
+    t->scan.disk_key_set = disk_key_set;
+    t->scan.disk_key = disk_key;
+    t->scan.rank = first + got;
+    t->scan.changes = changes;
+    pthread_mutex_unlock(&t->scan_mu);
     pthread_rwlock_unlock(&t->lk);
     if (got < n)
         return fl__err(FL_ESTATE,

@@ -306,6 +306,11 @@ int fl__ps_ssd_get(fl__ps_sparse *t, uint64_t id, uint8_t *row)
 
 int fl__ps_ssd_foreach(fl__ps_sparse *t, fl__ps_ssd_visit_fn fn, void *user)
 {
+    return fl__ps_ssd_foreach_from(t, NULL, fn, user);
+}
+
+int fl__ps_ssd_foreach_from(fl__ps_sparse *t, const uint64_t *from, fl__ps_ssd_visit_fn fn, void *user)
+{
     fl__ps_ssd *d = t->ssd;
     uint8_t *buf = malloc(t->stride);
     if (!buf) return fl__err(FL_ENOMEM, "sparse table '%s': out of memory", t->cfg.name);
@@ -313,7 +318,9 @@ int fl__ps_ssd_foreach(fl__ps_sparse *t, fl__ps_ssd_visit_fn fn, void *user)
     rocksdb_writebatch_t *b = rocksdb_writebatch_create();
     int st = FL_OK;
     int64_t deleted = 0, pending_del = 0;
-    for (rocksdb_iter_seek_to_first(it); st == FL_OK && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+    if (from) rocksdb_iter_seek(it, (const char *)from, 8);
+    else rocksdb_iter_seek_to_first(it);
+    for (; st == FL_OK && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
         size_t kl, vl;
         const char *k = rocksdb_iter_key(it, &kl), *v = rocksdb_iter_value(it, &vl);
         if (kl != 8 || vl != t->stride) {
@@ -345,6 +352,7 @@ int fl__ps_ssd_foreach(fl__ps_sparse *t, fl__ps_ssd_visit_fn fn, void *user)
         if (st == FL_OK) deleted += pending_del;
     }
     atomic_fetch_sub(&d->rows, deleted);
+    if (deleted) atomic_fetch_add(&t->changes, (uint64_t)deleted);
     rocksdb_writebatch_destroy(b);
     rocksdb_iter_destroy(it);
     free(buf);
@@ -370,6 +378,10 @@ int fl__ps_ssd_get(fl__ps_sparse *t, uint64_t id, uint8_t *row)
     return fl__err(FL_EUNSUPPORTED, "sparse table '%s': built without RocksDB", t->cfg.name);
 }
 int fl__ps_ssd_foreach(fl__ps_sparse *t, fl__ps_ssd_visit_fn fn, void *user)
+{
+    return fl__err(FL_EUNSUPPORTED, "sparse table '%s': built without RocksDB", t->cfg.name);
+}
+int fl__ps_ssd_foreach_from(fl__ps_sparse *t, const uint64_t *from, fl__ps_ssd_visit_fn fn, void *user)
 {
     return fl__err(FL_EUNSUPPORTED, "sparse table '%s': built without RocksDB", t->cfg.name);
 }

@@ -51,6 +51,7 @@ struct fl_gemm_cache {
     entry e[CACHE_SLOTS];
     void *conv[2]; /* converted A and B of mixed products */
     size_t conv_cap[2];
+    int f16_failed; /* oneDNN refused a float16 product of this op: float32 from then on */
 };
 
 static atomic_int lib_choice;        /* 0 unread, else FL_GEMM_* or a negative status */
@@ -75,6 +76,29 @@ int fl__gemm_bf16_native(void)
     return fl__gemm_lib() == FL_GEMM_DNNL &&
            ((unsigned)dnnl_get_effective_cpu_isa() & (unsigned)dnnl_cpu_isa_avx512_core_bf16) ==
                (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+#else
+    return 0;
+#endif
+}
+
+#ifdef FL_HAVE_DNNL
+static void dnn_init(void);
+static struct {
+    pthread_once_t once;
+    int native;
+} f16 = {PTHREAD_ONCE_INIT, 0};
+
+/* A float16 matmul primitive oneDNN implements with float16 instructions (not its
+ * reference code): oneDNN 2.6 has none on CPUs before avx512_core_fp16 / AMX-FP16. */
+static void f16_probe(void);
+#endif
+
+int fl__gemm_f16_native(void)
+{
+#ifdef FL_HAVE_DNNL
+    if (fl__gemm_lib() != FL_GEMM_DNNL) return 0;
+    pthread_once(&f16.once, f16_probe);
+    return f16.native;
 #else
     return 0;
 #endif
@@ -207,7 +231,8 @@ static int entry_make(entry *e, const fl_gemm_desc *d)
 {
     dnnl_status_t s = dnnl_success;
     const char *step = "";
-    dnnl_data_type_t abt = d->a_type == FL_BFLOAT16 ? dnnl_bf16 : dnnl_f32; /* a_type == b_type here */
+    dnnl_data_type_t abt = d->a_type == FL_BFLOAT16 ? dnnl_bf16 : d->a_type == FL_FLOAT16 ? dnnl_f16 : dnnl_f32;
+    /* a_type == b_type here */
     dnnl_memory_desc_t amd, bmd, cmd, biasmd;
     dnnl_dims_t adims = {d->m, d->k}, bdims = {d->k, d->n}, cdims = {d->m, d->n}, biasdims = {1, d->n};
     dnnl_dims_t astr = {d->trans_a ? 1 : d->lda, d->trans_a ? d->lda : 1};
@@ -256,6 +281,27 @@ out:
     return FL_OK;
 }
 
+static void f16_probe(void)
+{
+    pthread_once(&dnn.once, dnn_init);
+    if (dnn.status != FL_OK) return;
+    dnnl_memory_desc_t a, b, c;
+    dnnl_dims_t ad = {64, 64}, bd = {64, 64}, cd = {64, 64};
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd = NULL;
+    if (dnnl_memory_desc_init_by_tag(&a, 2, ad, dnnl_f16, dnnl_ab) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&b, 2, bd, dnnl_f16, dnnl_ab) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&c, 2, cd, dnnl_f32, dnnl_ab) != dnnl_success ||
+        dnnl_matmul_desc_init(&md, &a, &b, NULL, &c) != dnnl_success ||
+        dnnl_primitive_desc_create(&pd, &md, NULL, dnn.engine, NULL) != dnnl_success)
+        return;
+    const char *impl = "";
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    f16.native = impl && !strstr(impl, "ref");
+    FL_DEBUG(FL_SUB_TENSOR, "oneDNN float16 matmul: %s", impl ? impl : "?");
+    dnnl_primitive_desc_destroy(pd);
+}
+
 static int gemm_dnnl(fl_gemm_cache **cp, const fl_gemm_desc *d, const void *a, const void *b, const float *bias, float *c)
 {
     pthread_once(&dnn.once, dnn_init);
@@ -300,6 +346,8 @@ static int gemm_dnnl(fl_gemm_cache **cp, const fl_gemm_desc *d, const void *a, c
 }
 #endif /* FL_HAVE_DNNL */
 
+static int low_or_f32(fl_dtype t) { return t == FL_FLOAT32 || t == FL_BFLOAT16 || t == FL_FLOAT16; }
+
 /* Elements spanned by an operand of `rows` rows of `cols` used columns, leading dim ld. */
 static int64_t span(int64_t rows, int64_t cols, int64_t ld) { return (rows - 1) * ld + cols; }
 
@@ -314,8 +362,18 @@ static int convert(fl_gemm_cache *cache, int which, const void *x, fl_dtype from
         if (!cache->conv[which])
             return fl__err(FL_ENOMEM, "matmul: out of memory converting %s to %s", fl_dtype_name(from), fl_dtype_name(to));
     }
-    if (to == FL_BFLOAT16) fl__cvt_f32_to_bf16(cache->conv[which], x, n);
-    else fl__cvt_bf16_to_f32(cache->conv[which], x, n);
+    if (from == FL_FLOAT32 && to == FL_FLOAT32) { /* float32 rounded to float16's precision and range */
+        uint16_t tmp[512];
+        float *y = cache->conv[which];
+        const float *xf = x;
+        for (int64_t i = 0; i < n; i += 512) {
+            int64_t k = n - i < 512 ? n - i : 512;
+            fl__cvt_f32_to_f16(tmp, xf + i, k);
+            fl__cvt_f16_to_f32(y + i, tmp, k);
+        }
+    } else {
+        FL_CHECK(fl__cvt_any(cache->conv[which], to, x, from, n));
+    }
     *out = cache->conv[which];
     return FL_OK;
 }
@@ -325,32 +383,49 @@ int fl__gemm(fl_gemm_cache **cp, const fl_gemm_desc *dd, const void *a, const vo
     if (dd->m == 0 || dd->n == 0) return FL_OK;
     int lib = fl__gemm_lib();
     if (lib < 0) return lib;
-    if ((dd->a_type != FL_FLOAT32 && dd->a_type != FL_BFLOAT16) || (dd->b_type != FL_FLOAT32 && dd->b_type != FL_BFLOAT16))
-        return fl__err(FL_EUNSUPPORTED, "matmul: operands of %s and %s (expected float32 or bfloat16)",
+    int half = dd->a_type == FL_FLOAT16 || dd->b_type == FL_FLOAT16;
+    if (!low_or_f32(dd->a_type) || !low_or_f32(dd->b_type) ||
+        (half && (dd->a_type == FL_BFLOAT16 || dd->b_type == FL_BFLOAT16)))
+        return fl__err(FL_EUNSUPPORTED,
+                       "matmul: operands of %s and %s (expected float32 with bfloat16 or float16, not both)",
                        fl_dtype_name(dd->a_type), fl_dtype_name(dd->b_type));
     if (!*cp) {
         *cp = calloc(1, sizeof **cp);
         if (!*cp) return fl__err(FL_ENOMEM, "matmul: out of memory");
         (*cp)->magic = CACHE_MAGIC;
     }
-    fl_gemm_desc d = *dd;
-    int use_dnnl = lib == FL_GEMM_DNNL && d.k > 0; /* k == 0 (an empty input): the epilogue alone */
-    /* oneDNN multiplies bf16 by bf16 or f32 by f32; OpenBLAS f32 only */
-    fl_dtype want = use_dnnl && (d.a_type == FL_BFLOAT16 || d.b_type == FL_BFLOAT16) ? FL_BFLOAT16 : FL_FLOAT32;
-    if (d.k > 0 && d.a_type != want) {
-        FL_CHECK(convert(*cp, 0, a, d.a_type, want, span(d.trans_a ? d.k : d.m, d.trans_a ? d.m : d.k, d.lda), &a));
-        d.a_type = want;
-    }
-    if (d.k > 0 && d.b_type != want) {
-        FL_CHECK(convert(*cp, 1, b, d.b_type, want, span(d.trans_b ? d.n : d.k, d.trans_b ? d.k : d.n, d.ldb), &b));
-        d.b_type = want;
-    }
+    int use_dnnl = lib == FL_GEMM_DNNL && dd->k > 0; /* k == 0 (an empty input): the epilogue alone */
+    /* oneDNN multiplies bf16 by bf16, f16 by f16 (where fl__gemm_f16_native) or f32 by f32;
+     * OpenBLAS f32 only.  A float16 product elsewhere runs in float32 on operands rounded to
+     * float16 (float16's numerics: range, overflow to inf, precision; not its speed). */
+    fl_dtype want = use_dnnl && (dd->a_type == FL_BFLOAT16 || dd->b_type == FL_BFLOAT16) ? FL_BFLOAT16 : FL_FLOAT32;
+    if (half && use_dnnl && !(*cp)->f16_failed && fl__gemm_f16_native()) want = FL_FLOAT16;
+    for (;;) {
+        fl_gemm_desc d = *dd;
+        const void *pa = a, *pb = b;
+        if (d.k > 0 && (d.a_type != want || (half && want == FL_FLOAT32 && d.a_type == FL_FLOAT32))) {
+            FL_CHECK(convert(*cp, 0, a, d.a_type, want, span(d.trans_a ? d.k : d.m, d.trans_a ? d.m : d.k, d.lda), &pa));
+            d.a_type = want;
+        }
+        if (d.k > 0 && (d.b_type != want || (half && want == FL_FLOAT32 && d.b_type == FL_FLOAT32))) {
+            FL_CHECK(convert(*cp, 1, b, d.b_type, want, span(d.trans_b ? d.n : d.k, d.trans_b ? d.k : d.n, d.ldb), &pb));
+            d.b_type = want;
+        }
 #ifdef FL_HAVE_DNNL
-    if (use_dnnl) return gemm_dnnl(cp, &d, a, b, bias, c);
+        if (use_dnnl) {
+            int st = gemm_dnnl(cp, &d, pa, pb, bias, c);
+            if (st == FL_OK || want != FL_FLOAT16) return st;
+            /* a shape or epilogue oneDNN's float16 matmul does not take: float32 for this op */
+            FL_INFO(FL_SUB_TENSOR, "%s; this op's float16 products run in float32 from now on", fl_last_error());
+            (*cp)->f16_failed = 1;
+            want = FL_FLOAT32;
+            continue;
+        }
 #else
-    (void)use_dnnl;
+        (void)use_dnnl;
 #endif
-    return gemm_openblas(&d, a, b, bias, c);
+        return gemm_openblas(&d, pa, pb, bias, c);
+    }
 }
 
 void fl__gemm_cache_free(void *p)

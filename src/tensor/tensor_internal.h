@@ -72,6 +72,18 @@ void fl__vfill(float *y, float v, int64_t n);
  * the Adam update alone, against 2.7-3.1x when a tenth of its state is subnormal
  * (bench/bench_subnormal.c). */
 static inline float fl__flush_tiny(float x) { return fabsf(x) < FLT_MIN ? 0.0f : x; }
+/* Parameter-update loops over one contiguous segment (optim_kernels.c; the formulas are
+ * src/graph/ops_optim.c's).  Adam's coefficients: lr and eps already bias-corrected. */
+typedef struct {
+    float lr, l2, b1, b2, cb1, cb2, eps;
+} fl__adam_coef;
+void fl__sgd_seg(float *restrict p, const float *restrict g, int64_t n, float lr, float l2);
+void fl__momentum_seg(float *restrict p, float *restrict v, const float *restrict g, int64_t n, float lr, float l2,
+                      float mu, int nesterov);
+void fl__adagrad_seg(float *restrict p, float *restrict m, const float *restrict g, int64_t n, float lr, float l2,
+                     float eps);
+void fl__adam_seg(float *restrict p, float *restrict m1, float *restrict m2, const float *restrict g, int64_t n,
+                  const fl__adam_coef *k);
 /* Adds row vector b[n] to each of m rows of y[m,n]. */
 void fl__add_rowvec(float *restrict y, const float *restrict b, int64_t m, int64_t n);
 /* db[n] (+)= column sums of dy[m,n]. accumulate=0 overwrites. */
@@ -91,7 +103,8 @@ void fl__softmax_rows(float *restrict y, const float *restrict x, int64_t m, int
  * each float32 or bfloat16 (a_type, b_type), C and bias float32.  beta is 0 or 1; act is 0
  * or an FL_ACT_* code.  Build one with memset(0) first: the whole struct is the cache key.
  * Mixed operands: oneDNN gets the float32 one rounded to bfloat16 (the product is then a
- * bf16 x bf16 product accumulated in float32); OpenBLAS gets bfloat16 ones widened. */
+ * bf16 x bf16 product accumulated in float32); OpenBLAS gets bfloat16 ones widened.
+ * float16 operands (with float32 ones, never with bfloat16): see fl__gemm_f16_native. */
 typedef struct {
     int trans_a, trans_b;
     int64_t m, n, k, lda, ldb, ldc;
@@ -119,6 +132,10 @@ void fl__gemm_lib_reload(void);
 /* 1 when bfloat16 products run on bf16 instructions here (oneDNN chosen, and the CPU has
  * AVX512-BF16 or AMX); 0 when they are emulated or widened to float32 (not faster). */
 int fl__gemm_bf16_native(void);
+/* 1 when float16 products run on float16 instructions (oneDNN chosen and it has a float16
+ * matmul here that is not its reference code); 0: they run in float32 on operands rounded
+ * to float16 (float16's numerics, not faster). */
+int fl__gemm_f16_native(void);
 /* 1 when this build has oneDNN. */
 int fl__dnn_available(void);
 /* oneDNN primitives created by this process so far (tests check the steady state makes none). */
@@ -132,5 +149,17 @@ void fl__dnn_single(int on);
 /* float32 <-> bfloat16 (round to nearest even; NaN stays NaN). */
 void fl__cvt_f32_to_bf16(uint16_t *restrict y, const float *restrict x, int64_t n);
 void fl__cvt_bf16_to_f32(float *restrict y, const uint16_t *restrict x, int64_t n);
+/* float32 <-> float16 (half.c): round to nearest even, NaN stays NaN, beyond 65504 is
+ * infinite, subnormals kept.  AVX-512F, F16C or scalar code, chosen once at run time. */
+void fl__cvt_f32_to_f16(uint16_t *restrict y, const float *restrict x, int64_t n);
+void fl__cvt_f16_to_f32(float *restrict y, const uint16_t *restrict x, int64_t n);
+uint16_t fl__f32_to_f16_one(float f);
+float fl__f16_to_f32_one(uint16_t h);
+/* Tests: use the named conversion code ("avx512f", "f16c", "scalar"; NULL: the CPU's best).
+ * Returns the name in use, or NULL when this CPU cannot run the named one. */
+const char *fl__half_impl_force(const char *name);
+/* Converts n values between any two of float32, bfloat16 and float16 (same dtype: a copy).
+ * FL_EUNSUPPORTED for another dtype. */
+int fl__cvt_any(void *y, fl_dtype to, const void *x, fl_dtype from, int64_t n);
 
 #endif

@@ -98,8 +98,12 @@ def test_strategy_fields_are_checked_when_set():
     s.amp_configs = {"custom_white_list": ["fc", "mul"], "dtype": "bfloat16"}
     s._pointer()
     assert "amp_configs.custom_white_list=fc,mul" in s.to_text()
-    s.dgc = True  # a field this build does not implement: refused when used
-    with pytest.raises(fleet_c.FleetError, match="DGC"):
+    s.dgc = True
+    s.dgc_configs = {"rampup_begin_step": 10, "sparsity": [0.75, 0.999]}
+    s._pointer()
+    assert "dgc_configs.sparsity=0.75,0.999" in s.to_text()
+    s.pipeline = True  # a field this build does not implement: refused when used
+    with pytest.raises(fleet_c.FleetError, match="pipeline"):
         s._pointer()
 
 

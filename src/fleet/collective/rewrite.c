@@ -12,6 +12,8 @@
  * The startup program gets a c_broadcast of every parameter from rank 0.
  * LocalSGD averages parameters every k_steps instead of allreducing gradients; gradient
  * merge sums gradients over k_steps and runs the (conditional) optimizer on the last.
+ * strategy.dgc keeps the large parameters' gradients out of the buckets and rewrites their
+ * momentum ops after the update (dgc.c).
  */
 #include <stdio.h>
 #include <string.h>
@@ -204,7 +206,7 @@ static int hook(void *user, int phase, fl_opt_hook_ctx *h)
         if (!items) return fl__err(FL_ENOMEM, "out of memory");
         int nd = 0, st = FL_OK;
         for (int i = 0; i < h->npairs; i++) {
-            if (h->pairs[i].grad->is_sparse_grad) continue;
+            if (h->pairs[i].grad->is_sparse_grad || fl__dgc_applies(f, &h->pairs[i])) continue;
             items[nd].pg = h->pairs[i];
             items[nd].writer = last_writer(p, h->pairs[i].grad);
             items[nd].numel = (size_t)fl__dims_prod(h->pairs[i].param->shape, 0, h->pairs[i].param->ndim);
@@ -224,6 +226,11 @@ static int hook(void *user, int phase, fl_opt_hook_ctx *h)
         return st;
     }
     /* after the update ops */
+    if (s->dgc) {
+        if (distributed) return fl__dgc_rewrite(f, p, h);
+        FL_INFO(FL_SUB_FLEET, "strategy.dgc: one worker, nothing to compress (plain momentum)");
+        return FL_OK;
+    }
     if (s->gradient_merge && rt_of(f)->gm_cond) {
         int n = h->npairs;
         fl_var **accs = malloc((size_t)(n ? n : 1) * sizeof *accs);
@@ -264,5 +271,6 @@ static int hook(void *user, int phase, fl_opt_hook_ctx *h)
 int fl__collective_install(fleet_t *f, fl_opt *opt)
 {
     FL_CHECK(fl__op_register_group(fl__ops_collective));
+    FL_CHECK(fl__op_register_group(fl__ops_dgc_collective));
     return fl__opt_set_hook(opt, hook, f);
 }

@@ -43,6 +43,12 @@ static int distributed_optimizer(fleet_t *f, fl_opt *opt)
 
 static int no_connection(fleet_t *f) { return ring(f); }
 
+static int stop_worker(fleet_t *f)
+{
+    fl__dgc_report(f);
+    return ring(f);
+}
+
 static int no_server(fleet_t *f, const char *fn)
 {
     (void)f;
@@ -124,7 +130,7 @@ const fl__runtime fl__runtime_collective = {
     .init = init,
     .distributed_optimizer = distributed_optimizer,
     .init_worker = no_connection,
-    .stop_worker = no_connection,
+    .stop_worker = stop_worker,
     .init_server = init_server,
     .run_server = run_server,
     .barrier_worker = barrier_worker,

@@ -5,14 +5,15 @@
  *   trainer thread   ps_send copies each gradient into its variable's queue (a ring of
  *                    send_queue_size slots; blocks while the ring is full) and returns;
  *                    ps_recv copies the newest pulled dense values into the parameters
- *                    (half-async: waits until its queued gradients are pushed, then pulls)
+ *                    (half-async: the worker's trainer threads meet at the end of each
+ *                    step; the last to arrive flushes every queue and pulls for all)
  *   send threads     thread_pool_size of them, each with its own client: a thread takes
  *                    the variable waiting longest that no other thread holds; with fewer
  *                    than max_merge_var_num gradients queued it waits 10 ms for more, up
  *                    to send_wait_times times in a row; then pops up to max_merge_var_num
- *                    gradients, merges them (Paddle's MergeVars: summed when the server
- *                    rule is SGD, else averaged; SelectedRows concatenated, values / k
- *                    when averaged; the client sums duplicate ids) and pushes them.
+ *                    gradients, merges them (summed, as Paddle 2.x/3.x's AsyncCommunicator
+ *                    calls MergeVars with merge_add on for every rule; SelectedRows
+ *                    concatenated, the client sums duplicate ids) and pushes them.
  *                    Without independent_recv_thread (Paddle's default) the thread then
  *                    pulls that dense parameter itself into its staging buffer
  *   receive thread   with independent_recv_thread: after every
@@ -31,6 +32,7 @@
 #include <time.h>
 
 #include "fleet_ps.h"
+#include "../../exec/exec_internal.h"
 
 typedef struct {
     float *vals;
@@ -118,7 +120,6 @@ static void timed_wait(fl__ps_comm *c, int ms)
 static int merge(sender *w, cvar *v, int k, int64_t *nids, int64_t *nvals)
 {
     fl__ps_comm *c = w->c;
-    const float scale = 1.0f / (float)k;
     if (!v->v.sparse) {
         int64_t n = v->v.numel;
         FL_CHECK(grow((void **)&w->mvals, &w->mvcap, (size_t)n + 1, sizeof *w->mvals));
@@ -127,7 +128,6 @@ static int merge(sender *w, cvar *v, int k, int64_t *nids, int64_t *nvals)
             if (s == 0) memcpy(w->mvals, sl->vals, (size_t)n * sizeof(float));
             else fl__vaxpy(w->mvals, 1.0f, sl->vals, n);
         }
-        if (k > 1 && !v->v.merge_add) fl__vscal(w->mvals, scale, n);
         *nids = 0;
         *nvals = n;
         return FL_OK;
@@ -148,7 +148,6 @@ static int merge(sender *w, cvar *v, int k, int64_t *nids, int64_t *nvals)
         ai += sl->nids;
         av += sl->nvals;
     }
-    if (k > 1 && !v->v.merge_add) fl__vscal(w->mvals, scale, av);
     *nids = ai;
     *nvals = av;
     return FL_OK;
@@ -200,6 +199,12 @@ static void *send_main(void *arg)
         if (v->count != v->seen_count) {
             v->seen_count = v->count;
             v->waits = 0;
+        }
+        /* half-async (no receive path of its own) sends what the step's meeting flushes, or
+         * a full queue, so that a trainer thread never waits on a queue nobody drains */
+        if (c->recv_mode == FL__PS_RECV_NONE && !c->stop && !c->flushing && v->count < c->cap) {
+            timed_wait(c, 100);
+            continue;
         }
         if (v->count < want && v->waits < c->wait_times && !c->stop && !c->flushing) {
             v->waits++;
@@ -378,6 +383,23 @@ int fl__ps_comm_flush(fl__ps_comm *c)
     return st;
 }
 
+/* Half-async's step end, run once per worker step by the last trainer thread to arrive:
+ * every queued gradient pushed (merged up to max_merge_var_num), then the parameter
+ * pulled into its staging buffer. */
+typedef struct {
+    fl__ps_comm *c;
+    cvar *v;
+} step_end;
+
+static int step_end_leader(void *arg)
+{
+    step_end *e = arg;
+    FL_CHECK(fl__ps_comm_flush(e->c));
+    int st = pull_staged(e->c, e->c->recv_cl, e->v);
+    if (st != FL_OK) return fl__err(st, "communicator: pull of table %d: %s", e->v->v.table, fl_last_error());
+    return FL_OK;
+}
+
 int fl__ps_comm_pull_now(fl__ps_comm *c, int var, fl_tensor *w)
 {
     if (var < 0 || var >= c->nvars || c->vars[var].v.sparse)
@@ -386,9 +408,12 @@ int fl__ps_comm_pull_now(fl__ps_comm *c, int var, fl_tensor *w)
     if (w->dtype != FL_FLOAT32 || w->numel != v->v.numel)
         return fl__err(FL_EINVAL, "communicator: parameter of table %d has %lld elements, expected %lld", v->v.table,
                        (long long)w->numel, (long long)v->v.numel);
-    FL_CHECK(fl__ps_comm_flush(c));
-    int st = fl_ps_client_pull_dense(c->recv_cl, v->v.table, w->data);
-    if (st != FL_OK) return fl__err(st, "communicator: pull of table %d: %s", v->v.table, fl_last_error());
+    step_end e = {c, v};
+    FL_CHECK(fl__tgroup_meet(step_end_leader, &e));
+    /* the staging buffer changes only in the next meeting, which waits for this thread */
+    pthread_mutex_lock(&c->mu);
+    memcpy(w->data, v->staged, (size_t)v->v.numel * sizeof(float));
+    pthread_mutex_unlock(&c->mu);
     return FL_OK;
 }
 

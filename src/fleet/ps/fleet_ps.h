@@ -174,7 +174,6 @@ typedef struct {
     int sparse;
     int64_t numel;
     int dim;
-    int merge_add; /* merged gradients are summed (the server rule is SGD), else averaged */
 } fl__ps_comm_var;
 
 /* How dense parameters come back (recv_mode). */

@@ -5,9 +5,10 @@
  *   sync        the servers apply a step once every worker pushed it; workers push
  *               gradients and pull parameters on the training thread (Paddle's sync mode)
  *   half_async  gradients go through the communicator's queues and send threads, as in
- *               async; at the end of each step (ps_recv) the worker waits until its queued
- *               gradients are pushed and pulls the dense parameters (Paddle's
- *               HalfAsyncCommunicator: a barrier per batch, no barrier between workers);
+ *               async; at the end of each step (ps_recv) the worker's trainer threads meet
+ *               and the last to arrive pushes the queued gradients (merged) and pulls the
+ *               dense parameters for all (Paddle's HalfAsyncCommunicator: a barrier per
+ *               batch within the worker, none between workers);
  *               servers apply each push as it comes
  *   async       workers queue gradients on a communicator whose send threads merge up to
  *               max_merge_var_num of them per push; dense parameters come back after each
@@ -45,9 +46,6 @@ static int comm_start(fl__ps_ctx *c, const fl_ps_client_opts *o, int recv_mode)
         vars[i].sparse = c->params[i].sparse;
         vars[i].numel = c->params[i].numel;
         vars[i].dim = c->tables[c->params[i].table].dim;
-        /* Paddle's MergeVars: a sum for SGD (k merged SGD steps are one step with the sum),
-         * an average for the other rules (FLAGS_communicator_is_sgd_optimizer) */
-        vars[i].merge_add = c->tables[c->params[i].table].opt.kind == FL_PS_OPT_SGD;
     }
     const fleet_strategy *s = &c->strategy;
     fl_ps_client_opts wire = *o; /* dense values in the wire dtype; the trainer's client

@@ -269,6 +269,15 @@ static int init_server(fleet_t *f, const char *model_dir)
     o.server_index = c->server_index;
     o.num_servers = c->nservers;
     o.num_workers = c->worker_num;
+    /* strategy.fleet_desc_configs: SSD tables are a server-local choice (not in the table
+     * hash the workers compare), so only the servers' copies carry ssd_path and the budget */
+    int ssd = 0;
+    FL_CHECK(fl__strategy_ssd_table(&c->strategy, &ssd));
+    for (int i = 0; ssd && i < c->ntables; i++)
+        if (c->tables[i].kind == FL_PS_SPARSE) {
+            c->tables[i].ssd_path = c->strategy.fleet_desc_configs.sparse_ssd_path;
+            c->tables[i].mem_budget_mb = c->strategy.fleet_desc_configs.sparse_mem_budget_mb;
+        }
     o.tables = c->tables;
     o.num_tables = c->ntables;
     o.sync = c->mode->server_sync;

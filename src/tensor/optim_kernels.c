@@ -1,0 +1,68 @@
+/*
+ * optim_kernels.c - the inner loops of the dense and lazy-sparse parameter updates
+ * (src/graph/ops_optim.c calls them once per contiguous segment: the whole parameter, or
+ * one row of a SelectedRows gradient).
+ *
+ * Compiled for AVX-512, AVX2 and baseline x86-64 (GCC function multiversioning; the loader
+ * picks the best the CPU has).  Each element goes through the same operations in the same
+ * order in every clone (ISO C mode: no contraction into FMA; sqrt and division are
+ * correctly rounded in every width), so the three clones give bit-identical results.
+ * Adam's update of a 430k-parameter tower was 42% of a CTR-DNN step at batch 32 in the
+ * baseline (SSE2) build.
+ */
+#include <math.h>
+
+#include "tensor_internal.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
+#define FL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), visibility("hidden")))
+#else
+#define FL_CLONES
+#endif
+
+FL_CLONES void fl__sgd_seg(float *restrict p, const float *restrict g, int64_t n, float lr, float l2)
+{
+    for (int64_t j = 0; j < n; j++) p[j] -= lr * (g[j] + l2 * p[j]);
+}
+
+FL_CLONES void fl__momentum_seg(float *restrict p, float *restrict v, const float *restrict g, int64_t n, float lr,
+                                float l2, float mu, int nesterov)
+{
+    if (nesterov) {
+        for (int64_t j = 0; j < n; j++) {
+            float gj = g[j] + l2 * p[j], vj = fl__flush_tiny(mu * v[j] + gj);
+            v[j] = vj;
+            p[j] -= lr * (gj + mu * vj);
+        }
+    } else {
+        for (int64_t j = 0; j < n; j++) {
+            float gj = g[j] + l2 * p[j], vj = fl__flush_tiny(mu * v[j] + gj);
+            v[j] = vj;
+            p[j] -= lr * vj;
+        }
+    }
+}
+
+FL_CLONES void fl__adagrad_seg(float *restrict p, float *restrict m, const float *restrict g, int64_t n, float lr, float l2,
+                               float eps)
+{
+    for (int64_t j = 0; j < n; j++) {
+        float gj = g[j] + l2 * p[j], mj = fl__flush_tiny(m[j] + gj * gj);
+        m[j] = mj;
+        p[j] -= lr * gj / (sqrtf(mj) + eps);
+    }
+}
+
+FL_CLONES void fl__adam_seg(float *restrict p, float *restrict m1, float *restrict m2, const float *restrict g, int64_t n,
+                            const fl__adam_coef *k)
+{
+    const float lr = k->lr, l2 = k->l2, b1 = k->b1, b2 = k->b2, cb1 = k->cb1, cb2 = k->cb2, eps = k->eps;
+    for (int64_t j = 0; j < n; j++) {
+        float gj = g[j] + l2 * p[j];
+        float a = fl__flush_tiny(b1 * m1[j] + cb1 * gj), b = fl__flush_tiny(b2 * m2[j] + cb2 * gj * gj);
+        m1[j] = a;
+        m2[j] = b;
+        p[j] -= lr * a / (sqrtf(b) + eps);
+    }
+}
