@@ -7,10 +7,13 @@
  *     an elementwise_add (axis 1) and an activation op instead.  The results are the same.
  *   - data_format / data_layout other than "NCHW" (NHWC) and adaptive pooling are rejected
  *     with an error naming the option.
- * Kernels: conv2d is im2col + fl__sgemm per group and image (or per batch of images when
- * the filter is large, see run_conv2d; a 1x1 filter with stride 1 and no padding skips
- * im2col); im2col and col2im copy whole rows with the out-of-image border computed once
- * per kernel offset, so their inner loops have no calls or tests per element.
+ *   - conv2d takes a bfloat16 Input and Filter (AMP's casts); its outputs stay float32.
+ * Kernels: when FLEET_GEMM picks oneDNN, conv2d and conv2d_grad run oneDNN's convolution
+ * primitives (src/tensor/dnn_conv.c, cached in the op's state).  Otherwise conv2d is
+ * im2col + fl__sgemm per group and image (or per batch of images when the filter is large,
+ * see run_conv2d; a 1x1 filter with stride 1 and no padding skips im2col); im2col and
+ * col2im copy whole rows with the out-of-image border computed once per kernel offset, so
+ * their inner loops have no calls or tests per element; bfloat16 inputs are widened first.
  */
 #include <math.h>
 #include <stdio.h>
