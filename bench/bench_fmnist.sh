@@ -7,6 +7,9 @@
 #   Paddle   BUILD_DIR/peer-venv/bin/python bench/fmnist_paddle.py --world 2 --batch B  (Paddle 3.x
 #            from PyPI, bench/peer_venv.sh: paddle.DataParallel, gloo over 127.0.0.1, 1 thread per
 #            rank; BENCH_PEERS chooses the peers, bench/peers.sh)
+# The header names the library and ISA ours uses (BUILD_DIR/bench/bench_conv --info, under the
+# FLEET_GEMM of the environment: oneDNN's version and ISA, OpenBLAS's core); PyTorch's '#' line
+# names its CPU capability and whether its oneDNN (which runs its convolutions) is enabled.
 # for per-rank batch B = 32 (global 64, the single-process batch) and 64 (global 128).
 # Both sides: OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 (one thread per rank), the same system
 # OpenBLAS and the kernel set OPENBLAS_CORETYPE selects in the environment (unset: auto-detect).
@@ -52,7 +55,7 @@ sfx=$([ "$model" = mlp ] || echo "_$model")
 tmo=${FMNIST_TIMEOUT:-$([ "$model" = mlp ] && echo 180 || echo 600)}   # seconds per run
 raw="$outdir/fmnist$sfx.raw"
 summary="$outdir/fmnist${sfx}_summary.md"
-for f in "$fleetrun" "$prog"; do
+for f in "$fleetrun" "$prog" "$build/bench/bench_conv"; do
   [ -x "$f" ] || { echo "bench_fmnist.sh: $f not built (run: make BUILD=$build all)" >&2; exit 1; }
 done
 if [ -z "${FMNIST_DIR:-}" ]; then
@@ -81,6 +84,7 @@ ours_core=$("$py" -c 'import ctypes,sys; l=ctypes.CDLL(sys.argv[1]); l.openblas_
   echo "# OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset: auto-detect)} OMP_NUM_THREADS=$OMP_NUM_THREADS" \
        "OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS; ours: $blaslib, core $ours_core; rounds=$rounds; per-rank batches: $batches;" \
        "repeat runs with other_cpu > $noisy (at most $retries time(s), first ${budget}s); pinned: $([ "$pin" = 1 ] && echo "rank r on CPU r" || echo no)"
+  echo "# ours: $("$build/bench/bench_conv" --info) (FLEET_GEMM=${FLEET_GEMM:-auto})"
   paddle_header
   echo "# data: $FMNIST_DIR; git: $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
 } | tee "$raw"

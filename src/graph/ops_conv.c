@@ -7,10 +7,13 @@
  *     an elementwise_add (axis 1) and an activation op instead.  The results are the same.
  *   - data_format / data_layout other than "NCHW" (NHWC) and adaptive pooling are rejected
  *     with an error naming the option.
- * Kernels: conv2d is im2col + fl__sgemm per group and image (or per batch of images when
- * the filter is large, see run_conv2d; a 1x1 filter with stride 1 and no padding skips
- * im2col); im2col and col2im copy whole rows with the out-of-image border computed once
- * per kernel offset, so their inner loops have no calls or tests per element.
+ *   - conv2d takes a bfloat16 Input and Filter (AMP's casts); its outputs stay float32.
+ * Kernels: when FLEET_GEMM picks oneDNN, conv2d and conv2d_grad run oneDNN's convolution
+ * primitives (src/tensor/dnn_conv.c, cached in the op's state).  Otherwise conv2d is
+ * im2col + fl__sgemm per group and image (or per batch of images when the filter is large,
+ * see run_conv2d; a 1x1 filter with stride 1 and no padding skips im2col); im2col and
+ * col2im copy whole rows with the out-of-image border computed once per kernel offset, so
+ * their inner loops have no calls or tests per element; bfloat16 inputs are widened first.
  */
 #include <math.h>
 #include <stdio.h>
@@ -366,24 +369,32 @@ static int run_conv2d(fl_kctx *c)
     return FL_OK;
 }
 
-/* Bias@GRAD = dOut summed per channel (when requested), in double per channel. */
-static int bias_grad(const conv_geo *gp, const fl_tensor *dy, fl_tensor *db)
+/* Sum of r[0..n) in 16 float lanes the compiler vectorises (a single running sum is one
+ * dependent add per element), then added up in double. */
+static double lane_sum(const float *restrict r, int64_t n)
 {
-    const conv_geo g = *gp;
-    if (db) {
-        int64_t bs[1] = {g.m};
-        FL_CHECK(fl__tensor_reshape_raw(db, FL_FLOAT32, 1, bs));
-        float *bd = db->data;
-        for (int64_t m = 0; m < g.m; m++) {
-            double s = 0.0;
-            for (int64_t n = 0; n < g.n; n++) {
-                const float *restrict r = (const float *)dy->data + (n * g.m + m) * g.ohw;
-                float part = 0.0f;
-                for (int64_t i = 0; i < g.ohw; i++) part += r[i];
-                s += part;
-            }
-            bd[m] = (float)s;
-        }
+    enum { L = 16 };
+    float acc[L] = {0};
+    int64_t i = 0;
+    for (; i + L <= n; i += L)
+        for (int l = 0; l < L; l++) acc[l] += r[i + l];
+    double s = 0.0;
+    for (; i < n; i++) s += r[i];
+    for (int l = 0; l < L; l++) s += acc[l];
+    return s;
+}
+
+/* Bias@GRAD = dOut summed per channel (when requested). */
+static int bias_grad(const conv_geo *g, const fl_tensor *dy, fl_tensor *db)
+{
+    if (!db) return FL_OK;
+    int64_t bs[1] = {g->m};
+    FL_CHECK(fl__tensor_reshape_raw(db, FL_FLOAT32, 1, bs));
+    float *bd = db->data;
+    for (int64_t m = 0; m < g->m; m++) {
+        double s = 0.0;
+        for (int64_t n = 0; n < g->n; n++) s += lane_sum((const float *)dy->data + (n * g->m + m) * g->ohw, g->ohw);
+        bd[m] = (float)s;
     }
     return FL_OK;
 }
