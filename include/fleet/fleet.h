@@ -166,7 +166,11 @@ typedef struct {
     struct {
         int64_t rampup_begin_step, rampup_step; /* 0, 1 */
     } dgc_configs;
-    int recompute;
+    int recompute; /* false; true: minimize recomputes between checkpoints (src/fleet/recompute.c) */
+    struct {
+        /* comma-separated variable names (JSON: a list of strings or one such string) */
+        char checkpoints[FLEET_STRATEGY_STR_MAX]; /* "" */
+    } recompute_configs;
     int lars; /* false; true: the Momentum optimizer becomes lars_momentum (fl_opt_lars) */
     struct {
         double lars_coeff, lars_weight_decay, epsilon; /* 0.001, 0.0005, 0 */

@@ -197,8 +197,11 @@ static int append_copy(fl_recompute *r, const fl_op *op)
     int ni = 0, no = 0, st = FL_OK;
     for (int s = 0; s < FL_OP_MAX_SLOTS && op->def->in_names[s]; s++) {
         if (!op->in[s].n) continue;
-        if (op->in[s].n > 16) return fl__prog_error(r->p, FL_EUNSUPPORTED, "recompute: op %s has more than 16 inputs in "
-                                                    "slot %s", op->def->type, op->def->in_names[s]);
+        if (op->in[s].n > 16)
+            return fl__prog_error(r->p, FL_EUNSUPPORTED,
+                                  "recompute: op %s has more than 16 inputs in "
+                                  "slot %s",
+                                  op->def->type, op->def->in_names[s]);
         for (int k = 0; k < op->in[s].n; k++) {
             fl_var *v = op->in[s].vars[k];
             buf[s][k] = v->idx < r->nfwd_vars && r->var_seg[v->idx] == r->cur && r->copy[v->idx] ? r->copy[v->idx] : v;
@@ -207,8 +210,11 @@ static int append_copy(fl_recompute *r, const fl_op *op)
     }
     for (int s = 0; s < FL_OP_MAX_SLOTS && op->def->out_names[s]; s++) {
         if (!op->out[s].n) continue;
-        if (op->out[s].n > 16) return fl__prog_error(r->p, FL_EUNSUPPORTED, "recompute: op %s has more than 16 outputs "
-                                                     "in slot %s", op->def->type, op->def->out_names[s]);
+        if (op->out[s].n > 16)
+            return fl__prog_error(r->p, FL_EUNSUPPORTED,
+                                  "recompute: op %s has more than 16 outputs "
+                                  "in slot %s",
+                                  op->def->type, op->def->out_names[s]);
         for (int k = 0; k < op->out[s].n; k++) {
             fl_var *c = copy_var(r, op->out[s].vars[k]);
             if (!c) return fl_prog_status(r->p);
