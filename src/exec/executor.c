@@ -4,14 +4,9 @@
  * program changes (its version counter moves).  A step then costs one indirect call per
  * op and no name lookups.
  *
- * Eager deletion (Paddle's FLAGS_eager_delete_tensor_gb = 0): the plan also lists, per op,
- * the non-persistable variables whose last use in the program is that op; after the op
- * runs their buffers go back to the allocator.  Never freed: persistable variables, those
- * read before any op writes them (state carried between steps; fed data excepted), those
- * an op with a run condition touches, and the variables fetched by this run.  The step
- * keeps no pool of its own: the next step's allocations of the same sizes are served from
- * the chunks just freed (glibc raises its mmap threshold to the freed size, so large
- * buffers stay in the heap instead of being unmapped and faulted in again).
+ * Eager deletion (Paddle's FLAGS_eager_delete_tensor_gb = 0, src/exec/eager.c): each plan
+ * also lists, per op, the non-persistable variables whose last use is that op; their
+ * buffers are released after it runs, into a pool the next outputs take from.
  */
 #include <stdio.h>
 #include <string.h>
@@ -35,12 +30,7 @@ typedef struct plan {
     int nops;
     fl_tensor **tensors; /* per program var index */
     char *is_input;      /* per var: read by some op before any op writes it */
-    /* eager deletion: dead[dead_at[i] .. dead_at[i + 1]) are the var indices freed after op
-     * i; tracked[v]: var v is non-persistable (its bytes count in the peak); held[v]: the
-     * bytes counted for it now; fetched[v]: marked during a run that fetches v */
-    int *dead, *dead_at;
-    char *tracked, *fetched;
-    size_t *held;
+    fl__eager eager; /* eager.c */
     uint64_t runs;
     struct plan *next;
 } plan;
@@ -91,11 +81,7 @@ static void plan_free(plan *pl)
     free(pl->ops);
     free(pl->tensors);
     free(pl->is_input);
-    free(pl->dead);
-    free(pl->dead_at);
-    free(pl->tracked);
-    free(pl->fetched);
-    free(pl->held);
+    fl__eager_free(&pl->eager);
     free(pl);
 }
 
@@ -134,104 +120,6 @@ static fl_tensor *var_tensor(fl_exe *e, const fl_var *v)
         return t ? t : fl_scope_var(fl__scope_root(e->scope), v->name);
     }
     return fl_scope_var(e->scope, v->name);
-}
-
-/* Eager deletion lists: computed once per plan (see the top of the file). */
-static int plan_liveness(plan *pl)
-{
-    const fl_prog *p = pl->prog;
-    int nv = p->nvars, no = pl->nops;
-    int *last = malloc(((size_t)nv + 1) * sizeof *last);
-    char *never = calloc((size_t)nv + 1, 1);
-    pl->dead_at = calloc((size_t)no + 2, sizeof *pl->dead_at);
-    pl->tracked = calloc((size_t)nv + 1, 1);
-    pl->fetched = calloc((size_t)nv + 1, 1);
-    pl->held = calloc((size_t)nv + 1, sizeof *pl->held);
-    if (!last || !never || !pl->dead_at || !pl->tracked || !pl->fetched || !pl->held) {
-        free(last);
-        free(never);
-        return fl__err(FL_ENOMEM, "executor: out of memory");
-    }
-    for (int v = 0; v < nv; v++) {
-        const fl_var *var = p->vars[v];
-        last[v] = -1;
-        pl->tracked[v] = !var->persistable;
-        never[v] = var->persistable || (pl->is_input[v] && !var->is_data);
-    }
-    for (int i = 0; i < no; i++) {
-        const fl_op *op = pl->ops[i].op;
-        if (op->cond) never[op->cond->idx] = 1;
-        for (int s = 0; s < FL_OP_MAX_SLOTS; s++) {
-            for (int k = 0; k < op->in[s].n; k++) {
-                int v = op->in[s].vars[k]->idx;
-                last[v] = i;
-                if (op->cond) never[v] = 1;
-            }
-            for (int k = 0; k < op->out[s].n; k++) {
-                int v = op->out[s].vars[k]->idx;
-                last[v] = i;
-                if (op->cond) never[v] = 1;
-            }
-        }
-    }
-    int ndead = 0;
-    for (int v = 0; v < nv; v++)
-        if (last[v] >= 0 && !never[v]) {
-            pl->dead_at[last[v] + 1]++;
-            ndead++;
-        }
-    for (int i = 0; i < no; i++) pl->dead_at[i + 1] += pl->dead_at[i];
-    pl->dead = malloc(((size_t)ndead + 1) * sizeof *pl->dead);
-    int *fill = calloc((size_t)no + 1, sizeof *fill);
-    if (!pl->dead || !fill) {
-        free(fill);
-        free(last);
-        free(never);
-        return fl__err(FL_ENOMEM, "executor: out of memory");
-    }
-    for (int v = 0; v < nv; v++)
-        if (last[v] >= 0 && !never[v]) pl->dead[pl->dead_at[last[v]] + fill[last[v]]++] = v;
-    free(fill);
-    free(last);
-    free(never);
-    return FL_OK;
-}
-
-static void release(fl_tensor *t)
-{
-    fl__free_aligned(t->data);
-    t->data = NULL;
-    t->cap = 0;
-    t->ndim = 1;
-    t->shape[0] = 0;
-    t->numel = 0;
-    t->lod_n = 0;
-    t->is_rows = 0;
-}
-
-/* Adds what op i's outputs hold now to *held; then frees the variables dead after op i
- * (unless fetched or eager deletion is off); returns the bytes held after the op ran. */
-static size_t after_op(plan *pl, int i, size_t *held, int free_dead)
-{
-    const fl_op *op = pl->ops[i].op;
-    for (int s = 0; s < FL_OP_MAX_SLOTS; s++)
-        for (int k = 0; k < op->out[s].n; k++) {
-            int v = op->out[s].vars[k]->idx;
-            if (!pl->tracked[v]) continue;
-            size_t now = pl->tensors[v]->cap;
-            *held += now - pl->held[v];
-            pl->held[v] = now;
-        }
-    size_t peak = *held;
-    if (!free_dead) return peak;
-    for (int d = pl->dead_at[i]; d < pl->dead_at[i + 1]; d++) {
-        int v = pl->dead[d];
-        if (pl->fetched[v] || !pl->tensors[v]->data) continue;
-        release(pl->tensors[v]);
-        *held -= pl->held[v];
-        pl->held[v] = 0;
-    }
-    return peak;
 }
 
 static int plan_build(fl_exe *e, const fl_prog *p, plan **out)
@@ -291,7 +179,7 @@ static int plan_build(fl_exe *e, const fl_prog *p, plan **out)
     }
     free(written);
     written = NULL;
-    st = plan_liveness(pl);
+    st = fl__eager_build(&pl->eager, p, pl->is_input);
     if (st != FL_OK) goto fail;
     *out = pl;
     return FL_OK;
@@ -412,26 +300,22 @@ int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed, const char
             }
         }
     }
-    for (int i = 0; i < nfeed; i++) FL_CHECK_GOTO(fl_tensor_copy(pl->tensors[fvars[i]->idx], feed[i].value), st, out);
     for (int i = 0; i < nfetch; i++) {
         fl_var *v = fl_prog_var(p, fetch[i]);
-        if (v) pl->fetched[v->idx] = 1;
+        if (v) pl->eager.fetched[v->idx] = 1;
     }
-    size_t held = 0, peak = 0;
-    for (int v = 0; v < p->nvars; v++) {
-        pl->held[v] = pl->tracked[v] ? pl->tensors[v]->cap : 0;
-        held += pl->held[v];
-    }
-    peak = held;
+    int fed[64];
+    for (int i = 0; i < nfeed && i < 64; i++) fed[i] = fvars[i]->idx;
+    pl->eager.on = !e->keep_dead;
+    fl__eager_begin(&pl->eager, pl->tensors, fed, nfeed < 64 ? nfeed : 64);
+    for (int i = 0; i < nfeed; i++) FL_CHECK_GOTO(fl_tensor_copy(pl->tensors[fvars[i]->idx], feed[i].value), st, out);
     for (int i = 0; i < pl->nops; i++) {
         plan_op *po = &pl->ops[i];
         if (po->cond && !cond_true(po->cond)) continue;
         po->ctx.step = pl->runs;
+        fl__eager_before_op(&pl->eager, po->op, pl->tensors);
         st = po->op->def->run(&po->ctx);
-        if (st == FL_OK) {
-            size_t h = after_op(pl, i, &held, !e->keep_dead);
-            if (h > peak) peak = h;
-        }
+        if (st == FL_OK) fl__eager_after_op(&pl->eager, i, po->op, pl->tensors);
         if (st != FL_OK) {
             char msg[1024];
             snprintf(msg, sizeof msg, "%s", fl_last_error());
@@ -442,7 +326,7 @@ int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed, const char
         }
     }
     pl->runs++;
-    e->peak_bytes = (int64_t)peak;
+    e->peak_bytes = (int64_t)pl->eager.peak;
     for (int i = 0; i < nfetch; i++) {
         fl_var *v = fl_prog_var(p, fetch[i]);
         out[i] = v ? pl->tensors[v->idx] : fl_scope_find(e->scope, fetch[i]);
@@ -450,8 +334,9 @@ int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed, const char
 out:
     for (int i = 0; i < nfetch && fetch && fetch[i]; i++) {
         fl_var *v = fl_prog_var(p, fetch[i]);
-        if (v) pl->fetched[v->idx] = 0;
+        if (v) pl->eager.fetched[v->idx] = 0;
     }
+    fl__eager_end(&pl->eager);
     if (fvars != fv) free(fvars);
     return st;
 }
