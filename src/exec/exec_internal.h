@@ -32,15 +32,15 @@ void fl__exe_metrics_free(fl__exe_metrics *x);
 /* eager.c: eager deletion and the byte count of a plan (see there). */
 typedef struct {
     int nvars;
-    int on;                /* release dead buffers (fl_exe_set_eager_deletion) */
-    int *dead, *dead_at;   /* dead[dead_at[i] .. dead_at[i + 1]): var indices released after op i */
-    char *tracked;         /* per var: non-persistable (its bytes are counted) */
-    char *fetched;         /* per var: fetched by the current run (the executor marks them) */
-    size_t *held, *want;   /* per var: bytes counted now; bytes it held when last released */
-    void *pool;            /* released buffers */
+    int on;              /* release dead buffers (fl_exe_set_eager_deletion) */
+    int *dead, *dead_at; /* dead[dead_at[i] .. dead_at[i + 1]): var indices released after op i */
+    char *tracked;       /* per var: non-persistable (its bytes are counted) */
+    char *fetched;       /* per var: fetched by the current run (the executor marks them) */
+    size_t *held, *want; /* per var: bytes counted now; bytes it held when last released */
+    void *pool;          /* released buffers */
     int npool, cap_pool;
     size_t pool_bytes;
-    size_t bytes, peak;    /* now and the high-water mark of the current run */
+    size_t bytes, peak; /* now and the high-water mark of the current run */
     uint64_t run;
 } fl__eager;
 /* Computes the lists for p (is_input: per var, read before written). */

@@ -30,7 +30,7 @@ typedef struct plan {
     int nops;
     fl_tensor **tensors; /* per program var index */
     char *is_input;      /* per var: read by some op before any op writes it */
-    fl__eager eager; /* eager.c */
+    fl__eager eager;     /* eager.c */
     uint64_t runs;
     struct plan *next;
 } plan;
@@ -350,6 +350,7 @@ int fl_exe_set_eager_deletion(fl_exe *e, int on)
 
 int64_t fl_exe_peak_activation_bytes(const fl_exe *e)
 {
-    if (!e || e->magic != FL_EXE_MAGIC) return fl__err_handle(e, "fl_exe_peak_activation_bytes: executor is NULL or invalid");
+    if (!e || e->magic != FL_EXE_MAGIC)
+        return fl__err_handle(e, "fl_exe_peak_activation_bytes: executor is NULL or invalid");
     return e->peak_bytes;
 }

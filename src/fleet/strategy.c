@@ -247,7 +247,7 @@ int fleet_strategy_check(const fleet_strategy *s)
                        "float16", s->allreduce_dtype);
     if (s->recompute && !s->recompute_configs.checkpoints[0])
         return fl__err(FL_EINVAL, "strategy: recompute is true but recompute_configs.checkpoints is empty: name the "
-                       "variables to keep (the forward ops between them are recomputed in backward)");
+                                  "variables to keep (the forward ops between them are recomputed in backward)");
     if (s->lars && s->lamb)
         return fl__err(FL_EINVAL, "strategy: lars and lamb cannot be combined (one replaces Momentum, the other Adam)");
     const char *dt = s->amp_configs.dtype;
