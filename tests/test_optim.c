@@ -622,6 +622,7 @@ static void separate_outputs(const ocfg *o, int sparse)
     CHECK_EQ_INT(fl_var_ndim(fl_prog_var(p, "t@OUT")), 2);
     CHECK_EQ_INT(fl_var_shape(fl_prog_var(p, "t@OUT"))[0], R);
     fl_exe *e = fl_exe_create(NULL);
+    CHECK_OK(fl_exe_set_eager_deletion(e, 0)); /* t@OUT is read from the scope after the run */
     CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
     float init[R * W];
     memcpy(init, fl_tensor_f32(find(e, "t")), sizeof init);
@@ -709,6 +710,7 @@ static void embedding_lazy(const ocfg *o, float opt_l2, float emb_l2, float emb_
 {
     fl_prog *p = build_embedding(o, 1, opt_l2, emb_l2, emb_lrs);
     fl_exe *e = fl_exe_create(NULL);
+    CHECK_OK(fl_exe_set_eager_deletion(e, 0)); /* emb@GRAD is read from the scope after each step */
     CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
     float init[V * DM];
     memcpy(init, fl_tensor_f32(find(e, "emb")), sizeof init);
@@ -757,6 +759,8 @@ static void embedding_sparse_vs_dense(float opt_l2)
 {
     fl_prog *ps = build_embedding(&O_SGD, 1, opt_l2, 0.0f, 0.0f), *pd = build_embedding(&O_SGD, 0, opt_l2, 0.0f, 0.0f);
     fl_exe *es = fl_exe_create(NULL), *ed = fl_exe_create(NULL);
+    CHECK_OK(fl_exe_set_eager_deletion(es, 0)); /* emb@GRAD is read from the scope after the run */
+    CHECK_OK(fl_exe_set_eager_deletion(ed, 0));
     CHECK_OK(fl_exe_run(es, fl_prog_startup(ps), NULL, 0, NULL, 0, NULL));
     CHECK_OK(fl_exe_run(ed, fl_prog_startup(pd), NULL, 0, NULL, 0, NULL));
     float init[V * DM];

@@ -54,6 +54,20 @@ typedef struct {
 FL_API int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed, const char *const *fetch, int nfetch,
                       fl_tensor **out);
 
+/* Eager deletion (on by default; Paddle's FLAGS_eager_delete_tensor_gb = 0): during a run,
+ * a non-persistable variable's buffer is freed right after the last op of the program that
+ * uses it, unless the run fetches it, an op reads it before any op writes it (state kept
+ * between steps; fed data excepted) or an op with a run condition touches it.  The lists
+ * are computed once per program (plan), not per step.  A variable freed this way reads as
+ * an empty tensor from the scope after the run: fetch what you need.  on = 0 keeps every
+ * buffer (the behaviour before eager deletion). */
+FL_API int fl_exe_set_eager_deletion(fl_exe *e, int on);
+/* High-water mark, in bytes, of the buffers held by the non-persistable variables (the
+ * activations, gradients and feeds; not parameters or optimizer state, not kernels' own
+ * workspaces) of the program during the last fl_exe_run on e; a negative status for a bad
+ * handle. */
+FL_API int64_t fl_exe_peak_activation_bytes(const fl_exe *e);
+
 /* ---- training from a dataset (Paddle's Executor.train_from_dataset) ---------------------- */
 
 typedef struct {

@@ -171,7 +171,11 @@ typedef struct {
          * at most FLEET_DGC_MAX_SPARSITY (JSON: a list of numbers) */
         char sparsity[FLEET_STRATEGY_STR_MAX]; /* "0.999" */
     } dgc_configs;
-    int recompute;
+    int recompute; /* false; true: minimize recomputes between checkpoints (src/fleet/recompute.c) */
+    struct {
+        /* comma-separated variable names (JSON: a list of strings or one such string) */
+        char checkpoints[FLEET_STRATEGY_STR_MAX]; /* "" */
+    } recompute_configs;
     int lars; /* false; true: the Momentum optimizer becomes lars_momentum (fl_opt_lars) */
     struct {
         double lars_coeff, lars_weight_decay, epsilon; /* 0.001, 0.0005, 0 */

@@ -310,6 +310,18 @@ typedef struct {
  * parameter reached, with its gradient variable ("<name>@GRAD"). */
 FL_API int fl_append_backward(fl_var *loss, const char *const *no_grad, int n_no_grad, fl_param_grad **pairs, int *npairs);
 
+/* The same with recompute (Paddle's append_backward(checkpoints=...)): the forward ops
+ * between checkpoints are run again in the backward program, before their gradient ops,
+ * writing copies named "<var>@RECOMPUTE" that the gradient ops read instead of the forward
+ * activations; the checkpoints, parameters, data and persistable variables are kept.  The
+ * ops before the first checkpoint form the first segment, the ops after the last are not
+ * recomputed.  Dropout recomputes the same mask; another random op inside a segment is
+ * FL_EUNSUPPORTED.  An unknown name is FL_EINVAL naming it.  Memory goes down when the
+ * executor frees dead activations (fl_exe_set_eager_deletion, fleet/exec.h). */
+FL_API int fl_append_backward_recompute(fl_var *loss, const char *const *no_grad, int n_no_grad,
+                                        const char *const *checkpoints, int ncheckpoints, fl_param_grad **pairs,
+                                        int *npairs);
+
 FL_API fl_opt *fl_opt_sgd(float learning_rate);
 FL_API fl_opt *fl_opt_momentum(float learning_rate, float momentum, int use_nesterov);
 FL_API fl_opt *fl_opt_adagrad(float learning_rate, float epsilon);
@@ -343,6 +355,10 @@ FL_API int fl_opt_set_exponential_decay(fl_opt *o, int64_t decay_steps, float de
 FL_API int fl_opt_set_cosine_decay(fl_opt *o, int64_t step_each_epoch, int64_t epochs);
 /* Name of the optimizer: "sgd", "momentum", "adagrad", "adam", "lars_momentum", "lamb". */
 FL_API const char *fl_opt_type(const fl_opt *o);
+/* Paddle's RecomputeOptimizer: minimize() appends backward with these checkpoints
+ * (comma-separated variable names; "" or NULL: none), see fl_append_backward_recompute.
+ * The names are checked by minimize (FL_EINVAL naming an unknown one). */
+FL_API int fl_opt_set_recompute(fl_opt *o, const char *checkpoints);
 /* append_backward + regularization + one optimizer op per parameter + learning-rate ops.
  * Returns the program's build status. */
 FL_API int fl_opt_minimize(fl_opt *o, fl_var *loss);

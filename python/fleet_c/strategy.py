@@ -37,6 +37,7 @@ _CONFIG_DEFAULTS = {
     "lars_configs": {"lars_coeff": 0.001, "lars_weight_decay": 0.0005, "epsilon": 0.0,
                      "exclude_from_weight_decay": []},
     "lamb_configs": {"lamb_weight_decay": 0.01, "exclude_from_weight_decay": []},
+    "recompute_configs": {"checkpoints": []},
 }
 
 

@@ -31,6 +31,30 @@ fl__exe_metrics *fl__exe_metrics_of(fl_exe *e);
 /* Closes the writer (a write error is logged as a warning). */
 void fl__exe_metrics_free(fl__exe_metrics *x);
 
+/* eager.c: eager deletion and the byte count of a plan (see there). */
+typedef struct {
+    int nvars;
+    int on;              /* release dead buffers (fl_exe_set_eager_deletion) */
+    int *dead, *dead_at; /* dead[dead_at[i] .. dead_at[i + 1]): var indices released after op i */
+    char *tracked;       /* per var: non-persistable (its bytes are counted) */
+    char *fetched;       /* per var: fetched by the current run (the executor marks them) */
+    size_t *held, *want; /* per var: bytes counted now; bytes it held when last released */
+    void *pool;          /* released buffers */
+    int npool, cap_pool;
+    size_t pool_bytes;
+    size_t bytes, peak; /* now and the high-water mark of the current run */
+    uint64_t run;
+} fl__eager;
+/* Computes the lists for p (is_input: per var, read before written). */
+int fl__eager_build(fl__eager *g, const fl_prog *p, const char *is_input);
+void fl__eager_free(fl__eager *g);
+/* At the start of a run, after marking fetched vars and before copying the feeds in (fed:
+ * their var indices). */
+void fl__eager_begin(fl__eager *g, fl_tensor *const *tensors, const int *fed, int nfed);
+void fl__eager_before_op(fl__eager *g, const fl_op *op, fl_tensor *const *tensors);
+void fl__eager_after_op(fl__eager *g, int i, const fl_op *op, fl_tensor *const *tensors);
+void fl__eager_end(fl__eager *g);
+
 /* Root-most ancestor of s. */
 fl_scope *fl__scope_root(fl_scope *s);
 

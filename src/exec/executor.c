@@ -3,6 +3,10 @@
  * flat array of (kernel, resolved input/output tensors).  A plan is rebuilt when the
  * program changes (its version counter moves).  A step then costs one indirect call per
  * op and no name lookups.
+ *
+ * Eager deletion (Paddle's FLAGS_eager_delete_tensor_gb = 0, src/exec/eager.c): each plan
+ * also lists, per op, the non-persistable variables whose last use is that op; their
+ * buffers are released after it runs, into a pool the next outputs take from.
  */
 #include <stdio.h>
 #include <string.h>
@@ -26,6 +30,7 @@ typedef struct plan {
     int nops;
     fl_tensor **tensors; /* per program var index */
     char *is_input;      /* per var: read by some op before any op writes it */
+    fl__eager eager;     /* eager.c */
     uint64_t runs;
     struct plan *next;
 } plan;
@@ -38,6 +43,8 @@ struct fl_exe {
     fl__exe_metrics metrics; /* metrics.c, trainer.c */
     const fl_prog **noticed; /* programs fl__exe_first_notice has seen */
     int nnoticed;
+    int keep_dead;      /* eager deletion off (fl_exe_set_eager_deletion(e, 0)) */
+    int64_t peak_bytes; /* high-water mark of non-persistable bytes in the last run */
 };
 
 fl_exe *fl_exe_create(fl_scope *scope)
@@ -74,6 +81,7 @@ static void plan_free(plan *pl)
     free(pl->ops);
     free(pl->tensors);
     free(pl->is_input);
+    fl__eager_free(&pl->eager);
     free(pl);
 }
 
@@ -170,6 +178,9 @@ static int plan_build(fl_exe *e, const fl_prog *p, plan **out)
         }
     }
     free(written);
+    written = NULL;
+    st = fl__eager_build(&pl->eager, p, pl->is_input);
+    if (st != FL_OK) goto fail;
     *out = pl;
     return FL_OK;
 oom:
@@ -289,12 +300,22 @@ int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed, const char
             }
         }
     }
+    for (int i = 0; i < nfetch; i++) {
+        fl_var *v = fl_prog_var(p, fetch[i]);
+        if (v) pl->eager.fetched[v->idx] = 1;
+    }
+    int fed[64];
+    for (int i = 0; i < nfeed && i < 64; i++) fed[i] = fvars[i]->idx;
+    pl->eager.on = !e->keep_dead;
+    fl__eager_begin(&pl->eager, pl->tensors, fed, nfeed < 64 ? nfeed : 64);
     for (int i = 0; i < nfeed; i++) FL_CHECK_GOTO(fl_tensor_copy(pl->tensors[fvars[i]->idx], feed[i].value), st, out);
     for (int i = 0; i < pl->nops; i++) {
         plan_op *po = &pl->ops[i];
         if (po->cond && !cond_true(po->cond)) continue;
         po->ctx.step = pl->runs;
+        fl__eager_before_op(&pl->eager, po->op, pl->tensors);
         st = po->op->def->run(&po->ctx);
+        if (st == FL_OK) fl__eager_after_op(&pl->eager, i, po->op, pl->tensors);
         if (st != FL_OK) {
             char msg[1024];
             snprintf(msg, sizeof msg, "%s", fl_last_error());
@@ -305,11 +326,31 @@ int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed, const char
         }
     }
     pl->runs++;
+    e->peak_bytes = (int64_t)pl->eager.peak;
     for (int i = 0; i < nfetch; i++) {
         fl_var *v = fl_prog_var(p, fetch[i]);
         out[i] = v ? pl->tensors[v->idx] : fl_scope_find(e->scope, fetch[i]);
     }
 out:
+    for (int i = 0; i < nfetch && fetch && fetch[i]; i++) {
+        fl_var *v = fl_prog_var(p, fetch[i]);
+        if (v) pl->eager.fetched[v->idx] = 0;
+    }
+    fl__eager_end(&pl->eager);
     if (fvars != fv) free(fvars);
     return st;
+}
+
+int fl_exe_set_eager_deletion(fl_exe *e, int on)
+{
+    if (!e || e->magic != FL_EXE_MAGIC) return fl__err_handle(e, "fl_exe_set_eager_deletion: executor is NULL or invalid");
+    e->keep_dead = !on;
+    return FL_OK;
+}
+
+int64_t fl_exe_peak_activation_bytes(const fl_exe *e)
+{
+    if (!e || e->magic != FL_EXE_MAGIC)
+        return fl__err_handle(e, "fl_exe_peak_activation_bytes: executor is NULL or invalid");
+    return e->peak_bytes;
 }

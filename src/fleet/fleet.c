@@ -159,7 +159,8 @@ fl_opt *fleet_distributed_optimizer(fleet_t *f, fl_opt *opt, const fleet_strateg
     }
     if (fl__fleet_meta_optim(f, opt) != FL_OK) return NULL; /* lars / lamb: meta_optim.c */
     if (f->runtime->distributed_optimizer(f, opt) != FL_OK) return NULL;
-    return fl__fleet_amp_wire(f, opt) == FL_OK ? opt : NULL; /* every runtime: amp.c */
+    if (fl__fleet_recompute_wire(f, opt) != FL_OK) return NULL; /* every runtime: recompute.c */
+    return fl__fleet_amp_wire(f, opt) == FL_OK ? opt : NULL;    /* every runtime: amp.c */
 }
 
 int fleet_init_worker(fleet_t *f)

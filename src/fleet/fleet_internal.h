@@ -56,6 +56,9 @@ int fl__fleet_worker_ring(fleet_t *f, const char *fn);
  * Parameters and gradients stay float32, so allreduce and the servers see float32;
  * float16 with parameter servers is refused (FL_EUNSUPPORTED). */
 int fl__fleet_amp_wire(fleet_t *f, fl_opt *opt);
+/* strategy.recompute: makes minimize() append backward with recompute_configs.checkpoints
+ * (fl_opt_set_recompute; recompute.c).  Nothing when recompute is false. */
+int fl__fleet_recompute_wire(fleet_t *f, fl_opt *opt);
 
 /* strategy.lars / strategy.lamb, as Paddle's LarsOptimizer and LambOptimizer meta
  * optimizers: the Momentum optimizer becomes lars_momentum, the Adam one lamb, in place,

@@ -76,7 +76,8 @@ static const field fields[] = {
     {"dgc_configs.rampup_step", F_I64, FO(dgc_configs.rampup_step), 1, 1, 1, NULL},
     /* a list of numbers in [0, 1): comma-separated in text, a JSON list of numbers */
     {"dgc_configs.sparsity", F_STR, FO(dgc_configs.sparsity), 0, 1, 0, NULL, "0.999"},
-    {"recompute", F_BOOL, FO(recompute), 0, 0, 0, "recompute is not implemented"},
+    {"recompute", F_BOOL, FO(recompute), 0, 1, 0, NULL},
+    {"recompute_configs.checkpoints", F_STR, FO(recompute_configs.checkpoints), 0, 1, 0, NULL, ""},
     {"lars", F_BOOL, FO(lars), 0, 1, 0, NULL},
     {"lars_configs.lars_coeff", F_DBL, FO(lars_configs.lars_coeff), 0.001, 1, 0, NULL},
     {"lars_configs.lars_weight_decay", F_DBL, FO(lars_configs.lars_weight_decay), 0.0005, 1, 0, NULL},
@@ -253,6 +254,9 @@ int fleet_strategy_check(const fleet_strategy *s)
         return fl__err(FL_EINVAL, "strategy field 'allreduce_dtype' = '%s' is invalid: expected float32, bfloat16 or "
                        "float16", s->allreduce_dtype);
     FL_CHECK(fl__strategy_ssd_table(s, NULL));
+    if (s->recompute && !s->recompute_configs.checkpoints[0])
+        return fl__err(FL_EINVAL, "strategy: recompute is true but recompute_configs.checkpoints is empty: name the "
+                                  "variables to keep (the forward ops between them are recomputed in backward)");
     if (s->lars && s->lamb)
         return fl__err(FL_EINVAL, "strategy: lars and lamb cannot be combined (one replaces Momentum, the other Adam)");
     float sp[FLEET_DGC_MAX_SPARSITY];

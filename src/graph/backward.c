@@ -3,7 +3,9 @@
  * gradient maker for its gradient ops.  A variable used by several ops receives one
  * gradient variable per use (<v>@GRAD@RENAME@k) and a `sum` op adds them up just before
  * the gradient is read, as Paddle does.  Variables with stop_gradient, variables named in
- * the no-grad set, and outputs of ops without a gradient get no gradient.
+ * the no-grad set, and outputs of ops without a gradient get no gradient.  With checkpoints
+ * (recompute), each segment's forward ops are appended again before its gradient ops and
+ * those read the copies (recompute.c).
  */
 #include <stdio.h>
 #include <string.h>
@@ -109,7 +111,8 @@ int fl__grad_append(fl_op *op, const char *type, const fl_io *in, int nin, const
     return fl__op_finish(go);
 }
 
-int fl_append_backward(fl_var *loss, const char *const *no_grad, int n_no_grad, fl_param_grad **pairs, int *npairs)
+static int append_backward(fl_var *loss, const char *const *no_grad, int n_no_grad, const char *const *cps, int ncps,
+                           fl_param_grad **pairs, int *npairs)
 {
     if (pairs) *pairs = NULL;
     if (npairs) *npairs = 0;
@@ -123,6 +126,8 @@ int fl_append_backward(fl_var *loss, const char *const *no_grad, int n_no_grad, 
                               "append_backward: loss '%s' must have one element (use mean or reduce_sum), "
                               "its shape has %d dims",
                               loss->name, loss->ndim);
+    fl_recompute *rc = NULL;
+    FL_CHECK(fl__recompute_plan(p, cps, ncps, &rc));
     fl_grad_ctx g = {p, p->nvars, calloc((size_t)p->nvars + 1, 1), calloc((size_t)p->nvars + 1, sizeof(contrib)), FL_OK};
     int nfwd_ops = p->nops, st = FL_OK;
     fl_param_grad *out = NULL;
@@ -191,8 +196,11 @@ int fl_append_backward(fl_var *loss, const char *const *no_grad, int n_no_grad, 
         for (int s = 0; s < FL_OP_MAX_SLOTS; s++)
             for (int k = 0; k < op->in[s].n; k++) any_in |= g.needs[op->in[s].vars[k]->idx];
         if (!any_in) continue;
+        FL_CHECK_GOTO(fl__recompute_enter(rc, i), st, done);
+        int first = p->nops;
         FL_CHECK_GOTO(op->def->grad(op, &g), st, done);
         FL_CHECK_GOTO(g.status, st, done);
+        fl__recompute_rewrite(rc, first);
     }
     out = calloc((size_t)g.nfwd + 1, sizeof *out);
     if (!out) {
@@ -210,6 +218,7 @@ int fl_append_backward(fl_var *loss, const char *const *no_grad, int n_no_grad, 
     }
 done:
     fl__prog_set_role(p, FL_ROLE_FORWARD);
+    fl__recompute_free(rc);
     if (g.c)
         for (int i = 0; i < g.nfwd; i++) free(g.c[i].v);
     free(g.c);
@@ -221,4 +230,17 @@ done:
         free(out);
     }
     return st;
+}
+
+int fl_append_backward(fl_var *loss, const char *const *no_grad, int n_no_grad, fl_param_grad **pairs, int *npairs)
+{
+    return append_backward(loss, no_grad, n_no_grad, NULL, 0, pairs, npairs);
+}
+
+int fl_append_backward_recompute(fl_var *loss, const char *const *no_grad, int n_no_grad, const char *const *checkpoints,
+                                 int ncheckpoints, fl_param_grad **pairs, int *npairs)
+{
+    if (ncheckpoints < 0 || (ncheckpoints && !checkpoints))
+        return fl__err(FL_EINVAL, "append_backward: checkpoint list is NULL or its length (%d) is negative", ncheckpoints);
+    return append_backward(loss, no_grad, n_no_grad, checkpoints, ncheckpoints, pairs, npairs);
 }

@@ -221,6 +221,17 @@ void fl__shape_str(const fl_var *v, char *buf, size_t cap);
  * programs that use them.  Idempotent; thread safe; at most 8 extra groups. */
 int fl__op_register_group(const fl_op_def *const *group);
 
+/* recompute.c: append_backward with checkpoints.  fl__recompute_plan checks the names
+ * (FL_EINVAL naming an unknown one; *out NULL when ncps is 0) and cuts the forward ops of
+ * p into segments; fl__recompute_enter(r, i) appends the copies of forward op i's segment
+ * the first time backward reaches it; fl__recompute_rewrite(r, first) makes the ops
+ * appended since `first` read the copies.  NULL r: nothing. */
+typedef struct fl_recompute fl_recompute;
+int fl__recompute_plan(fl_prog *p, const char *const *cps, int ncps, fl_recompute **out);
+int fl__recompute_enter(fl_recompute *r, int op_index);
+void fl__recompute_rewrite(fl_recompute *r, int first_op);
+void fl__recompute_free(fl_recompute *r);
+
 /* Optimizer hook, used by fleet/ to turn minimize() into a distributed minimize.
  * Phase AFTER_BACKWARD runs after append_backward and before the learning-rate and update
  * ops: it may append ops (allreduce of gradients), replace pairs[i].grad, and set

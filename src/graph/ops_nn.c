@@ -340,8 +340,8 @@ fl_var *fl_layer_scale(fl_var *x, float scale, float bias, int bias_after_scale)
  *   upscale_in_train: train Out = X*Mask/(1-p) (0 when p = 1, as Paddle), test Out = X.
  * Mask is float32 0/1 (Paddle: uint8, a dtype this port lacks), written in training only.
  * With fix_seed the mask comes from `seed` alone and repeats every step (Paddle); otherwise
- * from the program seed, the name of Out and the executor's step: reproducible runs, and a
- * new mask every step. */
+ * from the program seed, the name of Out (or the attribute rng_name) and the executor's
+ * step: reproducible runs, and a new mask every step. */
 static int dropout_impl(const fl_op *op, int *up) /* 0 if known; *up = upscale_in_train */
 {
     const char *s = fl__attr_s(op, "dropout_implementation", "downgrade_in_infer");
@@ -391,7 +391,9 @@ static int run_dropout(fl_kctx *c)
     if (fl__attr_i(c->op, "fix_seed", 0)) {
         seed = fl__hash_u64((uint64_t)fl__attr_i(c->op, "seed", 0) + 0x6a09e667f3bcc909ULL);
     } else {
-        const char *nm = fl__kctx_var_name(c, 0, 1);
+        /* rng_name: set on recompute's copy (src/graph/recompute.c) to draw the same mask */
+        const char *nm = fl__attr_s(c->op, "rng_name", NULL);
+        if (!nm) nm = fl__kctx_var_name(c, 0, 1);
         seed = fl__hash_u64(c->op->prog->seed) ^ fl__hash_bytes(nm, strlen(nm));
         seed = fl__hash_u64(seed + 0x9e3779b97f4a7c15ULL * (c->step + 1));
     }

@@ -32,6 +32,7 @@ struct fl_opt {
     float lars_coeff;        /* lars_momentum */
     float decay;             /* lars_weight_decay / lamb weight_decay */
     char *exclude;           /* comma-separated names exempt from `decay` (malloc'ed or NULL) */
+    char *recompute;         /* comma-separated checkpoint names (malloc'ed or NULL) */
 };
 
 int fl__opt_set_hook(fl_opt *o, fl_opt_hook_fn fn, void *user)
@@ -150,6 +151,44 @@ int fl_opt_set_exclude_from_weight_decay(fl_opt *o, const char *names)
     return FL_OK;
 }
 
+int fl_opt_set_recompute(fl_opt *o, const char *checkpoints)
+{
+    if (!o || o->magic != FL_OPT_MAGIC) return fl__err_handle(o, "fl_opt_set_recompute: optimizer is NULL or invalid");
+    char *copy = checkpoints && *checkpoints ? fl__strdup(checkpoints) : NULL;
+    if (checkpoints && *checkpoints && !copy) return fl__err(FL_ENOMEM, "fl_opt_set_recompute: out of memory");
+    free(o->recompute);
+    o->recompute = copy;
+    return FL_OK;
+}
+
+/* append_backward, with o's recompute checkpoints split at commas (blanks trimmed). */
+static int backward(fl_opt *o, fl_var *loss, const char *const *no_grad, int n_no_grad, fl_param_grad **pairs, int *n)
+{
+    if (!o->recompute) return fl_append_backward(loss, no_grad, n_no_grad, pairs, n);
+    char *buf = fl__strdup(o->recompute);
+    int cap = 1;
+    for (const char *c = o->recompute; *c; c++) cap += *c == ',';
+    const char **names = calloc((size_t)cap, sizeof *names);
+    if (!buf || !names) {
+        free(buf);
+        free(names);
+        return fl__err(FL_ENOMEM, "minimize: out of memory");
+    }
+    int nn = 0;
+    for (char *tok = buf, *next; tok; tok = next) {
+        next = strchr(tok, ',');
+        if (next) *next++ = 0;
+        while (*tok == ' ' || *tok == '\t') tok++;
+        size_t len = strlen(tok);
+        while (len && (tok[len - 1] == ' ' || tok[len - 1] == '\t')) tok[--len] = 0;
+        if (len) names[nn++] = tok;
+    }
+    int st = fl_append_backward_recompute(loss, no_grad, n_no_grad, names, nn, pairs, n);
+    free(names);
+    free(buf);
+    return st;
+}
+
 int fl__opt_to_lars(fl_opt *o, float lars_coeff, float lars_weight_decay, float epsilon, const char *exclude)
 {
     if (!o || o->magic != FL_OPT_MAGIC) return fl__err_handle(o, "strategy.lars: optimizer is NULL or invalid");
@@ -190,6 +229,7 @@ void fl_opt_free(fl_opt *o)
     if (!o || o->magic != FL_OPT_MAGIC) return;
     o->magic = 0;
     free(o->exclude);
+    free(o->recompute);
     free(o);
 }
 
@@ -405,7 +445,7 @@ int fl_opt_minimize_ex(fl_opt *o, fl_var *loss, const char *const *no_grad, int 
         fl_opt_hook_ctx pre = {p, NULL, 0, NULL, o->type};
         FL_CHECK(o->pre_hook(o->pre_user, FL_HOOK_BEFORE_BACKWARD, &pre));
     }
-    FL_CHECK(fl_append_backward(loss, no_grad, n_no_grad, &pairs, &n));
+    FL_CHECK(backward(o, loss, no_grad, n_no_grad, &pairs, &n));
     int st = FL_OK;
     fl_opt_hook_ctx hc = {p, pairs, n, NULL, o->type};
     if (o->hook) {
