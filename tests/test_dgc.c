@@ -440,6 +440,8 @@ TEST(strategy_fields)
     CHECK_OK(fleet_strategy_check(&s));
     CHECK_OK(fleet_strategy_set(&s, "dgc_configs.sparsity", "0.9,1.5"));
     CHECK_FAILS(fleet_strategy_check(&s), FL_EINVAL, "entry 2 is not a number in [0, 1)");
+    CHECK_OK(fleet_strategy_set(&s, "dgc_configs.sparsity", "0.9,0.99,"));
+    CHECK_FAILS(fleet_strategy_check(&s), FL_EINVAL, "a number is missing after the last comma");
     CHECK_OK(fleet_strategy_set(&s, "dgc_configs.sparsity", ""));
     CHECK_FAILS(fleet_strategy_check(&s), FL_EINVAL, "is empty");
     CHECK_FAILS(fleet_strategy_set(&s, "dgc_configs.rampup_step", "0"), FL_EINVAL, "out of range");

@@ -326,6 +326,9 @@ int fl__strategy_dgc_sparsity(const fleet_strategy *s, float *out, int *n)
             return fl__err(FL_EINVAL, "strategy field '%s' = '%s': expected numbers separated by commas", key,
                            s->dgc_configs.sparsity);
         p = *end ? end + 1 : end;
+        if (*end && !*p)
+            return fl__err(FL_EINVAL, "strategy field '%s' = '%s': a number is missing after the last comma", key,
+                           s->dgc_configs.sparsity);
     }
     if (!*n) return fl__err(FL_EINVAL, "strategy field '%s' is empty: give at least one sparsity such as 0.999", key);
     return FL_OK;
