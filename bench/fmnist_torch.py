@@ -35,11 +35,10 @@ if "--multiprocessing-fork" not in sys.argv:
 
 import argparse  # noqa: E402
 import ctypes  # noqa: E402
-import gzip  # noqa: E402
 import socket  # noqa: E402
 import time  # noqa: E402
 
-import numpy as np  # noqa: E402
+import fmnist_data  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
@@ -66,30 +65,9 @@ def blas_info():
     return "(no OpenBLAS found in the process)", 0, ""
 
 
-def load_idx(path, ndim):
-    """An unsigned-byte IDX file, header checked as idx.h does."""
-    with open(path, "rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    with (gzip.open if gz else open)(path, "rb") as f:
-        data = f.read()
-    magic = int.from_bytes(data[:4], "big") if len(data) >= 4 else -1
-    if magic != 0x800 | ndim:
-        sys.exit("%s: IDX magic is 0x%08x, expected 0x%08x" % (path, magic, 0x800 | ndim))
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    if len(data) - 4 - 4 * ndim != int(np.prod(dims)):
-        sys.exit("%s: header says %s, the file has %d data bytes" % (path, dims, len(data) - 4 - 4 * ndim))
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
-
-
 def load_split(d, prefix):
-    def path(kind):
-        p = os.path.join(d, "%s-%s-ubyte.gz" % (prefix, kind))
-        return p if os.path.exists(p) else p[:-3]
-    x = load_idx(path("images-idx3"), 3)
-    y = load_idx(path("labels-idx1"), 1)
-    if x.shape[1:] != (28, 28) or x.shape[0] != y.shape[0] or y.max() > 9:
-        sys.exit("%s/%s: unexpected shapes %s / %s or labels" % (d, prefix, x.shape, y.shape))
-    return torch.from_numpy(x.reshape(-1, 784).astype(np.float32) / 255.0), torch.from_numpy(y.astype(np.int64))
+    x, y = fmnist_data.load_split(d, prefix)
+    return torch.from_numpy(x), torch.from_numpy(y)
 
 
 def run(rank, world, port, args):
