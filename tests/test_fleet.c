@@ -232,20 +232,43 @@ TEST(strategy_unimplemented_rejected)
     CHECK_OK(fleet_strategy_set(&s, "amp_configs.dtype", "float16"));
     CHECK_OK(fleet_strategy_check(&s)); /* float16 AMP with loss scaling (tests/test_amp_fp16.c) */
     {
-        /* ... but not with parameter servers: refused by name at the distributed optimizer */
+        /* ... with parameter servers: async (Paddle's default a_sync=true) pushes only on steps
+         * whose gradients are finite (ps_send runs under the update ops' condition, after
+         * the unscale); sync mode, whose servers wait for every worker's push of a step, is
+         * refused by name at minimize (training: tests/test_ps_modes.c) */
         s.amp = 1;
         const char *servers[] = {"127.0.0.1:6001"};
         fleet_user_role u = {0, 0, FLEET_ROLE_WORKER, 1, NULL, 0, servers, 1};
-        fleet_role *r;
-        CHECK_OK(fleet_role_user_defined(&u, &r));
-        fleet_t *f = fleet_init(r, &s);
-        CHECK(f);
-        fl_opt *o = fl_opt_sgd(0.1f);
-        CHECK(fleet_distributed_optimizer(f, o, NULL) == NULL);
-        CHECK_STR_HAS(fl_last_error(), "float16 loss scaling (the step skipped on inf/NaN) is not implemented with "
-                                       "servers");
-        fl_opt_free(o);
-        fleet_free(f);
+        for (int sync = 0; sync < 2; sync++) {
+            s.a_sync = !sync;
+            fleet_role *r;
+            CHECK_OK(fleet_role_user_defined(&u, &r));
+            fleet_t *f = fleet_init(r, &s);
+            CHECK(f);
+            fl_prog *p = fl_prog_create();
+            fl_var *x = fl_layer_data(p, "x", FL_SHAPE(4), FL_FLOAT32, 0);
+            fl_var *loss = fl_layer_mean(fl_layer_fc(&x, 1, 1, NULL));
+            CHECK(loss);
+            fl_opt *o = fl_opt_sgd(0.1f);
+            fl_opt *d = fleet_distributed_optimizer(f, o, NULL);
+            CHECK(d);
+            if (sync) {
+                CHECK_FAILS(fl_opt_minimize(d, loss), FL_EUNSUPPORTED,
+                            "but sync mode's servers wait for every worker's push");
+            } else {
+                CHECK_OK(fl_opt_minimize(d, loss));
+                char *t = NULL;
+                size_t n = 0;
+                CHECK_OK(fl_prog_to_text(p, &t, &n));
+                CHECK_STR_HAS(t, "op ps_send role=optimize cond=find_infinite_scale.all_finite");
+                CHECK(strstr(t, "op check_finite_and_unscale") < strstr(t, "op ps_send"));
+                free(t);
+            }
+            fl_opt_free(o);
+            fl_prog_free(p);
+            fleet_free(f);
+        }
+        s.a_sync = 1;
         s.amp = 0;
     }
     CHECK_OK(fleet_strategy_set(&s, "amp_configs.dtype", "bf8"));

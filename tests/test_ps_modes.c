@@ -105,6 +105,25 @@ TEST(half_async_one_worker_equals_local)
     equals_local(args, 2, 1, 1e-5);
 }
 
+/* One worker, half-async, AMP float16 with dynamic loss scaling from a scale of 1e9: the
+ * first steps overflow float16, so the worker skips its push (ps_send runs only when the
+ * unscaled gradients are finite, as the local update ops) while the scale halves; then
+ * steps apply.  Every step's cost equals local float16 AMP training. */
+TEST(half_async_fp16_amp_skips_like_local)
+{
+    const char *args[] = {"task=tiny",
+                          "mode=half_async",
+                          "steps=30",
+                          "batch=8",
+                          "s:amp=true",
+                          "s:amp_configs.dtype=float16",
+                          "s:amp_configs.init_loss_scaling=1e9",
+                          "s:amp_configs.decr_every_n_nan_or_inf=1",
+                          "s:amp_configs.decr_ratio=0.5",
+                          NULL};
+    equals_local(args, 2, 1, 1e-5);
+}
+
 /* One worker, GEO with k_steps 3: the worker trains locally; every 3 steps it pushes its
  * dense delta (latest - old) / 1 to the "sum" tables and pulls them back, which are then
  * exactly its own parameters: GEO changes nothing for one worker.  The is_sparse
@@ -376,6 +395,7 @@ TEST(strategy_fields_and_mode_selection)
     CHECK_STR_HAS(fl_last_error(), "not geo mode");
 }
 
-TEST_MAIN(T(strategy_fields_and_mode_selection), T(half_async_one_worker_equals_local), T(geo_one_worker_equals_local),
-          T(bf16_wire_halves_dense_bytes), T(half_async_converges), T(async_merged_bf16_converges),
-          T(ctr_merged_async_bf16_matches_local_auc), T(half_async_threads_meet_once_per_step))
+TEST_MAIN(T(strategy_fields_and_mode_selection), T(half_async_one_worker_equals_local),
+          T(half_async_fp16_amp_skips_like_local), T(geo_one_worker_equals_local), T(bf16_wire_halves_dense_bytes),
+          T(half_async_converges), T(async_merged_bf16_converges), T(ctr_merged_async_bf16_matches_local_auc),
+          T(half_async_threads_meet_once_per_step))

@@ -7,14 +7,15 @@
  *
  * What the runtimes see: gradients of float32 parameters, in float32 (the casts' gradients
  * turn the low-precision products' gradients back), so the collective allreduce works
- * unchanged.  Parameter servers keep float32 tables and work unchanged with bfloat16;
- * float16 with parameter servers is refused (the servers apply the pushed gradients, so
- * the check and the skipped step would have to move into the communicator: not done).
+ * unchanged.  Parameter servers keep float32 tables.  With float16 the worker pushes the
+ * unscaled gradients (ps_send comes after check_finite_and_unscale) and skips its push on a
+ * step with inf/NaN (ps_send runs under the same condition as the update ops: the PS
+ * rewrite, src/fleet/ps/rewrite.c); sync mode refuses float16, since its servers wait for
+ * every worker's push of a step.
  */
 #include <string.h>
 
 #include "fleet_internal.h"
-#include "runtime.h"
 
 int fl__fleet_amp_wire(fleet_t *f, fl_opt *opt)
 {
@@ -22,12 +23,6 @@ int fl__fleet_amp_wire(fleet_t *f, fl_opt *opt)
     const fleet_strategy *s = &f->strategy;
     const char *dt = s->amp_configs.dtype;
     int f16 = !strcmp(dt, "float16") || !strcmp(dt, "fp16");
-    if (f16 && f->runtime == &fl__runtime_ps)
-        return fl__err(FL_EUNSUPPORTED,
-                       "strategy.amp with amp_configs.dtype = %s and parameter servers: float16 loss scaling "
-                       "(the step skipped on inf/NaN) is not implemented with servers; use bfloat16, which needs "
-                       "no loss scaling and keeps the servers' float32 tables",
-                       dt);
     fl_amp_opts o;
     memset(&o, 0, sizeof o);
     o.dtype = f16 ? FL_FLOAT16 : FL_BFLOAT16;

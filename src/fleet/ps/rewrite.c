@@ -384,8 +384,10 @@ static fl_var *batch_var(fl_prog *p)
     return NULL;
 }
 
+/* cond (may be NULL): the op runs only on steps where it holds (ps_send under AMP float16's
+ * all-finite flag, as the update ops it replaces) */
 static int append_list_op(fl__ps_ctx *c, fl_prog *p, const char *type, const char *slot, const char *oslot, fl_var **vs,
-                          const int64_t *tables, int n, int64_t k_steps)
+                          const int64_t *tables, int n, int64_t k_steps, fl_var *cond)
 {
     fl_var *bv = strcmp(type, "ps_send") && strcmp(type, "ps_geo") ? NULL : batch_var(p);
     fl_io in[2] = {{slot, vs, n}, {"Batch", &bv, 1}}, out = {oslot, vs, n};
@@ -398,6 +400,7 @@ static int append_list_op(fl__ps_ctx *c, fl_prog *p, const char *type, const cha
      * keeps such programs at one trainer thread */
     if ((!strcmp(type, "ps_send") && c->mode->send_single_trainer) || !strcmp(type, "ps_geo"))
         FL_CHECK(fl__attr_set_i(op, "single_trainer", 1));
+    op->cond = cond;
     return fl__op_finish(op);
 }
 
@@ -478,20 +481,20 @@ static int rewrite(fl__ps_ctx *c, fl_opt_hook_ctx *h)
             vs[m] = pi[i].grad;
             tabs[m++] = c->params[i].table;
         }
-        if (st == FL_OK && m) st = append_list_op(c, p, "ps_send", "Grad", NULL, vs, tabs, m, 0);
+        if (st == FL_OK && m) st = append_list_op(c, p, "ps_send", "Grad", NULL, vs, tabs, m, 0, h->update_cond);
         m = 0;
         for (int i = 0; i < n; i++)
             if (!c->params[i].sparse) {
                 vs[m] = fl_prog_var(p, c->params[i].name);
                 tabs[m++] = c->params[i].table;
             }
-        if (st == FL_OK && m) st = append_list_op(c, p, "ps_recv", NULL, "Param", vs, tabs, m, 0);
+        if (st == FL_OK && m) st = append_list_op(c, p, "ps_recv", NULL, "Param", vs, tabs, m, 0, NULL);
     } else if (st == FL_OK) {
         for (int i = 0; i < n; i++) {
             vs[i] = pi[i].param;
             tabs[i] = c->params[i].table;
         }
-        if (n) st = append_list_op(c, p, "ps_geo", "Param", "ParamOut", vs, tabs, n, c->k_steps);
+        if (n) st = append_list_op(c, p, "ps_geo", "Param", "ParamOut", vs, tabs, n, c->k_steps, NULL);
     }
     /* startup: the initial exchange of the dense tables */
     int m = 0;
@@ -503,7 +506,7 @@ static int rewrite(fl__ps_ctx *c, fl_opt_hook_ctx *h)
                                     c->params[i].name);
             tabs[m++] = c->params[i].table;
         }
-    if (st == FL_OK && m) st = append_list_op(c, sp, "ps_init", "Param", "ParamOut", svs, tabs, m, 0);
+    if (st == FL_OK && m) st = append_list_op(c, sp, "ps_init", "Param", "ParamOut", svs, tabs, m, 0, NULL);
     if (st == FL_OK) c->prog = p;
     free(pi);
     free(vs);
@@ -533,6 +536,13 @@ static int hook(void *user, int phase, fl_opt_hook_ctx *h)
                 c->mode->name, h->opt_type, h->opt_type);
         return FL_OK;
     }
+    if (h->update_cond && c->mode->server_sync)
+        return fl__prog_error(h->prog, FL_EUNSUPPORTED,
+                              "parameter server (%s mode): the updates run only on some steps (AMP float16 skips a "
+                              "step with inf/NaN gradients on one worker), but sync mode's servers wait for every "
+                              "worker's push of every step; use async, half-async or GEO mode (a_sync=true), or "
+                              "amp_configs.dtype=bfloat16, which needs no loss scaling",
+                              c->mode->name);
     return rewrite(c, h);
 }
 
