@@ -178,7 +178,7 @@ typedef struct {
 
 /* How dense parameters come back (recv_mode). */
 enum {
-    FL__PS_RECV_NONE,       /* the trainer pulls (fl__ps_comm_pull_now; half-async) */
+    FL__PS_RECV_NONE,       /* half-async: pushes and pulls at the step's meeting (fl__ps_comm_pull_now) */
     FL__PS_RECV_AFTER_SEND, /* a send thread pulls a parameter right after pushing its gradient */
     FL__PS_RECV_THREAD      /* independent_recv_thread: a receive thread at its own pace */
 };
@@ -205,7 +205,9 @@ int fl__ps_comm_send(fl__ps_comm *c, int var, const fl_tensor *grad);
 int fl__ps_comm_recv(fl__ps_comm *c, int var, fl_tensor *param, int *copied);
 /* Waits until every queued gradient has been pushed; the first background error. */
 int fl__ps_comm_flush(fl__ps_comm *c);
-/* Half-async: flushes, then pulls var's dense values into param with the receive client. */
+/* Half-async's step end: the trainer threads of the pass meet (src/exec/tgroup.c); the last
+ * to arrive flushes every queue and pulls var's dense values with the receive client into
+ * param, which Hogwild threads share (a thread holding its own copy gets the same values). */
 int fl__ps_comm_pull_now(fl__ps_comm *c, int var, fl_tensor *param);
 /* Adds the traffic of the communicator's clients to *t. */
 void fl__ps_comm_traffic(fl__ps_comm *c, fl_ps_traffic *t);
