@@ -30,14 +30,6 @@
 
 #include "fleet/models.h"
 
-static double parse_real(const char *opt, const char *v, double lo, double hi)
-{
-    char *end = NULL;
-    double x = strtod(v, &end);
-    if (!*v || *end || !(x >= lo && x <= hi)) cli_die(2, "%s expects a number in [%g, %g], got '%s'", opt, lo, hi, v);
-    return x;
-}
-
 /* An error of the generator: a bad combination of options is a usage error, the rest I/O. */
 static _Noreturn void text_fail(int st) { cli_die(st == FL_EINVAL ? 2 : 1, "%s", fl_last_error()); }
 
@@ -46,45 +38,19 @@ static int datagen_simnet(int argc, char **argv)
     fl_model_simnet_datagen g = fl_model_simnet_datagen_default();
     g.rows = -1;
     const char *out = NULL;
-    static const struct option longopts[] = {{"rows", required_argument, NULL, 0},
-                                             {"files", required_argument, NULL, 1},
-                                             {"out", required_argument, NULL, 2},
-                                             {"test-rows", required_argument, NULL, 3},
-                                             {"seed", required_argument, NULL, 5},
-                                             {"topics", required_argument, NULL, 6},
-                                             {"topic-words", required_argument, NULL, 7},
-                                             {"background", required_argument, NULL, 8},
-                                             {"purity", required_argument, NULL, 9},
-                                             {"mix", required_argument, NULL, 10},
-                                             {0}};
-    char name[64];
-    const char *v;
-    cli_begin(2);
-    for (;;) {
-        int k = cli_next(argc, argv, "", longopts, name, &v);
-        if (k == -1 && !name[0] && optind >= argc) break;
-        if (k == -1 && !name[0]) snprintf(name, sizeof name, "%.63s", argv[optind]);
-        if (k == -1 || k == '?')
-            cli_die(2,
-                    "unknown option '%s' (simnet options: --rows N --out DIR --test-rows M --files K --seed S "
-                    "--topics T --topic-words W --background B --purity P --mix X)",
-                    name);
-        switch (k) {
-        case 0: g.rows = (int64_t)parse_num(name, v, 1, MAX_ROWS); break;
-        case 1: g.files = (int)parse_num(name, v, 1, MAX_FILES); break;
-        case 2:
-            if (!*v) cli_die(2, "--out expects a directory, got an empty string");
-            out = v;
-            break;
-        case 3: g.test_rows = (int64_t)parse_num(name, v, 0, MAX_ROWS); break;
-        case 6: g.topics = (int)parse_num(name, v, 2, 100000); break;
-        case 7: g.topic_words = (int)parse_num(name, v, 1, 100000); break;
-        case 8: g.background = (int)parse_num(name, v, 1, 10000000); break;
-        case 9: g.purity = parse_real(name, v, 0.01, 1); break;
-        case 10: g.mix = parse_real(name, v, 0, 0.99); break;
-        default: g.seed = parse_num(name, v, 0, UINT64_MAX); break;
-        }
-    }
+    const dg_opt opts[] = {{"rows", 'i', &g.rows, 1, MAX_ROWS},
+                           {"files", 'n', &g.files, 1, MAX_FILES},
+                           {"out", 's', &out, 0, 0},
+                           {"test-rows", 'i', &g.test_rows, 0, MAX_ROWS},
+                           {"seed", 'u', &g.seed, 0, 0},
+                           {"topics", 'n', &g.topics, 2, 100000},
+                           {"topic-words", 'n', &g.topic_words, 1, 100000},
+                           {"background", 'n', &g.background, 1, 10000000},
+                           {"purity", 'r', &g.purity, 0.01, 1},
+                           {"mix", 'r', &g.mix, 0, 0.99}};
+    dg_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+             "simnet options: --rows N --out DIR --test-rows M --files K --seed S --topics T --topic-words W "
+             "--background B --purity P --mix X");
     if (g.rows < 0) cli_die(2, "--rows N is required (the number of training triples)");
     if (!out) cli_die(2, "--out DIR is required (the output directory)");
     if (g.purity + g.mix > 1) cli_die(2, "--purity %g plus --mix %g exceeds 1", g.purity, g.mix);
@@ -113,45 +79,19 @@ static int datagen_word2vec(int argc, char **argv)
     fl_model_word2vec_datagen g = fl_model_word2vec_datagen_default();
     g.sentences = -1;
     const char *out = NULL;
-    static const struct option longopts[] = {{"sentences", required_argument, NULL, 0},
-                                             {"files", required_argument, NULL, 1},
-                                             {"out", required_argument, NULL, 2},
-                                             {"seed", required_argument, NULL, 5},
-                                             {"topics", required_argument, NULL, 6},
-                                             {"topic-words", required_argument, NULL, 7},
-                                             {"roles", required_argument, NULL, 8},
-                                             {"role-words", required_argument, NULL, 9},
-                                             {"background", required_argument, NULL, 10},
-                                             {"length", required_argument, NULL, 11},
-                                             {0}};
-    char name[64];
-    const char *v;
-    cli_begin(2);
-    for (;;) {
-        int k = cli_next(argc, argv, "", longopts, name, &v);
-        if (k == -1 && !name[0] && optind >= argc) break;
-        if (k == -1 && !name[0]) snprintf(name, sizeof name, "%.63s", argv[optind]);
-        if (k == -1 || k == '?')
-            cli_die(2,
-                    "unknown option '%s' (word2vec options: --sentences N --out DIR --files K --seed S --topics T "
-                    "--topic-words W --roles R --role-words Q --background B --length L)",
-                    name);
-        switch (k) {
-        case 0: g.sentences = (int64_t)parse_num(name, v, 1, MAX_ROWS); break;
-        case 1: g.files = (int)parse_num(name, v, 1, MAX_FILES); break;
-        case 2:
-            if (!*v) cli_die(2, "--out expects a directory, got an empty string");
-            out = v;
-            break;
-        case 6: g.topics = (int)parse_num(name, v, 2, 10000); break;
-        case 7: g.topic_words = (int)parse_num(name, v, 2, 10000); break;
-        case 8: g.roles = (int)parse_num(name, v, 2, 100); break;
-        case 9: g.role_words = (int)parse_num(name, v, 1, 10000); break;
-        case 10: g.background = (int)parse_num(name, v, 1, 1000000); break;
-        case 11: g.length = (int)parse_num(name, v, 2, 200); break;
-        default: g.seed = parse_num(name, v, 0, UINT64_MAX); break;
-        }
-    }
+    const dg_opt opts[] = {{"sentences", 'i', &g.sentences, 1, MAX_ROWS},
+                           {"files", 'n', &g.files, 1, MAX_FILES},
+                           {"out", 's', &out, 0, 0},
+                           {"seed", 'u', &g.seed, 0, 0},
+                           {"topics", 'n', &g.topics, 2, 10000},
+                           {"topic-words", 'n', &g.topic_words, 2, 10000},
+                           {"roles", 'n', &g.roles, 2, 100},
+                           {"role-words", 'n', &g.role_words, 1, 10000},
+                           {"background", 'n', &g.background, 1, 1000000},
+                           {"length", 'n', &g.length, 2, 200}};
+    dg_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+             "word2vec options: --sentences N --out DIR --files K --seed S --topics T --topic-words W --roles R "
+             "--role-words Q --background B --length L");
     if (g.sentences < 0) cli_die(2, "--sentences N is required (the corpus size in sentences)");
     if (!out) cli_die(2, "--out DIR is required (the output directory)");
     fl_model_word2vec_datagen_info info;

@@ -498,6 +498,56 @@ static void fmt_num(char *s, size_t n, double a, int digits, const char *none)
     else snprintf(s, n, "%.*f", digits, a);
 }
 
+/* One option of a subcommand: --name VALUE stored in dst, checked against [lo, hi] ('r',
+ * or (lo, hi] with 'R'), a whole number for 'i' (int64_t), 'n' (int) and 'u' (uint64_t),
+ * a non-empty directory for 's' (const char *). */
+typedef struct {
+    const char *name;
+    char kind;
+    void *dst;
+    double lo, hi;
+} dg_opt;
+
+static double parse_real(const char *opt, const char *v, double lo, double hi, int open_lo)
+{
+    char *end = NULL;
+    double x = strtod(v, &end);
+    if (!*v || *end || !((open_lo ? x > lo : x >= lo) && x <= hi))
+        cli_die(2, "%s expects a number in %c%g, %g], got '%s'", opt, open_lo ? '(' : '[', lo, hi, v);
+    return x;
+}
+
+/* Reads argv[2..] against opts[0..n); an unknown option or argument names itself and the
+ * subcommand's options (`list`). */
+static void dg_parse(int argc, char **argv, const dg_opt *opts, int n, const char *list)
+{
+    struct option longopts[24];
+    if (n >= (int)(sizeof longopts / sizeof longopts[0])) cli_die(1, "internal: too many options");
+    for (int i = 0; i < n; i++) longopts[i] = (struct option){opts[i].name, required_argument, NULL, i};
+    longopts[n] = (struct option){0};
+    char name[64];
+    const char *v;
+    cli_begin(2);
+    for (;;) {
+        int k = cli_next(argc, argv, "", longopts, name, &v);
+        if (k == -1 && !name[0] && optind >= argc) return; /* all read */
+        /* "--" (name is "--") or an argument that is not an option: unknown too */
+        if (k == -1 && !name[0]) snprintf(name, sizeof name, "%.63s", argv[optind]);
+        if (k < 0 || k >= n) cli_die(2, "unknown option '%s' (%s)", name, list);
+        const dg_opt *o = &opts[k];
+        switch (o->kind) {
+        case 'i': *(int64_t *)o->dst = (int64_t)parse_num(name, v, (uint64_t)o->lo, (uint64_t)o->hi); break;
+        case 'n': *(int *)o->dst = (int)parse_num(name, v, (uint64_t)o->lo, (uint64_t)o->hi); break;
+        case 'u': *(uint64_t *)o->dst = parse_num(name, v, 0, UINT64_MAX); break;
+        case 's':
+            if (!*v) cli_die(2, "%s expects a directory, got an empty string", name);
+            *(const char **)o->dst = v;
+            break;
+        default: *(double *)o->dst = parse_real(name, v, o->lo, o->hi, o->kind == 'R'); break;
+        }
+    }
+}
+
 #include "datagen_text.h" /* the simnet and word2vec subcommands */
 
 int main(int argc, char **argv)
@@ -516,54 +566,17 @@ int main(int argc, char **argv)
     uint64_t seed = 1;
     double vscale = 1.0, dscale = 1.0;
     const char *out = NULL;
-    static const struct option longopts[] = {{"rows", required_argument, NULL, 0},
-                                             {"files", required_argument, NULL, 1},
-                                             {"out", required_argument, NULL, 2},
-                                             {"test-rows", required_argument, NULL, 3},
-                                             {"test-files", required_argument, NULL, 4},
-                                             {"seed", required_argument, NULL, 5},
-                                             {"vocab-scale", required_argument, NULL, 6},
-                                             {"dense-scale", required_argument, NULL, 7},
-                                             {0}};
-    char name[64];
-    const char *v;
-    cli_begin(2);
-    for (;;) {
-        int k = cli_next(argc, argv, "", longopts, name, &v);
-        if (k == -1 && !name[0] && optind >= argc) break; /* all read */
-        /* "--" (name is "--") or an argument that is not an option: unknown too */
-        if (k == -1 && !name[0]) snprintf(name, sizeof name, "%.63s", argv[optind]);
-        if (k == -1 || k == '?')
-            cli_die(2,
-                    "unknown option '%s' (options: --rows N --out DIR --files K --test-rows M "
-                    "--test-files J --seed S --vocab-scale X --dense-scale X)",
-                    name);
-        switch (k) {
-        case 0: rows = (int64_t)parse_num(name, v, 1, MAX_ROWS); break;
-        case 1: files = (int)parse_num(name, v, 1, MAX_FILES); break;
-        case 2:
-            if (!*v) cli_die(2, "--out expects a directory, got an empty string");
-            out = v;
-            break;
-        case 3: test_rows = (int64_t)parse_num(name, v, 0, MAX_ROWS); break;
-        case 4: test_files = (int)parse_num(name, v, 1, MAX_FILES); break;
-        case 6: {
-            char *end = NULL;
-            vscale = strtod(v, &end);
-            if (!*v || *end || !(vscale > 0 && vscale <= 1))
-                cli_die(2, "--vocab-scale expects a number in (0, 1], got '%s'", v);
-            break;
-        }
-        case 7: {
-            char *end = NULL;
-            dscale = strtod(v, &end);
-            if (!*v || *end || !(dscale >= 0 && dscale <= 1))
-                cli_die(2, "--dense-scale expects a number in [0, 1], got '%s'", v);
-            break;
-        }
-        default: seed = parse_num(name, v, 0, UINT64_MAX); break;
-        }
-    }
+    const dg_opt opts[] = {{"rows", 'i', &rows, 1, MAX_ROWS},
+                           {"files", 'n', &files, 1, MAX_FILES},
+                           {"out", 's', &out, 0, 0},
+                           {"test-rows", 'i', &test_rows, 0, MAX_ROWS},
+                           {"test-files", 'n', &test_files, 1, MAX_FILES},
+                           {"seed", 'u', &seed, 0, 0},
+                           {"vocab-scale", 'R', &vscale, 0, 1},
+                           {"dense-scale", 'r', &dscale, 0, 1}};
+    dg_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+             "options: --rows N --out DIR --files K --test-rows M --test-files J --seed S --vocab-scale X "
+             "--dense-scale X");
     if (rows < 0) cli_die(2, "--rows N is required (the number of training rows)");
     if (!out) cli_die(2, "--out DIR is required (the output directory)");
     if (test_rows < 0) test_rows = rows / 5;
