@@ -29,6 +29,7 @@
 
 #include "fleet/ps.h"
 #include "ps/ps_internal.h"
+#include "ps_fork.h" /* tests/: ps_fork_server */
 
 #define BATCH (26 * 512)
 #define DENSE_ROWS 1700
@@ -74,37 +75,16 @@ static void init_tables(void)
 
 static pid_t spawn_server(int index, int ns, char *ep, size_t cap)
 {
-    int p[2];
-    if (pipe(p)) die("pipe");
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid < 0) die("fork");
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        close(p[0]);
-        fl_ps_server_opts o = {0};
-        o.server_index = index;
-        o.num_servers = ns;
-        o.num_workers = 1;
-        o.tables = tables;
-        o.num_tables = 3;
-        o.insecure_local = 1;
-        o.num_threads = 2;
-        fl_ps_server *s;
-        if (fl_ps_server_create(&o, &s)) die("server");
-        char buf[128];
-        snprintf(buf, sizeof buf, "%s", fl_ps_server_endpoint(s));
-        if (write(p[1], buf, sizeof buf) != (ssize_t)sizeof buf) _exit(2);
-        close(p[1]);
-        int rc = fl_ps_server_run(s);
-        fl_ps_server_free(s);
-        _exit(rc ? 1 : 0);
-    }
-    close(p[1]);
-    char buf[128];
-    if (read(p[0], buf, sizeof buf) != (ssize_t)sizeof buf) die("server start");
-    close(p[0]);
-    snprintf(ep, cap, "%s", buf);
+    fl_ps_server_opts o = {0};
+    o.server_index = index;
+    o.num_servers = ns;
+    o.num_workers = 1;
+    o.tables = tables;
+    o.num_tables = 3;
+    o.insecure_local = 1;
+    o.num_threads = 2;
+    pid_t pid = ps_fork_server(&o, NULL, 0, ep, cap);
+    if (pid < 0) die("server start");
     return pid;
 }
 

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "testhelp.h"
+#include "ps_fork.h"
 #include <fleet/coll.h>
 #include <fleet/net.h>
 #include <fleet/ps.h>
@@ -233,36 +234,14 @@ static pid_t spawn_server(char *ep, size_t cap)
     tables[0].opt = (fl_ps_optimizer){FL_PS_OPT_ADAGRAD, 0.05f, 0, 0, 0, 0};
     tables[1] = (fl_ps_table_config){.name = "fc", .kind = FL_PS_DENSE, .rows = 16, .cols = 4};
     tables[1].opt = (fl_ps_optimizer){FL_PS_OPT_SGD, 0.01f, 0, 0, 0, 0};
-    int pfd[2];
-    CHECK(pipe(pfd) == 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        alarm(60);
-        fl_ps_server_opts o = {0};
-        o.num_servers = 1;
-        o.num_workers = 1;
-        o.tables = tables;
-        o.num_tables = 2;
-        o.insecure_local = 1;
-        fl_ps_server *s;
-        if (fl_ps_server_create(&o, &s)) _exit(2);
-        char buf[128];
-        snprintf(buf, sizeof buf, "%s", fl_ps_server_endpoint(s));
-        if (write(pfd[1], buf, sizeof buf) != (ssize_t)sizeof buf) _exit(4);
-        int rc = fl_ps_server_run(s);
-        if (rc) fprintf(stderr, "server ended: %s\n", fl_last_error());
-        fl_ps_server_free(s);
-        _exit(rc == FL_OK ? 0 : 1);
-    }
-    close(pfd[1]);
-    char buf[128];
-    CHECK(read(pfd[0], buf, sizeof buf) == (ssize_t)sizeof buf);
-    close(pfd[0]);
-    snprintf(ep, cap, "%s", buf);
+    fl_ps_server_opts o = {0};
+    o.num_servers = 1;
+    o.num_workers = 1;
+    o.tables = tables;
+    o.num_tables = 2;
+    o.insecure_local = 1;
+    pid_t pid = ps_fork_server(&o, NULL, 60, ep, cap);
+    CHECK(pid > 0);
     return pid;
 }
 

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "testhelp.h"
+#include "ps_fork.h"
 #include <fleet/ps.h>
 
 static double now_s(void)
@@ -43,48 +44,17 @@ static int spawn_sync; /* the next servers spawned run in sync mode */
  * returns its pid and writes its endpoint.  The child exits 0 when run returned FL_OK. */
 static pid_t spawn_server(int index, int ns, int nw, const char *load_dir, char *ep, size_t epcap)
 {
-    int pfd[2];
-    CHECK(pipe(pfd) == 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        close(pfd[0]);
-        alarm(60);
-        fl_ps_server_opts o = {0};
-        o.server_index = index;
-        o.num_servers = ns;
-        o.num_workers = nw;
-        o.tables = tables;
-        o.num_tables = 2;
-        o.insecure_local = 1;
-        o.reconnect_grace_ms = 1000;
-        o.sync = spawn_sync;
-        fl_ps_server *s;
-        if (fl_ps_server_create(&o, &s)) {
-            fprintf(stderr, "server %d: %s\n", index, fl_last_error());
-            _exit(2);
-        }
-        if (load_dir && fl_ps_server_load(s, load_dir)) {
-            fprintf(stderr, "server %d: %s\n", index, fl_last_error());
-            _exit(3);
-        }
-        char buf[128];
-        snprintf(buf, sizeof buf, "%s", fl_ps_server_endpoint(s));
-        if (write(pfd[1], buf, sizeof buf) != (ssize_t)sizeof buf) _exit(4);
-        close(pfd[1]);
-        int rc = fl_ps_server_run(s);
-        if (rc) fprintf(stderr, "server %d ended: %s\n", index, fl_last_error());
-        fl_ps_server_free(s);
-        _exit(rc == FL_OK ? 0 : 1);
-    }
-    close(pfd[1]);
-    char buf[128];
-    CHECK(read(pfd[0], buf, sizeof buf) == (ssize_t)sizeof buf);
-    close(pfd[0]);
-    snprintf(ep, epcap, "%s", buf);
+    fl_ps_server_opts o = {0};
+    o.server_index = index;
+    o.num_servers = ns;
+    o.num_workers = nw;
+    o.tables = tables;
+    o.num_tables = 2;
+    o.insecure_local = 1;
+    o.reconnect_grace_ms = 1000;
+    o.sync = spawn_sync;
+    pid_t pid = ps_fork_server(&o, load_dir, 60, ep, epcap);
+    CHECK(pid > 0);
     return pid;
 }
 

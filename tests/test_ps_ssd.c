@@ -17,6 +17,7 @@
 
 #include "../src/ps/ps_internal.h"
 #include "testhelp.h"
+#include "ps_fork.h"
 #include <fleet/io.h>
 #include <fleet/ps.h>
 
@@ -379,43 +380,16 @@ static long proc_kb(pid_t pid, const char *field)
 
 static pid_t spawn_server(const fl_ps_table_config *t, char *ep, size_t epcap)
 {
-    int pfd[2];
-    CHECK(pipe(pfd) == 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        close(pfd[0]);
-        alarm(300);
-        fl_ps_server_opts o = {0};
-        o.num_servers = 1;
-        o.num_workers = 1;
-        o.tables = t;
-        o.num_tables = 1;
-        o.insecure_local = 1;
-        o.num_threads = 2;
-        o.worker_timeout_ms = -1;
-        fl_ps_server *s;
-        if (fl_ps_server_create(&o, &s)) {
-            fprintf(stderr, "server: %s\n", fl_last_error());
-            _exit(2);
-        }
-        char buf[128];
-        snprintf(buf, sizeof buf, "%s", fl_ps_server_endpoint(s));
-        if (write(pfd[1], buf, sizeof buf) != (ssize_t)sizeof buf) _exit(4);
-        close(pfd[1]);
-        int rc = fl_ps_server_run(s);
-        if (rc) fprintf(stderr, "server ended: %s\n", fl_last_error());
-        fl_ps_server_free(s);
-        _exit(rc == FL_OK ? 0 : 1);
-    }
-    close(pfd[1]);
-    char buf[128];
-    CHECK(read(pfd[0], buf, sizeof buf) == (ssize_t)sizeof buf);
-    close(pfd[0]);
-    snprintf(ep, epcap, "%s", buf);
+    fl_ps_server_opts o = {0};
+    o.num_servers = 1;
+    o.num_workers = 1;
+    o.tables = t;
+    o.num_tables = 1;
+    o.insecure_local = 1;
+    o.num_threads = 2;
+    o.worker_timeout_ms = -1;
+    pid_t pid = ps_fork_server(&o, NULL, 300, ep, epcap);
+    CHECK(pid > 0);
     return pid;
 }
 
