@@ -220,6 +220,61 @@ TEST(info_names_the_libraries)
     if (fl__dnn_available()) CHECK_STR_HAS(buf, "oneDNN 2.");
 }
 
+/* bfloat16 conversions (the vector clones included: odd lengths reach the tails): every
+ * bfloat16 value survives f32 and back; ties round to even; a NaN stays a quiet NaN; the
+ * largest floats round to infinity. */
+static uint32_t bits_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float float_of(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+TEST(bf16_conversions_round_to_nearest_even)
+{
+    enum { N = 65536 };
+    static uint16_t h[N], back[N];
+    static float f[N];
+    for (int i = 0; i < N; i++) h[i] = (uint16_t)i;
+    fl__cvt_bf16_to_f32(f, h, N);
+    for (int i = 0; i < N; i++) CHECK(bits_of(f[i]) == (uint32_t)i << 16);
+    fl__cvt_f32_to_bf16(back, f, N);
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        int nan = (i & 0x7fff) > 0x7f80;
+        if (nan ? (back[i] & 0x7fc0) != 0x7fc0 || (back[i] & 0x8000) != (i & 0x8000) : back[i] != i) bad++;
+    }
+    CHECK_EQ_INT(bad, 0);
+    /* position k of 37 holds a case, so each lands in a vector body and in a tail */
+    static const uint32_t in[] = {0x3f808000u, 0x3f818000u, 0x3f808001u, 0x3f807fffu, 0xbf808000u, 0x7f7fffffu,
+                                  0xff7fffffu, 0x7f800000u, 0x7f800001u, 0xffc00000u, 0x00000001u, 0x80008000u,
+                                  0x00018000u};
+    static const uint16_t want[] = {0x3f80, 0x3f82, 0x3f81, 0x3f80, 0xbf80, 0x7f80, 0xff80,
+                                    0x7f80, 0x7fc0, 0xffc0, 0x0000, 0x8000, 0x0002};
+    enum { NC = sizeof in / sizeof in[0] };
+    for (int shift = 0; shift < 37; shift += 12) {
+        float x[37];
+        uint16_t y[37];
+        for (int k = 0; k < 37; k++) x[k] = float_of(in[(k + shift) % NC]);
+        fl__cvt_f32_to_bf16(y, x, 37);
+        for (int k = 0; k < 37; k++) {
+            int c = (k + shift) % NC;
+            if (y[k] != want[c]) {
+                fprintf(stderr, "  f32 %08x -> bf16 %04x, expected %04x\n", in[c], y[k], want[c]);
+                CHECK(0);
+            }
+        }
+    }
+}
+
 TEST_MAIN(T(gemm_openblas_matches_reference), T(gemm_dnnl_matches_reference), T(gemm_env_is_checked),
           T(gemm_bf16_within_bf16_rounding), T(fuse_fc_act_same_training), T(fuse_fc_act_leaves_shared_outputs),
-          T(steady_state_makes_no_primitives), T(info_names_the_libraries))
+          T(steady_state_makes_no_primitives), T(info_names_the_libraries),
+          T(bf16_conversions_round_to_nearest_even))

@@ -9,14 +9,7 @@
 
 #include "tensor_internal.h"
 
-/* Hot elementwise kernels are compiled for AVX-512, AVX2 and baseline x86-64; the loader
- * picks the best the CPU has (GCC function multiversioning). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__)
-#define FL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), visibility("hidden")))
-#else
-#define FL_CLONES
-#endif
+/* Hot elementwise kernels carry FL_CLONES (tensor_internal.h). */
 
 void fl__sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                int64_t ldb, float beta, float *c, int64_t ldc)

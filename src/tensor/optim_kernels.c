@@ -14,13 +14,6 @@
 
 #include "tensor_internal.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__)
-#define FL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), visibility("hidden")))
-#else
-#define FL_CLONES
-#endif
-
 FL_CLONES void fl__sgd_seg(float *restrict p, const float *restrict g, int64_t n, float lr, float l2)
 {
     for (int64_t j = 0; j < n; j++) p[j] -= lr * (g[j] + l2 * p[j]);

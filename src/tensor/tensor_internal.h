@@ -11,6 +11,15 @@
 #include "fleet/tensor.h"
 #include "../base/base_internal.h"
 
+/* Hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and the loader picks the
+ * best the CPU has (GCC function multiversioning); sanitizer builds keep one version. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
+#define FL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), visibility("hidden")))
+#else
+#define FL_CLONES
+#endif
+
 #define FL_TENSOR_MAGIC 0x544e5352u /* "TNSR" */
 
 struct fl_tensor {
