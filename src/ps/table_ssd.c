@@ -102,6 +102,10 @@ int fl__ps_ssd_open(fl__ps_sparse *t)
     rocksdb_options_set_max_write_buffer_number(d->opts, 2);          /* 2 x 4 MiB */
     rocksdb_options_set_compression(d->opts, rocksdb_no_compression); /* floats barely compress */
     rocksdb_options_set_max_open_files(d->opts, -1);                  /* table readers stay open */
+    /* A bloom filter over the memtables' keys: most reads of a training pull are new ids,
+     * absent from every tier, and a miss no longer searches the memtables' skip lists. */
+    rocksdb_options_set_memtable_prefix_bloom_size_ratio(d->opts, 0.05);
+    rocksdb_options_set_memtable_whole_key_filtering(d->opts, 1);
     d->bbo = rocksdb_block_based_options_create();
     d->cache = rocksdb_cache_create_lru((size_t)4 << 20);
     rocksdb_block_based_options_set_block_cache(d->bbo, d->cache);
