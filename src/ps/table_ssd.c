@@ -63,6 +63,7 @@ int fl__ps_ssd_check(const fl_ps_table_config *t)
 
 struct fl__ps_ssd {
     rocksdb_t *db;
+    rocksdb_column_family_handle_t *cf; /* the default column family, for batched reads */
     rocksdb_options_t *opts;
     rocksdb_block_based_table_options_t *bbo;
     rocksdb_cache_t *cache;
@@ -123,7 +124,9 @@ int fl__ps_ssd_open(fl__ps_sparse *t)
     rocksdb_destroy_db(d->opts, d->path, &e); /* a leftover of a crashed process with this pid */
     rocksdb_free(e);
     e = NULL;
-    d->db = rocksdb_open(d->opts, d->path, &e);
+    const char *cf_name = "default";
+    const rocksdb_options_t *cf_opts = d->opts;
+    d->db = rocksdb_open_column_families(d->opts, d->path, 1, &cf_name, &cf_opts, &d->cf, &e);
     if (!d->db) {
         int st = db_err(t, e, "open");
         fl__ps_ssd_close(t);
@@ -146,6 +149,7 @@ void fl__ps_ssd_close(fl__ps_sparse *t)
     fl__ps_ssd *d = t->ssd;
     if (!d) return;
     if (d->db) {
+        rocksdb_column_family_handle_destroy(d->cf);
         rocksdb_close(d->db);
         char *e = NULL;
         rocksdb_destroy_db(d->opts, d->path, &e);
@@ -189,10 +193,11 @@ int fl__ps_ssd_fetch(fl__ps_sparse *t, fl__ps_stripe *s, const uint64_t *ids, co
     const uint32_t cap = q1 - q0;
     uint32_t *pos = malloc((size_t)cap * sizeof *pos);
     const char **keys = malloc((size_t)cap * sizeof *keys);
-    size_t *klen = malloc((size_t)cap * sizeof *klen), *vlen = malloc((size_t)cap * sizeof *vlen);
-    char **vals = calloc(cap, sizeof *vals), **errs = calloc(cap, sizeof *errs);
+    size_t *klen = malloc((size_t)cap * sizeof *klen);
+    rocksdb_pinnableslice_t **vals = calloc(cap, sizeof *vals);
+    char **errs = calloc(cap, sizeof *errs);
     int st = FL_OK;
-    if (!pos || !keys || !klen || !vlen || !vals || !errs) {
+    if (!pos || !keys || !klen || !vals || !errs) {
         st = fl__err(FL_ENOMEM, "sparse table '%s': out of memory reading %u rows from disk", t->cfg.name, cap);
         goto done;
     }
@@ -205,24 +210,27 @@ int fl__ps_ssd_fetch(fl__ps_sparse *t, fl__ps_stripe *s, const uint64_t *ids, co
         klen[m++] = 8;
     }
     if (!m) goto done;
-    rocksdb_multi_get(d->db, d->ro, m, keys, klen, vals, vlen, errs);
+    /* one batched lookup (RocksDB sorts the keys and shares index and filter probes) */
+    rocksdb_batched_multi_get_cf(d->db, d->ro, d->cf, m, keys, klen, vals, errs, 0);
     rocksdb_writebatch_t *b = promote ? rocksdb_writebatch_create() : NULL;
     int64_t moved = 0;
     for (uint32_t j = 0; j < m && st == FL_OK; j++) {
         uint32_t i = pos[j];
+        size_t vlen = 0;
+        const char *v = vals[j] ? rocksdb_pinnableslice_value(vals[j], &vlen) : NULL;
         if (errs[j]) {
             st = db_err(t, errs[j], "read");
             errs[j] = NULL;
-        } else if (!vals[j]) {
+        } else if (!v) {
             continue; /* on neither tier: absent */
-        } else if (vlen[j] != t->stride) {
+        } else if (vlen != t->stride) {
             st = fl__err(FL_ECORRUPT, "sparse table '%s': the row of id %llu in '%s' has %zu bytes, expected %zu",
-                         t->cfg.name, (unsigned long long)ids[i], d->path, vlen[j], t->stride);
+                         t->cfg.name, (unsigned long long)ids[i], d->path, vlen, t->stride);
         } else if (!promote) {
-            memcpy(out + (size_t)i * t->dim, vals[j] + FL__PS_ROW_HDR, (size_t)t->dim * 4);
+            memcpy(out + (size_t)i * t->dim, v + FL__PS_ROW_HDR, (size_t)t->dim * 4);
             found[i] = 1;
         } else if (!fl__ps_stripe_find(t, s, ids[i], hs[i])) { /* a repeated id moves once */
-            uint8_t *row = fl__ps_stripe_insert_raw(t, s, ids[i], hs[i], (const uint8_t *)vals[j]);
+            uint8_t *row = fl__ps_stripe_insert_raw(t, s, ids[i], hs[i], (const uint8_t *)v);
             if (!row) st = fl_last_status() ? fl_last_status() : FL_ENOMEM;
             else {
                 set_ref(row);
@@ -232,7 +240,7 @@ int fl__ps_ssd_fetch(fl__ps_sparse *t, fl__ps_stripe *s, const uint64_t *ids, co
         }
     }
     for (uint32_t j = 0; j < m; j++) {
-        rocksdb_free(vals[j]);
+        if (vals[j]) rocksdb_pinnableslice_destroy(vals[j]);
         rocksdb_free(errs[j]);
     }
     if (b) {
@@ -247,7 +255,6 @@ done:
     free(pos);
     free(keys);
     free(klen);
-    free(vlen);
     free(vals);
     free(errs);
     return st;
