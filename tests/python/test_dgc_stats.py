@@ -16,6 +16,7 @@ STEPS, DENSE = 8, 3
 PROG = """
 import json
 import numpy as np
+import fleet_c.fluid as fluid
 from fleet_c.distributed import fleet
 
 strategy = fleet.DistributedStrategy()
