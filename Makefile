@@ -172,8 +172,8 @@ bench: deps
 
 # SAN_TESTS selects the test binaries the sanitizer targets build and run: names, or
 # patterns with one '*' (`make tsan SAN_TESTS="test_coll* test_ps_rpc"` runs test_coll,
-# test_coll_mpi, test_collective and test_ps_rpc); empty: all of them (and the whole tree
-# is built).  .ci/run's subsets and why: tests/README.md.
+# test_coll_fail, test_coll_mpi, test_collective and test_ps_rpc); empty: all of them (and
+# the whole tree is built).  .ci/run's subsets and why: tests/README.md.
 SAN_TESTS ?=
 SAN_FILTER = $(if $(strip $(SAN_TESTS)),FLEET_TESTS="$(strip $(SAN_TESTS))")
 SAN_BINS = $(filter $(addprefix $(BUILD)/tests/,$(subst *,%,$(SAN_TESTS))),$(TEST_BIN))

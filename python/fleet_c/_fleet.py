@@ -196,6 +196,18 @@ class Fleet:
                             % type(strategy).__name__)
         return DistributedOptimizer(self, optimizer, strategy)
 
+    def dgc_stats(self):
+        """What strategy.dgc exchanged on this worker so far (Fleet's own: Paddle has no
+        counterpart), from fleet_dgc_stats_get: a dict of ``params`` (parameters compressed;
+        the small ones are allreduced as usual), ``dense_steps`` (steps before
+        rampup_begin_step, when those parameters went dense), ``sparse_steps`` (steps that
+        exchanged top-k pairs) and ``dense_bytes`` / ``sparse_bytes`` (this rank's bytes on
+        the transport during those exchanges).  All zero without DGC, in parameter-server
+        mode and on a single worker."""
+        s = _lib.DgcStats()
+        check(lib.fleet_dgc_stats_get(self._handle(), ctypes.byref(s)))
+        return {name: int(getattr(s, name)) for name, _ in _lib.DgcStats._fields_}
+
     def init_worker(self, scopes=None):
         check(lib.fleet_init_worker(self._handle()))
         if not self.is_collective() and self.is_distributed():

@@ -182,6 +182,12 @@ class DatasetStats(ctypes.Structure):
                 ("fetch", c_double * 16)]
 
 
+class DgcStats(ctypes.Structure):
+    """fleet_dgc_stats (include/fleet/fleet.h)."""
+    _fields_ = [("params", c_int64), ("dense_steps", c_int64), ("sparse_steps", c_int64), ("dense_bytes", c_uint64),
+                ("sparse_bytes", c_uint64)]
+
+
 class UserRole(ctypes.Structure):
     _fields_ = [("is_collective", c_int), ("current_id", c_int), ("role", c_int), ("worker_num", c_int),
                 ("worker_endpoints", SP), ("n_worker_endpoints", c_int), ("server_endpoints", SP),
@@ -290,6 +296,7 @@ _PROTOS = {
     "fleet_split_files": (c_int, [P, SP, c_int, POINTER(SP), POINTER(c_int)]),
     "fleet_dataset_global_shuffle": (c_int, [P, P, c_uint64]),
     "fleet_dataset_memory_data_size": (c_int64, [P, P]),
+    "fleet_dgc_stats_get": (c_int, [P, POINTER(DgcStats)]),
 }
 
 

@@ -12,7 +12,7 @@ import importlib as _importlib
 _METHODS = ["init", "distributed_optimizer", "is_collective", "is_distributed", "is_first_worker", "is_worker",
             "is_server", "worker_index", "worker_num", "server_index", "server_num", "worker_endpoints",
             "server_endpoints", "barrier_worker", "init_worker", "stop_worker", "init_server", "run_server",
-            "save_persistables", "save_inference_model", "split_files", "util"]
+            "save_persistables", "save_inference_model", "split_files", "util", "dgc_stats"]
 _CLASSES = {"DistributedStrategy": "...strategy", "PaddleCloudRoleMaker": "...role_maker",
             "UserDefinedRoleMaker": "...role_maker", "Role": "...role_maker", "Fleet": "..._fleet",
             "UtilBase": "..._fleet", "DistributedOptimizer": "..._fleet"}
