@@ -18,11 +18,18 @@
 /* The guard outlives a `kill -9 fleetrun`: it reads the pid of every process fleetrun starts
  * from a pipe (-1: a generation is over, forget them); end-of-file without the final 0 means
  * fleetrun died, and it SIGKILLs each of their process groups (grandchildren too, which
- * PR_SET_PDEATHSIG does not reach). */
-static int guard_fork(void)
+ * PR_SET_PDEATHSIG does not reach).  The `npre` pids of `pre` are in the pipe before the
+ * guard exists, so a fleetrun killed right after the fork still leaves them known. */
+static int guard_fork(const int32_t *pre, int npre)
 {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+    if (npre > 0 && fr_write_all(fds[1], pre, (size_t)npre * sizeof *pre) != 0) { /* < a pipe's 64 KiB */
+        int e = errno;
+        close(fds[0]), close(fds[1]);
+        errno = e;
+        return -1;
+    }
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
@@ -58,7 +65,7 @@ static int guard_fork(void)
 
 void fr_guard_start(void)
 {
-    if (guard_fork() != 0) fatal("cannot start the guard process: %s", strerror(errno));
+    if (guard_fork(NULL, 0) != 0) fatal("cannot start the guard process: %s", strerror(errno));
 }
 
 /* The guard died (someone killed it): without one, a `kill -9 fleetrun` would leave the
@@ -72,15 +79,16 @@ int fr_guard_restart(int ws)
     if (J.guard_fd >= 0) close(J.guard_fd), J.guard_fd = -1;
     pid_t old = J.guard_pid;
     J.guard_pid = -1;
-    if (guard_fork() != 0) {
+    int32_t pre[2 * MAX_LOCAL + 2];
+    int n = 0;
+    for (int i = 0; i < J.n && n < (int)(sizeof pre / sizeof pre[0]); i++) {
+        const proc_t *p = &J.p[i];
+        if (p->is_local && p->pid > 0 && (!p->reaped || kill(-p->pid, 0) == 0)) pre[n++] = p->pid;
+    }
+    if (guard_fork(pre, n) != 0) {
         cli_say("error: fleetrun's guard process (pid %d) %s, and a new one cannot be started (%s)", (int)old, d,
                 strerror(errno));
         return -1;
-    }
-    int n = 0;
-    for (int i = 0; i < J.n; i++) {
-        const proc_t *p = &J.p[i];
-        if (p->is_local && p->pid > 0 && (!p->reaped || kill(-p->pid, 0) == 0)) fr_guard_send(p->pid), n++;
     }
     cli_say("warning: fleetrun's guard process (pid %d) %s; started a new one (pid %d) watching %d process "
             "group(s)",
