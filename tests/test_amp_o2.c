@@ -241,6 +241,80 @@ TEST(o2_fp16_overflow_leaves_masters_bit_identical)
     net_free(&n);
 }
 
+/* ---- saving ----------------------------------------------------------------------------- */
+
+/* Persistables of an O2 program: the masters as float32 and their copies as bfloat16 in the
+ * file; loading them into a fresh executor gives the same next step.  An inference model
+ * saved from it reads the copies and predicts what the trained program predicts. */
+TEST(o2_save_keeps_float32_masters)
+{
+    char dir[] = "/tmp/fl_amp_o2XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    net n;
+    net_make(&n, fl_opt_adam(0.01f, 0.9f, 0.999f, 1e-8f), FL_BFLOAT16, 2, NULL);
+    for (int s = 0; s < 5; s++) net_step(&n);
+    CHECK_OK(fl_io_save_persistables(n.e, dir, n.p));
+    char path[256];
+    snprintf(path, sizeof path, "%s/persistables.safetensors", dir);
+    char **names = NULL;
+    fl_tensor **ts = NULL;
+    int nt = 0, seen = 0;
+    CHECK_OK(fl_io_read_safetensors(path, &names, &ts, &nt));
+    for (int i = 0; i < nt; i++) {
+        if (!strcmp(names[i], "fc_1.w_0")) seen += fl_tensor_dtype(ts[i]) == FL_FLOAT32;
+        if (!strcmp(names[i], "fc_1.w_0.cast_bf16")) seen += 2 * (fl_tensor_dtype(ts[i]) == FL_BFLOAT16);
+    }
+    fl_io_free_tensors(names, ts, nt);
+    CHECK_EQ_INT(seen, 3);
+    /* a second executor, different initial values, then the checkpoint: same next step */
+    fl_exe *e2 = fl_exe_create(NULL);
+    fl_prog_set_seed(n.p, 77);
+    CHECK_OK(fl_exe_run(e2, fl_prog_startup(n.p), NULL, 0, NULL, 0, NULL));
+    CHECK_OK(fl_io_load_persistables(e2, dir, n.p));
+    fl_exe *e1 = n.e;
+    fl_rng r = n.r;
+    float l1 = net_step(&n);
+    n.e = e2;
+    n.r = r;
+    float l2 = net_step(&n);
+    CHECK(l1 == l2);
+    check_copy(&n, "fc_1.w_0", FL_BFLOAT16);
+    n.e = e1;
+    /* inference model: the forward program reads the copies */
+    const char *feeds[] = {"x"};
+    fl_var *targets[] = {n.m.predict};
+    CHECK_OK(fl_io_save_inference_model(e2, dir, feeds, 1, targets, 1, n.p));
+    fl_exe *e3 = fl_exe_create(NULL);
+    fl_prog *ip = NULL;
+    char **fd = NULL, **ff = NULL;
+    int nfd = 0, nff = 0;
+    CHECK_OK(fl_io_load_inference_model(e3, dir, &ip, &fd, &nfd, &ff, &nff));
+    float xs[DIM];
+    for (int j = 0; j < DIM; j++) xs[j] = (float)j / DIM - 0.5f;
+    fl_tensor *xt = th_f32(2, (const int64_t[]){1, DIM}, xs), *yt = th_i64(2, (const int64_t[]){1, 1}, (int64_t[]){0});
+    fl_feed feed[] = {{"x", xt}, {"y", yt}};
+    const char *fetch[] = {ff[0]};
+    fl_tensor *o3[1], *o2[1];
+    CHECK_OK(fl_exe_run(e3, ip, feed, 1, fetch, 1, o3));
+    fl_prog *test = fl_prog_clone(n.p, 1);
+    CHECK(test);
+    CHECK_OK(fl_exe_run(e2, test, feed, 2, fetch, 1, o2));
+    CHECK(fl_tensor_dtype(o3[0]) == FL_FLOAT32);
+    CHECK(!memcmp(fl_tensor_data(o3[0]), fl_tensor_data(o2[0]), 2 * sizeof(float)));
+    fl_tensor_free(xt);
+    fl_tensor_free(yt);
+    fl_prog_free(test);
+    fl_prog_free(ip);
+    fl_io_free_names(fd, nfd);
+    fl_io_free_names(ff, nff);
+    fl_exe_free(e3);
+    fl_exe_free(e2);
+    net_free(&n);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 /* ---- the dtype checks and refusals -------------------------------------------------------- */
 
 TEST(o2_kernels_refuse_mismatched_dtypes)
@@ -456,5 +530,5 @@ TEST(o2_fp16_two_ranks_match_one) { two_ranks(FL_FLOAT16); }
 
 TEST_MAIN(T(o2_program_casts_only_at_boundaries_and_refresh), T(o2_bf16_trains_like_f32_and_o1),
           T(o2_fp16_trains_like_f32_and_o1), T(o2_fp16_overflow_leaves_masters_bit_identical),
-          T(o2_kernels_refuse_mismatched_dtypes), T(o2_lists_and_refusals), T(o2_bf16_two_ranks_match_one),
-          T(o2_fp16_two_ranks_match_one))
+          T(o2_save_keeps_float32_masters), T(o2_kernels_refuse_mismatched_dtypes), T(o2_lists_and_refusals),
+          T(o2_bf16_two_ranks_match_one), T(o2_fp16_two_ranks_match_one))
