@@ -154,6 +154,61 @@ TEST(o2_program_casts_only_at_boundaries_and_refresh)
     }
 }
 
+/* x -> fc -> relu -> fc -> softsign -> fc -> softmax: relu (gray: it has bf16/fp16 kernels)
+ * stays in the low-precision chain with no cast; softsign (no low-precision kernel) is cast
+ * around; black-listing relu casts it around too.  Both train. */
+static int chain_casts(const char *black, int *relu_low, float *first, float *last)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *x = fl_layer_data(p, "x", FL_SHAPE(DIM), FL_FLOAT32, 0);
+    fl_var *y = fl_layer_data(p, "y", FL_SHAPE(1), FL_INT64, 0);
+    fl_var *h = fl_layer_relu(fl_layer_fc(FL_VARS(x), 64, NULL));
+    h = fl_layer_softsign(fl_layer_fc(FL_VARS(h), 64, NULL));
+    fl_var *loss = fl_layer_mean(fl_layer_cross_entropy(fl_layer_softmax(fl_layer_fc(FL_VARS(h), 2, NULL)), y));
+    CHECK(loss);
+    fl_opt *o = fl_opt_sgd(0.2f);
+    fl_amp_opts a = {FL_BFLOAT16, NULL, black};
+    a.use_pure_fp16 = 1;
+    CHECK_OK(fl_amp_decorate_optimizer(o, &a));
+    CHECK_OK(fl_opt_minimize(o, loss));
+    fl_opt_free(o);
+    int casts = 0;
+    *relu_low = 0;
+    for (int i = 0; i < p->nops; i++) {
+        fl_op *op = p->ops[i];
+        if (op->role == FL_ROLE_FORWARD && !strcmp(op->def->type, "cast")) casts++;
+        if (op->role == FL_ROLE_FORWARD && !strcmp(op->def->type, "relu"))
+            *relu_low = op->in[0].vars[0]->dtype == FL_BFLOAT16 && op->out[0].vars[0]->dtype == FL_BFLOAT16;
+    }
+    fl_exe *e = fl_exe_create(NULL);
+    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
+    net n = {p, e, {0}, {11}};
+    n.m.loss = loss;
+    for (int s = 0; s < 100; s++) {
+        float l = net_step(&n);
+        if (!s) *first = l;
+        *last = l;
+    }
+    fl_exe_free(e);
+    fl_prog_free(p);
+    return casts;
+}
+
+TEST(o2_gray_relu_stays_low_others_are_cast)
+{
+    int low = 0;
+    float f0, f1, b0, b1;
+    /* x (input), fc_1's output before softsign, softsign's output before fc_2, fc_2's before softmax */
+    CHECK_EQ_INT(chain_casts(NULL, &low, &f0, &f1), 4);
+    CHECK(low);
+    /* black-listed relu: fc_0's output cast to float32 before it, relu's output to bf16 after */
+    CHECK_EQ_INT(chain_casts("relu", &low, &b0, &b1), 6);
+    CHECK(!low);
+    printf("  relu in bf16: loss %.4f -> %.4f; relu black-listed: %.4f -> %.4f\n", f0, f1, b0, b1);
+    CHECK(f1 < 0.5f * f0 && b1 < 0.5f * b0);
+    CHECK_NEAR(f1, b1, 0.02);
+}
+
 /* ---- training --------------------------------------------------------------------------- */
 
 /* Last loss of STEPS steps of SGD lr 0.2; *w0 gets fc_0.w_0. */
@@ -319,13 +374,13 @@ TEST(o2_save_keeps_float32_masters)
 
 TEST(o2_kernels_refuse_mismatched_dtypes)
 {
-    /* fc writing bfloat16 straight into relu (no cast, as a faulty rewrite would leave it):
-     * relu's kernel fails naming itself and the variable instead of reading the bits as
-     * float32; a bfloat16 feed into a float32 input is refused by the executor */
+    /* fc writing bfloat16 straight into softsign (no cast, as a faulty rewrite would leave
+     * it): softsign's kernel, float32 only, fails naming itself and the variable instead of
+     * reading the bits as float32; a bfloat16 feed into a float32 input is refused */
     fl_prog *p = fl_prog_create();
     fl_var *x = fl_layer_data(p, "x", FL_SHAPE(4), FL_FLOAT32, 0);
     fl_var *h = fl_layer_fc(FL_VARS(x), 3, NULL);
-    fl_var *y = fl_layer_relu(h);
+    fl_var *y = fl_layer_softsign(h);
     CHECK(y);
     fl_op *fc = NULL;
     for (int i = 0; i < p->nops; i++)
@@ -339,7 +394,7 @@ TEST(o2_kernels_refuse_mismatched_dtypes)
     fl_feed feed[] = {{"x", xt}};
     const char *fetch[] = {fl_var_name(y)};
     fl_tensor *out[1];
-    CHECK_FAILS(fl_exe_run(e, p, feed, 1, fetch, 1, out), FL_EINVAL, "relu: input");
+    CHECK_FAILS(fl_exe_run(e, p, feed, 1, fetch, 1, out), FL_EINVAL, "softsign: input");
     CHECK_STR_HAS(fl_last_error(), "must be a dense float32 tensor, is bfloat16");
     fl_tensor_free(xt);
     xt = fl_tensor_create(FL_BFLOAT16, 2, (const int64_t[]){2, 4});
@@ -528,7 +583,8 @@ static void two_ranks(fl_dtype dt)
 TEST(o2_bf16_two_ranks_match_one) { two_ranks(FL_BFLOAT16); }
 TEST(o2_fp16_two_ranks_match_one) { two_ranks(FL_FLOAT16); }
 
-TEST_MAIN(T(o2_program_casts_only_at_boundaries_and_refresh), T(o2_bf16_trains_like_f32_and_o1),
-          T(o2_fp16_trains_like_f32_and_o1), T(o2_fp16_overflow_leaves_masters_bit_identical),
-          T(o2_save_keeps_float32_masters), T(o2_kernels_refuse_mismatched_dtypes), T(o2_lists_and_refusals),
-          T(o2_bf16_two_ranks_match_one), T(o2_fp16_two_ranks_match_one))
+TEST_MAIN(T(o2_program_casts_only_at_boundaries_and_refresh), T(o2_gray_relu_stays_low_others_are_cast),
+          T(o2_bf16_trains_like_f32_and_o1), T(o2_fp16_trains_like_f32_and_o1),
+          T(o2_fp16_overflow_leaves_masters_bit_identical), T(o2_save_keeps_float32_masters),
+          T(o2_kernels_refuse_mismatched_dtypes), T(o2_lists_and_refusals), T(o2_bf16_two_ranks_match_one),
+          T(o2_fp16_two_ranks_match_one))

@@ -79,12 +79,13 @@ FL_API int fl_fuse_fc_act(fl_prog *p);
  *
  * Level O2 (use_pure_fp16 1): besides, fc writes its output in low precision when a later
  * op reads it (attribute out_dtype), so fc stacks pass bf16/fp16 activations with no cast
- * between; every op without a low-precision kernel (softmax, losses, reductions, auc,
- * custom_black_list, and here also relu, elementwise_add and the like when not fused into
- * fc) reads float32 through a cast "<var>.cast_fp32".  With fl_amp_decorate_optimizer the
- * weights' casts leave the forward program: each weight's low-precision copy is persistable
- * and refreshed from the float32 weight after the update ops (and once in the startup
- * program); docs/engine.md, Mixed precision.
+ * between; relu, tanh and sigmoid on a low-precision input stay in low precision (gray
+ * ops); every other op (softmax, losses, reductions, auc, custom_black_list, and here also
+ * elementwise_add, dropout, reshape2 and the like) reads float32 through a cast
+ * "<var>.cast_fp32".  With fl_amp_decorate_optimizer the weights' casts leave the forward
+ * program: each weight's low-precision copy is persistable and refreshed from the float32
+ * weight after the update ops (and once in the startup program); docs/engine.md, Mixed
+ * precision.
  *
  * Both levels: parameters, their gradients and optimizer state stay float32 (master
  * weights).  Lists are comma-separated op types; custom_white_list may only name ops with

@@ -75,19 +75,30 @@ const fl_op_def *const fl__ops_amp[] = {&def_cast, NULL};
 
 /* ---- the rewrite ------------------------------------------------------------------------ */
 
-/* Ops with low-precision kernels (their first two input slots are cast: fc's Input and
- * W, matmul's X and Y, conv2d's Input and Filter), one row per op: which of bfloat16 and
- * float16 it computes in, and whether it can also write its output in that type (level O2:
- * attribute out_dtype, float32 accumulation rounded once at the end).  conv2d has a
- * bfloat16 kernel only (oneDNN's, src/tensor/dnn_conv.c) and writes float32.  Paddle's
- * mul / matmul_v2 are the products this port's layers express as fc, so those names are
- * accepted in the lists as well.  To add an op: a row here, and its infer/run honouring
- * low-precision inputs (and out_dtype when low_out is set). */
+/* Ops with low-precision kernels, one row per op: which of bfloat16 and float16 it computes
+ * in, whether it can also write its output in that type (level O2; attribute out_dtype for
+ * the products: float32 accumulation rounded once at the end), and whether it is gray.
+ *
+ * White ops (the products) get their float32 inputs cast to low precision (the first two
+ * input slots: fc's Input and W, matmul's X and Y, conv2d's Input and Filter).  conv2d has a
+ * bfloat16 kernel only (oneDNN's, src/tensor/dnn_conv.c) and writes float32.
+ *
+ * Gray ops (Paddle's term) follow their input: under level O2 a low-precision input keeps
+ * them in low precision (values widened to float32 in blocks and rounded back), a float32
+ * one in float32; they are never cast to low precision and cannot be white-listed.
+ *
+ * Every other op reads float32: under level O2 a low-precision input gets a cast to
+ * float32 in front.  Paddle's mul / matmul_v2 are the products this port's layers express
+ * as fc, so those names are accepted in the lists as well.  To add an op: a row here, and
+ * its infer/run honouring low-precision inputs (and out_dtype when low_out is set). */
 typedef struct {
     const char *type;
-    unsigned char bf16, fp16, low_out;
+    unsigned char bf16, fp16, low_out, gray;
 } amp_kernel;
-static const amp_kernel kernels[] = {{"fc", 1, 1, 1}, {"matmul", 1, 1, 0}, {"conv2d", 1, 0, 0}};
+static const amp_kernel kernels[] = {
+    {"fc", 1, 1, 1, 0},   {"matmul", 1, 1, 0, 0}, {"conv2d", 1, 0, 0, 0},
+    {"relu", 1, 1, 1, 1}, {"tanh", 1, 1, 1, 1},   {"sigmoid", 1, 1, 1, 1},
+};
 static const char *const paddle_aliases[] = {"mul", "matmul_v2", NULL};
 
 static const amp_kernel *kernel_of(fl_dtype dt, const char *type)
@@ -96,6 +107,12 @@ static const amp_kernel *kernel_of(fl_dtype dt, const char *type)
         if (!strcmp(kernels[i].type, type))
             return (dt == FL_FLOAT16 ? kernels[i].fp16 : kernels[i].bf16) ? &kernels[i] : NULL;
     return NULL;
+}
+
+static int is_product(fl_dtype dt, const char *type)
+{
+    const amp_kernel *k = kernel_of(dt, type);
+    return k && !k->gray;
 }
 
 static int in_list(const char *const *l, const char *s)
@@ -136,7 +153,7 @@ static int check_list(fl_prog *p, const char *csv, const char *what, int white, 
             int alias = in_list(paddle_aliases, name);
             if (!alias && !fl__op_lookup(name))
                 return fl__prog_error(p, FL_EINVAL, "fl_amp_decorate: %s names unknown op '%s'", what, name);
-            if (white && !alias && !kernel_of(dt, name))
+            if (white && !alias && !is_product(dt, name))
                 return fl__prog_error(p, FL_EUNSUPPORTED,
                                       "fl_amp_decorate: %s names op '%s', which has no %s kernel (ops with one: %s, "
                                       "and Paddle's mul, matmul_v2)",
@@ -155,7 +172,7 @@ static int is_white(const fl_amp_opts *o, const char *type)
     if (!strcmp(type, "fc"))
         for (int i = 0; paddle_aliases[i]; i++)
             if (in_csv(o->custom_black_list, paddle_aliases[i])) return 0;
-    return kernel_of(o->dtype, type) || in_csv(o->custom_white_list, type);
+    return is_product(o->dtype, type) || in_csv(o->custom_white_list, type);
 }
 
 /* The copy of v in dt (low precision, or float32 in front of an op without a low-precision
@@ -188,6 +205,16 @@ static int read_after(const fl_prog *p, const fl_var *v, int i)
     return 0;
 }
 
+/* Level O2: whether op is a gray op (not black-listed) whose low-precision input another
+ * op reads after it in low precision or float32 (not a fetched end of the chain). */
+static int stays_low(const fl_amp_opts *o, const fl_op *op, int i)
+{
+    const amp_kernel *k = kernel_of(o->dtype, op->def->type);
+    if (!k || !k->gray || in_csv(o->custom_black_list, op->def->type)) return 0;
+    const fl_var *x = op->in[0].vars[0];
+    return x->dtype == o->dtype && read_after(op->prog, op->out[0].vars[0], i);
+}
+
 int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts)
 {
     if (!p || p->magic != FL_PROG_MAGIC) return fl__err(FL_EINVAL, "fl_amp_decorate: program is NULL or invalid");
@@ -218,6 +245,11 @@ int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts)
         fl_dtype to = white ? o.dtype : FL_FLOAT32;
         int nslots = white ? 2 : FL_OP_MAX_SLOTS;
         if (!white && (!o.use_pure_fp16 || !strcmp(op->def->type, "cast"))) continue;
+        if (!white && stays_low(&o, op, i)) { /* a gray op on a low-precision input */
+            op->out[0].vars[0]->dtype = op->in[0].vars[0]->dtype;
+            p->version++;
+            continue;
+        }
         for (int s = 0; s < nslots; s++)
             for (int k = 0; k < op->in[s].n; k++) {
                 fl_var *v = op->in[s].vars[k];

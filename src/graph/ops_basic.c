@@ -532,8 +532,8 @@ static int infer_same(fl_op *op)
     return FL_OK;
 }
 
-/* The forward activations compute in float32 only: a bfloat16 / float16 input (an AMP
- * rewrite that left no cast in front) fails naming the op and the variable. */
+/* softsign and softmax compute in float32 only: a bfloat16 / float16 input (an AMP rewrite
+ * that left no cast in front) fails naming the op and the variable. */
 static int act_prep(fl_kctx *c, fl_tensor **x, fl_tensor **y)
 {
     FL_CHECK(fl__kctx_dense_f32(c, 0));
@@ -543,27 +543,47 @@ static int act_prep(fl_kctx *c, fl_tensor **x, fl_tensor **y)
     return fl__tensor_share_lod(*y, *x);
 }
 
-static int run_relu(fl_kctx *c)
+/* relu, tanh and sigmoid also take bfloat16 / float16 (AMP level O2 keeps them in a chain
+ * of low-precision activations: Paddle's gray ops, which follow their input's type): the
+ * values are widened to float32 in blocks, computed, and rounded back to the input's type. */
+static int low_type(fl_dtype t) { return t == FL_BFLOAT16 || t == FL_FLOAT16; }
+
+static int infer_same_low(fl_op *op)
 {
-    fl_tensor *x, *y;
-    FL_CHECK(act_prep(c, &x, &y));
-    fl__relu(y->data, x->data, x->numel);
+    fl_var *x = op->in[0].vars[0], *o = op->out[0].vars[0];
+    if (x->dtype != FL_FLOAT32 && !low_type(x->dtype))
+        return fl__op_error(op, "input '%s' must be float32 (or bfloat16, float16), is %s", x->name,
+                            fl_dtype_name(x->dtype));
+    fl__var_set_shape(o, x->dtype, x->ndim, x->shape);
+    o->lod_level = x->lod_level;
     return FL_OK;
 }
-static int run_tanh(fl_kctx *c)
+
+static int run_unary(fl_kctx *c, void (*fn)(float *, const float *, int64_t))
 {
-    fl_tensor *x, *y;
-    FL_CHECK(act_prep(c, &x, &y));
-    fl__tanh(y->data, x->data, x->numel);
+    fl_tensor *x = FL_IN(c, 0), *y = FL_OUT(c, 0);
+    if (!x || x->is_rows || !low_type(x->dtype)) {
+        FL_CHECK(act_prep(c, &x, &y));
+        fn(y->data, x->data, x->numel);
+        return FL_OK;
+    }
+    FL_CHECK(fl__tensor_reshape_raw(y, x->dtype, x->ndim, x->shape));
+    FL_CHECK(fl__tensor_share_lod(y, x));
+    float buf[1024];
+    const uint16_t *xd = x->data;
+    uint16_t *yd = y->data;
+    for (int64_t i = 0; i < x->numel; i += 1024) {
+        int64_t k = x->numel - i < 1024 ? x->numel - i : 1024;
+        FL_CHECK(fl__cvt_any(buf, FL_FLOAT32, xd + i, x->dtype, k));
+        fn(buf, buf, k);
+        FL_CHECK(fl__cvt_any(yd + i, x->dtype, buf, FL_FLOAT32, k));
+    }
     return FL_OK;
 }
-static int run_sigmoid(fl_kctx *c)
-{
-    fl_tensor *x, *y;
-    FL_CHECK(act_prep(c, &x, &y));
-    fl__sigmoid(y->data, x->data, x->numel);
-    return FL_OK;
-}
+
+static int run_relu(fl_kctx *c) { return run_unary(c, fl__relu); }
+static int run_tanh(fl_kctx *c) { return run_unary(c, fl__tanh); }
+static int run_sigmoid(fl_kctx *c) { return run_unary(c, fl__sigmoid); }
 static int run_softsign(fl_kctx *c)
 {
     fl_tensor *x, *y;
@@ -712,15 +732,15 @@ static int grad_sigmoid(fl_op *op, fl_grad_ctx *g) { return unary_grad(op, g, "s
 static int grad_softsign(fl_op *op, fl_grad_ctx *g) { return unary_grad(op, g, "softsign_grad", 1); }
 static int grad_softmax(fl_op *op, fl_grad_ctx *g) { return unary_grad(op, g, "softmax_grad", 0); }
 
-#define ACT_DEFS(name)                                                                                \
-    static const fl_op_def def_##name = {#name, {"X"}, {"Out"}, infer_same, run_##name, grad_##name}; \
+#define ACT_DEFS(name, infer)                                                                    \
+    static const fl_op_def def_##name = {#name, {"X"}, {"Out"}, infer, run_##name, grad_##name}; \
     static const fl_op_def def_##name##_grad = {#name "_grad", {"Out", "Out@GRAD"}, {"X@GRAD"},       \
                                                 fl__infer_nop, run_##name##_grad,   NULL};
-ACT_DEFS(relu)
-ACT_DEFS(tanh)
-ACT_DEFS(sigmoid)
-ACT_DEFS(softsign)
-ACT_DEFS(softmax)
+ACT_DEFS(relu, infer_same_low)
+ACT_DEFS(tanh, infer_same_low)
+ACT_DEFS(sigmoid, infer_same_low)
+ACT_DEFS(softsign, infer_same)
+ACT_DEFS(softmax, infer_same)
 
 static fl_var *unary_layer(fl_var *x, const char *type)
 {
