@@ -81,6 +81,52 @@ static void check_copy(net *n, const char *param, fl_dtype dt)
     free(want);
 }
 
+/* ---- a low-precision product output --------------------------------------------------- */
+
+/* fl__gemm with c_type bfloat16 / float16 (fc's out_dtype) gives the bits of the float32
+ * product rounded once, on oneDNN (written by the primitive where the product runs in that
+ * type) and on OpenBLAS (through float32); beta 1 with a low-precision C is refused. */
+TEST(gemm_low_precision_output_is_the_rounded_float32_product)
+{
+    enum { M = 37, K = 70, N = 45 };
+    static float a[M * K], b[K * N], bias[N], c32[M * N];
+    static uint16_t a16[M * K], b16[K * N], want[M * N], got[M * N];
+    fl_rng r = {3};
+    for (int i = 0; i < M * K; i++) a[i] = 2 * fl__rng_uniform(&r) - 1;
+    for (int i = 0; i < K * N; i++) b[i] = 2 * fl__rng_uniform(&r) - 1;
+    for (int i = 0; i < N; i++) bias[i] = fl__rng_uniform(&r);
+    const char *libs[] = {"dnnl", "openblas"};
+    for (int l = 0; l < 2; l++) {
+        if (!l && !fl__dnn_available()) continue;
+        setenv("FLEET_GEMM", libs[l], 1);
+        fl__gemm_lib_reload();
+        for (int t = 0; t < 2; t++) {
+            fl_dtype dt = t ? FL_FLOAT16 : FL_BFLOAT16;
+            CHECK_OK(fl__cvt_any(a16, dt, a, FL_FLOAT32, M * K));
+            CHECK_OK(fl__cvt_any(b16, dt, b, FL_FLOAT32, K * N));
+            fl_gemm_cache *cache = NULL;
+            fl_gemm_desc d;
+            memset(&d, 0, sizeof d);
+            d.m = M, d.n = N, d.k = K, d.lda = K, d.ldb = N, d.ldc = N, d.has_bias = 1, d.act = FL_ACT_TANH;
+            d.a_type = d.b_type = dt;
+            CHECK_OK(fl__gemm(&cache, &d, a16, b16, bias, c32));
+            CHECK_OK(fl__cvt_any(want, dt, c32, FL_FLOAT32, M * N));
+            d.c_type = dt;
+            CHECK_OK(fl__gemm(&cache, &d, a16, b16, bias, got));
+            int diff = 0;
+            for (int i = 0; i < M * N; i++) diff += got[i] != want[i];
+            printf("  %s %s: %d of %d outputs differ from the rounded float32 product\n", libs[l], fl_dtype_name(dt), diff,
+                   M * N);
+            CHECK_EQ_INT(diff, 0);
+            d.beta = 1.0f;
+            CHECK_FAILS(fl__gemm(&cache, &d, a16, b16, bias, got), FL_EUNSUPPORTED, "with beta 1");
+            fl__gemm_cache_free(cache);
+        }
+    }
+    unsetenv("FLEET_GEMM");
+    fl__gemm_lib_reload();
+}
+
 /* ---- the program ------------------------------------------------------------------------ */
 
 TEST(o2_program_casts_only_at_boundaries_and_refresh)
@@ -583,8 +629,8 @@ static void two_ranks(fl_dtype dt)
 TEST(o2_bf16_two_ranks_match_one) { two_ranks(FL_BFLOAT16); }
 TEST(o2_fp16_two_ranks_match_one) { two_ranks(FL_FLOAT16); }
 
-TEST_MAIN(T(o2_program_casts_only_at_boundaries_and_refresh), T(o2_gray_relu_stays_low_others_are_cast),
-          T(o2_bf16_trains_like_f32_and_o1), T(o2_fp16_trains_like_f32_and_o1),
+TEST_MAIN(T(gemm_low_precision_output_is_the_rounded_float32_product), T(o2_program_casts_only_at_boundaries_and_refresh),
+          T(o2_gray_relu_stays_low_others_are_cast), T(o2_bf16_trains_like_f32_and_o1), T(o2_fp16_trains_like_f32_and_o1),
           T(o2_fp16_overflow_leaves_masters_bit_identical), T(o2_save_keeps_float32_masters),
           T(o2_kernels_refuse_mismatched_dtypes), T(o2_lists_and_refusals), T(o2_bf16_two_ranks_match_one),
           T(o2_fp16_two_ranks_match_one))

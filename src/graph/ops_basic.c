@@ -244,12 +244,15 @@ static int run_fc(fl_kctx *c)
     for (int d = 0; d < k; d++) sh[d] = x0->shape[d];
     sh[k] = size;
     fl_dtype odt = (fl_dtype)fl__attr_i(op, "out_dtype", FL_FLOAT32);
-    float *y = NULL;
-    if (odt == FL_FLOAT32) {
-        FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, k + 1, sh));
+    /* a low-precision output: one input's product writes it directly (fl__gemm's c_type);
+     * several accumulate in float32 here and are rounded once at the end */
+    int direct = odt == FL_FLOAT32 || n == 1;
+    void *y = NULL;
+    if (direct) {
+        FL_CHECK(fl__tensor_reshape_raw(out, odt, k + 1, sh));
         y = out->data;
-    } else { /* float32 accumulation, rounded once at the end */
-        y = malloc((size_t)(m * size > 0 ? m * size : 1) * sizeof *y);
+    } else {
+        y = malloc((size_t)(m * size > 0 ? m * size : 1) * sizeof(float));
         if (!y) return fl__err(FL_ENOMEM, "fc: out of memory for a [%lld x %lld] product", (long long)m, (long long)size);
     }
     int act = act_code(fl__attr_s(op, "act", "")), st = FL_OK;
@@ -276,9 +279,10 @@ static int run_fc(fl_kctx *c)
         d.a_type = x->dtype, d.b_type = w->dtype; /* float32, or bfloat16 after fl_amp_decorate */
         if (i == n - 1) d.act = act == ACT_RELU ? FL_ACT_RELU : act == ACT_TANH ? FL_ACT_TANH : act ? FL_ACT_SIGMOID : 0;
         d.has_bias = i == n - 1 && c->nin[2];
+        d.c_type = direct ? odt : FL_FLOAT32;
         st = fl__gemm((fl_gemm_cache **)c->state, &d, x->data, w->data, d.has_bias ? c->in[2][0]->data : NULL, y);
     }
-    if (odt != FL_FLOAT32) {
+    if (!direct) {
         if (st == FL_OK) st = fl__tensor_reshape_raw(out, odt, k + 1, sh);
         if (st == FL_OK) st = fl__cvt_any(out->data, odt, y, FL_FLOAT32, m * size);
         free(y);
