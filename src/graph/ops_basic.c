@@ -634,51 +634,44 @@ static int grad_prep(fl_kctx *c, const float **o, const float **dy, float **dx, 
     *n = t->numel;
     return FL_OK;
 }
-static int run_relu_grad(fl_kctx *c)
+/* relu, tanh and sigmoid: dx = dy * act'(out).  A low-precision "Out" (the gray ops' and
+ * fc's under AMP level O2) is widened in blocks; the gradients are float32. */
+static int act_grad_run(fl_kctx *c, int act)
 {
-    const float *o = NULL, *dy = NULL;
-    float *dx = NULL;
-    int64_t n = 0;
-    float *tmp = NULL;
-    int st = grad_prep(c, &o, &dy, &dx, &n, &tmp);
-    if (st != FL_OK) {
+    fl_tensor *t = FL_IN(c, 0);
+    if (!t || t->dtype == FL_FLOAT32 || t->is_rows) {
+        const float *o = NULL, *dy = NULL;
+        float *dx = NULL, *tmp = NULL;
+        int64_t n = 0;
+        int st = grad_prep(c, &o, &dy, &dx, &n, &tmp); /* float32, or the error naming the op */
+        if (st == FL_OK) fl__act_grad(act, dx, o, dy, n);
         free(tmp);
         return st;
     }
-    fl__act_grad(FL_ACT_RELU, dx, o, dy, n);
-    free(tmp);
-    return FL_OK;
-}
-static int run_tanh_grad(fl_kctx *c)
-{
-    const float *o = NULL, *dy = NULL;
-    float *dx = NULL;
-    int64_t n = 0;
-    float *tmp = NULL;
-    int st = grad_prep(c, &o, &dy, &dx, &n, &tmp);
-    if (st != FL_OK) {
-        free(tmp);
-        return st;
+    fl_tensor *g = FL_IN(c, 1), *d = FL_OUT(c, 0);
+    if (t->numel != g->numel)
+        return fl__err(FL_EINVAL, "%s: gradient has %lld elements, value %lld", c->op->def->type, (long long)g->numel,
+                       (long long)t->numel);
+    FL_CHECK(fl__kctx_dense_f32(c, 1));
+    if (t->dtype != FL_BFLOAT16 && t->dtype != FL_FLOAT16)
+        return fl__err(FL_EINVAL, "%s: input '%s' must be a dense float32 (or bfloat16, float16) tensor, is %s",
+                       c->op->def->type, fl__kctx_var_name(c, 0, 0), fl_dtype_name(t->dtype));
+    FL_CHECK(fl__tensor_reshape_raw(d, FL_FLOAT32, t->ndim, t->shape));
+    FL_CHECK(fl__tensor_share_lod(d, t));
+    float buf[1024];
+    const uint16_t *o = t->data;
+    const float *dy = g->data;
+    float *dx = d->data;
+    for (int64_t i = 0; i < t->numel; i += 1024) {
+        int64_t k = t->numel - i < 1024 ? t->numel - i : 1024;
+        FL_CHECK(fl__cvt_any(buf, FL_FLOAT32, o + i, t->dtype, k));
+        fl__act_grad(act, dx + i, buf, dy + i, k);
     }
-    fl__act_grad(FL_ACT_TANH, dx, o, dy, n);
-    free(tmp);
     return FL_OK;
 }
-static int run_sigmoid_grad(fl_kctx *c)
-{
-    const float *o = NULL, *dy = NULL;
-    float *dx = NULL;
-    int64_t n = 0;
-    float *tmp = NULL;
-    int st = grad_prep(c, &o, &dy, &dx, &n, &tmp);
-    if (st != FL_OK) {
-        free(tmp);
-        return st;
-    }
-    fl__act_grad(FL_ACT_SIGMOID, dx, o, dy, n);
-    free(tmp);
-    return FL_OK;
-}
+static int run_relu_grad(fl_kctx *c) { return act_grad_run(c, FL_ACT_RELU); }
+static int run_tanh_grad(fl_kctx *c) { return act_grad_run(c, FL_ACT_TANH); }
+static int run_sigmoid_grad(fl_kctx *c) { return act_grad_run(c, FL_ACT_SIGMOID); }
 static int run_softsign_grad(fl_kctx *c)
 {
     const float *x, *dy;
