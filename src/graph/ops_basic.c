@@ -731,7 +731,7 @@ static int grad_softmax(fl_op *op, fl_grad_ctx *g) { return unary_grad(op, g, "s
 
 #define ACT_DEFS(name, infer)                                                                    \
     static const fl_op_def def_##name = {#name, {"X"}, {"Out"}, infer, run_##name, grad_##name}; \
-    static const fl_op_def def_##name##_grad = {#name "_grad", {"Out", "Out@GRAD"}, {"X@GRAD"},       \
+    static const fl_op_def def_##name##_grad = {#name "_grad", {"Out", "Out@GRAD"}, {"X@GRAD"},  \
                                                 fl__infer_nop, run_##name##_grad,   NULL};
 ACT_DEFS(relu, infer_same_low)
 ACT_DEFS(tanh, infer_same_low)
