@@ -2,8 +2,9 @@
 # bench/amp_levels.sh [BUILD_DIR] - CTR-DNN training (bench_ctr local, one thread) in float32,
 # AMP level O1 (--amp 1) and level O2 (--amp 1 --amp-level 2), bfloat16, on fleet-datagen
 # data.  Each round runs the three back to back, the order rotating every round (AMP_ROUNDS
-# rounds); the summary gives medians (min-max) of examples/s and the ratios of medians, with
-# each run's last loss (sum over the batch) so that the levels can be seen to train alike.
+# rounds); the summary gives medians (min-max) of examples/s and the ratios of medians, and
+# each level's last loss (sum over the last batch of its last run: a sanity check that it
+# trains, not a comparison, since the runs do different numbers of passes).
 #
 # Environment: AMP_ROUNDS (5), AMP_SECONDS (1.0) per run, AMP_ROWS (60000), AMP_BATCH (512).
 # Output: the summary on stdout; every line of every run in BUILD_DIR/bench/amp_levels.raw.
