@@ -464,6 +464,16 @@ TEST(o2_lists_and_refusals)
     CHECK_EQ_INT(fl_amp_decorate(p, &o), 0);
     for (int i = 0; i < p->nops; i++) CHECK(strcmp(p->ops[i]->def->type, "cast") != 0);
     fl_prog_free(p);
+    /* decorating twice changes nothing the second time */
+    p = fl_prog_create();
+    CHECK_OK(fl_model_mlp_build(p, &cfg, &m));
+    o = (fl_amp_opts){FL_BFLOAT16};
+    o.use_pure_fp16 = 1;
+    CHECK_EQ_INT(fl_amp_decorate(p, &o), 3);
+    int nops = p->nops;
+    CHECK_EQ_INT(fl_amp_decorate(p, &o), 0);
+    CHECK_EQ_INT(p->nops, nops);
+    fl_prog_free(p);
     /* conv2d has no float16 kernel: named */
     p = fl_prog_create();
     CHECK_OK(fl_model_mlp_build(p, &cfg, &m));

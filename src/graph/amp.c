@@ -1,11 +1,18 @@
 /*
- * amp.c - automatic mixed precision as a program rewrite (Paddle's static AMP "decorate",
- * level O1): the float32 inputs of white-listed ops get a cast op to bfloat16 or float16
+ * amp.c - automatic mixed precision as a program rewrite (Paddle's static AMP "decorate").
+ *
+ * Level O1: the float32 inputs of white-listed ops get a cast op to bfloat16 or float16
  * inserted before them, so the op computes in low precision (with float32 accumulation and
- * a float32 output); every other op keeps float32.  Parameters stay float32 (master weights): the
- * cast reads the parameter each step, its gradient op turns the bfloat16 product's
- * gradient back into the parameter's float32 gradient, and the optimizer updates the
- * float32 copy with float32 state.
+ * a float32 output); every other op keeps float32.  Parameters stay float32 (master
+ * weights): the cast reads the parameter each step, its gradient op turns the low-precision
+ * product's gradient back into the parameter's float32 gradient, and the optimizer updates
+ * the float32 parameter with float32 state.
+ *
+ * Level O2 (use_pure_fp16), in the same pass: a white op that can write low precision (fc)
+ * does so when a later op reads its output, gray ops (relu, tanh, sigmoid) on a
+ * low-precision input stay in it, and every other op's low-precision inputs are cast to
+ * float32 ("<var>.cast_fp32").  Activation gradients stay float32.  The parameters' casts
+ * become the master-weight refresh after the update ops: amp_o2.c.
  *
  * Also here: the cast op (attribute out_dtype; the input's dtype is whatever the tensor
  * holds at run time) and its gradient, which is a cast back.
@@ -262,7 +269,8 @@ int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts)
                 changed = 1;
             }
         const amp_kernel *kr = white ? kernel_of(o.dtype, op->def->type) : NULL;
-        if (o.use_pure_fp16 && kr && kr->low_out && read_after(p, op->out[0].vars[0], i)) {
+        if (o.use_pure_fp16 && kr && kr->low_out && op->out[0].vars[0]->dtype != o.dtype &&
+            read_after(p, op->out[0].vars[0], i)) {
             /* level O2: the output stays in low precision for the ops after it */
             FL_CHECK(fl__attr_set_i(op, "out_dtype", o.dtype));
             op->out[0].vars[0]->dtype = o.dtype;
