@@ -255,6 +255,69 @@ TEST(o2_gray_relu_stays_low_others_are_cast)
     CHECK_NEAR(f1, b1, 0.02);
 }
 
+/* x [B, M, K] matmul w1 [K, N] (alpha 0.5) matmul w2 [N, 3] -> mean: under O2 the first
+ * product's output is bf16 and the second reads it with no cast; both products' results
+ * and the updated weights stay close to float32's.  Stated tolerance: the output within
+ * 0.05, the weights within 1e-3 (bf16 keeps 8 significant bits; here about 3e-3 and 1e-4). */
+static void matmul_chain(int o2, float *out, float *w1_after, int *casts_between)
+{
+    enum { Bn = 3, M = 5, K = 24, N = 16 };
+    fl_prog *p = fl_prog_create();
+    fl_var *x = fl_layer_data(p, "x", 2, (const int64_t[]){M, K}, FL_FLOAT32, 0);
+    fl_param_attr pa = {.name = "w1"}, pb = {.name = "w2"};
+    fl_var *w1 = fl_layer_create_parameter(p, 2, (const int64_t[]){K, N}, FL_FLOAT32, &pa);
+    fl_var *w2 = fl_layer_create_parameter(p, 2, (const int64_t[]){N, 3}, FL_FLOAT32, &pb);
+    fl_var *h = fl_layer_matmul(x, w1, 0, 0, 0.5f);
+    fl_var *y = fl_layer_matmul(h, w2, 0, 0, 1.0f);
+    fl_var *loss = fl_layer_mean(y);
+    CHECK(loss);
+    fl_opt *o = fl_opt_sgd(1.0f);
+    fl_amp_opts a = {FL_BFLOAT16};
+    a.use_pure_fp16 = 1;
+    if (o2) CHECK_OK(fl_amp_decorate_optimizer(o, &a));
+    CHECK_OK(fl_opt_minimize(o, loss));
+    fl_opt_free(o);
+    *casts_between = 0;
+    for (int i = 0; i < p->nops; i++)
+        if (p->ops[i]->role == FL_ROLE_FORWARD && !strcmp(p->ops[i]->def->type, "cast") && p->ops[i]->in[0].vars[0] == h)
+            (*casts_between)++;
+    if (o2) CHECK(fl_var_dtype(h) == FL_BFLOAT16 && fl_var_dtype(y) == FL_BFLOAT16);
+    fl_exe *e = fl_exe_create(NULL);
+    fl_prog_set_seed(p, 3);
+    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
+    static float xs[Bn * M * K];
+    fl_rng r = {9};
+    for (int i = 0; i < Bn * M * K; i++) xs[i] = 2 * fl__rng_uniform(&r) - 1;
+    fl_tensor *xt = th_f32(3, (const int64_t[]){Bn, M, K}, xs);
+    fl_feed feed[] = {{"x", xt}};
+    char yname[128];
+    snprintf(yname, sizeof yname, "%s%s", fl_var_name(y), o2 ? ".cast_fp32" : "");
+    const char *fetch[] = {yname};
+    fl_tensor *res[1];
+    CHECK_OK(fl_exe_run(e, p, feed, 1, fetch, 1, res));
+    CHECK(fl_tensor_dtype(res[0]) == FL_FLOAT32);
+    memcpy(out, fl_tensor_data(res[0]), Bn * M * 3 * sizeof(float));
+    memcpy(w1_after, fl_tensor_data(fl_scope_find(fl_exe_scope(e), "w1")), K * N * sizeof(float));
+    fl_tensor_free(xt);
+    fl_exe_free(e);
+    fl_prog_free(p);
+}
+
+TEST(o2_matmul_chain_passes_bf16)
+{
+    static float o32[45], w32[384], olp[45], wlp[384];
+    int between = 0;
+    matmul_chain(0, o32, w32, &between);
+    matmul_chain(1, olp, wlp, &between);
+    CHECK_EQ_INT(between, 0);
+    double wo = 0, ww = 0;
+    for (int i = 0; i < 45; i++) wo = fmax(wo, fabs(olp[i] - o32[i]));
+    for (int i = 0; i < 384; i++) ww = fmax(ww, fabs(wlp[i] - w32[i]));
+    printf("  O2 matmul chain: output within %.2g, updated w1 within %.2g of float32\n", wo, ww);
+    CHECK(wo > 0 && wo < 0.05);
+    CHECK(ww < 1e-3);
+}
+
 /* ---- training --------------------------------------------------------------------------- */
 
 /* Last loss of STEPS steps of SGD lr 0.2; *w0 gets fc_0.w_0. */
@@ -640,7 +703,7 @@ TEST(o2_bf16_two_ranks_match_one) { two_ranks(FL_BFLOAT16); }
 TEST(o2_fp16_two_ranks_match_one) { two_ranks(FL_FLOAT16); }
 
 TEST_MAIN(T(gemm_low_precision_output_is_the_rounded_float32_product), T(o2_program_casts_only_at_boundaries_and_refresh),
-          T(o2_gray_relu_stays_low_others_are_cast), T(o2_bf16_trains_like_f32_and_o1), T(o2_fp16_trains_like_f32_and_o1),
-          T(o2_fp16_overflow_leaves_masters_bit_identical), T(o2_save_keeps_float32_masters),
-          T(o2_kernels_refuse_mismatched_dtypes), T(o2_lists_and_refusals), T(o2_bf16_two_ranks_match_one),
-          T(o2_fp16_two_ranks_match_one))
+          T(o2_gray_relu_stays_low_others_are_cast), T(o2_matmul_chain_passes_bf16), T(o2_bf16_trains_like_f32_and_o1),
+          T(o2_fp16_trains_like_f32_and_o1), T(o2_fp16_overflow_leaves_masters_bit_identical),
+          T(o2_save_keeps_float32_masters), T(o2_kernels_refuse_mismatched_dtypes), T(o2_lists_and_refusals),
+          T(o2_bf16_two_ranks_match_one), T(o2_fp16_two_ranks_match_one))

@@ -8,8 +8,8 @@
  * product's gradient back into the parameter's float32 gradient, and the optimizer updates
  * the float32 parameter with float32 state.
  *
- * Level O2 (use_pure_fp16), in the same pass: a white op that can write low precision (fc)
- * does so when a later op reads its output, gray ops (relu, tanh, sigmoid) on a
+ * Level O2 (use_pure_fp16), in the same pass: a white op that can write low precision (fc,
+ * matmul) does so when a later op reads its output, gray ops (relu, tanh, sigmoid) on a
  * low-precision input stay in it, and every other op's low-precision inputs are cast to
  * float32 ("<var>.cast_fp32").  Activation gradients stay float32.  The parameters' casts
  * become the master-weight refresh after the update ops: amp_o2.c.
@@ -88,7 +88,8 @@ const fl_op_def *const fl__ops_amp[] = {&def_cast, NULL};
  *
  * White ops (the products) get their float32 inputs cast to low precision (the first two
  * input slots: fc's Input and W, matmul's X and Y, conv2d's Input and Filter).  conv2d has a
- * bfloat16 kernel only (oneDNN's, src/tensor/dnn_conv.c) and writes float32.
+ * bfloat16 kernel only (oneDNN's, src/tensor/dnn_conv.c) and writes float32 (its output is
+ * cast where a later product reads it, as in O1).
  *
  * Gray ops (Paddle's term) follow their input: under level O2 a low-precision input keeps
  * them in low precision (values widened to float32 in blocks and rounded back), a float32
@@ -103,7 +104,7 @@ typedef struct {
     unsigned char bf16, fp16, low_out, gray;
 } amp_kernel;
 static const amp_kernel kernels[] = {
-    {"fc", 1, 1, 1, 0},   {"matmul", 1, 1, 0, 0}, {"conv2d", 1, 0, 0, 0},
+    {"fc", 1, 1, 1, 0},   {"matmul", 1, 1, 1, 0}, {"conv2d", 1, 0, 0, 0},
     {"relu", 1, 1, 1, 1}, {"tanh", 1, 1, 1, 1},   {"sigmoid", 1, 1, 1, 1},
 };
 static const char *const paddle_aliases[] = {"mul", "matmul_v2", NULL};
