@@ -77,9 +77,9 @@ FL_API int fl_fuse_fc_act(fl_prog *p);
  * "<var>.cast_fp16", visible in the program text); those ops multiply in low precision with
  * float32 accumulation and output, everything else stays float32.
  *
- * Level O2 (use_pure_fp16 1): besides, fc writes its output in low precision when a later
- * op reads it (attribute out_dtype), so fc stacks pass bf16/fp16 activations with no cast
- * between; relu, tanh and sigmoid on a low-precision input stay in low precision (gray
+ * Level O2 (use_pure_fp16 1): besides, fc and matmul write their output in low precision
+ * when a later op reads it (attribute out_dtype), so their stacks pass bf16/fp16
+ * activations with no cast between; relu, tanh and sigmoid on a low-precision input stay in low precision (gray
  * ops); every other op (softmax, losses, reductions, auc, custom_black_list, and here also
  * elementwise_add, dropout, reshape2 and the like) reads float32 through a cast
  * "<var>.cast_fp32".  With fl_amp_decorate_optimizer the weights' casts leave the forward
