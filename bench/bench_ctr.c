@@ -5,6 +5,7 @@
  *
  *   bench_ctr local --data DIR [--files N] [--batches 32,512] [--threads 1,2] [--seconds S]
  *                   [--queue-batch B] [--optimizer sgd|adam] [--lr X] [--tag T] [--epochs N] [--amp 0|1]
+ *                   [--amp-level 1|2]
  *   bench_ctr ps    --data DIR [--files N] [--batches 32,512] [--threads 1] [--seconds S]
  *                   [--strategy KEY=VALUE ...] ...
  *
@@ -25,7 +26,10 @@
  * and the ratio of the slowest later epoch to the first: with Adam this shows whether later
  * epochs slow down (they did by ~30 % while the optimizer state went subnormal).  --amp 1
  * runs the program through fl_amp_decorate before minimize (bfloat16 products, float32
- * master weights and optimizer state; the peers' bf16 AMP is the comparison).
+ * master weights and optimizer state; the peers' bf16 AMP is the comparison).  --amp-level 2
+ * (with --amp 1) runs level O2 instead (fl_amp_decorate_optimizer with use_pure_fp16: the fc
+ * stack passes bfloat16 activations from layer to layer, the weights' bfloat16 copies are
+ * refreshed after each update instead of cast before each product).
  *
  * ps: this process starts 1 server and 2 workers (itself, re-executed with Paddle's PS
  * environment: PADDLE_PSERVERS_IP_PORT_LIST, TRAINING_ROLE, PADDLE_TRAINERS_NUM,
@@ -67,11 +71,11 @@ static struct {
     const char *data, *opt, *tag;
     const char *strategy[8]; /* --strategy KEY=VALUE (ps), after a_sync = true */
     int nstrategy;
-    int nfiles, nbatch, nthread, queue_batch, epochs, amp;
+    int nfiles, nbatch, nthread, queue_batch, epochs, amp, amp_level;
     int batches[MAXCFG], threads[MAXCFG];
     double seconds, lr;
     int64_t table_rows; /* rows of the shared sparse table (--table-rows) */
-} A = {NULL, "sgd", "", {NULL}, 0, 0, 0, 0, 0, 0, 0, {0}, {0}, 2.0, 1e-3, 1000001};
+} A = {NULL, "sgd", "", {NULL}, 0, 0, 0, 0, 0, 0, 0, 1, {0}, {0}, 2.0, 1e-3, 1000001};
 
 static double now(void)
 {
@@ -185,7 +189,12 @@ static void build(model *md, int distributed)
         md->opt = fleet_distributed_optimizer(md->fleet, md->opt, &s);
         if (!md->opt) die("fleet_distributed_optimizer");
     }
-    if (A.amp && fl_amp_decorate(md->prog, NULL) < 0) die("fl_amp_decorate");
+    if (A.amp && A.amp_level == 1 && fl_amp_decorate(md->prog, NULL) < 0) die("fl_amp_decorate");
+    if (A.amp && A.amp_level == 2) {
+        fl_amp_opts o = {FL_BFLOAT16};
+        o.use_pure_fp16 = 1;
+        if (fl_amp_decorate_optimizer(md->opt, &o) != FL_OK) die("fl_amp_decorate_optimizer");
+    }
     if (fl_opt_minimize(md->opt, md->m.loss) != FL_OK) die("minimize");
 }
 
@@ -600,7 +609,7 @@ int main(int argc, char **argv)
     usage:
         fprintf(stderr, "usage: bench_ctr local|ps --data DIR [--files N] [--batches 32,512] [--threads 1,2] [--seconds S] "
                         "[--queue-batch B] [--optimizer sgd|adam] [--lr X] [--tag T] [--strategy KEY=VALUE] [--epochs N] "
-                        "[--amp 0|1] [--table-rows R]\n");
+                        "[--amp 0|1] [--amp-level 1|2] [--table-rows R]\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -620,12 +629,13 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--tag")) A.tag = v;
         else if (!strcmp(k, "--epochs")) A.epochs = atoi(v);
         else if (!strcmp(k, "--amp")) A.amp = atoi(v);
+        else if (!strcmp(k, "--amp-level")) A.amp_level = atoi(v);
         else if (!strcmp(k, "--table-rows")) A.table_rows = atoll(v);
         else if (!strcmp(k, "--strategy") && A.nstrategy < 8) A.strategy[A.nstrategy++] = v;
         else goto usage;
     }
-    if (!A.data || A.seconds < 0 || A.epochs < 0 || A.table_rows < 2 || (A.amp != 0 && A.amp != 1) || !(A.lr > 0) ||
-        (strcmp(A.opt, "sgd") && strcmp(A.opt, "adam")))
+    if (!A.data || A.seconds < 0 || A.epochs < 0 || A.table_rows < 2 || (A.amp != 0 && A.amp != 1) ||
+        (A.amp_level != 1 && A.amp_level != 2) || !(A.lr > 0) || (strcmp(A.opt, "sgd") && strcmp(A.opt, "adam")))
         goto usage;
     if (!strcmp(mode, "local")) return run_local();
     if (!strcmp(mode, "ps")) return run_ps(argc, argv);

@@ -160,7 +160,11 @@ typedef struct {
         int use_dynamic_loss_scaling;                        /* true */
         /* comma-separated op types (JSON: a list of strings or one such string) */
         char custom_white_list[FLEET_STRATEGY_STR_MAX], custom_black_list[FLEET_STRATEGY_STR_MAX]; /* "" */
-        int use_pure_fp16;                   /* false (O2: not implemented) */
+        int use_pure_fp16;                   /* false; true: level O2 (low-precision activations
+                                              * between fc layers, float32 master weights
+                                              * refreshed into low-precision copies after each
+                                              * update; collective or local; refused with
+                                              * parameter servers) */
         char dtype[FLEET_STRATEGY_STR_MAX];  /* our extension: "bfloat16" (default) or "float16" (collective
                                               * or local; refused with parameter servers) */
     } amp_configs;

@@ -70,19 +70,31 @@ FL_API int fl_prog_from_text(const char *text, size_t len, fl_prog **out);
  * intermediate variable is removed.  Call before fl_opt_minimize (FL_EINVAL naming the op
  * otherwise).  Returns the number of pairs fused (>= 0) or a negative status. */
 FL_API int fl_fuse_fc_act(fl_prog *p);
-/* Automatic mixed precision (Paddle's static amp.decorate, level O1).  The float32 inputs
- * of white-listed ops (default: fc and matmul) get a cast op to bfloat16 or float16
- * inserted before them ("<var>.cast_bf16" / "<var>.cast_fp16", visible in the program
- * text); those ops multiply in low precision with float32 accumulation and output,
- * everything else stays float32.  Parameters, their gradients and optimizer state stay
- * float32 (master weights).  Lists are comma-separated op types; custom_white_list may only
- * name ops with a low-precision kernel (fc, matmul; Paddle's mul and matmul_v2 are accepted
- * as fc's names), custom_black_list keeps ops in float32.  dtype 0 means bfloat16 (no loss
- * scaling: it has float32's range).  float16 needs loss scaling: use
- * fl_amp_decorate_optimizer, which also runs this rewrite.  use_pure_fp16 (level O2) is
- * refused (FL_EUNSUPPORTED).  Call before fl_opt_minimize.  Returns the number of ops
- * rewritten (>= 0) or a negative status with the program error naming the op or list
- * entry. */
+/* Automatic mixed precision (Paddle's static amp.decorate, levels O1 and O2).
+ *
+ * Level O1 (use_pure_fp16 0): the float32 inputs of white-listed ops (default: fc and
+ * matmul) get a cast op to bfloat16 or float16 inserted before them ("<var>.cast_bf16" /
+ * "<var>.cast_fp16", visible in the program text); those ops multiply in low precision with
+ * float32 accumulation and output, everything else stays float32.
+ *
+ * Level O2 (use_pure_fp16 1): besides, fc and matmul write their output in low precision
+ * when a later op reads it (attribute out_dtype), so their stacks pass bf16/fp16
+ * activations with no cast between; relu, tanh and sigmoid on a low-precision input stay in low precision (gray
+ * ops); every other op (softmax, losses, reductions, auc, custom_black_list, and here also
+ * elementwise_add, dropout, reshape2 and the like) reads float32 through a cast
+ * "<var>.cast_fp32".  With fl_amp_decorate_optimizer the weights' casts leave the forward
+ * program: each weight's low-precision copy is persistable and refreshed from the float32
+ * weight after the update ops (and once in the startup program); docs/engine.md, Mixed
+ * precision.
+ *
+ * Both levels: parameters, their gradients and optimizer state stay float32 (master
+ * weights).  Lists are comma-separated op types; custom_white_list may only name ops with
+ * a low-precision kernel (fc, matmul, conv2d for bfloat16; Paddle's mul and matmul_v2 are
+ * accepted as fc's names), custom_black_list keeps ops in float32.  dtype 0 means bfloat16
+ * (no loss scaling: it has float32's range).  float16 needs loss scaling: use
+ * fl_amp_decorate_optimizer, which also runs this rewrite.  Call before fl_opt_minimize.
+ * Returns the number of white ops rewritten (>= 0) or a negative status with the program
+ * error naming the op or list entry. */
 typedef struct {
     fl_dtype dtype;
     const char *custom_white_list;
@@ -96,7 +108,8 @@ typedef struct {
     double decr_ratio;               /* [0.8] */
     int static_loss_scaling;         /* [0] 1: the scale stays init_loss_scaling (Paddle's
                                       * use_dynamic_loss_scaling = false) */
-    int use_pure_fp16;               /* [0] level O2: not implemented (FL_EUNSUPPORTED) */
+    int use_pure_fp16;               /* [0] 1: level O2 (low-precision activations between
+                                      * white ops, float32 master weights) */
 } fl_amp_opts;
 FL_API int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts);
 /* AMP on an optimizer (Paddle's static amp.decorate(optimizer, ...)): fl_opt_minimize

@@ -12,10 +12,17 @@
  * step with inf/NaN (ps_send runs under the same condition as the update ops: the PS
  * rewrite, src/fleet/ps/rewrite.c); sync mode refuses float16, since its servers wait for
  * every worker's push of a step.
+ *
+ * Level O2 (use_pure_fp16): the collective runtime (and the local fallback) reduces the
+ * float32 master weights' gradients in float32 as above; the low-precision parameter copies
+ * are refreshed after the updates on every rank alike (src/graph/amp_o2.c).  Parameter
+ * servers are refused here: their tables are the float32 parameters a worker pulls into its
+ * scope, and nothing refreshes the copies from a pull.
  */
 #include <string.h>
 
 #include "fleet_internal.h"
+#include "runtime.h"
 
 int fl__fleet_amp_wire(fleet_t *f, fl_opt *opt)
 {
@@ -35,5 +42,11 @@ int fl__fleet_amp_wire(fleet_t *f, fl_opt *opt)
     o.decr_ratio = s->amp_configs.decr_ratio;
     o.static_loss_scaling = !s->amp_configs.use_dynamic_loss_scaling;
     o.use_pure_fp16 = s->amp_configs.use_pure_fp16;
+    if (o.use_pure_fp16 && f->runtime == &fl__runtime_ps)
+        return fl__err(FL_EUNSUPPORTED,
+                       "fleet_distributed_optimizer: amp_configs.use_pure_fp16 (AMP level O2) with parameter servers "
+                       "is not implemented (a pull refreshes the float32 parameters, not their %s copies); use "
+                       "use_pure_fp16 = false (level O1) or the collective runtime",
+                       f16 ? "float16" : "bfloat16");
     return fl_amp_decorate_optimizer(opt, &o);
 }

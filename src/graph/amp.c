@@ -1,11 +1,18 @@
 /*
- * amp.c - automatic mixed precision as a program rewrite (Paddle's static AMP "decorate",
- * level O1): the float32 inputs of white-listed ops get a cast op to bfloat16 or float16
+ * amp.c - automatic mixed precision as a program rewrite (Paddle's static AMP "decorate").
+ *
+ * Level O1: the float32 inputs of white-listed ops get a cast op to bfloat16 or float16
  * inserted before them, so the op computes in low precision (with float32 accumulation and
- * a float32 output); every other op keeps float32.  Parameters stay float32 (master weights): the
- * cast reads the parameter each step, its gradient op turns the bfloat16 product's
- * gradient back into the parameter's float32 gradient, and the optimizer updates the
- * float32 copy with float32 state.
+ * a float32 output); every other op keeps float32.  Parameters stay float32 (master
+ * weights): the cast reads the parameter each step, its gradient op turns the low-precision
+ * product's gradient back into the parameter's float32 gradient, and the optimizer updates
+ * the float32 parameter with float32 state.
+ *
+ * Level O2 (use_pure_fp16), in the same pass: a white op that can write low precision (fc,
+ * matmul) does so when a later op reads its output, gray ops (relu, tanh, sigmoid) on a
+ * low-precision input stay in it, and every other op's low-precision inputs are cast to
+ * float32 ("<var>.cast_fp32").  Activation gradients stay float32.  The parameters' casts
+ * become the master-weight refresh after the update ops: amp_o2.c.
  *
  * Also here: the cast op (attribute out_dtype; the input's dtype is whatever the tensor
  * holds at run time) and its gradient, which is a cast back.
@@ -54,7 +61,9 @@ static int run_cast(fl_kctx *c)
     return fl__tensor_share_lod(o, x);
 }
 
-/* d(cast)/dx: the output's gradient cast to the input's dtype. */
+/* d(cast)/dx: the output's gradient cast to float32: the input is float32, or a low-precision
+ * activation (level O2's cast to float32 in front of a black-list op) whose gradient stays
+ * float32, as every activation gradient does (the products' gradient kernels write float32). */
 static int grad_cast(fl_op *op, fl_grad_ctx *g)
 {
     fl_var *x = op->in[0].vars[0], *dout = fl__grad_of(g, op->out[0].vars[0]);
@@ -63,7 +72,7 @@ static int grad_cast(fl_op *op, fl_grad_ctx *g)
     fl_io in = FL_IO1("X", dout), out = FL_IO1("Out", dx);
     fl_op *gop = fl__op_new(op->prog, "cast", &in, 1, &out, 1);
     if (!gop) return fl_prog_status(op->prog);
-    FL_CHECK(fl__attr_set_i(gop, "out_dtype", x->dtype));
+    FL_CHECK(fl__attr_set_i(gop, "out_dtype", FL_FLOAT32));
     return fl__op_finish(gop);
 }
 
@@ -73,15 +82,46 @@ const fl_op_def *const fl__ops_amp[] = {&def_cast, NULL};
 
 /* ---- the rewrite ------------------------------------------------------------------------ */
 
-/* Ops with low-precision kernels (their first two input slots are cast: fc's Input and
- * W, matmul's X and Y, conv2d's Input and Filter).  conv2d has a bfloat16 kernel only
- * (oneDNN's, src/tensor/dnn_conv.c).  Paddle's mul / matmul_v2 are the products this
- * port's layers express as fc, so those names are accepted in the lists as well. */
-static const char *const bf16_ops[] = {"fc", "matmul", "conv2d", NULL};
-static const char *const fp16_ops[] = {"fc", "matmul", NULL};
+/* Ops with low-precision kernels, one row per op: which of bfloat16 and float16 it computes
+ * in, whether it can also write its output in that type (level O2; attribute out_dtype for
+ * the products: float32 accumulation rounded once at the end), and whether it is gray.
+ *
+ * White ops (the products) get their float32 inputs cast to low precision (the first two
+ * input slots: fc's Input and W, matmul's X and Y, conv2d's Input and Filter).  conv2d has a
+ * bfloat16 kernel only (oneDNN's, src/tensor/dnn_conv.c) and writes float32 (its output is
+ * cast where a later product reads it, as in O1).
+ *
+ * Gray ops (Paddle's term) follow their input: under level O2 a low-precision input keeps
+ * them in low precision (values widened to float32 in blocks and rounded back), a float32
+ * one in float32; they are never cast to low precision and cannot be white-listed.
+ *
+ * Every other op reads float32: under level O2 a low-precision input gets a cast to
+ * float32 in front.  Paddle's mul / matmul_v2 are the products this port's layers express
+ * as fc, so those names are accepted in the lists as well.  To add an op: a row here, and
+ * its infer/run honouring low-precision inputs (and out_dtype when low_out is set). */
+typedef struct {
+    const char *type;
+    unsigned char bf16, fp16, low_out, gray;
+} amp_kernel;
+static const amp_kernel kernels[] = {
+    {"fc", 1, 1, 1, 0},   {"matmul", 1, 1, 1, 0}, {"conv2d", 1, 0, 0, 0},
+    {"relu", 1, 1, 1, 1}, {"tanh", 1, 1, 1, 1},   {"sigmoid", 1, 1, 1, 1},
+};
 static const char *const paddle_aliases[] = {"mul", "matmul_v2", NULL};
 
-static const char *const *kernel_ops(fl_dtype dt) { return dt == FL_FLOAT16 ? fp16_ops : bf16_ops; }
+static const amp_kernel *kernel_of(fl_dtype dt, const char *type)
+{
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
+        if (!strcmp(kernels[i].type, type))
+            return (dt == FL_FLOAT16 ? kernels[i].fp16 : kernels[i].bf16) ? &kernels[i] : NULL;
+    return NULL;
+}
+
+static int is_product(fl_dtype dt, const char *type)
+{
+    const amp_kernel *k = kernel_of(dt, type);
+    return k && !k->gray;
+}
 
 static int in_list(const char *const *l, const char *s)
 {
@@ -121,7 +161,7 @@ static int check_list(fl_prog *p, const char *csv, const char *what, int white, 
             int alias = in_list(paddle_aliases, name);
             if (!alias && !fl__op_lookup(name))
                 return fl__prog_error(p, FL_EINVAL, "fl_amp_decorate: %s names unknown op '%s'", what, name);
-            if (white && !alias && !in_list(kernel_ops(dt), name))
+            if (white && !alias && !is_product(dt, name))
                 return fl__prog_error(p, FL_EUNSUPPORTED,
                                       "fl_amp_decorate: %s names op '%s', which has no %s kernel (ops with one: %s, "
                                       "and Paddle's mul, matmul_v2)",
@@ -140,14 +180,15 @@ static int is_white(const fl_amp_opts *o, const char *type)
     if (!strcmp(type, "fc"))
         for (int i = 0; paddle_aliases[i]; i++)
             if (in_csv(o->custom_black_list, paddle_aliases[i])) return 0;
-    return in_list(kernel_ops(o->dtype), type) || in_csv(o->custom_white_list, type);
+    return is_product(o->dtype, type) || in_csv(o->custom_white_list, type);
 }
 
-/* The low-precision copy of v, cast by a new op placed at index `at`. */
+/* The copy of v in dt (low precision, or float32 in front of an op without a low-precision
+ * kernel under level O2), cast by a new op placed at index `at`. */
 static fl_var *cast_before(fl_prog *p, fl_var *v, int at, fl_dtype dt)
 {
     char nm[256];
-    snprintf(nm, sizeof nm, "%s.cast_%s", v->name, dt == FL_FLOAT16 ? "fp16" : "bf16");
+    snprintf(nm, sizeof nm, "%s.cast_%s", v->name, dt == FL_FLOAT16 ? "fp16" : dt == FL_BFLOAT16 ? "bf16" : "fp32");
     fl_var *cv = fl_prog_var(p, nm);
     if (cv) return cv; /* a shared input: cast once, before its first reader */
     cv = fl__var_create(p, nm, dt, v->ndim, v->shape);
@@ -157,6 +198,29 @@ static fl_var *cast_before(fl_prog *p, fl_var *v, int at, fl_dtype dt)
     if (!op || fl__attr_set_i(op, "out_dtype", dt) || fl__op_finish(op)) return NULL;
     if (fl__prog_move_last_op(p, at) != FL_OK) return NULL;
     return cv;
+}
+
+/* Whether a forward op after index i reads v. */
+static int read_after(const fl_prog *p, const fl_var *v, int i)
+{
+    for (int j = i + 1; j < p->nops; j++) {
+        const fl_op *op = p->ops[j];
+        if (op->role != FL_ROLE_FORWARD) continue;
+        for (int s = 0; s < FL_OP_MAX_SLOTS; s++)
+            for (int k = 0; k < op->in[s].n; k++)
+                if (op->in[s].vars[k] == v) return 1;
+    }
+    return 0;
+}
+
+/* Level O2: whether op is a gray op (not black-listed) whose low-precision input another
+ * op reads after it in low precision or float32 (not a fetched end of the chain). */
+static int stays_low(const fl_amp_opts *o, const fl_op *op, int i)
+{
+    const amp_kernel *k = kernel_of(o->dtype, op->def->type);
+    if (!k || !k->gray || in_csv(o->custom_black_list, op->def->type)) return 0;
+    const fl_var *x = op->in[0].vars[0];
+    return x->dtype == o->dtype && read_after(op->prog, op->out[0].vars[0], i);
 }
 
 int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts)
@@ -170,11 +234,6 @@ int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts)
     if (o.dtype != FL_BFLOAT16 && o.dtype != FL_FLOAT16)
         return fl__prog_error(p, FL_EINVAL, "fl_amp_decorate: dtype %s is not a low-precision type (bfloat16 or float16)",
                               fl_dtype_name(o.dtype));
-    if (o.use_pure_fp16)
-        return fl__prog_error(p, FL_EUNSUPPORTED,
-                              "fl_amp_decorate: use_pure_fp16 (level O2: low-precision activations between white "
-                              "ops, low-precision parameters) is not implemented; level O1 (use_pure_fp16 = 0) "
-                              "keeps float32 master weights and casts at each white op");
     for (int i = 0; i < p->nops; i++)
         if (p->ops[i]->role != FL_ROLE_FORWARD)
             return fl__prog_error(p, FL_EINVAL,
@@ -186,22 +245,41 @@ int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts)
     int done = 0;
     for (int i = 0; i < p->nops; i++) {
         fl_op *op = p->ops[i];
-        if (!is_white(&o, op->def->type) || op->cond) continue;
-        int changed = 0;
-        for (int s = 0; s < 2; s++) /* fc: Input and W; the bias stays float32 */
+        if (op->cond) continue;
+        int changed = 0, white = is_white(&o, op->def->type);
+        /* white ops: float32 inputs cast to low precision (fc: Input and W; the bias stays
+         * float32).  Level O2, other ops (cast excepted): low-precision inputs cast to
+         * float32, since they have no low-precision kernel here. */
+        fl_dtype to = white ? o.dtype : FL_FLOAT32;
+        int nslots = white ? 2 : FL_OP_MAX_SLOTS;
+        if (!white && (!o.use_pure_fp16 || !strcmp(op->def->type, "cast"))) continue;
+        if (!white && stays_low(&o, op, i)) { /* a gray op on a low-precision input */
+            op->out[0].vars[0]->dtype = op->in[0].vars[0]->dtype;
+            p->version++;
+            continue;
+        }
+        for (int s = 0; s < nslots; s++)
             for (int k = 0; k < op->in[s].n; k++) {
                 fl_var *v = op->in[s].vars[k];
-                if (v->dtype != FL_FLOAT32) continue;
+                if (white ? v->dtype != FL_FLOAT32 : v->dtype != FL_BFLOAT16 && v->dtype != FL_FLOAT16) continue;
                 int before = p->nops;
-                fl_var *cv = cast_before(p, v, i, o.dtype);
+                fl_var *cv = cast_before(p, v, i, to);
                 if (!cv) return fl_prog_status(p) ? fl_prog_status(p) : fl_last_status();
                 if (p->nops > before) i++; /* the op moved one place down */
                 op->in[s].vars[k] = cv;
                 changed = 1;
             }
+        const amp_kernel *kr = white ? kernel_of(o.dtype, op->def->type) : NULL;
+        if (o.use_pure_fp16 && kr && kr->low_out && op->out[0].vars[0]->dtype != o.dtype &&
+            read_after(p, op->out[0].vars[0], i)) {
+            /* level O2: the output stays in low precision for the ops after it */
+            FL_CHECK(fl__attr_set_i(op, "out_dtype", o.dtype));
+            op->out[0].vars[0]->dtype = o.dtype;
+            changed = 1;
+        }
         if (changed) {
             p->version++;
-            done++;
+            done += white;
         }
     }
     const char *dtn = o.dtype == FL_FLOAT16 ? "float16" : "bfloat16";

@@ -252,13 +252,18 @@ static int amp_opt_hook(void *user, int phase, fl_opt_hook_ctx *h)
     if (phase == FL_HOOK_BEFORE_BACKWARD) {
         int n = fl_amp_decorate(h->prog, o);
         if (n < 0) return n;
-        FL_INFO(FL_SUB_GRAPH, "AMP: %d op(s) compute in %s%s", n, o->dtype == FL_FLOAT16 ? "float16" : "bfloat16",
+        FL_INFO(FL_SUB_GRAPH, "AMP %s: %d op(s) compute in %s%s", o->use_pure_fp16 ? "O2" : "O1", n,
+                o->dtype == FL_FLOAT16 ? "float16" : "bfloat16",
                 o->dtype == FL_FLOAT16
                     ? (o->static_loss_scaling ? " with static loss scaling" : " with dynamic loss scaling")
                     : " (no loss scaling: bfloat16 has float32's range)");
         return FL_OK;
     }
     if (phase == FL_HOOK_AFTER_BACKWARD && o->dtype == FL_FLOAT16) return add_loss_scaling(h, o);
+    if (phase == FL_HOOK_AFTER_UPDATE && o->use_pure_fp16) {
+        int n = fl__amp_o2_master_refresh(h->prog);
+        return n < 0 ? n : FL_OK;
+    }
     return FL_OK;
 }
 
@@ -277,9 +282,6 @@ int fl_amp_decorate_optimizer(fl_opt *opt, const fl_amp_opts *opts)
     if (!v.decr_ratio) v.decr_ratio = 0.8;
     if (v.dtype != FL_BFLOAT16 && v.dtype != FL_FLOAT16)
         return fl__err(FL_EINVAL, "fl_amp_decorate_optimizer: dtype %s is not bfloat16 or float16", fl_dtype_name(v.dtype));
-    if (v.use_pure_fp16)
-        return fl__err(FL_EUNSUPPORTED, "fl_amp_decorate_optimizer: use_pure_fp16 (level O2) is not implemented; "
-                                        "level O1 keeps float32 master weights");
     if (!(v.init_loss_scaling > 0) || !isfinite(v.init_loss_scaling) || v.init_loss_scaling > 3.0e38)
         return fl__err(FL_EINVAL,
                        "fl_amp_decorate_optimizer: init_loss_scaling %g must be positive and finite in "

@@ -249,8 +249,14 @@ typedef int (*fl_opt_hook_fn)(void *user, int phase, fl_opt_hook_ctx *ctx);
 int fl__opt_set_hook(fl_opt *o, fl_opt_hook_fn fn, void *user);
 /* A second hook, independent of the runtime's, called with phase BEFORE_BACKWARD (pairs
  * empty) before append_backward (forward-program rewrites such as AMP's casts), then with
- * AFTER_BACKWARD after the runtime's hook (AMP's loss scaling on reduced gradients). */
+ * AFTER_BACKWARD after the runtime's hook (AMP's loss scaling on reduced gradients), and
+ * AFTER_UPDATE after the runtime's (AMP level O2's master-weight refresh). */
 int fl__opt_set_pre_hook(fl_opt *o, fl_opt_hook_fn fn, void *user);
+/* AMP level O2 (amp_o2.c), from the pre-hook's AFTER_UPDATE phase: moves the forward casts
+ * of float32 parameters to their low-precision copies after the update ops (optimizer
+ * role), makes the copies persistable and casts them once in the startup program.
+ * Returns how many moved, or a negative status. */
+int fl__amp_o2_master_refresh(fl_prog *p);
 /* Storage in the optimizer for fl_amp_decorate_optimizer's options (NULL for a bad handle). */
 fl_amp_opts *fl__opt_amp_opts(fl_opt *o);
 

@@ -178,8 +178,14 @@ static int act_code(const char *a)
     return -1;
 }
 
+static int fc_dtype_ok(fl_dtype t) { return t == FL_FLOAT32 || t == FL_BFLOAT16 || t == FL_FLOAT16; }
+
+/* out_dtype (AMP level O2): the product is accumulated in float32 with bias and activation,
+ * then rounded once to bfloat16 or float16; default float32. */
 static int infer_fc(fl_op *op)
 {
+    fl_dtype odt = (fl_dtype)fl__attr_i(op, "out_dtype", FL_FLOAT32);
+    if (!fc_dtype_ok(odt)) return fl__op_error(op, "out_dtype %s must be float32, bfloat16 or float16", fl_dtype_name(odt));
     int n = op->in[0].n, k = (int)fl__attr_i(op, "num_flatten_dims", 1);
     int64_t size = fl__attr_i(op, "size", 0);
     if (n < 1 || op->in[1].n != n) return fl__op_error(op, "needs as many weights as inputs (%d vs %d)", n, op->in[1].n);
@@ -192,11 +198,13 @@ static int infer_fc(fl_op *op)
         char xs[96], ws[96];
         fl__shape_str(x, xs, sizeof xs);
         fl__shape_str(w, ws, sizeof ws);
-        /* bfloat16 inputs and weights come from fl_amp_decorate's casts */
-        if (x->dtype != FL_FLOAT32 && x->dtype != FL_BFLOAT16)
-            return fl__op_error(op, "input '%s' must be float32 (or bfloat16), is %s", x->name, fl_dtype_name(x->dtype));
-        if (w->dtype != FL_FLOAT32 && w->dtype != FL_BFLOAT16)
-            return fl__op_error(op, "weight '%s' must be float32 (or bfloat16), is %s", w->name, fl_dtype_name(w->dtype));
+        /* bfloat16 / float16 inputs and weights come from fl_amp_decorate's casts */
+        if (!fc_dtype_ok(x->dtype))
+            return fl__op_error(op, "input '%s' must be float32 (or bfloat16, float16), is %s", x->name,
+                                fl_dtype_name(x->dtype));
+        if (!fc_dtype_ok(w->dtype))
+            return fl__op_error(op, "weight '%s' must be float32 (or bfloat16, float16), is %s", w->name,
+                                fl_dtype_name(w->dtype));
         if (k < 1 || k >= x->ndim + (x->ndim == 1))
             return fl__op_error(op, "num_flatten_dims %d out of range for input '%s' %s", k, x->name, xs);
         int64_t inner = 1;
@@ -220,7 +228,7 @@ static int infer_fc(fl_op *op)
             return fl__op_error(op, "bias '%s' must have %lld elements", b->name, (long long)size);
     }
     lead[nlead] = size;
-    fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, nlead + 1, lead);
+    fl__var_set_shape(op->out[0].vars[0], odt, nlead + 1, lead);
     op->out[0].vars[0]->lod_level = op->in[0].vars[0]->lod_level;
     return FL_OK;
 }
@@ -235,15 +243,33 @@ static int run_fc(fl_kctx *c)
     int64_t sh[FL_MAX_DIMS];
     for (int d = 0; d < k; d++) sh[d] = x0->shape[d];
     sh[k] = size;
-    FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, k + 1, sh));
-    float *y = out->data;
-    int act = act_code(fl__attr_s(op, "act", ""));
-    for (int i = 0; i < n; i++) {
+    fl_dtype odt = (fl_dtype)fl__attr_i(op, "out_dtype", FL_FLOAT32);
+    /* a low-precision output: one input's product writes it directly (fl__gemm's c_type);
+     * several accumulate in float32 here and are rounded once at the end */
+    int direct = odt == FL_FLOAT32 || n == 1;
+    void *y = NULL;
+    if (direct) {
+        FL_CHECK(fl__tensor_reshape_raw(out, odt, k + 1, sh));
+        y = out->data;
+    } else {
+        y = malloc((size_t)(m * size > 0 ? m * size : 1) * sizeof(float));
+        if (!y) return fl__err(FL_ENOMEM, "fc: out of memory for a [%lld x %lld] product", (long long)m, (long long)size);
+    }
+    int act = act_code(fl__attr_s(op, "act", "")), st = FL_OK;
+    for (int i = 0; i < n && st == FL_OK; i++) {
         fl_tensor *x = c->in[0][i], *w = c->in[1][i];
         int64_t xm = fl__dims_prod(x->shape, 0, k), kk = x->numel / (xm ? xm : 1);
-        if (xm != m || kk != w->shape[0])
-            return fl__err(FL_EINVAL, "fc: input %d has shape [%lld x %lld], weight expects width %lld and %lld rows", i,
-                           (long long)xm, (long long)kk, (long long)w->shape[0], (long long)m);
+        if (xm != m || kk != w->shape[0]) {
+            st = fl__err(FL_EINVAL, "fc: input %d has shape [%lld x %lld], weight expects width %lld and %lld rows", i,
+                         (long long)xm, (long long)kk, (long long)w->shape[0], (long long)m);
+            break;
+        }
+        if (!fc_dtype_ok(x->dtype) || !fc_dtype_ok(w->dtype) || x->is_rows || w->is_rows) {
+            st = fl__err(FL_EINVAL, "fc: input '%s' is %s and weight '%s' %s (dense float32, bfloat16 or float16)",
+                         op->in[0].vars[i]->name, fl_dtype_name(x->dtype), op->in[1].vars[i]->name,
+                         fl_dtype_name(w->dtype));
+            break;
+        }
         /* one product per input, accumulating; the last one adds the bias and applies the
          * activation in its epilogue (oneDNN post-ops) */
         fl_gemm_desc d;
@@ -253,9 +279,15 @@ static int run_fc(fl_kctx *c)
         d.a_type = x->dtype, d.b_type = w->dtype; /* float32, or bfloat16 after fl_amp_decorate */
         if (i == n - 1) d.act = act == ACT_RELU ? FL_ACT_RELU : act == ACT_TANH ? FL_ACT_TANH : act ? FL_ACT_SIGMOID : 0;
         d.has_bias = i == n - 1 && c->nin[2];
-        FL_CHECK(fl__gemm((fl_gemm_cache **)c->state, &d, x->data, w->data, d.has_bias ? c->in[2][0]->data : NULL, y));
+        d.c_type = direct ? odt : FL_FLOAT32;
+        st = fl__gemm((fl_gemm_cache **)c->state, &d, x->data, w->data, d.has_bias ? c->in[2][0]->data : NULL, y);
     }
-    return fl__tensor_share_lod(out, x0);
+    if (!direct) {
+        if (st == FL_OK) st = fl__tensor_reshape_raw(out, odt, k + 1, sh);
+        if (st == FL_OK) st = fl__cvt_any(out->data, odt, y, FL_FLOAT32, m * size);
+        free(y);
+    }
+    return st == FL_OK ? fl__tensor_share_lod(out, x0) : st;
 }
 
 
@@ -286,6 +318,7 @@ static int run_mul_grad(fl_kctx *c)
 static int run_col_sum(fl_kctx *c)
 {
     fl_tensor *dy = FL_IN(c, 0), *b = FL_IN(c, 1), *db = FL_OUT(c, 0);
+    FL_CHECK(fl__kctx_dense_f32(c, 0));
     FL_CHECK(fl__tensor_reshape_raw(db, FL_FLOAT32, b->ndim, b->shape));
     int64_t n = b->numel;
     fl__col_sum(db->data, dy->data, dy->numel / (n ? n : 1), n, 0);
@@ -503,35 +536,58 @@ static int infer_same(fl_op *op)
     return FL_OK;
 }
 
+/* softsign and softmax compute in float32 only: a bfloat16 / float16 input (an AMP rewrite
+ * that left no cast in front) fails naming the op and the variable. */
 static int act_prep(fl_kctx *c, fl_tensor **x, fl_tensor **y)
 {
+    FL_CHECK(fl__kctx_dense_f32(c, 0));
     *x = FL_IN(c, 0);
     *y = FL_OUT(c, 0);
     FL_CHECK(fl__tensor_reshape_raw(*y, FL_FLOAT32, (*x)->ndim, (*x)->shape));
     return fl__tensor_share_lod(*y, *x);
 }
 
-static int run_relu(fl_kctx *c)
+/* relu, tanh and sigmoid also take bfloat16 / float16 (AMP level O2 keeps them in a chain
+ * of low-precision activations: Paddle's gray ops, which follow their input's type): the
+ * values are widened to float32 in blocks, computed, and rounded back to the input's type. */
+static int low_type(fl_dtype t) { return t == FL_BFLOAT16 || t == FL_FLOAT16; }
+
+static int infer_same_low(fl_op *op)
 {
-    fl_tensor *x, *y;
-    FL_CHECK(act_prep(c, &x, &y));
-    fl__relu(y->data, x->data, x->numel);
+    fl_var *x = op->in[0].vars[0], *o = op->out[0].vars[0];
+    if (x->dtype != FL_FLOAT32 && !low_type(x->dtype))
+        return fl__op_error(op, "input '%s' must be float32 (or bfloat16, float16), is %s", x->name,
+                            fl_dtype_name(x->dtype));
+    fl__var_set_shape(o, x->dtype, x->ndim, x->shape);
+    o->lod_level = x->lod_level;
     return FL_OK;
 }
-static int run_tanh(fl_kctx *c)
+
+static int run_unary(fl_kctx *c, void (*fn)(float *, const float *, int64_t))
 {
-    fl_tensor *x, *y;
-    FL_CHECK(act_prep(c, &x, &y));
-    fl__tanh(y->data, x->data, x->numel);
+    fl_tensor *x = FL_IN(c, 0), *y = FL_OUT(c, 0);
+    if (!x || x->is_rows || !low_type(x->dtype)) {
+        FL_CHECK(act_prep(c, &x, &y));
+        fn(y->data, x->data, x->numel);
+        return FL_OK;
+    }
+    FL_CHECK(fl__tensor_reshape_raw(y, x->dtype, x->ndim, x->shape));
+    FL_CHECK(fl__tensor_share_lod(y, x));
+    float buf[1024];
+    const uint16_t *xd = x->data;
+    uint16_t *yd = y->data;
+    for (int64_t i = 0; i < x->numel; i += 1024) {
+        int64_t k = x->numel - i < 1024 ? x->numel - i : 1024;
+        FL_CHECK(fl__cvt_any(buf, FL_FLOAT32, xd + i, x->dtype, k));
+        fn(buf, buf, k);
+        FL_CHECK(fl__cvt_any(yd + i, x->dtype, buf, FL_FLOAT32, k));
+    }
     return FL_OK;
 }
-static int run_sigmoid(fl_kctx *c)
-{
-    fl_tensor *x, *y;
-    FL_CHECK(act_prep(c, &x, &y));
-    fl__sigmoid(y->data, x->data, x->numel);
-    return FL_OK;
-}
+
+static int run_relu(fl_kctx *c) { return run_unary(c, fl__relu); }
+static int run_tanh(fl_kctx *c) { return run_unary(c, fl__tanh); }
+static int run_sigmoid(fl_kctx *c) { return run_unary(c, fl__sigmoid); }
 static int run_softsign(fl_kctx *c)
 {
     fl_tensor *x, *y;
@@ -550,58 +606,88 @@ static int run_softmax(fl_kctx *c)
     return FL_OK;
 }
 
-/* Gradient kernels.  Inputs: "Out" (or "X" for softsign) and "Out@GRAD"; output X@GRAD. */
-static int grad_prep(fl_kctx *c, const float **o, const float **dy, float **dx, int64_t *n)
+/* Gradient kernels.  Inputs: "Out" (or "X" for softsign) and "Out@GRAD"; output X@GRAD.
+ * Out@GRAD must be float32; "Out" may also be bfloat16 / float16 (fc's fused activation
+ * under AMP level O2 writes its output in low precision): it is widened into *tmp, which
+ * the caller frees.  Any other dtype fails naming the op and the variable. */
+static int grad_prep(fl_kctx *c, const float **o, const float **dy, float **dx, int64_t *n, float **tmp)
 {
     fl_tensor *t = FL_IN(c, 0), *g = FL_IN(c, 1), *d = FL_OUT(c, 0);
+    *tmp = NULL;
     if (t->numel != g->numel)
         return fl__err(FL_EINVAL, "%s: gradient has %lld elements, value %lld", c->op->def->type, (long long)g->numel,
                        (long long)t->numel);
+    FL_CHECK(fl__kctx_dense_f32(c, 1));
+    if (t->is_rows || (t->dtype != FL_FLOAT32 && t->dtype != FL_BFLOAT16 && t->dtype != FL_FLOAT16))
+        return fl__err(FL_EINVAL, "%s: input '%s' must be a dense float32 (or bfloat16, float16) tensor, is %s",
+                       c->op->def->type, fl__kctx_var_name(c, 0, 0), fl_dtype_name(t->dtype));
+    if (t->dtype != FL_FLOAT32) {
+        *tmp = malloc((size_t)(t->numel ? t->numel : 1) * sizeof **tmp);
+        if (!*tmp) return fl__err(FL_ENOMEM, "%s: out of memory", c->op->def->type);
+        FL_CHECK(fl__cvt_any(*tmp, FL_FLOAT32, t->data, t->dtype, t->numel));
+    }
     FL_CHECK(fl__tensor_reshape_raw(d, FL_FLOAT32, t->ndim, t->shape));
     FL_CHECK(fl__tensor_share_lod(d, t));
-    *o = t->data;
+    *o = *tmp ? *tmp : t->data;
     *dy = g->data;
     *dx = d->data;
     *n = t->numel;
     return FL_OK;
 }
-static int run_relu_grad(fl_kctx *c)
+/* relu, tanh and sigmoid: dx = dy * act'(out).  A low-precision "Out" (the gray ops' and
+ * fc's under AMP level O2) is widened in blocks; the gradients are float32. */
+static int act_grad_run(fl_kctx *c, int act)
 {
-    const float *o = NULL, *dy = NULL;
-    float *dx = NULL;
-    int64_t n = 0;
-    FL_CHECK(grad_prep(c, &o, &dy, &dx, &n));
-    fl__act_grad(FL_ACT_RELU, dx, o, dy, n);
+    fl_tensor *t = FL_IN(c, 0);
+    if (!t || t->dtype == FL_FLOAT32 || t->is_rows) {
+        const float *o = NULL, *dy = NULL;
+        float *dx = NULL, *tmp = NULL;
+        int64_t n = 0;
+        int st = grad_prep(c, &o, &dy, &dx, &n, &tmp); /* float32, or the error naming the op */
+        if (st == FL_OK) fl__act_grad(act, dx, o, dy, n);
+        free(tmp);
+        return st;
+    }
+    fl_tensor *g = FL_IN(c, 1), *d = FL_OUT(c, 0);
+    if (t->numel != g->numel)
+        return fl__err(FL_EINVAL, "%s: gradient has %lld elements, value %lld", c->op->def->type, (long long)g->numel,
+                       (long long)t->numel);
+    FL_CHECK(fl__kctx_dense_f32(c, 1));
+    if (t->dtype != FL_BFLOAT16 && t->dtype != FL_FLOAT16)
+        return fl__err(FL_EINVAL, "%s: input '%s' must be a dense float32 (or bfloat16, float16) tensor, is %s",
+                       c->op->def->type, fl__kctx_var_name(c, 0, 0), fl_dtype_name(t->dtype));
+    FL_CHECK(fl__tensor_reshape_raw(d, FL_FLOAT32, t->ndim, t->shape));
+    FL_CHECK(fl__tensor_share_lod(d, t));
+    float buf[1024];
+    const uint16_t *o = t->data;
+    const float *dy = g->data;
+    float *dx = d->data;
+    for (int64_t i = 0; i < t->numel; i += 1024) {
+        int64_t k = t->numel - i < 1024 ? t->numel - i : 1024;
+        FL_CHECK(fl__cvt_any(buf, FL_FLOAT32, o + i, t->dtype, k));
+        fl__act_grad(act, dx + i, buf, dy + i, k);
+    }
     return FL_OK;
 }
-static int run_tanh_grad(fl_kctx *c)
-{
-    const float *o = NULL, *dy = NULL;
-    float *dx = NULL;
-    int64_t n = 0;
-    FL_CHECK(grad_prep(c, &o, &dy, &dx, &n));
-    fl__act_grad(FL_ACT_TANH, dx, o, dy, n);
-    return FL_OK;
-}
-static int run_sigmoid_grad(fl_kctx *c)
-{
-    const float *o = NULL, *dy = NULL;
-    float *dx = NULL;
-    int64_t n = 0;
-    FL_CHECK(grad_prep(c, &o, &dy, &dx, &n));
-    fl__act_grad(FL_ACT_SIGMOID, dx, o, dy, n);
-    return FL_OK;
-}
+static int run_relu_grad(fl_kctx *c) { return act_grad_run(c, FL_ACT_RELU); }
+static int run_tanh_grad(fl_kctx *c) { return act_grad_run(c, FL_ACT_TANH); }
+static int run_sigmoid_grad(fl_kctx *c) { return act_grad_run(c, FL_ACT_SIGMOID); }
 static int run_softsign_grad(fl_kctx *c)
 {
     const float *x, *dy;
     float *dx;
     int64_t n;
-    FL_CHECK(grad_prep(c, &x, &dy, &dx, &n));
+    float *tmp = NULL;
+    int st = grad_prep(c, &x, &dy, &dx, &n, &tmp);
+    if (st != FL_OK) {
+        free(tmp);
+        return st;
+    }
     for (int64_t i = 0; i < n; i++) {
         float d = 1.0f + fabsf(x[i]);
         dx[i] = dy[i] / (d * d);
     }
+    free(tmp);
     return FL_OK;
 }
 static int run_softmax_grad(fl_kctx *c)
@@ -609,7 +695,12 @@ static int run_softmax_grad(fl_kctx *c)
     const float *o, *dy;
     float *dx;
     int64_t n;
-    FL_CHECK(grad_prep(c, &o, &dy, &dx, &n));
+    float *tmp = NULL;
+    int st = grad_prep(c, &o, &dy, &dx, &n, &tmp);
+    if (st != FL_OK) {
+        free(tmp);
+        return st;
+    }
     fl_tensor *t = FL_IN(c, 0);
     int64_t w = t->ndim ? t->shape[t->ndim - 1] : 1, m = n / (w ? w : 1);
     for (int64_t i = 0; i < m; i++) {
@@ -618,6 +709,7 @@ static int run_softmax_grad(fl_kctx *c)
         for (int64_t j = 0; j < w; j++) dot += orow[j] * drow[j];
         for (int64_t j = 0; j < w; j++) dx[i * w + j] = orow[j] * (drow[j] - dot);
     }
+    free(tmp);
     return FL_OK;
 }
 
@@ -637,15 +729,15 @@ static int grad_sigmoid(fl_op *op, fl_grad_ctx *g) { return unary_grad(op, g, "s
 static int grad_softsign(fl_op *op, fl_grad_ctx *g) { return unary_grad(op, g, "softsign_grad", 1); }
 static int grad_softmax(fl_op *op, fl_grad_ctx *g) { return unary_grad(op, g, "softmax_grad", 0); }
 
-#define ACT_DEFS(name)                                                                                \
-    static const fl_op_def def_##name = {#name, {"X"}, {"Out"}, infer_same, run_##name, grad_##name}; \
-    static const fl_op_def def_##name##_grad = {#name "_grad", {"Out", "Out@GRAD"}, {"X@GRAD"},       \
+#define ACT_DEFS(name, infer)                                                                    \
+    static const fl_op_def def_##name = {#name, {"X"}, {"Out"}, infer, run_##name, grad_##name}; \
+    static const fl_op_def def_##name##_grad = {#name "_grad", {"Out", "Out@GRAD"}, {"X@GRAD"},  \
                                                 fl__infer_nop, run_##name##_grad,   NULL};
-ACT_DEFS(relu)
-ACT_DEFS(tanh)
-ACT_DEFS(sigmoid)
-ACT_DEFS(softsign)
-ACT_DEFS(softmax)
+ACT_DEFS(relu, infer_same_low)
+ACT_DEFS(tanh, infer_same_low)
+ACT_DEFS(sigmoid, infer_same_low)
+ACT_DEFS(softsign, infer_same)
+ACT_DEFS(softmax, infer_same)
 
 static fl_var *unary_layer(fl_var *x, const char *type)
 {

@@ -74,7 +74,10 @@ static int infer_matmul(fl_op *op)
     if (d.xb || d.yb) os[on++] = d.batch;
     os[on++] = d.m;
     os[on++] = d.n;
-    fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, on, os);
+    fl_dtype odt = (fl_dtype)fl__attr_i(op, "out_dtype", FL_FLOAT32);
+    if (odt != FL_FLOAT32 && odt != FL_BFLOAT16 && odt != FL_FLOAT16)
+        return fl__op_error(op, "out_dtype %s must be float32, bfloat16 or float16", fl_dtype_name(odt));
+    fl__var_set_shape(op->out[0].vars[0], odt, on, os);
     return FL_OK;
 }
 
@@ -88,9 +91,10 @@ static void mm(int ta, int tb, const float *a, int64_t ar, int64_t ac, const flo
 }
 
 /* The same for low-precision operands (a_type / b_type), through fl__gemm and the op's
- * primitive cache; no alpha (the callers apply it). */
-static int mm_lp(fl_kctx *c, int ta, int tb, const void *a, fl_dtype at, int64_t ar, int64_t ac, const void *b, fl_dtype bt,
-                 int64_t br, int64_t bc, float beta, float *out)
+ * primitive cache; no alpha (the callers apply it).  mm_lp_to writes out in ot (AMP level
+ * O2's out_dtype: float32, or bfloat16 / float16 with beta 0). */
+static int mm_lp_to(fl_kctx *c, int ta, int tb, const void *a, fl_dtype at, int64_t ar, int64_t ac, const void *b,
+                    fl_dtype bt, int64_t br, int64_t bc, float beta, void *out, fl_dtype ot)
 {
     fl_gemm_desc d;
     memset(&d, 0, sizeof d);
@@ -98,8 +102,14 @@ static int mm_lp(fl_kctx *c, int ta, int tb, const void *a, fl_dtype at, int64_t
     d.m = ta ? ac : ar, d.k = ta ? ar : ac, d.n = tb ? br : bc;
     d.lda = ac, d.ldb = bc, d.ldc = d.n;
     d.beta = beta;
-    d.a_type = at, d.b_type = bt;
+    d.a_type = at, d.b_type = bt, d.c_type = ot;
     return fl__gemm((fl_gemm_cache **)c->state, &d, a, b, NULL, out);
+}
+
+static int mm_lp(fl_kctx *c, int ta, int tb, const void *a, fl_dtype at, int64_t ar, int64_t ac, const void *b, fl_dtype bt,
+                 int64_t br, int64_t bc, float beta, float *out)
+{
+    return mm_lp_to(c, ta, tb, a, at, ar, ac, b, bt, br, bc, beta, out, FL_FLOAT32);
 }
 
 static int is_low(const fl_tensor *t) { return t->dtype == FL_BFLOAT16 || t->dtype == FL_FLOAT16; }
@@ -122,6 +132,43 @@ static int mm_runtime(fl_kctx *c, mm_dims *d, int *tx, int *ty)
     return FL_OK;
 }
 
+/* AMP level O2: Out in bfloat16 / float16 (out_dtype).  With alpha 1 each product writes
+ * it directly (fl__gemm's c_type); otherwise the float32 products are scaled, then rounded
+ * once. */
+static int run_matmul_low_out(fl_kctx *c, const mm_dims *d, int tx, int ty, float alpha, fl_dtype odt, int on,
+                              const int64_t *os)
+{
+    const fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1);
+    fl_tensor *out = FL_OUT(c, 0);
+    if (odt != FL_BFLOAT16 && odt != FL_FLOAT16)
+        return fl__err(FL_EINVAL, "%s: out_dtype %s (float32, bfloat16 or float16)", c->op->def->type,
+                       fl_dtype_name(odt));
+    FL_CHECK(fl__tensor_reshape_raw(out, odt, on, os));
+    out->lod_n = 0;
+    int64_t mn = d->m * d->n;
+    float *tmp = NULL;
+    if (alpha != 1.0f) {
+        tmp = malloc((size_t)(out->numel ? out->numel : 1) * sizeof *tmp);
+        if (!tmp) return fl__err(FL_ENOMEM, "%s: out of memory", c->op->def->type);
+    }
+    size_t xe = fl_dtype_size(x->dtype), ye = fl_dtype_size(y->dtype);
+    int st = FL_OK;
+    for (int64_t b = 0; b < d->batch && st == FL_OK; b++) {
+        const char *xb = (const char *)x->data + (d->xb ? b * d->xr * d->xc : 0) * xe;
+        const char *yb = (const char *)y->data + (d->yb ? b * d->yr * d->yc : 0) * ye;
+        if (tmp) st = mm_lp_to(c, tx, ty, xb, x->dtype, d->xr, d->xc, yb, y->dtype, d->yr, d->yc, 0.0f, tmp + b * mn,
+                               FL_FLOAT32);
+        else st = mm_lp_to(c, tx, ty, xb, x->dtype, d->xr, d->xc, yb, y->dtype, d->yr, d->yc, 0.0f,
+                           (uint16_t *)out->data + b * mn, odt);
+    }
+    if (tmp && st == FL_OK) {
+        for (int64_t i = 0; i < out->numel; i++) tmp[i] *= alpha;
+        st = fl__cvt_any(out->data, odt, tmp, FL_FLOAT32, out->numel);
+    }
+    free(tmp);
+    return st;
+}
+
 static int run_matmul(fl_kctx *c)
 {
     mm_dims d;
@@ -134,8 +181,10 @@ static int run_matmul(fl_kctx *c)
     if (d.xb || d.yb) os[on++] = d.batch;
     os[on++] = d.m;
     os[on++] = d.n;
-    FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, on, os));
     float alpha = (float)fl__attr_f(c->op, "alpha", 1.0);
+    fl_dtype odt = (fl_dtype)fl__attr_i(c->op, "out_dtype", FL_FLOAT32);
+    if (odt != FL_FLOAT32) return run_matmul_low_out(c, &d, tx, ty, alpha, odt, on, os);
+    FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, on, os));
     const float *xd = x->data, *yd = y->data;
     float *od = out->data;
     if (is_low(x) || is_low(y)) {

@@ -26,7 +26,7 @@ struct fl_opt {
     int64_t decay_epochs; /* cosine */
     fl_opt_hook_fn hook;
     void *hook_user;
-    fl_opt_hook_fn pre_hook; /* AMP (src/graph/amp_scaling.c): BEFORE_BACKWARD, then AFTER_BACKWARD */
+    fl_opt_hook_fn pre_hook; /* AMP (src/graph/amp_scaling.c): BEFORE_BACKWARD, AFTER_BACKWARD, AFTER_UPDATE */
     void *pre_user;          /* after the runtime's hook */
     fl_amp_opts amp;         /* fl_amp_decorate_optimizer's options (the pre-hook's user data) */
     float lars_coeff;        /* lars_momentum */
@@ -463,6 +463,7 @@ int fl_opt_minimize_ex(fl_opt *o, fl_var *loss, const char *const *no_grad, int 
     if (!lr && st == FL_OK) st = fl_prog_status(p);
     for (int i = 0; i < n && st == FL_OK; i++) st = append_update(o, p, lr, pairs[i], hc.update_cond);
     if (st == FL_OK && o->hook) st = o->hook(o->hook_user, FL_HOOK_AFTER_UPDATE, &hc);
+    if (st == FL_OK && o->pre_hook) st = o->pre_hook(o->pre_user, FL_HOOK_AFTER_UPDATE, &hc);
     fl__prog_set_role(p, FL_ROLE_FORWARD);
     free(pairs);
     return st == FL_OK ? p->status : st;

@@ -49,8 +49,8 @@ struct fl_gemm_cache {
     dnnl_stream_t stream;
 #endif
     entry e[CACHE_SLOTS];
-    void *conv[2]; /* converted A and B of mixed products */
-    size_t conv_cap[2];
+    void *conv[3]; /* converted A and B of mixed products; float32 C of a low-precision C */
+    size_t conv_cap[3];
     int f16_failed; /* oneDNN refused a float16 product of this op: float32 from then on */
 };
 
@@ -247,7 +247,8 @@ static int entry_make(entry *e, const fl_gemm_desc *d)
     memset(e, 0, sizeof *e);
     DNNL_TRY(dnnl_memory_desc_init_by_strides(&amd, 2, adims, abt, astr), "A descriptor");
     DNNL_TRY(dnnl_memory_desc_init_by_strides(&bmd, 2, bdims, abt, bstr), "B descriptor");
-    DNNL_TRY(dnnl_memory_desc_init_by_strides(&cmd, 2, cdims, dnnl_f32, cstr), "C descriptor");
+    dnnl_data_type_t ct = d->c_type == FL_BFLOAT16 ? dnnl_bf16 : d->c_type == FL_FLOAT16 ? dnnl_f16 : dnnl_f32;
+    DNNL_TRY(dnnl_memory_desc_init_by_strides(&cmd, 2, cdims, ct, cstr), "C descriptor");
     DNNL_TRY(dnnl_memory_desc_init_by_strides(&biasmd, 2, biasdims, dnnl_f32, biasstr), "bias descriptor");
     DNNL_TRY(dnnl_post_ops_create(&po), "post-ops");
     if (d->beta != 0.0f) DNNL_TRY(dnnl_post_ops_append_sum(po, d->beta), "sum post-op");
@@ -304,7 +305,7 @@ static void f16_probe(void)
     dnnl_primitive_desc_destroy(pd);
 }
 
-static int gemm_dnnl(fl_gemm_cache **cp, const fl_gemm_desc *d, const void *a, const void *b, const float *bias, float *c)
+static int gemm_dnnl(fl_gemm_cache **cp, const fl_gemm_desc *d, const void *a, const void *b, const float *bias, void *c)
 {
     pthread_once(&dnn.once, dnn_init);
     if (dnn.status != FL_OK) return fl__err(dnn.status, "%s", dnn.err);
@@ -380,7 +381,41 @@ static int convert(fl_gemm_cache *cache, int which, const void *x, fl_dtype from
     return FL_OK;
 }
 
-int fl__gemm(fl_gemm_cache **cp, const fl_gemm_desc *dd, const void *a, const void *b, const float *bias, float *c)
+static int gemm_run(fl_gemm_cache **cp, const fl_gemm_desc *dd, const void *a, const void *b, const float *bias, void *c);
+
+/* A low-precision C through float32: the product into the cache's third buffer (ldc kept),
+ * then each row converted. */
+static int gemm_low_c(fl_gemm_cache **cp, const fl_gemm_desc *dd, const void *a, const void *b, const float *bias, void *c)
+{
+    fl_gemm_cache *cache = *cp;
+    size_t need = (size_t)span(dd->m, dd->n, dd->ldc) * sizeof(float);
+    if (cache->conv_cap[2] < need) {
+        fl__free_aligned(cache->conv[2]);
+        cache->conv[2] = fl__alloc_aligned(need);
+        cache->conv_cap[2] = cache->conv[2] ? need : 0;
+        if (!cache->conv[2]) return fl__err(FL_ENOMEM, "matmul: out of memory for a float32 product");
+    }
+    fl_gemm_desc d = *dd;
+    d.c_type = FL_FLOAT32;
+    float *y = cache->conv[2];
+    FL_CHECK(gemm_run(cp, &d, a, b, bias, y));
+    uint16_t *h = c;
+    for (int64_t i = 0; i < dd->m; i++)
+        FL_CHECK(fl__cvt_any(h + i * dd->ldc, dd->c_type, y + i * dd->ldc, FL_FLOAT32, dd->n));
+    return FL_OK;
+}
+
+int fl__gemm(fl_gemm_cache **cp, const fl_gemm_desc *dd, const void *a, const void *b, const float *bias, void *c)
+{
+    if (dd->c_type != FL_FLOAT32 && ((dd->c_type != FL_BFLOAT16 && dd->c_type != FL_FLOAT16) || dd->beta != 0.0f))
+        return fl__err(FL_EUNSUPPORTED, "matmul: output type %s with beta %g (float32, or bfloat16 / float16 with beta 0)",
+                       fl_dtype_name(dd->c_type), (double)dd->beta);
+    return gemm_run(cp, dd, a, b, bias, c);
+}
+
+/* fl__gemm after the output type's check; C is float32 unless the product runs in c_type
+ * on oneDNN (the caller's c_type then reaches the primitive). */
+static int gemm_run(fl_gemm_cache **cp, const fl_gemm_desc *dd, const void *a, const void *b, const float *bias, void *c)
 {
     if (dd->m == 0 || dd->n == 0) return FL_OK;
     int lib = fl__gemm_lib();
@@ -402,6 +437,7 @@ int fl__gemm(fl_gemm_cache **cp, const fl_gemm_desc *dd, const void *a, const vo
      * float16 (float16's numerics: range, overflow to inf, precision; not its speed). */
     fl_dtype want = use_dnnl && (dd->a_type == FL_BFLOAT16 || dd->b_type == FL_BFLOAT16) ? FL_BFLOAT16 : FL_FLOAT32;
     if (half && use_dnnl && !(*cp)->f16_failed && fl__gemm_f16_native()) want = FL_FLOAT16;
+    if (dd->c_type != FL_FLOAT32 && dd->c_type != want) return gemm_low_c(cp, dd, a, b, bias, c);
     for (;;) {
         fl_gemm_desc d = *dd;
         const void *pa = a, *pb = b;
@@ -420,13 +456,14 @@ int fl__gemm(fl_gemm_cache **cp, const fl_gemm_desc *dd, const void *a, const vo
             /* a shape or epilogue oneDNN's float16 matmul does not take: float32 for this op */
             FL_INFO(FL_SUB_TENSOR, "%s; this op's float16 products run in float32 from now on", fl_last_error());
             (*cp)->f16_failed = 1;
+            if (dd->c_type != FL_FLOAT32) return gemm_low_c(cp, dd, a, b, bias, c);
             want = FL_FLOAT32;
             continue;
         }
 #else
         (void)use_dnnl;
 #endif
-        return gemm_openblas(&d, pa, pb, bias, c);
+        return gemm_openblas(&d, pa, pb, bias, (float *)c);
     }
 }
 
@@ -440,6 +477,7 @@ void fl__gemm_cache_free(void *p)
 #endif
     fl__free_aligned(cache->conv[0]);
     fl__free_aligned(cache->conv[1]);
+    fl__free_aligned(cache->conv[2]);
     cache->magic = 0;
     free(cache);
 }

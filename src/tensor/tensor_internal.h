@@ -121,6 +121,11 @@ typedef struct {
     int act;
     int has_bias;
     fl_dtype a_type, b_type;
+    /* C's type: float32 (0, as memset leaves it), or bfloat16 / float16 (AMP level O2: the
+     * float32 accumulation, bias and activation rounded once; beta must be 0).  oneDNN
+     * writes it directly when the product runs in that type, otherwise C is computed in
+     * float32 in the cache's buffer and converted. */
+    fl_dtype c_type;
 } fl_gemm_desc;
 /* Primitives of one op in one executor (in the op's kernel state slot): up to 8 shapes,
  * the least recently used replaced, and the conversion buffers of mixed operands.  Not
@@ -131,7 +136,7 @@ enum { FL_GEMM_OPENBLAS = 1, FL_GEMM_DNNL = 2 };
  * for d is made on the first call with this shape and reused after (*cache is created when NULL in either case).  bias is read when d->has_bias.
  * Returns the status (a oneDNN failure or a bad FLEET_GEMM: FL_EUNSUPPORTED / FL_EINVAL,
  * the message naming the shape; FL_ENOMEM). */
-int fl__gemm(fl_gemm_cache **cache, const fl_gemm_desc *d, const void *a, const void *b, const float *bias, float *c);
+int fl__gemm(fl_gemm_cache **cache, const fl_gemm_desc *d, const void *a, const void *b, const float *bias, void *c);
 /* Frees a cache (NULL is fine); signature of fl_op_def.state_free. */
 void fl__gemm_cache_free(void *cache);
 /* FL_GEMM_OPENBLAS or FL_GEMM_DNNL, from FLEET_GEMM read on first use; FL_EINVAL-style
