@@ -4,7 +4,8 @@
  * activation; the primitive cache's steady state (no primitive made after the first
  * step); bfloat16 inputs (AMP) against float32; the choice of NHWC activations where
  * oneDNN's blocked layouts would pad the channels (LeNet's 20 and 50), and those NHWC
- * convolutions against im2col.  Without oneDNN in the build the tests check the errors and
+ * convolutions against im2col, with the output gradient reordered once for both backward
+ * directions.  Without oneDNN in the build the tests check the errors and
  * return. */
 #include "gradcheck.h"
 
@@ -174,11 +175,14 @@ TEST(dnnl_nhwc_where_blocks_would_pad)
     CHECK_EQ_INT(fl__conv_channels_last(&d), 0);
     d = desc_of(grouped);
     CHECK_EQ_INT(fl__conv_channels_last(&d), 0);
+    uint64_t shared = fl__conv_dy_reorders_shared();
     /* n c h w m | kh kw sh sw ph pw dh dw g bias act */
     compare((cfg){1, 20, 12, 12, 50, 5, 5, 1, 1, 0, 0, 1, 1, 1, 1, "relu"});  /* batch 1 */
     compare((cfg){2, 20, 9, 8, 50, 3, 3, 2, 2, 1, 1, 1, 1, 1, 0, "tanh"});    /* strides, padding */
     compare((cfg){3, 6, 10, 9, 10, 3, 2, 1, 2, 2, 0, 2, 1, 1, 1, "sigmoid"}); /* dilation, non-square */
     compare((cfg){4, 20, 12, 12, 50, 5, 5, 1, 1, 0, 0, 1, 1, 1, 1, NULL});    /* no activation */
+    /* both backward directions read dy in NHWC: reordered once for the two */
+    CHECK(fl__conv_dy_reorders_shared() >= shared + 4);
 }
 
 TEST(dnnl_steady_step_makes_no_primitive)

@@ -25,9 +25,10 @@
 
 #include "dnn_conv.h"
 
-static atomic_uint_fast64_t n_prims;
+static atomic_uint_fast64_t n_prims, n_shared;
 
 uint64_t fl__conv_primitives_created(void) { return atomic_load(&n_prims); }
+uint64_t fl__conv_dy_reorders_shared(void) { return atomic_load(&n_shared); }
 
 #ifndef FL_HAVE_DNNL
 
@@ -48,6 +49,12 @@ int fl__conv_bwd_data(fl_conv_cache **cache, const fl_conv_desc *d, const float 
 int fl__conv_bwd_weights(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const float *dy, float *dw)
 {
     (void)cache, (void)d, (void)x, (void)dy, (void)dw;
+    return no_dnnl();
+}
+int fl__conv_bwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const float *dy, const void *w, float *dx,
+                 float *dw)
+{
+    (void)cache, (void)d, (void)x, (void)dy, (void)w, (void)dx, (void)dw;
     return no_dnnl();
 }
 void fl__conv_cache_free(fl_conv_cache *cache) { (void)cache; }
@@ -323,8 +330,11 @@ out:
 }
 
 /* Runs direction `dir` of d with the operands' data in port order (x, w, y, bias for the
- * forward; dx, w, dy; x, dw, dy). */
-static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *const data[MAX_PORTS])
+ * forward; dx, w, dy; x, dw, dy).  A backward direction with `dy_in` (not NULL): when *dy_in
+ * is the output gradient already reordered (by the other backward direction of the same
+ * step) into the layout this one reads, it is read from there instead of reordered again;
+ * when *dy_in is NULL it gets this direction's reordered copy (NULL if none). */
+static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *const data[MAX_PORTS], dnnl_memory_t *dy_in)
 {
     if (fl__gemm_lib() < 0) return fl__gemm_lib();
     dnnl_engine_t eng = fl__dnn_enter();
@@ -355,10 +365,22 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
     dnnl_exec_arg_t args[MAX_PORTS];
     dnnl_status_t s = dnnl_success;
     const char *step = "reorder";
+    enum { DY = 2 }; /* the output gradient's port in both backward directions */
+    int reuse = 0;
+    if (dy_in && *dy_in && e->p[DY].inner) {
+        const dnnl_memory_desc_t *have = NULL, *want = NULL;
+        dnnl_memory_get_memory_desc(*dy_in, &have);
+        dnnl_memory_get_memory_desc(e->p[DY].inner, &want);
+        reuse = have && want && dnnl_memory_desc_equal(have, want);
+    }
     for (int i = 0; i < e->np && s == dnnl_success; i++) {
         port *p = &e->p[i];
         dnnl_memory_set_data_handle(p->user, data[i]);
         args[i] = (dnnl_exec_arg_t){p->arg, p->inner ? p->inner : p->user};
+        if (i == DY && reuse) {
+            args[i].memory = *dy_in;
+            continue;
+        }
         if (p->re && !p->out) {
             dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, p->user}, {DNNL_ARG_TO, p->inner}};
             s = dnnl_primitive_execute(p->re, cache->stream, 2, ra);
@@ -379,6 +401,8 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
     if (s != dnnl_success)
         return fl__err(FL_EUNSUPPORTED, "oneDNN conv2d %s: input [%lld, %lld, %lld, %lld]: %s failed: %s", dir_name[dir],
                        (long long)dd->n, (long long)dd->c, (long long)dd->h, (long long)dd->w, step, dnnl_status2str(s));
+    if (dy_in && !*dy_in) *dy_in = e->p[DY].inner;
+    if (reuse) atomic_fetch_add(&n_shared, 1);
     return FL_OK;
 }
 
@@ -386,14 +410,14 @@ int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, co
 {
     if (d->n == 0) return FL_OK;
     void *data[MAX_PORTS] = {(void *)x, (void *)w, y, (void *)bias};
-    return conv_run(cache, d, FWD, data);
+    return conv_run(cache, d, FWD, data, NULL);
 }
 
 int fl__conv_bwd_data(fl_conv_cache **cache, const fl_conv_desc *d, const float *dy, const void *w, float *dx)
 {
     if (d->n == 0) return FL_OK;
     void *data[MAX_PORTS] = {dx, (void *)w, (void *)dy, NULL};
-    return conv_run(cache, d, BWD_DATA, data);
+    return conv_run(cache, d, BWD_DATA, data, NULL);
 }
 
 int fl__conv_bwd_weights(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const float *dy, float *dw)
@@ -403,7 +427,20 @@ int fl__conv_bwd_weights(fl_conv_cache **cache, const fl_conv_desc *d, const voi
         return FL_OK;
     }
     void *data[MAX_PORTS] = {(void *)x, dw, (void *)dy, NULL};
-    return conv_run(cache, d, BWD_WEIGHTS, data);
+    return conv_run(cache, d, BWD_WEIGHTS, data, NULL);
+}
+
+int fl__conv_bwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const float *dy, const void *w, float *dx,
+                 float *dw)
+{
+    if (d->n == 0 || !dx || !dw) {
+        if (dx) FL_CHECK(fl__conv_bwd_data(cache, d, dy, w, dx));
+        return dw ? fl__conv_bwd_weights(cache, d, x, dy, dw) : FL_OK;
+    }
+    dnnl_memory_t dy_in = NULL; /* the backward-data's reordered dy, if any */
+    void *dd[MAX_PORTS] = {dx, (void *)w, (void *)dy, NULL}, *dwd[MAX_PORTS] = {(void *)x, dw, (void *)dy, NULL};
+    FL_CHECK(conv_run(cache, d, BWD_DATA, dd, &dy_in));
+    return conv_run(cache, d, BWD_WEIGHTS, dwd, &dy_in);
 }
 
 int fl__conv_channels_last(const fl_conv_desc *d)
