@@ -182,7 +182,8 @@ TEST(dnnl_nhwc_where_blocks_would_pad)
     compare((cfg){3, 6, 10, 9, 10, 3, 2, 1, 2, 2, 0, 2, 1, 1, 1, "sigmoid"}); /* dilation, non-square */
     compare((cfg){4, 20, 12, 12, 50, 5, 5, 1, 1, 0, 0, 1, 1, 1, 1, NULL});    /* no activation */
     /* both backward directions read dy in NHWC: reordered once for the two */
-    CHECK(fl__conv_dy_reorders_shared() >= shared + 4);
+    d = desc_of(lenet2);
+    if (fl__conv_channels_last(&d)) CHECK(fl__conv_dy_reorders_shared() >= shared + 4);
 }
 
 TEST(dnnl_steady_step_makes_no_primitive)
