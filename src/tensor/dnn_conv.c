@@ -198,9 +198,8 @@ static dnnl_status_t port_add(entry *e, dnnl_engine_t eng, int arg, int out, con
  * forward 0.54 ms against 0.93, backward-data 0.72 against 0.93, backward-weights 0.52
  * against 1.00 (1 thread, AVX-512; the reorders from and to NCHW cost the same in both);
  * held to AVX2 (8-channel blocks: 24 x 56, 1.34x) 0.97 / 1.81 / 1.14 ms against 1.16 / 2.03 /
- * 1.34.
- * Channels that are multiples of 16 (no padding) and inputs of under PLAIN_BELOW channels
- * (oneDNN's direct kernels read those NCHW as they are) keep LAY_ANY, as do groups. */
+ * 1.34.  Channels that fill the blocks (no padding) and inputs of under PLAIN_BELOW
+ * channels (oneDNN's direct kernels read those NCHW as they are) keep LAY_ANY, as do groups. */
 static int pick_layout(dnnl_engine_t eng, const fl_conv_desc *d, dnnl_data_type_t ct)
 {
     if (d->g != 1 || d->c < PLAIN_BELOW) return LAY_ANY;
