@@ -168,6 +168,55 @@ TEST(grad_pool_max) { pool_grad((pool_cfg){2, 2, 6, 6, 2, 2, 2, 2, 0, 0, 0, 1, 0
 TEST(grad_pool_max_overlap_pad) { pool_grad((pool_cfg){2, 2, 5, 6, 3, 3, 2, 1, 1, 1, 0, 1, 0, 0}); }
 TEST(grad_pool_avg_exclusive) { pool_grad((pool_cfg){2, 2, 5, 5, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0}); }
 TEST(grad_pool_avg_inclusive) { pool_grad((pool_cfg){2, 2, 5, 5, 3, 3, 2, 2, 1, 1, 0, 0, 1, 0}); }
+
+/* 2x2 max windows at stride 2 (ops_pool.c's vectorised kernel) on ties: each window's
+ * gradient goes to its first maximum in row order (Paddle: the first x equal to out), and
+ * the last row and column of an odd-sized image, in no window, get 0.  Five windows in a
+ * row, [a b; c e] = all equal, b = c max, c = e max, a = c = e max, e max; then a row and a
+ * column of larger values outside every window.  Loss = mean of the 5 outputs. */
+TEST(grad_pool_max2_ties_and_edges)
+{
+    enum { H = 3, W = 11 };
+    static const float win[5][4] = {{0, 0, 0, 0}, {0, 1, 1, 0}, {0, 0, 1, 1}, {1, 0, 1, 1}, {0, 0, 0, 1}};
+    static const int first[5] = {0, 1, 2, 0, 3};
+    float dd[H * W], want[H * W] = {0};
+    for (int i = 0; i < H * W; i++) dd[i] = 5.0f; /* row 2 and column 10 */
+    for (int k = 0; k < 5; k++)
+        for (int q = 0; q < 4; q++) dd[(q / 2) * W + 2 * k + q % 2] = win[k][q];
+    for (int k = 0; k < 5; k++) want[(first[k] / 2) * W + 2 * k + first[k] % 2] = 0.2f;
+    fl_prog *p = newprog();
+    fl_var *d = fl_layer_data(p, "d", FL_SHAPE(1, H, W), FL_FLOAT32, 0);
+    fl_var *x = gc_input(p, "x", FL_SHAPE(1, 1, H, W), 0, 0);
+    fl_var *y = fl_layer_pool2d(fl_layer_elementwise_add(x, d, -1), 2, "max", 2, 0, 0, 1);
+    fl_var *loss = fl_layer_mean(y);
+    CHECK_OK(fl_append_backward(loss, NULL, 0, NULL, NULL));
+    fl_scope *sc = fl_scope_create(NULL);
+    fl_exe *e = fl_exe_create(sc);
+    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
+    fl_tensor *dt = th_f32(4, (const int64_t[]){1, 1, H, W}, dd);
+    fl_feed feed[] = {{"d", dt}};
+    const char *names[2] = {fl_var_name(y), "x@GRAD"};
+    fl_tensor *out[2];
+    CHECK_OK(fl_exe_run(e, p, feed, 1, names, 2, out));
+    CHECK_EQ_INT(fl_tensor_numel(out[0]), 5);
+    for (int k = 0; k < 5; k++) CHECK(fl_tensor_f32(out[0])[k] == (k ? 1.0f : 0.0f));
+    CHECK_EQ_INT(fl_tensor_numel(out[1]), H * W);
+    for (int i = 0; i < H * W; i++)
+        if (fl_tensor_f32(out[1])[i] != want[i])
+            TFAIL("x@GRAD[%d] (row %d, column %d) = %g, expected %g", i, i / W, i % W, fl_tensor_f32(out[1])[i], want[i]);
+    fl_tensor_free(dt);
+    fl_exe_free(e);
+    fl_scope_free(sc);
+    fl_prog_free(p);
+}
+
+/* the same kernel where the windows tile the image (no zeroing first) and where they leave
+ * the last row and column out, by finite differences */
+TEST(grad_pool_max2_tiling_and_odd)
+{
+    pool_grad((pool_cfg){2, 3, 8, 8, 2, 2, 2, 2, 0, 0, 0, 1, 0, 0});
+    pool_grad((pool_cfg){2, 2, 7, 9, 2, 2, 2, 2, 0, 0, 0, 1, 0, 0});
+}
 TEST(grad_pool_global_max) { pool_grad((pool_cfg){2, 3, 4, 5, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0}); }
 TEST(grad_pool_global_avg) { pool_grad((pool_cfg){2, 3, 4, 5, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}); }
 TEST(grad_pool_ceil_mode)
@@ -250,7 +299,8 @@ TEST(grad_conv_bn_pool_chain)
 TEST_MAIN(T(grad_conv_s1_p0), T(grad_conv_s2_p1), T(grad_conv_dilation2), T(grad_conv_groups2), T(grad_conv_depthwise),
           T(grad_conv_no_bias), T(grad_conv_1x1), T(grad_conv_nonsquare), T(grad_conv_tanh), T(grad_conv_sigmoid),
           T(grad_conv_relu), T(grad_conv_one_input_only), T(grad_conv_shared_filter), T(grad_pool_max),
-          T(grad_pool_max_overlap_pad), T(grad_pool_avg_exclusive), T(grad_pool_avg_inclusive), T(grad_pool_global_max),
+          T(grad_pool_max_overlap_pad), T(grad_pool_avg_exclusive), T(grad_pool_avg_inclusive),
+          T(grad_pool_max2_ties_and_edges), T(grad_pool_max2_tiling_and_odd), T(grad_pool_global_max),
           T(grad_pool_global_avg), T(grad_pool_ceil_mode), T(grad_bn_2d), T(grad_bn_4d), T(grad_bn_4d_tanh),
           T(grad_bn_is_test), T(grad_bn_use_global_stats), T(bn_training_output_ignores_moving_stats),
           T(grad_conv_bn_pool_chain))

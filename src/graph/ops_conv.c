@@ -423,13 +423,9 @@ static int run_conv2d_grad(fl_kctx *c)
         if (dx) {
             FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, 4, x->shape));
             dx->lod_n = 0;
-            FL_CHECK(fl__conv_bwd_data(&st->dnn, &d, dy->data, f->data, dx->data));
         }
-        if (df) {
-            FL_CHECK(fl__tensor_reshape_raw(df, FL_FLOAT32, 4, f->shape));
-            FL_CHECK(fl__conv_bwd_weights(&st->dnn, &d, x->data, dy->data, df->data));
-        }
-        return FL_OK;
+        if (df) FL_CHECK(fl__tensor_reshape_raw(df, FL_FLOAT32, 4, f->shape));
+        return fl__conv_bwd(&st->dnn, &d, x->data, dy->data, f->data, dx ? dx->data : NULL, df ? df->data : NULL);
     }
     const float *fd = f32_data(c, 1), *xd = fd ? f32_data(c, 0) : NULL;
     if (!xd) return fl_last_status();

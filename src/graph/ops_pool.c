@@ -132,6 +132,63 @@ static inline int64_t window_argmax(const pool_geo *g, const float *restrict p, 
     return best;
 }
 
+/* Max over 2x2 windows at stride 2 inside the image (LeNet's pools): two input rows per
+ * output row, each window's four values compared in window_argmax's order (strict >: the
+ * first maximum wins), written with selects instead of branches so that the loops
+ * vectorise.  They are compiled for baseline x86-64 on purpose: its 4-float vectors fit
+ * rows of 12 and 4 outputs (LeNet's) whole, where AVX-512's 16-float vectors would leave
+ * them all to a scalar remainder loop with branches (slower than these on random data). */
+static int pool_max2(const pool_geo *g)
+{
+    return g->max && g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && pool_full(g);
+}
+
+/* pool_max2: the windows tile the image exactly (even height and width), so the gradient
+ * writes every element of dX and needs no zeroing first. */
+static int pool_max2_tiles(const pool_geo *g) { return pool_max2(g) && g->h == 2 * g->oh && g->w == 2 * g->ow; }
+
+static inline __attribute__((always_inline)) void row_fwd_max2(const float *restrict r0, const float *restrict r1,
+                                                               float *restrict o, int64_t ow)
+{
+    for (int64_t x = 0; x < ow; x++) {
+        float m = r0[2 * x];
+        m = r0[2 * x + 1] > m ? r0[2 * x + 1] : m;
+        m = r1[2 * x] > m ? r1[2 * x] : m;
+        o[x] = r1[2 * x + 1] > m ? r1[2 * x + 1] : m;
+    }
+}
+
+static void pool_fwd_max2(const pool_geo *g, const float *img, float *o)
+{
+    for (int64_t y = 0; y < g->oh; y++) row_fwd_max2(img + 2 * y * g->w, img + (2 * y + 1) * g->w, o + y * g->ow, g->ow);
+}
+
+/* pool_max2 gradient: each window's four elements of gi get d at its first maximum and 0
+ * elsewhere (so gi need not be zeroed where windows cover it). */
+static inline __attribute__((always_inline)) void row_bwd_max2(const float *restrict r0, const float *restrict r1,
+                                                               const float *restrict d, float *restrict g0,
+                                                               float *restrict g1, int64_t ow)
+{
+    for (int64_t x = 0; x < ow; x++) {
+        const float a = r0[2 * x], b = r0[2 * x + 1], c = r1[2 * x], e = r1[2 * x + 1], v = d[x];
+        const float mab = b > a ? b : a; /* then: does c beat a and b, e the best of the three */
+        const float mabc = c > mab ? c : mab;
+        const float ve = e > mabc ? v : 0.0f, rest = e > mabc ? 0.0f : v;
+        const float vc = c > mab ? rest : 0.0f, rest2 = c > mab ? 0.0f : rest;
+        g0[2 * x] = b > a ? 0.0f : rest2;
+        g0[2 * x + 1] = b > a ? rest2 : 0.0f;
+        g1[2 * x] = vc;
+        g1[2 * x + 1] = ve;
+    }
+}
+
+static void pool_bwd_max2(const pool_geo *g, const float *img, const float *d, float *gi)
+{
+    for (int64_t y = 0; y < g->oh; y++)
+        row_bwd_max2(img + 2 * y * g->w, img + (2 * y + 1) * g->w, d + y * g->ow, gi + 2 * y * g->w,
+                     gi + (2 * y + 1) * g->w, g->ow);
+}
+
 /* pool_full images: forward (max or avg) of image img into o. */
 static void pool_fwd_full(const pool_geo *g, const float *restrict img, float *restrict o)
 {
@@ -179,10 +236,14 @@ static int run_pool2d(fl_kctx *c)
     int64_t os[4] = {g.n, g.c, g.oh, g.ow}, hw = g.h * g.w;
     FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, 4, os));
     out->lod_n = 0;
-    int full = pool_full(&g);
+    int full = pool_full(&g), max2 = pool_max2(&g);
     for (int64_t nc = 0; nc < g.n * g.c; nc++) {
         const float *img = (const float *)x->data + nc * hw;
         float *o = (float *)out->data + nc * g.oh * g.ow;
+        if (max2) {
+            pool_fwd_max2(&g, img, o);
+            continue;
+        }
         if (full) {
             pool_fwd_full(&g, img, o);
             continue;
@@ -221,12 +282,16 @@ static int run_pool2d_grad(fl_kctx *c)
         return fl__err(FL_EINVAL, "pool2d_grad: gradient '%s' has %lld elements, expected %lld", fl__kctx_var_name(c, 2, 0),
                        (long long)dy->numel, (long long)(g.n * g.c * ohw));
     FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, 4, x->shape));
-    memset(dx->data, 0, (size_t)dx->numel * sizeof(float));
+    if (!pool_max2_tiles(&g)) memset(dx->data, 0, (size_t)dx->numel * sizeof(float));
     dx->lod_n = 0;
-    int full = pool_full(&g);
+    int full = pool_full(&g), max2 = pool_max2(&g);
     for (int64_t nc = 0; nc < g.n * g.c; nc++) {
         const float *img = (const float *)x->data + nc * hw, *d = (const float *)dy->data + nc * ohw;
         float *gi = (float *)dx->data + nc * hw;
+        if (max2) {
+            pool_bwd_max2(&g, img, d, gi);
+            continue;
+        }
         if (full) {
             pool_bwd_full(&g, img, d, gi);
             continue;

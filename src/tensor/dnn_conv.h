@@ -41,10 +41,22 @@ int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, co
 int fl__conv_bwd_data(fl_conv_cache **cache, const fl_conv_desc *d, const float *dy, const void *w, float *dx);
 /* dw = the gradient of the filter for output gradient dy (overwritten). */
 int fl__conv_bwd_weights(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const float *dy, float *dw);
+/* Both backward directions, either output NULL to skip it: dx as fl__conv_bwd_data, dw as
+ * fl__conv_bwd_weights, with dy reordered once for both when they read it in the same
+ * layout (NHWC, or the same blocked one). */
+int fl__conv_bwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const float *dy, const void *w, float *dx,
+                 float *dw);
+/* 1 when the convolutions of d run with NHWC activations (oneDNN's blocked layouts would pad
+ * its channels by more than a quarter of the work), 0 when in oneDNN's own layouts or
+ * without oneDNN. */
+int fl__conv_channels_last(const fl_conv_desc *d);
 /* Frees a cache (NULL is fine). */
 void fl__conv_cache_free(fl_conv_cache *cache);
 /* Convolution and reorder primitives created so far (tests check the steady state makes
  * none). */
 uint64_t fl__conv_primitives_created(void);
+/* Backward-weights steps that read the output gradient backward-data had reordered
+ * (fl__conv_bwd; tests check it happens). */
+uint64_t fl__conv_dy_reorders_shared(void);
 
 #endif
