@@ -6,64 +6,17 @@
 #include "fleet/fleet.h"
 #include "graph/graph_internal.h"
 #include "tensor/tensor_internal.h"
+#include "ampnet.h"
 
-enum { BATCH = 64, DIM = 32, STEPS = 150 };
+enum { STEPS = 150 };
 
-typedef struct {
-    fl_prog *p;
-    fl_exe *e;
-    fl_model_mlp m;
-    fl_rng r;
-} net;
-
-/* The quick-start MLP (x[32] -> fc128 tanh -> fc128 tanh -> fc2 -> softmax -> cross
- * entropy); level 0: float32, 1: O1, 2: O2. */
+/* The quick-start MLP (tests/ampnet.h); level 0: float32, 1: O1, 2: O2. */
 static void net_make(net *n, fl_opt *opt, fl_dtype dt, int level, const fl_amp_opts *extra)
 {
-    memset(n, 0, sizeof *n);
-    n->p = fl_prog_create();
-    fl_model_mlp_config cfg = fl_model_mlp_default();
-    CHECK_OK(fl_model_mlp_build(n->p, &cfg, &n->m));
-    if (level) {
-        fl_amp_opts o = extra ? *extra : (fl_amp_opts){dt};
-        o.dtype = dt;
-        o.use_pure_fp16 = level == 2;
-        CHECK_OK(fl_amp_decorate_optimizer(opt, &o));
-    }
-    CHECK_OK(fl_opt_minimize(opt, n->m.loss));
-    fl_opt_free(opt);
-    n->e = fl_exe_create(NULL);
-    CHECK_OK(fl_exe_set_eager_deletion(n->e, 0));
-    CHECK_OK(fl_exe_run(n->e, fl_prog_startup(n->p), NULL, 0, NULL, 0, NULL));
-    n->r = (fl_rng){11};
-}
-
-/* One step on a fresh batch of the planted rule (label = x0+x1+x2+x3 > 0), inputs scaled
- * by `scale`; returns the loss. */
-static float net_step(net *n)
-{
-    static float xs[BATCH * DIM];
-    int64_t ys[BATCH];
-    for (int i = 0; i < BATCH; i++) {
-        float sum = 0;
-        for (int j = 0; j < DIM; j++) xs[i * DIM + j] = 2 * fl__rng_uniform(&n->r) - 1;
-        for (int j = 0; j < 4; j++) sum += xs[i * DIM + j];
-        ys[i] = sum > 0;
-    }
-    fl_tensor *xt = th_f32(2, (const int64_t[]){BATCH, DIM}, xs), *yt = th_i64(2, (const int64_t[]){BATCH, 1}, ys);
-    fl_feed feed[] = {{"x", xt}, {"y", yt}};
-    const char *fetch[] = {fl_var_name(n->m.loss)};
-    fl_tensor *out[1];
-    CHECK_OK(fl_exe_run(n->e, n->p, feed, 2, fetch, 1, out));
-    fl_tensor_free(xt);
-    fl_tensor_free(yt);
-    return fl_tensor_f32(out[0])[0];
-}
-
-static void net_free(net *n)
-{
-    fl_exe_free(n->e);
-    fl_prog_free(n->p);
+    fl_amp_opts o = extra ? *extra : (fl_amp_opts){dt};
+    o.dtype = dt;
+    o.use_pure_fp16 = level == 2;
+    ampnet_make(n, opt, level ? &o : NULL);
 }
 
 /* The low-precision copy of a float32 parameter equals the parameter rounded. */
