@@ -268,7 +268,8 @@ int fl__opt_to_lars(fl_opt *o, float lars_coeff, float lars_weight_decay, float 
 int fl__opt_to_lamb(fl_opt *o, float lamb_weight_decay, const char *exclude);
 
 /* Op groups (each a NULL-terminated list), registered by graph/registry.c. */
-extern const fl_op_def *const fl__ops_basic[];  /* ops_basic.c: fill, init, mul, add, act, losses core */
+extern const fl_op_def *const fl__ops_basic[];  /* ops_basic.c: fill, init, fc, sum, cross_entropy, mean */
+extern const fl_op_def *const fl__ops_act[];    /* ops_act.c: relu, tanh, sigmoid, softsign, softmax */
 extern const fl_op_def *const fl__ops_nn[];     /* ops_nn.c */
 extern const fl_op_def *const fl__ops_seq[];    /* ops_seq.c: embedding, sequence_pool, concat, reshape */
 extern const fl_op_def *const fl__ops_loss[];   /* ops_loss.c */
