@@ -298,18 +298,29 @@ static int run_mul_grad(fl_kctx *c)
     int64_t m = fl__dims_prod(x->shape, 0, k), kk = w->shape[0], n = w->shape[1];
     fl_gemm_desc d;
     memset(&d, 0, sizeof d);
+    /* AMP bfloat16 on oneDNN: both products would round the float32 dY to bfloat16, each in
+     * its own copy; round it once (the same bits) and give both the bfloat16 operand. */
+    const void *dyp = dy->data;
+    fl_dtype dyt = dy->dtype;
+    if (dx && dw && dy->dtype == FL_FLOAT32 && (x->dtype == FL_BFLOAT16 || w->dtype == FL_BFLOAT16) && m > 0 &&
+        fl__gemm_lib() == FL_GEMM_DNNL) {
+        void *h = fl__gemm_scratch((fl_gemm_cache **)c->state, (size_t)dy->numel * 2);
+        if (!h) return fl_last_status();
+        fl__cvt_f32_to_bf16(h, dy->data, dy->numel);
+        dyp = h, dyt = FL_BFLOAT16;
+    }
     if (dx) { /* dX[m, kk] = dY[m, n] W[kk, n]^T */
         FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, x->ndim, x->shape));
         d.trans_b = 1, d.m = m, d.n = kk, d.k = n, d.lda = n, d.ldb = n, d.ldc = kk;
-        d.a_type = dy->dtype, d.b_type = w->dtype;
-        FL_CHECK(fl__gemm((fl_gemm_cache **)c->state, &d, dy->data, w->data, NULL, dx->data));
+        d.a_type = dyt, d.b_type = w->dtype;
+        FL_CHECK(fl__gemm((fl_gemm_cache **)c->state, &d, dyp, w->data, NULL, dx->data));
         FL_CHECK(fl__tensor_share_lod(dx, x));
     }
     if (dw) { /* dW[kk, n] = X[m, kk]^T dY[m, n] */
         FL_CHECK(fl__tensor_reshape_raw(dw, FL_FLOAT32, 2, w->shape));
         d.trans_a = 1, d.trans_b = 0, d.m = kk, d.n = n, d.k = m, d.lda = kk, d.ldb = n, d.ldc = n;
-        d.a_type = x->dtype, d.b_type = dy->dtype;
-        FL_CHECK(fl__gemm((fl_gemm_cache **)c->state, &d, x->data, dy->data, NULL, dw->data));
+        d.a_type = x->dtype, d.b_type = dyt;
+        FL_CHECK(fl__gemm((fl_gemm_cache **)c->state, &d, x->data, dyp, NULL, dw->data));
     }
     return FL_OK;
 }

@@ -51,6 +51,8 @@ struct fl_gemm_cache {
     entry e[CACHE_SLOTS];
     void *conv[3]; /* converted A and B of mixed products; float32 C of a low-precision C */
     size_t conv_cap[3];
+    void *scratch; /* fl__gemm_scratch */
+    size_t scratch_cap;
     int f16_failed; /* oneDNN refused a float16 product of this op: float32 from then on */
 };
 
@@ -391,6 +393,7 @@ static int gemm_low_c(fl_gemm_cache **cp, const fl_gemm_desc *dd, const void *a,
     size_t need = (size_t)span(dd->m, dd->n, dd->ldc) * sizeof(float);
     if (cache->conv_cap[2] < need) {
         fl__free_aligned(cache->conv[2]);
+    fl__free_aligned(cache->scratch);
         cache->conv[2] = fl__alloc_aligned(need);
         cache->conv_cap[2] = cache->conv[2] ? need : 0;
         if (!cache->conv[2]) return fl__err(FL_ENOMEM, "matmul: out of memory for a float32 product");
@@ -465,6 +468,23 @@ static int gemm_run(fl_gemm_cache **cp, const fl_gemm_desc *dd, const void *a, c
 #endif
         return gemm_openblas(&d, pa, pb, bias, (float *)c);
     }
+}
+
+void *fl__gemm_scratch(fl_gemm_cache **cp, size_t bytes)
+{
+    if (!*cp) {
+        *cp = calloc(1, sizeof **cp);
+        if (!*cp) return fl__err(FL_ENOMEM, "matmul: out of memory"), NULL;
+        (*cp)->magic = CACHE_MAGIC;
+    }
+    fl_gemm_cache *cache = *cp;
+    if (cache->scratch_cap < bytes) {
+        fl__free_aligned(cache->scratch);
+        cache->scratch = fl__alloc_aligned(bytes ? bytes : 1);
+        cache->scratch_cap = cache->scratch ? bytes : 0;
+        if (!cache->scratch) return fl__err(FL_ENOMEM, "matmul: out of memory for %zu bytes of scratch", bytes), NULL;
+    }
+    return cache->scratch;
 }
 
 void fl__gemm_cache_free(void *p)

@@ -139,6 +139,9 @@ enum { FL_GEMM_OPENBLAS = 1, FL_GEMM_DNNL = 2 };
 int fl__gemm(fl_gemm_cache **cache, const fl_gemm_desc *d, const void *a, const void *b, const float *bias, void *c);
 /* Frees a cache (NULL is fine); signature of fl_op_def.state_free. */
 void fl__gemm_cache_free(void *cache);
+/* A buffer of at least `bytes` owned by *cache (made when NULL, freed with it), for an
+ * operand a caller converts once for several products; NULL with the error set. */
+void *fl__gemm_scratch(fl_gemm_cache **cache, size_t bytes);
 /* FL_GEMM_OPENBLAS or FL_GEMM_DNNL, from FLEET_GEMM read on first use; FL_EINVAL-style
  * negative status for a bad value.  fl__gemm_lib_reload() reads the variable again (tests). */
 int fl__gemm_lib(void);
