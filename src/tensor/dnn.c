@@ -393,7 +393,6 @@ static int gemm_low_c(fl_gemm_cache **cp, const fl_gemm_desc *dd, const void *a,
     size_t need = (size_t)span(dd->m, dd->n, dd->ldc) * sizeof(float);
     if (cache->conv_cap[2] < need) {
         fl__free_aligned(cache->conv[2]);
-    fl__free_aligned(cache->scratch);
         cache->conv[2] = fl__alloc_aligned(need);
         cache->conv_cap[2] = cache->conv[2] ? need : 0;
         if (!cache->conv[2]) return fl__err(FL_ENOMEM, "matmul: out of memory for a float32 product");
@@ -498,6 +497,7 @@ void fl__gemm_cache_free(void *p)
     fl__free_aligned(cache->conv[0]);
     fl__free_aligned(cache->conv[1]);
     fl__free_aligned(cache->conv[2]);
+    fl__free_aligned(cache->scratch);
     cache->magic = 0;
     free(cache);
 }
