@@ -329,7 +329,10 @@ static int answer_heartbeats(fl_ps_server *s, fl__ps_sconn *c)
         uint8_t h[FL__PS_HDR];
         size_t got;
         fl__ps_hdr hd;
-        if (fl_net_try_peek(c->nc, h, sizeof h, &got) != FL_OK || got == 0) return 0;
+        if (fl_net_try_peek(c->nc, h, sizeof h, &got) != FL_OK) return 0;
+        /* nothing (more) to read: no job, or a pool thread would wait in the read for the
+         * connection's next frame (a client that only sends heartbeats: seconds) */
+        if (got == 0) return 1;
         if (got < sizeof h) return 0;
         if (fl__ps_hdr_decode(h, 0, &hd) != FL_OK || hd.type != FL__PS_HEARTBEAT || (hd.flags & FL__PS_F_REPLY)) return 0;
         pthread_mutex_lock(&s->mu);
