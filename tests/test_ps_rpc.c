@@ -459,6 +459,45 @@ static void send_push(fl_net_conn *nc, uint64_t seq, float g)
     fl__ps_wbuf_free(&b);
 }
 
+/* A connection that sent only heartbeats, which the server's poll loop answers itself, is
+ * not handed to a request thread afterwards (the thread would wait in the read for that
+ * connection's next frame while other requests queue).  With one request thread, a silent
+ * connection that has just had its heartbeat answered must not hold up a worker's pulls. */
+TEST(answered_heartbeat_holds_no_request_thread)
+{
+    fl_ps_table_config t[1] = {sparse_t("emb", 2, FL_PS_OPT_SGD)};
+    fl_ps_server_opts so = server_opts(t, 1, 1, 1);
+    so.num_threads = 1;
+    so.request_timeout_ms = 30000;
+    cluster c;
+    cluster_start(&c, so);
+    fl_ps_client_opts co = client_opts(&c, t, 1, 0, 1);
+    co.request_timeout_ms = 5000;
+    fl_ps_client *cl;
+    CHECK_OK(fl_ps_client_create(&co, &cl));
+    fl_net_conn *nc = raw_connect(c.eps[0], 0);
+    for (int round = 0; round < 3; round++) {
+        uint8_t h[FL__PS_HDR];
+        fl__ps_hdr_encode(h, FL__PS_HEARTBEAT, 0, 100 + (uint64_t)round, 0);
+        CHECK_OK(fl_net_send_all(nc, h, sizeof h, fl_net_deadline(2000)));
+        fl__ps_rbuf rb = {0};
+        fl__ps_msg m;
+        CHECK_OK(fl__ps_recv(nc, &rb, 1 << 20, &m, fl_net_deadline(3000)));
+        CHECK(m.h.type == FL__PS_HEARTBEAT && (m.h.flags & FL__PS_F_REPLY) && m.h.req_id == 100 + (uint64_t)round);
+        fl__ps_rbuf_free(&rb);
+        usleep(20000); /* the loop's turn after the answer is over */
+        uint64_t t0 = fl__now_ns(), id = 7;
+        float v[2];
+        for (int i = 0; i < 5; i++) CHECK_OK(fl_ps_client_pull_sparse(cl, 0, &id, 1, v, 1));
+        double s = (double)(fl__now_ns() - t0) / 1e9;
+        if (s > 2.5) TFAIL("round %d: 5 pulls took %.1f s behind a silent connection's answered heartbeat", round, s);
+    }
+    fl_net_conn_free(nc);
+    CHECK_OK(fl_ps_client_stop(cl));
+    fl_ps_client_free(cl);
+    cluster_join(&c, FL_OK);
+}
+
 TEST(retried_push_applied_once)
 {
     fl_ps_table_config t[1] = {sparse_t("emb", 1, FL_PS_OPT_SUM)};
@@ -769,7 +808,7 @@ TEST(later_stamp_of_the_heartbeat_thread_is_fresh)
 
 TEST_MAIN(T(dense_roundtrip_two_servers), T(bf16_dense_wire_and_traffic), T(sparse_roundtrip_duplicates_two_servers),
           T(barrier_among_three_workers), T(sync_mode_equals_local_training_on_global_batch),
-          T(sync_push_fails_fast_when_a_worker_stopped), T(retried_push_applied_once),
+          T(sync_push_fails_fast_when_a_worker_stopped), T(answered_heartbeat_holds_no_request_thread), T(retried_push_applied_once),
           T(malformed_frames_close_only_their_connection), T(wrong_or_missing_secret_refused),
           T(config_mismatch_names_the_table), T(save_load_bit_exact_through_clients),
           T(interrupted_save_keeps_previous_checkpoint), T(lost_worker_fails_the_server), T(unreachable_server_is_named),
