@@ -610,6 +610,7 @@ struct fl_ps_server {
     int nconns, conns_cap;
     fl__ps_job *jobs;
     int njobs, jobs_head, jobs_cap, quit;
+    int lingering; /* request threads waiting for their connection's next frame */
     pthread_t *threads;
     int nthreads, running;
     volatile int shutdown_req;

@@ -289,19 +289,49 @@ static void add_conn(fl_ps_server *s, fl_net_conn *nc)
     FL_DEBUG(FL_SUB_PS, "%s: accepted %s", s->me, c->label);
 }
 
+/* After a reply, whether c's next frame arrives within LINGER_NS: then the same request
+ * thread reads it at once, instead of handing c back to the loop, whose poll, job queue and
+ * wake-up of a request thread cost two more thread switches per request (a worker's send
+ * thread pulls a parameter right after pushing its gradient).  Not while other connections
+ * wait for a request thread, after LINGER_TURNS requests in a row, or once the server ends. */
+#define LINGER_NS 500000L
+#define LINGER_TURNS 32
+static int linger(fl_ps_server *s, fl__ps_sconn *c, int turn)
+{
+    pthread_mutex_lock(&s->mu);
+    /* one request thread always stays free for the loop's jobs */
+    int ok = turn + 1 < LINGER_TURNS && !s->njobs && s->lingering < s->nthreads - 1 && !s->quit && !s->failed &&
+             !c->closed;
+    c->serving = 0;
+    s->lingering += ok;
+    pthread_mutex_unlock(&s->mu);
+    if (!ok) return 0;
+    struct pollfd p = {fl_net_conn_fd(c->nc), POLLIN, 0};
+    struct timespec ts = {0, LINGER_NS};
+    int r = ppoll(&p, 1, &ts, NULL);
+    pthread_mutex_lock(&s->mu);
+    s->lingering--;
+    pthread_mutex_unlock(&s->mu);
+    return r == 1;
+}
+
 static void do_read(fl_ps_server *s, fl__ps_sconn *c)
 {
     fl__ps_msg m;
-    int st = fl__ps_recv(c->nc, &c->rb, FL_PS_MAX_BODY, &m, fl_net_deadline(s->o.request_timeout_ms));
-    if (st == FL_OK && (m.h.flags & FL__PS_F_REPLY))
-        st = fl__err(FL_EPROTO, "%s sent a reply frame (%s) where a request was expected", c->label,
-                     fl__ps_type_name(m.h.type));
-    if (st == FL_OK) {
-        pthread_mutex_lock(&s->mu);
-        s->last_seen[c->rank] = fl__now_ns();
-        c->serving = 1;
-        pthread_mutex_unlock(&s->mu);
-        st = fl__ps_dispatch(s, c, &m);
+    int st;
+    for (int turn = 0;; turn++) {
+        st = fl__ps_recv(c->nc, &c->rb, FL_PS_MAX_BODY, &m, fl_net_deadline(s->o.request_timeout_ms));
+        if (st == FL_OK && (m.h.flags & FL__PS_F_REPLY))
+            st = fl__err(FL_EPROTO, "%s sent a reply frame (%s) where a request was expected", c->label,
+                         fl__ps_type_name(m.h.type));
+        if (st == FL_OK) {
+            pthread_mutex_lock(&s->mu);
+            s->last_seen[c->rank] = fl__now_ns();
+            c->serving = 1;
+            pthread_mutex_unlock(&s->mu);
+            st = fl__ps_dispatch(s, c, &m);
+        }
+        if (st != FL_OK || !linger(s, c, turn)) break;
     }
     if (c->rb.cap > ((size_t)64 << 20)) fl__ps_rbuf_free(&c->rb); /* do not keep huge buffers per idle conn */
     if (c->wb.cap > ((size_t)64 << 20)) fl__ps_wbuf_free(&c->wb);
