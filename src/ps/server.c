@@ -6,7 +6,10 @@
  * Threads.  fl_ps_server_run's thread polls the listener's acceptor, a wake-up pipe and
  * every idle connection (one not being served).  A readable connection is marked busy and
  * queued; a pool thread reads one whole frame (deadline request_timeout_ms), dispatches it
- * (service.c), then marks the connection idle and wakes the loop.  New connections are
+ * (service.c), waits up to half a millisecond for the same connection's next frame (serving
+ * it too, up to 32 in a row, while another pool thread is free), then marks the connection
+ * idle and wakes the loop.  Heartbeats on an idle connection are answered by the loop
+ * itself and never reach the pool.  New connections are
  * authenticated by the acceptor (fleet/net.h) in the loop thread itself, concurrently and
  * without blocking, with bounds on unauthenticated connections: idle or slow peers that
  * never authenticate cannot keep workers out, and workers' requests never wait behind
