@@ -198,6 +198,57 @@ TEST(bf16_dense_wire_and_traffic)
     cluster_join(&c, FL_OK);
 }
 
+/* fl_ps_client_pull_dense_many / push_dense_many: several dense tables in one request
+ * round, in any table order, give what single calls give; in bf16 on the wire too (each
+ * table's values at its own place in the client's bf16 buffer); bad arguments are named. */
+TEST(dense_many_matches_single_calls)
+{
+    fl_ps_table_config t[4] = {dense_t("a", 3, 4, FL_PS_OPT_SGD), dense_t("b", 5, 2, FL_PS_OPT_SGD),
+                               dense_t("c", 1, 1, FL_PS_OPT_SGD), sparse_t("emb", 2, FL_PS_OPT_SGD)};
+    cluster c;
+    cluster_start(&c, server_opts(t, 4, 2, 2));
+    fl_ps_client_opts co = client_opts(&c, t, 4, 0, 2), cb = client_opts(&c, t, 4, 1, 2);
+    cb.dense_wire_dtype = FL_BFLOAT16;
+    fl_ps_client *cl, *b16;
+    CHECK_OK(fl_ps_client_create(&co, &cl));
+    CHECK_OK(fl_ps_client_create(&cb, &b16));
+    float w[3][12], g[3][12], out[3][12], one[12];
+    const int n[3] = {12, 10, 1};
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < n[k]; i++) w[k][i] = (float)(k * 20 + i) / 7.0f, g[k][i] = (float)(i + 1) / 3.0f;
+    for (int k = 0; k < 3; k++) CHECK_OK(fl_ps_client_init_dense(cl, k, w[k], 0, NULL));
+    int order[3] = {1, 2, 0};
+    float *outs[3] = {out[1], out[2], out[0]};
+    CHECK_OK(fl_ps_client_pull_dense_many(cl, 3, order, outs));
+    for (int k = 0; k < 3; k++) CHECK(memcmp(out[k], w[k], (size_t)n[k] * 4) == 0);
+    CHECK_OK(fl_ps_client_pull_dense_many(b16, 3, order, outs));
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < n[k]; i++) CHECK(out[k][i] == bf16_round(w[k][i]));
+    const float *grads[3] = {g[1], g[2], g[0]};
+    CHECK_OK(fl_ps_client_push_dense_many(cl, 3, order, grads));
+    CHECK_OK(fl_ps_client_push_dense_many(b16, 2, order, grads)); /* b and c only */
+    for (int k = 0; k < 3; k++) {
+        CHECK_OK(fl_ps_client_pull_dense(cl, k, one));
+        for (int i = 0; i < n[k]; i++) {
+            float want = w[k][i] - 0.1f * g[k][i];
+            if (k > 0) want -= 0.1f * bf16_round(g[k][i]);
+            CHECK(one[i] == want);
+        }
+    }
+    CHECK_OK(fl_ps_client_pull_dense_many(cl, 0, NULL, NULL));
+    CHECK_FAILS(fl_ps_client_pull_dense_many(cl, -1, order, outs), FL_EINVAL, "bad table list");
+    int bad[2] = {0, 3};
+    CHECK_FAILS(fl_ps_client_pull_dense_many(cl, 2, bad, outs), FL_EINVAL, "'emb' is sparse");
+    float *nul[2] = {out[0], NULL};
+    CHECK_FAILS(fl_ps_client_pull_dense_many(cl, 2, order, nul), FL_EINVAL, "values of table 2 are NULL");
+    CHECK_OK(fl_ps_client_stop(cl));
+    CHECK_OK(fl_ps_client_stop(b16));
+    CHECK_FAILS(fl_ps_client_push_dense_many(cl, 1, order, grads), FL_ESTATE, "already called");
+    fl_ps_client_free(cl);
+    fl_ps_client_free(b16);
+    cluster_join(&c, FL_OK);
+}
+
 TEST(sparse_roundtrip_duplicates_two_servers)
 {
     fl_ps_table_config t[2] = {sparse_t("emb", 4, FL_PS_OPT_SGD), dense_t("b", 1, 1, FL_PS_OPT_SGD)};
@@ -806,7 +857,7 @@ TEST(later_stamp_of_the_heartbeat_thread_is_fresh)
     CHECK(sv.gone);
 }
 
-TEST_MAIN(T(dense_roundtrip_two_servers), T(bf16_dense_wire_and_traffic), T(sparse_roundtrip_duplicates_two_servers),
+TEST_MAIN(T(dense_roundtrip_two_servers), T(bf16_dense_wire_and_traffic), T(dense_many_matches_single_calls), T(sparse_roundtrip_duplicates_two_servers),
           T(barrier_among_three_workers), T(sync_mode_equals_local_training_on_global_batch),
           T(sync_push_fails_fast_when_a_worker_stopped), T(answered_heartbeat_holds_no_request_thread), T(retried_push_applied_once),
           T(malformed_frames_close_only_their_connection), T(wrong_or_missing_secret_refused),

@@ -301,6 +301,11 @@ FL_API int fl_ps_client_pull_dense(fl_ps_client *c, int table, float *out);
 /* Pushes a gradient (or a delta for "sum" tables).  Sync mode: blocks until every worker
  * pushed this step (deadline barrier_timeout_ms). */
 FL_API int fl_ps_client_push_dense(fl_ps_client *c, int table, const float *grad);
+/* The same for n dense tables at once (tables[i] with outs[i] / grads[i], in this order):
+ * every request is sent before the replies are read, so the n tables cost one round trip
+ * per server instead of n.  Equivalent to n single calls in table order. */
+FL_API int fl_ps_client_pull_dense_many(fl_ps_client *c, int n, const int *tables, float *const *outs);
+FL_API int fl_ps_client_push_dense_many(fl_ps_client *c, int n, const int *tables, const float *const *grads);
 
 /* Sparse tables.  ids[n] (duplicates allowed, n may be 0), out / grads are n x dim.
  * Pull: each distinct id is requested once, one request per server, rows scattered back to

@@ -27,95 +27,162 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
 
 typedef enum { D_PULL, D_PUSH, D_INIT } dense_op;
 
-static int dense_call(fl_ps_client *c, int table, dense_op op, float *out, const float *in, int force, int *applied)
+/* Requests of `op` for n dense tables (tables[i] with outs[i] / ins[i]) in one round: every
+ * request is sent before the replies are read (pushes are large requests with small replies,
+ * pulls small requests with large replies, so neither side waits on a full socket), which
+ * costs one round trip per server for all n tables.  Per server, the requests go out in
+ * table order and the server executes them in that order. */
+static int dense_many(fl_ps_client *c, int nt, const int *tables, dense_op op, float *const *outs,
+                      const float *const *ins, int force, int *applied)
 {
-    const fl_ps_table_config *t = &c->cfgs[table];
     const uint64_t per = MAX_PAYLOAD / 4;
     /* bf16 on the wire: pushes are converted into c->wire16 first, pulls land there */
     const int w16 = op != D_INIT && c->o.dense_wire_dtype == FL_BFLOAT16;
-    const uint64_t esz = w16 ? 2 : 4, total = (uint64_t)(t->rows * t->cols);
-    if (w16) {
-        if (total > c->cap_wire16) {
-            uint16_t *p = realloc(c->wire16, (size_t)(total ? total : 1) * 2);
-            if (!p) return fl__err(FL_ENOMEM, "out of memory for %llu bf16 values", (unsigned long long)total);
-            c->wire16 = p;
-            c->cap_wire16 = total;
+    const uint64_t esz = w16 ? 2 : 4;
+    uint64_t all = 0;
+    int n = 0, chunked = 0;
+    for (int i = 0; i < nt; i++) {
+        const fl_ps_table_config *t = &c->cfgs[tables[i]];
+        all += (uint64_t)(t->rows * t->cols);
+        for (int sv = 0; sv < c->ns; sv++) {
+            int64_t r0, r1;
+            fl_ps_dense_split(t->rows, c->ns, sv, &r0, &r1);
+            uint64_t cnt = (uint64_t)((r1 - r0) * t->cols);
+            n += (int)((cnt + per - 1) / per);
+            chunked |= cnt > per;
         }
-        if (op == D_PUSH)
-            for (uint64_t i = 0; i < total; i++) c->wire16[i] = fl__ps_f2bf(in[i]);
     }
-    int n = 0;
-    for (int sv = 0; sv < c->ns; sv++) {
-        int64_t r0, r1;
-        fl_ps_dense_split(t->rows, c->ns, sv, &r0, &r1);
-        uint64_t cnt = (uint64_t)((r1 - r0) * t->cols);
-        n += (int)((cnt + per - 1) / per);
+    /* Sync mode answers a push when every worker has pushed that table's step, but a chunk
+     * that is not its table's last at once: a later table's first chunks could overtake an
+     * earlier table's last one, and replies are read in order.  Tables of one chunk per
+     * server complete in the order every worker sends them. */
+    if (op == D_PUSH && c->server_sync && nt > 1 && chunked) {
+        for (int i = 0; i < nt; i++) FL_CHECK(dense_many(c, 1, tables + i, op, NULL, ins + i, force, applied));
+        return FL_OK;
+    }
+    if (w16 && all > c->cap_wire16) {
+        uint16_t *p = realloc(c->wire16, (size_t)(all ? all : 1) * 2);
+        if (!p) return fl__err(FL_ENOMEM, "out of memory for %llu bf16 values", (unsigned long long)all);
+        c->wire16 = p;
+        c->cap_wire16 = all;
     }
     FL_CHECK(fl__ps_client_calls(c, n));
     int k = 0;
-    for (int sv = 0; sv < c->ns; sv++) {
-        int64_t r0, r1;
-        fl_ps_dense_split(t->rows, c->ns, sv, &r0, &r1);
-        uint64_t cnt = (uint64_t)((r1 - r0) * t->cols), base = (uint64_t)(r0 * t->cols);
-        for (uint64_t off = 0; off < cnt; off += per, k++) {
-            uint64_t len = cnt - off < per ? cnt - off : per;
-            int last = off + len == cnt;
-            fl__ps_call *q = &c->calls[k];
-            q->server = sv;
-            q->dst = NULL;
-            q->dst_len = 0;
-            q->wire16 = 0;
-            q->nparts = 0;
-            fl__ps_wbuf_begin(&q->fixed);
-            int st = FL_OK;
-            uint32_t flags;
-            switch (op) {
-            case D_PULL:
-                q->type = FL__PS_PULL_DENSE;
-                st = fl__ps_put_u32(&q->fixed, (uint32_t)table);
-                if (!st) st = fl__ps_put_u32(&q->fixed, w16 ? FL__PS_B_BF16 : 0);
-                q->dst = w16 ? (void *)(c->wire16 + base + off) : (void *)(out + base + off);
-                q->dst_len = len * esz;
-                q->wire16 = w16;
-                break;
-            case D_PUSH:
-                q->type = FL__PS_PUSH_DENSE;
-                st = fl__ps_put_u32(&q->fixed, (uint32_t)table);
-                if (!st) st = fl__ps_put_u32(&q->fixed, (last ? FL__PS_B_LAST : 0) | (w16 ? FL__PS_B_BF16 : 0));
-                if (!st) st = fl__ps_put_u64(&q->fixed, c->session);
-                if (!st) st = fl__ps_put_u64(&q->fixed, ++c->seq);
-                break;
-            case D_INIT:
-                q->type = FL__PS_INIT_DENSE;
-                flags = (last ? FL__PS_B_LAST : 0) | (force ? FL__PS_B_FORCE : 0);
-                st = fl__ps_put_u32(&q->fixed, (uint32_t)table);
-                if (!st) st = fl__ps_put_u32(&q->fixed, flags);
-                break;
-            }
-            if (!st) st = fl__ps_put_u64(&q->fixed, off);
-            if (!st) st = fl__ps_put_u64(&q->fixed, len);
-            FL_CHECK(st);
-            if (op != D_PULL) {
-                q->parts[0] = w16 ? (const void *)(c->wire16 + base + off) : (const void *)(in + base + off);
-                q->lens[0] = len * esz;
-                q->nparts = 1;
+    uint64_t wbase = 0; /* this table's values in c->wire16 */
+    for (int i = 0; i < nt; i++) {
+        const int table = tables[i];
+        const fl_ps_table_config *t = &c->cfgs[table];
+        const uint64_t total = (uint64_t)(t->rows * t->cols);
+        const float *in = ins ? ins[i] : NULL;
+        float *out = outs ? outs[i] : NULL;
+        uint16_t *w = w16 ? c->wire16 + wbase : NULL;
+        if (w16 && op == D_PUSH)
+            for (uint64_t j = 0; j < total; j++) w[j] = fl__ps_f2bf(in[j]);
+        for (int sv = 0; sv < c->ns; sv++) {
+            int64_t r0, r1;
+            fl_ps_dense_split(t->rows, c->ns, sv, &r0, &r1);
+            uint64_t cnt = (uint64_t)((r1 - r0) * t->cols), base = (uint64_t)(r0 * t->cols);
+            for (uint64_t off = 0; off < cnt; off += per, k++) {
+                uint64_t len = cnt - off < per ? cnt - off : per;
+                int last = off + len == cnt;
+                fl__ps_call *q = &c->calls[k];
+                q->server = sv;
+                q->dst = NULL;
+                q->dst_len = 0;
+                q->wire16 = 0;
+                q->nparts = 0;
+                fl__ps_wbuf_begin(&q->fixed);
+                int st = FL_OK;
+                uint32_t flags;
+                switch (op) {
+                case D_PULL:
+                    q->type = FL__PS_PULL_DENSE;
+                    st = fl__ps_put_u32(&q->fixed, (uint32_t)table);
+                    if (!st) st = fl__ps_put_u32(&q->fixed, w16 ? FL__PS_B_BF16 : 0);
+                    q->dst = w16 ? (void *)(w + base + off) : (void *)(out + base + off);
+                    q->dst_len = len * esz;
+                    q->wire16 = w16;
+                    break;
+                case D_PUSH:
+                    q->type = FL__PS_PUSH_DENSE;
+                    st = fl__ps_put_u32(&q->fixed, (uint32_t)table);
+                    if (!st) st = fl__ps_put_u32(&q->fixed, (last ? FL__PS_B_LAST : 0) | (w16 ? FL__PS_B_BF16 : 0));
+                    if (!st) st = fl__ps_put_u64(&q->fixed, c->session);
+                    if (!st) st = fl__ps_put_u64(&q->fixed, ++c->seq);
+                    break;
+                case D_INIT:
+                    q->type = FL__PS_INIT_DENSE;
+                    flags = (last ? FL__PS_B_LAST : 0) | (force ? FL__PS_B_FORCE : 0);
+                    st = fl__ps_put_u32(&q->fixed, (uint32_t)table);
+                    if (!st) st = fl__ps_put_u32(&q->fixed, flags);
+                    break;
+                }
+                if (!st) st = fl__ps_put_u64(&q->fixed, off);
+                if (!st) st = fl__ps_put_u64(&q->fixed, len);
+                FL_CHECK(st);
+                if (op != D_PULL) {
+                    q->parts[0] = w16 ? (const void *)(w + base + off) : (const void *)(in + base + off);
+                    q->lens[0] = len * esz;
+                    q->nparts = 1;
+                }
             }
         }
+        if (w16) wbase += total;
     }
     uint64_t dl = op == D_PUSH ? fl__ps_client_push_deadline(c) : fl_net_deadline(c->o.request_timeout_ms);
     FL_CHECK(fl__ps_client_run(c, c->calls, n, dl, 1));
     if (op == D_PULL) {
-        if (w16)
-            for (uint64_t i = 0; i < total; i++) out[i] = fl__ps_bf2f(c->wire16[i]);
-        atomic_fetch_add(&c->rx_dense, total * esz);
+        if (w16) {
+            wbase = 0;
+            for (int i = 0; i < nt; i++) {
+                const fl_ps_table_config *t = &c->cfgs[tables[i]];
+                const uint64_t total = (uint64_t)(t->rows * t->cols);
+                for (uint64_t j = 0; j < total; j++) outs[i][j] = fl__ps_bf2f(c->wire16[wbase + j]);
+                wbase += total;
+            }
+        }
+        atomic_fetch_add(&c->rx_dense, all * esz);
     } else {
-        atomic_fetch_add(&c->tx_dense, total * esz);
+        atomic_fetch_add(&c->tx_dense, all * esz);
     }
     if (applied) {
         *applied = 0;
         for (int i = 0; i < n; i++) *applied |= c->calls[i].reply.applied != 0;
     }
     return FL_OK;
+}
+
+static int dense_call(fl_ps_client *c, int table, dense_op op, float *out, const float *in, int force, int *applied)
+{
+    return dense_many(c, 1, &table, op, &out, &in, force, applied);
+}
+
+/* Checks the arguments of a _many call and takes the client (the caller unlocks c->mu). */
+static int enter_many(fl_ps_client *c, const char *fn, int n, const int *tables, const void *const *vals)
+{
+    if (n < 0 || (n > 0 && (!tables || !vals))) return fl__err(FL_EINVAL, "%s: bad table list (n %d)", fn, n);
+    for (int i = 0; i < n; i++) {
+        if (!vals[i]) return fl__err(FL_EINVAL, "%s: values of table %d are NULL", fn, tables[i]);
+        FL_CHECK(fl__ps_client_enter(c, fn, tables[i], FL_PS_DENSE));
+        pthread_mutex_unlock(&c->mu);
+    }
+    return fl__ps_client_enter(c, fn, -1, -1);
+}
+
+int fl_ps_client_pull_dense_many(fl_ps_client *c, int n, const int *tables, float *const *outs)
+{
+    FL_CHECK(enter_many(c, "fl_ps_client_pull_dense_many", n, tables, (const void *const *)outs));
+    int st = n ? dense_many(c, n, tables, D_PULL, outs, NULL, 0, NULL) : FL_OK;
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+int fl_ps_client_push_dense_many(fl_ps_client *c, int n, const int *tables, const float *const *grads)
+{
+    FL_CHECK(enter_many(c, "fl_ps_client_push_dense_many", n, tables, (const void *const *)grads));
+    int st = n ? dense_many(c, n, tables, D_PUSH, NULL, grads, 0, NULL) : FL_OK;
+    pthread_mutex_unlock(&c->mu);
+    return st;
 }
 
 int fl_ps_client_init_dense(fl_ps_client *c, int table, const float *values, int force, int *applied)

@@ -13,13 +13,18 @@
  *                    to send_wait_times times in a row; then pops up to max_merge_var_num
  *                    gradients, merges them (summed, as Paddle 2.x/3.x's AsyncCommunicator
  *                    calls MergeVars with merge_add on for every rule; SelectedRows
- *                    concatenated, the client sums duplicate ids) and pushes them.
- *                    Without independent_recv_thread (Paddle's default) the thread then
- *                    pulls that dense parameter itself into its staging buffer
+ *                    concatenated, the client sums duplicate ids) and pushes them.  A
+ *                    dense variable takes along every other dense variable with as many
+ *                    gradients queued (half-async: a full queue; all of them when the
+ *                    queues are drained), and the batch is pushed in one request round
+ *                    (fl_ps_client_push_dense_many: one round trip per server, not one per
+ *                    table).  Without independent_recv_thread (Paddle's default) the
+ *                    thread then pulls the batch's parameters the same way into their
+ *                    staging buffers
  *   receive thread   with independent_recv_thread: after every
  *                    min_send_grad_num_before_recv x (number of variables) pushes - that
  *                    many steps' worth of gradients - pulls every dense table with its own
- *                    client into a staging buffer (double-buffered)
+ *                    client, in one request round, into staging buffers (double-buffered)
  *
  * The trainer never waits for the network except when a queue is full (and, half-async,
  * at the end of its step).  Parameters are written only by the trainer thread (in
@@ -50,6 +55,7 @@ typedef struct {
     int64_t waiting_since;  /* order in which variables got their first queued gradient */
     /* receive staging (dense) */
     float *staged, *pullbuf;
+    float *mbuf; /* dense: the merged gradient being pushed (used by the holder only) */
     const fl_tensor *half_w; /* half-async: the parameter the last meeting's leader wrote */
     uint64_t version, seen;
 } cvar;
@@ -63,6 +69,9 @@ typedef struct {
     float *mvals;
     uint64_t *mids;
     size_t mvcap, micap;
+    int *bvar, *btab, *bk; /* the dense batch: variables, their tables, gradients merged */
+    const float **bsrc;
+    float **bdst;
 } sender;
 
 struct fl__ps_comm {
@@ -75,6 +84,9 @@ struct fl__ps_comm {
     pthread_cond_t cv; /* any change: work queued, space freed, push done, stop */
     pthread_t recv_th;
     int recv_started, stop, busy, flushing;
+    int ndense;   /* the receive thread's round: dense variables' tables and pull buffers */
+    int *dtab;
+    float **dbuf;
     int64_t ticket, pushes, since_recv;
     int err;
     char errmsg[768];
@@ -116,18 +128,17 @@ static void timed_wait(fl__ps_comm *c, int ms)
 
 /* ---- send thread ------------------------------------------------------------------------------ */
 
-/* Merges slots [head, head+k) of var v into the sender's merge buffers; returns ids /
- * floats. */
+/* Merges slots [head, head+k) of var v into v->mbuf (dense) or the sender's merge buffers
+ * (sparse); returns ids / floats. */
 static int merge(sender *w, cvar *v, int k, int64_t *nids, int64_t *nvals)
 {
     fl__ps_comm *c = w->c;
     if (!v->v.sparse) {
         int64_t n = v->v.numel;
-        FL_CHECK(grow((void **)&w->mvals, &w->mvcap, (size_t)n + 1, sizeof *w->mvals));
         for (int s = 0; s < k; s++) {
             const slot_t *sl = &v->q[(v->head + s) % c->cap];
-            if (s == 0) memcpy(w->mvals, sl->vals, (size_t)n * sizeof(float));
-            else fl__vaxpy(w->mvals, 1.0f, sl->vals, n);
+            if (s == 0) memcpy(v->mbuf, sl->vals, (size_t)n * sizeof(float));
+            else fl__vaxpy(v->mbuf, 1.0f, sl->vals, n);
         }
         *nids = 0;
         *nvals = n;
@@ -154,22 +165,6 @@ static int merge(sender *w, cvar *v, int k, int64_t *nids, int64_t *nvals)
     return FL_OK;
 }
 
-/* Pulls dense var v with cl into its staging buffer (v held by the caller, or the
- * receive thread, so no other thread pulls v meanwhile). */
-static int pull_staged(fl__ps_comm *c, fl_ps_client *cl, cvar *v)
-{
-    int st = fl_ps_client_pull_dense(cl, v->v.table, v->pullbuf);
-    if (st != FL_OK) return st;
-    pthread_mutex_lock(&c->mu);
-    float *t = v->staged;
-    v->staged = v->pullbuf;
-    v->pullbuf = t;
-    v->version++;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-    return FL_OK;
-}
-
 /* The variable waiting longest that no send thread holds, or -1 (mu held). */
 static int pick_var(fl__ps_comm *c)
 {
@@ -179,6 +174,43 @@ static int pick_var(fl__ps_comm *c)
         if (v->count > 0 && !v->held && (pick < 0 || v->waiting_since < c->vars[pick].waiting_since)) pick = i;
     }
     return pick;
+}
+
+/* Whether dense variable u, not picked, joins a send now: as many gradients queued as a
+ * merge takes (half-async: a full queue), or the queues are being drained (mu held). */
+static int joins_batch(const fl__ps_comm *c, const cvar *u, int want)
+{
+    if (u->v.sparse || u->held || u->count == 0) return 0;
+    if (c->stop || c->flushing) return 1;
+    if (c->recv_mode == FL__PS_RECV_NONE) return u->count == c->cap;
+    return u->count >= want;
+}
+
+/* Pushes the batch's merged gradients (one request round for all of them), then, when
+ * parameters come back after each send, pulls them into their staging buffers. */
+static int send_batch(fl__ps_comm *c, sender *w, int nb, const char **what)
+{
+    for (int i = 0; i < nb; i++) {
+        w->btab[i] = c->vars[w->bvar[i]].v.table;
+        w->bsrc[i] = c->vars[w->bvar[i]].mbuf;
+        w->bdst[i] = c->vars[w->bvar[i]].pullbuf;
+    }
+    *what = "push to";
+    FL_CHECK(fl_ps_client_push_dense_many(w->cl, nb, w->btab, w->bsrc));
+    if (c->recv_mode != FL__PS_RECV_AFTER_SEND) return FL_OK;
+    *what = "pull of";
+    FL_CHECK(fl_ps_client_pull_dense_many(w->cl, nb, w->btab, w->bdst));
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < nb; i++) {
+        cvar *v = &c->vars[w->bvar[i]];
+        float *t = v->staged;
+        v->staged = v->pullbuf;
+        v->pullbuf = t;
+        v->version++;
+    }
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return FL_OK;
 }
 
 static void *send_main(void *arg)
@@ -212,42 +244,55 @@ static void *send_main(void *arg)
             timed_wait(c, 10);
             continue;
         }
-        int k = v->count < c->max_merge ? v->count : c->max_merge;
-        v->taken = k;
-        v->held = 1;
-        v->waits = v->seen_count = 0;
+        /* the batch: the picked variable, and for a dense one every other dense variable
+         * ready to go, pushed (and pulled) in one request round */
+        int nb = 0;
+        w->bvar[nb++] = pick;
+        if (!v->v.sparse)
+            for (int i = 0; i < c->nvars; i++)
+                if (i != pick && joins_batch(c, &c->vars[i], want)) w->bvar[nb++] = i;
+        int *ks = w->bk;
+        for (int i = 0; i < nb; i++) {
+            cvar *u = &c->vars[w->bvar[i]];
+            ks[i] = u->count < c->max_merge ? u->count : c->max_merge;
+            u->taken = ks[i];
+            u->held = 1;
+            u->waits = u->seen_count = 0;
+        }
         c->busy++;
         pthread_mutex_unlock(&c->mu);
         int64_t ni = 0, nv = 0;
-        int st = merge(w, v, k, &ni, &nv);
+        int st = FL_OK;
+        for (int i = 0; i < nb && st == FL_OK; i++) st = merge(w, &c->vars[w->bvar[i]], ks[i], &ni, &nv);
         pthread_mutex_lock(&c->mu);
-        v->head = (v->head + k) % c->cap;
-        v->count -= k;
-        v->taken = 0;
-        v->waiting_since = ++c->ticket;
+        for (int i = 0; i < nb; i++) {
+            cvar *u = &c->vars[w->bvar[i]];
+            u->head = (u->head + ks[i]) % c->cap;
+            u->count -= ks[i];
+            u->taken = 0;
+            u->waiting_since = ++c->ticket;
+        }
         pthread_cond_broadcast(&c->cv);
         pthread_mutex_unlock(&c->mu);
         const char *what = "push to";
-        if (st == FL_OK)
-            st = v->v.sparse ? fl_ps_client_push_sparse(w->cl, v->v.table, w->mids, ni, w->mvals, NULL, NULL)
-                             : fl_ps_client_push_dense(w->cl, v->v.table, w->mvals);
-        /* Paddle's default (no independent receive thread): the parameter comes back right
-         * after its gradient went */
-        if (st == FL_OK && c->recv_mode == FL__PS_RECV_AFTER_SEND && !v->v.sparse) {
-            what = "pull of";
-            st = pull_staged(c, w->cl, v);
+        if (st == FL_OK && v->v.sparse) {
+            st = fl_ps_client_push_sparse(w->cl, v->v.table, w->mids, ni, w->mvals, NULL, NULL);
+        } else if (st == FL_OK) {
+            /* Paddle's default (no independent receive thread): the parameters come back
+             * right after their gradients went */
+            st = send_batch(c, w, nb, &what);
         }
         pthread_mutex_lock(&c->mu);
         c->busy--;
-        v->held = 0;
+        for (int i = 0; i < nb; i++) c->vars[w->bvar[i]].held = 0;
         if (st != FL_OK) {
             char msg[160];
-            snprintf(msg, sizeof msg, "%s table %d", what, v->v.table);
+            snprintf(msg, sizeof msg, "%s table %d%s", what, v->v.table, nb > 1 ? " and others" : "");
             set_error(c, st, msg);
             break;
         }
-        c->pushes++;
-        c->since_recv++;
+        c->pushes += nb;
+        c->since_recv += nb;
         pthread_cond_broadcast(&c->cv);
     }
     pthread_cond_broadcast(&c->cv);
@@ -269,20 +314,23 @@ static void *recv_main(void *arg)
         }
         c->since_recv = 0;
         pthread_mutex_unlock(&c->mu);
-        int st = FL_OK, bad = -1;
-        for (int i = 0; i < c->nvars && st == FL_OK; i++) {
-            cvar *v = &c->vars[i];
-            if (v->v.sparse) continue;
-            st = pull_staged(c, c->recv_cl, v);
-            if (st != FL_OK) bad = v->v.table;
-        }
+        /* every dense table in one request round; the staging buffers change under mu */
+        int st = fl_ps_client_pull_dense_many(c->recv_cl, c->ndense, c->dtab, c->dbuf);
         pthread_mutex_lock(&c->mu);
         if (st != FL_OK) {
-            char what[160];
-            snprintf(what, sizeof what, "pull of table %d", bad);
-            set_error(c, st, what);
+            set_error(c, st, "pull of the dense tables");
             break;
         }
+        for (int i = 0, j = 0; i < c->nvars; i++) {
+            cvar *v = &c->vars[i];
+            if (v->v.sparse) continue;
+            float *t = v->staged;
+            v->staged = c->dbuf[j];
+            c->dbuf[j++] = t;
+            v->pullbuf = t;
+            v->version++;
+        }
+        pthread_cond_broadcast(&c->cv);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -385,43 +433,68 @@ int fl__ps_comm_flush(fl__ps_comm *c)
 }
 
 /* Half-async's step end, run once per worker step by the last trainer thread to arrive:
- * every queued gradient pushed (merged up to max_merge_var_num), then the parameter
- * pulled into its staging buffer. */
+ * every queued gradient pushed (merged up to max_merge_var_num), then the parameters
+ * pulled in one request round into their staging buffers and copied into the tensors. */
 typedef struct {
     fl__ps_comm *c;
-    cvar *v;
-    fl_tensor *w;
+    int n;
+    const int *vars;
+    fl_tensor *const *ws;
+    int *tabs;
+    float **bufs;
 } step_end;
 
 static int step_end_leader(void *arg)
 {
     step_end *e = arg;
-    FL_CHECK(fl__ps_comm_flush(e->c));
-    int st = pull_staged(e->c, e->c->recv_cl, e->v);
-    if (st != FL_OK) return fl__err(st, "communicator: pull of table %d: %s", e->v->v.table, fl_last_error());
-    /* every thread is waiting in the meeting: nobody reads the parameter while it changes */
-    pthread_mutex_lock(&e->c->mu);
-    memcpy(e->w->data, e->v->staged, (size_t)e->v->v.numel * sizeof(float));
-    e->v->half_w = e->w;
-    pthread_mutex_unlock(&e->c->mu);
+    fl__ps_comm *c = e->c;
+    FL_CHECK(fl__ps_comm_flush(c));
+    for (int i = 0; i < e->n; i++) {
+        e->tabs[i] = c->vars[e->vars[i]].v.table;
+        e->bufs[i] = c->vars[e->vars[i]].pullbuf;
+    }
+    int st = fl_ps_client_pull_dense_many(c->recv_cl, e->n, e->tabs, e->bufs);
+    if (st != FL_OK)
+        return fl__err(st, "communicator: pull of table %d%s: %s", e->tabs[0], e->n > 1 ? " and others" : "",
+                       fl_last_error());
+    /* every thread is waiting in the meeting: nobody reads the parameters while they change */
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < e->n; i++) {
+        cvar *v = &c->vars[e->vars[i]];
+        float *t = v->staged;
+        v->staged = v->pullbuf;
+        v->pullbuf = t;
+        v->version++;
+        memcpy(e->ws[i]->data, v->staged, (size_t)v->v.numel * sizeof(float));
+        v->half_w = e->ws[i];
+    }
+    pthread_mutex_unlock(&c->mu);
     return FL_OK;
 }
 
-int fl__ps_comm_pull_now(fl__ps_comm *c, int var, fl_tensor *w)
+int fl__ps_comm_pull_now(fl__ps_comm *c, int n, const int *vars, fl_tensor *const *ws)
 {
-    if (var < 0 || var >= c->nvars || c->vars[var].v.sparse)
-        return fl__err(FL_EINVAL, "communicator: no dense variable %d", var);
-    cvar *v = &c->vars[var];
-    if (w->dtype != FL_FLOAT32 || w->numel != v->v.numel)
-        return fl__err(FL_EINVAL, "communicator: parameter of table %d has %lld elements, expected %lld", v->v.table,
-                       (long long)w->numel, (long long)v->v.numel);
-    step_end e = {c, v, w};
-    FL_CHECK(fl__tgroup_meet(step_end_leader, &e));
-    /* Hogwild threads share the parameter, which the leader wrote; a thread with a copy of
+    for (int i = 0; i < n; i++) {
+        if (vars[i] < 0 || vars[i] >= c->nvars || c->vars[vars[i]].v.sparse)
+            return fl__err(FL_EINVAL, "communicator: no dense variable %d", vars[i]);
+        const cvar *v = &c->vars[vars[i]];
+        if (ws[i]->dtype != FL_FLOAT32 || ws[i]->numel != v->v.numel)
+            return fl__err(FL_EINVAL, "communicator: parameter of table %d has %lld elements, expected %lld",
+                           v->v.table, (long long)ws[i]->numel, (long long)v->v.numel);
+    }
+    step_end e = {c, n, vars, ws, malloc((size_t)(n ? n : 1) * sizeof(int)), malloc((size_t)(n ? n : 1) * sizeof(float *))};
+    int st = e.tabs && e.bufs ? fl__tgroup_meet(step_end_leader, &e) : fl__err(FL_ENOMEM, "communicator: out of memory");
+    free(e.tabs);
+    free(e.bufs);
+    FL_CHECK(st);
+    /* Hogwild threads share the parameters, which the leader wrote; a thread with copies of
      * its own takes the staged values (they change only in the next meeting, which waits
      * for this thread) */
     pthread_mutex_lock(&c->mu);
-    if (v->half_w != w) memcpy(w->data, v->staged, (size_t)v->v.numel * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        const cvar *v = &c->vars[vars[i]];
+        if (v->half_w != ws[i]) memcpy(ws[i]->data, v->staged, (size_t)v->v.numel * sizeof(float));
+    }
     pthread_mutex_unlock(&c->mu);
     return FL_OK;
 }
@@ -453,10 +526,18 @@ void fl__ps_comm_free(fl__ps_comm *c)
         if (c->senders[i].started) pthread_join(c->senders[i].th, NULL);
     if (c->recv_started) pthread_join(c->recv_th, NULL);
     for (int i = 0; i < c->nsenders; i++) {
-        fl_ps_client_free(c->senders[i].cl);
-        free(c->senders[i].mvals);
-        free(c->senders[i].mids);
+        sender *w = &c->senders[i];
+        fl_ps_client_free(w->cl);
+        free(w->mvals);
+        free(w->mids);
+        free(w->bvar);
+        free(w->btab);
+        free(w->bk);
+        free(w->bsrc);
+        free(w->bdst);
     }
+    free(c->dtab);
+    free(c->dbuf);
     free(c->senders);
     fl_ps_client_free(c->recv_cl);
     for (int i = 0; c->vars && i < c->nvars; i++) {
@@ -468,6 +549,7 @@ void fl__ps_comm_free(fl__ps_comm *c)
         free(v->q);
         free(v->staged);
         free(v->pullbuf);
+        free(v->mbuf);
     }
     free(c->vars);
     pthread_mutex_destroy(&c->mu);
@@ -505,8 +587,28 @@ int fl__ps_comm_create(const fl__ps_comm_opts *o, fl__ps_comm **out)
         if (st == FL_OK && !v->v.sparse) {
             v->staged = calloc((size_t)v->v.numel + 1, sizeof(float));
             v->pullbuf = calloc((size_t)v->v.numel + 1, sizeof(float));
-            if (!v->staged || !v->pullbuf) st = fl__err(FL_ENOMEM, "async communicator: out of memory");
+            v->mbuf = malloc(((size_t)v->v.numel + 1) * sizeof(float));
+            if (!v->staged || !v->pullbuf || !v->mbuf) st = fl__err(FL_ENOMEM, "async communicator: out of memory");
+            else c->ndense++;
         }
+    }
+    const size_t nv = (size_t)(c->nvars ? c->nvars : 1);
+    if (st == FL_OK && (!(c->dtab = calloc(nv, sizeof *c->dtab)) || !(c->dbuf = calloc(nv, sizeof *c->dbuf))))
+        st = fl__err(FL_ENOMEM, "async communicator: out of memory");
+    for (int i = 0, j = 0; st == FL_OK && i < c->nvars; i++)
+        if (!c->vars[i].v.sparse) {
+            c->dtab[j] = c->vars[i].v.table;
+            c->dbuf[j++] = c->vars[i].pullbuf;
+        }
+    for (int i = 0; st == FL_OK && i < c->nsenders; i++) {
+        sender *w = &c->senders[i];
+        w->bvar = calloc(nv, sizeof *w->bvar);
+        w->btab = calloc(nv, sizeof *w->btab);
+        w->bk = calloc(nv, sizeof *w->bk);
+        w->bsrc = calloc(nv, sizeof *w->bsrc);
+        w->bdst = calloc(nv, sizeof *w->bdst);
+        if (!w->bvar || !w->btab || !w->bk || !w->bsrc || !w->bdst)
+            st = fl__err(FL_ENOMEM, "async communicator: out of memory");
     }
     for (int i = 0; st == FL_OK && i < c->nsenders; i++) {
         c->senders[i].c = c;

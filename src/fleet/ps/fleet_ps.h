@@ -106,6 +106,10 @@ struct fl__ps_mode {
     /* ps_send / ps_recv of one table (server_optimizes modes; NULL otherwise) */
     int (*push)(fl_kctx *k, fl__ps_ctx *c, int table, const fl_tensor *grad, const char *name);
     int (*pull)(fl__ps_ctx *c, int table, fl_tensor *param);
+    /* ps_send / ps_recv of every dense table of the step at once, in one request round
+     * (NULL: table by table with push / pull) */
+    int (*push_dense)(fl__ps_ctx *c, int n, const int *tables, const fl_tensor *const *grads);
+    int (*pull_dense)(fl__ps_ctx *c, int n, const int *tables, fl_tensor *const *params);
     /* the worker's connection: after the client connected (o: its options), before a save
      * and at fleet_stop_worker (every queued push reaches the servers), and when it stops
      * (release what start made).  NULL: nothing to do. */
@@ -133,6 +137,11 @@ int fl__ps_push_queued(fl_kctx *k, fl__ps_ctx *c, int table, const fl_tensor *gr
 int fl__ps_pull_queued(fl__ps_ctx *c, int table, fl_tensor *param);
 /* Half-async: waits until this worker's queued gradients are pushed, then pulls. */
 int fl__ps_pull_flushed(fl__ps_ctx *c, int table, fl_tensor *param);
+/* Every dense table at once: sync straight to the servers (one request round), half-async
+ * through one meeting of the trainer threads. */
+int fl__ps_push_now_dense(fl__ps_ctx *c, int n, const int *tables, const fl_tensor *const *grads);
+int fl__ps_pull_now_dense(fl__ps_ctx *c, int n, const int *tables, fl_tensor *const *params);
+int fl__ps_pull_flushed_dense(fl__ps_ctx *c, int n, const int *tables, fl_tensor *const *params);
 
 /* ---- export.c ----------------------------------------------------------------------- */
 
@@ -206,9 +215,10 @@ int fl__ps_comm_recv(fl__ps_comm *c, int var, fl_tensor *param, int *copied);
 /* Waits until every queued gradient has been pushed; the first background error. */
 int fl__ps_comm_flush(fl__ps_comm *c);
 /* Half-async's step end: the trainer threads of the pass meet (src/exec/tgroup.c); the last
- * to arrive flushes every queue and pulls var's dense values with the receive client into
- * param, which Hogwild threads share (a thread holding its own copy gets the same values). */
-int fl__ps_comm_pull_now(fl__ps_comm *c, int var, fl_tensor *param);
+ * to arrive flushes every queue and pulls the dense values of vars[n] with the receive
+ * client, in one request round, into params[n], which Hogwild threads share (a thread
+ * holding its own copies gets the same values). */
+int fl__ps_comm_pull_now(fl__ps_comm *c, int n, const int *vars, fl_tensor *const *params);
 /* Adds the traffic of the communicator's clients to *t. */
 void fl__ps_comm_traffic(fl__ps_comm *c, fl_ps_traffic *t);
 /* Pushes merged by the send thread so far (for tests and logs). */

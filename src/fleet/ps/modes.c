@@ -119,6 +119,8 @@ static const fl__ps_mode mode_sync = {
     .server_sync = 1,
     .push = fl__ps_push_now,
     .pull = fl__ps_pull_now,
+    .push_dense = fl__ps_push_now_dense,
+    .pull_dense = fl__ps_pull_now_dense,
 };
 
 static const fl__ps_mode mode_half_async = {
@@ -129,6 +131,7 @@ static const fl__ps_mode mode_half_async = {
     .push = fl__ps_push_queued,
     .dense_wire = 1,
     .pull = fl__ps_pull_flushed,
+    .pull_dense = fl__ps_pull_flushed_dense,
     .start = half_async_start,
     .flush = async_flush,
     .stop = async_stop,

@@ -72,6 +72,9 @@ typedef struct {
     int64_t *pos;
     float *vals, *tmp;
     size_t ids_cap, pos_cap, vals_cap, tmp_cap;
+    int *tabs;       /* ps_send / ps_recv: the dense tables of one call */
+    fl_tensor **ts;  /* and their tensors */
+    size_t tabs_cap, ts_cap;
 } scratch;
 
 static void scratch_free(void *p)
@@ -82,6 +85,8 @@ static void scratch_free(void *p)
     free(s->pos);
     free(s->vals);
     free(s->tmp);
+    free(s->tabs);
+    free(s->ts);
     free(s);
 }
 
@@ -284,7 +289,51 @@ int fl__ps_pull_flushed(fl__ps_ctx *c, int t, fl_tensor *w)
 {
     int v = param_of_table(c, t);
     if (v < 0 || !c->comm) return fl__err(FL_ESTATE, "ps_recv: the communicator is not running");
-    return fl__ps_comm_pull_now(c->comm, v, w);
+    return fl__ps_comm_pull_now(c->comm, 1, &v, &w);
+}
+
+int fl__ps_pull_flushed_dense(fl__ps_ctx *c, int n, const int *tables, fl_tensor *const *params)
+{
+    if (!c->comm) return fl__err(FL_ESTATE, "ps_recv: the communicator is not running");
+    int *vars = malloc((size_t)(n ? n : 1) * sizeof *vars);
+    if (!vars) return fl__err(FL_ENOMEM, "ps_recv: out of memory");
+    int st = FL_OK;
+    for (int i = 0; i < n && st == FL_OK; i++)
+        if ((vars[i] = param_of_table(c, tables[i])) < 0)
+            st = fl__err(FL_ESTATE, "ps_recv: table %d is not a parameter of the communicator", tables[i]);
+    if (st == FL_OK) st = fl__ps_comm_pull_now(c->comm, n, vars, params);
+    free(vars);
+    return st;
+}
+
+/* The dense tensors' data as the client's arrays (a malloc'd copy of the pointers). */
+static const float **data_of(int n, const fl_tensor *const *ts)
+{
+    const float **p = malloc((size_t)(n ? n : 1) * sizeof *p);
+    if (!p) {
+        fl__err(FL_ENOMEM, "parameter server: out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) p[i] = ts[i]->data;
+    return p;
+}
+
+int fl__ps_push_now_dense(fl__ps_ctx *c, int n, const int *tables, const fl_tensor *const *grads)
+{
+    const float **g = data_of(n, grads);
+    if (!g) return FL_ENOMEM;
+    int st = fl_ps_client_push_dense_many(c->client, n, tables, g);
+    free(g);
+    return st;
+}
+
+int fl__ps_pull_now_dense(fl__ps_ctx *c, int n, const int *tables, fl_tensor *const *params)
+{
+    float **w = (float **)data_of(n, (const fl_tensor *const *)params);
+    if (!w) return FL_ENOMEM;
+    int st = fl_ps_client_pull_dense_many(c->client, n, tables, w);
+    free(w);
+    return st;
 }
 
 /* Examples in this step: the rows (or, with a LoD, the sequences) of the optional input
@@ -305,11 +354,25 @@ static int run_send(fl_kctx *k)
     FL_CHECK(get_ctx(k, &c));
     FL_CHECK(fl__ps_need_client(c, "ps_send", &cl));
     if (!c->mode->push) return fl__err(FL_ESTATE, "ps_send: %s mode pushes no gradients", c->mode->name);
+    /* sparse tables one by one; dense ones together when the mode has a call for that */
+    scratch *s = get_scratch(k);
+    if (!s) return FL_ENOMEM;
+    FL_CHECK(grow((void **)&s->tabs, &s->tabs_cap, (size_t)k->nin[0] + 1, sizeof *s->tabs));
+    FL_CHECK(grow((void **)&s->ts, &s->ts_cap, (size_t)k->nin[0] + 1, sizeof *s->ts));
+    int nd = 0;
     for (int i = 0; i < k->nin[0]; i++) {
         int t = -1;
+        const char *name = k->op->in[0].vars[i]->name;
         FL_CHECK(table_at(k, c, i, &t));
-        FL_CHECK(c->mode->push(k, c, t, k->in[0][i], k->op->in[0].vars[i]->name));
+        if (c->mode->push_dense && c->tables[t].kind == FL_PS_DENSE) {
+            FL_CHECK(check_dense(k, c, t, k->in[0][i], name));
+            s->tabs[nd] = t;
+            s->ts[nd++] = k->in[0][i];
+        } else {
+            FL_CHECK(c->mode->push(k, c, t, k->in[0][i], name));
+        }
     }
+    if (nd) FL_CHECK(c->mode->push_dense(c, nd, s->tabs, (const fl_tensor *const *)s->ts));
     pthread_mutex_lock(&c->mu);
     c->step++;
     c->examples += batch_examples(k);
@@ -324,13 +387,23 @@ static int run_recv(fl_kctx *k)
     FL_CHECK(get_ctx(k, &c));
     FL_CHECK(fl__ps_need_client(c, "ps_recv", &cl));
     if (!c->mode->pull) return fl__err(FL_ESTATE, "ps_recv: %s mode pulls no parameters", c->mode->name);
+    scratch *s = get_scratch(k);
+    if (!s) return FL_ENOMEM;
+    FL_CHECK(grow((void **)&s->tabs, &s->tabs_cap, (size_t)k->nout[0] + 1, sizeof *s->tabs));
+    FL_CHECK(grow((void **)&s->ts, &s->ts_cap, (size_t)k->nout[0] + 1, sizeof *s->ts));
     for (int i = 0; i < k->nout[0]; i++) {
         int t = -1;
         FL_CHECK(table_at(k, c, i, &t));
         fl_tensor *w = k->out[0][i];
         FL_CHECK(check_dense(k, c, t, w, k->op->out[0].vars[i]->name));
-        FL_CHECK(c->mode->pull(c, t, w));
+        if (c->mode->pull_dense) {
+            s->tabs[i] = t;
+            s->ts[i] = w;
+        } else {
+            FL_CHECK(c->mode->pull(c, t, w));
+        }
     }
+    if (c->mode->pull_dense && k->nout[0]) FL_CHECK(c->mode->pull_dense(c, k->nout[0], s->tabs, s->ts));
     return FL_OK;
 }
 
@@ -448,7 +521,7 @@ static const fl_op_def def_dlookup = {
 static const fl_op_def def_dlookup_grad = {
     "distributed_lookup_table_grad", {"Ids", "Out@GRAD"}, {"W@GRAD"}, infer_dlookup_grad, run_dlookup_grad, NULL};
 static const fl_op_def def_send = {"ps_send", {"Grad", "Batch"}, {NULL}, infer_nop, run_send, NULL, scratch_free};
-static const fl_op_def def_recv = {"ps_recv", {NULL}, {"Param"}, infer_nop, run_recv, NULL};
+static const fl_op_def def_recv = {"ps_recv", {NULL}, {"Param"}, infer_nop, run_recv, NULL, scratch_free};
 static const fl_op_def def_geo = {"ps_geo", {"Param", "Batch"}, {"ParamOut"}, infer_nop, run_geo, NULL, scratch_free};
 static const fl_op_def def_init = {"ps_init", {"Param"}, {"ParamOut"}, infer_nop, run_init, NULL};
 
