@@ -193,11 +193,12 @@ static int send_batch(fl__ps_comm *c, sender *w, int nb, const char **what)
     for (int i = 0; i < nb; i++) {
         w->btab[i] = c->vars[w->bvar[i]].v.table;
         w->bsrc[i] = c->vars[w->bvar[i]].mbuf;
-        w->bdst[i] = c->vars[w->bvar[i]].pullbuf;
     }
     *what = "push to";
     FL_CHECK(fl_ps_client_push_dense_many(w->cl, nb, w->btab, w->bsrc));
     if (c->recv_mode != FL__PS_RECV_AFTER_SEND) return FL_OK;
+    /* pullbuf belongs to the variable's holder in this mode (there is no receive thread) */
+    for (int i = 0; i < nb; i++) w->bdst[i] = c->vars[w->bvar[i]].pullbuf;
     *what = "pull of";
     FL_CHECK(fl_ps_client_pull_dense_many(w->cl, nb, w->btab, w->bdst));
     pthread_mutex_lock(&c->mu);
