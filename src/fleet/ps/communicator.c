@@ -49,7 +49,7 @@ typedef struct {
 typedef struct {
     fl__ps_comm_var v;
     slot_t *q;
-    int head, count, taken; /* taken: popped by a send thread, still being merged */
+    int head, count, taken; /* taken: being sent by a send thread; they leave the queue once sent */
     int held;               /* a send thread holds the variable (merging, pushing, pulling) */
     int waits, seen_count;  /* send_wait_times: 10 ms waits in a row without a new gradient */
     int64_t waiting_since;  /* order in which variables got their first queued gradient */
@@ -265,16 +265,6 @@ static void *send_main(void *arg)
         int64_t ni = 0, nv = 0;
         int st = FL_OK;
         for (int i = 0; i < nb && st == FL_OK; i++) st = merge(w, &c->vars[w->bvar[i]], ks[i], &ni, &nv);
-        pthread_mutex_lock(&c->mu);
-        for (int i = 0; i < nb; i++) {
-            cvar *u = &c->vars[w->bvar[i]];
-            u->head = (u->head + ks[i]) % c->cap;
-            u->count -= ks[i];
-            u->taken = 0;
-            u->waiting_since = ++c->ticket;
-        }
-        pthread_cond_broadcast(&c->cv);
-        pthread_mutex_unlock(&c->mu);
         const char *what = "push to";
         if (st == FL_OK && v->v.sparse) {
             st = fl_ps_client_push_sparse(w->cl, v->v.table, w->mids, ni, w->mvals, NULL, NULL);
@@ -283,9 +273,19 @@ static void *send_main(void *arg)
              * right after their gradients went */
             st = send_batch(c, w, nb, &what);
         }
+        /* the gradients leave their queue slots once sent (and the parameters pulled back):
+         * a trainer that finds its queue full waits for the round, not just for the copy,
+         * so it is never more than the queue's length ahead of what the servers have */
         pthread_mutex_lock(&c->mu);
         c->busy--;
-        for (int i = 0; i < nb; i++) c->vars[w->bvar[i]].held = 0;
+        for (int i = 0; i < nb; i++) {
+            cvar *u = &c->vars[w->bvar[i]];
+            u->head = (u->head + ks[i]) % c->cap;
+            u->count -= ks[i];
+            u->taken = 0;
+            u->held = 0;
+            u->waiting_since = ++c->ticket;
+        }
         if (st != FL_OK) {
             char msg[160];
             snprintf(msg, sizeof msg, "%s table %d%s", what, v->v.table, nb > 1 ? " and others" : "");
