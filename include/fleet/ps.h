@@ -303,7 +303,8 @@ FL_API int fl_ps_client_pull_dense(fl_ps_client *c, int table, float *out);
 FL_API int fl_ps_client_push_dense(fl_ps_client *c, int table, const float *grad);
 /* The same for n dense tables at once (tables[i] with outs[i] / grads[i], in this order):
  * every request is sent before the replies are read, so the n tables cost one round trip
- * per server instead of n.  Equivalent to n single calls in table order. */
+ * per server instead of n.  Equivalent to n single calls in table order (sync mode sends
+ * table by table when a table spans several frames per server). */
 FL_API int fl_ps_client_pull_dense_many(fl_ps_client *c, int n, const int *tables, float *const *outs);
 FL_API int fl_ps_client_push_dense_many(fl_ps_client *c, int n, const int *tables, const float *const *grads);
 
