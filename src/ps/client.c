@@ -184,15 +184,19 @@ int fl__ps_client_run(fl_ps_client *c, fl__ps_call *calls, int n, uint64_t deadl
         if (calls[i].st) nfail++;
     }
     if (!nfail) return FL_OK;
-    /* 3. retries, one request at a time, while the retry budget lasts */
+    /* 3. retries, one request at a time, while the retry budget lasts; once a server's
+     * budget is spent the run's other requests to it are not retried (a batch of n tables
+     * would otherwise wait n budgets for a dead server) */
     char first[1024] = "";
     int first_st = FL_OK;
+    uint64_t spent[(FL_PS_MAX_SERVERS + 63) / 64] = {0};
     for (int i = 0; i < n; i++) {
         fl__ps_call *k = &calls[i];
         if (!k->st) continue;
         /* remote error replies arrive with a live connection: those are answers; a server
          * that answers nothing, not even heartbeats, would not answer a retry either */
         int broken = c->srv[k->server].conn == NULL && transport_failure(k->st) && !c->srv[k->server].gone;
+        if (broken && (spent[k->server / 64] >> (k->server % 64) & 1)) broken = 0;
         if (broken && idempotent && c->o.retry_ms >= 0) {
             char orig[1024], why[1024];
             snprintf(orig, sizeof orig, "%s", fl_last_error());
@@ -212,6 +216,7 @@ int fl__ps_client_run(fl_ps_client *c, fl__ps_call *calls, int n, uint64_t deadl
                 nanosleep(&ts, NULL);
                 if (wait_ns < 200000000ull) wait_ns *= 2;
             }
+            if (k->st && c->srv[k->server].conn == NULL) spent[k->server / 64] |= 1ull << (k->server % 64);
             if (k->st && c->srv[k->server].conn == NULL)
                 k->st = fl__err(k->st == FL_ETIMEDOUT ? FL_EREMOTE : k->st,
                                 "%s on %s failed: %s; retrying for %d ms did not help (last: %s)",
