@@ -222,6 +222,30 @@ TEST(killed_server_fails_client_calls_within_10s)
     fl_ps_client_free(c);
 }
 
+/* A server killed while a worker's connection to it is up: the next request round (six
+ * pulls) finds the connection broken and spends one retry budget (retry_ms 2000) on the
+ * server, not one per request of the round. */
+TEST(killed_server_fails_a_round_within_one_retry_budget)
+{
+    init_tables();
+    char ep[128];
+    pid_t sp = spawn_server(0, 1, 1, NULL, ep, sizeof ep);
+    const char *eps[1] = {ep};
+    fl_ps_client *c = client_for(eps, 1, 0, 1);
+    train(c, 1, 1);
+    kill(sp, SIGKILL);
+    CHECK_EQ_INT(wait_exit(sp), 128 + SIGKILL);
+    const int six[6] = {1, 1, 1, 1, 1, 1};
+    float o6[6][64], *outs[6] = {o6[0], o6[1], o6[2], o6[3], o6[4], o6[5]};
+    double t0 = now_s();
+    CHECK(fl_ps_client_pull_dense_many(c, 6, six, outs) != FL_OK);
+    double t = now_s() - t0;
+    CHECK_STR_HAS(fl_last_error(), ep);
+    printf("  a round of six pulls failed %.2f s after it started: %s\n", t, fl_last_error());
+    if (t > 5.0) TFAIL("the round took %.1f s: more than one retry budget (2 s) for the dead server", t);
+    fl_ps_client_free(c);
+}
+
 /* ---- a save interrupted by a dying server ------------------------------------------------------------ */
 
 TEST(save_interrupted_by_killed_server_keeps_previous)
@@ -500,6 +524,6 @@ TEST(fuzz_frame_decoder_briefly)
     th_fuzz_run(dir, 8);
 }
 
-TEST_MAIN(T(killed_worker_fails_server_within_10s), T(scan_returns_every_row_once),
+TEST_MAIN(T(killed_worker_fails_server_within_10s), T(killed_server_fails_a_round_within_one_retry_budget), T(scan_returns_every_row_once),
           T(killed_server_fails_client_calls_within_10s), T(save_interrupted_by_killed_server_keeps_previous),
           T(stopped_worker_is_named_within_10s), T(stopped_server_is_named_within_10s), T(fuzz_frame_decoder_briefly))

@@ -169,13 +169,34 @@ broken:
 /* 1 for failures of the connection (worth a retry on a fresh one), 0 for answers. */
 static int transport_failure(int st) { return st == FL_EREMOTE || st == FL_ECORRUPT || st == FL_EIO; }
 
+#define SRV_WORDS ((FL_PS_MAX_SERVERS + 63) / 64)
+#define SRV_BIT(m, i) (((m)[(i) / 64] >> ((i) % 64)) & 1u)
+#define SRV_SET(m, i) ((m)[(i) / 64] |= 1ull << ((i) % 64))
+
 int fl__ps_client_run(fl_ps_client *c, fl__ps_call *calls, int n, uint64_t deadline, int idempotent)
 {
+    /* Per server, in this round: down = a connection could not be made within the retry
+     * budget (the round's later requests to it are not sent: each would wait a budget),
+     * lost = its connection broke, spent = its retry budget is used up (its requests are
+     * not retried: a batch of n tables would otherwise wait n budgets for a dead server). */
+    uint64_t down[SRV_WORDS] = {0}, lost[SRV_WORDS] = {0}, spent[SRV_WORDS] = {0};
+    char why_down[1024] = ""; /* the first failed reconnect: why the round gave up on a server */
     /* 1. send everything, 2. collect every reply in order; a failed request is not fatal
      * yet when it may be retried */
     int nfail = 0;
     for (int i = 0; i < n; i++) {
-        calls[i].st = send_call(c, &calls[i], deadline);
+        const int sv = calls[i].server, had = c->srv[sv].conn != NULL;
+        if (SRV_BIT(down, sv)) {
+            calls[i].st = fl__err(FL_EREMOTE, "%s was not sent: %s could not be reached", fl__ps_type_name(calls[i].type),
+                                  c->srv[sv].label);
+        } else {
+            calls[i].st = send_call(c, &calls[i], deadline);
+            if (calls[i].st && !had) { /* the reconnect had the retry budget */
+                SRV_SET(down, sv);
+                SRV_SET(spent, sv);
+                if (!why_down[0]) snprintf(why_down, sizeof why_down, "%s", fl_last_error());
+            }
+        }
         if (calls[i].st) nfail++;
     }
     for (int i = 0; i < n; i++) {
@@ -184,19 +205,20 @@ int fl__ps_client_run(fl_ps_client *c, fl__ps_call *calls, int n, uint64_t deadl
         if (calls[i].st) nfail++;
     }
     if (!nfail) return FL_OK;
-    /* 3. retries, one request at a time, while the retry budget lasts; once a server's
-     * budget is spent the run's other requests to it are not retried (a batch of n tables
-     * would otherwise wait n budgets for a dead server) */
+    for (int i = 0; i < n; i++)
+        if (calls[i].st && c->srv[calls[i].server].conn == NULL) SRV_SET(lost, calls[i].server);
+    /* 3. retries, one request at a time, while the server's retry budget lasts */
     char first[1024] = "";
     int first_st = FL_OK;
-    uint64_t spent[(FL_PS_MAX_SERVERS + 63) / 64] = {0};
     for (int i = 0; i < n; i++) {
         fl__ps_call *k = &calls[i];
         if (!k->st) continue;
         /* remote error replies arrive with a live connection: those are answers; a server
-         * that answers nothing, not even heartbeats, would not answer a retry either */
-        int broken = c->srv[k->server].conn == NULL && transport_failure(k->st) && !c->srv[k->server].gone;
-        if (broken && (spent[k->server / 64] >> (k->server % 64) & 1)) broken = 0;
+         * that answers nothing, not even heartbeats, would not answer a retry either.  A
+         * request whose connection broke is retried on the connection an earlier retry of
+         * this round made, if any. */
+        int broken = SRV_BIT(lost, k->server) && transport_failure(k->st) && !c->srv[k->server].gone &&
+                     !SRV_BIT(spent, k->server);
         if (broken && idempotent && c->o.retry_ms >= 0) {
             char orig[1024], why[1024];
             snprintf(orig, sizeof orig, "%s", fl_last_error());
@@ -216,15 +238,18 @@ int fl__ps_client_run(fl_ps_client *c, fl__ps_call *calls, int n, uint64_t deadl
                 nanosleep(&ts, NULL);
                 if (wait_ns < 200000000ull) wait_ns *= 2;
             }
-            if (k->st && c->srv[k->server].conn == NULL) spent[k->server / 64] |= 1ull << (k->server % 64);
-            if (k->st && c->srv[k->server].conn == NULL)
+            if (k->st && c->srv[k->server].conn == NULL) {
+                SRV_SET(spent, k->server);
                 k->st = fl__err(k->st == FL_ETIMEDOUT ? FL_EREMOTE : k->st,
                                 "%s on %s failed: %s; retrying for %d ms did not help (last: %s)",
                                 fl__ps_type_name(k->type), c->srv[k->server].label, orig, c->o.retry_ms, why);
+            }
         }
         if (k->st && !first_st) {
             first_st = k->st;
-            snprintf(first, sizeof first, "%s", fl_last_error());
+            /* a request not retried because its server could not be reached: that is why */
+            const char *msg = !broken && SRV_BIT(down, k->server) && why_down[0] ? why_down : fl_last_error();
+            snprintf(first, sizeof first, "%s", msg);
         }
     }
     if (!first_st) return FL_OK;
