@@ -239,6 +239,8 @@ TEST(dense_many_matches_single_calls)
     CHECK_FAILS(fl_ps_client_pull_dense_many(cl, -1, order, outs), FL_EINVAL, "bad table list");
     int bad[2] = {0, 3};
     CHECK_FAILS(fl_ps_client_pull_dense_many(cl, 2, bad, outs), FL_EINVAL, "'emb' is sparse");
+    int neg[1] = {-1};
+    CHECK_FAILS(fl_ps_client_pull_dense_many(cl, 1, neg, outs), FL_EINVAL, "table -1 outside [0, 4)");
     float *nul[2] = {out[0], NULL};
     CHECK_FAILS(fl_ps_client_pull_dense_many(cl, 2, order, nul), FL_EINVAL, "values of table 2 are NULL");
     CHECK_OK(fl_ps_client_stop(cl));

@@ -393,15 +393,19 @@ void fl_ps_client_free(fl_ps_client *c)
 
 /* ---- control calls ------------------------------------------------------------------------------ */
 
+int fl__ps_client_check_table(const fl_ps_client *c, const char *fn, int table, fl_ps_table_kind kind)
+{
+    if (table < 0 || table >= c->ntables) return fl__err(FL_EINVAL, "%s: table %d outside [0, %d)", fn, table, c->ntables);
+    if ((int)kind >= 0 && c->cfgs[table].kind != kind)
+        return fl__err(FL_EINVAL, "%s: table %d '%s' is %s", fn, table, c->cfgs[table].name,
+                       c->cfgs[table].kind == FL_PS_DENSE ? "dense" : "sparse");
+    return FL_OK;
+}
+
 int fl__ps_client_enter(fl_ps_client *c, const char *fn, int table, fl_ps_table_kind kind)
 {
     if (!c || c->magic != FL_PS_MAGIC_CLIENT) return fl__err(FL_EINVAL, "%s: invalid client handle", fn);
-    if (table >= 0) {
-        if (table >= c->ntables) return fl__err(FL_EINVAL, "%s: table %d outside [0, %d)", fn, table, c->ntables);
-        if ((int)kind >= 0 && c->cfgs[table].kind != kind)
-            return fl__err(FL_EINVAL, "%s: table %d '%s' is %s", fn, table, c->cfgs[table].name,
-                           c->cfgs[table].kind == FL_PS_DENSE ? "dense" : "sparse");
-    }
+    if (table >= 0) FL_CHECK(fl__ps_client_check_table(c, fn, table, kind));
     pthread_mutex_lock(&c->mu);
     if (c->stopped) {
         pthread_mutex_unlock(&c->mu);

@@ -161,12 +161,16 @@ static int dense_call(fl_ps_client *c, int table, dense_op op, float *out, const
 static int enter_many(fl_ps_client *c, const char *fn, int n, const int *tables, const void *const *vals)
 {
     if (n < 0 || (n > 0 && (!tables || !vals))) return fl__err(FL_EINVAL, "%s: bad table list (n %d)", fn, n);
+    FL_CHECK(fl__ps_client_enter(c, fn, -1, -1));
     for (int i = 0; i < n; i++) {
-        if (!vals[i]) return fl__err(FL_EINVAL, "%s: values of table %d are NULL", fn, tables[i]);
-        FL_CHECK(fl__ps_client_enter(c, fn, tables[i], FL_PS_DENSE));
-        pthread_mutex_unlock(&c->mu);
+        int st = vals[i] ? fl__ps_client_check_table(c, fn, tables[i], FL_PS_DENSE)
+                         : fl__err(FL_EINVAL, "%s: values of table %d are NULL", fn, tables[i]);
+        if (st) {
+            pthread_mutex_unlock(&c->mu);
+            return st;
+        }
     }
-    return fl__ps_client_enter(c, fn, -1, -1);
+    return FL_OK;
 }
 
 int fl_ps_client_pull_dense_many(fl_ps_client *c, int n, const int *tables, float *const *outs)

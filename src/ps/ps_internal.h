@@ -523,6 +523,8 @@ int fl__ps_client_calls(fl_ps_client *c, int n);
 /* Deadline of pushes (barrier timeout in sync mode, request timeout otherwise). */
 uint64_t fl__ps_client_push_deadline(const fl_ps_client *c);
 int fl__ps_client_enter(fl_ps_client *c, const char *fn, int table, fl_ps_table_kind kind);
+/* The table check of fl__ps_client_enter alone (kind < 0: any kind). */
+int fl__ps_client_check_table(const fl_ps_client *c, const char *fn, int table, fl_ps_table_kind kind);
 
 /* ---- the server: connections and loop (server.c), requests (service.c, sync.c) ------------- */
 
