@@ -3,8 +3,8 @@
 # (shared memory and TCP paths, bench_allreduce forking its ranks; and the "mpi" backend,
 # bench_allreduce --mode mpi under the same mpirun as the reference) against Open MPI over
 # shared memory (mpirun --mca btl self,vader, bench/peers/mpi_allreduce_ref.c built here with
-# mpicc) and torch.distributed gloo (bench/peers/gloo_allreduce_ref.py, Debian's torch
-# through /usr/bin/python3).
+# mpicc) and torch.distributed gloo (bench/peers/gloo_allreduce_ref.py, the PyTorch of
+# bench/peers.sh's torch_python: PyPI's, in the venv of bench/peer_venv.sh torch).
 #
 # The three run in the same invocation, interleaved (ours - forked shm and TCP, then the mpi
 # backend -, MPI, gloo; the order rotates every round), BENCH_AR_ROUNDS times; the summary
@@ -14,7 +14,7 @@
 # mpirun pins its ranks by default; gloo's are not (torch does not).
 #
 # Environment: BENCH_AR_ROUNDS (default 5), BENCH_AR_SECONDS per size and program (default 0.3),
-# BENCH_AR_SIZES (default "4K 16K 64K 256K 1M 4M 16M 64M"), BENCH_PYTHON (default /usr/bin/python3).
+# BENCH_AR_SIZES (default "4K 16K 64K 256K 1M 4M 16M 64M"), BENCH_PYTHON (the PyTorch peer's python; default the venv of bench/peer_venv.sh torch).
 # Open MPI missing: installed with apt-get when running as root, else the MPI column is n/a.
 # Output: BUILD_DIR/bench/allreduce_peers.raw (every line), BUILD_DIR/bench/allreduce_peers.md.
 set -euo pipefail
@@ -23,7 +23,6 @@ cd "$(dirname "$0")/.."
 rounds=${BENCH_AR_ROUNDS:-5}
 export BENCH_AR_SECONDS=${BENCH_AR_SECONDS:-0.3}
 sizes=${BENCH_AR_SIZES:-"4K 16K 64K 256K 1M 4M 16M 64M"}
-py=${BENCH_PYTHON:-/usr/bin/python3}
 ours="$build/bench/bench_allreduce"
 raw="$build/bench/allreduce_peers.raw"
 md="$build/bench/allreduce_peers.md"
@@ -52,8 +51,10 @@ else
   echo "allreduce_peers.sh: bench_allreduce --mode mpi does not run (no mpirun, or built without MPI); its column is n/a" >&2
 fi
 
+# shellcheck source=bench/peers.sh
+. bench/peers.sh
 have_gloo=1
-"$py" -c 'import torch.distributed' >/dev/null 2>&1 || { have_gloo=0; echo "allreduce_peers.sh: $py cannot import torch; gloo is n/a" >&2; }
+py=$(torch_python "$build") || { have_gloo=0; py=python3; echo "allreduce_peers.sh: no PyTorch (reason above); gloo is n/a" >&2; }
 
 : >"$raw"
 {

@@ -37,7 +37,7 @@
 # CTR_TORCH_MODES ("t2hog t2blas t2omp"), CTR_TORCH_AMP_MODES ("t1 t2omp"), CTR_PADDLE_CONFIGS
 # ("static.f32.1 static.f32.2 dynamic.f32.1.onednn static.bf16.1 static.bf16.2"),
 # CTR_AMP (1: the bf16 runs), CTR_PS (1; 0 skips the parameter-server runs), BENCH_PEERS (paddle,torch: which peers; bench/peers.sh), CTR_PS_EXTRA (strategy KEY=VALUE list; empty: off), CTR_PARSE (1: run bench_data_parse), BENCH_PYTHON
-# (/usr/bin/python3).  About 6 minutes with both peers (3 without).
+# (the PyTorch peer's python; default the venv of bench/peer_venv.sh torch).  About 6 minutes with both peers (3 without).
 # Output: BUILD_DIR/bench/ctr.raw (every line of every run), BUILD_DIR/bench/ctr_summary.md.
 set -euo pipefail
 build=${1:-build}
@@ -55,7 +55,6 @@ amodes=${CTR_TORCH_AMP_MODES:-t1 t2omp}
 pconfigs=${CTR_PADDLE_CONFIGS:-static.f32.1 static.f32.2 dynamic.f32.1.onednn static.bf16.1 static.bf16.2}
 amp=${CTR_AMP:-1}
 psextra=${CTR_PS_EXTRA-a_sync_configs.max_merge_var_num=8 a_sync_configs.min_send_grad_num_before_recv=8}
-py=${BENCH_PYTHON:-/usr/bin/python3}
 bin="$build/bench/bench_ctr"
 gen="$build/tools/fleet-datagen"
 parse="$build/bench/bench_data_parse"
@@ -69,8 +68,7 @@ done
 . bench/peers.sh
 peers_init "$build"
 have_torch=$want_torch
-[ $have_torch = 0 ] || "$py" -c 'import torch, numpy' >/dev/null 2>&1 || { have_torch=0; echo "bench_ctr.sh: $py cannot" \
-  "import torch and numpy (apt-get install python3-torch); the PyTorch columns will be n/a" >&2; }
+py=$py_any
 [ $have_torch = 1 ] || amodes=
 [ -n "$paddle_py" ] || pconfigs=
 [ "$amp" = 1 ] || { amodes=; pconfigs=$(echo "$pconfigs" | tr ' ' '\n' | grep -v '\.bf16\.' | tr '\n' ' ' || true); }

@@ -3,7 +3,7 @@
 # softmax cross-entropy, SGD momentum 0.9 lr 0.01, pixels/255, fixed shuffle seed 0), data-parallel
 # over 2 processes x 1 thread on this machine:
 #   ours     BUILD_DIR/tools/fleetrun --nproc_per_node 2 BUILD_DIR/examples/fmnist/train_mlp --batch B
-#   PyTorch  /usr/bin/python3 bench/fmnist_torch.py --world 2 --batch B  (DDP, gloo over 127.0.0.1)
+#   PyTorch  TORCH_PY bench/fmnist_torch.py --world 2 --batch B  (DDP, gloo over 127.0.0.1)
 #   Paddle   BUILD_DIR/peer-venv/bin/python bench/fmnist_paddle.py --world 2 --batch B  (Paddle 3.x
 #            from PyPI, bench/peer_venv.sh: paddle.DataParallel, gloo over 127.0.0.1, 1 thread per
 #            rank; BENCH_PEERS chooses the peers, bench/peers.sh)
@@ -31,7 +31,7 @@
 # that reads PADDLE_TRAINER_ID, PyTorch through fmnist_torch.py --pin); default: not pinned, as a
 # user would run them.
 #
-# Environment: FMNIST_ROUNDS (3), FMNIST_BATCHES ("32 64"), BENCH_PYTHON (/usr/bin/python3),
+# Environment: FMNIST_ROUNDS (3), FMNIST_BATCHES ("32 64"), BENCH_PYTHON (the PyTorch peer's python; default the venv of bench/peer_venv.sh torch),
 # FMNIST_DIR (default: found with dpkg -L dataset-fashion-mnist), FMNIST_NOISY, FMNIST_RETRIES,
 # FMNIST_BUDGET_S, FMNIST_PIN, FMNIST_TIMEOUT (seconds per run: 180, 600 for the CNN), FMNIST_MODEL (mlp; cnn: examples/fmnist/train_cnn, the LeNet-style
 # CNN, and the peers' --model cnn; its files are fmnist_cnn.raw and fmnist_cnn_summary.md).
@@ -45,7 +45,6 @@ noisy=${FMNIST_NOISY:-0.3}      # other_cpu above this (cores) repeats the run
 retries=${FMNIST_RETRIES:-1}
 budget=${FMNIST_BUDGET_S:-150}  # no repeats after this many seconds
 pin=${FMNIST_PIN:-0}
-py=${BENCH_PYTHON:-/usr/bin/python3}
 fleetrun="$build/tools/fleetrun"
 model=${FMNIST_MODEL:-mlp}
 case $model in mlp|cnn) ;; *) echo "bench_fmnist.sh: FMNIST_MODEL must be mlp or cnn, got '$model'" >&2; exit 2 ;; esac
@@ -68,8 +67,7 @@ export FMNIST_DIR OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 . bench/peers.sh
 peers_init "$build"
 have_torch=$want_torch
-[ $have_torch = 0 ] || "$py" -c 'import torch' >/dev/null 2>&1 || { have_torch=0; echo "bench_fmnist.sh: $py cannot" \
-  "import torch (apt-get install python3-torch); the PyTorch columns will be n/a" >&2; }
+py=$py_any
 mkdir -p "$outdir"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -12,21 +12,22 @@
 #     0.9, lr 0.05 halved every quarter of the run (staircase exponential decay; with a constant
 #     rate the last steps leave batch_norm's moving statistics behind the weights and the test
 #     accuracy of one run varies by 0.2), batch 64, 1 epoch of BENCH_RESNET_STEPS batches (300).
-# Environment: BENCH_ROUNDS, BENCH_RESNET_STEPS, BENCH_PYTHON (default /usr/bin/python3), BENCH_ONLY
+# Environment: BENCH_ROUNDS, BENCH_RESNET_STEPS, BENCH_PYTHON (the PyTorch peer's python; default the venv of bench/peer_venv.sh torch), BENCH_ONLY
 # (space list of deepfm wide_deep resnet).  Output: BUILD_DIR/bench/zoo.raw and a table on stdout.
 set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
 rounds=${BENCH_ROUNDS:-3}
 steps=${BENCH_RESNET_STEPS:-300}
-py=${BENCH_PYTHON:-/usr/bin/python3}
 only=${BENCH_ONLY:-deepfm wide_deep resnet}
 fmnist=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
 lt="$build/tools/fleet-lightning"
 work="$build/bench/zoo"
 raw="$build/bench/zoo.raw"
 [ -x "$lt" ] || { echo "bench_zoo.sh: $lt not built (make all)" >&2; exit 1; }
-"$py" -c 'import torch' 2>/dev/null || { echo "bench_zoo.sh: $py cannot import torch (apt-get install python3-torch)" >&2; exit 1; }
+# shellcheck source=bench/peers.sh
+. bench/peers.sh
+py=$(torch_python "$build") || { echo "bench_zoo.sh: no PyTorch peer (reason above)" >&2; exit 1; }
 mkdir -p "$work"
 : >"$raw"
 [ -f "$work/criteo/planted.json" ] || "$build/tools/fleet-datagen" criteo --rows 100000 --files 4 --test-rows 20000 \

@@ -32,7 +32,7 @@ until --seconds have passed; examples/s = examples / elapsed.  --mode (threads):
            first start), one monotonic clock.
 Both environment variables are set before torch is imported (Debian's torch does its matrix
 products in the system OpenBLAS, which reads OPENBLAS_NUM_THREADS at load time).
-Prints 'R<TAB>key<TAB>value<TAB>unit' lines and '#' lines (OpenBLAS core name through ctypes).
+Prints 'R<TAB>key<TAB>value<TAB>unit' lines and '#' lines (the BLAS torch runs on: bench/torch_blas.py).
 """
 import os
 import sys
@@ -51,29 +51,11 @@ os.environ["OMP_NUM_THREADS"] = MODES[_mode][0]
 os.environ["OPENBLAS_NUM_THREADS"] = MODES[_mode][1]
 
 import argparse  # noqa: E402
-import ctypes  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 from ctr_data import DIM, load, sys_busy_s  # noqa: E402
-
-
-def blas_info():
-    libs = set()
-    with open("/proc/self/maps") as f:
-        for line in f:
-            path = line.split()[-1]
-            if "blas" in os.path.basename(path) and path.startswith("/"):
-                libs.add(path)
-    for path in sorted(libs):
-        try:
-            lib = ctypes.CDLL(path)
-            lib.openblas_get_corename.restype = ctypes.c_char_p
-            return lib.openblas_get_corename().decode(), lib.openblas_get_num_threads(), path
-        except (OSError, AttributeError):
-            continue
-    return "(no OpenBLAS found in the process)", 0, ""
 
 
 def make_model(torch, nn):
@@ -172,10 +154,10 @@ def main():
     torch.manual_seed(0)
     tt = lambda z: tuple(torch.from_numpy(np.ascontiguousarray(x)) for x in z)  # noqa: E731
     train, warm = tt(train_np), tt(warm_np)
-    core, nthr, path = blas_info()
-    print("# torch %s ctr %s: OpenBLAS core %s, %d thread(s) (%s), OPENBLAS_CORETYPE=%s, OPENBLAS_NUM_THREADS=%s, "
+    from torch_blas import blas_desc
+    print("# torch %s ctr %s: %s, OPENBLAS_CORETYPE=%s, OPENBLAS_NUM_THREADS=%s, "
           "OMP_NUM_THREADS=%s, torch threads %d, %d process(es); %d train rows (data ready in %.2f s, not timed); "
-          "optimizer %s lr %g; %s; oneDNN (mkldnn) %s" % (torch.__version__, a.mode, core, nthr, path,
+          "optimizer %s lr %g; %s; oneDNN (mkldnn) %s" % (torch.__version__, a.mode, blas_desc(torch),
                                   os.environ.get("OPENBLAS_CORETYPE", "(unset: auto-detect)"), blas, omp,
                                   torch.get_num_threads(), procs, len(train[2]), tload, a.optimizer, a.lr,
                                   "autocast bf16" if a.amp else "float32", torch.backends.mkldnn.is_available()), flush=True)

@@ -18,7 +18,7 @@ usage: /usr/bin/python3 bench/fmnist_torch.py [--model mlp|cnn] [--world 2] [--b
   (data loading excluded); test accuracy on the 10,000 test images, by rank 0.
 Prints the same epoch line as train_mlp:
   epoch E/N: loss L  samples/s S  time T s  test_acc A% (C/10000)  [W trainers x batch B]
-and a '#' line with the OpenBLAS core name and thread count torch's BLAS library reports, torch's CPU
+and a '#' line with the BLAS torch's products run on (bench/torch_blas.py), torch's CPU
 capability (the ISA of its own vector kernels) and whether its oneDNN is available.
 """
 import os
@@ -34,7 +34,6 @@ if "--multiprocessing-fork" not in sys.argv:
     os.environ["OPENBLAS_NUM_THREADS"] = _arg("--blas-threads", "1")
 
 import argparse  # noqa: E402
-import ctypes  # noqa: E402
 import socket  # noqa: E402
 import time  # noqa: E402
 
@@ -45,24 +44,6 @@ import torch.multiprocessing as mp  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
-
-
-def blas_info():
-    """Core name and thread count of the OpenBLAS mapped into this process."""
-    libs = set()
-    with open("/proc/self/maps") as f:
-        for line in f:
-            path = line.split()[-1]
-            if "blas" in os.path.basename(path) and path.startswith("/"):
-                libs.add(path)
-    for path in sorted(libs):
-        try:
-            lib = ctypes.CDLL(path)
-            lib.openblas_get_corename.restype = ctypes.c_char_p
-            return lib.openblas_get_corename().decode(), lib.openblas_get_num_threads(), path
-        except (OSError, AttributeError):
-            continue
-    return "(no OpenBLAS found in the process)", 0, ""
 
 
 def load_split(d, prefix):
@@ -101,11 +82,11 @@ def run(rank, world, port, args):
         return t.item()
 
     if rank == 0:
-        core, nthr, lib = blas_info()
+        from torch_blas import blas_desc
         cap = [ln.split(":", 1)[1].strip() for ln in torch.__config__.show().splitlines() if "CPU capability" in ln]
-        print("# torch %s, OpenBLAS core %s, %d BLAS thread(s) (%s); OMP_NUM_THREADS=%s torch threads=%d; "
+        print("# torch %s, %s; OMP_NUM_THREADS=%s torch threads=%d; "
               "CPU capability %s; oneDNN %s; data loaded in %.2f s"
-              % (torch.__version__, core, nthr, lib, os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads(),
+              % (torch.__version__, blas_desc(torch), os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads(),
                  cap[0] if cap else "?", "enabled" if torch.backends.mkldnn.is_available() else "not available",
                  t_load), flush=True)
     for ep in range(args.epochs):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench/run.sh BUILD_DIR - the `make bench` benchmarks: Fleet's executor against PyTorch (Debian's
-# torch 1.13 through /usr/bin/python3) and against bare OpenBLAS sgemm.  See bench/README.md.
+# bench/run.sh BUILD_DIR - the `make bench` benchmarks: Fleet's executor against PyTorch (PyPI's, in
+# the venv of bench/peer_venv.sh torch, or BENCH_PYTHON's) and against bare OpenBLAS sgemm.  See bench/README.md.
 #
 #   1. quick-start MLP training, batch 128, steps/s: ours vs PyTorch (OMP_NUM_THREADS=1 with
 #      OPENBLAS_NUM_THREADS=2, the fastest single-process PyTorch configuration on a quiet machine,
@@ -23,7 +23,7 @@
 # others; the summary adds ours against Paddle's fastest configuration.
 #
 # Environment: BENCH_ROUNDS (default 5), BENCH_SECONDS per timed run (default 1.5),
-# BENCH_PYTHON (default /usr/bin/python3), BENCH_ONLY (space list of mlp fc fcfwd),
+# BENCH_PYTHON (the PyTorch peer's python; default the venv of bench/peer_venv.sh torch), BENCH_ONLY (space list of mlp fc fcfwd),
 # BENCH_PEERS (paddle,torch: which peers run, bench/peers.sh), BENCH_FMNIST_MODELS (mlp; "mlp cnn"
 # adds the Fashion-MNIST CNN), BENCH_ALLREDUCE=0 skips
 # bench/allreduce_peers.sh.
@@ -36,7 +36,6 @@ build=${1:-build}
 cd "$(dirname "$0")/.."
 rounds=${BENCH_ROUNDS:-5}
 secs=${BENCH_SECONDS:-1.5}
-py=${BENCH_PYTHON:-/usr/bin/python3}
 only=${BENCH_ONLY:-mlp fc fcfwd}
 bin="$build/bench/bench_train"
 raw="$build/bench/results.raw"
@@ -46,10 +45,7 @@ raw="$build/bench/results.raw"
 . bench/peers.sh
 peers_init "$build"
 have_torch=$want_torch
-if [ $have_torch = 1 ] && ! "$py" -c 'import torch' >/dev/null 2>&1; then
-  have_torch=0
-  echo "bench/run.sh: $py cannot import torch (apt-get install python3-torch); PyTorch columns will be n/a" >&2
-fi
+py=$py_any
 sumpy=$py
 "$sumpy" -c 'pass' 2>/dev/null || sumpy=python3
 

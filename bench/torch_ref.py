@@ -11,8 +11,8 @@ its matrix products in OpenBLAS, which reads OPENBLAS_NUM_THREADS at load time (
 shared/peers/RESULTS.md caveat 2: OMP 1 + OpenBLAS 2 is the fastest single-process configuration).
 Data: a pool of 32 batches generated before timing, cycled through.  Each measurement runs --warmup
 steps, then whole steps until --seconds have passed.  Prints 'R<TAB>key<TAB>value<TAB>unit' lines and a
-'#' line with the OpenBLAS core name that torch's BLAS library reports (read through ctypes from the
-library actually mapped into this process).
+'#' line naming the BLAS torch's products run on (bench/torch_blas.py: the OpenBLAS core mapped into
+this process, or the MKL that PyPI's torch links in).
 """
 import os
 import sys
@@ -26,33 +26,12 @@ os.environ["OMP_NUM_THREADS"] = _arg("--threads", "1")
 os.environ["OPENBLAS_NUM_THREADS"] = _arg("--blas-threads", "2")
 
 import argparse  # noqa: E402
-import ctypes  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 POOL = 32
-
-
-def blas_info():
-    """Core name and thread count of the OpenBLAS that torch's matmuls run in."""
-    libs = set()
-    with open("/proc/self/maps") as f:
-        for line in f:
-            path = line.split()[-1]
-            if "blas" in os.path.basename(path) and path.startswith("/"):
-                libs.add(path)
-    for path in sorted(libs):
-        try:
-            lib = ctypes.CDLL(path)
-            lib.openblas_get_corename.restype = ctypes.c_char_p
-            lib.openblas_get_config.restype = ctypes.c_char_p
-            return (lib.openblas_get_corename().decode(), lib.openblas_get_num_threads(),
-                    lib.openblas_get_config().decode(), path)
-        except (OSError, AttributeError):
-            continue
-    return ("(no OpenBLAS found in the process)", 0, "", "")
 
 
 def sys_busy_s():
@@ -91,11 +70,11 @@ def main():
     xs = [torch.rand(batch, width, generator=g) * 2 - 1 for _ in range(POOL)]
     ys = [torch.randint(0, 2, (batch,), generator=g) for _ in range(POOL)]
     net = build(a.mode)
-    core, nthr, config, path = blas_info()
-    print("# torch %s bench %s: batch %d, OpenBLAS core %s, %d thread(s) (%s), OPENBLAS_CORETYPE=%s, "
-          "OPENBLAS_NUM_THREADS=%s, OMP_NUM_THREADS=%s, torch threads %d; config: %s" % (
-              torch.__version__, a.mode, batch, core, nthr, path, os.environ.get("OPENBLAS_CORETYPE", "(unset: auto-detect)"),
-              os.environ["OPENBLAS_NUM_THREADS"], os.environ["OMP_NUM_THREADS"], torch.get_num_threads(), config),
+    from torch_blas import blas_desc
+    print("# torch %s bench %s: batch %d, %s, OPENBLAS_CORETYPE=%s, "
+          "OPENBLAS_NUM_THREADS=%s, OMP_NUM_THREADS=%s, torch threads %d" % (
+              torch.__version__, a.mode, batch, blas_desc(torch), os.environ.get("OPENBLAS_CORETYPE", "(unset: auto-detect)"),
+              os.environ["OPENBLAS_NUM_THREADS"], os.environ["OMP_NUM_THREADS"], torch.get_num_threads()),
           flush=True)
     key = "torch.%s.b%d.omp%d.blas%d%s" % (a.mode, batch, a.threads, a.blas_threads, a.tag)
 

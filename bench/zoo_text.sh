@@ -12,21 +12,21 @@
 #   PyTorch  bench/zoo_text_torch.py: the same networks, initial distributions, optimizers,
 #            batches and order; examples/s of the training loop only (data parsed before)
 # ZOO_ROUNDS rounds (3), interleaved (ours, PyTorch; the order reverses every round); the
-# summary gives medians and the ratio of medians.  BENCH_PYTHON (/usr/bin/python3).
+# summary gives medians and the ratio of medians.  BENCH_PYTHON (the PyTorch peer's python; default the venv of bench/peer_venv.sh torch).
 # Output: BUILD_DIR/bench/zoo_text.raw and BUILD_DIR/bench/zoo_text_summary.md.  About 2 minutes.
 set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
 rounds=${ZOO_ROUNDS:-3}
-py=${BENCH_PYTHON:-/usr/bin/python3}
 gen="$build/tools/fleet-datagen"
 sim="$build/examples/simnet/train"
 w2v="$build/examples/word2vec/train"
 for f in "$gen" "$sim" "$w2v"; do
   [ -x "$f" ] || { echo "zoo_text.sh: $f not built (run: make BUILD=$build all)" >&2; exit 1; }
 done
-"$py" -c 'import torch, numpy' >/dev/null 2>&1 || { echo "zoo_text.sh: $py cannot import torch and numpy" \
-  "(apt-get install python3-torch)" >&2; exit 1; }
+# shellcheck source=bench/peers.sh
+. bench/peers.sh
+py=$(torch_python "$build") || { echo "zoo_text.sh: no PyTorch peer (reason above)" >&2; exit 1; }
 outdir="$build/bench"
 mkdir -p "$outdir"
 raw="$outdir/zoo_text.raw"

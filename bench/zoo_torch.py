@@ -7,7 +7,7 @@ usage: /usr/bin/python3 bench/zoo_torch.py --model deepfm|wide_deep --data DIR [
            [--batch 64] [--epochs 1] [--max_steps 0] [--lr 0.05] [--momentum 0.9]
 
 CTR models (DIR/train, DIR/test of fleet-datagen criteo, parsed and hashed into --dim rows as
-Fleet's reader does, through bench/ctr_torch.py's parser): tables "SparseFeatFactors" [dim, emb]
+Fleet's reader does, through bench/ctr_data.py's parser): tables "SparseFeatFactors" [dim, emb]
 and "FirstOrderWeights" [dim, 1] (truncated normal 0.1, sparse gradients), one id per slot and
 row; first order = sum of the 26 weights + Linear(13, 1); DeepFM adds the FM term
 0.5 * sum((sum v)^2 - sum v^2); the DNN is Linear+ReLU over concat(26 embeddings, dense) then
@@ -92,10 +92,10 @@ class Ctr(nn.Module):
 
 
 def run_ctr(a):
-    import ctr_torch
-    ctr_torch.DIM = a.dim
-    tr = ctr_torch.parse_files(ctr_torch.files_of(a.data, "train"))
-    te = ctr_torch.parse_files(ctr_torch.files_of(a.data, "test"))
+    import ctr_data
+    ctr_data.DIM = a.dim
+    tr = ctr_data.parse_files(ctr_data.files_of(a.data, "train"))
+    te = ctr_data.parse_files(ctr_data.files_of(a.data, "test"))
     torch.manual_seed(a.seed)
     net = Ctr(a.dim, a.emb, [int(h) for h in a.hidden.split(",") if h], a.model == "deepfm")
     sparse = [net.v.weight, net.w.weight]

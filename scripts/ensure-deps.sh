@@ -14,7 +14,8 @@
 #          outside project finds the installed library with find_package(Fleet)) and
 #          python3-venv (the Python package is tested in a virtual environment with NumPy
 #          and pytest from PyPI)
-#   bench: build + python3-torch, python3-numpy, Open MPI (the reference runs) and
+#   bench: build + python3-venv, python3-numpy (the PyTorch and Paddle peers live in virtual
+#          environments the benchmarks make from PyPI), Open MPI (the reference runs) and
 #          dataset-fashion-mnist (the data-parallel benchmark), gnuplot-nox (bench/ps_scale.sh)
 #   cluster: build + what tests/cluster needs: iproute2 (namespaces, veth, bridge, tc),
 #          Slurm (slurmctld, slurmd, slurm-client) with munge, Open MPI (mpirun, mpicc) and
@@ -25,7 +26,7 @@ pkgs=(gcc make libc6-dev libopenblas-dev libssl-dev libcjson-dev libdnnl-dev lib
 case "$profile" in
   build) ;;
   test) pkgs+=(python3 python3-numpy python3-venv clang libclang-rt-dev openmpi-bin libopenmpi-dev cmake) ;;
-  bench) pkgs+=(python3 python3-numpy python3-torch openmpi-bin libopenmpi-dev dataset-fashion-mnist gnuplot-nox) ;;
+  bench) pkgs+=(python3 python3-numpy python3-venv openmpi-bin libopenmpi-dev dataset-fashion-mnist gnuplot-nox) ;;
   cluster) pkgs+=(python3 iproute2 procps slurmctld slurmd slurm-client munge openmpi-bin libopenmpi-dev dataset-fashion-mnist) ;;
   *) echo "ensure-deps.sh: unknown profile '$profile' (expected build, test, bench or cluster)" >&2; exit 2 ;;
 esac

@@ -4,7 +4,7 @@
  * and the final parameters are compared with PyTorch (torch 1.13, float32 and float64 runs).
  *
  * The reference numbers come from the tests/ref dumps (*.ref files), written by tests/ref/make_reference.py
- * (regenerate: /usr/bin/python3 tests/ref/make_reference.py; see tests/ref/README.md).  This test
+ * (regenerate: see tests/ref/README.md).  This test
  * needs no Python: the dumps are parsed here with libc only.  Format ("FLREF 1"): a line
  * "FLREF 1", then per tensor a line "NAME DTYPE NDIM D0 D1 ..." (DTYPE f32/f64/i64) followed by
  * the raw little-endian data, and a closing line "end".

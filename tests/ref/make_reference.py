@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Generates the PyTorch reference dumps that tests/test_reference.c checks Fleet against.
 
-usage: /usr/bin/python3 tests/ref/make_reference.py [OUTDIR]     (default: tests/ref)
+usage: PYTHON tests/ref/make_reference.py [OUTDIR]     (default: tests/ref)
 
-Needs Debian's python3-torch (torch 1.13) and python3-numpy; use /usr/bin/python3.
+PYTHON: one with torch and numpy, e.g. $(bench/peer_venv.sh build torch) (tests/ref/README.md).
 Writes (all deterministic: seeded numpy PCG64, one OpenBLAS thread):
   mlp.ref        quick-start MLP  x[32] -> fc128 tanh -> fc128 tanh -> fc2 softmax -> cross_entropy
                  -> mean, SGD lr 0.01, batch 16, 5 steps: initial parameters, the 5 input batches, the
