@@ -105,6 +105,15 @@ TEST(amp_casts_are_in_the_program_text)
     fl_opt_free(o);
     fl_var *g = fl_prog_var(p, "fc_0.w_0@GRAD");
     CHECK(g != NULL && fl_var_dtype(g) == FL_FLOAT32);
+    /* the backward program casts nothing back: each mul_grad writes the float32 gradients
+     * of the weights and activations itself (before, 5 casts copied them) */
+    int casts = 0;
+    for (int i = 0; i < fl_prog_num_ops(p); i++) casts += !strcmp(fl_prog_op_type(p, i), "cast");
+    CHECK_EQ_INT(casts, 6);
+    CHECK_OK(fl_prog_to_text(p, &text, &len));
+    CHECK_STR_HAS(text, "Y@GRAD=fc_0.w_0@GRAD");
+    CHECK_STR_HAS(text, "X@GRAD=fc_1.tmp_0@GRAD");
+    free(text);
     CHECK_FAILS(fl_amp_decorate(p, NULL), FL_EINVAL, "decorate before fl_opt_minimize");
     fl_prog_free(p);
 }

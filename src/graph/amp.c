@@ -61,14 +61,52 @@ static int run_cast(fl_kctx *c)
     return fl__tensor_share_lod(o, x);
 }
 
+/* The gradient ops of the products: they write every gradient in float32, whatever the
+ * dtype its variable declares (mul_grad, matmul_grad, conv2d_grad). */
+static int writes_f32_grads(const fl_op *op)
+{
+    const char *t = op->def->type;
+    return !strcmp(t, "mul_grad") || !strcmp(t, "matmul_grad") || !strcmp(t, "conv2d_grad");
+}
+
+/* Makes the op that wrote v write `to` instead, when that op is a product's gradient and the
+ * only op that touches v so far (v is the gradient of a cast's output: nothing else reads
+ * it).  Returns 1 when done, 0 when the pattern does not hold. */
+static int retarget_grad(fl_prog *p, const fl_var *v, fl_var *to)
+{
+    fl_op *w = NULL;
+    int ws = 0, wk = 0;
+    for (int i = 0; i < p->nops; i++) {
+        fl_op *o = p->ops[i];
+        if (o->cond == v) return 0;
+        for (int s = 0; s < FL_OP_MAX_SLOTS; s++) {
+            for (int k = 0; k < o->in[s].n; k++)
+                if (o->in[s].vars[k] == v) return 0;
+            for (int k = 0; k < o->out[s].n; k++)
+                if (o->out[s].vars[k] == v) {
+                    if (w) return 0;
+                    w = o, ws = s, wk = k;
+                }
+        }
+    }
+    if (!w || !writes_f32_grads(w)) return 0;
+    w->out[ws].vars[wk] = to;
+    p->version++;
+    return 1;
+}
+
 /* d(cast)/dx: the output's gradient cast to float32: the input is float32, or a low-precision
  * activation (level O2's cast to float32 in front of a black-list op) whose gradient stays
- * float32, as every activation gradient does (the products' gradient kernels write float32). */
+ * float32, as every activation gradient does (the products' gradient kernels write float32).
+ * For a float32 input whose output feeds a product (level O1's casts of inputs and weights),
+ * that cast would be a float32 copy of the product's gradient: the product's gradient op
+ * writes the input's gradient variable directly instead, and no cast op is added. */
 static int grad_cast(fl_op *op, fl_grad_ctx *g)
 {
     fl_var *x = op->in[0].vars[0], *dout = fl__grad_of(g, op->out[0].vars[0]);
     fl_var *dx = dout ? fl__grad_for(g, x) : NULL;
     if (!dx) return FL_OK;
+    if (x->dtype == FL_FLOAT32 && !dout->persistable && retarget_grad(op->prog, dout, dx)) return FL_OK;
     fl_io in = FL_IO1("X", dout), out = FL_IO1("Out", dx);
     fl_op *gop = fl__op_new(op->prog, "cast", &in, 1, &out, 1);
     if (!gop) return fl_prog_status(op->prog);
