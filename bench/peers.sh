@@ -10,7 +10,8 @@
 #                          set (e.g. /usr/bin/python3 for Debian's python3-torch), else the
 #                          PyPI venv that bench/peer_venv.sh makes in BUILD_DIR/torch-venv once;
 #                          want_torch is 0 when that python cannot import torch (reason on stderr).
-#                          py_any is a python for the scripts' own summaries (torch_py or python3)
+#                          py_any: a python with numpy for the scripts' data preparation and
+#                          summaries (torch_py, else paddle_py, else Debian's /usr/bin/python3)
 #   torch_python BUILD_DIR prints that python alone (for scripts whose only peer is PyTorch)
 #   paddle_header          one line naming what Paddle runs on (version, MKL / oneDNN flags, the
 #                          ISA oneDNN dispatches to, the CPU flags), for the raw file's header
@@ -35,13 +36,13 @@ peers_init() {
       echo "bench: no PyTorch peer (reason above); the PyTorch columns will be n/a" >&2
     }
   fi
-  py_any=${torch_py:-python3}
   if [ $want_paddle = 1 ]; then
     paddle_py=$(bench/peer_venv.sh "$build") || {
       paddle_py=
       echo "bench: no Paddle peer (bench/peer_venv.sh failed, reason above); the Paddle columns will be n/a" >&2
     }
   fi
+  py_any=${torch_py:-${paddle_py:-/usr/bin/python3}}
   return 0
 }
 
