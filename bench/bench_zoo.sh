@@ -12,14 +12,14 @@
 #     0.9, lr 0.05 halved every quarter of the run (staircase exponential decay; with a constant
 #     rate the last steps leave batch_norm's moving statistics behind the weights and the test
 #     accuracy of one run varies by 0.2), batch 64, 1 epoch of BENCH_RESNET_STEPS batches (300).
-# Environment: BENCH_ROUNDS, BENCH_RESNET_STEPS, BENCH_PYTHON (the PyTorch peer's python; default the venv of bench/peer_venv.sh torch), BENCH_ONLY
+# Environment: BENCH_ROUNDS, BENCH_RESNET_STEPS, BENCH_PYTHON (the PyTorch peer's python; default the venv of bench/peer_venv.sh torch), ZOO_ONLY
 # (space list of deepfm wide_deep resnet).  Output: BUILD_DIR/bench/zoo.raw and a table on stdout.
 set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
 rounds=${BENCH_ROUNDS:-3}
 steps=${BENCH_RESNET_STEPS:-300}
-only=${BENCH_ONLY:-deepfm wide_deep resnet}
+only=${ZOO_ONLY:-deepfm wide_deep resnet}
 fmnist=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
 lt="$build/tools/fleet-lightning"
 work="$build/bench/zoo"
