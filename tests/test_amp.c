@@ -114,6 +114,9 @@ TEST(amp_casts_are_in_the_program_text)
     CHECK_STR_HAS(text, "Y@GRAD=fc_0.w_0@GRAD");
     CHECK_STR_HAS(text, "X@GRAD=fc_1.tmp_0@GRAD");
     free(text);
+    /* nor declares the gradients of the casts' outputs, which nothing writes now */
+    CHECK(fl_prog_var(p, "fc_0.w_0.cast_bf16@GRAD") == NULL);
+    CHECK(fl_prog_var(p, "fc_0.tmp_0.cast_bf16@GRAD") == NULL);
     CHECK_FAILS(fl_amp_decorate(p, NULL), FL_EINVAL, "decorate before fl_opt_minimize");
     fl_prog_free(p);
 }

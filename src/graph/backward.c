@@ -95,6 +95,28 @@ fl_var *fl__grad_for(fl_grad_ctx *g, fl_var *v)
     return gv;
 }
 
+/* Variables made by the backward pass (index >= nfwd) that no op reads or writes, e.g. the
+ * gradient of an AMP cast's output once the product's gradient op writes the input's
+ * gradient itself (amp.c): removed, so that the program declares only what runs. */
+static int drop_unused(fl_prog *p, int nfwd)
+{
+    char *used = calloc((size_t)p->nvars + 1, 1);
+    if (!used) return fl__prog_error(p, FL_ENOMEM, "out of memory");
+    for (int i = 0; i < p->nops; i++) {
+        const fl_op *op = p->ops[i];
+        if (op->cond) used[op->cond->idx] = 1;
+        for (int s = 0; s < FL_OP_MAX_SLOTS; s++) {
+            for (int k = 0; k < op->in[s].n; k++) used[op->in[s].vars[k]->idx] = 1;
+            for (int k = 0; k < op->out[s].n; k++) used[op->out[s].vars[k]->idx] = 1;
+        }
+    }
+    int st = FL_OK;
+    for (int i = p->nvars - 1; i >= nfwd && st == FL_OK; i--)
+        if (!used[i] && !p->vars[i]->persistable) st = fl__prog_remove_var(p, p->vars[i]);
+    free(used);
+    return st;
+}
+
 int fl__grad_append(fl_op *op, const char *type, const fl_io *in, int nin, const fl_io *out, int nout)
 {
     fl_op *go = fl__op_new(op->prog, type, in, nin, out, nout);
@@ -216,6 +238,7 @@ static int append_backward(fl_var *loss, const char *const *no_grad, int n_no_gr
         out[nout].grad = gv;
         nout++;
     }
+    FL_CHECK_GOTO(drop_unused(p, g.nfwd), st, done);
 done:
     fl__prog_set_role(p, FL_ROLE_FORWARD);
     fl__recompute_free(rc);
