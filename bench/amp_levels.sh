@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# bench/amp_levels.sh [BUILD_DIR] - CTR-DNN training (bench_ctr local, one thread) in float32,
+# bench/amp_levels.sh [BUILD_DIR] - CTR-DNN training (bench_ctr local) in float32,
 # AMP level O1 (--amp 1) and level O2 (--amp 1 --amp-level 2), bfloat16, on fleet-datagen
 # data.  Each round runs the three back to back, the order rotating every round (AMP_ROUNDS
 # rounds); the summary gives medians (min-max) of examples/s and the ratios of medians, and
 # each level's last loss (sum over the last batch of its last run: a sanity check that it
 # trains, not a comparison, since the runs do different numbers of passes).
 #
-# Environment: AMP_ROUNDS (5), AMP_SECONDS (1.0) per run, AMP_ROWS (60000), AMP_BATCH (512).
+# Environment: AMP_ROUNDS (5), AMP_SECONDS (1.0) per run, AMP_ROWS (60000), AMP_BATCH (512),
+# AMP_THREADS (1: Hogwild trainer threads; each reads its own of the 2 data files).
 # Output: the summary on stdout; every line of every run in BUILD_DIR/bench/amp_levels.raw.
 set -euo pipefail
 build=${1:-build}
@@ -15,6 +16,8 @@ rounds=${AMP_ROUNDS:-5}
 secs=${AMP_SECONDS:-1.0}
 rows=${AMP_ROWS:-60000}
 batch=${AMP_BATCH:-512}
+threads=${AMP_THREADS:-1}
+case $threads in 1|2) ;; *) echo "amp_levels.sh: AMP_THREADS must be 1 or 2, got '$threads'" >&2; exit 2 ;; esac
 ctr="$build/bench/bench_ctr"
 gen="$build/tools/fleet-datagen"
 for f in "$ctr" "$gen"; do
@@ -34,14 +37,14 @@ for ((r = 0; r < rounds; r++)); do
   for ((k = 0; k < 3; k++)); do
     i=$(((k + r) % 3))
     # shellcheck disable=SC2086
-    out=$("$ctr" local --data "$tmp/data" --files 1 --batches "$batch" --threads 1 --seconds "$secs" ${flags[$i]})
+    out=$("$ctr" local --data "$tmp/data" --files "$threads" --batches "$batch" --threads "$threads" --seconds "$secs" ${flags[$i]})
     echo "$out" | sed "s/^/${names[$i]} r$r: /" >>"$raw"
     rate=$(echo "$out" | awk -F'\t' '$2 ~ /\.ex_per_s$/ {print $3}')
     loss=$(echo "$out" | sed -n 's/.*last loss (sum over the batch) \([0-9.]*\).*/\1/p')
     echo "${names[$i]} $rate $loss" >>"$tmp/rates"
   done
 done
-echo "# CTR-DNN, batch $batch, 1 thread, bfloat16 AMP, $rounds rounds of ${secs}s, examples/s"
+echo "# CTR-DNN, batch $batch, $threads thread(s), bfloat16 AMP, $rounds rounds of ${secs}s, examples/s"
 awk '
   { v[$1] = v[$1] " " $2; l[$1] = $3 }
   function med(s,   a, n, i, j, t) {
