@@ -266,6 +266,8 @@ FL_API fleet_t *fleet_init(fleet_role *role, const fleet_strategy *strategy);
 FL_API fleet_t *fleet_init_collective(fleet_role *role, const fleet_strategy *strategy);
 FL_API void fleet_free(fleet_t *f);
 
+/* The queries below set fl_last_error() for a NULL or freed handle; the predicates then
+ * return 0, the counts and indices FL_EINVAL, the strings and the strategy NULL. */
 FL_API int fleet_is_collective(const fleet_t *f);
 /* 1 when running distributed (more than one process or any server). */
 FL_API int fleet_is_distributed(const fleet_t *f);

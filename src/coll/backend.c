@@ -96,11 +96,18 @@ int fl__coll_backend_setup(fl_coll *c, const fl__coll_backend *named, uint32_t u
 
 const char *fl_coll_backend_name(const fl_coll *c)
 {
-    if (!c || c->magic != FL_COLL_MAGIC) return NULL;
+    if (!c || c->magic != FL_COLL_MAGIC) {
+        fl__err_handle(c, "fl_coll_backend_name: communicator is NULL or invalid");
+        return NULL;
+    }
     return c->backend ? c->backend->name : "self";
 }
 
 int fl_coll_uses_shm(const fl_coll *c)
 {
-    return c && c->magic == FL_COLL_MAGIC && c->size > 1 && c->backend == &fl__coll_backend_shm;
+    if (!c || c->magic != FL_COLL_MAGIC) {
+        fl__err_handle(c, "fl_coll_uses_shm: communicator is NULL or invalid");
+        return 0;
+    }
+    return c->size > 1 && c->backend == &fl__coll_backend_shm;
 }

@@ -255,10 +255,21 @@ static int parse_ar_dtype(const fl_coll_opts *o, fl_dtype *out)
 
 uint64_t fl_coll_bytes_sent(const fl_coll *c)
 {
-    return c && c->magic == FL_COLL_MAGIC ? atomic_load(&((fl_coll *)c)->bytes_sent) : 0;
+    if (!c || c->magic != FL_COLL_MAGIC) {
+        fl__err_handle(c, "fl_coll_bytes_sent: communicator is NULL or invalid");
+        return 0;
+    }
+    return atomic_load(&((fl_coll *)c)->bytes_sent);
 }
 
-fl_dtype fl_coll_allreduce_dtype(const fl_coll *c) { return c && c->magic == FL_COLL_MAGIC ? c->ar_dtype : FL_FLOAT32; }
+fl_dtype fl_coll_allreduce_dtype(const fl_coll *c)
+{
+    if (!c || c->magic != FL_COLL_MAGIC) {
+        fl__err_handle(c, "fl_coll_allreduce_dtype: communicator is NULL or invalid");
+        return FL_FLOAT32;
+    }
+    return c->ar_dtype;
+}
 
 int fl_coll_create(const fl_coll_opts *o, fl_coll **out)
 {
@@ -386,5 +397,11 @@ void fl_coll_free(fl_coll *c)
     free(c);
 }
 
-int fl_coll_rank(const fl_coll *c) { return c && c->magic == FL_COLL_MAGIC ? c->rank : -1; }
-int fl_coll_size(const fl_coll *c) { return c && c->magic == FL_COLL_MAGIC ? c->size : -1; }
+int fl_coll_rank(const fl_coll *c)
+{
+    return c && c->magic == FL_COLL_MAGIC ? c->rank : fl__err_handle(c, "fl_coll_rank: communicator is NULL or invalid");
+}
+int fl_coll_size(const fl_coll *c)
+{
+    return c && c->magic == FL_COLL_MAGIC ? c->size : fl__err_handle(c, "fl_coll_size: communicator is NULL or invalid");
+}

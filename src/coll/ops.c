@@ -17,6 +17,7 @@ const char *fl_coll_op_name(fl_coll_op op) { return (unsigned)op < FL_COLL_OP_CO
 
 int fl_coll_op_parse(const char *name, fl_coll_op *out)
 {
+    if (!name || !out) return fl__err(FL_EINVAL, "fl_coll_op_parse: name or out is NULL");
     for (int i = 0; name && i < FL_COLL_OP_COUNT; i++)
         if (!strcasecmp(name, op_names[i])) {
             *out = (fl_coll_op)i;

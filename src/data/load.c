@@ -184,7 +184,10 @@ void fl_dataset_release_memory(fl_dataset *ds)
 
 int64_t fl_dataset_get_memory_data_size(const fl_dataset *ds)
 {
-    if (!ds || ds->magic != FL_DATASET_MAGIC) return 0;
+    if (!ds || ds->magic != FL_DATASET_MAGIC) {
+        fl__err_handle(ds, "fl_dataset_get_memory_data_size: dataset is NULL or invalid");
+        return 0;
+    }
     fl_dataset *m = (fl_dataset *)ds; /* the mutex only; a preload may be appending */
     pthread_mutex_lock(&m->mu);
     int64_t n = (int64_t)ds->store.nrec;

@@ -164,15 +164,22 @@ void fl_data_batch_free(fl_data_batch *b)
     free(b);
 }
 
-int fl_data_batch_size(const fl_data_batch *b) { return b && b->magic == FL_BATCH_MAGIC ? b->size : 0; }
-int fl_data_batch_num_slots(const fl_data_batch *b) { return b && b->magic == FL_BATCH_MAGIC ? b->nslots : 0; }
+/* The batch queries: a NULL or freed batch sets the error and answers 0 or NULL. */
+static int batch_ok(const fl_data_batch *b, const char *fn)
+{
+    if (b && b->magic == FL_BATCH_MAGIC) return 1;
+    fl__err_handle(b, "%s: batch is NULL or invalid", fn);
+    return 0;
+}
+int fl_data_batch_size(const fl_data_batch *b) { return batch_ok(b, "fl_data_batch_size") ? b->size : 0; }
+int fl_data_batch_num_slots(const fl_data_batch *b) { return batch_ok(b, "fl_data_batch_num_slots") ? b->nslots : 0; }
 const char *fl_data_batch_name(const fl_data_batch *b, int i)
 {
-    return b && b->magic == FL_BATCH_MAGIC && i >= 0 && i < b->nslots ? b->s[i].name : NULL;
+    return batch_ok(b, "fl_data_batch_name") && i >= 0 && i < b->nslots ? b->s[i].name : NULL;
 }
 fl_tensor *fl_data_batch_tensor(fl_data_batch *b, int i)
 {
-    return b && b->magic == FL_BATCH_MAGIC && i >= 0 && i < b->nslots ? b->s[i].t : NULL;
+    return batch_ok(b, "fl_data_batch_tensor") && i >= 0 && i < b->nslots ? b->s[i].t : NULL;
 }
 
 int fl__batch_check(const fl_data_batch *b, const fl_dataset *ds, const char *fn)

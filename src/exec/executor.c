@@ -111,7 +111,14 @@ int fl__exe_first_notice(fl_exe *e, const fl_prog *p)
     return 1;
 }
 
-fl_scope *fl_exe_scope(fl_exe *e) { return e && e->magic == FL_EXE_MAGIC ? e->scope : NULL; }
+fl_scope *fl_exe_scope(fl_exe *e)
+{
+    if (!e || e->magic != FL_EXE_MAGIC) {
+        fl__err_handle(e, "fl_exe_scope: executor is NULL or invalid");
+        return NULL;
+    }
+    return e->scope;
+}
 
 static fl_tensor *var_tensor(fl_exe *e, const fl_var *v)
 {

@@ -31,6 +31,11 @@ void fl_scope_free(fl_scope *s)
 
 fl_tensor *fl_scope_find(const fl_scope *s, const char *name)
 {
+    if (!s || s->magic != FL_SCOPE_MAGIC || !name) {
+        fl__err_handle(s, "fl_scope_find: %s",
+                       s && s->magic == FL_SCOPE_MAGIC ? "name is NULL" : "scope is NULL or invalid");
+        return NULL;
+    }
     for (; s; s = s->parent) {
         int64_t i;
         if (fl__strmap_get(&s->map, name, &i)) return s->tensors[i];
@@ -73,8 +78,19 @@ oom:
     return NULL;
 }
 
-int fl_scope_num_vars(const fl_scope *s) { return s ? s->n : 0; }
-const char *fl_scope_name_at(const fl_scope *s, int i) { return (s && i >= 0 && i < s->n) ? s->names[i] : NULL; }
+int fl_scope_num_vars(const fl_scope *s)
+{
+    if (!s || s->magic != FL_SCOPE_MAGIC) return fl__err_handle(s, "fl_scope_num_vars: scope is NULL or invalid");
+    return s->n;
+}
+const char *fl_scope_name_at(const fl_scope *s, int i)
+{
+    if (!s || s->magic != FL_SCOPE_MAGIC) {
+        fl__err_handle(s, "fl_scope_name_at: scope is NULL or invalid");
+        return NULL;
+    }
+    return (i >= 0 && i < s->n) ? s->names[i] : NULL;
+}
 
 fl_scope *fl__scope_root(fl_scope *s)
 {

@@ -92,24 +92,38 @@ void fleet_free(fleet_t *f)
     free(f);
 }
 
-int fleet_is_collective(const fleet_t *f) { return f->role->is_collective; }
-int fleet_is_distributed(const fleet_t *f) { return f->role->distributed; }
-int fleet_is_worker(const fleet_t *f) { return f->role->kind == FLEET_ROLE_WORKER; }
-int fleet_is_server(const fleet_t *f) { return f->role->kind == FLEET_ROLE_SERVER; }
-int fleet_is_first_worker(const fleet_t *f) { return fleet_is_worker(f) && f->role->worker_index == 0; }
-int fleet_worker_index(const fleet_t *f) { return f->role->worker_index; }
-int fleet_worker_num(const fleet_t *f) { return f->role->worker_num; }
-int fleet_server_index(const fleet_t *f) { return f->role->server_index; }
-int fleet_server_num(const fleet_t *f) { return f->role->nservers; }
+/* A handle check for the queries: NULL or a freed handle is an error naming the query.
+ * Predicates then answer 0 (a negative status would read as true), counts and indices
+ * FL_EINVAL, strings and the strategy NULL. */
+static int valid(const fleet_t *f, const char *fn)
+{
+    if (f && f->magic == FLEET_MAGIC) return 1;
+    fl__err_handle(f, "%s: fleet handle is NULL or invalid", fn);
+    return 0;
+}
+#define FLEET_QUERY(name, bad, expr) \
+    int name(const fleet_t *f) { return valid(f, #name) ? (expr) : (bad); }
+FLEET_QUERY(fleet_is_collective, 0, f->role->is_collective)
+FLEET_QUERY(fleet_is_distributed, 0, f->role->distributed)
+FLEET_QUERY(fleet_is_worker, 0, f->role->kind == FLEET_ROLE_WORKER)
+FLEET_QUERY(fleet_is_server, 0, f->role->kind == FLEET_ROLE_SERVER)
+FLEET_QUERY(fleet_is_first_worker, 0, f->role->kind == FLEET_ROLE_WORKER && f->role->worker_index == 0)
+FLEET_QUERY(fleet_worker_index, FL_EINVAL, f->role->worker_index)
+FLEET_QUERY(fleet_worker_num, FL_EINVAL, f->role->worker_num)
+FLEET_QUERY(fleet_server_index, FL_EINVAL, f->role->server_index)
+FLEET_QUERY(fleet_server_num, FL_EINVAL, f->role->nservers)
+#undef FLEET_QUERY
 const char *fleet_worker_endpoint(const fleet_t *f, int i)
 {
+    if (!valid(f, "fleet_worker_endpoint")) return NULL;
     return (i >= 0 && i < f->role->nworkers) ? f->role->workers[i] : NULL;
 }
 const char *fleet_server_endpoint(const fleet_t *f, int i)
 {
+    if (!valid(f, "fleet_server_endpoint")) return NULL;
     return (i >= 0 && i < f->role->nservers) ? f->role->servers[i] : NULL;
 }
-const fleet_strategy *fleet_get_strategy(const fleet_t *f) { return &f->strategy; }
+const fleet_strategy *fleet_get_strategy(const fleet_t *f) { return valid(f, "fleet_get_strategy") ? &f->strategy : NULL; }
 
 static const char *join(char **v, int n, char **cache)
 {
@@ -120,13 +134,25 @@ static const char *join(char **v, int n, char **cache)
     *cache = b.p;
     return b.p ? b.p : "";
 }
-const char *fleet_worker_endpoints_str(fleet_t *f) { return join(f->role->workers, f->role->nworkers, &f->workers_str); }
-const char *fleet_server_endpoints_str(fleet_t *f) { return join(f->role->servers, f->role->nservers, &f->servers_str); }
+const char *fleet_worker_endpoints_str(fleet_t *f)
+{
+    if (!valid(f, "fleet_worker_endpoints_str")) return NULL;
+    return join(f->role->workers, f->role->nworkers, &f->workers_str);
+}
+const char *fleet_server_endpoints_str(fleet_t *f)
+{
+    if (!valid(f, "fleet_server_endpoints_str")) return NULL;
+    return join(f->role->servers, f->role->nservers, &f->servers_str);
+}
 
 int fleet_split_files(const fleet_t *f, const char *const *files, int n, const char ***out, int *nout)
 {
     if (!f || f->magic != FLEET_MAGIC || !out || !nout || n < 0 || (n && !files))
-        return fl__err(FL_EINVAL, "fleet_split_files: invalid arguments");
+        return fl__err(FL_EINVAL, "fleet_split_files: %s",
+                       !f || f->magic != FLEET_MAGIC ? "fleet handle is NULL or invalid"
+                       : !out || !nout               ? "out or nout is NULL"
+                       : n < 0                       ? "n is negative"
+                                                     : "files is NULL");
     int w = f->role->worker_num, id = f->role->worker_index;
     int base = n / w, extra = n % w;
     int begin = id * base + (id < extra ? id : extra);
@@ -197,7 +223,11 @@ int fleet_barrier_worker(fleet_t *f)
     return f->runtime->barrier_worker(f);
 }
 
-int fleet_util_barrier(fleet_t *f) { return fleet_barrier_worker(f); }
+int fleet_util_barrier(fleet_t *f)
+{
+    FL_CHECK(check(f, "fleet_util_barrier"));
+    return fleet_barrier_worker(f);
+}
 
 int fl__fleet_worker_ring(fleet_t *f, const char *fn)
 {

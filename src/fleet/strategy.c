@@ -335,6 +335,10 @@ int fl__strategy_dgc_sparsity(const fleet_strategy *s, float *out, int *n)
 
 char *fleet_strategy_to_text(const fleet_strategy *s)
 {
+    if (!s) {
+        fl__err(FL_EINVAL, "fleet_strategy_to_text: strategy is NULL");
+        return NULL;
+    }
     fl_buf b = {0};
     fl__buf_put(&b, "", 0);
     for (int i = 0; i < NFIELDS; i++) {

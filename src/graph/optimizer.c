@@ -233,7 +233,14 @@ void fl_opt_free(fl_opt *o)
     free(o);
 }
 
-const char *fl_opt_type(const fl_opt *o) { return o ? o->type : NULL; }
+const char *fl_opt_type(const fl_opt *o)
+{
+    if (!o || o->magic != FL_OPT_MAGIC) {
+        fl__err_handle(o, "fl_opt_type: optimizer is NULL or invalid");
+        return NULL;
+    }
+    return o->type;
+}
 
 int fl_opt_set_l2(fl_opt *o, float coeff)
 {

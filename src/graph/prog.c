@@ -64,14 +64,29 @@ void fl_prog_free(fl_prog *p)
     prog_free1(p);
 }
 
-fl_prog *fl_prog_startup(fl_prog *p) { return p ? p->startup : NULL; }
+/* Handle checks for the accessors: NULL or a freed handle is an error naming the call. */
+static int prog_ok(const fl_prog *p, const char *fn)
+{
+    if (p && p->magic == FL_PROG_MAGIC) return 1;
+    fl__err_handle(p, "%s: program is NULL or invalid", fn);
+    return 0;
+}
+static int var_ok(const fl_var *v, const char *fn)
+{
+    if (v && v->magic == FL_VAR_MAGIC) return 1;
+    fl__err_handle(v, "%s: variable is NULL or invalid", fn);
+    return 0;
+}
+
+fl_prog *fl_prog_startup(fl_prog *p) { return prog_ok(p, "fl_prog_startup") ? p->startup : NULL; }
 void fl_prog_set_seed(fl_prog *p, uint64_t seed)
 {
+    if (!prog_ok(p, "fl_prog_set_seed")) return;
     p->seed = seed;
     if (p->startup) p->startup->seed = seed;
     p->version++;
 }
-int fl_prog_status(const fl_prog *p) { return p ? p->status : FL_EINVAL; }
+int fl_prog_status(const fl_prog *p) { return prog_ok(p, "fl_prog_status") ? p->status : FL_EINVAL; }
 const char *fl_prog_error(const fl_prog *p) { return p ? p->err : "program is NULL"; }
 
 int fl__prog_error(fl_prog *p, int status, const char *fmt, ...)
@@ -104,28 +119,44 @@ int fl__op_error(fl_op *op, const char *fmt, ...)
 fl_var *fl_prog_var(const fl_prog *p, const char *name)
 {
     int64_t i;
-    if (!p || !name || !fl__strmap_get(&p->names, name, &i)) return NULL;
+    if (!prog_ok(p, "fl_prog_var")) return NULL;
+    if (!name) {
+        fl__err(FL_EINVAL, "fl_prog_var: name is NULL");
+        return NULL;
+    }
+    if (!fl__strmap_get(&p->names, name, &i)) return NULL;
     return p->vars[i];
 }
-int fl_prog_num_vars(const fl_prog *p) { return p->nvars; }
-fl_var *fl_prog_var_at(const fl_prog *p, int i) { return (i >= 0 && i < p->nvars) ? p->vars[i] : NULL; }
-int fl_prog_num_ops(const fl_prog *p) { return p->nops; }
-const char *fl_prog_op_type(const fl_prog *p, int i) { return (i >= 0 && i < p->nops) ? p->ops[i]->def->type : NULL; }
+int fl_prog_num_vars(const fl_prog *p) { return prog_ok(p, "fl_prog_num_vars") ? p->nvars : FL_EINVAL; }
+fl_var *fl_prog_var_at(const fl_prog *p, int i)
+{
+    if (!prog_ok(p, "fl_prog_var_at")) return NULL;
+    return (i >= 0 && i < p->nvars) ? p->vars[i] : NULL;
+}
+int fl_prog_num_ops(const fl_prog *p) { return prog_ok(p, "fl_prog_num_ops") ? p->nops : FL_EINVAL; }
+const char *fl_prog_op_type(const fl_prog *p, int i)
+{
+    if (!prog_ok(p, "fl_prog_op_type")) return NULL;
+    return (i >= 0 && i < p->nops) ? p->ops[i]->def->type : NULL;
+}
 
-const char *fl_var_name(const fl_var *v) { return v->name; }
-fl_dtype fl_var_dtype(const fl_var *v) { return v->dtype; }
-int fl_var_ndim(const fl_var *v) { return v->ndim; }
-const int64_t *fl_var_shape(const fl_var *v) { return v->shape; }
-int fl_var_lod_level(const fl_var *v) { return v->lod_level; }
-int fl_var_persistable(const fl_var *v) { return v->persistable; }
-int fl_var_is_param(const fl_var *v) { return v->is_param; }
+/* The variable queries: for a NULL or freed variable, NULL, FL_FLOAT32, FL_EINVAL (counts)
+ * or 0 (predicates), with fl_last_error() set. */
+const char *fl_var_name(const fl_var *v) { return var_ok(v, "fl_var_name") ? v->name : NULL; }
+fl_dtype fl_var_dtype(const fl_var *v) { return var_ok(v, "fl_var_dtype") ? v->dtype : FL_FLOAT32; }
+int fl_var_ndim(const fl_var *v) { return var_ok(v, "fl_var_ndim") ? v->ndim : FL_EINVAL; }
+const int64_t *fl_var_shape(const fl_var *v) { return var_ok(v, "fl_var_shape") ? v->shape : NULL; }
+int fl_var_lod_level(const fl_var *v) { return var_ok(v, "fl_var_lod_level") ? v->lod_level : FL_EINVAL; }
+int fl_var_persistable(const fl_var *v) { return var_ok(v, "fl_var_persistable") ? v->persistable : 0; }
+int fl_var_is_param(const fl_var *v) { return var_ok(v, "fl_var_is_param") ? v->is_param : 0; }
 void fl_var_set_stop_gradient(fl_var *v, int stop)
 {
+    if (!var_ok(v, "fl_var_set_stop_gradient")) return;
     v->stop_gradient = stop;
     v->prog->version++;
 }
-int fl_var_stop_gradient(const fl_var *v) { return v->stop_gradient; }
-fl_prog *fl_var_prog(const fl_var *v) { return v->prog; }
+int fl_var_stop_gradient(const fl_var *v) { return var_ok(v, "fl_var_stop_gradient") ? v->stop_gradient : 0; }
+fl_prog *fl_var_prog(const fl_var *v) { return var_ok(v, "fl_var_prog") ? v->prog : NULL; }
 
 void fl__var_set_shape(fl_var *v, fl_dtype dt, int ndim, const int64_t *shape)
 {

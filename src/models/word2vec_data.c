@@ -30,11 +30,15 @@ void fl_model_word2vec_vocab_free(fl_model_word2vec_vocab *v)
     free(v);
 }
 
-int64_t fl_model_word2vec_vocab_size(const fl_model_word2vec_vocab *v) { return v ? v->n : 0; }
+int64_t fl_model_word2vec_vocab_size(const fl_model_word2vec_vocab *v)
+{
+    return v ? v->n : fl__err(FL_EINVAL, "fl_model_word2vec_vocab_size: vocabulary is NULL");
+}
 
 int64_t fl_model_word2vec_vocab_id(const fl_model_word2vec_vocab *v, const char *word, size_t len)
 {
-    if (!v || !word || len == 0 || len >= MAX_WORD) return -1;
+    if (!v || !word) return fl__err(FL_EINVAL, "fl_model_word2vec_vocab_id: %s is NULL", v ? "word" : "vocabulary");
+    if (len == 0 || len >= MAX_WORD) return -1;
     char w[MAX_WORD];
     memcpy(w, word, len);
     w[len] = 0;

@@ -157,7 +157,11 @@ void fl_net_acceptor_free(fl_net_acceptor *a)
     free(a);
 }
 
-int fl_net_acceptor_fd(const fl_net_acceptor *a) { return a && a->magic == ACC_MAGIC ? a->ep : -1; }
+int fl_net_acceptor_fd(const fl_net_acceptor *a)
+{
+    if (!a || a->magic != ACC_MAGIC) return fl__err(FL_EINVAL, "fl_net_acceptor_fd: acceptor is NULL or invalid");
+    return a->ep;
+}
 
 void fl_net_acceptor_get_stats(const fl_net_acceptor *a, fl_net_acceptor_stats *out)
 {
@@ -411,7 +415,7 @@ int fl_net_acceptor_step(fl_net_acceptor *a)
 
 int fl_net_acceptor_timeout_ms(const fl_net_acceptor *a)
 {
-    if (!a || a->magic != ACC_MAGIC) return -1;
+    if (!a || a->magic != ACC_MAGIC) return fl__err(FL_EINVAL, "fl_net_acceptor_timeout_ms: acceptor is NULL or invalid");
     if (a->nready) return 0;
     uint64_t next = a->listening ? UINT64_MAX : a->paused_until;
     for (int i = 0; i < a->np; i++)

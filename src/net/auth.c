@@ -39,7 +39,7 @@ static int hexval(int ch)
 
 int fl_net_secret_from_hex(const char *hex, const char *what, fl_net_secret *out)
 {
-    if (!hex || !out) return fl__err(FL_EINVAL, "secret from hex: NULL argument");
+    if (!hex || !out) return fl__err(FL_EINVAL, "fl_net_secret_from_hex: hex or out is NULL");
     if (!what) what = "the job secret";
     memset(out, 0, sizeof *out);
     size_t n = strlen(hex);
@@ -64,7 +64,7 @@ int fl_net_secret_from_hex(const char *hex, const char *what, fl_net_secret *out
 
 int fl_net_secret_from_file(const char *path, fl_net_secret *out)
 {
-    if (!path || !out) return fl__err(FL_EINVAL, "secret from file: NULL argument");
+    if (!path || !out) return fl__err(FL_EINVAL, "fl_net_secret_from_file: path or out is NULL");
     memset(out, 0, sizeof *out);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return fl__err(FL_EIO, "cannot open job secret file '%s': %s", path, strerror(errno));
@@ -115,7 +115,7 @@ int fl_net_secret_from_file(const char *path, fl_net_secret *out)
 
 int fl_net_secret_from_env(fl_net_secret *out)
 {
-    if (!out) return fl__err(FL_EINVAL, "secret from env: out is NULL");
+    if (!out) return fl__err(FL_EINVAL, "fl_net_secret_from_env: out is NULL");
     memset(out, 0, sizeof *out);
     const char *hex = NULL, *file = NULL;
     FL_CHECK(fl__env_str("FLEET_JOB_SECRET", NULL, &hex));
@@ -129,7 +129,7 @@ int fl_net_secret_from_env(fl_net_secret *out)
 
 int fl_net_secret_generate(fl_net_secret *out)
 {
-    if (!out) return fl__err(FL_EINVAL, "secret generate: out is NULL");
+    if (!out) return fl__err(FL_EINVAL, "fl_net_secret_generate: out is NULL");
     memset(out, 0, sizeof *out);
     if (RAND_bytes(out->bytes, 32) != 1) return fl__err(FL_EIO, "RAND_bytes failed to make a job secret");
     out->len = 32;
@@ -138,7 +138,8 @@ int fl_net_secret_generate(fl_net_secret *out)
 
 int fl_net_secret_to_hex(const fl_net_secret *s, char *out, size_t cap)
 {
-    if (!s || !out || cap < 2 * s->len + 1) return fl__err(FL_EINVAL, "secret to hex: buffer too small");
+    if (!s || !out) return fl__err(FL_EINVAL, "fl_net_secret_to_hex: s or out is NULL");
+    if (cap < 2 * s->len + 1) return fl__err(FL_EINVAL, "secret to hex: buffer too small");
     static const char dig[] = "0123456789abcdef";
     for (size_t i = 0; i < s->len; i++) {
         out[2 * i] = dig[s->bytes[i] >> 4];

@@ -86,7 +86,8 @@ int fl__net_is_loopback(const struct sockaddr *sa)
 
 int fl_net_parse_endpoint(const char *ep, char *host, size_t host_cap, int *port, int allow_zero)
 {
-    if (!ep || !host || !port || host_cap == 0) return fl__err(FL_EINVAL, "parse endpoint: NULL argument");
+    if (!ep || !host || !port || host_cap == 0)
+        return fl__err(FL_EINVAL, "fl_net_parse_endpoint: ep, host or port is NULL");
     const char *colon, *hs = ep;
     size_t hl;
     if (ep[0] == '[') {
@@ -179,12 +180,22 @@ int fl_net_listen(const char *host, int port, fl_net_listener **out)
     return FL_OK;
 }
 
-int fl_net_listener_port(const fl_net_listener *l) { return l && l->magic == FL_NET_LISTENER_MAGIC ? l->port : -1; }
+int fl_net_listener_port(const fl_net_listener *l)
+{
+    if (!l || l->magic != FL_NET_LISTENER_MAGIC)
+        return fl__err(FL_EINVAL, "fl_net_listener_port: listener is NULL or invalid");
+    return l->port;
+}
 const char *fl_net_listener_endpoint(const fl_net_listener *l)
 {
     return l && l->magic == FL_NET_LISTENER_MAGIC ? l->endpoint : "";
 }
-int fl_net_listener_fd(const fl_net_listener *l) { return l && l->magic == FL_NET_LISTENER_MAGIC ? l->fd : -1; }
+int fl_net_listener_fd(const fl_net_listener *l)
+{
+    if (!l || l->magic != FL_NET_LISTENER_MAGIC)
+        return fl__err(FL_EINVAL, "fl_net_listener_fd: listener is NULL or invalid");
+    return l->fd;
+}
 
 void fl_net_listener_free(fl_net_listener *l)
 {
@@ -330,11 +341,21 @@ void fl_net_conn_shutdown(fl_net_conn *c)
     if (c && c->magic == FL_NET_CONN_MAGIC) shutdown(c->fd, SHUT_RDWR);
 }
 
-int32_t fl_net_conn_peer_rank(const fl_net_conn *c) { return c ? c->peer_rank : -1; }
-uint32_t fl_net_conn_peer_role(const fl_net_conn *c) { return c ? c->peer_role : 0; }
+int32_t fl_net_conn_peer_rank(const fl_net_conn *c)
+{
+    return c ? c->peer_rank : fl__err(FL_EINVAL, "fl_net_conn_peer_rank: c is NULL");
+}
+uint32_t fl_net_conn_peer_role(const fl_net_conn *c)
+{
+    if (!c) {
+        fl__err(FL_EINVAL, "fl_net_conn_peer_role: c is NULL");
+        return 0;
+    }
+    return c->peer_role;
+}
 const char *fl_net_conn_addr(const fl_net_conn *c) { return c ? c->addr : ""; }
 const char *fl_net_conn_label(const fl_net_conn *c) { return c ? c->label : ""; }
-int fl_net_conn_fd(const fl_net_conn *c) { return c ? c->fd : -1; }
+int fl_net_conn_fd(const fl_net_conn *c) { return c ? c->fd : fl__err(FL_EINVAL, "fl_net_conn_fd: connection is NULL"); }
 void fl_net_conn_set_spin(fl_net_conn *c, int spin_us)
 {
     if (c) c->spin_us = spin_us < 0 ? 0 : spin_us;
@@ -356,6 +377,7 @@ static int io_error(fl_net_conn *c, int e, const char *what)
 
 int fl_net_try_sendv(fl_net_conn *c, const struct iovec *iov, int iovcnt, size_t *done)
 {
+    if (!c || !done || (iovcnt && !iov)) return fl__err(FL_EINVAL, "fl_net_try_sendv: c, iov or done is NULL");
     *done = 0;
     struct msghdr m = {0};
     m.msg_iov = (struct iovec *)iov;
@@ -402,8 +424,16 @@ static int try_recv_flags(fl_net_conn *c, void *buf, size_t n, size_t *done, int
     return FL_OK;
 }
 
-int fl_net_try_recv(fl_net_conn *c, void *buf, size_t n, size_t *done) { return try_recv_flags(c, buf, n, done, 0); }
-int fl_net_try_peek(fl_net_conn *c, void *buf, size_t n, size_t *done) { return try_recv_flags(c, buf, n, done, MSG_PEEK); }
+int fl_net_try_recv(fl_net_conn *c, void *buf, size_t n, size_t *done)
+{
+    if (!c || !done || (n && !buf)) return fl__err(FL_EINVAL, "fl_net_try_recv: c, buf or done is NULL");
+    return try_recv_flags(c, buf, n, done, 0);
+}
+int fl_net_try_peek(fl_net_conn *c, void *buf, size_t n, size_t *done)
+{
+    if (!c || !done || (n && !buf)) return fl__err(FL_EINVAL, "fl_net_try_peek: c, buf or done is NULL");
+    return try_recv_flags(c, buf, n, done, MSG_PEEK);
+}
 
 /* Waits for fd readiness, spinning first for up to spin_us since `since`. */
 static int wait_ready(fl_net_conn *c, short ev, uint64_t since, uint64_t deadline_ns)
@@ -509,6 +539,7 @@ int fl_net_recv_all(fl_net_conn *c, void *buf, size_t n, uint64_t deadline_ns)
 
 int fl_net_send_frame(fl_net_conn *c, uint16_t type, uint32_t flags, const void *body, size_t len, uint64_t deadline_ns)
 {
+    if (!c || (len && !body)) return fl__err(FL_EINVAL, "fl_net_send_frame: c or body is NULL");
     uint8_t h[FRAME_HDR] = {0};
     fl__put_u32(h, FRAME_MAGIC);
     fl__put_u16(h + 4, FRAME_VERSION);
@@ -521,6 +552,7 @@ int fl_net_send_frame(fl_net_conn *c, uint16_t type, uint32_t flags, const void 
 
 int fl_net_recv_frame_header(fl_net_conn *c, uint64_t max_len, fl_net_frame *hdr, uint64_t deadline_ns)
 {
+    if (!c || !hdr) return fl__err(FL_EINVAL, "fl_net_recv_frame_header: c or hdr is NULL");
     uint8_t h[FRAME_HDR];
     FL_CHECK(fl_net_recv_all(c, h, sizeof h, deadline_ns));
     if (fl__get_u32(h) != FRAME_MAGIC) return fl__err(FL_EPROTO, "bad frame from %s: wrong magic", c->label);

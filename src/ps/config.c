@@ -25,6 +25,10 @@ const char *fl__ps_opt_name(fl_ps_opt_kind k)
 
 void fl_ps_dense_split(int64_t rows, int nservers, int server, int64_t *row0, int64_t *row1)
 {
+    if (!row0 || !row1) {
+        fl__err(FL_EINVAL, "fl_ps_dense_split: row0 or row1 is NULL");
+        return;
+    }
     if (rows < 0) rows = 0;
     if (nservers < 1) nservers = 1;
     int64_t b = (rows + nservers - 1) / nservers;

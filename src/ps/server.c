@@ -151,7 +151,8 @@ const char *fl_ps_server_endpoint(const fl_ps_server *s) { return s && s->magic 
 
 int fl_ps_server_port(const fl_ps_server *s)
 {
-    return s && s->magic == FL_PS_MAGIC_SERVER ? fl_net_listener_port(s->lis) : -1;
+    if (!s || s->magic != FL_PS_MAGIC_SERVER) return fl__err(FL_EINVAL, "fl_ps_server_port: server is NULL or invalid");
+    return fl_net_listener_port(s->lis);
 }
 
 int fl_ps_server_load(fl_ps_server *s, const char *dir)

@@ -12,6 +12,7 @@ const char *fl_dtype_name(fl_dtype dt) { return (unsigned)dt < FL_DTYPE_COUNT ? 
 
 int fl_dtype_parse(const char *name, fl_dtype *out)
 {
+    if (!name || !out) return fl__err(FL_EINVAL, "fl_dtype_parse: name or out is NULL");
     for (int i = 0; i < FL_DTYPE_COUNT; i++)
         if (name && !strcmp(name, dtype_names[i])) {
             *out = (fl_dtype)i;
@@ -114,20 +115,70 @@ int fl_tensor_copy(fl_tensor *dst, const fl_tensor *src)
     return FL_OK;
 }
 
-fl_dtype fl_tensor_dtype(const fl_tensor *t) { return t->dtype; }
-int fl_tensor_ndim(const fl_tensor *t) { return t->ndim; }
+fl_dtype fl_tensor_dtype(const fl_tensor *t)
+{
+    if (!t) {
+        fl__err(FL_EINVAL, "fl_tensor_dtype: tensor is NULL");
+        return FL_FLOAT32;
+    }
+    return t->dtype;
+}
+int fl_tensor_ndim(const fl_tensor *t) { return t ? t->ndim : fl__err(FL_EINVAL, "fl_tensor_ndim: tensor is NULL"); }
 int64_t fl_tensor_dim(const fl_tensor *t, int i)
 {
+    if (!t) return fl__err(FL_EINVAL, "fl_tensor_dim: tensor is NULL");
     if (i < 0) i += t->ndim;
     return (i >= 0 && i < t->ndim) ? t->shape[i] : 0;
 }
-const int64_t *fl_tensor_shape(const fl_tensor *t) { return t->shape; }
-int64_t fl_tensor_numel(const fl_tensor *t) { return t->numel; }
-size_t fl_tensor_nbytes(const fl_tensor *t) { return (size_t)t->numel * fl_dtype_size(t->dtype); }
-void *fl_tensor_data(fl_tensor *t) { return t->data; }
-const void *fl_tensor_cdata(const fl_tensor *t) { return t->data; }
-float *fl_tensor_f32(fl_tensor *t) { return t && t->dtype == FL_FLOAT32 ? t->data : NULL; }
-int64_t *fl_tensor_i64(fl_tensor *t) { return t && t->dtype == FL_INT64 ? t->data : NULL; }
+const int64_t *fl_tensor_shape(const fl_tensor *t)
+{
+    if (!t) {
+        fl__err(FL_EINVAL, "fl_tensor_shape: tensor is NULL");
+        return NULL;
+    }
+    return t->shape;
+}
+int64_t fl_tensor_numel(const fl_tensor *t) { return t ? t->numel : fl__err(FL_EINVAL, "fl_tensor_numel: tensor is NULL"); }
+size_t fl_tensor_nbytes(const fl_tensor *t)
+{
+    if (!t) {
+        fl__err(FL_EINVAL, "fl_tensor_nbytes: tensor is NULL");
+        return 0;
+    }
+    return (size_t)t->numel * fl_dtype_size(t->dtype);
+}
+void *fl_tensor_data(fl_tensor *t)
+{
+    if (!t) {
+        fl__err(FL_EINVAL, "fl_tensor_data: tensor is NULL");
+        return NULL;
+    }
+    return t->data;
+}
+const void *fl_tensor_cdata(const fl_tensor *t)
+{
+    if (!t) {
+        fl__err(FL_EINVAL, "fl_tensor_cdata: tensor is NULL");
+        return NULL;
+    }
+    return t->data;
+}
+float *fl_tensor_f32(fl_tensor *t)
+{
+    if (!t) {
+        fl__err(FL_EINVAL, "fl_tensor_f32: tensor is NULL");
+        return NULL;
+    }
+    return t && t->dtype == FL_FLOAT32 ? t->data : NULL;
+}
+int64_t *fl_tensor_i64(fl_tensor *t)
+{
+    if (!t) {
+        fl__err(FL_EINVAL, "fl_tensor_i64: tensor is NULL");
+        return NULL;
+    }
+    return t && t->dtype == FL_INT64 ? t->data : NULL;
+}
 
 int fl_tensor_set_lod(fl_tensor *t, const int64_t *off, int64_t n)
 {
@@ -158,6 +209,10 @@ int fl_tensor_set_lod(fl_tensor *t, const int64_t *off, int64_t n)
 
 const int64_t *fl_tensor_lod(const fl_tensor *t, int64_t *n)
 {
+    if (!t) {
+        fl__err(FL_EINVAL, "fl_tensor_lod: tensor is NULL");
+        return NULL;
+    }
     if (n) *n = t->lod_n;
     return t->lod_n ? t->lod : NULL;
 }
@@ -208,6 +263,10 @@ int fl_tensor_set_rows(fl_tensor *t, const int64_t *rows, int64_t nrows, int64_t
 
 const int64_t *fl_tensor_rows(const fl_tensor *t, int64_t *nrows, int64_t *height)
 {
+    if (!t) {
+        fl__err(FL_EINVAL, "fl_tensor_rows: tensor is NULL");
+        return NULL;
+    }
     if (!t->is_rows) {
         if (nrows) *nrows = 0;
         if (height) *height = 0;
@@ -218,10 +277,18 @@ const int64_t *fl_tensor_rows(const fl_tensor *t, int64_t *nrows, int64_t *heigh
     return t->rows;
 }
 
-int fl_tensor_is_rows(const fl_tensor *t) { return t->is_rows; }
+int fl_tensor_is_rows(const fl_tensor *t)
+{
+    if (!t) {
+        fl__err(FL_EINVAL, "fl_tensor_is_rows: tensor is NULL");
+        return 0;
+    }
+    return t->is_rows;
+}
 
 void fl_tensor_describe(const fl_tensor *t, char *buf, size_t cap)
 {
+    if (!t || !buf || !cap) return;
     size_t n = (size_t)snprintf(buf, cap, "%s[", fl_dtype_name(t->dtype));
     for (int i = 0; i < t->ndim && n < cap; i++)
         n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
