@@ -147,6 +147,13 @@ test: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/run-tests.sh $(BUILD)
 
+# The formatting (.clang-format) of the C lines changed since a base: the merge base with
+# main, else the last commit; FORMAT_BASE=<commit> or FORMAT_BASE=--all (every file, whole).
+# See scripts/check-format.sh and tests/README.md.
+.PHONY: format-check
+format-check:
+	@scripts/check-format.sh $(FORMAT_BASE)
+
 # Multi-host jobs on 3 network namespaces (PS, collective, a killed worker, mpirun, Slurm):
 # needs root; see tests/cluster/README.md.
 test-cluster: DEPS_PROFILE=cluster

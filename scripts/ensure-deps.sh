@@ -13,7 +13,7 @@
 #          Open MPI (the MPI role maker is built in and tested under mpirun), cmake (an
 #          outside project finds the installed library with find_package(Fleet)) and
 #          python3-venv (the Python package is tested in a virtual environment with NumPy
-#          and pytest from PyPI)
+#          and pytest from PyPI), clang-format (make format-check, the first step of .ci/run)
 #   bench: build + python3-venv, python3-numpy (the PyTorch and Paddle peers live in virtual
 #          environments the benchmarks make from PyPI), Open MPI (the reference runs) and
 #          dataset-fashion-mnist (the data-parallel benchmark), gnuplot-nox (bench/ps_scale.sh)
@@ -25,7 +25,7 @@ profile=${1:-test}
 pkgs=(gcc make libc6-dev libopenblas-dev libssl-dev libcjson-dev libdnnl-dev librocksdb-dev pkg-config gnuplot-nox)
 case "$profile" in
   build) ;;
-  test) pkgs+=(python3 python3-numpy python3-venv clang libclang-rt-dev openmpi-bin libopenmpi-dev cmake) ;;
+  test) pkgs+=(python3 python3-numpy python3-venv clang libclang-rt-dev openmpi-bin libopenmpi-dev cmake clang-format) ;;
   bench) pkgs+=(python3 python3-numpy python3-venv openmpi-bin libopenmpi-dev dataset-fashion-mnist gnuplot-nox) ;;
   cluster) pkgs+=(python3 iproute2 procps slurmctld slurmd slurm-client munge openmpi-bin libopenmpi-dev dataset-fashion-mnist) ;;
   *) echo "ensure-deps.sh: unknown profile '$profile' (expected build, test, bench or cluster)" >&2; exit 2 ;;
