@@ -43,6 +43,12 @@
 #include "fleet/coll.h"
 #include "fleet/net.h"
 
+#define CLI_NAME "bench_allreduce"
+#define CLI_HELP_HINT                                                                                              \
+    "usage: bench_allreduce [--np N] [--mode shm|tcp|both|mpi] [--seconds S] [--label L] [--chunk B] [--small B] " \
+    "[--bind core|none] [--dtype float32|bf16|fp16] [SIZE ...]"
+#include "bench_args.h"
+
 #ifdef FL_HAVE_MPI
 #include <mpi.h>
 #endif
@@ -55,6 +61,15 @@ static long parse_size(const char *s)
     else if (*e == 'M' || *e == 'm') v <<= 20;
     else if (*e) return -1;
     return v;
+}
+
+/* --chunk and --small for bench_args: a size ("64K", "4M") into a long */
+static int opt_size(const char *v, void *dst)
+{
+    long x = parse_size(v);
+    if (x < 0) return -1;
+    *(long *)dst = x;
+    return 0;
 }
 
 static int cmpd(const void *a, const void *b)
@@ -246,29 +261,21 @@ int main(int argc, char **argv)
     bench_cfg b = {.np = 2, .seconds = 0.5, .label = "fleet", .nsizes = 8, .sizes = defsizes, .bind = 1};
     const char *mode = "both";
     const char **sizes = calloc((size_t)argc + 1, sizeof *sizes);
+    const char *bind = "core";
     int ns = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--np") && i + 1 < argc) b.np = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--mode") && i + 1 < argc) mode = argv[++i];
-        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) b.seconds = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--label") && i + 1 < argc) b.label = argv[++i];
-        else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) b.chunk = parse_size(argv[++i]);
-        else if (!strcmp(argv[i], "--bind") && i + 1 < argc) b.bind = !strcmp(argv[++i], "core");
-        else if (!strcmp(argv[i], "--small") && i + 1 < argc) b.small = parse_size(argv[++i]);
-        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) b.dtype = argv[++i];
-        else if (parse_size(argv[i]) >= 4) sizes[ns++] = argv[i];
-        else {
-            fprintf(
-                stderr,
-                "usage: %s [--np N] [--mode shm|tcp|both|mpi] [--seconds S] [--label L] [--chunk B] [--small B] [--bind core|none] [--dtype float32|bf16|fp16] [SIZE ...]\n",
-                argv[0]);
-            return 2;
-        }
-    }
-    if (b.np < 2 || b.np > 64) {
-        fprintf(stderr, "bench_allreduce: --np must be in [2, 64]\n");
-        return 2;
-    }
+    const bench_opt opts[] = {{"np", BA_INT, &b.np},
+                              {"mode", BA_STR, &mode},
+                              {"seconds", BA_DOUBLE, &b.seconds},
+                              {"label", BA_STR, &b.label},
+                              {"chunk", BA_FN, &b.chunk, opt_size},
+                              {"bind", BA_STR, &bind},
+                              {"small", BA_FN, &b.small, opt_size},
+                              {"dtype", BA_STR, &b.dtype}};
+    bench_args(argc, argv, 1, opts, BA_COUNT(opts), sizes, &ns);
+    for (int i = 0; i < ns; i++)
+        if (parse_size(sizes[i]) < 4) cli_die(2, "a SIZE is at least 4 bytes (4, 64K, 4M), got '%s'", sizes[i]);
+    b.bind = !strcmp(bind, "core");
+    if (b.np < 2 || b.np > 64) cli_die(2, "--np must be in [2, 64]");
     if (ns) {
         b.sizes = sizes;
         b.nsizes = ns;

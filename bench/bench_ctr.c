@@ -64,6 +64,13 @@
 #include "tensor/tensor_internal.h" /* fl__gemm_info */
 #include "testhelp.h"               /* th_free_port */
 
+#define CLI_NAME "bench_ctr"
+#define CLI_HELP_HINT                                                                                    \
+    "usage: bench_ctr local|ps --data DIR [--files N] [--batches 32,512] [--threads 1,2] [--seconds S] " \
+    "[--queue-batch B] [--optimizer sgd|adam] [--lr X] [--tag T] [--strategy KEY=VALUE] [--epochs N] "   \
+    "[--amp 0|1] [--amp-level 1|2] [--table-rows R]"
+#include "bench_args.h"
+
 #define MAXCFG 8
 #define MAXFILES 256
 
@@ -152,6 +159,27 @@ static int parse_list(const char *s, int *out)
         s = *end == ',' ? end + 1 : end;
     }
     return n;
+}
+
+/* --batches, --threads and --strategy (repeated) for bench_args */
+static int opt_batches(const char *v, void *dst)
+{
+    (void)dst;
+    A.nbatch = parse_list(v, A.batches);
+    return 0;
+}
+static int opt_threads(const char *v, void *dst)
+{
+    (void)dst;
+    A.nthread = parse_list(v, A.threads);
+    return 0;
+}
+static int opt_strategy(const char *v, void *dst)
+{
+    (void)dst;
+    if (A.nstrategy == 8) return -1;
+    A.strategy[A.nstrategy++] = v;
+    return 0;
 }
 
 typedef struct {
@@ -605,41 +633,33 @@ static int run_ps(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-    usage:
-        fprintf(stderr, "usage: bench_ctr local|ps --data DIR [--files N] [--batches 32,512] [--threads 1,2] [--seconds S] "
-                        "[--queue-batch B] [--optimizer sgd|adam] [--lr X] [--tag T] [--strategy KEY=VALUE] [--epochs N] "
-                        "[--amp 0|1] [--amp-level 1|2] [--table-rows R]\n");
-        return 2;
-    }
+    if (argc < 2) cli_die(2, "the first argument is the mode: local or ps");
     const char *mode = argv[1];
     A.nbatch = parse_list("32,512", A.batches);
     A.nthread = parse_list("1,2", A.threads);
-    for (int i = 2; i < argc; i += 2) {
-        if (i + 1 >= argc) goto usage;
-        const char *k = argv[i], *v = argv[i + 1];
-        if (!strcmp(k, "--data")) A.data = v;
-        else if (!strcmp(k, "--files")) A.nfiles = atoi(v);
-        else if (!strcmp(k, "--batches")) A.nbatch = parse_list(v, A.batches);
-        else if (!strcmp(k, "--threads")) A.nthread = parse_list(v, A.threads);
-        else if (!strcmp(k, "--seconds")) A.seconds = atof(v);
-        else if (!strcmp(k, "--queue-batch")) A.queue_batch = atoi(v);
-        else if (!strcmp(k, "--optimizer")) A.opt = v;
-        else if (!strcmp(k, "--lr")) A.lr = atof(v);
-        else if (!strcmp(k, "--tag")) A.tag = v;
-        else if (!strcmp(k, "--epochs")) A.epochs = atoi(v);
-        else if (!strcmp(k, "--amp")) A.amp = atoi(v);
-        else if (!strcmp(k, "--amp-level")) A.amp_level = atoi(v);
-        else if (!strcmp(k, "--table-rows")) A.table_rows = atoll(v);
-        else if (!strcmp(k, "--strategy") && A.nstrategy < 8) A.strategy[A.nstrategy++] = v;
-        else goto usage;
-    }
-    if (!A.data || A.seconds < 0 || A.epochs < 0 || A.table_rows < 2 || (A.amp != 0 && A.amp != 1) ||
+    const bench_opt opts[] = {{"data", BA_STR, &A.data},
+                              {"files", BA_INT, &A.nfiles},
+                              {"batches", BA_FN, NULL, opt_batches},
+                              {"threads", BA_FN, NULL, opt_threads},
+                              {"seconds", BA_DOUBLE, &A.seconds},
+                              {"queue-batch", BA_INT, &A.queue_batch},
+                              {"optimizer", BA_STR, &A.opt},
+                              {"lr", BA_DOUBLE, &A.lr},
+                              {"tag", BA_STR, &A.tag},
+                              {"epochs", BA_INT, &A.epochs},
+                              {"amp", BA_INT, &A.amp},
+                              {"amp-level", BA_INT, &A.amp_level},
+                              {"table-rows", BA_I64, &A.table_rows},
+                              {"strategy", BA_FN, NULL, opt_strategy}};
+    bench_args(argc, argv, 2, opts, BA_COUNT(opts), NULL, NULL);
+    if (!A.data) cli_die(2, "--data DIR is required");
+    if (A.seconds < 0 || A.epochs < 0 || A.table_rows < 2 || (A.amp != 0 && A.amp != 1) ||
         (A.amp_level != 1 && A.amp_level != 2) || !(A.lr > 0) || (strcmp(A.opt, "sgd") && strcmp(A.opt, "adam")))
-        goto usage;
+        cli_die(2, "--seconds and --epochs >= 0, --table-rows >= 2, --amp 0|1, --amp-level 1|2, --lr > 0, "
+                   "--optimizer sgd|adam");
     if (!strcmp(mode, "local")) return run_local();
     if (!strcmp(mode, "ps")) return run_ps(argc, argv);
     if (!strcmp(mode, "ps-server")) return ps_server();
     if (!strcmp(mode, "ps-worker")) return ps_worker();
-    goto usage;
+    cli_die(2, "unknown mode '%s' (local or ps)", mode);
 }

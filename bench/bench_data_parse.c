@@ -24,6 +24,10 @@
 #include "fleet.h"
 #include "data/data_internal.h"
 
+#define CLI_NAME "bench_data_parse"
+#define CLI_HELP_HINT "usage: bench_data_parse [--mb N] [--seconds S] [--threads T] [--only ctr|dense|criteo] [--no-ref]"
+#include "bench_args.h"
+
 static double secs_target = 1.0;
 
 static uint64_t rng(uint64_t *s)
@@ -337,18 +341,15 @@ int main(int argc, char **argv)
     if (maxt > 4) maxt = 4;
     const char *only = NULL;
     int noref = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = (size_t)atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) secs_target = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) maxt = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-        else if (!strcmp(argv[i], "--no-ref")) noref = 1;
-        else {
-            fprintf(stderr, "usage: %s [--mb N] [--seconds S] [--threads T] [--only ctr|dense|criteo] [--no-ref]\n",
-                    argv[0]);
-            return 2;
-        }
-    }
+    int mb_arg = (int)mb;
+    const bench_opt opts[] = {{"mb", BA_INT, &mb_arg},
+                              {"seconds", BA_DOUBLE, &secs_target},
+                              {"threads", BA_INT, &maxt},
+                              {"only", BA_STR, &only},
+                              {"no-ref", BA_FLAG, &noref}};
+    bench_args(argc, argv, 1, opts, BA_COUNT(opts), NULL, NULL);
+    if (mb_arg < 1 || !(secs_target > 0)) cli_die(2, "--mb and --seconds must be positive");
+    mb = (size_t)mb_arg;
     if (maxt < 1) maxt = 1;
     if (maxt > 64) maxt = 64;
     setup_slots();

@@ -23,6 +23,11 @@
 
 #include "testhelp.h"
 
+#define CLI_NAME "bench_dgc"
+#define CLI_HELP_HINT \
+    "usage: bench_dgc [--np 2] [--in 512] [--hid 1024] [--steps 30] [--rounds 3] [--sparsity 0.999] [--backend shm|tcp]"
+#include "bench_args.h"
+
 #define NCLS 4
 #define B 32
 #define WARM 3
@@ -144,19 +149,11 @@ static result run_job(const opts *o, int dgc)
 static int parse(int argc, char **argv, opts *o)
 {
     *o = (opts){2, 512, 1024, 30, 3, 0.999, "shm"};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) return fprintf(stderr, "bench_dgc: %s needs a value\n", a), -1;
-        if (!strcmp(a, "--np")) o->np = atoi(v);
-        else if (!strcmp(a, "--in")) o->in = atoi(v);
-        else if (!strcmp(a, "--hid")) o->hid = atoi(v);
-        else if (!strcmp(a, "--steps")) o->steps = atoi(v);
-        else if (!strcmp(a, "--rounds")) o->rounds = atoi(v);
-        else if (!strcmp(a, "--sparsity")) o->sparsity = atof(v);
-        else if (!strcmp(a, "--backend")) o->backend = v;
-        else return fprintf(stderr, "bench_dgc: unknown option %s\n", a), -1;
-        i++;
-    }
+    const bench_opt table[] = {{"np", BA_INT, &o->np},          {"in", BA_INT, &o->in},
+                               {"hid", BA_INT, &o->hid},        {"steps", BA_INT, &o->steps},
+                               {"rounds", BA_INT, &o->rounds},  {"sparsity", BA_DOUBLE, &o->sparsity},
+                               {"backend", BA_STR, &o->backend}};
+    bench_args(argc, argv, 1, table, BA_COUNT(table), NULL, NULL);
     if (o->np < 2 || o->np > 16 || o->in < 1 || o->hid < 1 || o->steps < WARM + 3 || o->steps > MAX_STEPS ||
         o->rounds < 1 || o->rounds > 32 || !(o->sparsity >= 0 && o->sparsity < 1) ||
         (strcmp(o->backend, "shm") && strcmp(o->backend, "tcp")))

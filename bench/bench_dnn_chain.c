@@ -29,6 +29,10 @@
 
 #include "tensor/tensor_internal.h" /* fl__gemm_info */
 
+#define CLI_NAME "bench_dnn_chain"
+#define CLI_HELP_HINT "usage: bench_dnn_chain [--batch N > 0] [--seconds S > 0] [--warmup N >= 0] [--tag T]"
+#include "bench_args.h"
+
 #ifndef FL_HAVE_DNNL
 int main(void)
 {
@@ -188,19 +192,10 @@ int main(int argc, char **argv)
     int batch = 512, warmup = 20;
     double seconds = 1.5;
     const char *tag = "";
-    for (int i = 1; i < argc; i += 2) {
-        if (i + 1 >= argc) goto usage;
-        if (!strcmp(argv[i], "--batch")) batch = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--seconds")) seconds = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--warmup")) warmup = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--tag")) tag = argv[i + 1];
-        else goto usage;
-    }
-    if (batch <= 0 || !(seconds > 0) || warmup < 0) {
-    usage:
-        fprintf(stderr, "usage: bench_dnn_chain [--batch N > 0] [--seconds S > 0] [--warmup N >= 0] [--tag T]\n");
-        return 2;
-    }
+    const bench_opt opts[] = {
+        {"batch", BA_INT, &batch}, {"seconds", BA_DOUBLE, &seconds}, {"warmup", BA_INT, &warmup}, {"tag", BA_STR, &tag}};
+    bench_args(argc, argv, 1, opts, BA_COUNT(opts), NULL, NULL);
+    if (batch <= 0 || !(seconds > 0) || warmup < 0) cli_die(2, "--batch and --seconds must be positive, --warmup >= 0");
     const dnnl_version_t *v = dnnl_version();
     char info[256];
     printf("# bench_dnn_chain: batch %d; oneDNN %d.%d.%d isa %s, OMP_NUM_THREADS=%s FLEET_NUM_THREADS=%s; ours: %s\n",

@@ -31,6 +31,10 @@
 #include "ps/ps_internal.h"
 #include "ps_fork.h" /* tests/: ps_fork_server */
 
+#define CLI_NAME "bench_ps"
+#define CLI_HELP_HINT "usage: bench_ps [--seconds S] [--keys N]"
+#include "bench_args.h"
+
 #define BATCH (26 * 512)
 #define DENSE_ROWS 1700
 #define DENSE_COLS 250
@@ -190,18 +194,9 @@ static fl_net_conn *start_echo(pid_t *pid)
 
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--seconds") && i + 1 < argc) secs = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--keys") && i + 1 < argc) nkeys = atoi(argv[++i]);
-        else {
-            fprintf(stderr, "usage: bench_ps [--seconds S] [--keys N]\n");
-            return 2;
-        }
-    }
-    if (secs <= 0 || nkeys < BATCH) {
-        fprintf(stderr, "bench_ps: need --seconds > 0 and --keys >= %d\n", BATCH);
-        return 2;
-    }
+    const bench_opt opts[] = {{"seconds", BA_DOUBLE, &secs}, {"keys", BA_INT, &nkeys}};
+    bench_args(argc, argv, 1, opts, BA_COUNT(opts), NULL, NULL);
+    if (!(secs > 0) || nkeys < BATCH) cli_die(2, "need --seconds > 0 and --keys >= %d", BATCH);
     init_tables();
     signal(SIGPIPE, SIG_IGN);
     uint64_t *all = malloc((size_t)nkeys * 8), *ids = malloc(BATCH * 8);

@@ -40,6 +40,14 @@
 #include "ps/ps_internal.h"
 #include "ps_fork.h" /* tests/: ps_fork_server */
 
+#define CLI_NAME "bench_ps_ssd"
+#define CLI_HELP_HINT                                                        \
+    "usage: bench_ps_ssd [--keys N] [--budget MB] [--seconds S] [--dir D]\n" \
+    "       bench_ps_ssd --scale N [--servers K] [--budget MB] [--dir D]\n"  \
+    "       bench_ps_ssd --export N [--budget MB] [--dir D]\n"               \
+    "       bench_ps_ssd --memory N"
+#include "bench_args.h"
+
 #define DIM 8
 #define BATCH 4096
 #define HOTSET 20000
@@ -338,27 +346,12 @@ int main(int argc, char **argv)
     int ns = 2;
     double secs = 2;
     const char *dir = "/tmp";
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--keys") && i + 1 < argc) keys = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--scale") && i + 1 < argc) scale_keys = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--memory") && i + 1 < argc) mem_keys = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--export") && i + 1 < argc) export_keys = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--budget") && i + 1 < argc) budget = atoll(argv[++i]);
-        else if (!strcmp(argv[i], "--servers") && i + 1 < argc) ns = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) secs = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
-        else {
-            fprintf(stderr, "usage: bench_ps_ssd [--keys N] [--budget MB] [--seconds S] [--dir D]\n"
-                            "       bench_ps_ssd --scale N [--servers K] [--budget MB] [--dir D]\n"
-                            "       bench_ps_ssd --export N [--budget MB] [--dir D]\n"
-                            "       bench_ps_ssd --memory N\n");
-            return 2;
-        }
-    }
-    if (keys < 2 * HOTSET) {
-        fprintf(stderr, "bench_ps_ssd: --keys must be at least %d\n", 2 * HOTSET);
-        return 2;
-    }
+    const bench_opt opts[] = {{"keys", BA_U64, &keys},       {"scale", BA_U64, &scale_keys},
+                              {"memory", BA_U64, &mem_keys}, {"export", BA_U64, &export_keys},
+                              {"budget", BA_I64, &budget},   {"servers", BA_INT, &ns},
+                              {"seconds", BA_DOUBLE, &secs}, {"dir", BA_STR, &dir}};
+    bench_args(argc, argv, 1, opts, BA_COUNT(opts), NULL, NULL);
+    if (keys < 2 * HOTSET) cli_die(2, "--keys must be at least %d", 2 * HOTSET);
     if (mem_keys) return memory(mem_keys);
     if (export_keys) return export_run(export_keys, budget > 0 ? budget : 16, dir);
     if (scale_keys) return scale(scale_keys, ns, budget >= 0 ? budget : 256, dir);

@@ -16,6 +16,10 @@
 
 #include "fleet.h"
 
+#define CLI_NAME "bench_recompute"
+#define CLI_HELP_HINT "usage: bench_recompute [--batch 2048] [--hidden 256] [--layers 8] [--rounds 5] [--steps 10]"
+#include "bench_args.h"
+
 enum { IN = 256, CLASSES = 10, NV = 3 };
 static const char *const names[NV] = {"keep", "eager", "recompute"};
 
@@ -76,22 +80,14 @@ static int steps(variant *v, fl_feed *feed, int n, float *loss)
 int main(int argc, char **argv)
 {
     int batch = 2048, hidden = 256, layers = 8, rounds = 5, nsteps = 10;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        int val = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--batch")) batch = val;
-        else if (!strcmp(argv[i], "--hidden")) hidden = val;
-        else if (!strcmp(argv[i], "--layers")) layers = val;
-        else if (!strcmp(argv[i], "--rounds")) rounds = val;
-        else if (!strcmp(argv[i], "--steps")) nsteps = val;
-        else {
-            fprintf(stderr, "bench_recompute: unknown option %s\n", argv[i]);
-            return 2;
-        }
-    }
-    if (batch < 1 || hidden < 1 || layers < 2 || rounds < 1 || rounds > 64 || nsteps < 1) {
-        fprintf(stderr, "bench_recompute: bad sizes\n");
-        return 2;
-    }
+    const bench_opt opts[] = {{"batch", BA_INT, &batch},
+                              {"hidden", BA_INT, &hidden},
+                              {"layers", BA_INT, &layers},
+                              {"rounds", BA_INT, &rounds},
+                              {"steps", BA_INT, &nsteps}};
+    bench_args(argc, argv, 1, opts, BA_COUNT(opts), NULL, NULL);
+    if (batch < 1 || hidden < 1 || layers < 2 || rounds < 1 || rounds > 64 || nsteps < 1)
+        cli_die(2, "--batch, --hidden and --steps must be >= 1, --layers >= 2, --rounds in [1, 64]");
     float *xs = malloc((size_t)batch * IN * sizeof *xs);
     int64_t *ys = malloc((size_t)batch * sizeof *ys);
     if (!xs || !ys) return 1;

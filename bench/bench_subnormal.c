@@ -25,6 +25,10 @@
 
 #include "tensor/tensor_internal.h" /* fl__flush_tiny */
 
+#define CLI_NAME "bench_subnormal"
+#define CLI_HELP_HINT "usage: bench_subnormal [--n N] [--dead-every K] [--reps R (1..1001)]"
+#include "bench_args.h"
+
 static double now(void)
 {
     struct timespec ts;
@@ -78,16 +82,9 @@ static int cmp_d(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     int reps = 31;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--n")) N = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--dead-every")) DEAD = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
-        else argc = 0;
-    }
-    if (argc == 0 || N < 1 || DEAD < 1 || reps < 1 || reps > 1001 || (argc % 2) == 0) {
-        fprintf(stderr, "usage: bench_subnormal [--n N] [--dead-every K] [--reps R (1..1001)]\n");
-        return 2;
-    }
+    const bench_opt opts[] = {{"n", BA_I64, &N}, {"dead-every", BA_I64, &DEAD}, {"reps", BA_INT, &reps}};
+    bench_args(argc, argv, 1, opts, BA_COUNT(opts), NULL, NULL);
+    if (N < 1 || DEAD < 1 || reps < 1 || reps > 1001) cli_die(2, "--n and --dead-every must be >= 1, --reps in [1, 1001]");
     p = malloc((size_t)N * sizeof *p);
     m1 = malloc((size_t)N * sizeof *m1);
     m2 = malloc((size_t)N * sizeof *m2);

@@ -31,6 +31,11 @@
 
 #include "tensor/tensor_internal.h" /* fl__gemm_info */
 
+#define CLI_NAME "bench_train"
+#define CLI_HELP_HINT \
+    "usage: bench_train mlp|fc|fcfwd [--batch N] [--seconds S] [--warmup N] [--tag T] [--floor 0|1] [--amp 0|1]"
+#include "bench_args.h"
+
 #define POOL 32
 
 static double now(void)
@@ -270,11 +275,8 @@ static int g_threads = 1;
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || (strcmp(argv[1], "mlp") && strcmp(argv[1], "fc") && strcmp(argv[1], "fcfwd"))) {
-        fprintf(stderr,
-                "usage: bench_train mlp|fc|fcfwd [--batch N] [--seconds S] [--warmup N] [--tag T] [--floor 0|1] [--amp 0|1]\n");
-        return 2;
-    }
+    if (argc < 2 || (strcmp(argv[1], "mlp") && strcmp(argv[1], "fc") && strcmp(argv[1], "fcfwd")))
+        cli_die(2, "the first argument is the model: mlp, fc or fcfwd");
     g_threads = openblas_get_num_threads();
     const char *mode = argv[1];
     int is_mlp = !strcmp(mode, "mlp");
@@ -282,22 +284,10 @@ int main(int argc, char **argv)
     double seconds = 2.0;
     const char *tag = "";
     int with_floor = 1;
-    for (int i = 2; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--batch")) batch = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--seconds")) seconds = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--warmup")) warmup = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--tag")) tag = argv[i + 1];
-        else if (!strcmp(argv[i], "--floor")) with_floor = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--amp")) g_amp = atoi(argv[i + 1]);
-        else {
-            fprintf(stderr, "bench_train: unknown option %s\n", argv[i]);
-            return 2;
-        }
-    }
-    if (batch <= 0 || seconds <= 0) {
-        fprintf(stderr, "bench_train: bad --batch or --seconds\n");
-        return 2;
-    }
+    const bench_opt opts[] = {{"batch", BA_INT, &batch}, {"seconds", BA_DOUBLE, &seconds}, {"warmup", BA_INT, &warmup},
+                              {"tag", BA_STR, &tag},     {"floor", BA_INT, &with_floor},   {"amp", BA_INT, &g_amp}};
+    bench_args(argc, argv, 2, opts, BA_COUNT(opts), NULL, NULL);
+    if (batch <= 0 || !(seconds > 0)) cli_die(2, "--batch and --seconds must be positive");
     const char *ct = getenv("OPENBLAS_CORETYPE");
     printf("# fleet bench_train %s: batch %d, OpenBLAS core %s, %d thread(s), OPENBLAS_CORETYPE=%s, "
            "OPENBLAS_NUM_THREADS=%s; config: %s\n",

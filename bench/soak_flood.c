@@ -28,6 +28,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#define CLI_NAME "soak_flood"
+#define CLI_HELP_HINT "usage: soak_flood --ports FILE --duration S [--idle 100] [--slow 100] [--rate 50] [--sources 50]"
+#include "bench_args.h"
+
 #define MAX_PORTS 64
 
 typedef struct {
@@ -50,16 +54,9 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int parse_int(const char *flag, const char *v, long lo, long hi)
+static void check_range(const char *flag, int x, int lo, int hi)
 {
-    char *end;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || errno || *end || x < lo || x > hi) {
-        fprintf(stderr, "soak_flood: %s expects an integer in [%ld, %ld], got '%s'\n", flag, lo, hi, v ? v : "");
-        exit(2);
-    }
-    return (int)x;
+    if (x < lo || x > hi) cli_die(2, "%s expects an integer in [%d, %d], got %d", flag, lo, hi, x);
 }
 
 static void drop(int *fd)
@@ -155,27 +152,15 @@ int main(int argc, char **argv)
 {
     const char *ports = NULL;
     int idle = 100, slow = 100, rate = 50, sources = 50, duration = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        i++;
-        if (!strcmp(k, "--ports")) ports = v;
-        else if (!strcmp(k, "--idle")) idle = parse_int(k, v, 0, 10000);
-        else if (!strcmp(k, "--slow")) slow = parse_int(k, v, 0, 10000);
-        else if (!strcmp(k, "--rate")) rate = parse_int(k, v, 1, 10000);
-        else if (!strcmp(k, "--sources")) sources = parse_int(k, v, 1, 250);
-        else if (!strcmp(k, "--duration")) duration = parse_int(k, v, 1, 7 * 86400);
-        else {
-            fprintf(stderr,
-                    "usage: soak_flood --ports FILE --duration S [--idle 100] [--slow 100] [--rate 50] [--sources 50] "
-                    "(got '%s')\n",
-                    k);
-            return 2;
-        }
-    }
-    if (!ports || duration < 0) {
-        fprintf(stderr, "soak_flood: --ports FILE and --duration S are required\n");
-        return 2;
-    }
+    const bench_opt opts[] = {{"ports", BA_STR, &ports}, {"idle", BA_INT, &idle},       {"slow", BA_INT, &slow},
+                              {"rate", BA_INT, &rate},   {"sources", BA_INT, &sources}, {"duration", BA_INT, &duration}};
+    bench_args(argc, argv, 1, opts, BA_COUNT(opts), NULL, NULL);
+    if (!ports || duration < 0) cli_die(2, "--ports FILE and --duration S are required");
+    check_range("--idle", idle, 0, 10000);
+    check_range("--slow", slow, 0, 10000);
+    check_range("--rate", rate, 1, 10000);
+    check_range("--sources", sources, 1, 250);
+    check_range("--duration", duration, 1, 7 * 86400);
     int slots = idle + slow;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
