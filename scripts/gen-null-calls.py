@@ -117,16 +117,16 @@ def main():
         if PENDING.get(name) == "MESSAGE":
             kind += "_QUIET"
         if kind == "SKIP":
-            body = "(void)h;\n    return 0;"
+            body = "(void)h; return 0;"
         elif ret == "void":
-            body = "%s;\n    return 0;" % call
+            body = "%s; return 0;" % call
         elif ret.endswith("*"):
             body = "return %s != NULL;" % call
         else:
             body = "return (long long)%s;" % call
         if kind != "SKIP" and not handle:
-            body = "(void)h;\n    " + body
-        lines.append("static long long nc_%s(void *h)\n{\n    %s\n}" % (name, body))
+            body = "(void)h; " + body
+        lines.append("static long long nc_%s(void *h) { %s }" % (name, body))
         rows.append('    {"%s", "%s", NC_%s, %d, nc_%s},' % (name, hdr, kind, handle and kind != "SKIP", name))
     for name in list(SAFE) + list(PENDING):
         if name not in [d[2] for d in declarations()]:
