@@ -151,7 +151,8 @@ test: deps
 # main, else the last commit; FORMAT_BASE=<commit> or FORMAT_BASE=--all (every file, whole).
 # See scripts/check-format.sh and tests/README.md.
 .PHONY: format-check
-format-check:
+format-check: DEPS_PROFILE=test
+format-check: deps
 	@scripts/check-format.sh $(FORMAT_BASE)
 
 # Multi-host jobs on 3 network namespaces (PS, collective, a killed worker, mpirun, Slurm):
