@@ -143,7 +143,7 @@ TEST(stopped_rank_is_named_within_10s)
     stop_case(3, 0, 1);
 }
 
-/* The heartbeat thread stamps resumed_ns with its own clock, which can be later than the clock
+/* The heartbeat thread stamps live.resumed_ns with its own clock, which can be later than the clock
  * a collective's wait read just before it.  Unsigned subtraction made that wait "timed out"
  * (tcp: "sent nothing ... for 18446744071.7 s"; shm: "timed out after ... ms") at once. */
 static void rank_later_stamp(ch_world *w, int r, void *arg)
@@ -153,7 +153,7 @@ static void rank_later_stamp(ch_world *w, int r, void *arg)
     float x[256];
     for (int it = 0; it < 3; it++) {
         for (int i = 0; i < 256; i++) x[i] = (float)r;
-        atomic_store(&c->resumed_ns, fl__now_ns() + 3000000000ull);
+        atomic_store(&c->live.resumed_ns, fl__now_ns() + 3000000000ull);
         if (r == 1) usleep(300000); /* rank 0 waits in the allreduce meanwhile */
         CHECK_OK(fl_coll_allreduce(c, x, x, 256, FL_FLOAT32, FL_COLL_SUM));
         CHECK(x[0] == 1.0f && x[255] == 1.0f);

@@ -844,10 +844,10 @@ TEST(later_stamp_of_the_heartbeat_thread_is_fresh)
     CHECK_OK(fl__ps_client_watch(&sv, NULL, 0, 0));
     CHECK(!sv.gone);
     atomic_store(&sv.alive_ns, 0);
-    atomic_store(&c.resumed_ns, later);
+    atomic_store(&c.live.resumed_ns, later);
     CHECK_OK(fl__ps_client_watch(&sv, NULL, 0, 0));
     CHECK(!sv.gone);
-    atomic_store(&c.resumed_ns, 0);
+    atomic_store(&c.live.resumed_ns, 0);
     atomic_store(&sv.alive_ns, later);
     fl__err(FL_ETIMEDOUT, "receive from server 0 (test) timed out");
     CHECK_EQ_INT(fl__ps_client_timeout_error(&c, 0, "pull_dense"), FL_ETIMEDOUT);

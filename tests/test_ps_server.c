@@ -21,7 +21,8 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static fl_ps_table_config tables[2];
+static fl_ps_table_config tables[3];
+static int ntables = 2; /* 3: the big dense table "wide" too (stopped_server_named_in_a_blocked_send) */
 
 static void init_tables(void)
 {
@@ -36,6 +37,11 @@ static void init_tables(void)
     tables[1].rows = 16;
     tables[1].cols = 4;
     tables[1].opt = (fl_ps_optimizer){FL_PS_OPT_ADAM, 0.01f, 0, 0, 0, 0};
+    tables[2].name = "wide"; /* 16 MB: more than the socket buffers of a connection hold */
+    tables[2].kind = FL_PS_DENSE;
+    tables[2].rows = 1 << 20;
+    tables[2].cols = 4;
+    tables[2].opt = (fl_ps_optimizer){FL_PS_OPT_SGD, 0.01f, 0, 0, 0, 0};
 }
 
 static int spawn_sync; /* the next servers spawned run in sync mode */
@@ -49,7 +55,7 @@ static pid_t spawn_server(int index, int ns, int nw, const char *load_dir, char 
     o.num_servers = ns;
     o.num_workers = nw;
     o.tables = tables;
-    o.num_tables = 2;
+    o.num_tables = ntables;
     o.insecure_local = 1;
     o.reconnect_grace_ms = 1000;
     o.sync = spawn_sync;
@@ -380,16 +386,20 @@ static proc spawn_worker(const char *ep, int rank, int nw)
         o.worker_rank = rank;
         o.num_workers = nw;
         o.tables = tables;
-        o.num_tables = 2;
+        o.num_tables = ntables;
         o.insecure_local = 1;
         o.connect_timeout_ms = 5000;
         fl_ps_client *c;
         CHECK_OK(fl_ps_client_create(&o, &c));
-        float dg[64], dv[64];
+        float dg[64], dv[64], *wide = ntables > 2 ? calloc((size_t)1 << 22, sizeof(float)) : NULL;
+        CHECK(ntables == 2 || wide);
         double last = now_s();
         for (int s = 0;; s++) {
             th_fill_uniform(dg, 64, -1, 1, (unsigned)(rank * 1000 + s));
-            int st = fl_ps_client_push_dense(c, 1, dg);
+            /* with "wide": two requests in one round, the second too big for the socket's
+             * buffers, so its send is what waits on a stopped server */
+            int st = wide ? fl_ps_client_push_dense_many(c, 2, (const int[]){1, 2}, (const float *const[]){dg, wide})
+                          : fl_ps_client_push_dense(c, 1, dg);
             if (st == FL_OK) st = fl_ps_client_pull_dense(c, 1, dv);
             if (st) {
                 char line[1600];
@@ -407,6 +417,7 @@ static proc spawn_worker(const char *ep, int rank, int nw)
             usleep(2000);
         }
         fl_ps_client_free(c);
+        free(wide);
         _exit(0);
     }
     close(pfd[1]);
@@ -483,7 +494,7 @@ TEST(stopped_worker_is_named_within_10s)
 
 /* A SIGSTOPped server: the worker's next call fails within 10 s naming it (not after the
  * 60 s request deadline); resumed, the server notices the worker left and ends. */
-TEST(stopped_server_is_named_within_10s)
+static void stopped_server_case(void)
 {
     init_tables();
     char ep[128], line[1600];
@@ -498,6 +509,7 @@ TEST(stopped_server_is_named_within_10s)
     fprintf(stderr, "  server stopped: the worker failed after %.2f s: %s\n", dt, line);
     CHECK_STR_HAS(line, "server 0 (");
     CHECK_STR_HAS(line, "not even a heartbeat");
+    CHECK_STR_HAS(line, "stopped, hung or cut off");
     CHECK(dt < 10.0);
     read_line(w.out, line, sizeof line);
     fprintf(stderr, "  a stop call after that failed in %s\n", line);
@@ -514,6 +526,18 @@ TEST(stopped_server_is_named_within_10s)
     close(w.out);
 }
 
+TEST(stopped_server_is_named_within_10s) { stopped_server_case(); }
+
+/* The same when the worker's round holds two requests and the second one's send is what
+ * waits on the stopped server: the first request's answer, due on the connection that send
+ * gave up, names the server as stopped or hung too (it said "the connection ... was lost"). */
+TEST(stopped_server_named_in_a_blocked_send)
+{
+    ntables = 3;
+    stopped_server_case();
+    ntables = 2;
+}
+
 /* ---- fuzzing the frame decoder ------------------------------------------------------------------------- */
 
 TEST(fuzz_frame_decoder_briefly)
@@ -526,4 +550,5 @@ TEST(fuzz_frame_decoder_briefly)
 
 TEST_MAIN(T(killed_worker_fails_server_within_10s), T(killed_server_fails_a_round_within_one_retry_budget), T(scan_returns_every_row_once),
           T(killed_server_fails_client_calls_within_10s), T(save_interrupted_by_killed_server_keeps_previous),
-          T(stopped_worker_is_named_within_10s), T(stopped_server_is_named_within_10s), T(fuzz_frame_decoder_briefly))
+          T(stopped_worker_is_named_within_10s), T(stopped_server_is_named_within_10s),
+          T(stopped_server_named_in_a_blocked_send), T(fuzz_frame_decoder_briefly))

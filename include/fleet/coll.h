@@ -79,8 +79,8 @@
  * Hung ranks.  Every rank sends a heartbeat on each connection every heartbeat_ms (from a
  * thread of the communicator between collectives, from the collective's waits during one).
  * A collective that waits while a peer has sent nothing, not even a heartbeat, for
- * peer_timeout_ms (default 8 s) fails with FL_EREMOTE "rank 1 (host:port) sent nothing, not
- * even a heartbeat, for 8.0 s during allreduce #12 (...): it is stopped or hung" - a rank
+ * peer_timeout_ms (default 6 s) fails with FL_EREMOTE "rank 1 (host:port) sent nothing, not
+ * even a heartbeat, for 6.0 s during allreduce #12 (...): it is stopped or hung" - a rank
  * stopped with SIGSTOP, frozen in a debugger or hung in the kernel.  A rank that is only
  * slow (still computing before it calls the collective) sends heartbeats and is waited for
  * up to timeout_ms.  A rank that was itself stopped gives its peers a fresh window when it
@@ -105,7 +105,7 @@
  *   FLEET_COLL_HEARTBEAT_MS heartbeat period when opts->heartbeat_ms is 0 (default 1000;
  *                           -1: none, and no silent-peer check)
  *   FLEET_COLL_PEER_TIMEOUT_MS  a peer silent this long fails a waiting collective, when
- *                           opts->peer_timeout_ms is 0 (default 8000; -1: off)
+ *                           opts->peer_timeout_ms is 0 (default 6000; -1: off)
  *   FLEET_NET_MAX_PENDING, FLEET_NET_MAX_PENDING_PER_SOURCE, FLEET_NET_HANDSHAKE_TIMEOUT_MS
  *                           bounds on the unauthenticated connections the rendezvous
  *                           holds (fleet/net.h)
@@ -154,7 +154,7 @@ typedef struct {
                                      FLEET_COLL_BACKEND, else auto (see the top of this file) */
     int heartbeat_ms;             /* 0: FLEET_COLL_HEARTBEAT_MS or 1000; < 0: no heartbeats
                                      (and no silent-peer check) */
-    int peer_timeout_ms;          /* 0: FLEET_COLL_PEER_TIMEOUT_MS or 8000; < 0: off */
+    int peer_timeout_ms;          /* 0: FLEET_COLL_PEER_TIMEOUT_MS or 6000; < 0: off */
     const char *allreduce_dtype;  /* wire dtype of float32 allreduces: "float32" (default),
                                      "bfloat16" ("bf16") or "float16" ("fp16"); NULL or "":
                                      FLEET_COLL_ALLREDUCE_DTYPE, else float32.  See

@@ -188,7 +188,7 @@ typedef struct {
     int reconnect_grace_ms;      /* a worker with no connection left and no stop fails the
                                  * server after this; 0 means 3000 */
     int worker_timeout_ms;       /* a worker not heard from (requests or heartbeats) for this
-                                 * long fails the server, naming it; 0 means 8000; < 0
+                                 * long fails the server, naming it; 0 means 6000; < 0
                                  * disables.  Keep it several times the workers'
                                  * heartbeat_ms */
     int join_timeout_ms;         /* a worker that never connected fails the server after
@@ -258,7 +258,7 @@ typedef struct {
                               * heartbeat, for this long fails at once (FL_EREMOTE naming
                               * the server: stopped, hung or cut off) instead of waiting for
                               * its deadline, which only a slow server that still answers
-                              * heartbeats is given; 0 means 8000; < 0 disables (as does
+                              * heartbeats is given; 0 means 6000; < 0 disables (as does
                               * heartbeat_ms < 0) */
     int dense_wire_dtype;   /* how dense values of push_dense and pull_dense travel:
                               * FL_FLOAT32 (0, the default) or FL_BFLOAT16 (half the bytes;

@@ -69,11 +69,15 @@
  *   FLEET_COLL_ALLREDUCE_DTYPE   wire dtype of float32 allreduces: float32 (default), bfloat16
  *                                or float16 (half the bytes, reduced in float32), used when
  *                                fl_coll_opts.allreduce_dtype is unset (src/coll/comm.c)
+ * The liveness settings below (heartbeat periods, silence windows) take their defaults from
+ * one place, FL__LIVE_HEARTBEAT_MS (1000) and FL__LIVE_TIMEOUT_MS (6000) in
+ * src/net/liveness.h, whose stall threshold (a wait 1 s late: this process was stopped) is a
+ * constant, not a variable.
  *   FLEET_COLL_HEARTBEAT_MS      heartbeat period on every connection of a communicator
  *                                (default 1000; -1: none, and no silent-peer check), used
  *                                when fl_coll_opts.heartbeat_ms is 0 (src/coll/alive.c)
  *   FLEET_COLL_PEER_TIMEOUT_MS   a peer that sent nothing, not even a heartbeat, this long
- *                                fails a waiting collective, naming it (default 8000; -1
+ *                                fails a waiting collective, naming it (default 6000; -1
  *                                off), used when fl_coll_opts.peer_timeout_ms is 0
  *
  * Parameter server (src/ps/config.c), used where the option field is 0:
@@ -81,7 +85,7 @@
  *   FLEET_PS_REQUEST_TIMEOUT_MS  deadline of each PS request (default 60000)
  *   FLEET_PS_RECONNECT_GRACE_MS  a worker without connections fails the server after this (default 3000)
  *   FLEET_PS_WORKER_TIMEOUT_MS   a worker silent this long (no request, no heartbeat: stopped
- *                                or hung) fails the server, naming it; -1 disables (default 8000)
+ *                                or hung) fails the server, naming it; -1 disables (default 6000)
  *   FLEET_PS_WORKER_JOIN_TIMEOUT_MS  a worker that never connected fails the server after
  *                                this long; -1 disables (default 120000)
  *   FLEET_PS_CONNECT_TIMEOUT_MS  client wait for servers to listen (default 60000)
@@ -90,7 +94,7 @@
  *   FLEET_PS_HEARTBEAT_MS        client heartbeat period; -1 disables (default 1000)
  *   FLEET_PS_SERVER_TIMEOUT_MS   a request whose server answered nothing, not even a
  *                                heartbeat, for this long fails at once (the server is
- *                                stopped or hung, not slow); -1 disables (default 8000)
+ *                                stopped or hung, not slow); -1 disables (default 6000)
  */
 #include <errno.h>
 #include <stdio.h>

@@ -15,18 +15,17 @@
  * collective holds it from start to end, the thread only takes it when free (trylock).
  *
  * When this process itself did not run for a while (a stop, a starved machine), it notes
- * the time it ran again (resumed_ns): peers get a fresh window from then on, and waits
- * restart their no-progress clock, instead of blaming a peer for our own absence.
+ * the time it ran again (the stopped-self rule of src/net/liveness.h): peers get a fresh
+ * window from then on, and waits restart their no-progress clock, instead of blaming a peer
+ * for our own absence.  The thresholds and the thread are that module's.
  */
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "coll_internal.h"
 
-#define STALL_NS 2000000000ull /* a period overrun by this much: this process was stopped */
-#define TICK_NS 50000000ull    /* heartbeat work inside a collective at most this often */
+#define TICK_NS 50000000ull /* heartbeat work inside a collective at most this often */
 
 void fl__coll_op_begin(fl_coll *c)
 {
@@ -34,15 +33,6 @@ void fl__coll_op_begin(fl_coll *c)
     c->tick_ns = 0; /* a pause between collectives is no stop of this process */
 }
 void fl__coll_op_end(fl_coll *c) { pthread_mutex_unlock(&c->op_mu); }
-
-static void note_resumed(fl_coll *c, uint64_t now, uint64_t gap)
-{
-    atomic_store(&c->resumed_ns, now);
-    FL_WARN(FL_SUB_COLL,
-            "rank %d: this process did not run for %.1f s (stopped or starved); its peers get a fresh "
-            "%d ms to be heard from",
-            c->rank, (double)gap / 1e9, c->peer_timeout_ms);
-}
 
 int fl__coll_hb_flush(fl_coll *c, int p)
 {
@@ -111,67 +101,51 @@ int fl__coll_tick(fl_coll *c, const fl__coll_desc *d)
     if (c->hb_ms <= 0) return FL_OK;
     uint64_t now = fl__now_ns();
     if (now - c->tick_ns < TICK_NS) return FL_OK;
-    if (c->tick_ns && now - c->tick_ns > STALL_NS) note_resumed(c, now, now - c->tick_ns);
+    fl__live_check(&c->live, c->tick_ns, now); /* a tick this late: this process was stopped */
     c->tick_ns = now;
     send_due(c, now);
     if (c->peer_timeout_ms <= 0) return FL_OK;
-    uint64_t fresh = atomic_load(&c->resumed_ns), tmo = (uint64_t)c->peer_timeout_ms * 1000000ull;
     for (int p = 0; p < c->size; p++) {
         /* a peer whose stream holds data for a later step has been heard from; one that
          * closed is handled by the collective (it may have finished) */
         if (!c->conns[p] || c->idle_blocked[p] || c->peer_closed[p]) continue;
-        uint64_t last = c->heard_ns[p] > fresh ? c->heard_ns[p] : fresh;
-        if (fl__ns_since(now, last) <= tmo) continue; /* fresh is the thread's clock: may be after now */
+        if (!fl__live_silent(&c->live, c->heard_ns[p], now, c->peer_timeout_ms)) continue;
         char ds[160];
         fl__coll_desc_str(d, ds, sizeof ds);
         return fl__err(FL_EREMOTE,
                        "%s sent nothing, not even a heartbeat, for %.1f s during %s: it is stopped or "
                        "hung (FLEET_COLL_PEER_TIMEOUT_MS is %d)",
-                       fl__coll_peer(c, p), (double)fl__ns_since(now, last) / 1e9, ds, c->peer_timeout_ms);
+                       fl__coll_peer(c, p), (double)fl__live_quiet(&c->live, c->heard_ns[p], now) / 1e9, ds,
+                       c->peer_timeout_ms);
     }
     return FL_OK;
 }
 
 /* ---- the thread ----------------------------------------------------------------------------------- */
 
-static void *hb_main(void *arg)
+/* One beat of the thread: while no collective runs the connections are its own. */
+static void beat(void *arg, uint64_t now)
 {
     fl_coll *c = arg;
-    uint64_t period = (uint64_t)c->hb_ms * 1000000ull;
-    pthread_mutex_lock(&c->hb_mu);
-    while (!c->hb_quit) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + period;
-        ts.tv_sec += (time_t)(ns / 1000000000ull);
-        ts.tv_nsec = (long)(ns % 1000000000ull);
-        uint64_t slept = fl__now_ns();
-        pthread_cond_timedwait(&c->hb_cv, &c->hb_mu, &ts);
-        if (c->hb_quit) break;
-        pthread_mutex_unlock(&c->hb_mu);
-        uint64_t now = fl__now_ns();
-        if (now - slept > period + STALL_NS) note_resumed(c, now, now - slept - period);
-        if (pthread_mutex_trylock(&c->op_mu) == 0) { /* no collective runs: the connections are ours */
-            if (!c->failed) {
-                for (int p = 0; p < c->size; p++)
-                    if (c->conns[p] && !c->peer_closed[p] && fl__coll_skip_heartbeats(c, p) != FL_OK) fl_clear_error();
-                send_due(c, now);
-            }
-            pthread_mutex_unlock(&c->op_mu);
-        }
-        pthread_mutex_lock(&c->hb_mu);
+    if (pthread_mutex_trylock(&c->op_mu) != 0) return; /* a collective runs: its waits beat */
+    if (!c->failed) {
+        for (int p = 0; p < c->size; p++)
+            if (c->conns[p] && !c->peer_closed[p] && fl__coll_skip_heartbeats(c, p) != FL_OK) fl_clear_error();
+        send_due(c, now);
     }
-    pthread_mutex_unlock(&c->hb_mu);
-    return NULL;
+    pthread_mutex_unlock(&c->op_mu);
 }
 
 int fl__coll_hb_init(fl_coll *c, const fl_coll_opts *o)
 {
     int64_t hb = o->heartbeat_ms, pt = o->peer_timeout_ms;
-    if (!hb) FL_CHECK(fl__env_int("FLEET_COLL_HEARTBEAT_MS", 1000, -1, 3600000, &hb));
-    if (!pt) FL_CHECK(fl__env_int("FLEET_COLL_PEER_TIMEOUT_MS", 8000, -1, 86400000, &pt));
+    if (!hb) FL_CHECK(fl__env_int("FLEET_COLL_HEARTBEAT_MS", FL__LIVE_HEARTBEAT_MS, -1, 3600000, &hb));
+    if (!pt) FL_CHECK(fl__env_int("FLEET_COLL_PEER_TIMEOUT_MS", FL__LIVE_TIMEOUT_MS, -1, 86400000, &pt));
     c->hb_ms = hb > 0 ? (int)hb : -1;
     c->peer_timeout_ms = pt > 0 ? (int)pt : -1;
+    char who[32];
+    snprintf(who, sizeof who, "rank %d", c->rank);
+    fl__live_clock_init(&c->live, FL_SUB_COLL, who, "its peers", c->peer_timeout_ms);
     size_t P = (size_t)c->size;
     c->heard_ns = calloc(P, sizeof *c->heard_ns);
     c->sent_ns = calloc(P, sizeof *c->sent_ns);
@@ -189,8 +163,6 @@ int fl__coll_hb_init(fl_coll *c, const fl_coll_opts *o)
     pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE); /* a failure inside a collective notifies peers */
     pthread_mutex_init(&c->op_mu, &ma);
     pthread_mutexattr_destroy(&ma);
-    pthread_mutex_init(&c->hb_mu, NULL);
-    pthread_cond_init(&c->hb_cv, NULL);
     c->hb_inited = 1;
     return FL_OK;
 }
@@ -200,30 +172,16 @@ int fl__coll_hb_start(fl_coll *c)
     uint64_t now = fl__now_ns();
     for (int p = 0; p < c->size; p++) c->heard_ns[p] = c->sent_ns[p] = now;
     if (c->hb_ms <= 0 || c->size < 2) return FL_OK;
-    if (pthread_create(&c->hb_thread, NULL, hb_main, c) != 0)
-        return fl__err(FL_EIO, "fl_coll_create: rank %d cannot start its heartbeat thread", c->rank);
-    c->hb_started = 1;
-    return FL_OK;
+    int st = fl__live_hb_start(&c->hb, c->hb_ms, &c->live, beat, c);
+    return st ? fl__err(st, "fl_coll_create: %s", fl_last_error()) : FL_OK;
 }
 
-void fl__coll_hb_stop(fl_coll *c)
-{
-    if (c->hb_started) {
-        pthread_mutex_lock(&c->hb_mu);
-        c->hb_quit = 1;
-        pthread_cond_signal(&c->hb_cv);
-        pthread_mutex_unlock(&c->hb_mu);
-        pthread_join(c->hb_thread, NULL);
-        c->hb_started = 0;
-    }
-}
+void fl__coll_hb_stop(fl_coll *c) { fl__live_hb_stop(&c->hb); }
 
 void fl__coll_hb_free(fl_coll *c)
 {
     fl__coll_hb_stop(c);
     if (c->hb_inited) {
-        pthread_cond_destroy(&c->hb_cv);
-        pthread_mutex_destroy(&c->hb_mu);
         pthread_mutex_destroy(&c->op_mu);
         c->hb_inited = 0;
     }

@@ -12,7 +12,7 @@
  * library) calls fl__coll_check_peers(c, d, NULL, 0) every few hundred microseconds while
  * it waits - which also sends this rank's heartbeats and fails when a peer has been silent
  * for peer_timeout_ms (alive.c) - and gives up after c->timeout_ms without progress
- * (counted from c->resumed_ns when that is later: the time this process ran again after
+ * (counted from c->live.resumed_ns when that is later: the time this process ran again after
  * a stop), so a dead, aborting, stopped or stalled peer fails the op on every rank.  The
  * collective runs under c->op_mu (ops.c takes it): the heartbeat thread stays away.
  *

@@ -105,10 +105,8 @@ struct fl_coll {
     /* liveness (alive.c); everything below op_mu is used under it */
     pthread_mutex_t op_mu; /* held by a running collective, and by the heartbeat thread
                                * while it uses the connections (recursive) */
-    pthread_mutex_t hb_mu; /* the thread's sleep */
-    pthread_cond_t hb_cv;
-    pthread_t hb_thread;
-    int hb_inited, hb_started, hb_quit;
+    fl__live_hb hb;        /* the heartbeat thread (src/net/liveness.h) */
+    int hb_inited;
     int hb_ms, peer_timeout_ms;     /* -1: off */
     uint64_t *heard_ns;             /* [size]: when something last arrived from the peer */
     uint64_t *sent_ns;              /* [size]: when the last heartbeat to the peer started */
@@ -116,7 +114,7 @@ struct fl_coll {
     uint8_t *hb_left;               /* [size]: its bytes not yet sent */
     uint8_t *hb_quiet;              /* [size]: the peer closed its end: send it nothing more */
     uint64_t tick_ns;               /* the collectives' last heartbeat work */
-    _Atomic uint64_t resumed_ns;    /* when this process last ran again after a stop */
+    fl__live_clock live;            /* when this process last ran again after a stop */
 };
 
 /* comm.c */

@@ -367,10 +367,9 @@ static int shm_wait(fl_coll *c, const fl__coll_desc *d, int which, uint64_t t)
         if (now >= next) {
             FL_CHECK(check_alive(c, d, which, t));
             next = now + CHECK_NS;
-            uint64_t resumed = atomic_load(&c->resumed_ns);
-            if (resumed > t0) t0 = resumed; /* this process was stopped: restart the clock */
+            t0 = fl__live_since(&c->live, t0); /* this process was stopped: restart the clock */
         }
-        uint64_t waited = fl__ns_since(now, t0); /* resumed is the heartbeat thread's clock: may be after now */
+        uint64_t waited = fl__ns_since(now, t0); /* t0 may be the heartbeat thread's clock: after now */
         if (waited >= tmo) return wait_timeout(c, d, which, t);
         shm_ctl *pc = &s->ctl[p];
         if (waited < SPIN_NS && atomic_load_explicit(&pc->cpu, memory_order_relaxed) == sched_getcpu()) {

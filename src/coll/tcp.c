@@ -193,9 +193,7 @@ int fl__tcp_run(fl_coll *c, const fl__coll_desc *d)
             continue;
         }
         FL_CHECK(fl__coll_tick(c, d));
-        uint64_t resumed = atomic_load(&c->resumed_ns);
-        if (resumed > last) last = resumed;        /* this process was stopped: restart the clock */
-        uint64_t waited = fl__ns_since(now, last); /* resumed is the heartbeat thread's clock: may be after now */
+        uint64_t waited = fl__live_quiet(&c->live, last, now); /* not counting a stop of this process */
         if (waited >= tmo) return timeout_error(c, d);
         int n = 0;
         for (int p = 0; p < P; p++) {

@@ -10,7 +10,10 @@
  * Rank 0 picks its own port on MASTER_ADDR the same way, waits for one HELLO from every rank
  * and answers each with
  *   LIST   "ep0,ep1,...": every rank's endpoint in rank order.
- * Every wait shares one deadline (FLEET_RENDEZVOUS_TIMEOUT_MS); errors name the peer.
+ * Every wait shares one deadline (FLEET_RENDEZVOUS_TIMEOUT_MS); errors name the peer.  The
+ * deadline follows the stopped-self rule of src/net/liveness.h: time this process did not
+ * run (SIGSTOP, a starved machine) is added to it, so a rank that was itself stopped does
+ * not blame the others.
  *
  * Each such listener is closed before its endpoint is sent, and the collective communicator
  * binds the port again when it starts: a listener kept open while the others start would
@@ -24,6 +27,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "../net/net_internal.h"
 #include "role_internal.h"
 
 #define RDZV_ROLE 0x52445a56u /* "RDZV" */
@@ -81,8 +85,8 @@ static int local_host(fl_net_conn *c, char *out, size_t cap, int *v6)
     return FL_OK;
 }
 
-static int join(int rank, int world, const char *host, int port, const fl_net_auth *a, uint64_t dl, char **list, char *mine,
-                size_t mine_cap)
+static int join(int rank, int world, const char *host, int port, const fl_net_auth *a, uint64_t dl, fl__live_clock *live,
+                char **list, char *mine, size_t mine_cap)
 {
     fl_net_conn *c = NULL;
     fl_net_listener *l = NULL;
@@ -94,6 +98,7 @@ static int join(int rank, int world, const char *host, int port, const fl_net_au
     char label[FL_NET_HOST_MAX + 32], me[INET6_ADDRSTRLEN + 2], msg[RDZV_EP_MAX + 16];
     snprintf(label, sizeof label, "rank 0 (%s:%d)", host, port);
     fl_net_conn_set_label(c, label);
+    fl__net_conn_set_watch(c, fl__live_watch_self, live);
     int v6 = 0;
     FL_CHECK_GOTO(local_host(c, me + 1, sizeof me - 2, &v6), st, out);
     FL_CHECK_GOTO(fl_net_listen(me + 1, 0, &l), st, out);
@@ -114,7 +119,7 @@ out:
 }
 
 /* Rank 0: collects every rank's HELLO, then answers all with the list. */
-static int lead(int world, const char *host, int port, const fl_net_auth *a, uint64_t dl, char **list)
+static int lead(int world, const char *host, int port, const fl_net_auth *a, uint64_t dl, fl__live_clock *live, char **list)
 {
     fl_net_listener *rl = NULL, *own = NULL;
     fl_net_conn **conns = calloc((size_t)world, sizeof *conns);
@@ -162,6 +167,7 @@ static int lead(int world, const char *host, int port, const fl_net_auth *a, uin
         char label[80], hbuf[FL_NET_HOST_MAX], *text = NULL;
         snprintf(label, sizeof label, "rank %d (%s)", r, fl_net_conn_addr(c));
         fl_net_conn_set_label(c, label);
+        fl__net_conn_set_watch(c, fl__live_watch_self, live);
         if (fl_net_conn_peer_role(c) != RDZV_ROLE) { /* e.g. a late collective peer of an earlier job */
             FL_WARN(FL_SUB_FLEET, "rendezvous: refused %s: not a rendezvous connection", label);
             fl_net_conn_free(c);
@@ -214,9 +220,12 @@ int fl__rdzv_endpoints(const char *host, int port, int rank, int world_size, con
     *out = NULL;
     uint64_t dl = fl_net_deadline(timeout_ms);
     fl_net_auth a = auth_for(secret, rank);
-    char *list = NULL, mine[RDZV_EP_MAX] = "";
-    FL_CHECK(rank == 0 ? lead(world_size, host, port, &a, dl, &list)
-                       : join(rank, world_size, host, port, &a, dl, &list, mine, sizeof mine));
+    char *list = NULL, mine[RDZV_EP_MAX] = "", who[48];
+    fl__live_clock live;
+    snprintf(who, sizeof who, "rendezvous: rank %d", rank);
+    fl__live_clock_init(&live, FL_SUB_FLEET, who, NULL, 0);
+    FL_CHECK(rank == 0 ? lead(world_size, host, port, &a, dl, &live, &list)
+                       : join(rank, world_size, host, port, &a, dl, &live, &list, mine, sizeof mine));
     char **eps = NULL;
     int n = 0;
     int st = fl__parse_endpoints(list, "rendezvous: the endpoint list from rank 0", &eps, &n);

@@ -439,16 +439,22 @@ int fl_net_acceptor_next(fl_net_acceptor *a, fl_net_conn **out)
     return FL_OK;
 }
 
-/* Sleeps in poll on the acceptor until it has work, its next deadline, or deadline_ns. */
-static int wait_some(fl_net_acceptor *a, uint64_t deadline_ns)
+#define WAIT_SLICE_MS 1000 /* a blocking accept wakes this often to see whether it was stopped */
+
+/* Sleeps in poll on the acceptor until it has work, its next deadline, or *deadline_ns, in
+ * slices of WAIT_SLICE_MS: a slice that ends late means this process did not run, and
+ * *deadline_ns moves by as much (liveness.h: the per-request deadline). */
+static int wait_some(fl_net_acceptor *a, uint64_t *deadline_ns)
 {
     uint64_t now = fl__now_ns();
-    if (now >= deadline_ns) return FL_OK;
-    uint64_t left = (deadline_ns - now + 999999) / 1000000;
+    if (now >= *deadline_ns) return FL_OK;
+    uint64_t left = (*deadline_ns - now + 999999) / 1000000;
     int t = fl_net_acceptor_timeout_ms(a);
-    if (t < 0 || (uint64_t)t > left) t = left > 3600000 ? 3600000 : (int)left;
+    if (t < 0 || (uint64_t)t > left) t = left > WAIT_SLICE_MS ? WAIT_SLICE_MS : (int)left;
+    if (t > WAIT_SLICE_MS) t = WAIT_SLICE_MS;
     struct pollfd pf = {.fd = a->ep, .events = POLLIN};
     if (poll(&pf, 1, t) < 0 && errno != EINTR) return fl__err(FL_EIO, "poll failed: %s", strerror(errno));
+    fl__live_deadline_after(deadline_ns, now + (uint64_t)t * 1000000ull, fl__now_ns());
     return FL_OK;
 }
 
@@ -468,7 +474,7 @@ int fl_net_acceptor_wait(fl_net_acceptor *a, uint64_t deadline_ns, fl_net_conn *
                            "(%d pending%s%s)",
                            a->l->endpoint, (double)(fl__now_ns() - t0) / 1e6, a->np, a->last[0] ? "; last refused: " : "",
                            a->last);
-        FL_CHECK(wait_some(a, deadline_ns));
+        FL_CHECK(wait_some(a, &deadline_ns));
     }
 }
 
@@ -518,6 +524,6 @@ int fl_net_accept(fl_net_listener *l, const fl_net_auth *auth, uint64_t deadline
             }
             return fl__err(FL_ETIMEDOUT, "%s", a->last);
         }
-        FL_CHECK(wait_some(a, deadline_ns));
+        FL_CHECK(wait_some(a, &deadline_ns));
     }
 }

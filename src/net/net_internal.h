@@ -11,6 +11,7 @@
 
 #include "../base/base_internal.h"
 #include "fleet/net.h"
+#include "liveness.h"
 
 #define FL_NET_LISTENER_MAGIC 0x464c4e4cu /* "FLNL" */
 #define FL_NET_CONN_MAGIC 0x464c4e43u     /* "FLNC" */

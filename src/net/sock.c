@@ -453,7 +453,6 @@ void fl__net_conn_set_watch(fl_net_conn *c, fl__net_watch_fn fn, void *arg)
 }
 
 #define WATCH_SLICE_NS 100000000ull
-#define STALL_NS 1000000000ull
 
 /* wait_ready for a watched connection (see fl__net_conn_set_watch): FL_OK to try the I/O
  * again, FL_ETIMEDOUT at the (possibly moved) deadline, or the watch's error. */
@@ -465,8 +464,7 @@ static int wait_watched(fl_net_conn *c, short ev, uint64_t since, uint64_t *dead
     uint64_t end = *deadline_ns - now < WATCH_SLICE_NS ? *deadline_ns : now + WATCH_SLICE_NS;
     int st = fl__net_wait_fd(c->fd, ev, end);
     if (st != FL_OK && st != FL_ETIMEDOUT) return st;
-    uint64_t after = fl__now_ns(), stall = after > end + STALL_NS ? after - end : 0;
-    if (stall && *deadline_ns < UINT64_MAX - stall) *deadline_ns += stall;
+    uint64_t after = fl__now_ns(), stall = fl__live_deadline_after(deadline_ns, end, after);
     if (st == FL_OK) return FL_OK; /* ready: read or write before judging the peer */
     FL_CHECK(c->watch(c->watch_arg, c, after - since, stall));
     return after >= *deadline_ns ? FL_ETIMEDOUT : FL_OK;

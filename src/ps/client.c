@@ -27,12 +27,17 @@ static int connect_server(fl_ps_client *c, int i, uint64_t deadline, fl_net_conn
     fl_net_conn_set_label(*out, sv->label);
     fl__net_conn_set_watch(*out, fl__ps_client_watch, sv);
     sv->gone = 0;
+    sv->lost[0] = 0;
     atomic_store(&sv->alive_ns, fl__now_ns());
     return FL_OK;
 }
 
+/* Drops server i's connection after a failure, keeping the failure's message: the requests
+ * of this round still waiting on that connection fail with it (a server that answered
+ * nothing is named as stopped or hung, not as a lost connection). */
 static void drop_conn(fl_ps_client *c, int i)
 {
+    snprintf(c->srv[i].lost, sizeof c->srv[i].lost, "%s", fl_last_error());
     fl_net_conn_free(c->srv[i].conn);
     c->srv[i].conn = NULL;
 }
@@ -83,8 +88,9 @@ static int recv_call(fl_ps_client *c, fl__ps_call *k, uint64_t deadline)
     fl__ps_hdr h;
     uint64_t req_id;
     memcpy(&req_id, k->fixed.p + 16, 8);
-    if (!sv->conn) /* dropped while an earlier request to this server failed */
-        return fl__err(FL_EREMOTE, "the connection to %s was lost", sv->label);
+    if (!sv->conn) /* dropped while an earlier request to this server failed: that is why */
+        return sv->lost[0] ? fl__err(FL_EREMOTE, "%s", sv->lost)
+                           : fl__err(FL_EREMOTE, "the connection to %s was lost", sv->label);
     int st = fl_net_recv_all(sv->conn, hb, sizeof hb, deadline);
     if (st) goto broken;
     st = fl__ps_hdr_decode(hb, FL_PS_MAX_BODY, &h);
@@ -290,9 +296,10 @@ int fl_ps_client_create(const fl_ps_client_opts *opts, fl_ps_client **out)
     c->ns = opts->num_servers;
     c->ntables = opts->num_tables;
     pthread_mutex_init(&c->mu, NULL);
-    pthread_mutex_init(&c->hb_mu, NULL);
-    pthread_cond_init(&c->hb_cv, NULL);
     int st = fl_ps_client_opts_from_env(&c->o);
+    char who[32];
+    snprintf(who, sizeof who, "worker %d", c->o.worker_rank);
+    fl__live_clock_init(&c->live, FL_SUB_PS, who, "the servers", c->o.server_timeout_ms);
     if (st == FL_OK) st = fl__ps_tables_copy(opts->tables, opts->num_tables, &c->cfgs);
     c->o.tables = c->cfgs;
     c->o.endpoints = NULL;
@@ -384,8 +391,6 @@ void fl_ps_client_free(fl_ps_client *c)
     free(c->gclick);
     fl__ps_tables_free(c->cfgs, c->ntables);
     fl_net_secret_clear(&c->secret);
-    pthread_cond_destroy(&c->hb_cv);
-    pthread_mutex_destroy(&c->hb_mu);
     pthread_mutex_destroy(&c->mu);
     c->magic = 0;
     free(c);

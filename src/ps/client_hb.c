@@ -11,24 +11,13 @@
  * one that answers heartbeats is only slow and gets the request's whole deadline.  When
  * this process itself did not run for a while (SIGSTOP, a debugger, a starved machine),
  * every server gets a fresh window from the moment it runs again, and a deadline that
- * passed meanwhile is not blamed on the server.
+ * passed meanwhile is not blamed on the server (the rules and the thread are those of
+ * src/net/liveness.h).
  */
 #include <stdio.h>
-#include <time.h>
 
 #include "../net/net_internal.h"
 #include "ps_internal.h"
-
-#define STALL_NS 2000000000ull /* a heartbeat period overrun by this much: this process was stopped */
-
-static void note_resumed(fl_ps_client *c, uint64_t now, uint64_t stalled_ns)
-{
-    atomic_store(&c->resumed_ns, now);
-    FL_WARN(FL_SUB_PS,
-            "worker %d: this process did not run for %.1f s (stopped or starved); the servers get a fresh "
-            "%d ms to answer",
-            c->o.worker_rank, (double)stalled_ns / 1e9, c->o.server_timeout_ms);
-}
 
 static void hb_drop(fl__ps_csrv *sv)
 {
@@ -65,85 +54,51 @@ static void hb_collect(fl__ps_csrv *sv, uint64_t now)
     sv->hb_got = 0;
 }
 
-static void *heartbeat_main(void *arg)
+/* One beat: (re)connects, collects the answers that came, sends the heartbeats that are due. */
+static void beat(void *arg, uint64_t now)
 {
     fl_ps_client *c = arg;
-    uint64_t id = 0, period = (uint64_t)c->o.heartbeat_ms * 1000000ull;
     int64_t connect_ms = c->o.heartbeat_ms < 1000 ? c->o.heartbeat_ms : 1000;
-    pthread_mutex_lock(&c->hb_mu);
-    while (!c->hb_quit) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + period;
-        ts.tv_sec += (time_t)(ns / 1000000000ull);
-        ts.tv_nsec = (long)(ns % 1000000000ull);
-        uint64_t slept = fl__now_ns();
-        pthread_cond_timedwait(&c->hb_cv, &c->hb_mu, &ts);
-        if (c->hb_quit) break;
-        pthread_mutex_unlock(&c->hb_mu);
-        uint64_t now = fl__now_ns();
-        if (now - slept > period + STALL_NS) note_resumed(c, now, now - slept - period);
-        for (int i = 0; i < c->ns; i++) {
-            fl__ps_csrv *sv = &c->srv[i];
-            if (!sv->hb) {
-                if (fl_net_connect(sv->host, sv->port, &c->auth, fl_net_deadline(connect_ms), &sv->hb) != FL_OK) {
-                    FL_DEBUG(FL_SUB_PS, "heartbeat to %s: %s", sv->label, fl_last_error());
-                    sv->hb = NULL;
-                    continue;
-                }
-                fl_net_conn_set_label(sv->hb, sv->label);
-                atomic_store(&sv->alive_ns, fl__now_ns()); /* it ran the handshake */
-            }
-            hb_collect(sv, fl__now_ns());
-            if (!sv->hb || sv->hb_id) continue; /* the last one is still unanswered: wait for it */
-            uint8_t h[FL__PS_HDR];
-            fl__ps_hdr_encode(h, FL__PS_HEARTBEAT, 0, ++id, 0);
-            if (fl_net_send_all(sv->hb, h, sizeof h, fl_net_deadline(100)) != FL_OK) {
+    (void)now;
+    for (int i = 0; i < c->ns; i++) {
+        fl__ps_csrv *sv = &c->srv[i];
+        if (!sv->hb) {
+            if (fl_net_connect(sv->host, sv->port, &c->auth, fl_net_deadline(connect_ms), &sv->hb) != FL_OK) {
                 FL_DEBUG(FL_SUB_PS, "heartbeat to %s: %s", sv->label, fl_last_error());
-                hb_drop(sv);
+                sv->hb = NULL;
                 continue;
             }
-            sv->hb_id = id;
+            fl_net_conn_set_label(sv->hb, sv->label);
+            atomic_store(&sv->alive_ns, fl__now_ns()); /* it ran the handshake */
         }
-        pthread_mutex_lock(&c->hb_mu);
+        hb_collect(sv, fl__now_ns());
+        if (!sv->hb || sv->hb_id) continue; /* the last one is still unanswered: wait for it */
+        uint8_t h[FL__PS_HDR];
+        fl__ps_hdr_encode(h, FL__PS_HEARTBEAT, 0, ++c->hb_seq, 0);
+        if (fl_net_send_all(sv->hb, h, sizeof h, fl_net_deadline(100)) != FL_OK) {
+            FL_DEBUG(FL_SUB_PS, "heartbeat to %s: %s", sv->label, fl_last_error());
+            hb_drop(sv);
+            continue;
+        }
+        sv->hb_id = c->hb_seq;
     }
-    pthread_mutex_unlock(&c->hb_mu);
-    return NULL;
 }
 
 int fl__ps_client_hb_start(fl_ps_client *c)
 {
     uint64_t now = fl__now_ns();
     for (int i = 0; i < c->ns; i++) atomic_store(&c->srv[i].alive_ns, now);
-    if (c->o.heartbeat_ms <= 0) return FL_OK;
-    if (pthread_create(&c->hb_thread, NULL, heartbeat_main, c) != 0)
-        return fl__err(FL_EIO, "worker %d: cannot start the heartbeat thread", c->o.worker_rank);
-    c->hb_started = 1;
-    return FL_OK;
+    return fl__live_hb_start(&c->hb, c->o.heartbeat_ms, &c->live, beat, c);
 }
 
 void fl__ps_client_hb_stop(fl_ps_client *c)
 {
-    if (!c->hb_started) return;
-    pthread_mutex_lock(&c->hb_mu);
-    c->hb_quit = 1;
-    pthread_cond_signal(&c->hb_cv);
-    pthread_mutex_unlock(&c->hb_mu);
-    pthread_join(c->hb_thread, NULL);
-    c->hb_started = 0;
+    if (!c->hb.started) return;
+    fl__live_hb_stop(&c->hb);
     for (int i = 0; i < c->ns; i++) hb_drop(&c->srv[i]);
 }
 
 /* ---- the requests' side ------------------------------------------------------------------------- */
-
-/* The latest sign of life of sv: its answers, the progress of this wait, this process's
- * own return from a stop. */
-static uint64_t last_sign(fl_ps_client *c, fl__ps_csrv *sv, uint64_t since)
-{
-    uint64_t a = atomic_load(&sv->alive_ns), r = atomic_load(&c->resumed_ns);
-    if (a > since) since = a;
-    return r > since ? r : since;
-}
 
 int fl__ps_client_watch(void *arg, fl_net_conn *nc, uint64_t idle_ns, uint64_t stalled_ns)
 {
@@ -151,12 +106,12 @@ int fl__ps_client_watch(void *arg, fl_net_conn *nc, uint64_t idle_ns, uint64_t s
     fl_ps_client *c = sv->client;
     (void)nc;
     uint64_t now = fl__now_ns();
-    if (stalled_ns) note_resumed(c, now, stalled_ns);
+    fl__live_note(&c->live, now, stalled_ns);
     if (c->o.heartbeat_ms <= 0 || c->o.server_timeout_ms <= 0) return FL_OK;
-    uint64_t last = last_sign(c, sv, now - idle_ns);
-    /* alive_ns and resumed_ns are the heartbeat thread's clock: they may be after now */
-    uint64_t quiet = fl__ns_since(now, last);
-    if (quiet <= (uint64_t)c->o.server_timeout_ms * 1000000ull) return FL_OK;
+    /* the latest sign of life of sv: its answers, or the progress of this wait */
+    uint64_t a = atomic_load(&sv->alive_ns), last = now - idle_ns > a ? now - idle_ns : a;
+    if (!fl__live_silent(&c->live, last, now, c->o.server_timeout_ms)) return FL_OK;
+    uint64_t quiet = fl__live_quiet(&c->live, last, now);
     sv->gone = 1;
     return fl__err(FL_EREMOTE,
                    "%s has answered nothing, not even a heartbeat, for %.1f s: it is stopped, hung or cut "
@@ -167,10 +122,10 @@ int fl__ps_client_watch(void *arg, fl_net_conn *nc, uint64_t idle_ns, uint64_t s
 int fl__ps_client_timeout_error(fl_ps_client *c, int server, const char *what)
 {
     fl__ps_csrv *sv = &c->srv[server];
-    uint64_t now = fl__now_ns(), r = atomic_load(&c->resumed_ns);
+    uint64_t now = fl__now_ns();
     char low[512];
     snprintf(low, sizeof low, "%s", fl_last_error());
-    if (r && fl__ns_since(now, r) < 2000000000ull)
+    if (fl__live_resumed_within(&c->live, now, 2 * FL__LIVE_STALL_NS))
         return fl__err(FL_ETIMEDOUT,
                        "the deadline of %s to %s passed while this worker (%d) itself was stopped or "
                        "starved: %s",

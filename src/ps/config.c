@@ -245,7 +245,7 @@ int fl_ps_server_opts_from_env(fl_ps_server_opts *o)
     FL_CHECK(env_ms("FLEET_PS_THREADS", &o->num_threads, 4, 1));
     FL_CHECK(env_ms("FLEET_PS_REQUEST_TIMEOUT_MS", &o->request_timeout_ms, 60000, 1));
     FL_CHECK(env_ms("FLEET_PS_RECONNECT_GRACE_MS", &o->reconnect_grace_ms, 3000, 1));
-    FL_CHECK(env_ms("FLEET_PS_WORKER_TIMEOUT_MS", &o->worker_timeout_ms, 8000, -1));
+    FL_CHECK(env_ms("FLEET_PS_WORKER_TIMEOUT_MS", &o->worker_timeout_ms, FL__LIVE_TIMEOUT_MS, -1));
     FL_CHECK(env_ms("FLEET_PS_WORKER_JOIN_TIMEOUT_MS", &o->join_timeout_ms, 120000, -1));
     return FL_OK;
 }
@@ -257,7 +257,7 @@ int fl_ps_client_opts_from_env(fl_ps_client_opts *o)
     FL_CHECK(env_ms("FLEET_PS_REQUEST_TIMEOUT_MS", &o->request_timeout_ms, 60000, 1));
     FL_CHECK(env_ms("FLEET_PS_BARRIER_TIMEOUT_MS", &o->barrier_timeout_ms, 600000, 1));
     FL_CHECK(env_ms("FLEET_PS_RETRY_MS", &o->retry_ms, 3000, -1));
-    FL_CHECK(env_ms("FLEET_PS_HEARTBEAT_MS", &o->heartbeat_ms, 1000, -1));
-    FL_CHECK(env_ms("FLEET_PS_SERVER_TIMEOUT_MS", &o->server_timeout_ms, 8000, -1));
+    FL_CHECK(env_ms("FLEET_PS_HEARTBEAT_MS", &o->heartbeat_ms, FL__LIVE_HEARTBEAT_MS, -1));
+    FL_CHECK(env_ms("FLEET_PS_SERVER_TIMEOUT_MS", &o->server_timeout_ms, FL__LIVE_TIMEOUT_MS, -1));
     return FL_OK;
 }

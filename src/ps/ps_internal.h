@@ -16,6 +16,7 @@
 #include "fleet/ps.h"
 #include "../base/base_internal.h"
 #include "../io/io_internal.h"
+#include "../net/liveness.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the PS wire protocol and checkpoint code assume a little-endian host"
@@ -447,6 +448,7 @@ typedef struct {
     int gone;                  /* the last request failed because the server answered nothing, not
                         * even heartbeats: not retried (request thread only) */
     _Atomic uint64_t alive_ns; /* when the server last answered a heartbeat or a connect */
+    char lost[512];            /* why conn was dropped in the current call (request thread only) */
     /* heartbeat thread only */
     fl_net_conn *hb; /* its own connection */
     uint64_t hb_id;  /* the heartbeat waiting for its answer (0: none) */
@@ -480,14 +482,12 @@ struct fl_ps_client {
     fl__ps_csrv *srv;
     pthread_mutex_t mu; /* one call at a time */
     uint64_t session, seq, req_id, barriers;
+    uint64_t hb_seq; /* the last heartbeat id (heartbeat thread only) */
     int stopped;
     fl__ps_rbuf rb;
-    /* heartbeat thread */
-    pthread_t hb_thread;
-    int hb_started, hb_quit;
-    _Atomic uint64_t resumed_ns; /* when this process last ran again after being stopped */
-    pthread_mutex_t hb_mu;
-    pthread_cond_t hb_cv;
+    /* liveness (client_hb.c, on src/net/liveness.h) */
+    fl__live_hb hb;
+    fl__live_clock live; /* when this process last ran again after being stopped */
     /* scratch of client_ops.c */
     fl__ps_call *calls;
     int ncalls_cap;
@@ -600,6 +600,7 @@ struct fl_ps_server {
     uint64_t acc_log_ns;
     char endpoint[FL_NET_HOST_MAX + 16];
     char me[64]; /* "server 0 (host:port)" for messages */
+    fl__live_clock live; /* the loop's stopped-self clock (src/net/liveness.h) */
 
     pthread_rwlock_t tab_lk; /* read: any request; write: load swaps tables */
     fl__ps_table *tab;

@@ -25,7 +25,7 @@
 
 #include "ps_internal.h"
 
-#define STALL_NS 2000000000ull /* a loop turn this late means this process was stopped */
+#define LOOP_SLICE_MS 100 /* the loop's longest sleep in poll */
 
 static int check_opts(const fl_ps_server_opts *o)
 {
@@ -464,7 +464,7 @@ static int check_workers(fl_ps_server *s, int *all_stopped)
             nst++;
             continue;
         }
-        double quiet = (double)(now - s->last_seen[r]) / 1e9;
+        double quiet = (double)fl__live_quiet(&s->live, s->last_seen[r], now) / 1e9; /* not our own stops */
         if (s->seen[r] && s->nconn[r] == 0 && now - s->lost_since[r] > (uint64_t)s->o.reconnect_grace_ms * 1000000ull) {
             snprintf(msg, sizeof msg,
                      "%s: worker %d (%s) lost its connections %.1f s ago without calling stop "
@@ -526,6 +526,7 @@ int fl_ps_server_run(fl_ps_server *s)
     s->running = 1;
     uint64_t now = fl__now_ns();
     for (int r = 0; r < s->o.num_workers; r++) s->last_seen[r] = now;
+    fl__live_clock_init(&s->live, FL_SUB_PS, s->me, "the workers", s->o.worker_timeout_ms);
     pthread_mutex_unlock(&s->mu);
     int st = start_pool(s);
     struct pollfd *pf = NULL;
@@ -535,13 +536,8 @@ int fl_ps_server_run(fl_ps_server *s)
     while (st == FL_OK) {
         pthread_mutex_lock(&s->mu);
         uint64_t t = fl__now_ns();
-        if (t - prev > STALL_NS) { /* this server did not run (stopped, starved): no worker is to blame */
-            FL_WARN(FL_SUB_PS,
-                    "%s: this process did not run for %.1f s (stopped or starved); the workers get a fresh "
-                    "%d ms to be heard from",
-                    s->me, (double)(t - prev) / 1e9, s->o.worker_timeout_ms);
-            for (int r = 0; r < s->o.num_workers; r++) s->last_seen[r] = t;
-        }
+        /* a turn this late: this server did not run (stopped, starved), no worker is to blame */
+        fl__live_check(&s->live, prev + LOOP_SLICE_MS * 1000000ull, t);
         prev = t;
         /* reap closed connections nobody serves */
         for (int i = 0; i < s->nconns;) {
@@ -586,7 +582,7 @@ int fl_ps_server_run(fl_ps_server *s)
         }
         pthread_mutex_unlock(&s->mu);
         int tmo = fl_net_acceptor_timeout_ms(s->acc);
-        int r = poll(pf, (nfds_t)n, tmo < 0 || tmo > 100 ? 100 : tmo);
+        int r = poll(pf, (nfds_t)n, tmo < 0 || tmo > LOOP_SLICE_MS ? LOOP_SLICE_MS : tmo);
         if (r < 0 && errno != EINTR) {
             st = fl__err(FL_EIO, "%s: poll failed: %s", s->me, strerror(errno));
             break;

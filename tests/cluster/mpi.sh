@@ -51,3 +51,44 @@ job_mpirun_collective() {
   mpi_start coll "$(host_ip h1),$(host_ip h2)" 2 -x FLEET_JOB_SECRET "${FMNIST_CMD[@]}"
   fmnist_finish coll
 }
+
+# A stopped rank under mpirun: ps_train's parameter-server job through the MPI role maker
+# (even ranks serve, odd ranks work) on 4 ranks, h1 holding ranks 0 and 1, h2 rank 2, h3
+# rank 3 (worker 1); SIGSTOP to rank 3 once it trains.  The servers name the stopped worker
+# and exit 1, and their exit must end the MPI job (MPI_Abort, not an MPI_Finalize that
+# waits for the stopped rank for ever): mpirun exits non-zero within CLUSTER_MPI_STOP_BOUND_S
+# (15) of the stop, reporting the abort, with the stopped worker named.  Measured: 9.1-9.2 s,
+# the servers' 6 s of silence plus Open MPI's own teardown (each daemon sends SIGCONT and
+# SIGTERM and waits about a second before SIGKILL); before the fix mpirun never ended.
+job_mpirun_stopped_rank() {
+  command -v mpirun >/dev/null || skip "mpirun is not installed (Debian package openmpi-bin)"
+  local bound=${CLUSTER_MPI_STOP_BOUND_S:-15} pid="" p t ok=0 _
+  new_secret
+  mpi_start stopped "$(host_ip h1):2,$(host_ip h2),$(host_ip h3)" 4 -x FLEET_JOB_SECRET -x FLEET_LOG_LEVEL=info \
+    "$BUILD/tests/bin/ps_train" mode=async steps=100000000 quiet=1
+  wait_for 90 "$JOBDIR/stopped.err" 'worker 1 connected to 2 parameter servers' || { show stopped; return 1; }
+  for _ in $(seq 50); do
+    for p in $(ip netns pids "$(host_ns h3)"); do
+      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=3 &&
+        grep -q ps_train "/proc/$p/cmdline" 2>/dev/null && pid=$p
+    done
+    [ -n "$pid" ] && break
+    sleep 0.1
+  done
+  [ -n "$pid" ] || { say "FAIL: no process of rank 3 in h3"; show stopped; return 1; }
+  sleep 1
+  kill -STOP "$pid"
+  T_STOP=$(now)
+  say "stopped rank 3 (worker 1, pid $pid on h3) with SIGSTOP"
+  await 60 stopped || { kill -CONT "$pid"; show stopped; return 1; }
+  t=$(secs_between "$T_STOP" "$(end_of stopped)")
+  say "mpirun exited with status $(rc_of stopped) $t s after the stop"
+  expect "mpirun exited non-zero" [ "$(rc_of stopped)" != 0 ] || ok=1
+  expect "mpirun ended within $bound s of the stop ($t s)" awk -v a="$t" -v b="$bound" 'BEGIN { exit !(a <= b) }' || ok=1
+  expect "mpirun reports the abort" grep -q 'MPI_ABORT was invoked' "$JOBDIR/stopped.out" "$JOBDIR/stopped.err" || ok=1
+  expect "a server names worker 1 as stopped or hung" \
+    grep -qE 'worker 1 \(.*\) sent nothing, not even a heartbeat, for [0-9.]+ s: it is stopped or hung' "$JOBDIR/stopped.err" \
+      "$JOBDIR/stopped.out" || ok=1
+  [ $ok = 0 ] || show stopped
+  return $ok
+}

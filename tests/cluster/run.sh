@@ -11,6 +11,7 @@
 #   CLUSTER_KEEP=1     keep the run's directory (data, logs) instead of removing it
 #   RATE, CLUSTER_NET, CLUSTER_ID   passed to netns.sh (RATE=1gbit shapes each host's link)
 #   CLUSTER_FAULT_BOUND_S  how fast the other hosts must notice a killed worker or server (default 10)
+#   CLUSTER_MPI_STOP_BOUND_S  how fast mpirun must end a job with a stopped rank (default 15)
 #
 # A job is a function job_NAME in one of the files sourced below, run in a subshell inside
 # its own directory; it returns 0 (passed), 77 through `skip REASON` (cannot run here:
@@ -25,7 +26,7 @@ done
 
 JOBS=(ps_ctr_async ps_sync_params ps_server_only_host collective_fmnist ps_worker_killed ps_server_killed mpirun_smoke
   slurm_smoke master_collective master_ps_restart master_ps_server_restart mpirun_collective srun_collective srun_ps
-  sbatch_ps_restart ps_ctr_rate)
+  sbatch_ps_restart ps_ctr_rate mpirun_stopped_rank)
 [ -n "${CLUSTER_JOBS:-}" ] && read -r -a JOBS <<<"$CLUSTER_JOBS"
 
 # unique names: the CI job (if any) and this shell's pid

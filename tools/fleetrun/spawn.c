@@ -248,20 +248,27 @@ static int adopted(pid_t *out, int max)
 }
 
 /* Sends sig (0: only count) to the process group of every local process that still has
- * members (only servers if servers_only) and to adopted strays; returns how many are alive. */
+ * members (only servers if servers_only) and to adopted strays; returns how many are alive.
+ * SIGCONT follows every other signal: a stopped process (SIGSTOP, SIGTSTP, a debugger) acts
+ * on a SIGTERM only once it runs again, and would otherwise hold the job for --grace_s. */
 int fr_signal_job(int sig, int servers_only)
 {
-    int alive = 0;
+    int alive = 0, cont = sig > 0 && sig != SIGCONT;
     for (int i = 0; i < J.n; i++) {
         proc_t *p = &J.p[i];
         if (!p->pid || (servers_only && p->role != SERVER)) continue;
         int grp = kill(-p->pid, sig) == 0;
-        if (!p->reaped) kill(p->pid, sig), p->stopped = sig ? sig : p->stopped; /* if it left its group */
+        if (grp && cont) kill(-p->pid, SIGCONT);
+        if (!p->reaped) { /* if it left its group */
+            kill(p->pid, sig), p->stopped = sig ? sig : p->stopped;
+            if (cont) kill(p->pid, SIGCONT);
+        }
         alive += grp || !p->reaped;
     }
     pid_t strays[256];
     int ns = servers_only ? 0 : adopted(strays, 256);
-    for (int i = 0; i < ns; i++) kill(strays[i], sig);
+    for (int i = 0; i < ns; i++)
+        if (kill(strays[i], sig) == 0 && cont) kill(strays[i], SIGCONT);
     return alive + ns;
 }
 

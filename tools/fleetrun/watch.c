@@ -81,7 +81,7 @@ void fr_watch(fr_outcome *o)
         double now = fr_now();
         if (phase < PH_TERM && failing(o)) {
             int n = fr_signal_job(SIGTERM, 0);
-            cli_say("sent SIGTERM to %d process group(s); SIGKILL follows after --grace_s=%g s", n, J.grace);
+            cli_say("sent SIGTERM (and SIGCONT) to %d process group(s); SIGKILL follows after --grace_s=%g s", n, J.grace);
             phase = PH_TERM, deadline = now + J.grace;
         }
         /* every local worker succeeded: the servers get --server_grace_s to follow.  A node
