@@ -385,7 +385,7 @@ TEST(strategy_json_errors_name_the_file_and_key)
         {"{\"fuse_grad_size_in_MB\": null}", "key 'fuse_grad_size_in_MB' must be a number"},
         {"{\"a_sync_configs\": [1]}", "key 'a_sync_configs' must be an object"},
         {"{\"a_sync_configs\": {\"max_merge_var_num\": -1}}",
-         "key 'a_sync_configs.max_merge_var_num' must be at least 0, not -1"},
+         "key 'a_sync_configs.max_merge_var_num' must be a non-negative integer, not -1"},
         {"{\"a_sync_configs\": {\"send_queue_size\": 4294967296}}", "key 'a_sync_configs.send_queue_size' is too large"},
         {"{\"fuse_grad_size_in_MB\": 1e999}", "key 'fuse_grad_size_in_MB' is too large for a double"},
         {"{\"bogus\": {}}", "unknown strategy field 'bogus'"},
