@@ -2,7 +2,7 @@
  * bench_ps_load.c - one parameter server under many workers (a load test, not a CI test).
  *
  *   bench_ps_load [--workers 64,256,512] [--steps 40] [--rate 10] [--ids 256] [--dense 4096]
- *                 [--server_threads 0] [--rdzv 512] [--connect_timeout_ms 60000]
+ *                 [--server_threads 0] [--rdzv 512] [--connect_timeout_ms 60000] [--server_nofile N]
  *
  * For each worker count W: one server process (forked, authenticated with a generated job
  * secret, num_workers = W, its default request threads) holding a sparse table (dim 8,
@@ -21,7 +21,8 @@
  *   - the barrier: time from the last worker's arrival to the last return;
  *   - the server's peak RSS (MiB), open file descriptors and threads (sampled from /proc
  *     every 20 ms), and its exit status (0: it ended by itself once every worker stopped).
- * With --rdzv N > 0: the torchrun rendezvous (src/fleet/role_rdzv.c) of N ranks, threads of
+ * --server_nofile N starts the server with a soft RLIMIT_NOFILE of N (a common default is
+ * 1024), this process keeping its own.  With --rdzv N > 0: the torchrun rendezvous (src/fleet/role_rdzv.c) of N ranks, threads of
  * this process on 127.0.0.1: the time until every rank has the endpoint list.
  *
  * The server and the workers share this machine's cores: requests/s and latencies are
@@ -31,7 +32,7 @@
 #define CLI_NAME "bench_ps_load"
 #define CLI_HELP_HINT                                                                     \
     "usage: bench_ps_load [--workers LIST] [--steps N] [--rate R] [--ids N] [--dense N] " \
-    "[--server_threads N] [--rdzv N] [--connect_timeout_ms MS]"
+    "[--server_threads N] [--rdzv N] [--connect_timeout_ms MS] [--server_nofile N]"
 #include "../tools/cli.h"
 
 #include <dirent.h>
@@ -54,7 +55,7 @@
 #define KINDS 4
 static const char *const kind_name[KINDS] = {"pull_sparse", "push_sparse", "push_dense", "pull_dense"};
 
-static int steps = 40, nids = 256, dense_n = 4096, server_threads = 0, rdzv_n = 512, connect_ms = 60000;
+static int steps = 40, nids = 256, dense_n = 4096, server_threads = 0, rdzv_n = 512, connect_ms = 60000, server_nofile;
 static double rate = 10;
 static fl_net_secret secret;
 static fl_ps_table_config tables[2];
@@ -228,7 +229,13 @@ static void run(int nw)
     so.join_timeout_ms = 120000;
     if (fl_ps_server_opts_from_env(&so) != FL_OK) cli_die(1, "server options: %s", fl_last_error());
     char ep[128];
+    struct rlimit mine, srv;
+    getrlimit(RLIMIT_NOFILE, &mine);
+    srv = mine;
+    if (server_nofile > 0) srv.rlim_cur = (rlim_t)server_nofile < mine.rlim_max ? (rlim_t)server_nofile : mine.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &srv) != 0) cli_die(1, "setrlimit(RLIMIT_NOFILE, %d): %s", server_nofile, strerror(errno));
     pid_t pid = ps_fork_server(&so, NULL, 900, ep, sizeof ep);
+    setrlimit(RLIMIT_NOFILE, &mine);
     if (pid < 0) cli_die(1, "cannot start the server");
     sampler sm = {.pid = pid};
     pthread_t sth;
@@ -285,8 +292,8 @@ static void run(int nw)
         if (!first_err && ws[i].err[0]) first_err = ws[i].err;
     }
     double span = last_step_end > first_step ? last_step_end - first_step : t_end - t0;
-    printf("\n== %d workers, 1 server (%s), %d steps at %.0f steps/s each, %d ids, %d dense floats\n", nw, ep, steps, rate,
-           nids, dense_n);
+    printf("\n== %d workers, 1 server (%s, RLIMIT_NOFILE %llu), %d steps at %.3g steps/s each, %d ids, %d dense floats\n",
+           nw, ep, (unsigned long long)srv.rlim_cur, steps, rate, nids, dense_n);
     printf("workers: %d connected (all within %.2f s), %d finished, %d failed%s%s\n", conn, last_conn - t0, ok, nw - ok,
            first_err ? "; first error: " : "", first_err ? first_err : "");
     printf("requests: %lld in %.2f s = %.0f requests/s (offered %.0f/s)\n", (long long)nreq, span,
@@ -380,15 +387,12 @@ static int parse_int(const char *name, const char *v, int lo, int hi)
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {{"workers", required_argument, NULL, 'w'},
-                                         {"steps", required_argument, NULL, 's'},
-                                         {"rate", required_argument, NULL, 'r'},
-                                         {"ids", required_argument, NULL, 'i'},
-                                         {"dense", required_argument, NULL, 'd'},
-                                         {"server_threads", required_argument, NULL, 't'},
-                                         {"rdzv", required_argument, NULL, 'z'},
-                                         {"connect_timeout_ms", required_argument, NULL, 'c'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"workers", required_argument, NULL, 'w'},       {"steps", required_argument, NULL, 's'},
+        {"rate", required_argument, NULL, 'r'},          {"ids", required_argument, NULL, 'i'},
+        {"dense", required_argument, NULL, 'd'},         {"server_threads", required_argument, NULL, 't'},
+        {"rdzv", required_argument, NULL, 'z'},          {"connect_timeout_ms", required_argument, NULL, 'c'},
+        {"server_nofile", required_argument, NULL, 'n'}, {NULL, 0, NULL, 0}};
     const char *workers = "64,256,512", *v;
     char name[64];
     int c;
@@ -409,6 +413,7 @@ int main(int argc, char **argv)
         case 't': server_threads = parse_int(name, v, 0, 1024); break;
         case 'z': rdzv_n = parse_int(name, v, 0, MAX_W); break;
         case 'c': connect_ms = parse_int(name, v, 1, 3600000); break;
+        case 'n': server_nofile = parse_int(name, v, 16, 1 << 30); break;
         default: cli_die(2, "unknown option %s", name);
         }
     }
