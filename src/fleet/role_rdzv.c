@@ -125,6 +125,7 @@ static int lead(int world, const char *host, int port, const fl_net_auth *a, uin
         st = fl__err(FL_ENOMEM, "rendezvous: out of memory");
         goto out;
     }
+    fl__nofile_want((uint64_t)world + 64, "rendezvous rank 0 (a connection per rank)");
     st = fl_net_listen(host, port, &rl);
     if (st != FL_OK) {
         st = fl__err(st,
