@@ -167,6 +167,7 @@ typedef struct {
     pid_t pid;
     atomic_int stop;
     long rss_kb, fds, threads; /* peaks */
+    double cpu_s;              /* the server's user + system time, last sample */
 } sampler;
 
 static long count_fds(pid_t pid)
@@ -194,6 +195,15 @@ static void sample(sampler *s)
         if (sscanf(line, "Threads: %ld", &v) == 1 && v > s->threads) s->threads = v;
     }
     fclose(f);
+    snprintf(p, sizeof p, "/proc/%d/stat", (int)s->pid);
+    if ((f = fopen(p, "r"))) {
+        unsigned long ut = 0, stime = 0;
+        /* utime and stime are fields 14 and 15; the name (field 2) has no ')' of its own here */
+        if (fgets(line, sizeof line, f) && strrchr(line, ')') &&
+            sscanf(strrchr(line, ')') + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &stime) == 2)
+            s->cpu_s = (double)(ut + stime) / (double)sysconf(_SC_CLK_TCK);
+        fclose(f);
+    }
     long n = count_fds(s->pid);
     if (n > s->fds) s->fds = n;
 }
@@ -296,8 +306,10 @@ static void run(int nw)
            nw, ep, (unsigned long long)srv.rlim_cur, steps, rate, nids, dense_n);
     printf("workers: %d connected (all within %.2f s), %d finished, %d failed%s%s\n", conn, last_conn - t0, ok, nw - ok,
            first_err ? "; first error: " : "", first_err ? first_err : "");
-    printf("requests: %lld in %.2f s = %.0f requests/s (offered %.0f/s)\n", (long long)nreq, span,
-           span > 0 ? (double)nreq / span : 0, (double)nw * rate * KINDS);
+    printf("requests: %lld in %.2f s = %.0f requests/s (offered %.0f/s); server CPU %.2f s in all (%.0f us per "
+           "request)\n",
+           (long long)nreq, span, span > 0 ? (double)nreq / span : 0, (double)nw * rate * KINDS, sm.cpu_s,
+           nreq ? 1e6 * sm.cpu_s / (double)nreq : 0);
     float *all = malloc((size_t)nw * (size_t)steps * sizeof(float));
     for (int k = 0; k < KINDS; k++) {
         size_t n = 0;
