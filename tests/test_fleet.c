@@ -205,7 +205,7 @@ TEST(user_defined_role)
 TEST(strategy_defaults_and_set)
 {
     fleet_strategy s = fleet_strategy_default();
-    CHECK(s.a_sync == 1 && s.a_sync_configs.k_steps == -1 && s.a_sync_configs.send_queue_size == 1);
+    CHECK(s.a_sync == 1 && s.a_sync_configs.k_steps == -1 && s.a_sync_configs.send_queue_size == 0);
     CHECK(s.fuse_all_reduce_ops == 1 && s.fuse_grad_size_in_MB == 32 && s.nccl_comm_num == 1);
     CHECK(s.localsgd_configs.k_steps == 1 && s.gradient_merge_configs.avg == 1);
     CHECK(s.amp_configs.init_loss_scaling == 32768);
@@ -384,8 +384,8 @@ TEST(strategy_json_errors_name_the_file_and_key)
         {"{\"a_sync\": 1}", "key 'a_sync' must be true or false"},
         {"{\"fuse_grad_size_in_MB\": null}", "key 'fuse_grad_size_in_MB' must be a number"},
         {"{\"a_sync_configs\": [1]}", "key 'a_sync_configs' must be an object"},
-        {"{\"a_sync_configs\": {\"max_merge_var_num\": 0}}",
-         "key 'a_sync_configs.max_merge_var_num' must be at least 1, not 0"},
+        {"{\"a_sync_configs\": {\"max_merge_var_num\": -1}}",
+         "key 'a_sync_configs.max_merge_var_num' must be a non-negative integer, not -1"},
         {"{\"a_sync_configs\": {\"send_queue_size\": 4294967296}}", "key 'a_sync_configs.send_queue_size' is too large"},
         {"{\"fuse_grad_size_in_MB\": 1e999}", "key 'fuse_grad_size_in_MB' is too large for a double"},
         {"{\"bogus\": {}}", "unknown strategy field 'bogus'"},

@@ -16,6 +16,7 @@
 #include "ps_job.h"
 #include "testhelp.h"
 #include "fleet/ps/fleet_ps.h"
+#include "ps_fork.h"
 
 static void paths(void)
 {
@@ -395,7 +396,122 @@ TEST(strategy_fields_and_mode_selection)
     CHECK_STR_HAS(fl_last_error(), "not geo mode");
 }
 
+/* ---- in process: the async communicator's adaptive default --------------------------------------- */
+
+/* One run of the async communicator (one send thread, parameters pulled after each push)
+ * over a dense SGD table of n floats on the server at ep, with the strategy's three
+ * merge fields: nsend gradients, gradient i all (i + 1), gap_ms apart; returns the pushes
+ * made and checks that the table ends at -lr * the sum of the gradients (none lost or
+ * counted twice, whatever was merged). */
+static int64_t comm_pushes(const char *ep, fl_ps_table_config *t, const fleet_strategy *s, int nsend, int gap_ms)
+{
+    const char *eps[1] = {ep};
+    fl_ps_client_opts co = {0};
+    co.endpoints = eps;
+    co.num_servers = 1;
+    co.num_workers = 1;
+    co.tables = t;
+    co.num_tables = 1;
+    co.insecure_local = 1;
+    co.connect_timeout_ms = 5000;
+    co.request_timeout_ms = 20000;
+    const int64_t n = t->rows * t->cols;
+    float *zero = calloc((size_t)n, sizeof(float)), *w = malloc((size_t)n * sizeof(float));
+    CHECK(zero && w);
+    fl_ps_client *cl;
+    CHECK_OK(fl_ps_client_create(&co, &cl));
+    CHECK_OK(fl_ps_client_init_dense(cl, 0, zero, 1, NULL));
+    fl__ps_comm_var v = {0, 0, n, 0};
+    fl__ps_comm_opts o = {&co, &v, 1, s->a_sync_configs.send_queue_size, s->a_sync_configs.max_merge_var_num,
+                          s->a_sync_configs.min_send_grad_num_before_recv, s->a_sync_configs.send_wait_times,
+                          s->a_sync_configs.thread_pool_size, FL__PS_RECV_AFTER_SEND};
+    fl__ps_comm *c;
+    CHECK_OK(fl__ps_comm_create(&o, &c));
+    int64_t shape[1] = {n};
+    fl_tensor *g = fl_tensor_create(FL_FLOAT32, 1, shape);
+    CHECK(g);
+    double sum = 0;
+    for (int i = 0; i < nsend; i++) {
+        for (int64_t k = 0; k < n; k++) ((float *)g->data)[k] = (float)(i + 1);
+        sum += i + 1;
+        CHECK_OK(fl__ps_comm_send(c, 0, g));
+        if (gap_ms) usleep((useconds_t)gap_ms * 1000);
+    }
+    CHECK_OK(fl__ps_comm_flush(c));
+    int64_t pushes = fl__ps_comm_pushes(c);
+    fl__ps_comm_free(c);
+    CHECK_OK(fl_ps_client_pull_dense(cl, 0, w));
+    CHECK_NEAR(w[0], -t->opt.lr * sum, 1e-3 * t->opt.lr * sum);
+    CHECK_NEAR(w[n - 1], -t->opt.lr * sum, 1e-3 * t->opt.lr * sum);
+    fl_tensor_free(g);
+    fl_ps_client_free(cl);
+    free(zero);
+    free(w);
+    return pushes;
+}
+
+/* The default strategy (merge fields not set) sends what queued up during a round, merged:
+ * gradients of a 1.7 MB tower queued back to back (faster than any link carries them) go
+ * in fewer pushes than gradients, with nothing lost; gradients that come slower than a round
+ * still go one per push (a fast link changes nothing).  A field set explicitly is honoured
+ * exactly: max_merge_var_num = 1 pushes every gradient alone; merge 3 (queue 3) never
+ * takes more than 3 in a push. */
+TEST(async_default_merges_what_queues_up)
+{
+    fl_ps_table_config t[1];
+    memset(t, 0, sizeof t);
+    t[0].name = "tower";
+    t[0].kind = FL_PS_DENSE;
+    t[0].rows = 1700;
+    t[0].cols = 250;
+    t[0].opt = (fl_ps_optimizer){FL_PS_OPT_SGD, 0.001f, 0, 0, 0, 0, 0, 0};
+    fl_ps_server_opts so = {0};
+    so.server_index = 0;
+    so.num_servers = 1;
+    so.num_workers = 1;
+    so.tables = t;
+    so.num_tables = 1;
+    so.insecure_local = 1;
+    so.worker_timeout_ms = -1;
+    char ep[128];
+    pid_t pid = ps_fork_server(&so, NULL, 120, ep, sizeof ep);
+    CHECK(pid > 0);
+
+    enum { N = 60 };
+    fleet_strategy s = fleet_strategy_default();
+    CHECK_EQ_INT(s.a_sync_configs.max_merge_var_num, 0); /* "not set" */
+    int64_t p = comm_pushes(ep, t, &s, N, 0);
+    printf("default, back to back: %d gradients in %lld pushes\n", N, (long long)p);
+    CHECK(p >= 1 && p < N / 2);
+
+    /* one gradient every 40 ms, a small table: each round is back before the next gradient */
+    fl_ps_table_config small = t[0];
+    small.rows = 4;
+    fl_ps_server_opts so2 = so;
+    so2.tables = &small;
+    char ep2[128];
+    pid_t pid2 = ps_fork_server(&so2, NULL, 120, ep2, sizeof ep2);
+    CHECK(pid2 > 0);
+    p = comm_pushes(ep2, &small, &s, 12, 40);
+    printf("default, 40 ms apart: 12 gradients in %lld pushes\n", (long long)p);
+    CHECK(p >= 10);
+
+    CHECK_OK(fleet_strategy_set(&s, "a_sync_configs.max_merge_var_num", "1"));
+    p = comm_pushes(ep, t, &s, N, 0);
+    CHECK_EQ_INT(p, N);
+    s = fleet_strategy_default();
+    CHECK_OK(fleet_strategy_set(&s, "a_sync_configs.max_merge_var_num", "3"));
+    CHECK_OK(fleet_strategy_set(&s, "a_sync_configs.send_queue_size", "3"));
+    p = comm_pushes(ep, t, &s, N, 0);
+    printf("merge 3: %d gradients in %lld pushes\n", N, (long long)p);
+    CHECK(p >= N / 3 && p < N);
+    kill(pid, SIGKILL);
+    kill(pid2, SIGKILL);
+    waitpid(pid, NULL, 0);
+    waitpid(pid2, NULL, 0);
+}
+
 TEST_MAIN(T(strategy_fields_and_mode_selection), T(half_async_one_worker_equals_local),
           T(half_async_fp16_amp_skips_like_local), T(geo_one_worker_equals_local), T(bf16_wire_halves_dense_bytes),
           T(half_async_converges), T(async_merged_bf16_converges), T(ctr_merged_async_bf16_matches_local_auc),
-          T(half_async_threads_meet_once_per_step))
+          T(half_async_threads_meet_once_per_step), T(async_default_merges_what_queues_up))

@@ -8,6 +8,7 @@
  */
 #include <pthread.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "testhelp.h"
@@ -548,7 +549,37 @@ TEST(fuzz_frame_decoder_briefly)
     th_fuzz_run(dir, 8);
 }
 
-TEST_MAIN(T(killed_worker_fails_server_within_10s), T(killed_server_fails_a_round_within_one_retry_budget), T(scan_returns_every_row_once),
-          T(killed_server_fails_client_calls_within_10s), T(save_interrupted_by_killed_server_keeps_previous),
-          T(stopped_worker_is_named_within_10s), T(stopped_server_is_named_within_10s),
-          T(stopped_server_named_in_a_blocked_send), T(fuzz_frame_decoder_briefly))
+/* A server for many workers raises its soft RLIMIT_NOFILE to about 8 descriptors per worker
+ * (up to the hard limit).  With the soft limit left at 700, 512 workers of one client each
+ * (bench/bench_ps_load.c) could not all open their heartbeat connections, and the server
+ * failed a healthy worker as "stopped or hung" 8 s later. */
+TEST(server_raises_its_descriptor_limit_for_its_workers)
+{
+    struct rlimit rl;
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    int workers = 512; /* fewer where the hard limit is lower: the raise stops there */
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < (rlim_t)workers * 8 + 256) workers = (int)(rl.rlim_max - 256) / 8;
+    if (workers < 32) TFAIL("the hard RLIMIT_NOFILE %llu is too low for this case", (unsigned long long)rl.rlim_max);
+    const rlim_t want = (rlim_t)workers * 8 + 256;
+    rl.rlim_cur = 128;
+    CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+    init_tables();
+    fl_ps_server_opts o = {0};
+    o.num_servers = 1;
+    o.num_workers = workers;
+    o.tables = tables;
+    o.num_tables = 2;
+    o.insecure_local = 1;
+    fl_ps_server *s;
+    CHECK_OK(fl_ps_server_create(&o, &s));
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    printf("%d workers: soft RLIMIT_NOFILE after the server's creation %llu\n", workers, (unsigned long long)rl.rlim_cur);
+    CHECK(rl.rlim_cur >= want);
+    fl_ps_server_free(s);
+}
+
+TEST_MAIN(T(killed_worker_fails_server_within_10s), T(killed_server_fails_a_round_within_one_retry_budget),
+          T(scan_returns_every_row_once), T(killed_server_fails_client_calls_within_10s),
+          T(save_interrupted_by_killed_server_keeps_previous), T(stopped_worker_is_named_within_10s),
+          T(stopped_server_is_named_within_10s), T(stopped_server_named_in_a_blocked_send),
+          T(fuzz_frame_decoder_briefly), T(server_raises_its_descriptor_limit_for_its_workers))

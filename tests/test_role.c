@@ -5,6 +5,9 @@
  * variables a launcher would; the multi-process cases fork their ranks on 127.0.0.x and
  * prove the endpoints work with an allreduce.  (mpirun itself: tests/test_role_mpi.c.)
  */
+#include <pthread.h>
+#include <sys/resource.h>
+
 #include "testhelp.h"
 
 #include "fleet/role_internal.h"
@@ -558,6 +561,59 @@ TEST(torchrun_rendezvous_names_missing_ranks)
     CHECK_STR_HAS(out[0], "chose the torchrun role maker");
 }
 
+/* 512 ranks on one host (threads): every rank gets the list, with 512 distinct endpoints.  Each
+ * rank's listener used to be closed before its endpoint was sent, and the kernel handed the
+ * freed port to the next rank: "endpoint ... appears twice" (in 3 runs of 5 with 64 ranks, in every run with 512). */
+typedef struct {
+    int rank, port, st;
+    char **eps;
+} rdzv_arg;
+
+static void *rdzv_thread(void *p)
+{
+    rdzv_arg *a = p;
+    fl_net_secret sec;
+    a->st = fl_net_secret_from_hex(SECRET, "SECRET", &sec);
+    if (a->st == FL_OK) a->st = fl__rdzv_endpoints("127.0.0.1", a->port, a->rank, 512, &sec, 30000, &a->eps);
+    return NULL;
+}
+
+TEST(rendezvous_of_512_ranks_on_one_host)
+{
+    enum { N = 512 };
+    rdzv_arg a[N];
+    pthread_t th[N];
+    /* each rank holds a connection and a listener, rank 0 a connection per rank: ~3 N descriptors */
+    struct rlimit rl;
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    if (rl.rlim_cur < 4 * N && rl.rlim_max > rl.rlim_cur) {
+        rl.rlim_cur = rl.rlim_max < 4 * N ? rl.rlim_max : 4 * N;
+        CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+    }
+    if (rl.rlim_cur < 3 * N + 64)
+        TFAIL("RLIMIT_NOFILE %llu is below the %d descriptors of this case", (unsigned long long)rl.rlim_cur, 3 * N + 64);
+    int port = free_port();
+    pthread_attr_t attr;
+    CHECK(pthread_attr_init(&attr) == 0 && pthread_attr_setstacksize(&attr, 256 * 1024) == 0);
+    for (int i = 0; i < N; i++) {
+        a[i] = (rdzv_arg){i, port, -1, NULL};
+        CHECK(pthread_create(&th[i], &attr, rdzv_thread, &a[i]) == 0);
+    }
+    pthread_attr_destroy(&attr);
+    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < N; i++) {
+        if (a[i].st != FL_OK) TFAIL("rank %d: %s", i, fl_strerror(a[i].st));
+        for (int j = 0; j < N; j++) CHECK(!strcmp(a[i].eps[j], a[0].eps[j]));
+    }
+    for (int j = 0; j < N; j++)
+        for (int k = 0; k < j; k++)
+            if (!strcmp(a[0].eps[j], a[0].eps[k])) TFAIL("ranks %d and %d share %s", k, j, a[0].eps[j]);
+    for (int i = 0; i < N; i++) {
+        for (int j = 0; j < N; j++) free(a[i].eps[j]);
+        free(a[i].eps);
+    }
+}
+
 /* ---- which launcher ------------------------------------------------------------------------ */
 
 TEST(detection_order)
@@ -666,5 +722,5 @@ TEST(detection_of_mpi_launchers)
 TEST_MAIN(T(hostlist_expands_slurm_syntax), T(hostlist_errors_name_the_variable_and_the_form), T(tasks_per_node),
           T(slurm_collective_layout_and_ports), T(slurm_parameter_server_layout), T(slurm_errors),
           T(slurm_job_trains_over_its_endpoints), T(torchrun_layouts), T(torchrun_errors),
-          T(torchrun_rendezvous_collects_every_endpoint), T(torchrun_rendezvous_names_missing_ranks), T(detection_order),
-          T(detection_of_mpi_launchers))
+          T(torchrun_rendezvous_collects_every_endpoint), T(torchrun_rendezvous_names_missing_ranks),
+          T(rendezvous_of_512_ranks_on_one_host), T(detection_order), T(detection_of_mpi_launchers))

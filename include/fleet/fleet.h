@@ -128,8 +128,11 @@ typedef struct {
     int a_sync; /* true */
     struct {
         int64_t k_steps;                                                      /* -1 */
-        int max_merge_var_num, send_queue_size, independent_recv_thread;      /* 1, 16, false */
-        int min_send_grad_num_before_recv, thread_pool_size, send_wait_times; /* 1, 1, 1 */
+        /* max_merge_var_num, send_queue_size, send_wait_times: 0 = not set (the default; with
+         * none of them set async mode merges what queues up while the link is busy, up to 20;
+         * once one is set the communicator does exactly what they say, an unset one being 1) */
+        int max_merge_var_num, send_queue_size, independent_recv_thread;      /* 0, 0, false */
+        int min_send_grad_num_before_recv, thread_pool_size, send_wait_times; /* 1, 1, 0 */
         int runtime_split_send_recv, launch_barrier;                          /* false, true */
         /* extensions (not in Paddle's proto; docs/parameter_server.md): half_async selects
          * the half-async mode (a_sync = true, k_steps <= 0); dense_wire_dtype is how dense

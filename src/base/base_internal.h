@@ -119,6 +119,12 @@ void fl__buf_printf(fl_buf *b, const char *fmt, ...) FL_PRINTF(2, 3);
 void fl__buf_put(fl_buf *b, const void *data, size_t n);
 void fl__buf_free(fl_buf *b);
 
+/* Raises this process's soft RLIMIT_NOFILE to `want` descriptors (never lowers it; at most
+ * the hard limit): a server whose every worker holds a few connections needs more than the
+ * usual soft default of 1024.  Below `want` even so, warns once, naming `who` and the hard
+ * limit.  Returns the soft limit now in force. */
+uint64_t fl__nofile_want(uint64_t want, const char *who);
+
 
 /* String-keyed hash map (open addressing) holding int64 values; keys are copied. */
 typedef struct {

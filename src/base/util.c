@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "base_internal.h"
@@ -118,4 +119,20 @@ void fl__buf_free(fl_buf *b)
 {
     free(b->p);
     memset(b, 0, sizeof *b);
+}
+
+uint64_t fl__nofile_want(uint64_t want, const char *who)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 0;
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want) return rl.rlim_cur;
+    rlim_t old = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : (rlim_t)want;
+    if (rl.rlim_cur > old && setrlimit(RLIMIT_NOFILE, &rl) != 0) rl.rlim_cur = old;
+    if (rl.rlim_cur < want)
+        FL_WARN(FL_SUB_NET,
+                "%s needs about %llu file descriptors, but RLIMIT_NOFILE allows %llu (hard limit %llu): connections "
+                "beyond it wait, and their peers fail; raise it (ulimit -Hn, systemd LimitNOFILE, docker --ulimit nofile)",
+                who, (unsigned long long)want, (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
+    return rl.rlim_cur;
 }

@@ -15,11 +15,13 @@
  * run (SIGSTOP, a starved machine) is added to it, so a rank that was itself stopped does
  * not blame the others.
  *
- * Each such listener is closed before its endpoint is sent, and the collective communicator
- * binds the port again when it starts: a listener kept open while the others start would
- * accept connections that nobody serves, whereas a closed port is refused and retried.
- * Another process could take the port in between (unlikely: the kernel hands out ports in
- * turn); the communicator then fails, naming the endpoint.
+ * Each such listener stays open until the rank has the list, so that no two ranks of a host
+ * are handed the same port (a port closed at once goes back to the kernel, which gives it to
+ * the next rank that binds port 0: 64 ranks on one host met that every time), and is closed
+ * then; the collective communicator binds the port again when it starts.  A peer that
+ * connects in between is reset when the listener closes and retries (fl_net_connect), and a
+ * closed port is refused and retried.  Another process could take the port in between; the
+ * communicator then fails, naming the endpoint.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -104,8 +106,6 @@ static int join(int rank, int world, const char *host, int port, const fl_net_au
     FL_CHECK_GOTO(fl_net_listen(me + 1, 0, &l), st, out);
     if (v6) me[0] = '[', strcat(me, "]");
     snprintf(mine, mine_cap, "%s:%d", v6 ? me : me + 1, fl_net_listener_port(l));
-    fl_net_listener_free(l); /* before publishing: see the top of this file */
-    l = NULL;
     snprintf(msg, sizeof msg, "%d %s", world, mine);
     FL_CHECK_GOTO(fl_net_send_frame(c, RDZV_HELLO, 0, msg, strlen(msg), dl), st, out);
     FL_CHECK_GOTO(recv_text(c, RDZV_LIST, (uint64_t)world * RDZV_EP_MAX, dl, &text), st, out);
@@ -130,6 +130,7 @@ static int lead(int world, const char *host, int port, const fl_net_auth *a, uin
         st = fl__err(FL_ENOMEM, "rendezvous: out of memory");
         goto out;
     }
+    fl__nofile_want((uint64_t)world + 64, "rendezvous rank 0 (a connection per rank)");
     st = fl_net_listen(host, port, &rl);
     if (st != FL_OK) {
         st = fl__err(st,
@@ -143,8 +144,6 @@ static int lead(int world, const char *host, int port, const fl_net_auth *a, uin
         st = fl__err(FL_ENOMEM, "rendezvous: out of memory");
         goto out;
     }
-    fl_net_listener_free(own); /* before publishing: see the top of this file */
-    own = NULL;
     while (got < world) {
         fl_net_conn *c = NULL;
         st = fl_net_accept(rl, a, dl, &c);

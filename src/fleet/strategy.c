@@ -35,15 +35,18 @@ typedef struct {
 static const field fields[] = {
     {"a_sync", F_BOOL, FO(a_sync), 1, 1, 0, NULL},
     {"a_sync_configs.k_steps", F_I64, FO(a_sync_configs.k_steps), -1, 1, -1, NULL},
-    {"a_sync_configs.max_merge_var_num", F_INT, FO(a_sync_configs.max_merge_var_num), 1, 1, 1, NULL},
-    /* 1, not the proto's 16: Paddle 2.x's runtime ignores this field and sizes the queue by
-     * CPU_NUM (default 1); a queue of 16 lets gradients go 16 steps stale (docs/trainer.md) */
-    {"a_sync_configs.send_queue_size", F_INT, FO(a_sync_configs.send_queue_size), 1, 1, 1, NULL},
+    /* max_merge_var_num, send_queue_size and send_wait_times: 0 is "not set" (the default),
+     * so the async communicator can tell a user's value from its default: with none of the
+     * three set it adapts to the link (src/fleet/ps/communicator.c); once one is set, the
+     * unset ones are Paddle 2.x's 1 (a queue of 1, not the proto's 16: Paddle 2.x's runtime
+     * sizes it by CPU_NUM, default 1; docs/trainer.md) */
+    {"a_sync_configs.max_merge_var_num", F_INT, FO(a_sync_configs.max_merge_var_num), 0, 1, 0, NULL},
+    {"a_sync_configs.send_queue_size", F_INT, FO(a_sync_configs.send_queue_size), 0, 1, 0, NULL},
     {"a_sync_configs.independent_recv_thread", F_BOOL, FO(a_sync_configs.independent_recv_thread), 0, 1, 0, NULL},
     {"a_sync_configs.min_send_grad_num_before_recv", F_INT, FO(a_sync_configs.min_send_grad_num_before_recv), 1, 1, 1,
      NULL},
     {"a_sync_configs.thread_pool_size", F_INT, FO(a_sync_configs.thread_pool_size), 1, 1, 1, NULL},
-    {"a_sync_configs.send_wait_times", F_INT, FO(a_sync_configs.send_wait_times), 1, 1, 1, NULL},
+    {"a_sync_configs.send_wait_times", F_INT, FO(a_sync_configs.send_wait_times), 0, 1, 0, NULL},
     {"a_sync_configs.runtime_split_send_recv", F_BOOL, FO(a_sync_configs.runtime_split_send_recv), 0, 1, 0, NULL},
     {"a_sync_configs.launch_barrier", F_BOOL, FO(a_sync_configs.launch_barrier), 1, 1, 0, NULL},
     {"a_sync_configs.half_async", F_BOOL, FO(a_sync_configs.half_async), 0, 1, 0, NULL},

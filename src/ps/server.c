@@ -123,6 +123,9 @@ int fl_ps_server_create(const fl_ps_server_opts *opts, fl_ps_server **out)
         if (!s->nconn || !s->stopped || !s->seen || !s->last_seen || !s->lost_since || !s->addr || !s->arrived)
             st = fl__err(FL_ENOMEM, "fl_ps_server_create: out of memory");
     }
+    /* a request and a heartbeat connection per client, up to 4 clients per worker (the trainer's,
+     * the send threads', the receive thread's): more than a soft limit of 1024 at 128 workers */
+    if (st == FL_OK) fl__nofile_want((uint64_t)W * 8 + 256, s->me);
     if (st == FL_OK) st = make_tables(s, &s->tab);
     if (st == FL_OK && o->sync) st = fl__ps_sync_init(s);
     if (st == FL_OK && pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) != 0)

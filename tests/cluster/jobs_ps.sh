@@ -123,13 +123,16 @@ job_ps_server_only_host() {
 }
 
 # CTR-DNN async on 3 hosts, without a rate limit and then with each host's link held to
-# 1 Gbit/s (tc tbf, as netns.sh's RATE, added and removed by this job), for two strategies:
-# "default" (as ps_ctr_async: merge 2, float32) and "merged_bf16" (max_merge_var_num 4,
+# 1 Gbit/s (tc tbf, as netns.sh's RATE, added and removed by this job), for the strategies
+# of CLUSTER_RATE_RUNS (default "default merged_bf16"): "default" (no strategy field set:
+# the async communicator merges what queues up while the link is busy), "classic" (Paddle
+# 2.x's fixed queue of 1: max_merge_var_num=1 set, the default before the adaptive one),
+# "merge2" (as ps_ctr_async: merge 2, float32) and "merged_bf16" (max_merge_var_num 4,
 # send_wait_times 2, dense values as bf16 on the wire).  Prints examples/s per worker of
-# each run (mean of the workers' last epoch), the ratio limited / unlimited (issue 14's
-# target: >= 0.8) and the bytes per example the workers logged; checks only that every run
-# succeeds and keeps the AUC within 0.005 of local (speed is reported, not asserted: the
-# hosts share this machine's cores).
+# each run (mean of the workers' last epoch), the ratio limited / unlimited (target: >= 0.8)
+# and the bytes per example the workers logged; checks only that every run succeeds and
+# keeps the AUC within 0.005 of local (speed is reported, not asserted: the hosts share
+# this machine's cores).
 PS_RATE=${CLUSTER_PS_RATE:-1gbit}
 ps_rate() { # add|del: the tbf qdisc on every host's eth0
   local h
@@ -165,21 +168,25 @@ job_ps_ctr_rate() {
   command -v tc >/dev/null || skip "tc (iproute2) is not installed"
   ctr_data
   ctr_local 2 >/dev/null
-  local merged=(--strategy a_sync_configs.max_merge_var_num=4 --strategy a_sync_configs.send_queue_size=4
-    --strategy a_sync_configs.send_wait_times=2 --strategy a_sync_configs.dense_wire_dtype=bf16)
-  local dflt=(--strategy a_sync_configs.send_queue_size=2 --strategy a_sync_configs.max_merge_var_num=2)
+  local -A strat=([default]="" [classic]="--strategy a_sync_configs.max_merge_var_num=1"
+    [merge2]="--strategy a_sync_configs.send_queue_size=2 --strategy a_sync_configs.max_merge_var_num=2"
+    [merged_bf16]="--strategy a_sync_configs.max_merge_var_num=4 --strategy a_sync_configs.send_queue_size=4
+      --strategy a_sync_configs.send_wait_times=2 --strategy a_sync_configs.dense_wire_dtype=bf16")
+  local runs=${CLUSTER_RATE_RUNS:-default merged_bf16} s port=6570 st=0
+  for s in $runs; do [ -n "${strat[$s]+x}" ] || { say "FAIL: unknown strategy '$s' in CLUSTER_RATE_RUNS"; return 1; }; done
   ps_rate del
-  ps_ctr_run default_free 6570 "${dflt[@]}" || return 1
-  ps_ctr_run merged_bf16_free 6580 "${merged[@]}" || return 1
+  # shellcheck disable=SC2086
+  for s in $runs; do ps_ctr_run "${s}_free" $port ${strat[$s]} || return 1; port=$((port + 10)); done
   ps_rate add || { say "FAIL: cannot add the tbf qdisc"; return 1; }
   say "tbf rate $PS_RATE on every host's eth0"
-  local st=0
-  ps_ctr_run default_limited 6590 "${dflt[@]}" || st=1
-  [ $st = 0 ] && { ps_ctr_run merged_bf16_limited 6600 "${merged[@]}" || st=1; }
+  # shellcheck disable=SC2086
+  for s in $runs; do
+    [ $st = 0 ] && { ps_ctr_run "${s}_limited" $port ${strat[$s]} || st=1; }
+    port=$((port + 10))
+  done
   ps_rate del
   [ $st = 0 ] || return 1
-  local s
-  for s in default merged_bf16; do
+  for s in $runs; do
     say "$s: limited / unlimited examples/s per worker = $(awk -v a="$(cat "$JOBDIR/${s}_limited/eps")" \
       -v b="$(cat "$JOBDIR/${s}_free/eps")" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }') (target >= 0.8)"
   done

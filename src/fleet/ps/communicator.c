@@ -21,6 +21,16 @@
  *                    table).  Without independent_recv_thread (Paddle's default) the
  *                    thread then pulls the batch's parameters the same way into their
  *                    staging buffers
+ *   adaptive default the strategy's default (max_merge_var_num, send_queue_size and
+ *                    send_wait_times all 0, "not set"; async mode only): a send thread never
+ *                    waits for more gradients - it sends at once everything queued, merged, up
+ *                    to ADAPT_MERGE, with the step's other dense variables that have anything
+ *                    queued - and the queue holds up to ADAPT_QUEUE.  While the link keeps up
+ *                    with the trainer a push carries one gradient, as with the queue of 1 of
+ *                    Paddle 2.x; when it does not, what queues up during a round goes in the
+ *                    next one, so the bytes per step fall with the link's speed.  Setting any
+ *                    of the three fields selects the fixed behaviour above, exactly as set
+ *                    (an unset one then takes Paddle 2.x's value, 1)
  *   receive thread   with independent_recv_thread: after every
  *                    min_send_grad_num_before_recv x (number of variables) pushes - that
  *                    many steps' worth of gradients - pulls every dense table with its own
@@ -38,6 +48,12 @@
 
 #include "fleet_ps.h"
 #include "../../exec/exec_internal.h"
+
+/* The adaptive default: Paddle 1.x's communicator defaults (FLAGS_communicator_max_merge_var_num
+ * and FLAGS_communicator_send_queue_size, both 20).  A merge takes what queued up during the
+ * previous round, so these bound it only on a link 10x slower than the trainer. */
+#define ADAPT_MERGE 20
+#define ADAPT_QUEUE 20
 
 typedef struct {
     float *vals;
@@ -80,6 +96,7 @@ struct fl__ps_comm {
     int nsenders;
     cvar *vars;
     int nvars, cap, max_merge, min_recv, wait_times, recv_mode;
+    int adaptive; /* the adaptive default: send everything queued at once (see the top) */
     pthread_mutex_t mu;
     pthread_cond_t cv; /* any change: work queued, space freed, push done, stop */
     pthread_t recv_th;
@@ -183,7 +200,7 @@ static int joins_batch(const fl__ps_comm *c, const cvar *u, int want)
     if (u->v.sparse || u->held || u->count == 0) return 0;
     if (c->stop || c->flushing) return 1;
     if (c->recv_mode == FL__PS_RECV_NONE) return u->count == c->cap;
-    return u->count >= want;
+    return c->adaptive || u->count >= want;
 }
 
 /* Pushes the batch's merged gradients (one request round for all of them), then, when
@@ -565,11 +582,14 @@ int fl__ps_comm_create(const fl__ps_comm_opts *o, fl__ps_comm **out)
     if (!c) return fl__err(FL_ENOMEM, "async communicator: out of memory");
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
-    c->cap = o->queue_size > 0 ? o->queue_size : 1;
-    c->max_merge = o->max_merge > 0 ? o->max_merge : 1;
-    c->min_recv = (o->min_send_before_recv > 0 ? o->min_send_before_recv : 1) * (o->nvars > 0 ? o->nvars : 1);
-    c->wait_times = o->send_wait_times > 0 ? o->send_wait_times : 0;
+    /* 0 is "not set" (the strategy's default): all three unset in async mode is the adaptive
+     * default; otherwise each unset one is Paddle 2.x's 1 */
     c->recv_mode = o->recv_mode;
+    c->adaptive = o->queue_size <= 0 && o->max_merge <= 0 && o->send_wait_times <= 0 && c->recv_mode != FL__PS_RECV_NONE;
+    c->cap = c->adaptive ? ADAPT_QUEUE : o->queue_size > 0 ? o->queue_size : 1;
+    c->max_merge = c->adaptive ? ADAPT_MERGE : o->max_merge > 0 ? o->max_merge : 1;
+    c->wait_times = c->adaptive ? 0 : o->send_wait_times > 0 ? o->send_wait_times : 1;
+    c->min_recv = (o->min_send_before_recv > 0 ? o->min_send_before_recv : 1) * (o->nvars > 0 ? o->nvars : 1);
     int st = FL_OK;
     c->nsenders = o->thread_pool_size > 0 ? o->thread_pool_size : 1;
     c->senders = calloc((size_t)c->nsenders, sizeof *c->senders);

@@ -196,10 +196,10 @@ typedef struct {
     const fl_ps_client_opts *client; /* copied into the communicator's own clients */
     const fl__ps_comm_var *vars;
     int nvars;
-    int queue_size;           /* send_queue_size (>= 1) */
-    int max_merge;            /* max_merge_var_num (>= 1) */
+    int queue_size;           /* send_queue_size (>= 1; 0: not set, see communicator.c) */
+    int max_merge;            /* max_merge_var_num (>= 1; 0: not set) */
     int min_send_before_recv; /* min_send_grad_num_before_recv (>= 1) */
-    int send_wait_times;      /* 10 ms waits for more gradients to merge (>= 0) */
+    int send_wait_times;      /* 10 ms waits for more gradients to merge (>= 1; 0: not set) */
     int thread_pool_size;     /* send threads, each with its own client (>= 1) */
     int recv_mode;            /* FL__PS_RECV_* */
 } fl__ps_comm_opts;
