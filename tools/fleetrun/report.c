@@ -115,10 +115,17 @@ void fr_report_failure(const proc_t *c, int sig, const char *remote, const char 
             break;
         }
         fr_describe(p, d, sizeof d);
+        /* "stopped by fleetrun" only when our signal ended it: a process that exited with a
+         * code did so on its own (before the signal came, or ignoring it), and a failure of
+         * its own may be the one the first failure reports ("another worker could not ...") */
+        int by_us = p->stopped && p->reaped && WIFSIGNALED(p->status);
+        int own_failure = p->reaped && WIFEXITED(p->status) && WEXITSTATUS(p->status) != 0;
         cli_say("  other: %s %d (pid %d) %s%s", role_name[p->role], p->rank, (int)p->pid, d,
-                p->stopped == SIGKILL ? ": SIGKILLed by fleetrun after --grace_s"
-                : p->stopped          ? ": stopped by fleetrun"
-                                      : "");
+                by_us && p->stopped == SIGKILL ? ": SIGKILLed by fleetrun after --grace_s"
+                : by_us                        ? ": stopped by fleetrun"
+                : own_failure                  ? ": it failed on its own too"
+                                               : "");
+        if (own_failure) print_errors(p, (off_t)1 << 62);
     }
     cli_say("=====================================================================");
 }
