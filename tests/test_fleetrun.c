@@ -146,7 +146,7 @@ TEST(failure_summary_shows_error_lines)
           (const char *[]){"@C", "lines:40", "logerr:rendezvous timed out: rank 1 never arrived", "lines:100", "exit:1",
                            NULL});
     RUN_EXPECT(&r, 30, 1);
-    HAS(&r, "error lines of log/workerlog.0");
+    HAS(&r, "last lines of log/workerlog.0");
     HAS(&r, "| 41: [fleet E worker:0 pid");
     HAS(&r, "rank 1 never arrived");
     HAS(&r, "last lines of log/workerlog.0");
@@ -171,7 +171,7 @@ TEST(failure_summary_shows_every_own_failure)
     HAS(&r, "rank:   1");
     HAS(&r, "other: worker 0 (pid ");
     HAS(&r, "exited with code 1: it failed on its own too");
-    HAS(&r, "error lines of log/workerlog.0");
+    HAS(&r, "last lines of log/workerlog.0");
     HAS(&r, "No space left on device");
     CHECK(!strstr(r.out, "stopped by fleetrun"));
     cleanup(&r);
