@@ -6,7 +6,9 @@
 # again with their reasons before the last line.  Exit status 1 if anything failed.
 # FLEET_TEST_WRAPPER (e.g. "valgrind -q") prefixes each binary; FLEET_TEST_FILTER selects
 # binaries by substring; FLEET_TESTS by whole name or shell pattern, several space-separated
-# ("test_coll* test_net": the sanitizer targets' SAN_TESTS).
+# ("test_coll* test_net": the sanitizer targets' SAN_TESTS).  FLEET_TSAN_SUPP_TESTS (names
+# or patterns) run with TSAN_OPTIONS plus suppressions=FLEET_TSAN_SUPP, every other binary
+# with TSAN_OPTIONS as given: `make tsan` gives the Hogwild tests scripts/tsan-hogwild.supp.
 set -u
 build=${1:-build}
 cd "$(dirname "$0")/.." || exit 2
@@ -24,7 +26,13 @@ for t in "$build"/tests/test_*; do
   done
   [ "$want" -eq 1 ] || continue
   echo "== $name"
-  out=$(timeout -k 5 "$per_bin_timeout" ${FLEET_TEST_WRAPPER:-} "$t" 2>&1)
+  tsan_opts=${TSAN_OPTIONS:-}
+  read -r -a supp_names <<< "${FLEET_TSAN_SUPP_TESTS:-}"
+  for pat in "${supp_names[@]}"; do
+    # shellcheck disable=SC2254 # a pattern on purpose
+    case "$name" in $pat) tsan_opts="${tsan_opts:+$tsan_opts:}suppressions=${FLEET_TSAN_SUPP:?}"; echo "  (TSan suppressions: $FLEET_TSAN_SUPP)"; break ;; esac
+  done
+  out=$(TSAN_OPTIONS=$tsan_opts timeout -k 5 "$per_bin_timeout" ${FLEET_TEST_WRAPPER:-} "$t" 2>&1)
   rc=$?
   printf '%s\n' "$out" | grep -v -E '^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$'
   p=$(printf '%s\n' "$out" | grep -c '^PASS ' || true)

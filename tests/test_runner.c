@@ -1,7 +1,8 @@
 /*
  * test_runner.c - the test runners cannot hide a gap: a case that cannot run here is
  * counted as skipped (never as passed) by the harness (testhelp.h TSKIP) and by
- * scripts/run-tests.sh, with its reason; tests/cluster/run.sh fails when network
+ * scripts/run-tests.sh, with its reason; the TSan suppressions of Hogwild training go to
+ * the binaries named for them only; tests/cluster/run.sh fails when network
  * namespaces cannot be made unless the caller asks for skips (CLUSTER_ALLOW_SKIP=1).
  */
 #include <fcntl.h>
@@ -109,6 +110,21 @@ TEST(run_tests_sh_reports_skips_with_reasons)
     while (last > out && last[-1] != '\n') last--;
     CHECK_STR_HAS(last, "2 passed, 0 failed, 1 skipped");
     CHECK(!strstr(out, "1 passed, 0 failed\n")); /* the binaries' own totals are not repeated */
+    /* the Hogwild suppressions go to the binaries named in FLEET_TSAN_SUPP_TESTS only */
+    snprintf(p, sizeof p, "%s/tests/test_a", dir);
+    write_exe(p, "#!/bin/sh\necho \"  tsan: $TSAN_OPTIONS\"\necho 'PASS one'\n");
+    snprintf(p, sizeof p, "%s/tests/test_b", dir);
+    write_exe(p, "#!/bin/sh\necho \"  tsan: $TSAN_OPTIONS\"\necho 'PASS two'\n");
+    snprintf(cmd, sizeof cmd,
+             "env -u FLEET_TESTS -u FLEET_TEST_FILTER -u FLEET_TEST_WRAPPER TSAN_OPTIONS=halt_on_error=1 "
+             "FLEET_TSAN_SUPP=/x/hogwild.supp FLEET_TSAN_SUPP_TESTS='test_a' '%s/scripts/run-tests.sh' '%s' 2>&1",
+             root_, dir);
+    rc = run(cmd, out, sizeof out);
+    show(out);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_STR_HAS(
+        out, "== test_a\n  (TSan suppressions: /x/hogwild.supp)\n  tsan: halt_on_error=1:suppressions=/x/hogwild.supp\n");
+    CHECK_STR_HAS(out, "== test_b\n  tsan: halt_on_error=1\n");
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0);
 }
