@@ -244,6 +244,42 @@ TEST(stale_temporaries_removed_by_next_save_or_load)
     rm_tree(d);
 }
 
+/* A save's process killed together with its parent stays a zombie where nothing reaps
+ * orphans (a container): kill(pid, 0) succeeds on it, but it will never finish, so its
+ * temporary file is stale too.  A live process's is not. */
+TEST(temporary_of_a_zombie_is_stale)
+{
+    char *d = tmpdir(), name[128], cmd[128];
+    pid_t z = fork();
+    if (z == 0) _exit(0);
+    CHECK(z > 0);
+    char state = 0;
+    for (int i = 0; i < 500 && state != 'Z'; i++) { /* until it has exited (not reaped) */
+        snprintf(cmd, sizeof cmd, "/proc/%d/stat", (int)z);
+        FILE *f = fopen(cmd, "r");
+        char buf[512] = "";
+        if (f) {
+            size_t n = fread(buf, 1, sizeof buf - 1, f);
+            buf[n] = 0;
+            fclose(f);
+        }
+        const char *rp = strrchr(buf, ')');
+        state = rp ? rp[2] : 0;
+        if (state != 'Z') usleep(10000);
+    }
+    CHECK(state == 'Z');
+    CHECK(kill(z, 0) == 0); /* what the sweep used to go by */
+    snprintf(name, sizeof name, "part-00000.safetensors.tmp.%d", (int)z);
+    write_bytes(join(d, name), "half", 4);
+    snprintf(name, sizeof name, "live.safetensors.tmp.%d", (int)getpid());
+    write_bytes(join(d, name), "x", 1);
+    CHECK_EQ_INT(fl__tmp_sweep(d), 1);
+    CHECK_EQ_INT(count_entries(d, "part-00000.safetensors.tmp."), 0);
+    CHECK_EQ_INT(count_entries(d, "live.safetensors.tmp."), 1);
+    CHECK(waitpid(z, NULL, 0) == z);
+    rm_tree(d);
+}
+
 TEST(safetensors_round_trip_all_dtypes)
 {
     char *d = tmpdir();
@@ -848,7 +884,8 @@ TEST(inference_model_errors)
 }
 
 TEST_MAIN(T(atomic_write_creates_dirs_and_replaces), T(atomic_write_failures_leave_nothing_behind),
-          T(stale_temporaries_removed_by_next_save_or_load), T(safetensors_round_trip_all_dtypes),
-          T(safetensors_write_rejects_bad_input), T(safetensors_reads_in_numpy), T(safetensors_every_truncation_is_corrupt),
-          T(safetensors_corrupt_files), T(checkpoint_round_trip_is_bit_exact), T(checkpoint_save_needs_initialised_state),
-          T(checkpoint_mismatch_changes_nothing), T(inference_model_round_trip), T(inference_model_errors))
+          T(stale_temporaries_removed_by_next_save_or_load), T(temporary_of_a_zombie_is_stale),
+          T(safetensors_round_trip_all_dtypes), T(safetensors_write_rejects_bad_input), T(safetensors_reads_in_numpy),
+          T(safetensors_every_truncation_is_corrupt), T(safetensors_corrupt_files), T(checkpoint_round_trip_is_bit_exact),
+          T(checkpoint_save_needs_initialised_state), T(checkpoint_mismatch_changes_nothing), T(inference_model_round_trip),
+          T(inference_model_errors))
