@@ -1,9 +1,11 @@
 /*
  * test_checkpoint.c - checkpoints for restart in a local (one-worker) job: what is saved
  * and restored, the commit point, keep-K pruning, and that an unfinished or damaged
- * checkpoint is never taken.  The parameter-server restart is in test_ps_fleet.c
- * (checkpoint_restart_is_bit_exact).
+ * checkpoint is never taken; a failed save names the worker that failed and leaves no
+ * unfinished directory; a load removes what killed saves left.  The parameter-server
+ * restart is in test_ps_fleet.c (checkpoint_restart_is_bit_exact).
  */
+#include <ctype.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,14 +19,23 @@ typedef struct {
     fl_model_mlp m;
 } net;
 
-static void net_make(net *n)
+/* A local job, or rank `rank` of a collective job when eps (its endpoints) is given. */
+static void net_make_rank(net *n, const char *eps, int rank)
 {
     unsetenv("PADDLE_TRAINER_ENDPOINTS");
     unsetenv("PADDLE_PSERVERS_IP_PORT_LIST");
+    if (eps) {
+        char id[16];
+        snprintf(id, sizeof id, "%d", rank);
+        setenv("PADDLE_TRAINER_ID", id, 1);
+        setenv("PADDLE_TRAINER_ENDPOINTS", eps, 1);
+        setenv("FLEET_JOB_SECRET", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
+        setenv("FLEET_COLL_TIMEOUT_MS", "20000", 1);
+    }
     n->p = fl_prog_create();
     fl_model_mlp_config c = fl_model_mlp_default();
     CHECK_OK(fl_model_mlp_build(n->p, &c, &n->m));
-    n->f = fleet_init(NULL, NULL);
+    n->f = eps ? fleet_init_collective(NULL, NULL) : fleet_init(NULL, NULL);
     CHECK(n->f);
     n->o = fleet_distributed_optimizer(n->f, fl_opt_adam(0.01f, 0.9f, 0.999f, 1e-8f), NULL);
     CHECK(n->o);
@@ -32,6 +43,8 @@ static void net_make(net *n)
     n->e = fl_exe_create(NULL);
     CHECK_OK(fl_exe_run(n->e, fl_prog_startup(n->p), NULL, 0, NULL, 0, NULL));
 }
+
+static void net_make(net *n) { net_make_rank(n, NULL, 0); }
 
 static void net_free(net *n)
 {
@@ -170,4 +183,127 @@ TEST(worker_count_must_match)
     CHECK(system(cmd) == 0);
 }
 
-TEST_MAIN(T(save_load_keep_and_commit_point), T(worker_count_must_match))
+static void rm_root(const char *root)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    CHECK(system(cmd) == 0);
+}
+
+/* A save that fails (here: worker-0 cannot be made, as on a full disk) says which worker
+ * and why, and leaves no unfinished directory; the next save takes the same number. */
+TEST(failed_save_is_named_and_removed)
+{
+    char root[] = "/tmp/fleet_ckpt_XXXXXX";
+    CHECK(mkdtemp(root));
+    net a;
+    net_make(&a);
+    fleet_checkpoint_pos pos = {0, 0, 0, 1};
+    make_dir(root, "ckpt-0000000001");
+    write_text(root, "ckpt-0000000001/worker-0", "a file where the worker's directory goes");
+    CHECK_FAILS(fleet_save_checkpoint(a.f, a.e, root, a.p, &pos, 1), FL_EIO, "worker 0 could not save its part of");
+    CHECK_STR_HAS(fl_last_error(), "ckpt-0000000001' (removed): cannot create directory");
+    CHECK(!exists(root, "ckpt-0000000001"));
+    CHECK_OK(fleet_save_checkpoint(a.f, a.e, root, a.p, &pos, 1));
+    CHECK(exists(root, "ckpt-0000000001/checkpoint.json"));
+    net_free(&a);
+    rm_root(root);
+}
+
+/* Three workers, worker 1's part fails: every worker's error names worker 1, and worker 0
+ * removed the unfinished directory before any of them returned. */
+TEST(failed_save_names_the_worker_on_every_worker)
+{
+    char root[] = "/tmp/fleet_ckpt_XXXXXX", eps[128];
+    CHECK(mkdtemp(root));
+    snprintf(eps, sizeof eps, "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", th_free_port(), th_free_port(), th_free_port());
+    make_dir(root, "ckpt-0000000001");
+    write_text(root, "ckpt-0000000001/worker-1", "a file where the worker's directory goes");
+    pid_t kids[3];
+    for (int r = 0; r < 3; r++) {
+        if ((kids[r] = fork()) == 0) {
+            net a;
+            net_make_rank(&a, eps, r);
+            fleet_checkpoint_pos pos = {0, 0, 0, 1};
+            int st = fleet_save_checkpoint(a.f, a.e, root, a.p, &pos, 1);
+            printf("  worker %d: %s\n", r, fl_last_error());
+            fflush(stdout);
+            CHECK(st != FL_OK);
+            CHECK_STR_HAS(fl_last_error(), "worker 1 could not save its part of");
+            CHECK_STR_HAS(fl_last_error(), "(removed)");
+            if (r == 1) CHECK_STR_HAS(fl_last_error(), "cannot create directory");
+            CHECK(!exists(root, "ckpt-0000000001"));
+            net_free(&a);
+            _exit(0);
+        }
+    }
+    int bad = 0;
+    for (int r = 0; r < 3; r++) {
+        int ws;
+        CHECK(waitpid(kids[r], &ws, 0) == kids[r]);
+        bad += !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    }
+    CHECK_EQ_INT(bad, 0);
+    rm_root(root);
+}
+
+/* This host's tag in temporary names (src/io/atomic.c host_tag). */
+static void host_tag(char *out, size_t n)
+{
+    char h[256] = "";
+    if (gethostname(h, sizeof h - 1) != 0 || !h[0]) snprintf(h, sizeof h, "host");
+    size_t k = 0;
+    for (const char *c = h; *c && k + 1 < n && k < 63; c++)
+        out[k++] = isalnum((unsigned char)*c) || *c == '_' || *c == '-' ? *c : '-';
+    out[k] = 0;
+}
+
+/* A pid that no process has: a child that has exited and been reaped. */
+static pid_t dead_pid(void)
+{
+    pid_t c = fork();
+    if (c == 0) _exit(0);
+    CHECK(c > 0 && waitpid(c, NULL, 0) == c);
+    return c;
+}
+
+/* A save killed mid-write leaves temporaries in its unfinished checkpoint (the servers'
+ * shards, a worker's part): the next load removes those of processes that are gone, and
+ * keeps those of a live one. */
+TEST(load_removes_temporaries_of_killed_saves)
+{
+    char root[] = "/tmp/fleet_ckpt_XXXXXX", host[64], name[256];
+    CHECK(mkdtemp(root));
+    host_tag(host, sizeof host);
+    net a;
+    net_make(&a);
+    fleet_checkpoint_pos pos = {0, 0, 0, 1}, got;
+    CHECK_OK(fleet_save_checkpoint(a.f, a.e, root, a.p, &pos, 1));
+    make_dir(root, "ckpt-0000000002");
+    make_dir(root, "ckpt-0000000002/w");
+    make_dir(root, "ckpt-0000000002/worker-0");
+    pid_t dead = dead_pid();
+    snprintf(name, sizeof name, "ckpt-0000000002/w/part-00001-00000000000000ab.safetensors.tmp.%d.%s", (int)dead, host);
+    write_text(root, name, "half a shard");
+    snprintf(name, sizeof name, "ckpt-0000000002/worker-0/persistables.safetensors.tmp.%d.%s", (int)dead, host);
+    write_text(root, name, "half a part");
+    snprintf(name, sizeof name, "ckpt-0000000002/w/part-00000-00000000000000ab.safetensors.tmp.%d.%s", (int)getpid(), host);
+    write_text(root, name, "a save in progress");
+    net b;
+    net_make(&b);
+    CHECK_OK(fleet_load_checkpoint(b.f, b.e, root, b.p, &got));
+    CHECK_EQ_INT(got.step, 1);
+    char cmd[4400], out[64] = "";
+    snprintf(cmd, sizeof cmd, "find '%s' -name '*.tmp.*' | wc -l", root);
+    FILE *p = popen(cmd, "r");
+    CHECK(p && fgets(out, sizeof out, p));
+    pclose(p);
+    CHECK_EQ_INT(atoi(out), 1);
+    CHECK(exists(root, name));
+    net_free(&a);
+    net_free(&b);
+    rm_root(root);
+}
+
+TEST_MAIN(T(save_load_keep_and_commit_point), T(worker_count_must_match), T(failed_save_is_named_and_removed),
+          T(failed_save_names_the_worker_on_every_worker), T(load_removes_temporaries_of_killed_saves))

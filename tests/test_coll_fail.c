@@ -252,7 +252,10 @@ static void rank_stall(ch_world *w, int r, void *arg)
         fprintf(stderr, "  rank 0 after %.2f s: %s\n", dt, fl_last_error());
         CHECK_EQ_INT(st, FL_ETIMEDOUT);
         CHECK_STR_HAS(fl_last_error(), "rank 1 (");
-        CHECK(dt >= 0.45 && dt < 1.4);
+        /* not before its 0.5 s timeout; the upper bound only catches a wait that ignores it
+         * (the status already shows rank 0 gave up before rank 1 woke), loose enough for a
+         * sanitizer build on a loaded machine */
+        CHECK(dt >= 0.45 && dt < 5.0);
     }
     fl_coll_free(c);
 }

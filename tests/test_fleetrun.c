@@ -146,12 +146,34 @@ TEST(failure_summary_shows_error_lines)
           (const char *[]){"@C", "lines:40", "logerr:rendezvous timed out: rank 1 never arrived", "lines:100", "exit:1",
                            NULL});
     RUN_EXPECT(&r, 30, 1);
-    HAS(&r, "error lines of log/workerlog.0");
+    HAS(&r, "last lines of log/workerlog.0");
     HAS(&r, "| 41: [fleet E worker:0 pid");
     HAS(&r, "rank 1 never arrived");
     HAS(&r, "last lines of log/workerlog.0");
     HAS(&r, "| w0: filler 99");
     CHECK(!strstr(r.out, "| w0: filler 79")); /* the tail is still the last 20 lines */
+    cleanup(&r);
+}
+
+/* The first process to exit may only report another's failure ("another worker could not
+ * save ... (see its log)"): a process that failed on its own while the job was stopping is
+ * not "stopped by fleetrun", and its error lines are in the summary too. */
+TEST(failure_summary_shows_every_own_failure)
+{
+    run_t r;
+    setup(&r);
+    start(&r, NULL,
+          (const char *[]){"--nproc_per_node", "2", "--grace_s", "10", "@C", "w0=ignterm", "env:@T", "await:@T:2",
+                           "w1=logerr:fleet_save_checkpoint: another worker could not save its part", "w1=exit:1",
+                           "w0=sleep:0.5", "w0=logerr:cannot write '/ckpt/w/part-0': No space left on device", "w0=exit:1",
+                           NULL});
+    RUN_EXPECT(&r, 30, 1);
+    HAS(&r, "rank:   1");
+    HAS(&r, "other: worker 0 (pid ");
+    HAS(&r, "exited with code 1: it failed on its own too");
+    HAS(&r, "last lines of log/workerlog.0");
+    HAS(&r, "No space left on device");
+    CHECK(!strstr(r.out, "stopped by fleetrun"));
     cleanup(&r);
 }
 
@@ -760,10 +782,10 @@ TEST(version_flag)
 
 
 TEST_MAIN(T(collective_env), T(device_lists), T(logs_table_and_tee), T(child_exit_code_stops_job),
-          T(failure_summary_shows_error_lines), T(child_sigsegv_named), T(sigterm_ignored_gets_sigkill),
-          T(sigterm_to_fleetrun_stops_all), T(sigint_sighup_to_fleetrun_stop_all), T(kill9_fleetrun_leaves_nothing),
-          T(guard_killed_then_fleetrun), T(guard_killed_job_goes_on), T(grandchild_dies_with_group), T(ps_roles_and_env),
-          T(ps_servers_stopped_after_grace), T(ps_failures), T(usage_errors_exit_2), T(secret_never_leaks),
-          T(secret_fresh_or_passed_through), T(multinode_collective_starts_local_ranks), T(port_in_use_reported),
-          T(exec_failure_is_root_cause), T(job_id_log_level_restart_count), T(gpus_without_devices_refused),
-          T(version_flag))
+          T(failure_summary_shows_error_lines), T(failure_summary_shows_every_own_failure), T(child_sigsegv_named),
+          T(sigterm_ignored_gets_sigkill), T(sigterm_to_fleetrun_stops_all), T(sigint_sighup_to_fleetrun_stop_all),
+          T(kill9_fleetrun_leaves_nothing), T(guard_killed_then_fleetrun), T(guard_killed_job_goes_on),
+          T(grandchild_dies_with_group), T(ps_roles_and_env), T(ps_servers_stopped_after_grace), T(ps_failures),
+          T(usage_errors_exit_2), T(secret_never_leaks), T(secret_fresh_or_passed_through),
+          T(multinode_collective_starts_local_ranks), T(port_in_use_reported), T(exec_failure_is_root_cause),
+          T(job_id_log_level_restart_count), T(gpus_without_devices_refused), T(version_flag))

@@ -176,8 +176,7 @@ TEST(sparse_table_reads_in_numpy)
         if (system(c) == 0) py = cands[i];
     }
     if (!py) {
-        printf("SKIP sparse_table_reads_in_numpy: no python3 with numpy (install python3-numpy)\n");
-        return;
+        TSKIP("no python3 with numpy (install python3-numpy)");
     }
     snprintf(DIR_, sizeof DIR_, "/tmp/fl_iorowsXXXXXX");
     CHECK(mkdtemp(DIR_));

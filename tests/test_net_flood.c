@@ -3,8 +3,10 @@
  * (one byte a second) unauthenticated connections are held open against a PS server and
  * against a collective rendezvous while a real job starts and trains (1 server + 1 worker
  * pushing and pulling; 2 ranks allreducing), each for 2 s.  The job's time to its first step may grow by
- * at most 1 s over the same job without the flood, the job must finish, and the listening
- * process's open descriptors and memory stay bounded (figures printed).
+ * at most FLOOD_SLACK_S over the same job without the flood (about 0.1 s on an idle machine;
+ * an acceptor that let the flood hold up a real peer would cost it the 5 s handshake
+ * timeout), the job must finish, and the listening process's open descriptors and memory
+ * stay bounded (figures printed).
  *
  * The flooder re-opens a connection the listener closed one second later, so the flood
  * lasts as long as the job.  Idle connections come from 127.0.0.1, like the job's own
@@ -28,6 +30,11 @@
 #define N_IDLE 500
 #define N_SLOW 500
 #define JOB_S 2.0 /* each job trains this long, so the flood goes on through training */
+/* How much later the first step may come under the flood: half the handshake timeout that a
+ * real peer stuck behind the flood would wait, so the check fails on that regression only,
+ * and not because 1,000 flooding sockets slow a loaded 2-core machine or a sanitizer build
+ * (which once took the margin past 1 s). */
+#define FLOOD_SLACK_S (0.5 * FL_NET_DEFAULT_HANDSHAKE_MS / 1000.0)
 
 static double now_s(void)
 {
@@ -311,7 +318,7 @@ TEST(ps_server_under_a_flood_of_unauthenticated_connections)
     long base_peak = 0, peak = 0;
     double base = ps_job(0, 0, &base_peak), flooded = ps_job(1, base_peak, &peak);
     printf("  PS time to first step: %.3f s without, %.3f s with the flood (+%.3f s)\n", base, flooded, flooded - base);
-    CHECK(flooded - base <= 1.0);
+    CHECK(flooded - base <= FLOOD_SLACK_S);
 }
 
 /* ---- a collective job ---------------------------------------------------------------------------- */
@@ -402,7 +409,7 @@ TEST(collective_rendezvous_under_a_flood_of_unauthenticated_connections)
     double base = coll_job(0), flooded = coll_job(1);
     printf("  collective time to first allreduce: %.3f s without, %.3f s with the flood (+%.3f s)\n", base, flooded,
            flooded - base);
-    CHECK(flooded - base <= 1.0);
+    CHECK(flooded - base <= FLOOD_SLACK_S);
 }
 
 TEST_MAIN(T(ps_server_under_a_flood_of_unauthenticated_connections),

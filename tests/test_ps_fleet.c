@@ -244,7 +244,7 @@ TEST(save_restart_is_bit_exact)
 TEST(ssd_table_from_strategy)
 {
 #ifndef FL_HAVE_ROCKSDB
-    printf("  skipped: built without RocksDB\n");
+    TSKIP("built without RocksDB");
 #else
     paths();
     char b_dump[PATH_MAX + 8], save[PATH_MAX + 8], load[PATH_MAX + 8], ssd[PATH_MAX + 64];

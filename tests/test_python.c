@@ -47,21 +47,20 @@ static int run(const char *cmd, char *out, size_t cap)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
-static int sanitizer_build(void)
+/* Skips the case in a sanitizer build. */
+static void skip_in_sanitizer_build(void)
 {
     char cmd[4200], out[512];
     snprintf(cmd, sizeof cmd, "grep -o -- '-fsanitize=[^ ]*' '%s/.flags' | head -1", build);
     run(cmd, out, sizeof out);
-    if (!out[0]) return 0;
-    printf("  SKIP: %s is a sanitizer build (%s); the Python package is tested with `make test`\n", build, out + 2);
-    return 1;
+    if (out[0]) TSKIP("%s is a sanitizer build (%s); the Python package is tested with `make test`", build, out + 2);
 }
 
 TEST(pytest_of_the_package_and_the_seed_programs)
 {
     alarm(600); /* the first run makes the virtual environment (downloads from PyPI) */
     find_dirs();
-    if (sanitizer_build()) return;
+    skip_in_sanitizer_build();
     static char out[1 << 16];
     char cmd[9000];
     snprintf(cmd, sizeof cmd, "'%s/tests/python/run.sh' '%s'", root, build);
@@ -76,7 +75,7 @@ TEST(venv_is_made_once_per_build_dir)
 {
     alarm(600);
     find_dirs();
-    if (sanitizer_build()) return;
+    skip_in_sanitizer_build();
     char cmd[9000], out[8192], before[256], after[256];
     snprintf(cmd, sizeof cmd, "'%s/tests/python/run.sh' '%s' --venv-only", root, build);
     if (run(cmd, out, sizeof out) != 0) TFAIL("run.sh --venv-only failed:\n%s", out);

@@ -6,8 +6,10 @@
  *   TEST(my_case) { CHECK_EQ_INT(1 + 1, 2); }
  *   TEST_MAIN(T(my_case), T(other_case))
  *
- * Run one case: ./test_x my_case.  Output: one "PASS name" / "FAIL name (why)" line per
- * case and a closing "N passed, N failed" line; exit status 1 if any failed.
+ * Run one case: ./test_x my_case.  Output: one "PASS name" / "FAIL name (why)" /
+ * "SKIP name: why" line per case and a closing "N passed, N failed, N skipped" line; exit
+ * status 1 if any failed.  A case that cannot run here (a tool or package missing) calls
+ * TSKIP("why") instead of returning: it counts as skipped, never as passed.
  */
 #ifndef FLEET_TESTHELP_H
 #define FLEET_TESTHELP_H
@@ -42,6 +44,20 @@ typedef struct {
         fprintf(stderr, "\n");                            \
         fflush(stderr);                                   \
         _exit(1);                                         \
+    } while (0)
+
+/* The exit status of a skipped case's process, and the name of the case it runs. */
+#define TH_SKIP_STATUS 77
+static const char *th_case_name_ = "";
+
+/* Skips the running case: prints "SKIP name: why" and ends its process. */
+#define TSKIP(...)                          \
+    do {                                    \
+        printf("SKIP %s: ", th_case_name_); \
+        printf(__VA_ARGS__);                \
+        printf("\n");                       \
+        fflush(stdout);                     \
+        _exit(TH_SKIP_STATUS);              \
     } while (0)
 
 #define CHECK(cond)                                                                      \
@@ -79,7 +95,7 @@ typedef struct {
 
 static inline int th_run_cases(const test_case *cases, int n, int argc, char **argv)
 {
-    int pass = 0, fail = 0;
+    int pass = 0, fail = 0, skip = 0;
     const char *to = getenv("FLEET_TEST_TIMEOUT");
     unsigned timeout = to && atoi(to) > 0 ? (unsigned)atoi(to) : 120;
     for (int i = 0; i < n; i++) {
@@ -93,6 +109,7 @@ static inline int th_run_cases(const test_case *cases, int n, int argc, char **a
         pid_t pid = fork();
         if (pid == 0) {
             alarm(timeout);
+            th_case_name_ = cases[i].name;
             cases[i].fn();
             fflush(stdout);
             _exit(0);
@@ -106,6 +123,8 @@ static inline int th_run_cases(const test_case *cases, int n, int argc, char **a
         if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0) {
             printf("PASS %s\n", cases[i].name);
             pass++;
+        } else if (WIFEXITED(ws) && WEXITSTATUS(ws) == TH_SKIP_STATUS) {
+            skip++; /* the case printed its SKIP line */
         } else if (WIFSIGNALED(ws)) {
             printf("FAIL %s (%s%s)\n", cases[i].name, strsignal(WTERMSIG(ws)),
                    WTERMSIG(ws) == SIGALRM ? ": timed out" : "");
@@ -116,7 +135,7 @@ static inline int th_run_cases(const test_case *cases, int n, int argc, char **a
         }
         fflush(stdout);
     }
-    printf("%d passed, %d failed\n", pass, fail);
+    printf("%d passed, %d failed, %d skipped\n", pass, fail, skip);
     return fail ? 1 : 0;
 }
 
@@ -243,15 +262,14 @@ static inline void th_fill_uniform(float *x, int64_t n, float lo, float hi, unsi
 
 /* libFuzzer harnesses, run briefly by the tests when clang with libFuzzer is installed.
  * th_fuzz_build compiles `sources` (repository paths and link flags, the harness first)
- * into dir/fuzz, dir being a fresh temporary directory written into dir[32]; it returns 0
- * after printing a SKIP line when clang or libFuzzer is missing.  th_fuzz_run runs it for
+ * into dir/fuzz, dir being a fresh temporary directory written into dir[32]; it skips the
+ * case (TSKIP) when clang or libFuzzer is missing.  th_fuzz_run runs it for
  * `seconds` on dir/corpus (created if absent) and fails the case with the log's tail if the
  * fuzzer finds anything; the directory is removed after a clean run. */
 static inline int th_fuzz_build(char dir[32], const char *sources)
 {
     if (system("command -v clang >/dev/null 2>&1") != 0) {
-        printf("  SKIP: clang not found; build the harness by hand (see its header)\n");
-        return 0;
+        TSKIP("clang not found; build the harness by hand (see its header)");
     }
     snprintf(dir, 32, "/tmp/fl_fuzzXXXXXX");
     if (!mkdtemp(dir)) TFAIL("mkdtemp failed");
@@ -263,8 +281,7 @@ static inline int th_fuzz_build(char dir[32], const char *sources)
              ">%s/probe.c && clang -fsanitize=fuzzer %s/probe.c -o %s/probe >%s/probe.log 2>&1",
              dir, dir, dir, dir);
     if (system(cmd) != 0) {
-        printf("  SKIP: clang cannot build a libFuzzer binary here (see %s/probe.log)\n", dir);
-        return 0;
+        TSKIP("clang cannot build a libFuzzer binary here (see %s/probe.log)", dir);
     }
     snprintf(cmd, sizeof cmd,
              "clang -std=c11 -D_GNU_SOURCE -DFLEET_VERSION_STRING='\"fuzz\"' -g -O1 -fsanitize=fuzzer,address,undefined "

@@ -409,7 +409,12 @@ int fl_dataset_end(fl_dataset *ds)
     FL_CHECK(check_ds(ds, "fl_dataset_end"));
     if (!ds->in_pass) return fl__err(FL_ESTATE, "fl_dataset_end: no pass in progress (call fl_dataset_begin first)");
     end_pass(ds);
-    return fl__pass_log_finish(ds, &ds->log, "dataset pass");
+    /* a pass over an InMemoryDataset's records parses nothing: the bad-line count stays
+     * the load's (its log counted no line and must not reset it to 0) */
+    int64_t load_bad = __atomic_load_n(&ds->last_bad, __ATOMIC_RELAXED);
+    int st = fl__pass_log_finish(ds, &ds->log, "dataset pass");
+    if (ds->kind == FL__DS_INMEM) __atomic_store_n(&ds->last_bad, load_bad, __ATOMIC_RELAXED);
+    return st;
 }
 
 /* Fails the reader: records the error for fl_dataset_end and stops the other readers. */

@@ -10,7 +10,11 @@
  * A checkpoint is valid only when checkpoint.json is there: it is written (atomically)
  * after every worker reported its part saved, so a job killed at any moment leaves the
  * previous valid checkpoint in place.  After a commit worker 0 removes all but the newest
- * `keep` valid checkpoints and any unfinished one older than the newest.
+ * `keep` valid checkpoints and any unfinished one older than the newest.  A save that
+ * fails (a full disk) names the first worker that failed on every worker, and worker 0
+ * removes the unfinished directory before any worker returns.  A load removes the
+ * temporary files that killed saves left in unfinished checkpoints (those of this host's
+ * processes that are gone: src/io/atomic.c), which the next save would only overwrite.
  *
  * The shared part and the agreement among the workers are the runtime's (runtime.h:
  * checkpoint_shared, agree); everything else is the same for every runtime.
@@ -187,6 +191,69 @@ static void prune(const char *root, int64_t newest, int keep)
     free(doomed);
 }
 
+/* Removes the stale temporary files (fl__tmp_sweep) in every unfinished checkpoint under
+ * root and in its subdirectories (worker-<w>/, the servers' table directories): what a
+ * killed save left.  Nothing else is touched, so a save that another worker of the same
+ * job may already have begun is safe. */
+static void sweep_unfinished(const char *root)
+{
+    DIR *d = opendir(root);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int64_t s, w;
+        char dir[4096];
+        if (!seq_of(e->d_name, &s)) continue;
+        ckpt_dir(dir, sizeof dir, root, s);
+        if (read_commit(dir, s, &w) == FL_OK) continue;
+        int n = fl__tmp_sweep(dir);
+        DIR *sub = opendir(dir);
+        struct dirent *se;
+        while (sub && (se = readdir(sub)) != NULL) {
+            char p[4400];
+            struct stat sb;
+            if (se->d_name[0] == '.') continue;
+            snprintf(p, sizeof p, "%s/%s", dir, se->d_name);
+            if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) n += fl__tmp_sweep(p);
+        }
+        if (sub) closedir(sub);
+        if (n)
+            FL_INFO(FL_SUB_FLEET, "removed %d temporary file%s of a killed save from the unfinished checkpoint %s", n,
+                    n == 1 ? "" : "s", dir);
+    }
+    closedir(d);
+}
+
+/* After an agreement that not every worker passed (failed: this one did not): the lowest
+ * index of a worker that failed, into *who.  Each round is one more agreement, on whether
+ * a failed worker lies in the lower half of the range still open, so it costs about
+ * log2(workers) agreements, on the failure path only. */
+static int first_failed(fleet_t *f, int failed, const char *fn, int *who)
+{
+    int me = fleet_worker_index(f), lo = 0, hi = fleet_worker_num(f);
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2, none = 0;
+        FL_CHECK(f->runtime->agree(f, !(failed && me >= lo && me < mid), fn, &none));
+        if (none) lo = mid;
+        else hi = mid;
+    }
+    *who = lo;
+    return FL_OK;
+}
+
+/* A save that failed on some worker: worker 0 removes the unfinished directory (every
+ * worker's attempt is over: they agreed), then all agree once more, so that no worker
+ * returns, and perhaps saves again into the same directory, before it is gone. */
+static int drop_unfinished(fleet_t *f, const char *dir, const char *fn)
+{
+    if (fleet_is_first_worker(f)) {
+        remove_tree(dir);
+        FL_WARN(FL_SUB_FLEET, "%s: removed the unfinished checkpoint %s", fn, dir);
+    }
+    int all = 0;
+    return f->runtime->agree(f, 1, fn, &all);
+}
+
 static int write_position(const char *wdir, const fleet_checkpoint_pos *pos)
 {
     char path[4400], text[512];
@@ -242,11 +309,20 @@ int fleet_save_checkpoint(fleet_t *f, fl_exe *exe, const char *root, const fl_pr
     char why[1024] = "";
     if (st != FL_OK) snprintf(why, sizeof why, "%s", fl_last_error());
     /* 3. every worker's part is there: worker 0 commits */
-    int all = 0;
+    int all = 0, who = -1;
     FL_CHECK(f->runtime->agree(f, st == FL_OK, fn, &all));
+    if (!all) {
+        FL_CHECK(first_failed(f, st != FL_OK, fn, &who));
+        FL_CHECK(drop_unfinished(f, dir, fn));
+    }
     if (st != FL_OK)
-        return fl__err(st, "%s: worker %d could not save its part of '%s': %s", fn, fleet_worker_index(f), dir, why);
-    if (!all) return fl__err(FL_EREMOTE, "%s: another worker could not save its part of '%s' (see its log)", fn, dir);
+        return fl__err(st, "%s: worker %d could not save its part of '%s' (removed): %s", fn, fleet_worker_index(f), dir,
+                       why);
+    if (!all)
+        return fl__err(FL_EREMOTE,
+                       "%s: worker %d could not save its part of '%s' (removed); its error is in its log and in "
+                       "fleetrun's summary",
+                       fn, who, dir);
     if (fleet_is_first_worker(f)) {
         char path[4400], text[512];
         snprintf(path, sizeof path, "%s/checkpoint.json", dir);
@@ -259,8 +335,13 @@ int fleet_save_checkpoint(fleet_t *f, fl_exe *exe, const char *root, const fl_pr
         else prune(root, seq, keep);
     }
     FL_CHECK(f->runtime->agree(f, st == FL_OK, fn, &all));
-    if (st != FL_OK) return fl__err(st, "%s: committing '%s' failed: %s", fn, dir, why);
-    if (!all) return fl__err(FL_EREMOTE, "%s: the first worker could not commit '%s' (see its log)", fn, dir);
+    if (!all) FL_CHECK(drop_unfinished(f, dir, fn));
+    if (st != FL_OK) return fl__err(st, "%s: committing '%s' failed (removed): %s", fn, dir, why);
+    if (!all)
+        return fl__err(FL_EREMOTE,
+                       "%s: worker 0 could not commit '%s' (removed); its error is in its log and in "
+                       "fleetrun's summary",
+                       fn, dir);
     f->ckpt_seq = seq;
     FL_INFO(FL_SUB_FLEET, "checkpoint %lld saved to %s (step %lld)", (long long)seq, dir, (long long)pos->step);
     return FL_OK;
@@ -272,6 +353,7 @@ int fleet_load_checkpoint(fleet_t *f, fl_exe *exe, const char *root, const fl_pr
     FL_CHECK(check(f, fn, exe, root));
     if (!pos) return fl__err(FL_EINVAL, "%s: position is NULL", fn);
     int64_t seq = -1, workers = 0;
+    sweep_unfinished(root);
     FL_CHECK(latest(root, &seq, &workers));
     if (seq < 0) return fl__err(FL_ENOTFOUND, "%s: no valid checkpoint under '%s'", fn, root);
     char dir[4096], wdir[4200];

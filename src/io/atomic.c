@@ -87,9 +87,27 @@ static void host_tag(char *out, size_t n)
     out[k] = 0;
 }
 
+/* Whether process pid will never write again: there is no such process (kill(pid, 0) fails
+ * with ESRCH), or it is a zombie (state Z or X in /proc/PID/stat): a killed process whose
+ * parent was killed too stays one where nothing reaps orphans (a container whose first
+ * process does not), and kill(pid, 0) still succeeds on it. */
+static int process_gone(long pid)
+{
+    if (kill((pid_t)pid, 0) == -1) return errno == ESRCH;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "re");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *rp = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold ')' */
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
 /* Whether name is a temporary file of fl__afile ("<file>.tmp.<pid>" or "<file>.tmp.<pid>.<host>")
  * that a process of this host (host_tag, or no host: the older name) left behind and that
- * can be removed: the process is gone (kill(pid, 0) fails with ESRCH). */
+ * can be removed: the process is gone (process_gone). */
 static int stale_tmp(const char *name, const char *host)
 {
     const char *t = NULL;
@@ -101,7 +119,7 @@ static int stale_tmp(const char *name, const char *host)
     long pid = isdigit((unsigned char)*t) ? strtol(t, &end, 10) : 0;
     if (pid <= 0 || errno || pid > (long)INT32_MAX) return 0;
     if (*end && (*end != '.' || strcmp(end + 1, host) != 0)) return 0; /* another host's, or not ours */
-    return kill((pid_t)pid, 0) == -1 && errno == ESRCH;
+    return process_gone(pid);
 }
 
 int fl__tmp_sweep(const char *dir)

@@ -45,6 +45,9 @@
 #define FR_ID_MAX 128    /* a node's id: "hostname:pid" */
 #define FR_JOB_ID_MAX 65 /* --job_id: at most 64 characters */
 
+/* log lines shown (under its error records) for another process that failed on its own */
+#define OWN_FAILURE_LINES 3
+
 enum { WORKER, SERVER };
 static const char *const role_name[] = {"worker", "server"};
 enum { PH_RUN, PH_SERVER_WAIT, PH_TERM, PH_KILL }; /* the phases of watching a generation */

@@ -49,7 +49,8 @@ static void print_errors(const proc_t *p, off_t upto)
     fclose(f);
 }
 
-static void print_tail(const proc_t *p) /* the last lines this run wrote to p's log */
+/* The last `want` lines this run wrote to p's log, and its error records above them. */
+static void print_tail(const proc_t *p, int want)
 {
     static char buf[16384];
     int fd = open(p->log, O_RDONLY | O_CLOEXEC), lines = 0;
@@ -64,7 +65,7 @@ static void print_tail(const proc_t *p) /* the last lines this run wrote to p's 
     char *s = buf + r, *e;
     *s = 0;
     if (s[-1] == '\n') *--s = 0;
-    while (s > buf && lines < TAIL_LINES) lines += *--s == '\n';
+    while (s > buf && lines < want) lines += *--s == '\n';
     if (*s == '\n') s++;
     else if (from > p->log_start && strchr(s, '\n')) s = strchr(s, '\n') + 1; /* drop a cut line */
     print_errors(p, from + (s - buf));
@@ -96,7 +97,7 @@ void fr_report_failure(const proc_t *c, int sig, const char *remote, const char 
         cli_say("  pid:    %d", (int)c->pid);
         cli_say("  status: %s", d);
         cli_say("  log:    %s", c->log);
-        print_tail(c);
+        print_tail(c, TAIL_LINES);
     } else if (sig) {
         cli_say("  fleetrun received SIG%s; it stopped every process of the job", sigabbrev_np(sig));
     } else {
@@ -115,10 +116,17 @@ void fr_report_failure(const proc_t *c, int sig, const char *remote, const char 
             break;
         }
         fr_describe(p, d, sizeof d);
+        /* "stopped by fleetrun" only when our signal ended it: a process that exited with a
+         * code did so on its own (before the signal came, or ignoring it), and a failure of
+         * its own may be the one the first failure reports ("another worker could not ...") */
+        int by_us = p->stopped && p->reaped && WIFSIGNALED(p->status);
+        int own_failure = p->reaped && WIFEXITED(p->status) && WEXITSTATUS(p->status) != 0;
         cli_say("  other: %s %d (pid %d) %s%s", role_name[p->role], p->rank, (int)p->pid, d,
-                p->stopped == SIGKILL ? ": SIGKILLed by fleetrun after --grace_s"
-                : p->stopped          ? ": stopped by fleetrun"
-                                      : "");
+                by_us && p->stopped == SIGKILL ? ": SIGKILLed by fleetrun after --grace_s"
+                : by_us                        ? ": stopped by fleetrun"
+                : own_failure                  ? ": it failed on its own too"
+                                               : "");
+        if (own_failure) print_tail(p, OWN_FAILURE_LINES);
     }
     cli_say("=====================================================================");
 }
