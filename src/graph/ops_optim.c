@@ -324,17 +324,16 @@ static int run_adam(fl_kctx *c)
     FL_CHECK(fl__optim_target(c, 4, 1, &p2t));
     const double b1 = fl__attr_f(c->op, "beta1", 0.9), b2 = fl__attr_f(c->op, "beta2", 0.999);
     const double eps = fl__attr_f(c->op, "epsilon", 1e-8);
-    const double pw1 = ((float *)p1t->data)[0], pw2 = ((float *)p2t->data)[0];
-    if (!(pw1 >= 0.0 && pw1 < 1.0 && pw2 >= 0.0 && pw2 < 1.0))
+    const float pw1 = ((float *)p1t->data)[0], pw2 = ((float *)p2t->data)[0];
+    fl__adam_coef k;
+    if (fl__adam_coef_init(&k, u.lr, u.l2, b1, b2, eps, pw1, pw2))
         return fl__err(FL_EINVAL, "adam: beta pow accumulators of parameter '%s' must be in [0, 1), got %g and %g",
-                       c->op->in[0].vars[0]->name, pw1, pw2);
-    const float lr = (float)(u.lr * sqrt(1.0 - pw2) / (1.0 - pw1)), eps_t = (float)(eps * sqrt(1.0 - pw2));
-    const fl__adam_coef k = {lr, u.l2, (float)b1, (float)b2, (float)(1.0 - b1), (float)(1.0 - b2), eps_t};
+                       c->op->in[0].vars[0]->name, (double)pw1, (double)pw2);
     for (int64_t i = 0; i < u.nseg; i++)
         fl__adam_seg((float *)u.w->data + seg_off(&u, i), (float *)m1t->data + seg_off(&u, i),
                      (float *)m2t->data + seg_off(&u, i), u.gv + i * u.seg, u.seg, &k);
-    ((float *)p1t->data)[0] = (float)(pw1 * b1);
-    ((float *)p2t->data)[0] = (float)(pw2 * b2);
+    ((float *)p1t->data)[0] = fl__adam_pow_next(pw1, b1);
+    ((float *)p2t->data)[0] = fl__adam_pow_next(pw2, b2);
     return FL_OK;
 }
 
