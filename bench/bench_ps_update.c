@@ -110,12 +110,12 @@ static double parse_double(const char *name, const char *v, double lo, double hi
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {{"seconds", required_argument, NULL, 's'},
-                                              {"keys", required_argument, NULL, 'k'},
-                                              {"batch", required_argument, NULL, 'b'},
-                                              {"scale", required_argument, NULL, 'x'},
-                                              {"dense", required_argument, NULL, 'd'},
-                                              {"help", no_argument, NULL, 'h'},
-                                              {NULL, 0, NULL, 0}};
+                                             {"keys", required_argument, NULL, 'k'},
+                                             {"batch", required_argument, NULL, 'b'},
+                                             {"scale", required_argument, NULL, 'x'},
+                                             {"dense", required_argument, NULL, 'd'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
     char name[64];
     const char *v;
     int c;

@@ -499,8 +499,10 @@ static void server_rule_matches_local(const ocfg *o, fl_ps_opt_kind kind)
         fl_prog *p = build_update(o, l2, 1.0);
         fl_exe *e = fl_exe_create(NULL);
         CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
-        const char *sn = !strcmp(o->type, "adagrad") ? "t_moment_0" : !strcmp(o->type, "adam") ? "t_moment1_0"
-                         : !strcmp(o->type, "momentum") ? "t_velocity_0" : NULL;
+        const char *sn = !strcmp(o->type, "adagrad")    ? "t_moment_0"
+                         : !strcmp(o->type, "adam")     ? "t_moment1_0"
+                         : !strcmp(o->type, "momentum") ? "t_velocity_0"
+                                                        : NULL;
         fl_ps_optimizer pc = {kind, o->lr, l2, o->b1, o->b2, o->eps, o->mu, o->nesterov};
         fl__ps_opt po;
         fl__ps_opt_init(&po, &pc);
@@ -876,6 +878,5 @@ TEST_MAIN(T(null_handle_keeps_the_earlier_error), T(dense_sgd), T(dense_momentum
           T(separate_outputs_momentum_dense), T(separate_outputs_momentum_sparse), T(separate_outputs_adagrad_sparse),
           T(separate_outputs_adam_dense), T(separate_outputs_adam_sparse), T(dead_unit_state_momentum),
           T(dead_unit_state_nesterov), T(dead_unit_state_adam), T(dead_unit_state_adagrad),
-          T(server_rule_matches_local_sgd), T(server_rule_matches_local_momentum),
-          T(server_rule_matches_local_nesterov), T(server_rule_matches_local_adagrad),
-          T(server_rule_matches_local_adam))
+          T(server_rule_matches_local_sgd), T(server_rule_matches_local_momentum), T(server_rule_matches_local_nesterov),
+          T(server_rule_matches_local_adagrad), T(server_rule_matches_local_adam))

@@ -54,10 +54,10 @@ struct pass {
     int err;
     char msg[1024];
     fl_exe_dataset_stats *stats;
-    double div_bound;                       /* FLEET_DIVERGENCE_BOUND (0: none) */
-    int div_stop;                           /* FLEET_DIVERGENCE_STOP */
-    atomic_llong div_count[MAX_FETCH];      /* batches whose value diverged, per fetch */
-    atomic_llong div_first[MAX_FETCH];      /* step of the first (0: none yet) */
+    double div_bound;                  /* FLEET_DIVERGENCE_BOUND (0: none) */
+    int div_stop;                      /* FLEET_DIVERGENCE_STOP */
+    atomic_llong div_count[MAX_FETCH]; /* batches whose value diverged, per fetch */
+    atomic_llong div_first[MAX_FETCH]; /* step of the first (0: none yet) */
 };
 
 static void fail(pass *ps, int t, int64_t batch, int st)
