@@ -488,6 +488,59 @@ static void no_subnormal_state(const ocfg *o, fl_ps_opt_kind kind, float g0, flo
     fl_prog_free(p);
 }
 
+/* The servers' rule (src/ps/optim.c, through the tensor kernels) against the local op on
+ * random gradients, with L2, for 200 steps: bit-identical, with the gradient used as it is
+ * (async, scale 1) and scaled by the server (sync with 2 workers, scale 0.5; the local op is
+ * fed the gradient times 0.5, rounded to float as the server rounds it). */
+static void server_rule_matches_local(const ocfg *o, fl_ps_opt_kind kind)
+{
+    const float l2 = 0.05f, scales[2] = {1.0f, 0.5f};
+    for (int si = 0; si < 2; si++) {
+        fl_prog *p = build_update(o, l2, 1.0);
+        fl_exe *e = fl_exe_create(NULL);
+        CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
+        const char *sn = !strcmp(o->type, "adagrad")    ? "t_moment_0"
+                         : !strcmp(o->type, "adam")     ? "t_moment1_0"
+                         : !strcmp(o->type, "momentum") ? "t_velocity_0"
+                                                        : NULL;
+        fl_ps_optimizer pc = {kind, o->lr, l2, o->b1, o->b2, o->eps, o->mu, o->nesterov};
+        fl__ps_opt po;
+        fl__ps_opt_init(&po, &pc);
+        float w[W], m1[W] = {0}, m2[W] = {0}, pows[2];
+        fl__ps_opt_pows_init(&po, pows);
+        memcpy(w, fl_tensor_f32(find(e, "t")) + 2 * W, sizeof w);
+        const int64_t row = 2;
+        for (int step = 0; step < 200; step++) {
+            float g[W], gs[W];
+            th_fill_uniform(g, W, -2.0f, 2.0f, 100u + (unsigned)step);
+            for (int j = 0; j < W; j++) gs[j] = g[j] * scales[si];
+            fl_tensor *gt = rows_tensor(&row, 1, gs, R);
+            fl_feed feed[] = {{"g", gt}};
+            CHECK_OK(fl_exe_run(e, p, feed, 1, NULL, 0, NULL));
+            fl_tensor_free(gt);
+            CHECK_OK(fl__ps_opt_apply(&po, w, m1, m2, g, W, scales[si], pows));
+            fl__ps_opt_pows_advance(&po, pows);
+            if (memcmp(fl_tensor_f32(find(e, "t")) + 2 * W, w, sizeof w))
+                TFAIL("%s, scale %g, step %d: server parameter %.9g, local %.9g", o->type, (double)scales[si], step,
+                      (double)w[0], (double)fl_tensor_f32(find(e, "t"))[2 * W]);
+            if (sn) CHECK(memcmp(fl_tensor_f32(find(e, sn)) + 2 * W, m1, sizeof m1) == 0);
+            if (!strcmp(o->type, "adam")) {
+                CHECK(memcmp(fl_tensor_f32(find(e, "t_moment2_0")) + 2 * W, m2, sizeof m2) == 0);
+                CHECK(fl_tensor_f32(find(e, "t_beta1_pow_acc_0"))[0] == pows[0]);
+                CHECK(fl_tensor_f32(find(e, "t_beta2_pow_acc_0"))[0] == pows[1]);
+            }
+        }
+        fl_exe_free(e);
+        fl_prog_free(p);
+    }
+}
+
+TEST(server_rule_matches_local_sgd) { server_rule_matches_local(&O_SGD, FL_PS_OPT_SGD); }
+TEST(server_rule_matches_local_momentum) { server_rule_matches_local(&O_MOM, FL_PS_OPT_MOMENTUM); }
+TEST(server_rule_matches_local_nesterov) { server_rule_matches_local(&O_NAG, FL_PS_OPT_MOMENTUM); }
+TEST(server_rule_matches_local_adagrad) { server_rule_matches_local(&O_ADAGRAD_EPS, FL_PS_OPT_ADAGRAD); }
+TEST(server_rule_matches_local_adam) { server_rule_matches_local(&O_ADAM_EPS, FL_PS_OPT_ADAM); }
+
 TEST(dead_unit_state_momentum) { no_subnormal_state(&O_MOM, FL_PS_OPT_MOMENTUM, 1e-3f, 0.0f); }
 TEST(dead_unit_state_nesterov) { no_subnormal_state(&O_NAG, FL_PS_OPT_MOMENTUM, 1e-3f, 0.0f); }
 TEST(dead_unit_state_adam) { no_subnormal_state(&O_ADAM, FL_PS_OPT_ADAM, 1e-3f, 0.0f); }
@@ -824,4 +877,6 @@ TEST_MAIN(T(null_handle_keeps_the_earlier_error), T(dense_sgd), T(dense_momentum
           T(embedding_sparse_equals_dense_sgd), T(embedding_sparse_vs_dense_sgd_l2), T(separate_outputs_sgd_sparse),
           T(separate_outputs_momentum_dense), T(separate_outputs_momentum_sparse), T(separate_outputs_adagrad_sparse),
           T(separate_outputs_adam_dense), T(separate_outputs_adam_sparse), T(dead_unit_state_momentum),
-          T(dead_unit_state_nesterov), T(dead_unit_state_adam), T(dead_unit_state_adagrad))
+          T(dead_unit_state_nesterov), T(dead_unit_state_adam), T(dead_unit_state_adagrad),
+          T(server_rule_matches_local_sgd), T(server_rule_matches_local_momentum), T(server_rule_matches_local_nesterov),
+          T(server_rule_matches_local_adagrad), T(server_rule_matches_local_adam))

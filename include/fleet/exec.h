@@ -83,7 +83,8 @@ typedef struct {
  * shares each, so every instance is read once).  Hogwild, as Paddle's
  * MultiTrainer: each thread has a child scope of e's scope for activations and its own
  * plan; persistable variables (parameters, optimizer state, AUC statistics) live in e's
- * root scope and are updated by every thread without locks.  BLAS runs single-threaded
+ * root scope and are updated by every thread without locks (Adam excepted: one update at
+ * a time per parameter, src/graph/ops_optim.c).  BLAS runs single-threaded
  * inside trainer threads.  Fetched values are combined over all threads (a cumulative one,
  * made by an op that updates persistable state such as auc: the latest; others: the mean
  * per example).  Every print_period batches of the process (0: never) a line shows them

@@ -13,6 +13,11 @@
  *   FLEET_METRICS_DIR  directory for training metrics (CSV and TensorBoard files, one set
  *                      per rank) when the program set none (src/exec/metrics.c,
  *                      include/fleet/metrics.h); unset: no metrics files
+ *   FLEET_DIVERGENCE_BOUND  a training pass (fl_exe_train_from_dataset) warns, naming the
+ *                      step and the variable, when a fetched value (the loss) is non-finite
+ *                      or its magnitude exceeds this number (default 0: non-finite only;
+ *                      src/exec/trainer.c)
+ *   FLEET_DIVERGENCE_STOP   1: such a value stops the pass with an error instead (default 0)
  *
  * Paddle's launcher variables, read by the role makers (src/fleet/role.c):
  *   PADDLE_TRAINER_ID            this trainer's index (integer in [0, trainers)); also the

@@ -199,10 +199,6 @@ void fl__coll_reduce_nt(void *dst, fl_dtype dst_dt, const void *const *srcs, int
 /* float16/bfloat16 <-> float32 (round to nearest even; NaN stays NaN). */
 void fl__coll_to_f32(float *dst, const void *src, fl_dtype dt, size_t n);
 void fl__coll_from_f32(void *dst, fl_dtype dt, const float *src, size_t n);
-float fl__half_to_f32(uint16_t h);
-uint16_t fl__f32_to_half(float f);
-float fl__bf16_to_f32(uint16_t h);
-uint16_t fl__f32_to_bf16(float f);
 
 static inline int fl__is_half(fl_dtype dt) { return dt == FL_FLOAT16 || dt == FL_BFLOAT16; }
 

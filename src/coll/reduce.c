@@ -5,100 +5,37 @@
  * Two shapes: a fast path for two sources of one plain dtype written to a distinct
  * destination (the common case of the shared-memory and TCP paths), and a blockwise path
  * (blocks of BLK elements accumulated in a stack buffer) for everything else - more sources,
- * half precision, AVG, or a destination that is one of the sources.  The loops are plain C
- * that GCC vectorises, compiled for AVX-512, AVX2 and baseline x86-64 (function
- * multiversioning, as in src/tensor/kernels.c).
+ * half precision, AVG, or a destination that is one of the sources.  Half precision is
+ * converted by the tensor layer's fl__cvt_* (half.h's rounding; F16C/AVX-512 for float16).
+ * The loops are plain C that GCC vectorises, compiled for AVX-512, AVX2 and baseline x86-64
+ * (function multiversioning: tensor_internal.h's FL_CLONES, as in src/tensor/kernels.c).
  */
 #include <string.h>
 
 #include "coll_internal.h"
+#include "../tensor/tensor_internal.h" /* the float16/bfloat16 conversions, one copy */
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
 #endif
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__)
-#define FL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define FL_CLONES
-#endif
+/* the loops below are static: the clone list without the visibility attribute */
+#undef FL_CLONES
+#define FL_CLONES FL_CLONE_TARGETS
 
 #define BLK 2048
 
-static inline uint32_t f2u(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static inline float u2f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* IEEE half <-> float, branch-free so the loops vectorise (after M. Maratyszcza's FP16
- * library).  The float->half direction relies on the FPU's round-to-nearest-even. */
-static inline float h2f(uint16_t h)
-{
-    uint32_t w = (uint32_t)h << 16, sign = w & 0x80000000u, two_w = w + w;
-    float norm = u2f((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
-    float denorm = u2f((two_w >> 17) | (126u << 23)) - 0.5f;
-    return u2f(sign | (two_w < (1u << 27) ? f2u(denorm) : f2u(norm)));
-}
-static inline uint16_t f2h(float f)
-{
-    float base = (__builtin_fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
-    uint32_t w = f2u(f), shl1_w = w + w, sign = w & 0x80000000u, bias = shl1_w & 0xFF000000u;
-    if (bias < 0x71000000u) bias = 0x71000000u;
-    base = u2f((bias >> 1) + 0x07800000u) + base;
-    uint32_t bits = f2u(base), nonsign = ((bits >> 13) & 0x00007C00u) + (bits & 0x00000FFFu);
-    return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
-}
-static inline float b2f(uint16_t h) { return u2f((uint32_t)h << 16); }
-static inline uint16_t f2b(float f)
-{
-    uint32_t u = f2u(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float fl__half_to_f32(uint16_t h) { return h2f(h); }
-uint16_t fl__f32_to_half(float f) { return f2h(f); }
-float fl__bf16_to_f32(uint16_t h) { return b2f(h); }
-uint16_t fl__f32_to_bf16(float f) { return f2b(f); }
-
-FL_CLONES static void cvt_h2f(float *restrict d, const uint16_t *restrict s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) d[i] = h2f(s[i]);
-}
-FL_CLONES static void cvt_f2h(uint16_t *restrict d, const float *restrict s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) d[i] = f2h(s[i]);
-}
-FL_CLONES static void cvt_b2f(float *restrict d, const uint16_t *restrict s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) d[i] = b2f(s[i]);
-}
-FL_CLONES static void cvt_f2b(uint16_t *restrict d, const float *restrict s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) d[i] = f2b(s[i]);
-}
-
 void fl__coll_to_f32(float *dst, const void *src, fl_dtype dt, size_t n)
 {
-    if (dt == FL_FLOAT16) cvt_h2f(dst, src, n);
-    else if (dt == FL_BFLOAT16) cvt_b2f(dst, src, n);
+    if (dt == FL_FLOAT16) fl__cvt_f16_to_f32(dst, src, (int64_t)n);
+    else if (dt == FL_BFLOAT16) fl__cvt_bf16_to_f32(dst, src, (int64_t)n);
     else if ((const void *)dst != src) memcpy(dst, src, n * 4);
 }
 
 void fl__coll_from_f32(void *dst, fl_dtype dt, const float *src, size_t n)
 {
-    if (dt == FL_FLOAT16) cvt_f2h(dst, src, n);
-    else if (dt == FL_BFLOAT16) cvt_f2b(dst, src, n);
+    if (dt == FL_FLOAT16) fl__cvt_f32_to_f16(dst, src, (int64_t)n);
+    else if (dt == FL_BFLOAT16) fl__cvt_f32_to_bf16(dst, src, (int64_t)n);
     else if (dst != (const void *)src) memcpy(dst, src, n * 4);
 }
 

@@ -8,7 +8,14 @@
  * is the calling thread; threads 1..n-1 are spawned for the pass and joined before
  * returning.  A failing thread raises a shared stop flag that the others check between
  * batches, so a pass ends promptly with the first error.
+ *
+ * Divergence: in a training pass every fetched value (the loss, typically) is checked after
+ * each batch.  A non-finite one, or one whose magnitude exceeds FLEET_DIVERGENCE_BOUND
+ * (src/base/env.c; default 0: no bound), is a warning naming the step, the thread's batch
+ * and the variable (once per variable and pass), and a summary at the end of the pass;
+ * with FLEET_DIVERGENCE_STOP=1 the pass stops there with FL_EINVAL and the same words.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -47,6 +54,10 @@ struct pass {
     int err;
     char msg[1024];
     fl_exe_dataset_stats *stats;
+    double div_bound;                  /* FLEET_DIVERGENCE_BOUND (0: none) */
+    int div_stop;                      /* FLEET_DIVERGENCE_STOP */
+    atomic_llong div_count[MAX_FETCH]; /* batches whose value diverged, per fetch */
+    atomic_llong div_first[MAX_FETCH]; /* step of the first (0: none yet) */
 };
 
 static void fail(pass *ps, int t, int64_t batch, int st)
@@ -58,6 +69,60 @@ static void fail(pass *ps, int t, int64_t batch, int st)
     }
     pthread_mutex_unlock(&ps->mu);
     atomic_store(&ps->stop, 1);
+}
+
+/* "label (name)" of fetch i, or its name when it has no other label. */
+static void fetch_label(const pass *ps, int i, char *buf, size_t cap)
+{
+    if (ps->info && ps->info[i] && strcmp(ps->info[i], ps->fetch[i]))
+        snprintf(buf, cap, "%s (%s)", ps->info[i], ps->fetch[i]);
+    else snprintf(buf, cap, "%s", ps->fetch[i]);
+}
+
+/* Checks the fetched values of one training batch (step: the process's batch count);
+ * returns 0, or FL_EINVAL (the pass's error set) when FLEET_DIVERGENCE_STOP asks to stop. */
+static int check_divergence(pass *ps, int t, int64_t batch, long long step, const double *vals)
+{
+    for (int i = 0; i < ps->nfetch; i++) {
+        double v = vals[i];
+        if (isfinite(v) && !(ps->div_bound > 0 && fabs(v) > ps->div_bound)) continue;
+        char why[96];
+        char var[160];
+        fetch_label(ps, i, var, sizeof var);
+        if (!isfinite(v)) snprintf(why, sizeof why, "is %g", v);
+        else snprintf(why, sizeof why, "is %g, beyond FLEET_DIVERGENCE_BOUND=%g", v, ps->div_bound);
+        long long zero = 0;
+        int first = atomic_compare_exchange_strong(&ps->div_first[i], &zero, step);
+        atomic_fetch_add(&ps->div_count[i], 1);
+        if (ps->div_stop) {
+            fl__err(FL_EINVAL, "training diverged at step %lld: '%s' %s (FLEET_DIVERGENCE_STOP=1 stops the pass)", step,
+                    var, why);
+            fail(ps, t, batch, FL_EINVAL);
+            return FL_EINVAL;
+        }
+        if (first)
+            FL_WARN(FL_SUB_EXEC,
+                    "%s: training diverges: step %lld (thread %d, batch %lld): '%s' %s; set FLEET_DIVERGENCE_STOP=1 to "
+                    "stop the pass with an error",
+                    ps->fn, step, t, (long long)batch, var, why);
+    }
+    return FL_OK;
+}
+
+/* The end-of-pass summary of check_divergence's findings. */
+static void report_divergence(pass *ps)
+{
+    long long total = atomic_load(&ps->batches);
+    for (int i = 0; i < ps->nfetch; i++) {
+        long long n = atomic_load(&ps->div_count[i]);
+        char var[160];
+        fetch_label(ps, i, var, sizeof var);
+        if (n)
+            FL_WARN(FL_SUB_EXEC,
+                    "%s: '%s' was non-finite or beyond the bound in %lld of %lld batches (first at step %lld): the "
+                    "model is likely useless",
+                    ps->fn, var, n, total, (long long)atomic_load(&ps->div_first[i]));
+    }
 }
 
 static double value_of(const fl_tensor *t)
@@ -112,8 +177,9 @@ static void run_thread(pass *ps, int t)
         }
         batch++;
         atomic_fetch_add(&ps->instances, fl_data_batch_size(b));
-        atomic_fetch_add(&ps->batches, 1);
+        long long step = atomic_fetch_add(&ps->batches, 1) + 1;
         for (int i = 0; i < ps->nfetch; i++) vals[i] = value_of(out[i]);
+        if (ps->train && check_divergence(ps, t, batch, step, vals)) break;
         if (t == 0 && ps->nfetch && ps->stats) {
             ps->stats->nfetch = ps->nfetch;
             memcpy(ps->stats->fetch, vals, sizeof(double) * (size_t)ps->nfetch);
@@ -201,6 +267,18 @@ static int run_pass(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const cha
     atomic_init(&ps.stop, 0);
     atomic_init(&ps.instances, 0);
     atomic_init(&ps.batches, 0);
+    for (int i = 0; i < MAX_FETCH; i++) {
+        atomic_init(&ps.div_count[i], 0);
+        atomic_init(&ps.div_first[i], 0);
+    }
+    int64_t dstop = 0;
+    if (train && (fl__env_double("FLEET_DIVERGENCE_BOUND", 0.0, &ps.div_bound) ||
+                  fl__env_int("FLEET_DIVERGENCE_STOP", 0, 0, 1, &dstop)))
+        return fl__err(FL_EINVAL, "%s: %s", fn, fl_last_error());
+    if (!(ps.div_bound >= 0.0))
+        return fl__err(FL_EINVAL, "%s: FLEET_DIVERGENCE_BOUND must be a number >= 0 (0: no bound), got %g", fn,
+                       ps.div_bound);
+    ps.div_stop = (int)dstop;
     pthread_mutex_init(&ps.mu, NULL);
     fl__tgroup_init(&ps.group, n);
     worker *ws = calloc((size_t)n, sizeof *ws);
@@ -242,6 +320,7 @@ static int run_pass(fl_exe *e, fl_prog *p, fl_dataset *ds, int thread, const cha
         if (ws[t].started) pthread_join(ws[t].th, NULL);
     if (n > 1) fl__blas_single_end(blas);
     double el = fl__now() - ps.t0;
+    if (train && !ps.div_stop) report_divergence(&ps);
     int est = fl_dataset_end(ds);
     fl__report_end(&ps.rep, !ps.err && est == FL_OK, el);
     if (stats) {

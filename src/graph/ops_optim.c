@@ -22,6 +22,7 @@
  * computes on a slow path; what this changes numerically is in docs/engine.md.
  */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "graph_internal.h"
@@ -307,34 +308,63 @@ static int run_adagrad(fl_kctx *c)
     return FL_OK;
 }
 
+/* Hogwild trainer threads (fl_exe_train_from_dataset) share each parameter with its moments
+ * and beta pows.  SGD, Momentum and Adagrad take their step from the thread's own gradient
+ * and state values, so a lost update between threads only loses a little progress.  Adam
+ * does not tolerate it: its step is m1 / sqrt(m2), and a thread that reads one moment
+ * after another thread's store and the other before it (the other thread's gradient in m1,
+ * not yet its square in m2) divides by a near-zero m2 - early in training, or on an
+ * embedding row touched for the first time, the step is then lr_t * m1 / epsilon_t, up to
+ * 10^8 times too large, and the run diverges.  So one Adam update at a time per parameter:
+ * a lock of a small striped set chosen by the parameter's address (as the auc op's
+ * statistics, ops_metric.c); the moments and the pows then always describe whole steps,
+ * and the pows advance exactly once per update.  Uncontended (one thread) it costs a lock
+ * and an unlock per parameter per step. */
+static pthread_mutex_t adam_locks[16] = {
+    PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+    PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+    PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
+    PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
+
 /* Paddle's adam op (Paddle 2.x form, epsilon scaled by the bias correction of moment2):
  *   lr_t = lr * sqrt(1 - beta2_pow) / (1 - beta1_pow)
  *   m1 = beta1 * m1 + (1 - beta1) * g;  m2 = beta2 * m2 + (1 - beta2) * g * g
  *   param -= lr_t * m1 / (sqrt(m2) + epsilon * sqrt(1 - beta2_pow))
  *   beta1_pow *= beta1;  beta2_pow *= beta2   (once per step, also for sparse gradients)
  * The pow accumulators start at beta1 and beta2 (optimizer.c), so step t uses beta^t. */
+static int run_adam_locked(fl_kctx *c, update *up);
+
 static int run_adam(fl_kctx *c)
 {
     update u;
-    fl_tensor *m1t, *m2t, *p1t, *p2t;
     FL_CHECK(prep(c, &u));
+    pthread_mutex_t *mu = &adam_locks[((uintptr_t)FL_IN(c, 0)->data >> 6) % 16];
+    pthread_mutex_lock(mu);
+    int st = run_adam_locked(c, &u);
+    pthread_mutex_unlock(mu);
+    return st;
+}
+
+static int run_adam_locked(fl_kctx *c, update *up)
+{
+    update u = *up;
+    fl_tensor *m1t, *m2t, *p1t, *p2t;
     FL_CHECK(fl__optim_target(c, 1, u.w->numel, &m1t));
     FL_CHECK(fl__optim_target(c, 2, u.w->numel, &m2t));
     FL_CHECK(fl__optim_target(c, 3, 1, &p1t));
     FL_CHECK(fl__optim_target(c, 4, 1, &p2t));
     const double b1 = fl__attr_f(c->op, "beta1", 0.9), b2 = fl__attr_f(c->op, "beta2", 0.999);
     const double eps = fl__attr_f(c->op, "epsilon", 1e-8);
-    const double pw1 = ((float *)p1t->data)[0], pw2 = ((float *)p2t->data)[0];
-    if (!(pw1 >= 0.0 && pw1 < 1.0 && pw2 >= 0.0 && pw2 < 1.0))
+    const float pw1 = ((float *)p1t->data)[0], pw2 = ((float *)p2t->data)[0];
+    fl__adam_coef k;
+    if (fl__adam_coef_init(&k, u.lr, u.l2, b1, b2, eps, pw1, pw2))
         return fl__err(FL_EINVAL, "adam: beta pow accumulators of parameter '%s' must be in [0, 1), got %g and %g",
-                       c->op->in[0].vars[0]->name, pw1, pw2);
-    const float lr = (float)(u.lr * sqrt(1.0 - pw2) / (1.0 - pw1)), eps_t = (float)(eps * sqrt(1.0 - pw2));
-    const fl__adam_coef k = {lr, u.l2, (float)b1, (float)b2, (float)(1.0 - b1), (float)(1.0 - b2), eps_t};
+                       c->op->in[0].vars[0]->name, (double)pw1, (double)pw2);
     for (int64_t i = 0; i < u.nseg; i++)
         fl__adam_seg((float *)u.w->data + seg_off(&u, i), (float *)m1t->data + seg_off(&u, i),
                      (float *)m2t->data + seg_off(&u, i), u.gv + i * u.seg, u.seg, &k);
-    ((float *)p1t->data)[0] = (float)(pw1 * b1);
-    ((float *)p2t->data)[0] = (float)(pw2 * b2);
+    ((float *)p1t->data)[0] = fl__adam_pow_next(pw1, b1);
+    ((float *)p2t->data)[0] = fl__adam_pow_next(pw2, b2);
     return FL_OK;
 }
 

@@ -77,7 +77,7 @@ static int dense_many(fl_ps_client *c, int nt, const int *tables, dense_op op, f
         float *out = outs ? outs[i] : NULL;
         uint16_t *w = w16 ? c->wire16 + wbase : NULL;
         if (w16 && op == D_PUSH)
-            for (uint64_t j = 0; j < total; j++) w[j] = fl__ps_f2bf(in[j]);
+            fl__cvt_f32_to_bf16(w, in, (int64_t)total);
         for (int sv = 0; sv < c->ns; sv++) {
             int64_t r0, r1;
             fl_ps_dense_split(t->rows, c->ns, sv, &r0, &r1);
@@ -137,7 +137,7 @@ static int dense_many(fl_ps_client *c, int nt, const int *tables, dense_op op, f
             for (int i = 0; i < nt; i++) {
                 const fl_ps_table_config *t = &c->cfgs[tables[i]];
                 const uint64_t total = (uint64_t)(t->rows * t->cols);
-                for (uint64_t j = 0; j < total; j++) outs[i][j] = fl__ps_bf2f(c->wire16[wbase + j]);
+                fl__cvt_bf16_to_f32(outs[i], c->wire16 + wbase, (int64_t)total);
                 wbase += total;
             }
         }

@@ -1,7 +1,8 @@
 /*
- * optim.c - the server-side optimizer rules.  They repeat the float arithmetic of the local
- * update ops (src/graph/ops_optim.c) so that a parameter trained on servers follows the same
- * trajectory as one trained locally:
+ * optim.c - the server-side optimizer rules.  They are the local update ops' own kernels
+ * (src/tensor/optim_kernels.c, vectorised; Adam's coefficients from fl__adam_coef_init), so
+ * a parameter trained on servers follows the same trajectory as one trained locally, bit for
+ * bit:
  *   g = grad * scale + l2 * w
  *   sgd:      w -= lr * g
  *   adagrad:  m += g * g;  w -= lr * g / (sqrt(m) + epsilon)
@@ -10,12 +11,16 @@
  *             (pow1, pow2 start at b1, b2 and are multiplied by them after each step)
  *   momentum: v = mu v + g;  w -= lr v     (Nesterov: w -= lr (g + mu v), with the new v)
  *   sum:      w += grad * scale           (GEO deltas; no lr, no l2)
- * With scale == 1 the gradient is used unchanged (bit-identical to the local op).  As there,
- * the state (v, m, m1, m2) is flushed to 0 below FLT_MIN (fl__flush_tiny, docs/engine.md).
+ * With scale == 1 the gradient goes to the kernel unchanged; otherwise it is scaled into a
+ * block of SCALE_BLK floats first (grad * scale rounded to float, as the formula above).  As
+ * in the local ops, the state (v, m, m1, m2) is flushed to 0 below FLT_MIN (fl__flush_tiny,
+ * docs/engine.md).
  */
 #include <math.h>
 
 #include "ps_internal.h"
+
+#define SCALE_BLK 512
 
 void fl__ps_opt_init(fl__ps_opt *o, const fl_ps_optimizer *c)
 {
@@ -40,61 +45,58 @@ void fl__ps_opt_pows_init(const fl__ps_opt *o, float pows[2])
 void fl__ps_opt_pows_advance(const fl__ps_opt *o, float pows[2])
 {
     if (o->kind != FL_PS_OPT_ADAM) return;
-    pows[0] = (float)((double)pows[0] * o->b1);
-    pows[1] = (float)((double)pows[1] * o->b2);
+    pows[0] = fl__adam_pow_next(pows[0], o->b1);
+    pows[1] = fl__adam_pow_next(pows[1], o->b2);
 }
 
-int fl__ps_opt_apply(const fl__ps_opt *o, float *restrict w, float *restrict m1, float *restrict m2,
-                     const float *restrict grad, int64_t n, float scale, const float pows[2])
+int fl__ps_step_begin(const fl__ps_opt *o, const float pows[2], float scale, fl__ps_step *s)
 {
-    const float lr = o->lr, l2 = o->l2;
-    const int unit = scale == 1.0f;
+    s->o = o;
+    s->scale = scale;
+    if (o->kind == FL_PS_OPT_ADAM && fl__adam_coef_init(&s->adam, o->lr, o->l2, o->b1, o->b2, o->eps, pows[0], pows[1]))
+        return fl__err(FL_EINVAL, "adam: beta pow accumulators must be in [0, 1), got %g and %g", (double)pows[0],
+                       (double)pows[1]);
+    if ((int)o->kind < 0 || (int)o->kind > (int)FL_PS_OPT_MOMENTUM)
+        return fl__err(FL_EINVAL, "unknown optimizer kind %d", (int)o->kind);
+    return FL_OK;
+}
+
+/* The rule on n parameters whose gradient g is already scaled. */
+static void apply_unit(const fl__ps_step *s, float *w, float *m1, float *m2, const float *g, int64_t n)
+{
+    const fl__ps_opt *o = s->o;
     switch (o->kind) {
-    case FL_PS_OPT_SGD:
-        if (unit)
-            for (int64_t j = 0; j < n; j++) w[j] -= lr * (grad[j] + l2 * w[j]);
-        else
-            for (int64_t j = 0; j < n; j++) w[j] -= lr * (grad[j] * scale + l2 * w[j]);
-        return FL_OK;
-    case FL_PS_OPT_SUM:
-        if (unit)
-            for (int64_t j = 0; j < n; j++) w[j] += grad[j];
-        else
-            for (int64_t j = 0; j < n; j++) w[j] += grad[j] * scale;
-        return FL_OK;
-    case FL_PS_OPT_MOMENTUM: {
-        const float mu = o->mu;
-        for (int64_t j = 0; j < n; j++) {
-            float gj = (unit ? grad[j] : grad[j] * scale) + l2 * w[j], vj = fl__flush_tiny(mu * m1[j] + gj);
-            m1[j] = vj;
-            w[j] -= o->nesterov ? lr * (gj + mu * vj) : lr * vj;
-        }
-        return FL_OK;
+    case FL_PS_OPT_SGD: fl__sgd_seg(w, g, n, o->lr, o->l2); break;
+    case FL_PS_OPT_SUM: fl__vaxpy(w, 1.0f, g, n); break;
+    case FL_PS_OPT_MOMENTUM: fl__momentum_seg(w, m1, g, n, o->lr, o->l2, o->mu, o->nesterov); break;
+    case FL_PS_OPT_ADAGRAD: fl__adagrad_seg(w, m1, g, n, o->lr, o->l2, o->eps_f); break;
+    case FL_PS_OPT_ADAM: fl__adam_seg(w, m1, m2, g, n, &s->adam); break;
     }
-    case FL_PS_OPT_ADAGRAD: {
-        const float eps = o->eps_f;
-        for (int64_t j = 0; j < n; j++) {
-            float gj = (unit ? grad[j] : grad[j] * scale) + l2 * w[j], mj = fl__flush_tiny(m1[j] + gj * gj);
-            m1[j] = mj;
-            w[j] -= lr * gj / (sqrtf(mj) + eps);
-        }
-        return FL_OK;
+}
+
+void fl__ps_step_apply(const fl__ps_step *s, float *w, float *m1, float *m2, const float *grad, int64_t n)
+{
+    if (s->scale == 1.0f) {
+        apply_unit(s, w, m1, m2, grad, n);
+        return;
     }
-    case FL_PS_OPT_ADAM: {
-        const double pw1 = pows[0], pw2 = pows[1];
-        if (!(pw1 >= 0.0 && pw1 < 1.0 && pw2 >= 0.0 && pw2 < 1.0))
-            return fl__err(FL_EINVAL, "adam: beta pow accumulators must be in [0, 1), got %g and %g", pw1, pw2);
-        const float lrt = (float)(o->lr * sqrt(1.0 - pw2) / (1.0 - pw1)), eps_t = (float)(o->eps * sqrt(1.0 - pw2));
-        const float fb1 = (float)o->b1, fb2 = (float)o->b2, cb1 = (float)(1.0 - o->b1), cb2 = (float)(1.0 - o->b2);
-        for (int64_t j = 0; j < n; j++) {
-            float gj = (unit ? grad[j] : grad[j] * scale) + l2 * w[j];
-            float a = fl__flush_tiny(fb1 * m1[j] + cb1 * gj), b = fl__flush_tiny(fb2 * m2[j] + cb2 * gj * gj);
-            m1[j] = a;
-            m2[j] = b;
-            w[j] -= lrt * a / (sqrtf(b) + eps_t);
-        }
-        return FL_OK;
+    if (s->o->kind == FL_PS_OPT_SUM) { /* w + scale * grad: no block needed */
+        fl__vaxpy(w, s->scale, grad, n);
+        return;
     }
+    float blk[SCALE_BLK];
+    for (int64_t i = 0; i < n; i += SCALE_BLK) {
+        int64_t k = n - i < SCALE_BLK ? n - i : SCALE_BLK;
+        fl__vscale(blk, s->scale, grad + i, k);
+        apply_unit(s, w + i, m1 ? m1 + i : NULL, m2 ? m2 + i : NULL, blk, k);
     }
-    return fl__err(FL_EINVAL, "unknown optimizer kind %d", (int)o->kind);
+}
+
+int fl__ps_opt_apply(const fl__ps_opt *o, float *w, float *m1, float *m2, const float *grad, int64_t n, float scale,
+                     const float pows[2])
+{
+    fl__ps_step s;
+    FL_CHECK(fl__ps_step_begin(o, pows, scale, &s));
+    fl__ps_step_apply(&s, w, m1, m2, grad, n);
+    return FL_OK;
 }

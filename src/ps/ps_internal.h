@@ -17,6 +17,7 @@
 #include "../base/base_internal.h"
 #include "../io/io_internal.h"
 #include "../net/liveness.h"
+#include "../tensor/tensor_internal.h" /* the optimizer kernels and bfloat16 converters */
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the PS wire protocol and checkpoint code assume a little-endian host"
@@ -100,22 +101,8 @@ enum {
 
 const char *fl__ps_type_name(unsigned type);
 
-/* float32 <-> bfloat16 of the dense wire: round to nearest even, NaN stays NaN. */
-static inline uint16_t fl__ps_f2bf(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static inline float fl__ps_bf2f(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+/* float32 <-> bfloat16 of the dense wire: the tensor layer's (src/tensor/half.h, one value;
+ * fl__cvt_f32_to_bf16 / fl__cvt_bf16_to_f32, a vector). */
 
 typedef struct {
     uint16_t type;
@@ -202,9 +189,21 @@ void fl__ps_opt_init(fl__ps_opt *o, const fl_ps_optimizer *cfg);
 void fl__ps_opt_pows_init(const fl__ps_opt *o, float pows[2]);
 /* pows *= beta, as the local adam op does (no-op for other rules). */
 void fl__ps_opt_pows_advance(const fl__ps_opt *o, float pows[2]);
-/* Applies the rule to n parameters: g = grad * scale (scale 1 for async, 1/W for sync).
- * m1, m2: state arrays (Adagrad moment in m1; Adam moments in m1, m2), NULL when unused.
- * Returns FL_EINVAL only for Adam pows outside [0, 1). */
+/* One push's step: the rule, the gradient scale and Adam's coefficients, computed once by
+ * fl__ps_step_begin (FL_EINVAL for Adam pows outside [0, 1) or an unknown kind), then
+ * applied to each dense block or sparse row by fl__ps_step_apply through the tensor layer's
+ * kernels (src/tensor/optim_kernels.c, those of the local ops). */
+typedef struct {
+    const fl__ps_opt *o;
+    float scale;
+    fl__adam_coef adam;
+} fl__ps_step;
+int fl__ps_step_begin(const fl__ps_opt *o, const float pows[2], float scale, fl__ps_step *s);
+/* g = grad * scale (scale 1 for async, 1/W for sync) on n parameters.  m1, m2: state
+ * arrays (Adagrad moment or Momentum velocity in m1; Adam moments in m1, m2), NULL when
+ * unused. */
+void fl__ps_step_apply(const fl__ps_step *s, float *w, float *m1, float *m2, const float *grad, int64_t n);
+/* Both at once (one block). */
 int fl__ps_opt_apply(const fl__ps_opt *o, float *w, float *m1, float *m2, const float *grad, int64_t n, float scale,
                      const float pows[2]);
 

@@ -201,7 +201,7 @@ static int on_pull_dense(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m)
         for (uint64_t i = 0; i < m->n; i++) {
             float f;
             memcpy(&f, w + 4 * i, 4);
-            uint16_t h = fl__ps_f2bf(f);
+            uint16_t h = fl__f32_to_bf16(f);
             memcpy(w + 2 * i, &h, 2);
         }
         b->len += m->n * 2;
@@ -488,7 +488,7 @@ int fl__ps_dispatch(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m)
                 c->f32 = p;
                 c->cap_f32 = m->n;
             }
-            for (uint64_t i = 0; i < m->n; i++) c->f32[i] = fl__ps_bf2f(m->vals16[i]);
+            fl__cvt_bf16_to_f32(c->f32, m->vals16, (int64_t)m->n);
             fl__ps_msg m32 = *m;
             m32.vals = c->f32;
             m32.vals16 = NULL;

@@ -491,7 +491,8 @@ int fl__ps_sparse_push(fl__ps_sparse *t, const uint64_t *ids, uint64_t n, const 
     pthread_mutex_unlock(&t->pow_mu);
     const int d = t->dim;
     float *m1 = NULL, *m2 = NULL;
-    int st = FL_OK;
+    fl__ps_step step;
+    int st = fl__ps_step_begin(&t->opt, pows, scale, &step);
     for (int k = 0; k < FL__PS_STRIPES && st == FL_OK; k++) {
         if (g.start[k] == g.start[k + 1]) continue;
         fl__ps_stripe *s = &t->st[k];
@@ -523,7 +524,7 @@ int fl__ps_sparse_push(fl__ps_sparse *t, const uint64_t *ids, uint64_t n, const 
             float *w = (float *)(row + FL__PS_ROW_HDR);
             if (t->opt.nstate >= 1) m1 = w + d;
             if (t->opt.nstate >= 2) m2 = w + 2 * d;
-            st = fl__ps_opt_apply(&t->opt, w, m1, m2, grads + (size_t)i * d, d, scale, pows);
+            fl__ps_step_apply(&step, w, m1, m2, grads + (size_t)i * d, d);
         }
         if (t->ssd && st == FL_OK) st = fl__ps_ssd_evict(t, s);
         pthread_mutex_unlock(&s->mu);

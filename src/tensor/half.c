@@ -1,7 +1,7 @@
 /*
  * half.c - float32 <-> float16 (IEEE binary16) conversions for the cast op and the matrix
  * products of float16 AMP.  Chosen once at run time: AVX-512F (16 values per instruction),
- * F16C (8), or the portable scalar code below; all three round to nearest even, keep NaN a
+ * F16C (8), or the portable scalar code of half.h; all three round to nearest even, keep NaN a
  * NaN, make values beyond 65504 infinite and produce subnormals, so every path gives the
  * same bits (tests/test_amp_fp16.c compares them).
  */
@@ -15,52 +15,14 @@
 #define FL_HALF_X86 1
 #endif
 
-uint16_t fl__f32_to_f16_one(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu)); /* NaN stays quiet NaN */
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);                       /* rounds to >= 65520: infinity */
-    if (a < 0x38800000u) {                                                         /* below 2^-14: subnormal or zero */
-        if (a < 0x33000000u) return (uint16_t)sign;                                /* below half the smallest subnormal */
-        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126 - e; /* 14..24: value = m * 2^(e-150), units of 2^-24 */
-        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (r & 1u))) r++;
-        return (uint16_t)(sign | r);
-    }
-    uint32_t r = a - 0x38000000u; /* rebias 127 -> 15 */
-    r = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;
-    return (uint16_t)(sign | r);
-}
-
-float fl__f16_to_f32_one(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
-    if (e == 0x1f) u = sign | 0x7f800000u | (m << 13);
-    else if (e) u = sign | ((e + 112u) << 23) | (m << 13);
-    else if (!m) u = sign;
-    else { /* subnormal: normalise */ e = 113;
-        while (!(m & 0x400u)) {
-            m <<= 1;
-            e--;
-        }
-        u = sign | (e << 23) | ((m & 0x3ffu) << 13);
-    }
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 static void to_f16_scalar(uint16_t *restrict y, const float *restrict x, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) y[i] = fl__f32_to_f16_one(x[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = fl__f32_to_f16(x[i]);
 }
 
 static void to_f32_scalar(float *restrict y, const uint16_t *restrict x, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) y[i] = fl__f16_to_f32_one(x[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = fl__f16_to_f32(x[i]);
 }
 
 #ifdef FL_HALF_X86

@@ -1,7 +1,8 @@
 /*
  * optim_kernels.c - the inner loops of the dense and lazy-sparse parameter updates
  * (src/graph/ops_optim.c calls them once per contiguous segment: the whole parameter, or
- * one row of a SelectedRows gradient).
+ * one row of a SelectedRows gradient), and so do the parameter servers (src/ps/optim.c, per
+ * dense block or sparse row): one copy of each rule for both.
  *
  * Compiled for AVX-512, AVX2 and baseline x86-64 (GCC function multiversioning; the loader
  * picks the best the CPU has).  Each element goes through the same operations in the same
@@ -58,4 +59,17 @@ FL_CLONES void fl__adam_seg(float *restrict p, float *restrict m1, float *restri
         m2[j] = b;
         p[j] -= lr * a / (sqrtf(b) + eps);
     }
+}
+
+int fl__adam_coef_init(fl__adam_coef *k, float lr, float l2, double b1, double b2, double eps, double pow1, double pow2)
+{
+    if (!(pow1 >= 0.0 && pow1 < 1.0 && pow2 >= 0.0 && pow2 < 1.0)) return -1;
+    k->lr = (float)(lr * sqrt(1.0 - pow2) / (1.0 - pow1));
+    k->l2 = l2;
+    k->b1 = (float)b1;
+    k->b2 = (float)b2;
+    k->cb1 = (float)(1.0 - b1);
+    k->cb2 = (float)(1.0 - b2);
+    k->eps = (float)(eps * sqrt(1.0 - pow2));
+    return 0;
 }

@@ -9,16 +9,20 @@
 #include <math.h>
 
 #include "fleet/tensor.h"
+#include "half.h"
 #include "../base/base_internal.h"
 
 /* Hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and the loader picks the
  * best the CPU has (GCC function multiversioning); sanitizer builds keep one version. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
     !defined(__SANITIZE_THREAD__)
+#define FL_CLONE_TARGETS __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #define FL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), visibility("hidden")))
 #else
+#define FL_CLONE_TARGETS
 #define FL_CLONES
 #endif
+/* FL_CLONES for library-wide functions; FL_CLONE_TARGETS (no visibility) for static ones. */
 
 #define FL_TENSOR_MAGIC 0x544e5352u /* "TNSR" */
 
@@ -93,6 +97,14 @@ void fl__adagrad_seg(float *restrict p, float *restrict m, const float *restrict
                      float eps);
 void fl__adam_seg(float *restrict p, float *restrict m1, float *restrict m2, const float *restrict g, int64_t n,
                   const fl__adam_coef *k);
+/* Adam's coefficients for the step whose beta pow accumulators are pow1 = beta1^t and
+ * pow2 = beta2^t (Paddle 2.x form: lr_t = lr sqrt(1 - pow2) / (1 - pow1), epsilon scaled by
+ * sqrt(1 - pow2)), in double and rounded once.  Returns 0, or -1 (k untouched) when a pow is
+ * outside [0, 1); the caller names the parameter in its message.  The local adam op and the
+ * servers both use it, so their steps are bit-identical. */
+int fl__adam_coef_init(fl__adam_coef *k, float lr, float l2, double b1, double b2, double eps, double pow1, double pow2);
+/* A pow accumulator after one step: pow * beta, in double, rounded to float. */
+static inline float fl__adam_pow_next(float pow, double beta) { return (float)((double)pow * beta); }
 /* Adds row vector b[n] to each of m rows of y[m,n]. */
 void fl__add_rowvec(float *restrict y, const float *restrict b, int64_t m, int64_t n);
 /* db[n] (+)= column sums of dy[m,n]. accumulate=0 overwrites. */
@@ -163,15 +175,15 @@ const char *fl__gemm_info(char *buf, size_t cap);
 /* Trainer threads: oneDNN runs single-threaded in every thread between begin and end
  * (called by fl__blas_single_begin / _end). */
 void fl__dnn_single(int on);
-/* float32 <-> bfloat16 (round to nearest even; NaN stays NaN). */
+/* float32 <-> bfloat16 (round to nearest even; NaN stays NaN): loops over half.h's
+ * fl__f32_to_bf16 / fl__bf16_to_f32 (dnn.c). */
 void fl__cvt_f32_to_bf16(uint16_t *restrict y, const float *restrict x, int64_t n);
 void fl__cvt_bf16_to_f32(float *restrict y, const uint16_t *restrict x, int64_t n);
 /* float32 <-> float16 (half.c): round to nearest even, NaN stays NaN, beyond 65504 is
- * infinite, subnormals kept.  AVX-512F, F16C or scalar code, chosen once at run time. */
+ * infinite, subnormals kept.  AVX-512F, F16C or half.h's scalar code, chosen once at run
+ * time.  One value: half.h's fl__f32_to_f16 / fl__f16_to_f32. */
 void fl__cvt_f32_to_f16(uint16_t *restrict y, const float *restrict x, int64_t n);
 void fl__cvt_f16_to_f32(float *restrict y, const uint16_t *restrict x, int64_t n);
-uint16_t fl__f32_to_f16_one(float f);
-float fl__f16_to_f32_one(uint16_t h);
 /* Tests: use the named conversion code ("avx512f", "f16c", "scalar"; NULL: the CPU's best).
  * Returns the name in use, or NULL when this CPU cannot run the named one. */
 const char *fl__half_impl_force(const char *name);
