@@ -21,7 +21,7 @@
  * (tools/fleet-lightning.c).
  *
  * ---- The row contract (how to add a model) --------------------------------------------
- * Add one fl_app_row to the table in src/models/app.c (a new file for its builder):
+ * Add one fl_app_row to the table in src/app/app.c (its builder in src/models/):
  *   name        lower-case identifier used by --model
  *   summary     one line for `fleet-lightning list`
  *   kind        FL_APP_SPARSE (default mode "async": tables on parameter servers) or
@@ -34,7 +34,7 @@
  *               "word2vec" (corpus files; dict.txt in the directory or its parent; each
  *               worker makes its skip-gram samples once with fl_model_word2vec_make_samples
  *               into a temporary directory; training only)
- *   metric      the metric table in src/models/app_data.c, a metric being one of three
+ *   metric      the metric table in src/app/app_data.c, a metric being one of three
  *               forms.  In the graph: "auc" (Paddle's auc over predict [N, 2]) and
  *               "accuracy" (top-1 over predict [N, classes]), built both during training
  *               (on the last feed, the label) and on a loaded inference model (on an int64
