@@ -535,6 +535,48 @@ TEST(deepfm_under_fleetrun_with_a_server_then_eval_and_infer)
     cleanup();
 }
 
+/* Any mode of the library's table trains (half_async here), and the mode is the one the
+ * strategy selects: --mode async with a strategy file that sets k_steps trains in GEO mode
+ * with local tables (it used to build distributed tables that GEO refuses). */
+TEST(half_async_and_a_strategy_file_selecting_geo_under_fleetrun)
+{
+    setup();
+    criteo_data(8000);
+    const char *common = "--model ctr_dnn --epochs 1 --batch_size 64 --lr 0.003 --sparse_feature_dim 10007 "
+                         "--embedding_size 8 --hidden 32,32";
+    int rc;
+    char *o = run_rc("half", 120, &rc,
+                     "%s/tools/fleetrun --server_num 1 --worker_num 2 --log_dir %s/log1 %s/tools/fleet-lightning train "
+                     "--mode half_async --train_data %s/criteo/train --test_data %s/criteo/test --model_dir %s/m1 %s",
+                     BIN, DIR_, BIN, DIR_, DIR_, DIR_, common);
+    if (rc) TFAIL("fleetrun --mode half_async failed:\n%s", o);
+    CHECK_STR_HAS(o, "mode half_async, worker 0 of 2");
+    CHECK(after(o, "test auc ") > 0.65);
+    free(o);
+    char path[128];
+    snprintf(path, sizeof path, "%s/geo.conf", DIR_);
+    FILE *f = fopen(path, "w");
+    CHECK(f);
+    fputs("a_sync_configs.k_steps=5\n", f);
+    CHECK(fclose(f) == 0);
+    o = run_rc("geo", 120, &rc,
+               "%s/tools/fleetrun --server_num 1 --worker_num 2 --log_dir %s/log2 %s/tools/fleet-lightning train "
+               "--mode async --strategy %s --train_data %s/criteo/train --test_data %s/criteo/test --model_dir %s/m2 %s",
+               BIN, DIR_, BIN, path, DIR_, DIR_, DIR_, common);
+    if (rc) TFAIL("fleetrun --mode async with a GEO strategy file failed:\n%s", o);
+    CHECK_STR_HAS(o, "selects geo mode");
+    CHECK_STR_HAS(o, "mode geo, worker 0 of 2");
+    CHECK(after(o, "test auc ") > 0.6);
+    free(o);
+    /* a name outside the table: the modes there are */
+    o = run_rc("bad", 20, &rc, "%s/tools/fleet-lightning train --mode halfasync --train_data %s/criteo/train %s", BIN, DIR_,
+               common);
+    CHECK(rc != 0);
+    CHECK_STR_HAS(o, "option mode: expected local, collective or a parameter-server mode (sync, half_async, async, geo)");
+    free(o);
+    cleanup();
+}
+
 /* ResNet on two collective trainers (fleetrun --nproc_per_node 2). */
 TEST(resnet_under_fleetrun_collective)
 {
@@ -559,5 +601,5 @@ TEST_MAIN(T(deepfm_builder_shapes_and_gradients), T(wide_deep_builder_shapes_and
           T(cosine_decay_follows_paddle), T(registry_rows_and_options),
           T(deepfm_and_wide_deep_converge_on_planted_criteo_data), T(resnet_converges_on_planted_images),
           T(cli_errors_are_clear), T(deepfm_under_fleetrun_with_a_server_then_eval_and_infer),
-          T(resnet_under_fleetrun_collective), T(simnet_bow_and_word2vec_converge_then_eval_the_saved_simnet),
-          T(word2vec_under_fleetrun_with_a_server))
+          T(half_async_and_a_strategy_file_selecting_geo_under_fleetrun), T(resnet_under_fleetrun_collective),
+          T(simnet_bow_and_word2vec_converge_then_eval_the_saved_simnet), T(word2vec_under_fleetrun_with_a_server))

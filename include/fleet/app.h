@@ -26,8 +26,9 @@
  *   summary     one line for `fleet-lightning list`
  *   kind        FL_APP_SPARSE (default mode "async": tables on parameter servers) or
  *               FL_APP_DENSE (default mode "collective")
- *   modes       the modes it supports, comma-separated, from "local", "async", "sync",
- *               "geo", "collective"
+ *   modes       the modes it supports, comma-separated, from "local", "ps" (every
+ *               parameter-server mode of the library's table, fleet_ps_mode_at: sync,
+ *               half_async, async, geo; the configuration names one) and "collective"
  *   reader      the data reader, by name: "criteo" and "multislot" (fl_dataset files of
  *               the directory, slots in the order of net->feeds), "idx" (Fashion-MNIST IDX
  *               files DIR/train-* or DIR/t10k-*, fed as "img" [N, C, H, W] and "label"),
@@ -52,7 +53,8 @@
  *               ones (lr, batch_size, epochs, ...); it may only change fields
  *   build       appends the model to net->prog as the config says and fills net (feeds in
  *               reader order with the label last if the metric has one, predict, loss); is_distributed says
- *               whether its sparse tables go on the servers (async/sync with servers).
+ *               whether its sparse tables go on the servers (a mode whose
+ *               fleet_ps_mode.remote_sparse is 1, with servers).
  *               Returns FL_OK or the error (fl_last_error() names the field)
  */
 #ifndef FLEET_APP_H

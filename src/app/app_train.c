@@ -73,15 +73,41 @@ static fl_opt *make_optimizer(const fl_app_config *c, int64_t steps_per_epoch)
     return NULL;
 }
 
-/* The strategy of a mode: a_sync for async and geo (k_steps 100), sync without; then the
- * strategy file, which may override any field. */
-static int make_strategy(const fl_app_config *c, const char *mode, fleet_strategy *s)
+/* The mode of c (the row's default when c names none): "local", "collective" or a
+ * parameter-server mode of the library's table (fleet_ps_mode_info), which a row allows
+ * with "ps" in its modes.  *ps 1 for the latter. */
+static int resolve_mode(const fl_app_row *row, const fl_app_config *c, const char **mode, int *ps)
+{
+    *mode = c->mode[0] ? c->mode : row->kind == FL_APP_SPARSE ? "async" : "collective";
+    fleet_ps_mode info;
+    *ps = strcmp(*mode, "local") && strcmp(*mode, "collective");
+    if (*ps && fleet_ps_mode_info(*mode, &info) != FL_OK) {
+        char names[256] = "";
+        size_t off = 0;
+        for (int i = 0; i < fleet_ps_mode_count() && fleet_ps_mode_at(i, &info) == FL_OK && off < sizeof names; i++)
+            off += (size_t)snprintf(names + off, sizeof names - off, ", %s", info.name);
+        return fl__err(FL_EINVAL, "option mode: expected local, collective or a parameter-server mode (%s), got '%s'",
+                       names + 2, *mode);
+    }
+    if (!in_list(row->modes, *ps ? "ps" : *mode))
+        return fl__err(FL_EINVAL, "option mode: model %s trains in modes %s, not '%s'", row->name, row->modes, *mode);
+    return FL_OK;
+}
+
+/* The strategy of a mode (a parameter-server mode: the fields that select it, GEO with
+ * k_steps 100), then the strategy file, which may override any field; *ps_mode (ps only)
+ * is the mode the final strategy selects, which the file may have changed. */
+static int make_strategy(const fl_app_config *c, const char *mode, int ps, fleet_strategy *s, fleet_ps_mode *ps_mode)
 {
     *s = fleet_strategy_default();
-    if (!strcmp(mode, "sync")) FL_CHECK(fleet_strategy_set(s, "a_sync", "false"));
-    if (!strcmp(mode, "async") || !strcmp(mode, "geo")) FL_CHECK(fleet_strategy_set(s, "a_sync", "true"));
-    if (!strcmp(mode, "geo")) FL_CHECK(fleet_strategy_set(s, "a_sync_configs.k_steps", "100"));
+    if (ps) FL_CHECK(fleet_strategy_set_ps_mode(s, mode));
     if (c->strategy_file[0]) FL_CHECK(fleet_strategy_load(s, c->strategy_file));
+    if (!ps) return FL_OK;
+    if (fleet_strategy_ps_mode(s, ps_mode) != FL_OK)
+        return fl__err(fl_last_status(), "option mode %s with strategy_file '%s': %s", mode, c->strategy_file,
+                       fl_last_error());
+    if (strcmp(ps_mode->name, mode))
+        printf("mode %s: strategy_file %s selects %s mode (%s)\n", mode, c->strategy_file, ps_mode->name, ps_mode->summary);
     return FL_OK;
 }
 
@@ -148,23 +174,25 @@ static int train_worker(const fl_app_row *row, const fl_app_config *c, train_ctx
 int fl_app_train(const fl_app_row *row, const fl_app_config *c)
 {
     FL_CHECK(check_row(row, c, "fl_app_train"));
-    const char *mode = c->mode[0] ? c->mode : row->kind == FL_APP_SPARSE ? "async" : "collective";
-    if (!in_list(row->modes, mode))
-        return fl__err(FL_EINVAL, "option mode: model %s trains in modes %s, not '%s'", row->name, row->modes, mode);
+    const char *mode;
+    int ps;
+    FL_CHECK(resolve_mode(row, c, &mode, &ps));
     int local = !strcmp(mode, "local"), collective = !strcmp(mode, "collective");
     train_ctx t;
     memset(&t, 0, sizeof t);
     t.rd = fl__app_reader(row->reader);
     fleet_strategy s;
+    fleet_ps_mode pm = {0};
     int st = FL_OK;
     if (!local) {
-        FL_CHECK(make_strategy(c, mode, &s));
+        FL_CHECK(make_strategy(c, mode, ps, &s, &pm));
+        if (ps) mode = pm.name;
         t.fleet = collective ? fleet_init_collective(NULL, &s) : fleet_init(NULL, &s);
         if (!t.fleet) return fl_last_status();
     }
     int server = t.fleet && fleet_is_server(t.fleet);
-    /* the tables live on the servers in async and sync mode; GEO and collective keep them local */
-    int dist = t.fleet && !collective && strcmp(mode, "geo") && fleet_server_num(t.fleet) > 0;
+    /* sparse tables on the servers as the mode says (async, sync); GEO and collective keep them local */
+    int dist = t.fleet && ps && pm.remote_sparse && fleet_server_num(t.fleet) > 0;
     int rank = t.fleet && !server ? fleet_worker_index(t.fleet) : 0;
     int nranks = t.fleet && !server ? fleet_worker_num(t.fleet) : 1;
     t.net.prog = fl_prog_create();
@@ -189,8 +217,8 @@ int fl_app_train(const fl_app_row *row, const fl_app_config *c)
         st = fleet_init_server(t.fleet, NULL);
         if (st == FL_OK) st = fleet_run_server(t.fleet);
     } else if (st == FL_OK) {
-        /* collective, synchronous and GEO programs exchange one step per process: one trainer */
-        int thread = collective || !strcmp(mode, "sync") || !strcmp(mode, "geo") ? 1 : c->thread;
+        /* collective programs and the modes that exchange one step per process (sync, GEO): one trainer */
+        int thread = collective || (ps && pm.single_trainer) ? 1 : c->thread;
         printf("%s: mode %s, %s %d of %d, %s lr %g, batch %d, %d epoch(s)\n", row->name, mode,
                local || !t.fleet || !fleet_is_distributed(t.fleet) ? "local worker" : "worker", rank, nranks, c->optimizer,
                c->lr, c->batch_size, c->epochs);
