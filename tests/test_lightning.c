@@ -282,6 +282,11 @@ TEST(registry_rows_and_options)
     c.mode[0] = 0;
     CHECK_OK(fl_app_config_set(&c, "mode", "async"));
     CHECK_FAILS(fl_app_train(fl_app_find("resnet"), &c), FL_EINVAL, "trains in modes local,collective, not 'async'");
+    /* the idx reader has no Hogwild threads: --thread above 1 is refused, not ignored */
+    CHECK_OK(fl_app_config_set(&c, "mode", "local"));
+    CHECK_OK(fl_app_config_set(&c, "thread", "2"));
+    CHECK_FAILS(fl_app_train(fl_app_find("resnet"), &c), FL_EUNSUPPORTED,
+                "option thread: the idx reader trains with one thread per process");
     cleanup();
 }
 
@@ -577,6 +582,86 @@ TEST(half_async_and_a_strategy_file_selecting_geo_under_fleetrun)
     cleanup();
 }
 
+/* The text after `key` in out up to the end of its line (into buf; fails without it). */
+static const char *line_after(const char *out, const char *key, char *buf, size_t cap)
+{
+    const char *p = strstr(out, key);
+    if (!p) TFAIL("no '%s' in:\n%s", key, out);
+    p += strlen(key);
+    snprintf(buf, cap, "%.*s", (int)strcspn(p, "\n"), p);
+    return buf;
+}
+
+/* --checkpoint_dir: a checkpoint after every epoch; a run started again (as fleetrun
+ * --max_restart does) resumes after the newest.  Locally with one thread the resumed run
+ * ends exactly where an uninterrupted one ends (epoch 3's loss and metric, the test AUC):
+ * the parameters, the optimizer state, the step and the data order were restored.  With a
+ * parameter server the servers load the checkpoint's tables and the workers resume. */
+TEST(checkpoint_dir_resumes_after_a_restart)
+{
+    setup();
+    criteo_data(6000);
+    char common[512];
+    snprintf(common, sizeof common,
+             "--model ctr_dnn --train_data %s/criteo/train --test_data %s/criteo/test --batch_size 64 --lr 0.003 "
+             "--sparse_feature_dim 10007 --embedding_size 8 --hidden 32,32",
+             DIR_, DIR_);
+    int rc;
+    char *whole = run_rc("whole", 120, &rc,
+                         "%s/tools/fleet-lightning train %s --mode local --thread 1 --epochs 3 --checkpoint_dir %s/ck1 "
+                         "--model_dir %s/m1",
+                         BIN, common, DIR_, DIR_);
+    if (rc) TFAIL("training failed:\n%s", whole);
+    CHECK(!strstr(whole, "resumed"));
+    char *first = run_rc("first", 120, &rc,
+                         "%s/tools/fleet-lightning train %s --mode local --thread 1 --epochs 2 --checkpoint_dir %s/ck2 "
+                         "--model_dir %s/m2",
+                         BIN, common, DIR_, DIR_);
+    if (rc) TFAIL("training failed:\n%s", first);
+    char *again = run_rc("again", 120, &rc,
+                         "%s/tools/fleet-lightning train %s --mode local --thread 1 --epochs 3 --checkpoint_dir %s/ck2 "
+                         "--model_dir %s/m3",
+                         BIN, common, DIR_, DIR_);
+    if (rc) TFAIL("the restarted training failed:\n%s", again);
+    char a[256], b[256];
+    /* 6000 rows in 2 files, one thread: 94 batches an epoch */
+    CHECK_STR_HAS(again, "ctr_dnn: resumed after epoch 2 (step 188) from checkpoint_dir");
+    CHECK(!strstr(again, "epoch 1/3") && !strstr(again, "epoch 2/3"));
+    line_after(whole, "epoch 3/3: loss ", a, sizeof a);
+    line_after(again, "epoch 3/3: loss ", b, sizeof b);
+    CHECK(strstr(a, " in ") && strstr(b, " in "));
+    *strstr(a, " in ") = *strstr(b, " in ") = 0; /* the times differ */
+    if (strcmp(a, b)) TFAIL("epoch 3 after the restart: %s; uninterrupted: %s", b, a);
+    printf("  epoch 3 uninterrupted and resumed: loss %.24s\n", a);
+    CHECK(!strcmp(line_after(whole, "test auc ", a, sizeof a), line_after(again, "test auc ", b, sizeof b)));
+    free(whole);
+    free(first);
+    free(again);
+
+    /* one server, two workers: epoch 1, then a job of 2 epochs on the same directory */
+    char *o = run_rc("ps1", 120, &rc,
+                     "%s/tools/fleetrun --server_num 1 --worker_num 2 --log_dir %s/log1 %s/tools/fleet-lightning train "
+                     "%s --epochs 1 --checkpoint_dir %s/ck3 --model_dir %s/m4",
+                     BIN, DIR_, BIN, common, DIR_, DIR_);
+    if (rc) TFAIL("fleetrun failed:\n%s", o);
+    free(o);
+    o = run_rc("ps2", 120, &rc,
+               "env FLEET_LOG_LEVEL=info %s/tools/fleetrun --server_num 1 --worker_num 2 --log_dir %s/log2 "
+               "%s/tools/fleet-lightning train %s "
+               "--epochs 2 --checkpoint_dir %s/ck3 --model_dir %s/m5",
+               BIN, DIR_, BIN, common, DIR_, DIR_);
+    if (rc) TFAIL("the restarted fleetrun job failed:\n%s", o);
+    CHECK_STR_HAS(o, "resumed after epoch 1 (step ");
+    CHECK_STR_HAS(o, "epoch 2/2");
+    CHECK(!strstr(o, "epoch 1/2"));
+    CHECK(after(o, "test auc ") > 0.6);
+    free(o);
+    char *log = run_rc("slog", 10, &rc, "cat %s/log2/serverlog.0", DIR_);
+    CHECK_STR_HAS(log, "ck3/ckpt-0000000001"); /* the server started from the checkpoint's tables */
+    free(log);
+    cleanup();
+}
+
 /* ResNet on two collective trainers (fleetrun --nproc_per_node 2). */
 TEST(resnet_under_fleetrun_collective)
 {
@@ -602,4 +687,5 @@ TEST_MAIN(T(deepfm_builder_shapes_and_gradients), T(wide_deep_builder_shapes_and
           T(deepfm_and_wide_deep_converge_on_planted_criteo_data), T(resnet_converges_on_planted_images),
           T(cli_errors_are_clear), T(deepfm_under_fleetrun_with_a_server_then_eval_and_infer),
           T(half_async_and_a_strategy_file_selecting_geo_under_fleetrun), T(resnet_under_fleetrun_collective),
-          T(simnet_bow_and_word2vec_converge_then_eval_the_saved_simnet), T(word2vec_under_fleetrun_with_a_server))
+          T(checkpoint_dir_resumes_after_a_restart), T(simnet_bow_and_word2vec_converge_then_eval_the_saved_simnet),
+          T(word2vec_under_fleetrun_with_a_server))

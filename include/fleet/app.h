@@ -82,6 +82,7 @@ typedef struct {
     char train_data[FL_APP_PATH], test_data[FL_APP_PATH]; /* directories */
     char model_dir[FL_APP_PATH];                          /* default "<model>_model" */
     char metrics_dir[FL_APP_PATH];                        /* fl_exe_set_metrics ("" : FLEET_METRICS_DIR or none) */
+    char checkpoint_dir[FL_APP_PATH];                     /* a checkpoint per epoch, resumed on start ("": none) */
     char strategy_file[FL_APP_PATH];                      /* option "strategy": DistributedStrategy file */
     char output[FL_APP_PATH];                             /* infer: predictions ("" = stdout) */
     char mode[FL_APP_WORD];                               /* "" = the row's default */

@@ -243,6 +243,7 @@ static const opt_def opts[] = {
     OS(test_data, "directory of test data, scored after training (idx: t10k-*-ubyte[.gz])"),
     OS(model_dir, "where the inference model is saved (and read by eval / infer)"),
     OS(metrics_dir, "metrics CSV + TensorBoard files per rank there (docs/metrics.md)"),
+    OS(checkpoint_dir, "a checkpoint after every epoch there; a (re)start resumes from the newest (docs/checkpoints.md)"),
     /* --strategy FILE, as the command line names it */
     {"strategy", O_STR, offsetof(fl_app_config, strategy_file), sizeof(((fl_app_config *)0)->strategy_file), 0, 0,
      "DistributedStrategy file (key=value lines or JSON)"},
@@ -257,7 +258,7 @@ static const opt_def opts[] = {
     ON(decay_steps, O_I64, 0, 1e15, "exponential: steps per decay; cosine: steps per epoch (0 = an epoch's)"),
     ON(batch_size, O_INT, 1, 1 << 24, "examples per batch and worker"),
     ON(epochs, O_INT, 1, 1e6, "passes over the training data"),
-    ON(thread, O_INT, 1, 256, "trainer threads (dataset readers; 1 under collective training)"),
+    ON(thread, O_INT, 1, 256, "trainer threads (dataset readers; 1 under collective training; resnet: 1)"),
     ON(print_period, O_INT, 0, 1e9, "batches between progress lines (0: none)"),
     ON(max_steps, O_I64, 0, 1e15, "at most this many batches per epoch and worker (0: all)"),
     ON(seed, O_U64, 0, 1.8e19, "seed of the initial parameters and the shuffles"),

@@ -119,7 +119,38 @@ typedef struct {
     fl_exe *exe;
     const app_reader *rd;
     void *data;
+    fleet_t *ckpt; /* checkpoint_dir: the fleet that saves and loads them (the job's, or
+                    * a one-worker fleet in local mode); NULL: none */
 } train_ctx;
+
+/* A local run's checkpoints: a fleet of one worker and no servers (a local role whatever
+ * the environment says). */
+static fleet_t *local_fleet(void)
+{
+    const char *ep = "127.0.0.1:6170"; /* never used: one worker has no peer */
+    fleet_user_role spec = {1, 0, FLEET_ROLE_WORKER, 1, &ep, 1, NULL, 0};
+    fleet_role *role;
+    if (fleet_role_user_defined(&spec, &role) != FL_OK) return NULL;
+    return fleet_init_collective(role, NULL);
+}
+
+/* The epoch to start from: after the newest checkpoint's (restoring the parameters,
+ * optimizer state and *steps), or 0 when there is none. */
+static int resume(const fl_app_row *row, const fl_app_config *c, train_ctx *t, int *first, int64_t *steps)
+{
+    *first = 0;
+    if (!t->ckpt) return FL_OK;
+    fleet_checkpoint_pos pos;
+    int st = fleet_load_checkpoint(t->ckpt, t->exe, c->checkpoint_dir, t->net.prog, &pos);
+    if (st == FL_ENOTFOUND) return FL_OK;
+    if (st != FL_OK) return fl__err(st, "option checkpoint_dir: %s", fl_last_error());
+    *first = (int)pos.epoch;
+    *steps = pos.step;
+    printf("%s: resumed after epoch %d (step %lld) from checkpoint_dir %s\n", row->name, *first, (long long)pos.step,
+           c->checkpoint_dir);
+    fflush(stdout);
+    return FL_OK;
+}
 
 static int train_worker(const fl_app_row *row, const fl_app_config *c, train_ctx *t, int thread)
 {
@@ -129,7 +160,9 @@ static int train_worker(const fl_app_row *row, const fl_app_config *c, train_ctx
     const char *fetch[2] = {fl_var_name(t->net.loss), t->metric ? fl_var_name(t->metric) : NULL};
     int nfetch = t->metric ? 2 : 1;
     int64_t steps = 0;
-    for (int ep = 0; ep < c->epochs; ep++) {
+    int first;
+    FL_CHECK(resume(row, c, t, &first, &steps));
+    for (int ep = first; ep < c->epochs; ep++) {
         app_pass s;
         FL_CHECK(t->rd->pass(t->data, t->exe, t->net.prog, 1, thread, fetch, nfetch, ep, &s, NULL, NULL));
         if (!s.instances)
@@ -146,6 +179,8 @@ static int train_worker(const fl_app_row *row, const fl_app_config *c, train_ctx
         FL_CHECK(metrics_put(t->exe, "loss", steps, ep, s.loss));
         if (t->metric) FL_CHECK(metrics_put(t->exe, tag, steps, ep, s.metric));
         FL_CHECK(metrics_put(t->exe, "examples_per_s", steps, ep, eps));
+        fleet_checkpoint_pos pos = {ep + 1, 0, 0, steps}; /* a restart continues after this epoch */
+        if (t->ckpt) FL_CHECK(fleet_save_checkpoint(t->ckpt, t->exe, c->checkpoint_dir, t->net.prog, &pos, 2));
     }
     const char *feeds[FL_APP_MAX_FEEDS];
     int ninputs = t->net.nfeeds - fl__app_metric(row->metric)->labelled;
@@ -213,8 +248,12 @@ int fl_app_train(const fl_app_row *row, const fl_app_config *c)
     if (st == FL_OK && !(t.opt = make_optimizer(c, t.data ? t.rd->steps(t.data, c->batch_size) : 1))) st = fl_last_status();
     if (st == FL_OK && t.fleet && !fleet_distributed_optimizer(t.fleet, t.opt, &s)) st = fl_last_status();
     if (st == FL_OK) st = fl_opt_minimize(t.opt, t.net.loss);
+    if (st == FL_OK && c->checkpoint_dir[0] && !server && !(t.ckpt = t.fleet ? t.fleet : local_fleet()))
+        st = fl_last_status();
     if (st == FL_OK && server) {
-        st = fleet_init_server(t.fleet, NULL);
+        char from[FL_APP_PATH + 64]; /* a restarted job: the tables of the newest checkpoint */
+        int resumed = c->checkpoint_dir[0] && fleet_checkpoint_latest(c->checkpoint_dir, from, sizeof from, NULL) == FL_OK;
+        st = fleet_init_server(t.fleet, resumed ? from : NULL);
         if (st == FL_OK) st = fleet_run_server(t.fleet);
     } else if (st == FL_OK) {
         /* collective programs and the modes that exchange one step per process (sync, GEO): one trainer */
@@ -228,6 +267,7 @@ int fl_app_train(const fl_app_row *row, const fl_app_config *c)
     fl_opt_free(t.opt);
     fl_exe_free(t.exe);
     fl_prog_free(t.net.prog);
+    if (t.ckpt != t.fleet) fleet_free(t.ckpt);
     fleet_free(t.fleet);
     return st;
 }
