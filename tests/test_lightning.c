@@ -6,7 +6,9 @@
  * square), the tool's argument errors, eval / infer on a saved model, and one run each
  * under fleetrun: DeepFM with a parameter server, ResNet on two collective trainers;
  * simnet_bow and word2vec on fleet-datagen's planted text data (a short run each, eval and
- * infer of a saved simnet model, word2vec with a parameter server and two workers).
+ * infer of a saved simnet model, word2vec with a parameter server and two workers); any mode
+ * of the library's table (half_async) and the mode a strategy file selects (GEO); and
+ * --checkpoint_dir resuming a restarted run (locally, bit for bit; with a server).
  */
 #include <limits.h>
 #include <stdarg.h>

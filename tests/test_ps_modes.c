@@ -11,7 +11,9 @@
  *   - async with merging (max_merge_var_num, send_wait_times, 2 send threads) and with an
  *     independent receive thread converges; CTR-DNN trained async with merging and bf16
  *     dense values ends within 0.005 test AUC of local training;
- *   - the strategy fields and the errors of contradictory combinations (in process).
+ *   - the strategy fields and the errors of contradictory combinations (in process);
+ *   - the public mode table (fleet_ps_mode_info, fleet_strategy_set_ps_mode,
+ *     fleet_strategy_ps_mode) answers from the rows.
  */
 #include "ps_job.h"
 #include "testhelp.h"
