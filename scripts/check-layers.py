@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 # bottom-up: a folder may call the ones before it (see DESIGN.md's layer table)
-ORDER = ["base", "tensor", "graph", "data", "exec", "io", "net", "ps", "coll", "fleet", "models"]
+ORDER = ["base", "tensor", "graph", "data", "exec", "io", "models", "net", "ps", "coll", "fleet", "app"]
 
 
 def folder_deps(build):

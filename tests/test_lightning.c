@@ -6,7 +6,9 @@
  * square), the tool's argument errors, eval / infer on a saved model, and one run each
  * under fleetrun: DeepFM with a parameter server, ResNet on two collective trainers;
  * simnet_bow and word2vec on fleet-datagen's planted text data (a short run each, eval and
- * infer of a saved simnet model, word2vec with a parameter server and two workers).
+ * infer of a saved simnet model, word2vec with a parameter server and two workers); any mode
+ * of the library's table (half_async) and the mode a strategy file selects (GEO); and
+ * --checkpoint_dir resuming a restarted run (locally, bit for bit; with a server).
  */
 #include <limits.h>
 #include <stdarg.h>
@@ -282,6 +284,11 @@ TEST(registry_rows_and_options)
     c.mode[0] = 0;
     CHECK_OK(fl_app_config_set(&c, "mode", "async"));
     CHECK_FAILS(fl_app_train(fl_app_find("resnet"), &c), FL_EINVAL, "trains in modes local,collective, not 'async'");
+    /* the idx reader has no Hogwild threads: --thread above 1 is refused, not ignored */
+    CHECK_OK(fl_app_config_set(&c, "mode", "local"));
+    CHECK_OK(fl_app_config_set(&c, "thread", "2"));
+    CHECK_FAILS(fl_app_train(fl_app_find("resnet"), &c), FL_EUNSUPPORTED,
+                "option thread: the idx reader trains with one thread per process");
     cleanup();
 }
 
@@ -535,6 +542,128 @@ TEST(deepfm_under_fleetrun_with_a_server_then_eval_and_infer)
     cleanup();
 }
 
+/* Any mode of the library's table trains (half_async here), and the mode is the one the
+ * strategy selects: --mode async with a strategy file that sets k_steps trains in GEO mode
+ * with local tables (it used to build distributed tables that GEO refuses). */
+TEST(half_async_and_a_strategy_file_selecting_geo_under_fleetrun)
+{
+    setup();
+    criteo_data(8000);
+    const char *common = "--model ctr_dnn --epochs 1 --batch_size 64 --lr 0.003 --sparse_feature_dim 10007 "
+                         "--embedding_size 8 --hidden 32,32";
+    int rc;
+    char *o = run_rc("half", 120, &rc,
+                     "%s/tools/fleetrun --server_num 1 --worker_num 2 --log_dir %s/log1 %s/tools/fleet-lightning train "
+                     "--mode half_async --train_data %s/criteo/train --test_data %s/criteo/test --model_dir %s/m1 %s",
+                     BIN, DIR_, BIN, DIR_, DIR_, DIR_, common);
+    if (rc) TFAIL("fleetrun --mode half_async failed:\n%s", o);
+    CHECK_STR_HAS(o, "mode half_async, worker 0 of 2");
+    CHECK(after(o, "test auc ") > 0.65);
+    free(o);
+    char path[128];
+    snprintf(path, sizeof path, "%s/geo.conf", DIR_);
+    FILE *f = fopen(path, "w");
+    CHECK(f);
+    fputs("a_sync_configs.k_steps=5\n", f);
+    CHECK(fclose(f) == 0);
+    o = run_rc("geo", 120, &rc,
+               "%s/tools/fleetrun --server_num 1 --worker_num 2 --log_dir %s/log2 %s/tools/fleet-lightning train "
+               "--mode async --strategy %s --train_data %s/criteo/train --test_data %s/criteo/test --model_dir %s/m2 %s",
+               BIN, DIR_, BIN, path, DIR_, DIR_, DIR_, common);
+    if (rc) TFAIL("fleetrun --mode async with a GEO strategy file failed:\n%s", o);
+    CHECK_STR_HAS(o, "selects geo mode");
+    CHECK_STR_HAS(o, "mode geo, worker 0 of 2");
+    CHECK(after(o, "test auc ") > 0.6);
+    free(o);
+    /* a name outside the table: the modes there are */
+    o = run_rc("bad", 20, &rc, "%s/tools/fleet-lightning train --mode halfasync --train_data %s/criteo/train %s", BIN, DIR_,
+               common);
+    CHECK(rc != 0);
+    CHECK_STR_HAS(o, "option mode: expected local, collective or a parameter-server mode (sync, half_async, async, geo)");
+    free(o);
+    cleanup();
+}
+
+/* The text after `key` in out up to the end of its line (into buf; fails without it). */
+static const char *line_after(const char *out, const char *key, char *buf, size_t cap)
+{
+    const char *p = strstr(out, key);
+    if (!p) TFAIL("no '%s' in:\n%s", key, out);
+    p += strlen(key);
+    snprintf(buf, cap, "%.*s", (int)strcspn(p, "\n"), p);
+    return buf;
+}
+
+/* --checkpoint_dir: a checkpoint after every epoch; a run started again (as fleetrun
+ * --max_restart does) resumes after the newest.  Locally with one thread the resumed run
+ * ends exactly where an uninterrupted one ends (epoch 3's loss and metric, the test AUC):
+ * the parameters, the optimizer state, the step and the data order were restored.  With a
+ * parameter server the servers load the checkpoint's tables and the workers resume. */
+TEST(checkpoint_dir_resumes_after_a_restart)
+{
+    setup();
+    criteo_data(6000);
+    char common[512];
+    snprintf(common, sizeof common,
+             "--model ctr_dnn --train_data %s/criteo/train --test_data %s/criteo/test --batch_size 64 --lr 0.003 "
+             "--sparse_feature_dim 10007 --embedding_size 8 --hidden 32,32",
+             DIR_, DIR_);
+    int rc;
+    char *whole = run_rc("whole", 120, &rc,
+                         "%s/tools/fleet-lightning train %s --mode local --thread 1 --epochs 3 --checkpoint_dir %s/ck1 "
+                         "--model_dir %s/m1",
+                         BIN, common, DIR_, DIR_);
+    if (rc) TFAIL("training failed:\n%s", whole);
+    CHECK(!strstr(whole, "resumed"));
+    char *first = run_rc("first", 120, &rc,
+                         "%s/tools/fleet-lightning train %s --mode local --thread 1 --epochs 2 --checkpoint_dir %s/ck2 "
+                         "--model_dir %s/m2",
+                         BIN, common, DIR_, DIR_);
+    if (rc) TFAIL("training failed:\n%s", first);
+    char *again = run_rc("again", 120, &rc,
+                         "%s/tools/fleet-lightning train %s --mode local --thread 1 --epochs 3 --checkpoint_dir %s/ck2 "
+                         "--model_dir %s/m3",
+                         BIN, common, DIR_, DIR_);
+    if (rc) TFAIL("the restarted training failed:\n%s", again);
+    char a[256], b[256];
+    /* 6000 rows in 2 files, one thread: 94 batches an epoch */
+    CHECK_STR_HAS(again, "ctr_dnn: resumed after epoch 2 (step 188) from checkpoint_dir");
+    CHECK(!strstr(again, "epoch 1/3") && !strstr(again, "epoch 2/3"));
+    line_after(whole, "epoch 3/3: loss ", a, sizeof a);
+    line_after(again, "epoch 3/3: loss ", b, sizeof b);
+    CHECK(strstr(a, " in ") && strstr(b, " in "));
+    *strstr(a, " in ") = *strstr(b, " in ") = 0; /* the times differ */
+    if (strcmp(a, b)) TFAIL("epoch 3 after the restart: %s; uninterrupted: %s", b, a);
+    printf("  epoch 3 uninterrupted and resumed: loss %.24s\n", a);
+    CHECK_NEAR(after(whole, "test auc "), after(again, "test auc "), 0); /* the same 4 printed digits */
+    free(whole);
+    free(first);
+    free(again);
+
+    /* one server, two workers: epoch 1, then a job of 2 epochs on the same directory */
+    char *o = run_rc("ps1", 120, &rc,
+                     "%s/tools/fleetrun --server_num 1 --worker_num 2 --log_dir %s/log1 %s/tools/fleet-lightning train "
+                     "%s --epochs 1 --checkpoint_dir %s/ck3 --model_dir %s/m4",
+                     BIN, DIR_, BIN, common, DIR_, DIR_);
+    if (rc) TFAIL("fleetrun failed:\n%s", o);
+    free(o);
+    o = run_rc("ps2", 120, &rc,
+               "env FLEET_LOG_LEVEL=info %s/tools/fleetrun --server_num 1 --worker_num 2 --log_dir %s/log2 "
+               "%s/tools/fleet-lightning train %s "
+               "--epochs 2 --checkpoint_dir %s/ck3 --model_dir %s/m5",
+               BIN, DIR_, BIN, common, DIR_, DIR_);
+    if (rc) TFAIL("the restarted fleetrun job failed:\n%s", o);
+    CHECK_STR_HAS(o, "resumed after epoch 1 (step ");
+    CHECK_STR_HAS(o, "epoch 2/2");
+    CHECK(!strstr(o, "epoch 1/2"));
+    CHECK(after(o, "test auc ") > 0.6);
+    free(o);
+    char *log = run_rc("slog", 10, &rc, "cat %s/log2/serverlog.0", DIR_);
+    CHECK_STR_HAS(log, "ck3/ckpt-0000000001"); /* the server started from the checkpoint's tables */
+    free(log);
+    cleanup();
+}
+
 /* ResNet on two collective trainers (fleetrun --nproc_per_node 2). */
 TEST(resnet_under_fleetrun_collective)
 {
@@ -559,5 +688,6 @@ TEST_MAIN(T(deepfm_builder_shapes_and_gradients), T(wide_deep_builder_shapes_and
           T(cosine_decay_follows_paddle), T(registry_rows_and_options),
           T(deepfm_and_wide_deep_converge_on_planted_criteo_data), T(resnet_converges_on_planted_images),
           T(cli_errors_are_clear), T(deepfm_under_fleetrun_with_a_server_then_eval_and_infer),
-          T(resnet_under_fleetrun_collective), T(simnet_bow_and_word2vec_converge_then_eval_the_saved_simnet),
+          T(half_async_and_a_strategy_file_selecting_geo_under_fleetrun), T(resnet_under_fleetrun_collective),
+          T(checkpoint_dir_resumes_after_a_restart), T(simnet_bow_and_word2vec_converge_then_eval_the_saved_simnet),
           T(word2vec_under_fleetrun_with_a_server))

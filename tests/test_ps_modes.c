@@ -11,7 +11,9 @@
  *   - async with merging (max_merge_var_num, send_wait_times, 2 send threads) and with an
  *     independent receive thread converges; CTR-DNN trained async with merging and bf16
  *     dense values ends within 0.005 test AUC of local training;
- *   - the strategy fields and the errors of contradictory combinations (in process).
+ *   - the strategy fields and the errors of contradictory combinations (in process);
+ *   - the public mode table (fleet_ps_mode_info, fleet_strategy_set_ps_mode,
+ *     fleet_strategy_ps_mode) answers from the rows.
  */
 #include "ps_job.h"
 #include "testhelp.h"
@@ -511,7 +513,78 @@ TEST(async_default_merges_what_queues_up)
     waitpid(pid2, NULL, 0);
 }
 
-TEST_MAIN(T(strategy_fields_and_mode_selection), T(half_async_one_worker_equals_local),
+/* The public mode table (fleet/fleet.h) answers from the rows: what each mode is, the
+ * strategy that selects it by name, and the mode a strategy selects. */
+TEST(public_mode_table)
+{
+    /* name, server_optimizes, remote_sparse, single_trainer, server_sync, dense_wire */
+    static const struct {
+        const char *name;
+        int so, rs, st, ss, dw;
+    } want[] = {{"sync", 1, 1, 1, 1, 0}, {"half_async", 1, 1, 0, 0, 1}, {"async", 1, 1, 0, 0, 1}, {"geo", 0, 0, 1, 0, 0}};
+    CHECK_EQ_INT(fleet_ps_mode_count(), 4);
+    for (int i = 0; i < 4; i++) {
+        fleet_ps_mode m, at;
+        CHECK_OK(fleet_ps_mode_info(want[i].name, &m));
+        CHECK_OK(fleet_ps_mode_at(i, &at));
+        CHECK(!strcmp(m.name, want[i].name) && !strcmp(at.name, want[i].name));
+        CHECK(m.summary && m.summary[0]);
+        CHECK_EQ_INT(m.server_optimizes, want[i].so);
+        CHECK_EQ_INT(m.remote_sparse, want[i].rs);
+        CHECK_EQ_INT(m.single_trainer, want[i].st);
+        CHECK_EQ_INT(m.server_sync, want[i].ss);
+        CHECK_EQ_INT(m.dense_wire, want[i].dw);
+        /* the strategy set by name selects that mode, in the runtime's selection too */
+        fleet_strategy s = fleet_strategy_default();
+        CHECK_OK(fleet_strategy_set_ps_mode(&s, want[i].name));
+        fleet_ps_mode back;
+        CHECK_OK(fleet_strategy_ps_mode(&s, &back));
+        CHECK(!strcmp(back.name, want[i].name));
+        const fl__ps_mode *r = NULL;
+        int64_t k = -1;
+        CHECK_OK(fl__ps_mode_select(&s, &r, &k));
+        CHECK(!strcmp(r->name, want[i].name));
+        CHECK_EQ_INT(k, strcmp(want[i].name, "geo") ? 0 : 100);
+        /* from any other mode's strategy as well */
+        for (int j = 0; j < 4; j++) {
+            fleet_strategy o = fleet_strategy_default();
+            CHECK_OK(fleet_strategy_set_ps_mode(&o, want[j].name));
+            CHECK_OK(fleet_strategy_set_ps_mode(&o, want[i].name));
+            CHECK_OK(fleet_strategy_ps_mode(&o, &back));
+            CHECK(!strcmp(back.name, want[i].name));
+        }
+    }
+    /* GEO keeps a period already chosen */
+    fleet_strategy s = fleet_strategy_default();
+    s.a_sync_configs.k_steps = 7;
+    CHECK_OK(fleet_strategy_set_ps_mode(&s, "geo"));
+    CHECK_EQ_INT(s.a_sync_configs.k_steps, 7);
+    /* a strategy file that turns async into GEO: the strategy says so */
+    s = fleet_strategy_default();
+    CHECK_OK(fleet_strategy_set_ps_mode(&s, "async"));
+    CHECK_OK(fleet_strategy_parse(&s, "a_sync_configs.k_steps=5"));
+    fleet_ps_mode m;
+    CHECK_OK(fleet_strategy_ps_mode(&s, &m));
+    CHECK(!strcmp(m.name, "geo") && !m.remote_sparse);
+    /* errors name the call, the argument and the modes there are */
+    CHECK_FAILS(fleet_ps_mode_info("halfasync", &m), FL_EINVAL,
+                "fleet_ps_mode_info: name: expected a parameter-server mode, sync, half_async, async or geo, got "
+                "'halfasync'");
+    CHECK_FAILS(fleet_ps_mode_info(NULL, &m), FL_EINVAL, "got '(null)'");
+    CHECK_FAILS(fleet_ps_mode_info("sync", NULL), FL_EINVAL, "fleet_ps_mode_info: out is NULL");
+    CHECK_FAILS(fleet_ps_mode_at(4, &m), FL_EINVAL, "fleet_ps_mode_at: i=4 outside [0, 4)");
+    CHECK_FAILS(fleet_ps_mode_at(-1, &m), FL_EINVAL, "i=-1");
+    CHECK_FAILS(fleet_strategy_set_ps_mode(NULL, "sync"), FL_EINVAL, "fleet_strategy_set_ps_mode: strategy is NULL");
+    CHECK_FAILS(fleet_strategy_set_ps_mode(&s, "collective"), FL_EINVAL, "got 'collective'");
+    CHECK_FAILS(fleet_strategy_ps_mode(NULL, &m), FL_EINVAL, "fleet_strategy_ps_mode: strategy is NULL");
+    s = fleet_strategy_default();
+    s.a_sync = 0;
+    s.a_sync_configs.k_steps = 3;
+    CHECK_FAILS(fleet_strategy_ps_mode(&s, &m), FL_EINVAL,
+                "fleet_strategy_ps_mode: a_sync_configs.k_steps=3 needs a_sync=true");
+}
+
+TEST_MAIN(T(public_mode_table), T(strategy_fields_and_mode_selection), T(half_async_one_worker_equals_local),
           T(half_async_fp16_amp_skips_like_local), T(geo_one_worker_equals_local), T(bf16_wire_halves_dense_bytes),
           T(half_async_converges), T(async_merged_bf16_converges), T(ctr_merged_async_bf16_matches_local_auc),
           T(half_async_threads_meet_once_per_step), T(async_default_merges_what_queues_up))

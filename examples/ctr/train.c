@@ -15,7 +15,7 @@
  *
  * Options (defaults as the seed): --epochs 20 --batch_size 100 --thread_num 10
  * --sparse_feature_dim 1000001 --embedding_size 10 --optimizer sgd --lr 1e-4
- * --dataset QueueDataset --print_period 100 --model_dir ctr_model --mode async|sync|geo|collective
+ * --dataset QueueDataset --print_period 100 --model_dir ctr_model --mode sync|half_async|async|geo|collective
  * --hidden 400,400,400 --strategy KEY=VALUE (any DistributedStrategy field, repeatable)
  * --checkpoint_dir DIR: distributed runs save a checkpoint for restart after every epoch
  * (the newest 2 kept) and, started again (e.g. by `fleetrun --max_restart`), resume after
@@ -236,8 +236,16 @@ static int main_function(const args_t *a)
     cfg.sparse_feature_dim = a->sparse_feature_dim;
     cfg.embedding_size = a->embedding_size;
     int collective = !strcmp(a->mode, "collective");
+    fleet_strategy strategy = fleet_strategy_default(); /* + */
+    fleet_ps_mode mode = {0};                           /* + the mode the strategy selects */
+    if (!a->is_local) {
+        if (!collective && fleet_strategy_set_ps_mode(&strategy, a->mode) != FL_OK) return -1;
+        for (int i = 0; i < a->nstrategy; i++)
+            if (fleet_strategy_parse(&strategy, a->strategy[i]) != FL_OK) return -1;
+        if (!collective && fleet_strategy_ps_mode(&strategy, &mode) != FL_OK) return -1;
+    }
     /* GEO and collective training keep a local table */
-    cfg.is_distributed = !a->is_local && strcmp(a->mode, "geo") != 0 && !collective;
+    cfg.is_distributed = mode.remote_sparse;
     cfg.nhidden = 0;
     for (const char *h = a->hidden; *h && cfg.nhidden < FL_MODEL_CTR_MAX_LAYERS; h += strspn(h, ","))
         cfg.hidden[cfg.nhidden++] = (int)strtol(h, (char **)&h, 10);
@@ -268,12 +276,8 @@ static int main_function(const args_t *a)
         if (fl_io_save_inference_model(exe, a->model_dir, feeds, m.nuse_var - 1, &m.predict, 1, prog) != FL_OK) return -1;
         printf("model saved to %s\n", a->model_dir);
         fl_dataset_free(ds);
-    } else {                                                /* distributed training */
-        fleet_strategy strategy = fleet_strategy_default(); /* + */
-        if (!collective) fleet_strategy_set(&strategy, "a_sync", strcmp(a->mode, "sync") ? "true" : "false");
-        if (!strcmp(a->mode, "geo")) fleet_strategy_set(&strategy, "a_sync_configs.k_steps", "100");
-        for (int i = 0; i < a->nstrategy; i++)
-            if (fleet_strategy_parse(&strategy, a->strategy[i]) != FL_OK) return -1;
+    } else {
+        /* distributed training */
         fleet_t *fleet = collective ? fleet_init_collective(NULL, &strategy) /* + */
                                     : fleet_init(NULL, &strategy);           /* PaddleCloud role maker */
         if (!fleet) return -1;
@@ -325,7 +329,7 @@ int main(int argc, char **argv)
         fprintf(pr == 1 ? stdout : stderr,
                 "usage: %s [--is_local 1] [--train_data DIR] [--test_data DIR] [--epochs N] "
                 "[--batch_size N] [--thread_num N] [--optimizer sgd|adam|adagrad] [--lr X] "
-                "[--dataset QueueDataset|InMemoryDataset] [--mode async|sync|geo] "
+                "[--dataset QueueDataset|InMemoryDataset] [--mode sync|half_async|async|geo|collective] "
                 "[--sparse_feature_dim N] [--model_dir DIR] [--pipe_command CMD] [--hidden N,N,..] "
                 "[--strategy KEY=VALUE ...] [--checkpoint_dir DIR] [--allow_empty 1] [--metrics_dir DIR]\n",
                 argv[0]);

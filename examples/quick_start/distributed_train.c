@@ -35,9 +35,11 @@ int main(int argc, char **argv)
     fl_var *cost = net.loss;
 
     fl_opt *optimizer = fl_opt_sgd(0.01f);
-    fleet_strategy strategy = fleet_strategy_default(); /* + */
-    if (!strcmp(mode, "sync")) fleet_strategy_set(&strategy, "a_sync", "false");
-    if (!strcmp(mode, "geo")) fleet_strategy_set(&strategy, "a_sync_configs.k_steps", "100");
+    fleet_strategy strategy = fleet_strategy_default();         /* + */
+    if (fleet_strategy_set_ps_mode(&strategy, mode) != FL_OK) { /* sync, half_async, async, geo */
+        fprintf(stderr, "mode: %s\n", fl_last_error());
+        return 1;
+    }
     fleet_t *fleet = fleet_init(NULL, &strategy); /* role from the environment  + */
     if (!fleet) {
         fprintf(stderr, "fleet_init: %s\n", fl_last_error());

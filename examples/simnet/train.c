@@ -39,7 +39,10 @@ static int main_function(const args_t *a)
     fl_prog *prog = fl_prog_create(); /* the single-machine program */
     fl_model_simnet_config cfg = fl_model_simnet_default();
     cfg.dict_dim = a->dict_dim, cfg.emb_dim = a->emb_dim, cfg.hid_dim = a->hid_dim, cfg.margin = (float)a->margin;
-    cfg.is_distributed = !a->c.is_local && strcmp(a->c.mode, "geo") != 0; /* GEO keeps a local table */
+    fleet_strategy strategy;  /* + */
+    fleet_ps_mode mode = {0}; /* + the mode the strategy selects */
+    if (!a->c.is_local && zoo_strategy(&a->c, &strategy, &mode)) return -1;
+    cfg.is_distributed = !a->c.is_local && mode.remote_sparse; /* GEO keeps a local table */
     fl_model_simnet m;
     if (fl_model_simnet_build(prog, &cfg, &m) != FL_OK) return -1;
     int nfiles = 0;
@@ -59,9 +62,8 @@ static int main_function(const args_t *a)
             return r;
         fl_dataset_free(ds);
     } else {
-        fleet_strategy strategy; /* + */
-        fleet_role *role;        /* + */
-        if (zoo_strategy(&a->c, &strategy) || fleet_role_from_env(0, &role) != FL_OK) return -1;
+        fleet_role *role; /* + */
+        if (fleet_role_from_env(0, &role) != FL_OK) return -1;
         fleet_t *fleet = fleet_init(role, &strategy); /* + */
         if (!fleet) return -1;
         optimizer = fleet_distributed_optimizer(fleet, optimizer, &strategy); /* + */
@@ -76,7 +78,7 @@ static int main_function(const args_t *a)
             if (!ds || fleet_init_worker(fleet) != FL_OK || /* + */
                 fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK)
                 return -1;
-            if ((r = zoo_train(&a->c, exe, prog, ds, m.loss, strcmp(a->c.mode, "sync") ? 0 : 1))) return r;
+            if ((r = zoo_train(&a->c, exe, prog, ds, m.loss, mode.single_trainer))) return r;
             if (fleet_is_first_worker(fleet) && a->c.test_data && (r = order_rate(a, exe, prog, &m))) return r;
             if (fleet_stop_worker(fleet) != FL_OK) return -1; /* + */
             fl_dataset_free(ds);

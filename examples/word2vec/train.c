@@ -77,7 +77,10 @@ static int main_function(const args_t *a)
     fl_model_word2vec_config cfg = fl_model_word2vec_default();
     cfg.dict_size = fl_model_word2vec_vocab_size(vocab);
     cfg.embedding_size = a->embedding_size, cfg.neg_num = a->neg_num;
-    cfg.is_distributed = !a->c.is_local && strcmp(a->c.mode, "geo") != 0; /* GEO keeps local tables */
+    fleet_strategy strategy;  /* + */
+    fleet_ps_mode mode = {0}; /* + the mode the strategy selects */
+    if (!a->c.is_local && zoo_strategy(&a->c, &strategy, &mode)) return -1;
+    cfg.is_distributed = !a->c.is_local && mode.remote_sparse; /* GEO keeps local tables */
     fl_model_word2vec m;
     if (fl_model_word2vec_build(prog, &cfg, &m) != FL_OK) return -1;
     snprintf(path, sizeof path, "%s/train", a->data_dir);
@@ -99,9 +102,8 @@ static int main_function(const args_t *a)
         if ((r = zoo_train(&a->c, exe, prog, ds, m.loss, 0)) || (r = evaluate(a, exe, prog, &m, vocab))) return r;
         fl_dataset_free(ds);
     } else {
-        fleet_strategy strategy; /* + */
-        fleet_role *role;        /* + */
-        if (zoo_strategy(&a->c, &strategy) || fleet_role_from_env(0, &role) != FL_OK) return -1;
+        fleet_role *role; /* + */
+        if (fleet_role_from_env(0, &role) != FL_OK) return -1;
         fleet_t *fleet = fleet_init(role, &strategy); /* + */
         if (!fleet) return -1;
         optimizer = fleet_distributed_optimizer(fleet, optimizer, &strategy); /* + */
@@ -118,7 +120,7 @@ static int main_function(const args_t *a)
             if (!ds || fleet_init_worker(fleet) != FL_OK || /* + */
                 fl_exe_run(exe, fl_prog_startup(prog), NULL, 0, NULL, 0, NULL) != FL_OK)
                 return -1;
-            if ((r = zoo_train(&a->c, exe, prog, ds, m.loss, strcmp(a->c.mode, "sync") ? 0 : 1))) return r;
+            if ((r = zoo_train(&a->c, exe, prog, ds, m.loss, mode.single_trainer))) return r;
             if (fleet_is_first_worker(fleet) && (r = evaluate(a, exe, prog, &m, vocab))) return r;
             if (fleet_stop_worker(fleet) != FL_OK) return -1; /* + */
             fl_dataset_free(ds);

@@ -38,7 +38,7 @@ typedef struct {
         {"lr", 'd', &(c)->lr, "learning rate"}, {"train_data", 's', &(c)->train_data, "directory of training files"}, \
         {"test_data", 's', &(c)->test_data, "directory of test files (the metric)"},                                  \
         {"optimizer", 's', &(c)->optimizer, "sgd, adam or adagrad"},                                                  \
-        {"mode", 's', &(c)->mode, "parameter-server mode: async, sync or geo"},                                       \
+        {"mode", 's', &(c)->mode, "parameter-server mode (fleet_ps_mode_info): sync, half_async, async, geo"},        \
     {                                                                                                                 \
         "strategy", 'S', (c), "KEY=VALUE, any DistributedStrategy field (repeatable)"                                 \
     }
@@ -104,8 +104,9 @@ static int zoo_check_common(const char *prog, const zoo_common *c)
         fprintf(stderr, "%s: --epochs, --batch_size, --thread_num and --lr must be positive\n", prog);
         return 2;
     }
-    if (strcmp(c->mode, "async") && strcmp(c->mode, "sync") && strcmp(c->mode, "geo")) {
-        fprintf(stderr, "%s: --mode must be async, sync or geo, got '%s'\n", prog, c->mode);
+    fleet_ps_mode m; /* a row of the library's mode table: sync, half_async, async, geo, ... */
+    if (fleet_ps_mode_info(c->mode, &m) != FL_OK) {
+        fprintf(stderr, "%s: --mode: %s\n", prog, fl_last_error());
         return 2;
     }
     return 0;
@@ -120,15 +121,16 @@ static fl_opt *zoo_optimizer(const zoo_common *c)
     return NULL;
 }
 
-/* The strategy of --mode and --strategy, or -1 with fl_last_error(). */
-static int zoo_strategy(const zoo_common *c, fleet_strategy *s)
+/* The strategy of --mode and --strategy, and the mode it selects (a --strategy may change
+ * it: *mode says whether the sparse tables live on the servers, how many trainer threads),
+ * or -1 with fl_last_error(). */
+static int zoo_strategy(const zoo_common *c, fleet_strategy *s, fleet_ps_mode *mode)
 {
     *s = fleet_strategy_default();
-    fleet_strategy_set(s, "a_sync", strcmp(c->mode, "sync") ? "true" : "false");
-    if (!strcmp(c->mode, "geo")) fleet_strategy_set(s, "a_sync_configs.k_steps", "100");
+    if (fleet_strategy_set_ps_mode(s, c->mode) != FL_OK) return -1;
     for (int i = 0; i < c->nstrategy; i++)
         if (fleet_strategy_parse(s, c->strategy[i]) != FL_OK) return -1;
-    return 0;
+    return fleet_strategy_ps_mode(s, mode) == FL_OK ? 0 : -1;
 }
 
 /* --epochs passes of prog over ds, printing each; an epoch that reads nothing is an error. */

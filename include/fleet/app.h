@@ -21,20 +21,21 @@
  * (tools/fleet-lightning.c).
  *
  * ---- The row contract (how to add a model) --------------------------------------------
- * Add one fl_app_row to the table in src/models/app.c (a new file for its builder):
+ * Add one fl_app_row to the table in src/app/app.c (its builder in src/models/):
  *   name        lower-case identifier used by --model
  *   summary     one line for `fleet-lightning list`
  *   kind        FL_APP_SPARSE (default mode "async": tables on parameter servers) or
  *               FL_APP_DENSE (default mode "collective")
- *   modes       the modes it supports, comma-separated, from "local", "async", "sync",
- *               "geo", "collective"
+ *   modes       the modes it supports, comma-separated, from "local", "ps" (every
+ *               parameter-server mode of the library's table, fleet_ps_mode_at: sync,
+ *               half_async, async, geo; the configuration names one) and "collective"
  *   reader      the data reader, by name: "criteo" and "multislot" (fl_dataset files of
  *               the directory, slots in the order of net->feeds), "idx" (Fashion-MNIST IDX
  *               files DIR/train-* or DIR/t10k-*, fed as "img" [N, C, H, W] and "label"),
  *               "word2vec" (corpus files; dict.txt in the directory or its parent; each
  *               worker makes its skip-gram samples once with fl_model_word2vec_make_samples
  *               into a temporary directory; training only)
- *   metric      the metric table in src/models/app_data.c, a metric being one of three
+ *   metric      the metric table in src/app/app_data.c, a metric being one of three
  *               forms.  In the graph: "auc" (Paddle's auc over predict [N, 2]) and
  *               "accuracy" (top-1 over predict [N, classes]), built both during training
  *               (on the last feed, the label) and on a loaded inference model (on an int64
@@ -52,7 +53,8 @@
  *               ones (lr, batch_size, epochs, ...); it may only change fields
  *   build       appends the model to net->prog as the config says and fills net (feeds in
  *               reader order with the label last if the metric has one, predict, loss); is_distributed says
- *               whether its sparse tables go on the servers (async/sync with servers).
+ *               whether its sparse tables go on the servers (a mode whose
+ *               fleet_ps_mode.remote_sparse is 1, with servers).
  *               Returns FL_OK or the error (fl_last_error() names the field)
  */
 #ifndef FLEET_APP_H
@@ -80,6 +82,7 @@ typedef struct {
     char train_data[FL_APP_PATH], test_data[FL_APP_PATH]; /* directories */
     char model_dir[FL_APP_PATH];                          /* default "<model>_model" */
     char metrics_dir[FL_APP_PATH];                        /* fl_exe_set_metrics ("" : FLEET_METRICS_DIR or none) */
+    char checkpoint_dir[FL_APP_PATH];                     /* a checkpoint per epoch, resumed on start ("": none) */
     char strategy_file[FL_APP_PATH];                      /* option "strategy": DistributedStrategy file */
     char output[FL_APP_PATH];                             /* infer: predictions ("" = stdout) */
     char mode[FL_APP_WORD];                               /* "" = the row's default */

@@ -243,6 +243,43 @@ FL_API int fleet_strategy_check(const fleet_strategy *s);
 /* Writes "key=value" lines of the fields that differ from the defaults (malloc'ed). */
 FL_API char *fleet_strategy_to_text(const fleet_strategy *s);
 
+/* ---- the parameter-server modes ------------------------------------------------------------ */
+
+/* What a parameter-server mode is, for the callers that need to know (tools, examples): one
+ * row of the library's mode table (src/fleet/ps/modes.c; docs/parameter_server.md).  A
+ * strategy selects a mode through its fields (a_sync, a_sync_configs.k_steps,
+ * a_sync_configs.half_async); fleet_strategy_set_ps_mode sets them by the mode's name and
+ * fleet_strategy_ps_mode tells which mode a strategy selects. */
+typedef struct {
+    const char *name;     /* "sync", "half_async", "async", "geo" */
+    const char *summary;  /* one line */
+    int server_optimizes; /* 1: the servers apply the optimizer rule to the gradients the
+                           * workers push; 0: the workers keep their optimizer and exchange
+                           * parameter deltas (GEO) */
+    int remote_sparse;    /* 1: sparse tables live on the servers (distributed lookups: a model
+                           * builder's is_distributed); 0: every table stays on the workers */
+    int single_trainer;   /* 1: the exchange counts one step per worker process, so a worker
+                           * trains with one thread (fl_exe_train_from_dataset thread 1 or 0) */
+    int server_sync;      /* 1: the servers apply a step once every worker pushed it */
+    int dense_wire;       /* 1: a_sync_configs.dense_wire_dtype applies (dense values may
+                           * travel as bf16) */
+} fleet_ps_mode;
+
+/* The modes of the table, in selection order: fleet_ps_mode_at(i, out) for i in
+ * [0, fleet_ps_mode_count()); FL_EINVAL naming i outside it. */
+FL_API int fleet_ps_mode_count(void);
+FL_API int fleet_ps_mode_at(int i, fleet_ps_mode *out);
+/* The mode called name; FL_EINVAL naming name and the modes there are. */
+FL_API int fleet_ps_mode_info(const char *name, fleet_ps_mode *out);
+/* Sets the fields of s that select mode name: a_sync, half_async and k_steps (GEO keeps a
+ * k_steps already above 0, else 100; the others set it to 0).  FL_EINVAL for an unknown
+ * name, naming the modes. */
+FL_API int fleet_strategy_set_ps_mode(fleet_strategy *s, const char *name);
+/* The mode s selects (after a strategy file, say); FL_EINVAL naming the fields of a
+ * contradictory strategy (sync with k_steps > 0, half_async with GEO, ...). */
+FL_API int fleet_strategy_ps_mode(const fleet_strategy *s, fleet_ps_mode *out);
+
+
 /* ---- the facade ---------------------------------------------------------------------------- */
 
 typedef struct fleet fleet_t;

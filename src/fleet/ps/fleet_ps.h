@@ -80,13 +80,18 @@ typedef struct fl__ps_ctx {
  *   1. write its hooks (a communicator in its own file if it has one; push/pull for ps_send
  *      and ps_recv; start/flush/stop around the worker's connection);
  *   2. add one row to `modes` in modes.c, placed so that its selects() sees the strategies
- *      it owns before a more general row does, and document the strategy fields in
- *      docs/parameter_server.md;
+ *      it owns before a more general row does (its set() makes a strategy it selects), and
+ *      document the strategy fields in docs/parameter_server.md; the public table
+ *      (fleet_ps_mode_info, fleet_strategy_set_ps_mode in fleet/fleet.h) answers from the
+ *      row, so tools and examples (fleet-lightning --mode) take the mode by its name;
  *   3. add a test against local training in tests/test_ps_fleet.c. */
 struct fl__ps_mode {
-    const char *name; /* "sync", "half_async", "async", "geo" (logs, messages) */
+    const char *name;    /* "sync", "half_async", "async", "geo" (logs, messages, --mode) */
+    const char *summary; /* one line (fleet_ps_mode_info) */
     /* 1 if the strategy selects this mode (rows are tried in order) */
     int (*selects)(const fleet_strategy *s);
+    /* sets the fields of s that select this mode (fleet_strategy_set_ps_mode) */
+    void (*set)(fleet_strategy *s);
     /* the rewrite: 1 = the update ops leave the workers, the servers apply the optimizer
      * rule, ps_send pushes gradients and ps_recv pulls dense parameters; 0 = the workers
      * keep their optimizer and ps_geo exchanges parameter deltas every k_steps with
@@ -95,9 +100,9 @@ struct fl__ps_mode {
     /* 1: sparse tables live on the servers (distributed lookups); 0: every table stays on
      * the workers, synchronised as a dense one */
     int remote_sparse;
-    /* 1: ps_send counts one step per worker process (train_from_dataset keeps one
-     * trainer thread) */
-    int send_single_trainer;
+    /* 1: ps_send or ps_geo counts one step per worker process (train_from_dataset keeps
+     * one trainer thread) */
+    int single_trainer;
     /* the servers apply a step once every worker pushed it */
     int server_sync;
     /* 1: dense values may travel as bf16 (a_sync_configs.dense_wire_dtype; the

@@ -20,6 +20,7 @@
  * Paddle 2.x's strategy cannot select half-async (its program builder maps a_sync and
  * k_steps to sync, async and GEO only); a_sync_configs.half_async = true is our extension.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,22 @@ static int selects_half_async(const fleet_strategy *s)
 }
 static int selects_async(const fleet_strategy *s) { return s->a_sync && s->a_sync_configs.k_steps <= 0; }
 static int selects_geo(const fleet_strategy *s) { return s->a_sync && s->a_sync_configs.k_steps > 0; }
+
+/* what fleet_strategy_set_ps_mode writes: the fields the selects() above read */
+static void set_fields(fleet_strategy *s, int a_sync, int half_async, int64_t k_steps)
+{
+    s->a_sync = a_sync;
+    s->a_sync_configs.half_async = half_async;
+    s->a_sync_configs.k_steps = k_steps;
+}
+static void set_sync(fleet_strategy *s) { set_fields(s, 0, 0, 0); }
+static void set_half_async(fleet_strategy *s) { set_fields(s, 1, 1, 0); }
+static void set_async(fleet_strategy *s) { set_fields(s, 1, 0, 0); }
+/* GEO keeps a period already chosen; 100 otherwise (the examples' and Paddle's usual) */
+static void set_geo(fleet_strategy *s)
+{
+    set_fields(s, 1, 0, s->a_sync_configs.k_steps > 0 ? s->a_sync_configs.k_steps : 100);
+}
 
 /* ---- async and half-async: the communicator ------------------------------------------------- */
 
@@ -112,10 +129,12 @@ static int geo_after_init(fl__ps_ctx *c, fl_tensor *const *ts, const int *tables
 
 static const fl__ps_mode mode_sync = {
     .name = "sync",
+    .summary = "the servers apply a step once every worker pushed it; one trainer thread per worker",
     .selects = selects_sync,
+    .set = set_sync,
     .server_optimizes = 1,
     .remote_sparse = 1,
-    .send_single_trainer = 1,
+    .single_trainer = 1,
     .server_sync = 1,
     .push = fl__ps_push_now,
     .pull = fl__ps_pull_now,
@@ -125,7 +144,9 @@ static const fl__ps_mode mode_sync = {
 
 static const fl__ps_mode mode_half_async = {
     .name = "half_async",
+    .summary = "gradients queued and merged; the worker's threads meet at each step end to push and pull",
     .selects = selects_half_async,
+    .set = set_half_async,
     .server_optimizes = 1,
     .remote_sparse = 1,
     .push = fl__ps_push_queued,
@@ -139,7 +160,9 @@ static const fl__ps_mode mode_half_async = {
 
 static const fl__ps_mode mode_async = {
     .name = "async",
+    .summary = "gradients queued, merged and pushed by send threads; servers apply each push as it comes",
     .selects = selects_async,
+    .set = set_async,
     .server_optimizes = 1,
     .remote_sparse = 1,
     .dense_wire = 1,
@@ -152,7 +175,10 @@ static const fl__ps_mode mode_async = {
 
 static const fl__ps_mode mode_geo = {
     .name = "geo",
+    .summary = "workers keep their optimizer; every k_steps they push parameter deltas and pull the sum",
     .selects = selects_geo,
+    .set = set_geo,
+    .single_trainer = 1,
     .after_init = geo_after_init,
 };
 
@@ -185,4 +211,89 @@ int fl__ps_mode_select(const fleet_strategy *s, const fl__ps_mode **out, int64_t
         }
     return fl__err(FL_EINVAL, "fleet_distributed_optimizer: no parameter-server mode for a_sync=%d, k_steps=%lld",
                    s->a_sync, (long long)ks);
+}
+
+/* ---- the public table (fleet/fleet.h) -------------------------------------------------------- */
+
+static int count_modes(void)
+{
+    int n = 0;
+    while (modes[n]) n++;
+    return n;
+}
+
+static void describe(const fl__ps_mode *m, fleet_ps_mode *out)
+{
+    memset(out, 0, sizeof *out);
+    out->name = m->name;
+    out->summary = m->summary;
+    out->server_optimizes = m->server_optimizes;
+    out->remote_sparse = m->remote_sparse;
+    out->single_trainer = m->single_trainer;
+    out->server_sync = m->server_sync;
+    out->dense_wire = m->dense_wire;
+}
+
+/* "sync, half_async, async or geo" into buf */
+static const char *mode_names(char *buf, size_t cap)
+{
+    size_t off = 0;
+    int n = count_modes();
+    buf[0] = 0;
+    for (int i = 0; i < n && off < cap; i++)
+        off += (size_t)snprintf(buf + off, cap - off, "%s%s", i == 0 ? "" : i == n - 1 ? " or " : ", ", modes[i]->name);
+    return buf;
+}
+
+static const fl__ps_mode *find_mode(const char *fn, const char *name)
+{
+    for (int i = 0; name && modes[i]; i++)
+        if (!strcmp(modes[i]->name, name)) return modes[i];
+    char names[256];
+    fl__err(FL_EINVAL, "%s: name: expected a parameter-server mode, %s, got '%s'", fn, mode_names(names, sizeof names),
+            name ? name : "(null)");
+    return NULL;
+}
+
+int fleet_ps_mode_count(void) { return count_modes(); }
+
+int fleet_ps_mode_at(int i, fleet_ps_mode *out)
+{
+    if (!out) return fl__err(FL_EINVAL, "fleet_ps_mode_at: out is NULL");
+    if (i < 0 || i >= count_modes()) return fl__err(FL_EINVAL, "fleet_ps_mode_at: i=%d outside [0, %d)", i, count_modes());
+    describe(modes[i], out);
+    return FL_OK;
+}
+
+int fleet_ps_mode_info(const char *name, fleet_ps_mode *out)
+{
+    if (!out) return fl__err(FL_EINVAL, "fleet_ps_mode_info: out is NULL");
+    const fl__ps_mode *m = find_mode("fleet_ps_mode_info", name);
+    if (!m) return FL_EINVAL;
+    describe(m, out);
+    return FL_OK;
+}
+
+int fleet_strategy_set_ps_mode(fleet_strategy *s, const char *name)
+{
+    if (!s) return fl__err(FL_EINVAL, "fleet_strategy_set_ps_mode: strategy is NULL");
+    const fl__ps_mode *m = find_mode("fleet_strategy_set_ps_mode", name);
+    if (!m) return FL_EINVAL;
+    m->set(s);
+    return FL_OK;
+}
+
+int fleet_strategy_ps_mode(const fleet_strategy *s, fleet_ps_mode *out)
+{
+    if (!s) return fl__err(FL_EINVAL, "fleet_strategy_ps_mode: strategy is NULL");
+    if (!out) return fl__err(FL_EINVAL, "fleet_strategy_ps_mode: out is NULL");
+    const fl__ps_mode *m;
+    int64_t k;
+    int st = fl__ps_mode_select(s, &m, &k);
+    if (st != FL_OK) { /* the selection's messages speak for fleet_distributed_optimizer */
+        const char *e = fl_last_error(), *p = "fleet_distributed_optimizer: ";
+        return fl__err(st, "fleet_strategy_ps_mode: %s", strncmp(e, p, strlen(p)) ? e : e + strlen(p));
+    }
+    describe(m, out);
+    return FL_OK;
 }

@@ -398,7 +398,7 @@ static int append_list_op(fl__ps_ctx *c, fl_prog *p, const char *type, const cha
     if (k_steps > 0) FL_CHECK(fl__attr_set_i(op, "k_steps", k_steps));
     /* sync pushes and GEO exchanges count one step per worker process: train_from_dataset
      * keeps such programs at one trainer thread */
-    if ((!strcmp(type, "ps_send") && c->mode->send_single_trainer) || !strcmp(type, "ps_geo"))
+    if ((!strcmp(type, "ps_send") || !strcmp(type, "ps_geo")) && c->mode->single_trainer)
         FL_CHECK(fl__attr_set_i(op, "single_trainer", 1));
     op->cond = cond;
     return fl__op_finish(op);

@@ -2,8 +2,8 @@
  * app_internal.h - the parts of fl_app_* shared by app.c (registry, options), app_data.c
  * (readers, metrics) and app_train.c (train, eval, infer).
  */
-#ifndef FLEET_MODELS_APP_INTERNAL_H
-#define FLEET_MODELS_APP_INTERNAL_H
+#ifndef FLEET_APP_APP_INTERNAL_H
+#define FLEET_APP_APP_INTERNAL_H
 
 #include "fleet/app.h"
 #include "../base/base_internal.h"

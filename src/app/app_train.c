@@ -73,15 +73,41 @@ static fl_opt *make_optimizer(const fl_app_config *c, int64_t steps_per_epoch)
     return NULL;
 }
 
-/* The strategy of a mode: a_sync for async and geo (k_steps 100), sync without; then the
- * strategy file, which may override any field. */
-static int make_strategy(const fl_app_config *c, const char *mode, fleet_strategy *s)
+/* The mode of c (the row's default when c names none): "local", "collective" or a
+ * parameter-server mode of the library's table (fleet_ps_mode_info), which a row allows
+ * with "ps" in its modes.  *ps 1 for the latter. */
+static int resolve_mode(const fl_app_row *row, const fl_app_config *c, const char **mode, int *ps)
+{
+    *mode = c->mode[0] ? c->mode : row->kind == FL_APP_SPARSE ? "async" : "collective";
+    fleet_ps_mode info;
+    *ps = strcmp(*mode, "local") && strcmp(*mode, "collective");
+    if (*ps && fleet_ps_mode_info(*mode, &info) != FL_OK) {
+        char names[256] = "";
+        size_t off = 0;
+        for (int i = 0; i < fleet_ps_mode_count() && fleet_ps_mode_at(i, &info) == FL_OK && off < sizeof names; i++)
+            off += (size_t)snprintf(names + off, sizeof names - off, ", %s", info.name);
+        return fl__err(FL_EINVAL, "option mode: expected local, collective or a parameter-server mode (%s), got '%s'",
+                       names + 2, *mode);
+    }
+    if (!in_list(row->modes, *ps ? "ps" : *mode))
+        return fl__err(FL_EINVAL, "option mode: model %s trains in modes %s, not '%s'", row->name, row->modes, *mode);
+    return FL_OK;
+}
+
+/* The strategy of a mode (a parameter-server mode: the fields that select it, GEO with
+ * k_steps 100), then the strategy file, which may override any field; *ps_mode (ps only)
+ * is the mode the final strategy selects, which the file may have changed. */
+static int make_strategy(const fl_app_config *c, const char *mode, int ps, fleet_strategy *s, fleet_ps_mode *ps_mode)
 {
     *s = fleet_strategy_default();
-    if (!strcmp(mode, "sync")) FL_CHECK(fleet_strategy_set(s, "a_sync", "false"));
-    if (!strcmp(mode, "async") || !strcmp(mode, "geo")) FL_CHECK(fleet_strategy_set(s, "a_sync", "true"));
-    if (!strcmp(mode, "geo")) FL_CHECK(fleet_strategy_set(s, "a_sync_configs.k_steps", "100"));
+    if (ps) FL_CHECK(fleet_strategy_set_ps_mode(s, mode));
     if (c->strategy_file[0]) FL_CHECK(fleet_strategy_load(s, c->strategy_file));
+    if (!ps) return FL_OK;
+    if (fleet_strategy_ps_mode(s, ps_mode) != FL_OK)
+        return fl__err(fl_last_status(), "option mode %s with strategy_file '%s': %s", mode, c->strategy_file,
+                       fl_last_error());
+    if (strcmp(ps_mode->name, mode))
+        printf("mode %s: strategy_file %s selects %s mode (%s)\n", mode, c->strategy_file, ps_mode->name, ps_mode->summary);
     return FL_OK;
 }
 
@@ -93,7 +119,38 @@ typedef struct {
     fl_exe *exe;
     const app_reader *rd;
     void *data;
+    fleet_t *ckpt; /* checkpoint_dir: the fleet that saves and loads them (the job's, or
+                    * a one-worker fleet in local mode); NULL: none */
 } train_ctx;
+
+/* A local run's checkpoints: a fleet of one worker and no servers (a local role whatever
+ * the environment says). */
+static fleet_t *local_fleet(void)
+{
+    const char *ep = "127.0.0.1:6170"; /* never used: one worker has no peer */
+    fleet_user_role spec = {1, 0, FLEET_ROLE_WORKER, 1, &ep, 1, NULL, 0};
+    fleet_role *role;
+    if (fleet_role_user_defined(&spec, &role) != FL_OK) return NULL;
+    return fleet_init_collective(role, NULL);
+}
+
+/* The epoch to start from: after the newest checkpoint's (restoring the parameters,
+ * optimizer state and *steps), or 0 when there is none. */
+static int resume(const fl_app_row *row, const fl_app_config *c, train_ctx *t, int *first, int64_t *steps)
+{
+    *first = 0;
+    if (!t->ckpt) return FL_OK;
+    fleet_checkpoint_pos pos;
+    int st = fleet_load_checkpoint(t->ckpt, t->exe, c->checkpoint_dir, t->net.prog, &pos);
+    if (st == FL_ENOTFOUND) return FL_OK;
+    if (st != FL_OK) return fl__err(st, "option checkpoint_dir: %s", fl_last_error());
+    *first = (int)pos.epoch;
+    *steps = pos.step;
+    printf("%s: resumed after epoch %d (step %lld) from checkpoint_dir %s\n", row->name, *first, (long long)pos.step,
+           c->checkpoint_dir);
+    fflush(stdout);
+    return FL_OK;
+}
 
 static int train_worker(const fl_app_row *row, const fl_app_config *c, train_ctx *t, int thread)
 {
@@ -103,7 +160,9 @@ static int train_worker(const fl_app_row *row, const fl_app_config *c, train_ctx
     const char *fetch[2] = {fl_var_name(t->net.loss), t->metric ? fl_var_name(t->metric) : NULL};
     int nfetch = t->metric ? 2 : 1;
     int64_t steps = 0;
-    for (int ep = 0; ep < c->epochs; ep++) {
+    int first;
+    FL_CHECK(resume(row, c, t, &first, &steps));
+    for (int ep = first; ep < c->epochs; ep++) {
         app_pass s;
         FL_CHECK(t->rd->pass(t->data, t->exe, t->net.prog, 1, thread, fetch, nfetch, ep, &s, NULL, NULL));
         if (!s.instances)
@@ -120,6 +179,8 @@ static int train_worker(const fl_app_row *row, const fl_app_config *c, train_ctx
         FL_CHECK(metrics_put(t->exe, "loss", steps, ep, s.loss));
         if (t->metric) FL_CHECK(metrics_put(t->exe, tag, steps, ep, s.metric));
         FL_CHECK(metrics_put(t->exe, "examples_per_s", steps, ep, eps));
+        fleet_checkpoint_pos pos = {ep + 1, 0, 0, steps}; /* a restart continues after this epoch */
+        if (t->ckpt) FL_CHECK(fleet_save_checkpoint(t->ckpt, t->exe, c->checkpoint_dir, t->net.prog, &pos, 2));
     }
     const char *feeds[FL_APP_MAX_FEEDS];
     int ninputs = t->net.nfeeds - fl__app_metric(row->metric)->labelled;
@@ -148,23 +209,25 @@ static int train_worker(const fl_app_row *row, const fl_app_config *c, train_ctx
 int fl_app_train(const fl_app_row *row, const fl_app_config *c)
 {
     FL_CHECK(check_row(row, c, "fl_app_train"));
-    const char *mode = c->mode[0] ? c->mode : row->kind == FL_APP_SPARSE ? "async" : "collective";
-    if (!in_list(row->modes, mode))
-        return fl__err(FL_EINVAL, "option mode: model %s trains in modes %s, not '%s'", row->name, row->modes, mode);
+    const char *mode;
+    int ps;
+    FL_CHECK(resolve_mode(row, c, &mode, &ps));
     int local = !strcmp(mode, "local"), collective = !strcmp(mode, "collective");
     train_ctx t;
     memset(&t, 0, sizeof t);
     t.rd = fl__app_reader(row->reader);
     fleet_strategy s;
+    fleet_ps_mode pm = {0};
     int st = FL_OK;
     if (!local) {
-        FL_CHECK(make_strategy(c, mode, &s));
+        FL_CHECK(make_strategy(c, mode, ps, &s, &pm));
+        if (ps) mode = pm.name;
         t.fleet = collective ? fleet_init_collective(NULL, &s) : fleet_init(NULL, &s);
         if (!t.fleet) return fl_last_status();
     }
     int server = t.fleet && fleet_is_server(t.fleet);
-    /* the tables live on the servers in async and sync mode; GEO and collective keep them local */
-    int dist = t.fleet && !collective && strcmp(mode, "geo") && fleet_server_num(t.fleet) > 0;
+    /* sparse tables on the servers as the mode says (async, sync); GEO and collective keep them local */
+    int dist = t.fleet && ps && pm.remote_sparse && fleet_server_num(t.fleet) > 0;
     int rank = t.fleet && !server ? fleet_worker_index(t.fleet) : 0;
     int nranks = t.fleet && !server ? fleet_worker_num(t.fleet) : 1;
     t.net.prog = fl_prog_create();
@@ -185,12 +248,16 @@ int fl_app_train(const fl_app_row *row, const fl_app_config *c)
     if (st == FL_OK && !(t.opt = make_optimizer(c, t.data ? t.rd->steps(t.data, c->batch_size) : 1))) st = fl_last_status();
     if (st == FL_OK && t.fleet && !fleet_distributed_optimizer(t.fleet, t.opt, &s)) st = fl_last_status();
     if (st == FL_OK) st = fl_opt_minimize(t.opt, t.net.loss);
+    if (st == FL_OK && c->checkpoint_dir[0] && !server && !(t.ckpt = t.fleet ? t.fleet : local_fleet()))
+        st = fl_last_status();
     if (st == FL_OK && server) {
-        st = fleet_init_server(t.fleet, NULL);
+        char from[FL_APP_PATH + 64]; /* a restarted job: the tables of the newest checkpoint */
+        int resumed = c->checkpoint_dir[0] && fleet_checkpoint_latest(c->checkpoint_dir, from, sizeof from, NULL) == FL_OK;
+        st = fleet_init_server(t.fleet, resumed ? from : NULL);
         if (st == FL_OK) st = fleet_run_server(t.fleet);
     } else if (st == FL_OK) {
-        /* collective, synchronous and GEO programs exchange one step per process: one trainer */
-        int thread = collective || !strcmp(mode, "sync") || !strcmp(mode, "geo") ? 1 : c->thread;
+        /* collective programs and the modes that exchange one step per process (sync, GEO): one trainer */
+        int thread = collective || (ps && pm.single_trainer) ? 1 : c->thread;
         printf("%s: mode %s, %s %d of %d, %s lr %g, batch %d, %d epoch(s)\n", row->name, mode,
                local || !t.fleet || !fleet_is_distributed(t.fleet) ? "local worker" : "worker", rank, nranks, c->optimizer,
                c->lr, c->batch_size, c->epochs);
@@ -200,6 +267,7 @@ int fl_app_train(const fl_app_row *row, const fl_app_config *c)
     fl_opt_free(t.opt);
     fl_exe_free(t.exe);
     fl_prog_free(t.net.prog);
+    if (t.ckpt != t.fleet) fleet_free(t.ckpt);
     fleet_free(t.fleet);
     return st;
 }

@@ -185,15 +185,15 @@ static int word2vec_build(fl_app_net *net, const fl_app_config *c, int is_distri
 /* clang-format off */
 static const fl_app_row rows[] = {
     {"ctr_dnn", "CTR-DNN: 26 sum-pooled embeddings + dense input, fc 400 x 3 (Paddle's ctr example)",
-     FL_APP_SPARSE, "local,async,sync,geo,collective", "criteo", "auc", ctr_dnn_defaults, ctr_dnn_build},
+     FL_APP_SPARSE, "local,ps,collective", "criteo", "auc", ctr_dnn_defaults, ctr_dnn_build},
     {"deepfm", "DeepFM: first-order weights + FM second order over the 26 slots + DNN",
-     FL_APP_SPARSE, "local,async,sync,geo,collective", "criteo", "auc", deepfm_defaults, deepfm_build},
+     FL_APP_SPARSE, "local,ps,collective", "criteo", "auc", deepfm_defaults, deepfm_build},
     {"wide_deep", "Wide&Deep: a linear model of the ids and dense input + DNN over the embeddings",
-     FL_APP_SPARSE, "local,async,sync,geo,collective", "criteo", "auc", wide_deep_defaults, wide_deep_build},
+     FL_APP_SPARSE, "local,ps,collective", "criteo", "auc", wide_deep_defaults, wide_deep_build},
     {"simnet_bow", "simnet-bow: bag-of-words query/title towers, cosine, pairwise hinge (Fleet's simnet_bow)",
-     FL_APP_SPARSE, "local,async,sync,geo", "multislot", "order_rate", simnet_defaults, simnet_build},
+     FL_APP_SPARSE, "local,ps", "multislot", "order_rate", simnet_defaults, simnet_build},
     {"word2vec", "word2vec: skip-gram with negative sampling over a corpus and its dict.txt",
-     FL_APP_SPARSE, "local,async,sync,geo", "word2vec", "cluster_acc", word2vec_defaults, word2vec_build},
+     FL_APP_SPARSE, "local,ps", "word2vec", "cluster_acc", word2vec_defaults, word2vec_build},
     {"resnet", "ResNet (depth 6n+2, 18, 34, 50, ...; batch_norm, residual blocks) on Fashion-MNIST",
      FL_APP_DENSE, "local,collective", "idx", "accuracy", resnet_defaults, resnet_build},
 };
@@ -243,11 +243,13 @@ static const opt_def opts[] = {
     OS(test_data, "directory of test data, scored after training (idx: t10k-*-ubyte[.gz])"),
     OS(model_dir, "where the inference model is saved (and read by eval / infer)"),
     OS(metrics_dir, "metrics CSV + TensorBoard files per rank there (docs/metrics.md)"),
+    OS(checkpoint_dir, "a checkpoint after every epoch there; a (re)start resumes from the newest (docs/checkpoints.md)"),
     /* --strategy FILE, as the command line names it */
     {"strategy", O_STR, offsetof(fl_app_config, strategy_file), sizeof(((fl_app_config *)0)->strategy_file), 0, 0,
      "DistributedStrategy file (key=value lines or JSON)"},
     OS(output, "infer: file of predictions (default stdout)"),
-    OS(mode, "local, async, sync, geo or collective (default: the model's kind)"),
+    OS(mode, "local, collective or a parameter-server mode: sync, async, ... (fleet-lightning list; default: the "
+             "model's kind)"),
     OS(optimizer, "sgd, momentum, adam or adagrad"),
     OS(lr_decay, "learning-rate decay: none, exponential or cosine"),
     ON(lr, O_DBL, 1e-12, 1e6, "learning rate"),
@@ -256,7 +258,7 @@ static const opt_def opts[] = {
     ON(decay_steps, O_I64, 0, 1e15, "exponential: steps per decay; cosine: steps per epoch (0 = an epoch's)"),
     ON(batch_size, O_INT, 1, 1 << 24, "examples per batch and worker"),
     ON(epochs, O_INT, 1, 1e6, "passes over the training data"),
-    ON(thread, O_INT, 1, 256, "trainer threads (dataset readers; 1 under collective training)"),
+    ON(thread, O_INT, 1, 256, "trainer threads (dataset readers; 1 under collective training; resnet: 1)"),
     ON(print_period, O_INT, 0, 1e9, "batches between progress lines (0: none)"),
     ON(max_steps, O_I64, 0, 1e15, "at most this many batches per epoch and worker (0: all)"),
     ON(seed, O_U64, 0, 1.8e19, "seed of the initial parameters and the shuffles"),
@@ -446,5 +448,9 @@ int fl_app_list(FILE *f)
                 r->metric, r->modes, cfg);
         fprintf(f, "%-10s   %s\n", "", r->summary);
     }
+    fprintf(f, "\nmodes: local (one process), collective (allreduce), ps = every parameter-server mode:\n");
+    fleet_ps_mode m;
+    for (int i = 0; i < fleet_ps_mode_count() && fleet_ps_mode_at(i, &m) == FL_OK; i++)
+        fprintf(f, "  %-10s %s\n", m.name, m.summary);
     return FL_OK;
 }

@@ -97,6 +97,7 @@ typedef struct {
     int nfiles;
     int print_period;
     uint64_t seed;
+    int shuffled;             /* epochs whose shuffle the in-memory order has had */
     char tmpdir[FL_APP_PATH]; /* word2vec: the samples made at open, removed at close */
 } ds_reader;
 
@@ -205,7 +206,11 @@ static int ds_pass(void *p, fl_exe *e, fl_prog *prog, int train, int thread, con
     if (train) {
         const char *info[2] = {"loss", "metric"};
         fl_exe_dataset_stats s;
-        FL_CHECK(fl_dataset_local_shuffle(r->ds, r->seed + (uint64_t)epoch));
+        /* each epoch shuffles the previous one's order: a run resumed at a later epoch
+         * (checkpoint_dir) replays the shuffles of the epochs it skips, so epoch e reads
+         * the same order either way */
+        for (; r->shuffled <= epoch; r->shuffled++)
+            FL_CHECK(fl_dataset_local_shuffle(r->ds, r->seed + (uint64_t)r->shuffled));
         FL_CHECK(fl_exe_train_from_dataset(e, prog, r->ds, thread, fetch, info, nfetch, r->print_period, &s));
         *out = (app_pass){s.instances, s.batches, s.seconds, s.fetch[0], nfetch > 1 ? s.fetch[1] : 0};
         return FL_OK;
@@ -339,6 +344,13 @@ static int idx_open(const fl_app_config *c, const char *dir, int train, int rank
     const int64_t *sh = fl_var_shape(feeds[0]);
     if (fl_var_ndim(feeds[0]) != 4 || sh[1] != 1 || sh[2] != FMNIST_ROWS || sh[3] != FMNIST_COLS)
         return fl__err(FL_EINVAL, "the idx reader feeds [N, 1, 28, 28] images; input '%s' differs", fl_var_name(feeds[0]));
+    if (train && c->thread > 1)
+        return fl__err(FL_EUNSUPPORTED,
+                       "option thread: the idx reader trains with one thread per process (its batches go "
+                       "through the executor in order, not through Hogwild threads), got thread %d; leave "
+                       "thread at 1, or train on several processes: fleetrun --nproc_per_node N with mode "
+                       "collective",
+                       c->thread);
     idx_reader *r = calloc(1, sizeof *r);
     if (!r) return fl__err(FL_ENOMEM, "reader: out of memory");
     char err[8192];
