@@ -98,7 +98,11 @@ class DistributedOptimizer:
     def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
         s = self.user_defined_strategy
         ptr = s._pointer() if s is not None else None
-        return _minimize(self.inner_opt, loss, startup_program, parameter_list, no_grad_set, self._fleet, ptr)
+        out = _minimize(self.inner_opt, loss, startup_program, parameter_list, no_grad_set, self._fleet, ptr)
+        from .framework import default_startup_program
+        self._fleet._main_program = loss.program
+        self._fleet._startup_program = startup_program if startup_program is not None else default_startup_program()
+        return out
 
     def __getattr__(self, name):
         return getattr(self.inner_opt, name)
@@ -117,7 +121,27 @@ class Fleet:
         self._strategy = None
         self._worker_started = False
         self._worker_stopped = False
+        self._main_program = None
+        self._startup_program = None
         self.util = UtilBase(self)
+
+    # -- fluid 1.x: the programs minimize() built -------------------------------------------------
+    # Paddle 1.x's transpiler makes a new trainer program; here the distributed program is the
+    # loss's own program (the C optimizer rewrites it in place), so all three are that program
+    # (before minimize: the current default programs).
+    @property
+    def main_program(self):
+        from .framework import default_main_program
+        return self._main_program if self._main_program is not None else default_main_program()
+
+    @property
+    def startup_program(self):
+        from .framework import default_startup_program
+        return self._startup_program if self._startup_program is not None else default_startup_program()
+
+    @property
+    def _origin_program(self):
+        return self.main_program
 
     # -- setup --------------------------------------------------------------------------------
     def init(self, role_maker=None, is_collective=False, strategy=None, log_level=None):
@@ -131,6 +155,7 @@ class Fleet:
         if strategy is not None and not isinstance(strategy, DistributedStrategy):
             raise TypeError("fleet.init: strategy must be a DistributedStrategy, got %s" % type(strategy).__name__)
         role = role_maker._create()
+        role_maker._fleet = self
         ptr = strategy._pointer() if strategy is not None else None
         h = lib.fleet_init(role, ptr)
         if not h:

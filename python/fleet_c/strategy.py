@@ -11,7 +11,7 @@ import ctypes
 from . import _lib
 from ._lib import check, lib
 
-__all__ = ["DistributedStrategy", "DistributeTranspilerConfig"]
+__all__ = ["DistributedStrategy", "DistributeTranspilerConfig", "StrategyFactory"]
 
 # Defaults as in Paddle's distributed_strategy.proto (and fleet/fleet.h), for reading back.
 _DEFAULTS = {
@@ -120,10 +120,43 @@ class DistributeTranspilerConfig:
         self.geo_sgd_mode = False
         self.geo_sgd_need_push_nums = 100
         self.runtime_split_send_recv = False
+        self.half_async = False
 
     def _to_strategy(self):
         s = DistributedStrategy()
-        s.a_sync = not self.sync_mode or self.geo_sgd_mode
+        s.a_sync = not self.sync_mode or self.geo_sgd_mode or self.half_async
         if self.geo_sgd_mode:
             s.a_sync_configs = {"k_steps": int(self.geo_sgd_need_push_nums)}
+        elif self.half_async:
+            s.a_sync_configs = {"half_async": True}
         return s
+
+
+class StrategyFactory:
+    """Paddle 1.x's parameter-server modes (distributed_strategy.StrategyFactory): each
+    returns a DistributeTranspilerConfig for fleet.distributed_optimizer."""
+
+    @staticmethod
+    def create_sync_strategy():
+        return DistributeTranspilerConfig()
+
+    @staticmethod
+    def create_async_strategy():
+        c = DistributeTranspilerConfig()
+        c.sync_mode = False
+        return c
+
+    @staticmethod
+    def create_half_async_strategy():
+        c = DistributeTranspilerConfig()
+        c.sync_mode = False
+        c.half_async = True
+        return c
+
+    @staticmethod
+    def create_geo_strategy(update_frequency=100):
+        c = DistributeTranspilerConfig()
+        c.sync_mode = False
+        c.geo_sgd_mode = True
+        c.geo_sgd_need_push_nums = int(update_frequency)
+        return c
