@@ -77,3 +77,7 @@ def load_inference_model(dirname, executor, model_filename=None, params_filename
         lib.fl_io_free_names(fetches, nfetch.value)
     block = p.global_block()
     return [p, feed_names, [block.var(n) for n in fetch_names]]
+
+
+# fluid.io.DataLoader / PyReader and paddle.io.DataLoader / Dataset (feeding.py)
+from .feeding import DataFeeder, DataLoader, Dataset, IterableDataset, PyReader  # noqa: E402,F401

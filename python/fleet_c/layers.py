@@ -404,3 +404,7 @@ class ExponentialDecay:
 
 def exponential_decay(learning_rate, decay_steps, decay_rate, staircase=False):
     return ExponentialDecay(learning_rate, decay_steps, decay_rate, staircase)
+
+
+# the py_reader family (feeding.py)
+from .feeding import create_py_reader_by_data, py_reader, read_file  # noqa: E402,F401
