@@ -41,6 +41,21 @@ def _stop_at_exit():
 atexit.register(_stop_at_exit)
 
 
+def _selected_gpus(fleet):
+    """Programs written for GPUs read os.environ['FLAGS_selected_gpus'] for their
+    CUDAPlace: on this CPU build it is set to the process's rank on its node when the
+    launcher did not set it (fleetrun sets it from --gpus)."""
+    import os
+    import sys
+    if "FLAGS_selected_gpus" in os.environ:
+        return
+    local = os.environ.get("PADDLE_RANK_IN_NODE") or os.environ.get("LOCAL_RANK") or str(fleet.worker_index())
+    os.environ["FLAGS_selected_gpus"] = local
+    if fleet.worker_index() == 0:
+        print("fleet_c: info: FLAGS_selected_gpus set to the rank on this node (%s): CUDAPlace runs on the CPU here"
+              % local, file=sys.stderr)
+
+
 class UtilBase:
     """fleet.util: collectives over the workers on NumPy arrays, and file sharding."""
 
@@ -163,6 +178,8 @@ class Fleet:
         _all_handles.append(h)
         self._h = h
         self._strategy = strategy
+        if self.is_collective():
+            _selected_gpus(self)
         self._worker_started = self._worker_stopped = False
         return None
 

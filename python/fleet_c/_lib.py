@@ -239,6 +239,8 @@ _PROTOS = {
     "fl_layer_sigmoid_cross_entropy_with_logits": (P, [P, P]), "fl_layer_log_loss": (P, [P, P, c_float]),
     "fl_layer_mean": (P, [P]), "fl_layer_reduce_sum": (P, [P, POINTER(c_int), c_int, c_int]),
     "fl_layer_cos_sim": (P, [P, P]), "fl_layer_scale": (P, [P, c_float, c_float, c_int]),
+    "fl_layer_matmul": (P, [P, P, c_int, c_int, c_float]),
+    "fl_layer_fill_constant_batch_size_like": (P, [P, c_int, I64P, c_int, c_float]),
     "fl_layer_dropout": (P, [P, c_float, c_char_p]), "fl_layer_accuracy": (P, [P, P, c_int]),
     "fl_layer_auc": (P, [P, P, c_int, c_int, PP]),
     "fl_layer_conv2d": (P, [P, c_int64, c_int, c_int, c_char_p, POINTER(Conv2dAttr)]),

@@ -3,7 +3,7 @@
 (layers.py_reader, create_py_reader_by_data, read_file, decorate_paddle_reader).
 
 A reader yields samples (or lists of samples, or whole batches); DataFeeder turns one
-batch into one feed dict of NumPy arrays / LoDTensors, which the executor copies into C
+batch into one feed dict of LoDTensors (as Paddle's), which the executor copies into C
 tensors in one call per variable: the C side sees batches, never single examples.
 Batches are made ahead in a thread (capacity batches), while the executor, which releases
 the interpreter lock in C, trains on the previous one.
@@ -63,7 +63,7 @@ def _column(name, column, dtype, shape, lod):
         a = np.asarray(column, dtype=dtype)
         if -1 not in per:
             a = a.reshape([len(column)] + per)
-        return a
+        return LoDTensor(a)
     lens = [len(s) for s in column]
     if not column or sum(lens) == 0:
         raise ValueError("feed '%s': the sequences of the batch are all empty" % name)

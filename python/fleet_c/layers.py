@@ -263,6 +263,24 @@ def cos_sim(X, Y):
     return _out(X, lib.fl_layer_cos_sim(X._p, Y._p), "cos_sim")
 
 
+def matmul(x, y, transpose_x=False, transpose_y=False, alpha=1.0, name=None):
+    """alpha * op(x) op(y) for rank-2 or rank-3 (batched) operands."""
+    _var(x, "x", "matmul")
+    _var(y, "y", "matmul")
+    ptr = lib.fl_layer_matmul(x._p, y._p, 1 if transpose_x else 0, 1 if transpose_y else 0, float(alpha))
+    return _out(x, ptr, "matmul")
+
+
+def fill_constant_batch_size_like(input, shape, dtype, value, input_dim_idx=0, output_dim_idx=0,
+                                  force_cpu=False):
+    """A tensor of shape (its first dimension the batch of input) filled with value."""
+    _var(input, "input", "fill_constant_batch_size_like")
+    _unsupported("fill_constant_batch_size_like", input_dim_idx=(input_dim_idx, 0), output_dim_idx=(output_dim_idx, 0))
+    arr, n = _shape(list(shape), "fill_constant_batch_size_like")
+    ptr = lib.fl_layer_fill_constant_batch_size_like(input._p, n, arr, dtype_code(dtype), float(value))
+    return _out(input, ptr, "fill_constant_batch_size_like")
+
+
 def scale(x, scale=1.0, bias=0.0, bias_after_scale=True, act=None, name=None):
     _var(x, "x", "scale")
     ptr = lib.fl_layer_scale(x._p, float(scale), float(bias), 1 if bias_after_scale else 0)

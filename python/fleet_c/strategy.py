@@ -41,6 +41,31 @@ _CONFIG_DEFAULTS = {
 }
 
 
+# Paddle's graph, device and communication hints: they change how Paddle schedules the work
+# on GPUs, never the arithmetic.  When the library does not take one, it is accepted here
+# with one info line saying it has no effect on this build.
+_HINTS = {
+    "fuse_elewise_add_act_ops", "fuse_bn_act_ops", "fuse_bn_add_act_ops", "fuse_relu_depthwise_conv",
+    "fuse_broadcast_ops", "fuse_all_optimizer_ops", "fuse_all_reduce_ops", "fuse_grad_size_in_MB",
+    "fuse_grad_size_in_TFLOPS", "fuse_grad_merge", "nccl_comm_num", "sync_nccl_allreduce", "enable_inplace",
+    "enable_sequential_execution", "enable_auto_fusion", "enable_addto", "cudnn_exhaustive_search",
+    "conv_workspace_size_limit", "cudnn_batchnorm_spatial_persistent", "use_hierarchical_allreduce",
+    "hierarchical_allreduce_inter_nranks", "exec_strategy", "build_strategy", "mode", "collective_mode",
+    "find_unused_parameters", "without_graph_optimization", "fuse_memory_size", "fuse_layer_size",
+    "last_comm_group_size_MB", "use_dist_fc", "dist_fc_config", "enable_backward_optimizer_op_deps",
+    "calc_comm_same_stream", "_fuse_grad_size_in_num", "num_threads", "num_iteration_per_drop_scope",
+}
+_hint_said = [False]
+
+
+def _hint(name):
+    if not _hint_said[0]:
+        _hint_said[0] = True
+        import sys
+        print("fleet_c: info: strategy.%s (and Paddle's other graph and GPU hints) has no effect on this build: "
+              "accepted, not applied" % name, file=sys.stderr)
+
+
 def _str(value):
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -61,7 +86,19 @@ class DistributedStrategy:
         object.__setattr__(self, "_values", {})
 
     def _apply(self, key, value):
-        check(lib.fleet_strategy_set(ctypes.byref(self._c), _lib.cstr(key), _lib.cstr(_str(value))))
+        c = ctypes.byref(self._c)
+        if key not in _HINTS:
+            check(lib.fleet_strategy_set(c, _lib.cstr(key), _lib.cstr(_str(value))))
+            return
+        # a hint the library refuses (unknown, or a value it does not implement): kept at its
+        # default there, accepted here
+        ok_before = lib.fleet_strategy_check(c) == 0
+        st = lib.fleet_strategy_set(c, _lib.cstr(key), _lib.cstr(_str(value)))
+        if st == 0 and (not ok_before or lib.fleet_strategy_check(c) == 0):
+            return
+        if st == 0 and key in _DEFAULTS:
+            check(lib.fleet_strategy_set(c, _lib.cstr(key), _lib.cstr(_str(_DEFAULTS[key]))))
+        _hint(key)
 
     def __setattr__(self, name, value):
         if name in _CONFIG_DEFAULTS:

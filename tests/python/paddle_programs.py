@@ -108,3 +108,27 @@ def prepare(name, dest):
                 with open(p, "w", encoding="utf-8") as fh:
                     fh.write(transform(rel.replace(os.sep, "/"), text))
     return dest
+
+
+# ---- data in each program's format ----------------------------------------------------------------
+
+
+def write_mnist(d, n_train=2000, n_test=500, seed=7):
+    """MNIST idx files (gzipped, Paddle's names) of a learnable 10-class task: class k
+    lights up the k-th band of 78 pixels, plus noise.  Written to d/ (created)."""
+    import gzip
+    import struct
+
+    import numpy as np
+    os.makedirs(str(d), exist_ok=True)
+    rng = np.random.RandomState(seed)
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        labels = rng.randint(0, 10, size=n).astype(np.uint8)
+        images = (rng.rand(n, 784) * 100).astype(np.uint8)
+        for i, k in enumerate(labels):
+            images[i, int(k) * 78:(int(k) + 1) * 78] += 150
+        with gzip.open(os.path.join(str(d), "%s-images-idx3-ubyte.gz" % prefix), "wb") as f:
+            f.write(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes())
+        with gzip.open(os.path.join(str(d), "%s-labels-idx1-ubyte.gz" % prefix), "wb") as f:
+            f.write(struct.pack(">II", 2049, n) + labels.tobytes())
+    return d
