@@ -112,6 +112,11 @@ class DistributedOptimizer:
 
     def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
         s = self.user_defined_strategy
+        dgc = getattr(self.inner_opt, "_dgc_configs", None)
+        if dgc is not None and self._fleet.is_collective():  # DGCMomentumOptimizer (fluid 1.x)
+            s = s if s is not None else DistributedStrategy()
+            s.dgc = True
+            s.dgc_configs = dgc
         ptr = s._pointer() if s is not None else None
         out = _minimize(self.inner_opt, loss, startup_program, parameter_list, no_grad_set, self._fleet, ptr)
         from .framework import default_startup_program

@@ -74,7 +74,16 @@ PY3_FIXES = {
 }
 
 # Upstream bugs that fail on Paddle too: file -> [(old, new, why)].
-UPSTREAM_FIXES = {}
+_ANTIALIAS = ("Image.ANTIALIAS", "Image.LANCZOS", "Pillow 10 removed the ANTIALIAS alias of LANCZOS (the same filter)")
+UPSTREAM_FIXES = {
+    "dgc_example/train.py": [_ANTIALIAS],
+    "dgc_example/train_with_fleet.py": [
+        _ANTIALIAS,
+        ("\n    infer(\n", "\n    fleet.worker_index() == 0 and infer(\n",
+         "every trainer loads the model only trainer 0 saves, with nothing making them wait for it: trainer 1 fails "
+         "when it gets there first (on Paddle too); only trainer 0 infers"),
+    ],
+}
 
 
 def _apply(text, rel, fixes, what):
@@ -132,3 +141,14 @@ def write_mnist(d, n_train=2000, n_test=500, seed=7):
         with gzip.open(os.path.join(str(d), "%s-labels-idx1-ubyte.gz" % prefix), "wb") as f:
             f.write(struct.pack(">II", 2049, n) + labels.tobytes())
     return d
+
+
+def write_digit_png(path, digit=3):
+    """A 28x28 grey PNG (the dgc example's image/infer_3.png, left out of the copy) in
+    write_mnist's pattern for class digit."""
+    import numpy as np
+    from PIL import Image
+    os.makedirs(os.path.dirname(str(path)), exist_ok=True)
+    a = np.full(784, 50, np.uint8)
+    a[digit * 78:(digit + 1) * 78] = 200
+    Image.fromarray(a.reshape(28, 28)).save(str(path))

@@ -12,7 +12,8 @@ build=$(cd "${1:?usage: run.sh BUILD [--venv-only]}" && pwd) || exit 2
 root=$(cd "$(dirname "$0")/../.." && pwd)
 venv=$build/pyenv
 created=$venv/.fleet-created   # written once, when the environment is complete
-reqs="numpy pytest tensorboard"  # from PyPI; an environment made with fewer gets the rest
+reqs="numpy pytest tensorboard six pillow"  # from PyPI; an environment made with fewer gets the rest
+# (six and pillow: Paddle's example programs import them, test_paddle_programs.py)
 export PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
 die() { echo "tests/python/run.sh: $*" >&2; exit 1; }

@@ -16,7 +16,7 @@ from ..layers import _data
 from ..param_attr import ParamAttr
 from ..feeding import DataFeeder
 from ..strategy import DistributeTranspilerConfig
-from . import compiler, core, incubate, metrics, transpiler
+from . import compiler, core, incubate, metrics, nets, transpiler
 
 for _name in ("framework", "initializer", "io", "layers", "optimizer", "param_attr", "regularizer", "unique_name"):
     _sys.modules[__name__ + "." + _name] = globals()[_name]
