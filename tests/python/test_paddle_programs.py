@@ -321,3 +321,44 @@ def test_dgc_example_collective_dgc(tmp_path, penv, build_dir):
          "--num_epochs", "1"], d, penv, timeout=300)
     _dgc_checks(read(d / "log" / "workerlog.0"), "train_with_fleet.py trainer 0")  # trainer 0 tests and infers
     assert costs(read(d / "log" / "workerlog.1"), r"Pass \d+, Epoch 0, Cost ([0-9.]+)")
+
+
+# ---- not running yet (not run: each would first build tables of hundreds of MB or start
+# parameter servers by hand, to fail on the reason given) ---------------------------------------------------
+
+
+@needs_programs
+@pytest.mark.xfail(run=False, strict=True, reason=(
+    "word2vec/local_train_example.py: upstream bugs that fail on Paddle too (`role` is undefined; `model_path` is "
+    "assigned inside train(), so reading it raises UnboundLocalError), fluid.executor.FetchHandler is missing, "
+    "dataset_generator.py calls np.random.random_integers (removed in NumPy 2), and conf.py's tables "
+    "(354051 x 300, twice: 850 MB) are fixed in the program"))
+def test_word2vec_local():
+    raise AssertionError("not run")
+
+
+@needs_programs
+@pytest.mark.xfail(run=False, strict=True, reason=(
+    "word2vec/dist_train_example.py: asynchronous parameter servers with an exponential_decay learning rate are "
+    "refused (the servers do not apply a schedule: Paddle 2.x's a_sync learning-rate passes are not implemented); "
+    "the data generator and table sizes as for local_train_example.py"))
+def test_word2vec_parameter_server():
+    raise AssertionError("not run")
+
+
+@needs_programs
+@pytest.mark.xfail(run=False, strict=True, reason=(
+    "deepFM/distribute_base.py: layers square and cast (not in the C registry yet), "
+    "regularizer.L1DecayRegularizer (the C optimizers have L2 only), fluid.contrib.utils (HDFSClient, "
+    "multi_download); its launch script local_cluster.sh sets the roles by hand (TRAINING_ROLE, PADDLE_PORT, "
+    "...) and kills every python process on the host"))
+def test_deepfm_parameter_server():
+    raise AssertionError("not run")
+
+
+@needs_programs
+@pytest.mark.xfail(run=False, strict=True, reason=(
+    "simnet_bow/distribute_base.py: layers elementwise_max, less_than, cast and fill_constant (not in the C "
+    "registry yet); launched as deepFM (local_cluster.sh)"))
+def test_simnet_bow_parameter_server():
+    raise AssertionError("not run")
