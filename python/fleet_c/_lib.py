@@ -240,6 +240,8 @@ _PROTOS = {
     "fl_layer_mean": (P, [P]), "fl_layer_reduce_sum": (P, [P, POINTER(c_int), c_int, c_int]),
     "fl_layer_cos_sim": (P, [P, P]), "fl_layer_scale": (P, [P, c_float, c_float, c_int]),
     "fl_layer_matmul": (P, [P, P, c_int, c_int, c_float]),
+    "fl_layer_square": (P, [P]), "fl_layer_cast": (P, [P, c_int]),
+    "fl_layer_reduce_mean": (P, [P, POINTER(c_int), c_int, c_int]),
     "fl_layer_fill_constant_batch_size_like": (P, [P, c_int, I64P, c_int, c_float]),
     "fl_layer_dropout": (P, [P, c_float, c_char_p]), "fl_layer_accuracy": (P, [P, P, c_int]),
     "fl_layer_auc": (P, [P, P, c_int, c_int, PP]),

@@ -241,20 +241,25 @@ def reduce_sum(input, dim=None, keep_dim=False, name=None):
 
 
 def reduce_mean(input, dim=None, keep_dim=False, name=None):
-    """The mean over dims: reduce_sum scaled by the count of reduced elements, which must be
-    known when the program is built (all of them with dim=None: the mean op)."""
+    """The mean over dims (all of them with dim=None), by the run-time sizes: the batch
+    dimension may be reduced."""
     _var(input, "input", "reduce_mean")
-    if dim is None:
-        out = mean(input)
-        return reshape(out, [1] * len(input.shape)) if keep_dim else out
-    dims = [dim] if isinstance(dim, int) else list(dim)
-    count = 1
-    for d in dims:
-        n = input.shape[d]
-        if n < 0:
-            raise NotImplementedError("reduce_mean: dimension %d of '%s' is known only at run time" % (d, input.name))
-        count *= n
-    return scale(reduce_sum(input, dims, keep_dim), 1.0 / count)
+    if dim is None and not keep_dim:
+        return mean(input)
+    dims = [] if dim is None else ([dim] if isinstance(dim, int) else list(dim))
+    arr = (ctypes.c_int * max(1, len(dims)))(*dims)
+    return _out(input, lib.fl_layer_reduce_mean(input._p, arr, len(dims), 1 if keep_dim else 0), "reduce_mean")
+
+
+def square(x, name=None):
+    _var(x, "x", "square")
+    return _out(x, lib.fl_layer_square(x._p), "square")
+
+
+def cast(x, dtype):
+    """x converted to dtype (float32, float64, int32, int64)."""
+    _var(x, "x", "cast")
+    return _out(x, lib.fl_layer_cast(x._p, dtype_code(dtype)), "cast")
 
 
 def cos_sim(X, Y):

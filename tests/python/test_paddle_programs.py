@@ -283,8 +283,9 @@ def test_dist_test_collective(tmp_path, penv, build_dir):
 
 
 @needs_programs
-@pytest.mark.xfail(reason="model.py: reduce_mean over the batch dimension (dim=0, known only at run time) needs a "
-                   "reduce_mean op in the C registry; distributed, also collective._c_allgather", strict=True)
+@pytest.mark.xfail(reason="model.py adds mse [N] and cross_entropy [N, 1] (cost = 0.5 * (0 - mse) + 0.5 * "
+                   "cross_entropy): Paddle 2's two-way broadcasting (to [N, N]) is not in the C elementwise ops; "
+                   "distributed, also collective._c_allgather", strict=True)
 def test_pe_collective_single_trainer(tmp_path, penv):
     d = _prog(tmp_path, "pe_collective")
     pp.write_mnist(d / "dataset")
@@ -348,8 +349,7 @@ def test_word2vec_parameter_server():
 
 @needs_programs
 @pytest.mark.xfail(run=False, strict=True, reason=(
-    "deepFM/distribute_base.py: layers square and cast (not in the C registry yet), "
-    "regularizer.L1DecayRegularizer (the C optimizers have L2 only), fluid.contrib.utils (HDFSClient, "
+    "deepFM/distribute_base.py: regularizer.L1DecayRegularizer (the C optimizers have L2 only), fluid.contrib.utils (HDFSClient, "
     "multi_download); its launch script local_cluster.sh sets the roles by hand (TRAINING_ROLE, PADDLE_PORT, "
     "...) and kills every python process on the host"))
 def test_deepfm_parameter_server():
@@ -358,7 +358,7 @@ def test_deepfm_parameter_server():
 
 @needs_programs
 @pytest.mark.xfail(run=False, strict=True, reason=(
-    "simnet_bow/distribute_base.py: layers elementwise_max, less_than, cast and fill_constant (not in the C "
-    "registry yet); launched as deepFM (local_cluster.sh)"))
+    "simnet_bow/distribute_base.py: layers elementwise_max, less_than and fill_constant (not in the C registry "
+    "yet); launched as deepFM (local_cluster.sh)"))
 def test_simnet_bow_parameter_server():
     raise AssertionError("not run")
