@@ -12,6 +12,8 @@ Non-iterable loaders (iterable=False, and every py_reader) are bound to their pr
 ``loader.start()``, then ``exe.run(program)`` without a feed takes the next batch, and the
 run after the last batch raises ``fluid.core.EOFException``; ``loader.reset()`` rewinds.
 """
+import itertools
+
 import numpy as np
 
 from . import reader as _reader
@@ -65,10 +67,15 @@ def _column(name, column, dtype, shape, lod):
             a = a.reshape([len(column)] + per)
         return LoDTensor(a)
     lens = [len(s) for s in column]
-    if not column or sum(lens) == 0:
+    total = sum(lens)
+    if not column or total == 0:
         raise ValueError("feed '%s': the sequences of the batch are all empty" % name)
-    flat = np.concatenate([np.asarray(s, dtype=dtype).reshape([len(s)] + ([-1] if not per else per))
-                           for s in column if len(s)])
+    try:  # sequences of numbers (ids): one pass, no array per sequence
+        flat = np.fromiter(itertools.chain.from_iterable(column), dtype=dtype, count=total)
+        flat = flat.reshape([total] + (per if per and -1 not in per else [-1]))
+    except (TypeError, ValueError):  # sequences of rows
+        flat = np.concatenate([np.asarray(s, dtype=dtype).reshape([len(s)] + ([-1] if not per else per))
+                               for s in column if len(s)])
     if flat.ndim == 1:
         flat = flat.reshape(-1, 1)
     return create_lod_tensor(flat, [lens])
