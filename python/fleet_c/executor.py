@@ -18,7 +18,7 @@ from ._tensor import LoDTensor, from_c, to_c
 from .framework import Program, Variable, default_main_program
 
 __all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "Executor", "Scope", "global_scope", "scope_guard",
-           "CompiledProgram", "ExecutionStrategy", "BuildStrategy", "cpu_places", "cuda_places"]
+           "CompiledProgram", "ExecutionStrategy", "BuildStrategy", "FetchHandler", "cpu_places", "cuda_places"]
 
 
 class CPUPlace:
@@ -327,16 +327,45 @@ class Executor:
         thread number).  Every print_period batches a line shows the fetched values.
         Returns {instances, batches, seconds, fetch: {name: thread 0's last value}}."""
         if fetch_handler is not None:
-            raise NotImplementedError("train_from_dataset: fetch_handler is not supported (use print_period)")
+            return _with_handler(self, lib.fl_exe_train_from_dataset, program, dataset, scope, thread, fetch_handler,
+                                 print_period)
         return self._dataset_pass(lib.fl_exe_train_from_dataset, program, dataset, scope, thread, fetch_list,
                                   fetch_info, print_period)
 
     def infer_from_dataset(self, program=None, dataset=None, scope=None, thread=0, debug=False, fetch_list=None,
                            fetch_info=None, print_period=100, fetch_handler=None):
         if fetch_handler is not None:
-            raise NotImplementedError("infer_from_dataset: fetch_handler is not supported (use print_period)")
+            return _with_handler(self, lib.fl_exe_infer_from_dataset, program, dataset, scope, thread, fetch_handler,
+                                 print_period)
         return self._dataset_pass(lib.fl_exe_infer_from_dataset, program, dataset, scope, thread, fetch_list,
                                   fetch_info, print_period)
+
+
+class FetchHandler:
+    """fluid.executor.FetchHandler(var_dict, period_secs): a dataset pass given one calls
+    handler({key: value}) with the values of var_dict's variables.  Paddle calls it every
+    period_secs from a monitor thread while the pass runs; here the C pass reports thread 0's
+    latest values when it ends, so handler is called once per pass, then."""
+
+    def __init__(self, var_dict=None, period_secs=60):
+        if not isinstance(var_dict, dict) or not var_dict:
+            raise ValueError("FetchHandler: var_dict must be a non-empty dict of name -> Variable")
+        self.var_dict = var_dict
+        self.period_secs = period_secs
+
+    def handler(self, res_dict):
+        for key, value in res_dict.items():
+            print("%s: %s" % (key, value))
+
+
+def _with_handler(exe, fn, program, dataset, scope, thread, handler, print_period):
+    if not isinstance(handler, FetchHandler):
+        raise TypeError("fetch_handler must be a FetchHandler, got %s" % type(handler).__name__)
+    keys = list(handler.var_dict)
+    r = exe._dataset_pass(fn, program, dataset, scope, thread, [handler.var_dict[k] for k in keys], keys,
+                          print_period)
+    handler.handler({k: np.array([r["fetch"][k]]) for k in keys})
+    return r
 
 
 def _dtype_of_var(v):

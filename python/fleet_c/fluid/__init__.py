@@ -6,7 +6,7 @@ package's own modules under their 1.x names (import fleet_c.fluid.layers works t
 """
 import sys as _sys
 
-from .. import framework, initializer, io, layers, optimizer, param_attr, regularizer, unique_name
+from .. import executor, framework, initializer, io, layers, optimizer, param_attr, regularizer, unique_name
 from .._tensor import LoDTensor, create_lod_tensor
 from ..dataset import DatasetFactory, InMemoryDataset, QueueDataset
 from ..executor import (BuildStrategy, CompiledProgram, CPUPlace, CUDAPinnedPlace, CUDAPlace, ExecutionStrategy,
@@ -18,7 +18,8 @@ from ..feeding import DataFeeder
 from ..strategy import DistributeTranspilerConfig
 from . import compiler, core, incubate, metrics, nets, transpiler
 
-for _name in ("framework", "initializer", "io", "layers", "optimizer", "param_attr", "regularizer", "unique_name"):
+for _name in ("executor", "framework", "initializer", "io", "layers", "optimizer", "param_attr", "regularizer",
+              "unique_name"):
     _sys.modules[__name__ + "." + _name] = globals()[_name]
 
 
