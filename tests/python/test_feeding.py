@@ -227,3 +227,30 @@ def test_mnist_from_the_data_directory(tmp_path, monkeypatch):
     assert [lab for _, lab in got] == [7, 3]
     assert got[0][0].dtype == np.float32 and got[0][0].shape == (784,)
     assert got[0][0][0] == -1.0 and abs(got[0][0][255] - 1.0) < 1e-6
+
+
+COLLECTIVE_SAVE = """
+import fleet_c.fluid as fluid
+from fleet_c.fluid.incubate.fleet.collective import fleet
+fleet.init()
+x = fluid.layers.data(name="x", shape=[2], dtype="float32")
+cost = fluid.layers.mean(fluid.layers.fc(x, 1))
+fleet.distributed_optimizer(fluid.optimizer.SGD(0.1)).minimize(cost)
+exe = fluid.Executor(fluid.CPUPlace())
+exe.run(fluid.default_startup_program())
+if fleet.is_first_worker():
+    fleet.save_persistables(exe, "model")
+    fleet.save_inference_model(exe, "infer", ["x"], [cost])
+print("worker %d done" % fleet.worker_index())
+"""
+
+
+def test_collective_save_by_the_first_worker_alone(tmp_path, env, build_dir):
+    """As Paddle programs do: only the first worker saves, and nobody waits for the others."""
+    from helpers import fleetrun, read, run
+    (tmp_path / "save.py").write_text(COLLECTIVE_SAVE)
+    run([fleetrun(build_dir), "--nproc_per_node", "2", "python3", "save.py"], tmp_path, env, timeout=60)
+    for w in (0, 1):
+        assert "worker %d done" % w in read(tmp_path / "log" / ("workerlog.%d" % w))
+    assert (tmp_path / "model" / "persistables.safetensors").exists()
+    assert (tmp_path / "infer" / "__model__").exists()
