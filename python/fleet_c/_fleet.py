@@ -288,33 +288,27 @@ class Fleet:
             _lib.c_free(ctypes.cast(out, ctypes.c_void_p).value)
 
     # -- saving -------------------------------------------------------------------------------------
-    # Paddle programs save from the first worker only (``if fleet.is_first_worker():``).  In a
-    # collective job every worker holds the whole model, so, as in Paddle, the call saves
-    # this worker's copy with nothing the others must join: the first worker writes, the
-    # others return at once (several writers of one directory would race).  With parameter
-    # servers the servers' tables are saved too, which takes every worker's call (the C
-    # runtime's barrier): there, call it on every worker.
+    # Paddle programs save from the first worker only (``if fleet.is_first_worker():``), and
+    # Paddle needs nothing from the other workers: so here the first worker saves alone
+    # (fleet_save_*_alone: in a collective job its copy of the model; with parameter servers
+    # the servers save their tables and the worker its own state), and another worker's call
+    # returns at once (several writers of one directory would race).
     def save_persistables(self, executor, dirname, main_program=None, mode=0):
         from .io import _exe_handle, _main
-        from .io import save_persistables as _local
         p = _main(main_program)
-        if self.is_collective():
-            if self.worker_index() == 0:
-                _local(executor, dirname, p)
+        if not self.is_first_worker():
             return
-        check(lib.fleet_save_persistables(self._handle(), _exe_handle(executor, p), _lib.cstr(dirname), p._main()))
+        check(lib.fleet_save_persistables_alone(self._handle(), _exe_handle(executor, p), _lib.cstr(dirname),
+                                                p._main()))
 
     def save_inference_model(self, executor, dirname, feeded_var_names, target_vars, main_program=None,
                              export_for_deployment=True, mode=0):
         from .framework import Variable
         from .io import _exe_handle, _main, _target_ptrs
-        from .io import save_inference_model as _local
         p = _main(main_program)
-        if self.is_collective():
-            if self.worker_index() == 0:
-                _local(dirname, feeded_var_names, target_vars, executor, p)
+        if not self.is_first_worker():
             return
         feeds = [f.name if isinstance(f, Variable) else str(f) for f in feeded_var_names]
         ts, tp = _target_ptrs(target_vars)
-        check(lib.fleet_save_inference_model(self._handle(), _exe_handle(executor, p), _lib.cstr(dirname),
-                                             _lib.cstr_array(feeds), len(feeds), tp, len(ts), p._main()))
+        check(lib.fleet_save_inference_model_alone(self._handle(), _exe_handle(executor, p), _lib.cstr(dirname),
+                                                   _lib.cstr_array(feeds), len(feeds), tp, len(ts), p._main()))

@@ -297,6 +297,8 @@ _PROTOS = {
     "fleet_util_all_gather": (c_int, [P, c_void_p, c_void_p, c_size_t, c_int]), "fleet_util_barrier": (c_int, [P]),
     "fleet_save_persistables": (c_int, [P, P, c_char_p, P]),
     "fleet_save_inference_model": (c_int, [P, P, c_char_p, SP, c_int, PP, c_int, P]),
+    "fleet_save_persistables_alone": (c_int, [P, P, c_char_p, P]),
+    "fleet_save_inference_model_alone": (c_int, [P, P, c_char_p, SP, c_int, PP, c_int, P]),
     "fleet_split_files": (c_int, [P, SP, c_int, POINTER(SP), POINTER(c_int)]),
     "fleet_dataset_global_shuffle": (c_int, [P, P, c_uint64]),
     "fleet_dataset_memory_data_size": (c_int64, [P, P]),

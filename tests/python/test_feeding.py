@@ -254,3 +254,45 @@ def test_collective_save_by_the_first_worker_alone(tmp_path, env, build_dir):
         assert "worker %d done" % w in read(tmp_path / "log" / ("workerlog.%d" % w))
     assert (tmp_path / "model" / "persistables.safetensors").exists()
     assert (tmp_path / "infer" / "__model__").exists()
+
+
+PS_SAVE = """
+import fleet_c.fluid as fluid
+import fleet_c.fluid.incubate.fleet.base.role_maker as role_maker
+from fleet_c.fluid.incubate.fleet.parameter_server.distribute_transpiler import fleet
+fleet.init(role_maker.PaddleCloudRoleMaker())
+ids = fluid.layers.data(name="ids", shape=[1], dtype="int64", lod_level=1)
+emb = fluid.layers.sequence_pool(fluid.layers.embedding(input=ids, size=[100, 4], is_sparse=True,
+                                                        param_attr=fluid.ParamAttr(name="emb")), "sum")
+cost = fluid.layers.mean(fluid.layers.fc(emb, 1))
+fleet.distributed_optimizer(fluid.optimizer.SGD(0.1)).minimize(cost)
+if fleet.is_server():
+    fleet.init_server()
+    fleet.run_server()
+else:
+    fleet.init_worker()
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(fleet.startup_program)
+    t = fluid.create_lod_tensor([[1, 2], [3]], [[2, 1]])
+    for _ in range(5):
+        exe.run(fleet.main_program, feed={"ids": t}, fetch_list=[cost])
+    if fleet.is_first_worker():
+        fleet.save_persistables(exe, "model")
+        fleet.save_inference_model(exe, "infer", ["ids"], [cost])
+    print("worker %d done" % fleet.worker_index())
+    fleet.stop_worker()
+"""
+
+
+def test_parameter_server_save_by_the_first_worker_alone(tmp_path, env, build_dir):
+    """Paddle's pattern with parameter servers: the first worker alone has the servers save
+    their tables; the other worker does not wait for it, nor it for the other."""
+    from helpers import fleetrun, read, run
+    (tmp_path / "save.py").write_text(PS_SAVE)
+    run([fleetrun(build_dir), "--server_num", "1", "--worker_num", "2", "python3", "save.py"], tmp_path, env,
+        timeout=90)
+    for w in (0, 1):
+        assert "worker %d done" % w in read(tmp_path / "log" / ("workerlog.%d" % w))
+    saved = sorted(os.listdir(str(tmp_path / "model")))
+    assert "persistables.safetensors" in saved and "emb" in saved, saved  # the worker's, and the server's table
+    assert (tmp_path / "infer" / "__model__").exists()
