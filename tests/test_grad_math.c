@@ -145,6 +145,5 @@ TEST(build_errors_name_the_op_and_input)
     fl_prog_free(p);
 }
 
-TEST_MAIN(T(grad_square), T(grad_reduce_mean_dims), T(reduce_mean_over_the_batch_matches_loop),
-          T(grad_cast_between_floats), T(cast_values_and_no_gradient_through_integers),
-          T(build_errors_name_the_op_and_input))
+TEST_MAIN(T(grad_square), T(grad_reduce_mean_dims), T(reduce_mean_over_the_batch_matches_loop), T(grad_cast_between_floats),
+          T(cast_values_and_no_gradient_through_integers), T(build_errors_name_the_op_and_input))

@@ -212,8 +212,8 @@ static int grad_reduce_mean(fl_op *op, fl_grad_ctx *g)
     return fl__grad_append(op, "reduce_mean_grad", in, 2, &out, 1);
 }
 
-static const fl_op_def def_reduce_mean = {
-    "reduce_mean", {"X"}, {"Out"}, infer_reduce_mean, run_reduce_mean, grad_reduce_mean, NULL};
+static const fl_op_def def_reduce_mean = {"reduce_mean",    {"X"}, {"Out"}, infer_reduce_mean, run_reduce_mean,
+                                          grad_reduce_mean, NULL};
 static const fl_op_def def_reduce_mean_grad = {
     "reduce_mean_grad", {"X", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_reduce_mean_grad, NULL, NULL};
 
@@ -322,8 +322,8 @@ static int grad_cast(fl_op *op, fl_grad_ctx *g)
 }
 
 static const fl_op_def def_cast = {"dtype_cast", {"X"}, {"Out"}, infer_cast, run_cast, grad_cast, NULL};
-static const fl_op_def def_cast_grad = {
-    "dtype_cast_grad", {"Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_cast_grad, NULL, NULL};
+static const fl_op_def def_cast_grad = {"dtype_cast_grad", {"Out@GRAD"}, {"X@GRAD"}, fl__infer_nop,
+                                        run_cast_grad,     NULL,         NULL};
 
 fl_var *fl_layer_cast(fl_var *x, fl_dtype dtype)
 {
@@ -345,5 +345,5 @@ fl_var *fl_layer_cast(fl_var *x, fl_dtype dtype)
     return o;
 }
 
-const fl_op_def *const fl__ops_math[] = {&def_square, &def_square_grad, &def_reduce_mean, &def_reduce_mean_grad,
-                                         &def_cast,   &def_cast_grad,   NULL};
+const fl_op_def *const fl__ops_math[] = {
+    &def_square, &def_square_grad, &def_reduce_mean, &def_reduce_mean_grad, &def_cast, &def_cast_grad, NULL};

@@ -435,8 +435,8 @@ static int save_inference_model(fleet_t *f, fl_exe *exe, const char *dir, const 
 
 /* One worker alone, with no barrier (fleet_save_*_alone, save_one.c): this worker's queued
  * pushes are flushed, then it does what the first worker does in ps_first_worker_does. */
-int fl__ps_save_alone(fleet_t *f, fl_exe *exe, const char *dir, const char *const *feeds, int nfeed,
-                      fl_var *const *targets, int ntarget, const fl_prog *prog, int inference)
+int fl__ps_save_alone(fleet_t *f, fl_exe *exe, const char *dir, const char *const *feeds, int nfeed, fl_var *const *targets,
+                      int ntarget, const fl_prog *prog, int inference)
 {
     const char *fn = inference ? "fleet_save_inference_model_alone" : "fleet_save_persistables_alone";
     fl__ps_ctx *c = NULL;
