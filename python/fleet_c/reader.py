@@ -169,17 +169,11 @@ def buffered(reader, size):
         def produce():
             try:
                 for s in reader():
-                    while not stop.is_set():
-                        try:
-                            q.put(s, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if stop.is_set():
+                    if not _put(q, s, stop):
                         return
-                q.put(_End())
+                _put(q, _End(), stop)
             except BaseException as e:  # handed to the consumer, which raises it
-                q.put(_Failed(e))
+                _put(q, _Failed(e), stop)
 
         t = threading.Thread(target=produce, daemon=True)
         t.start()
@@ -197,9 +191,21 @@ def buffered(reader, size):
     return read_ahead
 
 
+def _put(q, item, stop):
+    """q.put that gives up when stop is set (the consumer went away); False then."""
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
 def xmap_readers(mapper, reader, process_num, buffer_size, order=False):
     """mapper applied to the samples of reader by process_num threads (order=True keeps
-    the reader's order)."""
+    the reader's order).  The threads end when the reader is exhausted, or when the
+    consumer stops reading (the generator is closed)."""
     _check_reader(reader, "paddle.reader.xmap_readers")
     process_num = int(process_num)
     if process_num <= 0:
@@ -208,50 +214,60 @@ def xmap_readers(mapper, reader, process_num, buffer_size, order=False):
     def xreader():
         in_q = queue.Queue(maxsize=max(1, int(buffer_size)))
         out_q = queue.Queue(maxsize=max(1, int(buffer_size)))
+        stop = threading.Event()
 
         def feed():
             try:
                 for i, s in enumerate(reader()):
-                    in_q.put((i, s))
-            except BaseException as e:
-                out_q.put(_Failed(e))
+                    if not _put(in_q, (i, s), stop):
+                        return
+            except BaseException as e:  # handed to the consumer, which raises it
+                _put(out_q, _Failed(e), stop)
             for _ in range(process_num):
-                in_q.put(_End())
+                _put(in_q, _End(), stop)
 
         def work():
-            while True:
-                item = in_q.get()
+            while not stop.is_set():
+                try:
+                    item = in_q.get(timeout=0.1)
+                except queue.Empty:
+                    continue
                 if isinstance(item, _End):
-                    out_q.put(_End())
+                    _put(out_q, _End(), stop)
                     return
                 i, s = item
                 try:
-                    out_q.put((i, mapper(s)))
+                    r = (i, mapper(s))
                 except BaseException as e:
-                    out_q.put(_Failed(e))
-                    out_q.put(_End())
+                    _put(out_q, _Failed(e), stop)
+                    _put(out_q, _End(), stop)
+                    return
+                if not _put(out_q, r, stop):
                     return
 
         threads = [threading.Thread(target=feed, daemon=True)]
         threads += [threading.Thread(target=work, daemon=True) for _ in range(process_num)]
         for t in threads:
             t.start()
-        ended, pending, want = 0, {}, 0
-        while ended < process_num:
-            item = _get(out_q, "paddle.reader.xmap_readers")
-            if isinstance(item, _End):
-                ended += 1
-                continue
-            if isinstance(item, _Failed):
-                raise item.exc
-            if not order:
-                yield item[1]
-                continue
-            pending[item[0]] = item[1]
-            while want in pending:
-                yield pending.pop(want)
-                want += 1
-        for i in sorted(pending):
-            yield pending[i]
+        try:
+            ended, pending, want = 0, {}, 0
+            while ended < process_num:
+                item = _get(out_q, "paddle.reader.xmap_readers")
+                if isinstance(item, _End):
+                    ended += 1
+                    continue
+                if isinstance(item, _Failed):
+                    raise item.exc
+                if not order:
+                    yield item[1]
+                    continue
+                pending[item[0]] = item[1]
+                while want in pending:
+                    yield pending.pop(want)
+                    want += 1
+            for i in sorted(pending):
+                yield pending[i]
+        finally:
+            stop.set()
 
     return xreader

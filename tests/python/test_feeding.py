@@ -296,3 +296,17 @@ def test_parameter_server_save_by_the_first_worker_alone(tmp_path, env, build_di
     saved = sorted(os.listdir(str(tmp_path / "model")))
     assert "persistables.safetensors" in saved and "emb" in saved, saved  # the worker's, and the server's table
     assert (tmp_path / "infer" / "__model__").exists()
+
+
+def test_reader_threads_end_when_the_consumer_stops():
+    import threading
+    import time
+    before = threading.active_count()
+    for r in (paddle.reader.buffered(_r(10 ** 6), 4), paddle.reader.xmap_readers(lambda x: x, _r(10 ** 6), 3, 4)):
+        it = r()
+        assert next(it) is not None
+        it.close()
+    deadline = time.time() + 5
+    while threading.active_count() > before and time.time() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() == before
