@@ -365,6 +365,14 @@ FL_API int fleet_util_barrier(fleet_t *f);
 FL_API int fleet_save_persistables(fleet_t *f, fl_exe *exe, const char *dir, const fl_prog *prog);
 FL_API int fleet_save_inference_model(fleet_t *f, fl_exe *exe, const char *dir, const char *const *feeds, int nfeed,
                                       fl_var *const *targets, int ntarget, const fl_prog *prog);
+/* The same called by one worker alone, as Paddle programs do (under is_first_worker()):
+ * nothing the other workers must join.  Collective: this worker's copy of the model.
+ * Parameter server: this worker's queued pushes are flushed, then the servers save their
+ * tables to dir and the worker its own persistables (or the inference model with the
+ * tables' rows exported).  Local: as fl_io_save_*. */
+FL_API int fleet_save_persistables_alone(fleet_t *f, fl_exe *exe, const char *dir, const fl_prog *prog);
+FL_API int fleet_save_inference_model_alone(fleet_t *f, fl_exe *exe, const char *dir, const char *const *feeds,
+                                            int nfeed, fl_var *const *targets, int ntarget, const fl_prog *prog);
 
 /* ---- checkpoints for restart (docs/checkpoints.md) ------------------------------------------ */
 

@@ -246,6 +246,14 @@ FL_API fl_var *fl_layer_matmul(fl_var *x, fl_var *y, int transpose_x, int transp
  * dtype float32, float64 or int64; no gradient flows through it (labels, margins). */
 FL_API fl_var *fl_layer_fill_constant_batch_size_like(fl_var *input, int ndim, const int64_t *shape, fl_dtype dtype,
                                                       float value);
+/* ops_math.c: x * x (float32). */
+FL_API fl_var *fl_layer_square(fl_var *x);
+/* Mean over dims (ndims 0: every dim -> [1], or all 1s with keep_dim); the counts are the
+ * run-time sizes, so the batch dimension may be reduced. */
+FL_API fl_var *fl_layer_reduce_mean(fl_var *x, const int *dims, int ndims, int keep_dim);
+/* x converted to dtype (float32, float64, int32, int64; floats to integers truncate); the
+ * gradient flows between float types only. */
+FL_API fl_var *fl_layer_cast(fl_var *x, fl_dtype dtype);
 /* scale*x + bias (bias_after_scale) or scale*(x + bias). */
 FL_API fl_var *fl_layer_scale(fl_var *x, float scale, float bias, int bias_after_scale);
 /* implementation: "downgrade_in_infer" (Paddle's default) or "upscale_in_train". */

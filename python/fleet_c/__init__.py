@@ -24,10 +24,11 @@ _LAZY = {
     ".executor": ["CPUPlace", "CUDAPinnedPlace", "CUDAPlace", "Executor", "Scope", "global_scope", "scope_guard"],
     ".framework": ["Program", "Variable", "default_main_program", "default_startup_program", "program_guard"],
     ".param_attr": ["ParamAttr"],
+    ".reader": ["batch"],
 }
 _WHERE = {name: mod for mod, names in _LAZY.items() for name in names}
 _SUBMODULES = ["dataset", "distributed", "fluid", "framework", "initializer", "io", "layers", "metric", "nn",
-               "optimizer", "regularizer", "static", "vision"]
+               "optimizer", "reader", "regularizer", "static", "unique_name", "vision"]
 
 __all__ = sorted(_WHERE) + _SUBMODULES + ["enable_static", "disable_static", "in_dynamic_mode", "mean", "sum",
                                           "concat", "reshape", "add", "multiply"]

@@ -41,6 +41,21 @@ def _stop_at_exit():
 atexit.register(_stop_at_exit)
 
 
+def _selected_gpus(fleet):
+    """Programs written for GPUs read os.environ['FLAGS_selected_gpus'] for their
+    CUDAPlace: on this CPU build it is set to the process's rank on its node when the
+    launcher did not set it (fleetrun sets it from --gpus)."""
+    import os
+    import sys
+    if "FLAGS_selected_gpus" in os.environ:
+        return
+    local = os.environ.get("PADDLE_RANK_IN_NODE") or os.environ.get("LOCAL_RANK") or str(fleet.worker_index())
+    os.environ["FLAGS_selected_gpus"] = local
+    if fleet.worker_index() == 0:
+        print("fleet_c: info: FLAGS_selected_gpus set to the rank on this node (%s): CUDAPlace runs on the CPU here"
+              % local, file=sys.stderr)
+
+
 class UtilBase:
     """fleet.util: collectives over the workers on NumPy arrays, and file sharding."""
 
@@ -97,8 +112,17 @@ class DistributedOptimizer:
 
     def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
         s = self.user_defined_strategy
+        dgc = getattr(self.inner_opt, "_dgc_configs", None)
+        if dgc is not None and self._fleet.is_collective():  # DGCMomentumOptimizer (fluid 1.x)
+            s = s if s is not None else DistributedStrategy()
+            s.dgc = True
+            s.dgc_configs = dgc
         ptr = s._pointer() if s is not None else None
-        return _minimize(self.inner_opt, loss, startup_program, parameter_list, no_grad_set, self._fleet, ptr)
+        out = _minimize(self.inner_opt, loss, startup_program, parameter_list, no_grad_set, self._fleet, ptr)
+        from .framework import default_startup_program
+        self._fleet._main_program = loss.program
+        self._fleet._startup_program = startup_program if startup_program is not None else default_startup_program()
+        return out
 
     def __getattr__(self, name):
         return getattr(self.inner_opt, name)
@@ -117,7 +141,27 @@ class Fleet:
         self._strategy = None
         self._worker_started = False
         self._worker_stopped = False
+        self._main_program = None
+        self._startup_program = None
         self.util = UtilBase(self)
+
+    # -- fluid 1.x: the programs minimize() built -------------------------------------------------
+    # Paddle 1.x's transpiler makes a new trainer program; here the distributed program is the
+    # loss's own program (the C optimizer rewrites it in place), so all three are that program
+    # (before minimize: the current default programs).
+    @property
+    def main_program(self):
+        from .framework import default_main_program
+        return self._main_program if self._main_program is not None else default_main_program()
+
+    @property
+    def startup_program(self):
+        from .framework import default_startup_program
+        return self._startup_program if self._startup_program is not None else default_startup_program()
+
+    @property
+    def _origin_program(self):
+        return self.main_program
 
     # -- setup --------------------------------------------------------------------------------
     def init(self, role_maker=None, is_collective=False, strategy=None, log_level=None):
@@ -131,6 +175,7 @@ class Fleet:
         if strategy is not None and not isinstance(strategy, DistributedStrategy):
             raise TypeError("fleet.init: strategy must be a DistributedStrategy, got %s" % type(strategy).__name__)
         role = role_maker._create()
+        role_maker._fleet = self
         ptr = strategy._pointer() if strategy is not None else None
         h = lib.fleet_init(role, ptr)
         if not h:
@@ -138,6 +183,8 @@ class Fleet:
         _all_handles.append(h)
         self._h = h
         self._strategy = strategy
+        if self.is_collective():
+            _selected_gpus(self)
         self._worker_started = self._worker_stopped = False
         return None
 
@@ -241,17 +288,27 @@ class Fleet:
             _lib.c_free(ctypes.cast(out, ctypes.c_void_p).value)
 
     # -- saving -------------------------------------------------------------------------------------
+    # Paddle programs save from the first worker only (``if fleet.is_first_worker():``), and
+    # Paddle needs nothing from the other workers: so here the first worker saves alone
+    # (fleet_save_*_alone: in a collective job its copy of the model; with parameter servers
+    # the servers save their tables and the worker its own state), and another worker's call
+    # returns at once (several writers of one directory would race).
     def save_persistables(self, executor, dirname, main_program=None, mode=0):
         from .io import _exe_handle, _main
         p = _main(main_program)
-        check(lib.fleet_save_persistables(self._handle(), _exe_handle(executor, p), _lib.cstr(dirname), p._main()))
+        if not self.is_first_worker():
+            return
+        check(lib.fleet_save_persistables_alone(self._handle(), _exe_handle(executor, p), _lib.cstr(dirname),
+                                                p._main()))
 
     def save_inference_model(self, executor, dirname, feeded_var_names, target_vars, main_program=None,
                              export_for_deployment=True, mode=0):
         from .framework import Variable
         from .io import _exe_handle, _main, _target_ptrs
         p = _main(main_program)
+        if not self.is_first_worker():
+            return
         feeds = [f.name if isinstance(f, Variable) else str(f) for f in feeded_var_names]
         ts, tp = _target_ptrs(target_vars)
-        check(lib.fleet_save_inference_model(self._handle(), _exe_handle(executor, p), _lib.cstr(dirname),
-                                             _lib.cstr_array(feeds), len(feeds), tp, len(ts), p._main()))
+        check(lib.fleet_save_inference_model_alone(self._handle(), _exe_handle(executor, p), _lib.cstr(dirname),
+                                                   _lib.cstr_array(feeds), len(feeds), tp, len(ts), p._main()))

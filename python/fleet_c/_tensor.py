@@ -85,6 +85,9 @@ class LoDTensor:
     def shape(self):
         return list(self._array.shape) if self._array is not None else []
 
+    def _get_dims(self):
+        return self.shape()
+
     def __array__(self, dtype=None, copy=None):
         a = self._array if self._array is not None else np.zeros((0,), np.float32)
         return a.astype(dtype) if dtype is not None else a

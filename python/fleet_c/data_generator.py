@@ -74,6 +74,7 @@ class MultiSlotDataGenerator(DataGenerator):
     C parser (Paddle's too): give at least one value (e.g. [0])."""
 
     def _gen_str(self, line):
+        line = _listed(line)
         if not isinstance(line, (list, tuple)):
             raise ValueError("the reader must yield a list of (name, values) pairs, got %s" % type(line).__name__)
         parts = []
@@ -97,10 +98,18 @@ class MultiSlotStringDataGenerator(DataGenerator):
 
     def _gen_str(self, line):
         parts = []
-        for name, values in line:
+        for name, values in _listed(line):
             parts.append(str(len(values)))
             parts.extend(str(v) for v in values)
         return " ".join(parts) + "\n"
+
+
+def _listed(line):
+    """A sample the reader yielded as an iterator (``zip(names, values)``, as Paddle's own
+    examples do) is taken as the list it yields, as Paddle does."""
+    if not isinstance(line, (list, tuple, str, bytes)) and hasattr(line, "__next__"):
+        return list(line)
+    return line
 
 
 def _num(v, name):

@@ -168,3 +168,14 @@ class DatasetFactory:
             raise ValueError("create_dataset: unknown dataset '%s' (QueueDataset or InMemoryDataset)"
                              % datafeed_class)
         return kinds[datafeed_class]()
+
+
+_READERS = ("mnist",)
+
+
+def __getattr__(name):
+    """paddle.dataset.mnist etc.: the readers of fleet_c.datasets (local files only)."""
+    if name in _READERS:
+        import importlib
+        return importlib.import_module("fleet_c.datasets." + name)
+    raise AttributeError("module 'fleet_c.dataset' has no attribute '%s'" % name)

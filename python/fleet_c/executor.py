@@ -7,6 +7,7 @@ per program, so a program must not be freed while its executor lives).
 """
 import contextlib
 import ctypes
+import re
 import warnings
 
 import numpy as np
@@ -17,7 +18,7 @@ from ._tensor import LoDTensor, from_c, to_c
 from .framework import Program, Variable, default_main_program
 
 __all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "Executor", "Scope", "global_scope", "scope_guard",
-           "CompiledProgram", "cpu_places", "cuda_places"]
+           "CompiledProgram", "ExecutionStrategy", "BuildStrategy", "FetchHandler", "cpu_places", "cuda_places"]
 
 
 class CPUPlace:
@@ -54,20 +55,43 @@ def cuda_places(device_ids=None):
 
 
 class _ScopeVar:
-    """scope.find_var(name): get_tensor() copies the value out; set() writes a new one."""
+    """scope.var(name) / find_var(name): get_tensor() is the value (a LoDTensor whose set()
+    writes back into the scope).  A name the scope does not hold is an error when read or
+    set (Paddle would make a new variable nobody reads: a misspelt name would go unnoticed)."""
 
     def __init__(self, scope, name, t):
         self._scope, self._name, self._t = scope, name, t
 
+    def _tensor(self, what):
+        if not self._t:
+            raise _lib.NotFoundError("scope variable '%s': no such variable in the scope (%s); it holds %s"
+                                     % (self._name, what, ", ".join(self._scope.local_var_names()[:20]) or "none"))
+        return self._t
+
     def get_tensor(self):
-        return from_c(self._t, return_numpy=False)
+        t = from_c(self._tensor("get_tensor"), return_numpy=False)
+        t.__class__ = _ScopeTensor
+        t._var = self
+        return t
 
     def set(self, value, place=None):
         src = to_c(value, "scope variable '%s'" % self._name)
         try:
-            _lib.check(lib.fl_tensor_copy(self._t, src))
+            _lib.check(lib.fl_tensor_copy(self._tensor("set"), src))
         finally:
             lib.fl_tensor_free(src)
+
+
+class _ScopeTensor(LoDTensor):
+    """A scope variable's value: set() changes the variable in the scope too."""
+
+    def set(self, array, place=None):
+        self._var.set(array, place)
+        LoDTensor.set(self, array, place)
+
+
+_AUC_STATE = re.compile(r"^auc_(\d+)\.tmp_([2-5])$")
+_GENERATED = re.compile(r"^_generated_var_(\d+)$")
 
 
 class Scope:
@@ -80,12 +104,32 @@ class Scope:
     def new_scope(self):
         return Scope(self)
 
+    def _resolve(self, name):
+        """Paddle 1.x's names of the AUC statistics: ``_generated_var_N`` is the Nth of the
+        scope's auc_<k>.tmp_2..5 (batch StatPos, StatNeg, then global StatPos, StatNeg per
+        auc layer, in the order Paddle creates them), so the programs' reset idiom
+        ``set_zero('_generated_var_0')`` works."""
+        if lib.fl_scope_find(self._h, _lib.cstr(name)):
+            return name
+        m = _GENERATED.match(name)
+        if m:
+            states = []
+            for n in self.local_var_names():
+                a = _AUC_STATE.match(n)
+                if a:
+                    states.append((int(a.group(1)), int(a.group(2)), n))
+            states.sort()
+            if int(m.group(1)) < len(states):
+                return states[int(m.group(1))][2]
+        return name
+
     def find_var(self, name):
-        t = lib.fl_scope_find(self._h, _lib.cstr(name))
+        t = lib.fl_scope_find(self._h, _lib.cstr(self._resolve(name)))
         return _ScopeVar(self, name, t) if t else None
 
     def var(self, name):
-        return _ScopeVar(self, name, lib.fl_scope_var(self._h, _lib.cstr(name)))
+        """The variable (see _ScopeVar: an unknown name is an error when used)."""
+        return _ScopeVar(self, name, lib.fl_scope_find(self._h, _lib.cstr(self._resolve(name))))
 
     def local_var_names(self):
         return [_lib._text(lib.fl_scope_name_at(self._h, i)) for i in range(lib.fl_scope_num_vars(self._h))]
@@ -119,6 +163,37 @@ def scope_guard(scope):
         yield
     finally:
         _global_scope = prev
+
+
+class _Hints:
+    """fluid.ExecutionStrategy / BuildStrategy: Paddle's graph and thread hints.  Fleet
+    compiles and schedules programs itself, so every field is accepted and has no effect
+    here; the first field set says so in one info line."""
+
+    _said = False
+
+    def __setattr__(self, name, value):
+        if not _Hints._said:
+            _Hints._said = True
+            import sys
+            print("fleet_c: info: %s.%s and the other ExecutionStrategy / BuildStrategy fields have no effect here "
+                  "(Fleet compiles and schedules the program itself)" % (type(self).__name__, name), file=sys.stderr)
+        object.__setattr__(self, name, value)
+
+
+class ExecutionStrategy(_Hints):
+    pass
+
+
+class BuildStrategy(_Hints):
+    class ReduceStrategy:
+        AllReduce = 0
+        Reduce = 1
+
+    class GradientScaleStrategy:
+        CoeffNumDevice = 0
+        One = 1
+        Customized = 2
 
 
 class CompiledProgram:
@@ -200,6 +275,9 @@ class Executor:
                 raise NotImplementedError("Executor.run: feed is a list of %d dicts (one per device); Fleet runs "
                                           "one device per process" % len(feed))
             feed = feed[0]
+        if not feed and getattr(program, "_readers", None):  # a started non-iterable DataLoader / py_reader
+            from .feeding import _next_feed
+            feed = _next_feed(program)
         feed = feed or {}
         if not isinstance(feed, dict):
             raise TypeError("Executor.run: feed must be a dict of name -> array, got %s" % type(feed).__name__)
@@ -249,16 +327,45 @@ class Executor:
         thread number).  Every print_period batches a line shows the fetched values.
         Returns {instances, batches, seconds, fetch: {name: thread 0's last value}}."""
         if fetch_handler is not None:
-            raise NotImplementedError("train_from_dataset: fetch_handler is not supported (use print_period)")
+            return _with_handler(self, lib.fl_exe_train_from_dataset, program, dataset, scope, thread, fetch_handler,
+                                 print_period)
         return self._dataset_pass(lib.fl_exe_train_from_dataset, program, dataset, scope, thread, fetch_list,
                                   fetch_info, print_period)
 
     def infer_from_dataset(self, program=None, dataset=None, scope=None, thread=0, debug=False, fetch_list=None,
                            fetch_info=None, print_period=100, fetch_handler=None):
         if fetch_handler is not None:
-            raise NotImplementedError("infer_from_dataset: fetch_handler is not supported (use print_period)")
+            return _with_handler(self, lib.fl_exe_infer_from_dataset, program, dataset, scope, thread, fetch_handler,
+                                 print_period)
         return self._dataset_pass(lib.fl_exe_infer_from_dataset, program, dataset, scope, thread, fetch_list,
                                   fetch_info, print_period)
+
+
+class FetchHandler:
+    """fluid.executor.FetchHandler(var_dict, period_secs): a dataset pass given one calls
+    handler({key: value}) with the values of var_dict's variables.  Paddle calls it every
+    period_secs from a monitor thread while the pass runs; here the C pass reports thread 0's
+    latest values when it ends, so handler is called once per pass, then."""
+
+    def __init__(self, var_dict=None, period_secs=60):
+        if not isinstance(var_dict, dict) or not var_dict:
+            raise ValueError("FetchHandler: var_dict must be a non-empty dict of name -> Variable")
+        self.var_dict = var_dict
+        self.period_secs = period_secs
+
+    def handler(self, res_dict):
+        for key, value in res_dict.items():
+            print("%s: %s" % (key, value))
+
+
+def _with_handler(exe, fn, program, dataset, scope, thread, handler, print_period):
+    if not isinstance(handler, FetchHandler):
+        raise TypeError("fetch_handler must be a FetchHandler, got %s" % type(handler).__name__)
+    keys = list(handler.var_dict)
+    r = exe._dataset_pass(fn, program, dataset, scope, thread, [handler.var_dict[k] for k in keys], keys,
+                          print_period)
+    handler.handler({k: np.array([r["fetch"][k]]) for k in keys})
+    return r
 
 
 def _dtype_of_var(v):

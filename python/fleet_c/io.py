@@ -28,10 +28,24 @@ def _exe_handle(executor, program=None):
     return executor._exe(None)
 
 
+def _ps_fleet(p):
+    """The parameter-server fleet whose distributed optimizer built p, or None."""
+    from ._fleet import Fleet
+    for k in p._keep:
+        if isinstance(k, Fleet) and k._h is not None and k.is_distributed() and not k.is_collective():
+            return k
+    return None
+
+
 def save_persistables(executor, dirname, main_program=None, filename=None):
     """Every persistable variable (parameters, optimizer state, counters) into
-    dirname/persistables.safetensors."""
+    dirname/persistables.safetensors.  A parameter-server worker's program: the servers'
+    tables too, as Paddle's (fleet_save_persistables_alone: no other worker takes part)."""
     p = _main(main_program)
+    f = _ps_fleet(p)
+    if f is not None:
+        check(lib.fleet_save_persistables_alone(f._handle(), _exe_handle(executor, p), _lib.cstr(dirname), p._main()))
+        return
     check(lib.fl_io_save_persistables(_exe_handle(executor, p), _lib.cstr(dirname), p._main()))
 
 
@@ -77,3 +91,7 @@ def load_inference_model(dirname, executor, model_filename=None, params_filename
         lib.fl_io_free_names(fetches, nfetch.value)
     block = p.global_block()
     return [p, feed_names, [block.var(n) for n in fetch_names]]
+
+
+# fluid.io.DataLoader / PyReader and paddle.io.DataLoader / Dataset (feeding.py)
+from .feeding import DataFeeder, DataLoader, Dataset, IterableDataset, PyReader  # noqa: E402,F401

@@ -241,26 +241,49 @@ def reduce_sum(input, dim=None, keep_dim=False, name=None):
 
 
 def reduce_mean(input, dim=None, keep_dim=False, name=None):
-    """The mean over dims: reduce_sum scaled by the count of reduced elements, which must be
-    known when the program is built (all of them with dim=None: the mean op)."""
+    """The mean over dims (all of them with dim=None), by the run-time sizes: the batch
+    dimension may be reduced."""
     _var(input, "input", "reduce_mean")
-    if dim is None:
-        out = mean(input)
-        return reshape(out, [1] * len(input.shape)) if keep_dim else out
-    dims = [dim] if isinstance(dim, int) else list(dim)
-    count = 1
-    for d in dims:
-        n = input.shape[d]
-        if n < 0:
-            raise NotImplementedError("reduce_mean: dimension %d of '%s' is known only at run time" % (d, input.name))
-        count *= n
-    return scale(reduce_sum(input, dims, keep_dim), 1.0 / count)
+    if dim is None and not keep_dim:
+        return mean(input)
+    dims = [] if dim is None else ([dim] if isinstance(dim, int) else list(dim))
+    arr = (ctypes.c_int * max(1, len(dims)))(*dims)
+    return _out(input, lib.fl_layer_reduce_mean(input._p, arr, len(dims), 1 if keep_dim else 0), "reduce_mean")
+
+
+def square(x, name=None):
+    _var(x, "x", "square")
+    return _out(x, lib.fl_layer_square(x._p), "square")
+
+
+def cast(x, dtype):
+    """x converted to dtype (float32, float64, int32, int64)."""
+    _var(x, "x", "cast")
+    return _out(x, lib.fl_layer_cast(x._p, dtype_code(dtype)), "cast")
 
 
 def cos_sim(X, Y):
     _var(X, "X", "cos_sim")
     _var(Y, "Y", "cos_sim")
     return _out(X, lib.fl_layer_cos_sim(X._p, Y._p), "cos_sim")
+
+
+def matmul(x, y, transpose_x=False, transpose_y=False, alpha=1.0, name=None):
+    """alpha * op(x) op(y) for rank-2 or rank-3 (batched) operands."""
+    _var(x, "x", "matmul")
+    _var(y, "y", "matmul")
+    ptr = lib.fl_layer_matmul(x._p, y._p, 1 if transpose_x else 0, 1 if transpose_y else 0, float(alpha))
+    return _out(x, ptr, "matmul")
+
+
+def fill_constant_batch_size_like(input, shape, dtype, value, input_dim_idx=0, output_dim_idx=0,
+                                  force_cpu=False):
+    """A tensor of shape (its first dimension the batch of input) filled with value."""
+    _var(input, "input", "fill_constant_batch_size_like")
+    _unsupported("fill_constant_batch_size_like", input_dim_idx=(input_dim_idx, 0), output_dim_idx=(output_dim_idx, 0))
+    arr, n = _shape(list(shape), "fill_constant_batch_size_like")
+    ptr = lib.fl_layer_fill_constant_batch_size_like(input._p, n, arr, dtype_code(dtype), float(value))
+    return _out(input, ptr, "fill_constant_batch_size_like")
 
 
 def scale(x, scale=1.0, bias=0.0, bias_after_scale=True, act=None, name=None):
@@ -404,3 +427,7 @@ class ExponentialDecay:
 
 def exponential_decay(learning_rate, decay_steps, decay_rate, staircase=False):
     return ExponentialDecay(learning_rate, decay_steps, decay_rate, staircase)
+
+
+# the py_reader family (feeding.py)
+from .feeding import create_py_reader_by_data, py_reader, read_file  # noqa: E402,F401

@@ -12,7 +12,7 @@ from .layers import ExponentialDecay
 from .regularizer import l2_coeff
 
 __all__ = ["SGD", "Momentum", "Adagrad", "Adam", "SGDOptimizer", "MomentumOptimizer", "AdagradOptimizer",
-           "AdamOptimizer", "Optimizer"]
+           "AdamOptimizer", "Optimizer", "DGCMomentumOptimizer"]
 
 
 class Optimizer:
@@ -126,6 +126,20 @@ class Momentum(Optimizer):
 
     def _create(self, lr):
         return lib.fl_opt_momentum(lr, self._momentum, 1 if self._nesterov else 0)
+
+
+class DGCMomentumOptimizer(Momentum):
+    """fluid 1.x: Momentum whose gradients are exchanged by Deep Gradient Compression when a
+    collective fleet distributes it (fleet.distributed_optimizer turns on strategy.dgc with
+    these settings); on one process it is Momentum, as in Paddle."""
+
+    def __init__(self, learning_rate, momentum, rampup_begin_step, rampup_step=1, sparsity=(0.999,),
+                 parameter_list=None, use_nesterov=False, num_trainers=None, regularization=None, grad_clip=None,
+                 name=None, local_grad_clip_norm=None):
+        super().__init__(learning_rate, momentum, use_nesterov=use_nesterov, regularization=regularization,
+                         parameter_list=parameter_list, grad_clip=grad_clip)
+        self._dgc_configs = {"rampup_begin_step": int(rampup_begin_step), "rampup_step": int(rampup_step),
+                             "sparsity": [float(x) for x in sparsity]}
 
 
 class Adagrad(Optimizer):

@@ -18,7 +18,47 @@ class Role:
 
 
 class RoleMakerBase:
+    """After fleet.init(role) the role maker answers for that fleet (Paddle 1.x programs ask
+    the role maker itself: role.is_server(), role.worker_index(), ...)."""
+
     _is_collective = False
+    _fleet = None
+
+    def _f(self, what):
+        if self._fleet is None:
+            raise _lib.error_for(-10, "%s.%s(): call fleet.init(role) with this role maker first"
+                                 % (type(self).__name__, what))
+        return self._fleet
+
+    def is_worker(self):
+        return self._f("is_worker").is_worker()
+
+    def is_server(self):
+        return self._f("is_server").is_server()
+
+    def is_first_worker(self):
+        return self._f("is_first_worker").is_first_worker()
+
+    def worker_index(self):
+        return self._f("worker_index").worker_index()
+
+    def worker_num(self):
+        return self._f("worker_num").worker_num()
+
+    def server_index(self):
+        return self._f("server_index").server_index()
+
+    def server_num(self):
+        return self._f("server_num").server_num()
+
+    def get_trainer_endpoints(self):
+        return self._f("get_trainer_endpoints").worker_endpoints()
+
+    def get_pserver_endpoints(self):
+        return self._f("get_pserver_endpoints").server_endpoints()
+
+    def generate_role(self):
+        """Paddle makes the role here; fleet.init(role) does it in fleet_c."""
 
     def _create(self):
         """A new C role (fleet_init takes it over)."""

@@ -11,7 +11,7 @@ import ctypes
 from . import _lib
 from ._lib import check, lib
 
-__all__ = ["DistributedStrategy", "DistributeTranspilerConfig"]
+__all__ = ["DistributedStrategy", "DistributeTranspilerConfig", "StrategyFactory"]
 
 # Defaults as in Paddle's distributed_strategy.proto (and fleet/fleet.h), for reading back.
 _DEFAULTS = {
@@ -41,6 +41,31 @@ _CONFIG_DEFAULTS = {
 }
 
 
+# Paddle's graph, device and communication hints: they change how Paddle schedules the work
+# on GPUs, never the arithmetic.  When the library does not take one, it is accepted here
+# with one info line saying it has no effect on this build.
+_HINTS = {
+    "fuse_elewise_add_act_ops", "fuse_bn_act_ops", "fuse_bn_add_act_ops", "fuse_relu_depthwise_conv",
+    "fuse_broadcast_ops", "fuse_all_optimizer_ops", "fuse_all_reduce_ops", "fuse_grad_size_in_MB",
+    "fuse_grad_size_in_TFLOPS", "fuse_grad_merge", "nccl_comm_num", "sync_nccl_allreduce", "enable_inplace",
+    "enable_sequential_execution", "enable_auto_fusion", "enable_addto", "cudnn_exhaustive_search",
+    "conv_workspace_size_limit", "cudnn_batchnorm_spatial_persistent", "use_hierarchical_allreduce",
+    "hierarchical_allreduce_inter_nranks", "exec_strategy", "build_strategy", "mode", "collective_mode",
+    "find_unused_parameters", "without_graph_optimization", "fuse_memory_size", "fuse_layer_size",
+    "last_comm_group_size_MB", "use_dist_fc", "dist_fc_config", "enable_backward_optimizer_op_deps",
+    "calc_comm_same_stream", "_fuse_grad_size_in_num", "num_threads", "num_iteration_per_drop_scope",
+}
+_hint_said = [False]
+
+
+def _hint(name):
+    if not _hint_said[0]:
+        _hint_said[0] = True
+        import sys
+        print("fleet_c: info: strategy.%s (and Paddle's other graph and GPU hints) has no effect on this build: "
+              "accepted, not applied" % name, file=sys.stderr)
+
+
 def _str(value):
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -61,7 +86,19 @@ class DistributedStrategy:
         object.__setattr__(self, "_values", {})
 
     def _apply(self, key, value):
-        check(lib.fleet_strategy_set(ctypes.byref(self._c), _lib.cstr(key), _lib.cstr(_str(value))))
+        c = ctypes.byref(self._c)
+        if key not in _HINTS:
+            check(lib.fleet_strategy_set(c, _lib.cstr(key), _lib.cstr(_str(value))))
+            return
+        # a hint the library refuses (unknown, or a value it does not implement): kept at its
+        # default there, accepted here
+        ok_before = lib.fleet_strategy_check(c) == 0
+        st = lib.fleet_strategy_set(c, _lib.cstr(key), _lib.cstr(_str(value)))
+        if st == 0 and (not ok_before or lib.fleet_strategy_check(c) == 0):
+            return
+        if st == 0 and key in _DEFAULTS:
+            check(lib.fleet_strategy_set(c, _lib.cstr(key), _lib.cstr(_str(_DEFAULTS[key]))))
+        _hint(key)
 
     def __setattr__(self, name, value):
         if name in _CONFIG_DEFAULTS:
@@ -120,10 +157,43 @@ class DistributeTranspilerConfig:
         self.geo_sgd_mode = False
         self.geo_sgd_need_push_nums = 100
         self.runtime_split_send_recv = False
+        self.half_async = False
 
     def _to_strategy(self):
         s = DistributedStrategy()
-        s.a_sync = not self.sync_mode or self.geo_sgd_mode
+        s.a_sync = not self.sync_mode or self.geo_sgd_mode or self.half_async
         if self.geo_sgd_mode:
             s.a_sync_configs = {"k_steps": int(self.geo_sgd_need_push_nums)}
+        elif self.half_async:
+            s.a_sync_configs = {"half_async": True}
         return s
+
+
+class StrategyFactory:
+    """Paddle 1.x's parameter-server modes (distributed_strategy.StrategyFactory): each
+    returns a DistributeTranspilerConfig for fleet.distributed_optimizer."""
+
+    @staticmethod
+    def create_sync_strategy():
+        return DistributeTranspilerConfig()
+
+    @staticmethod
+    def create_async_strategy():
+        c = DistributeTranspilerConfig()
+        c.sync_mode = False
+        return c
+
+    @staticmethod
+    def create_half_async_strategy():
+        c = DistributeTranspilerConfig()
+        c.sync_mode = False
+        c.half_async = True
+        return c
+
+    @staticmethod
+    def create_geo_strategy(update_frequency=100):
+        c = DistributeTranspilerConfig()
+        c.sync_mode = False
+        c.geo_sgd_mode = True
+        c.geo_sgd_need_push_nums = int(update_frequency)
+        return c

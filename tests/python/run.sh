@@ -13,8 +13,9 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 venv=$build/pyenv
 created=$venv/.fleet-created   # written once, when the environment is complete
 # from PyPI; an environment made with fewer gets the rest.  safetensors: tests/test_io.c
-# checks that the reference package reads our checkpoints and we read its files
-reqs="numpy pytest tensorboard safetensors"
+# checks that the reference package reads our checkpoints and we read its files; six and
+# pillow: Paddle's example programs import them (test_paddle_programs.py)
+reqs="numpy pytest tensorboard safetensors six pillow"
 export PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
 die() { echo "tests/python/run.sh: $*" >&2; exit 1; }

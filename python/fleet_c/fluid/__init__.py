@@ -1,22 +1,25 @@
 """fluid: Paddle 1.x names (import fleet_c.fluid as fluid).
 
-fluid.layers, .optimizer, .initializer, .regularizer, .param_attr and .io are the
+fluid.layers, .optimizer, .initializer, .regularizer, .param_attr, .io, .framework and
+.unique_name are the
 package's own modules under their 1.x names (import fleet_c.fluid.layers works too).
 """
 import sys as _sys
 
-from .. import initializer, io, layers, optimizer, param_attr, regularizer
+from .. import executor, framework, initializer, io, layers, optimizer, param_attr, regularizer, unique_name
 from .._tensor import LoDTensor, create_lod_tensor
 from ..dataset import DatasetFactory, InMemoryDataset, QueueDataset
-from ..executor import (CompiledProgram, CPUPlace, CUDAPinnedPlace, CUDAPlace, Executor, Scope, cpu_places,
-                        cuda_places, global_scope, scope_guard)
+from ..executor import (BuildStrategy, CompiledProgram, CPUPlace, CUDAPinnedPlace, CUDAPlace, ExecutionStrategy,
+                        Executor, Scope, cpu_places, cuda_places, global_scope, scope_guard)
 from ..framework import Program, Variable, default_main_program, default_startup_program, program_guard
 from ..layers import _data
 from ..param_attr import ParamAttr
+from ..feeding import DataFeeder
 from ..strategy import DistributeTranspilerConfig
-from . import core, incubate
+from . import compiler, core, incubate, metrics, nets, transpiler
 
-for _name in ("initializer", "io", "layers", "optimizer", "param_attr", "regularizer"):
+for _name in ("executor", "framework", "initializer", "io", "layers", "optimizer", "param_attr", "regularizer",
+              "unique_name"):
     _sys.modules[__name__ + "." + _name] = globals()[_name]
 
 

@@ -1,6 +1,6 @@
 """paddle.static: data, programs, the executor and saving inference models (2.x names)."""
 from .. import io as _io
-from ..executor import CompiledProgram, Executor, Scope, global_scope, scope_guard
+from ..executor import BuildStrategy, CompiledProgram, ExecutionStrategy, Executor, Scope, global_scope, scope_guard
 from ..framework import Program, Variable, default_main_program, default_startup_program, program_guard
 from ..layers import _data
 from ..layers import accuracy, auc  # noqa: F401  (paddle.static.accuracy / auc)
@@ -9,7 +9,7 @@ from . import nn
 
 __all__ = ["data", "Program", "Variable", "default_main_program", "default_startup_program", "program_guard",
            "Executor", "CompiledProgram", "Scope", "global_scope", "scope_guard", "save_inference_model",
-           "load_inference_model", "nn", "ParamAttr", "InputSpec"]
+           "load_inference_model", "nn", "ParamAttr", "InputSpec", "BuildStrategy", "ExecutionStrategy"]
 
 
 def data(name, shape, dtype=None, lod_level=0):

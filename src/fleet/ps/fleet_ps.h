@@ -165,6 +165,10 @@ int fl__ps_need_client(fl__ps_ctx *c, const char *op, fl_ps_client **out);
 /* Table list of the program minimize rewrote (for tests and tools): *tables points into
  * the context.  FL_ESTATE before minimize. */
 int fl__ps_fleet_tables(const fleet_t *f, const fl_ps_table_config **tables, int *n);
+/* fleet_save_persistables (inference 0) or fleet_save_inference_model (1) by this worker
+ * alone: no barrier with the other workers (save_one.c). */
+int fl__ps_save_alone(fleet_t *f, fl_exe *exe, const char *dir, const char *const *feeds, int nfeed, fl_var *const *targets,
+                      int ntarget, const fl_prog *prog, int inference);
 /* The worker's client (NULL before fleet_init_worker); tests use it to inspect tables. */
 fl_ps_client *fl__ps_fleet_client(const fleet_t *f);
 

@@ -433,6 +433,25 @@ static int save_inference_model(fleet_t *f, fl_exe *exe, const char *dir, const 
     return ps_first_worker_does(f, "fleet_save_inference_model", dir, act_save_inference, &a);
 }
 
+/* One worker alone, with no barrier (fleet_save_*_alone, save_one.c): this worker's queued
+ * pushes are flushed, then it does what the first worker does in ps_first_worker_does. */
+int fl__ps_save_alone(fleet_t *f, fl_exe *exe, const char *dir, const char *const *feeds, int nfeed, fl_var *const *targets,
+                      int ntarget, const fl_prog *prog, int inference)
+{
+    const char *fn = inference ? "fleet_save_inference_model_alone" : "fleet_save_persistables_alone";
+    fl__ps_ctx *c = NULL;
+    fl_ps_client *cl = NULL;
+    FL_CHECK(ps_worker_client(f, fn, &c, &cl));
+    if (!dir || !*dir) return fl__err(FL_EINVAL, "%s: directory is NULL or empty", fn);
+    if (c->mode->flush) FL_CHECK(c->mode->flush(c));
+    if (!inference) {
+        save_args a = {exe, dir, prog};
+        return act_save_persistables(f, c, cl, &a);
+    }
+    infer_args a = {exe, dir, feeds, nfeed, targets, ntarget, prog};
+    return act_save_inference(f, c, cl, &a);
+}
+
 static int checkpoint_shared(fleet_t *f, const char *dir, int64_t step)
 {
     fl__ps_ctx *c = NULL;

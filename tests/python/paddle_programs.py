@@ -1,0 +1,154 @@
+"""Paddle's own Fleet example programs (third-party, Apache-2.0) run through fleet_c.
+
+The programs live outside the project, in ../shared/paddle-programs from the repository
+root (FLEET_PADDLE_PROGRAMS names another copy); they are never copied into the tree.  A
+test copies one program's folder into its temporary directory with ``prepare``, which
+changes the text of each .py file in exactly three ways, all listed here:
+
+1. ``rewrite_imports``: the import lines, by one mechanical rule (below).
+2. ``PY3_FIXES``: Python-2 idioms that fail on Python 3 with real Paddle as well
+   (``import commands``, ``time.clock``), per file.
+3. ``UPSTREAM_FIXES``: upstream bugs that fail on Paddle too, per file, each with why.
+
+Nothing else in a program is changed; what a program needs beyond that is fleet_c's to
+provide (docs/python.md lists, per program, what it needed).
+"""
+import os
+import re
+import shutil
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def programs_dir():
+    """The folder of Paddle's programs: FLEET_PADDLE_PROGRAMS, else ../shared/paddle-programs
+    beside the repository (None when absent: the tests skip, saying so)."""
+    d = os.environ.get("FLEET_PADDLE_PROGRAMS") or os.path.join(os.path.dirname(ROOT), "shared", "paddle-programs")
+    return d if os.path.isdir(d) else None
+
+
+_IMPORT = re.compile(r"^(?P<ind>\s*)import\s+paddle(?P<sub>(?:\.\w+)*)(?:\s+as\s+(?P<alias>\w+))?\s*(?P<rest>#.*)?$")
+_FROM = re.compile(r"^(?P<ind>\s*)from\s+paddle(?P<sub>(?:\.\w+)*)(?P<imp>\s+import\s)")
+
+
+def rewrite_imports(text):
+    """The one import rule: every import of the package ``paddle`` imports ``fleet_c``
+    instead, under the name the program used.
+
+    - ``import paddle``                  -> ``import fleet_c as paddle``
+    - ``import paddle.X.Y as Z``         -> ``import fleet_c.X.Y as Z``
+    - ``import paddle.X.Y``              -> ``import fleet_c.X.Y; import fleet_c as paddle``
+      (Python binds ``paddle``: the program then says ``paddle.X.Y``)
+    - ``from paddle.X import Y``         -> ``from fleet_c.X import Y``
+
+    Indented imports (inside functions) are rewritten the same way; no other line changes.
+    """
+    out = []
+    for line in text.splitlines(True):
+        nl = "\n" if line.endswith("\n") else ""
+        body = line[:len(line) - len(nl)]
+        m = _IMPORT.match(body)
+        if m:
+            ind, sub, alias = m.group("ind"), m.group("sub"), m.group("alias")
+            if not sub:
+                body = "%simport fleet_c as %s" % (ind, alias or "paddle")
+            elif alias:
+                body = "%simport fleet_c%s as %s" % (ind, sub, alias)
+            else:
+                body = "%simport fleet_c%s; import fleet_c as paddle" % (ind, sub)
+        else:
+            m = _FROM.match(body)
+            if m:
+                body = m.group("ind") + "from fleet_c" + m.group("sub") + m.group("imp") + body[m.end():]
+        out.append(body + nl)
+    return "".join(out)
+
+
+# Python 3: what Paddle on Python 3 needs as well.  file -> [(old, new)] (each old must occur).
+_COMMANDS = ("import commands", "import subprocess as commands")
+_CLOCK = ("time.clock()", "time.process_time()")
+PY3_FIXES = {
+    "deepFM/distribute_base.py": [_COMMANDS, _CLOCK],
+    "simnet_bow/distribute_base.py": [_COMMANDS, _CLOCK],
+}
+
+# Upstream bugs that fail on Paddle too: file -> [(old, new, why)].
+_ANTIALIAS = ("Image.ANTIALIAS", "Image.LANCZOS", "Pillow 10 removed the ANTIALIAS alias of LANCZOS (the same filter)")
+UPSTREAM_FIXES = {
+    "dgc_example/train.py": [_ANTIALIAS],
+    "dgc_example/train_with_fleet.py": [
+        _ANTIALIAS,
+        ("\n    infer(\n", "\n    fleet.worker_index() == 0 and infer(\n",
+         "every trainer loads the model only trainer 0 saves, with nothing making them wait for it: trainer 1 fails "
+         "when it gets there first (on Paddle too); only trainer 0 infers"),
+    ],
+}
+
+
+def _apply(text, rel, fixes, what):
+    for fix in fixes.get(rel, []):
+        old, new = fix[0], fix[1]
+        if old not in text:
+            raise AssertionError("%s fix for %s: %r is not in the file (has the copy changed?)" % (what, rel, old))
+        text = text.replace(old, new)
+    return text
+
+
+def transform(rel, text):
+    """One file's text as the tests run it: imports rewritten, then its listed fixes."""
+    text = rewrite_imports(text)
+    text = _apply(text, rel, PY3_FIXES, "Python-3")
+    return _apply(text, rel, UPSTREAM_FIXES, "upstream")
+
+
+def prepare(name, dest):
+    """Copies program folder ``name`` to dest (which must not exist), transforming its .py
+    files; returns dest."""
+    src = os.path.join(programs_dir(), name)
+    shutil.copytree(src, str(dest))
+    for base, _, files in os.walk(str(dest)):
+        for f in files:
+            if f.endswith(".py"):
+                p = os.path.join(base, f)
+                rel = os.path.relpath(p, os.path.dirname(str(dest)))
+                with open(p, encoding="utf-8") as fh:
+                    text = fh.read()
+                with open(p, "w", encoding="utf-8") as fh:
+                    fh.write(transform(rel.replace(os.sep, "/"), text))
+    return dest
+
+
+# ---- data in each program's format ----------------------------------------------------------------
+
+
+def write_mnist(d, n_train=2000, n_test=500, seed=7):
+    """MNIST idx files (gzipped, Paddle's names) of a learnable 10-class task: class k
+    lights up the k-th band of 78 pixels, plus noise.  Written to d/ (created)."""
+    import gzip
+    import struct
+
+    import numpy as np
+    os.makedirs(str(d), exist_ok=True)
+    rng = np.random.RandomState(seed)
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        labels = rng.randint(0, 10, size=n).astype(np.uint8)
+        images = (rng.rand(n, 784) * 100).astype(np.uint8)
+        for i, k in enumerate(labels):
+            images[i, int(k) * 78:(int(k) + 1) * 78] += 150
+        with gzip.open(os.path.join(str(d), "%s-images-idx3-ubyte.gz" % prefix), "wb") as f:
+            f.write(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes())
+        with gzip.open(os.path.join(str(d), "%s-labels-idx1-ubyte.gz" % prefix), "wb") as f:
+            f.write(struct.pack(">II", 2049, n) + labels.tobytes())
+    return d
+
+
+def write_digit_png(path, digit=3):
+    """A 28x28 grey PNG (the dgc example's image/infer_3.png, left out of the copy) in
+    write_mnist's pattern for class digit."""
+    import numpy as np
+    from PIL import Image
+    os.makedirs(os.path.dirname(str(path)), exist_ok=True)
+    a = np.full(784, 50, np.uint8)
+    a[digit * 78:(digit + 1) * 78] = 200
+    Image.fromarray(a.reshape(28, 28)).save(str(path))

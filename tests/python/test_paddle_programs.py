@@ -1,0 +1,364 @@
+"""Paddle's own Fleet example programs (../shared/paddle-programs, third-party) run through
+fleet_c with their imports rewritten by paddle_programs.rewrite_imports and only the
+Python-3 / upstream fixes listed there.  Each program runs on small generated data as its
+own scripts run it (locally, or under fleetrun with parameter servers or collectively) and
+must print its metric within the tolerance stated at its test.  A program that does not run
+yet is an xfail whose reason says what is missing (docs/python.md has the table).
+
+The whole module skips, saying so, when the programs' folder is absent."""
+import csv
+import glob
+import math
+import os
+import re
+
+import pytest
+
+import paddle_programs as pp
+from helpers import costs, fleetrun, read, run
+
+PROGRAMS = pp.programs_dir()
+needs_programs = pytest.mark.skipif(
+    PROGRAMS is None, reason="Paddle's example programs are absent: ../shared/paddle-programs beside the repository "
+    "(or FLEET_PADDLE_PROGRAMS) holds them")
+
+
+# ---- the rule itself (no programs needed) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("before, after", [
+    ("import paddle", "import fleet_c as paddle"),
+    ("import paddle.fluid as fluid", "import fleet_c.fluid as fluid"),
+    ("import paddle.fluid.incubate.fleet.base.role_maker as role_maker",
+     "import fleet_c.fluid.incubate.fleet.base.role_maker as role_maker"),
+    ("from paddle.fluid.incubate.fleet.collective import fleet, DistributedStrategy",
+     "from fleet_c.fluid.incubate.fleet.collective import fleet, DistributedStrategy"),
+    ("        import paddle", "        import fleet_c as paddle"),
+    ("import paddle.fluid", "import fleet_c.fluid; import fleet_c as paddle"),
+    ("import paddlex as p", "import paddlex as p"),
+    ("x = paddle.batch(r, 3)  # import paddle", "x = paddle.batch(r, 3)  # import paddle"),
+])
+def test_import_rule(before, after):
+    assert pp.rewrite_imports(before + "\n") == after + "\n"
+
+
+@needs_programs
+@pytest.mark.parametrize("rel", sorted(os.path.relpath(p, PROGRAMS) for p in glob.glob(
+    os.path.join(PROGRAMS or ".", "*", "*.py"))))
+def test_only_imports_and_listed_fixes_change(rel):
+    """Every changed line is an import of paddle or one of the file's listed fixes."""
+    rel = rel.replace(os.sep, "/")
+    text = read(os.path.join(PROGRAMS, rel))
+    fixes = [f[1] for f in pp.PY3_FIXES.get(rel, []) + pp.UPSTREAM_FIXES.get(rel, [])]
+    for old, new in zip(text.splitlines(), pp.transform(rel, text).splitlines()):
+        if old != new:
+            assert re.match(r"\s*(import|from)\s+paddle", old) or any(f.strip() in new for f in fixes), (rel, old, new)
+
+
+# ---- helpers ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def penv(env, tmp_path):
+    """The programs' environment: hashes fixed (the CTR readers hash features with
+    Python's hash(), random per process on Python 3: every pipe_command process would
+    number the features differently; Python 2, which the programs were written for, did
+    not), MNIST where paddle.dataset looks (FLEET_DATASET_DIR)."""
+    e = dict(env, PYTHONHASHSEED="0", FLEET_DATASET_DIR=str(tmp_path / "datasets"))
+    return e
+
+
+def _prog(tmp_path, name):
+    return pp.prepare(name, tmp_path / name)
+
+
+def _criteo(build_dir, env, dests, rows, test=None):
+    """Criteo-format lines (fleet-datagen, one planted model): rows lines in each file of
+    dests, and test lines (if given: (path, rows)) from the same model."""
+    work = os.path.dirname(str(dests[0])) + ".gen"
+    n_test = test[1] if test else 0
+    run([os.path.join(build_dir, "tools", "fleet-datagen"), "criteo", "--rows", str(rows * len(dests)), "--files",
+         str(len(dests)), "--test-rows", str(n_test), "--out", work, "--vocab-scale", "0.01"], os.path.dirname(work),
+        env)
+    for i, dest in enumerate(dests):
+        os.makedirs(os.path.dirname(str(dest)), exist_ok=True)
+        os.rename(os.path.join(work, "train", "part-%05d" % i), str(dest))
+    if test:
+        os.makedirs(os.path.dirname(str(test[0])), exist_ok=True)
+        os.rename(os.path.join(work, "test", "part-00000"), str(test[0]))
+
+
+def _epoch_metric(metrics_dir, tag):
+    """The last epoch's value of tag in each rank's metrics CSV (FLEET_METRICS_DIR)."""
+    out = {}
+    for f in sorted(glob.glob(os.path.join(str(metrics_dir), "metrics.rank*.csv"))):
+        with open(f) as fh:
+            rows = [r for r in csv.DictReader(fh) if r["tag"] == "epoch/" + tag]
+        assert rows, "%s has no epoch/%s" % (f, tag)
+        out[int(rows[-1]["rank"])] = float(rows[-1]["value"])
+    assert out, "no metrics in %s" % metrics_dir
+    return out
+
+
+def _ps(build_dir, servers=1, workers=2):
+    return [fleetrun(build_dir), "--server_num", str(servers), "--worker_num", str(workers)]
+
+
+# ---- quick-start --------------------------------------------------------------------------------------
+# utils.gen_data draws labels at random, independent of x: the best any model does, the C
+# example included, is a cost of ln 2.  Tolerance: the mean of the last 100 steps' costs
+# within 0.02 of ln 2.
+
+LN2 = math.log(2.0)
+
+
+def _ln2(values, what):
+    assert len(values) == 1001, "%s: %d cost lines, 1001 expected" % (what, len(values))
+    tail = sum(values[-100:]) / 100
+    assert abs(tail - LN2) < 0.02, "%s: mean cost of the last 100 steps %.4f, expected ln 2 = %.4f" % (what, tail, LN2)
+
+
+@needs_programs
+def test_quick_start_local(tmp_path, penv):
+    d = _prog(tmp_path, "quick-start")
+    _ln2(costs(run(["python3", "local_train.py"], d, penv), r"step\d+ cost=([0-9.]+)"), "local_train.py")
+
+
+@needs_programs
+def test_quick_start_parameter_server(tmp_path, penv, build_dir):
+    d = _prog(tmp_path, "quick-start")
+    run(_ps(build_dir, 2, 2) + ["python3", "distributed_train.py"], d, penv)  # run_parameter_server.sh: 2x2
+    for w in (0, 1):
+        _ln2(costs(read(d / "log" / ("workerlog.%d" % w)), r"worker_index: %d, step\d+ cost = ([0-9.]+)" % w),
+             "distributed_train.py worker %d" % w)
+
+
+@needs_programs
+def test_quick_start_collective(tmp_path, penv, build_dir):
+    d = _prog(tmp_path, "quick-start")
+    run([fleetrun(build_dir), "--nproc_per_node", "2", "python3", "collective_train.py"], d, penv)
+    for w in (0, 1):
+        _ln2(costs(read(d / "log" / ("workerlog.%d" % w)), r"worker_index: %d, step\d+ cost = ([0-9.]+)" % w),
+             "collective_train.py trainer %d" % w)
+
+
+@needs_programs
+@pytest.mark.xfail(reason="upstream: train.py imports bow_net, cnn_net, lstm_net and gru_net from nets.py and "
+                   "prepare_data from utils.py, which the folder's nets.py and utils.py do not define (it fails "
+                   "on Paddle too); it also uses fluid.layers.ParallelDo, removed in Paddle 1.x", strict=True)
+def test_quick_start_train_text_classification(tmp_path, penv):
+    d = _prog(tmp_path, "quick-start")
+    run(["python3", "train.py", "bow"], d, penv)
+
+
+# ---- ctr: a QueueDataset fed by the criteo_reader.py pipe --------------------------------------------------
+# Tolerance: the last epoch's AUC within 0.03 of the C example's (examples/ctr/train) on the
+# same files, through the same pipe_command, with the program's settings (20 epochs,
+# batch 100, 10 threads, SGD 1e-4, sparse dimension 10000001).
+
+CTR_ROWS = 2000
+
+
+def _ctr_c_auc(build_dir, env, d, tmp_path):
+    m = tmp_path / "c_metrics"
+    run([os.path.join(build_dir, "examples", "ctr", "train"), "--is_local", "1", "--train_data", "raw_data",
+         "--test_data", "c_test", "--sparse_feature_dim", "10000001", "--epochs", "20", "--batch_size", "100",
+         "--thread_num", "10", "--lr", "1e-4", "--pipe_command", "python criteo_reader.py 10000001",
+         "--metrics_dir", str(m), "--model_dir", str(tmp_path / "c_model")], d, env, timeout=300)
+    return _epoch_metric(m, "auc")[0]
+
+
+@needs_programs
+def test_ctr_local_matches_the_c_example(tmp_path, penv, build_dir):
+    d = _prog(tmp_path, "ctr")
+    _criteo(build_dir, penv, [d / "raw_data" / "part-0"], CTR_ROWS, (d / "c_test" / "part-0", 200))
+    m = tmp_path / "py_metrics"
+    run(["python3", "train.py", "--is_local", "1"], d, dict(penv, FLEET_METRICS_DIR=str(m)), timeout=300)
+    py_auc = _epoch_metric(m, "auc")[0]
+    c_auc = _ctr_c_auc(build_dir, penv, d, tmp_path)
+    assert abs(py_auc - c_auc) < 0.03, "train.py AUC %.4f, the C example's %.4f" % (py_auc, c_auc)
+    assert py_auc > 0.55, "train.py did not learn: AUC %.4f" % py_auc
+
+
+@needs_programs
+def test_ctr_parameter_server(tmp_path, penv, build_dir):
+    """Asynchronous (sync_mode = False), 1 server and 2 workers: both finish 20 epochs and
+    learn (the data is half the local test's per worker: AUC above 0.52)."""
+    d = _prog(tmp_path, "ctr")
+    _criteo(build_dir, penv, [d / "raw_data" / "part-0", d / "raw_data" / "part-1"], 600)
+    m = tmp_path / "metrics"
+    run(_ps(build_dir) + ["python3", "train.py"], d, dict(penv, FLEET_METRICS_DIR=str(m)), timeout=300)
+    aucs = _epoch_metric(m, "auc")
+    assert sorted(aucs) == [0, 1]
+    assert all(a > 0.52 for a in aucs.values()), aucs
+
+
+@needs_programs
+@pytest.mark.xfail(reason="upstream: infer.py loads model_path/epochN.model, which train.py never saves (it has no "
+                   "save call): there is nothing to infer from, on Paddle too", strict=True)
+def test_ctr_infer(tmp_path, penv, build_dir):
+    d = _prog(tmp_path, "ctr")
+    _criteo(build_dir, penv, [d / "raw_data" / "part-0"], 200)
+    run(["python3", "infer.py", "--model_path", "models", "--data_path", "raw_data"], d, penv)
+
+
+# ---- distribute_ctr: QueueDataset (local, async) and py_reader (sync) -------------------------------------
+# -b 20 so that 1000 lines make 50 batches (the programs print every 100 batches or every
+# 10); each worker reads one file of its own (fleet.split_files), of the same length: the
+# sync mode's steps must pair up.
+
+DCTR = ["-b", "20", "-e", "2", "--test", "True", "--cloud", "0"]
+
+
+def _dctr(tmp_path, build_dir, env):
+    d = _prog(tmp_path, "distribute_ctr")
+    _criteo(build_dir, env, [d / "train_data" / "part-0", d / "train_data" / "part-1"], 1000,
+            (d / "test_data" / "part-0", 400))
+    return d
+
+
+@needs_programs
+def test_distribute_ctr_local_then_infer(tmp_path, penv, build_dir):
+    """local_train.py (Adam 1e-4, a QueueDataset) saves each epoch; infer.py scores the
+    test file with each saved model through DataFeeder, after zeroing the AUC states by
+    Paddle's names (_generated_var_0..3).  Tolerance: both AUCs above 0.5 and the two
+    within 0.15 (train on 2000 lines, test on 400 others)."""
+    d = _dctr(tmp_path, build_dir, penv)
+    m = tmp_path / "metrics"
+    run(["python3", "local_train.py"] + DCTR, d, dict(penv, FLEET_METRICS_DIR=str(m)))
+    train_auc = _epoch_metric(m, "Epoch_1_auc_")[0]
+    out = run(["python3", "infer.py", "-b", "20"], d, penv)
+    res = [float(x) for x in re.findall(r"'auc': FetchedArray\(\[([0-9.]+)\]\)", out)]
+    assert len(res) == 2, "infer.py: expected a result per saved epoch:\n%s" % out[-2000:]
+    assert train_auc > 0.5 and all(r > 0.5 for r in res), (train_auc, res)
+    assert abs(res[-1] - train_auc) < 0.15, (train_auc, res)
+
+
+@needs_programs
+def test_distribute_ctr_async(tmp_path, penv, build_dir):
+    d = _dctr(tmp_path, build_dir, penv)
+    m = tmp_path / "metrics"
+    run(_ps(build_dir) + ["python3", "async_train.py"] + DCTR, d, dict(penv, FLEET_METRICS_DIR=str(m)))
+    aucs = _epoch_metric(m, "Epoch_1_auc_")
+    assert sorted(aucs) == [0, 1] and all(a > 0.5 for a in aucs.values()), aucs
+    assert "Distribute Train Success!" in read(d / "log" / "workerlog.0")
+
+
+@needs_programs
+def test_distribute_ctr_sync_py_reader(tmp_path, penv, build_dir):
+    """sync_train.py: a py_reader (create_py_reader_by_data, decorate_paddle_reader over
+    paddle.batch(paddle.reader.shuffle(...))), start() / EOFException / reset(), a
+    CompiledProgram with_data_parallel; both workers log the AUC every 10 batches."""
+    d = _dctr(tmp_path, build_dir, penv)
+    run(_ps(build_dir) + ["python3", "sync_train.py"] + DCTR, d, penv)
+    for w in (0, 1):
+        log = read(d / "log" / ("workerlog.%d" % w))
+        aucs = costs(log, r"TRAIN --> pass: 1 batch: \d+ loss: [0-9.e-]+ auc: ([0-9.]+)")
+        assert aucs and aucs[-1] > 0.5, "worker %d: %s" % (w, aucs)
+        assert "Distribute Train Success!" in log
+
+
+# ---- MNIST programs: dist_test, pe_collective, dgc_example -------------------------------------------------
+# Data: a learnable 10-class task in MNIST's idx files (paddle_programs.write_mnist).
+# Tolerance: the test accuracy printed is at least 0.9 (the C MLP example reaches 1.0 on it).
+
+
+@needs_programs
+def test_dist_test_single_trainer(tmp_path, penv):
+    d = _prog(tmp_path, "dist_test")
+    pp.write_mnist(d / "dataset")
+    out = run(["python3", "train.py"], d, penv)
+    acc = costs(out, r"\[TEST\] local_acc1: ([0-9.]+)")
+    assert acc and acc[0] >= 0.9, out[-2000:]
+
+
+@needs_programs
+@pytest.mark.xfail(reason="utils.dist_eval_acc needs fluid.layers.collective._c_allreduce (an allreduce op inside "
+                   "a program: not in the C registry yet); training itself runs", strict=True)
+def test_dist_test_collective(tmp_path, penv, build_dir):
+    d = _prog(tmp_path, "dist_test")
+    pp.write_mnist(d / "dataset")
+    run([fleetrun(build_dir), "--nproc_per_node", "2", "python3", "train.py", "--distributed"], d, penv)
+    assert costs(read(d / "log" / "workerlog.0"), r"\[TEST\] global_acc1: ([0-9.]+)")
+
+
+@needs_programs
+@pytest.mark.xfail(reason="model.py adds mse [N] and cross_entropy [N, 1] (cost = 0.5 * (0 - mse) + 0.5 * "
+                   "cross_entropy): Paddle 2's two-way broadcasting (to [N, N]) is not in the C elementwise ops; "
+                   "distributed, also collective._c_allgather", strict=True)
+def test_pe_collective_single_trainer(tmp_path, penv):
+    d = _prog(tmp_path, "pe_collective")
+    pp.write_mnist(d / "dataset")
+    run(["python3", "train.py"], d, penv)
+
+
+def _dgc_dir(tmp_path, env):
+    d = _prog(tmp_path, "dgc_example")
+    pp.write_mnist(os.path.join(env["FLEET_DATASET_DIR"], "mnist"))
+    pp.write_digit_png(d / "image" / "infer_3.png")
+    return d
+
+
+def _dgc_checks(out, what):
+    acc = costs(out, r"The classification accuracy is ([0-9.]+)%")
+    assert acc and acc[0] >= 90.0, "%s: %s" % (what, out[-2000:])
+    assert "Inference result of image/infer_3.png is: 3" in out, "%s: %s" % (what, out[-2000:])
+
+
+@needs_programs
+def test_dgc_example_single_trainer(tmp_path, penv):
+    """train.py: the CNN on MNIST (paddle.dataset.mnist, paddle.batch, DataFeeder), saved
+    with save_inference_model and run on an image (generated in the class-3 pattern)."""
+    d = _dgc_dir(tmp_path, penv)
+    _dgc_checks(run(["python3", "train.py", "--num_epochs", "1"], d, penv, timeout=300), "train.py")
+
+
+@needs_programs
+def test_dgc_example_collective_dgc(tmp_path, penv, build_dir):
+    """train_with_fleet.py --use_dgc True, two trainers (run_dgc.sh): DGCMomentumOptimizer
+    under the 1.x collective fleet."""
+    d = _dgc_dir(tmp_path, penv)
+    run([fleetrun(build_dir), "--nproc_per_node", "2", "python3", "train_with_fleet.py", "--use_dgc", "True",
+         "--num_epochs", "1"], d, penv, timeout=300)
+    _dgc_checks(read(d / "log" / "workerlog.0"), "train_with_fleet.py trainer 0")  # trainer 0 tests and infers
+    assert costs(read(d / "log" / "workerlog.1"), r"Pass \d+, Epoch 0, Cost ([0-9.]+)")
+
+
+# ---- not running yet (not run: each would first build tables of hundreds of MB or start
+# parameter servers by hand, to fail on the reason given) ---------------------------------------------------
+
+
+@needs_programs
+@pytest.mark.xfail(run=False, strict=True, reason=(
+    "word2vec/local_train_example.py: upstream bugs that fail on Paddle too (`role` is undefined; `model_path` is "
+    "assigned inside train(), so reading it raises UnboundLocalError), fluid.executor.FetchHandler is missing, "
+    "dataset_generator.py calls np.random.random_integers (removed in NumPy 2), and conf.py's tables "
+    "(354051 x 300, twice: 850 MB) are fixed in the program"))
+def test_word2vec_local():
+    raise AssertionError("not run")
+
+
+@needs_programs
+@pytest.mark.xfail(run=False, strict=True, reason=(
+    "word2vec/dist_train_example.py: asynchronous parameter servers with an exponential_decay learning rate are "
+    "refused (the servers do not apply a schedule: Paddle 2.x's a_sync learning-rate passes are not implemented); "
+    "the data generator and table sizes as for local_train_example.py"))
+def test_word2vec_parameter_server():
+    raise AssertionError("not run")
+
+
+@needs_programs
+@pytest.mark.xfail(run=False, strict=True, reason=(
+    "deepFM/distribute_base.py: regularizer.L1DecayRegularizer (the C optimizers have L2 only), fluid.contrib.utils (HDFSClient, "
+    "multi_download); its launch script local_cluster.sh sets the roles by hand (TRAINING_ROLE, PADDLE_PORT, "
+    "...) and kills every python process on the host"))
+def test_deepfm_parameter_server():
+    raise AssertionError("not run")
+
+
+@needs_programs
+@pytest.mark.xfail(run=False, strict=True, reason=(
+    "simnet_bow/distribute_base.py: layers elementwise_max, less_than and fill_constant (not in the C registry "
+    "yet); launched as deepFM (local_cluster.sh)"))
+def test_simnet_bow_parameter_server():
+    raise AssertionError("not run")
