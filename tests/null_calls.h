@@ -4,7 +4,7 @@ static long long nc_fl_app_find(void *h) { (void)h; return fl_app_find((const ch
 static long long nc_fl_app_count(void *h) { (void)h; return 0; }
 static long long nc_fl_app_at(void *h) { (void)h; return 0; }
 static long long nc_fl_app_list(void *h) { (void)h; return (long long)fl_app_list((FILE *){0}); }
-static long long nc_fl_app_config_default(void *h) { (void)h; return 0; }
+static long long nc_fl_app_config_default(void *h) { (void)h; fl_app_config_default((const fl_app_row *){0}, (fl_app_config *){0}); return 0; }
 static long long nc_fl_app_config_set(void *h) { (void)h; return (long long)fl_app_config_set((fl_app_config *){0}, (const char *){0}, (const char *){0}); }
 static long long nc_fl_app_config_load(void *h) { (void)h; return (long long)fl_app_config_load((fl_app_config *){0}, (const char *){0}); }
 static long long nc_fl_app_parse_train_configs(void *h) { (void)h; return (long long)fl_app_parse_train_configs((int){0}, (char **){0}, (const fl_app_row *){0}, (fl_app_config *){0}); }
@@ -98,6 +98,11 @@ static long long nc_fleet_strategy_parse(void *h) { (void)h; return (long long)f
 static long long nc_fleet_strategy_load(void *h) { (void)h; return (long long)fleet_strategy_load((fleet_strategy *){0}, (const char *){0}); }
 static long long nc_fleet_strategy_check(void *h) { (void)h; return (long long)fleet_strategy_check((const fleet_strategy *){0}); }
 static long long nc_fleet_strategy_to_text(void *h) { (void)h; return fleet_strategy_to_text((const fleet_strategy *){0}) != NULL; }
+static long long nc_fleet_ps_mode_count(void *h) { (void)h; return 0; }
+static long long nc_fleet_ps_mode_at(void *h) { (void)h; return (long long)fleet_ps_mode_at((int){0}, (fleet_ps_mode *){0}); }
+static long long nc_fleet_ps_mode_info(void *h) { (void)h; return (long long)fleet_ps_mode_info((const char *){0}, (fleet_ps_mode *){0}); }
+static long long nc_fleet_strategy_set_ps_mode(void *h) { (void)h; return (long long)fleet_strategy_set_ps_mode((fleet_strategy *){0}, (const char *){0}); }
+static long long nc_fleet_strategy_ps_mode(void *h) { (void)h; return (long long)fleet_strategy_ps_mode((const fleet_strategy *){0}, (fleet_ps_mode *){0}); }
 static long long nc_fleet_dgc_stats_get(void *h) { return (long long)fleet_dgc_stats_get((fleet_t *)h, (fleet_dgc_stats *){0}); }
 static long long nc_fleet_init(void *h) { return fleet_init((fleet_role *)h, (const fleet_strategy *){0}) != NULL; }
 static long long nc_fleet_init_collective(void *h) { return fleet_init_collective((fleet_role *)h, (const fleet_strategy *){0}) != NULL; }
@@ -127,6 +132,8 @@ static long long nc_fleet_util_all_gather(void *h) { return (long long)fleet_uti
 static long long nc_fleet_util_barrier(void *h) { return (long long)fleet_util_barrier((fleet_t *)h); }
 static long long nc_fleet_save_persistables(void *h) { return (long long)fleet_save_persistables((fleet_t *)h, (fl_exe *)h, (const char *){0}, (const fl_prog *)h); }
 static long long nc_fleet_save_inference_model(void *h) { return (long long)fleet_save_inference_model((fleet_t *)h, (fl_exe *)h, (const char *){0}, (const char *const *){0}, (int){0}, (fl_var *const *){0}, (int){0}, (const fl_prog *)h); }
+static long long nc_fleet_save_persistables_alone(void *h) { return (long long)fleet_save_persistables_alone((fleet_t *)h, (fl_exe *)h, (const char *){0}, (const fl_prog *)h); }
+static long long nc_fleet_save_inference_model_alone(void *h) { return (long long)fleet_save_inference_model_alone((fleet_t *)h, (fl_exe *)h, (const char *){0}, (const char *const *){0}, (int){0}, (fl_var *const *){0}, (int){0}, (const fl_prog *)h); }
 static long long nc_fleet_save_checkpoint(void *h) { return (long long)fleet_save_checkpoint((fleet_t *)h, (fl_exe *)h, (const char *){0}, (const fl_prog *)h, (const fleet_checkpoint_pos *){0}, (int){0}); }
 static long long nc_fleet_load_checkpoint(void *h) { return (long long)fleet_load_checkpoint((fleet_t *)h, (fl_exe *)h, (const char *){0}, (const fl_prog *)h, (fleet_checkpoint_pos *){0}); }
 static long long nc_fleet_checkpoint_latest(void *h) { (void)h; return (long long)fleet_checkpoint_latest((const char *){0}, (char *){0}, (size_t){0}, (int64_t *){0}); }
@@ -192,6 +199,9 @@ static long long nc_fl_layer_reduce_sum(void *h) { (void)h; return fl_layer_redu
 static long long nc_fl_layer_cos_sim(void *h) { (void)h; return fl_layer_cos_sim((fl_var *){0}, (fl_var *){0}) != NULL; }
 static long long nc_fl_layer_matmul(void *h) { (void)h; return fl_layer_matmul((fl_var *){0}, (fl_var *){0}, (int){0}, (int){0}, (float){0}) != NULL; }
 static long long nc_fl_layer_fill_constant_batch_size_like(void *h) { (void)h; return fl_layer_fill_constant_batch_size_like((fl_var *){0}, (int){0}, (const int64_t *){0}, (fl_dtype){0}, (float){0}) != NULL; }
+static long long nc_fl_layer_square(void *h) { (void)h; return fl_layer_square((fl_var *){0}) != NULL; }
+static long long nc_fl_layer_reduce_mean(void *h) { (void)h; return fl_layer_reduce_mean((fl_var *){0}, (const int *){0}, (int){0}, (int){0}) != NULL; }
+static long long nc_fl_layer_cast(void *h) { (void)h; return fl_layer_cast((fl_var *){0}, (fl_dtype){0}) != NULL; }
 static long long nc_fl_layer_scale(void *h) { (void)h; return fl_layer_scale((fl_var *){0}, (float){0}, (float){0}, (int){0}) != NULL; }
 static long long nc_fl_layer_dropout(void *h) { (void)h; return fl_layer_dropout((fl_var *){0}, (float){0}, (const char *){0}) != NULL; }
 static long long nc_fl_layer_accuracy(void *h) { (void)h; return fl_layer_accuracy((fl_var *){0}, (fl_var *){0}, (int){0}) != NULL; }
@@ -365,11 +375,11 @@ static long long nc_fl_tensor_is_rows(void *h) { (void)h; return (long long)fl_t
 static long long nc_fl_tensor_describe(void *h) { (void)h; fl_tensor_describe((const fl_tensor *){0}, (char *){0}, (size_t){0}); return 0; }
 
 static const nc_row nc_rows[] = {
-    {"fl_app_find", "app.h", NC_NULL_QUIET, 0, nc_fl_app_find},
+    {"fl_app_find", "app.h", NC_NULL, 0, nc_fl_app_find},
     {"fl_app_count", "app.h", NC_SKIP, 0, nc_fl_app_count},
     {"fl_app_at", "app.h", NC_SKIP, 0, nc_fl_app_at},
     {"fl_app_list", "app.h", NC_ERR, 0, nc_fl_app_list},
-    {"fl_app_config_default", "app.h", NC_SKIP, 0, nc_fl_app_config_default},
+    {"fl_app_config_default", "app.h", NC_SAFE, 0, nc_fl_app_config_default},
     {"fl_app_config_set", "app.h", NC_ERR, 0, nc_fl_app_config_set},
     {"fl_app_config_load", "app.h", NC_ERR, 0, nc_fl_app_config_load},
     {"fl_app_parse_train_configs", "app.h", NC_ERR, 0, nc_fl_app_parse_train_configs},
@@ -463,6 +473,11 @@ static const nc_row nc_rows[] = {
     {"fleet_strategy_load", "fleet.h", NC_ERR, 0, nc_fleet_strategy_load},
     {"fleet_strategy_check", "fleet.h", NC_ERR, 0, nc_fleet_strategy_check},
     {"fleet_strategy_to_text", "fleet.h", NC_NULL, 0, nc_fleet_strategy_to_text},
+    {"fleet_ps_mode_count", "fleet.h", NC_SKIP, 0, nc_fleet_ps_mode_count},
+    {"fleet_ps_mode_at", "fleet.h", NC_ERR, 0, nc_fleet_ps_mode_at},
+    {"fleet_ps_mode_info", "fleet.h", NC_ERR, 0, nc_fleet_ps_mode_info},
+    {"fleet_strategy_set_ps_mode", "fleet.h", NC_ERR, 0, nc_fleet_strategy_set_ps_mode},
+    {"fleet_strategy_ps_mode", "fleet.h", NC_ERR, 0, nc_fleet_strategy_ps_mode},
     {"fleet_dgc_stats_get", "fleet.h", NC_ERR, 1, nc_fleet_dgc_stats_get},
     {"fleet_init", "fleet.h", NC_SAFE, 1, nc_fleet_init},
     {"fleet_init_collective", "fleet.h", NC_SAFE, 1, nc_fleet_init_collective},
@@ -492,6 +507,8 @@ static const nc_row nc_rows[] = {
     {"fleet_util_barrier", "fleet.h", NC_ERR, 1, nc_fleet_util_barrier},
     {"fleet_save_persistables", "fleet.h", NC_ERR, 1, nc_fleet_save_persistables},
     {"fleet_save_inference_model", "fleet.h", NC_ERR, 1, nc_fleet_save_inference_model},
+    {"fleet_save_persistables_alone", "fleet.h", NC_ERR, 1, nc_fleet_save_persistables_alone},
+    {"fleet_save_inference_model_alone", "fleet.h", NC_ERR, 1, nc_fleet_save_inference_model_alone},
     {"fleet_save_checkpoint", "fleet.h", NC_ERR, 1, nc_fleet_save_checkpoint},
     {"fleet_load_checkpoint", "fleet.h", NC_ERR, 1, nc_fleet_load_checkpoint},
     {"fleet_checkpoint_latest", "fleet.h", NC_ERR, 0, nc_fleet_checkpoint_latest},
@@ -557,6 +574,9 @@ static const nc_row nc_rows[] = {
     {"fl_layer_cos_sim", "graph.h", NC_STICKY, 0, nc_fl_layer_cos_sim},
     {"fl_layer_matmul", "graph.h", NC_STICKY, 0, nc_fl_layer_matmul},
     {"fl_layer_fill_constant_batch_size_like", "graph.h", NC_STICKY, 0, nc_fl_layer_fill_constant_batch_size_like},
+    {"fl_layer_square", "graph.h", NC_STICKY, 0, nc_fl_layer_square},
+    {"fl_layer_reduce_mean", "graph.h", NC_STICKY, 0, nc_fl_layer_reduce_mean},
+    {"fl_layer_cast", "graph.h", NC_STICKY, 0, nc_fl_layer_cast},
     {"fl_layer_scale", "graph.h", NC_STICKY, 0, nc_fl_layer_scale},
     {"fl_layer_dropout", "graph.h", NC_STICKY, 0, nc_fl_layer_dropout},
     {"fl_layer_accuracy", "graph.h", NC_STICKY, 0, nc_fl_layer_accuracy},

@@ -116,7 +116,8 @@ typedef struct fl_app_row {
     int (*build)(fl_app_net *net, const fl_app_config *c, int is_distributed);
 } fl_app_row;
 
-/* The row named `name`, or NULL with an FL_ENOTFOUND error listing the known names. */
+/* The row named `name`, or NULL with an FL_ENOTFOUND error listing the known names
+ * (FL_EINVAL when name is NULL). */
 FL_API const fl_app_row *fl_app_find(const char *name);
 /* Row i (0..fl_app_count()-1). */
 FL_API int fl_app_count(void);
@@ -124,7 +125,7 @@ FL_API const fl_app_row *fl_app_at(int i);
 /* Writes "name kind reader metric modes defaults" lines of every model to f. */
 FL_API int fl_app_list(FILE *f);
 
-/* The generic defaults then the row's (row NULL: generic only). */
+/* The generic defaults then the row's (row NULL: generic only; c NULL: does nothing). */
 FL_API void fl_app_config_default(const fl_app_row *row, fl_app_config *c);
 /* Sets one option by name ("lr", "batch_size", ...) from text.  FL_EINVAL naming the
  * option and the expected form on an unknown name or a bad value. */

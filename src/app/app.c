@@ -212,7 +212,8 @@ const fl_app_row *fl_app_find(const char *name)
         k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", i ? ", " : "", rows[i].name);
         if (k >= sizeof known) k = sizeof known - 1;
     }
-    fl__err(FL_ENOTFOUND, "unknown model '%s' (models: %s)", name ? name : "(null)", known);
+    if (!name) fl__err(FL_EINVAL, "fl_app_find: name is NULL (models: %s)", known);
+    else fl__err(FL_ENOTFOUND, "unknown model '%s' (models: %s)", name, known);
     return NULL;
 }
 
@@ -273,6 +274,7 @@ static const opt_def opts[] = {
 
 void fl_app_config_default(const fl_app_row *row, fl_app_config *c)
 {
+    if (!c) return; /* nothing to fill: documented NULL-safe */
     memset(c, 0, sizeof *c);
     SET(c->optimizer, "sgd");
     SET(c->lr_decay, "none");
