@@ -238,10 +238,37 @@ FL_API fl_var *fl_layer_mean(fl_var *x);
 FL_API fl_var *fl_layer_reduce_sum(fl_var *x, const int *dims, int ndims, int keep_dim);
 /* Row-wise cosine similarity of [N, d] and [N or 1, d] -> [N, 1]. */
 FL_API fl_var *fl_layer_cos_sim(fl_var *x, fl_var *y);
-/* Paddle's matmul: alpha * op(x) op(y) for x [M, K] or [B, M, K] and y [K, N] or [B, K, N]
- * (stored transposed when transpose_x / transpose_y is set) -> [M, N] or [B, M, N]; a rank-2
- * operand next to a rank-3 one is shared by every batch. */
+/* Paddle's matmul: alpha * op(x) op(y) for x [..., M, K] and y [..., K, N] (stored
+ * transposed when transpose_x / transpose_y is set) -> [..., M, N]; batched operands (rank
+ * 3 to 8) have equal leading dims; a rank-2 operand next to a batched one is shared by
+ * every batch. */
 FL_API fl_var *fl_layer_matmul(fl_var *x, fl_var *y, int transpose_x, int transpose_y, float alpha);
+/* Paddle 2.x's matmul_v2 (trans_x, trans_y, no alpha): the same shapes as fl_layer_matmul. */
+FL_API fl_var *fl_layer_matmul_v2(fl_var *x, fl_var *y, int trans_x, int trans_y);
+/* Layer normalisation of x's rows [prod(dims[:begin_norm_axis]), rest] (Paddle's
+ * layer_norm): (x - mean) / sqrt(var + epsilon), times a learned scale (init 1) when scale,
+ * plus a learned bias (init 0) when shift; the attrs (NULL: defaults) name them. */
+FL_API fl_var *fl_layer_layer_norm(fl_var *x, int begin_norm_axis, float epsilon, int scale, int shift,
+                                   const fl_param_attr *scale_attr, const fl_param_attr *bias_attr);
+/* GELU: x/2 (1 + erf(x / sqrt 2)), or with approximate its tanh form. */
+FL_API fl_var *fl_layer_gelu(fl_var *x, int approximate);
+/* Paddle's transpose (op transpose2): output dim i is x's dim perm[i]. */
+FL_API fl_var *fl_layer_transpose(fl_var *x, int ndim, const int64_t *perm);
+/* Rows of x (dim 0) at index (int32 / int64, [N] or [N, 1]) -> [N, dims of x after 0]. */
+FL_API fl_var *fl_layer_gather(fl_var *x, fl_var *index);
+/* index [..., k] (int32 / int64) picks x[i0, .., ik-1] -> [..., dims of x from k]. */
+FL_API fl_var *fl_layer_gather_nd(fl_var *x, fl_var *index);
+/* n variables of one shape stacked along a new dim at axis (negative counts from the end). */
+FL_API fl_var *fl_layer_stack(fl_var *const *xs, int n, int axis);
+/* Splits x along axis into num equal parts, or (sections non-NULL) parts of the nsections
+ * given lengths (one may be -1: the rest); writes the parts to out and returns their
+ * count, 0 on error. */
+FL_API int fl_layer_split(fl_var *x, int num, const int64_t *sections, int nsections, int axis, fl_var **out);
+/* x[starts:ends] along each of the naxes axes (negative starts / ends count from the end;
+ * both are clamped to the dim). */
+FL_API fl_var *fl_layer_slice(fl_var *x, int naxes, const int64_t *axes, const int64_t *starts, const int64_t *ends);
+/* x int32 / int64 [..., 1] -> float32 [..., depth] one-hot rows (no gradient). */
+FL_API fl_var *fl_layer_one_hot(fl_var *x, int64_t depth);
 /* A tensor of `shape` (dim 0 replaced by input's dim 0, the batch) filled with value, of
  * dtype float32, float64 or int64; no gradient flows through it (labels, margins). */
 FL_API fl_var *fl_layer_fill_constant_batch_size_like(fl_var *input, int ndim, const int64_t *shape, fl_dtype dtype,

@@ -282,6 +282,7 @@ extern const fl_op_def *const fl__ops_amp[];    /* amp.c: cast */
 extern const fl_op_def *const fl__ops_amp_scaling[];
 extern const fl_op_def *const fl__ops_optim_lars[]; /* ops_optim_lars.c: lars_momentum, lamb */
 extern const fl_op_def *const fl__ops_dgc[];        /* ops_dgc.c: dgc, dgc_momentum */
+extern const fl_op_def *const fl__ops_nlp[], *const fl__ops_nlp_idx[]; /* ops_nlp.c, ops_nlp_idx.c */
 
 /* Shared by the update-op files (ops_optim.c defines them).  fl__optim_infer_update checks
  * an update op's Param, Grad, LearningRate and state slots (float32, the parameter's shape,
