@@ -430,9 +430,115 @@ TEST(one_hot_values_and_range)
     fl_prog_free(p);
 }
 
+/* ---- label_smooth, soft-label softmax_with_cross_entropy, expand ----------------------------- */
+
+/* The Transformer's loss: one_hot -> label_smooth(0.1) -> soft-label cross entropy. */
+TEST(grad_soft_label_cross_entropy_with_label_smooth)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *logits = gc_input(p, "logits", FL_SHAPE(4, 5), -2, 2);
+    fl_var *y = fl_layer_data(p, "y", FL_SHAPE(1), FL_INT64, 0);
+    fl_var *soft = fl_layer_label_smooth(fl_layer_one_hot(y, 5), NULL, 0.1f);
+    fl_var *loss = fl_layer_softmax_with_cross_entropy_ex(logits, soft, 1, -100);
+    if (!loss) TFAIL("soft label loss: %s", fl_prog_error(p));
+    CHECK_EQ_INT(fl_var_shape(loss)[1], 1);
+    fl_tensor *yt = th_i64(2, (const int64_t[]){4, 1}, (const int64_t[]){0, 4, 2, 4});
+    fl_feed feed[] = {{"y", yt}};
+    gc_check(gc_loss(loss), feed, 1, NULL, defaults);
+    fl_tensor_free(yt);
+    fl_prog_free(p);
+}
+
+/* Soft labels [0.9 + 0.1/3, 0.1/3, 0.1/3] on logits [1, 2, 3]: loss = sum_j l_j (lse - x_j). */
+TEST(soft_label_cross_entropy_and_label_smooth_values)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *x = fl_layer_data(p, "x", FL_SHAPE(3), FL_FLOAT32, 0);
+    fl_var *y = fl_layer_data(p, "y", FL_SHAPE(1), FL_INT64, 0);
+    fl_var *soft = fl_layer_label_smooth(fl_layer_one_hot(y, 3), NULL, 0.1f);
+    fl_var *loss = fl_layer_softmax_with_cross_entropy_ex(x, soft, 1, -100);
+    CHECK(loss);
+    fl_tensor *xt = th_f32(2, (const int64_t[]){1, 3}, (const float[]){1, 2, 3});
+    fl_tensor *yt = th_i64(2, (const int64_t[]){1, 1}, (const int64_t[]){0});
+    fl_feed feed[] = {{"x", xt}, {"y", yt}};
+    const char *f[2] = {fl_var_name(soft), fl_var_name(loss)};
+    fl_tensor *out[2] = {NULL, NULL};
+    fl_exe *e = run_once(p, feed, 2, f, 2, out);
+    const double l[3] = {0.9 + 0.1 / 3, 0.1 / 3, 0.1 / 3};
+    double lse = log(exp(1.0) + exp(2.0) + exp(3.0)), want = 0;
+    for (int j = 0; j < 3; j++) {
+        CHECK_NEAR(fl_tensor_f32(out[0])[j], l[j], 1e-6);
+        want += l[j] * (lse - (j + 1));
+    }
+    CHECK_NEAR(fl_tensor_f32(out[1])[0], want, 1e-5);
+    fl_exe_free(e);
+    fl_tensor_free(xt);
+    fl_tensor_free(yt);
+    fl_prog_free(p);
+}
+
+TEST(grad_label_smooth_with_prior)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *x = gc_input(p, "x", FL_SHAPE(3, 4), 0, 1);
+    fl_var *prior = fl_layer_data(p, "prior", FL_SHAPE(4), FL_FLOAT32, 0);
+    fl_var *o = fl_layer_label_smooth(x, prior, 0.2f);
+    CHECK(o);
+    fl_tensor *pt = th_f32(2, (const int64_t[]){1, 4}, (const float[]){0.1f, 0.2f, 0.3f, 0.4f});
+    fl_feed feed[] = {{"prior", pt}};
+    gc_check(gc_loss(o), feed, 1, NULL, defaults);
+    fl_tensor_free(pt);
+    fl_prog_free(p);
+}
+
+TEST(grad_expand_and_values)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *x = gc_input(p, "x", FL_SHAPE(2, 1, 1, 3), -1, 1);
+    fl_var *y = fl_layer_expand(x, 4, (const int64_t[]){1, 2, 3, 2});
+    if (!y) TFAIL("expand: %s", fl_prog_error(p));
+    CHECK_EQ_INT(fl_var_shape(y)[1], 2);
+    CHECK_EQ_INT(fl_var_shape(y)[2], 3);
+    CHECK_EQ_INT(fl_var_shape(y)[3], 6);
+    gc_check(gc_loss(y), NULL, 0, NULL, defaults);
+    const char *f[2] = {fl_var_name(y), "x"};
+    fl_tensor *out[2] = {NULL, NULL};
+    fl_exe *e = run_once(p, NULL, 0, f, 2, out);
+    for (int b = 0; b < 2; b++)
+        for (int r = 0; r < 6; r++)
+            for (int j = 0; j < 6; j++)
+                CHECK_NEAR(fl_tensor_f32(out[0])[(b * 6 + r) * 6 + j], fl_tensor_f32(out[1])[b * 3 + j % 3], 0);
+    fl_exe_free(e);
+    fl_prog_free(p);
+}
+
+/* BERT's mask path in Paddle 2.x programs: [B, 1, 1, S] expanded over heads and query rows. */
+TEST(grad_attention_expanded_mask)
+{
+    const int64_t B = 2, H = 2, S = 3, D = 2;
+    fl_prog *p = fl_prog_create();
+    fl_var *q = gc_input(p, "q", FL_SHAPE(B, H, S, D), -1, 1), *k = gc_input(p, "k", FL_SHAPE(B, H, S, D), -1, 1);
+    fl_var *mask = fl_layer_data(p, "mask", FL_SHAPE(1, 1, S), FL_FLOAT32, 0);
+    fl_var *m4 = fl_layer_expand(mask, 4, (const int64_t[]){1, H, S, 1});
+    fl_var *w = fl_layer_softmax(fl_layer_elementwise_add(fl_layer_matmul_v2(q, k, 0, 1), m4, -1));
+    if (!w) TFAIL("attention: %s", fl_prog_error(p));
+    fl_tensor *mt = th_f32(4, (const int64_t[]){B, 1, 1, S}, (const float[]){0, 0, -1e4f, 0, 0, 0});
+    fl_feed feed[] = {{"mask", mt}};
+    gc_check(gc_loss(w), feed, 1, NULL, defaults);
+    const char *f[1] = {fl_var_name(w)};
+    fl_tensor *out = NULL;
+    fl_exe *e = run_once(p, feed, 1, f, 1, &out);
+    for (int r = 0; r < H * S; r++) CHECK_NEAR(fl_tensor_f32(out)[r * S + 2], 0.0, 1e-30); /* masked key */
+    fl_exe_free(e);
+    fl_tensor_free(mt);
+    fl_prog_free(p);
+}
+
 TEST_MAIN(T(grad_layer_norm_scale_bias), T(grad_layer_norm_plain_axis1), T(layer_norm_values), T(layer_norm_build_errors),
           T(grad_gelu_exact_and_tanh), T(gelu_values), T(grad_transpose2), T(transpose2_values), T(grad_softmax_4d),
           T(softmax_rows_sum_to_one), T(grad_matmul_4d_all_transposes), T(grad_matmul_4d_shared_weight),
           T(matmul_4d_values_and_errors), T(grad_attention_block), T(grad_gather), T(grad_gather_nd_and_range_error),
           T(grad_stack_axes), T(grad_split_sections_and_num), T(grad_slice_negative_and_clamped),
-          T(one_hot_values_and_range))
+          T(one_hot_values_and_range), T(grad_soft_label_cross_entropy_with_label_smooth),
+          T(soft_label_cross_entropy_and_label_smooth_values), T(grad_label_smooth_with_prior), T(grad_expand_and_values),
+          T(grad_attention_expanded_mask))

@@ -228,6 +228,9 @@ FL_API fl_var *fl_layer_cross_entropy(fl_var *prob, fl_var *label);
 /* Numerically stable softmax + cross entropy on logits -> loss [N, 1].  Rows whose label
  * is -100 (Paddle's ignore_index) get loss 0 and no gradient. */
 FL_API fl_var *fl_layer_softmax_with_cross_entropy(fl_var *logits, fl_var *label);
+/* The same with Paddle's soft_label (label float32 shaped like logits, one distribution per
+ * row, as label_smooth writes) and ignore_index (hard labels). */
+FL_API fl_var *fl_layer_softmax_with_cross_entropy_ex(fl_var *logits, fl_var *label, int soft_label, int64_t ignore_index);
 /* Elementwise max(x,0) - x*z + log(1+exp(-|x|)); label float, same shape as x. */
 FL_API fl_var *fl_layer_sigmoid_cross_entropy_with_logits(fl_var *x, fl_var *label);
 /* -z*log(p+eps) - (1-z)*log(1-p+eps); p, label float [N, 1]. */
@@ -269,6 +272,10 @@ FL_API int fl_layer_split(fl_var *x, int num, const int64_t *sections, int nsect
 FL_API fl_var *fl_layer_slice(fl_var *x, int naxes, const int64_t *axes, const int64_t *starts, const int64_t *ends);
 /* x int32 / int64 [..., 1] -> float32 [..., depth] one-hot rows (no gradient). */
 FL_API fl_var *fl_layer_one_hot(fl_var *x, int64_t depth);
+/* (1 - epsilon) label + epsilon * prior_dist (prior_dist [1, C], NULL: uniform 1/C). */
+FL_API fl_var *fl_layer_label_smooth(fl_var *label, fl_var *prior_dist, float epsilon);
+/* Paddle's expand: x tiled expand_times[i] times along each of its ndim dims. */
+FL_API fl_var *fl_layer_expand(fl_var *x, int ndim, const int64_t *expand_times);
 /* A tensor of `shape` (dim 0 replaced by input's dim 0, the batch) filled with value, of
  * dtype float32, float64 or int64; no gradient flows through it (labels, margins). */
 FL_API fl_var *fl_layer_fill_constant_batch_size_like(fl_var *input, int ndim, const int64_t *shape, fl_dtype dtype,

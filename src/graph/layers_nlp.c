@@ -1,6 +1,6 @@
 /*
  * layers_nlp.c - the layer builders of the ops of ops_nlp.c and ops_nlp_idx.c (layer_norm,
- * gelu, transpose2, gather, gather_nd, stack, split, slice, one_hot), as Paddle's
+ * gelu, transpose2, label_smooth, expand, gather, gather_nd, stack, split, slice, one_hot), as Paddle's
  * fluid.layers functions of the same names build them.
  */
 #include <stdio.h>
@@ -177,5 +177,34 @@ fl_var *fl_layer_one_hot(fl_var *x, int64_t depth)
     fl_io in = FL_IO1("X", x), out = FL_IO1("Out", o);
     fl_op *op = fl__op_new(p, "one_hot", &in, 1, &out, 1);
     if (!op || fl__attr_set_i(op, "depth", depth) || fl__op_finish(op)) return NULL;
+    return o;
+}
+
+fl_var *fl_layer_label_smooth(fl_var *label, fl_var *prior_dist, float epsilon)
+{
+    fl_prog *p = layer_prog("label_smooth", "label", label);
+    if (!p) return NULL;
+    fl_var *o = fl__tmp_var(p, "label_smooth", FL_FLOAT32, label->ndim, label->shape);
+    if (!o) return NULL;
+    fl_io in[2] = {FL_IO1("X", label), FL_IO1("PriorDist", prior_dist)}, out = FL_IO1("Out", o);
+    fl_op *op = fl__op_new(p, "label_smooth", in, prior_dist ? 2 : 1, &out, 1);
+    if (!op || fl__attr_set_f(op, "epsilon", epsilon) || fl__op_finish(op)) return NULL;
+    return o;
+}
+
+fl_var *fl_layer_expand(fl_var *x, int ndim, const int64_t *expand_times)
+{
+    fl_prog *p = layer_prog("expand", "x", x);
+    if (!p) return NULL;
+    if (!expand_times || ndim != x->ndim) {
+        fl__prog_error(p, FL_EINVAL, "expand: expand_times must hold the %d dims of x '%s' (got %d)", x->ndim, x->name,
+                       ndim);
+        return NULL;
+    }
+    fl_var *o = fl__tmp_var(p, "expand", FL_FLOAT32, x->ndim, x->shape);
+    if (!o) return NULL;
+    fl_io in = FL_IO1("X", x), out = FL_IO1("Out", o);
+    fl_op *op = fl__op_new(p, "expand", &in, 1, &out, 1);
+    if (!op || fl__attr_set_ints(op, "expand_times", expand_times, ndim) || fl__op_finish(op)) return NULL;
     return o;
 }

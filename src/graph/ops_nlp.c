@@ -3,7 +3,8 @@
  * with Paddle's types, slots and attributes: layer_norm (begin_norm_axis, epsilon, optional
  * Scale and Bias; outputs Y, Mean, Variance), gelu (exact erf form, or the tanh form with
  * `approximate`) and transpose2 (axis; XShape as Paddle writes it: shape [0, dims of X],
- * no data).  Float32 kernels; each has a gradient.  The index ops (gather, gather_nd,
+ * no data), label_smooth (epsilon, optional PriorDist) and expand (expand_times: the
+ * attention mask [B, 1, 1, S] tiled to [B, H, S, S]).  Float32 kernels; each has a gradient.  The index ops (gather, gather_nd,
  * stack, split, slice, one_hot) are in ops_nlp_idx.c; softmax over the last axis is
  * ops_act.c's, matmul / matmul_v2 ops_extra.c's.
  */
@@ -396,7 +397,177 @@ static const fl_op_def def_transpose2 = {"transpose2", {"X"}, {"Out", "XShape"},
 static const fl_op_def def_transpose2_grad = {
     "transpose2_grad", {"Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_transpose2_grad, NULL};
 
+/* ---- label_smooth ------------------------------------------------------------------------------
+ *
+ * Out = (1 - epsilon) X + epsilon * PriorDist (PriorDist [1, C] optional; uniform 1/C when
+ * absent), X [.., C] one-hot rows (one_hot's output); the Transformer's label smoothing.
+ * The gradient is (1 - epsilon) dOut. */
+
+static int infer_label_smooth(fl_op *op)
+{
+    FL_CHECK(check_opt_slots(op, 0, 2, 1u));
+    FL_CHECK(check_opt_slots(op, 1, 1, 1u));
+    fl_var *x = slot_var(op, 0, 0), *pd = slot_var(op, 0, 1);
+    FL_CHECK(fl__op_need_f32(op, x));
+    double eps = fl__attr_f(op, "epsilon", 0.1);
+    if (!(eps >= 0.0 && eps <= 1.0)) return fl__op_error(op, "epsilon %g must be in [0, 1]", eps);
+    if (x->ndim < 1) return fl__op_error(op, "X '%s' must have rank >= 1", x->name);
+    if (pd) {
+        FL_CHECK(fl__op_need_f32(op, pd));
+        int64_t c = x->shape[x->ndim - 1], n = 1;
+        for (int i = 0; i < pd->ndim; i++) n = n < 0 || pd->shape[i] < 0 ? -1 : n * pd->shape[i];
+        if (c >= 0 && n >= 0 && n != c)
+            return fl__op_error(op, "PriorDist '%s' has %lld elements for %lld classes of X '%s'", pd->name, (long long)n,
+                                (long long)c, x->name);
+    }
+    fl__var_set_shape(slot_var(op, 1, 0), FL_FLOAT32, x->ndim, x->shape);
+    return FL_OK;
+}
+
+static int run_label_smooth(fl_kctx *c)
+{
+    FL_CHECK(fl__kctx_dense_f32(c, 0));
+    const fl_tensor *x = FL_IN(c, 0), *pd = FL_IN(c, 1);
+    int64_t cls = x->ndim ? x->shape[x->ndim - 1] : 0;
+    if (cls < 1) return fl__err(FL_EINVAL, "label_smooth: X '%s' has no classes", fl__kctx_var_name(c, 0, 0));
+    if (pd) {
+        FL_CHECK(fl__kctx_dense_f32(c, 1));
+        if (pd->numel != cls)
+            return fl__err(FL_EINVAL, "label_smooth: PriorDist '%s' has %lld elements for %lld classes",
+                           fl__kctx_var_name(c, 1, 0), (long long)pd->numel, (long long)cls);
+    }
+    fl_tensor *o = FL_OUT(c, 0);
+    FL_CHECK(fl__tensor_reshape_raw(o, FL_FLOAT32, x->ndim, x->shape));
+    FL_CHECK(fl__tensor_share_lod(o, x));
+    float eps = (float)fl__attr_f(c->op, "epsilon", 0.1), u = eps / (float)cls;
+    const float *restrict a = x->data, *prior = pd ? pd->data : NULL;
+    float *restrict b = o->data;
+    for (int64_t r = 0; r < x->numel / cls; r++)
+        for (int64_t j = 0; j < cls; j++)
+            b[r * cls + j] = (1.0f - eps) * a[r * cls + j] + (prior ? eps * prior[j] : u);
+    return FL_OK;
+}
+
+static int run_label_smooth_grad(fl_kctx *c)
+{
+    FL_CHECK(fl__kctx_dense_f32(c, 0));
+    const fl_tensor *dy = FL_IN(c, 0);
+    fl_tensor *dx = FL_OUT(c, 0);
+    FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, dy->ndim, dy->shape));
+    float k = 1.0f - (float)fl__attr_f(c->op, "epsilon", 0.1);
+    const float *restrict a = dy->data;
+    float *restrict b = dx->data;
+    for (int64_t i = 0; i < dy->numel; i++) b[i] = k * a[i];
+    return FL_OK;
+}
+
+static int grad_label_smooth(fl_op *op, fl_grad_ctx *g)
+{
+    fl_var *dy = fl__grad_of(g, slot_var(op, 1, 0)), *dx = fl__grad_for(g, slot_var(op, 0, 0));
+    if (!dy || !dx) return FL_OK;
+    fl_io in = FL_IO1("Out@GRAD", dy), out = FL_IO1("X@GRAD", dx);
+    return fl__grad_append(op, "label_smooth_grad", &in, 1, &out, 1);
+}
+
+static const fl_op_def def_label_smooth = {"label_smooth",    {"X", "PriorDist"}, {"Out"}, infer_label_smooth,
+                                           run_label_smooth, grad_label_smooth};
+static const fl_op_def def_label_smooth_grad = {
+    "label_smooth_grad", {"Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_label_smooth_grad, NULL};
+
+/* ---- expand -------------------------------------------------------------------------------------
+ *
+ * Paddle's expand: Out tiles X expand_times[i] times along dim i (the attention mask
+ * [B, 1, 1, S] expanded to [B, H, S, S] before elementwise_add).  The gradient sums the
+ * tiles. */
+
+static int expand_times(const fl_op *op, int nd, int64_t *t)
+{
+    const fl_attr *a = fl__attr_find(op, "expand_times");
+    if (!a || a->type != FL_ATTR_INTS || a->n != nd) return 1;
+    for (int i = 0; i < nd; i++) {
+        if (a->ints[i] < 1) return 1;
+        t[i] = a->ints[i];
+    }
+    return 0;
+}
+
+static int infer_expand(fl_op *op)
+{
+    FL_CHECK(fl__op_check_slots(op));
+    fl_var *x = op->in[0].vars[0];
+    FL_CHECK(fl__op_need_f32(op, x));
+    int64_t t[FL_MAX_DIMS], s[FL_MAX_DIMS];
+    if (expand_times(op, x->ndim, t))
+        return fl__op_error(op, "expand_times must hold %d values >= 1 (the rank of X '%s')", x->ndim, x->name);
+    for (int i = 0; i < x->ndim; i++) s[i] = x->shape[i] < 0 ? -1 : x->shape[i] * t[i];
+    fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, x->ndim, s);
+    return FL_OK;
+}
+
+/* expand (grad 0: X -> Out) or expand_grad (grad 1: X, Out@GRAD -> X@GRAD, tiles summed). */
+static int run_expand_any(fl_kctx *c, int grad)
+{
+    FL_CHECK(fl__kctx_dense_f32(c, 0));
+    const fl_tensor *x = FL_IN(c, 0);
+    int nd = x->ndim;
+    int64_t t[FL_MAX_DIMS], os[FL_MAX_DIMS], st[FL_MAX_DIMS], idx[FL_MAX_DIMS] = {0};
+    if (nd < 1 || expand_times(c->op, nd, t))
+        return fl__err(FL_EINVAL, "%s: expand_times does not fit X '%s' of rank %d", c->op->def->type,
+                       fl__kctx_var_name(c, 0, 0), nd);
+    for (int i = 0; i < nd; i++) os[i] = x->shape[i] * t[i];
+    st[nd - 1] = 1;
+    for (int i = nd - 2; i >= 0; i--) st[i] = st[i + 1] * x->shape[i + 1];
+    int64_t total = fl__dims_prod(os, 0, nd), w = os[nd - 1], xw = x->shape[nd - 1];
+    const float *src;
+    float *dst;
+    if (grad) {
+        FL_CHECK(fl__kctx_dense_f32(c, 1));
+        const fl_tensor *dy = FL_IN(c, 1);
+        if (dy->numel != total)
+            return fl__err(FL_EINVAL, "expand_grad: Out@GRAD '%s' has %lld elements, expected %lld",
+                           fl__kctx_var_name(c, 1, 0), (long long)dy->numel, (long long)total);
+        fl_tensor *dx = FL_OUT(c, 0);
+        FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, nd, x->shape));
+        memset(dx->data, 0, (size_t)dx->numel * sizeof(float));
+        src = dy->data, dst = dx->data;
+    } else {
+        fl_tensor *o = FL_OUT(c, 0);
+        FL_CHECK(fl__tensor_reshape_raw(o, FL_FLOAT32, nd, os));
+        o->lod_n = 0;
+        src = x->data, dst = o->data;
+    }
+    for (int64_t done = 0; done < total && w > 0; done += w) {
+        int64_t off = 0;
+        for (int i = 0; i < nd - 1; i++) off += (idx[i] % x->shape[i]) * st[i];
+        if (grad)
+            for (int64_t j = 0; j < w; j++) dst[off + j % xw] += src[done + j];
+        else
+            for (int64_t j = 0; j < w; j++) dst[done + j] = src[off + j % xw];
+        for (int i = nd - 2; i >= 0; i--) {
+            if (++idx[i] < os[i]) break;
+            idx[i] = 0;
+        }
+    }
+    return FL_OK;
+}
+
+static int run_expand(fl_kctx *c) { return run_expand_any(c, 0); }
+static int run_expand_grad(fl_kctx *c) { return run_expand_any(c, 1); }
+
+static int grad_expand(fl_op *op, fl_grad_ctx *g)
+{
+    fl_var *x = op->in[0].vars[0], *dy = fl__grad_of(g, op->out[0].vars[0]), *dx = fl__grad_for(g, x);
+    if (!dy || !dx) return FL_OK;
+    fl_io in[2] = {FL_IO1("X", x), FL_IO1("Out@GRAD", dy)}, out = FL_IO1("X@GRAD", dx);
+    return fl__grad_append(op, "expand_grad", in, 2, &out, 1);
+}
+
+static const fl_op_def def_expand = {"expand", {"X"}, {"Out"}, infer_expand, run_expand, grad_expand};
+static const fl_op_def def_expand_grad = {
+    "expand_grad", {"X", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_expand_grad, NULL};
+
 /* clang-format off */
 const fl_op_def *const fl__ops_nlp[] = {
-    &def_layer_norm, &def_layer_norm_grad, &def_gelu, &def_gelu_grad, &def_transpose2, &def_transpose2_grad, NULL};
+    &def_layer_norm, &def_layer_norm_grad, &def_gelu, &def_gelu_grad, &def_transpose2, &def_transpose2_grad,
+    &def_label_smooth, &def_label_smooth_grad, &def_expand, &def_expand_grad, NULL};
 /* clang-format on */
