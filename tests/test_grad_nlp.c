@@ -534,6 +534,97 @@ TEST(grad_attention_expanded_mask)
     fl_prog_free(p);
 }
 
+/* ---- gradient clipping and learning-rate schedules (ops_nlp_train.c) ------------------------ */
+
+/* loss = sum(3 w) + sum(4 v): gradients 3 (12 elements) and 4 (2 elements), global norm
+ * sqrt(108 + 32); one SGD step of rate 1 under each clip against the hand-computed update. */
+static void clip_step(int kind, float a, float b, double dw, double dv)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *w = gc_input(p, "w", FL_SHAPE(3, 4), -1, 1), *v = gc_input(p, "v", FL_SHAPE(2), -1, 1);
+    fl_var *loss = fl_layer_elementwise_add(fl_layer_reduce_sum(fl_layer_scale(w, 3, 0, 1), NULL, 0, 0),
+                                            fl_layer_reduce_sum(fl_layer_scale(v, 4, 0, 1), NULL, 0, 0), -1);
+    fl_opt *o = fl_opt_sgd(1.0f);
+    CHECK_OK(fl_opt_set_grad_clip(o, kind, a, b));
+    CHECK_OK(fl_opt_minimize(o, loss));
+    fl_exe *e = fl_exe_create(NULL);
+    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
+    fl_scope *sc = fl_exe_scope(e);
+    float w0[12], v0[2];
+    memcpy(w0, fl_tensor_f32(fl_scope_find(sc, "w")), sizeof w0);
+    memcpy(v0, fl_tensor_f32(fl_scope_find(sc, "v")), sizeof v0);
+    CHECK_OK(fl_exe_run(e, p, NULL, 0, NULL, 0, NULL));
+    for (int i = 0; i < 12; i++) CHECK_NEAR(fl_tensor_f32(fl_scope_find(sc, "w"))[i], w0[i] - dw, 1e-5);
+    for (int i = 0; i < 2; i++) CHECK_NEAR(fl_tensor_f32(fl_scope_find(sc, "v"))[i], v0[i] - dv, 1e-5);
+    fl_exe_free(e);
+    fl_opt_free(o);
+    fl_prog_free(p);
+}
+
+TEST(grad_clip_by_global_norm_value_and_norm)
+{
+    double g = sqrt(140.0);
+    clip_step(FL_CLIP_GLOBAL_NORM, 1.0f, 0, 3 / g, 4 / g);
+    clip_step(FL_CLIP_GLOBAL_NORM, 100.0f, 0, 3, 4); /* under the bound: unchanged */
+    clip_step(FL_CLIP_VALUE, 3.5f, -1.0f, 3, 3.5);
+    clip_step(FL_CLIP_NORM, 2.0f, 0, 2 / sqrt(12.0), 2 / sqrt(2.0));
+    fl_opt *o = fl_opt_sgd(1.0f);
+    CHECK_FAILS(fl_opt_set_grad_clip(o, FL_CLIP_GLOBAL_NORM, 0.0f, 0), FL_EINVAL, "norm bound");
+    fl_opt_free(o);
+}
+
+/* Runs p `n` times from one startup, fetching lr each time. */
+static void lr_series(fl_prog *p, fl_var *lr, int n, const double *want)
+{
+    if (!lr) TFAIL("schedule: %s", fl_prog_error(p));
+    fl_exe *e = fl_exe_create(NULL);
+    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
+    const char *f[1] = {fl_var_name(lr)};
+    for (int i = 0; i < n; i++) {
+        fl_tensor *out = NULL;
+        CHECK_OK(fl_exe_run(e, p, NULL, 0, f, 1, &out));
+        CHECK_NEAR(fl_tensor_f32(out)[0], want[i], 1e-6);
+    }
+    fl_exe_free(e);
+}
+
+TEST(lr_schedules_noam_polynomial_warmup)
+{
+    fl_prog *p = fl_prog_create();
+    /* d_model 4, warmup 2: 0.5 * min(step^-0.5, step * 2^-1.5), steps 1, 2, 3 */
+    lr_series(p, fl_layer_noam_decay(p, 4, 2, 1.0f), 3,
+              (const double[]){0.5 * pow(2, -1.5), 0.5 * pow(2, -0.5), 0.5 * pow(3, -0.5)});
+    fl_prog_free(p);
+    p = fl_prog_create();
+    lr_series(p, fl_layer_polynomial_decay(p, 1.0f, 4, 0.0f, 2.0f, 0), 6,
+              (const double[]){1, 0.5625, 0.25, 0.0625, 0, 0});
+    fl_prog_free(p);
+    p = fl_prog_create();
+    fl_var *inner = fl_layer_polynomial_decay(p, 1.0f, 4, 0.1f, 1.0f, 0);
+    lr_series(p, fl_layer_linear_lr_warmup(p, inner, 0, 2, 0.0f, 1.0f), 4, (const double[]){0, 0.5, 0.55, 0.325});
+    fl_prog_free(p);
+}
+
+/* SGD driven by a schedule variable: the step uses the scheduled rate. */
+TEST(minimize_with_schedule_lr_var)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *w = gc_input(p, "w", FL_SHAPE(2), -1, 1);
+    fl_var *loss = fl_layer_reduce_sum(w, NULL, 0, 0);
+    fl_opt *o = fl_opt_sgd(1.0f);
+    CHECK_OK(fl_opt_set_lr_var(o, fl_layer_polynomial_decay(p, 0.5f, 2, 0.0f, 1.0f, 0)));
+    CHECK_OK(fl_opt_minimize(o, loss));
+    fl_exe *e = fl_exe_create(NULL);
+    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
+    float w0 = fl_tensor_f32(fl_scope_find(fl_exe_scope(e), "w"))[0];
+    for (int i = 0; i < 3; i++) CHECK_OK(fl_exe_run(e, p, NULL, 0, NULL, 0, NULL));
+    /* rates 0.5, 0.25, 0 at steps 0, 1, 2; gradient 1 */
+    CHECK_NEAR(fl_tensor_f32(fl_scope_find(fl_exe_scope(e), "w"))[0], w0 - 0.75, 1e-6);
+    fl_exe_free(e);
+    fl_opt_free(o);
+    fl_prog_free(p);
+}
+
 TEST_MAIN(T(grad_layer_norm_scale_bias), T(grad_layer_norm_plain_axis1), T(layer_norm_values), T(layer_norm_build_errors),
           T(grad_gelu_exact_and_tanh), T(gelu_values), T(grad_transpose2), T(transpose2_values), T(grad_softmax_4d),
           T(softmax_rows_sum_to_one), T(grad_matmul_4d_all_transposes), T(grad_matmul_4d_shared_weight),
@@ -541,4 +632,5 @@ TEST_MAIN(T(grad_layer_norm_scale_bias), T(grad_layer_norm_plain_axis1), T(layer
           T(grad_stack_axes), T(grad_split_sections_and_num), T(grad_slice_negative_and_clamped),
           T(one_hot_values_and_range), T(grad_soft_label_cross_entropy_with_label_smooth),
           T(soft_label_cross_entropy_and_label_smooth_values), T(grad_label_smooth_with_prior), T(grad_expand_and_values),
-          T(grad_attention_expanded_mask))
+          T(grad_attention_expanded_mask), T(grad_clip_by_global_norm_value_and_norm),
+          T(lr_schedules_noam_polynomial_warmup), T(minimize_with_schedule_lr_var))

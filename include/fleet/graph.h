@@ -400,6 +400,26 @@ FL_API int fl_opt_set_exponential_decay(fl_opt *o, int64_t decay_steps, float de
 /* Paddle's cosine_decay: lr = base * 0.5 * (cos(floor(step / step_each_epoch) * pi / epochs) + 1);
  * replaces an exponential decay set before (and the other way round). */
 FL_API int fl_opt_set_cosine_decay(fl_opt *o, int64_t step_each_epoch, int64_t epochs);
+/* Gradient clipping applied by minimize after backward (and after the distributed
+ * allreduce) and before the updates, as Paddle's GradientClipBy*: FL_CLIP_VALUE clips each
+ * element to [min, max] (a = max, b = min); FL_CLIP_NORM scales each gradient to an L2 norm
+ * of at most a; FL_CLIP_GLOBAL_NORM scales all gradients by a / max(global norm, a).
+ * Dense float32 gradients only (minimize fails naming a sparse one). */
+enum { FL_CLIP_NONE = 0, FL_CLIP_VALUE = 1, FL_CLIP_NORM = 2, FL_CLIP_GLOBAL_NORM = 3 };
+FL_API int fl_opt_set_grad_clip(fl_opt *o, int kind, float a, float b);
+/* The learning rate is this float32 [1] variable (a schedule below) instead of the constant;
+ * it must be in the program minimize is given. */
+FL_API int fl_opt_set_lr_var(fl_opt *o, fl_var *lr);
+/* Learning-rate schedules (Paddle's fluid.layers of the same names) -> float32 [1] variable,
+ * computed each run from the step counter @LR_DECAY_COUNTER@ (created with its increment
+ * at the start of p by the first schedule; noam counts from 1, the others from 0). */
+FL_API fl_var *fl_layer_noam_decay(fl_prog *p, int64_t d_model, int64_t warmup_steps, float learning_rate);
+FL_API fl_var *fl_layer_polynomial_decay(fl_prog *p, float learning_rate, int64_t decay_steps, float end_learning_rate,
+                                         float power, int cycle);
+/* Linear from start_lr to end_lr over warmup_steps, then learning_rate (a schedule's
+ * variable) or, when it is NULL, constant_lr. */
+FL_API fl_var *fl_layer_linear_lr_warmup(fl_prog *p, fl_var *learning_rate, float constant_lr, int64_t warmup_steps,
+                                         float start_lr, float end_lr);
 /* Name of the optimizer: "sgd", "momentum", "adagrad", "adam", "lars_momentum", "lamb". */
 FL_API const char *fl_opt_type(const fl_opt *o);
 /* Paddle's RecomputeOptimizer: minimize() appends backward with these checkpoints
