@@ -266,7 +266,7 @@ TEST(grad_attention_block)
     CHECK_EQ_INT(fl_layer_split(x, 1, (const int64_t[]){D, -1, D}, 3, 2, qkv), 3);
     fl_var *q = NULL, *k = NULL, *v = NULL;
     fl_var **heads[3] = {&q, &k, &v};
-    for (int i = 0; i < 3; i++) { /* [B, S, D] repeated over H heads */
+    for (int i = 0; i < 3; i++) {                                             /* [B, S, D] repeated over H heads */
         fl_var *st = fl_layer_stack((fl_var *const[]){qkv[i], qkv[i]}, 2, 1); /* [B, H, S, D] */
         CHECK(st);
         *heads[i] = st;
@@ -402,7 +402,8 @@ TEST(grad_slice_negative_and_clamped)
     for (int a = 0; a < 3; a++)
         for (int b = 0; b < 4; b++)
             for (int c = 0; c < 2; c++)
-                CHECK_NEAR(fl_tensor_f32(out[0])[(a * 4 + b) * 2 + c], fl_tensor_f32(out[1])[(a * 5 + b + 1) * 4 + c + 1], 0);
+                CHECK_NEAR(fl_tensor_f32(out[0])[(a * 4 + b) * 2 + c], fl_tensor_f32(out[1])[(a * 5 + b + 1) * 4 + c + 1],
+                           0);
     fl_exe_free(e);
     fl_prog_free(p);
 }
@@ -596,8 +597,7 @@ TEST(lr_schedules_noam_polynomial_warmup)
               (const double[]){0.5 * pow(2, -1.5), 0.5 * pow(2, -0.5), 0.5 * pow(3, -0.5)});
     fl_prog_free(p);
     p = fl_prog_create();
-    lr_series(p, fl_layer_polynomial_decay(p, 1.0f, 4, 0.0f, 2.0f, 0), 6,
-              (const double[]){1, 0.5625, 0.25, 0.0625, 0, 0});
+    lr_series(p, fl_layer_polynomial_decay(p, 1.0f, 4, 0.0f, 2.0f, 0), 6, (const double[]){1, 0.5625, 0.25, 0.0625, 0, 0});
     fl_prog_free(p);
     p = fl_prog_create();
     fl_var *inner = fl_layer_polynomial_decay(p, 1.0f, 4, 0.1f, 1.0f, 0);

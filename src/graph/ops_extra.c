@@ -162,8 +162,8 @@ static int mm_runtime(fl_kctx *c, mm_dims *d, int *tx, int *ty)
         char xs[96], ys[96];
         fl_tensor_describe(x, xs, sizeof xs);
         fl_tensor_describe(y, ys, sizeof ys);
-        return fl__err(FL_EINVAL, "%s: X '%s' %s and Y '%s' %s do not multiply (transpose X %d, Y %d)",
-                       c->op->def->type, fl__kctx_var_name(c, 0, 0), xs, fl__kctx_var_name(c, 1, 0), ys, *tx, *ty);
+        return fl__err(FL_EINVAL, "%s: X '%s' %s and Y '%s' %s do not multiply (transpose X %d, Y %d)", c->op->def->type,
+                       fl__kctx_var_name(c, 0, 0), xs, fl__kctx_var_name(c, 1, 0), ys, *tx, *ty);
     }
     return FL_OK;
 }
@@ -287,8 +287,7 @@ static int run_matmul_grad(fl_kctx *c)
     fl_tensor *dx = FL_OUT(c, 0), *dy = FL_OUT(c, 1);
     if (g->numel != d.batch * d.m * d.n)
         return fl__err(FL_EINVAL, "%s: gradient '%s' has %lld elements, expected %lld", c->op->def->type,
-                       fl__kctx_var_name(c, 2, 0),
-                       (long long)g->numel, (long long)(d.batch * d.m * d.n));
+                       fl__kctx_var_name(c, 2, 0), (long long)g->numel, (long long)(d.batch * d.m * d.n));
     float alpha = mm_alpha(c->op);
     if (dx) FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, x->ndim, x->shape));
     if (dy) FL_CHECK(fl__tensor_reshape_raw(dy, FL_FLOAT32, y->ndim, y->shape));
@@ -336,8 +335,8 @@ static const fl_op_def def_matmul_grad = {
     "matmul_grad", {"X", "Y", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"}, fl__infer_nop, run_matmul_grad, NULL, fl__gemm_cache_free};
 static const fl_op_def def_matmul_v2 = {"matmul_v2", {"X", "Y"},         {"Out"}, infer_matmul, run_matmul,
                                         grad_matmul, fl__gemm_cache_free};
-static const fl_op_def def_matmul_v2_grad = {"matmul_v2_grad",    {"X", "Y", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"},
-                                             fl__infer_nop,       run_matmul_grad,        NULL,
+static const fl_op_def def_matmul_v2_grad = {"matmul_v2_grad",   {"X", "Y", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"},
+                                             fl__infer_nop,      run_matmul_grad,        NULL,
                                              fl__gemm_cache_free};
 
 static fl_var *matmul_layer(fl_var *x, fl_var *y, int tx, int ty, float alpha, int v2)
@@ -457,5 +456,5 @@ fl_var *fl_layer_fill_constant_batch_size_like(fl_var *input, int ndim, const in
     return o;
 }
 
-const fl_op_def *const fl__ops_extra[] = {&def_matmul,    &def_matmul_grad, &def_matmul_v2,
-                                          &def_matmul_v2_grad, &def_fill_bsl, NULL};
+const fl_op_def *const fl__ops_extra[] = {&def_matmul,         &def_matmul_grad, &def_matmul_v2,
+                                          &def_matmul_v2_grad, &def_fill_bsl,    NULL};

@@ -152,10 +152,12 @@ static int run_layer_norm_grad(fl_kctx *c)
     for (int s = 2; s < 5; s++) FL_CHECK(fl__kctx_dense_f32(c, s));
     const fl_tensor *x = FL_IN(c, 0), *mt = FL_IN(c, 2), *vt = FL_IN(c, 3), *dyt = FL_IN(c, 4);
     if (mt->numel != left || vt->numel != left || dyt->numel != x->numel)
-        return fl__err(FL_EINVAL, "layer_norm_grad: Mean '%s' (%lld), Variance '%s' (%lld) or Y@GRAD '%s' (%lld) do not "
-                       "match X '%s' [%lld rows of %lld]", fl__kctx_var_name(c, 2, 0), (long long)mt->numel,
-                       fl__kctx_var_name(c, 3, 0), (long long)vt->numel, fl__kctx_var_name(c, 4, 0),
-                       (long long)dyt->numel, fl__kctx_var_name(c, 0, 0), (long long)left, (long long)right);
+        return fl__err(FL_EINVAL,
+                       "layer_norm_grad: Mean '%s' (%lld), Variance '%s' (%lld) or Y@GRAD '%s' (%lld) do not "
+                       "match X '%s' [%lld rows of %lld]",
+                       fl__kctx_var_name(c, 2, 0), (long long)mt->numel, fl__kctx_var_name(c, 3, 0), (long long)vt->numel,
+                       fl__kctx_var_name(c, 4, 0), (long long)dyt->numel, fl__kctx_var_name(c, 0, 0), (long long)left,
+                       (long long)right);
     fl_tensor *dx = FL_OUT(c, 0), *ds = FL_OUT(c, 1), *db = FL_OUT(c, 2);
     if (dx) FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, x->ndim, x->shape));
     if (ds) FL_CHECK(fl__tensor_reshape_raw(ds, FL_FLOAT32, 1, &right));
@@ -205,13 +207,16 @@ static int grad_layer_norm(fl_op *op, fl_grad_ctx *g)
     if (db) o[no++] = (fl_io){"Bias@GRAD", dbv, 1};
     if (!no) return FL_OK;
     fl_var *scv[1] = {sc};
-    fl_io in[5] = {FL_IO1("X", x), FL_IO1("Mean", slot_var(op, 1, 1)), FL_IO1("Variance", slot_var(op, 1, 2)),
-                   FL_IO1("Y@GRAD", dy), {"Scale", scv, 1}};
+    fl_io in[5] = {FL_IO1("X", x),
+                   FL_IO1("Mean", slot_var(op, 1, 1)),
+                   FL_IO1("Variance", slot_var(op, 1, 2)),
+                   FL_IO1("Y@GRAD", dy),
+                   {"Scale", scv, 1}};
     return fl__grad_append(op, "layer_norm_grad", in, sc ? 5 : 4, o, no);
 }
 
-static const fl_op_def def_layer_norm = {
-    "layer_norm", {"X", "Scale", "Bias"}, {"Y", "Mean", "Variance"}, infer_layer_norm, run_layer_norm, grad_layer_norm};
+static const fl_op_def def_layer_norm = {"layer_norm",     {"X", "Scale", "Bias"}, {"Y", "Mean", "Variance"},
+                                         infer_layer_norm, run_layer_norm,         grad_layer_norm};
 static const fl_op_def def_layer_norm_grad = {"layer_norm_grad",
                                               {"X", "Scale", "Mean", "Variance", "Y@GRAD"},
                                               {"X@GRAD", "Scale@GRAD", "Bias@GRAD"},
@@ -392,10 +397,10 @@ static int grad_transpose2(fl_op *op, fl_grad_ctx *g)
     return fl__grad_append(op, "transpose2_grad", &in, 1, &out, 1);
 }
 
-static const fl_op_def def_transpose2 = {"transpose2", {"X"}, {"Out", "XShape"}, infer_transpose2, run_transpose2,
-                                         grad_transpose2};
-static const fl_op_def def_transpose2_grad = {
-    "transpose2_grad", {"Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_transpose2_grad, NULL};
+static const fl_op_def def_transpose2 = {"transpose2",     {"X"},          {"Out", "XShape"},
+                                         infer_transpose2, run_transpose2, grad_transpose2};
+static const fl_op_def def_transpose2_grad = {"transpose2_grad", {"Out@GRAD"},        {"X@GRAD"},
+                                              fl__infer_nop,     run_transpose2_grad, NULL};
 
 /* ---- label_smooth ------------------------------------------------------------------------------
  *
@@ -443,8 +448,7 @@ static int run_label_smooth(fl_kctx *c)
     const float *restrict a = x->data, *prior = pd ? pd->data : NULL;
     float *restrict b = o->data;
     for (int64_t r = 0; r < x->numel / cls; r++)
-        for (int64_t j = 0; j < cls; j++)
-            b[r * cls + j] = (1.0f - eps) * a[r * cls + j] + (prior ? eps * prior[j] : u);
+        for (int64_t j = 0; j < cls; j++) b[r * cls + j] = (1.0f - eps) * a[r * cls + j] + (prior ? eps * prior[j] : u);
     return FL_OK;
 }
 
@@ -469,10 +473,10 @@ static int grad_label_smooth(fl_op *op, fl_grad_ctx *g)
     return fl__grad_append(op, "label_smooth_grad", &in, 1, &out, 1);
 }
 
-static const fl_op_def def_label_smooth = {"label_smooth",    {"X", "PriorDist"}, {"Out"}, infer_label_smooth,
-                                           run_label_smooth, grad_label_smooth};
-static const fl_op_def def_label_smooth_grad = {
-    "label_smooth_grad", {"Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_label_smooth_grad, NULL};
+static const fl_op_def def_label_smooth = {"label_smooth",     {"X", "PriorDist"}, {"Out"},
+                                           infer_label_smooth, run_label_smooth,   grad_label_smooth};
+static const fl_op_def def_label_smooth_grad = {"label_smooth_grad", {"Out@GRAD"},          {"X@GRAD"},
+                                                fl__infer_nop,       run_label_smooth_grad, NULL};
 
 /* ---- expand -------------------------------------------------------------------------------------
  *
@@ -563,8 +567,8 @@ static int grad_expand(fl_op *op, fl_grad_ctx *g)
 }
 
 static const fl_op_def def_expand = {"expand", {"X"}, {"Out"}, infer_expand, run_expand, grad_expand};
-static const fl_op_def def_expand_grad = {
-    "expand_grad", {"X", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_expand_grad, NULL};
+static const fl_op_def def_expand_grad = {"expand_grad", {"X", "Out@GRAD"}, {"X@GRAD"},
+                                          fl__infer_nop, run_expand_grad,   NULL};
 
 /* clang-format off */
 const fl_op_def *const fl__ops_nlp[] = {

@@ -159,8 +159,8 @@ static const fl_op_def def_gather = {"gather", {"X", "Index"}, {"Out"}, infer_ga
 static const fl_op_def def_gather_grad = {
     "gather_grad", {"X", "Index", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_gather_grad, NULL};
 static const fl_op_def def_gather_nd = {"gather_nd", {"X", "Index"}, {"Out"}, infer_gather_nd, run_gather_nd, grad_gather};
-static const fl_op_def def_gather_nd_grad = {
-    "gather_nd_grad", {"X", "Index", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_gather_nd_grad, NULL};
+static const fl_op_def def_gather_nd_grad = {"gather_nd_grad", {"X", "Index", "Out@GRAD"}, {"X@GRAD"},
+                                             fl__infer_nop,    run_gather_nd_grad,         NULL};
 
 /* ---- stack, split -------------------------------------------------------------------------
  *
@@ -223,8 +223,8 @@ static int run_stack_any(fl_kctx *c, int grad)
     for (int i = 0; i < (grad ? 1 : n); i++)
         if (c->in[0][i]->dtype != FL_FLOAT32 || c->in[0][i]->is_rows || c->in[0][i]->numel != x0->numel ||
             c->in[0][i]->ndim != x0->ndim)
-            return fl__err(FL_EINVAL, "%s: input %d must be a dense float32 tensor shaped like the first",
-                           c->op->def->type, i);
+            return fl__err(FL_EINVAL, "%s: input %d must be a dense float32 tensor shaped like the first", c->op->def->type,
+                           i);
     int xr = grad ? x0->ndim - 1 : x0->ndim;
     int axis = norm_axis(fl__attr_i(c->op, "axis", 0), xr + 1);
     if (axis < 0 || axis > xr || xr + 1 > FL_MAX_DIMS)
@@ -257,8 +257,8 @@ static int run_stack_any(fl_kctx *c, int grad)
         FL_CHECK(fl__tensor_reshape_raw(c->out[0][i], FL_FLOAT32, xr, s));
         pieces[gi->ints[i]] = c->out[0][i]->data;
     }
-    blocks(x0->data, pieces, len, (int)total, fl__dims_prod(x0->shape, 0, axis),
-           fl__dims_prod(x0->shape, axis + 1, xr + 1), 0);
+    blocks(x0->data, pieces, len, (int)total, fl__dims_prod(x0->shape, 0, axis), fl__dims_prod(x0->shape, axis + 1, xr + 1),
+           0);
     return FL_OK;
 }
 
@@ -401,7 +401,7 @@ static int grad_split(fl_op *op, fl_grad_ctx *g)
     if (!go) return fl_prog_status(op->prog);
     for (int i = 0; i < op->nattr; i++) {
         const fl_attr *a = &op->attr[i];
-        int st = a->type == FL_ATTR_INT ? fl__attr_set_i(go, a->name, a->i)
+        int st = a->type == FL_ATTR_INT    ? fl__attr_set_i(go, a->name, a->i)
                  : a->type == FL_ATTR_INTS ? fl__attr_set_ints(go, a->name, a->ints, a->n)
                                            : FL_OK;
         if (st) return st;
@@ -411,8 +411,7 @@ static int grad_split(fl_op *op, fl_grad_ctx *g)
 }
 
 static const fl_op_def def_split = {"split", {"X"}, {"Out"}, infer_split, run_split, grad_split};
-static const fl_op_def def_split_grad = {
-    "split_grad", {"X", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_split_grad, NULL};
+static const fl_op_def def_split_grad = {"split_grad", {"X", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_split_grad, NULL};
 
 /* ---- slice ------------------------------------------------------------------------------------ */
 
@@ -531,8 +530,8 @@ static int grad_slice(fl_op *op, fl_grad_ctx *g)
 }
 
 static const fl_op_def def_slice = {"slice", {"Input"}, {"Out"}, infer_slice, run_slice, grad_slice};
-static const fl_op_def def_slice_grad = {
-    "slice_grad", {"Input", "Out@GRAD"}, {"Input@GRAD"}, fl__infer_nop, run_slice_grad, NULL};
+static const fl_op_def def_slice_grad = {"slice_grad",  {"Input", "Out@GRAD"}, {"Input@GRAD"},
+                                         fl__infer_nop, run_slice_grad,        NULL};
 
 /* ---- one_hot ---------------------------------------------------------------------------------- */
 

@@ -239,8 +239,7 @@ static int run_warmup(fl_kctx *c)
 
 static const fl_op_def def_noam = {"noam_decay", {"Step"}, {"Out"}, infer_sched, run_noam, NULL};
 static const fl_op_def def_poly = {"polynomial_decay", {"Step"}, {"Out"}, infer_sched, run_poly, NULL};
-static const fl_op_def def_warmup = {"linear_lr_warmup", {"Step", "LearningRate"}, {"Out"}, infer_sched, run_warmup,
-                                     NULL};
+static const fl_op_def def_warmup = {"linear_lr_warmup", {"Step", "LearningRate"}, {"Out"}, infer_sched, run_warmup, NULL};
 
 /* The step counter of p: created (int64, begin - 1) with its increment op moved to the front
  * of the program the first time. */
