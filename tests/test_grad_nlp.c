@@ -625,6 +625,52 @@ TEST(minimize_with_schedule_lr_var)
     fl_prog_free(p);
 }
 
+/* ---- program text: the ops and their gradients round-trip ----------------------------------- */
+
+TEST(nlp_program_text_round_trip)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *x = gc_input(p, "x", FL_SHAPE(2, 3, 4), -1, 1);
+    fl_var *ids = fl_layer_data(p, "ids", FL_SHAPE(1), FL_INT64, 0);
+    fl_var *h = fl_layer_gelu(fl_layer_layer_norm(x, 2, 1e-5f, 1, 1, NULL, NULL), 1);
+    fl_var *parts[2];
+    CHECK_EQ_INT(fl_layer_split(h, 2, NULL, 0, 2, parts), 2);
+    fl_var *st = fl_layer_stack(parts, 2, 1);
+    fl_var *t = fl_layer_transpose(st, 4, (const int64_t[]){0, 2, 1, 3});
+    fl_var *sl = fl_layer_slice(t, 1, (const int64_t[]){3}, (const int64_t[]){0}, (const int64_t[]){1});
+    fl_var *g = fl_layer_gather(fl_layer_expand(sl, 4, (const int64_t[]){1, 1, 1, 3}), ids);
+    fl_var *oh = fl_layer_label_smooth(fl_layer_one_hot(ids, 3), NULL, 0.1f);
+    fl_var *loss = fl_layer_mean(
+        fl_layer_elementwise_add(fl_layer_reduce_sum(g, NULL, 0, 0), fl_layer_reduce_sum(oh, NULL, 0, 0), -1));
+    if (!loss) TFAIL("program: %s", fl_prog_error(p));
+    fl_param_grad *pairs = NULL;
+    int n = 0;
+    CHECK_OK(fl_append_backward(loss, NULL, 0, &pairs, &n));
+    char *text = NULL;
+    size_t len = 0;
+    CHECK_OK(fl_prog_to_text(p, &text, &len));
+    CHECK_STR_HAS(text, "layer_norm_grad");
+    fl_prog *q = NULL;
+    CHECK_OK(fl_prog_from_text(text, len, &q));
+    fl_tensor *it = th_i64(2, (const int64_t[]){2, 1}, (const int64_t[]){1, 0});
+    fl_feed feed[] = {{"ids", it}};
+    const char *f[2] = {fl_var_name(loss), "x@GRAD"};
+    fl_tensor *a[2] = {NULL, NULL}, *b[2] = {NULL, NULL};
+    fl_exe *e = run_once(p, feed, 1, f, 2, a);
+    double la = fl_tensor_f32(a[0])[0], ga[24];
+    CHECK_EQ_INT(fl_tensor_numel(a[1]), 24);
+    for (int i = 0; i < 24; i++) ga[i] = fl_tensor_f32(a[1])[i];
+    CHECK_OK(fl_exe_run(e, q, feed, 1, f, 2, b));
+    CHECK_NEAR(fl_tensor_f32(b[0])[0], la, 0);
+    for (int i = 0; i < 24; i++) CHECK_NEAR(fl_tensor_f32(b[1])[i], ga[i], 0);
+    fl_exe_free(e);
+    fl_tensor_free(it);
+    free(text);
+    free(pairs);
+    fl_prog_free(q);
+    fl_prog_free(p);
+}
+
 TEST_MAIN(T(grad_layer_norm_scale_bias), T(grad_layer_norm_plain_axis1), T(layer_norm_values), T(layer_norm_build_errors),
           T(grad_gelu_exact_and_tanh), T(gelu_values), T(grad_transpose2), T(transpose2_values), T(grad_softmax_4d),
           T(softmax_rows_sum_to_one), T(grad_matmul_4d_all_transposes), T(grad_matmul_4d_shared_weight),
@@ -633,4 +679,4 @@ TEST_MAIN(T(grad_layer_norm_scale_bias), T(grad_layer_norm_plain_axis1), T(layer
           T(one_hot_values_and_range), T(grad_soft_label_cross_entropy_with_label_smooth),
           T(soft_label_cross_entropy_and_label_smooth_values), T(grad_label_smooth_with_prior), T(grad_expand_and_values),
           T(grad_attention_expanded_mask), T(grad_clip_by_global_norm_value_and_norm),
-          T(lr_schedules_noam_polynomial_warmup), T(minimize_with_schedule_lr_var))
+          T(lr_schedules_noam_polynomial_warmup), T(minimize_with_schedule_lr_var), T(nlp_program_text_round_trip))
