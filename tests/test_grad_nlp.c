@@ -671,6 +671,63 @@ TEST(nlp_program_text_round_trip)
     fl_prog_free(p);
 }
 
+/* ---- an encoder layer under recompute: the same gradients, dropout masks included ---------- */
+
+/* x -> layer_norm -> Q, K, V (matmul_v2 by shared weights, heads by reshape + transpose2) ->
+ * softmax(Q K^T / sqrt(D)) with dropout -> context -> gelu -> dropout; checkpoint at the
+ * layer_norm output when `rc`.  Returns x@GRAD and wq@GRAD flattened into g. */
+static void encoder_grads(int rc, float *g)
+{
+    const int64_t B = 2, S = 3, H = 2, D = 2;
+    fl_prog *p = fl_prog_create();
+    fl_prog_set_seed(p, 7);
+    fl_var *x = gc_input(p, "x", FL_SHAPE(B, S, H * D), -1, 1);
+    fl_var *w[3];
+    for (int i = 0; i < 3; i++) {
+        char nm[8];
+        snprintf(nm, sizeof nm, "w%c", "qkv"[i]);
+        w[i] = gc_input(p, nm, FL_SHAPE(H * D, H * D), -1, 1);
+    }
+    fl_var *ln = fl_layer_layer_norm(x, 2, 1e-5f, 1, 1, NULL, NULL), *hd[3];
+    for (int i = 0; i < 3; i++)
+        hd[i] = fl_layer_transpose(fl_layer_reshape(fl_layer_matmul_v2(ln, w[i], 0, 0), 4, (const int64_t[]){0, S, H, D}),
+                                   4, (const int64_t[]){0, 2, 1, 3});
+    fl_var *att = fl_layer_dropout(fl_layer_softmax(fl_layer_matmul(hd[0], hd[1], 0, 1, 1.0f / sqrtf((float)D))), 0.3f,
+                                   "upscale_in_train");
+    fl_var *ctx = fl_layer_transpose(fl_layer_matmul_v2(att, hd[2], 0, 0), 4, (const int64_t[]){0, 2, 1, 3});
+    fl_var *out = fl_layer_dropout(fl_layer_gelu(ctx, 0), 0.3f, "upscale_in_train");
+    fl_var *loss = gc_loss(out);
+    if (!loss) TFAIL("encoder: %s", fl_prog_error(p));
+    fl_param_grad *pairs = NULL;
+    int n = 0;
+    const char *cps[1] = {fl_var_name(ln)};
+    if (rc) CHECK_OK(fl_append_backward_recompute(loss, NULL, 0, cps, 1, &pairs, &n));
+    else CHECK_OK(fl_append_backward(loss, NULL, 0, &pairs, &n));
+    const char *f[2] = {"x@GRAD", "wq@GRAD"};
+    fl_tensor *o[2] = {NULL, NULL};
+    fl_exe *e = run_once(p, NULL, 0, f, 2, o);
+    CHECK_EQ_INT(fl_tensor_numel(o[0]), 24);
+    CHECK_EQ_INT(fl_tensor_numel(o[1]), 16);
+    memcpy(g, fl_tensor_f32(o[0]), 24 * sizeof *g);
+    memcpy(g + 24, fl_tensor_f32(o[1]), 16 * sizeof *g);
+    fl_exe_free(e);
+    free(pairs);
+    fl_prog_free(p);
+}
+
+TEST(encoder_layer_recompute_same_gradients)
+{
+    float a[40], b[40];
+    encoder_grads(0, a);
+    encoder_grads(1, b);
+    double mx = 0;
+    for (int i = 0; i < 40; i++) {
+        CHECK_NEAR(b[i], a[i], 1e-6);
+        mx = fmax(mx, fabs(a[i]));
+    }
+    CHECK(mx > 0);
+}
+
 TEST_MAIN(T(grad_layer_norm_scale_bias), T(grad_layer_norm_plain_axis1), T(layer_norm_values), T(layer_norm_build_errors),
           T(grad_gelu_exact_and_tanh), T(gelu_values), T(grad_transpose2), T(transpose2_values), T(grad_softmax_4d),
           T(softmax_rows_sum_to_one), T(grad_matmul_4d_all_transposes), T(grad_matmul_4d_shared_weight),
@@ -679,4 +736,5 @@ TEST_MAIN(T(grad_layer_norm_scale_bias), T(grad_layer_norm_plain_axis1), T(layer
           T(one_hot_values_and_range), T(grad_soft_label_cross_entropy_with_label_smooth),
           T(soft_label_cross_entropy_and_label_smooth_values), T(grad_label_smooth_with_prior), T(grad_expand_and_values),
           T(grad_attention_expanded_mask), T(grad_clip_by_global_norm_value_and_norm),
-          T(lr_schedules_noam_polynomial_warmup), T(minimize_with_schedule_lr_var), T(nlp_program_text_round_trip))
+          T(lr_schedules_noam_polynomial_warmup), T(minimize_with_schedule_lr_var), T(nlp_program_text_round_trip),
+          T(encoder_layer_recompute_same_gradients))
