@@ -93,8 +93,9 @@ TEST(matmul_shape_errors_name_the_inputs)
     fl_prog_free(p);
     p = fl_prog_create();
     x = fl_layer_data(p, "x", 3, (const int64_t[]){2, 3, 4}, FL_FLOAT32, 0);
-    CHECK(fl_layer_matmul(x, x, 0, 1, 1.0f) == NULL);
-    CHECK_STR_HAS(fl_prog_error(p), "rank 2 or 3");
+    y = fl_layer_data(p, "y", 2, (const int64_t[]){4, 2}, FL_FLOAT32, 0);
+    CHECK(fl_layer_matmul(x, y, 0, 0, 1.0f) == NULL); /* batched [-1, 2] against [-1] */
+    CHECK_STR_HAS(fl_prog_error(p), "same leading dims");
     fl_prog_free(p);
 }
 

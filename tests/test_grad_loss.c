@@ -397,7 +397,7 @@ TEST(loss_unsupported_attributes_rejected)
 {
     text_rejected("op softmax_with_cross_entropy role=forward in Logits=a Label=y out Softmax=s Loss=l "
                   "attr soft_label=int:1",
-                  "softmax_with_cross_entropy: attribute soft_label=1 is not supported");
+                  "softmax_with_cross_entropy: input 'y' must be float32, is int64"); /* soft labels are float */
     text_rejected("op softmax_with_cross_entropy role=forward in Logits=a Label=y out Softmax=s Loss=l "
                   "attr axis=int:0",
                   "softmax_with_cross_entropy: attribute axis=0 is not supported");

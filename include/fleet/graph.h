@@ -228,6 +228,9 @@ FL_API fl_var *fl_layer_cross_entropy(fl_var *prob, fl_var *label);
 /* Numerically stable softmax + cross entropy on logits -> loss [N, 1].  Rows whose label
  * is -100 (Paddle's ignore_index) get loss 0 and no gradient. */
 FL_API fl_var *fl_layer_softmax_with_cross_entropy(fl_var *logits, fl_var *label);
+/* The same with Paddle's soft_label (label float32 shaped like logits, one distribution per
+ * row, as label_smooth writes) and ignore_index (hard labels). */
+FL_API fl_var *fl_layer_softmax_with_cross_entropy_ex(fl_var *logits, fl_var *label, int soft_label, int64_t ignore_index);
 /* Elementwise max(x,0) - x*z + log(1+exp(-|x|)); label float, same shape as x. */
 FL_API fl_var *fl_layer_sigmoid_cross_entropy_with_logits(fl_var *x, fl_var *label);
 /* -z*log(p+eps) - (1-z)*log(1-p+eps); p, label float [N, 1]. */
@@ -238,10 +241,41 @@ FL_API fl_var *fl_layer_mean(fl_var *x);
 FL_API fl_var *fl_layer_reduce_sum(fl_var *x, const int *dims, int ndims, int keep_dim);
 /* Row-wise cosine similarity of [N, d] and [N or 1, d] -> [N, 1]. */
 FL_API fl_var *fl_layer_cos_sim(fl_var *x, fl_var *y);
-/* Paddle's matmul: alpha * op(x) op(y) for x [M, K] or [B, M, K] and y [K, N] or [B, K, N]
- * (stored transposed when transpose_x / transpose_y is set) -> [M, N] or [B, M, N]; a rank-2
- * operand next to a rank-3 one is shared by every batch. */
+/* Paddle's matmul: alpha * op(x) op(y) for x [..., M, K] and y [..., K, N] (stored
+ * transposed when transpose_x / transpose_y is set) -> [..., M, N]; batched operands (rank
+ * 3 to 8) have equal leading dims; a rank-2 operand next to a batched one is shared by
+ * every batch. */
 FL_API fl_var *fl_layer_matmul(fl_var *x, fl_var *y, int transpose_x, int transpose_y, float alpha);
+/* Paddle 2.x's matmul_v2 (trans_x, trans_y, no alpha): the same shapes as fl_layer_matmul. */
+FL_API fl_var *fl_layer_matmul_v2(fl_var *x, fl_var *y, int trans_x, int trans_y);
+/* Layer normalisation of x's rows [prod(dims[:begin_norm_axis]), rest] (Paddle's
+ * layer_norm): (x - mean) / sqrt(var + epsilon), times a learned scale (init 1) when scale,
+ * plus a learned bias (init 0) when shift; the attrs (NULL: defaults) name them. */
+FL_API fl_var *fl_layer_layer_norm(fl_var *x, int begin_norm_axis, float epsilon, int scale, int shift,
+                                   const fl_param_attr *scale_attr, const fl_param_attr *bias_attr);
+/* GELU: x/2 (1 + erf(x / sqrt 2)), or with approximate its tanh form. */
+FL_API fl_var *fl_layer_gelu(fl_var *x, int approximate);
+/* Paddle's transpose (op transpose2): output dim i is x's dim perm[i]. */
+FL_API fl_var *fl_layer_transpose(fl_var *x, int ndim, const int64_t *perm);
+/* Rows of x (dim 0) at index (int32 / int64, [N] or [N, 1]) -> [N, dims of x after 0]. */
+FL_API fl_var *fl_layer_gather(fl_var *x, fl_var *index);
+/* index [..., k] (int32 / int64) picks x[i0, .., ik-1] -> [..., dims of x from k]. */
+FL_API fl_var *fl_layer_gather_nd(fl_var *x, fl_var *index);
+/* n variables of one shape stacked along a new dim at axis (negative counts from the end). */
+FL_API fl_var *fl_layer_stack(fl_var *const *xs, int n, int axis);
+/* Splits x along axis into num equal parts, or (sections non-NULL) parts of the nsections
+ * given lengths (one may be -1: the rest); writes the parts to out and returns their
+ * count, 0 on error. */
+FL_API int fl_layer_split(fl_var *x, int num, const int64_t *sections, int nsections, int axis, fl_var **out);
+/* x[starts:ends] along each of the naxes axes (negative starts / ends count from the end;
+ * both are clamped to the dim). */
+FL_API fl_var *fl_layer_slice(fl_var *x, int naxes, const int64_t *axes, const int64_t *starts, const int64_t *ends);
+/* x int32 / int64 [..., 1] -> float32 [..., depth] one-hot rows (no gradient). */
+FL_API fl_var *fl_layer_one_hot(fl_var *x, int64_t depth);
+/* (1 - epsilon) label + epsilon * prior_dist (prior_dist [1, C], NULL: uniform 1/C). */
+FL_API fl_var *fl_layer_label_smooth(fl_var *label, fl_var *prior_dist, float epsilon);
+/* Paddle's expand: x tiled expand_times[i] times along each of its ndim dims. */
+FL_API fl_var *fl_layer_expand(fl_var *x, int ndim, const int64_t *expand_times);
 /* A tensor of `shape` (dim 0 replaced by input's dim 0, the batch) filled with value, of
  * dtype float32, float64 or int64; no gradient flows through it (labels, margins). */
 FL_API fl_var *fl_layer_fill_constant_batch_size_like(fl_var *input, int ndim, const int64_t *shape, fl_dtype dtype,
@@ -374,6 +408,26 @@ FL_API int fl_opt_set_exponential_decay(fl_opt *o, int64_t decay_steps, float de
 /* Paddle's cosine_decay: lr = base * 0.5 * (cos(floor(step / step_each_epoch) * pi / epochs) + 1);
  * replaces an exponential decay set before (and the other way round). */
 FL_API int fl_opt_set_cosine_decay(fl_opt *o, int64_t step_each_epoch, int64_t epochs);
+/* Gradient clipping applied by minimize after backward (and after the distributed
+ * allreduce) and before the updates, as Paddle's GradientClipBy*: FL_CLIP_VALUE clips each
+ * element to [min, max] (a = max, b = min); FL_CLIP_NORM scales each gradient to an L2 norm
+ * of at most a; FL_CLIP_GLOBAL_NORM scales all gradients by a / max(global norm, a).
+ * Dense float32 gradients only (minimize fails naming a sparse one). */
+enum { FL_CLIP_NONE = 0, FL_CLIP_VALUE = 1, FL_CLIP_NORM = 2, FL_CLIP_GLOBAL_NORM = 3 };
+FL_API int fl_opt_set_grad_clip(fl_opt *o, int kind, float a, float b);
+/* The learning rate is this float32 [1] variable (a schedule below) instead of the constant;
+ * it must be in the program minimize is given. */
+FL_API int fl_opt_set_lr_var(fl_opt *o, fl_var *lr);
+/* Learning-rate schedules (Paddle's fluid.layers of the same names) -> float32 [1] variable,
+ * computed each run from the step counter @LR_DECAY_COUNTER@ (created with its increment
+ * at the start of p by the first schedule; noam counts from 1, the others from 0). */
+FL_API fl_var *fl_layer_noam_decay(fl_prog *p, int64_t d_model, int64_t warmup_steps, float learning_rate);
+FL_API fl_var *fl_layer_polynomial_decay(fl_prog *p, float learning_rate, int64_t decay_steps, float end_learning_rate,
+                                         float power, int cycle);
+/* Linear from start_lr to end_lr over warmup_steps, then learning_rate (a schedule's
+ * variable) or, when it is NULL, constant_lr. */
+FL_API fl_var *fl_layer_linear_lr_warmup(fl_prog *p, fl_var *learning_rate, float constant_lr, int64_t warmup_steps,
+                                         float start_lr, float end_lr);
 /* Name of the optimizer: "sgd", "momentum", "adagrad", "adam", "lars_momentum", "lamb". */
 FL_API const char *fl_opt_type(const fl_opt *o);
 /* Paddle's RecomputeOptimizer: minimize() appends backward with these checkpoints

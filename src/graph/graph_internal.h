@@ -283,6 +283,16 @@ extern const fl_op_def *const fl__ops_amp[];    /* amp.c: cast */
 extern const fl_op_def *const fl__ops_amp_scaling[];
 extern const fl_op_def *const fl__ops_optim_lars[]; /* ops_optim_lars.c: lars_momentum, lamb */
 extern const fl_op_def *const fl__ops_dgc[];        /* ops_dgc.c: dgc, dgc_momentum */
+extern const fl_op_def *const fl__ops_nlp[], *const fl__ops_nlp_idx[], *const fl__ops_nlp_train[]; /* ops_nlp*.c */
+/* Gradient clipping set on an optimizer (FL_CLIP_*; a: max / max_norm / clip_norm, b: min),
+ * appended by minimize after backward (ops_nlp_train.c); the optimizer's fields. */
+typedef struct {
+    int kind;
+    float a, b;
+} fl_grad_clip;
+int fl__grad_clip_apply(fl_prog *p, fl_param_grad *pairs, int n, const fl_grad_clip *c);
+fl_grad_clip *fl__opt_clip(fl_opt *o);
+fl_var **fl__opt_lr_var(fl_opt *o);
 
 /* Shared by the update-op files (ops_optim.c defines them).  fl__optim_infer_update checks
  * an update op's Param, Grad, LearningRate and state slots (float32, the parameter's shape,

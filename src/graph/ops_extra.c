@@ -1,6 +1,6 @@
 /*
  * ops_extra.c - operator group "extra": matmul (Paddle's batched matmul with transpose_X,
- * transpose_Y and alpha) with its gradient, and fill_constant_batch_size_like.  word2vec's
+ * transpose_Y and alpha; Paddle 2.x's matmul_v2 with trans_x / trans_y) with its gradient, and fill_constant_batch_size_like.  word2vec's
  * negative-sampling logits are a batched matmul of [N, 1, D] by [N, K, D]^T, and its labels
  * (ones and zeros shaped like the logits) come from fill_constant_batch_size_like, as in
  * Paddle's word2vec example.  Float32 data (fill_constant_batch_size_like also writes
@@ -12,35 +12,73 @@
 
 #include "graph_internal.h"
 
-/* ---- matmul ------------------------------------------------------------------------------
+/* ---- matmul, matmul_v2 -------------------------------------------------------------------
  *
- * X [M, K] or [B, M, K] and Y [K, N] or [B, K, N] (stored transposed when transpose_X /
- * transpose_Y is set) -> Out = alpha * op(X) op(Y), [M, N] or [B, M, N].  A rank-2 operand
- * next to a rank-3 one is shared by every batch (Paddle broadcasts it the same way); two
- * rank-3 operands must have the same batch.  Other ranks are rejected (Paddle also accepts
- * rank 1 and rank > 3). */
+ * X [..., M, K] and Y [..., K, N] (stored transposed when transpose_X / transpose_Y, or
+ * matmul_v2's trans_x / trans_y, is set) -> Out = alpha * op(X) op(Y) of shape [..., M, N]
+ * (matmul_v2 has no alpha).  The leading (batch) dims of a rank > 2 operand are flattened
+ * into one batch; a rank-2 operand next to a batched one is shared by every batch (Paddle
+ * broadcasts it the same way); two batched operands must have the same leading dims (3-D
+ * [B, M, K] or attention's 4-D [B, H, S, D]).  Rank 1 and general broadcasting of leading
+ * dims (Paddle 2.x) are rejected. */
 
 typedef struct {
     int64_t batch, m, n, k;
     int64_t xr, xc, yr, yc; /* stored matrix dims of one batch of X and Y */
-    int xb, yb;             /* whether X / Y has a batch dim */
+    int xb, yb;             /* whether X / Y has batch dims */
+    int bn;                 /* number of batch dims of Out */
+    int64_t bs[FL_MAX_DIMS];
 } mm_dims;
 
 /* 0 ok; 1 bad rank; 2 inner dims differ; 3 batches differ (unknown -1 dims pass at build). */
 static int mm_layout(const int64_t *xs, int xn, const int64_t *ys, int yn, int tx, int ty, mm_dims *d)
 {
-    if (xn < 2 || xn > 3 || yn < 2 || yn > 3) return 1;
-    d->xb = xn == 3, d->yb = yn == 3;
+    if (xn < 2 || xn > FL_MAX_DIMS || yn < 2 || yn > FL_MAX_DIMS) return 1;
+    d->xb = xn > 2, d->yb = yn > 2;
     d->xr = xs[xn - 2], d->xc = xs[xn - 1], d->yr = ys[yn - 2], d->yc = ys[yn - 1];
     d->m = tx ? d->xc : d->xr;
     d->k = tx ? d->xr : d->xc;
     d->n = ty ? d->yr : d->yc;
     int64_t yk = ty ? d->yc : d->yr;
     if (d->k >= 0 && yk >= 0 && d->k != yk) return 2;
-    int64_t bx = d->xb ? xs[0] : 1, by = d->yb ? ys[0] : 1;
-    if (d->xb && d->yb && bx >= 0 && by >= 0 && bx != by) return 3;
-    d->batch = d->xb ? bx : by;
+    if (d->xb && d->yb) {
+        if (xn != yn) return 3;
+        for (int i = 0; i < xn - 2; i++)
+            if (xs[i] >= 0 && ys[i] >= 0 && xs[i] != ys[i]) return 3;
+    }
+    const int64_t *bs = d->xb ? xs : ys;
+    d->bn = d->xb ? xn - 2 : d->yb ? yn - 2 : 0;
+    d->batch = 1;
+    for (int i = 0; i < d->bn; i++) {
+        d->bs[i] = bs[i];
+        if (d->xb && d->yb && bs[i] < 0) d->bs[i] = ys[i]; /* the known one, if any */
+        d->batch = d->batch < 0 || d->bs[i] < 0 ? -1 : d->batch * d->bs[i];
+    }
     return 0;
+}
+
+/* Out's shape: the batch dims, M, N. */
+static int mm_out_shape(const mm_dims *d, int64_t *os)
+{
+    int on = 0;
+    for (int i = 0; i < d->bn; i++) os[on++] = d->bs[i];
+    os[on++] = d->m;
+    os[on++] = d->n;
+    return on;
+}
+
+/* transpose_X / transpose_Y (matmul) or trans_x / trans_y (matmul_v2 and its gradient). */
+static void mm_trans(const fl_op *op, int *tx, int *ty)
+{
+    int v2 = !strncmp(op->def->type, "matmul_v2", 9);
+    *tx = (int)fl__attr_i(op, v2 ? "trans_x" : "transpose_X", 0) != 0;
+    *ty = (int)fl__attr_i(op, v2 ? "trans_y" : "transpose_Y", 0) != 0;
+}
+
+/* alpha (matmul only; matmul_v2 has none). */
+static float mm_alpha(const fl_op *op)
+{
+    return strncmp(op->def->type, "matmul_v2", 9) ? (float)fl__attr_f(op, "alpha", 1.0) : 1.0f;
 }
 
 static int infer_matmul(fl_op *op)
@@ -56,24 +94,22 @@ static int infer_matmul(fl_op *op)
     if ((x->dtype == FL_FLOAT16 && y->dtype == FL_BFLOAT16) || (x->dtype == FL_BFLOAT16 && y->dtype == FL_FLOAT16))
         return fl__op_error(op, "X '%s' is %s and Y '%s' %s: one low-precision type per product", x->name,
                             fl_dtype_name(x->dtype), y->name, fl_dtype_name(y->dtype));
-    int tx = (int)fl__attr_i(op, "transpose_X", 0), ty = (int)fl__attr_i(op, "transpose_Y", 0);
+    int tx, ty;
+    mm_trans(op, &tx, &ty);
     mm_dims d;
     int code = mm_layout(x->shape, x->ndim, y->shape, y->ndim, tx, ty, &d);
     if (code) {
         char xs[96], ys[96];
         fl__shape_str(x, xs, sizeof xs);
         fl__shape_str(y, ys, sizeof ys);
-        static const char *const why[] = {"", "X and Y must be of rank 2 or 3",
+        static const char *const why[] = {"", "X and Y must be of rank 2 to 8",
                                           "the inner dimensions of op(X) and op(Y) differ",
-                                          "X and Y of rank 3 must have the same batch"};
-        return fl__op_error(op, "X '%s' %s, Y '%s' %s (transpose_X %d, transpose_Y %d): %s", x->name, xs, y->name, ys, tx,
-                            ty, why[code]);
+                                          "batched X and Y must have the same leading dims"};
+        return fl__op_error(op, "X '%s' %s, Y '%s' %s (transpose X %d, Y %d): %s", x->name, xs, y->name, ys, tx, ty,
+                            why[code]);
     }
-    int64_t os[3];
-    int on = 0;
-    if (d.xb || d.yb) os[on++] = d.batch;
-    os[on++] = d.m;
-    os[on++] = d.n;
+    int64_t os[FL_MAX_DIMS];
+    int on = mm_out_shape(&d, os);
     fl_dtype odt = (fl_dtype)fl__attr_i(op, "out_dtype", FL_FLOAT32);
     if (odt != FL_FLOAT32 && odt != FL_BFLOAT16 && odt != FL_FLOAT16)
         return fl__op_error(op, "out_dtype %s must be float32, bfloat16 or float16", fl_dtype_name(odt));
@@ -121,13 +157,13 @@ static int mm_runtime(fl_kctx *c, mm_dims *d, int *tx, int *ty)
         if (!is_low(i ? y : x)) FL_CHECK(fl__kctx_dense_f32(c, i));
         else if ((i ? y : x)->is_rows)
             return fl__err(FL_EINVAL, "%s: input '%s' holds SelectedRows", c->op->def->type, fl__kctx_var_name(c, i, 0));
-    *tx = (int)fl__attr_i(c->op, "transpose_X", 0), *ty = (int)fl__attr_i(c->op, "transpose_Y", 0);
+    mm_trans(c->op, tx, ty);
     if (mm_layout(x->shape, x->ndim, y->shape, y->ndim, *tx, *ty, d)) {
         char xs[96], ys[96];
         fl_tensor_describe(x, xs, sizeof xs);
         fl_tensor_describe(y, ys, sizeof ys);
-        return fl__err(FL_EINVAL, "%s: X '%s' %s and Y '%s' %s do not multiply (transpose_X %d, transpose_Y %d)",
-                       c->op->def->type, fl__kctx_var_name(c, 0, 0), xs, fl__kctx_var_name(c, 1, 0), ys, *tx, *ty);
+        return fl__err(FL_EINVAL, "%s: X '%s' %s and Y '%s' %s do not multiply (transpose X %d, Y %d)", c->op->def->type,
+                       fl__kctx_var_name(c, 0, 0), xs, fl__kctx_var_name(c, 1, 0), ys, *tx, *ty);
     }
     return FL_OK;
 }
@@ -176,12 +212,9 @@ static int run_matmul(fl_kctx *c)
     FL_CHECK(mm_runtime(c, &d, &tx, &ty));
     const fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1);
     fl_tensor *out = FL_OUT(c, 0);
-    int64_t os[3];
-    int on = 0;
-    if (d.xb || d.yb) os[on++] = d.batch;
-    os[on++] = d.m;
-    os[on++] = d.n;
-    float alpha = (float)fl__attr_f(c->op, "alpha", 1.0);
+    int64_t os[FL_MAX_DIMS];
+    int on = mm_out_shape(&d, os);
+    float alpha = mm_alpha(c->op);
     fl_dtype odt = (fl_dtype)fl__attr_i(c->op, "out_dtype", FL_FLOAT32);
     if (odt != FL_FLOAT32) return run_matmul_low_out(c, &d, tx, ty, alpha, odt, on, os);
     FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, on, os));
@@ -253,9 +286,9 @@ static int run_matmul_grad(fl_kctx *c)
     const fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1), *g = FL_IN(c, 2);
     fl_tensor *dx = FL_OUT(c, 0), *dy = FL_OUT(c, 1);
     if (g->numel != d.batch * d.m * d.n)
-        return fl__err(FL_EINVAL, "matmul_grad: gradient '%s' has %lld elements, expected %lld", fl__kctx_var_name(c, 2, 0),
-                       (long long)g->numel, (long long)(d.batch * d.m * d.n));
-    float alpha = (float)fl__attr_f(c->op, "alpha", 1.0);
+        return fl__err(FL_EINVAL, "%s: gradient '%s' has %lld elements, expected %lld", c->op->def->type,
+                       fl__kctx_var_name(c, 2, 0), (long long)g->numel, (long long)(d.batch * d.m * d.n));
+    float alpha = mm_alpha(c->op);
     if (dx) FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, x->ndim, x->shape));
     if (dy) FL_CHECK(fl__tensor_reshape_raw(dy, FL_FLOAT32, y->ndim, y->shape));
     if (dx && !d.xb) memset(dx->data, 0, (size_t)dx->numel * sizeof(float));
@@ -292,33 +325,52 @@ static int grad_matmul(fl_op *op, fl_grad_ctx *g)
     if (dx) o[no++] = (fl_io){"X@GRAD", dxv, 1};
     if (dy) o[no++] = (fl_io){"Y@GRAD", dyv, 1};
     fl_io in[3] = {FL_IO1("X", x), FL_IO1("Y", y), FL_IO1("Out@GRAD", dout)};
-    return no ? fl__grad_append(op, "matmul_grad", in, 3, o, no) : FL_OK;
+    return no ? fl__grad_append(op, strcmp(op->def->type, "matmul") ? "matmul_v2_grad" : "matmul_grad", in, 3, o, no)
+              : FL_OK;
 }
 
 static const fl_op_def def_matmul = {"matmul",    {"X", "Y"},         {"Out"}, infer_matmul, run_matmul,
                                      grad_matmul, fl__gemm_cache_free};
 static const fl_op_def def_matmul_grad = {
     "matmul_grad", {"X", "Y", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"}, fl__infer_nop, run_matmul_grad, NULL, fl__gemm_cache_free};
+static const fl_op_def def_matmul_v2 = {"matmul_v2", {"X", "Y"},         {"Out"}, infer_matmul, run_matmul,
+                                        grad_matmul, fl__gemm_cache_free};
+static const fl_op_def def_matmul_v2_grad = {"matmul_v2_grad",   {"X", "Y", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"},
+                                             fl__infer_nop,      run_matmul_grad,        NULL,
+                                             fl__gemm_cache_free};
 
-fl_var *fl_layer_matmul(fl_var *x, fl_var *y, int transpose_x, int transpose_y, float alpha)
+static fl_var *matmul_layer(fl_var *x, fl_var *y, int tx, int ty, float alpha, int v2)
 {
+    const char *type = v2 ? "matmul_v2" : "matmul";
     fl_var *const xy[2] = {x, y};
     fl_prog *p = fl__prog_of(xy, 2);
     if (!p) {
-        fl__err(FL_EINVAL, "matmul: input X or Y is NULL");
+        fl__err(FL_EINVAL, "%s: input X or Y is NULL", type);
         return NULL;
     }
     if (p->status != FL_OK) return NULL;
     char base[128];
-    fl__unique_name(p, "matmul", base, sizeof base);
+    fl__unique_name(p, type, base, sizeof base);
     fl_var *o = fl__tmp_var(p, base, FL_FLOAT32, x->ndim, x->shape);
     if (!o) return NULL;
     fl_io in[2] = {FL_IO1("X", x), FL_IO1("Y", y)}, out = FL_IO1("Out", o);
-    fl_op *op = fl__op_new(p, "matmul", in, 2, &out, 1);
-    if (!op || fl__attr_set_i(op, "transpose_X", transpose_x != 0) || fl__attr_set_i(op, "transpose_Y", transpose_y != 0) ||
-        fl__attr_set_f(op, "alpha", alpha) || fl__op_finish(op))
-        return NULL;
+    fl_op *op = fl__op_new(p, type, in, 2, &out, 1);
+    if (!op) return NULL;
+    int st = v2 ? fl__attr_set_i(op, "trans_x", tx != 0) || fl__attr_set_i(op, "trans_y", ty != 0)
+                : fl__attr_set_i(op, "transpose_X", tx != 0) || fl__attr_set_i(op, "transpose_Y", ty != 0) ||
+                      fl__attr_set_f(op, "alpha", alpha);
+    if (st || fl__op_finish(op)) return NULL;
     return o;
+}
+
+fl_var *fl_layer_matmul(fl_var *x, fl_var *y, int transpose_x, int transpose_y, float alpha)
+{
+    return matmul_layer(x, y, transpose_x, transpose_y, alpha, 0);
+}
+
+fl_var *fl_layer_matmul_v2(fl_var *x, fl_var *y, int trans_x, int trans_y)
+{
+    return matmul_layer(x, y, trans_x, trans_y, 1.0f, 1);
 }
 
 /* ---- fill_constant_batch_size_like ----------------------------------------------------------
@@ -404,4 +456,5 @@ fl_var *fl_layer_fill_constant_batch_size_like(fl_var *input, int ndim, const in
     return o;
 }
 
-const fl_op_def *const fl__ops_extra[] = {&def_matmul, &def_matmul_grad, &def_fill_bsl, NULL};
+const fl_op_def *const fl__ops_extra[] = {&def_matmul,         &def_matmul_grad, &def_matmul_v2,
+                                          &def_matmul_v2_grad, &def_fill_bsl,    NULL};

@@ -2,7 +2,7 @@
  * ops_loss.c - losses computed from logits or probabilities, with their gradients and
  * layer builders (Paddle fluid semantics):
  *
- *   softmax_with_cross_entropy          Logits [.., C], Label int64 [.., 1]
+ *   softmax_with_cross_entropy          Logits [.., C], Label int64 [.., 1] (soft_label: float [.., C])
  *                                       -> Softmax [.., C], Loss [.., 1]
  *   sigmoid_cross_entropy_with_logits   X, Label float (same shape) -> Out (same shape)
  *   log_loss                            Predicted, Labels float [N, 1] -> Loss [N, 1]
@@ -60,11 +60,14 @@ static int append_grad(fl_op *op, const char *type, const fl_io *in, int nin, co
  * exp(x_j - m) / s, and its entry at the arg-max is exactly 1/s),
  *     Loss = log(s) - (x_label - m) = (m - x_label) - log(Softmax[argmax]),
  * which never takes the log of an underflowed probability.
- * Attributes: soft_label (0; 1 is rejected), ignore_index (-100: rows with that label get
- * loss 0 and gradient 0, as Paddle), axis (-1; only the last axis is supported).
+ * Attributes: soft_label (0; 1: Label is float32 shaped like Logits, a distribution per row,
+ * Loss_i = -sum_j Label_ij log Softmax_ij, as Paddle's soft labels after label_smooth),
+ * ignore_index (-100: rows with that hard label get loss 0 and gradient 0, as Paddle),
+ * axis (-1; only the last axis is supported).
  * Labels outside [0, C) other than ignore_index are a run-time error naming the value and
  * the row.  The gradient (softmax_with_cross_entropy_grad) is
  *     dLogits = (Softmax - onehot(Label)) * dLoss
+ * (soft labels: (Softmax * sum_j Label_j - Label) * dLoss; Label gets no gradient)
  * and, as in Paddle, only Loss is differentiable: a gradient reaching Softmax is a build
  * error (use softmax() when the probabilities feed another loss). */
 
@@ -72,13 +75,17 @@ static int infer_swce(fl_op *op)
 {
     FL_CHECK(fl__op_check_slots(op));
     fl_var *x = op->in[0].vars[0];
-    if (fl__attr_i(op, "soft_label", 0))
-        return fl__op_error(op, "attribute soft_label=1 is not supported (hard int64 labels only)");
     if (x->ndim < 1) return fl__op_error(op, "logits '%s' must have rank >= 1", x->name);
     int64_t axis = fl__attr_i(op, "axis", -1);
     if (axis != -1 && axis != x->ndim - 1)
         return fl__op_error(op, "attribute axis=%lld is not supported (only the last axis, -1)", (long long)axis);
-    FL_CHECK(fl__infer_label_loss(op));
+    if (fl__attr_i(op, "soft_label", 0)) {
+        fl_var *lab = op->in[1].vars[0];
+        FL_CHECK(fl__op_need_f32(op, x));
+        FL_CHECK(fl__op_need_f32(op, lab));
+        if (!fl__shapes_equal(x, lab))
+            return fl__op_error(op, "soft label '%s' must be shaped like logits '%s'", lab->name, x->name);
+    } else FL_CHECK(fl__infer_label_loss(op));
     set_like(op->out[0].vars[0], x, -1);
     set_like(op->out[1].vars[0], x, 1);
     return FL_OK;
@@ -109,13 +116,29 @@ static int run_swce(fl_kctx *c)
     int64_t cls = x->shape[x->ndim - 1];
     if (cls <= 0) return fl__err(FL_EINVAL, "softmax_with_cross_entropy: logits have no classes (last dim 0)");
     int64_t m = x->numel / cls, ignore = fl__attr_i(c->op, "ignore_index", IGNORE_INDEX_DEFAULT);
-    FL_CHECK(check_labels(c, 1, m, cls, ignore));
+    int soft = (int)fl__attr_i(c->op, "soft_label", 0);
+    if (soft && (lab->dtype != FL_FLOAT32 || lab->numel != x->numel))
+        return fl__err(FL_EINVAL, "softmax_with_cross_entropy: soft label '%s' must be float32 shaped like the logits",
+                       c->op->in[1].vars[0]->name);
+    if (!soft) FL_CHECK(check_labels(c, 1, m, cls, ignore));
     FL_CHECK(reshape_like(sm, x, cls));
     FL_CHECK(reshape_like(loss, x, 1));
     const float *xd = x->data;
     float *sd = sm->data, *ld = loss->data;
     const int64_t *l = lab->data;
     fl__softmax_rows(sd, xd, m, cls);
+    if (soft) { /* -log Softmax_j = (x_am - x_j) - log Softmax_am */
+        const float *lf = lab->data;
+        for (int64_t i = 0; i < m; i++) {
+            const float *xr = xd + i * cls, *lr = lf + i * cls;
+            int64_t am = 0;
+            for (int64_t j = 1; j < cls; j++) am = xr[j] > xr[am] ? j : am;
+            float lse = xr[am] - logf(sd[i * cls + am]), acc = 0.0f;
+            for (int64_t j = 0; j < cls; j++) acc += lr[j] * (lse - xr[j]);
+            ld[i] = acc;
+        }
+        return FL_OK;
+    }
     for (int64_t i = 0; i < m; i++) {
         const float *xr = xd + i * cls;
         int64_t am = 0;
@@ -134,9 +157,23 @@ static int run_swce_grad(fl_kctx *c)
     if (dl->numel != m)
         return fl__err(FL_EINVAL, "softmax_with_cross_entropy_grad: Loss@GRAD has %lld values for %lld rows",
                        (long long)dl->numel, (long long)m);
-    FL_CHECK(check_labels(c, 0, m, cls, ignore));
+    int soft = (int)fl__attr_i(c->op, "soft_label", 0);
+    if (soft && (lab->dtype != FL_FLOAT32 || lab->numel != sm->numel))
+        return fl__err(FL_EINVAL, "softmax_with_cross_entropy_grad: soft label must be float32 shaped like Softmax");
+    if (!soft) FL_CHECK(check_labels(c, 0, m, cls, ignore));
     FL_CHECK(reshape_like(dx, sm, cls));
     const float *s = sm->data, *g = dl->data;
+    if (soft) {
+        const float *lf = lab->data;
+        float *d = dx->data;
+        for (int64_t i = 0; i < m; i++) {
+            const float *lr = lf + i * cls, *sr = s + i * cls;
+            float sum = 0.0f, *dr = d + i * cls;
+            for (int64_t j = 0; j < cls; j++) sum += lr[j];
+            for (int64_t j = 0; j < cls; j++) dr[j] = g[i] * (sr[j] * sum - lr[j]);
+        }
+        return FL_OK;
+    }
     const int64_t *l = lab->data;
     float *d = dx->data;
     for (int64_t i = 0; i < m; i++) {
@@ -166,6 +203,7 @@ static int grad_swce(fl_op *op, fl_grad_ctx *g)
     fl_op *go = fl__op_new(op->prog, "softmax_with_cross_entropy_grad", in, 3, &o, 1);
     if (!go) return fl_prog_status(op->prog);
     FL_CHECK(fl__attr_set_i(go, "ignore_index", fl__attr_i(op, "ignore_index", IGNORE_INDEX_DEFAULT)));
+    FL_CHECK(fl__attr_set_i(go, "soft_label", fl__attr_i(op, "soft_label", 0)));
     return fl__op_finish(go);
 }
 
@@ -181,6 +219,11 @@ static const fl_op_def def_swce_grad = {"softmax_with_cross_entropy_grad",
 
 fl_var *fl_layer_softmax_with_cross_entropy(fl_var *logits, fl_var *label)
 {
+    return fl_layer_softmax_with_cross_entropy_ex(logits, label, 0, IGNORE_INDEX_DEFAULT);
+}
+
+fl_var *fl_layer_softmax_with_cross_entropy_ex(fl_var *logits, fl_var *label, int soft_label, int64_t ignore_index)
+{
     fl_prog *p = fl__prog_of(FL_VARS(logits, label));
     if (!p || p->status != FL_OK) return NULL;
     fl_var *sm = fl__tmp_var(p, "softmax_with_cross_entropy", FL_FLOAT32, logits->ndim, logits->shape);
@@ -190,7 +233,7 @@ fl_var *fl_layer_softmax_with_cross_entropy(fl_var *logits, fl_var *label)
     fl_io out[2] = {FL_IO1("Softmax", sm), FL_IO1("Loss", loss)};
     fl_op *op = fl__op_new(p, "softmax_with_cross_entropy", in, 2, out, 2);
     if (!op) return NULL;
-    if (fl__attr_set_i(op, "soft_label", 0) || fl__attr_set_i(op, "ignore_index", IGNORE_INDEX_DEFAULT) ||
+    if (fl__attr_set_i(op, "soft_label", soft_label != 0) || fl__attr_set_i(op, "ignore_index", ignore_index) ||
         fl__attr_set_i(op, "axis", -1) || fl__op_finish(op))
         return NULL;
     return loss;

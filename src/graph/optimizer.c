@@ -33,7 +33,12 @@ struct fl_opt {
     float decay;             /* lars_weight_decay / lamb weight_decay */
     char *exclude;           /* comma-separated names exempt from `decay` (malloc'ed or NULL) */
     char *recompute;         /* comma-separated checkpoint names (malloc'ed or NULL) */
+    fl_grad_clip clip;       /* fl_opt_set_grad_clip (ops_nlp_train.c) */
+    fl_var *lr_var;          /* fl_opt_set_lr_var: a schedule's learning-rate variable */
 };
+
+fl_grad_clip *fl__opt_clip(fl_opt *o) { return o && o->magic == FL_OPT_MAGIC ? &o->clip : NULL; }
+fl_var **fl__opt_lr_var(fl_opt *o) { return o && o->magic == FL_OPT_MAGIC ? &o->lr_var : NULL; }
 
 int fl__opt_set_hook(fl_opt *o, fl_opt_hook_fn fn, void *user)
 {
@@ -287,6 +292,11 @@ static fl_var *state_var(fl_prog *p, const fl_var *param, const char *suffix, in
 
 static fl_var *make_lr(fl_opt *o, fl_prog *p)
 {
+    if (o->lr_var && o->lr_var->prog != p) {
+        fl__prog_error(p, FL_EINVAL, "minimize: learning rate '%s' belongs to another program", o->lr_var->name);
+        return NULL;
+    }
+    if (o->lr_var) return o->lr_var;
     int64_t one = 1;
     char name[64];
     fl__unique_name(p, "learning_rate", name, sizeof name);
@@ -463,6 +473,11 @@ int fl_opt_minimize_ex(fl_opt *o, fl_var *loss, const char *const *no_grad, int 
     if (o->pre_hook && st == FL_OK) { /* AMP's loss scaling: on the reduced gradients */
         fl__prog_set_role(p, FL_ROLE_BACKWARD);
         st = o->pre_hook(o->pre_user, FL_HOOK_AFTER_BACKWARD, &hc);
+        fl__prog_set_role(p, FL_ROLE_FORWARD);
+    }
+    if (st == FL_OK && o->clip.kind) { /* on the reduced, unscaled gradients */
+        fl__prog_set_role(p, FL_ROLE_BACKWARD);
+        st = fl__grad_clip_apply(p, hc.pairs, hc.npairs, &o->clip);
         fl__prog_set_role(p, FL_ROLE_FORWARD);
     }
     fl_var *lr = st == FL_OK ? make_lr(o, p) : NULL;
