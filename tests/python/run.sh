@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh BUILD [--venv-only] - runs the Python package's tests (pytest on tests/python) in a
 # virtual environment made once per build directory: BUILD/pyenv, with NumPy, pytest,
-# TensorBoard (its EventAccumulator reads the metrics files back: test_metrics.py) and
+# TensorBoard (its EventAccumulator reads the metrics files back: test_metrics.py), Pillow
+# (the reference of the image reader's eval transform: test_image.py) and
 # the package (pip install ./python, reinstalled when python/ changes).  The package
 # loads BUILD/libfleet.so (FLEET_LIB); the seed programs run under BUILD/tools/fleetrun.
 # --venv-only makes or reuses the environment and stops.  Prints "venv: created ..." or
@@ -12,7 +13,7 @@ build=$(cd "${1:?usage: run.sh BUILD [--venv-only]}" && pwd) || exit 2
 root=$(cd "$(dirname "$0")/../.." && pwd)
 venv=$build/pyenv
 created=$venv/.fleet-created   # written once, when the environment is complete
-reqs="numpy pytest tensorboard"  # from PyPI; an environment made with fewer gets the rest
+reqs="numpy pytest tensorboard pillow"  # from PyPI; an environment made with fewer gets the rest
 export PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
 die() { echo "tests/python/run.sh: $*" >&2; exit 1; }
