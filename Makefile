@@ -53,6 +53,18 @@ CFLAGS   += -DFL_HAVE_ROCKSDB $(shell pkg-config --cflags rocksdb)
 LDLIBS   += $(ROCKSDB_LIBS)
 endif
 
+# libjpeg-turbo, optional: when pkg-config finds libturbojpeg (Debian: libturbojpeg0-dev) the
+# image reader decodes JPEG files (src/data/image_decode.c); without it asking for an image
+# reader is refused with FL_EUNSUPPORTED.  `make TURBOJPEG=0` leaves it out even when installed.
+ifndef TURBOJPEG
+TURBOJPEG := $(shell pkg-config --exists libturbojpeg 2>/dev/null && echo 1 || echo 0)
+endif
+ifeq ($(TURBOJPEG),1)
+TURBOJPEG_LIBS := $(shell pkg-config --libs libturbojpeg)
+CFLAGS   += -DFL_HAVE_TURBOJPEG $(shell pkg-config --cflags libturbojpeg)
+LDLIBS   += $(TURBOJPEG_LIBS)
+endif
+
 # The compile and link flags of the last build: objects are rebuilt when they change (for
 # example when Open MPI was installed since), not only when a source changes.
 # NOBUILD=1 (an install from a finished build, see install) leaves the stamp alone.
@@ -221,7 +233,7 @@ valgrind: all
 # NOBUILD=1 installs what BUILD already holds without building it: the install test uses
 # it so that a sanitizer build dir is never rebuilt with other flags.
 INSTALL_DEPS := $(if $(filter 1,$(NOBUILD)),,lib $(TOOL_BIN))
-INSTALL_SED  := sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@MPI_LIBS@|$(MPI_LIBS)|g' -e 's|@DNNL_LIBS@|$(DNNL_LIBS)|g' -e 's|@ROCKSDB_LIBS@|$(ROCKSDB_LIBS)|g'
+INSTALL_SED  := sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@MPI_LIBS@|$(MPI_LIBS)|g' -e 's|@DNNL_LIBS@|$(DNNL_LIBS)|g' -e 's|@ROCKSDB_LIBS@|$(ROCKSDB_LIBS)|g' -e 's|@TURBOJPEG_LIBS@|$(TURBOJPEG_LIBS)|g'
 install: $(INSTALL_DEPS)
 	@test -f $(BUILD)/libfleet.so.$(VERSION) || { echo "install: $(BUILD)/libfleet.so.$(VERSION) is missing: run make first" >&2; exit 1; }
 	install -d $(DESTDIR)$(PREFIX)/include/fleet $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/cmake/Fleet $(DESTDIR)$(PREFIX)/bin

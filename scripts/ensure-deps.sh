@@ -7,7 +7,9 @@
 #          gnuplot-nox (scripts/plot-metrics.sh: the demo's and the tests' metrics plots),
 #          oneDNN (libdnnl-dev: the matmul primitives of fc and mul_grad, bf16 for AMP; the
 #          build works without it, on OpenBLAS alone),
-#          RocksDB (the disk tier of SSD sparse tables)
+#          RocksDB (the disk tier of SSD sparse tables),
+#          libjpeg-turbo (libturbojpeg0-dev: the image reader's JPEG decoding; optional at build
+#          time, then an image reader is refused)
 #   test:  build + python3-numpy (reads our safetensors files back in a test), clang with
 #          libFuzzer (the frame and data-parser fuzz harnesses run briefly in the tests),
 #          Open MPI (the MPI role maker is built in and tested under mpirun), cmake (an
@@ -22,7 +24,7 @@
 #          dataset-fashion-mnist (the collective job), python3 (compares parameter dumps)
 set -euo pipefail
 profile=${1:-test}
-pkgs=(gcc make libc6-dev libopenblas-dev libssl-dev libcjson-dev libdnnl-dev librocksdb-dev pkg-config gnuplot-nox)
+pkgs=(gcc make libc6-dev libopenblas-dev libssl-dev libcjson-dev libdnnl-dev librocksdb-dev libturbojpeg0-dev pkg-config gnuplot-nox)
 case "$profile" in
   build) ;;
   test) pkgs+=(python3 python3-numpy python3-venv clang libclang-rt-dev openmpi-bin libopenmpi-dev cmake clang-format) ;;

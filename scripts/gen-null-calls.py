@@ -55,7 +55,8 @@ PENDING = {}
 # The handles whose structs carry a magic number: foreign_handle_is_refused passes a zeroed
 # block (what a freed handle looks like once its magic is cleared) for each of these.
 MAGIC_HANDLES = ("fleet_t", "fleet_role", "fl_prog", "fl_opt", "fl_coll", "fl_dataset", "fl_data_batch", "fl_exe",
-                 "fl_scope", "fl_metrics", "fl_net_listener", "fl_net_acceptor", "fl_ps_server", "fl_ps_client")
+                 "fl_scope", "fl_metrics", "fl_net_listener", "fl_net_acceptor", "fl_ps_server", "fl_ps_client",
+                 "fl_data_image_reader")
 
 STICKY_PREFIXES = ("fl_layer_", "fl_append_backward", "fl_opt_minimize")
 

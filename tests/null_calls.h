@@ -70,6 +70,15 @@ static long long nc_fl_data_batch_num_slots(void *h) { return (long long)fl_data
 static long long nc_fl_data_batch_name(void *h) { return fl_data_batch_name((const fl_data_batch *)h, (int){0}) != NULL; }
 static long long nc_fl_data_batch_tensor(void *h) { return fl_data_batch_tensor((fl_data_batch *)h, (int){0}) != NULL; }
 static long long nc_fl_data_criteo_id(void *h) { (void)h; return (long long)fl_data_criteo_id((int){0}, (const char *){0}, (size_t){0}, (uint64_t){0}); }
+static long long nc_fl_data_image_options_init(void *h) { (void)h; fl_data_image_options_init((fl_data_image_options *){0}); return 0; }
+static long long nc_fl_data_image_reader_create(void *h) { (void)h; return fl_data_image_reader_create((const char *){0}, (const fl_data_image_options *){0}) != NULL; }
+static long long nc_fl_data_image_reader_free(void *h) { fl_data_image_reader_free((fl_data_image_reader *)h); return 0; }
+static long long nc_fl_data_image_reader_size(void *h) { return (long long)fl_data_image_reader_size((const fl_data_image_reader *)h); }
+static long long nc_fl_data_image_reader_num_classes(void *h) { return (long long)fl_data_image_reader_num_classes((const fl_data_image_reader *)h); }
+static long long nc_fl_data_image_reader_item(void *h) { return (long long)fl_data_image_reader_item((const fl_data_image_reader *)h, (int64_t){0}, (const char **){0}, (int64_t *){0}); }
+static long long nc_fl_data_image_reader_begin(void *h) { return (long long)fl_data_image_reader_begin((fl_data_image_reader *)h, (int){0}); }
+static long long nc_fl_data_image_reader_next(void *h) { return (long long)fl_data_image_reader_next((fl_data_image_reader *)h, (float *){0}, (int64_t *){0}); }
+static long long nc_fl_data_image_load(void *h) { (void)h; return (long long)fl_data_image_load((const char *){0}, (const fl_data_image_options *){0}, (uint64_t){0}, (float *){0}); }
 static long long nc_fl_scope_create(void *h) { return fl_scope_create((fl_scope *)h) != NULL; }
 static long long nc_fl_scope_free(void *h) { fl_scope_free((fl_scope *)h); return 0; }
 static long long nc_fl_scope_find(void *h) { return fl_scope_find((const fl_scope *)h, (const char *){0}) != NULL; }
@@ -445,6 +454,15 @@ static const nc_row nc_rows[] = {
     {"fl_data_batch_name", "data.h", NC_NULL, 1, nc_fl_data_batch_name},
     {"fl_data_batch_tensor", "data.h", NC_NULL, 1, nc_fl_data_batch_tensor},
     {"fl_data_criteo_id", "data.h", NC_SAFE, 0, nc_fl_data_criteo_id},
+    {"fl_data_image_options_init", "data.h", NC_SAFE, 0, nc_fl_data_image_options_init},
+    {"fl_data_image_reader_create", "data.h", NC_NULL, 0, nc_fl_data_image_reader_create},
+    {"fl_data_image_reader_free", "data.h", NC_SAFE, 1, nc_fl_data_image_reader_free},
+    {"fl_data_image_reader_size", "data.h", NC_VAL, 1, nc_fl_data_image_reader_size},
+    {"fl_data_image_reader_num_classes", "data.h", NC_ERR, 1, nc_fl_data_image_reader_num_classes},
+    {"fl_data_image_reader_item", "data.h", NC_ERR, 1, nc_fl_data_image_reader_item},
+    {"fl_data_image_reader_begin", "data.h", NC_ERR, 1, nc_fl_data_image_reader_begin},
+    {"fl_data_image_reader_next", "data.h", NC_ERR, 1, nc_fl_data_image_reader_next},
+    {"fl_data_image_load", "data.h", NC_ERR, 0, nc_fl_data_image_load},
     {"fl_scope_create", "exec.h", NC_SAFE, 1, nc_fl_scope_create},
     {"fl_scope_free", "exec.h", NC_SAFE, 1, nc_fl_scope_free},
     {"fl_scope_find", "exec.h", NC_NULL, 1, nc_fl_scope_find},

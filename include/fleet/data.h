@@ -137,6 +137,79 @@ FL_API fl_tensor *fl_data_batch_tensor(fl_data_batch *b, int i);
  * bytes, modulo dim.  Empty fields hash too (each column's "missing" id). */
 FL_API uint64_t fl_data_criteo_id(int k, const char *field, size_t len, uint64_t dim);
 
+
+/* ---- Images: an ImageNet-style JPEG reader (src/data/image*.c; docs/data.md "Images") ----
+ *
+ * Inputs, chosen by what `path` is:
+ *   a directory  one sub-directory per class (`root/<class>/NAME.jpg`): classes in byte order of
+ *                their names, label = index; the files in each (.jpg, .jpeg, .png, any case)
+ *                in byte order.
+ *   a file       Paddle's ImageNet list (`train.txt`): `relative/path.jpg label` per line, the
+ *                path relative to the list's directory (or absolute), the label the last
+ *                token, a non-negative integer; blank lines are skipped.  A bad line fails
+ *                with FL_ECORRUPT "LIST:LINE: what".
+ * Decoding: JPEG through libjpeg-turbo, to RGB.  An empty, truncated, corrupt or non-JPEG file
+ * fails with FL_ECORRUPT naming the file (a PNG file: FL_EUNSUPPORTED naming it).  A build
+ * without libjpeg-turbo refuses every image call with FL_EUNSUPPORTED.
+ * Transforms (torchvision's and Paddle's ImageNet recipes), output CHW float32 normalised
+ * ((v / 255 - mean) / std):
+ *   eval   resize the shorter side to `resize` (bilinear with Pillow's antialiasing, uint8
+ *          rounding after each pass), centre crop crop x crop;
+ *   train  random resized crop (area fraction in [scale[0], scale[1]], aspect ratio
+ *          log-uniform in [ratio[0], ratio[1]], 10 tries then a centre fallback) resized to
+ *          crop x crop, horizontal flip with probability `flip`.
+ * The random draws of an image depend only on (seed, epoch, its index in the set), so a pass
+ * is reproducible whatever the number of threads. */
+typedef struct fl_data_image_reader fl_data_image_reader;
+
+typedef struct {
+    int batch_size;        /* images per batch (default 32) */
+    int threads;           /* decode threads (default 2) */
+    int prefetch;          /* batches decoded ahead of the consumer (default 2 x threads) */
+    int train;             /* 1: train transform, 0: eval transform (default 0) */
+    int crop;              /* output height and width (default 224) */
+    int resize;            /* eval: the shorter side before the centre crop (default 256) */
+    float scale[2];        /* train: crop area fraction range (default 0.08, 1) */
+    float ratio[2];        /* train: crop aspect ratio range (default 3/4, 4/3) */
+    float flip;            /* train: horizontal flip probability (default 0.5) */
+    float mean[3], std[3]; /* per channel, on the 0..1 scale (default ImageNet's) */
+    int shuffle;           /* 1: a new order each epoch from (seed, epoch) (default 0) */
+    int drop_last;         /* 1: leave out a last partial batch (default 0) */
+    uint64_t seed;         /* default 0 */
+    int rank, nranks;      /* this reader reads the images whose position in the epoch's order
+                            * is rank modulo nranks (default 0, 1) */
+} fl_data_image_options;
+
+/* Fills o with the defaults above.  NULL is ignored. */
+FL_API void fl_data_image_options_init(fl_data_image_options *o);
+
+/* Lists the images under `path` (see above); o NULL: the defaults.  Decodes nothing yet.
+ * NULL + error (FL_EINVAL naming the option, FL_ENOTFOUND, FL_ECORRUPT, FL_EUNSUPPORTED). */
+FL_API fl_data_image_reader *fl_data_image_reader_create(const char *path, const fl_data_image_options *o);
+/* Stops and joins the decode threads (waits for the images being decoded), frees.  NULL ok. */
+FL_API void fl_data_image_reader_free(fl_data_image_reader *r);
+/* Images in the whole set (all ranks); -1 + error for an invalid handle. */
+FL_API int64_t fl_data_image_reader_size(const fl_data_image_reader *r);
+/* Classes: the directories of a directory layout, max label + 1 of a list. */
+FL_API int fl_data_image_reader_num_classes(const fl_data_image_reader *r);
+/* Image i of the set (in listing order): its path (owned by the reader) and label. */
+FL_API int fl_data_image_reader_item(const fl_data_image_reader *r, int64_t i, const char **path, int64_t *label);
+
+/* Starts epoch `epoch` (>= 0): stops a pass still running, then starts the decode threads on
+ * this rank's share, in listing order or shuffled by (seed, epoch). */
+FL_API int fl_data_image_reader_begin(fl_data_image_reader *r, int epoch);
+/* The next batch, in order: images [n, 3, crop, crop] float32 into `images` (room for
+ * batch_size images) and labels [n] into `labels`.  Returns n > 0, 0 at the end of the epoch,
+ * or < 0 on the first decode error of the pass (the error names the file; the pass is then
+ * over).  Blocks until the decode threads have filled the batch: they read local files and
+ * always finish or fail, so there is no deadline; fl_data_image_reader_free stops them.  One
+ * consumer thread at a time. */
+FL_API int fl_data_image_reader_next(fl_data_image_reader *r, float *images, int64_t *labels);
+
+/* Decodes one file and applies the transform of o (o NULL: the defaults, eval) into out
+ * [3, crop, crop]; the train transform draws from `seed`.  For tests and tools. */
+FL_API int fl_data_image_load(const char *file, const fl_data_image_options *o, uint64_t seed, float *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,7 +2,9 @@
 # run.sh BUILD [--venv-only] - runs the Python package's tests (pytest on tests/python) in a
 # virtual environment made once per build directory: BUILD/pyenv, with NumPy, pytest,
 # TensorBoard (its EventAccumulator reads the metrics files back: test_metrics.py),
-# safetensors (tests/test_io.c reads and writes files with it) and the package (pip install ./python, reinstalled when python/ changes).  The package
+# safetensors (tests/test_io.c reads and writes files with it), Pillow (the reference of the
+# image reader's eval transform: test_image.py) and the package (pip install ./python,
+# reinstalled when python/ changes).  The package
 # loads BUILD/libfleet.so (FLEET_LIB); the seed programs run under BUILD/tools/fleetrun.
 # --venv-only makes or reuses the environment and stops.  Prints "venv: created ..." or
 # "venv: reusing ..."; fails with a message saying what is missing when python3 cannot
@@ -14,7 +16,8 @@ venv=$build/pyenv
 created=$venv/.fleet-created   # written once, when the environment is complete
 # from PyPI; an environment made with fewer gets the rest.  safetensors: tests/test_io.c
 # checks that the reference package reads our checkpoints and we read its files; six and
-# pillow: Paddle's example programs import them (test_paddle_programs.py)
+# pillow: Paddle's example programs import them (test_paddle_programs.py), and Pillow is the
+# image reader's reference (test_image.py)
 reqs="numpy pytest tensorboard safetensors six pillow"
 export PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
