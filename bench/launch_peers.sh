@@ -5,7 +5,9 @@
 # Open MPI's mpirun, and under Slurm's srun when a Slurm controller answers (`sinfo`), against
 # Open MPI starting a trivial MPI program (bench/peers/mpi_launch_ref.c: MPI_Init and one
 # barrier).  Also the restart time of `fleetrun --max_restart 1` when fleetrun has it: from a
-# rank's SIGKILL after its first step to the first step of the restarted job.
+# rank's SIGKILL after its first step to the phases of the restarted job's rank 0 (process
+# started, role and model, connected, checkpoint loaded, first step), for a 2-rank collective
+# job and a PS job (1 server, 2 workers, a checkpoint written before the kill and loaded after).
 #
 # Interleaved (the order rotates every round), BENCH_LAUNCH_ROUNDS times (default 7); the
 # summary gives medians.  Times are wall-clock from just before the launcher starts
@@ -45,7 +47,8 @@ run_srun() { FLEET_BENCH_T0_NS=$(t0) srun -n "$np" "$probe" srun; }
 cases=(fleetrun)
 [ -n "$ref" ] && cases+=(mpirun ref)
 [ "$have_srun" = 1 ] && cases+=(srun)
-for ((r = 0; r < rounds; r++)); do
+# BENCH_LAUNCH_RESTART_ONLY=1: the restart trials only
+for ((r = 0; r < rounds && ${BENCH_LAUNCH_RESTART_ONLY:-0} == 0; r++)); do
   n=${#cases[@]}
   for ((k = 0; k < n; k++)); do
     c=${cases[$(((k + r) % n))]}
@@ -53,14 +56,27 @@ for ((r = 0; r < rounds; r++)); do
   done
 done
 
-# restart: rank 1 kills itself after its first step in the first attempt
+# restart: rank 1 kills itself after its first step in the first attempt (the PS job after
+# a checkpoint); rank 0 of the restarted attempt prints its phases ("R restarted.<job>.<phase>_ms",
+# ms since FLEET_BENCH_T0_NS), here made relative to the kill
+restart_job() { # JOB ROUND: one restart trial, "R restart.JOB.kill_to_PHASE_ms" lines into $raw
+  local job=$1 r=$2 kf="$logs/kill.$1.$2" out="$logs/restart.$1.$2"
+  local -a how=(--nproc_per_node 2)
+  [ "$job" = ps ] && how=(--server_num 1 --worker_num 2)
+  rm -rf "$logs/ck"
+  FLEET_BENCH_CKPT="$logs/ck" FLEET_BENCH_KILL_FILE="$kf" FLEET_BENCH_T0_NS=$(t0) "$build/tools/fleetrun" "${how[@]}" \
+    --max_restart 1 --log_dir "$logs/rs.$job.$r" "$probe" "$job" >"$out" 2>>"$logs/stderr" || true
+  if [ -s "$kf" ] && grep -q '^R.restarted' "$out"; then
+    awk -v k="$(cat "$kf")" -F'\t' '/^R\trestarted\./ {split($2, a, "."); sub(/_ms$/, "", a[3]);
+      printf "R\trestart.%s.kill_to_%s_ms\t%.1f\tms\n", a[2], a[3], $3 - k}' "$out" >>"$raw"
+  else
+    echo "launch_peers.sh: restart trial $job $r failed (see $out)" >&2
+  fi
+}
 if "$build/tools/fleetrun" --help 2>&1 | grep -q -- --max_restart; then
   for ((r = 0; r < rounds; r++)); do
-    FLEET_BENCH_KILL_FILE="$logs/kill.$r" FLEET_BENCH_T0_NS=$(t0) "$build/tools/fleetrun" --nproc_per_node 2 \
-      --max_restart 1 --log_dir "$logs/rs$r" "$probe" restart >"$logs/restart.$r" 2>>"$logs/stderr" || true
-    if [ -s "$logs/kill.$r" ] && grep -q '^R' "$logs/restart.$r"; then
-      awk -v k="$(cat "$logs/kill.$r")" '/^R/ {print "R\trestart.kill_to_step_ms\t" $3 - k "\tms"}' "$logs/restart.$r" >>"$raw"
-    fi
+    restart_job collective "$r"
+    restart_job ps "$r"
   done
 fi
 
@@ -88,9 +104,14 @@ for k in ("fleetrun", "mpirun", "srun"):
     v = get(k)
     if v is not None and ref is not None:
         out.append(f"\n{k}: {v - ref:+.1f} ms against the trivial MPI program (target: at most +100 ms)")
-rs = med.get("restart.kill_to_step_ms")
-if rs is not None:
-    out.append(f"\nfleetrun --max_restart 1: from a rank's SIGKILL to the restarted job's first step: {rs:.1f} ms (median)")
+for job, what in (("collective", "a 2-rank collective job"),
+                  ("ps", "a PS job (1 server, 2 workers, a checkpoint to load)")):
+    ph = [(p, med.get(f"restart.{job}.kill_to_{p}_ms")) for p in ("start", "init", "connect", "load", "first_step", "second_step")]
+    ph = [(p, v) for p, v in ph if v is not None]
+    if ph:
+        n = len(vals[f"restart.{job}.kill_to_first_step_ms"]) if f"restart.{job}.kill_to_first_step_ms" in vals else 0
+        out.append(f"\nfleetrun --max_restart 1, {what}: from a rank's SIGKILL to each phase of the restarted "
+                   f"rank 0, ms (medians of {n}): " + ", ".join(f"{p} {v:.1f}" for p, v in ph))
 text = "\n".join(out) + "\n"
 open(md, "w").write(text)
 print(text)

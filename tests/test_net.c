@@ -1,8 +1,9 @@
 /*
  * test_net.c - the transport: endpoints, listen on port 0, connect/accept deadlines (nobody
- * listening, a peer that never answers the handshake), retry until the peer listens, the
- * HMAC handshake (right and wrong secrets, services, insecure mode), truncated vs closed
- * reads, receive deadlines, frames, and job-secret loading (hex, file modes, environment).
+ * listening, a peer that never answers the handshake), retry until the peer listens (a late
+ * one reached within the 100 ms back-off cap), the HMAC handshake (right and wrong secrets,
+ * services, insecure mode), truncated vs closed reads, receive deadlines, frames, and
+ * job-secret loading (hex, file modes, environment).
  * Servers run in forked children on 127.0.0.1.
  */
 #include <arpa/inet.h>
@@ -139,6 +140,50 @@ TEST(connect_retries_until_the_peer_listens)
     CHECK_EQ_INT(fl_net_conn_peer_rank(c), 0);
     CHECK_EQ_INT(fl_net_conn_peer_role(c), 7);
     fl_net_conn_free(c);
+    reap(pid);
+}
+
+/* A peer that listens 1.15 s late (a restarted server still starting) is reached soon
+ * after: the retry back-off is capped at 100 ms (with a 500 ms cap the attempt after the
+ * one at 1.13 s came at 1.63 s, 0.48 s after the listen). */
+typedef struct {
+    int port, fd;
+} late_arg;
+
+static void srv_slow_listener(fl_net_listener *l, void *arg)
+{
+    late_arg *la = arg;
+    (void)l;
+    struct timespec ts = {1, 150000000};
+    nanosleep(&ts, NULL);
+    fl_net_listener *real;
+    CHECK_OK(fl_net_listen("127.0.0.1", la->port, &real));
+    double t = now_s();
+    CHECK(write(la->fd, &t, sizeof t) == (ssize_t)sizeof t);
+    fl_net_auth a = auth_of(key_a, 0);
+    fl_net_conn *c;
+    CHECK_OK(fl_net_accept(real, &a, fl_net_deadline(5000), &c));
+    fl_net_conn_free(c);
+    fl_net_listener_free(real);
+}
+
+TEST(connect_reaches_a_late_listener_within_the_backoff_cap)
+{
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    late_arg la = {dead_port(), fds[1]};
+    fl_net_listener *dummy;
+    CHECK_OK(fl_net_listen("127.0.0.1", 0, &dummy));
+    pid_t pid = serve(dummy, srv_slow_listener, &la);
+    fl_net_auth a = auth_of(key_a, 1);
+    fl_net_conn *c;
+    CHECK_OK(fl_net_connect("127.0.0.1", la.port, &a, fl_net_deadline(5000), &c));
+    double t_conn = now_s(), t_listen = 0;
+    CHECK(read(fds[0], &t_listen, sizeof t_listen) == (ssize_t)sizeof t_listen);
+    if (t_conn - t_listen > 0.35) TFAIL("connected %.3f s after the peer listened (back-off cap 0.1 s)", t_conn - t_listen);
+    fl_net_conn_free(c);
+    close(fds[0]);
+    close(fds[1]);
     reap(pid);
 }
 
@@ -581,7 +626,8 @@ TEST(acceptor_keeps_refusals_out_of_the_way)
 }
 
 TEST_MAIN(T(endpoints), T(listen_port_zero), T(connect_deadline_when_nobody_listens),
-          T(connect_retries_until_the_peer_listens), T(handshake_deadline_when_the_peer_never_answers),
+          T(connect_retries_until_the_peer_listens),
+          T(connect_reaches_a_late_listener_within_the_backoff_cap), T(handshake_deadline_when_the_peer_never_answers),
           T(accept_deadline_when_the_client_never_answers), T(authenticated_stream_and_frames),
           T(wrong_secret_is_refused_on_both_sides), T(service_mismatch_is_refused), T(insecure_mode_needs_the_flag),
           T(insecure_mode_on_loopback), T(truncated_and_closed_reads_differ), T(receive_deadline), T(secret_loading),

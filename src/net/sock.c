@@ -1,7 +1,8 @@
 /*
  * sock.c - TCP listeners and connections with deadlines: listen (bound to the given address
- * only), connect with retry and backoff, accept, the wait helper that retries EINTR, and the
- * byte-stream calls built on it.  Every error names the peer (its label) and the operation.
+ * only), connect with retry and backoff (10 ms doubling, capped at 100 ms), accept, the wait
+ * helper that retries EINTR, and the byte-stream calls built on it.  Every error names the
+ * peer (its label) and the operation.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -324,7 +325,9 @@ int fl_net_connect(const char *host, int port, const fl_net_auth *auth, uint64_t
         struct timespec ts = {(time_t)(nap / 1000000000ull), (long)(nap % 1000000000ull)};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
         }
-        backoff_ms = backoff_ms * 2 > 500 ? 500 : backoff_ms * 2;
+        /* capped at 100 ms: a peer that starts listening late (a restarted server loading its
+         * checkpoint on a loaded machine) is reached at most 100 ms after it listens */
+        backoff_ms = backoff_ms * 2 > 100 ? 100 : backoff_ms * 2;
     }
 }
 
