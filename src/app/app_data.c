@@ -167,6 +167,11 @@ static int ds_open_as(const char *format, const fl_app_config *c, const char *di
         int q = r->nfiles / nranks, rem = r->nfiles % nranks;
         lo = rank * q + (rank < rem ? rank : rem);
         hi = lo + q + (rank < rem);
+        if (hi == lo)
+            st = fl__err(FL_EINVAL,
+                         "train_data '%s' holds %d file(s) for %d workers: worker %d gets none (files are split "
+                         "between workers, whole); write at least one file per worker (fleet-datagen --files N)",
+                         dir, r->nfiles, nranks, rank);
     }
     r->ds = st == FL_OK ? fl_dataset_create(train ? "InMemoryDataset" : "QueueDataset") : NULL;
     if (st == FL_OK && !r->ds) st = fl_last_status();
@@ -452,6 +457,15 @@ static int64_t ds_steps(void *p, int batch_size)
     return n > 0 ? (n + batch_size - 1) / batch_size : 1;
 }
 
+/* the dataset's readers: thread, at most one per file of this worker's share */
+static int ds_threads(void *p) { return fl_dataset_thread_num(((ds_reader *)p)->ds); }
+
+static int idx_threads(void *p)
+{
+    (void)p;
+    return 1;
+}
+
 static int64_t idx_steps(void *p, int batch_size)
 {
     idx_reader *r = p;
@@ -462,10 +476,10 @@ static int64_t idx_steps(void *p, int batch_size)
 /* ---- the reader table ------------------------------------------------------------------------- */
 
 static const app_reader readers[] = {
-    {"criteo", criteo_open, ds_pass, ds_close, ds_steps},
-    {"multislot", multislot_open, ds_pass, ds_close, ds_steps},
-    {"idx", idx_open, idx_pass, idx_close, idx_steps},
-    {"word2vec", word2vec_open, ds_pass, ds_close, ds_steps},
+    {"criteo", criteo_open, ds_pass, ds_close, ds_steps, ds_threads},
+    {"multislot", multislot_open, ds_pass, ds_close, ds_steps, ds_threads},
+    {"idx", idx_open, idx_pass, idx_close, idx_steps, idx_threads},
+    {"word2vec", word2vec_open, ds_pass, ds_close, ds_steps, ds_threads},
 };
 
 const app_reader *fl__app_reader(const char *name)

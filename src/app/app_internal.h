@@ -32,6 +32,9 @@ typedef struct {
                 app_pass *out, app_batch_fn fn, void *user);
     void (*close)(void *st);
     int64_t (*steps)(void *st, int batch_size); /* batches of one training pass (a learning-rate schedule's epoch) */
+    /* trainer threads a pass can use: the dataset's readers (thread, at most one per file of
+     * this worker's share); 1 for a reader that feeds its batches in order */
+    int (*threads)(void *st);
 } app_reader;
 
 /* A metric (fl_app_row.metric names its row in app_data.c).  build: made on predict and

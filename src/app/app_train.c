@@ -258,9 +258,15 @@ int fl_app_train(const fl_app_row *row, const fl_app_config *c)
     } else if (st == FL_OK) {
         /* collective programs and the modes that exchange one step per process (sync, GEO): one trainer */
         int thread = collective || (ps && pm.single_trainer) ? 1 : c->thread;
-        printf("%s: mode %s, %s %d of %d, %s lr %g, batch %d, %d epoch(s)\n", row->name, mode,
+        /* the threads that train: a dataset has one reader per file of this worker's share */
+        int avail = t.rd->threads(t.data), used = thread < avail ? thread : avail;
+        char why[160] = "";
+        if (used < thread)
+            snprintf(why, sizeof why, " (thread %d: train_data gives this worker %d file(s), one reader each)", thread,
+                     avail);
+        printf("%s: mode %s, %s %d of %d, %s lr %g, batch %d, %d epoch(s), %d thread(s)%s\n", row->name, mode,
                local || !t.fleet || !fleet_is_distributed(t.fleet) ? "local worker" : "worker", rank, nranks, c->optimizer,
-               c->lr, c->batch_size, c->epochs);
+               c->lr, c->batch_size, c->epochs, used, why);
         st = train_worker(row, c, &t, thread);
     }
     if (t.data) t.rd->close(t.data);
