@@ -201,12 +201,25 @@ static long long nc_fl_layer_softsign(void *h) { (void)h; return fl_layer_softsi
 static long long nc_fl_layer_softmax(void *h) { (void)h; return fl_layer_softmax((fl_var *){0}) != NULL; }
 static long long nc_fl_layer_cross_entropy(void *h) { (void)h; return fl_layer_cross_entropy((fl_var *){0}, (fl_var *){0}) != NULL; }
 static long long nc_fl_layer_softmax_with_cross_entropy(void *h) { (void)h; return fl_layer_softmax_with_cross_entropy((fl_var *){0}, (fl_var *){0}) != NULL; }
+static long long nc_fl_layer_softmax_with_cross_entropy_ex(void *h) { (void)h; return fl_layer_softmax_with_cross_entropy_ex((fl_var *){0}, (fl_var *){0}, (int){0}, (int64_t){0}) != NULL; }
 static long long nc_fl_layer_sigmoid_cross_entropy_with_logits(void *h) { (void)h; return fl_layer_sigmoid_cross_entropy_with_logits((fl_var *){0}, (fl_var *){0}) != NULL; }
 static long long nc_fl_layer_log_loss(void *h) { (void)h; return fl_layer_log_loss((fl_var *){0}, (fl_var *){0}, (float){0}) != NULL; }
 static long long nc_fl_layer_mean(void *h) { (void)h; return fl_layer_mean((fl_var *){0}) != NULL; }
 static long long nc_fl_layer_reduce_sum(void *h) { (void)h; return fl_layer_reduce_sum((fl_var *){0}, (const int *){0}, (int){0}, (int){0}) != NULL; }
 static long long nc_fl_layer_cos_sim(void *h) { (void)h; return fl_layer_cos_sim((fl_var *){0}, (fl_var *){0}) != NULL; }
 static long long nc_fl_layer_matmul(void *h) { (void)h; return fl_layer_matmul((fl_var *){0}, (fl_var *){0}, (int){0}, (int){0}, (float){0}) != NULL; }
+static long long nc_fl_layer_matmul_v2(void *h) { (void)h; return fl_layer_matmul_v2((fl_var *){0}, (fl_var *){0}, (int){0}, (int){0}) != NULL; }
+static long long nc_fl_layer_layer_norm(void *h) { (void)h; return fl_layer_layer_norm((fl_var *){0}, (int){0}, (float){0}, (int){0}, (int){0}, (const fl_param_attr *){0}, (const fl_param_attr *){0}) != NULL; }
+static long long nc_fl_layer_gelu(void *h) { (void)h; return fl_layer_gelu((fl_var *){0}, (int){0}) != NULL; }
+static long long nc_fl_layer_transpose(void *h) { (void)h; return fl_layer_transpose((fl_var *){0}, (int){0}, (const int64_t *){0}) != NULL; }
+static long long nc_fl_layer_gather(void *h) { (void)h; return fl_layer_gather((fl_var *){0}, (fl_var *){0}) != NULL; }
+static long long nc_fl_layer_gather_nd(void *h) { (void)h; return fl_layer_gather_nd((fl_var *){0}, (fl_var *){0}) != NULL; }
+static long long nc_fl_layer_stack(void *h) { (void)h; return fl_layer_stack((fl_var *const *){0}, (int){0}, (int){0}) != NULL; }
+static long long nc_fl_layer_split(void *h) { (void)h; return (long long)fl_layer_split((fl_var *){0}, (int){0}, (const int64_t *){0}, (int){0}, (int){0}, (fl_var **){0}); }
+static long long nc_fl_layer_slice(void *h) { (void)h; return fl_layer_slice((fl_var *){0}, (int){0}, (const int64_t *){0}, (const int64_t *){0}, (const int64_t *){0}) != NULL; }
+static long long nc_fl_layer_one_hot(void *h) { (void)h; return fl_layer_one_hot((fl_var *){0}, (int64_t){0}) != NULL; }
+static long long nc_fl_layer_label_smooth(void *h) { (void)h; return fl_layer_label_smooth((fl_var *){0}, (fl_var *){0}, (float){0}) != NULL; }
+static long long nc_fl_layer_expand(void *h) { (void)h; return fl_layer_expand((fl_var *){0}, (int){0}, (const int64_t *){0}) != NULL; }
 static long long nc_fl_layer_fill_constant_batch_size_like(void *h) { (void)h; return fl_layer_fill_constant_batch_size_like((fl_var *){0}, (int){0}, (const int64_t *){0}, (fl_dtype){0}, (float){0}) != NULL; }
 static long long nc_fl_layer_square(void *h) { (void)h; return fl_layer_square((fl_var *){0}) != NULL; }
 static long long nc_fl_layer_reduce_mean(void *h) { (void)h; return fl_layer_reduce_mean((fl_var *){0}, (const int *){0}, (int){0}, (int){0}) != NULL; }
@@ -231,6 +244,11 @@ static long long nc_fl_opt_set_exclude_from_weight_decay(void *h) { return (long
 static long long nc_fl_opt_set_l2(void *h) { return (long long)fl_opt_set_l2((fl_opt *)h, (float){0}); }
 static long long nc_fl_opt_set_exponential_decay(void *h) { return (long long)fl_opt_set_exponential_decay((fl_opt *)h, (int64_t){0}, (float){0}, (int){0}); }
 static long long nc_fl_opt_set_cosine_decay(void *h) { return (long long)fl_opt_set_cosine_decay((fl_opt *)h, (int64_t){0}, (int64_t){0}); }
+static long long nc_fl_opt_set_grad_clip(void *h) { return (long long)fl_opt_set_grad_clip((fl_opt *)h, (int){0}, (float){0}, (float){0}); }
+static long long nc_fl_opt_set_lr_var(void *h) { return (long long)fl_opt_set_lr_var((fl_opt *)h, (fl_var *){0}); }
+static long long nc_fl_layer_noam_decay(void *h) { return fl_layer_noam_decay((fl_prog *)h, (int64_t){0}, (int64_t){0}, (float){0}) != NULL; }
+static long long nc_fl_layer_polynomial_decay(void *h) { return fl_layer_polynomial_decay((fl_prog *)h, (float){0}, (int64_t){0}, (float){0}, (float){0}, (int){0}) != NULL; }
+static long long nc_fl_layer_linear_lr_warmup(void *h) { return fl_layer_linear_lr_warmup((fl_prog *)h, (fl_var *){0}, (float){0}, (int64_t){0}, (float){0}, (float){0}) != NULL; }
 static long long nc_fl_opt_type(void *h) { return fl_opt_type((const fl_opt *)h) != NULL; }
 static long long nc_fl_opt_set_recompute(void *h) { return (long long)fl_opt_set_recompute((fl_opt *)h, (const char *){0}); }
 static long long nc_fl_opt_minimize(void *h) { return (long long)fl_opt_minimize((fl_opt *)h, (fl_var *){0}); }
@@ -585,12 +603,25 @@ static const nc_row nc_rows[] = {
     {"fl_layer_softmax", "graph.h", NC_STICKY, 0, nc_fl_layer_softmax},
     {"fl_layer_cross_entropy", "graph.h", NC_STICKY, 0, nc_fl_layer_cross_entropy},
     {"fl_layer_softmax_with_cross_entropy", "graph.h", NC_STICKY, 0, nc_fl_layer_softmax_with_cross_entropy},
+    {"fl_layer_softmax_with_cross_entropy_ex", "graph.h", NC_STICKY, 0, nc_fl_layer_softmax_with_cross_entropy_ex},
     {"fl_layer_sigmoid_cross_entropy_with_logits", "graph.h", NC_STICKY, 0, nc_fl_layer_sigmoid_cross_entropy_with_logits},
     {"fl_layer_log_loss", "graph.h", NC_STICKY, 0, nc_fl_layer_log_loss},
     {"fl_layer_mean", "graph.h", NC_STICKY, 0, nc_fl_layer_mean},
     {"fl_layer_reduce_sum", "graph.h", NC_STICKY, 0, nc_fl_layer_reduce_sum},
     {"fl_layer_cos_sim", "graph.h", NC_STICKY, 0, nc_fl_layer_cos_sim},
     {"fl_layer_matmul", "graph.h", NC_STICKY, 0, nc_fl_layer_matmul},
+    {"fl_layer_matmul_v2", "graph.h", NC_STICKY, 0, nc_fl_layer_matmul_v2},
+    {"fl_layer_layer_norm", "graph.h", NC_STICKY, 0, nc_fl_layer_layer_norm},
+    {"fl_layer_gelu", "graph.h", NC_STICKY, 0, nc_fl_layer_gelu},
+    {"fl_layer_transpose", "graph.h", NC_STICKY, 0, nc_fl_layer_transpose},
+    {"fl_layer_gather", "graph.h", NC_STICKY, 0, nc_fl_layer_gather},
+    {"fl_layer_gather_nd", "graph.h", NC_STICKY, 0, nc_fl_layer_gather_nd},
+    {"fl_layer_stack", "graph.h", NC_STICKY, 0, nc_fl_layer_stack},
+    {"fl_layer_split", "graph.h", NC_STICKY, 0, nc_fl_layer_split},
+    {"fl_layer_slice", "graph.h", NC_STICKY, 0, nc_fl_layer_slice},
+    {"fl_layer_one_hot", "graph.h", NC_STICKY, 0, nc_fl_layer_one_hot},
+    {"fl_layer_label_smooth", "graph.h", NC_STICKY, 0, nc_fl_layer_label_smooth},
+    {"fl_layer_expand", "graph.h", NC_STICKY, 0, nc_fl_layer_expand},
     {"fl_layer_fill_constant_batch_size_like", "graph.h", NC_STICKY, 0, nc_fl_layer_fill_constant_batch_size_like},
     {"fl_layer_square", "graph.h", NC_STICKY, 0, nc_fl_layer_square},
     {"fl_layer_reduce_mean", "graph.h", NC_STICKY, 0, nc_fl_layer_reduce_mean},
@@ -615,6 +646,11 @@ static const nc_row nc_rows[] = {
     {"fl_opt_set_l2", "graph.h", NC_ERR, 1, nc_fl_opt_set_l2},
     {"fl_opt_set_exponential_decay", "graph.h", NC_ERR, 1, nc_fl_opt_set_exponential_decay},
     {"fl_opt_set_cosine_decay", "graph.h", NC_ERR, 1, nc_fl_opt_set_cosine_decay},
+    {"fl_opt_set_grad_clip", "graph.h", NC_ERR, 1, nc_fl_opt_set_grad_clip},
+    {"fl_opt_set_lr_var", "graph.h", NC_ERR, 1, nc_fl_opt_set_lr_var},
+    {"fl_layer_noam_decay", "graph.h", NC_STICKY, 1, nc_fl_layer_noam_decay},
+    {"fl_layer_polynomial_decay", "graph.h", NC_STICKY, 1, nc_fl_layer_polynomial_decay},
+    {"fl_layer_linear_lr_warmup", "graph.h", NC_STICKY, 1, nc_fl_layer_linear_lr_warmup},
     {"fl_opt_type", "graph.h", NC_NULL, 1, nc_fl_opt_type},
     {"fl_opt_set_recompute", "graph.h", NC_ERR, 1, nc_fl_opt_set_recompute},
     {"fl_opt_minimize", "graph.h", NC_STICKY, 1, nc_fl_opt_minimize},
