@@ -170,7 +170,8 @@ int main(int argc, char **argv)
     fl_feed feed[1] = {{"x", xt}};
     if (!o || fl_opt_minimize(o, loss) != FL_OK) return fail("building the model");
     double t_init = since_t0_ms();
-    if (fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL) != FL_OK || fl_exe_run(e, p, feed, 1, NULL, 0, NULL) != FL_OK)
+    if (fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL) != FL_OK ||
+        fl_exe_run(e, p, feed, 1, NULL, 0, NULL) != FL_OK)
         return fail("the first step");
     double ms = since_t0_ms();
     if (fleet_worker_index(f) == 0 && !restarted()) printf("R\t%s.first_step_ms\t%.1f\tms\n", label, ms);

@@ -88,8 +88,8 @@ TEST(stopped_ps_worker_ends_the_job_within_10s)
 {
     stop_case((const char *[]){"--server_num", "1", "--worker_num", "2", "--grace_s", "20", "--log_level", "info",
                                "--log_dir", "@T/log", PS_TRAIN, "mode=async", "steps=100000000", "quiet=1", NULL},
-              ps_logs, "connected to 1 parameter servers", "worker", 1, "worker 1 (127.0.0.1:",
-              "sent nothing, not even a heartbeat");
+              ps_logs, "connected to 1 parameter servers", "worker", 1,
+              "worker 1 (127.0.0.1:", "sent nothing, not even a heartbeat");
 }
 
 TEST(stopped_ps_server_ends_the_job_within_10s)

@@ -699,8 +699,8 @@ TEST(simnet_bow_hogwild_threads_on_a_server_match_local)
 {
     setup();
     int rc;
-    char *o = run_rc("gen_sn4", 60, &rc, "%s/tools/fleet-datagen simnet --rows 10000 --files 4 --out %s/sn4 --seed 5",
-                     BIN, DIR_);
+    char *o = run_rc("gen_sn4", 60, &rc, "%s/tools/fleet-datagen simnet --rows 10000 --files 4 --out %s/sn4 --seed 5", BIN,
+                     DIR_);
     if (rc) TFAIL("fleet-datagen simnet failed:\n%s", o);
     free(o);
     const char *common = "--model simnet_bow --thread 2";
@@ -740,8 +740,8 @@ TEST(simnet_bow_hogwild_threads_on_a_server_match_local)
     /* one file: one reader, so one thread, and the banner says why */
     text_data();
     o = run_rc("sn_one", 60, &rc,
-               "%s/tools/fleet-lightning train --mode local --epochs 1 --train_data %s/sn/train --model_dir %s/sn1 %s",
-               BIN, DIR_, DIR_, common);
+               "%s/tools/fleet-lightning train --mode local --epochs 1 --train_data %s/sn/train --model_dir %s/sn1 %s", BIN,
+               DIR_, DIR_, common);
     if (rc) TFAIL("local training failed:\n%s", o);
     CHECK_STR_HAS(o, "1 thread(s) (thread 2: train_data gives this worker 1 file(s), one reader each)");
     free(o);

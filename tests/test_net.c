@@ -626,9 +626,9 @@ TEST(acceptor_keeps_refusals_out_of_the_way)
 }
 
 TEST_MAIN(T(endpoints), T(listen_port_zero), T(connect_deadline_when_nobody_listens),
-          T(connect_retries_until_the_peer_listens),
-          T(connect_reaches_a_late_listener_within_the_backoff_cap), T(handshake_deadline_when_the_peer_never_answers),
-          T(accept_deadline_when_the_client_never_answers), T(authenticated_stream_and_frames),
-          T(wrong_secret_is_refused_on_both_sides), T(service_mismatch_is_refused), T(insecure_mode_needs_the_flag),
-          T(insecure_mode_on_loopback), T(truncated_and_closed_reads_differ), T(receive_deadline), T(secret_loading),
-          T(acceptor_bounds_unauthenticated_connections), T(acceptor_keeps_refusals_out_of_the_way))
+          T(connect_retries_until_the_peer_listens), T(connect_reaches_a_late_listener_within_the_backoff_cap),
+          T(handshake_deadline_when_the_peer_never_answers), T(accept_deadline_when_the_client_never_answers),
+          T(authenticated_stream_and_frames), T(wrong_secret_is_refused_on_both_sides), T(service_mismatch_is_refused),
+          T(insecure_mode_needs_the_flag), T(insecure_mode_on_loopback), T(truncated_and_closed_reads_differ),
+          T(receive_deadline), T(secret_loading), T(acceptor_bounds_unauthenticated_connections),
+          T(acceptor_keeps_refusals_out_of_the_way))

@@ -424,9 +424,15 @@ static int64_t comm_pushes(const char *ep, fl_ps_table_config *t, const fleet_st
     CHECK_OK(fl_ps_client_create(&co, &cl));
     CHECK_OK(fl_ps_client_init_dense(cl, 0, zero, 1, NULL));
     fl__ps_comm_var v = {0, 0, n, 0};
-    fl__ps_comm_opts o = {&co, &v, 1, s->a_sync_configs.send_queue_size, s->a_sync_configs.max_merge_var_num,
-                          s->a_sync_configs.min_send_grad_num_before_recv, s->a_sync_configs.send_wait_times,
-                          s->a_sync_configs.thread_pool_size, FL__PS_RECV_AFTER_SEND};
+    fl__ps_comm_opts o = {&co,
+                          &v,
+                          1,
+                          s->a_sync_configs.send_queue_size,
+                          s->a_sync_configs.max_merge_var_num,
+                          s->a_sync_configs.min_send_grad_num_before_recv,
+                          s->a_sync_configs.send_wait_times,
+                          s->a_sync_configs.thread_pool_size,
+                          FL__PS_RECV_AFTER_SEND};
     fl__ps_comm *c;
     CHECK_OK(fl__ps_comm_create(&o, &c));
     int64_t shape[1] = {n};

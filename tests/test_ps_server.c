@@ -581,5 +581,5 @@ TEST(server_raises_its_descriptor_limit_for_its_workers)
 TEST_MAIN(T(killed_worker_fails_server_within_10s), T(killed_server_fails_a_round_within_one_retry_budget),
           T(scan_returns_every_row_once), T(killed_server_fails_client_calls_within_10s),
           T(save_interrupted_by_killed_server_keeps_previous), T(stopped_worker_is_named_within_10s),
-          T(stopped_server_is_named_within_10s), T(stopped_server_named_in_a_blocked_send),
-          T(fuzz_frame_decoder_briefly), T(server_raises_its_descriptor_limit_for_its_workers))
+          T(stopped_server_is_named_within_10s), T(stopped_server_named_in_a_blocked_send), T(fuzz_frame_decoder_briefly),
+          T(server_raises_its_descriptor_limit_for_its_workers))

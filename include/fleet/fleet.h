@@ -371,8 +371,8 @@ FL_API int fleet_save_inference_model(fleet_t *f, fl_exe *exe, const char *dir, 
  * tables to dir and the worker its own persistables (or the inference model with the
  * tables' rows exported).  Local: as fl_io_save_*. */
 FL_API int fleet_save_persistables_alone(fleet_t *f, fl_exe *exe, const char *dir, const fl_prog *prog);
-FL_API int fleet_save_inference_model_alone(fleet_t *f, fl_exe *exe, const char *dir, const char *const *feeds,
-                                            int nfeed, fl_var *const *targets, int ntarget, const fl_prog *prog);
+FL_API int fleet_save_inference_model_alone(fleet_t *f, fl_exe *exe, const char *dir, const char *const *feeds, int nfeed,
+                                            fl_var *const *targets, int ntarget, const fl_prog *prog);
 
 /* ---- checkpoints for restart (docs/checkpoints.md) ------------------------------------------ */
 

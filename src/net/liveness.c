@@ -28,7 +28,8 @@ uint64_t fl__live_note(fl__live_clock *k, uint64_t now, uint64_t stall_ns)
     if (!stall_ns) return 0;
     atomic_store(&k->resumed_ns, now);
     if (k->window_ms > 0)
-        FL_WARN(k->sub, "%s: this process did not run for %.1f s (stopped or starved); %s get a fresh %d ms to be heard from",
+        FL_WARN(k->sub,
+                "%s: this process did not run for %.1f s (stopped or starved); %s get a fresh %d ms to be heard from",
                 k->who, (double)stall_ns / 1e9, k->peers, k->window_ms);
     else
         FL_WARN(k->sub, "%s: this process did not run for %.1f s (stopped or starved); its deadlines move by as much",

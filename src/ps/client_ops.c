@@ -76,8 +76,7 @@ static int dense_many(fl_ps_client *c, int nt, const int *tables, dense_op op, f
         const float *in = ins ? ins[i] : NULL;
         float *out = outs ? outs[i] : NULL;
         uint16_t *w = w16 ? c->wire16 + wbase : NULL;
-        if (w16 && op == D_PUSH)
-            fl__cvt_f32_to_bf16(w, in, (int64_t)total);
+        if (w16 && op == D_PUSH) fl__cvt_f32_to_bf16(w, in, (int64_t)total);
         for (int sv = 0; sv < c->ns; sv++) {
             int64_t r0, r1;
             fl_ps_dense_split(t->rows, c->ns, sv, &r0, &r1);
