@@ -165,6 +165,8 @@ const char *fl__kctx_var_name(const fl_kctx *c, int slot, int out);
 int fl__kctx_dense_f32(const fl_kctx *c, int slot);
 /* Build-time check: v is float32 (error names op and variable). */
 int fl__op_need_f32(fl_op *op, const fl_var *v);
+/* The reductions' shape rule (ops_nn.c): reduced dims in red, output shape in os / *on. */
+int fl__reduce_dims(const fl_op *op, int rank, const int64_t *xs, char *red, int64_t *os, int *on, int all_by_default);
 /* For infer(): every declared input and output slot holds exactly one variable (else a
  * build error naming the op and slot).  Ops with optional or list slots check their own. */
 int fl__op_check_slots(fl_op *op);

@@ -82,32 +82,10 @@ fl_var *fl_layer_square(fl_var *x)
 
 /* ---- reduce_mean -----------------------------------------------------------------------------
  *
- * The mean over attribute 'dim' (ints, negative from the end; none given: every dim) with
- * keep_dim; the counts are the run-time sizes, so the batch dimension may be reduced.  A
- * result with no dims left is [1].  X@GRAD = Out@GRAD / count, broadcast back. */
-
-/* red[d] = 1 for the reduced dims; os / *on: the output shape.  0, or 1 + the index of a
- * bad 'dim' entry. */
-static int mean_dims(const fl_op *op, int rank, const int64_t *xs, char *red, int64_t *os, int *on)
-{
-    memset(red, 0, FL_MAX_DIMS);
-    const fl_attr *a = fl__attr_find(op, "dim");
-    if (!a || a->type != FL_ATTR_INTS || a->n == 0) {
-        memset(red, 1, (size_t)rank);
-    } else {
-        for (int k = 0; k < a->n; k++) {
-            int64_t d = a->ints[k] < 0 ? a->ints[k] + rank : a->ints[k];
-            if (d < 0 || d >= rank || red[d]) return k + 1;
-            red[d] = 1;
-        }
-    }
-    int keep = (int)fl__attr_i(op, "keep_dim", 0), n = 0;
-    for (int d = 0; d < rank; d++)
-        if (!red[d] || keep) os[n++] = red[d] ? 1 : xs[d];
-    if (n == 0) os[n++] = 1;
-    *on = n;
-    return 0;
-}
+ * The mean over attribute 'dim' (ints, negative from the end; none given, or reduce_all:
+ * every dim; the shape rule is reduce_sum's, fl__reduce_dims) with keep_dim; the counts are
+ * the run-time sizes, so the batch dimension may be reduced.  A result with no dims left is
+ * [1].  X@GRAD = Out@GRAD / count, broadcast back. */
 
 static int infer_reduce_mean(fl_op *op)
 {
@@ -116,7 +94,7 @@ static int infer_reduce_mean(fl_op *op)
     FL_CHECK(fl__op_need_f32(op, x));
     char red[FL_MAX_DIMS];
     int64_t os[FL_MAX_DIMS];
-    int n, bad = mean_dims(op, x->ndim, x->shape, red, os, &n);
+    int n, bad = fl__reduce_dims(op, x->ndim, x->shape, red, os, &n, 1);
     if (bad)
         return fl__op_error(op, "dim %lld (entry %d) is out of range or repeated for input '%s' (rank %d)",
                             (long long)fl__attr_find(op, "dim")->ints[bad - 1], bad - 1, x->name, x->ndim);
@@ -153,7 +131,7 @@ static int64_t mean_map(const int64_t *xs, int rank, const char *red, int64_t nu
 static int mean_plan(fl_kctx *c, const fl_tensor *x, int64_t *os, int *n, int64_t **map, int64_t *count)
 {
     char red[FL_MAX_DIMS];
-    if (mean_dims(c->op, x->ndim, x->shape, red, os, n))
+    if (fl__reduce_dims(c->op, x->ndim, x->shape, red, os, n, 1))
         return fl__err(FL_EINVAL, "%s: attribute 'dim' does not fit input '%s' of rank %d", c->op->def->type,
                        fl__kctx_var_name(c, 0, 0), x->ndim);
     int64_t *m = realloc(*c->state, (size_t)(x->numel ? x->numel : 1) * sizeof *m);

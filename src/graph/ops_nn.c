@@ -462,15 +462,19 @@ fl_var *fl_layer_dropout(fl_var *x, float prob, const char *implementation)
  * result with no dims left is [1].  LoD is shared when dim 0 is kept.  Listing a dim twice
  * is an error here (Paddle leaves it undefined). */
 /* Marks the reduced dims in red[] and writes the output shape to os (*on dims); returns
- * 0, -1 when 'dim' is missing, or 1 + the index of an out-of-range or repeated entry. */
-static int reduce_dims(const fl_op *op, int rank, const int64_t *xs, char *red, int64_t *os, int *on)
+ * 0, -1 when 'dim' is missing (and all_by_default is 0), or 1 + the index of an
+ * out-of-range or repeated entry.  reduce_all, or no 'dim' with all_by_default (reduce_mean's
+ * rule), reduces every dim.  The one shape rule of the reductions (reduce_sum here,
+ * reduce_mean in ops_math.c). */
+int fl__reduce_dims(const fl_op *op, int rank, const int64_t *xs, char *red, int64_t *os, int *on, int all_by_default)
 {
     memset(red, 0, FL_MAX_DIMS);
     const fl_attr *a = fl__attr_find(op, "dim");
-    if (fl__attr_i(op, "reduce_all", 0)) {
+    int given = a && a->type == FL_ATTR_INTS && a->n >= 1;
+    if (fl__attr_i(op, "reduce_all", 0) || (!given && all_by_default)) {
         memset(red, 1, (size_t)rank);
     } else {
-        if (!a || a->type != FL_ATTR_INTS || a->n < 1) return -1;
+        if (!given) return -1;
         for (int k = 0; k < a->n; k++) {
             int64_t d = a->ints[k] < 0 ? a->ints[k] + rank : a->ints[k];
             if (d < 0 || d >= rank || red[d]) return k + 1;
@@ -492,7 +496,7 @@ static int infer_reduce_sum(fl_op *op)
     FL_CHECK(fl__op_need_f32(op, x));
     char red[FL_MAX_DIMS], xs[96];
     int64_t os[FL_MAX_DIMS];
-    int n, bad = reduce_dims(op, x->ndim, x->shape, red, os, &n);
+    int n, bad = fl__reduce_dims(op, x->ndim, x->shape, red, os, &n, 0);
     fl__shape_str(x, xs, sizeof xs);
     if (bad < 0) return fl__op_error(op, "attribute 'dim' is missing or empty (input '%s')", x->name);
     if (bad > 0)
@@ -554,7 +558,7 @@ static void reduce_walk(float *restrict x, float *restrict out, const int64_t *x
 
 static int reduce_runtime(fl_kctx *c, const fl_tensor *x, char *red, int64_t *os, int *n)
 {
-    if (reduce_dims(c->op, x->ndim, x->shape, red, os, n))
+    if (fl__reduce_dims(c->op, x->ndim, x->shape, red, os, n, 0))
         return fl__err(FL_EINVAL, "%s: attribute 'dim' does not fit input '%s' of rank %d", c->op->def->type,
                        fl__kctx_var_name(c, 0, 0), x->ndim);
     return FL_OK;
