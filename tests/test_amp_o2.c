@@ -612,7 +612,7 @@ static void crun(fl_dtype dt, int rank, const char *eps, int fd)
 static void two_ranks(fl_dtype dt)
 {
     char eps[128];
-    snprintf(eps, sizeof eps, "127.0.0.1:%d,127.0.0.1:%d", th_free_port(), th_free_port());
+    th_free_endpoints(eps, sizeof eps, 2);
     int pd[2], pl[2];
     CHECK(pipe(pd) == 0 && pipe(pl) == 0);
     pid_t pids[3];

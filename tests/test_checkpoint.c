@@ -216,7 +216,7 @@ TEST(failed_save_names_the_worker_on_every_worker)
 {
     char root[] = "/tmp/fleet_ckpt_XXXXXX", eps[128];
     CHECK(mkdtemp(root));
-    snprintf(eps, sizeof eps, "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", th_free_port(), th_free_port(), th_free_port());
+    th_free_endpoints(eps, sizeof eps, 3);
     make_dir(root, "ckpt-0000000001");
     write_text(root, "ckpt-0000000001/worker-1", "a file where the worker's directory goes");
     pid_t kids[3];

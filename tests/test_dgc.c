@@ -323,7 +323,7 @@ static void run_rank(int dgc, int rank, const char *eps, int fd)
 static result run_job(int dgc)
 {
     char eps[128];
-    snprintf(eps, sizeof eps, "127.0.0.1:%d,127.0.0.1:%d", th_free_port(), th_free_port());
+    th_free_endpoints(eps, sizeof eps, 2);
     int pd[2];
     CHECK(pipe(pd) == 0);
     pid_t pids[2];

@@ -157,7 +157,7 @@ static void run_proc(mode m, int recompute, int server, int rank, const char *ep
 static void run_job(mode m, int recompute, result out[2])
 {
     char eps[128];
-    if (m == COLL) snprintf(eps, sizeof eps, "127.0.0.1:%d,127.0.0.1:%d", th_free_port(), th_free_port());
+    if (m == COLL) th_free_endpoints(eps, sizeof eps, 2);
     else snprintf(eps, sizeof eps, "127.0.0.1:%d", th_free_port());
     result *shared = mmap(NULL, 2 * sizeof(result), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CHECK(shared != MAP_FAILED);

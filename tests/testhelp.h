@@ -174,6 +174,37 @@ static inline int th_free_port(void)
     return ntohs(a.sin_port);
 }
 
+/* n distinct free ports on 127.0.0.1 in ports[] (n <= 16): the sockets stay bound until all
+ * n are known, so the kernel cannot hand the same port back twice, as n calls of
+ * th_free_port() can (seen: "endpoint '127.0.0.1:44069' appears twice"). */
+static inline void th_free_ports(int n, int *ports)
+{
+    int fds[16];
+    if (n < 1 || n > 16) TFAIL("th_free_ports: n %d is not in [1, 16]", n);
+    for (int i = 0; i < n; i++) {
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t l = sizeof a;
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&a, sizeof a) || getsockname(fds[i], (struct sockaddr *)&a, &l))
+            TFAIL("no free port: %s", strerror(errno));
+        ports[i] = ntohs(a.sin_port);
+    }
+    for (int i = 0; i < n; i++) close(fds[i]);
+}
+
+/* "127.0.0.1:P1,127.0.0.1:P2,..." of n distinct free ports (th_free_ports) into buf. */
+static inline void th_free_endpoints(char *buf, size_t cap, int n)
+{
+    int ports[16];
+    th_free_ports(n, ports);
+    size_t o = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && o < cap; i++) o += (size_t)snprintf(buf + o, cap - o, "%s127.0.0.1:%d", i ? "," : "", ports[i]);
+}
+
 /* Runs `mpirun -np n BIN ARGS` as this container needs it (root, oversubscribed, shared
  * memory between the ranks), with FLEET_JOB_SECRET = secret and the variables of env
  * ("K=V K=V", may be NULL) set here and exported to the ranks; returns its output
