@@ -202,7 +202,8 @@ static inline void th_free_endpoints(char *buf, size_t cap, int n)
     th_free_ports(n, ports);
     size_t o = 0;
     buf[0] = 0;
-    for (int i = 0; i < n && o < cap; i++) o += (size_t)snprintf(buf + o, cap - o, "%s127.0.0.1:%d", i ? "," : "", ports[i]);
+    for (int i = 0; i < n && o < cap; i++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s127.0.0.1:%d", i ? "," : "", ports[i]);
 }
 
 /* Runs `mpirun -np n BIN ARGS` as this container needs it (root, oversubscribed, shared
