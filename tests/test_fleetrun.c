@@ -747,14 +747,14 @@ TEST(gpus_without_devices_refused)
 {
     run_t r;
     setup(&r);
-    start(&r, NULL, (const char *[]){"--gpus", "0,1", "@C", "env:@T", NULL});
+    start(&r, (const char *[]){"FLEET_ALLOW_NO_DEVICES=0", NULL}, (const char *[]){"--gpus", "0,1", "@C", "env:@T", NULL});
     if (machine_has_devices()) { /* then the ids are passed on */
         RUN_EXPECT(&r, 20, 0);
         fprintf(stderr, "  (this machine has GPUs: checked that --gpus is accepted instead)\n");
     } else {
         RUN_EXPECT(&r, 20, 2);
         HAS(&r, "--gpus 0,1: this machine has no GPU");
-        HAS(&r, "FLEET_ALLOW_NO_DEVICES=1");
+        HAS(&r, "FLEET_ALLOW_NO_DEVICES=0 asks for real devices");
         CHECK(!exists(&r, "w0.env") && !exists(&r, "log"));
     }
     cleanup(&r);
@@ -778,6 +778,41 @@ TEST(version_flag)
     cleanup(&r);
 }
 
+/* --gpus on a machine without GPUs: one CPU process per id, FLAGS_selected_gpus = the local
+ * rank, one info line; a mismatch with --nproc_per_node stays an error. */
+TEST(gpus_without_devices_run_on_cpu)
+{
+    if (machine_has_devices()) {
+        fprintf(stderr, "  (this machine has GPUs: the CPU fallback does not apply)\n");
+        return;
+    }
+    run_t r;
+    setup(&r);
+    start(&r, NULL, (const char *[]){"--gpus", "2,5,7", "@C", "env:@T", NULL});
+    RUN_EXPECT(&r, 20, 0);
+    HAS(&r, "info: --gpus 2,5,7: no GPU on this machine");
+    HAS(&r, "starting 3 CPU processes, FLAGS_selected_gpus = the local rank");
+    const char *info = strstr(r.out, "no GPU on this machine");
+    CHECK(info && !strstr(info + 1, "no GPU on this machine")); /* one line, not one per process */
+    for (int i = 0; i < 3; i++) {
+        char tag[24], num[24];
+        snprintf(tag, sizeof tag, "w%d", i);
+        snprintf(num, sizeof num, "%d", i);
+        char *t = file_of(&r, tag, "env");
+        CHECK_VAR(t, "FLAGS_selected_gpus", num);
+        CHECK_VAR(t, "PADDLE_RANK_IN_NODE", num);
+        CHECK_VAR(t, "PADDLE_TRAINERS_NUM", "3");
+        free(t);
+    }
+    CHECK(!exists(&r, "w3.env"));
+    cleanup(&r);
+    setup(&r);
+    start(&r, NULL, (const char *[]){"--gpus", "0,1", "--nproc_per_node", "3", "@C", NULL});
+    RUN_EXPECT(&r, 20, 2);
+    HAS(&r, "--nproc_per_node 3 does not match --gpus 0,1");
+    cleanup(&r);
+}
+
 /* ------------------------------------------------------------ restarts on one node */
 
 
@@ -788,4 +823,5 @@ TEST_MAIN(T(collective_env), T(device_lists), T(logs_table_and_tee), T(child_exi
           T(grandchild_dies_with_group), T(ps_roles_and_env), T(ps_servers_stopped_after_grace), T(ps_failures),
           T(usage_errors_exit_2), T(secret_never_leaks), T(secret_fresh_or_passed_through),
           T(multinode_collective_starts_local_ranks), T(port_in_use_reported), T(exec_failure_is_root_cause),
-          T(job_id_log_level_restart_count), T(gpus_without_devices_refused), T(version_flag))
+          T(job_id_log_level_restart_count), T(gpus_without_devices_refused), T(version_flag),
+          T(gpus_without_devices_run_on_cpu))

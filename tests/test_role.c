@@ -719,8 +719,34 @@ TEST(detection_of_mpi_launchers)
     fleet_role_free(r);
 }
 
+/* A launch script of Paddle's (local_cluster.sh) sets Paddle's variables and starts the
+ * processes itself, without a secret: the error names FLEET_JOB_SECRET and the line to add. */
+TEST(paddle_launch_script_without_secret_names_the_line)
+{
+    clear_env();
+    setenv("PADDLE_TRAINER_ID", "0", 1);
+    setenv("PADDLE_TRAINERS_NUM", "2", 1);
+    setenv("PADDLE_TRAINER_ENDPOINTS", "127.0.0.1:6170,127.0.0.1:6171", 1);
+    setenv("PADDLE_CURRENT_ENDPOINT", "127.0.0.1:6170", 1);
+    fleet_t *f = fleet_init_collective(NULL, NULL);
+    CHECK(f != NULL); /* the ring, and so the secret, is made at the first collective */
+    double v = 1;
+    if (fleet_util_all_reduce(f, &v, 1, FL_FLOAT64, "sum") == FL_OK) TFAIL("two workers met without a job secret");
+    const char *e = fl_last_error();
+    if (!strstr(e, "needs the job secret") || !strstr(e, "FLEET_JOB_SECRET_FILE") ||
+        !strstr(e, "export FLEET_JOB_SECRET=$(openssl rand -hex 32)"))
+        TFAIL("the error does not give the line to add: %s", e);
+    fleet_free(f);
+    fl_net_secret sec;
+    CHECK_FAILS(fl_net_secret_from_env(&sec), FL_ENOTFOUND, "export FLEET_JOB_SECRET=$(openssl rand -hex 32)");
+    setenv("FLEET_JOB_SECRET", "0011", 1); /* still required and checked: too short */
+    CHECK(fl_net_secret_from_env(&sec) != FL_OK);
+    clear_env();
+}
+
 TEST_MAIN(T(hostlist_expands_slurm_syntax), T(hostlist_errors_name_the_variable_and_the_form), T(tasks_per_node),
           T(slurm_collective_layout_and_ports), T(slurm_parameter_server_layout), T(slurm_errors),
           T(slurm_job_trains_over_its_endpoints), T(torchrun_layouts), T(torchrun_errors),
           T(torchrun_rendezvous_collects_every_endpoint), T(torchrun_rendezvous_names_missing_ranks),
-          T(rendezvous_of_512_ranks_on_one_host), T(detection_order), T(detection_of_mpi_launchers))
+          T(rendezvous_of_512_ranks_on_one_host), T(detection_order), T(detection_of_mpi_launchers),
+          T(paddle_launch_script_without_secret_names_the_line))

@@ -242,6 +242,9 @@ FL_API int fleet_strategy_load(fleet_strategy *s, const char *path);
 FL_API int fleet_strategy_check(const fleet_strategy *s);
 /* Writes "key=value" lines of the fields that differ from the defaults (malloc'ed). */
 FL_API char *fleet_strategy_to_text(const fleet_strategy *s);
+/* Writes field `key`'s value (the text fleet_strategy_set takes) into out[cap]; on
+ * fleet_strategy_default() it is the default, so bindings need no copy of the defaults. */
+FL_API int fleet_strategy_get(const fleet_strategy *s, const char *key, char *out, size_t cap);
 
 /* ---- the parameter-server modes ------------------------------------------------------------ */
 

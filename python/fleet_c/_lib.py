@@ -285,6 +285,7 @@ _PROTOS = {
     "fleet_role_free": (None, [P]),
     "fleet_strategy_default": (Strategy, []), "fleet_strategy_set": (c_int, [POINTER(Strategy), c_char_p, c_char_p]),
     "fleet_strategy_check": (c_int, [POINTER(Strategy)]), "fleet_strategy_to_text": (c_void_p, [POINTER(Strategy)]),
+    "fleet_strategy_get": (c_int, [POINTER(Strategy), c_char_p, c_char_p, c_size_t]),
     "fleet_init": (P, [P, POINTER(Strategy)]), "fleet_init_collective": (P, [P, POINTER(Strategy)]),
     "fleet_is_collective": (c_int, [P]), "fleet_is_distributed": (c_int, [P]), "fleet_is_worker": (c_int, [P]),
     "fleet_is_server": (c_int, [P]), "fleet_is_first_worker": (c_int, [P]), "fleet_worker_index": (c_int, [P]),

@@ -13,7 +13,10 @@ from ._lib import check, lib
 
 __all__ = ["DistributedStrategy", "DistributeTranspilerConfig", "StrategyFactory"]
 
-# Defaults as in Paddle's distributed_strategy.proto (and fleet/fleet.h), for reading back.
+# The fields read back, with their Python types.  The values are read from the C default
+# (fleet_strategy_get on fleet_strategy_default(), see _c_defaults) for every field the
+# library holds; the ones written here are only the types, and the defaults of the few
+# fields the library does not hold (Paddle's hints, as in distributed_strategy.proto).
 _DEFAULTS = {
     "a_sync": True, "localsgd": False, "adaptive_localsgd": False, "gradient_merge": False, "amp": False,
     "dgc": False, "recompute": False, "lars": False, "lamb": False, "pipeline": False, "sharding": False,
@@ -23,9 +26,9 @@ _DEFAULTS = {
     "allreduce_dtype": "float32",
 }
 _CONFIG_DEFAULTS = {
-    "a_sync_configs": {"k_steps": -1, "max_merge_var_num": 1, "send_queue_size": 16,
+    "a_sync_configs": {"k_steps": -1, "max_merge_var_num": 0, "send_queue_size": 0,
                        "independent_recv_thread": False, "min_send_grad_num_before_recv": 1,
-                       "thread_pool_size": 1, "send_wait_times": 1, "runtime_split_send_recv": False,
+                       "thread_pool_size": 1, "send_wait_times": 0, "runtime_split_send_recv": False,
                        "launch_barrier": True, "half_async": False, "dense_wire_dtype": "float32"},
     "localsgd_configs": {"k_steps": 1, "begin_step": 1},
     "adaptive_localsgd_configs": {"init_k_steps": 1, "begin_step": 1},
@@ -39,6 +42,39 @@ _CONFIG_DEFAULTS = {
     "lamb_configs": {"lamb_weight_decay": 0.01, "exclude_from_weight_decay": []},
     "recompute_configs": {"checkpoints": []},
 }
+
+
+def _from_text(text, like):
+    """The C text of a field as the Python type of `like`."""
+    if isinstance(like, bool):
+        return text == "true"
+    if isinstance(like, int):
+        return int(text)
+    if isinstance(like, float):
+        return float(text)
+    if isinstance(like, list):
+        items = [t for t in text.split(",") if t]
+        return [float(t) for t in items] if like and isinstance(like[0], float) else items
+    return text
+
+
+def _c_defaults():
+    """Each field's default as the C library holds it (0 for the async communicator's
+    max_merge_var_num / send_queue_size / send_wait_times: "not set", it adapts)."""
+    c = lib.fleet_strategy_default()
+    buf = ctypes.create_string_buffer(1024)
+
+    def read(key, like):
+        if lib.fleet_strategy_get(ctypes.byref(c), _lib.cstr(key), buf, len(buf)) != 0:
+            return like  # a hint the library does not hold
+        return _from_text(buf.value.decode(), like)
+
+    top = {k: read(k, v) for k, v in _DEFAULTS.items()}
+    groups = {g: {k: read("%s.%s" % (g, k), v) for k, v in cfg.items()} for g, cfg in _CONFIG_DEFAULTS.items()}
+    return top, groups
+
+
+_DEFAULTS, _CONFIG_DEFAULTS = _c_defaults()
 
 
 # Paddle's graph, device and communication hints: they change how Paddle schedules the work

@@ -73,10 +73,11 @@ int fl__fleet_secret(fleet_t *f, const char *fn, int required, const fl_net_secr
         return FL_OK;
     }
     if (!required) return FL_OK;
-    return fl__err(FL_EINVAL,
-                   "%s: %s training needs the job secret: set FLEET_JOB_SECRET (hex) or FLEET_JOB_SECRET_FILE "
-                   "(fleetrun sets it for its processes)",
-                   fn, f->runtime->name);
+    fl_net_secret none;
+    fl_net_secret_from_env(&none); /* its message names the variables and the line to add */
+    fl_net_secret_clear(&none);
+    return fl__err(FL_EINVAL, "%s: %s training needs the job secret, and there is %s", fn, f->runtime->name,
+                   fl_last_error());
 }
 
 void fleet_free(fleet_t *f)

@@ -336,6 +336,29 @@ int fl__strategy_dgc_sparsity(const fleet_strategy *s, float *out, int *n)
     return FL_OK;
 }
 
+/* Field f's value in s as text, the form fleet_strategy_set takes. */
+static void field_text(const fleet_strategy *s, const field *f, char *out, size_t cap)
+{
+    double v = f->type == F_STR ? 0 : get_field(s, f);
+    if (f->type == F_STR) snprintf(out, cap, "%s", get_str(s, f));
+    else if (f->type == F_BOOL) snprintf(out, cap, "%s", v ? "true" : "false");
+    else if (f->type == F_DTYPE) snprintf(out, cap, "%s", fl_dtype_name((fl_dtype)v));
+    else if (f->type == F_DBL) snprintf(out, cap, "%.17g", v);
+    else snprintf(out, cap, "%lld", (long long)v);
+}
+
+int fleet_strategy_get(const fleet_strategy *s, const char *key, char *out, size_t cap)
+{
+    if (!s || !key || !out || !cap) return fl__err(FL_EINVAL, "fleet_strategy_get: s, key or out is NULL, or cap is 0");
+    const field *f = find_field(key);
+    if (!f) return fl__err(FL_ENOTFOUND, "fleet_strategy_get: unknown strategy field '%s'", key);
+    char v[FLEET_STRATEGY_STR_MAX + 32];
+    field_text(s, f, v, sizeof v);
+    if (strlen(v) >= cap) return fl__err(FL_EINVAL, "fleet_strategy_get: %s: cap %zu is too small", key, cap);
+    memcpy(out, v, strlen(v) + 1);
+    return FL_OK;
+}
+
 char *fleet_strategy_to_text(const fleet_strategy *s)
 {
     if (!s) {
@@ -345,16 +368,10 @@ char *fleet_strategy_to_text(const fleet_strategy *s)
     fl_buf b = {0};
     fl__buf_put(&b, "", 0);
     for (int i = 0; i < NFIELDS; i++) {
-        if (fields[i].type == F_STR) {
-            if (!str_default(s, &fields[i])) fl__buf_printf(&b, "%s=%s\n", fields[i].key, get_str(s, &fields[i]));
-            continue;
-        }
-        double v = get_field(s, &fields[i]);
-        if (v == fields[i].def) continue;
-        if (fields[i].type == F_BOOL) fl__buf_printf(&b, "%s=%s\n", fields[i].key, v ? "true" : "false");
-        else if (fields[i].type == F_DTYPE) fl__buf_printf(&b, "%s=%s\n", fields[i].key, fl_dtype_name((fl_dtype)v));
-        else if (fields[i].type == F_DBL) fl__buf_printf(&b, "%s=%.17g\n", fields[i].key, v);
-        else fl__buf_printf(&b, "%s=%lld\n", fields[i].key, (long long)v);
+        if (fields[i].type == F_STR ? str_default(s, &fields[i]) : get_field(s, &fields[i]) == fields[i].def) continue;
+        char v[FLEET_STRATEGY_STR_MAX + 32];
+        field_text(s, &fields[i], v, sizeof v);
+        fl__buf_printf(&b, "%s=%s\n", fields[i].key, v);
     }
     if (b.failed) {
         fl__buf_free(&b);

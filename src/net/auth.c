@@ -123,8 +123,11 @@ int fl_net_secret_from_env(fl_net_secret *out)
     if (hex && file) return fl__err(FL_EINVAL, "both FLEET_JOB_SECRET and FLEET_JOB_SECRET_FILE are set; set only one");
     if (hex) return fl_net_secret_from_hex(hex, "environment variable FLEET_JOB_SECRET", out);
     if (file) return fl_net_secret_from_file(file, out);
-    return fl__err(FL_ENOTFOUND, "no job secret: set FLEET_JOB_SECRET (hex) or FLEET_JOB_SECRET_FILE (a file of "
-                                 "mode 0600 holding the hex secret)");
+    return fl__err(FL_ENOTFOUND,
+                   "no job secret: set FLEET_JOB_SECRET (hex) or FLEET_JOB_SECRET_FILE (a file of mode 0600 holding "
+                   "the hex secret); fleetrun sets one for its processes, and a launch script that starts them "
+                   "itself (TRAINING_ROLE, PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINER_ID, ...) adds this line "
+                   "before it starts any: export FLEET_JOB_SECRET=$(openssl rand -hex 32)");
 }
 
 int fl_net_secret_generate(fl_net_secret *out)

@@ -91,7 +91,7 @@ def test_strategy_fields_are_checked_when_set():
     s.a_sync = False
     s.a_sync_configs = {"k_steps": 100}
     assert s.a_sync is False and s.a_sync_configs["k_steps"] == 100
-    assert s.a_sync_configs["send_queue_size"] == 16
+    assert s.a_sync_configs["send_queue_size"] == 0  # the C default: not set, the communicator adapts
     with pytest.raises(fleet_c.FleetError, match="no_such_field"):
         s.no_such_field = 1
     s.amp = True

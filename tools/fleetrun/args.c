@@ -150,9 +150,14 @@ static int have_devices(void)
     return 0;
 }
 
+/* On a machine without GPUs, --gpus LIST starts one CPU process per id (programs written for
+ * GPUs are launched that way, and CUDAPlace runs on the CPU), each with FLAGS_selected_gpus =
+ * its local rank.  FLEET_ALLOW_NO_DEVICES=1 passes the ids on unchecked instead; set to 0, it
+ * asks for real devices, and their absence is an error. */
 static void check_devices(void)
 {
     int64_t allow;
+    const char *set = fr_env("FLEET_ALLOW_NO_DEVICES", NULL);
     J.ndev = fr_split(J.dev_flag, J.devices, J.dev, MAX_LOCAL);
     for (int i = 0; i < J.ndev; i++) fr_parse_long(J.dev_flag, J.dev[i], 0, 1 << 20, "device ids, e.g. 0,1,2,3");
     if (J.nproc > 0 && J.nproc != J.ndev)
@@ -160,11 +165,16 @@ static void check_devices(void)
                     J.devices, J.ndev);
     J.nproc = J.ndev;
     if (fl__env_int("FLEET_ALLOW_NO_DEVICES", 0, 0, 1, &allow) != FL_OK) usage_error("%s", fl_last_error());
-    if (!allow && !have_devices())
-        usage_error("%s %s: this machine has no GPU (no /proc/driver/nvidia/gpus/*, /dev/nvidiaN or /dev/kfd), "
-                    "so the processes could not use these devices; use --nproc_per_node N for CPU processes, or "
-                    "set FLEET_ALLOW_NO_DEVICES=1 to pass the ids on anyway",
+    if (allow || have_devices()) return;
+    if (set)
+        usage_error("%s %s: this machine has no GPU (no /proc/driver/nvidia/gpus/*, /dev/nvidiaN or /dev/kfd) and "
+                    "FLEET_ALLOW_NO_DEVICES=0 asks for real devices; unset it to run one CPU process per id",
                     J.dev_flag, J.devices);
+    cli_say("info: %s %s: no GPU on this machine (no /proc/driver/nvidia/gpus/*, /dev/nvidiaN or /dev/kfd): "
+            "starting %d CPU process%s, FLAGS_selected_gpus = the local rank (CUDAPlace runs on the CPU)",
+            J.dev_flag, J.devices, J.ndev, J.ndev == 1 ? "" : "es");
+    for (int i = 0; i < J.ndev; i++) J.dev[i] = fr_fmt("%d", i);
+    J.devices = J.ndev == 1 ? "0" : fr_fmt("0..%d (local rank; no GPU here)", J.ndev - 1);
 }
 
 /* --master IP:PORT into J.master_ip and J.master_port. */
