@@ -9,10 +9,11 @@
  * the float32 parameter with float32 state.
  *
  * Level O2 (use_pure_fp16), in the same pass: a white op that can write low precision (fc,
- * matmul) does so when a later op reads its output, gray ops (relu, tanh, sigmoid) on a
- * low-precision input stay in it, and every other op's low-precision inputs are cast to
- * float32 ("<var>.cast_fp32").  Activation gradients stay float32.  The parameters' casts
- * become the master-weight refresh after the update ops: amp_o2.c.
+ * matmul, matmul_v2) does so when a later op reads its output, gray ops with a kernel for
+ * the type (relu, tanh, sigmoid) on a low-precision input stay in it, and every other op's
+ * low-precision inputs are cast to float32 ("<var>.cast_fp32").  Activation gradients stay
+ * float32.  The parameters' casts become the master-weight refresh after the update ops:
+ * amp_o2.c.
  *
  * Also here: the cast op (attribute out_dtype; the input's dtype is whatever the tensor
  * holds at run time) and its gradient, which is a cast back.
