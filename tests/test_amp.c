@@ -300,6 +300,39 @@ TEST(amp_nlp_list_rows)
     o = (fl_amp_opts){FL_FLOAT16, NULL, "mul"};
     CHECK_EQ_INT(fl_amp_decorate(p, &o), 1); /* matmul_v2 only, in float16 */
     fl_prog_free(p);
+
+    /* O2: matmul_v2 -> transpose2 (a gray row with a float32 kernel) -> matmul_v2: the
+     * bf16 product is cast to float32 in front of transpose2, whose output is cast back
+     * for the second product; the program runs */
+    p = fl_prog_create();
+    x = fl_layer_data(p, "x", FL_SHAPE(3, 4), FL_FLOAT32, 0);
+    wt = fl_layer_create_parameter(p, 2, (const int64_t[]){4, 4}, FL_FLOAT32, NULL);
+    fl_var *t = fl_layer_transpose(fl_layer_matmul_v2(x, wt, 0, 0), 3, (const int64_t[]){0, 2, 1});
+    fl_var *out = fl_layer_mean(fl_layer_matmul_v2(t, wt, 1, 0));
+    CHECK(out != NULL);
+    o = (fl_amp_opts){FL_BFLOAT16, NULL, NULL};
+    o.use_pure_fp16 = 1;
+    CHECK_EQ_INT(fl_amp_decorate(p, &o), 2);
+    int seen = 0;
+    for (int i = 0; i < p->nops; i++)
+        if (!strcmp(p->ops[i]->def->type, "transpose2")) {
+            const fl_var *in = p->ops[i]->in[0].vars[0];
+            CHECK(in->dtype == FL_FLOAT32 && strstr(in->name, ".cast_fp32"));
+            CHECK(p->ops[i]->out[0].vars[0]->dtype == FL_FLOAT32);
+            seen++;
+        }
+    CHECK_EQ_INT(seen, 1);
+    fl_exe *e = fl_exe_create(NULL);
+    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
+    static const float xs[2 * 3 * 4] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, -1, -2, -3, -4, 0, 1, 0, 1, 2, 2, 2, 2};
+    fl_tensor *xt = th_f32(3, (const int64_t[]){2, 3, 4}, xs), *res[1];
+    fl_feed feed[] = {{"x", xt}};
+    const char *fetch[] = {fl_var_name(out)};
+    CHECK_OK(fl_exe_run(e, p, feed, 1, fetch, 1, res));
+    CHECK(isfinite(fl_tensor_f32(res[0])[0]));
+    fl_tensor_free(xt);
+    fl_exe_free(e);
+    fl_prog_free(p);
 }
 
 TEST_MAIN(T(amp_bf16_trains_like_f32_dnnl), T(amp_bf16_trains_like_f32_openblas), T(amp_casts_are_in_the_program_text),
