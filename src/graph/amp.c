@@ -9,10 +9,11 @@
  * the float32 parameter with float32 state.
  *
  * Level O2 (use_pure_fp16), in the same pass: a white op that can write low precision (fc,
- * matmul) does so when a later op reads its output, gray ops (relu, tanh, sigmoid) on a
- * low-precision input stay in it, and every other op's low-precision inputs are cast to
- * float32 ("<var>.cast_fp32").  Activation gradients stay float32.  The parameters' casts
- * become the master-weight refresh after the update ops: amp_o2.c.
+ * matmul, matmul_v2) does so when a later op reads its output, gray ops with a kernel for
+ * the type (relu, tanh, sigmoid) on a low-precision input stay in it, and every other op's
+ * low-precision inputs are cast to float32 ("<var>.cast_fp32").  Activation gradients stay
+ * float32.  The parameters' casts become the master-weight refresh after the update ops:
+ * amp_o2.c.
  *
  * Also here: the cast op (attribute out_dtype; the input's dtype is whatever the tensor
  * holds at run time) and its gradient, which is a cast back.
@@ -62,11 +63,11 @@ static int run_cast(fl_kctx *c)
 }
 
 /* The gradient ops of the products: they write every gradient in float32, whatever the
- * dtype its variable declares (mul_grad, matmul_grad, conv2d_grad). */
+ * dtype its variable declares (mul_grad, matmul_grad, matmul_v2_grad, conv2d_grad). */
 static int writes_f32_grads(const fl_op *op)
 {
     const char *t = op->def->type;
-    return !strcmp(t, "mul_grad") || !strcmp(t, "matmul_grad") || !strcmp(t, "conv2d_grad");
+    return !strcmp(t, "mul_grad") || !strcmp(t, "matmul_grad") || !strcmp(t, "matmul_v2_grad") || !strcmp(t, "conv2d_grad");
 }
 
 /* Makes the op that wrote v write `to` instead, when that op is a product's gradient and the
@@ -120,32 +121,55 @@ const fl_op_def *const fl__ops_amp[] = {&def_cast, NULL};
 
 /* ---- the rewrite ------------------------------------------------------------------------ */
 
-/* Ops with low-precision kernels, one row per op: which of bfloat16 and float16 it computes
- * in, whether it can also write its output in that type (level O2; attribute out_dtype for
- * the products: float32 accumulation rounded once at the end), and whether it is gray.
+/* Paddle's AMP lists, one row per op: which list the op is on (Paddle's python/paddle/amp/
+ * amp_lists.py and static fp16_lists.py), which of bfloat16 and float16 it computes in here,
+ * and whether it can also write its output in that type (level O2; attribute out_dtype for
+ * the products: float32 accumulation rounded once at the end).
  *
  * White ops (the products) get their float32 inputs cast to low precision (the first two
- * input slots: fc's Input and W, matmul's X and Y, conv2d's Input and Filter).  conv2d has a
- * bfloat16 kernel only (oneDNN's, src/tensor/dnn_conv.c) and writes float32 (its output is
- * cast where a later product reads it, as in O1).
+ * input slots: fc's Input and W, matmul's and matmul_v2's X and Y, conv2d's Input and
+ * Filter).  conv2d has a bfloat16 kernel only (oneDNN's, src/tensor/dnn_conv.c) and writes
+ * float32 (its output is cast where a later product reads it, as in O1).
  *
- * Gray ops (Paddle's term) follow their input: under level O2 a low-precision input keeps
- * them in low precision (values widened to float32 in blocks and rounded back), a float32
- * one in float32; they are never cast to low precision and cannot be white-listed.
+ * Gray ops follow their input: under level O2 a low-precision input keeps them in low
+ * precision (values widened to float32 in blocks and rounded back), a float32 one in
+ * float32; they are never cast to low precision and cannot be white-listed.  A gray row
+ * without a kernel for the type (Paddle lets these follow their input; here their kernels
+ * are float32 only) reads float32 through a cast under level O2, as a black op does; setting
+ * its bf16 / fp16 column once its kernel takes that type makes it stay in the chain.
  *
- * Every other op reads float32: under level O2 a low-precision input gets a cast to
- * float32 in front.  Paddle's mul / matmul_v2 are the products this port's layers express
- * as fc, so those names are accepted in the lists as well.  To add an op: a row here, and
- * its infer/run honouring low-precision inputs (and out_dtype when low_out is set). */
+ * Black ops (numerically sensitive: normalisations, softmax, the losses) and every op
+ * with no row read float32: under level O2 a low-precision input gets a cast to float32
+ * in front; under O1 no low-precision tensor reaches them (the products write float32).
+ * Paddle's mul is the product this port's layers express as fc, so that name is accepted
+ * in the lists as well.  To add an op: a row here, and for a bf16 / fp16 column its
+ * infer/run honouring low-precision inputs (and out_dtype when low_out is set). */
+enum { AMP_WHITE, AMP_GRAY, AMP_BLACK };
 typedef struct {
     const char *type;
-    unsigned char bf16, fp16, low_out, gray;
+    unsigned char list, bf16, fp16, low_out;
 } amp_kernel;
 static const amp_kernel kernels[] = {
-    {"fc", 1, 1, 1, 0},   {"matmul", 1, 1, 1, 0}, {"conv2d", 1, 0, 0, 0},
-    {"relu", 1, 1, 1, 1}, {"tanh", 1, 1, 1, 1},   {"sigmoid", 1, 1, 1, 1},
+    {"fc", AMP_WHITE, 1, 1, 1},
+    {"matmul", AMP_WHITE, 1, 1, 1},
+    {"matmul_v2", AMP_WHITE, 1, 1, 1},
+    {"conv2d", AMP_WHITE, 1, 0, 0},
+    {"relu", AMP_GRAY, 1, 1, 1},
+    {"tanh", AMP_GRAY, 1, 1, 1},
+    {"sigmoid", AMP_GRAY, 1, 1, 1},
+    {"gelu", AMP_GRAY, 0, 0, 0},
+    {"transpose2", AMP_GRAY, 0, 0, 0},
+    {"gather", AMP_GRAY, 0, 0, 0},
+    {"slice", AMP_GRAY, 0, 0, 0},
+    {"stack", AMP_GRAY, 0, 0, 0},
+    {"split", AMP_GRAY, 0, 0, 0},
+    {"expand", AMP_GRAY, 0, 0, 0},
+    {"layer_norm", AMP_BLACK, 0, 0, 0},
+    {"softmax", AMP_BLACK, 0, 0, 0},
+    {"softmax_with_cross_entropy", AMP_BLACK, 0, 0, 0},
+    {"label_smooth", AMP_BLACK, 0, 0, 0}, /* on no Paddle list; it makes the loss's soft labels */
 };
-static const char *const paddle_aliases[] = {"mul", "matmul_v2", NULL};
+static const char *const paddle_aliases[] = {"mul", NULL};
 
 static const amp_kernel *kernel_of(fl_dtype dt, const char *type)
 {
@@ -158,7 +182,18 @@ static const amp_kernel *kernel_of(fl_dtype dt, const char *type)
 static int is_product(fl_dtype dt, const char *type)
 {
     const amp_kernel *k = kernel_of(dt, type);
-    return k && !k->gray;
+    return k && k->list == AMP_WHITE;
+}
+
+/* The white ops with a kernel for dt, comma-separated, into buf. */
+static const char *products_of(fl_dtype dt, char *buf, size_t n)
+{
+    size_t at = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0] && at < n; i++)
+        if (is_product(dt, kernels[i].type))
+            at += (size_t)snprintf(buf + at, n - at, "%s%s", at ? ", " : "", kernels[i].type);
+    return buf;
 }
 
 static int in_list(const char *const *l, const char *s)
@@ -199,12 +234,12 @@ static int check_list(fl_prog *p, const char *csv, const char *what, int white, 
             int alias = in_list(paddle_aliases, name);
             if (!alias && !fl__op_lookup(name))
                 return fl__prog_error(p, FL_EINVAL, "fl_amp_decorate: %s names unknown op '%s'", what, name);
+            char prods[256];
             if (white && !alias && !is_product(dt, name))
                 return fl__prog_error(p, FL_EUNSUPPORTED,
                                       "fl_amp_decorate: %s names op '%s', which has no %s kernel (ops with one: %s, "
-                                      "and Paddle's mul, matmul_v2)",
-                                      what, name, fl_dtype_name(dt),
-                                      dt == FL_FLOAT16 ? "fc, matmul" : "fc, matmul, conv2d");
+                                      "and Paddle's mul)",
+                                      what, name, fl_dtype_name(dt), products_of(dt, prods, sizeof prods));
         }
         q = e;
     }
@@ -214,7 +249,7 @@ static int check_list(fl_prog *p, const char *csv, const char *what, int white, 
 static int is_white(const fl_amp_opts *o, const char *type)
 {
     if (in_csv(o->custom_black_list, type)) return 0;
-    /* Paddle's product names stand for fc here: black-listing them keeps fc in float32 */
+    /* Paddle's mul stands for fc here: black-listing it keeps fc in float32 */
     if (!strcmp(type, "fc"))
         for (int i = 0; paddle_aliases[i]; i++)
             if (in_csv(o->custom_black_list, paddle_aliases[i])) return 0;
@@ -256,7 +291,7 @@ static int read_after(const fl_prog *p, const fl_var *v, int i)
 static int stays_low(const fl_amp_opts *o, const fl_op *op, int i)
 {
     const amp_kernel *k = kernel_of(o->dtype, op->def->type);
-    if (!k || !k->gray || in_csv(o->custom_black_list, op->def->type)) return 0;
+    if (!k || k->list != AMP_GRAY || in_csv(o->custom_black_list, op->def->type)) return 0;
     const fl_var *x = op->in[0].vars[0];
     return x->dtype == o->dtype && read_after(op->prog, op->out[0].vars[0], i);
 }
