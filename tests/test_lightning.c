@@ -829,6 +829,25 @@ TEST(resnet_trains_on_jpeg_images_from_a_directory_and_a_list)
     CHECK_STR_HAS(o, "on 12 examples");
     free(o);
 
+    /* two collective trainers on a list of 23 images: shares of 12 and 11, one batch of 11
+     * each per epoch (the smaller share's count), so neither waits for the other */
+    snprintf(p, sizeof p, "%s/jpg/train.txt", DIR_);
+    list = fopen(p, "w");
+    CHECK(list != NULL);
+    for (int j = 0; j < 23; j++) fprintf(list, "train/%s/%d.jpg %d\n", cls[j % 3], j / 3, j % 3);
+    CHECK(fclose(list) == 0);
+    o = run_rc("rn_jpeg_coll", 120, &rc,
+               "%s/tools/fleetrun --nproc_per_node 2 --log_dir %s/jlog %s/tools/fleet-lightning train --model resnet "
+               "--depth 8 --width 4 --image_size 32 --batch_size 11 --epochs 2 --train_data %s/jpg/train.txt "
+               "--test_data %s/jpg/val.txt --model_dir %s/rn_jpeg_coll",
+               BIN, DIR_, BIN, DIR_, DIR_, DIR_);
+    if (rc) TFAIL("fleetrun failed:\n%s", o);
+    CHECK_STR_HAS(o, "mode collective, worker 0 of 2");
+    CHECK_STR_HAS(o, "epoch 2/2: loss");
+    CHECK_STR_HAS(o, "11 examples in");
+    CHECK_STR_HAS(o, "on 12 examples");
+    free(o);
+
     const fl_app_row *row = fl_app_find("resnet");
     fl_app_config c;
     fl_app_config_default(row, &c);
