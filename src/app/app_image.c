@@ -176,7 +176,7 @@ static int jpeg_pass(void *p, fl_exe *e, fl_prog *prog, int train, int thread, c
             if (r->print_period && (s + 1) % r->print_period == 0)
                 printf("epoch %d step %lld/%lld: loss %.4f metric %.4f (%.1f images/s)\n", epoch + 1, (long long)s + 1,
                        (long long)steps, loss / (double)(s + 1), metric / (double)(s + 1),
-                       (double)out->instances / (fl__now() - t0));
+                       (double)(out->instances + b) / (fl__now() - t0));
         }
         out->instances += b;
         out->batches++;
