@@ -9,7 +9,9 @@
  * infer of a saved simnet model, word2vec with a parameter server and two workers); any mode
  * of the library's table (half_async) and the mode a strategy file selects (GEO); and
  * --checkpoint_dir resuming a restarted run (locally, bit for bit; with a server); and
- * simnet_bow with 2 Hogwild threads on a server scoring what it scores locally.
+ * simnet_bow with 2 Hogwild threads on a server scoring what it scores locally; resnet on
+ * JPEG images (a directory of class folders to train, a list file to test) through
+ * fleet-lightning, and a bad JPEG named in the error.
  */
 #include <limits.h>
 #include <stdarg.h>
@@ -17,6 +19,9 @@
 
 #include "gradcheck.h"
 #include "cmdrun.h"
+#ifdef FL_HAVE_TURBOJPEG
+#include "jpegmake.h"
+#endif
 
 static char BIN[PATH_MAX + 8], DIR_[64];
 
@@ -494,7 +499,7 @@ TEST(cli_errors_are_clear)
     o = run_rc("e7", 20, &rc, "%s/tools/fleet-lightning list", BIN);
     CHECK_EQ_INT(rc, 0);
     CHECK_STR_HAS(o, "deepfm     ps     criteo    auc         local");
-    CHECK_STR_HAS(o, "resnet     coll   idx       accuracy    local,collective");
+    CHECK_STR_HAS(o, "resnet     coll   images    accuracy    local,collective");
     CHECK_STR_HAS(o, "simnet_bow ps     multislot order_rate  local");
     CHECK_STR_HAS(o, "word2vec   ps     word2vec  cluster_acc local");
     free(o);
@@ -760,6 +765,122 @@ TEST(simnet_bow_hogwild_threads_on_a_server_match_local)
     cleanup();
 }
 
+/* ---- resnet on JPEG images ---------------------------------------------------------------------- */
+
+#ifdef FL_HAVE_TURBOJPEG
+/* Image i of class k (36 x 44): a solid colour per class (red, green, blue) with noise and a
+ * darker band whose place varies, so no two files are the same. */
+static void class_jpeg(const char *path, int k, int i)
+{
+    enum { H = 36, W = 44 };
+    static uint8_t px[H * W * 3];
+    uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(k * 100 + i + 1);
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+            for (int ch = 0; ch < 3; ch++) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                int v = (ch == k ? 200 : 40) + (int)(s >> 59) - 16 - ((y / 6) == i % 6 ? 30 : 0);
+                px[(y * W + x) * 3 + ch] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+            }
+    th_write_jpeg(path, px, H, W, 90);
+}
+#endif
+
+/* resnet through fleet-lightning on JPEG images: a directory of 3 class folders (24 images)
+ * to train at image_size 32, a list file to test (eval transform), the classes from the
+ * reader; the test accuracy well above chance (1/3).  fl_app_load_imagenet_from_file sets
+ * train_data; a corrupt JPEG in the training data fails naming the file. */
+TEST(resnet_trains_on_jpeg_images_from_a_directory_and_a_list)
+{
+#ifndef FL_HAVE_TURBOJPEG
+    printf("  skipped: built without libjpeg-turbo\n");
+#else
+    setup();
+    const char *cls[3] = {"0_red", "1_green", "2_blue"}; /* labels in byte order of the names */
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/jpg", DIR_);
+    CHECK(mkdir(p, 0755) == 0);
+    snprintf(p, sizeof p, "%s/jpg/train", DIR_);
+    CHECK(mkdir(p, 0755) == 0);
+    snprintf(p, sizeof p, "%s/jpg/val.txt", DIR_);
+    FILE *list = fopen(p, "w");
+    CHECK(list != NULL);
+    for (int k = 0; k < 3; k++) {
+        snprintf(p, sizeof p, "%s/jpg/train/%s", DIR_, cls[k]);
+        CHECK(mkdir(p, 0755) == 0);
+        for (int i = 0; i < 8; i++) {
+            snprintf(p, sizeof p, "%s/jpg/train/%s/%d.jpg", DIR_, cls[k], i);
+            class_jpeg(p, k, i);
+        }
+        for (int i = 0; i < 4; i++) {
+            snprintf(p, sizeof p, "%s/jpg/val_%d_%d.jpg", DIR_, k, i);
+            class_jpeg(p, k, 20 + i);
+            fprintf(list, "val_%d_%d.jpg %d\n", k, i, k);
+        }
+    }
+    CHECK(fclose(list) == 0);
+
+    int rc;
+    char *o = run_rc("rn_jpeg", 300, &rc,
+                     "%s/tools/fleet-lightning train --model resnet --mode local --depth 8 --width 4 "
+                     "--image_size 32 --batch_size 8 --epochs 8 --lr 0.05 --train_data %s/jpg/train "
+                     "--test_data %s/jpg/val.txt --model_dir %s/rn_jpeg_model",
+                     BIN, DIR_, DIR_, DIR_);
+    CHECK_EQ_INT(rc, 0);
+    char buf[128];
+    double acc = atof(line_after(o, "resnet: test accuracy ", buf, sizeof buf));
+    printf("  resnet on JPEG images: test accuracy %.4f\n", acc);
+    CHECK(acc > 0.6);
+    CHECK_STR_HAS(o, "on 12 examples");
+    free(o);
+
+    /* two collective trainers on a list of 23 images: shares of 12 and 11, one batch of 11
+     * each per epoch (the smaller share's count), so neither waits for the other */
+    snprintf(p, sizeof p, "%s/jpg/train.txt", DIR_);
+    list = fopen(p, "w");
+    CHECK(list != NULL);
+    for (int j = 0; j < 23; j++) fprintf(list, "train/%s/%d.jpg %d\n", cls[j % 3], j / 3, j % 3);
+    CHECK(fclose(list) == 0);
+    o = run_rc("rn_jpeg_coll", 120, &rc,
+               "%s/tools/fleetrun --nproc_per_node 2 --log_dir %s/jlog %s/tools/fleet-lightning train --model resnet "
+               "--depth 8 --width 4 --image_size 32 --batch_size 11 --epochs 2 --train_data %s/jpg/train.txt "
+               "--test_data %s/jpg/val.txt --model_dir %s/rn_jpeg_coll",
+               BIN, DIR_, BIN, DIR_, DIR_, DIR_);
+    if (rc) TFAIL("fleetrun failed:\n%s", o);
+    CHECK_STR_HAS(o, "mode collective, worker 0 of 2");
+    CHECK_STR_HAS(o, "epoch 2/2: loss");
+    CHECK_STR_HAS(o, "11 examples in");
+    CHECK_STR_HAS(o, "on 12 examples");
+    free(o);
+
+    const fl_app_row *row = fl_app_find("resnet");
+    fl_app_config c;
+    fl_app_config_default(row, &c);
+    CHECK_EQ_INT(c.image_size, 224);
+    int nc = 0;
+    snprintf(p, sizeof p, "%s/jpg/train", DIR_);
+    CHECK_OK(fl_app_load_imagenet_from_file(&c, p, &nc));
+    CHECK_EQ_INT(nc, 3);
+    CHECK(!strcmp(c.train_data, p));
+    CHECK_FAILS(fl_app_load_imagenet_from_file(&c, NULL, NULL), FL_EINVAL, "path is NULL");
+    snprintf(p, sizeof p, "%s/nothing_here", DIR_);
+    CHECK_FAILS(fl_app_load_imagenet_from_file(&c, p, NULL), FL_ENOTFOUND, "nothing_here");
+    /* a corrupt JPEG among the training images: the error names it */
+    snprintf(p, sizeof p, "%s/jpg/train/1_green/bad.jpg", DIR_);
+    FILE *f = fopen(p, "wb");
+    CHECK(f != NULL);
+    CHECK(fputs("\xff\xd8\xff not really a JPEG", f) >= 0);
+    CHECK(fclose(f) == 0);
+    CHECK_OK(fl_app_config_set(&c, "depth", "8"));
+    CHECK_OK(fl_app_config_set(&c, "width", "4"));
+    CHECK_OK(fl_app_config_set(&c, "image_size", "32"));
+    CHECK_OK(fl_app_config_set(&c, "batch_size", "25"));
+    snprintf(c.model_dir, sizeof c.model_dir, "%s/rn_bad_model", DIR_);
+    CHECK_FAILS(fl_app_train(row, &c), FL_ECORRUPT, "bad.jpg");
+    cleanup();
+#endif
+}
+
 TEST_MAIN(T(deepfm_builder_shapes_and_gradients), T(wide_deep_builder_shapes_and_gradients),
           T(resnet_builder_shapes_gradients_and_errors), T(resnet50_builds_and_runs_a_few_steps),
           T(cosine_decay_follows_paddle), T(registry_rows_and_options),
@@ -767,4 +888,5 @@ TEST_MAIN(T(deepfm_builder_shapes_and_gradients), T(wide_deep_builder_shapes_and
           T(cli_errors_are_clear), T(deepfm_under_fleetrun_with_a_server_then_eval_and_infer),
           T(half_async_and_a_strategy_file_selecting_geo_under_fleetrun), T(resnet_under_fleetrun_collective),
           T(checkpoint_dir_resumes_after_a_restart), T(simnet_bow_and_word2vec_converge_then_eval_the_saved_simnet),
-          T(word2vec_under_fleetrun_with_a_server), T(simnet_bow_hogwild_threads_on_a_server_match_local))
+          T(word2vec_under_fleetrun_with_a_server), T(simnet_bow_hogwild_threads_on_a_server_match_local),
+          T(resnet_trains_on_jpeg_images_from_a_directory_and_a_list))

@@ -34,7 +34,10 @@
  *               files DIR/train-* or DIR/t10k-*, fed as "img" [N, C, H, W] and "label"),
  *               "word2vec" (corpus files; dict.txt in the directory or its parent; each
  *               worker makes its skip-gram samples once with fl_model_word2vec_make_samples
- *               into a temporary directory; training only)
+ *               into a temporary directory; training only), "images" (by what the path holds: "idx"
+ *               files, or JPEG images through fleet/data.h's image reader, a list file such as
+ *               ImageNet's train.txt or a directory of class folders, fed as [N, 3, S, S]
+ *               with S the model's input size, train transform for training, eval for tests)
  *   metric      the metric table in src/app/app_data.c, a metric being one of three
  *               forms.  In the graph: "auc" (Paddle's auc over predict [N, 2]) and
  *               "accuracy" (top-1 over predict [N, classes]), built both during training
@@ -99,6 +102,8 @@ typedef struct {
     char hidden[FL_APP_WORD]; /* "400,400,400" */
     /* image models */
     int depth, width; /* ResNet depth and base filters */
+    /* JPEG images (resnet): crop size, eval's shorter side (0: image_size * 8 / 7), decoders */
+    int image_size, resize, decode_threads;
 } fl_app_config;
 
 typedef struct fl_app_net {
@@ -145,6 +150,11 @@ FL_API int fl_app_config_save(const fl_app_config *c, const char *path);
 FL_API const char *fl_app_option(int i, const char **help);
 /* The value of option `name` in c as text (into buf). */
 FL_API int fl_app_config_get(const fl_app_config *c, const char *name, char *buf, size_t cap);
+/* lightning's model.load_imagenet_from_file(path): path (an ImageNet list such as train.txt,
+ * or a directory of class folders of JPEG files; fleet/data.h "Images") becomes c's
+ * train_data, after listing it: *num_classes (may be NULL) gets its classes.  Errors name
+ * the argument, or the list line or file at fault. */
+FL_API int fl_app_load_imagenet_from_file(fl_app_config *c, const char *path, int *num_classes);
 
 /* Trains as described at the top.  Blocks until training (or serving, on a server) ends.
  * Prints one line per epoch (loss, metric, examples/s) and the test metric. */

@@ -103,6 +103,15 @@ static int resnet_build(fl_app_net *net, const fl_app_config *c, int is_distribu
     fl_model_resnet_config rc = fl_model_resnet_default();
     rc.depth = c->depth;
     rc.base_filters = c->width;
+    /* JPEG images: 3 x image_size x image_size, the classes the reader lists in train_data
+     * (else test_data), ImageNet's stem from 64 x 64 up */
+    const char *data = c->train_data[0] ? c->train_data : c->test_data;
+    if (fl__app_is_images(data)) {
+        FL_CHECK(fl__app_image_classes(c->train_data[0] ? "train_data" : "test_data", data, &rc.num_classes, NULL));
+        rc.channels = 3;
+        rc.height = rc.width = c->image_size;
+        rc.imagenet_stem = c->image_size >= 64;
+    }
     fl_model_resnet m;
     FL_CHECK(fl_model_resnet_build(net->prog, &rc, &m));
     net->feeds[0] = m.input;
@@ -194,8 +203,8 @@ static const fl_app_row rows[] = {
      FL_APP_SPARSE, "local,ps", "multislot", "order_rate", simnet_defaults, simnet_build},
     {"word2vec", "word2vec: skip-gram with negative sampling over a corpus and its dict.txt",
      FL_APP_SPARSE, "local,ps", "word2vec", "cluster_acc", word2vec_defaults, word2vec_build},
-    {"resnet", "ResNet (depth 6n+2, 18, 34, 50, ...; batch_norm, residual blocks) on Fashion-MNIST",
-     FL_APP_DENSE, "local,collective", "idx", "accuracy", resnet_defaults, resnet_build},
+    {"resnet", "ResNet (depth 6n+2, 18, 34, 50, ...; batch_norm, residual blocks) on Fashion-MNIST or JPEG images",
+     FL_APP_DENSE, "local,collective", "images", "accuracy", resnet_defaults, resnet_build},
 };
 /* clang-format on */
 #define NROWS ((int)(sizeof rows / sizeof rows[0]))
@@ -240,8 +249,9 @@ typedef struct {
 /* clang-format off */
 static const opt_def opts[] = {
     OS(model, "model name (fleet-lightning list)"),
-    OS(train_data, "directory of training data (criteo: its files; idx: train-*-ubyte[.gz])"),
-    OS(test_data, "directory of test data, scored after training (idx: t10k-*-ubyte[.gz])"),
+    OS(train_data, "directory of training data (criteo: its files; idx: train-*-ubyte[.gz]; images: a list file "
+                   "such as train.txt or a directory of class folders of JPEGs)"),
+    OS(test_data, "directory of test data, scored after training (idx: t10k-*-ubyte[.gz]; images: as train_data)"),
     OS(model_dir, "where the inference model is saved (and read by eval / infer)"),
     OS(metrics_dir, "metrics CSV + TensorBoard files per rank there (docs/metrics.md)"),
     OS(checkpoint_dir, "a checkpoint after every epoch there; a (re)start resumes from the newest (docs/checkpoints.md)"),
@@ -268,6 +278,9 @@ static const opt_def opts[] = {
     OS(hidden, "CTR: sizes of the DNN's fc layers, e.g. 400,400,400; simnet: the fc width"),
     ON(depth, O_INT, 8, 1202, "ResNet: depth (6n+2, 18, 34, 50, 101, 152)"),
     ON(width, O_INT, 1, 4096, "ResNet: filters of the first stage"),
+    ON(image_size, O_INT, 1, 4096, "ResNet on JPEG images: height and width of the crops fed to the model"),
+    ON(resize, O_INT, 0, 65536, "JPEG images, evaluation: the shorter side before the centre crop (0: image_size * 8 / 7)"),
+    ON(decode_threads, O_INT, 1, 256, "JPEG images: decoding threads per process"),
 };
 /* clang-format on */
 #define NOPTS ((int)(sizeof opts / sizeof opts[0]))
@@ -290,6 +303,9 @@ void fl_app_config_default(const fl_app_row *row, fl_app_config *c)
     c->embedding_size = 10;
     c->depth = 20;
     c->width = 16;
+    c->image_size = 224;
+    c->resize = 0;
+    c->decode_threads = 2;
     if (!row) return;
     SET(c->model, row->name);
     snprintf(c->model_dir, sizeof c->model_dir, "%s_model", row->name);
@@ -454,5 +470,24 @@ int fl_app_list(FILE *f)
     fleet_ps_mode m;
     for (int i = 0; i < fleet_ps_mode_count() && fleet_ps_mode_at(i, &m) == FL_OK; i++)
         fprintf(f, "  %-10s %s\n", m.name, m.summary);
+    return FL_OK;
+}
+
+int fl_app_load_imagenet_from_file(fl_app_config *c, const char *path, int *num_classes)
+{
+    if (!c) return fl__err(FL_EINVAL, "fl_app_load_imagenet_from_file: c is NULL");
+    if (!path || !*path) return fl__err(FL_EINVAL, "fl_app_load_imagenet_from_file: path is NULL or empty");
+    if (strlen(path) >= sizeof c->train_data)
+        return fl__err(FL_EINVAL, "fl_app_load_imagenet_from_file: path is longer than %zu bytes",
+                       sizeof c->train_data - 1);
+    if (!fl__app_is_images(path))
+        return fl__err(FL_ENOTFOUND,
+                       "fl_app_load_imagenet_from_file: path '%s' is neither a list file nor a directory of class "
+                       "folders",
+                       path);
+    int n;
+    FL_CHECK(fl__app_image_classes("fl_app_load_imagenet_from_file: path", path, &n, NULL));
+    SET(c->train_data, path);
+    if (num_classes) *num_classes = n;
     return FL_OK;
 }

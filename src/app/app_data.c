@@ -480,12 +480,14 @@ static const app_reader readers[] = {
     {"multislot", multislot_open, ds_pass, ds_close, ds_steps, ds_threads},
     {"idx", idx_open, idx_pass, idx_close, idx_steps, idx_threads},
     {"word2vec", word2vec_open, ds_pass, ds_close, ds_steps, ds_threads},
+    {"images", fl__app_images_open, fl__app_images_pass, fl__app_images_close, fl__app_images_steps,
+     fl__app_images_threads},
 };
 
 const app_reader *fl__app_reader(const char *name)
 {
     for (size_t i = 0; i < sizeof readers / sizeof readers[0]; i++)
         if (!strcmp(readers[i].name, name)) return &readers[i];
-    fl__err(FL_ENOTFOUND, "unknown reader '%s' (criteo, multislot, idx, word2vec)", name);
+    fl__err(FL_ENOTFOUND, "unknown reader '%s' (criteo, multislot, idx, word2vec, images)", name);
     return NULL;
 }

@@ -60,4 +60,18 @@ const app_metric *fl__app_metric(const char *name);
  * clusters.txt and analogies.txt next to train/): into out; FL_ENOTFOUND naming both. */
 int fl__app_data_file(const char *what, const char *dir, const char *name, char *out, size_t cap);
 
+/* app_image.c: 1 when path holds JPEG images for the image reader (a file: a list such as
+ * ImageNet's train.txt; a directory of class folders without idx files), 0 otherwise. */
+int fl__app_is_images(const char *path);
+/* The classes (and images, may be NULL) the image reader lists under path; errors name what. */
+int fl__app_image_classes(const char *what, const char *path, int *num_classes, int64_t *images);
+/* The "images" reader's row (idx files or JPEG images, by fl__app_is_images). */
+int fl__app_images_open(const fl_app_config *c, const char *path, int train, int rank, int nranks, fl_var *const *feeds,
+                        int nfeeds, void **st);
+int fl__app_images_pass(void *st, fl_exe *e, fl_prog *p, int train, int thread, const char *const *fetch, int nfetch,
+                        int epoch, app_pass *out, app_batch_fn fn, void *user);
+void fl__app_images_close(void *st);
+int64_t fl__app_images_steps(void *st, int batch_size);
+int fl__app_images_threads(void *st);
+
 #endif
