@@ -11,6 +11,7 @@ static long long nc_fl_app_parse_train_configs(void *h) { (void)h; return (long 
 static long long nc_fl_app_config_save(void *h) { (void)h; return (long long)fl_app_config_save((const fl_app_config *){0}, (const char *){0}); }
 static long long nc_fl_app_option(void *h) { (void)h; return fl_app_option((int){0}, (const char **){0}) != NULL; }
 static long long nc_fl_app_config_get(void *h) { (void)h; return (long long)fl_app_config_get((const fl_app_config *){0}, (const char *){0}, (char *){0}, (size_t){0}); }
+static long long nc_fl_app_load_imagenet_from_file(void *h) { (void)h; return (long long)fl_app_load_imagenet_from_file((fl_app_config *){0}, (const char *){0}, (int *){0}); }
 static long long nc_fl_app_train(void *h) { (void)h; return (long long)fl_app_train((const fl_app_row *){0}, (const fl_app_config *){0}); }
 static long long nc_fl_app_eval(void *h) { (void)h; return (long long)fl_app_eval((const fl_app_row *){0}, (const fl_app_config *){0}, (double *){0}); }
 static long long nc_fl_app_infer(void *h) { (void)h; return (long long)fl_app_infer((const fl_app_row *){0}, (const fl_app_config *){0}); }
@@ -107,6 +108,7 @@ static long long nc_fleet_strategy_parse(void *h) { (void)h; return (long long)f
 static long long nc_fleet_strategy_load(void *h) { (void)h; return (long long)fleet_strategy_load((fleet_strategy *){0}, (const char *){0}); }
 static long long nc_fleet_strategy_check(void *h) { (void)h; return (long long)fleet_strategy_check((const fleet_strategy *){0}); }
 static long long nc_fleet_strategy_to_text(void *h) { (void)h; return fleet_strategy_to_text((const fleet_strategy *){0}) != NULL; }
+static long long nc_fleet_strategy_get(void *h) { (void)h; return (long long)fleet_strategy_get((const fleet_strategy *){0}, (const char *){0}, (char *){0}, (size_t){0}); }
 static long long nc_fleet_ps_mode_count(void *h) { (void)h; return 0; }
 static long long nc_fleet_ps_mode_at(void *h) { (void)h; return (long long)fleet_ps_mode_at((int){0}, (fleet_ps_mode *){0}); }
 static long long nc_fleet_ps_mode_info(void *h) { (void)h; return (long long)fleet_ps_mode_info((const char *){0}, (fleet_ps_mode *){0}); }
@@ -413,6 +415,7 @@ static const nc_row nc_rows[] = {
     {"fl_app_config_save", "app.h", NC_ERR, 0, nc_fl_app_config_save},
     {"fl_app_option", "app.h", NC_SAFE, 0, nc_fl_app_option},
     {"fl_app_config_get", "app.h", NC_ERR, 0, nc_fl_app_config_get},
+    {"fl_app_load_imagenet_from_file", "app.h", NC_ERR, 0, nc_fl_app_load_imagenet_from_file},
     {"fl_app_train", "app.h", NC_ERR, 0, nc_fl_app_train},
     {"fl_app_eval", "app.h", NC_ERR, 0, nc_fl_app_eval},
     {"fl_app_infer", "app.h", NC_ERR, 0, nc_fl_app_infer},
@@ -509,6 +512,7 @@ static const nc_row nc_rows[] = {
     {"fleet_strategy_load", "fleet.h", NC_ERR, 0, nc_fleet_strategy_load},
     {"fleet_strategy_check", "fleet.h", NC_ERR, 0, nc_fleet_strategy_check},
     {"fleet_strategy_to_text", "fleet.h", NC_NULL, 0, nc_fleet_strategy_to_text},
+    {"fleet_strategy_get", "fleet.h", NC_ERR, 0, nc_fleet_strategy_get},
     {"fleet_ps_mode_count", "fleet.h", NC_SKIP, 0, nc_fleet_ps_mode_count},
     {"fleet_ps_mode_at", "fleet.h", NC_ERR, 0, nc_fleet_ps_mode_at},
     {"fleet_ps_mode_info", "fleet.h", NC_ERR, 0, nc_fleet_ps_mode_info},
