@@ -127,4 +127,16 @@ static inline void gc_check(fl_var *loss, const fl_feed *feed, int nfeed, const 
     fl_scope_free(scope);
 }
 
+/* Runs the startup program and then p once with the given feeds; fetches n vars into out
+ * (owned by the returned executor, which the caller frees). */
+static inline fl_exe *gc_run_once(fl_prog *p, const fl_feed *feed, int nfeed, const char *const *fetch, int n,
+                                  fl_tensor **out)
+{
+    fl_exe *e = fl_exe_create(NULL);
+    CHECK(e);
+    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
+    CHECK_OK(fl_exe_run(e, p, feed, nfeed, fetch, n, out));
+    return e;
+}
+
 #endif

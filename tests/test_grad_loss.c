@@ -5,16 +5,6 @@
 
 static const gc_opts defaults = {0, 0, 0, 0};
 
-/* Runs the startup program and then p once with the given feeds; fetches `n` vars. */
-static fl_exe *run_once(fl_prog *p, const fl_feed *feed, int nfeed, const char *const *fetch, int n, fl_tensor **out)
-{
-    fl_exe *e = fl_exe_create(NULL);
-    CHECK(e);
-    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
-    CHECK_OK(fl_exe_run(e, p, feed, nfeed, fetch, n, out));
-    return e;
-}
-
 /* ---- softmax_with_cross_entropy ----------------------------------------------------------- */
 
 TEST(grad_softmax_with_cross_entropy)
@@ -66,7 +56,7 @@ TEST(softmax_with_cross_entropy_values)
     snprintf(smname, sizeof smname, "%s", fl_var_name(fl_prog_var_at(p, fl_prog_num_vars(p) - 2)));
     const char *fetch[] = {fl_var_name(loss), smname};
     fl_tensor *out[2];
-    fl_exe *e = run_once(p, feed, 2, fetch, 2, out);
+    fl_exe *e = gc_run_once(p, feed, 2, fetch, 2, out);
     CHECK_EQ_INT(fl_tensor_ndim(out[0]), 2);
     CHECK_EQ_INT(fl_tensor_dim(out[0], 0), 4);
     CHECK_EQ_INT(fl_tensor_dim(out[0], 1), 1);
@@ -107,7 +97,7 @@ TEST(softmax_with_cross_entropy_matches_softmax_cross_entropy)
     fl_feed feed[] = {{"y", yt}};
     const char *fetch[] = {fl_var_name(l1), fl_var_name(l2), smname, fl_var_name(sm), "x@GRAD", "x"};
     fl_tensor *out[6];
-    fl_exe *e = run_once(p, feed, 1, fetch, 6, out);
+    fl_exe *e = gc_run_once(p, feed, 1, fetch, 6, out);
     for (int i = 0; i < 6; i++) {
         CHECK_NEAR(fl_tensor_f32(out[0])[i], fl_tensor_f32(out[1])[i], 2e-5);
         /* the gradient of mean(loss) is (softmax - onehot) / 6 */
@@ -137,7 +127,7 @@ TEST(softmax_with_cross_entropy_ignore_index)
     fl_feed feed[] = {{"y", yt}};
     const char *fetch[] = {fl_var_name(loss), "x@GRAD"};
     fl_tensor *out[2];
-    fl_exe *e = run_once(p, feed, 1, fetch, 2, out);
+    fl_exe *e = gc_run_once(p, feed, 1, fetch, 2, out);
     CHECK(fl_tensor_f32(out[0])[0] > 0.0f);
     CHECK_EQ_INT(fl_tensor_f32(out[0])[1] == 0.0f, 1);
     CHECK(fl_tensor_f32(out[0])[2] > 0.0f);
@@ -251,7 +241,7 @@ TEST(sigmoid_cross_entropy_with_logits_values)
     fl_feed feed[] = {{"x", xt}, {"z", zt}};
     const char *fetch[] = {fl_var_name(out)};
     fl_tensor *o;
-    fl_exe *e = run_once(p, feed, 2, fetch, 1, &o);
+    fl_exe *e = gc_run_once(p, feed, 2, fetch, 1, &o);
     CHECK_EQ_INT(fl_tensor_numel(o), 8);
     /* hand values: x=-2,z=0: log(1+e^-2) = 0.126928; x=0: log 2; x=3,z=.3: 3-.9+log(1+e^-3) */
     CHECK_NEAR(fl_tensor_f32(o)[0], 0.12692801, 1e-6);
@@ -323,7 +313,7 @@ TEST(log_loss_values)
     fl_feed feed[] = {{"p", pt}, {"z", zt}};
     const char *fetch[] = {fl_var_name(out), fl_var_name(out0)};
     fl_tensor *o[2];
-    fl_exe *e = run_once(p, feed, 2, fetch, 2, o);
+    fl_exe *e = gc_run_once(p, feed, 2, fetch, 2, o);
     const float *l = fl_tensor_f32(o[0]), *l0 = fl_tensor_f32(o[1]);
     CHECK_NEAR(l[0], -log(0.9 + 1e-4), 1e-6);
     CHECK_NEAR(l[1], -log(0.2 + 1e-4), 1e-6);
@@ -421,7 +411,7 @@ TEST(loss_unsupported_attributes_rejected)
     fl_feed feed[] = {{"a", xt}, {"y", yt}};
     const char *fetch[] = {"l"};
     fl_tensor *o;
-    fl_exe *e = run_once(p, feed, 2, fetch, 1, &o);
+    fl_exe *e = gc_run_once(p, feed, 2, fetch, 1, &o);
     CHECK_NEAR(fl_tensor_f32(o)[0], 0.0, 0);           /* label 2 == ignore_index */
     CHECK_NEAR(fl_tensor_f32(o)[1], 2.40760596, 1e-5); /* log(e^1+e^2+e^3) - 1 */
     fl_exe_free(e);

@@ -7,16 +7,6 @@
 
 static const gc_opts defaults = {0, 0, 0, 0};
 
-/* Runs the startup program and then p once; fetches n vars (owned by the returned exe). */
-static fl_exe *run_once(fl_prog *p, const fl_feed *feed, int nfeed, const char *const *fetch, int n, fl_tensor **out)
-{
-    fl_exe *e = fl_exe_create(NULL);
-    CHECK(e);
-    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
-    CHECK_OK(fl_exe_run(e, p, feed, nfeed, fetch, n, out));
-    return e;
-}
-
 /* ---- layer_norm ------------------------------------------------------------------------------ */
 
 TEST(grad_layer_norm_scale_bias)
@@ -56,7 +46,7 @@ TEST(layer_norm_values)
     fl_feed feed[] = {{"x", xt}};
     const char *f[1] = {fl_var_name(y)};
     fl_tensor *out = NULL;
-    fl_exe *e = run_once(p, feed, 1, f, 1, &out);
+    fl_exe *e = gc_run_once(p, feed, 1, f, 1, &out);
     const float *o = fl_tensor_f32(out);
     for (int j = 0; j < 4; j++) CHECK_NEAR(o[j], (xv[j] - 2.5) / sqrt(1.25), 1e-5);
     for (int j = 4; j < 8; j++) CHECK_NEAR(o[j], (xv[j] - 1.0) / 4.0, 1e-5);
@@ -102,7 +92,7 @@ TEST(gelu_values)
         fl_feed feed[] = {{"x", xt}};
         const char *f[1] = {fl_var_name(y)};
         fl_tensor *out = NULL;
-        fl_exe *e = run_once(p, feed, 1, f, 1, &out);
+        fl_exe *e = gc_run_once(p, feed, 1, f, 1, &out);
         for (int j = 0; j < 3; j++) CHECK_NEAR(fl_tensor_f32(out)[j], want[approx][j], 1e-6);
         fl_exe_free(e);
         fl_tensor_free(xt);
@@ -139,7 +129,7 @@ TEST(transpose2_values)
     fl_feed feed[] = {{"x", xt}};
     const char *f[1] = {fl_var_name(y)};
     fl_tensor *out = NULL;
-    fl_exe *e = run_once(p, feed, 1, f, 1, &out);
+    fl_exe *e = gc_run_once(p, feed, 1, f, 1, &out);
     CHECK_EQ_INT(fl_tensor_dim(out, 0), 4);
     CHECK_EQ_INT(fl_tensor_dim(out, 1), 2);
     CHECK_EQ_INT(fl_tensor_dim(out, 2), 3);
@@ -175,7 +165,7 @@ TEST(softmax_rows_sum_to_one)
     fl_feed feed[] = {{"x", xt}};
     const char *f[1] = {fl_var_name(y)};
     fl_tensor *out = NULL;
-    fl_exe *e = run_once(p, feed, 1, f, 1, &out);
+    fl_exe *e = gc_run_once(p, feed, 1, f, 1, &out);
     for (int r = 0; r < 6; r++) {
         double s = 0;
         for (int j = 0; j < 5; j++) s += fl_tensor_f32(out)[r * 5 + j];
@@ -236,7 +226,7 @@ TEST(matmul_4d_values_and_errors)
     fl_feed feed[] = {{"x", xt}, {"y", yt}};
     const char *f[1] = {fl_var_name(o)};
     fl_tensor *out = NULL;
-    fl_exe *e = run_once(p, feed, 2, f, 1, &out);
+    fl_exe *e = gc_run_once(p, feed, 2, f, 1, &out);
     CHECK_EQ_INT(fl_tensor_ndim(out), 4);
     for (int b = 0; b < 4; b++)
         for (int i = 0; i < 3; i++)
@@ -307,7 +297,7 @@ TEST(grad_gather)
         gc_check(gc_loss(o), feed, 1, NULL, defaults);
         const char *f[1] = {fl_var_name(o)};
         fl_tensor *out = NULL;
-        fl_exe *e = run_once(p, feed, 1, f, 1, &out);
+        fl_exe *e = gc_run_once(p, feed, 1, f, 1, &out);
         CHECK_EQ_INT(fl_tensor_dim(out, 0), 4);
         fl_tensor *xt = fl_exe_scope(e) ? fl_scope_find(fl_exe_scope(e), "x") : NULL;
         CHECK(xt);
@@ -333,7 +323,7 @@ TEST(grad_gather_nd_and_range_error)
     gc_check(gc_loss(o), feed, 1, NULL, defaults);
     const char *f[1] = {fl_var_name(o)};
     fl_tensor *out = NULL;
-    fl_exe *e = run_once(p, feed, 1, f, 1, &out);
+    fl_exe *e = gc_run_once(p, feed, 1, f, 1, &out);
     fl_tensor *xt = fl_scope_find(fl_exe_scope(e), "x");
     CHECK_NEAR(fl_tensor_f32(out)[0], fl_tensor_f32(xt)[(2 * 4 + 3) * 2], 0);
     CHECK_NEAR(fl_tensor_f32(out)[3], fl_tensor_f32(xt)[(0 * 4 + 1) * 2 + 1], 0);
@@ -398,7 +388,7 @@ TEST(grad_slice_negative_and_clamped)
     gc_check(gc_loss(y), NULL, 0, NULL, defaults);
     const char *f[2] = {fl_var_name(y), "x"};
     fl_tensor *out[2] = {NULL, NULL};
-    fl_exe *e = run_once(p, NULL, 0, f, 2, out);
+    fl_exe *e = gc_run_once(p, NULL, 0, f, 2, out);
     for (int a = 0; a < 3; a++)
         for (int b = 0; b < 4; b++)
             for (int c = 0; c < 2; c++)
@@ -419,7 +409,7 @@ TEST(one_hot_values_and_range)
     fl_feed feed[] = {{"x", xt}};
     const char *f[1] = {fl_var_name(y)};
     fl_tensor *out = NULL;
-    fl_exe *e = run_once(p, feed, 1, f, 1, &out);
+    fl_exe *e = gc_run_once(p, feed, 1, f, 1, &out);
     const float want[12] = {0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 1};
     for (int i = 0; i < 12; i++) CHECK_NEAR(fl_tensor_f32(out)[i], want[i], 0);
     fl_tensor *bad = th_i64(2, (const int64_t[]){1, 1}, (const int64_t[]){4});
@@ -464,7 +454,7 @@ TEST(soft_label_cross_entropy_and_label_smooth_values)
     fl_feed feed[] = {{"x", xt}, {"y", yt}};
     const char *f[2] = {fl_var_name(soft), fl_var_name(loss)};
     fl_tensor *out[2] = {NULL, NULL};
-    fl_exe *e = run_once(p, feed, 2, f, 2, out);
+    fl_exe *e = gc_run_once(p, feed, 2, f, 2, out);
     const double l[3] = {0.9 + 0.1 / 3, 0.1 / 3, 0.1 / 3};
     double lse = log(exp(1.0) + exp(2.0) + exp(3.0)), want = 0;
     for (int j = 0; j < 3; j++) {
@@ -504,7 +494,7 @@ TEST(grad_expand_and_values)
     gc_check(gc_loss(y), NULL, 0, NULL, defaults);
     const char *f[2] = {fl_var_name(y), "x"};
     fl_tensor *out[2] = {NULL, NULL};
-    fl_exe *e = run_once(p, NULL, 0, f, 2, out);
+    fl_exe *e = gc_run_once(p, NULL, 0, f, 2, out);
     for (int b = 0; b < 2; b++)
         for (int r = 0; r < 6; r++)
             for (int j = 0; j < 6; j++)
@@ -528,7 +518,7 @@ TEST(grad_attention_expanded_mask)
     gc_check(gc_loss(w), feed, 1, NULL, defaults);
     const char *f[1] = {fl_var_name(w)};
     fl_tensor *out = NULL;
-    fl_exe *e = run_once(p, feed, 1, f, 1, &out);
+    fl_exe *e = gc_run_once(p, feed, 1, f, 1, &out);
     for (int r = 0; r < H * S; r++) CHECK_NEAR(fl_tensor_f32(out)[r * S + 2], 0.0, 1e-30); /* masked key */
     fl_exe_free(e);
     fl_tensor_free(mt);
@@ -656,7 +646,7 @@ TEST(nlp_program_text_round_trip)
     fl_feed feed[] = {{"ids", it}};
     const char *f[2] = {fl_var_name(loss), "x@GRAD"};
     fl_tensor *a[2] = {NULL, NULL}, *b[2] = {NULL, NULL};
-    fl_exe *e = run_once(p, feed, 1, f, 2, a);
+    fl_exe *e = gc_run_once(p, feed, 1, f, 2, a);
     double la = fl_tensor_f32(a[0])[0], ga[24];
     CHECK_EQ_INT(fl_tensor_numel(a[1]), 24);
     for (int i = 0; i < 24; i++) ga[i] = fl_tensor_f32(a[1])[i];
@@ -705,7 +695,7 @@ static void encoder_grads(int rc, float *g)
     else CHECK_OK(fl_append_backward(loss, NULL, 0, &pairs, &n));
     const char *f[2] = {"x@GRAD", "wq@GRAD"};
     fl_tensor *o[2] = {NULL, NULL};
-    fl_exe *e = run_once(p, NULL, 0, f, 2, o);
+    fl_exe *e = gc_run_once(p, NULL, 0, f, 2, o);
     CHECK_EQ_INT(fl_tensor_numel(o[0]), 24);
     CHECK_EQ_INT(fl_tensor_numel(o[1]), 16);
     memcpy(g, fl_tensor_f32(o[0]), 24 * sizeof *g);
