@@ -226,6 +226,10 @@ static long long nc_fl_layer_fill_constant_batch_size_like(void *h) { (void)h; r
 static long long nc_fl_layer_square(void *h) { (void)h; return fl_layer_square((fl_var *){0}) != NULL; }
 static long long nc_fl_layer_reduce_mean(void *h) { (void)h; return fl_layer_reduce_mean((fl_var *){0}, (const int *){0}, (int){0}, (int){0}) != NULL; }
 static long long nc_fl_layer_cast(void *h) { (void)h; return fl_layer_cast((fl_var *){0}, (fl_dtype){0}) != NULL; }
+static long long nc_fl_layer_elementwise_max(void *h) { (void)h; return fl_layer_elementwise_max((fl_var *){0}, (fl_var *){0}, (int){0}) != NULL; }
+static long long nc_fl_layer_elementwise_min(void *h) { (void)h; return fl_layer_elementwise_min((fl_var *){0}, (fl_var *){0}, (int){0}) != NULL; }
+static long long nc_fl_layer_compare(void *h) { (void)h; return fl_layer_compare((fl_var *){0}, (fl_var *){0}, (const char *){0}) != NULL; }
+static long long nc_fl_layer_logical(void *h) { (void)h; return fl_layer_logical((fl_var *){0}, (fl_var *){0}, (const char *){0}) != NULL; }
 static long long nc_fl_layer_scale(void *h) { (void)h; return fl_layer_scale((fl_var *){0}, (float){0}, (float){0}, (int){0}) != NULL; }
 static long long nc_fl_layer_dropout(void *h) { (void)h; return fl_layer_dropout((fl_var *){0}, (float){0}, (const char *){0}) != NULL; }
 static long long nc_fl_layer_accuracy(void *h) { (void)h; return fl_layer_accuracy((fl_var *){0}, (fl_var *){0}, (int){0}) != NULL; }
@@ -630,6 +634,10 @@ static const nc_row nc_rows[] = {
     {"fl_layer_square", "graph.h", NC_STICKY, 0, nc_fl_layer_square},
     {"fl_layer_reduce_mean", "graph.h", NC_STICKY, 0, nc_fl_layer_reduce_mean},
     {"fl_layer_cast", "graph.h", NC_STICKY, 0, nc_fl_layer_cast},
+    {"fl_layer_elementwise_max", "graph.h", NC_STICKY, 0, nc_fl_layer_elementwise_max},
+    {"fl_layer_elementwise_min", "graph.h", NC_STICKY, 0, nc_fl_layer_elementwise_min},
+    {"fl_layer_compare", "graph.h", NC_STICKY, 0, nc_fl_layer_compare},
+    {"fl_layer_logical", "graph.h", NC_STICKY, 0, nc_fl_layer_logical},
     {"fl_layer_scale", "graph.h", NC_STICKY, 0, nc_fl_layer_scale},
     {"fl_layer_dropout", "graph.h", NC_STICKY, 0, nc_fl_layer_dropout},
     {"fl_layer_accuracy", "graph.h", NC_STICKY, 0, nc_fl_layer_accuracy},

@@ -212,7 +212,9 @@ FL_API fl_var *fl_layer_concat(fl_var *const *inputs, int n, int axis);
 /* Paddle reshape: 0 copies the input dimension, one -1 is inferred. */
 FL_API fl_var *fl_layer_reshape(fl_var *x, int ndim, const int64_t *shape);
 /* Paddle broadcasting: y's shape matches x's dims [axis, axis+ndim(y)); axis -1 aligns
- * y with x's trailing dims. */
+ * y with x's trailing dims.  Operands that do not fit that one-way rule broadcast both ways
+ * as Paddle 2.x and NumPy do (each pair of dims, aligned from the end, equal or one of
+ * them 1: [N, 1] + [1, M] -> [N, M]); the gradients sum over the broadcast dims. */
 FL_API fl_var *fl_layer_elementwise_add(fl_var *x, fl_var *y, int axis);
 FL_API fl_var *fl_layer_elementwise_sub(fl_var *x, fl_var *y, int axis);
 FL_API fl_var *fl_layer_elementwise_mul(fl_var *x, fl_var *y, int axis);
@@ -288,6 +290,19 @@ FL_API fl_var *fl_layer_reduce_mean(fl_var *x, const int *dims, int ndims, int k
 /* x converted to dtype (float32, float64, int32, int64; floats to integers truncate); the
  * gradient flows between float types only. */
 FL_API fl_var *fl_layer_cast(fl_var *x, fl_dtype dtype);
+/* ops_bcast.c: elementwise max(x, y) / min(x, y) of float32 operands broadcast both ways
+ * (axis as for elementwise_add); the gradient goes to x where x > y (max) or x < y (min),
+ * else to y, as Paddle's. */
+FL_API fl_var *fl_layer_elementwise_max(fl_var *x, fl_var *y, int axis);
+FL_API fl_var *fl_layer_elementwise_min(fl_var *x, fl_var *y, int axis);
+/* Paddle's comparison ops by type: "less_than", "less_equal", "greater_than",
+ * "greater_equal", "equal", "not_equal"; x and y of one dtype (float32, float64, int32,
+ * int64), broadcast both ways.  The result is int32 0 / 1 (Paddle's is bool, a dtype this
+ * library does not have) and has no gradient. */
+FL_API fl_var *fl_layer_compare(fl_var *x, fl_var *y, const char *type);
+/* "logical_and", "logical_or", "logical_xor" (x, y broadcast) or "logical_not" (y NULL):
+ * non-zero is true; int32 0 / 1, no gradient. */
+FL_API fl_var *fl_layer_logical(fl_var *x, fl_var *y, const char *type);
 /* scale*x + bias (bias_after_scale) or scale*(x + bias). */
 FL_API fl_var *fl_layer_scale(fl_var *x, float scale, float bias, int bias_after_scale);
 /* implementation: "downgrade_in_infer" (Paddle's default) or "upscale_in_train". */

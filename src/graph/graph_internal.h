@@ -286,6 +286,9 @@ extern const fl_op_def *const fl__ops_amp_scaling[];
 extern const fl_op_def *const fl__ops_optim_lars[]; /* ops_optim_lars.c: lars_momentum, lamb */
 extern const fl_op_def *const fl__ops_dgc[];        /* ops_dgc.c: dgc, dgc_momentum */
 extern const fl_op_def *const fl__ops_nlp[], *const fl__ops_nlp_idx[], *const fl__ops_nlp_train[]; /* ops_nlp*.c */
+/* ops_bcast.c: elementwise_max / min, comparisons, logical ops; ops_more.c: fill_constant's
+ * layer, l2_normalize, top_k's gradient; ops_lr.c: piecewise and other schedules; ops_rmsprop.c */
+extern const fl_op_def *const fl__ops_bcast[], *const fl__ops_more[], *const fl__ops_lr[], *const fl__ops_rmsprop[];
 /* Gradient clipping set on an optimizer (FL_CLIP_*; a: max / max_norm / clip_norm, b: min),
  * appended by minimize after backward (ops_nlp_train.c); the optimizer's fields. */
 typedef struct {

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "graph_internal.h"
+#include "ops_bcast.h"
 
 
 /* infer(): output `slot` takes the shape and LoD level of input X. */
@@ -57,7 +57,9 @@ static int grad_xy(fl_op *op, fl_grad_ctx *g, const char *type, const fl_io *in,
  * dims [axis, axis + rank(y')); a y trimmed to nothing is a scalar.  x is then viewed as
  * [pre, n, post] and y as [n].  Y may not have a higher rank than X (Paddle 1.x; X's
  * shape is the output's).  At build time (build = 1) unknown (-1) dims are also trimmed
- * from y's tail and skipped in comparisons; the run-time check is complete. */
+ * from y's tail and skipped in comparisons; the run-time check is complete.  Operands that
+ * do not fit this layout but broadcast both ways (Paddle 2.x: [N, 1] + [1, M], a Y of
+ * higher rank) run the kernels of ops_bcast.c instead. */
 enum { EW_ADD, EW_SUB, EW_MUL, EW_DIV };
 typedef struct {
     int64_t pre, n, post;
@@ -97,6 +99,12 @@ static int infer_ew(fl_op *op)
     int axis = (int)fl__attr_i(op, "axis", -1);
     ew_dims d;
     int code = ew_layout(x->shape, x->ndim, y->shape, y->ndim, axis, 1, &d);
+    fl__bcast b; /* not Paddle 1.x's one-way layout: Paddle 2.x's two-way broadcast (ops_bcast.c) */
+    if (code && !fl__bcast_plan(x->shape, x->ndim, y->shape, y->ndim, axis, 1, &b)) {
+        fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, b.nd, b.out);
+        op->out[0].vars[0]->lod_level = fl__shapes_equal(op->out[0].vars[0], x) ? x->lod_level : 0;
+        return FL_OK;
+    }
     if (code) {
         char xs[96], ys[96];
         fl__shape_str(x, xs, sizeof xs);
@@ -115,7 +123,8 @@ static int infer_ew(fl_op *op)
     return FL_OK;
 }
 
-/* Run-time layout of X (slot 0) and Y (slot 1). */
+/* Run-time layout of X (slot 0) and Y (slot 1); 1 when they broadcast only both ways (the
+ * kernels of ops_bcast.c then run). */
 static int ew_runtime(fl_kctx *c, ew_dims *d)
 {
     FL_CHECK(fl__kctx_dense_f32(c, 0));
@@ -123,6 +132,7 @@ static int ew_runtime(fl_kctx *c, ew_dims *d)
     const fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1);
     int axis = (int)fl__attr_i(c->op, "axis", -1);
     if (ew_layout(x->shape, x->ndim, y->shape, y->ndim, axis, 0, d)) {
+        if (!fl__bcast_plan(x->shape, x->ndim, y->shape, y->ndim, axis, 0, NULL)) return 1;
         char xs[96], ys[96];
         fl_tensor_describe(x, xs, sizeof xs);
         fl_tensor_describe(y, ys, sizeof ys);
@@ -199,7 +209,8 @@ static int run_ew(fl_kctx *c)
 {
     int kind = ew_kind(c);
     ew_dims d;
-    FL_CHECK(ew_runtime(c, &d));
+    int st = ew_runtime(c, &d);
+    if (st) return st < 0 ? st : fl__bcast_run_f32(c, kind);
     fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1), *out = FL_OUT(c, 0);
     FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, x->ndim, x->shape));
     switch (kind) {
@@ -218,7 +229,8 @@ static int run_ew_grad(fl_kctx *c)
 {
     int kind = ew_kind(c);
     ew_dims d;
-    FL_CHECK(ew_runtime(c, &d));
+    int st = ew_runtime(c, &d);
+    if (st) return st < 0 ? st : fl__bcast_grad_f32(c, kind);
     FL_CHECK(fl__kctx_dense_f32(c, 2));
     fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1), *gt = FL_IN(c, 2), *dx = FL_OUT(c, 0), *dy = FL_OUT(c, 1);
     if (gt->numel != x->numel)

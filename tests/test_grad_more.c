@@ -1,0 +1,138 @@
+/* test_grad_more.c - the ops of ops_bcast.c, ops_more.c, ops_lr.c and ops_rmsprop.c:
+ * finite-difference checks of elementwise_add / sub / mul / div broadcast both ways and of
+ * elementwise_max / min; the comparisons and logical ops against plain loops; shape errors.
+ * Tolerances: see gradcheck.h. */
+#include "gradcheck.h"
+
+static const gc_opts defaults = {0, 0, 0, 0};
+
+typedef fl_var *(*binop)(fl_var *, fl_var *, int);
+
+/* x [xs], y [ys] parameters, out = op(x, y) of shape [os]. */
+static void bc_grad(binop op, int xn, const int64_t *xs, int yn, const int64_t *ys, int on, const int64_t *os, float ylo)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *x = gc_input(p, "x", xn, xs, -1, 1), *y = gc_input(p, "y", yn, ys, ylo, 1);
+    fl_var *o = op(x, y, -1);
+    if (!o) TFAIL("broadcast op: %s", fl_prog_error(p));
+    CHECK_EQ_INT(fl_var_ndim(o), on);
+    for (int i = 0; i < on; i++) CHECK_EQ_INT(fl_var_shape(o)[i], os[i]);
+    gc_check(gc_loss(o), NULL, 0, NULL, defaults);
+    fl_prog_free(p);
+}
+
+TEST(grad_elementwise_two_way_broadcast)
+{
+    static const binop ops[] = {fl_layer_elementwise_add, fl_layer_elementwise_sub, fl_layer_elementwise_mul,
+                                fl_layer_elementwise_div};
+    for (int k = 0; k < 4; k++) {
+        float ylo = k == 3 ? 0.5f : -1.0f; /* div: keep y away from 0 */
+        bc_grad(ops[k], 2, (const int64_t[]){3, 1}, 2, (const int64_t[]){1, 4}, 2, (const int64_t[]){3, 4}, ylo);
+        /* y of higher rank than x */
+        bc_grad(ops[k], 1, (const int64_t[]){4}, 3, (const int64_t[]){2, 3, 4}, 3, (const int64_t[]){2, 3, 4}, ylo);
+        bc_grad(ops[k], 3, (const int64_t[]){2, 1, 4}, 2, (const int64_t[]){3, 1}, 3, (const int64_t[]){2, 3, 4}, ylo);
+    }
+}
+
+TEST(grad_elementwise_max_min)
+{
+    for (int k = 0; k < 2; k++) {
+        binop op = k ? fl_layer_elementwise_min : fl_layer_elementwise_max;
+        bc_grad(op, 2, (const int64_t[]){3, 4}, 2, (const int64_t[]){3, 4}, 2, (const int64_t[]){3, 4}, -1);
+        bc_grad(op, 2, (const int64_t[]){3, 4}, 1, (const int64_t[]){4}, 2, (const int64_t[]){3, 4}, -1);
+        bc_grad(op, 2, (const int64_t[]){3, 1}, 2, (const int64_t[]){1, 4}, 2, (const int64_t[]){3, 4}, -1);
+    }
+}
+
+/* Runs out = f(x, y) on fed float32 x [2, 3] and y [3] (or [1, 3]) and returns the result. */
+static void run_xy(fl_prog *p, fl_var *o, const float *xv, const float *yv, int yrank, fl_tensor **res, fl_exe **e)
+{
+    fl_tensor *xt = th_f32(2, (const int64_t[]){2, 3}, xv);
+    fl_tensor *yt = yrank == 1 ? th_f32(1, (const int64_t[]){3}, yv) : th_f32(2, (const int64_t[]){1, 3}, yv);
+    fl_feed feed[2] = {{"x", xt}, {"y", yt}};
+    const char *f[1] = {fl_var_name(o)};
+    *e = fl_exe_create(NULL);
+    CHECK_OK(fl_exe_run(*e, p, feed, 2, f, 1, res));
+    fl_tensor_free(xt);
+    fl_tensor_free(yt);
+}
+
+TEST(max_min_forward_broadcasts_both_ways)
+{
+    const float xv[6] = {1, -2, 3, 0.5f, 5, -6}, yv[3] = {0, 1, 2};
+    for (int k = 0; k < 2; k++) {
+        fl_prog *p = fl_prog_create();
+        fl_var *x = fl_layer_data(p, "x", 1, (const int64_t[]){3}, FL_FLOAT32, 0);
+        fl_var *y = fl_layer_data(p, "y", 1, (const int64_t[]){3}, FL_FLOAT32, 0);
+        fl_var *o = k ? fl_layer_elementwise_min(y, x, -1) : fl_layer_elementwise_max(y, x, -1);
+        CHECK(o != NULL);
+        fl_tensor *r;
+        fl_exe *e;
+        run_xy(p, o, xv, yv, 2, &r, &e); /* y [1, 3] against x [2, 3]: y is the first operand */
+        CHECK_EQ_INT(fl_tensor_dim(r, 0), 2);
+        for (int i = 0; i < 6; i++) {
+            float a = xv[i], b = yv[i % 3];
+            CHECK_NEAR(fl_tensor_f32(r)[i], k ? fminf(a, b) : fmaxf(a, b), 0);
+        }
+        fl_exe_free(e);
+        fl_prog_free(p);
+    }
+}
+
+TEST(comparisons_and_logical_ops_match_loops)
+{
+    static const char *const cmp[] = {"less_than", "less_equal", "greater_than", "greater_equal", "equal", "not_equal"};
+    const float xv[6] = {1, -2, 2, 0, 5, -6}, yv[3] = {0, -2, 2};
+    for (int k = 0; k < 10; k++) {
+        fl_prog *p = fl_prog_create();
+        fl_var *x = fl_layer_data(p, "x", 1, (const int64_t[]){3}, FL_FLOAT32, 0);
+        fl_var *y = fl_layer_data(p, "y", 1, (const int64_t[]){3}, FL_FLOAT32, 0);
+        const char *lg[] = {"logical_and", "logical_or", "logical_xor", "logical_not"};
+        fl_var *o = k < 6 ? fl_layer_compare(x, y, cmp[k]) : fl_layer_logical(x, k == 9 ? NULL : y, lg[k - 6]);
+        if (!o) TFAIL("%s: %s", k < 6 ? cmp[k] : lg[k - 6], fl_prog_error(p));
+        CHECK_EQ_INT(fl_var_dtype(o), FL_INT32);
+        CHECK(fl_var_stop_gradient(o));
+        fl_tensor *r;
+        fl_exe *e;
+        run_xy(p, o, xv, yv, 2, &r, &e);
+        CHECK_EQ_INT(fl_tensor_dtype(r), FL_INT32);
+        for (int i = 0; i < 6; i++) {
+            float a = xv[i], b = yv[i % 3];
+            int want = k == 0 ? a < b
+                     : k == 1 ? a <= b
+                     : k == 2 ? a > b
+                     : k == 3 ? a >= b
+                     : k == 4 ? a == b
+                     : k == 5 ? a != b
+                     : k == 6 ? (a != 0 && b != 0)
+                     : k == 7 ? (a != 0 || b != 0)
+                     : k == 8 ? ((a != 0) != (b != 0))
+                              : a == 0;
+            CHECK_EQ_INT(((const int32_t *)fl_tensor_cdata(r))[i], want);
+        }
+        fl_exe_free(e);
+        fl_prog_free(p);
+    }
+}
+
+TEST(broadcast_errors_name_the_inputs)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *x = fl_layer_data(p, "x", 2, (const int64_t[]){3, 4}, FL_FLOAT32, 0);
+    fl_var *y = fl_layer_data(p, "y", 2, (const int64_t[]){2, 4}, FL_FLOAT32, 0);
+    CHECK(fl_layer_elementwise_max(x, y, -1) == NULL);
+    CHECK_STR_HAS(fl_prog_error(p), "'x'");
+    CHECK_STR_HAS(fl_prog_error(p), "'y'");
+    fl_prog_free(p);
+    p = fl_prog_create();
+    x = fl_layer_data(p, "x", 1, (const int64_t[]){3}, FL_FLOAT32, 0);
+    fl_var *i = fl_layer_data(p, "i", 1, (const int64_t[]){3}, FL_INT64, 0);
+    CHECK(fl_layer_compare(x, i, "less_than") == NULL);
+    CHECK_STR_HAS(fl_prog_error(p), "one dtype");
+    fl_prog_free(p);
+    CHECK(fl_layer_compare(NULL, NULL, "less") == NULL);
+    CHECK_STR_HAS(fl_last_error(), "less");
+}
+
+TEST_MAIN(T(grad_elementwise_two_way_broadcast), T(grad_elementwise_max_min), T(max_min_forward_broadcasts_both_ways),
+          T(comparisons_and_logical_ops_match_loops), T(broadcast_errors_name_the_inputs))
