@@ -134,5 +134,89 @@ TEST(broadcast_errors_name_the_inputs)
     CHECK_STR_HAS(fl_last_error(), "less");
 }
 
+TEST(grad_l2_normalize)
+{
+    const int64_t s2[2] = {3, 4}, s3[3] = {2, 3, 4};
+    const struct {
+        int nd;
+        const int64_t *shape;
+        int axis;
+    } cases[] = {{2, s2, -1}, {2, s2, 0}, {3, s3, 1}};
+    for (int c = 0; c < 3; c++) {
+        fl_prog *p = fl_prog_create();
+        fl_var *x = gc_input(p, "x", cases[c].nd, cases[c].shape, -1, 1);
+        fl_var *o = fl_layer_l2_normalize(x, cases[c].axis, 1e-12f);
+        if (!o) TFAIL("l2_normalize: %s", fl_prog_error(p));
+        gc_check(gc_loss(o), NULL, 0, NULL, defaults);
+        fl_prog_free(p);
+    }
+}
+
+TEST(l2_normalize_rows_have_unit_norm)
+{
+    const float xv[6] = {3, 4, 0, 1, -2, 2};
+    fl_prog *p = fl_prog_create();
+    fl_var *x = fl_layer_data(p, "x", 1, (const int64_t[]){3}, FL_FLOAT32, 0);
+    fl_var *o = fl_layer_l2_normalize(x, 1, 1e-12f);
+    CHECK(o != NULL);
+    fl_tensor *xt = th_f32(2, (const int64_t[]){2, 3}, xv), *r;
+    fl_feed feed[1] = {{"x", xt}};
+    const char *f[1] = {fl_var_name(o)};
+    fl_exe *e = gc_run_once(p, feed, 1, f, 1, &r);
+    CHECK_NEAR(fl_tensor_f32(r)[0], 0.6f, 1e-6);
+    CHECK_NEAR(fl_tensor_f32(r)[1], 0.8f, 1e-6);
+    CHECK_NEAR(fl_tensor_f32(r)[3], 1.0f / 3, 1e-6);
+    CHECK_NEAR(fl_tensor_f32(r)[4], -2.0f / 3, 1e-6);
+    fl_exe_free(e);
+    fl_tensor_free(xt);
+    fl_prog_free(p);
+}
+
+TEST(grad_topk_and_its_indices)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *x = gc_input(p, "x", 2, (const int64_t[]){3, 5}, -1, 1), *idx = NULL;
+    fl_var *v = fl_layer_topk(x, 2, &idx);
+    if (!v || !idx) TFAIL("topk: %s", fl_prog_error(p));
+    CHECK_EQ_INT(fl_var_dtype(idx), FL_INT64);
+    CHECK_EQ_INT(fl_var_shape(v)[1], 2);
+    const char *f[3] = {"x", fl_var_name(v), fl_var_name(idx)};
+    fl_tensor *r[3];
+    fl_exe *e = gc_run_once(p, NULL, 0, f, 3, r);
+    for (int row = 0; row < 3; row++) {
+        const float *xr = fl_tensor_f32(r[0]) + row * 5;
+        const int64_t *ir = (const int64_t *)fl_tensor_cdata(r[2]) + row * 2;
+        int best = 0;
+        for (int j = 1; j < 5; j++) best = xr[j] > xr[best] ? j : best;
+        CHECK_EQ_INT(ir[0], best);
+        CHECK_NEAR(fl_tensor_f32(r[1])[row * 2], xr[best], 0);
+        CHECK(fl_tensor_f32(r[1])[row * 2 + 1] <= xr[best]);
+    }
+    fl_exe_free(e);
+    gc_check(gc_loss(v), NULL, 0, NULL, defaults);
+    fl_prog_free(p);
+}
+
+TEST(fill_constant_values_and_dtypes)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *a = fl_layer_fill_constant(p, 2, (const int64_t[]){2, 3}, FL_FLOAT32, 1.5);
+    fl_var *b = fl_layer_fill_constant(p, 1, (const int64_t[]){1}, FL_INT64, 4000000000.0);
+    CHECK(a && b);
+    CHECK(fl_var_stop_gradient(a));
+    const char *f[2] = {fl_var_name(a), fl_var_name(b)};
+    fl_tensor *r[2];
+    fl_exe *e = gc_run_once(p, NULL, 0, f, 2, r);
+    CHECK_EQ_INT(fl_tensor_numel(r[0]), 6);
+    for (int i = 0; i < 6; i++) CHECK_NEAR(fl_tensor_f32(r[0])[i], 1.5f, 0);
+    CHECK_EQ_INT(((const int64_t *)fl_tensor_cdata(r[1]))[0], 4000000000LL);
+    fl_exe_free(e);
+    CHECK(fl_layer_fill_constant(p, 1, (const int64_t[]){0}, FL_FLOAT32, 1) == NULL);
+    CHECK_STR_HAS(fl_prog_error(p), "shape[0]");
+    fl_prog_free(p);
+}
+
 TEST_MAIN(T(grad_elementwise_two_way_broadcast), T(grad_elementwise_max_min), T(max_min_forward_broadcasts_both_ways),
-          T(comparisons_and_logical_ops_match_loops), T(broadcast_errors_name_the_inputs))
+          T(comparisons_and_logical_ops_match_loops), T(broadcast_errors_name_the_inputs),
+          T(grad_l2_normalize), T(l2_normalize_rows_have_unit_norm), T(grad_topk_and_its_indices),
+          T(fill_constant_values_and_dtypes))

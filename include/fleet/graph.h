@@ -303,6 +303,16 @@ FL_API fl_var *fl_layer_compare(fl_var *x, fl_var *y, const char *type);
 /* "logical_and", "logical_or", "logical_xor" (x, y broadcast) or "logical_not" (y NULL):
  * non-zero is true; int32 0 / 1, no gradient. */
 FL_API fl_var *fl_layer_logical(fl_var *x, fl_var *y, const char *type);
+/* ops_more.c: Paddle's fill_constant: a tensor of shape (every dim >= 1) filled with value,
+ * dtype float32, float64, int32 or int64, computed in p each run; no gradient. */
+FL_API fl_var *fl_layer_fill_constant(fl_prog *p, int ndim, const int64_t *shape, fl_dtype dtype, double value);
+/* Paddle's l2_normalize (op norm): x / sqrt(sum over axis of x^2 + epsilon) (axis negative
+ * from the end; Paddle's epsilon 1e-12), float32, with its gradient. */
+FL_API fl_var *fl_layer_l2_normalize(fl_var *x, int axis, float epsilon);
+/* Paddle's topk over the last dim: the k largest values of each row, descending (returned,
+ * with a gradient to x at the positions they came from), and their int64 positions in
+ * *indices (may be NULL; no gradient). */
+FL_API fl_var *fl_layer_topk(fl_var *x, int k, fl_var **indices);
 /* scale*x + bias (bias_after_scale) or scale*(x + bias). */
 FL_API fl_var *fl_layer_scale(fl_var *x, float scale, float bias, int bias_after_scale);
 /* implementation: "downgrade_in_infer" (Paddle's default) or "upscale_in_train". */

@@ -289,6 +289,8 @@ extern const fl_op_def *const fl__ops_nlp[], *const fl__ops_nlp_idx[], *const fl
 /* ops_bcast.c: elementwise_max / min, comparisons, logical ops; ops_more.c: fill_constant's
  * layer, l2_normalize, top_k's gradient; ops_lr.c: piecewise and other schedules; ops_rmsprop.c */
 extern const fl_op_def *const fl__ops_bcast[], *const fl__ops_more[], *const fl__ops_lr[], *const fl__ops_rmsprop[];
+/* ops_more.c: top_k's gradient maker (top_k_grad), named in ops_metric.c's top_k. */
+int fl__grad_top_k(fl_op *op, fl_grad_ctx *g);
 /* Gradient clipping set on an optimizer (FL_CLIP_*; a: max / max_norm / clip_norm, b: min),
  * appended by minimize after backward (ops_nlp_train.c); the optimizer's fields. */
 typedef struct {

@@ -50,7 +50,7 @@ static int resize1(fl_tensor *t, fl_dtype dt)
  * Paddle's top_k over the last axis: Out holds the k largest values of each row in
  * descending order, Indices their positions (int64).  Equal values keep their order (the
  * lower index first); NaN never ranks above a number.  Selection is an insertion into the
- * sorted k-prefix, O(C k) per row (k is small for metrics).  No gradient. */
+ * sorted k-prefix, O(C k) per row (k is small for metrics). */
 
 static int infer_top_k(fl_op *op)
 {
@@ -118,7 +118,8 @@ static int run_top_k(fl_kctx *c)
     return FL_OK;
 }
 
-static const fl_op_def def_top_k = {"top_k", {"X"}, {"Out", "Indices"}, infer_top_k, run_top_k, NULL, NULL};
+/* The gradient (to X, through Out) is ops_more.c's top_k_grad. */
+static const fl_op_def def_top_k = {"top_k", {"X"}, {"Out", "Indices"}, infer_top_k, run_top_k, fl__grad_top_k, NULL};
 
 /* ---- accuracy ------------------------------------------------------------------------------
  * Paddle: a row is correct when its label is among its k top indices.  Accuracy =
