@@ -251,12 +251,19 @@ static long long nc_fl_opt_lars(void *h) { (void)h; return 0; }
 static long long nc_fl_opt_lamb(void *h) { (void)h; return 0; }
 static long long nc_fl_opt_set_exclude_from_weight_decay(void *h) { return (long long)fl_opt_set_exclude_from_weight_decay((fl_opt *)h, (const char *){0}); }
 static long long nc_fl_opt_set_l2(void *h) { return (long long)fl_opt_set_l2((fl_opt *)h, (float){0}); }
+static long long nc_fl_opt_rmsprop(void *h) { (void)h; return 0; }
+static long long nc_fl_opt_set_l1(void *h) { return (long long)fl_opt_set_l1((fl_opt *)h, (float){0}); }
 static long long nc_fl_opt_set_exponential_decay(void *h) { return (long long)fl_opt_set_exponential_decay((fl_opt *)h, (int64_t){0}, (float){0}, (int){0}); }
 static long long nc_fl_opt_set_cosine_decay(void *h) { return (long long)fl_opt_set_cosine_decay((fl_opt *)h, (int64_t){0}, (int64_t){0}); }
 static long long nc_fl_opt_set_grad_clip(void *h) { return (long long)fl_opt_set_grad_clip((fl_opt *)h, (int){0}, (float){0}, (float){0}); }
 static long long nc_fl_opt_set_lr_var(void *h) { return (long long)fl_opt_set_lr_var((fl_opt *)h, (fl_var *){0}); }
 static long long nc_fl_layer_noam_decay(void *h) { return fl_layer_noam_decay((fl_prog *)h, (int64_t){0}, (int64_t){0}, (float){0}) != NULL; }
 static long long nc_fl_layer_polynomial_decay(void *h) { return fl_layer_polynomial_decay((fl_prog *)h, (float){0}, (int64_t){0}, (float){0}, (float){0}, (int){0}) != NULL; }
+static long long nc_fl_layer_piecewise_decay(void *h) { return fl_layer_piecewise_decay((fl_prog *)h, (const int64_t *){0}, (int){0}, (const float *){0}) != NULL; }
+static long long nc_fl_layer_exponential_decay(void *h) { return fl_layer_exponential_decay((fl_prog *)h, (float){0}, (int64_t){0}, (float){0}, (int){0}) != NULL; }
+static long long nc_fl_layer_natural_exp_decay(void *h) { return fl_layer_natural_exp_decay((fl_prog *)h, (float){0}, (int64_t){0}, (float){0}, (int){0}) != NULL; }
+static long long nc_fl_layer_inverse_time_decay(void *h) { return fl_layer_inverse_time_decay((fl_prog *)h, (float){0}, (int64_t){0}, (float){0}, (int){0}) != NULL; }
+static long long nc_fl_layer_cosine_decay(void *h) { return fl_layer_cosine_decay((fl_prog *)h, (float){0}, (int64_t){0}, (int64_t){0}) != NULL; }
 static long long nc_fl_layer_linear_lr_warmup(void *h) { return fl_layer_linear_lr_warmup((fl_prog *)h, (fl_var *){0}, (float){0}, (int64_t){0}, (float){0}, (float){0}) != NULL; }
 static long long nc_fl_opt_type(void *h) { return fl_opt_type((const fl_opt *)h) != NULL; }
 static long long nc_fl_opt_set_recompute(void *h) { return (long long)fl_opt_set_recompute((fl_opt *)h, (const char *){0}); }
@@ -662,12 +669,19 @@ static const nc_row nc_rows[] = {
     {"fl_opt_lamb", "graph.h", NC_SKIP, 0, nc_fl_opt_lamb},
     {"fl_opt_set_exclude_from_weight_decay", "graph.h", NC_ERR, 1, nc_fl_opt_set_exclude_from_weight_decay},
     {"fl_opt_set_l2", "graph.h", NC_ERR, 1, nc_fl_opt_set_l2},
+    {"fl_opt_rmsprop", "graph.h", NC_SKIP, 0, nc_fl_opt_rmsprop},
+    {"fl_opt_set_l1", "graph.h", NC_ERR, 1, nc_fl_opt_set_l1},
     {"fl_opt_set_exponential_decay", "graph.h", NC_ERR, 1, nc_fl_opt_set_exponential_decay},
     {"fl_opt_set_cosine_decay", "graph.h", NC_ERR, 1, nc_fl_opt_set_cosine_decay},
     {"fl_opt_set_grad_clip", "graph.h", NC_ERR, 1, nc_fl_opt_set_grad_clip},
     {"fl_opt_set_lr_var", "graph.h", NC_ERR, 1, nc_fl_opt_set_lr_var},
     {"fl_layer_noam_decay", "graph.h", NC_STICKY, 1, nc_fl_layer_noam_decay},
     {"fl_layer_polynomial_decay", "graph.h", NC_STICKY, 1, nc_fl_layer_polynomial_decay},
+    {"fl_layer_piecewise_decay", "graph.h", NC_STICKY, 1, nc_fl_layer_piecewise_decay},
+    {"fl_layer_exponential_decay", "graph.h", NC_STICKY, 1, nc_fl_layer_exponential_decay},
+    {"fl_layer_natural_exp_decay", "graph.h", NC_STICKY, 1, nc_fl_layer_natural_exp_decay},
+    {"fl_layer_inverse_time_decay", "graph.h", NC_STICKY, 1, nc_fl_layer_inverse_time_decay},
+    {"fl_layer_cosine_decay", "graph.h", NC_STICKY, 1, nc_fl_layer_cosine_decay},
     {"fl_layer_linear_lr_warmup", "graph.h", NC_STICKY, 1, nc_fl_layer_linear_lr_warmup},
     {"fl_opt_type", "graph.h", NC_NULL, 1, nc_fl_opt_type},
     {"fl_opt_set_recompute", "graph.h", NC_ERR, 1, nc_fl_opt_set_recompute},

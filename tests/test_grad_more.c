@@ -216,7 +216,100 @@ TEST(fill_constant_values_and_dtypes)
     fl_prog_free(p);
 }
 
+/* Each schedule fetched over 7 runs against its formula (step 0 on the first run). */
+TEST(lr_schedules_follow_their_formulas)
+{
+    fl_prog *p = fl_prog_create();
+    const int64_t b[2] = {2, 5};
+    const float v[3] = {1.0f, 0.5f, 0.1f};
+    fl_var *lr[5] = {fl_layer_piecewise_decay(p, b, 2, v), fl_layer_exponential_decay(p, 2.0f, 3, 0.5f, 1),
+                     fl_layer_natural_exp_decay(p, 2.0f, 3, 0.5f, 0), fl_layer_inverse_time_decay(p, 2.0f, 3, 0.5f, 1),
+                     fl_layer_cosine_decay(p, 2.0f, 2, 4)};
+    for (int i = 0; i < 5; i++)
+        if (!lr[i]) TFAIL("schedule %d: %s", i, fl_prog_error(p));
+    const char *f[5];
+    for (int i = 0; i < 5; i++) f[i] = fl_var_name(lr[i]);
+    fl_exe *e = fl_exe_create(NULL);
+    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
+    for (int step = 0; step < 7; step++) {
+        fl_tensor *r[5];
+        CHECK_OK(fl_exe_run(e, p, NULL, 0, f, 5, r));
+        double d = step / 3.0, want[5] = {step < 2 ? 1.0 : step < 5 ? 0.5 : 0.1, 2.0 * pow(0.5, floor(d)),
+                                          2.0 * exp(-0.5 * d), 2.0 / (1.0 + 0.5 * floor(d)),
+                                          2.0 * 0.5 * (cos(floor(step / 2.0) * M_PI / 4) + 1)};
+        for (int i = 0; i < 5; i++) CHECK_NEAR(fl_tensor_f32(r[i])[0], want[i], 1e-6);
+    }
+    fl_exe_free(e);
+    fl_prog_free(p);
+    p = fl_prog_create();
+    CHECK(fl_layer_piecewise_decay(p, b, 2, NULL) == NULL);
+    CHECK_STR_HAS(fl_prog_error(p), "piecewise_decay");
+    fl_prog_free(p);
+}
+
+/* w [4] trained on loss = mean(x * w) (gradient x / 4, x fed) by opt for 3 steps; w starts at
+ * init.  Returns w. */
+static void train_linear(fl_opt *o, const float *init, const float *xv, float *w_out)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *x = fl_layer_data(p, "x", 1, (const int64_t[]){4}, FL_FLOAT32, 0);
+    fl_param_attr a = {.name = "w", .init = fl_init_constant(0)};
+    fl_var *w = fl_layer_create_parameter(p, 1, (const int64_t[]){4}, FL_FLOAT32, &a);
+    fl_var *loss = fl_layer_mean(fl_layer_elementwise_mul(x, w, -1));
+    CHECK_OK(fl_opt_minimize(o, loss));
+    fl_exe *e = fl_exe_create(NULL);
+    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
+    fl_tensor *wt = fl_scope_find(fl_exe_scope(e), "w");
+    CHECK(wt != NULL);
+    memcpy(fl_tensor_f32(wt), init, 4 * sizeof(float));
+    fl_tensor *xt = th_f32(2, (const int64_t[]){1, 4}, xv);
+    fl_feed feed[1] = {{"x", xt}};
+    for (int s = 0; s < 3; s++) CHECK_OK(fl_exe_run(e, p, feed, 1, NULL, 0, NULL));
+    memcpy(w_out, fl_tensor_f32(wt), 4 * sizeof(float));
+    fl_tensor_free(xt);
+    fl_exe_free(e);
+    fl_prog_free(p);
+    fl_opt_free(o);
+}
+
+TEST(rmsprop_matches_its_reference)
+{
+    const float init[4] = {0.5f, -0.3f, 0.2f, 0.0f}, xv[4] = {1.0f, -2.0f, 0.5f, 3.0f};
+    for (int centered = 0; centered < 2; centered++) {
+        float w[4];
+        train_linear(fl_opt_rmsprop(0.1f, 0.9f, 1e-6f, 0.5f, centered), init, xv, w);
+        for (int i = 0; i < 4; i++) {
+            double p = init[i], ms = 0, mg = 0, mom = 0, g = xv[i] / 4.0;
+            for (int s = 0; s < 3; s++) {
+                ms = 0.9 * ms + 0.1 * g * g;
+                mg = 0.9 * mg + 0.1 * g;
+                mom = 0.5 * mom + 0.1 * g / sqrt((centered ? ms - mg * mg : ms) + 1e-6);
+                p -= mom;
+            }
+            CHECK_NEAR(w[i], p, 1e-4);
+        }
+    }
+    CHECK(fl_opt_rmsprop(0.1f, 1.0f, 1e-6f, 0, 0) == NULL);
+    CHECK_STR_HAS(fl_last_error(), "rho");
+}
+
+TEST(l1_decay_adds_coeff_times_sign)
+{
+    const float init[4] = {0.5f, -0.3f, 0.2f, 0.0f}, xv[4] = {1.0f, -2.0f, 0.5f, 3.0f};
+    float w[4];
+    fl_opt *o = fl_opt_sgd(0.1f);
+    CHECK_OK(fl_opt_set_l1(o, 0.2f));
+    train_linear(o, init, xv, w);
+    for (int i = 0; i < 4; i++) {
+        double p = init[i];
+        for (int s = 0; s < 3; s++) p -= 0.1 * (xv[i] / 4.0 + 0.2 * (p > 0 ? 1 : p < 0 ? -1 : 0));
+        CHECK_NEAR(w[i], p, 1e-5);
+    }
+    CHECK_FAILS(fl_opt_set_l1(NULL, 0.1f), FL_EINVAL, "fl_opt_set_l1");
+}
+
 TEST_MAIN(T(grad_elementwise_two_way_broadcast), T(grad_elementwise_max_min), T(max_min_forward_broadcasts_both_ways),
           T(comparisons_and_logical_ops_match_loops), T(broadcast_errors_name_the_inputs),
           T(grad_l2_normalize), T(l2_normalize_rows_have_unit_norm), T(grad_topk_and_its_indices),
-          T(fill_constant_values_and_dtypes))
+          T(fill_constant_values_and_dtypes), T(lr_schedules_follow_their_formulas),
+          T(rmsprop_matches_its_reference), T(l1_decay_adds_coeff_times_sign))

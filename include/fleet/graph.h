@@ -427,6 +427,18 @@ FL_API int fl_opt_set_exclude_from_weight_decay(fl_opt *o, const char *names);
 /* L2 regularization coefficient applied to every parameter's gradient (grad += c*param;
  * for sparse gradients only on the touched rows). */
 FL_API int fl_opt_set_l2(fl_opt *o, float coeff);
+/* Paddle's RMSPropOptimizer (op rmsprop; Paddle's defaults: rho 0.95, epsilon 1e-6,
+ * momentum 0, centered 0), g the gradient (+ L2):
+ *   ms = rho ms + (1 - rho) g^2;  mg = rho mg + (1 - rho) g   (mg with centered only)
+ *   mom = momentum mom + lr g / sqrt(ms - mg^2 + epsilon)      (without centered: ms + epsilon)
+ *   p -= mom
+ * State "<param>_momentum_0", "_mean_square_0", "_mean_grad_0".  Dense gradients only (a
+ * sparse one is an error at minimize).  NULL with FL_EINVAL for rho outside [0, 1),
+ * epsilon <= 0 or a negative momentum. */
+FL_API fl_opt *fl_opt_rmsprop(float learning_rate, float rho, float epsilon, float momentum, int centered);
+/* Paddle's L1Decay: minimize adds coeff * sign(param) to every gradient (after clipping;
+ * a sparse gradient on its rows only), op l1_decay.  Adds up with L2. */
+FL_API int fl_opt_set_l1(fl_opt *o, float coeff);
 /* lr = base * rate^(step / decay_steps), floor()ed with staircase; step counts the runs
  * of the main program, starting at 0. */
 FL_API int fl_opt_set_exponential_decay(fl_opt *o, int64_t decay_steps, float decay_rate, int staircase);
@@ -449,11 +461,24 @@ FL_API int fl_opt_set_lr_var(fl_opt *o, fl_var *lr);
 FL_API fl_var *fl_layer_noam_decay(fl_prog *p, int64_t d_model, int64_t warmup_steps, float learning_rate);
 FL_API fl_var *fl_layer_polynomial_decay(fl_prog *p, float learning_rate, int64_t decay_steps, float end_learning_rate,
                                          float power, int cycle);
+/* ops_lr.c: piecewise_decay: values[i] while step < boundaries[i] (nboundaries >= 1,
+ * non-decreasing), values[nboundaries] after; values holds nboundaries + 1 rates. */
+FL_API fl_var *fl_layer_piecewise_decay(fl_prog *p, const int64_t *boundaries, int nboundaries, const float *values);
+/* lr * decay_rate^d, lr * exp(-decay_rate d), lr / (1 + decay_rate d), d = step /
+ * decay_steps (floor()ed with staircase); cosine: fl_opt_set_cosine_decay's formula. */
+FL_API fl_var *fl_layer_exponential_decay(fl_prog *p, float learning_rate, int64_t decay_steps, float decay_rate,
+                                          int staircase);
+FL_API fl_var *fl_layer_natural_exp_decay(fl_prog *p, float learning_rate, int64_t decay_steps, float decay_rate,
+                                          int staircase);
+FL_API fl_var *fl_layer_inverse_time_decay(fl_prog *p, float learning_rate, int64_t decay_steps, float decay_rate,
+                                           int staircase);
+FL_API fl_var *fl_layer_cosine_decay(fl_prog *p, float learning_rate, int64_t step_each_epoch, int64_t epochs);
 /* Linear from start_lr to end_lr over warmup_steps, then learning_rate (a schedule's
  * variable) or, when it is NULL, constant_lr. */
 FL_API fl_var *fl_layer_linear_lr_warmup(fl_prog *p, fl_var *learning_rate, float constant_lr, int64_t warmup_steps,
                                          float start_lr, float end_lr);
-/* Name of the optimizer: "sgd", "momentum", "adagrad", "adam", "lars_momentum", "lamb". */
+/* Name of the optimizer: "sgd", "momentum", "adagrad", "adam", "lars_momentum", "lamb",
+ * "rmsprop". */
 FL_API const char *fl_opt_type(const fl_opt *o);
 /* Paddle's RecomputeOptimizer: minimize() appends backward with these checkpoints
  * (comma-separated variable names; "" or NULL: none), see fl_append_backward_recompute.

@@ -287,10 +287,20 @@ extern const fl_op_def *const fl__ops_optim_lars[]; /* ops_optim_lars.c: lars_mo
 extern const fl_op_def *const fl__ops_dgc[];        /* ops_dgc.c: dgc, dgc_momentum */
 extern const fl_op_def *const fl__ops_nlp[], *const fl__ops_nlp_idx[], *const fl__ops_nlp_train[]; /* ops_nlp*.c */
 /* ops_bcast.c: elementwise_max / min, comparisons, logical ops; ops_more.c: fill_constant's
- * layer, l2_normalize, top_k's gradient; ops_lr.c: piecewise and other schedules; ops_rmsprop.c */
-extern const fl_op_def *const fl__ops_bcast[], *const fl__ops_more[], *const fl__ops_lr[], *const fl__ops_rmsprop[];
+ * layer, l2_normalize, top_k's gradient; ops_lr.c: piecewise and other schedules; ops_optim_more.c:
+ * rmsprop, l1_decay */
+extern const fl_op_def *const fl__ops_bcast[], *const fl__ops_more[], *const fl__ops_lr[], *const fl__ops_optim_more[];
 /* ops_more.c: top_k's gradient maker (top_k_grad), named in ops_metric.c's top_k. */
 int fl__grad_top_k(fl_op *op, fl_grad_ctx *g);
+/* Learning-rate schedules (ops_nlp_train.c): begin appends schedule op `type` in the LR role
+ * reading the step counter @LR_DECAY_COUNTER@ (made on first use, counting from begin) and
+ * inner (NULL: none), writing *lr (float32 [1]) through output slot out_slot; the caller sets
+ * attributes, then finish runs infer (bad: an attribute failed) and returns lr or NULL. */
+fl_op *fl__lr_sched_begin(fl_prog *p, const char *type, int64_t begin, fl_var *inner, const char *out_slot, fl_var **lr);
+fl_var *fl__lr_sched_finish(fl_prog *p, fl_op *op, fl_var *lr, int bad);
+/* ops_optim_more.c: minimize's L1 decay (Paddle's L1Decay): each pair's gradient becomes
+ * grad + coeff * sign(param) (op l1_decay); nothing for coeff 0. */
+int fl__l1_decay_apply(fl_prog *p, fl_param_grad *pairs, int n, float coeff);
 /* Gradient clipping set on an optimizer (FL_CLIP_*; a: max / max_norm / clip_norm, b: min),
  * appended by minimize after backward (ops_nlp_train.c); the optimizer's fields. */
 typedef struct {

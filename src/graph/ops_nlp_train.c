@@ -259,6 +259,11 @@ static fl_var *lr_counter(fl_prog *p, int64_t begin)
 /* Appends schedule op `type` reading the counter (and inner, if any) in the LR role. */
 static fl_op *sched_begin(fl_prog *p, const char *type, int64_t begin, fl_var *inner, fl_var **lr)
 {
+    return fl__lr_sched_begin(p, type, begin, inner, "Out", lr);
+}
+
+fl_op *fl__lr_sched_begin(fl_prog *p, const char *type, int64_t begin, fl_var *inner, const char *out_slot, fl_var **lr)
+{
     if (!p) {
         fl__err(FL_EINVAL, "%s: program is NULL", type);
         return NULL;
@@ -270,14 +275,16 @@ static fl_op *sched_begin(fl_prog *p, const char *type, int64_t begin, fl_var *i
     *lr = step ? fl__tmp_var(p, type, FL_FLOAT32, 1, &one) : NULL;
     fl_op *op = NULL;
     if (*lr) {
-        fl_io in[2] = {FL_IO1("Step", step), FL_IO1("LearningRate", inner)}, out = FL_IO1("Out", *lr);
+        fl_io in[2] = {FL_IO1("Step", step), FL_IO1("LearningRate", inner)}, out = FL_IO1(out_slot, *lr);
         op = fl__op_new(p, type, in, inner ? 2 : 1, &out, 1);
     }
     fl__prog_set_role(p, FL_ROLE_FORWARD);
     return op;
 }
 
-static fl_var *sched_finish(fl_prog *p, fl_op *op, fl_var *lr, int bad)
+static fl_var *sched_finish(fl_prog *p, fl_op *op, fl_var *lr, int bad) { return fl__lr_sched_finish(p, op, lr, bad); }
+
+fl_var *fl__lr_sched_finish(fl_prog *p, fl_op *op, fl_var *lr, int bad)
 {
     if (!op || bad) return NULL;
     fl__prog_set_role(p, FL_ROLE_LRSCHED);

@@ -1,7 +1,8 @@
 /*
  * optimizer.c - optimizers appended by minimize(): backward, learning-rate variables and
- * schedules, then one update op per parameter (sgd, momentum, adagrad, adam, and
- * lars_momentum and lamb of ops_optim_lars.c), built from the table of kinds below.  Each update
+ * schedules, then one update op per parameter (sgd, momentum, adagrad, adam, lars_momentum
+ * and lamb of ops_optim_lars.c, rmsprop of ops_optim_more.c), built from the table of kinds
+ * below.  L1 decay (fl_opt_set_l1) rewrites the gradients before the updates.  Each update
  * op applies L2 regularization (grad += l2 * param, optimizer coefficient plus the
  * parameter's own) and the parameter's learning-rate scale, and takes the sparse
  * (SelectedRows) path at run time when the gradient holds rows.
@@ -35,6 +36,9 @@ struct fl_opt {
     char *recompute;         /* comma-separated checkpoint names (malloc'ed or NULL) */
     fl_grad_clip clip;       /* fl_opt_set_grad_clip (ops_nlp_train.c) */
     fl_var *lr_var;          /* fl_opt_set_lr_var: a schedule's learning-rate variable */
+    float rho;               /* rmsprop */
+    int centered;            /* rmsprop */
+    float l1;                /* fl_opt_set_l1 */
 };
 
 fl_grad_clip *fl__opt_clip(fl_opt *o) { return o && o->magic == FL_OPT_MAGIC ? &o->clip : NULL; }
@@ -97,6 +101,24 @@ fl_opt *fl_opt_adam(float lr, float beta1, float beta2, float epsilon)
         o->beta1 = beta1;
         o->beta2 = beta2;
         o->eps = epsilon;
+    }
+    return o;
+}
+
+fl_opt *fl_opt_rmsprop(float lr, float rho, float epsilon, float momentum, int centered)
+{
+    if (!(rho >= 0.0f && rho < 1.0f) || !(epsilon > 0.0f) || !isfinite(epsilon) || !(momentum >= 0.0f) ||
+        !isfinite(momentum)) {
+        fl__err(FL_EINVAL, "fl_opt_rmsprop: rho must be in [0, 1), epsilon finite and > 0, momentum finite and >= 0; got "
+                "rho %g, epsilon %g, momentum %g", (double)rho, (double)epsilon, (double)momentum);
+        return NULL;
+    }
+    fl_opt *o = opt_new("rmsprop", lr);
+    if (o) {
+        o->rho = rho;
+        o->eps = epsilon;
+        o->mu = momentum;
+        o->centered = centered != 0;
     }
     return o;
 }
@@ -255,6 +277,15 @@ int fl_opt_set_l2(fl_opt *o, float coeff)
     return FL_OK;
 }
 
+int fl_opt_set_l1(fl_opt *o, float coeff)
+{
+    if (!o || o->magic != FL_OPT_MAGIC) return fl__err(FL_EINVAL, "fl_opt_set_l1: optimizer is NULL");
+    if (!(coeff >= 0.0f) || !isfinite(coeff))
+        return fl__err(FL_EINVAL, "fl_opt_set_l1: coefficient must be finite and >= 0, got %g", (double)coeff);
+    o->l1 = coeff;
+    return FL_OK;
+}
+
 int fl_opt_set_exponential_decay(fl_opt *o, int64_t decay_steps, float decay_rate, int staircase)
 {
     if (!o || o->magic != FL_OPT_MAGIC) return fl__err(FL_EINVAL, "fl_opt_set_exponential_decay: optimizer is NULL");
@@ -396,6 +427,15 @@ static int attrs_lamb(const fl_opt *o, fl_op *op, const fl_var *w)
     return fl__attr_set_f(op, "weight_decay", excluded(o->exclude, w->name, 1) ? 0.0 : (double)o->decay);
 }
 
+static int attrs_rmsprop(const fl_opt *o, fl_op *op, const fl_var *w)
+{
+    (void)w;
+    FL_CHECK(fl__attr_set_f(op, "decay", o->rho));
+    FL_CHECK(fl__attr_set_f(op, "epsilon", o->eps));
+    FL_CHECK(fl__attr_set_f(op, "momentum", o->mu));
+    return fl__attr_set_i(op, "centered", o->centered);
+}
+
 #define ADAM_STATE                                                                                        \
     {                                                                                                     \
         {"moment1", "Moment1", "Moment1Out", INIT_ZERO}, {"moment2", "Moment2", "Moment2Out", INIT_ZERO}, \
@@ -412,6 +452,11 @@ static const opt_kind kinds[] = {
     {"adam", ADAM_STATE, attrs_adam},
     {"lars_momentum", {{"velocity", "Velocity", "VelocityOut", INIT_ZERO}}, attrs_lars},
     {"lamb", ADAM_STATE, attrs_lamb},
+    {"rmsprop",
+     {{"momentum", "Moment", "MomentOut", INIT_ZERO},
+      {"mean_square", "MeanSquare", "MeanSquareOut", INIT_ZERO},
+      {"mean_grad", "MeanGrad", "MeanGradOut", INIT_ZERO}},
+     attrs_rmsprop},
 };
 
 static int append_update(fl_opt *o, fl_prog *p, fl_var *lr, fl_param_grad pg, fl_var *cond)
@@ -478,6 +523,11 @@ int fl_opt_minimize_ex(fl_opt *o, fl_var *loss, const char *const *no_grad, int 
     if (st == FL_OK && o->clip.kind) { /* on the reduced, unscaled gradients */
         fl__prog_set_role(p, FL_ROLE_BACKWARD);
         st = fl__grad_clip_apply(p, hc.pairs, hc.npairs, &o->clip);
+        fl__prog_set_role(p, FL_ROLE_FORWARD);
+    }
+    if (st == FL_OK && o->l1 > 0.0f) { /* Paddle's L1Decay: on the clipped gradients */
+        fl__prog_set_role(p, FL_ROLE_BACKWARD);
+        st = fl__l1_decay_apply(p, hc.pairs, hc.npairs, o->l1);
         fl__prog_set_role(p, FL_ROLE_FORWARD);
     }
     fl_var *lr = st == FL_OK ? make_lr(o, p) : NULL;
