@@ -233,6 +233,10 @@ static long long nc_fl_layer_logical(void *h) { (void)h; return fl_layer_logical
 static long long nc_fl_layer_fill_constant(void *h) { return fl_layer_fill_constant((fl_prog *)h, (int){0}, (const int64_t *){0}, (fl_dtype){0}, (double){0}) != NULL; }
 static long long nc_fl_layer_l2_normalize(void *h) { (void)h; return fl_layer_l2_normalize((fl_var *){0}, (int){0}, (float){0}) != NULL; }
 static long long nc_fl_layer_topk(void *h) { (void)h; return fl_layer_topk((fl_var *){0}, (int){0}, (fl_var **){0}) != NULL; }
+static long long nc_fl_layer_unary(void *h) { (void)h; return fl_layer_unary((fl_var *){0}, (const char *){0}) != NULL; }
+static long long nc_fl_layer_shape(void *h) { (void)h; return fl_layer_shape((fl_var *){0}) != NULL; }
+static long long nc_fl_layer_assign_value(void *h) { return fl_layer_assign_value((fl_prog *)h, (int){0}, (const int64_t *){0}, (fl_dtype){0}, (const void *){0}) != NULL; }
+static long long nc_fl_layer_create_global_var(void *h) { return fl_layer_create_global_var((fl_prog *)h, (const char *){0}, (int){0}, (const int64_t *){0}, (fl_dtype){0}, (float){0}) != NULL; }
 static long long nc_fl_layer_scale(void *h) { (void)h; return fl_layer_scale((fl_var *){0}, (float){0}, (float){0}, (int){0}) != NULL; }
 static long long nc_fl_layer_dropout(void *h) { (void)h; return fl_layer_dropout((fl_var *){0}, (float){0}, (const char *){0}) != NULL; }
 static long long nc_fl_layer_accuracy(void *h) { (void)h; return fl_layer_accuracy((fl_var *){0}, (fl_var *){0}, (int){0}) != NULL; }
@@ -651,6 +655,10 @@ static const nc_row nc_rows[] = {
     {"fl_layer_fill_constant", "graph.h", NC_STICKY, 1, nc_fl_layer_fill_constant},
     {"fl_layer_l2_normalize", "graph.h", NC_STICKY, 0, nc_fl_layer_l2_normalize},
     {"fl_layer_topk", "graph.h", NC_STICKY, 0, nc_fl_layer_topk},
+    {"fl_layer_unary", "graph.h", NC_STICKY, 0, nc_fl_layer_unary},
+    {"fl_layer_shape", "graph.h", NC_STICKY, 0, nc_fl_layer_shape},
+    {"fl_layer_assign_value", "graph.h", NC_STICKY, 1, nc_fl_layer_assign_value},
+    {"fl_layer_create_global_var", "graph.h", NC_STICKY, 1, nc_fl_layer_create_global_var},
     {"fl_layer_scale", "graph.h", NC_STICKY, 0, nc_fl_layer_scale},
     {"fl_layer_dropout", "graph.h", NC_STICKY, 0, nc_fl_layer_dropout},
     {"fl_layer_accuracy", "graph.h", NC_STICKY, 0, nc_fl_layer_accuracy},

@@ -308,8 +308,64 @@ TEST(l1_decay_adds_coeff_times_sign)
     CHECK_FAILS(fl_opt_set_l1(NULL, 0.1f), FL_EINVAL, "fl_opt_set_l1");
 }
 
+TEST(grad_sqrt_abs_exp_log)
+{
+    static const char *const types[] = {"sqrt", "abs", "exp", "log", "abs"};
+    for (int k = 0; k < 5; k++) {
+        fl_prog *p = fl_prog_create();
+        /* on (0.5, 2), away from abs's kink; the second abs sees the negated values */
+        fl_var *x = gc_input(p, "x", 2, (const int64_t[]){3, 4}, 0.5f, 2);
+        fl_var *o = fl_layer_unary(k == 4 ? fl_layer_scale(x, -1, 0, 1) : x, types[k]);
+        if (!o) TFAIL("%s: %s", types[k], fl_prog_error(p));
+        gc_check(gc_loss(o), NULL, 0, NULL, defaults);
+        fl_prog_free(p);
+    }
+    CHECK(fl_layer_unary(NULL, "cbrt") == NULL);
+    CHECK_STR_HAS(fl_last_error(), "cbrt");
+}
+
+TEST(shape_assign_value_and_global_var)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *x = fl_layer_data(p, "x", 2, (const int64_t[]){3, 2}, FL_FLOAT32, 0);
+    fl_var *s = fl_layer_shape(x);
+    const float fv[4] = {1, 2, 3, 4};
+    const int64_t iv[3] = {7, -8, 9000000000LL};
+    fl_var *a = fl_layer_assign_value(p, 2, (const int64_t[]){2, 2}, FL_FLOAT32, fv);
+    fl_var *b = fl_layer_assign_value(p, 1, (const int64_t[]){3}, FL_INT64, iv);
+    fl_var *g = fl_layer_create_global_var(p, "gstep", 1, (const int64_t[]){1}, FL_INT64, 5);
+    CHECK(s && a && b && g);
+    CHECK(fl_var_persistable(g));
+    CHECK(fl_layer_create_global_var(p, "gstep", 1, (const int64_t[]){1}, FL_INT64, 5) == NULL);
+    CHECK_STR_HAS(fl_prog_error(p), "exists already");
+    fl_prog_free(p);
+    p = fl_prog_create();
+    x = fl_layer_data(p, "x", 2, (const int64_t[]){3, 2}, FL_FLOAT32, 0);
+    s = fl_layer_shape(x);
+    a = fl_layer_assign_value(p, 2, (const int64_t[]){2, 2}, FL_FLOAT32, fv);
+    b = fl_layer_assign_value(p, 1, (const int64_t[]){3}, FL_INT64, iv);
+    g = fl_layer_create_global_var(p, "gstep", 1, (const int64_t[]){1}, FL_INT64, 5);
+    float xv[30] = {0};
+    fl_tensor *xt = th_f32(3, (const int64_t[]){5, 3, 2}, xv), *r[4];
+    fl_feed feed[1] = {{"x", xt}};
+    const char *f[4] = {fl_var_name(s), fl_var_name(a), fl_var_name(b), "gstep"};
+    fl_exe *e = gc_run_once(p, feed, 1, f, 4, r);
+    const int32_t *sd = fl_tensor_cdata(r[0]);
+    CHECK_EQ_INT(fl_tensor_numel(r[0]), 3);
+    CHECK_EQ_INT(sd[0], 5);
+    CHECK_EQ_INT(sd[1], 3);
+    CHECK_EQ_INT(sd[2], 2);
+    for (int i = 0; i < 4; i++) CHECK_NEAR(fl_tensor_f32(r[1])[i], fv[i], 0);
+    for (int i = 0; i < 3; i++) CHECK_EQ_INT(((const int64_t *)fl_tensor_cdata(r[2]))[i], iv[i]);
+    CHECK_EQ_INT(((const int64_t *)fl_tensor_cdata(r[3]))[0], 5);
+    fl_exe_free(e);
+    fl_tensor_free(xt);
+    fl_prog_free(p);
+}
+
 TEST_MAIN(T(grad_elementwise_two_way_broadcast), T(grad_elementwise_max_min), T(max_min_forward_broadcasts_both_ways),
           T(comparisons_and_logical_ops_match_loops), T(broadcast_errors_name_the_inputs),
           T(grad_l2_normalize), T(l2_normalize_rows_have_unit_norm), T(grad_topk_and_its_indices),
           T(fill_constant_values_and_dtypes), T(lr_schedules_follow_their_formulas),
-          T(rmsprop_matches_its_reference), T(l1_decay_adds_coeff_times_sign))
+          T(rmsprop_matches_its_reference), T(l1_decay_adds_coeff_times_sign),
+          T(grad_sqrt_abs_exp_log), T(shape_assign_value_and_global_var))

@@ -313,6 +313,17 @@ FL_API fl_var *fl_layer_l2_normalize(fl_var *x, int axis, float epsilon);
  * with a gradient to x at the positions they came from), and their int64 positions in
  * *indices (may be NULL; no gradient). */
 FL_API fl_var *fl_layer_topk(fl_var *x, int k, fl_var **indices);
+/* Elementwise "sqrt", "abs", "exp" or "log" of float32 x, with gradients. */
+FL_API fl_var *fl_layer_unary(fl_var *x, const char *type);
+/* Paddle's shape: int32 [rank(x)] holding x's run-time dims; no gradient. */
+FL_API fl_var *fl_layer_shape(fl_var *x);
+/* Paddle's assign of an array (op assign_value): a constant tensor of `shape` (at most 2^24
+ * elements) holding values (float32, int32 or int64 as dtype, row-major), copied. */
+FL_API fl_var *fl_layer_assign_value(fl_prog *p, int ndim, const int64_t *shape, fl_dtype dtype, const void *values);
+/* Paddle's create_global_var: a persistable variable of p (name NULL: "global_var_<k>"; an
+ * existing name is an error) filled with value by the startup program; no gradient. */
+FL_API fl_var *fl_layer_create_global_var(fl_prog *p, const char *name, int ndim, const int64_t *shape, fl_dtype dtype,
+                                          float value);
 /* scale*x + bias (bias_after_scale) or scale*(x + bias). */
 FL_API fl_var *fl_layer_scale(fl_var *x, float scale, float bias, int bias_after_scale);
 /* implementation: "downgrade_in_infer" (Paddle's default) or "upscale_in_train". */

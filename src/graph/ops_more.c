@@ -6,9 +6,15 @@
  *                (Norm keeps axis with size 1); X@GRAD = (dOut - Out sum(dOut Out)) / Norm
  *   top_k_grad   X, Indices, Out@GRAD -> X@GRAD: each value's gradient goes back to the
  *                position it was taken from, the rest is 0
- * Float32 only.
+ *   sqrt abs exp log   elementwise, with gradients (dX = dOut * f'(X), from X and Out)
+ *   shape        Input -> int32 [rank] holding its run-time dims (Paddle's shape op)
+ *   assign_value attribute values (fp32_values or int64_values) -> Out of attribute shape
+ * and the builders of create_global_var (a persistable variable filled in the startup
+ * program).  Float32 unless said otherwise.
  */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "graph_internal.h"
@@ -244,4 +250,288 @@ fl_var *fl_layer_topk(fl_var *x, int k, fl_var **indices)
     return v;
 }
 
-const fl_op_def *const fl__ops_more[] = {&def_norm, &def_norm_grad, &def_top_k_grad, NULL};
+/* ---- sqrt, abs, exp, log --------------------------------------------------------------------- */
+
+enum { U_SQRT, U_ABS, U_EXP, U_LOG };
+static const struct {
+    const char *type;
+    int kind;
+} UNARY[] = {{"sqrt", U_SQRT}, {"abs", U_ABS}, {"exp", U_EXP}, {"log", U_LOG}};
+
+static int unary_kind(const char *type)
+{
+    size_t n = strlen(type);
+    if (n > 5 && !strcmp(type + n - 5, "_grad")) n -= 5;
+    for (size_t i = 0; i < sizeof UNARY / sizeof UNARY[0]; i++)
+        if (strlen(UNARY[i].type) == n && !strncmp(UNARY[i].type, type, n)) return UNARY[i].kind;
+    return -1;
+}
+
+static int infer_unary(fl_op *op)
+{
+    FL_CHECK(fl__op_check_slots(op));
+    fl_var *x = op->in[0].vars[0];
+    FL_CHECK(fl__op_need_f32(op, x));
+    fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, x->ndim, x->shape);
+    op->out[0].vars[0]->lod_level = x->lod_level;
+    return FL_OK;
+}
+
+static int run_unary(fl_kctx *c)
+{
+    FL_CHECK(fl__kctx_dense_f32(c, 0));
+    const fl_tensor *x = FL_IN(c, 0);
+    fl_tensor *y = FL_OUT(c, 0);
+    FL_CHECK(fl__tensor_reshape_raw(y, FL_FLOAT32, x->ndim, x->shape));
+    const float *restrict a = x->data;
+    float *restrict b = y->data;
+    switch (unary_kind(c->op->def->type)) {
+    case U_SQRT:
+        for (int64_t i = 0; i < x->numel; i++) b[i] = sqrtf(a[i]);
+        break;
+    case U_ABS:
+        for (int64_t i = 0; i < x->numel; i++) b[i] = fabsf(a[i]);
+        break;
+    case U_EXP:
+        for (int64_t i = 0; i < x->numel; i++) b[i] = expf(a[i]);
+        break;
+    default:
+        for (int64_t i = 0; i < x->numel; i++) b[i] = logf(a[i]);
+        break;
+    }
+    return fl__tensor_share_lod(y, x);
+}
+
+/* Inputs X, Out, Out@GRAD; output X@GRAD.  sqrt: dOut / (2 Out); abs: dOut sign(X); exp:
+ * dOut Out; log: dOut / X. */
+static int run_unary_grad(fl_kctx *c)
+{
+    for (int s = 0; s < 3; s++) FL_CHECK(fl__kctx_dense_f32(c, s));
+    const fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1), *g = FL_IN(c, 2);
+    fl_tensor *d = FL_OUT(c, 0);
+    if (g->numel != x->numel || y->numel != x->numel)
+        return fl__err(FL_EINVAL, "%s: gradient '%s' has %lld elements, X '%s' %lld", c->op->def->type,
+                       fl__kctx_var_name(c, 2, 0), (long long)g->numel, fl__kctx_var_name(c, 0, 0), (long long)x->numel);
+    FL_CHECK(fl__tensor_reshape_raw(d, FL_FLOAT32, x->ndim, x->shape));
+    const float *restrict a = x->data, *restrict o = y->data, *restrict gd = g->data;
+    float *restrict dx = d->data;
+    switch (unary_kind(c->op->def->type)) {
+    case U_SQRT:
+        for (int64_t i = 0; i < x->numel; i++) dx[i] = gd[i] * 0.5f / o[i];
+        break;
+    case U_ABS:
+        for (int64_t i = 0; i < x->numel; i++) dx[i] = a[i] > 0 ? gd[i] : a[i] < 0 ? -gd[i] : 0.0f;
+        break;
+    case U_EXP:
+        for (int64_t i = 0; i < x->numel; i++) dx[i] = gd[i] * o[i];
+        break;
+    default:
+        for (int64_t i = 0; i < x->numel; i++) dx[i] = gd[i] / a[i];
+        break;
+    }
+    return fl__tensor_share_lod(d, x);
+}
+
+static int grad_unary(fl_op *op, fl_grad_ctx *g)
+{
+    fl_var *x = op->in[0].vars[0], *y = op->out[0].vars[0], *dy = fl__grad_of(g, y), *dx = fl__grad_for(g, x);
+    if (!dy || !dx) return FL_OK;
+    char type[32];
+    snprintf(type, sizeof type, "%s_grad", op->def->type);
+    fl_io in[3] = {FL_IO1("X", x), FL_IO1("Out", y), FL_IO1("Out@GRAD", dy)};
+    fl_io out = FL_IO1("X@GRAD", dx);
+    return fl__grad_append(op, type, in, 3, &out, 1);
+}
+
+#define UNARY_DEF(name)                                                                                    \
+    static const fl_op_def def_##name = {#name, {"X"}, {"Out"}, infer_unary, run_unary, grad_unary, NULL}; \
+    static const fl_op_def def_##name##_grad = {#name "_grad", {"X", "Out", "Out@GRAD"}, {"X@GRAD"},        \
+                                                fl__infer_nop, run_unary_grad,          NULL,       NULL};
+UNARY_DEF(sqrt)
+UNARY_DEF(abs)
+UNARY_DEF(exp)
+UNARY_DEF(log)
+
+fl_var *fl_layer_unary(fl_var *x, const char *type)
+{
+    fl_prog *p = fl__prog_of(&x, 1);
+    if (!type || unary_kind(type) < 0 || strstr(type, "_grad")) {
+        fl__err(FL_EINVAL, "fl_layer_unary: type '%s' is not sqrt, abs, exp or log", type ? type : "(null)");
+        if (p && p->status == FL_OK) fl__prog_error(p, FL_EINVAL, "fl_layer_unary: type '%s' is unknown", type ? type : "(null)");
+        return NULL;
+    }
+    if (!p) {
+        fl__err(FL_EINVAL, "%s: x is NULL", type);
+        return NULL;
+    }
+    if (p->status != FL_OK) return NULL;
+    char base[128];
+    fl__unique_name(p, type, base, sizeof base);
+    fl_var *o = fl__tmp_var(p, base, FL_FLOAT32, x->ndim, x->shape);
+    if (!o) return NULL;
+    fl_io in = FL_IO1("X", x), out = FL_IO1("Out", o);
+    return fl__op_append(p, type, &in, 1, &out, 1) ? o : NULL;
+}
+
+/* ---- shape ---------------------------------------------------------------------------------- */
+
+static int infer_shape(fl_op *op)
+{
+    FL_CHECK(fl__op_check_slots(op));
+    int64_t r = op->in[0].vars[0]->ndim;
+    fl__var_set_shape(op->out[0].vars[0], FL_INT32, 1, &r);
+    return FL_OK;
+}
+
+static int run_shape(fl_kctx *c)
+{
+    const fl_tensor *x = FL_IN(c, 0);
+    fl_tensor *o = FL_OUT(c, 0);
+    int64_t r = x->ndim;
+    FL_CHECK(fl__tensor_reshape_raw(o, FL_INT32, 1, &r));
+    for (int i = 0; i < x->ndim; i++) ((int32_t *)o->data)[i] = (int32_t)x->shape[i];
+    o->lod_n = 0;
+    return FL_OK;
+}
+
+static const fl_op_def def_shape = {"shape", {"Input"}, {"Out"}, infer_shape, run_shape, NULL, NULL};
+
+fl_var *fl_layer_shape(fl_var *x)
+{
+    fl_prog *p = fl__prog_of(&x, 1);
+    if (!p) {
+        fl__err(FL_EINVAL, "shape: x is NULL");
+        return NULL;
+    }
+    if (p->status != FL_OK) return NULL;
+    char base[128];
+    fl__unique_name(p, "shape", base, sizeof base);
+    int64_t r = x->ndim;
+    fl_var *o = fl__tmp_var(p, base, FL_INT32, 1, &r);
+    if (!o) return NULL;
+    o->stop_gradient = 1;
+    fl_io in = FL_IO1("Input", x), out = FL_IO1("Out", o);
+    return fl__op_append(p, "shape", &in, 1, &out, 1) ? o : NULL;
+}
+
+/* ---- assign_value --------------------------------------------------------------------------- */
+
+static int infer_assign_value(fl_op *op)
+{
+    const fl_attr *sh = fl__attr_find(op, "shape");
+    fl_dtype dt = (fl_dtype)fl__attr_i(op, "dtype", FL_FLOAT32);
+    const fl_attr *v = fl__attr_find(op, dt == FL_FLOAT32 ? "fp32_values" : "int64_values");
+    if (op->out[0].n != 1 || !sh || sh->type != FL_ATTR_INTS || sh->n < 1 || sh->n > FL_MAX_DIMS)
+        return fl__op_error(op, "needs one Out and an int list 'shape' of 1 to %d dims", FL_MAX_DIMS);
+    if (dt != FL_FLOAT32 && dt != FL_INT32 && dt != FL_INT64)
+        return fl__op_error(op, "dtype %s is not float32, int32 or int64", fl_dtype_name(dt));
+    int64_t n = 1;
+    for (int i = 0; i < sh->n; i++) n *= sh->ints[i] > 0 ? sh->ints[i] : 0;
+    if (!v || v->n != n)
+        return fl__op_error(op, "holds %d values for shape of %lld elements", v ? v->n : 0, (long long)n);
+    fl__var_set_shape(op->out[0].vars[0], dt, sh->n, sh->ints);
+    return FL_OK;
+}
+
+static int run_assign_value(fl_kctx *c)
+{
+    const fl_attr *sh = fl__attr_find(c->op, "shape");
+    fl_dtype dt = (fl_dtype)fl__attr_i(c->op, "dtype", FL_FLOAT32);
+    const fl_attr *v = fl__attr_find(c->op, dt == FL_FLOAT32 ? "fp32_values" : "int64_values");
+    fl_tensor *o = FL_OUT(c, 0);
+    FL_CHECK(fl__tensor_reshape_raw(o, dt, sh->n, sh->ints));
+    for (int64_t i = 0; i < o->numel; i++) {
+        if (dt == FL_FLOAT32) ((float *)o->data)[i] = v->floats[i];
+        else if (dt == FL_INT32) ((int32_t *)o->data)[i] = (int32_t)v->ints[i];
+        else ((int64_t *)o->data)[i] = v->ints[i];
+    }
+    o->lod_n = 0;
+    return FL_OK;
+}
+
+static const fl_op_def def_assign_value = {"assign_value", {NULL}, {"Out"}, infer_assign_value, run_assign_value, NULL, NULL};
+
+fl_var *fl_layer_assign_value(fl_prog *p, int ndim, const int64_t *shape, fl_dtype dtype, const void *values)
+{
+    if (!p || p->magic != FL_PROG_MAGIC) {
+        fl__err(FL_EINVAL, "assign_value: program is NULL or invalid");
+        return NULL;
+    }
+    if (p->status != FL_OK) return NULL;
+    if (ndim < 1 || ndim > FL_MAX_DIMS || !shape || !values) {
+        fl__prog_error(p, FL_EINVAL, "assign_value: needs values and a shape of 1 to %d dims", FL_MAX_DIMS);
+        return NULL;
+    }
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 1 || n > (int64_t)1 << 24) {
+            fl__prog_error(p, FL_EINVAL, "assign_value: shape[%d] = %lld must be >= 1 (at most 2^24 values)", i,
+                           (long long)shape[i]);
+            return NULL;
+        }
+        n *= shape[i];
+    }
+    char base[128];
+    fl__unique_name(p, "assign_value", base, sizeof base);
+    fl_var *o = fl__tmp_var(p, base, dtype, ndim, shape);
+    if (!o) return NULL;
+    o->stop_gradient = 1;
+    fl_io out = FL_IO1("Out", o);
+    fl_op *op = fl__op_new(p, "assign_value", NULL, 0, &out, 1);
+    if (!op || fl__attr_set_ints(op, "shape", shape, ndim) || fl__attr_set_i(op, "dtype", dtype)) return NULL;
+    int st;
+    if (dtype == FL_FLOAT32) {
+        st = fl__attr_set_floats(op, "fp32_values", values, (int)n);
+    } else {
+        int64_t *w = malloc((size_t)n * sizeof *w);
+        if (!w) {
+            fl__prog_error(p, FL_ENOMEM, "assign_value: out of memory");
+            return NULL;
+        }
+        for (int64_t i = 0; i < n; i++) w[i] = dtype == FL_INT32 ? ((const int32_t *)values)[i] : ((const int64_t *)values)[i];
+        st = fl__attr_set_ints(op, "int64_values", w, (int)n);
+        free(w);
+    }
+    return st || fl__op_finish(op) ? NULL : o;
+}
+
+/* ---- create_global_var ----------------------------------------------------------------------- */
+
+fl_var *fl_layer_create_global_var(fl_prog *p, const char *name, int ndim, const int64_t *shape, fl_dtype dtype,
+                                   float value)
+{
+    if (!p || p->magic != FL_PROG_MAGIC) {
+        fl__err(FL_EINVAL, "create_global_var: program is NULL or invalid");
+        return NULL;
+    }
+    if (p->status != FL_OK) return NULL;
+    if (ndim < 1 || ndim > FL_MAX_DIMS || !shape) {
+        fl__prog_error(p, FL_EINVAL, "create_global_var: shape must have 1 to %d dims", FL_MAX_DIMS);
+        return NULL;
+    }
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 1) {
+            fl__prog_error(p, FL_EINVAL, "create_global_var: shape[%d] = %lld must be >= 1", i, (long long)shape[i]);
+            return NULL;
+        }
+    if (dtype != FL_FLOAT32 && dtype != FL_FLOAT64 && dtype != FL_INT32 && dtype != FL_INT64) {
+        fl__prog_error(p, FL_EINVAL, "create_global_var: dtype %s is not float32, float64, int32 or int64",
+                       fl_dtype_name(dtype));
+        return NULL;
+    }
+    char gen[128];
+    if (!name || !*name) fl__unique_name(p, "global_var", gen, sizeof gen);
+    else if (fl_prog_var(p, name)) {
+        fl__prog_error(p, FL_EINVAL, "create_global_var: a variable named '%s' exists already", name);
+        return NULL;
+    }
+    fl_var *v = fl__persistable_create(p, name && *name ? name : gen, dtype, ndim, shape, value);
+    if (v) v->stop_gradient = 1;
+    return v;
+}
+
+/* clang-format off */
+const fl_op_def *const fl__ops_more[] = {
+    &def_norm, &def_norm_grad, &def_top_k_grad, &def_sqrt, &def_sqrt_grad, &def_abs, &def_abs_grad, &def_exp,
+    &def_exp_grad, &def_log, &def_log_grad, &def_shape, &def_assign_value, NULL};
+/* clang-format on */
