@@ -431,3 +431,8 @@ def exponential_decay(learning_rate, decay_steps, decay_rate, staircase=False):
 
 # the py_reader family (feeding.py)
 from .feeding import create_py_reader_by_data, py_reader, read_file  # noqa: E402,F401
+# elementwise max / min, comparisons, fill_constant, topk, schedules ... (layers_more.py)
+from .layers_more import *  # noqa: E402,F401,F403
+from . import layers_more as _more  # noqa: E402
+
+__all__ += _more.__all__

@@ -9,26 +9,29 @@ from . import _lib
 from ._lib import lib
 from .framework import Program, Variable
 from .layers import ExponentialDecay
-from .regularizer import l2_coeff
+from .regularizer import l1_coeff, l2_coeff
 
-__all__ = ["SGD", "Momentum", "Adagrad", "Adam", "SGDOptimizer", "MomentumOptimizer", "AdagradOptimizer",
-           "AdamOptimizer", "Optimizer", "DGCMomentumOptimizer"]
+__all__ = ["SGD", "Momentum", "Adagrad", "Adam", "RMSProp", "SGDOptimizer", "MomentumOptimizer", "AdagradOptimizer",
+           "AdamOptimizer", "RMSPropOptimizer", "Optimizer", "DGCMomentumOptimizer"]
 
 
 class Optimizer:
-    """Common arguments: learning_rate (a float or layers.exponential_decay(...)),
-    regularization (fluid) or weight_decay (paddle: a float or L2Decay); parameter_list /
-    parameters restrict the update to those parameters.  grad_clip is not supported."""
+    """Common arguments: learning_rate (a float, layers.exponential_decay(...), or a
+    schedule's variable: layers.piecewise_decay(...) and the like), regularization (fluid)
+    or weight_decay (paddle: a float, L2Decay or L1Decay); parameter_list / parameters
+    restrict the update to those parameters.  grad_clip is not supported."""
 
     def __init__(self, learning_rate, regularization=None, weight_decay=None, parameter_list=None,
                  parameters=None, grad_clip=None, name=None):
         if grad_clip is not None:
             raise NotImplementedError("%s: grad_clip is not supported by Fleet" % type(self).__name__)
-        if not isinstance(learning_rate, (int, float, ExponentialDecay)):
-            raise TypeError("%s: learning_rate must be a float or fluid.layers.exponential_decay(...), got %s"
-                            % (type(self).__name__, type(learning_rate).__name__))
+        if not isinstance(learning_rate, (int, float, ExponentialDecay, Variable)):
+            raise TypeError("%s: learning_rate must be a float, fluid.layers.exponential_decay(...) or a schedule's "
+                            "variable, got %s" % (type(self).__name__, type(learning_rate).__name__))
         self._learning_rate = learning_rate
-        self._l2 = l2_coeff(regularization if regularization is not None else weight_decay, type(self).__name__)
+        reg = regularization if regularization is not None else weight_decay
+        self._l2 = l2_coeff(reg, type(self).__name__)
+        self._l1 = l1_coeff(reg)
         self._parameters = parameter_list if parameter_list is not None else parameters
         self.type = None
 
@@ -38,11 +41,15 @@ class Optimizer:
     def _c_optimizer(self):
         """A new C optimizer with this one's settings (the caller keeps or frees it)."""
         lr = self._learning_rate
-        base = lr.learning_rate if isinstance(lr, ExponentialDecay) else float(lr)
+        base = lr.learning_rate if isinstance(lr, ExponentialDecay) else 0.0 if isinstance(lr, Variable) else float(lr)
         o = _lib.check_ptr(self._create(base), type(self).__name__)
         try:
             if self._l2:
                 _lib.check(lib.fl_opt_set_l2(o, self._l2))
+            if self._l1:
+                _lib.check(lib.fl_opt_set_l1(o, self._l1))
+            if isinstance(lr, Variable):
+                _lib.check(lib.fl_opt_set_lr_var(o, lr._p))
             if isinstance(lr, ExponentialDecay):
                 _lib.check(lib.fl_opt_set_exponential_decay(o, lr.decay_steps, lr.decay_rate,
                                                             1 if lr.staircase else 0))
@@ -53,6 +60,8 @@ class Optimizer:
 
     def get_lr(self):
         lr = self._learning_rate
+        if isinstance(lr, Variable):
+            raise NotImplementedError("get_lr: the learning rate is the schedule variable '%s'; fetch it" % lr.name)
         return lr.learning_rate if isinstance(lr, ExponentialDecay) else float(lr)
 
     def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
@@ -168,7 +177,22 @@ class Adam(Optimizer):
         return lib.fl_opt_adam(lr, self._betas[0], self._betas[1], self._epsilon)
 
 
+class RMSProp(Optimizer):
+    """Paddle's RMSProp (op rmsprop): rho, epsilon, momentum, centered as Paddle's."""
+
+    def __init__(self, learning_rate, rho=0.95, epsilon=1e-06, momentum=0.0, centered=False, parameters=None,
+                 weight_decay=None, grad_clip=None, name=None, regularization=None, parameter_list=None):
+        super().__init__(learning_rate, regularization, weight_decay, parameter_list, parameters, grad_clip)
+        self._rho, self._epsilon, self._momentum = float(rho), float(epsilon), float(momentum)
+        self._centered = bool(centered)
+        self.type = "rmsprop"
+
+    def _create(self, lr):
+        return lib.fl_opt_rmsprop(lr, self._rho, self._epsilon, self._momentum, 1 if self._centered else 0)
+
+
 SGDOptimizer = SGD
+RMSPropOptimizer = RMSProp
 MomentumOptimizer = Momentum
 AdagradOptimizer = Adagrad
 AdamOptimizer = Adam

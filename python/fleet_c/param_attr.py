@@ -2,7 +2,7 @@
 whether it is trained (fluid.ParamAttr, paddle.ParamAttr)."""
 from . import _lib
 from .initializer import Initializer
-from .regularizer import l2_coeff
+from .regularizer import l1_coeff, l2_coeff
 
 
 class ParamAttr:
@@ -39,6 +39,9 @@ class ParamAttr:
             c.init = init._c()
         lr = float(self.learning_rate)
         c.learning_rate = lr if lr not in (0.0, 1.0) else 0.0  # 0 in C means 1
+        if l1_coeff(self.regularizer):
+            raise NotImplementedError("ParamAttr(%s): a per-parameter L1Decay is not supported (give it to the "
+                                      "optimizer's regularization)" % (self.name or ""))
         c.l2_decay = l2_coeff(self.regularizer, "ParamAttr(%s)" % (self.name or ""))
         c.frozen = 0 if self.trainable and lr != 0.0 else 1
         return c

@@ -1,7 +1,9 @@
 """Weight decay (fluid.regularizer and paddle.regularizer names).
 
 L2 decay adds coeff * param to each gradient (for sparse gradients only on the touched
-rows).  The C library implements L2 only; L1Decay is refused when used.
+rows), L1 decay coeff * sign(param) (fl_opt_set_l1, op l1_decay).  Given to an optimizer
+they apply to every parameter; a ParamAttr's regularizer adds an L2 coefficient of its own
+(a per-parameter L1Decay is refused).
 """
 
 
@@ -27,13 +29,17 @@ L1DecayRegularizer = L1Decay
 
 
 def l2_coeff(reg, what):
-    """The L2 coefficient of a regularizer, a float weight_decay, or None -> 0."""
-    if reg is None:
+    """The L2 coefficient of a regularizer, a float weight_decay, or None -> 0 (an L1Decay
+    has none: see l1_coeff)."""
+    if reg is None or isinstance(reg, L1Decay):
         return 0.0
     if isinstance(reg, (int, float)):
         return float(reg)
-    if isinstance(reg, L1Decay):
-        raise NotImplementedError("%s: L1Decay is not supported (Fleet implements L2 decay only)" % what)
     if isinstance(reg, WeightDecayRegularizer):
         return reg.coeff
-    raise TypeError("%s: expected L2Decay or a float, got %s" % (what, type(reg).__name__))
+    raise TypeError("%s: expected L2Decay, L1Decay or a float, got %s" % (what, type(reg).__name__))
+
+
+def l1_coeff(reg):
+    """The L1 coefficient of an L1Decay given to an optimizer, 0 otherwise."""
+    return reg.coeff if isinstance(reg, L1Decay) else 0.0
