@@ -25,6 +25,10 @@ _LAZY = {
     ".framework": ["Program", "Variable", "default_main_program", "default_startup_program", "program_guard"],
     ".param_attr": ["ParamAttr"],
     ".reader": ["batch"],
+    ".tensor_api": ["full", "zeros", "ones", "shape", "assign", "cast", "sqrt", "abs", "exp", "log", "square",
+                    "maximum", "minimum", "less_than", "less_equal", "greater_than", "greater_equal", "equal",
+                    "not_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "matmul", "topk",
+                    "subtract", "divide", "transpose", "gather", "one_hot"],
 }
 _WHERE = {name: mod for mod, names in _LAZY.items() for name in names}
 _SUBMODULES = ["dataset", "distributed", "fluid", "framework", "initializer", "io", "layers", "metric", "nn",

@@ -266,6 +266,11 @@ _PROTOS = {
     "fl_layer_linear_lr_warmup": (P, [P, P, c_float, c_int64, c_float, c_float]),
     "fl_opt_rmsprop": (P, [c_float, c_float, c_float, c_float, c_int]), "fl_opt_set_l1": (c_int, [P, c_float]),
     "fl_opt_set_lr_var": (c_int, [P, P]),
+    "fl_layer_matmul_v2": (P, [P, P, c_int, c_int]),
+    "fl_layer_layer_norm": (P, [P, c_int, c_float, c_int, c_int, POINTER(ParamAttr), POINTER(ParamAttr)]),
+    "fl_layer_gelu": (P, [P, c_int]), "fl_layer_one_hot": (P, [P, c_int64]),
+    "fl_layer_label_smooth": (P, [P, P, c_float]), "fl_layer_transpose": (P, [P, c_int, I64P]),
+    "fl_layer_gather": (P, [P, P]), "fl_layer_expand": (P, [P, c_int, I64P]),
     # optimizers
     "fl_opt_sgd": (P, [c_float]), "fl_opt_momentum": (P, [c_float, c_float, c_int]),
     "fl_opt_adagrad": (P, [c_float, c_float]), "fl_opt_adam": (P, [c_float, c_float, c_float, c_float]),

@@ -16,12 +16,14 @@ from ._lib import lib
 from ._tensor import dtype_code
 from .framework import Variable, current_main
 from .layers import _act, _out, _shape, _var
+from .param_attr import ParamAttr
 
 __all__ = ["elementwise_max", "elementwise_min", "less_than", "less_equal", "greater_than", "greater_equal", "equal",
            "not_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "fill_constant", "l2_normalize",
            "topk", "sqrt", "abs", "exp", "log", "shape", "assign", "create_global_var", "piecewise_decay",
            "cosine_decay", "natural_exp_decay", "inverse_time_decay", "noam_decay", "polynomial_decay",
-           "linear_lr_warmup", "exponential_decay_var", "square_error_cost"]
+           "linear_lr_warmup", "exponential_decay_var", "square_error_cost", "matmul_v2", "layer_norm", "gelu",
+           "one_hot", "label_smooth", "transpose", "gather", "expand"]
 
 
 # ---- elementwise max / min, comparisons, logical ops --------------------------------------------
@@ -240,3 +242,60 @@ def linear_lr_warmup(learning_rate, warmup_steps, start_lr, end_lr):
     return _sched(lib.fl_layer_linear_lr_warmup(h, inner, const, int(warmup_steps), float(start_lr), float(end_lr)),
                   "linear_lr_warmup")
 
+
+
+# ---- wrappers of existing C layers -----------------------------------------------------------------
+
+
+def matmul_v2(x, y, transpose_x=False, transpose_y=False, name=None):
+    """Paddle 2.x's matmul (op matmul_v2)."""
+    _var(x, "x", "matmul_v2")
+    _var(y, "y", "matmul_v2")
+    return _out(x, lib.fl_layer_matmul_v2(x._p, y._p, 1 if transpose_x else 0, 1 if transpose_y else 0), "matmul_v2")
+
+
+def layer_norm(input, scale=True, shift=True, begin_norm_axis=1, epsilon=1e-05, param_attr=None, bias_attr=None,
+               act=None, name=None):
+    _var(input, "input", "layer_norm")
+    s, b = ParamAttr._to_attr(param_attr), ParamAttr._to_attr(bias_attr)
+    sc = s._c() if s is not False else None
+    bc = b._c() if b is not False else None
+    ptr = lib.fl_layer_layer_norm(input._p, int(begin_norm_axis), float(epsilon), 1 if scale and sc else 0,
+                                  1 if shift and bc else 0, ctypes.byref(sc) if sc else None,
+                                  ctypes.byref(bc) if bc else None)
+    return _act(_out(input, ptr, "layer_norm"), act, "layer_norm")
+
+
+def gelu(x, approximate=False, name=None):
+    _var(x, "x", "gelu")
+    return _out(x, lib.fl_layer_gelu(x._p, 1 if approximate else 0), "gelu")
+
+
+def one_hot(input, depth, allow_out_of_range=False):
+    """int ids [..., 1] -> float32 [..., depth]."""
+    _var(input, "input", "one_hot")
+    return _out(input, lib.fl_layer_one_hot(input._p, int(depth)), "one_hot")
+
+
+def label_smooth(label, prior_dist=None, epsilon=0.1, dtype="float32", name=None):
+    _var(label, "label", "label_smooth")
+    return _out(label, lib.fl_layer_label_smooth(label._p, prior_dist._p if prior_dist is not None else None,
+                                                 float(epsilon)), "label_smooth")
+
+
+def transpose(x, perm, name=None):
+    _var(x, "x", "transpose")
+    arr, n = _shape(perm, "transpose")
+    return _out(x, lib.fl_layer_transpose(x._p, n, arr), "transpose")
+
+
+def gather(input, index, overwrite=True):
+    _var(input, "input", "gather")
+    _var(index, "index", "gather")
+    return _out(input, lib.fl_layer_gather(input._p, index._p), "gather")
+
+
+def expand(x, expand_times, name=None):
+    _var(x, "x", "expand")
+    arr, n = _shape(expand_times, "expand")
+    return _out(x, lib.fl_layer_expand(x._p, n, arr), "expand")

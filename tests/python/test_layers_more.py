@@ -176,3 +176,124 @@ def test_l1_decay_and_rmsprop_match_their_formulas():
         np.testing.assert_allclose(w, p, rtol=1e-4)
     with pytest.raises(NotImplementedError, match="L1Decay"):
         fluid.ParamAttr(regularizer=fluid.regularizer.L1Decay(0.1))._c()
+
+
+# ---- metrics -------------------------------------------------------------------------------------------
+
+
+def _exact_auc(p, y):
+    pos, neg = p[y == 1], p[y == 0]
+    return ((pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()) / (len(pos) * len(neg))
+
+
+def test_auc_classes_accumulate_through_the_auc_op():
+    rng = np.random.RandomState(3)
+    y = rng.randint(0, 2, 400)
+    p = np.clip(0.3 * y + rng.uniform(0, 0.7, 400), 0, 1).astype("float32")
+    preds = np.stack([1 - p, p], 1)
+    fm, pm = fluid.metrics.Auc("auc"), paddle.metric.Auc()
+    assert fm.eval() == 0.0
+    for i in range(0, 400, 100):
+        fm.update(preds[i:i + 100], y[i:i + 100].reshape(-1, 1))
+        pm.update(p[i:i + 100], y[i:i + 100])
+    assert abs(fm.eval() - _exact_auc(p, y)) < 2e-3
+    assert abs(pm.accumulate() - fm.eval()) < 1e-12
+    fm.reset()
+    assert fm.eval() == 0.0
+
+
+def test_paddle_metric_accuracy_compute_and_update(progs):
+    main, startup = progs
+    pred = fluid.data(name="pred", shape=[None, 4], dtype="float32")
+    label = fluid.data(name="label", shape=[None, 1], dtype="int64")
+    acc = paddle.metric.Accuracy(topk=(1, 2))
+    correct = acc.compute(pred, label)
+    pv = np.array([[0.1, 0.5, 0.3, 0.1], [0.7, 0.1, 0.1, 0.1], [0.2, 0.2, 0.5, 0.1]], "float32")
+    lv = np.array([[1], [1], [0]], "int64")
+    c, = run(main, startup, {"pred": pv, "label": lv}, [correct])
+    # row 2: the tie 0.2 / 0.2 ranks the lower index first, so label 0 is second best
+    np.testing.assert_array_equal(c, [[1, 0], [0, 1], [0, 1]])
+    assert acc.update(c) == [1 / 3, 1.0]
+    assert acc.update(c[:1]) == [1.0, 1.0]
+    assert acc.accumulate() == [2 / 4, 1.0]
+
+
+# ---- paddle.nn layers in static programs ------------------------------------------------------------
+
+
+class _Net(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.emb = paddle.nn.Embedding(10, 4)
+        self.conv = paddle.nn.Conv2D(1, 2, 3, padding=1)
+        self.bn = paddle.nn.BatchNorm2D(2)
+        self.pool = paddle.nn.MaxPool2D(2)
+        self.flat = paddle.nn.Flatten()
+        self.fc = paddle.nn.Sequential(paddle.nn.Linear(8 + 4, 8), paddle.nn.ReLU(), paddle.nn.Dropout(0.1),
+                                       paddle.nn.Linear(8, 2))
+
+    def forward(self, img, ids):
+        h = self.flat(self.pool(self.bn(self.conv(img))))
+        return self.fc(paddle.concat([h, self.emb(ids)], axis=1))
+
+
+def test_nn_layers_train_a_static_program(progs):
+    main, startup = progs
+    paddle.enable_static()
+    img = paddle.static.data(name="img", shape=[None, 1, 4, 4], dtype="float32")
+    ids = paddle.static.data(name="ids", shape=[None, 1], dtype="int64")
+    label = paddle.static.data(name="label", shape=[None, 1], dtype="int64")
+    net = _Net()
+    names = [p.name for p in net.parameters()]
+    assert len(names) == 9 and len(set(names)) == 9
+    assert any(n.startswith("linear_") and n.endswith(".w_0") for n in names)
+    logits = net(img, ids)
+    assert list(logits.shape) == [-1, 2]
+    loss = paddle.nn.CrossEntropyLoss()(logits, label)
+    paddle.optimizer.Adam(learning_rate=0.05, parameters=net.parameters()).minimize(loss)
+    assert len(net.parameters()) == 9 and len(main.all_parameters()) == 9  # forward made no copy
+    rng = np.random.RandomState(0)
+    feed = {"img": rng.uniform(-1, 1, (16, 1, 4, 4)).astype("float32"), "ids": rng.randint(0, 10, (16, 1)),
+            "label": rng.randint(0, 2, (16, 1))}
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup)
+    losses = [float(exe.run(main, feed=feed, fetch_list=[loss])[0]) for _ in range(30)]
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_nn_functional_losses_and_tensor_functions(progs):
+    main, startup = progs
+    F = paddle.nn.functional
+    x = paddle.static.data(name="x", shape=[None, 3], dtype="float32")
+    y = paddle.static.data(name="y", shape=[None, 3], dtype="float32")
+    outs = [F.mse_loss(x, y), F.l1_loss(x, y, reduction="sum"), F.binary_cross_entropy_with_logits(x, y),
+            F.binary_cross_entropy(F.sigmoid(x), y), paddle.full([2], 4.0), paddle.shape(x),
+            paddle.cast(paddle.sqrt(paddle.maximum(x, paddle.zeros([1]))), "float64"), paddle.assign(np.arange(3)),
+            paddle.static.create_global_var([1], 2.0, "float32", name="g")]
+    rng = np.random.RandomState(2)
+    xv = rng.uniform(-1, 1, (4, 3)).astype("float32")
+    yv = (rng.uniform(0, 1, (4, 3)) > 0.5).astype("float32")
+    got = run(main, startup, {"x": xv, "y": yv}, outs)
+    s = 1 / (1 + np.exp(-xv))
+    bce = -(yv * np.log(s) + (1 - yv) * np.log(1 - s))
+    want = [[((xv - yv) ** 2).mean()], [np.abs(xv - yv).sum()], [bce.mean()], [bce.mean()], [4, 4], [4, 3],
+            np.sqrt(np.maximum(xv, 0)), [0, 1, 2], [2.0]]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g, dtype=np.float64), w, rtol=1e-5, atol=1e-6)
+    assert got[6].dtype == np.float64 and got[7].dtype == np.int64
+
+
+def test_sparse_embedding_gets_sparse_gradients(progs):
+    main, startup = progs
+    ids = paddle.static.data(name="ids", shape=[None, 1], dtype="int64")
+    emb = paddle.static.nn.sparse_embedding(ids, size=[100, 4])
+    loss = paddle.mean(emb)
+    paddle.optimizer.SGD(learning_rate=1.0).minimize(loss)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup)
+    w = main.all_parameters()[0].name
+    before = np.array(fluid.global_scope().find_var(w).get_tensor())
+    exe.run(main, feed={"ids": np.array([[3], [7]], "int64")})
+    after = np.array(fluid.global_scope().find_var(w).get_tensor())
+    changed = np.nonzero(np.any(before != after, axis=1))[0]
+    np.testing.assert_array_equal(changed, [3, 7])

@@ -2,7 +2,18 @@
 from .. import layers as _L
 
 __all__ = ["cross_entropy", "softmax_with_cross_entropy", "relu", "tanh", "sigmoid", "softmax", "dropout",
-           "embedding"]
+           "embedding", "mse_loss", "l1_loss", "binary_cross_entropy_with_logits", "binary_cross_entropy",
+           "square_error_cost", "linear", "one_hot", "gelu", "label_smooth", "normalize"]
+
+
+def _reduce(loss, reduction, what):
+    if reduction == "mean":
+        return _L.mean(loss)
+    if reduction == "sum":
+        return _L.reduce_sum(loss)
+    if reduction == "none":
+        return loss
+    raise ValueError("%s: reduction must be 'mean', 'sum' or 'none', got %r" % (what, reduction))
 
 
 def cross_entropy(input, label, weight=None, ignore_index=-100, reduction="mean", soft_label=False, axis=-1,
@@ -15,13 +26,7 @@ def cross_entropy(input, label, weight=None, ignore_index=-100, reduction="mean"
         loss = _L.softmax_with_cross_entropy(input, label, soft_label, ignore_index, axis=axis)
     else:
         loss = _L.cross_entropy(input, label, soft_label, ignore_index)
-    if reduction == "mean":
-        return _L.mean(loss)
-    if reduction == "sum":
-        return _L.reduce_sum(loss)
-    if reduction == "none":
-        return loss
-    raise ValueError("cross_entropy: reduction must be 'mean', 'sum' or 'none', got %r" % reduction)
+    return _reduce(loss, reduction, "cross_entropy")
 
 
 def softmax_with_cross_entropy(logits, label, soft_label=False, ignore_index=-100, numeric_stable_mode=True,
@@ -53,5 +58,62 @@ def dropout(x, p=0.5, axis=None, training=True, mode="upscale_in_train", name=No
 
 
 def embedding(x, weight, padding_idx=None, sparse=False, name=None):
-    raise NotImplementedError("nn.functional.embedding over a given weight is not supported; "
-                              "use paddle.static.nn.embedding(input, size, ...)")
+    """Rows of the parameter weight [vocab, dim] at int64 ids [..., 1] (the lookup names the
+    parameter, so it reads that one)."""
+    from ..param_attr import ParamAttr
+    if not weight.is_parameter:
+        raise TypeError("embedding: weight must be a parameter (create_parameter / nn.Embedding), got '%s'"
+                        % weight.name)
+    return _L.embedding(x, list(weight.shape), is_sparse=sparse, padding_idx=padding_idx,
+                        param_attr=ParamAttr(name=weight.name))
+
+
+def square_error_cost(input, label):
+    return _L.square_error_cost(input, label)
+
+
+def mse_loss(input, label, reduction="mean", name=None):
+    """(input - label)^2 reduced (elementwise_sub, square, mean)."""
+    return _reduce(_L.square_error_cost(input, label), reduction, "mse_loss")
+
+
+def l1_loss(input, label, reduction="mean", name=None):
+    return _reduce(_L.abs(_L.elementwise_sub(input, label)), reduction, "l1_loss")
+
+
+def binary_cross_entropy_with_logits(logit, label, weight=None, reduction="mean", pos_weight=None, name=None):
+    if weight is not None or pos_weight is not None:
+        raise NotImplementedError("binary_cross_entropy_with_logits: weight and pos_weight are not supported")
+    return _reduce(_L.sigmoid_cross_entropy_with_logits(logit, label), reduction, "binary_cross_entropy_with_logits")
+
+
+def binary_cross_entropy(input, label, weight=None, reduction="mean", name=None):
+    """-(label log(input) + (1 - label) log(1 - input)), built of log, scale and elementwise ops."""
+    if weight is not None:
+        raise NotImplementedError("binary_cross_entropy: weight is not supported")
+    pos = _L.elementwise_mul(label, _L.log(input))
+    neg = _L.elementwise_mul(_L.scale(label, -1.0, 1.0), _L.log(_L.scale(input, -1.0, 1.0)))
+    return _reduce(_L.scale(_L.elementwise_add(pos, neg), -1.0), reduction, "binary_cross_entropy")
+
+
+def linear(x, weight, bias=None, name=None):
+    out = _L.matmul_v2(x, weight)
+    return _L.elementwise_add(out, bias) if bias is not None else out
+
+
+def one_hot(x, num_classes, name=None):
+    return _L.one_hot(x, num_classes)
+
+
+def gelu(x, approximate=False, name=None):
+    return _L.gelu(x, approximate)
+
+
+def label_smooth(label, prior_dist=None, epsilon=0.1, name=None):
+    return _L.label_smooth(label, prior_dist, epsilon)
+
+
+def normalize(x, p=2, axis=1, epsilon=1e-12, name=None):
+    if p != 2:
+        raise NotImplementedError("normalize: p=%r (the L2 norm only)" % p)
+    return _L.l2_normalize(x, axis, epsilon)

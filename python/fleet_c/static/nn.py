@@ -1,7 +1,8 @@
 """paddle.static.nn: layers with 2.x argument names."""
 from .. import layers as _L
 
-__all__ = ["fc", "embedding", "conv2d", "batch_norm", "sequence_pool", "create_parameter"]
+__all__ = ["fc", "embedding", "sparse_embedding", "conv2d", "batch_norm", "sequence_pool", "create_parameter",
+           "layer_norm"]
 
 
 def fc(x, size, num_flatten_dims=1, weight_attr=None, bias_attr=None, activation=None, name=None):
@@ -32,3 +33,15 @@ def sequence_pool(input, pool_type, is_test=False, pad_value=0.0):
 
 
 create_parameter = _L.create_parameter
+layer_norm = _L.layer_norm
+
+
+def sparse_embedding(input, size, padding_idx=None, is_test=False, entry=None, table_class="CommonSparseTable",
+                     param_attr=None, dtype="float32"):
+    """paddle.static.nn.sparse_embedding: an embedding with a sparse gradient whose table lives
+    on the parameter servers in PS mode (is_sparse and is_distributed); locally, a sparse
+    embedding.  entry (admission rules) is not supported."""
+    if entry is not None:
+        raise NotImplementedError("sparse_embedding: entry (ProbabilityEntry / CountFilterEntry) is not supported")
+    return _L.embedding(input, size, is_sparse=True, is_distributed=True, padding_idx=padding_idx,
+                        param_attr=param_attr, dtype=dtype)
