@@ -98,16 +98,16 @@ TEST(comparisons_and_logical_ops_match_loops)
         CHECK_EQ_INT(fl_tensor_dtype(r), FL_INT32);
         for (int i = 0; i < 6; i++) {
             float a = xv[i], b = yv[i % 3];
-            int want = k == 0 ? a < b
-                     : k == 1 ? a <= b
-                     : k == 2 ? a > b
-                     : k == 3 ? a >= b
-                     : k == 4 ? a == b
-                     : k == 5 ? a != b
-                     : k == 6 ? (a != 0 && b != 0)
-                     : k == 7 ? (a != 0 || b != 0)
-                     : k == 8 ? ((a != 0) != (b != 0))
-                              : a == 0;
+            int want = k == 0   ? a < b
+                       : k == 1 ? a <= b
+                       : k == 2 ? a > b
+                       : k == 3 ? a >= b
+                       : k == 4 ? a == b
+                       : k == 5 ? a != b
+                       : k == 6 ? (a != 0 && b != 0)
+                       : k == 7 ? (a != 0 || b != 0)
+                       : k == 8 ? ((a != 0) != (b != 0))
+                                : a == 0;
             CHECK_EQ_INT(((const int32_t *)fl_tensor_cdata(r))[i], want);
         }
         fl_exe_free(e);
@@ -234,8 +234,10 @@ TEST(lr_schedules_follow_their_formulas)
     for (int step = 0; step < 7; step++) {
         fl_tensor *r[5];
         CHECK_OK(fl_exe_run(e, p, NULL, 0, f, 5, r));
-        double d = step / 3.0, want[5] = {step < 2 ? 1.0 : step < 5 ? 0.5 : 0.1, 2.0 * pow(0.5, floor(d)),
-                                          2.0 * exp(-0.5 * d), 2.0 / (1.0 + 0.5 * floor(d)),
+        double d = step / 3.0, want[5] = {step < 2   ? 1.0
+                                          : step < 5 ? 0.5
+                                                     : 0.1,
+                                          2.0 * pow(0.5, floor(d)), 2.0 * exp(-0.5 * d), 2.0 / (1.0 + 0.5 * floor(d)),
                                           2.0 * 0.5 * (cos(floor(step / 2.0) * M_PI / 4) + 1)};
         for (int i = 0; i < 5; i++) CHECK_NEAR(fl_tensor_f32(r[i])[0], want[i], 1e-6);
     }
@@ -364,8 +366,7 @@ TEST(shape_assign_value_and_global_var)
 }
 
 TEST_MAIN(T(grad_elementwise_two_way_broadcast), T(grad_elementwise_max_min), T(max_min_forward_broadcasts_both_ways),
-          T(comparisons_and_logical_ops_match_loops), T(broadcast_errors_name_the_inputs),
-          T(grad_l2_normalize), T(l2_normalize_rows_have_unit_norm), T(grad_topk_and_its_indices),
-          T(fill_constant_values_and_dtypes), T(lr_schedules_follow_their_formulas),
-          T(rmsprop_matches_its_reference), T(l1_decay_adds_coeff_times_sign),
+          T(comparisons_and_logical_ops_match_loops), T(broadcast_errors_name_the_inputs), T(grad_l2_normalize),
+          T(l2_normalize_rows_have_unit_norm), T(grad_topk_and_its_indices), T(fill_constant_values_and_dtypes),
+          T(lr_schedules_follow_their_formulas), T(rmsprop_matches_its_reference), T(l1_decay_adds_coeff_times_sign),
           T(grad_sqrt_abs_exp_log), T(shape_assign_value_and_global_var))

@@ -77,18 +77,18 @@ static void bc_next(bc_it *it)
     }
 }
 
-#define BC_ROWS(B, BODY)                                                          \
-    do {                                                                          \
-        bc_it it_ = {.b = (B)};                                                   \
-        const int64_t n_ = (B)->out[(B)->nd - 1];                                 \
-        const int64_t xs_ = (B)->xst[(B)->nd - 1], ys_ = (B)->yst[(B)->nd - 1];   \
+#define BC_ROWS(B, BODY)                                                         \
+    do {                                                                         \
+        bc_it it_ = {.b = (B)};                                                  \
+        const int64_t n_ = (B)->out[(B)->nd - 1];                                \
+        const int64_t xs_ = (B)->xst[(B)->nd - 1], ys_ = (B)->yst[(B)->nd - 1];  \
         const int64_t rows_ = n_ ? fl__dims_prod((B)->out, 0, (B)->nd) / n_ : 0; \
-        for (int64_t r_ = 0; r_ < rows_; r_++, bc_next(&it_))                     \
-            for (int64_t k_ = 0; k_ < n_; k_++) {                                 \
-                const int64_t i = r_ * n_ + k_;                                   \
-                const int64_t xi = it_.xo + k_ * xs_, yi = it_.yo + k_ * ys_;     \
-                BODY;                                                             \
-            }                                                                     \
+        for (int64_t r_ = 0; r_ < rows_; r_++, bc_next(&it_))                    \
+            for (int64_t k_ = 0; k_ < n_; k_++) {                                \
+                const int64_t i = r_ * n_ + k_;                                  \
+                const int64_t xi = it_.xo + k_ * xs_, yi = it_.yo + k_ * ys_;    \
+                BODY;                                                            \
+            }                                                                    \
     } while (0)
 
 /* Run-time plan of X (slot 0) and Y (slot 1); Y absent (logical_not): X with itself. */
@@ -174,9 +174,7 @@ int fl__bcast_grad_f32(fl_kctx *c, int kind)
     case FL_BC_ADD: BC_ROWS(&b, (dx[xi * mx] += g[i], dy[yi * my] += g[i])); break;
     case FL_BC_SUB: BC_ROWS(&b, (dx[xi * mx] += g[i], dy[yi * my] -= g[i])); break;
     case FL_BC_MUL: BC_ROWS(&b, (dx[xi * mx] += g[i] * yp[yi], dy[yi * my] += g[i] * xp[xi])); break;
-    case FL_BC_DIV:
-        BC_ROWS(&b, (dx[xi * mx] += g[i] / yp[yi], dy[yi * my] -= g[i] * xp[xi] / (yp[yi] * yp[yi])));
-        break;
+    case FL_BC_DIV: BC_ROWS(&b, (dx[xi * mx] += g[i] / yp[yi], dy[yi * my] -= g[i] * xp[xi] / (yp[yi] * yp[yi]))); break;
     case FL_BC_MAX: BC_ROWS(&b, *(xp[xi] > yp[yi] ? &dx[xi * mx] : &dy[yi * my]) += g[i]); break;
     default: BC_ROWS(&b, *(xp[xi] < yp[yi] ? &dx[xi * mx] : &dy[yi * my]) += g[i]); break;
     }
@@ -190,8 +188,8 @@ static const struct {
     const char *type;
     int kind;
 } KINDS[] = {{"elementwise_max", K_MAX}, {"elementwise_min", K_MIN}, {"less_than", K_LT},    {"less_equal", K_LE},
-             {"greater_than", K_GT},     {"greater_equal", K_GE},   {"equal", K_EQ},        {"not_equal", K_NE},
-             {"logical_and", K_AND},     {"logical_or", K_OR},      {"logical_xor", K_XOR}, {"logical_not", K_NOT}};
+             {"greater_than", K_GT},     {"greater_equal", K_GE},    {"equal", K_EQ},        {"not_equal", K_NE},
+             {"logical_and", K_AND},     {"logical_or", K_OR},       {"logical_xor", K_XOR}, {"logical_not", K_NOT}};
 
 /* The kind of type ("<type>" or "<type>_grad"), -1 if none. */
 static int kind_of(const char *type)
@@ -297,11 +295,10 @@ static int grad_bc(fl_op *op, fl_grad_ctx *g)
     return no ? fl__grad_append(op, type, in, 3, o, no) : FL_OK;
 }
 
-#define BC_GRAD_DEF(name)                                                                               \
+#define BC_GRAD_DEF(name)                                                                              \
     static const fl_op_def def_##name = {#name, {"X", "Y"}, {"Out"}, infer_bc, run_bc, grad_bc, NULL}; \
-    static const fl_op_def def_##name##_grad = {#name "_grad",   {"X", "Y", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"}, \
-                                                fl__infer_nop,   run_bc_grad,            NULL,                 \
-                                                NULL};
+    static const fl_op_def def_##name##_grad = {                                                       \
+        #name "_grad", {"X", "Y", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"}, fl__infer_nop, run_bc_grad, NULL, NULL};
 #define BC_DEF(name) static const fl_op_def def_##name = {#name, {"X", "Y"}, {"Out"}, infer_bc, run_bc, NULL, NULL};
 BC_GRAD_DEF(elementwise_max)
 BC_GRAD_DEF(elementwise_min)
@@ -350,8 +347,10 @@ fl_var *fl_layer_compare(fl_var *x, fl_var *y, const char *type)
 {
     int k = type ? kind_of(type) : -1;
     if (k < K_LT || k > K_NE || strstr(type, "_grad")) {
-        fl__err(FL_EINVAL, "fl_layer_compare: type '%s' is not less_than, less_equal, greater_than, greater_equal, "
-                "equal or not_equal", type ? type : "(null)");
+        fl__err(FL_EINVAL,
+                "fl_layer_compare: type '%s' is not less_than, less_equal, greater_than, greater_equal, "
+                "equal or not_equal",
+                type ? type : "(null)");
         return NULL;
     }
     return bc_layer(type, x, y, 0, -1);

@@ -89,8 +89,8 @@ static int norm_dims(fl_kctx *c, const fl_tensor *x, int64_t *pre, int64_t *n, i
 {
     int ax;
     if (norm_axis(x->ndim, fl__attr_i(c->op, "axis", -1), &ax))
-        return fl__err(FL_EINVAL, "%s: axis out of range for '%s' of rank %d", c->op->def->type,
-                       fl__kctx_var_name(c, 0, 0), x->ndim);
+        return fl__err(FL_EINVAL, "%s: axis out of range for '%s' of rank %d", c->op->def->type, fl__kctx_var_name(c, 0, 0),
+                       x->ndim);
     *pre = fl__dims_prod(x->shape, 0, ax), *n = x->shape[ax], *post = fl__dims_prod(x->shape, ax + 1, x->ndim);
     return FL_OK;
 }
@@ -134,8 +134,8 @@ static int run_norm_grad(fl_kctx *c)
     int64_t pre, n, post;
     FL_CHECK(norm_dims(c, x, &pre, &n, &post));
     if (g->numel != x->numel || nt->numel != pre * post)
-        return fl__err(FL_EINVAL, "norm_grad: gradient '%s' or Norm '%s' does not match X '%s'",
-                       fl__kctx_var_name(c, 2, 0), fl__kctx_var_name(c, 1, 0), fl__kctx_var_name(c, 0, 0));
+        return fl__err(FL_EINVAL, "norm_grad: gradient '%s' or Norm '%s' does not match X '%s'", fl__kctx_var_name(c, 2, 0),
+                       fl__kctx_var_name(c, 1, 0), fl__kctx_var_name(c, 0, 0));
     FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, x->ndim, x->shape));
     const float *xd = x->data, *nd = nt->data, *gd = g->data;
     float *d = dx->data;
@@ -184,8 +184,7 @@ fl_var *fl_layer_l2_normalize(fl_var *x, int axis, float epsilon)
     nv->stop_gradient = 1;
     fl_io in = FL_IO1("X", x), out[2] = {FL_IO1("Out", o), FL_IO1("Norm", nv)};
     fl_op *op = fl__op_new(p, "norm", &in, 1, out, 2);
-    if (!op || fl__attr_set_i(op, "axis", axis) || fl__attr_set_f(op, "epsilon", epsilon) || fl__op_finish(op))
-        return NULL;
+    if (!op || fl__attr_set_i(op, "axis", axis) || fl__attr_set_f(op, "epsilon", epsilon) || fl__op_finish(op)) return NULL;
     return o;
 }
 
@@ -345,8 +344,8 @@ static int grad_unary(fl_op *op, fl_grad_ctx *g)
 
 #define UNARY_DEF(name)                                                                                    \
     static const fl_op_def def_##name = {#name, {"X"}, {"Out"}, infer_unary, run_unary, grad_unary, NULL}; \
-    static const fl_op_def def_##name##_grad = {#name "_grad", {"X", "Out", "Out@GRAD"}, {"X@GRAD"},        \
-                                                fl__infer_nop, run_unary_grad,          NULL,       NULL};
+    static const fl_op_def def_##name##_grad = {                                                           \
+        #name "_grad", {"X", "Out", "Out@GRAD"}, {"X@GRAD"}, fl__infer_nop, run_unary_grad, NULL, NULL};
 UNARY_DEF(sqrt)
 UNARY_DEF(abs)
 UNARY_DEF(exp)
@@ -357,7 +356,8 @@ fl_var *fl_layer_unary(fl_var *x, const char *type)
     fl_prog *p = fl__prog_of(&x, 1);
     if (!type || unary_kind(type) < 0 || strstr(type, "_grad")) {
         fl__err(FL_EINVAL, "fl_layer_unary: type '%s' is not sqrt, abs, exp or log", type ? type : "(null)");
-        if (p && p->status == FL_OK) fl__prog_error(p, FL_EINVAL, "fl_layer_unary: type '%s' is unknown", type ? type : "(null)");
+        if (p && p->status == FL_OK)
+            fl__prog_error(p, FL_EINVAL, "fl_layer_unary: type '%s' is unknown", type ? type : "(null)");
         return NULL;
     }
     if (!p) {
@@ -427,8 +427,7 @@ static int infer_assign_value(fl_op *op)
         return fl__op_error(op, "dtype %s is not float32, int32 or int64", fl_dtype_name(dt));
     int64_t n = 1;
     for (int i = 0; i < sh->n; i++) n *= sh->ints[i] > 0 ? sh->ints[i] : 0;
-    if (!v || v->n != n)
-        return fl__op_error(op, "holds %d values for shape of %lld elements", v ? v->n : 0, (long long)n);
+    if (!v || v->n != n) return fl__op_error(op, "holds %d values for shape of %lld elements", v ? v->n : 0, (long long)n);
     fl__var_set_shape(op->out[0].vars[0], dt, sh->n, sh->ints);
     return FL_OK;
 }
@@ -449,7 +448,8 @@ static int run_assign_value(fl_kctx *c)
     return FL_OK;
 }
 
-static const fl_op_def def_assign_value = {"assign_value", {NULL}, {"Out"}, infer_assign_value, run_assign_value, NULL, NULL};
+static const fl_op_def def_assign_value = {"assign_value",   {NULL}, {"Out"}, infer_assign_value,
+                                           run_assign_value, NULL,   NULL};
 
 fl_var *fl_layer_assign_value(fl_prog *p, int ndim, const int64_t *shape, fl_dtype dtype, const void *values)
 {
@@ -488,7 +488,8 @@ fl_var *fl_layer_assign_value(fl_prog *p, int ndim, const int64_t *shape, fl_dty
             fl__prog_error(p, FL_ENOMEM, "assign_value: out of memory");
             return NULL;
         }
-        for (int64_t i = 0; i < n; i++) w[i] = dtype == FL_INT32 ? ((const int32_t *)values)[i] : ((const int64_t *)values)[i];
+        for (int64_t i = 0; i < n; i++)
+            w[i] = dtype == FL_INT32 ? ((const int32_t *)values)[i] : ((const int64_t *)values)[i];
         st = fl__attr_set_ints(op, "int64_values", w, (int)n);
         free(w);
     }

@@ -109,8 +109,10 @@ fl_opt *fl_opt_rmsprop(float lr, float rho, float epsilon, float momentum, int c
 {
     if (!(rho >= 0.0f && rho < 1.0f) || !(epsilon > 0.0f) || !isfinite(epsilon) || !(momentum >= 0.0f) ||
         !isfinite(momentum)) {
-        fl__err(FL_EINVAL, "fl_opt_rmsprop: rho must be in [0, 1), epsilon finite and > 0, momentum finite and >= 0; got "
-                "rho %g, epsilon %g, momentum %g", (double)rho, (double)epsilon, (double)momentum);
+        fl__err(FL_EINVAL,
+                "fl_opt_rmsprop: rho must be in [0, 1), epsilon finite and > 0, momentum finite and >= 0; got "
+                "rho %g, epsilon %g, momentum %g",
+                (double)rho, (double)epsilon, (double)momentum);
         return NULL;
     }
     fl_opt *o = opt_new("rmsprop", lr);
