@@ -251,11 +251,11 @@ TEST(lr_schedules_follow_their_formulas)
 
 /* w [4] trained on loss = mean(x * w) (gradient x / 4, x fed) by opt for 3 steps; w starts at
  * init.  Returns w. */
-static void train_linear(fl_opt *o, const float *init, const float *xv, float *w_out)
+static void train_linear_l1(fl_opt *o, const float *init, const float *xv, float *w_out, float param_l1)
 {
     fl_prog *p = fl_prog_create();
     fl_var *x = fl_layer_data(p, "x", 1, (const int64_t[]){4}, FL_FLOAT32, 0);
-    fl_param_attr a = {.name = "w", .init = fl_init_constant(0)};
+    fl_param_attr a = {.name = "w", .init = fl_init_constant(0), .l1_decay = param_l1};
     fl_var *w = fl_layer_create_parameter(p, 1, (const int64_t[]){4}, FL_FLOAT32, &a);
     fl_var *loss = fl_layer_mean(fl_layer_elementwise_mul(x, w, -1));
     CHECK_OK(fl_opt_minimize(o, loss));
@@ -272,6 +272,11 @@ static void train_linear(fl_opt *o, const float *init, const float *xv, float *w
     fl_exe_free(e);
     fl_prog_free(p);
     fl_opt_free(o);
+}
+
+static void train_linear(fl_opt *o, const float *init, const float *xv, float *w_out)
+{
+    train_linear_l1(o, init, xv, w_out, 0.0f);
 }
 
 TEST(rmsprop_matches_its_reference)
@@ -302,6 +307,15 @@ TEST(l1_decay_adds_coeff_times_sign)
     fl_opt *o = fl_opt_sgd(0.1f);
     CHECK_OK(fl_opt_set_l1(o, 0.2f));
     train_linear(o, init, xv, w);
+    for (int i = 0; i < 4; i++) {
+        double p = init[i];
+        for (int s = 0; s < 3; s++) p -= 0.1 * (xv[i] / 4.0 + 0.2 * (p > 0 ? 1 : p < 0 ? -1 : 0));
+        CHECK_NEAR(w[i], p, 1e-5);
+    }
+    /* the parameter's own coefficient adds to the optimizer's */
+    o = fl_opt_sgd(0.1f);
+    CHECK_OK(fl_opt_set_l1(o, 0.05f));
+    train_linear_l1(o, init, xv, w, 0.15f);
     for (int i = 0; i < 4; i++) {
         double p = init[i];
         for (int s = 0; s < 3; s++) p -= 0.1 * (xv[i] / 4.0 + 0.2 * (p > 0 ? 1 : p < 0 ? -1 : 0));

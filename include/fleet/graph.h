@@ -171,6 +171,8 @@ typedef struct {
     float learning_rate; /* scale on the optimizer's rate; 0 means 1 */
     float l2_decay;      /* per-parameter L2 coefficient, added to the optimizer's */
     int frozen;          /* 1: not trained (stop_gradient) */
+    float l1_decay;      /* per-parameter L1 coefficient (Paddle's L1Decay in a ParamAttr),
+                            added to the optimizer's fl_opt_set_l1 */
 } fl_param_attr;
 
 /* ---- layers (Paddle fluid.layers semantics) ------------------------------------------ */
@@ -448,7 +450,8 @@ FL_API int fl_opt_set_l2(fl_opt *o, float coeff);
  * epsilon <= 0 or a negative momentum. */
 FL_API fl_opt *fl_opt_rmsprop(float learning_rate, float rho, float epsilon, float momentum, int centered);
 /* Paddle's L1Decay: minimize adds coeff * sign(param) to every gradient (after clipping;
- * a sparse gradient on its rows only), op l1_decay.  Adds up with L2. */
+ * a sparse gradient on its rows only), op l1_decay, coeff plus the parameter's own
+ * fl_param_attr.l1_decay.  Adds up with L2. */
 FL_API int fl_opt_set_l1(fl_opt *o, float coeff);
 /* lr = base * rate^(step / decay_steps), floor()ed with staircase; step counts the runs
  * of the main program, starting at 0. */

@@ -146,7 +146,7 @@ class Initializer(ctypes.Structure):
 
 class ParamAttr(ctypes.Structure):
     _fields_ = [("name", c_char_p), ("init", Initializer), ("learning_rate", c_float), ("l2_decay", c_float),
-                ("frozen", c_int)]
+                ("frozen", c_int), ("l1_decay", c_float)]
 
 
 class FcAttr(ctypes.Structure):

@@ -284,6 +284,26 @@ class Variable:
         from . import layers
         return layers.scale(self, -1.0, 0.0)
 
+    def _compare(self, other, op):
+        """x < y and the like: the comparison op (int32 0 / 1; a number becomes a [1] constant
+        of x's dtype, broadcast)."""
+        from . import layers
+        if not isinstance(other, Variable):
+            other = layers.fill_constant([1], self.dtype, float(other))
+        return getattr(layers, op)(self, other)
+
+    def __lt__(self, o):
+        return self._compare(o, "less_than")
+
+    def __le__(self, o):
+        return self._compare(o, "less_equal")
+
+    def __gt__(self, o):
+        return self._compare(o, "greater_than")
+
+    def __ge__(self, o):
+        return self._compare(o, "greater_equal")
+
     __hash__ = object.__hash__
 
 

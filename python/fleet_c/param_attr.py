@@ -39,10 +39,8 @@ class ParamAttr:
             c.init = init._c()
         lr = float(self.learning_rate)
         c.learning_rate = lr if lr not in (0.0, 1.0) else 0.0  # 0 in C means 1
-        if l1_coeff(self.regularizer):
-            raise NotImplementedError("ParamAttr(%s): a per-parameter L1Decay is not supported (give it to the "
-                                      "optimizer's regularization)" % (self.name or ""))
         c.l2_decay = l2_coeff(self.regularizer, "ParamAttr(%s)" % (self.name or ""))
+        c.l1_decay = l1_coeff(self.regularizer)
         c.frozen = 0 if self.trainable and lr != 0.0 else 1
         return c
 

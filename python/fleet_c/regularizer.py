@@ -2,8 +2,8 @@
 
 L2 decay adds coeff * param to each gradient (for sparse gradients only on the touched
 rows), L1 decay coeff * sign(param) (fl_opt_set_l1, op l1_decay).  Given to an optimizer
-they apply to every parameter; a ParamAttr's regularizer adds an L2 coefficient of its own
-(a per-parameter L1Decay is refused).
+they apply to every parameter; a ParamAttr's regularizer adds a coefficient of its own to
+that parameter (fl_param_attr's l2_decay / l1_decay).
 """
 
 
@@ -41,5 +41,5 @@ def l2_coeff(reg, what):
 
 
 def l1_coeff(reg):
-    """The L1 coefficient of an L1Decay given to an optimizer, 0 otherwise."""
+    """The L1 coefficient of an L1Decay, 0 otherwise."""
     return reg.coeff if isinstance(reg, L1Decay) else 0.0

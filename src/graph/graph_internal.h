@@ -39,6 +39,7 @@ struct fl_var {
     int is_sparse_grad; /* gradient variable that holds SelectedRows at run time */
     float lr_scale;     /* parameters: learning-rate multiplier */
     float l2_decay;     /* parameters: extra L2 coefficient */
+    float l1_decay;     /* parameters: extra L1 coefficient (op l1_decay) */
     int idx;            /* position in prog->vars */
 };
 
@@ -299,7 +300,8 @@ int fl__grad_top_k(fl_op *op, fl_grad_ctx *g);
 fl_op *fl__lr_sched_begin(fl_prog *p, const char *type, int64_t begin, fl_var *inner, const char *out_slot, fl_var **lr);
 fl_var *fl__lr_sched_finish(fl_prog *p, fl_op *op, fl_var *lr, int bad);
 /* ops_optim_more.c: minimize's L1 decay (Paddle's L1Decay): each pair's gradient becomes
- * grad + coeff * sign(param) (op l1_decay); nothing for coeff 0. */
+ * grad + (coeff + the parameter's l1_decay) * sign(param) (op l1_decay); nothing where that
+ * sum is 0. */
 int fl__l1_decay_apply(fl_prog *p, fl_param_grad *pairs, int n, float coeff);
 /* Gradient clipping set on an optimizer (FL_CLIP_*; a: max / max_norm / clip_norm, b: min),
  * appended by minimize after backward (ops_nlp_train.c); the optimizer's fields. */

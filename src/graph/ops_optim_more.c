@@ -136,17 +136,19 @@ static int run_l1(fl_kctx *c)
 static const fl_op_def def_l1 = {"l1_decay", {"Param", "Grad"}, {"Out"}, infer_l1, run_l1, NULL, NULL};
 
 /* Called by minimize (optimizer.c) after clipping: each gradient gets Out = Grad +
- * coeff * sign(Param) ("<grad>@L1"). */
+ * (coeff + the parameter's l1_decay) * sign(Param) ("<grad>@L1"). */
 int fl__l1_decay_apply(fl_prog *p, fl_param_grad *pairs, int n, float coeff)
 {
-    for (int i = 0; i < n && coeff > 0.0f; i++) {
+    for (int i = 0; i < n; i++) {
+        float c = coeff + pairs[i].param->l1_decay;
+        if (!(c > 0.0f)) continue;
         char name[512];
         snprintf(name, sizeof name, "%s@L1", pairs[i].grad->name);
         fl_var *o = fl__var_create(p, name, FL_FLOAT32, pairs[i].grad->ndim, pairs[i].grad->shape);
         if (!o) return fl_prog_status(p);
         fl_io in[2] = {FL_IO1("Param", pairs[i].param), FL_IO1("Grad", pairs[i].grad)}, out = FL_IO1("Out", o);
         fl_op *op = fl__op_new(p, "l1_decay", in, 2, &out, 1);
-        if (!op || fl__attr_set_f(op, "coeff", coeff) || fl__op_finish(op)) return fl_prog_status(p);
+        if (!op || fl__attr_set_f(op, "coeff", c) || fl__op_finish(op)) return fl_prog_status(p);
         pairs[i].grad = o;
     }
     return FL_OK;

@@ -527,7 +527,7 @@ int fl_opt_minimize_ex(fl_opt *o, fl_var *loss, const char *const *no_grad, int 
         st = fl__grad_clip_apply(p, hc.pairs, hc.npairs, &o->clip);
         fl__prog_set_role(p, FL_ROLE_FORWARD);
     }
-    if (st == FL_OK && o->l1 > 0.0f) { /* Paddle's L1Decay: on the clipped gradients */
+    if (st == FL_OK) { /* Paddle's L1Decay (the optimizer's and parameters' own): on the clipped gradients */
         fl__prog_set_role(p, FL_ROLE_BACKWARD);
         st = fl__l1_decay_apply(p, hc.pairs, hc.npairs, o->l1);
         fl__prog_set_role(p, FL_ROLE_FORWARD);

@@ -108,6 +108,7 @@ fl_var *fl__param_create(fl_prog *p, const char *name, int ndim, const int64_t *
     v->stop_gradient = attr->frozen ? 1 : 0;
     v->lr_scale = attr->learning_rate > 0 ? attr->learning_rate : 1.0f;
     v->l2_decay = attr->l2_decay;
+    v->l1_decay = attr->l1_decay;
     fl_var *sv = fl_prog_var(p->startup, name);
     sv->is_param = 1;
     sv->stop_gradient = v->stop_gradient;

@@ -237,6 +237,7 @@ fl_var *fl__var_mirror(fl_prog *dst, const fl_var *v)
     d->is_sparse_grad = v->is_sparse_grad;
     d->lr_scale = v->lr_scale;
     d->l2_decay = v->l2_decay;
+    d->l1_decay = v->l1_decay;
     return d;
 }
 

@@ -86,6 +86,10 @@ static void put_var(fl_buf *b, const fl_var *v)
         fl__buf_put(b, " l2_decay=", 10);
         put_num(b, v->l2_decay, 1);
     }
+    if (v->l1_decay != 0.0f || signbit(v->l1_decay)) {
+        fl__buf_put(b, " l1_decay=", 10);
+        put_num(b, v->l1_decay, 1);
+    }
     fl__buf_put(b, "\n", 1);
 }
 
@@ -403,9 +407,9 @@ static int parse_var(lex *L, fl_prog *p)
                 if ((st = lint(L, &iv)) != FL_OK) goto out;
                 if (iv < 0 || iv > 8) LFAIL_OUT("variable '%s': lod %lld out of range", name, (long long)iv);
                 v->lod_level = (int)iv;
-            } else if (!strcmp(w, "lr_scale") || !strcmp(w, "l2_decay")) {
+            } else if (!strcmp(w, "lr_scale") || !strcmp(w, "l2_decay") || !strcmp(w, "l1_decay")) {
                 if ((st = lfloat(L, 0, &fv)) != FL_OK) goto out;
-                *(w[1] == 'r' ? &v->lr_scale : &v->l2_decay) = (float)fv;
+                *(w[1] == 'r' ? &v->lr_scale : w[1] == '2' ? &v->l2_decay : &v->l1_decay) = (float)fv;
             } else LFAIL_OUT("variable '%s': unknown property '%s='", name, w);
         } else {
             int k = 0;

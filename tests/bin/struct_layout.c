@@ -30,6 +30,7 @@ int main(void)
     F(fl_param_attr, learning_rate);
     F(fl_param_attr, l2_decay);
     F(fl_param_attr, frozen);
+    F(fl_param_attr, l1_decay);
 
     S(fl_fc_attr);
     F(fl_fc_attr, num_flatten_dims);

@@ -77,6 +77,9 @@ def test_comparisons_and_logical_ops(progs):
     for g, w in zip(got, [lt, le, gt, ge, eq, ne, lt & eq, lt | eq, le ^ eq, ~lt]):
         assert g.dtype == np.int32
         np.testing.assert_array_equal(g, w.astype("int32"))
+    lt2, ge2 = run(main, startup, {"x": xv, "y": yv}, [x < y, x >= 3])
+    np.testing.assert_array_equal(lt2, lt.astype("int32"))
+    np.testing.assert_array_equal(ge2, (xv >= 3).astype("int32"))
     with pytest.raises(Exception, match="one dtype"):
         L.less_than(x, fluid.data(name="f", shape=[None, 3], dtype="float32"))
 
@@ -174,8 +177,25 @@ def test_l1_decay_and_rmsprop_match_their_formulas():
             mom = 0.5 * mom + 0.1 * g / np.sqrt((ms - mg * mg if centered else ms) + 1e-6)
             p = p - mom
         np.testing.assert_allclose(w, p, rtol=1e-4)
-    with pytest.raises(NotImplementedError, match="L1Decay"):
-        fluid.ParamAttr(regularizer=fluid.regularizer.L1Decay(0.1))._c()
+
+
+def test_a_parameters_own_l1decay_applies_to_it_only(progs):
+    """deepFM's first-order weights: ParamAttr(regularizer=L1DecayRegularizer(reg))."""
+    main, startup = progs
+    x = fluid.data(name="x", shape=[None, 2], dtype="float32")
+    init = fluid.initializer.Constant(0.5)
+    a = fluid.layers.create_parameter([2], "float32", attr=fluid.ParamAttr(
+        name="a", initializer=init, regularizer=fluid.regularizer.L1DecayRegularizer(0.3)))
+    b = fluid.layers.create_parameter([2], "float32", attr=fluid.ParamAttr(name="b", initializer=init))
+    loss = fluid.layers.mean(fluid.layers.elementwise_mul(x, a) + fluid.layers.elementwise_mul(x, b))
+    fluid.optimizer.SGD(0.1).minimize(loss)
+    exe = fluid.Executor(fluid.CPUPlace())
+    exe.run(startup)
+    exe.run(main, feed={"x": np.array([[1.0, -1.0]], "float32")})
+    got = {n: np.asarray(fluid.global_scope().find_var(n).get_tensor()) for n in "ab"}
+    g = np.array([0.5, -0.5])
+    np.testing.assert_allclose(got["b"], 0.5 - 0.1 * g, rtol=1e-6)
+    np.testing.assert_allclose(got["a"], 0.5 - 0.1 * (g + 0.3), rtol=1e-6)
 
 
 # ---- metrics -------------------------------------------------------------------------------------------
