@@ -379,8 +379,33 @@ TEST(shape_assign_value_and_global_var)
     fl_prog_free(p);
 }
 
+/* simnet_bow's accuracy: less_than -> cast float64 -> reduce_sum -> elementwise_div by a
+ * float64 fill_constant (float64 forward through reduce_sum and the elementwise ops). */
+TEST(float64_accuracy_chain_of_simnet_bow)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *a = fl_layer_data(p, "a", 1, (const int64_t[]){1}, FL_FLOAT32, 0);
+    fl_var *b = fl_layer_data(p, "b", 1, (const int64_t[]){1}, FL_FLOAT32, 0);
+    fl_var *cond = fl_layer_cast(fl_layer_compare(a, b, "less_than"), FL_FLOAT64);
+    fl_var *acc = fl_layer_elementwise_div(fl_layer_reduce_sum(cond, NULL, 0, 0),
+                                           fl_layer_fill_constant(p, 1, (const int64_t[]){1}, FL_FLOAT64, 4.0), -1);
+    if (!acc) TFAIL("float64 chain: %s", fl_prog_error(p));
+    CHECK_EQ_INT(fl_var_dtype(acc), FL_FLOAT64);
+    const float av[4] = {0.1f, 0.5f, -0.2f, 0.9f}, bv[4] = {0.3f, 0.4f, 0.0f, 0.1f};
+    fl_tensor *at = th_f32(2, (const int64_t[]){4, 1}, av), *bt = th_f32(2, (const int64_t[]){4, 1}, bv), *r;
+    fl_feed feed[2] = {{"a", at}, {"b", bt}};
+    const char *f[1] = {fl_var_name(acc)};
+    fl_exe *e = gc_run_once(p, feed, 2, f, 1, &r);
+    CHECK_EQ_INT(fl_tensor_dtype(r), FL_FLOAT64);
+    CHECK_NEAR(((const double *)fl_tensor_cdata(r))[0], 0.5, 0);
+    fl_exe_free(e);
+    fl_tensor_free(at);
+    fl_tensor_free(bt);
+    fl_prog_free(p);
+}
+
 TEST_MAIN(T(grad_elementwise_two_way_broadcast), T(grad_elementwise_max_min), T(max_min_forward_broadcasts_both_ways),
           T(comparisons_and_logical_ops_match_loops), T(broadcast_errors_name_the_inputs), T(grad_l2_normalize),
           T(l2_normalize_rows_have_unit_norm), T(grad_topk_and_its_indices), T(fill_constant_values_and_dtypes),
           T(lr_schedules_follow_their_formulas), T(rmsprop_matches_its_reference), T(l1_decay_adds_coeff_times_sign),
-          T(grad_sqrt_abs_exp_log), T(shape_assign_value_and_global_var))
+          T(grad_sqrt_abs_exp_log), T(shape_assign_value_and_global_var), T(float64_accuracy_chain_of_simnet_bow))

@@ -10,7 +10,8 @@
  * The comparisons and logical ops write 0 / 1 as int32 (Paddle writes bool, a dtype this
  * library does not have; cast and the executor's conditions read int32) and have no
  * gradient.  elementwise_add / sub / mul / div (ops_nn.c) fall back to the kernels here
- * when their operands do not fit Paddle 1.x's one-way layout.
+ * when their operands do not fit Paddle 1.x's one-way layout, or are float64 (forward only:
+ * float64 arithmetic has no gradient here).
  */
 #include <stdio.h>
 #include <string.h>
@@ -119,25 +120,33 @@ static int bc_lod(fl_tensor *out, const fl_tensor *x, const fl_tensor *y)
     return FL_OK;
 }
 
-int fl__bcast_run_f32(fl_kctx *c, int kind)
+/* Out = f(X, Y) for one element type T. */
+#define BC_FORWARD(T, B, XP, YP, OP, KIND)                                           \
+    do {                                                                             \
+        const T *xp = (const T *)(XP), *yp = (const T *)(YP);                        \
+        T *o = (T *)(OP);                                                            \
+        switch (KIND) {                                                              \
+        case FL_BC_ADD: BC_ROWS(B, o[i] = xp[xi] + yp[yi]); break;                   \
+        case FL_BC_SUB: BC_ROWS(B, o[i] = xp[xi] - yp[yi]); break;                   \
+        case FL_BC_MUL: BC_ROWS(B, o[i] = xp[xi] * yp[yi]); break;                   \
+        case FL_BC_DIV: BC_ROWS(B, o[i] = xp[xi] / yp[yi]); break;                   \
+        case FL_BC_MAX: BC_ROWS(B, o[i] = xp[xi] > yp[yi] ? xp[xi] : yp[yi]); break; \
+        default: BC_ROWS(B, o[i] = xp[xi] < yp[yi] ? xp[xi] : yp[yi]); break;        \
+        }                                                                            \
+    } while (0)
+
+int fl__bcast_run(fl_kctx *c, int kind)
 {
-    FL_CHECK(fl__kctx_dense_f32(c, 0));
-    FL_CHECK(fl__kctx_dense_f32(c, 1));
+    const fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1);
+    if (!x || !y || x->dtype != y->dtype || (x->dtype != FL_FLOAT32 && x->dtype != FL_FLOAT64))
+        return fl__err(FL_EINVAL, "%s: X '%s' and Y '%s' must be float32 or float64 tensors of one dtype", c->op->def->type,
+                       fl__kctx_var_name(c, 0, 0), fl__kctx_var_name(c, 1, 0));
     fl__bcast b;
     FL_CHECK(bc_runtime(c, &b));
-    const fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1);
     fl_tensor *out = FL_OUT(c, 0);
-    FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, b.nd, b.out));
-    const float *xp = x->data, *yp = y->data;
-    float *o = out->data;
-    switch (kind) {
-    case FL_BC_ADD: BC_ROWS(&b, o[i] = xp[xi] + yp[yi]); break;
-    case FL_BC_SUB: BC_ROWS(&b, o[i] = xp[xi] - yp[yi]); break;
-    case FL_BC_MUL: BC_ROWS(&b, o[i] = xp[xi] * yp[yi]); break;
-    case FL_BC_DIV: BC_ROWS(&b, o[i] = xp[xi] / yp[yi]); break;
-    case FL_BC_MAX: BC_ROWS(&b, o[i] = xp[xi] > yp[yi] ? xp[xi] : yp[yi]); break;
-    default: BC_ROWS(&b, o[i] = xp[xi] < yp[yi] ? xp[xi] : yp[yi]); break;
-    }
+    FL_CHECK(fl__tensor_reshape_raw(out, x->dtype, b.nd, b.out));
+    if (x->dtype == FL_FLOAT64) BC_FORWARD(double, &b, x->data, y->data, out->data, kind);
+    else BC_FORWARD(float, &b, x->data, y->data, out->data, kind);
     return bc_lod(out, x, y);
 }
 
@@ -249,8 +258,8 @@ static int infer_bc(fl_op *op)
 static int run_bc(fl_kctx *c)
 {
     int kind = kind_of(c->op->def->type);
-    if (kind == K_MAX) return fl__bcast_run_f32(c, FL_BC_MAX);
-    if (kind == K_MIN) return fl__bcast_run_f32(c, FL_BC_MIN);
+    if (kind == K_MAX) return fl__bcast_run(c, FL_BC_MAX);
+    if (kind == K_MIN) return fl__bcast_run(c, FL_BC_MIN);
     fl__bcast b;
     FL_CHECK(bc_runtime(c, &b));
     const fl_tensor *x = FL_IN(c, 0), *y = c->nin[1] ? FL_IN(c, 1) : x;

@@ -25,11 +25,12 @@ typedef struct {
  * is the known one, or -1). */
 int fl__bcast_plan(const int64_t *xs, int xr, const int64_t *ys, int yr, int axis, int build, fl__bcast *b);
 
-/* The float32 kernels of the two-way case, by kind (FL_BC_*; ops_nn.c's order for the first
- * four): Out = f(X, Y) in Out's shape; the gradient op writes X@GRAD / Y@GRAD (slots 0, 1,
- * either may be absent) summed over the dims each operand was broadcast along. */
+/* The kernels of the two-way case, by kind (FL_BC_*; ops_nn.c's order for the first four):
+ * Out = f(X, Y) in Out's shape, float32 or (forward only) float64 operands of one dtype; the
+ * float32 gradient op writes X@GRAD / Y@GRAD (slots 0, 1, either may be absent) summed over
+ * the dims each operand was broadcast along. */
 enum { FL_BC_ADD, FL_BC_SUB, FL_BC_MUL, FL_BC_DIV, FL_BC_MAX, FL_BC_MIN };
-int fl__bcast_run_f32(fl_kctx *c, int kind);
+int fl__bcast_run(fl_kctx *c, int kind);
 int fl__bcast_grad_f32(fl_kctx *c, int kind);
 
 #endif

@@ -94,14 +94,17 @@ static int infer_ew(fl_op *op)
 {
     FL_CHECK(fl__op_check_slots(op)); /* one variable per slot */
     fl_var *x = op->in[0].vars[0], *y = op->in[1].vars[0];
-    FL_CHECK(fl__op_need_f32(op, x));
-    FL_CHECK(fl__op_need_f32(op, y));
+    int f64 = x->dtype == FL_FLOAT64 && y->dtype == FL_FLOAT64; /* forward only, ops_bcast.c's kernel */
+    if (!f64) {
+        FL_CHECK(fl__op_need_f32(op, x));
+        FL_CHECK(fl__op_need_f32(op, y));
+    }
     int axis = (int)fl__attr_i(op, "axis", -1);
     ew_dims d;
     int code = ew_layout(x->shape, x->ndim, y->shape, y->ndim, axis, 1, &d);
     fl__bcast b; /* not Paddle 1.x's one-way layout: Paddle 2.x's two-way broadcast (ops_bcast.c) */
-    if (code && !fl__bcast_plan(x->shape, x->ndim, y->shape, y->ndim, axis, 1, &b)) {
-        fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, b.nd, b.out);
+    if ((code || f64) && !fl__bcast_plan(x->shape, x->ndim, y->shape, y->ndim, axis, 1, &b)) {
+        fl__var_set_shape(op->out[0].vars[0], x->dtype, b.nd, b.out);
         op->out[0].vars[0]->lod_level = fl__shapes_equal(op->out[0].vars[0], x) ? x->lod_level : 0;
         return FL_OK;
     }
@@ -127,6 +130,7 @@ static int infer_ew(fl_op *op)
  * kernels of ops_bcast.c then run). */
 static int ew_runtime(fl_kctx *c, ew_dims *d)
 {
+    if (c->nin[0] && c->nin[1] && FL_IN(c, 0)->dtype == FL_FLOAT64 && FL_IN(c, 1)->dtype == FL_FLOAT64) return 1;
     FL_CHECK(fl__kctx_dense_f32(c, 0));
     FL_CHECK(fl__kctx_dense_f32(c, 1));
     const fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1);
@@ -210,7 +214,7 @@ static int run_ew(fl_kctx *c)
     int kind = ew_kind(c);
     ew_dims d;
     int st = ew_runtime(c, &d);
-    if (st) return st < 0 ? st : fl__bcast_run_f32(c, kind);
+    if (st) return st < 0 ? st : fl__bcast_run(c, kind);
     fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1), *out = FL_OUT(c, 0);
     FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, x->ndim, x->shape));
     switch (kind) {
@@ -505,7 +509,7 @@ static int infer_reduce_sum(fl_op *op)
 {
     FL_CHECK(fl__op_check_slots(op));
     fl_var *x = op->in[0].vars[0], *o = op->out[0].vars[0];
-    FL_CHECK(fl__op_need_f32(op, x));
+    if (x->dtype != FL_FLOAT64) FL_CHECK(fl__op_need_f32(op, x)); /* float64: forward only */
     char red[FL_MAX_DIMS], xs[96];
     int64_t os[FL_MAX_DIMS];
     int n, bad = fl__reduce_dims(op, x->ndim, x->shape, red, os, &n, 0);
@@ -514,9 +518,31 @@ static int infer_reduce_sum(fl_op *op)
     if (bad > 0)
         return fl__op_error(op, "dim %lld (entry %d) is out of range or repeated for input '%s' %s (rank %d)",
                             (long long)fl__attr_find(op, "dim")->ints[bad - 1], bad - 1, x->name, xs, x->ndim);
-    fl__var_set_shape(o, FL_FLOAT32, n, os);
+    fl__var_set_shape(o, x->dtype, n, os);
     o->lod_level = (x->ndim > 0 && !red[0]) ? x->lod_level : 0;
     return FL_OK;
+}
+
+/* float64 reduce_sum (forward only: simnet_bow's accuracy casts its counts to float64):
+ * each element of x added into its output element, found by an odometer over x's dims. */
+static void reduce_sum_f64(const double *x, double *out, int64_t onumel, const int64_t *xs, int rank, const char *red,
+                           int64_t numel)
+{
+    int64_t ostr[FL_MAX_DIMS], idx[FL_MAX_DIMS] = {0}, s = 1, o = 0;
+    for (int d = rank - 1; d >= 0; d--) {
+        ostr[d] = red[d] ? 0 : s;
+        if (!red[d]) s *= xs[d];
+    }
+    memset(out, 0, (size_t)onumel * sizeof *out);
+    for (int64_t i = 0; i < numel; i++) {
+        out[o] += x[i];
+        for (int d = rank - 1; d >= 0; d--) {
+            o += ostr[d];
+            if (++idx[d] < xs[d]) break;
+            o -= ostr[d] * xs[d];
+            idx[d] = 0;
+        }
+    }
 }
 
 /* Walks x in row-major order as merged runs of reduced / kept dims (size-1 dims
@@ -578,14 +604,16 @@ static int reduce_runtime(fl_kctx *c, const fl_tensor *x, char *red, int64_t *os
 
 static int run_reduce_sum(fl_kctx *c)
 {
-    FL_CHECK(fl__kctx_dense_f32(c, 0));
+    int f64 = c->nin[0] && FL_IN(c, 0)->dtype == FL_FLOAT64 && !FL_IN(c, 0)->is_rows;
+    if (!f64) FL_CHECK(fl__kctx_dense_f32(c, 0));
     fl_tensor *x = FL_IN(c, 0), *out = FL_OUT(c, 0);
     char red[FL_MAX_DIMS];
     int64_t os[FL_MAX_DIMS];
     int n;
     FL_CHECK(reduce_runtime(c, x, red, os, &n));
-    FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, n, os));
-    reduce_walk(x->data, out->data, x->shape, x->ndim, red, x->numel, 0);
+    FL_CHECK(fl__tensor_reshape_raw(out, x->dtype, n, os));
+    if (f64) reduce_sum_f64(x->data, out->data, out->numel, x->shape, x->ndim, red, x->numel);
+    else reduce_walk(x->data, out->data, x->shape, x->ndim, red, x->numel, 0);
     out->lod_n = 0;
     return (x->ndim > 0 && !red[0]) ? fl__tensor_share_lod(out, x) : FL_OK;
 }
