@@ -476,6 +476,7 @@ struct fl_ps_client {
     fl_ps_client_opts o;
     fl_ps_table_config *cfgs;
     int ntables, ns, server_sync;
+    int64_t nofile; /* descriptors counted in fl__nofile_hold: a request and a heartbeat connection per server */
     fl_net_secret secret;
     fl_net_auth auth;
     fl__ps_csrv *srv;
