@@ -25,6 +25,15 @@
  *       Memory per key of the in-memory table: N keys (pulled for training, so created) in
  *       tables of dim 8 and 16 with SGD, Adagrad and Adam; fl_ps_table_stats.bytes_per_key
  *       against the payload (values + optimizer state).
+ *   bench_ps_ssd --sweep N [--dim D] [--opt sgd|adagrad|adam] [--step K] [--seconds S]
+ *       Memory and speed of one in-memory table (default dim 8, Adagrad) as it grows to N
+ *       keys: every K keys (default 200,000) a line "sweep,keys,bytes/key,ratio to values +
+ *       state,ratio to values + state + statistics (show, click, delta_score),RSS MiB,hot
+ *       rows/s,random rows/s"; the speeds (training pull + push of batches of 4096 ids from
+ *       the 20,000 ids created last, and from all ids; rows per second of this thread's CPU
+ *       time, S/2 CPU seconds each, default S = 0.4) at
+ *       every million keys and right after the counts where an index of 64 stripes that
+ *       doubles at 3/4 doubles (48 x 2^k keys), 0 elsewhere.  bench/plot_ps_memory.py plots it.
  * D (default /tmp) holds the RocksDB directories, removed at the end.
  */
 #include <signal.h>
@@ -45,7 +54,8 @@
     "usage: bench_ps_ssd [--keys N] [--budget MB] [--seconds S] [--dir D]\n" \
     "       bench_ps_ssd --scale N [--servers K] [--budget MB] [--dir D]\n"  \
     "       bench_ps_ssd --export N [--budget MB] [--dir D]\n"               \
-    "       bench_ps_ssd --memory N"
+    "       bench_ps_ssd --memory N\n"                                       \
+    "       bench_ps_ssd --sweep N [--dim D] [--opt sgd|adagrad|adam] [--step K] [--seconds S]"
 #include "bench_args.h"
 
 #define DIM 8
@@ -339,21 +349,86 @@ static int memory(uint64_t nkeys)
     return 0;
 }
 
+/* Seconds of CPU time of this thread: on a machine shared with other work, rows per CPU
+ * second vary far less than rows per wall-clock second. */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double rate(fl__ps_sparse *t, uint64_t base, uint64_t range, double secs)
+{
+    static uint64_t ids[BATCH];
+    double t0 = cpu_s(), el;
+    long rows = 0;
+    do {
+        draw(ids, BATCH, base, range);
+        step(t, ids, BATCH);
+        rows += BATCH;
+    } while ((el = cpu_s() - t0) < secs);
+    return rows / el;
+}
+
+static int sweep(uint64_t nkeys, int dim, const char *opt, uint64_t every, double secs)
+{
+    fl_ps_opt_kind k = !strcmp(opt, "sgd") ? FL_PS_OPT_SGD : !strcmp(opt, "adam") ? FL_PS_OPT_ADAM : FL_PS_OPT_ADAGRAD;
+    if (dim < 1 || dim > 16 || (strcmp(opt, "sgd") && strcmp(opt, "adagrad") && strcmp(opt, "adam")))
+        cli_die(2, "--sweep needs --dim 1..16 and --opt sgd, adagrad or adam");
+    if (every < 2 * HOTSET) cli_die(2, "--step must be at least %d", 2 * HOTSET);
+    fl_ps_table_config c = cfg(NULL, 0, k);
+    c.dim = dim;
+    fl__ps_sparse *t;
+    if (fl__ps_sparse_create(&c, 0, 1, &t)) die("create");
+    enum { B = 65536 };
+    static uint64_t ids[B];
+    static float vals[B * 16];
+    printf("sweep of one in-memory table: dim %d, %s, up to %llu keys\n", dim, opt, (unsigned long long)nkeys);
+    printf("sweep,keys,bytes_per_key,ratio,ratio_stats,rss_mib,hot_rows_s,random_rows_s\n");
+    uint64_t have = 0, next_double = 48ull << 15; /* 48 x 2^k: 64 stripes of 2^k slots reach 3/4 */
+    for (uint64_t at = every; at <= nkeys; at += every) {
+        while (have < at) {
+            int n = (int)(at - have < B ? at - have : B);
+            for (int j = 0; j < n; j++) ids[j] = id_of(have + (uint64_t)j);
+            if (fl__ps_sparse_pull(t, ids, n, vals, 1)) die("pull");
+            have += (uint64_t)n;
+        }
+        fl_ps_table_stats st;
+        fl__ps_sparse_stats(t, &st);
+        double hot = 0, all = 0;
+        int timed = at % 1000000 == 0;
+        for (; next_double <= at; next_double *= 2) timed = 1;
+        if (timed) {
+            hot = rate(t, at - HOTSET, HOTSET, secs / 2);
+            all = rate(t, 0, at, secs / 2);
+        }
+        printf("sweep,%llu,%.2f,%.4f,%.4f,%.1f,%.4g,%.4g\n", (unsigned long long)at, st.bytes_per_key,
+               st.bytes_per_key / st.payload_per_key, st.bytes_per_key / (st.payload_per_key + 12),
+               proc_kb(getpid(), "VmRSS") / 1024.0, hot, all);
+        fflush(stdout);
+    }
+    fl__ps_sparse_free(t);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    uint64_t keys = 2000000, scale_keys = 0, mem_keys = 0, export_keys = 0;
+    uint64_t keys = 2000000, scale_keys = 0, mem_keys = 0, export_keys = 0, sweep_keys = 0, every = 200000;
     int64_t budget = -1;
-    int ns = 2;
-    double secs = 2;
-    const char *dir = "/tmp";
-    const bench_opt opts[] = {{"keys", BA_U64, &keys},       {"scale", BA_U64, &scale_keys},
-                              {"memory", BA_U64, &mem_keys}, {"export", BA_U64, &export_keys},
-                              {"budget", BA_I64, &budget},   {"servers", BA_INT, &ns},
-                              {"seconds", BA_DOUBLE, &secs}, {"dir", BA_STR, &dir}};
+    int ns = 2, dim = DIM;
+    double secs = -1;
+    const char *dir = "/tmp", *opt = "adagrad";
+    const bench_opt opts[] = {
+        {"keys", BA_U64, &keys},          {"scale", BA_U64, &scale_keys}, {"memory", BA_U64, &mem_keys},
+        {"export", BA_U64, &export_keys}, {"budget", BA_I64, &budget},    {"servers", BA_INT, &ns},
+        {"seconds", BA_DOUBLE, &secs},    {"dir", BA_STR, &dir},          {"sweep", BA_U64, &sweep_keys},
+        {"step", BA_U64, &every},         {"dim", BA_INT, &dim},          {"opt", BA_STR, &opt}};
     bench_args(argc, argv, 1, opts, BA_COUNT(opts), NULL, NULL);
     if (keys < 2 * HOTSET) cli_die(2, "--keys must be at least %d", 2 * HOTSET);
+    if (sweep_keys) return sweep(sweep_keys, dim, opt, every, secs >= 0 ? secs : 0.4);
     if (mem_keys) return memory(mem_keys);
     if (export_keys) return export_run(export_keys, budget > 0 ? budget : 16, dir);
     if (scale_keys) return scale(scale_keys, ns, budget >= 0 ? budget : 256, dir);
-    return tiers(keys, budget > 0 ? budget : 16, secs, dir);
+    return tiers(keys, budget > 0 ? budget : 16, secs >= 0 ? secs : 2, dir);
 }

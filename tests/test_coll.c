@@ -14,6 +14,7 @@
  */
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "collhelp.h"
@@ -473,8 +474,37 @@ TEST(allreduce_dtype_is_checked)
     unsetenv("FLEET_COLL_ALLREDUCE_DTYPE");
 }
 
-TEST_MAIN(T(allreduce_shm), T(allreduce_tcp), T(broadcast_every_root), T(allgather), T(reduce_scatter), T(barrier),
-          T(named_backend_tcp), T(named_backend_shm), T(unknown_backend_is_refused),
+/* Each rank raises its soft RLIMIT_NOFILE for its connections (one per peer), as PS servers
+ * and clients do: a rank of a 1,000-rank job holds 999 of them, over a soft limit of 1024
+ * with what else it has open. */
+static void nofile_rank(ch_world *w, int r, void *arg)
+{
+    (void)arg;
+    struct rlimit rl;
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < (rlim_t)(w->P - 1 + 256))
+        TFAIL("the hard RLIMIT_NOFILE %llu is too low for this case", (unsigned long long)rl.rlim_max);
+    rl.rlim_cur = 64;
+    CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+    fl_coll *c = ch_comm(w, r);
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    if (r == 0)
+        printf("  rank 0 of %d: soft RLIMIT_NOFILE 64 before fl_coll_create, %llu after\n", w->P,
+               (unsigned long long)rl.rlim_cur);
+    CHECK(rl.rlim_cur >= (rlim_t)(w->P - 1 + 256));
+    fl_coll_free(c);
+}
+
+TEST(ranks_raise_their_descriptor_limit)
+{
+    ch_world w;
+    ch_init(&w, 4, 0);
+    ch_start(&w, nofile_rank, NULL);
+    CHECK_EQ_INT(ch_wait(&w, -1), 0);
+}
+
+TEST_MAIN(T(ranks_raise_their_descriptor_limit), T(allreduce_shm), T(allreduce_tcp), T(broadcast_every_root), T(allgather),
+          T(reduce_scatter), T(barrier), T(named_backend_tcp), T(named_backend_shm), T(unknown_backend_is_refused),
           T(shm_named_without_shared_memory_fails), T(ranks_must_name_one_backend), T(allreduce_16m_floats),
           T(allreduce_random_floats), T(compressed_allreduce_within_tolerance), T(compressed_allreduce_halves_the_bytes),
           T(fp16_overflow_is_an_error_on_every_rank), T(allreduce_dtype_is_checked))

@@ -578,8 +578,81 @@ TEST(server_raises_its_descriptor_limit_for_its_workers)
     fl_ps_server_free(s);
 }
 
+/* A worker raises its soft RLIMIT_NOFILE for the connections its clients open (a request and
+ * a heartbeat connection to every server, per client: 2 + thread_pool_size clients for a
+ * trainer), as the server does for its workers; a hard limit below that is named in a
+ * warning.  100 servers and 4 clients are 800 connections, with the rest of the process over
+ * a soft limit of 1024. */
+static char nofile_warning[1024];
+static void nofile_sink(fl_log_level lv, const char *line, void *user)
+{
+    (void)user;
+    if (lv == FL_LOG_WARN && strstr(line, "file descriptors")) snprintf(nofile_warning, sizeof nofile_warning, "%s", line);
+}
+
+TEST(client_raises_its_descriptor_limit_for_its_servers)
+{
+    enum { NS = 4 };
+    init_tables();
+    char eps[NS][128];
+    const char *ep[NS];
+    pid_t pid[NS];
+    for (int i = 0; i < NS; i++) {
+        pid[i] = spawn_server(i, NS, 2, NULL, eps[i], sizeof eps[i]);
+        ep[i] = eps[i];
+    }
+    struct rlimit rl;
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 4 * NS + 256)
+        TFAIL("the hard RLIMIT_NOFILE %llu is too low for this case", (unsigned long long)rl.rlim_max);
+    /* below a hard limit of 200: the limit goes as far as it can, and a warning names it (in a
+     * child, forked while this process runs no thread: a hard limit is not raised again) */
+    fflush(stdout);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        fl_log_set_sink(nofile_sink, NULL);
+        struct rlimit low = {200, 200};
+        int bad = setrlimit(RLIMIT_NOFILE, &low) != 0;
+        fl_ps_client_opts o = {0};
+        o.endpoints = ep;
+        o.num_servers = NS;
+        o.worker_rank = 1;
+        o.num_workers = 2;
+        o.tables = tables;
+        o.num_tables = 2;
+        o.insecure_local = 1;
+        o.connect_timeout_ms = 5000;
+        fl_ps_client *c = NULL;
+        bad |= fl_ps_client_create(&o, &c) != FL_OK;
+        bad |= getrlimit(RLIMIT_NOFILE, &low) != 0 || low.rlim_cur != 200;
+        printf("  hard limit 200: \"%s\"\n", nofile_warning);
+        bad |= !strstr(nofile_warning, "worker 1 (a request and a heartbeat connection per server and client) needs "
+                                       "about 264 file descriptors, but RLIMIT_NOFILE allows 200 (hard limit 200)");
+        bad |= !c || fl_ps_client_stop(c) != FL_OK;
+        fflush(stdout);
+        _exit(bad);
+    }
+    CHECK_EQ_INT(wait_exit(child), 0);
+    rl.rlim_cur = 64;
+    CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+    fl_ps_client *a = client_for(ep, NS, 0, 2);
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    printf("  soft RLIMIT_NOFILE 64, then %llu with a client of %d servers", (unsigned long long)rl.rlim_cur, NS);
+    CHECK(rl.rlim_cur >= 2 * NS + 256);
+    fl_ps_client *b = client_for(ep, NS, 0, 2); /* a second client of the same worker adds its own */
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    printf(", %llu with two\n", (unsigned long long)rl.rlim_cur);
+    CHECK(rl.rlim_cur >= 4 * NS + 256);
+    fl_ps_client_free(b);
+
+    CHECK_OK(fl_ps_client_stop(a));
+    fl_ps_client_free(a);
+    for (int i = 0; i < NS; i++) CHECK_EQ_INT(wait_exit(pid[i]), 0);
+}
+
 TEST_MAIN(T(killed_worker_fails_server_within_10s), T(killed_server_fails_a_round_within_one_retry_budget),
           T(scan_returns_every_row_once), T(killed_server_fails_client_calls_within_10s),
           T(save_interrupted_by_killed_server_keeps_previous), T(stopped_worker_is_named_within_10s),
           T(stopped_server_is_named_within_10s), T(stopped_server_named_in_a_blocked_send), T(fuzz_frame_decoder_briefly),
-          T(server_raises_its_descriptor_limit_for_its_workers))
+          T(server_raises_its_descriptor_limit_for_its_workers), T(client_raises_its_descriptor_limit_for_its_servers))

@@ -124,6 +124,12 @@ void fl__buf_free(fl_buf *b);
  * usual soft default of 1024.  Below `want` even so, warns once, naming `who` and the hard
  * limit.  Returns the soft limit now in force. */
 uint64_t fl__nofile_want(uint64_t want, const char *who);
+/* The same for the connections a worker opens: n > 0 adds n descriptors to those this
+ * process's live PS clients and collective communicators hold (each adds its own when
+ * created) and raises the soft limit to that sum plus FL__NOFILE_SPARE (files, pipes,
+ * listeners), warning as fl__nofile_want; n <= 0 gives -n back (at free; the limit stays). */
+#define FL__NOFILE_SPARE 256
+uint64_t fl__nofile_hold(int64_t n, const char *who);
 
 
 /* String-keyed hash map (open addressing) holding int64 values; keys are copied. */

@@ -1,5 +1,6 @@
 /* util.c - aligned memory, strings, hashing, random normals, time, text buffers. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -129,10 +130,26 @@ uint64_t fl__nofile_want(uint64_t want, const char *who)
     rlim_t old = rl.rlim_cur;
     rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : (rlim_t)want;
     if (rl.rlim_cur > old && setrlimit(RLIMIT_NOFILE, &rl) != 0) rl.rlim_cur = old;
-    if (rl.rlim_cur < want)
+    static _Atomic uint64_t warned; /* the largest need warned about: a need no larger is not repeated */
+    uint64_t w = atomic_load(&warned);
+    while (rl.rlim_cur < want && w < want && !atomic_compare_exchange_weak(&warned, &w, want)) {
+    }
+    if (rl.rlim_cur < want && w < want)
         FL_WARN(FL_SUB_NET,
                 "%s needs about %llu file descriptors, but RLIMIT_NOFILE allows %llu (hard limit %llu): connections "
                 "beyond it wait, and their peers fail; raise it (ulimit -Hn, systemd LimitNOFILE, docker --ulimit nofile)",
                 who, (unsigned long long)want, (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
     return rl.rlim_cur;
+}
+
+static _Atomic uint64_t nofile_held; /* descriptors the live clients and communicators will hold */
+
+uint64_t fl__nofile_hold(int64_t n, const char *who)
+{
+    if (n <= 0) {
+        atomic_fetch_sub(&nofile_held, (uint64_t)-n);
+        return 0;
+    }
+    uint64_t sum = atomic_fetch_add(&nofile_held, (uint64_t)n) + (uint64_t)n;
+    return fl__nofile_want(sum + FL__NOFILE_SPARE, who);
 }

@@ -79,6 +79,7 @@ struct fl_coll {
     int timeout_ms;
     size_t small_max, chunk;
     int spin;            /* 1 when this host has a core per local rank: spin before sleeping */
+    int64_t nofile;      /* descriptors counted in fl__nofile_hold: a connection per peer */
     char **endpoints;    /* [size] */
     fl_net_conn **conns; /* [size], NULL at [rank] */
     int *tx_mid;         /* [size]: our stream to that peer stops mid-message */

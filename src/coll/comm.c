@@ -317,6 +317,10 @@ int fl_coll_create(const fl_coll_opts *o, fl_coll **out)
     FL_CHECK_GOTO(fl__coll_hb_init(c, o), st, fail);
     if (c->size > 1) {
         uint64_t t0 = fl__now_ns(), dl = fl_net_deadline(tmo);
+        char who[64];
+        snprintf(who, sizeof who, "collective rank %d of %d (a connection per peer)", c->rank, c->size);
+        c->nofile = c->size - 1;
+        fl__nofile_hold(c->nofile, who);
         fl_net_listener *l = o->listener;
         if (!l) {
             char host[FL_NET_HOST_MAX];
@@ -377,6 +381,7 @@ void fl_coll_free(fl_coll *c)
     if (!c || c->magic != FL_COLL_MAGIC) return;
     c->magic = 0;
     fl__coll_hb_stop(c);
+    if (c->nofile) fl__nofile_hold(-c->nofile, NULL);
     if (c->backend && c->backend->close) c->backend->close(c);
     for (int p = 0; p < c->size; p++) {
         if (c->conns && c->conns[p]) {

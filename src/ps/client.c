@@ -324,6 +324,13 @@ int fl_ps_client_create(const fl_ps_client_opts *opts, fl_ps_client **out)
         snprintf(c->srv[i].label, sizeof c->srv[i].label, "server %d (%s)", i, ep);
         c->srv[i].client = c;
     }
+    if (st == FL_OK) { /* more than a soft limit of 1024 at 100 servers and 4 clients per worker */
+        char need[96];
+        snprintf(need, sizeof need, "worker %d (a request and a heartbeat connection per server and client)",
+                 c->o.worker_rank);
+        c->nofile = 2 * (int64_t)c->ns;
+        fl__nofile_hold(c->nofile, need);
+    }
     uint64_t dl = fl_net_deadline(c->o.connect_timeout_ms);
     for (int i = 0; i < c->ns && st == FL_OK; i++) {
         st = connect_server(c, i, dl, &c->srv[i].conn);
@@ -375,6 +382,7 @@ void fl_ps_client_free(fl_ps_client *c)
     if (!c || c->magic != FL_PS_MAGIC_CLIENT) return;
     fl__ps_client_hb_stop(c);
     for (int i = 0; c->srv && i < c->ns; i++) fl_net_conn_free(c->srv[i].conn);
+    if (c->nofile) fl__nofile_hold(-c->nofile, NULL);
     free(c->srv);
     for (int i = 0; i < c->ncalls_cap; i++) fl__ps_wbuf_free(&c->calls[i].fixed);
     free(c->calls);

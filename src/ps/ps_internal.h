@@ -276,7 +276,8 @@ int fl__ps_sparse_get(fl__ps_sparse *t, uint64_t id, float *vals, float *show, f
 int fl__ps_sparse_scan(fl__ps_sparse *t, uint64_t first, uint64_t n, uint64_t *ids, float *vals);
 
 /* Layout shared by table_sparse.c, table_sparse_io.c and table_ssd.c.  A stripe is an
- * open-addressing (linear probing) map from id to a row index, rows living in chunks of
+ * open-addressing (linear probing) map from id to a row index (3/5 to 3/4 full, growing by
+ * a quarter, stripes at different row counts: table_sparse.c), rows living in chunks of
  * 2^chunk_shift rows (FL__PS_CHUNK_SHIFT, smaller for small SSD budgets) of `stride` bytes: {id u64, show f32, click f32, delta_score f32,
  * unseen_days u16, flags u16, values f32[dim], state f32[nstate*dim]}.  A free row (on the
  * free list) has FL__PS_ROW_FREE in its flags; FL__PS_ROW_REF is the CLOCK reference bit of
@@ -307,7 +308,7 @@ typedef struct {
 typedef struct {
     pthread_mutex_t mu;
     uint32_t *slots; /* see FL__PS_SLOT_MAKE; 0 = empty */
-    uint64_t cap;    /* power of two (or 0) */
+    uint64_t cap;    /* slots (0: none yet); any size below 2^32 */
     uint32_t nrows, nalloc, nchunks, chunks_cap;
     uint8_t **chunks;
     uint32_t *freel;
@@ -476,6 +477,7 @@ struct fl_ps_client {
     fl_ps_client_opts o;
     fl_ps_table_config *cfgs;
     int ntables, ns, server_sync;
+    int64_t nofile; /* descriptors counted in fl__nofile_hold: a request and a heartbeat connection per server */
     fl_net_secret secret;
     fl_net_auth auth;
     fl__ps_csrv *srv;

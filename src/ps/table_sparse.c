@@ -7,6 +7,17 @@
  * A request's ids are grouped by stripe first (a counting sort on the stripe number), so
  * each stripe lock is taken once per request and threads pushing different ids mostly
  * work on different stripes.
+ *
+ * A stripe's index grows by a quarter when it is 3/4 full, so it stays between 3/5 and 3/4
+ * full (4 bytes a slot: 5.3-6.7 bytes per row), and the stripes start from 16 different
+ * sizes (64..79 slots, spread over one growth step), so that they grow at different row
+ * counts: a shard's index grows a few stripes at a time, by about 1/256 of its size,
+ * instead of doubling all at once (then 5.3 to 10.7 bytes per row, depending on the count).  A
+ * slot's home is the hash's low 32 bits scaled to the size (any size, not only powers of
+ * two); a growth reads the rows in storage order (sequential) to place them again.  At
+ * these loads the ids inserted last sit at the ends of long runs of full slots, so a pull
+ * or push that finds a row 4 or more slots past its home moves it home (move_home): the ids
+ * in use are found at the first probe, as in an index that has just doubled.
  */
 #include <math.h>
 #include <stddef.h>
@@ -17,6 +28,7 @@
 
 #define MAX_LOAD_NUM 3 /* grow when rows > 3/4 of the slots */
 #define MAX_LOAD_DEN 4
+#define FIRST_CAP 64 /* slots of stripe k's first index: FIRST_CAP + k / 4 */
 
 int fl__ps_sparse_create(const fl_ps_table_config *cfg, int server, int nservers, fl__ps_sparse **out)
 {
@@ -120,12 +132,17 @@ static inline uint64_t row_key(const fl__ps_sparse *t, const fl__ps_stripe *s, u
     return k;
 }
 
+/* The home slot of inner hash hs in an index of cap slots (cap < 2^32). */
+static inline uint64_t home_of(uint64_t cap, uint64_t hs) { return ((hs & 0xffffffffu) * cap) >> 32; }
+static inline uint64_t next_slot(uint64_t cap, uint64_t i) { return i + 1 < cap ? i + 1 : 0; }
+
 /* Returns the row pointer of id, or NULL; *slot gets its slot (or the empty slot). */
 static inline uint8_t *lookup(const fl__ps_sparse *t, const fl__ps_stripe *s, uint64_t id, uint64_t hs, uint64_t *slot)
 {
     if (!s->cap) return NULL;
     const uint32_t tag = FL__PS_SLOT_TAG(hs);
-    uint64_t mask = s->cap - 1, i = hs & mask;
+    const uint64_t cap = s->cap;
+    uint64_t i = home_of(cap, hs);
     for (;;) {
         uint32_t v = s->slots[i];
         if (!v) {
@@ -141,8 +158,23 @@ static inline uint8_t *lookup(const fl__ps_sparse *t, const fl__ps_stripe *s, ui
                 return row;
             }
         }
-        i = (i + 1) & mask;
+        i = next_slot(cap, i);
     }
+}
+
+/* A row found `slot` - home >= MOVE_MIN slots from its home slot trades places with the
+ * entry there, so the ids a request touches sit at their home next time (rows inserted
+ * last sit at the ends of the longest runs of full slots: the hottest ids often).  Linear
+ * probing allows it: every slot from that entry's home to `slot` is full, so both stay
+ * reachable; the sum of the displacements does not change. */
+#define MOVE_MIN 4
+static inline void move_home(fl__ps_stripe *s, uint64_t hs, uint64_t slot)
+{
+    uint64_t h = home_of(s->cap, hs), d = slot >= h ? slot - h : slot + s->cap - h;
+    if (d < MOVE_MIN) return;
+    uint32_t v = s->slots[slot];
+    s->slots[slot] = s->slots[h];
+    s->slots[h] = v;
 }
 
 uint8_t *fl__ps_stripe_find(const fl__ps_sparse *t, const fl__ps_stripe *s, uint64_t id, uint64_t hs)
@@ -151,32 +183,45 @@ uint8_t *fl__ps_stripe_find(const fl__ps_sparse *t, const fl__ps_stripe *s, uint
     return lookup(t, s, id, hs, &slot);
 }
 
-/* Prefetches the slot of a later id, and the row of the first candidate of a nearer one. */
+/* Prefetches the slot of a later id, and the row of the first candidate of a nearer one
+ * (the first slot with its tag within 8 of its home: at 3/5-3/4 full the home slot often
+ * holds another id). */
 static inline void prefetch(const fl__ps_sparse *t, const fl__ps_stripe *s, const uint64_t *hs, const uint32_t *order,
                             uint32_t q, uint32_t end)
 {
     if (!s->cap) return;
-    uint64_t mask = s->cap - 1;
-    if (q + 8 < end) __builtin_prefetch(&s->slots[hs[order[q + 8]] & mask]);
+    if (q + 8 < end) __builtin_prefetch(&s->slots[home_of(s->cap, hs[order[q + 8]])]);
     if (q + 4 < end) {
-        uint32_t v = s->slots[hs[order[q + 4]] & mask];
-        if (v) __builtin_prefetch(fl__ps_row(t, s, FL__PS_SLOT_IDX(v)));
+        const uint64_t h4 = hs[order[q + 4]];
+        const uint32_t tag = FL__PS_SLOT_TAG(h4);
+        uint64_t i = home_of(s->cap, h4);
+        for (int n = 0; n < 8; n++, i = next_slot(s->cap, i)) {
+            uint32_t v = s->slots[i];
+            if (!v) break;
+            if ((v & 63u) == tag) {
+                __builtin_prefetch(fl__ps_row(t, s, FL__PS_SLOT_IDX(v)));
+                break;
+            }
+        }
     }
 }
 
+/* A bigger index (5/4 of the slots) for the stripe's rows: they are read in storage order,
+ * a sequential pass, rather than through the old slots (a random read of every row). */
 static int grow_slots(fl__ps_sparse *t, fl__ps_stripe *s)
 {
-    uint64_t cap = s->cap ? s->cap * 2 : 64;
+    uint64_t cap = s->cap ? s->cap + s->cap / 4 : FIRST_CAP + (uint64_t)(s - t->st) / 4;
     uint32_t *ns = calloc(cap, sizeof *ns);
     if (!ns)
         return fl__err(FL_ENOMEM, "sparse table '%s': out of memory growing an index to %llu slots", t->cfg.name,
                        (unsigned long long)cap);
-    for (uint64_t i = 0; i < s->cap; i++) {
-        uint32_t v = s->slots[i];
-        if (!v) continue;
-        uint64_t j = fl__ps_inner_hash(row_key(t, s, FL__PS_SLOT_IDX(v))) & (cap - 1);
-        while (ns[j]) j = (j + 1) & (cap - 1);
-        ns[j] = v;
+    for (uint32_t idx = 0; idx < s->nalloc; idx++) {
+        fl__ps_rowhdr h;
+        memcpy(&h, fl__ps_row(t, s, idx), sizeof h);
+        if (h.flags & FL__PS_ROW_FREE) continue;
+        uint64_t hs = fl__ps_inner_hash(h.key), j = home_of(cap, hs);
+        while (ns[j]) j = next_slot(cap, j);
+        ns[j] = FL__PS_SLOT_MAKE(idx, hs);
     }
     free(s->slots);
     s->slots = ns;
@@ -218,8 +263,8 @@ static uint8_t *insert_slot(fl__ps_sparse *t, fl__ps_stripe *s, uint64_t hs)
     if ((uint64_t)(s->nrows + 1) * MAX_LOAD_DEN > s->cap * MAX_LOAD_NUM && grow_slots(t, s)) return NULL;
     uint32_t idx = 0;
     if (alloc_row(t, s, &idx)) return NULL;
-    uint64_t mask = s->cap - 1, i = hs & mask;
-    while (s->slots[i]) i = (i + 1) & mask;
+    uint64_t i = home_of(s->cap, hs);
+    while (s->slots[i]) i = next_slot(s->cap, i);
     s->slots[i] = FL__PS_SLOT_MAKE(idx, hs);
     s->nrows++;
     atomic_fetch_add_explicit(&t->changes, 1, memory_order_relaxed);
@@ -250,11 +295,11 @@ uint8_t *fl__ps_stripe_insert(fl__ps_sparse *t, fl__ps_stripe *s, uint64_t id, u
 /* Backward-shift deletion of the entry in slot i (linear probing keeps no tombstones). */
 static void delete_slot(fl__ps_sparse *t, fl__ps_stripe *s, uint64_t i)
 {
-    uint64_t mask = s->cap - 1;
+    const uint64_t cap = s->cap;
     uint32_t idx = FL__PS_SLOT_IDX(s->slots[i]);
     s->slots[i] = 0;
-    for (uint64_t j = (i + 1) & mask; s->slots[j]; j = (j + 1) & mask) {
-        uint64_t home = fl__ps_inner_hash(row_key(t, s, FL__PS_SLOT_IDX(s->slots[j]))) & mask;
+    for (uint64_t j = next_slot(cap, i); s->slots[j]; j = next_slot(cap, j)) {
+        uint64_t home = home_of(cap, fl__ps_inner_hash(row_key(t, s, FL__PS_SLOT_IDX(s->slots[j]))));
         /* move j back to i if its home is not in the cyclic range (i, j] */
         int in_range = i <= j ? (home > i && home <= j) : (home > i || home <= j);
         if (!in_range) {
@@ -444,6 +489,7 @@ int fl__ps_sparse_pull(fl__ps_sparse *t, const uint64_t *ids, uint64_t n, float 
             uint64_t slot;
             prefetch(t, s, g.hs, g.order, q, g.start[k + 1]);
             uint8_t *row = lookup(t, s, ids[i], g.hs[i], &slot);
+            if (row) move_home(s, g.hs[i], slot);
             if (!row && training) {
                 int a = admit(t, s, ids[i], g.hs[i]);
                 if (a > 0) row = fl__ps_stripe_insert(t, s, ids[i], g.hs[i]);
@@ -503,7 +549,8 @@ int fl__ps_sparse_push(fl__ps_sparse *t, const uint64_t *ids, uint64_t n, const 
             uint64_t slot;
             prefetch(t, s, g.hs, g.order, q, g.start[k + 1]);
             uint8_t *row = lookup(t, s, ids[i], g.hs[i], &slot);
-            if (!row) {
+            if (row) move_home(s, g.hs[i], slot);
+            else {
                 int a = admit(t, s, ids[i], g.hs[i]);
                 if (a > 0) row = fl__ps_stripe_insert(t, s, ids[i], g.hs[i]);
                 if (a < 0 || (a > 0 && !row)) {

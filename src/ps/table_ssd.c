@@ -133,7 +133,7 @@ int fl__ps_ssd_open(fl__ps_sparse *t)
         return st;
     }
     /* A stripe's share of the budget holds `fit` rows with their index slots (4 bytes at a
-     * load of 3/8..3/4).  Rows are allocated by chunks of about fit/8 (a power of two, 16 to
+     * load of 3/5..3/4, and room to spare).  Rows are allocated by chunks of about fit/8 (a power of two, 16 to
      * 256 rows), so it keeps 7/8 of fit: the last chunk's slack stays within the share. */
     uint64_t per_row = t->stride + 11, budget = (uint64_t)t->cfg.mem_budget_mb << 20;
     uint64_t fit = budget / per_row / FL__PS_STRIPES, rows = fit - fit / 8;
