@@ -158,14 +158,13 @@ class _ImageModel:
 
 
 def _worker_share():
-    """(worker_index, worker_num) of fleet once initialised, else (0, 1)."""
-    mod = sys.modules.get("fleet_c.distributed.fleet")
-    f = mod.__dict__.get("_fleet") if mod is not None else None
-    try:
-        if f is not None and f.worker_num() > 0:
-            return f.worker_index(), f.worker_num()
-    except Exception:  # fleet not initialised: one process
-        pass
+    """(worker_index, worker_num) of the fleet initialised last in this process (either
+    fleet_c.distributed.fleet or fluid.incubate.fleet's), else (0, 1)."""
+    mod = sys.modules.get("fleet_c._fleet")
+    handles = getattr(mod, "_all_handles", None) if mod is not None else None
+    if handles:
+        h = handles[-1]
+        return int(lib.fleet_worker_index(h)), max(int(lib.fleet_worker_num(h)), 1)
     return 0, 1
 
 

@@ -92,3 +92,44 @@ def test_vgg16_and_the_errors_that_name_the_argument(images, tmp_path):
             lightning.applications.VGG16(depth=12)
         r50 = lightning.applications.Resnet50()
         assert r50.image.shape[1:] == (3, 224, 224) and r50.predict.shape[1] == 1000
+
+
+SEED_PROGRAM = '''
+import os, sys
+import fleet_c.fluid as fluid
+import fleet_c.lightning as lightning
+from fleet_c.fluid.incubate.fleet.collective import fleet, DistributedStrategy
+import fleet_c.fluid.incubate.fleet.base.role_maker as role_maker
+
+configs = lightning.parse_train_configs()
+role = role_maker.PaddleCloudRoleMaker(is_collective=True)
+fleet.init(role)
+model = lightning.applications.Resnet50(configs, image_size=32, num_classes=4, depth=8, width=8)
+loader = model.load_imagenet_from_file(os.environ["TRAIN_LIST"])
+optimizer = fluid.optimizer.Momentum(learning_rate=configs.lr, momentum=configs.momentum)
+optimizer = fleet.distributed_optimizer(optimizer)
+optimizer.minimize(model.loss)
+exe = fluid.Executor(fluid.CPUPlace())
+exe.run(fluid.default_startup_program())
+for epoch in range(2):
+    n = 0
+    for data in loader():
+        cost_val = exe.run(fleet.main_program, feed=data, fetch_list=[model.loss.name])
+        n += len(data[model.label.name])
+    print("worker %d of %d epoch %d images %d" % (fleet.worker_index(), fleet.worker_num(), epoch, n))
+'''
+
+
+def test_the_seed_program_under_fleetrun_reads_a_share_per_worker(images, build_dir, env, tmp_path):
+    """Seed 000's lightning program (fluid.incubate's collective fleet) on 2 processes: each
+    worker reads its half of the list every epoch."""
+    d, _ = images
+    prog = tmp_path / "train_lightning.py"
+    prog.write_text(SEED_PROGRAM)
+    e = dict(env, TRAIN_LIST=os.path.join(d, "train.txt"))
+    r = subprocess.run([os.path.join(build_dir, "tools", "fleetrun"), "--nproc_per_node", "2", "--log_dir",
+                        str(tmp_path / "log"), "python3", str(prog), "--lr", "0.1", "--batch_size", "16"],
+                       env=e, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "worker 0 of 2 epoch 1 images 320" in r.stdout + r.stderr
+    assert "worker 1 of 2 epoch 1 images 320" in (tmp_path / "log" / "workerlog.1").read_text()
