@@ -76,10 +76,13 @@ static long long nc_fl_data_image_reader_create(void *h) { (void)h; return fl_da
 static long long nc_fl_data_image_reader_free(void *h) { fl_data_image_reader_free((fl_data_image_reader *)h); return 0; }
 static long long nc_fl_data_image_reader_size(void *h) { return (long long)fl_data_image_reader_size((const fl_data_image_reader *)h); }
 static long long nc_fl_data_image_reader_num_classes(void *h) { return (long long)fl_data_image_reader_num_classes((const fl_data_image_reader *)h); }
+static long long nc_fl_data_image_reader_bad_images(void *h) { return (long long)fl_data_image_reader_bad_images((const fl_data_image_reader *)h); }
 static long long nc_fl_data_image_reader_item(void *h) { return (long long)fl_data_image_reader_item((const fl_data_image_reader *)h, (int64_t){0}, (const char **){0}, (int64_t *){0}); }
 static long long nc_fl_data_image_reader_begin(void *h) { return (long long)fl_data_image_reader_begin((fl_data_image_reader *)h, (int){0}); }
 static long long nc_fl_data_image_reader_next(void *h) { return (long long)fl_data_image_reader_next((fl_data_image_reader *)h, (float *){0}, (int64_t *){0}); }
 static long long nc_fl_data_image_load(void *h) { (void)h; return (long long)fl_data_image_load((const char *){0}, (const fl_data_image_options *){0}, (uint64_t){0}, (float *){0}); }
+static long long nc_fl_data_image_datagen_default(void *h) { (void)h; return 0; }
+static long long nc_fl_data_image_generate(void *h) { (void)h; return (long long)fl_data_image_generate((const fl_data_image_datagen *){0}, (const char *){0}, (fl_data_image_datagen_info *){0}); }
 static long long nc_fl_scope_create(void *h) { return fl_scope_create((fl_scope *)h) != NULL; }
 static long long nc_fl_scope_free(void *h) { fl_scope_free((fl_scope *)h); return 0; }
 static long long nc_fl_scope_find(void *h) { return fl_scope_find((const fl_scope *)h, (const char *){0}) != NULL; }
@@ -306,6 +309,8 @@ static long long nc_fl_model_wide_deep_build(void *h) { return (long long)fl_mod
 static long long nc_fl_model_resnet_default(void *h) { (void)h; return 0; }
 static long long nc_fl_model_resnet50(void *h) { (void)h; return 0; }
 static long long nc_fl_model_resnet_build(void *h) { return (long long)fl_model_resnet_build((fl_prog *)h, (const fl_model_resnet_config *){0}, (fl_model_resnet *){0}); }
+static long long nc_fl_model_vgg16(void *h) { (void)h; return 0; }
+static long long nc_fl_model_vgg_build(void *h) { return (long long)fl_model_vgg_build((fl_prog *)h, (const fl_model_vgg_config *){0}, (fl_model_vgg *){0}); }
 static long long nc_fl_model_simnet_default(void *h) { (void)h; return 0; }
 static long long nc_fl_model_simnet_build(void *h) { return (long long)fl_model_simnet_build((fl_prog *)h, (const fl_model_simnet_config *){0}, (fl_model_simnet *){0}); }
 static long long nc_fl_model_simnet_dataset(void *h) { (void)h; return fl_model_simnet_dataset((const fl_model_simnet *){0}, (const char *){0}, (int){0}, (int){0}, (const char *const *){0}, (int){0}) != NULL; }
@@ -498,10 +503,13 @@ static const nc_row nc_rows[] = {
     {"fl_data_image_reader_free", "data.h", NC_SAFE, 1, nc_fl_data_image_reader_free},
     {"fl_data_image_reader_size", "data.h", NC_VAL, 1, nc_fl_data_image_reader_size},
     {"fl_data_image_reader_num_classes", "data.h", NC_ERR, 1, nc_fl_data_image_reader_num_classes},
+    {"fl_data_image_reader_bad_images", "data.h", NC_VAL, 1, nc_fl_data_image_reader_bad_images},
     {"fl_data_image_reader_item", "data.h", NC_ERR, 1, nc_fl_data_image_reader_item},
     {"fl_data_image_reader_begin", "data.h", NC_ERR, 1, nc_fl_data_image_reader_begin},
     {"fl_data_image_reader_next", "data.h", NC_ERR, 1, nc_fl_data_image_reader_next},
     {"fl_data_image_load", "data.h", NC_ERR, 0, nc_fl_data_image_load},
+    {"fl_data_image_datagen_default", "data.h", NC_SKIP, 0, nc_fl_data_image_datagen_default},
+    {"fl_data_image_generate", "data.h", NC_ERR, 0, nc_fl_data_image_generate},
     {"fl_scope_create", "exec.h", NC_SAFE, 1, nc_fl_scope_create},
     {"fl_scope_free", "exec.h", NC_SAFE, 1, nc_fl_scope_free},
     {"fl_scope_find", "exec.h", NC_NULL, 1, nc_fl_scope_find},
@@ -728,6 +736,8 @@ static const nc_row nc_rows[] = {
     {"fl_model_resnet_default", "models.h", NC_SKIP, 0, nc_fl_model_resnet_default},
     {"fl_model_resnet50", "models.h", NC_SKIP, 0, nc_fl_model_resnet50},
     {"fl_model_resnet_build", "models.h", NC_ERR, 1, nc_fl_model_resnet_build},
+    {"fl_model_vgg16", "models.h", NC_SKIP, 0, nc_fl_model_vgg16},
+    {"fl_model_vgg_build", "models.h", NC_ERR, 1, nc_fl_model_vgg_build},
     {"fl_model_simnet_default", "models.h", NC_SKIP, 0, nc_fl_model_simnet_default},
     {"fl_model_simnet_build", "models.h", NC_ERR, 1, nc_fl_model_simnet_build},
     {"fl_model_simnet_dataset", "models.h", NC_NULL, 0, nc_fl_model_simnet_dataset},

@@ -516,9 +516,140 @@ TEST(reader_reports_bad_file)
     rmtmp();
 }
 
+/* The bad kinds: each written over image `i` of a set made by make_set. */
+static const char *const bad_kinds[] = {"zero-byte", "truncated", "corrupt", "not a JPEG", "PNG", "cut in the header"};
+#define NBAD_KINDS 6
+
+static void write_bad(int kind, int i)
+{
+    char p[400];
+    snprintf(p, sizeof p, "%s/%03d.jpg", tmp, i);
+    FILE *f = fopen(p, "rb");
+    CHECK(f != NULL);
+    uint8_t buf[65536];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    CHECK(n > 300);
+    if (kind == 0) write_bytes(p, buf, 0);
+    if (kind == 1) write_bytes(p, buf, n / 2);
+    if (kind == 2) { /* the entropy-coded data replaced by noise after the headers */
+        fl_rng g = {(uint64_t)i + 7};
+        for (size_t k = n / 2; k < n - 2; k++) buf[k] = (uint8_t)fl__rng_next(&g);
+        write_bytes(p, buf, n);
+    }
+    if (kind == 3) write_bytes(p, "hello, not an image\n", 20);
+    if (kind == 4) write_bytes(p, "\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16);
+    if (kind == 5) write_bytes(p, buf, 200);
+}
+
+/* One decoder goes on after each kind of bad file (policy skip): the next good file decodes
+ * (a TurboJPEG handle that failed once read the next header as 0 x 0 pixels). */
+TEST(decoder_recovers_after_each_bad_kind)
+{
+    char list[400], p[400];
+    make_set(NBAD_KINDS + 1, list, sizeof list);
+    for (int k = 0; k < NBAD_KINDS; k++) write_bad(k, k + 1);
+    fl__jpeg *d = NULL;
+    fl__image im = {0};
+    CHECK_OK(fl__jpeg_create(&d));
+    for (int k = 0; k < NBAD_KINDS; k++) {
+        snprintf(p, sizeof p, "%s/%03d.jpg", tmp, k + 1);
+        CHECK(fl__jpeg_decode(d, p, &im) != FL_OK);
+        snprintf(p, sizeof p, "%s/%03d.jpg", tmp, 0);
+        if (fl__jpeg_decode(d, p, &im) != FL_OK) TFAIL("after a %s file: %s", bad_kinds[k], fl_last_error());
+        CHECK_EQ_INT(im.h, 24);
+        CHECK_EQ_INT(im.w, 30);
+    }
+    fl__image_free(&im);
+    fl__jpeg_free(d);
+    rmtmp();
+}
+
+/* Policy stop (the default): each kind of bad file ends the pass with an error naming it. */
+TEST(reader_stops_on_each_bad_kind)
+{
+    for (int kind = 0; kind < NBAD_KINDS; kind++) {
+        char list[400], p[400];
+        make_set(7, list, sizeof list);
+        write_bad(kind, 4);
+        snprintf(p, sizeof p, "%s/004.jpg", tmp);
+        fl_data_image_options o;
+        fl_data_image_options_init(&o);
+        o.batch_size = 3;
+        o.crop = 16;
+        o.resize = 16;
+        fl_data_image_reader *r = fl_data_image_reader_create(list, &o);
+        CHECK(r != NULL);
+        float img[3 * 3 * 16 * 16];
+        int64_t lab[3];
+        CHECK_OK(fl_data_image_reader_begin(r, 0));
+        int st;
+        while ((st = fl_data_image_reader_next(r, img, lab)) > 0) {
+        }
+        if (st != (kind == 4 ? FL_EUNSUPPORTED : FL_ECORRUPT) || !strstr(fl_last_error(), p))
+            TFAIL("%s file: status %d, message '%s'", bad_kinds[kind], st, fl_last_error());
+        CHECK_EQ_INT(fl_data_image_reader_bad_images(r), 0);
+        fl_data_image_reader_free(r);
+        rmtmp();
+    }
+}
+
+/* Policy skip: every bad kind is left out of its batch and counted; the other images arrive in
+ * order with their labels; a batch of bad files only is left out; each pass counts afresh; a
+ * missing file still stops the pass. */
+TEST(reader_skips_bad_files)
+{
+    char list[400];
+    const int N = 17;
+    make_set(N, list, sizeof list);
+    const int bad[] = {1, 5, 6, 7, 12, 14}; /* with image 4 below: the whole second batch of 4 */
+    for (int k = 0; k < NBAD_KINDS; k++) write_bad(k, bad[k]);
+    write_bad(2, 4);
+    char p[400];
+    fl_data_image_options o;
+    fl_data_image_options_init(&o);
+    o.batch_size = 4;
+    o.threads = 3;
+    o.prefetch = 2;
+    o.crop = 16;
+    o.resize = 20;
+    o.skip_bad = 1;
+    fl_data_image_reader *r = fl_data_image_reader_create(list, &o);
+    CHECK(r != NULL);
+    for (int epoch = 0; epoch < 2; epoch++) {
+        int seen[32] = {0};
+        int64_t order[32];
+        CHECK_EQ_INT(read_epoch(r, &o, epoch, seen, order), N - 7);
+        CHECK_EQ_INT(fl_data_image_reader_bad_images(r), 7);
+        for (int i = 0, j = 0; i < N; i++) {
+            const int is_bad = i == 4 || i == 1 || i == 5 || i == 6 || i == 7 || i == 12 || i == 14;
+            CHECK_EQ_INT(seen[i], !is_bad);
+            if (!is_bad) CHECK_EQ_INT(order[j++], i);
+        }
+    }
+    fl_data_image_reader_free(r);
+    /* a file that cannot be read is not a bad image: the pass stops, naming it */
+    snprintf(p, sizeof p, "%s/%03d.jpg", tmp, 9);
+    CHECK(unlink(p) == 0);
+    r = fl_data_image_reader_create(list, &o);
+    CHECK(r != NULL);
+    float *img = malloc(sizeof(float) * 4 * 3 * 16 * 16);
+    int64_t lab[4];
+    CHECK_OK(fl_data_image_reader_begin(r, 0));
+    int st;
+    while ((st = fl_data_image_reader_next(r, img, lab)) > 0) {
+    }
+    CHECK_EQ_INT(st, FL_ENOTFOUND);
+    CHECK_STR_HAS(fl_last_error(), p);
+    free(img);
+    fl_data_image_reader_free(r);
+    rmtmp();
+}
+
 TEST_MAIN(T(decode_matches_source), T(bad_files_are_named), T(list_layout_and_labels), T(directory_layout_and_labels),
           T(options_are_checked), T(eval_transform_geometry), T(resize_is_a_normalised_filter), T(train_crop_statistics),
-          T(threaded_reader_epochs), T(reader_reports_bad_file))
+          T(threaded_reader_epochs), T(reader_reports_bad_file), T(reader_stops_on_each_bad_kind),
+          T(decoder_recovers_after_each_bad_kind), T(reader_skips_bad_files))
 
 #else /* a build without libjpeg-turbo: every image call is refused by name */
 

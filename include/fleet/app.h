@@ -104,6 +104,9 @@ typedef struct {
     int depth, width; /* ResNet depth and base filters */
     /* JPEG images (resnet): crop size, eval's shorter side (0: image_size * 8 / 7), decoders */
     int image_size, resize, decode_threads;
+    /* bad input (a malformed data line, a corrupt or non-JPEG image): "stop" (default) fails
+     * naming the file; "skip" leaves it out and counts it (fleet/data.h's bad-line policy) */
+    char bad_data[FL_APP_WORD];
 } fl_app_config;
 
 typedef struct fl_app_net {

@@ -149,8 +149,13 @@ FL_API uint64_t fl_data_criteo_id(int k, const char *field, size_t len, uint64_t
  *                token, a non-negative integer; blank lines are skipped.  A bad line fails
  *                with FL_ECORRUPT "LIST:LINE: what".
  * Decoding: JPEG through libjpeg-turbo, to RGB.  An empty, truncated, corrupt or non-JPEG file
- * fails with FL_ECORRUPT naming the file (a PNG file: FL_EUNSUPPORTED naming it).  A build
- * without libjpeg-turbo refuses every image call with FL_EUNSUPPORTED.
+ * fails with FL_ECORRUPT naming the file (a PNG or CMYK file: FL_EUNSUPPORTED naming it).
+ * The bad-image policy is the datasets' bad-line policy: "stop" (skip_bad 0, the default)
+ * fails the pass with that message; "skip" (skip_bad 1) leaves such a file out of its batch
+ * (which is then smaller; a batch with no good image is left out), counts it
+ * (fl_data_image_reader_bad_images) and logs the first few messages plus the total at the end
+ * of the pass.  A file that cannot be opened or read (FL_ENOTFOUND, FL_EIO) always stops the
+ * pass.  A build without libjpeg-turbo refuses every image call with FL_EUNSUPPORTED.
  * Transforms (torchvision's and Paddle's ImageNet recipes), output CHW float32 normalised
  * ((v / 255 - mean) / std):
  *   eval   resize the shorter side to `resize` (bilinear with Pillow's antialiasing, uint8
@@ -178,6 +183,7 @@ typedef struct {
     uint64_t seed;         /* default 0 */
     int rank, nranks;      /* this reader reads the images whose position in the epoch's order
                             * is rank modulo nranks (default 0, 1) */
+    int skip_bad;          /* bad-image policy: 0 "stop", 1 "skip" (see above; default 0) */
 } fl_data_image_options;
 
 /* Fills o with the defaults above.  NULL is ignored. */
@@ -192,6 +198,9 @@ FL_API void fl_data_image_reader_free(fl_data_image_reader *r);
 FL_API int64_t fl_data_image_reader_size(const fl_data_image_reader *r);
 /* Classes: the directories of a directory layout, max label + 1 of a list. */
 FL_API int fl_data_image_reader_num_classes(const fl_data_image_reader *r);
+/* Bad images skipped (policy skip) in the current or last pass; -1 + error for an invalid
+ * handle. */
+FL_API int64_t fl_data_image_reader_bad_images(const fl_data_image_reader *r);
 /* Image i of the set (in listing order): its path (owned by the reader) and label. */
 FL_API int fl_data_image_reader_item(const fl_data_image_reader *r, int64_t i, const char **path, int64_t *label);
 
@@ -209,6 +218,38 @@ FL_API int fl_data_image_reader_next(fl_data_image_reader *r, float *images, int
 /* Decodes one file and applies the transform of o (o NULL: the defaults, eval) into out
  * [3, crop, crop]; the train transform draws from `seed`.  For tests and tools. */
 FL_API int fl_data_image_load(const char *file, const fl_data_image_options *o, uint64_t seed, float *out);
+
+/* ---- a JPEG data set with planted classes (`fleet-datagen images`; docs/datagen.md) ----
+ *
+ * Writes under out (created like mkdir -p): out/train/<class>/NNNNNN.jpg and
+ * out/val/<class>/NNNNNN.jpg (the directory layout: class folders named "CCC_colour_shape_
+ * texture", so byte order is label order), out/train.txt and out/val.txt (Paddle's list:
+ * "train/<class>/NNNNNN.jpg LABEL" per line) and out/planted.json.  Class c is colour c % 8,
+ * shape c % 5 and texture c / 40 of fixed tables, drawn at a random place, size, rotation and
+ * brightness over a random background with pixel noise; a share label_noise of the images
+ * carry another class's label.  The class is visible inside the evaluation transform's centre
+ * crop, so the best reachable accuracy is the share of labels equal to their image's class:
+ * it is counted on the images written and returned (ceiling_*).  JPEG .jpg files of an
+ * earlier run in the class folders are removed first; the lists and planted.json are written
+ * to NAME.tmp and renamed.  The same configuration gives the same files.  Errors: FL_EINVAL
+ * naming the field, FL_EIO naming the path, FL_EUNSUPPORTED without libjpeg-turbo. */
+typedef struct {
+    int64_t train, val;     /* images per split (default 1000, 200; val may be 0) */
+    int classes;            /* 2 .. 120 (default 10) */
+    int min_size, max_size; /* height and width each drawn in [min_size, max_size] (default 48, 64) */
+    int quality;            /* JPEG quality 1 .. 100 (default 90; chroma subsampled 4:2:0) */
+    double noise;           /* standard deviation of the pixel noise, 0 .. 255 scale (default 8) */
+    double label_noise;     /* share of images labelled as another class, 0 .. 0.5 (default 0.1) */
+    uint64_t seed;          /* default 1 */
+} fl_data_image_datagen;
+typedef struct {
+    double ceiling_train, ceiling_val; /* best reachable accuracy of each split (val: NAN if empty) */
+    double chance_val;                 /* the most frequent label's share of val (NAN if empty) */
+    int64_t bytes;                     /* JPEG bytes written */
+} fl_data_image_datagen_info;
+FL_API fl_data_image_datagen fl_data_image_datagen_default(void);
+/* info may be NULL. */
+FL_API int fl_data_image_generate(const fl_data_image_datagen *g, const char *out, fl_data_image_datagen_info *info);
 
 #ifdef __cplusplus
 }

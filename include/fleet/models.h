@@ -224,6 +224,39 @@ FL_API fl_model_resnet_config fl_model_resnet50(void);
  * stride-2 layer pads, so any image size of at least 1 x 1 builds.  *out is zeroed first. */
 FL_API int fl_model_resnet_build(fl_prog *p, const fl_model_resnet_config *cfg, fl_model_resnet *out);
 
+/* ---- VGG -----------------------------------------------------------------------------------
+ *
+ * Simonyan and Zisserman's VGG (NCHW, float32), as the VGG16 of Fleet's collective benchmark
+ * (vgg_benchmark.py): five stages of conv 3x3 pad 1 (+bias) relu, each ending in a 2x2 max
+ * pool of stride 2, with base_filters x 1, 2, 4, 8, 8 channels and 1,1,2,2,2 (depth 11),
+ * 2,2,2,2,2 (13), 2,2,3,3,3 (16) or 2,2,4,4,4 (19) convolutions; then fc fc_dim relu dropout,
+ * fc fc_dim relu dropout (Paddle's downgrade_in_infer), fc num_classes softmax ->
+ * cross_entropy with label int64 [N, 1] -> mean.  The image must be at least 32 x 32 (five
+ * halvings).  Clone p for test (fl_prog_clone(p, 1)) before minimize to evaluate without
+ * dropout. */
+typedef struct {
+    const char *input_name;      /* default "img" */
+    const char *label_name;      /* default "label" */
+    int channels, height, width; /* default 3, 224, 224 */
+    int depth;                   /* 11, 13, 16, 19 (default 16) */
+    int base_filters;            /* default 64 */
+    int fc_dim;                  /* default 4096 */
+    float dropout;               /* default 0.5 (0: none) */
+    int num_classes;             /* default 1000 */
+} fl_model_vgg_config;
+
+typedef struct {
+    fl_var *input;   /* float32 [N, channels, height, width] */
+    fl_var *label;   /* int64 [N, 1] */
+    fl_var *predict; /* [N, num_classes] probabilities */
+    fl_var *loss;    /* [1], mean cross-entropy */
+} fl_model_vgg;
+
+/* VGG-16 for 3 x 224 x 224 images, 1000 classes. */
+FL_API fl_model_vgg_config fl_model_vgg16(void);
+/* Builds the network into p; errors name the bad field.  *out is zeroed first. */
+FL_API int fl_model_vgg_build(fl_prog *p, const fl_model_vgg_config *cfg, fl_model_vgg *out);
+
 /* ---- text models: simnet-bow and word2vec ------------------------------------------------
  *
  * Each model has a builder (as above), a data reader setup (a dataset whose slots are the

@@ -203,6 +203,39 @@ class Strategy(ctypes.Structure):
     _fields_ = [("_align", c_double), ("_raw", ctypes.c_uint8 * 8192)]
 
 
+class ImageOptions(ctypes.Structure):
+    """fl_data_image_options (include/fleet/data.h): the image reader's options."""
+    _fields_ = [("batch_size", c_int), ("threads", c_int), ("prefetch", c_int), ("train", c_int), ("crop", c_int),
+                ("resize", c_int), ("scale", c_float * 2), ("ratio", c_float * 2), ("flip", c_float),
+                ("mean", c_float * 3), ("std", c_float * 3), ("shuffle", c_int), ("drop_last", c_int),
+                ("seed", c_uint64), ("rank", c_int), ("nranks", c_int), ("skip_bad", c_int)]
+
+
+class ResnetConfig(ctypes.Structure):
+    """fl_model_resnet_config (include/fleet/models.h)."""
+    _fields_ = [("input_name", c_char_p), ("label_name", c_char_p), ("channels", c_int), ("height", c_int),
+                ("width", c_int), ("depth", c_int), ("base_filters", c_int), ("imagenet_stem", c_int),
+                ("num_classes", c_int)]
+
+
+class VggConfig(ctypes.Structure):
+    """fl_model_vgg_config (include/fleet/models.h)."""
+    _fields_ = [("input_name", c_char_p), ("label_name", c_char_p), ("channels", c_int), ("height", c_int),
+                ("width", c_int), ("depth", c_int), ("base_filters", c_int), ("fc_dim", c_int), ("dropout", c_float),
+                ("num_classes", c_int)]
+
+
+class ImageModel(ctypes.Structure):
+    """fl_model_resnet and fl_model_vgg (the same four variables)."""
+    _fields_ = [("input", c_void_p), ("label", c_void_p), ("predict", c_void_p), ("loss", c_void_p)]
+
+
+class AppConfig(ctypes.Structure):
+    """fl_app_config, held as an opaque buffer larger than the C struct: only the C functions
+    read or write it (fl_app_config_default / _set / _get, fl_app_parse_train_configs)."""
+    _fields_ = [("_align", c_double), ("_raw", ctypes.c_uint8 * 16384)]
+
+
 _PROTOS = {
     # base
     "fl_version": (c_char_p, []), "fl_strerror": (c_char_p, [c_int]), "fl_last_error": (c_char_p, []),
@@ -327,6 +360,20 @@ _PROTOS = {
     "fleet_dataset_global_shuffle": (c_int, [P, P, c_uint64]),
     "fleet_dataset_memory_data_size": (c_int64, [P, P]),
     "fleet_dgc_stats_get": (c_int, [P, POINTER(DgcStats)]),
+    # images, image models and lightning's configuration (fleet_c.lightning)
+    "fl_data_image_options_init": (None, [POINTER(ImageOptions)]),
+    "fl_data_image_reader_create": (P, [c_char_p, POINTER(ImageOptions)]),
+    "fl_data_image_reader_free": (None, [P]), "fl_data_image_reader_size": (c_int64, [P]),
+    "fl_data_image_reader_num_classes": (c_int, [P]), "fl_data_image_reader_bad_images": (c_int64, [P]),
+    "fl_data_image_reader_begin": (c_int, [P, c_int]), "fl_data_image_reader_next": (c_int, [P, c_void_p, c_void_p]),
+    "fl_model_resnet50": (ResnetConfig, []), "fl_model_resnet_build": (c_int, [P, POINTER(ResnetConfig), POINTER(ImageModel)]),
+    "fl_model_vgg16": (VggConfig, []), "fl_model_vgg_build": (c_int, [P, POINTER(VggConfig), POINTER(ImageModel)]),
+    "fl_app_find": (P, [c_char_p]), "fl_app_config_default": (None, [P, POINTER(AppConfig)]),
+    "fl_app_parse_train_configs": (c_int, [c_int, SP, P, POINTER(AppConfig)]),
+    "fl_app_config_set": (c_int, [POINTER(AppConfig), c_char_p, c_char_p]),
+    "fl_app_config_get": (c_int, [POINTER(AppConfig), c_char_p, c_char_p, c_size_t]),
+    "fl_app_option": (c_char_p, [c_int, SP]),
+    "fl_app_load_imagenet_from_file": (c_int, [POINTER(AppConfig), c_char_p, POINTER(c_int)]),
 }
 
 

@@ -122,6 +122,49 @@ static int resnet_build(fl_app_net *net, const fl_app_config *c, int is_distribu
     return FL_OK;
 }
 
+/* VGG (Fleet's collective benchmark model): depth 11/13/16/19, width its first stage's
+ * filters, hidden its two fc layers' width; JPEG images of image_size (>= 32), as resnet. */
+static void vgg_defaults(fl_app_config *c)
+{
+    SET(c->optimizer, "momentum");
+    c->lr = 0.01;
+    c->momentum = 0.9;
+    SET(c->lr_decay, "cosine");
+    c->batch_size = 32;
+    c->depth = 16;
+    c->width = 64;
+    SET(c->hidden, "4096");
+}
+
+static int vgg_build(fl_app_net *net, const fl_app_config *c, int is_distributed)
+{
+    (void)is_distributed;
+    int hidden[FL_MODEL_CTR_MAX_LAYERS], nh;
+    FL_CHECK(parse_hidden(c->hidden, hidden, &nh));
+    if (nh != 1)
+        return fl__err(FL_EINVAL, "option hidden: vgg's two fc layers have one width (e.g. 4096), got '%s'", c->hidden);
+    fl_model_vgg_config vc = fl_model_vgg16();
+    vc.depth = c->depth;
+    vc.base_filters = c->width;
+    vc.fc_dim = hidden[0];
+    vc.height = vc.width = c->image_size;
+    const char *data = c->train_data[0] ? c->train_data : c->test_data;
+    if (!fl__app_is_images(data))
+        return fl__err(FL_EINVAL,
+                       "vgg reads JPEG images (a list file such as train.txt or a directory of class folders); "
+                       "%s '%s' holds neither",
+                       c->train_data[0] ? "train_data" : "test_data", data);
+    FL_CHECK(fl__app_image_classes(c->train_data[0] ? "train_data" : "test_data", data, &vc.num_classes, NULL));
+    fl_model_vgg m;
+    FL_CHECK(fl_model_vgg_build(net->prog, &vc, &m));
+    net->feeds[0] = m.input;
+    net->feeds[1] = m.label;
+    net->nfeeds = 2;
+    net->predict = m.predict;
+    net->loss = m.loss;
+    return FL_OK;
+}
+
 /* simnet-bow: sparse_feature_dim is dict_dim (fleet-datagen simnet's default 1200),
  * embedding_size emb_dim, hidden the one fc width (hid_dim); predict [N, 2] is
  * (cos_pos, cos_neg) and there is no label (metric order_rate). */
@@ -205,6 +248,8 @@ static const fl_app_row rows[] = {
      FL_APP_SPARSE, "local,ps", "word2vec", "cluster_acc", word2vec_defaults, word2vec_build},
     {"resnet", "ResNet (depth 6n+2, 18, 34, 50, ...; batch_norm, residual blocks) on Fashion-MNIST or JPEG images",
      FL_APP_DENSE, "local,collective", "images", "accuracy", resnet_defaults, resnet_build},
+    {"vgg", "VGG (depth 11, 13, 16, 19; Fleet's VGG16 benchmark model) on JPEG images",
+     FL_APP_DENSE, "local,collective", "images", "accuracy", vgg_defaults, vgg_build},
 };
 /* clang-format on */
 #define NROWS ((int)(sizeof rows / sizeof rows[0]))
@@ -275,12 +320,13 @@ static const opt_def opts[] = {
     ON(seed, O_U64, 0, 1.8e19, "seed of the initial parameters and the shuffles"),
     ON(sparse_feature_dim, O_I64, 1, 1e12, "CTR: rows of the sparse tables (ids hashed into them); simnet: dict_dim"),
     ON(embedding_size, O_INT, 1, 4096, "CTR, simnet, word2vec: width of an embedding"),
-    OS(hidden, "CTR: sizes of the DNN's fc layers, e.g. 400,400,400; simnet: the fc width"),
-    ON(depth, O_INT, 8, 1202, "ResNet: depth (6n+2, 18, 34, 50, 101, 152)"),
-    ON(width, O_INT, 1, 4096, "ResNet: filters of the first stage"),
-    ON(image_size, O_INT, 1, 4096, "ResNet on JPEG images: height and width of the crops fed to the model"),
+    OS(hidden, "CTR: sizes of the DNN's fc layers, e.g. 400,400,400; simnet: the fc width; vgg: the two fc layers' width"),
+    ON(depth, O_INT, 8, 1202, "ResNet: depth (6n+2, 18, 34, 50, 101, 152); VGG: 11, 13, 16, 19"),
+    ON(width, O_INT, 1, 4096, "ResNet, VGG: filters of the first stage"),
+    ON(image_size, O_INT, 1, 4096, "ResNet, VGG on JPEG images: height and width of the crops fed to the model"),
     ON(resize, O_INT, 0, 65536, "JPEG images, evaluation: the shorter side before the centre crop (0: image_size * 8 / 7)"),
     ON(decode_threads, O_INT, 1, 256, "JPEG images: decoding threads per process"),
+    OS(bad_data, "a bad data line or image: stop (an error naming it) or skip (left out and counted)"),
 };
 /* clang-format on */
 #define NOPTS ((int)(sizeof opts / sizeof opts[0]))
@@ -306,6 +352,7 @@ void fl_app_config_default(const fl_app_row *row, fl_app_config *c)
     c->image_size = 224;
     c->resize = 0;
     c->decode_threads = 2;
+    SET(c->bad_data, "stop");
     if (!row) return;
     SET(c->model, row->name);
     snprintf(c->model_dir, sizeof c->model_dir, "%s_model", row->name);

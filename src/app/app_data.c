@@ -179,6 +179,8 @@ static int ds_open_as(const char *format, const fl_app_config *c, const char *di
     if (st == FL_OK) st = fl_dataset_set_batch_size(r->ds, c->batch_size);
     if (st == FL_OK) st = fl_dataset_set_thread(r->ds, train ? c->thread : 1);
     if (st == FL_OK) st = fl_dataset_set_use_var(r->ds, feeds, nfeeds);
+    if (st == FL_OK && fl_dataset_set_bad_line_policy(r->ds, c->bad_data))
+        st = fl__err(FL_EINVAL, "option bad_data: expected stop or skip, got '%s'", c->bad_data);
     if (st == FL_OK && !strcmp(format, "criteo"))
         st = fl_dataset_set_sparse_feature_dim(r->ds, (uint64_t)c->sparse_feature_dim);
     if (st == FL_OK) st = fl_dataset_set_filelist(r->ds, (const char *const *)r->files + lo, hi - lo);

@@ -83,8 +83,12 @@ static int jpeg_open(const fl_app_config *c, const char *path, int train, int ra
                        "its decoders), got thread %d; leave thread at 1, or train on several processes: fleetrun "
                        "--nproc_per_node N with mode collective",
                        c->thread);
+    const int skip = !strcmp(c->bad_data, "skip");
+    if (!skip && strcmp(c->bad_data, "stop"))
+        return fl__err(FL_EINVAL, "option bad_data: expected stop or skip, got '%s'", c->bad_data);
     fl_data_image_options o;
     fl_data_image_options_init(&o);
+    o.skip_bad = skip;
     o.batch_size = c->batch_size;
     o.threads = c->decode_threads;
     o.prefetch = 2 * c->decode_threads;

@@ -86,6 +86,19 @@ void fl__jpeg_free(fl__jpeg *d)
     free(d);
 }
 
+#ifdef FL_HAVE_TURBOJPEG
+/* After a failed header or decode a TurboJPEG handle may keep the failed state (the next
+ * valid file's header then reads as 0 x 0 pixels): a decoder that goes on after a bad file
+ * (policy skip) starts from a fresh handle.  Returns st. */
+static int reset_after(fl__jpeg *d, int st)
+{
+    tjDestroy(d->tj);
+    d->tj = tjInitDecompress();
+    if (!d->tj) return fl__err(FL_ENOMEM, "image decoder: tjInitDecompress failed: %s", tjGetErrorStr2(NULL));
+    return st;
+}
+#endif
+
 /* Reads the whole file into d->buf; *len its size. */
 static int read_file(fl__jpeg *d, const char *file, size_t *len)
 {
@@ -141,8 +154,9 @@ int fl__jpeg_decode(fl__jpeg *d, const char *file, fl__image *im)
         return fl__err(FL_ECORRUPT, "%s: not a JPEG file (no JPEG start-of-image marker)", file);
 #ifdef FL_HAVE_TURBOJPEG
     int w = 0, h = 0, sub = 0, cs = 0;
+    if (!d->tj) return fl__err(FL_ENOMEM, "%s: no image decoder (tjInitDecompress failed earlier)", file);
     if (tjDecompressHeader3(d->tj, p, (unsigned long)len, &w, &h, &sub, &cs))
-        return fl__err(FL_ECORRUPT, "%s: corrupt JPEG header: %s", file, tjGetErrorStr2(d->tj));
+        return reset_after(d, fl__err(FL_ECORRUPT, "%s: corrupt JPEG header: %s", file, tjGetErrorStr2(d->tj)));
     if (w <= 0 || h <= 0 || (int64_t)w * h > FL__IMAGE_MAX_PIXELS)
         return fl__err(FL_ECORRUPT, "%s: JPEG of %d x %d pixels is outside the limit of %lld pixels", file, w, h,
                        (long long)FL__IMAGE_MAX_PIXELS);
@@ -151,8 +165,8 @@ int fl__jpeg_decode(fl__jpeg *d, const char *file, fl__image *im)
     if (fl__image_reserve(im, h, w)) return fl__err(FL_ENOMEM, "%s: out of memory for a %d x %d image", file, w, h);
     if (tjDecompress2(d->tj, p, (unsigned long)len, im->px, w, 0, h, TJPF_RGB, TJFLAG_STOPONWARNING)) {
         const int fatal = tjGetErrorCode(d->tj) == TJERR_FATAL;
-        return fl__err(FL_ECORRUPT, "%s: %s JPEG: %s", file, fatal ? "corrupt" : "truncated or corrupt",
-                       tjGetErrorStr2(d->tj));
+        return reset_after(d, fl__err(FL_ECORRUPT, "%s: %s JPEG: %s", file, fatal ? "corrupt" : "truncated or corrupt",
+                                      tjGetErrorStr2(d->tj)));
     }
     return FL_OK;
 #else

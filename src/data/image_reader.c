@@ -7,13 +7,15 @@
  * only when its slot is free (the consumer has taken the batch that held it before), decodes
  * and transforms outside the lock straight into the slot, then counts it; the consumer waits
  * for its batch's count, copies it out and frees the slot.  The first error stops the pass and
- * is handed to the consumer.  Stopping (begin of another pass, free) sets `stop` and joins.
+ * is handed to the consumer; under the policy "skip" a bad file's place in its slot is marked
+ * empty instead (slot_ok), and the consumer copies out the good images only.  Stopping (begin of another pass, free) sets `stop` and joins.
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "data_internal.h"
 #include "image_internal.h"
 
 struct fl_data_image_reader {
@@ -33,7 +35,9 @@ struct fl_data_image_reader {
     int64_t nbatches, next_batch;
     float *slot_img; /* prefetch x batch_size x chw */
     int64_t *slot_lab;
+    uint8_t *slot_ok; /* 0: the image at this place was skipped (policy skip) */
     int *filled;
+    int64_t bad; /* images skipped this pass (atomic) */
     int stop, status;
     char err[1024];
 };
@@ -56,7 +60,8 @@ void fl_data_image_options_init(fl_data_image_options *o)
                                             .drop_last = 0,
                                             .seed = 0,
                                             .rank = 0,
-                                            .nranks = 1};
+                                            .nranks = 1,
+                                            .skip_bad = 0};
     *o = d;
 }
 
@@ -105,13 +110,15 @@ fl_data_image_reader *fl_data_image_reader_create(const char *path, const fl_dat
     const size_t nimg = (size_t)opt.prefetch * opt.batch_size;
     r->slot_img = fl__alloc_aligned(nimg * r->chw * sizeof(float));
     r->slot_lab = malloc(nimg * sizeof *r->slot_lab);
+    r->slot_ok = malloc(nimg);
     r->filled = calloc((size_t)opt.prefetch, sizeof *r->filled);
     r->order = malloc(sizeof *r->order * (size_t)r->set.n);
-    if (!r->slot_img || !r->slot_lab || !r->filled || !r->order) {
+    if (!r->slot_img || !r->slot_lab || !r->slot_ok || !r->filled || !r->order) {
         fl__err(FL_ENOMEM, "%s: out of memory for %d batches of %d images of %d x %d", fn, opt.prefetch, opt.batch_size,
                 opt.crop, opt.crop);
         fl__free_aligned(r->slot_img);
         free(r->slot_lab);
+        free(r->slot_ok);
         free(r->filled);
         free(r->order);
         fl__image_set_free(&r->set);
@@ -124,7 +131,16 @@ fl_data_image_reader *fl_data_image_reader_create(const char *path, const fl_dat
     return r;
 }
 
-/* Stops the pass's threads and joins them. */
+/* Logs the pass's total of skipped images once, at its end. */
+static void log_skipped(fl_data_image_reader *r)
+{
+    const int64_t bad = __atomic_load_n(&r->bad, __ATOMIC_RELAXED);
+    if (bad)
+        FL_WARN(FL_SUB_DATA, "image reader, epoch %d: skipped %lld bad image%s (policy skip)", r->epoch, (long long)bad,
+                bad == 1 ? "" : "s");
+}
+
+/* Stops the pass's threads and joins them; logs the skipped total of a pass left before its end. */
 static void stop_pass(fl_data_image_reader *r)
 {
     pthread_mutex_lock(&r->mu);
@@ -132,6 +148,7 @@ static void stop_pass(fl_data_image_reader *r)
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     for (int i = 0; i < r->nth; i++) pthread_join(r->th[i], NULL);
+    if (r->active == 1) log_skipped(r);
     free(r->th);
     r->th = NULL;
     r->nth = 0;
@@ -147,6 +164,7 @@ void fl_data_image_reader_free(fl_data_image_reader *r)
     pthread_cond_destroy(&r->cv);
     fl__free_aligned(r->slot_img);
     free(r->slot_lab);
+    free(r->slot_ok);
     free(r->filled);
     free(r->order);
     fl__image_set_free(&r->set);
@@ -157,6 +175,12 @@ int64_t fl_data_image_reader_size(const fl_data_image_reader *r)
 {
     if (check(r, "fl_data_image_reader_size")) return -1;
     return r->set.n;
+}
+
+int64_t fl_data_image_reader_bad_images(const fl_data_image_reader *r)
+{
+    if (check(r, "fl_data_image_reader_bad_images")) return -1;
+    return __atomic_load_n(&r->bad, __ATOMIC_RELAXED);
 }
 
 int fl_data_image_reader_num_classes(const fl_data_image_reader *r)
@@ -188,6 +212,18 @@ static void fail(fl_data_image_reader *r, int st)
     pthread_mutex_unlock(&r->mu);
 }
 
+/* Under the policy skip, a file whose content is bad (not one that cannot be read) is counted
+ * and its first few messages logged; returns 1 when st is such a skip. */
+static int skip_bad(fl_data_image_reader *r, int st)
+{
+    if (!r->o.skip_bad || (st != FL_ECORRUPT && st != FL_EUNSUPPORTED)) return 0;
+    const int64_t n = __atomic_fetch_add(&r->bad, 1, __ATOMIC_RELAXED);
+    if (n < FL__DATA_LOG_FIRST)
+        FL_WARN(FL_SUB_DATA, "skipping bad image (policy skip%s): %s",
+                n == FL__DATA_LOG_FIRST - 1 ? "; further ones are only counted" : "", fl_last_error());
+    return 1;
+}
+
 static void *decode_thread(void *arg)
 {
     fl_data_image_reader *r = arg;
@@ -214,8 +250,10 @@ static void *decode_thread(void *arg)
         const size_t at = (size_t)(b % P) * B + (size_t)(k % B);
         fl_rng rng = image_rng(r->o.seed, r->epoch, idx);
         st = fl__jpeg_decode(dec, r->set.paths[idx], &im);
-        if (!st) st = fl__image_transform(&im, &r->o, &rng, &scratch, r->slot_img + at * r->chw);
-        if (st) {
+        r->slot_ok[at] = 1;
+        if (st && skip_bad(r, st)) r->slot_ok[at] = 0;
+        else if (!st) st = fl__image_transform(&im, &r->o, &rng, &scratch, r->slot_img + at * r->chw);
+        if (st && r->slot_ok[at]) {
             fail(r, st);
             pthread_mutex_lock(&r->mu);
             break;
@@ -261,6 +299,7 @@ int fl_data_image_reader_begin(fl_data_image_reader *r, int epoch)
     memset(r->filled, 0, sizeof *r->filled * (size_t)o->prefetch);
     r->stop = r->status = 0;
     r->err[0] = 0;
+    __atomic_store_n(&r->bad, 0, __ATOMIC_RELAXED);
     r->epoch = epoch;
     const int64_t want = r->count < o->threads ? r->count : o->threads;
     r->th = calloc((size_t)(want ? want : 1), sizeof *r->th);
@@ -283,34 +322,43 @@ int fl_data_image_reader_next(fl_data_image_reader *r, float *images, int64_t *l
     if (!images || !labels) return fl__err(FL_EINVAL, "%s: images and labels must not be NULL", fn);
     if (!r->active) return fl__err(FL_ESTATE, "%s: no pass (call fl_data_image_reader_begin)", fn);
     const int B = r->o.batch_size, P = r->o.prefetch;
-    pthread_mutex_lock(&r->mu);
-    const int64_t b = r->next_batch;
-    if (b >= r->nbatches && !r->status) {
+    for (;;) { /* until a batch with a good image, the end or an error */
+        pthread_mutex_lock(&r->mu);
+        const int64_t b = r->next_batch;
+        if (b >= r->nbatches && !r->status) {
+            const int ended = r->active == 1;
+            r->active = 2; /* the end was seen: log the skipped total once */
+            pthread_mutex_unlock(&r->mu);
+            if (ended) log_skipped(r);
+            return 0;
+        }
+        const int64_t first = b * B;
+        const int len = (int)(r->count - first < B ? r->count - first : B);
+        while (!r->status && r->filled[b % P] < len) pthread_cond_wait(&r->cv, &r->mu);
+        if (r->status) {
+            const int st = r->status;
+            char msg[sizeof r->err];
+            memcpy(msg, r->err, sizeof msg);
+            r->nbatches = r->next_batch; /* the pass is over */
+            pthread_mutex_unlock(&r->mu);
+            return fl__err(st, "%s", msg);
+        }
         pthread_mutex_unlock(&r->mu);
-        return 0;
-    }
-    const int64_t first = b * B;
-    const int len = (int)(r->count - first < B ? r->count - first : B);
-    while (!r->status && r->filled[b % P] < len) pthread_cond_wait(&r->cv, &r->mu);
-    if (r->status) {
-        const int st = r->status;
-        char msg[sizeof r->err];
-        memcpy(msg, r->err, sizeof msg);
-        r->nbatches = r->next_batch; /* the pass is over */
+        /* The slot is ours until next_batch moves on: copy its good images outside the lock. */
+        const size_t at = (size_t)(b % P) * B;
+        int n = 0;
+        for (int i = 0; i < len; i++) {
+            if (!r->slot_ok[at + i]) continue;
+            memcpy(images + (size_t)n * r->chw, r->slot_img + (at + i) * r->chw, sizeof(float) * r->chw);
+            labels[n++] = r->slot_lab[at + i];
+        }
+        pthread_mutex_lock(&r->mu);
+        r->filled[b % P] = 0;
+        r->next_batch++;
+        pthread_cond_broadcast(&r->cv);
         pthread_mutex_unlock(&r->mu);
-        return fl__err(st, "%s", msg);
+        if (n) return n;
     }
-    pthread_mutex_unlock(&r->mu);
-    /* The slot is ours until next_batch moves on: copy outside the lock. */
-    const size_t at = (size_t)(b % P) * B;
-    memcpy(images, r->slot_img + at * r->chw, sizeof(float) * r->chw * (size_t)len);
-    memcpy(labels, r->slot_lab + at, sizeof(int64_t) * (size_t)len);
-    pthread_mutex_lock(&r->mu);
-    r->filled[b % P] = 0;
-    r->next_batch++;
-    pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-    return len;
 }
 
 int fl_data_image_load(const char *file, const fl_data_image_options *o, uint64_t seed, float *out)

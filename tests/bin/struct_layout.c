@@ -97,6 +97,58 @@ int main(void)
     F(fleet_user_role, server_endpoints);
     F(fleet_user_role, n_server_endpoints);
 
+    S(fl_data_image_options);
+    F(fl_data_image_options, batch_size);
+    F(fl_data_image_options, threads);
+    F(fl_data_image_options, prefetch);
+    F(fl_data_image_options, train);
+    F(fl_data_image_options, crop);
+    F(fl_data_image_options, resize);
+    F(fl_data_image_options, scale);
+    F(fl_data_image_options, ratio);
+    F(fl_data_image_options, flip);
+    F(fl_data_image_options, mean);
+    F(fl_data_image_options, std);
+    F(fl_data_image_options, shuffle);
+    F(fl_data_image_options, drop_last);
+    F(fl_data_image_options, seed);
+    F(fl_data_image_options, rank);
+    F(fl_data_image_options, nranks);
+    F(fl_data_image_options, skip_bad);
+
+    S(fl_model_resnet_config);
+    F(fl_model_resnet_config, input_name);
+    F(fl_model_resnet_config, label_name);
+    F(fl_model_resnet_config, channels);
+    F(fl_model_resnet_config, height);
+    F(fl_model_resnet_config, width);
+    F(fl_model_resnet_config, depth);
+    F(fl_model_resnet_config, base_filters);
+    F(fl_model_resnet_config, imagenet_stem);
+    F(fl_model_resnet_config, num_classes);
+
+    S(fl_model_vgg_config);
+    F(fl_model_vgg_config, input_name);
+    F(fl_model_vgg_config, label_name);
+    F(fl_model_vgg_config, channels);
+    F(fl_model_vgg_config, height);
+    F(fl_model_vgg_config, width);
+    F(fl_model_vgg_config, depth);
+    F(fl_model_vgg_config, base_filters);
+    F(fl_model_vgg_config, fc_dim);
+    F(fl_model_vgg_config, dropout);
+    F(fl_model_vgg_config, num_classes);
+
+    S(fl_model_resnet);
+    F(fl_model_resnet, input);
+    F(fl_model_resnet, label);
+    F(fl_model_resnet, predict);
+    F(fl_model_resnet, loss);
+    _Static_assert(
+        sizeof(fl_model_vgg) == sizeof(fl_model_resnet) && offsetof(fl_model_vgg, loss) == offsetof(fl_model_resnet, loss),
+        "fl_model_vgg and fl_model_resnet share the Python mirror ImageModel");
+
+    S(fl_app_config);  /* opaque to Python */
     S(fleet_strategy); /* opaque to Python: only its size and alignment are compared */
     return 0;
 }

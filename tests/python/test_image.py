@@ -20,7 +20,7 @@ class Options(ctypes.Structure):
                 ("scale", ctypes.c_float * 2), ("ratio", ctypes.c_float * 2), ("flip", ctypes.c_float),
                 ("mean", ctypes.c_float * 3), ("std", ctypes.c_float * 3), ("shuffle", ctypes.c_int),
                 ("drop_last", ctypes.c_int), ("seed", ctypes.c_uint64), ("rank", ctypes.c_int),
-                ("nranks", ctypes.c_int)]
+                ("nranks", ctypes.c_int), ("skip_bad", ctypes.c_int)]
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,12 @@ MIRRORS = {
     "DatasetStats": "fl_exe_dataset_stats",
     "DgcStats": "fleet_dgc_stats",
     "UserRole": "fleet_user_role",
+    "ImageOptions": "fl_data_image_options",
+    "ResnetConfig": "fl_model_resnet_config",
+    "VggConfig": "fl_model_vgg_config",
+    "ImageModel": "fl_model_resnet",  # fl_model_vgg has the same four fields (checked in C)
 }
-OPAQUE = {"Strategy": "fleet_strategy"}
+OPAQUE = {"Strategy": "fleet_strategy", "AppConfig": "fl_app_config"}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +50,7 @@ def test_every_mirror_has_a_row():
     mirrors = sorted(n for n, v in vars(_lib).items()
                      if isinstance(v, type) and issubclass(v, ctypes.Structure) and v is not ctypes.Structure)
     assert mirrors == sorted(list(MIRRORS) + list(OPAQUE)), "a ctypes struct of _lib.py without a row in MIRRORS"
-    assert len(MIRRORS) == 11
+    assert len(MIRRORS) == 15
 
 
 @pytest.mark.parametrize("py_name", sorted(MIRRORS))
