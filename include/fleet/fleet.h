@@ -343,6 +343,14 @@ FL_API const fleet_strategy *fleet_get_strategy(const fleet_t *f);
  * merge still applies).  fleet must outlive every program built with the result. */
 FL_API fl_opt *fleet_distributed_optimizer(fleet_t *f, fl_opt *opt, const fleet_strategy *strategy);
 
+/* Paddle 1.x's DistributeTranspiler.transpile: makes prog, which fl_opt_minimize already
+ * built with opt (without a fleet), the parameter-server program of this fleet, as
+ * fleet_distributed_optimizer(f, opt, strategy) before minimize would have (same tables,
+ * same worker rewrite; the startup program gets the initial exchange).  A server and its
+ * workers each transpile the same program.  Parameter-server fleets only (a collective or
+ * local fleet: FL_EUNSUPPORTED); once per fleet handle. */
+FL_API int fleet_transpile(fleet_t *f, fl_opt *opt, fl_prog *prog, const fleet_strategy *strategy);
+
 /* Lifecycle.  Collective and non-distributed: init_worker / stop_worker do nothing.
  * Parameter-server mode (docs/parameter_server.md): init_server binds this server's
  * endpoint and restores model_dir when given; run_server serves until every worker has

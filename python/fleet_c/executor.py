@@ -220,6 +220,9 @@ def _fetch_names(fetch_list):
     return names
 
 
+_stop_on_close = []  # trainers of DistributeTranspiler: Executor.close() stops them
+
+
 class Executor:
     def __init__(self, place=None):
         self.place = place if place is not None else CPUPlace()
@@ -235,7 +238,15 @@ class Executor:
         return ent[1]
 
     def close(self):
-        """Frees the C executors (Paddle's close); the executor can be used again after."""
+        """Frees the C executors (Paddle's close); the executor can be used again after.  A
+        transpiled trainer stops (Paddle's close tells the parameter servers it is done)."""
+        while _stop_on_close:
+            f = _stop_on_close.pop()
+            if f._worker_started and not f._worker_stopped:
+                f.stop_worker()
+        self._free()
+
+    def _free(self):
         for _, h in self._exes.values():
             lib.fl_exe_free(h)
         self._exes = {}
@@ -243,7 +254,7 @@ class Executor:
 
     def __del__(self):
         if not _lib.shutting_down[0]:
-            self.close()
+            self._free()
 
     def _program(self, program):
         if program is None:
@@ -261,6 +272,8 @@ class Executor:
         holds Variables or names; returns one NumPy array per fetch (LoDTensors with
         return_numpy=False).  A wrong feed raises the library's message naming the variable
         and the expected and given shapes."""
+        if hasattr(program, "_run_on_executor"):  # a transpiler's parameter-server program
+            return program._run_on_executor()
         program = self._program(program)
         exe = self._exe(scope)
         if program._is_startup():

@@ -16,6 +16,7 @@ from ..layers import _data
 from ..param_attr import ParamAttr
 from ..feeding import DataFeeder
 from ..strategy import DistributeTranspilerConfig
+from ..transpiler import DistributeTranspiler
 from . import compiler, core, incubate, metrics, nets, transpiler
 
 for _name in ("executor", "framework", "initializer", "io", "layers", "optimizer", "param_attr", "regularizer",
