@@ -370,6 +370,11 @@ FL_API int fleet_util_all_reduce(fleet_t *f, void *buf, size_t count, fl_dtype d
 /* recv holds worker_num * count elements, worker i's at i * count. */
 FL_API int fleet_util_all_gather(fleet_t *f, const void *send, void *recv, size_t count, fl_dtype dtype);
 FL_API int fleet_util_barrier(fleet_t *f);
+/* An allreduce inside a program (Paddle's layers.collective._c_allreduce): appends to x's
+ * program an op whose output is x reduced over the workers (reduce_type "sum", "max" or
+ * "min"; same shape and dtype), run by every worker at the same step of the same program.
+ * One worker or a local run: the output is x.  Workers only. */
+FL_API fl_var *fleet_layer_allreduce(fleet_t *f, fl_var *x, const char *reduce_type);
 
 /* The first worker saves (fl_io_save_persistables / fl_io_save_inference_model); every
  * worker returns once it has, with an error if it failed. */

@@ -305,6 +305,9 @@ class Executor:
                 if not isinstance(value, (np.ndarray, LoDTensor)):
                     v = lib.fl_prog_var(h, _lib.cstr(name))
                     hint = _dtype_of_var(v) if v else None
+                    if isinstance(value, (int, float, np.generic)):  # one number
+                        value = np.asarray([value], dtype=hint)
+                value = _one_sample(h, name, value)
                 tensors.append(to_c(value, "feed '%s'" % name, hint))
                 feeds[i].name = _lib.cstr(name)
                 feeds[i].value = tensors[-1]
@@ -379,6 +382,23 @@ def _with_handler(exe, fn, program, dataset, scope, thread, handler, print_perio
                           print_period)
     handler.handler({k: np.array([r["fetch"][k]]) for k in keys})
     return r
+
+
+def _one_sample(h, name, value):
+    """A feed of one sample without its batch dimension (shape [1] for a [-1, 1] variable,
+    as Paddle programs feed a fetched metric back in: Paddle does not check the feeds of
+    layers.data) is a batch of one."""
+    if not isinstance(value, np.ndarray):
+        return value
+    v = lib.fl_prog_var(h, _lib.cstr(name))
+    if not v:
+        return value
+    n = lib.fl_var_ndim(v)
+    sp = lib.fl_var_shape(v)
+    shape = [sp[i] for i in range(n)]
+    if n == value.ndim + 1 and shape[0] == -1 and list(value.shape) == shape[1:]:
+        return value.reshape((1,) + value.shape)
+    return value
 
 
 def _dtype_of_var(v):

@@ -261,6 +261,26 @@ int fleet_util_all_reduce(fleet_t *f, void *buf, size_t count, fl_dtype dtype, c
     return f->ring ? fl__ring_allreduce(f->ring, buf, count, dtype, mode) : FL_OK;
 }
 
+fl_var *fleet_layer_allreduce(fleet_t *f, fl_var *x, const char *reduce_type)
+{
+    if (check(f, "fleet_layer_allreduce") != FL_OK) return NULL;
+    if (!x) {
+        fl__err(FL_EINVAL, "fleet_layer_allreduce: x is NULL");
+        return NULL;
+    }
+    if (!reduce_type || (strcmp(reduce_type, "sum") && strcmp(reduce_type, "max") && strcmp(reduce_type, "min"))) {
+        fl__err(FL_EINVAL, "fleet_layer_allreduce: reduce_type '%s' is invalid: expected sum, max or min",
+                reduce_type ? reduce_type : "(null)");
+        return NULL;
+    }
+    if (!fleet_is_worker(f)) {
+        fl__err(FL_ESTATE, "fleet_layer_allreduce: this process is a server; the allreduce runs among the workers");
+        return NULL;
+    }
+    if (fl__fleet_worker_ring(f, "fleet_layer_allreduce") != FL_OK) return NULL;
+    return fl__c_allreduce_layer(x, f->ring ? fl__ring_id(f->ring) : -1, reduce_type);
+}
+
 int fleet_util_all_gather(fleet_t *f, const void *send, void *recv, size_t count, fl_dtype dtype)
 {
     FL_CHECK(check(f, "fleet_util_all_gather"));

@@ -19,6 +19,11 @@ from ..strategy import DistributeTranspilerConfig
 from ..transpiler import DistributeTranspiler
 from . import compiler, core, incubate, metrics, nets, transpiler
 
+from .. import collective as _collective
+
+layers.collective = _collective  # fluid.layers.collective._c_allreduce
+_sys.modules[__name__ + ".layers.collective"] = _collective
+
 for _name in ("executor", "framework", "initializer", "io", "layers", "optimizer", "param_attr", "regularizer",
               "unique_name"):
     _sys.modules[__name__ + "." + _name] = globals()[_name]

@@ -9,6 +9,8 @@
  *                        (scaled by 1/n), so each rank applies the same sparse update
  *   c_localsgd           after the optimizer: every k steps, parameters averaged
  *   gm_accumulate / gm_zero   gradient merge: sum gradients over k steps, apply, clear
+ *   c_allreduce          a program's own allreduce (fleet_layer_allreduce: Paddle's
+ *                        layers.collective._c_allreduce): Out = X reduced over the workers
  * They find their communicator through the ring_id attribute (ring.h).
  */
 #include <string.h>
@@ -218,6 +220,27 @@ static int run_gm_zero(fl_kctx *c)
     return FL_OK;
 }
 
+/* ---- c_allreduce: X -> Out, reduce_type sum | max | min (ring_id -1: one worker) ---------------- */
+
+static int infer_allreduce(fl_op *op)
+{
+    fl_var *x = op->in[0].vars[0], *o = op->out[0].vars[0];
+    fl__var_set_shape(o, x->dtype, x->ndim, x->shape);
+    o->lod_level = x->lod_level;
+    return FL_OK;
+}
+
+static int run_allreduce(fl_kctx *c)
+{
+    fl_tensor *x = FL_IN(c, 0), *o = FL_OUT(c, 0);
+    if (o != x) FL_CHECK(fl_tensor_copy(o, x));
+    if (fl__attr_i(c->op, "ring_id", -1) < 0) return FL_OK;
+    fl_ring *cm;
+    FL_CHECK(get_comm(c, &cm));
+    if (fl__ring_size(cm) == 1) return FL_OK;
+    return fl__ring_allreduce(cm, o->data, (size_t)o->numel, o->dtype, fl__attr_s(c->op, "reduce_type", "sum"));
+}
+
 static const fl_op_def def_broadcast = {"c_broadcast", {"X"}, {"Out"}, fl__infer_nop, run_broadcast, NULL};
 static const fl_op_def def_ar_start = {"c_allreduce_start", {"X"}, {NULL}, fl__infer_nop, run_ar_start, NULL};
 static const fl_op_def def_ar_wait = {"c_allreduce_wait", {"X"}, {"Out"}, fl__infer_nop, run_ar_wait, NULL};
@@ -227,6 +250,31 @@ static const fl_op_def def_localsgd = {"c_localsgd",  {"Param", "Step"}, {"Param
 static const fl_op_def def_gm_acc = {"gm_accumulate", {"Grad", "Step"},  {"Merged", "Cond", "StepOut"},
                                      fl__infer_nop,   run_gm_accumulate, NULL};
 static const fl_op_def def_gm_zero = {"gm_zero", {"Merged"}, {"MergedOut"}, fl__infer_nop, run_gm_zero, NULL};
+static const fl_op_def def_allreduce = {"c_allreduce", {"X"}, {"Out"}, infer_allreduce, run_allreduce, NULL};
 
 const fl_op_def *const fl__ops_collective[] = {&def_broadcast, &def_ar_start, &def_ar_wait, &def_sparse_ag,
-                                               &def_localsgd,  &def_gm_acc,   &def_gm_zero, NULL};
+                                               &def_localsgd,  &def_gm_acc,   &def_gm_zero,  &def_allreduce,
+                                               NULL};
+
+fl_var *fl__c_allreduce_layer(fl_var *x, int ring_id, const char *reduce_type)
+{
+    fl_prog *p = fl__prog_of(&x, 1);
+    if (!p) {
+        fl__err(FL_EINVAL, "fleet_layer_allreduce: x is NULL");
+        return NULL;
+    }
+    if (p->status != FL_OK) return NULL;
+    if (fl__op_register_group(fl__ops_collective) != FL_OK) return NULL;
+    char base[128];
+    fl__unique_name(p, "c_allreduce", base, sizeof base);
+    fl_var *o = fl__tmp_var(p, base, x->dtype, x->ndim, x->shape);
+    if (!o) return NULL;
+    fl_io in = FL_IO1("X", x), out = FL_IO1("Out", o);
+    fl_op *op = fl__op_new(p, "c_allreduce", &in, 1, &out, 1);
+    if (!op) return NULL;
+    int st = fl__attr_set_i(op, "ring_id", ring_id);
+    if (st == FL_OK) st = fl__attr_set_i(op, "single_trainer", 1);
+    if (st == FL_OK) st = fl__attr_set_s(op, "reduce_type", reduce_type);
+    if (st == FL_OK) st = fl__op_finish(op);
+    return st == FL_OK ? o : NULL;
+}
