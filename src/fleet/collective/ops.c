@@ -8,11 +8,13 @@
  *   c_sparse_allgather   SelectedRows gradients: gathers every rank's rows and values
  *                        (scaled by 1/n), so each rank applies the same sparse update
  *   c_localsgd           after the optimizer: every k steps, parameters averaged
+ *   c_adaptive_localsgd  the same with k adapted from the loss (Paddle's adaptive LocalSGD)
  *   gm_accumulate / gm_zero   gradient merge: sum gradients over k steps, apply, clear
  *   c_allreduce          a program's own allreduce (fleet_layer_allreduce: Paddle's
  *                        layers.collective._c_allreduce): Out = X reduced over the workers
  * They find their communicator through the ring_id attribute (ring.h).
  */
+#include <math.h>
 #include <string.h>
 
 #include "../ring.h"
@@ -188,6 +190,55 @@ static int run_localsgd(fl_kctx *c)
     return FL_OK;
 }
 
+/* ---- adaptive LocalSGD: Param (list), Step, Loss, LearningRate, State -> Param, Step, State ----------
+ * Paddle's AdaptiveLocalSGDOptimizer (Wang and Joshi, "Adaptive Communication Strategies to
+ * Achieve the Best Error-Runtime Trade-off in Local-Update SGD"): at step 1 the workers'
+ * mean loss and the learning rate are recorded (loss_0, lr_0); parameters are averaged at
+ * every step up to begin_step, then whenever k steps have passed since the last average;
+ * after each average k = ceil(sqrt(lr_0 * mean loss / (lr * loss_0) * init_k_steps)),
+ * clipped to [1, 16].  State (float32[4]): k, the step of the last average, loss_0, lr_0. */
+
+#define ALSGD_MAX_K 16.0
+
+static int mean_loss(fl_ring *cm, const fl_tensor *loss, float *out)
+{
+    float v = ((const float *)loss->data)[0];
+    FL_CHECK(fl__ring_allreduce(cm, &v, 1, FL_FLOAT32, "sum"));
+    *out = v / (float)fl__ring_size(cm);
+    return FL_OK;
+}
+
+static int run_adaptive_localsgd(fl_kctx *c)
+{
+    fl_ring *cm;
+    FL_CHECK(get_comm(c, &cm));
+    int64_t *step = FL_IN(c, 1)->data;
+    const fl_tensor *loss = FL_IN(c, 2), *lrt = FL_IN(c, 3);
+    float *st = FL_IN(c, 4)->data;
+    if (loss->dtype != FL_FLOAT32 || loss->numel != 1 || lrt->dtype != FL_FLOAT32 || lrt->numel < 1 ||
+        FL_IN(c, 4)->numel != 4)
+        return fl__err(FL_EINVAL, "c_adaptive_localsgd: loss and learning rate must be float32 numbers");
+    int64_t init_k = fl__attr_i(c->op, "init_k_steps", 1), begin = fl__attr_i(c->op, "begin_step", 1);
+    int64_t s = ++step[0];
+    float lr = ((const float *)lrt->data)[0];
+    if (st[0] < 1.0f) st[0] = (float)init_k;
+    if (fl__ring_size(cm) == 1) return FL_OK;
+    if (s == 1) {
+        FL_CHECK(mean_loss(cm, loss, &st[2]));
+        st[3] = lr;
+    }
+    if (s > begin && s - (int64_t)st[1] != (int64_t)st[0]) return FL_OK;
+    FL_CHECK(average_params(c, cm, 0));
+    float avg;
+    FL_CHECK(mean_loss(cm, loss, &avg));
+    double k = ceil(sqrt((double)st[3] * avg / ((double)lr * st[2]) * (double)init_k));
+    if (!(k >= 1.0)) k = isnan(k) ? ALSGD_MAX_K : 1.0; /* NaN: a zero loss_0 or rate: average often */
+    if (k > ALSGD_MAX_K) k = ALSGD_MAX_K;
+    st[0] = (float)k;
+    st[1] = (float)s;
+    return FL_OK;
+}
+
 /* ---- gradient merge: Grad (list), Step -> Merged (list), Step, Cond -------------------------------- */
 
 static int run_gm_accumulate(fl_kctx *c)
@@ -247,6 +298,12 @@ static const fl_op_def def_ar_wait = {"c_allreduce_wait", {"X"}, {"Out"}, fl__in
 static const fl_op_def def_sparse_ag = {"c_sparse_allgather", {"X"}, {"Out"}, fl__infer_nop, run_sparse_allgather, NULL};
 static const fl_op_def def_localsgd = {"c_localsgd",  {"Param", "Step"}, {"ParamOut", "StepOut"},
                                        fl__infer_nop, run_localsgd,      NULL};
+static const fl_op_def def_alsgd = {"c_adaptive_localsgd",
+                                    {"Param", "Step", "Loss", "LearningRate", "State"},
+                                    {"ParamOut", "StepOut", "StateOut"},
+                                    fl__infer_nop,
+                                    run_adaptive_localsgd,
+                                    NULL};
 static const fl_op_def def_gm_acc = {"gm_accumulate", {"Grad", "Step"},  {"Merged", "Cond", "StepOut"},
                                      fl__infer_nop,   run_gm_accumulate, NULL};
 static const fl_op_def def_gm_zero = {"gm_zero", {"Merged"}, {"MergedOut"}, fl__infer_nop, run_gm_zero, NULL};
@@ -254,7 +311,7 @@ static const fl_op_def def_allreduce = {"c_allreduce", {"X"}, {"Out"}, infer_all
 
 const fl_op_def *const fl__ops_collective[] = {&def_broadcast, &def_ar_start, &def_ar_wait, &def_sparse_ag,
                                                &def_localsgd,  &def_gm_acc,   &def_gm_zero,  &def_allreduce,
-                                               NULL};
+                                               &def_alsgd,     NULL};
 
 fl_var *fl__c_allreduce_layer(fl_var *x, int ring_id, const char *reduce_type)
 {
