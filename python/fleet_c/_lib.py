@@ -278,6 +278,9 @@ _PROTOS = {
     "fl_io_load_inference_model": (c_int, [P, c_char_p, PP, POINTER(SP), POINTER(c_int), POINTER(SP),
                                            POINTER(c_int)]),
     "fl_io_free_names": (None, [SP, c_int]),
+    "fl_io_read_safetensors": (c_int, [c_char_p, POINTER(SP), POINTER(POINTER(c_void_p)), POINTER(c_int)]),
+    "fl_io_write_safetensors": (c_int, [c_char_p, SP, POINTER(c_void_p), c_int]),
+    "fl_io_free_tensors": (None, [SP, POINTER(c_void_p), c_int]),
     # fleet
     "fleet_role_paddlecloud": (c_int, [c_int, PP]), "fleet_role_user_defined": (c_int, [POINTER(UserRole), PP]),
     "fleet_role_mpi": (c_int, [c_int, PP]), "fleet_role_slurm": (c_int, [c_int, PP]),

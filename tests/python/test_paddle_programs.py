@@ -236,12 +236,20 @@ def test_distribute_ctr_local_then_infer(tmp_path, penv, build_dir):
 
 @needs_programs
 def test_distribute_ctr_async(tmp_path, penv, build_dir):
+    """async_train.py (1 server, 2 workers), then infer.py locally on the saved models.
+    Tolerance: AUCs above 0.5, the inferred within 0.15 of the training one."""
     d = _dctr(tmp_path, build_dir, penv)
     m = tmp_path / "metrics"
     run(_ps(build_dir) + ["python3", "async_train.py"] + DCTR, d, dict(penv, FLEET_METRICS_DIR=str(m)))
     aucs = _epoch_metric(m, "Epoch_1_auc_")
     assert sorted(aucs) == [0, 1] and all(a > 0.5 for a in aucs.values()), aucs
     assert "Distribute Train Success!" in read(d / "log" / "workerlog.0")
+    # infer.py, locally, on what the first worker saved: load_persistables reads the
+    # servers' tables (the sparse SparseFeatFactors and the dense layers) from the save
+    out = run(["python3", "infer.py", "-b", "20"], d, penv)
+    res = [float(x) for x in re.findall(r"'auc': FetchedArray\(\[([0-9.]+)\]\)", out)]
+    assert len(res) == 2 and all(r > 0.5 for r in res), out[-2000:]
+    assert abs(res[-1] - aucs[0]) < 0.15, (res, aucs)
 
 
 @needs_programs
