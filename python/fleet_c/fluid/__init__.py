@@ -17,7 +17,7 @@ from ..param_attr import ParamAttr
 from ..feeding import DataFeeder
 from ..strategy import DistributeTranspilerConfig
 from ..transpiler import DistributeTranspiler
-from . import compiler, core, incubate, metrics, nets, transpiler
+from . import compiler, contrib, core, incubate, metrics, nets, transpiler
 
 from .. import collective as _collective
 
