@@ -143,6 +143,7 @@ static long long nc_fleet_util_all_reduce(void *h) { return (long long)fleet_uti
 static long long nc_fleet_util_all_gather(void *h) { return (long long)fleet_util_all_gather((fleet_t *)h, (const void *){0}, (void *){0}, (size_t){0}, (fl_dtype){0}); }
 static long long nc_fleet_util_barrier(void *h) { return (long long)fleet_util_barrier((fleet_t *)h); }
 static long long nc_fleet_layer_allreduce(void *h) { return fleet_layer_allreduce((fleet_t *)h, (fl_var *){0}, (const char *){0}) != NULL; }
+static long long nc_fleet_layer_allgather(void *h) { return fleet_layer_allgather((fleet_t *)h, (fl_var *){0}) != NULL; }
 static long long nc_fleet_save_persistables(void *h) { return (long long)fleet_save_persistables((fleet_t *)h, (fl_exe *)h, (const char *){0}, (const fl_prog *)h); }
 static long long nc_fleet_save_inference_model(void *h) { return (long long)fleet_save_inference_model((fleet_t *)h, (fl_exe *)h, (const char *){0}, (const char *const *){0}, (int){0}, (fl_var *const *){0}, (int){0}, (const fl_prog *)h); }
 static long long nc_fleet_save_persistables_alone(void *h) { return (long long)fleet_save_persistables_alone((fleet_t *)h, (fl_exe *)h, (const char *){0}, (const fl_prog *)h); }
@@ -549,6 +550,7 @@ static const nc_row nc_rows[] = {
     {"fleet_util_all_gather", "fleet.h", NC_ERR, 1, nc_fleet_util_all_gather},
     {"fleet_util_barrier", "fleet.h", NC_ERR, 1, nc_fleet_util_barrier},
     {"fleet_layer_allreduce", "fleet.h", NC_NULL, 1, nc_fleet_layer_allreduce},
+    {"fleet_layer_allgather", "fleet.h", NC_NULL, 1, nc_fleet_layer_allgather},
     {"fleet_save_persistables", "fleet.h", NC_ERR, 1, nc_fleet_save_persistables},
     {"fleet_save_inference_model", "fleet.h", NC_ERR, 1, nc_fleet_save_inference_model},
     {"fleet_save_persistables_alone", "fleet.h", NC_ERR, 1, nc_fleet_save_persistables_alone},

@@ -435,7 +435,7 @@ TEST(split_files_as_paddle)
     }
 }
 
-/* fleet_layer_allreduce on one local worker is the input; fleet_transpile wants a
+/* fleet_layer_allreduce and fleet_layer_allgather on one local worker are the input; fleet_transpile wants a
  * parameter-server fleet (the multi-process runs: tests/python/test_transpiler.py,
  * test_collective_ops.py) */
 TEST(program_allreduce_and_transpile_on_a_local_fleet)
@@ -457,6 +457,12 @@ TEST(program_allreduce_and_transpile_on_a_local_fleet)
     fl_feed feed[] = {{"x", xt}};
     const char *fetch[] = {fl_var_name(y)};
     CHECK_OK(fl_exe_run(e, p, feed, 1, fetch, 1, out));
+    for (int i = 0; i < 6; i++) CHECK(fl_tensor_f32(out[0])[i] == xs[i]);
+    fl_var *g = fleet_layer_allgather(f, x);
+    CHECK(g);
+    const char *gfetch[] = {fl_var_name(g)};
+    CHECK_OK(fl_exe_run(e, p, feed, 1, gfetch, 1, out));
+    CHECK_EQ_INT(fl_tensor_dim(out[0], 0), 2);
     for (int i = 0; i < 6; i++) CHECK(fl_tensor_f32(out[0])[i] == xs[i]);
     fl_var *pred = fl_layer_fc(&x, 1, 1, NULL);
     fl_opt *o = fl_opt_sgd(0.1f);

@@ -375,6 +375,11 @@ FL_API int fleet_util_barrier(fleet_t *f);
  * "min"; same shape and dtype), run by every worker at the same step of the same program.
  * One worker or a local run: the output is x.  Workers only. */
 FL_API fl_var *fleet_layer_allreduce(fleet_t *f, fl_var *x, const char *reduce_type);
+/* An allgather inside a program (Paddle's layers.collective._c_allgather): the output
+ * stacks every worker's x along the first dimension in rank order ([n, ...] becomes
+ * [workers * n, ...]; every worker's x must have the same shape at run time).  One worker
+ * or a local run: the output is x.  Workers only. */
+FL_API fl_var *fleet_layer_allgather(fleet_t *f, fl_var *x);
 
 /* The first worker saves (fl_io_save_persistables / fl_io_save_inference_model); every
  * worker returns once it has, with an error if it failed. */

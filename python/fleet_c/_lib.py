@@ -296,7 +296,7 @@ _PROTOS = {
     "fleet_worker_endpoints_str": (c_char_p, [P]), "fleet_server_endpoints_str": (c_char_p, [P]),
     "fleet_distributed_optimizer": (P, [P, P, POINTER(Strategy)]),
     "fleet_transpile": (c_int, [P, P, P, POINTER(Strategy)]),
-    "fleet_layer_allreduce": (P, [P, P, c_char_p]),
+    "fleet_layer_allreduce": (P, [P, P, c_char_p]), "fleet_layer_allgather": (P, [P, P]),
     "fleet_init_worker": (c_int, [P]), "fleet_stop_worker": (c_int, [P]), "fleet_init_server": (c_int, [P, c_char_p]),
     "fleet_run_server": (c_int, [P]), "fleet_barrier_worker": (c_int, [P]),
     "fleet_util_all_reduce": (c_int, [P, c_void_p, c_size_t, c_int, c_char_p]),

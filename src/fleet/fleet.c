@@ -278,7 +278,24 @@ fl_var *fleet_layer_allreduce(fleet_t *f, fl_var *x, const char *reduce_type)
         return NULL;
     }
     if (fl__fleet_worker_ring(f, "fleet_layer_allreduce") != FL_OK) return NULL;
-    return fl__c_allreduce_layer(x, f->ring ? fl__ring_id(f->ring) : -1, reduce_type);
+    return fl__c_collective_layer("c_allreduce", x, f->ring ? fl__ring_id(f->ring) : -1,
+                                  f->ring ? fl__ring_size(f->ring) : 1, reduce_type);
+}
+
+fl_var *fleet_layer_allgather(fleet_t *f, fl_var *x)
+{
+    if (check(f, "fleet_layer_allgather") != FL_OK) return NULL;
+    if (!x) {
+        fl__err(FL_EINVAL, "fleet_layer_allgather: x is NULL");
+        return NULL;
+    }
+    if (!fleet_is_worker(f)) {
+        fl__err(FL_ESTATE, "fleet_layer_allgather: this process is a server; the allgather runs among the workers");
+        return NULL;
+    }
+    if (fl__fleet_worker_ring(f, "fleet_layer_allgather") != FL_OK) return NULL;
+    return fl__c_collective_layer("c_allgather", x, f->ring ? fl__ring_id(f->ring) : -1,
+                                  f->ring ? fl__ring_size(f->ring) : 1, NULL);
 }
 
 int fleet_util_all_gather(fleet_t *f, const void *send, void *recv, size_t count, fl_dtype dtype)

@@ -294,9 +294,8 @@ def test_dist_test_collective(tmp_path, penv, build_dir):
 
 @needs_programs
 @pytest.mark.xfail(reason="model.py adds mse [N] and cross_entropy [N, 1] (cost = 0.5 * (0 - mse) + 0.5 * "
-                   "cross_entropy): Paddle 2's two-way broadcasting (to [N, N]) is not in the C elementwise ops; "
-                   "distributed, model.py also needs layers.collective._c_allgather (utils.py's _c_allreduce is "
-                   "there)", strict=True)
+                   "cross_entropy): Paddle 2's two-way broadcasting (to [N, N]) is not in the C elementwise ops (the "
+                   "collective ops it uses distributed, _c_allgather and _c_allreduce, are there)", strict=True)
 def test_pe_collective_single_trainer(tmp_path, penv):
     d = _prog(tmp_path, "pe_collective")
     pp.write_mnist(d / "dataset")

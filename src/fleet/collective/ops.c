@@ -12,6 +12,8 @@
  *   gm_accumulate / gm_zero   gradient merge: sum gradients over k steps, apply, clear
  *   c_allreduce          a program's own allreduce (fleet_layer_allreduce: Paddle's
  *                        layers.collective._c_allreduce): Out = X reduced over the workers
+ *   c_allgather          a program's own allgather (fleet_layer_allgather): Out = every
+ *                        worker's X stacked along the first dimension, in rank order
  * They find their communicator through the ring_id attribute (ring.h).
  */
 #include <math.h>
@@ -292,6 +294,33 @@ static int run_allreduce(fl_kctx *c)
     return fl__ring_allreduce(cm, o->data, (size_t)o->numel, o->dtype, fl__attr_s(c->op, "reduce_type", "sum"));
 }
 
+/* ---- c_allgather: X [n, ...] -> Out [nranks * n, ...] (ring_id -1: one worker) -------------------- */
+
+static int infer_allgather(fl_op *op)
+{
+    fl_var *x = op->in[0].vars[0], *o = op->out[0].vars[0];
+    int64_t nr = fl__attr_i(op, "nranks", 1), sh[FL_MAX_DIMS];
+    if (x->ndim < 1) return fl__op_error(op, "X must have at least one dimension");
+    memcpy(sh, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    if (sh[0] >= 0) sh[0] *= nr;
+    fl__var_set_shape(o, x->dtype, x->ndim, sh);
+    return FL_OK;
+}
+
+static int run_allgather(fl_kctx *c)
+{
+    fl_tensor *x = FL_IN(c, 0), *o = FL_OUT(c, 0);
+    if (fl__attr_i(c->op, "ring_id", -1) < 0) return o == x ? FL_OK : fl_tensor_copy(o, x);
+    fl_ring *cm;
+    FL_CHECK(get_comm(c, &cm));
+    int n = fl__ring_size(cm);
+    int64_t sh[FL_MAX_DIMS];
+    memcpy(sh, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    sh[0] *= n;
+    FL_CHECK(fl__tensor_reshape_raw(o, x->dtype, x->ndim, sh));
+    return fl__ring_allgather(cm, x->data, o->data, (size_t)x->numel, x->dtype);
+}
+
 static const fl_op_def def_broadcast = {"c_broadcast", {"X"}, {"Out"}, fl__infer_nop, run_broadcast, NULL};
 static const fl_op_def def_ar_start = {"c_allreduce_start", {"X"}, {NULL}, fl__infer_nop, run_ar_start, NULL};
 static const fl_op_def def_ar_wait = {"c_allreduce_wait", {"X"}, {"Out"}, fl__infer_nop, run_ar_wait, NULL};
@@ -308,12 +337,13 @@ static const fl_op_def def_gm_acc = {"gm_accumulate", {"Grad", "Step"},  {"Merge
                                      fl__infer_nop,   run_gm_accumulate, NULL};
 static const fl_op_def def_gm_zero = {"gm_zero", {"Merged"}, {"MergedOut"}, fl__infer_nop, run_gm_zero, NULL};
 static const fl_op_def def_allreduce = {"c_allreduce", {"X"}, {"Out"}, infer_allreduce, run_allreduce, NULL};
+static const fl_op_def def_allgather = {"c_allgather", {"X"}, {"Out"}, infer_allgather, run_allgather, NULL};
 
 const fl_op_def *const fl__ops_collective[] = {&def_broadcast, &def_ar_start, &def_ar_wait, &def_sparse_ag,
                                                &def_localsgd,  &def_gm_acc,   &def_gm_zero,  &def_allreduce,
-                                               &def_alsgd,     NULL};
+                                               &def_alsgd,     &def_allgather, NULL};
 
-fl_var *fl__c_allreduce_layer(fl_var *x, int ring_id, const char *reduce_type)
+fl_var *fl__c_collective_layer(const char *type, fl_var *x, int ring_id, int nranks, const char *reduce_type)
 {
     fl_prog *p = fl__prog_of(&x, 1);
     if (!p) {
@@ -323,15 +353,16 @@ fl_var *fl__c_allreduce_layer(fl_var *x, int ring_id, const char *reduce_type)
     if (p->status != FL_OK) return NULL;
     if (fl__op_register_group(fl__ops_collective) != FL_OK) return NULL;
     char base[128];
-    fl__unique_name(p, "c_allreduce", base, sizeof base);
+    fl__unique_name(p, type, base, sizeof base);
     fl_var *o = fl__tmp_var(p, base, x->dtype, x->ndim, x->shape);
     if (!o) return NULL;
     fl_io in = FL_IO1("X", x), out = FL_IO1("Out", o);
-    fl_op *op = fl__op_new(p, "c_allreduce", &in, 1, &out, 1);
+    fl_op *op = fl__op_new(p, type, &in, 1, &out, 1);
     if (!op) return NULL;
     int st = fl__attr_set_i(op, "ring_id", ring_id);
     if (st == FL_OK) st = fl__attr_set_i(op, "single_trainer", 1);
-    if (st == FL_OK) st = fl__attr_set_s(op, "reduce_type", reduce_type);
+    if (st == FL_OK && reduce_type) st = fl__attr_set_s(op, "reduce_type", reduce_type);
+    if (st == FL_OK) st = fl__attr_set_i(op, "nranks", nranks);
     if (st == FL_OK) st = fl__op_finish(op);
     return st == FL_OK ? o : NULL;
 }
