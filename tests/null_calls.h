@@ -136,6 +136,7 @@ static long long nc_fleet_worker_endpoints_str(void *h) { return fleet_worker_en
 static long long nc_fleet_server_endpoints_str(void *h) { return fleet_server_endpoints_str((fleet_t *)h) != NULL; }
 static long long nc_fleet_get_strategy(void *h) { return fleet_get_strategy((const fleet_t *)h) != NULL; }
 static long long nc_fleet_distributed_optimizer(void *h) { return fleet_distributed_optimizer((fleet_t *)h, (fl_opt *)h, (const fleet_strategy *){0}) != NULL; }
+static long long nc_fleet_transpile(void *h) { return (long long)fleet_transpile((fleet_t *)h, (fl_opt *)h, (fl_prog *)h, (const fleet_strategy *){0}); }
 static long long nc_fleet_init_worker(void *h) { return (long long)fleet_init_worker((fleet_t *)h); }
 static long long nc_fleet_stop_worker(void *h) { return (long long)fleet_stop_worker((fleet_t *)h); }
 static long long nc_fleet_init_server(void *h) { return (long long)fleet_init_server((fleet_t *)h, (const char *){0}); }
@@ -144,6 +145,8 @@ static long long nc_fleet_barrier_worker(void *h) { return (long long)fleet_barr
 static long long nc_fleet_util_all_reduce(void *h) { return (long long)fleet_util_all_reduce((fleet_t *)h, (void *){0}, (size_t){0}, (fl_dtype){0}, (const char *){0}); }
 static long long nc_fleet_util_all_gather(void *h) { return (long long)fleet_util_all_gather((fleet_t *)h, (const void *){0}, (void *){0}, (size_t){0}, (fl_dtype){0}); }
 static long long nc_fleet_util_barrier(void *h) { return (long long)fleet_util_barrier((fleet_t *)h); }
+static long long nc_fleet_layer_allreduce(void *h) { return fleet_layer_allreduce((fleet_t *)h, (fl_var *){0}, (const char *){0}) != NULL; }
+static long long nc_fleet_layer_allgather(void *h) { return fleet_layer_allgather((fleet_t *)h, (fl_var *){0}) != NULL; }
 static long long nc_fleet_save_persistables(void *h) { return (long long)fleet_save_persistables((fleet_t *)h, (fl_exe *)h, (const char *){0}, (const fl_prog *)h); }
 static long long nc_fleet_save_inference_model(void *h) { return (long long)fleet_save_inference_model((fleet_t *)h, (fl_exe *)h, (const char *){0}, (const char *const *){0}, (int){0}, (fl_var *const *){0}, (int){0}, (const fl_prog *)h); }
 static long long nc_fleet_save_persistables_alone(void *h) { return (long long)fleet_save_persistables_alone((fleet_t *)h, (fl_exe *)h, (const char *){0}, (const fl_prog *)h); }
@@ -563,6 +566,7 @@ static const nc_row nc_rows[] = {
     {"fleet_server_endpoints_str", "fleet.h", NC_NULL, 1, nc_fleet_server_endpoints_str},
     {"fleet_get_strategy", "fleet.h", NC_NULL, 1, nc_fleet_get_strategy},
     {"fleet_distributed_optimizer", "fleet.h", NC_NULL, 1, nc_fleet_distributed_optimizer},
+    {"fleet_transpile", "fleet.h", NC_ERR, 1, nc_fleet_transpile},
     {"fleet_init_worker", "fleet.h", NC_ERR, 1, nc_fleet_init_worker},
     {"fleet_stop_worker", "fleet.h", NC_ERR, 1, nc_fleet_stop_worker},
     {"fleet_init_server", "fleet.h", NC_ERR, 1, nc_fleet_init_server},
@@ -571,6 +575,8 @@ static const nc_row nc_rows[] = {
     {"fleet_util_all_reduce", "fleet.h", NC_ERR, 1, nc_fleet_util_all_reduce},
     {"fleet_util_all_gather", "fleet.h", NC_ERR, 1, nc_fleet_util_all_gather},
     {"fleet_util_barrier", "fleet.h", NC_ERR, 1, nc_fleet_util_barrier},
+    {"fleet_layer_allreduce", "fleet.h", NC_NULL, 1, nc_fleet_layer_allreduce},
+    {"fleet_layer_allgather", "fleet.h", NC_NULL, 1, nc_fleet_layer_allgather},
     {"fleet_save_persistables", "fleet.h", NC_ERR, 1, nc_fleet_save_persistables},
     {"fleet_save_inference_model", "fleet.h", NC_ERR, 1, nc_fleet_save_inference_model},
     {"fleet_save_persistables_alone", "fleet.h", NC_ERR, 1, nc_fleet_save_persistables_alone},

@@ -435,7 +435,49 @@ TEST(split_files_as_paddle)
     }
 }
 
+/* fleet_layer_allreduce and fleet_layer_allgather on one local worker are the input; fleet_transpile wants a
+ * parameter-server fleet (the multi-process runs: tests/python/test_transpiler.py,
+ * test_collective_ops.py) */
+TEST(program_allreduce_and_transpile_on_a_local_fleet)
+{
+    clear_env();
+    fleet_t *f = fleet_init(NULL, NULL);
+    CHECK(f);
+    fl_prog *p = fl_prog_create();
+    fl_var *x = fl_layer_data(p, "x", 1, (const int64_t[]){3}, FL_FLOAT32, 0); /* [-1, 3] */
+    fl_var *y = fleet_layer_allreduce(f, x, "max");
+    CHECK(y);
+    CHECK_EQ_INT(fl_var_ndim(y), 2);
+    CHECK(!fleet_layer_allreduce(f, x, "prod"));
+    CHECK_STR_HAS(fl_last_error(), "fleet_layer_allreduce: reduce_type 'prod' is invalid");
+    fl_exe *e = fl_exe_create(NULL);
+    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
+    float xs[6] = {1, 2, 3, 4, 5, 6};
+    fl_tensor *xt = fl_tensor_from_data(FL_FLOAT32, 2, (const int64_t[]){2, 3}, xs), *out[1];
+    fl_feed feed[] = {{"x", xt}};
+    const char *fetch[] = {fl_var_name(y)};
+    CHECK_OK(fl_exe_run(e, p, feed, 1, fetch, 1, out));
+    for (int i = 0; i < 6; i++) CHECK(fl_tensor_f32(out[0])[i] == xs[i]);
+    fl_var *g = fleet_layer_allgather(f, x);
+    CHECK(g);
+    const char *gfetch[] = {fl_var_name(g)};
+    CHECK_OK(fl_exe_run(e, p, feed, 1, gfetch, 1, out));
+    CHECK_EQ_INT(fl_tensor_dim(out[0], 0), 2);
+    for (int i = 0; i < 6; i++) CHECK(fl_tensor_f32(out[0])[i] == xs[i]);
+    fl_var *pred = fl_layer_fc(&x, 1, 1, NULL);
+    fl_opt *o = fl_opt_sgd(0.1f);
+    CHECK_OK(fl_opt_minimize(o, fl_layer_mean(pred)));
+    CHECK_FAILS(fleet_transpile(f, o, p, NULL), FL_EUNSUPPORTED, "fleet_transpile: this fleet's role is collective");
+    CHECK_FAILS(fleet_transpile(f, o, NULL, NULL), FL_EINVAL, "fleet_transpile: prog is NULL");
+    fl_tensor_free(xt);
+    fl_exe_free(e);
+    fl_opt_free(o);
+    fl_prog_free(p);
+    fleet_free(f);
+}
+
 TEST_MAIN(T(fallback_is_one_local_worker), T(collective_env), T(collective_env_errors), T(ps_env_worker_and_server),
           T(ps_env_errors), T(ps_program_started_as_collective_job), T(user_defined_role), T(strategy_defaults_and_set),
           T(strategy_unimplemented_rejected), T(strategy_parse_text_and_json),
-          T(strategy_json_errors_name_the_file_and_key), T(split_files_as_paddle))
+          T(strategy_json_errors_name_the_file_and_key), T(split_files_as_paddle),
+          T(program_allreduce_and_transpile_on_a_local_fleet))

@@ -343,6 +343,14 @@ FL_API const fleet_strategy *fleet_get_strategy(const fleet_t *f);
  * merge still applies).  fleet must outlive every program built with the result. */
 FL_API fl_opt *fleet_distributed_optimizer(fleet_t *f, fl_opt *opt, const fleet_strategy *strategy);
 
+/* Paddle 1.x's DistributeTranspiler.transpile: makes prog, which fl_opt_minimize already
+ * built with opt (without a fleet), the parameter-server program of this fleet, as
+ * fleet_distributed_optimizer(f, opt, strategy) before minimize would have (same tables,
+ * same worker rewrite; the startup program gets the initial exchange).  A server and its
+ * workers each transpile the same program.  Parameter-server fleets only (a collective or
+ * local fleet: FL_EUNSUPPORTED); once per fleet handle. */
+FL_API int fleet_transpile(fleet_t *f, fl_opt *opt, fl_prog *prog, const fleet_strategy *strategy);
+
 /* Lifecycle.  Collective and non-distributed: init_worker / stop_worker do nothing.
  * Parameter-server mode (docs/parameter_server.md): init_server binds this server's
  * endpoint and restores model_dir when given; run_server serves until every worker has
@@ -362,6 +370,16 @@ FL_API int fleet_util_all_reduce(fleet_t *f, void *buf, size_t count, fl_dtype d
 /* recv holds worker_num * count elements, worker i's at i * count. */
 FL_API int fleet_util_all_gather(fleet_t *f, const void *send, void *recv, size_t count, fl_dtype dtype);
 FL_API int fleet_util_barrier(fleet_t *f);
+/* An allreduce inside a program (Paddle's layers.collective._c_allreduce): appends to x's
+ * program an op whose output is x reduced over the workers (reduce_type "sum", "max" or
+ * "min"; same shape and dtype), run by every worker at the same step of the same program.
+ * One worker or a local run: the output is x.  Workers only. */
+FL_API fl_var *fleet_layer_allreduce(fleet_t *f, fl_var *x, const char *reduce_type);
+/* An allgather inside a program (Paddle's layers.collective._c_allgather): the output
+ * stacks every worker's x along the first dimension in rank order ([n, ...] becomes
+ * [workers * n, ...]; every worker's x must have the same shape at run time).  One worker
+ * or a local run: the output is x.  Workers only. */
+FL_API fl_var *fleet_layer_allgather(fleet_t *f, fl_var *x);
 
 /* The first worker saves (fl_io_save_persistables / fl_io_save_inference_model); every
  * worker returns once it has, with an error if it failed. */

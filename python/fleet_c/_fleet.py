@@ -25,6 +25,13 @@ from .strategy import DistributedStrategy, DistributeTranspilerConfig
 __all__ = ["Fleet", "DistributedOptimizer", "UtilBase"]
 
 _all_handles = []   # every fleet_t ever made: kept for the programs that refer to them
+_current = []       # the Fleet objects init() was called on, the latest last
+
+
+def current_fleet():
+    """The fleet this process initialised last (None before any fleet.init): the one
+    layers.collective's ops run among."""
+    return _current[-1] if _current else None
 _to_stop = []       # workers to stop at exit
 
 
@@ -183,6 +190,7 @@ class Fleet:
         _all_handles.append(h)
         self._h = h
         self._strategy = strategy
+        _current.append(self)
         if self.is_collective():
             _selected_gpus(self)
         self._worker_started = self._worker_stopped = False

@@ -334,6 +334,9 @@ _PROTOS = {
     "fl_io_load_inference_model": (c_int, [P, c_char_p, PP, POINTER(SP), POINTER(c_int), POINTER(SP),
                                            POINTER(c_int)]),
     "fl_io_free_names": (None, [SP, c_int]),
+    "fl_io_read_safetensors": (c_int, [c_char_p, POINTER(SP), POINTER(POINTER(c_void_p)), POINTER(c_int)]),
+    "fl_io_write_safetensors": (c_int, [c_char_p, SP, POINTER(c_void_p), c_int]),
+    "fl_io_free_tensors": (None, [SP, POINTER(c_void_p), c_int]),
     # fleet
     "fleet_role_paddlecloud": (c_int, [c_int, PP]), "fleet_role_user_defined": (c_int, [POINTER(UserRole), PP]),
     "fleet_role_mpi": (c_int, [c_int, PP]), "fleet_role_slurm": (c_int, [c_int, PP]),
@@ -348,6 +351,8 @@ _PROTOS = {
     "fleet_worker_num": (c_int, [P]), "fleet_server_index": (c_int, [P]), "fleet_server_num": (c_int, [P]),
     "fleet_worker_endpoints_str": (c_char_p, [P]), "fleet_server_endpoints_str": (c_char_p, [P]),
     "fleet_distributed_optimizer": (P, [P, P, POINTER(Strategy)]),
+    "fleet_transpile": (c_int, [P, P, P, POINTER(Strategy)]),
+    "fleet_layer_allreduce": (P, [P, P, c_char_p]), "fleet_layer_allgather": (P, [P, P]),
     "fleet_init_worker": (c_int, [P]), "fleet_stop_worker": (c_int, [P]), "fleet_init_server": (c_int, [P, c_char_p]),
     "fleet_run_server": (c_int, [P]), "fleet_barrier_worker": (c_int, [P]),
     "fleet_util_all_reduce": (c_int, [P, c_void_p, c_size_t, c_int, c_char_p]),

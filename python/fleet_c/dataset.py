@@ -170,7 +170,7 @@ class DatasetFactory:
         return kinds[datafeed_class]()
 
 
-_READERS = ("mnist",)
+_READERS = ("mnist", "flowers")
 
 
 def __getattr__(name):

@@ -220,6 +220,9 @@ def _fetch_names(fetch_list):
     return names
 
 
+_stop_on_close = []  # trainers of DistributeTranspiler: Executor.close() stops them
+
+
 class Executor:
     def __init__(self, place=None):
         self.place = place if place is not None else CPUPlace()
@@ -235,7 +238,15 @@ class Executor:
         return ent[1]
 
     def close(self):
-        """Frees the C executors (Paddle's close); the executor can be used again after."""
+        """Frees the C executors (Paddle's close); the executor can be used again after.  A
+        transpiled trainer stops (Paddle's close tells the parameter servers it is done)."""
+        while _stop_on_close:
+            f = _stop_on_close.pop()
+            if f._worker_started and not f._worker_stopped:
+                f.stop_worker()
+        self._free()
+
+    def _free(self):
         for _, h in self._exes.values():
             lib.fl_exe_free(h)
         self._exes = {}
@@ -243,7 +254,7 @@ class Executor:
 
     def __del__(self):
         if not _lib.shutting_down[0]:
-            self.close()
+            self._free()
 
     def _program(self, program):
         if program is None:
@@ -261,6 +272,8 @@ class Executor:
         holds Variables or names; returns one NumPy array per fetch (LoDTensors with
         return_numpy=False).  A wrong feed raises the library's message naming the variable
         and the expected and given shapes."""
+        if hasattr(program, "_run_on_executor"):  # a transpiler's parameter-server program
+            return program._run_on_executor()
         program = self._program(program)
         exe = self._exe(scope)
         if program._is_startup():
@@ -292,6 +305,9 @@ class Executor:
                 if not isinstance(value, (np.ndarray, LoDTensor)):
                     v = lib.fl_prog_var(h, _lib.cstr(name))
                     hint = _dtype_of_var(v) if v else None
+                    if isinstance(value, (int, float, np.generic)):  # one number
+                        value = np.asarray([value], dtype=hint)
+                value = _one_sample(h, name, value)
                 tensors.append(to_c(value, "feed '%s'" % name, hint))
                 feeds[i].name = _lib.cstr(name)
                 feeds[i].value = tensors[-1]
@@ -366,6 +382,23 @@ def _with_handler(exe, fn, program, dataset, scope, thread, handler, print_perio
                           print_period)
     handler.handler({k: np.array([r["fetch"][k]]) for k in keys})
     return r
+
+
+def _one_sample(h, name, value):
+    """A feed of one sample without its batch dimension (shape [1] for a [-1, 1] variable,
+    as Paddle programs feed a fetched metric back in: Paddle does not check the feeds of
+    layers.data) is a batch of one."""
+    if not isinstance(value, np.ndarray):
+        return value
+    v = lib.fl_prog_var(h, _lib.cstr(name))
+    if not v:
+        return value
+    n = lib.fl_var_ndim(v)
+    sp = lib.fl_var_shape(v)
+    shape = [sp[i] for i in range(n)]
+    if n == value.ndim + 1 and shape[0] == -1 and list(value.shape) == shape[1:]:
+        return value.reshape((1,) + value.shape)
+    return value
 
 
 def _dtype_of_var(v):

@@ -50,7 +50,14 @@ def save_persistables(executor, dirname, main_program=None, filename=None):
 
 
 def load_persistables(executor, dirname, main_program=None, filename=None):
+    """The persistable variables of main_program from dirname; a parameter-server save
+    (ps_manifest.json: the servers' tables, docs/python.md) loads into a local program."""
+    import os
     p = _main(main_program)
+    if os.path.exists(os.path.join(str(dirname), "ps_manifest.json")) and _ps_fleet(p) is None:
+        from . import _ps_load
+        _ps_load.load(_exe_handle(executor, p), str(dirname), p)
+        return
     check(lib.fl_io_load_persistables(_exe_handle(executor, p), _lib.cstr(dirname), p._main()))
 
 

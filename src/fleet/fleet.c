@@ -190,6 +190,20 @@ fl_opt *fleet_distributed_optimizer(fleet_t *f, fl_opt *opt, const fleet_strateg
     return fl__fleet_amp_wire(f, opt) == FL_OK ? opt : NULL;    /* every runtime: amp.c */
 }
 
+int fleet_transpile(fleet_t *f, fl_opt *opt, fl_prog *prog, const fleet_strategy *strategy)
+{
+    FL_CHECK(check(f, "fleet_transpile"));
+    if (!opt) return fl__err(FL_EINVAL, "fleet_transpile: opt is NULL");
+    if (!prog) return fl__err(FL_EINVAL, "fleet_transpile: prog is NULL");
+    if (f->runtime != &fl__runtime_ps)
+        return fl__err(FL_EUNSUPPORTED, "fleet_transpile: this fleet's role is %s, not a parameter-server job; a "
+                                        "collective program is made distributed by fleet_distributed_optimizer "
+                                        "before minimize",
+                       f->runtime->name);
+    if (!fleet_distributed_optimizer(f, opt, strategy)) return fl_last_status();
+    return fl__opt_rehook(opt, prog);
+}
+
 int fleet_init_worker(fleet_t *f)
 {
     FL_CHECK(check(f, "fleet_init_worker"));
@@ -245,6 +259,43 @@ int fleet_util_all_reduce(fleet_t *f, void *buf, size_t count, fl_dtype dtype, c
     if (count && !buf) return fl__err(FL_EINVAL, "fleet_util_all_reduce: buffer is NULL");
     FL_CHECK(fl__fleet_worker_ring(f, "fleet_util_all_reduce"));
     return f->ring ? fl__ring_allreduce(f->ring, buf, count, dtype, mode) : FL_OK;
+}
+
+fl_var *fleet_layer_allreduce(fleet_t *f, fl_var *x, const char *reduce_type)
+{
+    if (check(f, "fleet_layer_allreduce") != FL_OK) return NULL;
+    if (!x) {
+        fl__err(FL_EINVAL, "fleet_layer_allreduce: x is NULL");
+        return NULL;
+    }
+    if (!reduce_type || (strcmp(reduce_type, "sum") && strcmp(reduce_type, "max") && strcmp(reduce_type, "min"))) {
+        fl__err(FL_EINVAL, "fleet_layer_allreduce: reduce_type '%s' is invalid: expected sum, max or min",
+                reduce_type ? reduce_type : "(null)");
+        return NULL;
+    }
+    if (!fleet_is_worker(f)) {
+        fl__err(FL_ESTATE, "fleet_layer_allreduce: this process is a server; the allreduce runs among the workers");
+        return NULL;
+    }
+    if (fl__fleet_worker_ring(f, "fleet_layer_allreduce") != FL_OK) return NULL;
+    return fl__c_collective_layer("c_allreduce", x, f->ring ? fl__ring_id(f->ring) : -1,
+                                  f->ring ? fl__ring_size(f->ring) : 1, reduce_type);
+}
+
+fl_var *fleet_layer_allgather(fleet_t *f, fl_var *x)
+{
+    if (check(f, "fleet_layer_allgather") != FL_OK) return NULL;
+    if (!x) {
+        fl__err(FL_EINVAL, "fleet_layer_allgather: x is NULL");
+        return NULL;
+    }
+    if (!fleet_is_worker(f)) {
+        fl__err(FL_ESTATE, "fleet_layer_allgather: this process is a server; the allgather runs among the workers");
+        return NULL;
+    }
+    if (fl__fleet_worker_ring(f, "fleet_layer_allgather") != FL_OK) return NULL;
+    return fl__c_collective_layer("c_allgather", x, f->ring ? fl__ring_id(f->ring) : -1,
+                                  f->ring ? fl__ring_size(f->ring) : 1, NULL);
 }
 
 int fleet_util_all_gather(fleet_t *f, const void *send, void *recv, size_t count, fl_dtype dtype)

@@ -50,6 +50,10 @@ int fl__fleet_secret(fleet_t *f, const char *fn, int required, const fl_net_secr
  * global shuffle): f->ring, made on first use by the runtime's worker_ring.  Stays NULL for
  * a local run or one worker (the caller then acts alone). */
 int fl__fleet_worker_ring(fleet_t *f, const char *fn);
+/* fleet_layer_allreduce's and fleet_layer_allgather's op (collective/ops.c): appends op
+ * `type` (c_allreduce with reduce_type, c_allgather) of x to x's program; ring_id -1: one
+ * worker (Out = X); nranks: the workers (the gathered first dimension). */
+fl_var *fl__c_collective_layer(const char *type, fl_var *x, int ring_id, int nranks, const char *reduce_type);
 
 /* strategy.amp: fl_amp_decorate_optimizer with amp_configs (amp.c): the cast rewrite before
  * backward, float16 loss scaling after the runtime's allreduce.  Nothing when amp is false.

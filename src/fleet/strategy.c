@@ -54,11 +54,9 @@ static const field fields[] = {
     {"localsgd", F_BOOL, FO(localsgd), 0, 1, 0, NULL},
     {"localsgd_configs.k_steps", F_I64, FO(localsgd_configs.k_steps), 1, 1, 1, NULL},
     {"localsgd_configs.begin_step", F_I64, FO(localsgd_configs.begin_step), 1, 1, 1, NULL},
-    {"adaptive_localsgd", F_BOOL, FO(adaptive_localsgd), 0, 0, 0, "adaptive LocalSGD is not implemented; use localsgd"},
-    {"adaptive_localsgd_configs.init_k_steps", F_I64, FO(adaptive_localsgd_configs.init_k_steps), 1, 0, 1,
-     "adaptive LocalSGD is not implemented"},
-    {"adaptive_localsgd_configs.begin_step", F_I64, FO(adaptive_localsgd_configs.begin_step), 1, 0, 1,
-     "adaptive LocalSGD is not implemented"},
+    {"adaptive_localsgd", F_BOOL, FO(adaptive_localsgd), 0, 1, 0, NULL},
+    {"adaptive_localsgd_configs.init_k_steps", F_I64, FO(adaptive_localsgd_configs.init_k_steps), 1, 1, 1, NULL},
+    {"adaptive_localsgd_configs.begin_step", F_I64, FO(adaptive_localsgd_configs.begin_step), 1, 1, 1, NULL},
     {"gradient_merge", F_BOOL, FO(gradient_merge), 0, 1, 0, NULL},
     {"gradient_merge_configs.k_steps", F_I64, FO(gradient_merge_configs.k_steps), 1, 1, 1, NULL},
     {"gradient_merge_configs.avg", F_BOOL, FO(gradient_merge_configs.avg), 1, 1, 0, NULL},
@@ -247,8 +245,11 @@ int fleet_strategy_check(const fleet_strategy *s)
     }
     if (s->fuse_grad_size_in_MB <= 0)
         return fl__err(FL_EINVAL, "strategy field 'fuse_grad_size_in_MB' = %g must be positive", s->fuse_grad_size_in_MB);
-    if (s->localsgd && s->gradient_merge)
-        return fl__err(FL_EINVAL, "strategy: localsgd and gradient_merge cannot be combined");
+    if ((s->localsgd || s->adaptive_localsgd) && s->gradient_merge)
+        return fl__err(FL_EINVAL, "strategy: %s and gradient_merge cannot be combined",
+                       s->localsgd ? "localsgd" : "adaptive_localsgd");
+    if (s->localsgd && s->adaptive_localsgd)
+        return fl__err(FL_EINVAL, "strategy: localsgd and adaptive_localsgd cannot be combined (choose one)");
     static const char *const ar_dtypes[] = {"float32", "fp32", "bfloat16", "bf16", "float16", "fp16"};
     int ar_ok = 0;
     for (size_t i = 0; i < sizeof ar_dtypes / sizeof ar_dtypes[0]; i++) ar_ok |= !strcmp(s->allreduce_dtype, ar_dtypes[i]);
@@ -265,10 +266,10 @@ int fleet_strategy_check(const fleet_strategy *s)
     int nsp = 0;
     if (s->dgc || s->dgc_configs.sparsity[0]) /* empty (a zeroed struct) passes while dgc is off */
         FL_CHECK(fl__strategy_dgc_sparsity(s, sp, &nsp));
-    if (s->dgc && (s->localsgd || s->gradient_merge || s->lars || s->lamb))
+    if (s->dgc && (s->localsgd || s->adaptive_localsgd || s->gradient_merge || s->lars || s->lamb))
         return fl__err(FL_EINVAL, "strategy: dgc cannot be combined with %s (DGC replaces the Momentum update and the "
-                       "gradient allreduce itself)", s->localsgd ? "localsgd" : s->gradient_merge ? "gradient_merge"
-                       : s->lars ? "lars" : "lamb");
+                       "gradient allreduce itself)", s->localsgd ? "localsgd" : s->adaptive_localsgd ? "adaptive_localsgd"
+                       : s->gradient_merge ? "gradient_merge" : s->lars ? "lars" : "lamb");
     const char *dt = s->amp_configs.dtype;
     static const char *const amp_dtypes[] = {"bfloat16", "bf16", "float16", "fp16"};
     int amp_ok = 0;

@@ -255,6 +255,10 @@ int fl__opt_set_hook(fl_opt *o, fl_opt_hook_fn fn, void *user);
  * AFTER_BACKWARD after the runtime's hook (AMP's loss scaling on reduced gradients), and
  * AFTER_UPDATE after the runtime's (AMP level O2's master-weight refresh). */
 int fl__opt_set_pre_hook(fl_opt *o, fl_opt_hook_fn fn, void *user);
+/* fleet_transpile: runs o's runtime hook (AFTER_BACKWARD, then AFTER_UPDATE) on p, which
+ * minimize already built with o and no hook; the pairs are read back from p's update ops
+ * of o's type.  No hook: nothing. */
+int fl__opt_rehook(fl_opt *o, fl_prog *p);
 /* AMP level O2 (amp_o2.c), from the pre-hook's AFTER_UPDATE phase: moves the forward casts
  * of float32 parameters to their low-precision copies after the update ops (optimizer
  * role), makes the copies persistable and casts them once in the startup program.

@@ -62,6 +62,36 @@ int fl__opt_set_pre_hook(fl_opt *o, fl_opt_hook_fn fn, void *user)
     return FL_OK;
 }
 
+int fl__opt_rehook(fl_opt *o, fl_prog *p)
+{
+    if (!o || o->magic != FL_OPT_MAGIC) return fl__err_handle(o, "optimizer is NULL or invalid");
+    if (p->status != FL_OK) return p->status;
+    if (!o->hook) return FL_OK;
+    int n = 0;
+    for (int i = 0; i < p->nops; i++)
+        if (p->ops[i]->role == FL_ROLE_OPTIMIZE && !strcmp(p->ops[i]->def->type, o->type)) n++;
+    if (!n)
+        return fl__prog_error(p, FL_EINVAL, "transpile: the program has no %s update op: call minimize with this "
+                              "optimizer first", o->type);
+    fl_param_grad *pairs = calloc((size_t)n, sizeof *pairs);
+    if (!pairs) return fl__prog_error(p, FL_ENOMEM, "out of memory");
+    fl_opt_hook_ctx hc = {p, pairs, 0, NULL, o->type};
+    for (int i = 0; i < p->nops; i++) {
+        fl_op *op = p->ops[i];
+        if (op->role != FL_ROLE_OPTIMIZE || strcmp(op->def->type, o->type)) continue;
+        pairs[hc.npairs].param = op->in[0].vars[0];
+        pairs[hc.npairs++].grad = op->in[1].vars[0];
+        if (op->cond) hc.update_cond = op->cond;
+    }
+    fl__prog_set_role(p, FL_ROLE_BACKWARD);
+    int st = o->hook(o->hook_user, FL_HOOK_AFTER_BACKWARD, &hc);
+    fl__prog_set_role(p, FL_ROLE_OPTIMIZE);
+    if (st == FL_OK) st = o->hook(o->hook_user, FL_HOOK_AFTER_UPDATE, &hc);
+    fl__prog_set_role(p, FL_ROLE_FORWARD);
+    free(pairs);
+    return st == FL_OK ? p->status : st;
+}
+
 static fl_opt *opt_new(const char *type, float lr)
 {
     fl_opt *o = calloc(1, sizeof *o);

@@ -75,7 +75,20 @@ PY3_FIXES = {
 
 # Upstream bugs that fail on Paddle too: file -> [(old, new, why)].
 _ANTIALIAS = ("Image.ANTIALIAS", "Image.LANCZOS", "Pillow 10 removed the ANTIALIAS alias of LANCZOS (the same filter)")
+_RANDOM_INTEGERS = "NumPy 2 removed np.random.random_integers(a, b, n); randint(a, b + 1, n) draws the same range"
 UPSTREAM_FIXES = {
+    "word2vec/dataset_generator.py": [
+        ("np.random.random_integers(a, b, buf_size)", "np.random.randint(a, b + 1, buf_size)", _RANDOM_INTEGERS),
+        ("np.random.random_integers(self.a, self.b,", "np.random.randint(self.a, self.b + 1,", _RANDOM_INTEGERS),
+    ],
+    "word2vec/dist_train_example.py": [
+        ("def train(strategy):", "def train(strategy=None):",
+         "train() is called without the argument it declares (TypeError on Paddle too); it sets strategy itself"),
+        ("model_path = str(model_path) + '/trainer_'", "save_path = str(model_path) + '/trainer_'",
+         "train() assigns model_path, so reading the module's model_path there raises UnboundLocalError (on Paddle "
+         "too): the path gets its own name"),
+        ("dirname=model_path)", "dirname=save_path)", "the same"),
+    ],
     "dgc_example/train.py": [_ANTIALIAS],
     "dgc_example/train_with_fleet.py": [
         _ANTIALIAS,
@@ -140,6 +153,25 @@ def write_mnist(d, n_train=2000, n_test=500, seed=7):
             f.write(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes())
         with gzip.open(os.path.join(str(d), "%s-labels-idx1-ubyte.gz" % prefix), "wb") as f:
             f.write(struct.pack(">II", 2049, n) + labels.tobytes())
+    return d
+
+
+def write_word2vec(d, vocab=50, lines=200, files=2, seed=3):
+    """word2vec's inputs: thirdparty/test_build_dict ("word count" lines, ids by line) and
+    train_data/part-N (lines of word ids; words near each other in a line co-occur by
+    topic: id // 10)."""
+    import numpy as np
+    rng = np.random.RandomState(seed)
+    os.makedirs(os.path.join(str(d), "thirdparty"), exist_ok=True)
+    os.makedirs(os.path.join(str(d), "train_data"), exist_ok=True)
+    with open(os.path.join(str(d), "thirdparty", "test_build_dict"), "w") as f:
+        for w in range(vocab):
+            f.write("w%d %d\n" % (w, int(rng.randint(5, 100))))
+    for i in range(files):
+        with open(os.path.join(str(d), "train_data", "part-%d" % i), "w") as f:
+            for _ in range(lines):
+                topic = int(rng.randint(0, vocab // 10))
+                f.write(" ".join(str(topic * 10 + int(rng.randint(0, 10))) for _ in range(8)) + "\n")
     return d
 
 

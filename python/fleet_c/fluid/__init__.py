@@ -16,7 +16,13 @@ from ..layers import _data
 from ..param_attr import ParamAttr
 from ..feeding import DataFeeder
 from ..strategy import DistributeTranspilerConfig
-from . import compiler, core, incubate, metrics, nets, transpiler
+from ..transpiler import DistributeTranspiler
+from . import compiler, contrib, core, incubate, metrics, nets, transpiler
+
+from .. import collective as _collective
+
+layers.collective = _collective  # fluid.layers.collective._c_allreduce
+_sys.modules[__name__ + ".layers.collective"] = _collective
 
 for _name in ("executor", "framework", "initializer", "io", "layers", "optimizer", "param_attr", "regularizer",
               "unique_name"):

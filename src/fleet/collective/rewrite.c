@@ -189,6 +189,65 @@ static int gradient_merge(fleet_t *f, fl_prog *p, fl_opt_hook_ctx *h, int distri
     return st;
 }
 
+/* The loss: the variable whose gradient backward seeds with fill_constant (1). */
+static fl_var *loss_of(fl_prog *p)
+{
+    for (int i = 0; i < p->nops; i++) {
+        const fl_op *op = p->ops[i];
+        if (op->role != FL_ROLE_BACKWARD || strcmp(op->def->type, "fill_constant") || op->out[0].n != 1) continue;
+        const char *g = op->out[0].vars[0]->name;
+        size_t n = strlen(g);
+        char name[256];
+        if (n <= 5 || n - 5 >= sizeof name || strcmp(g + n - 5, "@GRAD")) continue;
+        memcpy(name, g, n - 5);
+        name[n - 5] = 0;
+        return fl_prog_var(p, name);
+    }
+    return NULL;
+}
+
+/* The learning-rate variable of param's update op. */
+static fl_var *lr_of(fl_prog *p, const fl_var *param)
+{
+    for (int i = 0; i < p->nops; i++) {
+        const fl_op *op = p->ops[i];
+        if (op->role == FL_ROLE_OPTIMIZE && op->in[0].n == 1 && op->in[0].vars[0] == param && op->in[2].n == 1)
+            return op->in[2].vars[0];
+    }
+    return NULL;
+}
+
+static int adaptive_localsgd(fleet_t *f, fl_prog *p, fl_opt_hook_ctx *h)
+{
+    const fleet_strategy *s = &f->strategy;
+    int n = h->npairs;
+    if (!n) return FL_OK;
+    fl_var *loss = loss_of(p), *lr = lr_of(p, h->pairs[0].param);
+    if (!loss || !lr)
+        return fl__prog_error(p, FL_EINVAL, "adaptive_localsgd: cannot find the %s of the program",
+                              loss ? "learning rate" : "loss");
+    fl_var **ps = malloc((size_t)n * sizeof *ps);
+    if (!ps) return fl__err(FL_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) ps[i] = h->pairs[i].param;
+    int64_t four = 4;
+    fl_var *step = int_state(p, "@LOCALSGD_STEP@");
+    fl_var *state = step ? fl_prog_var(p, "@ADAPTIVE_LOCALSGD@") : NULL;
+    if (step && !state) state = fl__persistable_create(p, "@ADAPTIVE_LOCALSGD@", FL_FLOAT32, 1, &four, 0.0f);
+    int st = step && state ? FL_OK : fl_prog_status(p);
+    if (st == FL_OK) {
+        fl_io in[5] = {{"Param", ps, n}, FL_IO1("Step", step), FL_IO1("Loss", loss), FL_IO1("LearningRate", lr),
+                       FL_IO1("State", state)};
+        fl_io out[3] = {{"ParamOut", ps, n}, FL_IO1("StepOut", step), FL_IO1("StateOut", state)};
+        fl_op *op = fl__op_new(p, "c_adaptive_localsgd", in, 5, out, 3);
+        st = !op ? fl_prog_status(p) : set_ring(op, f);
+        if (st == FL_OK) st = fl__attr_set_i(op, "init_k_steps", s->adaptive_localsgd_configs.init_k_steps);
+        if (st == FL_OK) st = fl__attr_set_i(op, "begin_step", s->adaptive_localsgd_configs.begin_step);
+        if (st == FL_OK) st = fl__op_finish(op);
+    }
+    free(ps);
+    return st;
+}
+
 static int hook(void *user, int phase, fl_opt_hook_ctx *h)
 {
     fleet_t *f = user;
@@ -196,12 +255,13 @@ static int hook(void *user, int phase, fl_opt_hook_ctx *h)
     int distributed = f->ring && fl__ring_size(f->ring) > 1;
     const fleet_strategy *s = &f->strategy;
     if (phase == FL_HOOK_AFTER_BACKWARD) {
-        if (s->localsgd && strcmp(h->opt_type, "sgd") != 0 && strcmp(h->opt_type, "momentum") != 0)
-            return fl__prog_error(p, FL_EUNSUPPORTED, "localsgd works with the sgd or momentum optimizer, not %s",
-                                  h->opt_type);
+        if ((s->localsgd || s->adaptive_localsgd) && strcmp(h->opt_type, "sgd") != 0 &&
+            strcmp(h->opt_type, "momentum") != 0)
+            return fl__prog_error(p, FL_EUNSUPPORTED, "%s works with the sgd or momentum optimizer, not %s",
+                                  s->localsgd ? "localsgd" : "adaptive_localsgd", h->opt_type);
         if (distributed) FL_CHECK(append_broadcast(f, p, h));
         if (s->gradient_merge) return gradient_merge(f, p, h, distributed);
-        if (!distributed || s->localsgd) return FL_OK;
+        if (!distributed || s->localsgd || s->adaptive_localsgd) return FL_OK;
         gitem *items = calloc((size_t)(h->npairs ? h->npairs : 1), sizeof *items);
         if (!items) return fl__err(FL_ENOMEM, "out of memory");
         int nd = 0, st = FL_OK;
@@ -246,6 +306,7 @@ static int hook(void *user, int phase, fl_opt_hook_ctx *h)
         free(accs);
         return st;
     }
+    if (s->adaptive_localsgd && distributed) return adaptive_localsgd(f, p, h);
     if (s->localsgd && distributed) {
         int n = h->npairs;
         fl_var **ps = malloc((size_t)(n ? n : 1) * sizeof *ps);

@@ -45,6 +45,8 @@ typedef struct fl__ps_ctx {
     int worker_index, worker_num, server_index, nservers;
     char **servers;             /* server endpoints (copies) */
     fl_prog *prog;              /* the program minimize rewrote (borrowed; NULL before) */
+    fl_var *lr_sched;           /* a learning-rate schedule's variable (server-optimizing modes,
+                                 * sgd): the workers push lr * gradient, the servers apply rate 1 */
     fl_ps_table_config *tables; /* owned, names owned */
     int ntables;
     int status_table; /* index of the 1x1 "@fleet_status@" table (save results) */

@@ -520,9 +520,29 @@ static const fl_op_def def_dlookup = {
     "distributed_lookup_table", {"Ids"}, {"Out"}, infer_dlookup, run_dlookup, NULL, scratch_free};
 static const fl_op_def def_dlookup_grad = {
     "distributed_lookup_table_grad", {"Ids", "Out@GRAD"}, {"W@GRAD"}, infer_dlookup_grad, run_dlookup_grad, NULL};
+/* ps_lr_scale: Grad (list) *= LearningRate (a schedule's rate, before ps_send; rewrite.c) */
+static int run_lr_scale(fl_kctx *k)
+{
+    const fl_tensor *lr = k->in[1][0];
+    if (lr->dtype != FL_FLOAT32 || lr->numel < 1)
+        return fl__err(FL_EINVAL, "ps_lr_scale: learning rate '%s' must be a float32 number", k->op->in[1].vars[0]->name);
+    float r = ((const float *)lr->data)[0];
+    for (int i = 0; i < k->nin[0]; i++) {
+        fl_tensor *g = k->out[0][i];
+        if (g != k->in[0][i]) FL_CHECK(fl_tensor_copy(g, k->in[0][i]));
+        if (g->dtype != FL_FLOAT32)
+            return fl__err(FL_EINVAL, "ps_lr_scale: gradient '%s' is not float32", k->op->in[0].vars[i]->name);
+        fl__vscal(g->data, r, g->numel);
+    }
+    return FL_OK;
+}
+
 static const fl_op_def def_send = {"ps_send", {"Grad", "Batch"}, {NULL}, infer_nop, run_send, NULL, scratch_free};
+static const fl_op_def def_lr_scale = {"ps_lr_scale", {"Grad", "LearningRate"}, {"GradOut"}, infer_nop, run_lr_scale,
+                                       NULL, NULL};
 static const fl_op_def def_recv = {"ps_recv", {NULL}, {"Param"}, infer_nop, run_recv, NULL, scratch_free};
 static const fl_op_def def_geo = {"ps_geo", {"Param", "Batch"}, {"ParamOut"}, infer_nop, run_geo, NULL, scratch_free};
 static const fl_op_def def_init = {"ps_init", {"Param"}, {"ParamOut"}, infer_nop, run_init, NULL};
 
-const fl_op_def *const fl__ops_ps[] = {&def_dlookup, &def_dlookup_grad, &def_send, &def_recv, &def_geo, &def_init, NULL};
+const fl_op_def *const fl__ops_ps[] = {&def_dlookup, &def_dlookup_grad, &def_send,     &def_recv,
+                                       &def_geo,     &def_init,         &def_lr_scale, NULL};

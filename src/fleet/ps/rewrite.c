@@ -177,19 +177,34 @@ static int table_opt(fl__ps_ctx *c, fl_prog *p, const pinfo *pi, fl_ps_optimizer
     }
     const fl_op *u = pi->upd;
     const char *t = u->def->type;
-    const fl_var *lrv = u->in[2].vars[0];
-    for (int i = 0; i < p->nops; i++)
-        if (op_writes(p->ops[i], lrv))
-            return fl__prog_error(p, FL_EUNSUPPORTED,
-                                  "parameter server (%s mode): a learning-rate schedule (%s) is not "
-                                  "applied by the servers; use a constant rate or GEO mode",
-                                  c->mode->name, p->ops[i]->def->type);
-    const fl_op *lop = init_op(p, lrv->name);
-    if (!lop || strcmp(lop->def->type, "fill_constant") != 0)
-        return fl__prog_error(p, FL_EINVAL, "parameter server: learning rate '%s' has no constant initializer", lrv->name);
-    /* the same float product as the local update op: rate * lr_scale */
-    o->lr = (float)fl__attr_f(lop, "value", 0.0) * (float)fl__attr_f(u, "lr_scale", 1.0);
+    fl_var *lrv = u->in[2].vars[0];
+    const fl_op *sched = NULL;
+    for (int i = 0; i < p->nops && !sched; i++)
+        if (op_writes(p->ops[i], lrv)) sched = p->ops[i];
     o->l2 = (float)fl__attr_f(u, "l2", 0.0);
+    if (sched) {
+        /* Paddle moves the schedule to the servers (its lr decay block, stepped by the
+         * workers' batch counts); here the workers run it and push lr * gradient to servers
+         * that apply rate 1: the same sgd update, whatever the merging of pushes */
+        if (strcmp(t, "sgd") || o->l2 != 0.0f)
+            return fl__prog_error(p, FL_EUNSUPPORTED,
+                                  "parameter server (%s mode): a learning-rate schedule (%s) with %s%s: the workers "
+                                  "push rate * gradient, which is the scheduled update for sgd without L2 only; "
+                                  "use sgd, a constant rate, or GEO mode (a_sync_configs.k_steps > 0)",
+                                  c->mode->name, sched->def->type, t, o->l2 != 0.0f ? " and L2 decay" : "");
+        if (c->lr_sched && c->lr_sched != lrv)
+            return fl__prog_error(p, FL_EUNSUPPORTED, "parameter server: two learning-rate schedules ('%s', '%s')",
+                                  c->lr_sched->name, lrv->name);
+        c->lr_sched = lrv;
+        o->lr = (float)fl__attr_f(u, "lr_scale", 1.0);
+    } else {
+        const fl_op *lop = init_op(p, lrv->name);
+        if (!lop || strcmp(lop->def->type, "fill_constant") != 0)
+            return fl__prog_error(p, FL_EINVAL, "parameter server: learning rate '%s' has no constant initializer",
+                                  lrv->name);
+        /* the same float product as the local update op: rate * lr_scale */
+        o->lr = (float)fl__attr_f(lop, "value", 0.0) * (float)fl__attr_f(u, "lr_scale", 1.0);
+    }
     if (!strcmp(t, "sgd")) {
         o->kind = FL_PS_OPT_SGD;
     } else if (!strcmp(t, "momentum")) {
@@ -404,6 +419,25 @@ static int append_list_op(fl__ps_ctx *c, fl_prog *p, const char *type, const cha
     return fl__op_finish(op);
 }
 
+/* A schedule in a server-optimizing mode: the gradients are multiplied by this step's rate
+ * before ps_send (ps_lr_scale).  The step counter the schedule reads counts the job's
+ * batches, as Paddle's servers count every worker's: it advances by the number of workers
+ * per step in the asynchronous modes (by 1 in sync mode, where the workers step together). */
+static int append_lr_scale(fl__ps_ctx *c, fl_prog *p, fl_var **grads, int n, fl_var *cond)
+{
+    fl_io in[2] = {{"Grad", grads, n}, FL_IO1("LearningRate", c->lr_sched)}, out = {"GradOut", grads, n};
+    fl_op *op = fl__op_new(p, "ps_lr_scale", in, 2, &out, 1);
+    if (!op) return fl_prog_status(p);
+    op->cond = cond;
+    FL_CHECK(fl__op_finish(op));
+    if (c->mode->server_sync || c->worker_num <= 1) return FL_OK;
+    fl_var *counter = fl_prog_var(p, "@LR_DECAY_COUNTER@");
+    for (int i = 0; counter && i < p->nops; i++)
+        if (!strcmp(p->ops[i]->def->type, "increment") && op_writes(p->ops[i], counter))
+            FL_CHECK(fl__attr_set_f(p->ops[i], "step", (double)c->worker_num));
+    return FL_OK;
+}
+
 static int rewrite(fl__ps_ctx *c, fl_opt_hook_ctx *h)
 {
     fl_prog *p = h->prog, *sp = p->startup;
@@ -481,6 +515,7 @@ static int rewrite(fl__ps_ctx *c, fl_opt_hook_ctx *h)
             vs[m] = pi[i].grad;
             tabs[m++] = c->params[i].table;
         }
+        if (st == FL_OK && m && c->lr_sched) st = append_lr_scale(c, p, vs, m, h->update_cond);
         if (st == FL_OK && m) st = append_list_op(c, p, "ps_send", "Grad", NULL, vs, tabs, m, 0, h->update_cond);
         m = 0;
         for (int i = 0; i < n; i++)
