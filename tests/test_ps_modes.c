@@ -446,7 +446,7 @@ static int64_t comm_pushes(const char *ep, fl_ps_table_config *t, const fleet_st
         if (gap_ms) usleep((useconds_t)gap_ms * 1000);
     }
     CHECK_OK(fl__ps_comm_flush(c));
-    int64_t pushes = fl__ps_comm_pushes(c);
+    int64_t pushes = fl__ps_comm_pushes(c, NULL);
     fl__ps_comm_free(c);
     CHECK_OK(fl_ps_client_pull_dense(cl, 0, w));
     CHECK_NEAR(w[0], -t->opt.lr * sum, 1e-3 * t->opt.lr * sum);

@@ -105,6 +105,7 @@ struct fl__ps_comm {
     int *dtab;
     float **dbuf;
     int64_t ticket, pushes, since_recv;
+    int64_t merged; /* gradients the pushes carried (pushes counts one per variable and push) */
     int err;
     char errmsg[768];
 };
@@ -310,6 +311,7 @@ static void *send_main(void *arg)
             break;
         }
         c->pushes += nb;
+        for (int i = 0; i < nb; i++) c->merged += ks[i];
         c->since_recv += nb;
         pthread_cond_broadcast(&c->cv);
     }
@@ -525,10 +527,11 @@ void fl__ps_comm_traffic(fl__ps_comm *c, fl_ps_traffic *t)
     if (c->recv_cl && fl_ps_client_traffic(c->recv_cl, &x) == FL_OK) fl_ps_traffic_add(t, &x);
 }
 
-int64_t fl__ps_comm_pushes(fl__ps_comm *c)
+int64_t fl__ps_comm_pushes(fl__ps_comm *c, int64_t *grads)
 {
     pthread_mutex_lock(&c->mu);
     int64_t n = c->pushes;
+    if (grads) *grads = c->merged;
     pthread_mutex_unlock(&c->mu);
     return n;
 }
