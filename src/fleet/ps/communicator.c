@@ -54,6 +54,15 @@
  * previous round, so these bound it only on a link 10x slower than the trainer. */
 #define ADAPT_MERGE 20
 #define ADAPT_QUEUE 20
+/* A queue deeper than one gradient is staleness: the trainer runs on parameters that lack
+ * its queued gradients.  It buys speed only where merging saves bytes, on the dense values
+ * (sparse rows are concatenated, not summed), so the adaptive queue and merge apply only
+ * when a step's dense values reach ADAPT_DEEP_BYTES (2 ms at 1 Gbit/s); below it the
+ * default is Paddle 2.x's queue of 1.  simnet-bow (a few kB of dense values, 2 Hogwild
+ * threads, Adagrad) lost 0.005 of order rate to local training with the adaptive queue and
+ * 0.001 with a queue of 1; CTR-DNN's 1.7 MB tower lost nothing measurable with it
+ * (BENCHMARKS.md, "Accuracy of the parameter-server modes"). */
+#define ADAPT_DEEP_BYTES (256 * 1024)
 
 typedef struct {
     float *vals;
@@ -588,7 +597,11 @@ int fl__ps_comm_create(const fl__ps_comm_opts *o, fl__ps_comm **out)
     /* 0 is "not set" (the strategy's default): all three unset in async mode is the adaptive
      * default; otherwise each unset one is Paddle 2.x's 1 */
     c->recv_mode = o->recv_mode;
-    c->adaptive = o->queue_size <= 0 && o->max_merge <= 0 && o->send_wait_times <= 0 && c->recv_mode != FL__PS_RECV_NONE;
+    size_t dense_bytes = 0;
+    for (int i = 0; i < o->nvars; i++)
+        if (!o->vars[i].sparse) dense_bytes += (size_t)o->vars[i].numel * sizeof(float);
+    c->adaptive = o->queue_size <= 0 && o->max_merge <= 0 && o->send_wait_times <= 0 &&
+                  c->recv_mode != FL__PS_RECV_NONE && dense_bytes >= ADAPT_DEEP_BYTES;
     c->cap = c->adaptive ? ADAPT_QUEUE : o->queue_size > 0 ? o->queue_size : 1;
     c->max_merge = c->adaptive ? ADAPT_MERGE : o->max_merge > 0 ? o->max_merge : 1;
     c->wait_times = c->adaptive ? 0 : o->send_wait_times > 0 ? o->send_wait_times : 1;
