@@ -13,12 +13,12 @@
 #             async        the default strategy (the communicator's adaptive default)
 #             half_async   a_sync_configs.half_async=true
 #             geo          --mode geo, a_sync_configs.k_steps=ACC_GEO_K
-#           and any extra runs named in ACC_MODES as NAME=STRATEGY_ARGS... is not parsed;
-#           instead ACC_EXTRA="name:--strategy a=b --strategy c=d;name2:..." adds async
-#           variants (e.g. ACC_EXTRA="classic:--strategy a_sync_configs.max_merge_var_num=1")
+#           ACC_EXTRA="name:ARGS;name2:ARGS2" adds runs of the PS job with those arguments
+#           (e.g. ACC_EXTRA="classic:--strategy a_sync_configs.max_merge_var_num=1")
 # Runs are interleaved (every mode once per round, the order reversed every other round),
-# so the machine's load falls on all modes alike.  Prints one line per run (AUC, seconds,
-# and for async the gradients merged per push from worker 0's log) and a Markdown table.
+# so the machine's load falls on all modes alike.  Prints one line per run (mode, test AUC,
+# seconds, and for async and half-async the gradients per push of worker 0's communicator)
+# and a Markdown table.
 #
 # Environment: ACC_RUNS (5), ACC_ROWS (100000), ACC_EPOCHS (2), ACC_THREADS (2), ACC_HIDDEN
 # (400,400,400), ACC_LR (0.003), ACC_GEO_K (100), ACC_MODES ("local sync async half_async
