@@ -22,7 +22,8 @@
  *                    thread then pulls the batch's parameters the same way into their
  *                    staging buffers
  *   adaptive default the strategy's default (max_merge_var_num, send_queue_size and
- *                    send_wait_times all 0, "not set"; async mode only): a send thread never
+ *                    send_wait_times all 0, "not set"; async mode only, and a step's dense
+ *                    values of ADAPT_DEEP_BYTES or more; below, the queue of 1): a send thread never
  *                    waits for more gradients - it sends at once everything queued, merged, up
  *                    to ADAPT_MERGE, with the step's other dense variables that have anything
  *                    queued - and the queue holds up to ADAPT_QUEUE.  While the link keeps up
@@ -600,8 +601,8 @@ int fl__ps_comm_create(const fl__ps_comm_opts *o, fl__ps_comm **out)
     size_t dense_bytes = 0;
     for (int i = 0; i < o->nvars; i++)
         if (!o->vars[i].sparse) dense_bytes += (size_t)o->vars[i].numel * sizeof(float);
-    c->adaptive = o->queue_size <= 0 && o->max_merge <= 0 && o->send_wait_times <= 0 &&
-                  c->recv_mode != FL__PS_RECV_NONE && dense_bytes >= ADAPT_DEEP_BYTES;
+    c->adaptive = o->queue_size <= 0 && o->max_merge <= 0 && o->send_wait_times <= 0 && c->recv_mode != FL__PS_RECV_NONE &&
+                  dense_bytes >= ADAPT_DEEP_BYTES;
     c->cap = c->adaptive ? ADAPT_QUEUE : o->queue_size > 0 ? o->queue_size : 1;
     c->max_merge = c->adaptive ? ADAPT_MERGE : o->max_merge > 0 ? o->max_merge : 1;
     c->wait_times = c->adaptive ? 0 : o->send_wait_times > 0 ? o->send_wait_times : 1;
