@@ -523,11 +523,12 @@ TEST(deepfm_under_fleetrun_with_a_server_then_eval_and_infer)
     CHECK_STR_HAS(o, "mode async, worker 0 of 2");
     double auc = after(o, "test auc ");
     printf("  deepfm async (1 server, 2 workers) test auc %.4f\n", auc);
-    /* Local training of the same job: 0.731.  Async with the adaptive default, on a loaded
-     * 2-core machine: 0.690-0.717 over 11 runs (the fixed max_merge_var_num=1 of before:
-     * 0.708-0.717): merged Adam steps on a small one-epoch job.  The bound checks that it
-     * learns; the distance to local is measured in BENCHMARKS.md, not here. */
-    CHECK(auc > 0.68);
+    /* Local training of the same job on a loaded 2-core machine: 0.709-0.713 (6 runs).
+     * Async: with the adaptive queue of 20, 0.690-0.717 over 11 runs; its tower is small,
+     * so the default is now the queue of 1 (0.708-0.717 over 11 runs, 0.709-0.716 over 6).
+     * The bound checks that it learns as async should; the distance to local is measured in
+     * BENCHMARKS.md, not here. */
+    CHECK(auc > 0.70);
     free(o);
     o = run_rc("eval", 60, &rc, "%s/tools/fleet-lightning eval --model deepfm --model_dir %s/m --test_data %s/criteo/test",
                BIN, DIR_, DIR_);

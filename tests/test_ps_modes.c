@@ -446,7 +446,7 @@ static int64_t comm_pushes(const char *ep, fl_ps_table_config *t, const fleet_st
         if (gap_ms) usleep((useconds_t)gap_ms * 1000);
     }
     CHECK_OK(fl__ps_comm_flush(c));
-    int64_t pushes = fl__ps_comm_pushes(c);
+    int64_t pushes = fl__ps_comm_pushes(c, NULL);
     fl__ps_comm_free(c);
     CHECK_OK(fl_ps_client_pull_dense(cl, 0, w));
     CHECK_NEAR(w[0], -t->opt.lr * sum, 1e-3 * t->opt.lr * sum);
@@ -461,7 +461,8 @@ static int64_t comm_pushes(const char *ep, fl_ps_table_config *t, const fleet_st
 /* The default strategy (merge fields not set) sends what queued up during a round, merged:
  * gradients of a 1.7 MB tower queued back to back (faster than any link carries them) go
  * in fewer pushes than gradients, with nothing lost; gradients that come slower than a round
- * still go one per push (a fast link changes nothing).  A field set explicitly is honoured
+ * still go one per push (a fast link changes nothing); a small tower's gradients go one per
+ * push however fast they come (a queue of 1: no staleness).  A field set explicitly is honoured
  * exactly: max_merge_var_num = 1 pushes every gradient alone; merge 3 (queue 3) never
  * takes more than 3 in a push. */
 TEST(async_default_merges_what_queues_up)
@@ -503,6 +504,11 @@ TEST(async_default_merges_what_queues_up)
     p = comm_pushes(ep2, &small, &s, 12, 40);
     printf("default, 40 ms apart: 12 gradients in %lld pushes\n", (long long)p);
     CHECK(p >= 10);
+    /* a small tower (4 kB, under ADAPT_DEEP_BYTES) queued back to back: merging would save
+     * no bytes worth its staleness, so the default is the queue of 1, one gradient a push */
+    p = comm_pushes(ep2, &small, &s, N, 0);
+    printf("default, small tower back to back: %d gradients in %lld pushes\n", N, (long long)p);
+    CHECK_EQ_INT(p, N);
 
     CHECK_OK(fleet_strategy_set(&s, "a_sync_configs.max_merge_var_num", "1"));
     p = comm_pushes(ep, t, &s, N, 0);

@@ -22,7 +22,8 @@
  *                    thread then pulls the batch's parameters the same way into their
  *                    staging buffers
  *   adaptive default the strategy's default (max_merge_var_num, send_queue_size and
- *                    send_wait_times all 0, "not set"; async mode only): a send thread never
+ *                    send_wait_times all 0, "not set"; async mode only, and a step's dense
+ *                    values of ADAPT_DEEP_BYTES or more; below, the queue of 1): a send thread never
  *                    waits for more gradients - it sends at once everything queued, merged, up
  *                    to ADAPT_MERGE, with the step's other dense variables that have anything
  *                    queued - and the queue holds up to ADAPT_QUEUE.  While the link keeps up
@@ -54,6 +55,15 @@
  * previous round, so these bound it only on a link 10x slower than the trainer. */
 #define ADAPT_MERGE 20
 #define ADAPT_QUEUE 20
+/* A queue deeper than one gradient is staleness: the trainer runs on parameters that lack
+ * its queued gradients.  It buys speed only where merging saves bytes, on the dense values
+ * (sparse rows are concatenated, not summed), so the adaptive queue and merge apply only
+ * when a step's dense values reach ADAPT_DEEP_BYTES (2 ms at 1 Gbit/s); below it the
+ * default is Paddle 2.x's queue of 1.  simnet-bow (a few kB of dense values, 2 Hogwild
+ * threads, Adagrad) lost 0.005 of order rate to local training with the adaptive queue and
+ * 0.001 with a queue of 1; CTR-DNN's 1.7 MB tower lost nothing measurable with it
+ * (BENCHMARKS.md, "Accuracy of the parameter-server modes"). */
+#define ADAPT_DEEP_BYTES (256 * 1024)
 
 typedef struct {
     float *vals;
@@ -105,6 +115,7 @@ struct fl__ps_comm {
     int *dtab;
     float **dbuf;
     int64_t ticket, pushes, since_recv;
+    int64_t merged; /* gradients the pushes carried (pushes counts one per variable and push) */
     int err;
     char errmsg[768];
 };
@@ -310,6 +321,7 @@ static void *send_main(void *arg)
             break;
         }
         c->pushes += nb;
+        for (int i = 0; i < nb; i++) c->merged += ks[i];
         c->since_recv += nb;
         pthread_cond_broadcast(&c->cv);
     }
@@ -525,10 +537,11 @@ void fl__ps_comm_traffic(fl__ps_comm *c, fl_ps_traffic *t)
     if (c->recv_cl && fl_ps_client_traffic(c->recv_cl, &x) == FL_OK) fl_ps_traffic_add(t, &x);
 }
 
-int64_t fl__ps_comm_pushes(fl__ps_comm *c)
+int64_t fl__ps_comm_pushes(fl__ps_comm *c, int64_t *grads)
 {
     pthread_mutex_lock(&c->mu);
     int64_t n = c->pushes;
+    if (grads) *grads = c->merged;
     pthread_mutex_unlock(&c->mu);
     return n;
 }
@@ -585,7 +598,11 @@ int fl__ps_comm_create(const fl__ps_comm_opts *o, fl__ps_comm **out)
     /* 0 is "not set" (the strategy's default): all three unset in async mode is the adaptive
      * default; otherwise each unset one is Paddle 2.x's 1 */
     c->recv_mode = o->recv_mode;
-    c->adaptive = o->queue_size <= 0 && o->max_merge <= 0 && o->send_wait_times <= 0 && c->recv_mode != FL__PS_RECV_NONE;
+    size_t dense_bytes = 0;
+    for (int i = 0; i < o->nvars; i++)
+        if (!o->vars[i].sparse) dense_bytes += (size_t)o->vars[i].numel * sizeof(float);
+    c->adaptive = o->queue_size <= 0 && o->max_merge <= 0 && o->send_wait_times <= 0 && c->recv_mode != FL__PS_RECV_NONE &&
+                  dense_bytes >= ADAPT_DEEP_BYTES;
     c->cap = c->adaptive ? ADAPT_QUEUE : o->queue_size > 0 ? o->queue_size : 1;
     c->max_merge = c->adaptive ? ADAPT_MERGE : o->max_merge > 0 ? o->max_merge : 1;
     c->wait_times = c->adaptive ? 0 : o->send_wait_times > 0 ? o->send_wait_times : 1;

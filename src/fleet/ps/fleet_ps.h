@@ -232,8 +232,9 @@ int fl__ps_comm_flush(fl__ps_comm *c);
 int fl__ps_comm_pull_now(fl__ps_comm *c, int n, const int *vars, fl_tensor *const *params);
 /* Adds the traffic of the communicator's clients to *t. */
 void fl__ps_comm_traffic(fl__ps_comm *c, fl_ps_traffic *t);
-/* Pushes merged by the send thread so far (for tests and logs). */
-int64_t fl__ps_comm_pushes(fl__ps_comm *c);
+/* Pushes merged by the send thread so far (one per variable and push), and in *grads (when
+ * not NULL) the gradients they carried (for tests and logs). */
+int64_t fl__ps_comm_pushes(fl__ps_comm *c, int64_t *grads);
 /* Stops the threads (queued gradients not yet pushed are dropped: flush first), frees the
  * clients without stop (the trainer's client stops the worker). */
 void fl__ps_comm_free(fl__ps_comm *c);

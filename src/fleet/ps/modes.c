@@ -95,8 +95,9 @@ static int async_flush(fl__ps_ctx *c) { return c->comm ? fl__ps_comm_flush(c->co
 static void async_stop(fl__ps_ctx *c)
 {
     if (!c->comm) return;
-    FL_INFO(FL_SUB_FLEET, "worker %d: the %s communicator made %lld pushes", c->worker_index, c->mode->name,
-            (long long)fl__ps_comm_pushes(c->comm));
+    int64_t grads = 0, pushes = fl__ps_comm_pushes(c->comm, &grads);
+    FL_INFO(FL_SUB_FLEET, "worker %d: the %s communicator made %lld pushes (gradients per push %.2f)", c->worker_index,
+            c->mode->name, (long long)pushes, pushes ? (double)grads / (double)pushes : 0.0);
     pthread_mutex_lock(&c->mu); /* fleet_ps_traffic reads both under mu */
     fl__ps_comm_traffic(c->comm, &c->traffic);
     fl__ps_comm *comm = c->comm;
