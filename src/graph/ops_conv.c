@@ -681,6 +681,52 @@ static int bn_dims(fl_kctx *c, int64_t *n, int64_t *ch, int64_t *s, int nparam)
     return FL_OK;
 }
 
+/* batch_norm over channels [lo, hi). */
+typedef struct {
+    int64_t N, C, S;
+    const float *x;
+    float *y;
+    const float *scale, *bias, *mean_in, *var_in;
+    float *mout, *vout, *smd, *svd;
+    float eps, mom;
+    int global, relu;
+} bn_fwd_job;
+
+static void bn_fwd_range(void *arg, int64_t lo, int64_t hi)
+{
+    const bn_fwd_job *j = arg;
+    const int64_t N = j->N, C = j->C, S = j->S;
+    const float *xd = j->x, *mean_in = j->mean_in, *var_in = j->var_in;
+    const float mom = j->mom;
+    for (int64_t ch = lo; ch < hi; ch++) {
+        double mean, var;
+        if (j->global) {
+            mean = mean_in[ch], var = var_in[ch];
+        } else {
+            double s1 = 0.0, s2 = 0.0;
+            for (int64_t n = 0; n < N; n++) s1 += lane_sum(xd + (n * C + ch) * S, S);
+            mean = s1 / (double)(N * S);
+            const float m = (float)mean;
+            for (int64_t n = 0; n < N; n++) s2 += lane_sq_dev(xd + (n * C + ch) * S, S, m);
+            var = s2 / (double)(N * S);
+        }
+        float inv = (float)(1.0 / sqrt(var + j->eps));
+        j->smd[ch] = (float)mean;
+        j->svd[ch] = inv;
+        j->mout[ch] = j->global ? mean_in[ch] : mean_in[ch] * mom + (float)mean * (1.0f - mom);
+        j->vout[ch] = j->global ? var_in[ch] : var_in[ch] * mom + (float)var * (1.0f - mom);
+        const float a = j->scale[ch] * inv, b = j->bias[ch] - (float)mean * a;
+        for (int64_t n = 0; n < N; n++) {
+            const float *restrict r = xd + (n * C + ch) * S;
+            float *restrict o = j->y + (n * C + ch) * S;
+            if (j->relu)
+                for (int64_t i = 0; i < S; i++) o[i] = r[i] * a + b > 0.0f ? r[i] * a + b : 0.0f;
+            else
+                for (int64_t i = 0; i < S; i++) o[i] = r[i] * a + b;
+        }
+    }
+}
+
 static int run_batch_norm(fl_kctx *c)
 {
     int64_t N, C, S;
@@ -702,36 +748,50 @@ static int run_batch_norm(fl_kctx *c)
     FL_CHECK(fl__tensor_reshape_raw(vo, FL_FLOAT32, FL_IN(c, 4)->ndim, FL_IN(c, 4)->shape));
     FL_CHECK(fl__tensor_reshape_raw(sm, FL_FLOAT32, 1, &C));
     FL_CHECK(fl__tensor_reshape_raw(sv, FL_FLOAT32, 1, &C));
-    float *mout = mo->data, *vout = vo->data, *smd = sm->data, *svd = sv->data;
-    const float *xd = x->data;
-    for (int64_t ch = 0; ch < C; ch++) {
-        double mean, var;
-        if (global) {
-            mean = mean_in[ch], var = var_in[ch];
-        } else {
-            double s1 = 0.0, s2 = 0.0;
-            for (int64_t n = 0; n < N; n++) s1 += lane_sum(xd + (n * C + ch) * S, S);
-            mean = s1 / (double)(N * S);
-            const float m = (float)mean;
-            for (int64_t n = 0; n < N; n++) s2 += lane_sq_dev(xd + (n * C + ch) * S, S, m);
-            var = s2 / (double)(N * S);
-        }
-        float inv = (float)(1.0 / sqrt(var + eps));
-        smd[ch] = (float)mean;
-        svd[ch] = inv;
-        mout[ch] = global ? mean_in[ch] : mean_in[ch] * mom + (float)mean * (1.0f - mom);
-        vout[ch] = global ? var_in[ch] : var_in[ch] * mom + (float)var * (1.0f - mom);
-        const float a = scale[ch] * inv, b = bias[ch] - (float)mean * a;
+    bn_fwd_job j = {N, C, S, x->data, y->data, scale, bias, mean_in, var_in, mo->data, vo->data, sm->data, sv->data, eps,
+                    mom, global, relu};
+    bn_fwd_range(&j, 0, C);
+    return FL_OK;
+}
+
+/* batch_norm_grad over channels [lo, hi). */
+typedef struct {
+    int64_t N, C, S;
+    const float *x, *dy, *y, *scale, *mean, *inv;
+    float *dx, *ds, *db;
+    int global;
+} bn_grad_job;
+
+static void bn_grad_range(void *arg, int64_t lo, int64_t hi)
+{
+    const bn_grad_job *j = arg;
+    const int64_t N = j->N, C = j->C, S = j->S;
+    const float *xd = j->x, *dy = j->dy, *yd = j->y;
+    const double M = (double)(N * S);
+    for (int64_t ch = lo; ch < hi; ch++) {
+        const float m = j->mean[ch], iv = j->inv[ch];
+        double sb = 0.0, ss = 0.0;
         for (int64_t n = 0; n < N; n++) {
-            const float *restrict r = xd + (n * C + ch) * S;
-            float *restrict o = (float *)y->data + (n * C + ch) * S;
-            if (relu)
-                for (int64_t i = 0; i < S; i++) o[i] = r[i] * a + b > 0.0f ? r[i] * a + b : 0.0f;
-            else
-                for (int64_t i = 0; i < S; i++) o[i] = r[i] * a + b;
+            const int64_t at = (n * C + ch) * S;
+            lane_grad_sums(xd + at, dy + at, yd ? yd + at : NULL, S, m, &sb, &ss);
+        }
+        ss *= iv; /* sum dy * xh */
+        if (j->ds) j->ds[ch] = (float)ss;
+        if (j->db) j->db[ch] = (float)sb;
+        if (!j->dx) continue;
+        const float k = j->scale[ch] * iv;
+        const float kb = j->global || M == 0 ? 0.0f : (float)(sb / M), ks = j->global || M == 0 ? 0.0f : (float)(ss / M);
+        for (int64_t n = 0; n < N; n++) {
+            const float *restrict r = xd + (n * C + ch) * S, *restrict g = dy + (n * C + ch) * S;
+            float *restrict o = j->dx + (n * C + ch) * S;
+            if (yd) {
+                const float *restrict yr = yd + (n * C + ch) * S;
+                for (int64_t i = 0; i < S; i++) o[i] = k * ((yr[i] > 0.0f ? g[i] : 0.0f) - kb - (r[i] - m) * iv * ks);
+            } else {
+                for (int64_t i = 0; i < S; i++) o[i] = k * (g[i] - kb - (r[i] - m) * iv * ks);
+            }
         }
     }
-    return FL_OK;
 }
 
 /* Grad op: inputs X, Scale, SavedMean, SavedVariance (inverse std), Y@GRAD, and Y with
@@ -766,31 +826,9 @@ static int run_batch_norm_grad(fl_kctx *c)
     }
     if (ds) FL_CHECK(fl__tensor_reshape_raw(ds, FL_FLOAT32, 1, &C));
     if (db) FL_CHECK(fl__tensor_reshape_raw(db, FL_FLOAT32, 1, &C));
-    const double M = (double)(N * S);
-    for (int64_t ch = 0; ch < C; ch++) {
-        const float m = mean[ch], iv = inv[ch];
-        double sb = 0.0, ss = 0.0;
-        for (int64_t n = 0; n < N; n++) {
-            const int64_t at = (n * C + ch) * S;
-            lane_grad_sums(xd + at, dy + at, yd ? yd + at : NULL, S, m, &sb, &ss);
-        }
-        ss *= iv; /* sum dy * xh */
-        if (ds) ((float *)ds->data)[ch] = (float)ss;
-        if (db) ((float *)db->data)[ch] = (float)sb;
-        if (!dx) continue;
-        const float k = scale[ch] * iv;
-        const float kb = global || M == 0 ? 0.0f : (float)(sb / M), ks = global || M == 0 ? 0.0f : (float)(ss / M);
-        for (int64_t n = 0; n < N; n++) {
-            const float *restrict r = xd + (n * C + ch) * S, *restrict g = dy + (n * C + ch) * S;
-            float *restrict o = (float *)dx->data + (n * C + ch) * S;
-            if (yd) {
-                const float *restrict yr = yd + (n * C + ch) * S;
-                for (int64_t i = 0; i < S; i++) o[i] = k * ((yr[i] > 0.0f ? g[i] : 0.0f) - kb - (r[i] - m) * iv * ks);
-            } else {
-                for (int64_t i = 0; i < S; i++) o[i] = k * (g[i] - kb - (r[i] - m) * iv * ks);
-            }
-        }
-    }
+    bn_grad_job j = {N, C, S, xd, dy, yd, scale, mean, inv, dx ? dx->data : NULL, ds ? ds->data : NULL,
+                     db ? db->data : NULL, global};
+    bn_grad_range(&j, 0, C);
     return FL_OK;
 }
 
