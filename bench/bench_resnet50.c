@@ -7,7 +7,9 @@
  *   train  Momentum 0.9 lr 0.01 steps on one random batch (images uniform [-1, 1), labels
  *          uniform over 1000 classes); reports the median step's images/s and the
  *          convolutions' GFLOP/s over the whole step (forward, backward-data where the input
- *          has a gradient, backward-weights; a multiply-add counted as 2).
+ *          has a gradient, backward-weights; a multiply-add counted as 2), and images per
+ *          second of the process's CPU time (images_per_cpu_s: with 1 thread, the figure a
+ *          loaded machine disturbs least).
  *   eval   the forward program cloned for test (batch_norm on the moving statistics).
  *   prims  each convolution of the network as bare oneDNN primitives in the layouts oneDNN
  *          picks (no reorders, no other op): the time a training step and a forward pass
@@ -154,14 +156,14 @@ static void run_net(const opts *o)
     }
     for (int64_t i = 0; i < B; i++) fl_tensor_i64(lab)[i] = (int64_t)((i * 7919) % cfg.num_classes);
     fl_feed feed[2] = {{cfg.input_name, img}, {cfg.label_name, lab}};
-    double *dt = calloc((size_t)o->steps, sizeof *dt), busy0 = 0, own0 = 0;
+    double *dt = calloc((size_t)o->steps, sizeof *dt), *cpu = calloc((size_t)o->steps, sizeof *cpu), busy0 = 0, own0 = 0;
     float loss = 0;
     for (int i = -o->warmup; i < o->steps; i++) {
         if (i == 0) busy0 = sys_busy_s(), own0 = own_cpu_s();
         fl_tensor *out;
-        double t0 = fl__now();
+        double t0 = fl__now(), c0 = own_cpu_s();
         if (fl_exe_run(e, run, feed, 2, &fetch, 1, &out) != FL_OK) die("step");
-        if (i >= 0) dt[i] = fl__now() - t0;
+        if (i >= 0) dt[i] = fl__now() - t0, cpu[i] = own_cpu_s() - c0;
         loss = fl_tensor_f32(out)[0];
     }
     double others = sys_busy_s() - busy0 - (own_cpu_s() - own0), wall = 0;
@@ -177,8 +179,12 @@ static void run_net(const opts *o)
            dt[o->steps - 1], (double)loss, wall > 0 ? others / wall : 0.0);
     printf("R\t%s.images_per_s\t%.3f\timages/s\n", key, (double)B / med);
     printf("R\t%s.conv_gflops\t%.1f\tGFLOP/s\n", key, flops / med / 1e9);
+    /* images per second of this process's CPU time: with 1 thread on a loaded machine, the
+     * figure other processes' share of the cores disturbs least */
+    printf("R\t%s.images_per_cpu_s\t%.3f\timages/s\n", key, (double)B / median(cpu, o->steps));
     printf("# %s: convolutions %.2f GFLOP per step (%d distinct shapes)\n", key, flops / 1e9, ncs);
     free(dt);
+    free(cpu);
     fl_tensor_free(img);
     fl_tensor_free(lab);
     fl_exe_free(e);
