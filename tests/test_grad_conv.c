@@ -7,7 +7,8 @@
  *     argmax of every window is stable under the +-eps perturbation), avg exclusive and
  *     counting padding, global max and avg, ceil_mode;
  *   batch_norm: 2-D and 4-D inputs in training mode (X, Scale and Bias), with a fused-in
- *     activation, and with use_global_stats / is_test; the training-mode output does not
+ *     activation, relu fused into the op (fuse_with_relu, no relu op either way), and with
+ *     use_global_stats / is_test; the training-mode output does not
  *     depend on the moving statistics that every evaluation updates (checked directly).
  * Every output is first multiplied by frozen random weights of its own shape, so that
  * each element gets its own weight in the loss (gc_loss alone weighs only the last dim).
@@ -248,6 +249,38 @@ TEST(grad_bn_4d_tanh) { bn_grad(4, (const int64_t[]){2, 3, 2, 3}, "tanh", 0, 0);
 TEST(grad_bn_is_test) { bn_grad(4, (const int64_t[]){2, 3, 2, 3}, NULL, 1, 0); }
 TEST(grad_bn_use_global_stats) { bn_grad(2, (const int64_t[]){5, 3}, "sigmoid", 0, 1); }
 
+/* relu fused into batch_norm (fuse_with_relu): one op each way, the gradient masked by Y;
+ * training mode and is_test, eps 1e-3 so that no pre-activation crosses 0. */
+static void bn_relu_grad(int is_test)
+{
+    fl_prog *p = newprog();
+    fl_var *x = gc_input(p, "x", 4, (const int64_t[]){3, 4, 3, 2}, -1, 1);
+    fl_batch_norm_attr a;
+    memset(&a, 0, sizeof a);
+    a.scale.init = fl_init_uniform(0.5f, 1.5f);
+    a.bias.init = fl_init_uniform(-0.5f, 0.5f);
+    fl_var *y = fl_layer_batch_norm(x, "relu", is_test, 0.9f, 1e-5f, &a);
+    gc_check(gc_loss(weigh(y)), NULL, 0, NULL, fine_eps);
+    int bn = 0, relu = 0, bng = 0;
+    for (int i = 0; i < p->nops; i++) {
+        const fl_op *op = p->ops[i];
+        relu += !strcmp(op->def->type, "relu") || !strcmp(op->def->type, "relu_grad");
+        if (!strcmp(op->def->type, "batch_norm")) {
+            bn++;
+            CHECK(fl__attr_i(op, "fuse_with_relu", 0) == 1);
+        }
+        if (!strcmp(op->def->type, "batch_norm_grad")) {
+            bng++;
+            CHECK(op->in[5].n == 1 && op->in[5].vars[0] == y);
+        }
+    }
+    CHECK(bn == 1 && bng == 1 && relu == 0);
+    fl_prog_free(p);
+}
+
+TEST(grad_bn_relu_fused) { bn_relu_grad(0); }
+TEST(grad_bn_relu_fused_is_test) { bn_relu_grad(1); }
+
 /* Each evaluation updates the moving statistics; the training output ignores them. */
 TEST(bn_training_output_ignores_moving_stats)
 {
@@ -302,5 +335,6 @@ TEST_MAIN(T(grad_conv_s1_p0), T(grad_conv_s2_p1), T(grad_conv_dilation2), T(grad
           T(grad_pool_max_overlap_pad), T(grad_pool_avg_exclusive), T(grad_pool_avg_inclusive),
           T(grad_pool_max2_ties_and_edges), T(grad_pool_max2_tiling_and_odd), T(grad_pool_global_max),
           T(grad_pool_global_avg), T(grad_pool_ceil_mode), T(grad_bn_2d), T(grad_bn_4d), T(grad_bn_4d_tanh),
-          T(grad_bn_is_test), T(grad_bn_use_global_stats), T(bn_training_output_ignores_moving_stats),
+          T(grad_bn_is_test), T(grad_bn_use_global_stats), T(grad_bn_relu_fused),
+          T(grad_bn_relu_fused_is_test), T(bn_training_output_ignores_moving_stats),
           T(grad_conv_bn_pool_chain))

@@ -18,6 +18,8 @@
  *                      or its magnitude exceeds this number (default 0: non-finite only;
  *                      src/exec/trainer.c)
  *   FLEET_DIVERGENCE_STOP   1: such a value stops the pass with an error instead (default 0)
+ *   FLEET_PROFILE_OPS  1: executors time every op; the time per op type goes to stderr at
+ *                      process exit (default 0; src/exec/profile.c)
  *
  * Paddle's launcher variables, read by the role makers (src/fleet/role.c):
  *   PADDLE_TRAINER_ID            this trainer's index (integer in [0, trainers)); also the

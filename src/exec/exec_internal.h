@@ -55,6 +55,11 @@ void fl__eager_before_op(fl__eager *g, const fl_op *op, fl_tensor *const *tensor
 void fl__eager_after_op(fl__eager *g, int i, const fl_op *op, fl_tensor *const *tensors);
 void fl__eager_end(fl__eager *g);
 
+/* profile.c: FLEET_PROFILE_OPS=1 times each op type (report at exit); fl__prof_add adds ns
+ * to a type's row. */
+int fl__prof_on(void);
+void fl__prof_add(const char *type, uint64_t ns);
+
 /* Root-most ancestor of s. */
 fl_scope *fl__scope_root(fl_scope *s);
 

@@ -316,12 +316,15 @@ int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed, const char
     pl->eager.on = !e->keep_dead;
     fl__eager_begin(&pl->eager, pl->tensors, fed, nfeed < 64 ? nfeed : 64);
     for (int i = 0; i < nfeed; i++) FL_CHECK_GOTO(fl_tensor_copy(pl->tensors[fvars[i]->idx], feed[i].value), st, out);
+    const int prof = fl__prof_on();
     for (int i = 0; i < pl->nops; i++) {
         plan_op *po = &pl->ops[i];
         if (po->cond && !cond_true(po->cond)) continue;
         po->ctx.step = pl->runs;
         fl__eager_before_op(&pl->eager, po->op, pl->tensors);
+        uint64_t t0 = prof ? fl__now_ns() : 0;
         st = po->op->def->run(&po->ctx);
+        if (prof) fl__prof_add(po->op->def->type, fl__now_ns() - t0);
         if (st == FL_OK) fl__eager_after_op(&pl->eager, i, po->op, pl->tensors);
         if (st != FL_OK) {
             char msg[1024];

@@ -573,6 +573,53 @@ fl_var *fl_layer_conv2d(fl_var *input, int64_t num_filters, int filter_h, int fi
 
 /* ---- batch_norm ------------------------------------------------------------------------- */
 
+enum { LANES = 16 };
+
+/* Sum of (r[i] - m)^2 in LANES float lanes (vectorised; one running sum would be a chain
+ * of dependent adds, four cycles each), added up in double. */
+static double lane_sq_dev(const float *restrict r, int64_t n, float m)
+{
+    float acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] += (r[i + l] - m) * (r[i + l] - m);
+    double s = 0.0;
+    for (; i < n; i++) s += (double)((r[i] - m) * (r[i] - m));
+    for (int l = 0; l < LANES; l++) s += acc[l];
+    return s;
+}
+
+/* *sb += sum g, *ss += sum g * (r - m) over n elements in LANES lanes, where g is dy, or
+ * dy masked by y > 0 when y is given (relu fused). */
+static void lane_grad_sums(const float *restrict r, const float *restrict dy, const float *restrict y, int64_t n, float m,
+                           double *sb, double *ss)
+{
+    float ab[LANES] = {0}, as[LANES] = {0};
+    int64_t i = 0;
+    if (y)
+        for (; i + LANES <= n; i += LANES)
+            for (int l = 0; l < LANES; l++) {
+                const float g = y[i + l] > 0.0f ? dy[i + l] : 0.0f;
+                ab[l] += g;
+                as[l] += g * (r[i + l] - m);
+            }
+    else
+        for (; i + LANES <= n; i += LANES)
+            for (int l = 0; l < LANES; l++) {
+                ab[l] += dy[i + l];
+                as[l] += dy[i + l] * (r[i + l] - m);
+            }
+    double b = 0.0, s = 0.0;
+    for (; i < n; i++) {
+        const float g = !y || y[i] > 0.0f ? dy[i] : 0.0f;
+        b += g;
+        s += (double)(g * (r[i] - m));
+    }
+    for (int l = 0; l < LANES; l++) b += ab[l], s += as[l];
+    *sb += b;
+    *ss += s;
+}
+
 /* Paddle's batch_norm over axis 1 of X [N, C, ...] (rank 2 to 5; statistics over N and the
  * trailing dims).  Inputs X, Scale, Bias, Mean, Variance (the moving statistics); outputs
  * Y, MeanOut, VarianceOut (the same variables as Mean / Variance: updated in place),
@@ -581,7 +628,9 @@ fl_var *fl_layer_conv2d(fl_var *input, int64_t num_filters, int filter_h, int fi
  * moving = moving*momentum + batch*(1 - momentum).  is_test or use_global_stats: the
  * moving statistics normalise, nothing is updated, Saved* hold them (so the gradient then
  * is the one of a fixed affine map).  Attributes momentum, epsilon, is_test,
- * use_global_stats, data_layout. */
+ * use_global_stats, data_layout, and Paddle's fuse_with_relu: Y = relu(normalised X) in the
+ * same pass (fl_layer_batch_norm(..., "relu") sets it instead of appending a relu op: one
+ * pass over the activations less each way, and no pre-activation tensor). */
 static int infer_batch_norm(fl_op *op)
 {
     FL_CHECK(fl__op_check_slots(op));
@@ -632,6 +681,52 @@ static int bn_dims(fl_kctx *c, int64_t *n, int64_t *ch, int64_t *s, int nparam)
     return FL_OK;
 }
 
+/* batch_norm over channels [lo, hi). */
+typedef struct {
+    int64_t N, C, S;
+    const float *x;
+    float *y;
+    const float *scale, *bias, *mean_in, *var_in;
+    float *mout, *vout, *smd, *svd;
+    float eps, mom;
+    int global, relu;
+} bn_fwd_job;
+
+static void bn_fwd_range(void *arg, int64_t lo, int64_t hi)
+{
+    const bn_fwd_job *j = arg;
+    const int64_t N = j->N, C = j->C, S = j->S;
+    const float *xd = j->x, *mean_in = j->mean_in, *var_in = j->var_in;
+    const float mom = j->mom;
+    for (int64_t ch = lo; ch < hi; ch++) {
+        double mean, var;
+        if (j->global) {
+            mean = mean_in[ch], var = var_in[ch];
+        } else {
+            double s1 = 0.0, s2 = 0.0;
+            for (int64_t n = 0; n < N; n++) s1 += lane_sum(xd + (n * C + ch) * S, S);
+            mean = s1 / (double)(N * S);
+            const float m = (float)mean;
+            for (int64_t n = 0; n < N; n++) s2 += lane_sq_dev(xd + (n * C + ch) * S, S, m);
+            var = s2 / (double)(N * S);
+        }
+        float inv = (float)(1.0 / sqrt(var + j->eps));
+        j->smd[ch] = (float)mean;
+        j->svd[ch] = inv;
+        j->mout[ch] = j->global ? mean_in[ch] : mean_in[ch] * mom + (float)mean * (1.0f - mom);
+        j->vout[ch] = j->global ? var_in[ch] : var_in[ch] * mom + (float)var * (1.0f - mom);
+        const float a = j->scale[ch] * inv, b = j->bias[ch] - (float)mean * a;
+        for (int64_t n = 0; n < N; n++) {
+            const float *restrict r = xd + (n * C + ch) * S;
+            float *restrict o = j->y + (n * C + ch) * S;
+            if (j->relu)
+                for (int64_t i = 0; i < S; i++) o[i] = r[i] * a + b > 0.0f ? r[i] * a + b : 0.0f;
+            else
+                for (int64_t i = 0; i < S; i++) o[i] = r[i] * a + b;
+        }
+    }
+}
+
 static int run_batch_norm(fl_kctx *c)
 {
     int64_t N, C, S;
@@ -641,6 +736,7 @@ static int run_batch_norm(fl_kctx *c)
     const float *mean_in = FL_IN(c, 3)->data, *var_in = FL_IN(c, 4)->data;
     float eps = (float)fl__attr_f(c->op, "epsilon", 1e-5), mom = (float)fl__attr_f(c->op, "momentum", 0.9);
     int global = fl__attr_i(c->op, "is_test", 0) || fl__attr_i(c->op, "use_global_stats", 0);
+    int relu = fl__attr_i(c->op, "fuse_with_relu", 0) != 0;
     if (!global && N * S == 0)
         return fl__err(FL_EINVAL, "batch_norm: input '%s' is empty: no batch statistics", fl__kctx_var_name(c, 0, 0));
     FL_CHECK(fl__tensor_reshape_raw(y, FL_FLOAT32, x->ndim, x->shape));
@@ -652,46 +748,54 @@ static int run_batch_norm(fl_kctx *c)
     FL_CHECK(fl__tensor_reshape_raw(vo, FL_FLOAT32, FL_IN(c, 4)->ndim, FL_IN(c, 4)->shape));
     FL_CHECK(fl__tensor_reshape_raw(sm, FL_FLOAT32, 1, &C));
     FL_CHECK(fl__tensor_reshape_raw(sv, FL_FLOAT32, 1, &C));
-    float *mout = mo->data, *vout = vo->data, *smd = sm->data, *svd = sv->data;
-    const float *xd = x->data;
-    for (int64_t ch = 0; ch < C; ch++) {
-        double mean, var;
-        if (global) {
-            mean = mean_in[ch], var = var_in[ch];
-        } else {
-            double s1 = 0.0, s2 = 0.0;
-            for (int64_t n = 0; n < N; n++) {
-                const float *restrict r = xd + (n * C + ch) * S;
-                float part = 0.0f;
-                for (int64_t i = 0; i < S; i++) part += r[i];
-                s1 += part;
-            }
-            mean = s1 / (double)(N * S);
-            const float m = (float)mean;
-            for (int64_t n = 0; n < N; n++) {
-                const float *restrict r = xd + (n * C + ch) * S;
-                float part = 0.0f;
-                for (int64_t i = 0; i < S; i++) part += (r[i] - m) * (r[i] - m);
-                s2 += part;
-            }
-            var = s2 / (double)(N * S);
-        }
-        float inv = (float)(1.0 / sqrt(var + eps));
-        smd[ch] = (float)mean;
-        svd[ch] = inv;
-        mout[ch] = global ? mean_in[ch] : mean_in[ch] * mom + (float)mean * (1.0f - mom);
-        vout[ch] = global ? var_in[ch] : var_in[ch] * mom + (float)var * (1.0f - mom);
-        const float a = scale[ch] * inv, b = bias[ch] - (float)mean * a;
-        for (int64_t n = 0; n < N; n++) {
-            const float *restrict r = xd + (n * C + ch) * S;
-            float *restrict o = (float *)y->data + (n * C + ch) * S;
-            for (int64_t i = 0; i < S; i++) o[i] = r[i] * a + b;
-        }
-    }
+    bn_fwd_job j = {N, C, S, x->data, y->data, scale, bias, mean_in, var_in, mo->data, vo->data, sm->data, sv->data, eps,
+                    mom, global, relu};
+    bn_fwd_range(&j, 0, C);
     return FL_OK;
 }
 
-/* Grad op: inputs X, Scale, SavedMean, SavedVariance (inverse std), Y@GRAD; outputs
+/* batch_norm_grad over channels [lo, hi). */
+typedef struct {
+    int64_t N, C, S;
+    const float *x, *dy, *y, *scale, *mean, *inv;
+    float *dx, *ds, *db;
+    int global;
+} bn_grad_job;
+
+static void bn_grad_range(void *arg, int64_t lo, int64_t hi)
+{
+    const bn_grad_job *j = arg;
+    const int64_t N = j->N, C = j->C, S = j->S;
+    const float *xd = j->x, *dy = j->dy, *yd = j->y;
+    const double M = (double)(N * S);
+    for (int64_t ch = lo; ch < hi; ch++) {
+        const float m = j->mean[ch], iv = j->inv[ch];
+        double sb = 0.0, ss = 0.0;
+        for (int64_t n = 0; n < N; n++) {
+            const int64_t at = (n * C + ch) * S;
+            lane_grad_sums(xd + at, dy + at, yd ? yd + at : NULL, S, m, &sb, &ss);
+        }
+        ss *= iv; /* sum dy * xh */
+        if (j->ds) j->ds[ch] = (float)ss;
+        if (j->db) j->db[ch] = (float)sb;
+        if (!j->dx) continue;
+        const float k = j->scale[ch] * iv;
+        const float kb = j->global || M == 0 ? 0.0f : (float)(sb / M), ks = j->global || M == 0 ? 0.0f : (float)(ss / M);
+        for (int64_t n = 0; n < N; n++) {
+            const float *restrict r = xd + (n * C + ch) * S, *restrict g = dy + (n * C + ch) * S;
+            float *restrict o = j->dx + (n * C + ch) * S;
+            if (yd) {
+                const float *restrict yr = yd + (n * C + ch) * S;
+                for (int64_t i = 0; i < S; i++) o[i] = k * ((yr[i] > 0.0f ? g[i] : 0.0f) - kb - (r[i] - m) * iv * ks);
+            } else {
+                for (int64_t i = 0; i < S; i++) o[i] = k * (g[i] - kb - (r[i] - m) * iv * ks);
+            }
+        }
+    }
+}
+
+/* Grad op: inputs X, Scale, SavedMean, SavedVariance (inverse std), Y@GRAD, and Y with
+ * fuse_with_relu (dy is taken as 0 where Y is 0: relu_grad in the same pass); outputs
  * X@GRAD, Scale@GRAD, Bias@GRAD (as requested).  With xh = (x - mean) * inv, M = N*S:
  *   dBias = sum dy, dScale = sum dy * xh,
  *   dX = scale * inv / M * (M dy - dBias - xh dScale)   (training: the batch statistics
@@ -708,38 +812,23 @@ static int run_batch_norm_grad(fl_kctx *c)
     const float *xd = x->data, *dy = dyt->data, *scale = FL_IN(c, 1)->data, *mean = FL_IN(c, 2)->data,
                 *inv = FL_IN(c, 3)->data;
     int global = fl__attr_i(c->op, "is_test", 0) || fl__attr_i(c->op, "use_global_stats", 0);
+    const float *yd = NULL; /* fuse_with_relu: Y, whose zeros stop the gradient */
+    if (fl__attr_i(c->op, "fuse_with_relu", 0)) {
+        const fl_tensor *yt = FL_IN(c, 5);
+        if (!yt || yt->dtype != FL_FLOAT32 || yt->numel != x->numel)
+            return fl__err(FL_EINVAL, "batch_norm_grad: fuse_with_relu needs Y, float32 of %lld elements (input '%s')",
+                           (long long)x->numel, fl__kctx_var_name(c, 0, 0));
+        yd = yt->data;
+    }
     if (dx) {
         FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, x->ndim, x->shape));
         FL_CHECK(fl__tensor_share_lod(dx, x));
     }
     if (ds) FL_CHECK(fl__tensor_reshape_raw(ds, FL_FLOAT32, 1, &C));
     if (db) FL_CHECK(fl__tensor_reshape_raw(db, FL_FLOAT32, 1, &C));
-    const double M = (double)(N * S);
-    for (int64_t ch = 0; ch < C; ch++) {
-        const float m = mean[ch], iv = inv[ch];
-        double sb = 0.0, ss = 0.0;
-        for (int64_t n = 0; n < N; n++) {
-            const float *restrict r = xd + (n * C + ch) * S, *restrict g = dy + (n * C + ch) * S;
-            float pb = 0.0f, ps = 0.0f;
-            for (int64_t i = 0; i < S; i++) {
-                pb += g[i];
-                ps += g[i] * (r[i] - m);
-            }
-            sb += pb;
-            ss += ps;
-        }
-        ss *= iv; /* sum dy * xh */
-        if (ds) ((float *)ds->data)[ch] = (float)ss;
-        if (db) ((float *)db->data)[ch] = (float)sb;
-        if (!dx) continue;
-        const float k = scale[ch] * iv;
-        const float kb = global || M == 0 ? 0.0f : (float)(sb / M), ks = global || M == 0 ? 0.0f : (float)(ss / M);
-        for (int64_t n = 0; n < N; n++) {
-            const float *restrict r = xd + (n * C + ch) * S, *restrict g = dy + (n * C + ch) * S;
-            float *restrict o = (float *)dx->data + (n * C + ch) * S;
-            for (int64_t i = 0; i < S; i++) o[i] = k * (g[i] - kb - (r[i] - m) * iv * ks);
-        }
-    }
+    bn_grad_job j = {N, C, S, xd, dy, yd, scale, mean, inv, dx ? dx->data : NULL, ds ? ds->data : NULL,
+                     db ? db->data : NULL, global};
+    bn_grad_range(&j, 0, C);
     return FL_OK;
 }
 
@@ -755,10 +844,13 @@ static int grad_batch_norm(fl_op *op, fl_grad_ctx *g)
     for (int i = 0; i < 3; i++)
         if (gv[i]) o[no++] = (fl_io){names[i], &gv[i], 1};
     if (!no) return FL_OK;
-    fl_io in[5] = {FL_IO1("X", op->in[0].vars[0]), FL_IO1("Scale", op->in[1].vars[0]),
-                   FL_IO1("SavedMean", op->out[3].vars[0]), FL_IO1("SavedVariance", op->out[4].vars[0]),
-                   FL_IO1("Y@GRAD", dy)};
-    return fl__grad_append(op, "batch_norm_grad", in, 5, o, no);
+    fl_io in[6] = {FL_IO1("X", op->in[0].vars[0]),
+                   FL_IO1("Scale", op->in[1].vars[0]),
+                   FL_IO1("SavedMean", op->out[3].vars[0]),
+                   FL_IO1("SavedVariance", op->out[4].vars[0]),
+                   FL_IO1("Y@GRAD", dy),
+                   FL_IO1("Y", op->out[0].vars[0])};
+    return fl__grad_append(op, "batch_norm_grad", in, fl__attr_i(op, "fuse_with_relu", 0) ? 6 : 5, o, no);
 }
 
 static const fl_op_def def_batch_norm = {"batch_norm",
@@ -769,7 +861,7 @@ static const fl_op_def def_batch_norm = {"batch_norm",
                                          grad_batch_norm,
                                          NULL};
 static const fl_op_def def_batch_norm_grad = {"batch_norm_grad",
-                                              {"X", "Scale", "SavedMean", "SavedVariance", "Y@GRAD"},
+                                              {"X", "Scale", "SavedMean", "SavedVariance", "Y@GRAD", "Y"},
                                               {"X@GRAD", "Scale@GRAD", "Bias@GRAD"},
                                               fl__infer_nop,
                                               run_batch_norm_grad,
@@ -840,9 +932,9 @@ fl_var *fl_layer_batch_norm(fl_var *input, const char *act, int is_test, float m
     if (!op || fl__attr_set_f(op, "momentum", momentum) || fl__attr_set_f(op, "epsilon", epsilon) ||
         fl__attr_set_i(op, "is_test", is_test != 0) ||
         fl__attr_set_i(op, "use_global_stats", attr->use_global_stats != 0) || fl__attr_set_s(op, "data_layout", "NCHW") ||
-        fl__op_finish(op))
+        (a == ACT_RELU && fl__attr_set_i(op, "fuse_with_relu", 1)) || fl__op_finish(op))
         return NULL;
-    return post_act(y, a);
+    return a == ACT_RELU ? y : post_act(y, a);
 }
 
 const fl_op_def *const fl__ops_conv[] = {
