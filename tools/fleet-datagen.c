@@ -108,7 +108,9 @@ static void usage(void)
          "The same options give byte-identical files.  Exit: 0 ok, 1 I/O error, 2 usage.\n"
          "Also: fleet-datagen simnet --rows N --out DIR (query/positive/negative triples) and\n"
          "fleet-datagen word2vec --sentences N --out DIR (a corpus with planted clusters and\n"
-         "analogies); their options are in docs/datagen.md and tools/datagen_text.h.");
+         "analogies) and fleet-datagen translation --sentences N --out DIR (a parallel corpus\n"
+         "with a planted transduction); their options are in docs/datagen.md and\n"
+         "tools/datagen_text.h, tools/datagen_translation.h.");
 }
 
 /* ---------------------------------------------------------------- random numbers */
@@ -548,7 +550,8 @@ static void dg_parse(int argc, char **argv, const dg_opt *opts, int n, const cha
     }
 }
 
-#include "datagen_text.h" /* the simnet and word2vec subcommands */
+#include "datagen_text.h"        /* the simnet and word2vec subcommands */
+#include "datagen_translation.h" /* the translation subcommand */
 
 int main(int argc, char **argv)
 {
@@ -559,7 +562,8 @@ int main(int argc, char **argv)
     if (argc < 2) cli_die(2, "missing the subcommand (fleet-datagen criteo --rows N --out DIR ...)");
     if (!strcmp(argv[1], "simnet")) return datagen_simnet(argc, argv);
     if (!strcmp(argv[1], "word2vec")) return datagen_word2vec(argc, argv);
-    if (strcmp(argv[1], "criteo")) cli_die(2, "unknown subcommand '%s' (expected: criteo, simnet or word2vec)", argv[1]);
+    if (!strcmp(argv[1], "translation")) return datagen_translation(argc, argv);
+    if (strcmp(argv[1], "criteo")) cli_die(2, "unknown subcommand '%s' (expected: criteo, simnet, word2vec or translation)", argv[1]);
 
     int64_t rows = -1, test_rows = -1;
     int files = 1, test_files = 1;
