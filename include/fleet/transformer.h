@@ -194,9 +194,11 @@ typedef struct {
 } fl_transformer_decode_opts;
 
 FL_API fl_transformer_decode_opts fl_transformer_decode_opts_default(void);
-/* Splits prog (kept by the caller; it must outlive the decoder) for decoding on exe, whose
- * scope holds the trained parameters.  bos / eos: the target ids of <s> and <e>. */
-FL_API int fl_transformer_decoder_create(fl_exe *exe, fl_prog *prog, int64_t bos, int64_t eos,
+/* Splits a test clone of prog at "enc_output" for decoding with exe's scope, which holds
+ * the trained parameters (the decoder runs its own executors on that scope; exe must
+ * outlive it).  predict: the name of the model's predict variable (a loaded inference
+ * model's output).  bos / eos: the target ids of <s> and <e>. */
+FL_API int fl_transformer_decoder_create(fl_exe *exe, const fl_prog *prog, const char *predict, int64_t bos, int64_t eos,
                                          fl_transformer_decoder **out);
 FL_API void fl_transformer_decoder_free(fl_transformer_decoder *d);
 /* Decodes n source sentences src[i] (nsrc[i] ids, <e> included) into out[i] (malloc'ed,
