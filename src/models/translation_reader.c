@@ -297,7 +297,10 @@ int fl_translation_pair(const fl_translation_data *d, int64_t i, const int64_t *
 
 const char *fl_translation_token(const fl_translation_data *d, int trg, int64_t id)
 {
-    if (!d) return NULL;
+    if (!d) {
+        fl__err(FL_EINVAL, "fl_translation_token: data is NULL");
+        return NULL;
+    }
     const vocab *v = &d->v[trg != 0];
     return id >= 0 && id < v->n ? v->tok[id] : NULL;
 }
@@ -436,7 +439,9 @@ void fl_translation_batch_free(fl_translation_batch *b)
 
 const fl_tensor *fl_translation_batch_tensor(const fl_translation_batch *b, int i)
 {
-    return b && i >= 0 && i < FL_MODEL_TRANSFORMER_FEEDS ? b->t[i] : NULL;
+    if (b && i >= 0 && i < FL_MODEL_TRANSFORMER_FEEDS) return b->t[i];
+    fl__err(FL_EINVAL, "fl_translation_batch_tensor: batch is NULL or input %d out of range", i);
+    return NULL;
 }
 
 const char *fl_translation_batch_name(int i) { return i >= 0 && i < FL_MODEL_TRANSFORMER_FEEDS ? feed_names[i] : NULL; }
