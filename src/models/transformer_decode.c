@@ -100,7 +100,8 @@ static int step(fl_transformer_decoder *d, const float *enc, int64_t S, int64_t 
     FL_CHECK(fl_tensor_resize(d->eo, FL_FLOAT32, 3, (const int64_t[]){R, S, D}));
     int64_t *w = fl_tensor_i64(d->tw), *p = fl_tensor_i64(d->tp);
     float *eo = fl_tensor_f32(d->eo);
-    int lens[R];
+    int *lens = malloc((size_t)R * sizeof *lens);
+    if (!lens) return fl__err(FL_ENOMEM, "transformer decoder: out of memory");
     for (int64_t r = 0; r < R; r++) {
         for (int64_t j = 0; j < L; j++) w[r * L + j] = seq[r * stride + j], p[r * L + j] = j;
         memcpy(eo + r * S * D, enc + (int64_t)src_row[r] * S * D, (size_t)(S * D) * sizeof *eo);
@@ -108,6 +109,7 @@ static int step(fl_transformer_decoder *d, const float *enc, int64_t S, int64_t 
     }
     fl__tr_causal_bias(fl_tensor_f32(d->tb), R, H, L);
     fl__tr_key_bias(fl_tensor_f32(d->tsb), R, H, L, S, lens);
+    free(lens);
     fl_feed feed[5] = {{"enc_output", d->eo},
                        {"trg_word", d->tw},
                        {"trg_pos", d->tp},

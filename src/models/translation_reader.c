@@ -462,22 +462,30 @@ int fl_translation_batch_fill(const fl_translation_data *d, int64_t k, fl_transl
                        (long long)k, (long long)d->nbatch);
     const int64_t *idx = d->order + d->bstart[k];
     const int64_t B = d->bstart[k + 1] - d->bstart[k], H = d->o.n_head;
-    const int64_t *src[B];
-    int slen[B];
+    const int64_t **src = malloc((size_t)B * sizeof *src);
+    int *slen = malloc((size_t)B * sizeof *slen);
+    if (!src || !slen) {
+        free(src), free(slen);
+        return fl__err(FL_ENOMEM, "translation batch: out of memory");
+    }
     int64_t T = 1;
     for (int64_t i = 0; i < B; i++) {
         src[i] = d->ids + d->src_off[idx[i]];
         slen[i] = d->src_len[idx[i]];
         T = d->trg_len[idx[i]] - 1 > T ? d->trg_len[idx[i]] - 1 : T;
     }
-    FL_CHECK(fl__tr_src_feeds(src, slen, B, H, d->eos, b->t[0], b->t[1], b->t[2]));
+    int st = fl__tr_src_feeds(src, slen, B, H, d->eos, b->t[0], b->t[1], b->t[2]);
     const int64_t S = fl_tensor_dim(b->t[0], 1);
-    FL_CHECK(fl_tensor_resize(b->t[3], FL_INT64, 3, (const int64_t[]){B, T, 1}));
-    FL_CHECK(fl_tensor_resize(b->t[4], FL_INT64, 3, (const int64_t[]){B, T, 1}));
-    FL_CHECK(fl_tensor_resize(b->t[5], FL_FLOAT32, 4, (const int64_t[]){B, H, T, T}));
-    FL_CHECK(fl_tensor_resize(b->t[6], FL_FLOAT32, 4, (const int64_t[]){B, H, T, S}));
-    FL_CHECK(fl_tensor_resize(b->t[7], FL_INT64, 2, (const int64_t[]){B * T, 1}));
-    FL_CHECK(fl_tensor_resize(b->t[8], FL_FLOAT32, 2, (const int64_t[]){B * T, 1}));
+    if (st == FL_OK) st = fl_tensor_resize(b->t[3], FL_INT64, 3, (const int64_t[]){B, T, 1});
+    if (st == FL_OK) st = fl_tensor_resize(b->t[4], FL_INT64, 3, (const int64_t[]){B, T, 1});
+    if (st == FL_OK) st = fl_tensor_resize(b->t[5], FL_FLOAT32, 4, (const int64_t[]){B, H, T, T});
+    if (st == FL_OK) st = fl_tensor_resize(b->t[6], FL_FLOAT32, 4, (const int64_t[]){B, H, T, S});
+    if (st == FL_OK) st = fl_tensor_resize(b->t[7], FL_INT64, 2, (const int64_t[]){B * T, 1});
+    if (st == FL_OK) st = fl_tensor_resize(b->t[8], FL_FLOAT32, 2, (const int64_t[]){B * T, 1});
+    if (st != FL_OK) {
+        free(src), free(slen);
+        return st;
+    }
     int64_t *tw = fl_tensor_i64(b->t[3]), *tp = fl_tensor_i64(b->t[4]), *lw = fl_tensor_i64(b->t[7]);
     float *wt = fl_tensor_f32(b->t[8]);
     b->tokens = 0;
@@ -494,6 +502,7 @@ int fl_translation_batch_fill(const fl_translation_data *d, int64_t k, fl_transl
     }
     fl__tr_causal_bias(fl_tensor_f32(b->t[5]), B, H, T);
     fl__tr_key_bias(fl_tensor_f32(b->t[6]), B, H, T, S, slen);
+    free(src), free(slen);
     b->sentences = B;
     return FL_OK;
 }
