@@ -45,8 +45,8 @@ static int datagen_translation(int argc, char **argv)
     printf("fleet-datagen translation: seed %llu, source vocabulary %lld, target vocabulary %lld, sentences of %d..%d "
            "tokens\n",
            (unsigned long long)g.seed, (long long)info.src_vocab, (long long)info.trg_vocab, g.min_len, g.max_len);
-    printf("  train %10lld pairs %10lld source tokens  -> %s/train\n", (long long)g.sentences,
-           (long long)info.train_tokens, out);
+    printf("  train %10lld pairs %10lld source tokens  -> %s/train\n", (long long)g.sentences, (long long)info.train_tokens,
+           out);
     printf("  test  %10lld pairs %10lld source tokens  -> %s/test\n", (long long)test, (long long)info.test_tokens, out);
     printf("  test BLEU: ceiling %.2f (the planted translation), baseline %.2f (word by word, no reordering or "
            "agreement)\n",

@@ -563,7 +563,8 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "simnet")) return datagen_simnet(argc, argv);
     if (!strcmp(argv[1], "word2vec")) return datagen_word2vec(argc, argv);
     if (!strcmp(argv[1], "translation")) return datagen_translation(argc, argv);
-    if (strcmp(argv[1], "criteo")) cli_die(2, "unknown subcommand '%s' (expected: criteo, simnet, word2vec or translation)", argv[1]);
+    if (strcmp(argv[1], "criteo"))
+        cli_die(2, "unknown subcommand '%s' (expected: criteo, simnet, word2vec or translation)", argv[1]);
 
     int64_t rows = -1, test_rows = -1;
     int files = 1, test_files = 1;

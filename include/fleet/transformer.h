@@ -97,8 +97,8 @@ typedef struct {
     fl_var *logits;     /* [B * T, trg_vocab_size] */
     fl_var *predict;    /* softmax of logits */
     fl_var *sum_cost, *token_num;
-    fl_var *loss;                                    /* avg_cost = sum_cost / token_num */
-    fl_var *use_var[FL_MODEL_TRANSFORMER_FEEDS];     /* the inputs above, in that order */
+    fl_var *loss;                                /* avg_cost = sum_cost / token_num */
+    fl_var *use_var[FL_MODEL_TRANSFORMER_FEEDS]; /* the inputs above, in that order */
     int nuse_var;
 } fl_model_transformer;
 
@@ -187,10 +187,10 @@ FL_API int fl_translation_batch_counts(const fl_translation_batch *b, int64_t *s
 typedef struct fl_transformer_decoder fl_transformer_decoder;
 
 typedef struct {
-    int beam_size;    /* default 4 (1: greedy) */
-    float alpha;      /* length penalty exponent, default 0.6 */
-    int max_out_len;  /* default 256; the output never exceeds the model's max_length - 1 */
-    int batch_size;   /* sentences per encoder run (default 32) */
+    int beam_size;   /* default 4 (1: greedy) */
+    float alpha;     /* length penalty exponent, default 0.6 */
+    int max_out_len; /* default 256; the output never exceeds the model's max_length - 1 */
+    int batch_size;  /* sentences per encoder run (default 32) */
 } fl_transformer_decode_opts;
 
 FL_API fl_transformer_decode_opts fl_transformer_decode_opts_default(void);
@@ -225,10 +225,10 @@ FL_API int fl_transformer_eval_bleu(fl_transformer_decoder *dec, const fl_transf
  * reference of every line is therefore known (BLEU 100 is reachable); the baseline is the
  * word-by-word translation (each word's first form, source order).  docs/datagen.md. */
 typedef struct {
-    int64_t sentences;      /* training pairs (required, >= 1) */
-    int64_t test_sentences; /* default -1: sentences / 10, at least 1 */
-    uint64_t seed;          /* default 1 */
-    int min_len, max_len;   /* source tokens per sentence (default 5, 50; max_len >= 15) */
+    int64_t sentences;                     /* training pairs (required, >= 1) */
+    int64_t test_sentences;                /* default -1: sentences / 10, at least 1 */
+    uint64_t seed;                         /* default 1 */
+    int min_len, max_len;                  /* source tokens per sentence (default 5, 50; max_len >= 15) */
     int nouns, adjectives, verbs, adverbs; /* default 40, 20, 20, 10 */
 } fl_translation_datagen;
 

@@ -81,10 +81,10 @@ int fl__app_images_threads(void *st);
 
 /* app_translation.c: the "translation" reader (fleet/transformer.h's corpus reader) and the
  * "bleu" metric's evaluation and decoding. */
-int fl__app_translation_open(const fl_app_config *c, const char *dir, int train, int rank, int nranks,
-                             fl_var *const *feeds, int nfeeds, void **st);
-int fl__app_translation_pass(void *st, fl_exe *e, fl_prog *p, int train, int thread, const char *const *fetch,
-                             int nfetch, int epoch, app_pass *out, app_batch_fn fn, void *user);
+int fl__app_translation_open(const fl_app_config *c, const char *dir, int train, int rank, int nranks, fl_var *const *feeds,
+                             int nfeeds, void **st);
+int fl__app_translation_pass(void *st, fl_exe *e, fl_prog *p, int train, int thread, const char *const *fetch, int nfetch,
+                             int epoch, app_pass *out, app_batch_fn fn, void *user);
 void fl__app_translation_close(void *st);
 int64_t fl__app_translation_steps(void *st, int batch_size);
 int fl__app_translation_threads(void *st);
@@ -93,7 +93,6 @@ int fl__app_bleu_evaluate(const fl_app_config *c, fl_exe *exe, fl_prog *prog, fl
 int fl__app_bleu_infer(const fl_app_config *c, fl_exe *exe, fl_prog *prog, fl_var *predict, FILE *out, int64_t *lines);
 /* The vocabulary files of a translation corpus (src_vocab.txt / trg_vocab.txt, or
  * vocab_all.txt for both with weight_sharing) in dir or its parent. */
-int fl__app_translation_vocabs(const fl_app_config *c, const char *what, const char *dir, char *src, char *trg,
-                               size_t cap);
+int fl__app_translation_vocabs(const fl_app_config *c, const char *what, const char *dir, char *src, char *trg, size_t cap);
 
 #endif

@@ -66,8 +66,8 @@ void fl__app_translation_close(void *p)
     free(r);
 }
 
-int fl__app_translation_open(const fl_app_config *c, const char *dir, int train, int rank, int nranks,
-                             fl_var *const *feeds, int nfeeds, void **st)
+int fl__app_translation_open(const fl_app_config *c, const char *dir, int train, int rank, int nranks, fl_var *const *feeds,
+                             int nfeeds, void **st)
 {
     *st = NULL;
     fl_var *bias = NULL;
@@ -160,8 +160,8 @@ int fl__app_translation_pass(void *p, fl_exe *e, fl_prog *prog, int train, int t
 
 /* ---- the bleu metric --------------------------------------------------------------------- */
 
-static int decode_test(const fl_app_config *c, fl_exe *exe, fl_prog *prog, fl_var *predict, FILE *out,
-                       fl_bleu_score *score, double *sps, int64_t *n)
+static int decode_test(const fl_app_config *c, fl_exe *exe, fl_prog *prog, fl_var *predict, FILE *out, fl_bleu_score *score,
+                       double *sps, int64_t *n)
 {
     if (!c->test_data[0]) return fl__err(FL_EINVAL, "option test_data is not set (a translation corpus to decode)");
     fl_var *bias = fl_prog_var(prog, "src_slf_attn_bias");

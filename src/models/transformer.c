@@ -103,7 +103,8 @@ static fl_var *position_table(fl_prog *p, const char *name, int64_t rows, int64_
     fl_io out = FL_IO1("Out", sv);
     fl_op *op = fl__op_new(sp, "sinusoid_position_encoding", NULL, 0, &out, 1);
     if (!op || fl__attr_set_ints(op, "shape", (const int64_t[]){rows, d}, 2) != FL_OK || fl__op_finish(op) != FL_OK) {
-        if (fl_prog_status(p) == FL_OK) fl__prog_error(p, FL_EINVAL, "transformer: position table '%s': %s", name, fl_last_error());
+        if (fl_prog_status(p) == FL_OK)
+            fl__prog_error(p, FL_EINVAL, "transformer: position table '%s': %s", name, fl_last_error());
         return NULL;
     }
     return t;

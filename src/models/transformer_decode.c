@@ -56,7 +56,8 @@ int fl_transformer_decoder_create(fl_exe *exe, const fl_prog *prog, const char *
     if (!(d->test = fl_prog_clone(prog, 1)) || !(d->predict = fl__strdup(predict))) st = fl_last_status();
     fl_var *bias = st == FL_OK ? fl_prog_var(d->test, "src_slf_attn_bias") : NULL;
     fl_var *pv = st == FL_OK ? fl_prog_var(d->test, predict) : NULL;
-    if (st == FL_OK && (!bias || fl_var_ndim(bias) != 4 || !pv || fl_var_ndim(pv) != 2 || !fl_prog_var(d->test, "enc_output")))
+    if (st == FL_OK &&
+        (!bias || fl_var_ndim(bias) != 4 || !pv || fl_var_ndim(pv) != 2 || !fl_prog_var(d->test, "enc_output")))
         st = fl__err(FL_EINVAL,
                      "transformer decoder: the program lacks src_slf_attn_bias [B, H, S, S], enc_output or a predict "
                      "'%s' [N, V] (not a Transformer of fl_model_transformer_build?)",
@@ -151,7 +152,7 @@ static int top_k(const cand *c, int64_t n, int k, cand *best)
 }
 
 typedef struct {
-    int64_t *alive, *fin;      /* [K, T + 1] sequences, bos first */
+    int64_t *alive, *fin; /* [K, T + 1] sequences, bos first */
     float *alive_lp, *fin_score;
     int *fin_flag, *fin_len;
     int done;
@@ -340,10 +341,11 @@ int fl_transformer_decode(fl_transformer_decoder *d, const fl_transformer_decode
     if (!d || n < 0 || (n && (!src || !nsrc || !out || !nout)))
         return fl__err(FL_EINVAL, "fl_transformer_decode: decoder, src, nsrc, out or nout is NULL");
     if (o->beam_size < 1 || o->beam_size > 64 || o->max_out_len < 1 || o->batch_size < 1 || !(o->alpha >= 0))
-        return fl__err(FL_EINVAL,
-                       "fl_transformer_decode: beam_size in [1, 64], max_out_len >= 1, batch_size >= 1, alpha >= 0 (got %d, "
-                       "%d, %d, %g)",
-                       o->beam_size, o->max_out_len, o->batch_size, (double)o->alpha);
+        return fl__err(
+            FL_EINVAL,
+            "fl_transformer_decode: beam_size in [1, 64], max_out_len >= 1, batch_size >= 1, alpha >= 0 (got %d, "
+            "%d, %d, %g)",
+            o->beam_size, o->max_out_len, o->batch_size, (double)o->alpha);
     for (int i = 0; i < n; i++) out[i] = NULL;
     int st = FL_OK;
     for (int s0 = 0; st == FL_OK && s0 < n; s0 += o->batch_size) {

@@ -220,21 +220,24 @@ int fl_translation_generate(const fl_translation_datagen *g, const char *out, fl
 {
     if (!g || !out || !info) return fl__err(FL_EINVAL, "fl_translation_generate: config, out or info is NULL");
     memset(info, 0, sizeof *info);
-    if (g->sentences < 1) return fl__err(FL_EINVAL, "translation datagen: sentences must be >= 1, got %lld", (long long)g->sentences);
+    if (g->sentences < 1)
+        return fl__err(FL_EINVAL, "translation datagen: sentences must be >= 1, got %lld", (long long)g->sentences);
     if (g->min_len < 5 || g->max_len < CLAUSE_MAX || g->max_len > MAX_LEN || g->min_len > g->max_len)
         return fl__err(FL_EINVAL, "translation datagen: need 5 <= min_len <= max_len, %d <= max_len <= %d (got %d, %d)",
                        CLAUSE_MAX, MAX_LEN, g->min_len, g->max_len);
     if (g->nouns < 1 || g->adjectives < 1 || g->verbs < 1 || g->adverbs < 1 || g->nouns > 100000 ||
         g->adjectives > 100000 || g->verbs > 100000 || g->adverbs > 100000)
-        return fl__err(FL_EINVAL, "translation datagen: nouns, adjectives, verbs and adverbs must be in [1, 100000] "
-                                  "(got %d, %d, %d, %d)",
+        return fl__err(FL_EINVAL,
+                       "translation datagen: nouns, adjectives, verbs and adverbs must be in [1, 100000] "
+                       "(got %d, %d, %d, %d)",
                        g->nouns, g->adjectives, g->verbs, g->adverbs);
     int64_t test = g->test_sentences < 0 ? (g->sentences / 10 > 0 ? g->sentences / 10 : 1) : g->test_sentences;
     grammar m;
     grammar_init(&m, g);
     m.gender = malloc((size_t)g->nouns);
     if (!m.gender) return fl__err(FL_ENOMEM, "translation datagen: out of memory");
-    for (int n = 0; n < g->nouns; n++) m.gender[n] = (unsigned char)(fl__hash_u64(g->seed * 1000003ULL + (uint64_t)n) >> 63);
+    for (int n = 0; n < g->nouns; n++)
+        m.gender[n] = (unsigned char)(fl__hash_u64(g->seed * 1000003ULL + (uint64_t)n) >> 63);
     int st = fl__mkdir_p(out);
     fl_bleu_stats ref = {{0}}, base = {{0}};
     if (st == FL_OK) st = write_vocabs(&m, out);

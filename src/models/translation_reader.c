@@ -27,8 +27,8 @@ struct fl_translation_data {
     int64_t *src_off, *trg_off; /* into ids */
     int32_t *src_len, *trg_len; /* src: tokens + <e>; trg: <s> tokens <e> */
     int64_t *ids, nids, cap_ids;
-    int64_t *order, norder;   /* this epoch's pairs, batch after batch */
-    int64_t *bstart, nbatch;  /* this rank's batches: order[bstart[k] .. bstart[k+1]) */
+    int64_t *order, norder;  /* this epoch's pairs, batch after batch */
+    int64_t *bstart, nbatch; /* this rank's batches: order[bstart[k] .. bstart[k+1]) */
 };
 
 struct fl_translation_batch {
@@ -36,9 +36,9 @@ struct fl_translation_batch {
     int64_t sentences, tokens;
 };
 
-static const char *const feed_names[FL_MODEL_TRANSFORMER_FEEDS] = {
-    "src_word", "src_pos", "src_slf_attn_bias", "trg_word", "trg_pos", "trg_slf_attn_bias", "trg_src_attn_bias",
-    "lbl_word", "lbl_weight"};
+static const char *const feed_names[FL_MODEL_TRANSFORMER_FEEDS] = {"src_word",          "src_pos",  "src_slf_attn_bias",
+                                                                   "trg_word",          "trg_pos",  "trg_slf_attn_bias",
+                                                                   "trg_src_attn_bias", "lbl_word", "lbl_weight"};
 
 fl_translation_opts fl_translation_opts_default(void)
 {
@@ -230,8 +230,8 @@ int fl_translation_load(const char *src_vocab, const char *trg_vocab, const char
     *out = NULL;
     fl_translation_opts def = fl_translation_opts_default();
     if (!o) o = &def;
-    if (o->batch_size < 1 || o->pool_size < 1 || o->n_head < 1 || o->max_length < 1 || o->nranks < 1 ||
-        o->rank < 0 || o->rank >= o->nranks)
+    if (o->batch_size < 1 || o->pool_size < 1 || o->n_head < 1 || o->max_length < 1 || o->nranks < 1 || o->rank < 0 ||
+        o->rank >= o->nranks)
         return fl__err(FL_EINVAL,
                        "fl_translation_load: batch_size, pool_size, n_head, max_length and nranks must be >= 1 and "
                        "rank in [0, nranks) (got %d, %d, %d, %d, %d, %d)",
@@ -423,7 +423,8 @@ fl_translation_batch *fl_translation_batch_create(void)
         return NULL;
     }
     for (int i = 0; i < FL_MODEL_TRANSFORMER_FEEDS; i++)
-        if (!(b->t[i] = fl_tensor_create((i == 2 || (i >= 5 && i != 7)) ? FL_FLOAT32 : FL_INT64, 1, (const int64_t[]){1}))) {
+        if (!(b->t[i] = fl_tensor_create((i == 2 || (i >= 5 && i != 7)) ? FL_FLOAT32 : FL_INT64, 1,
+                                         (const int64_t[]){1}))) {
             fl_translation_batch_free(b);
             return NULL;
         }
@@ -458,7 +459,8 @@ int fl_translation_batch_fill(const fl_translation_data *d, int64_t k, fl_transl
 {
     if (!d || !b) return fl__err(FL_EINVAL, "fl_translation_batch_fill: data or batch is NULL");
     if (k < 0 || k >= d->nbatch)
-        return fl__err(FL_EINVAL, "fl_translation_batch_fill: batch %lld out of range [0, %lld) (call fl_translation_epoch)",
+        return fl__err(FL_EINVAL,
+                       "fl_translation_batch_fill: batch %lld out of range [0, %lld) (call fl_translation_epoch)",
                        (long long)k, (long long)d->nbatch);
     const int64_t *idx = d->order + d->bstart[k];
     const int64_t B = d->bstart[k + 1] - d->bstart[k], H = d->o.n_head;
