@@ -471,7 +471,8 @@ TEST(cli_errors_are_clear)
     int rc;
     char *o = run_rc("e1", 20, &rc, "%s/tools/fleet-lightning train --model nope --train_data x", BIN);
     CHECK_EQ_INT(rc, 2);
-    CHECK_STR_HAS(o, "unknown model 'nope' (models: ctr_dnn, deepfm, wide_deep, simnet_bow, word2vec, resnet, transformer)");
+    CHECK_STR_HAS(o,
+                  "unknown model 'nope' (models: ctr_dnn, deepfm, wide_deep, simnet_bow, word2vec, resnet, transformer)");
     free(o);
     o = run_rc("e2", 20, &rc, "%s/tools/fleet-lightning train --model deepfm --train_data x --lr fast", BIN);
     CHECK_EQ_INT(rc, 2);
