@@ -13,6 +13,7 @@
 #include "fleet/metrics.h"
 #include "fleet/io.h"
 #include "fleet/models.h"
+#include "fleet/transformer.h"
 #include "fleet/app.h"
 #include "fleet/net.h"
 #include "fleet/coll.h"

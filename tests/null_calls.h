@@ -314,6 +314,13 @@ static long long nc_fl_model_resnet50(void *h) { (void)h; return 0; }
 static long long nc_fl_model_resnet_build(void *h) { return (long long)fl_model_resnet_build((fl_prog *)h, (const fl_model_resnet_config *){0}, (fl_model_resnet *){0}); }
 static long long nc_fl_model_vgg16(void *h) { (void)h; return 0; }
 static long long nc_fl_model_vgg_build(void *h) { return (long long)fl_model_vgg_build((fl_prog *)h, (const fl_model_vgg_config *){0}, (fl_model_vgg *){0}); }
+static long long nc_fl_model_attn_attr_default(void *h) { (void)h; return 0; }
+static long long nc_fl_model_multi_head_attention(void *h) { (void)h; return fl_model_multi_head_attention((fl_var *){0}, (fl_var *){0}, (fl_var *){0}, (fl_var *){0}, (int){0}, (int){0}, (int){0}, (int){0}, (float){0}, (const char *){0}, (const fl_model_attn_attr *){0}) != NULL; }
+static long long nc_fl_model_positionwise_ffn(void *h) { (void)h; return fl_model_positionwise_ffn((fl_var *){0}, (int){0}, (int){0}, (float){0}, (const char *){0}, (const char *){0}, (const fl_model_attn_attr *){0}) != NULL; }
+static long long nc_fl_model_pre_post_process(void *h) { (void)h; return fl_model_pre_post_process((fl_var *){0}, (fl_var *){0}, (const char *){0}, (float){0}, (const char *){0}, (const fl_model_attn_attr *){0}) != NULL; }
+static long long nc_fl_model_encoder_default(void *h) { (void)h; return 0; }
+static long long nc_fl_model_encoder_layer(void *h) { (void)h; return fl_model_encoder_layer((fl_var *){0}, (fl_var *){0}, (const fl_model_encoder_config *){0}, (const char *){0}) != NULL; }
+static long long nc_fl_model_encoder(void *h) { (void)h; return fl_model_encoder((fl_var *){0}, (fl_var *){0}, (const fl_model_encoder_config *){0}, (const char *){0}, (fl_var **){0}) != NULL; }
 static long long nc_fl_model_simnet_default(void *h) { (void)h; return 0; }
 static long long nc_fl_model_simnet_build(void *h) { return (long long)fl_model_simnet_build((fl_prog *)h, (const fl_model_simnet_config *){0}, (fl_model_simnet *){0}); }
 static long long nc_fl_model_simnet_dataset(void *h) { (void)h; return fl_model_simnet_dataset((const fl_model_simnet *){0}, (const char *){0}, (int){0}, (int){0}, (const char *const *){0}, (int){0}) != NULL; }
@@ -428,6 +435,34 @@ static long long nc_fl_tensor_set_rows(void *h) { (void)h; return (long long)fl_
 static long long nc_fl_tensor_rows(void *h) { (void)h; return fl_tensor_rows((const fl_tensor *){0}, (int64_t *){0}, (int64_t *){0}) != NULL; }
 static long long nc_fl_tensor_is_rows(void *h) { (void)h; return (long long)fl_tensor_is_rows((const fl_tensor *){0}); }
 static long long nc_fl_tensor_describe(void *h) { (void)h; fl_tensor_describe((const fl_tensor *){0}, (char *){0}, (size_t){0}); return 0; }
+static long long nc_fl_bleu_add(void *h) { (void)h; return (long long)fl_bleu_add((fl_bleu_stats *){0}, (const int64_t *){0}, (int64_t){0}, (const int64_t *){0}, (int64_t){0}); }
+static long long nc_fl_bleu_compute(void *h) { (void)h; return (long long)fl_bleu_compute((const fl_bleu_stats *){0}, (fl_bleu_score *){0}); }
+static long long nc_fl_model_transformer_default(void *h) { (void)h; return 0; }
+static long long nc_fl_model_transformer_small(void *h) { (void)h; return 0; }
+static long long nc_fl_model_transformer_build(void *h) { return (long long)fl_model_transformer_build((fl_prog *)h, (const fl_model_transformer_config *){0}, (fl_model_transformer *){0}); }
+static long long nc_fl_model_transformer_optimizer(void *h) { return fl_model_transformer_optimizer((fl_prog *)h, (const fl_model_transformer_config *){0}, (float){0}, (int64_t){0}, (float){0}) != NULL; }
+static long long nc_fl_translation_opts_default(void *h) { (void)h; return 0; }
+static long long nc_fl_translation_load(void *h) { (void)h; return (long long)fl_translation_load((const char *){0}, (const char *){0}, (const char *const *){0}, (int){0}, (const fl_translation_opts *){0}, (fl_translation_data **){0}); }
+static long long nc_fl_translation_free(void *h) { (void)h; fl_translation_free((fl_translation_data *){0}); return 0; }
+static long long nc_fl_translation_size(void *h) { (void)h; return (long long)fl_translation_size((const fl_translation_data *){0}); }
+static long long nc_fl_translation_vocab_size(void *h) { (void)h; return (long long)fl_translation_vocab_size((const fl_translation_data *){0}, (int){0}); }
+static long long nc_fl_translation_marks(void *h) { (void)h; return (long long)fl_translation_marks((const fl_translation_data *){0}, (int64_t *){0}, (int64_t *){0}, (int64_t *){0}); }
+static long long nc_fl_translation_pair(void *h) { (void)h; return (long long)fl_translation_pair((const fl_translation_data *){0}, (int64_t){0}, (const int64_t **){0}, (int *){0}, (const int64_t **){0}, (int *){0}); }
+static long long nc_fl_translation_token(void *h) { (void)h; return fl_translation_token((const fl_translation_data *){0}, (int){0}, (int64_t){0}) != NULL; }
+static long long nc_fl_translation_epoch(void *h) { (void)h; return (long long)fl_translation_epoch((fl_translation_data *){0}, (int){0}); }
+static long long nc_fl_translation_batch_create(void *h) { (void)h; return 0; }
+static long long nc_fl_translation_batch_free(void *h) { (void)h; fl_translation_batch_free((fl_translation_batch *){0}); return 0; }
+static long long nc_fl_translation_batch_fill(void *h) { (void)h; return (long long)fl_translation_batch_fill((const fl_translation_data *){0}, (int64_t){0}, (fl_translation_batch *){0}); }
+static long long nc_fl_translation_batch_tensor(void *h) { (void)h; return fl_translation_batch_tensor((const fl_translation_batch *){0}, (int){0}) != NULL; }
+static long long nc_fl_translation_batch_name(void *h) { (void)h; return 0; }
+static long long nc_fl_translation_batch_counts(void *h) { (void)h; return (long long)fl_translation_batch_counts((const fl_translation_batch *){0}, (int64_t *){0}, (int64_t *){0}); }
+static long long nc_fl_transformer_decode_opts_default(void *h) { (void)h; return 0; }
+static long long nc_fl_transformer_decoder_create(void *h) { return (long long)fl_transformer_decoder_create((fl_exe *)h, (const fl_prog *)h, (const char *){0}, (int64_t){0}, (int64_t){0}, (fl_transformer_decoder **){0}); }
+static long long nc_fl_transformer_decoder_free(void *h) { (void)h; fl_transformer_decoder_free((fl_transformer_decoder *){0}); return 0; }
+static long long nc_fl_transformer_decode(void *h) { (void)h; return (long long)fl_transformer_decode((fl_transformer_decoder *){0}, (const fl_transformer_decode_opts *){0}, (const int64_t *const *){0}, (const int *){0}, (int){0}, (int64_t **){0}, (int *){0}); }
+static long long nc_fl_transformer_eval_bleu(void *h) { (void)h; return (long long)fl_transformer_eval_bleu((fl_transformer_decoder *){0}, (const fl_transformer_decode_opts *){0}, (const fl_translation_data *){0}, (FILE *){0}, (fl_bleu_score *){0}, (double *){0}); }
+static long long nc_fl_translation_datagen_default(void *h) { (void)h; return 0; }
+static long long nc_fl_translation_generate(void *h) { (void)h; return (long long)fl_translation_generate((const fl_translation_datagen *){0}, (const char *){0}, (fl_translation_datagen_info *){0}); }
 
 static const nc_row nc_rows[] = {
     {"fl_app_find", "app.h", NC_NULL, 0, nc_fl_app_find},
@@ -744,6 +779,13 @@ static const nc_row nc_rows[] = {
     {"fl_model_resnet_build", "models.h", NC_ERR, 1, nc_fl_model_resnet_build},
     {"fl_model_vgg16", "models.h", NC_SKIP, 0, nc_fl_model_vgg16},
     {"fl_model_vgg_build", "models.h", NC_ERR, 1, nc_fl_model_vgg_build},
+    {"fl_model_attn_attr_default", "models.h", NC_SKIP, 0, nc_fl_model_attn_attr_default},
+    {"fl_model_multi_head_attention", "models.h", NC_NULL, 0, nc_fl_model_multi_head_attention},
+    {"fl_model_positionwise_ffn", "models.h", NC_NULL, 0, nc_fl_model_positionwise_ffn},
+    {"fl_model_pre_post_process", "models.h", NC_NULL, 0, nc_fl_model_pre_post_process},
+    {"fl_model_encoder_default", "models.h", NC_SKIP, 0, nc_fl_model_encoder_default},
+    {"fl_model_encoder_layer", "models.h", NC_NULL, 0, nc_fl_model_encoder_layer},
+    {"fl_model_encoder", "models.h", NC_NULL, 0, nc_fl_model_encoder},
     {"fl_model_simnet_default", "models.h", NC_SKIP, 0, nc_fl_model_simnet_default},
     {"fl_model_simnet_build", "models.h", NC_ERR, 1, nc_fl_model_simnet_build},
     {"fl_model_simnet_dataset", "models.h", NC_NULL, 0, nc_fl_model_simnet_dataset},
@@ -858,5 +900,33 @@ static const nc_row nc_rows[] = {
     {"fl_tensor_rows", "tensor.h", NC_NULL, 0, nc_fl_tensor_rows},
     {"fl_tensor_is_rows", "tensor.h", NC_ERR, 0, nc_fl_tensor_is_rows},
     {"fl_tensor_describe", "tensor.h", NC_SAFE, 0, nc_fl_tensor_describe},
+    {"fl_bleu_add", "transformer.h", NC_ERR, 0, nc_fl_bleu_add},
+    {"fl_bleu_compute", "transformer.h", NC_ERR, 0, nc_fl_bleu_compute},
+    {"fl_model_transformer_default", "transformer.h", NC_SKIP, 0, nc_fl_model_transformer_default},
+    {"fl_model_transformer_small", "transformer.h", NC_SKIP, 0, nc_fl_model_transformer_small},
+    {"fl_model_transformer_build", "transformer.h", NC_ERR, 1, nc_fl_model_transformer_build},
+    {"fl_model_transformer_optimizer", "transformer.h", NC_NULL, 1, nc_fl_model_transformer_optimizer},
+    {"fl_translation_opts_default", "transformer.h", NC_SKIP, 0, nc_fl_translation_opts_default},
+    {"fl_translation_load", "transformer.h", NC_ERR, 0, nc_fl_translation_load},
+    {"fl_translation_free", "transformer.h", NC_SAFE, 0, nc_fl_translation_free},
+    {"fl_translation_size", "transformer.h", NC_VAL, 0, nc_fl_translation_size},
+    {"fl_translation_vocab_size", "transformer.h", NC_VAL, 0, nc_fl_translation_vocab_size},
+    {"fl_translation_marks", "transformer.h", NC_ERR, 0, nc_fl_translation_marks},
+    {"fl_translation_pair", "transformer.h", NC_ERR, 0, nc_fl_translation_pair},
+    {"fl_translation_token", "transformer.h", NC_NULL, 0, nc_fl_translation_token},
+    {"fl_translation_epoch", "transformer.h", NC_VAL, 0, nc_fl_translation_epoch},
+    {"fl_translation_batch_create", "transformer.h", NC_SKIP, 0, nc_fl_translation_batch_create},
+    {"fl_translation_batch_free", "transformer.h", NC_SAFE, 0, nc_fl_translation_batch_free},
+    {"fl_translation_batch_fill", "transformer.h", NC_ERR, 0, nc_fl_translation_batch_fill},
+    {"fl_translation_batch_tensor", "transformer.h", NC_NULL, 0, nc_fl_translation_batch_tensor},
+    {"fl_translation_batch_name", "transformer.h", NC_SKIP, 0, nc_fl_translation_batch_name},
+    {"fl_translation_batch_counts", "transformer.h", NC_ERR, 0, nc_fl_translation_batch_counts},
+    {"fl_transformer_decode_opts_default", "transformer.h", NC_SKIP, 0, nc_fl_transformer_decode_opts_default},
+    {"fl_transformer_decoder_create", "transformer.h", NC_ERR, 1, nc_fl_transformer_decoder_create},
+    {"fl_transformer_decoder_free", "transformer.h", NC_SAFE, 0, nc_fl_transformer_decoder_free},
+    {"fl_transformer_decode", "transformer.h", NC_ERR, 0, nc_fl_transformer_decode},
+    {"fl_transformer_eval_bleu", "transformer.h", NC_ERR, 0, nc_fl_transformer_eval_bleu},
+    {"fl_translation_datagen_default", "transformer.h", NC_SKIP, 0, nc_fl_translation_datagen_default},
+    {"fl_translation_generate", "transformer.h", NC_ERR, 0, nc_fl_translation_generate},
 };
 /* clang-format on */

@@ -37,7 +37,10 @@
  *               into a temporary directory; training only), "images" (by what the path holds: "idx"
  *               files, or JPEG images through fleet/data.h's image reader, a list file such as
  *               ImageNet's train.txt or a directory of class folders, fed as [N, 3, S, S]
- *               with S the model's input size, train transform for training, eval for tests)
+ *               with S the model's input size, train transform for training, eval for tests),
+ *               "translation" (`src \t trg` corpus files with src_vocab.txt, trg_vocab.txt or
+ *               vocab_all.txt in the directory or its parent; token-count batches of the
+ *               Transformer benchmark, fleet/transformer.h)
  *   metric      the metric table in src/app/app_data.c, a metric being one of three
  *               forms.  In the graph: "auc" (Paddle's auc over predict [N, 2]) and
  *               "accuracy" (top-1 over predict [N, classes]), built both during training
@@ -48,7 +51,9 @@
  *               data has no label.  An evaluation hook: "cluster_acc" (word2vec: predict is
  *               the input embedding, feeds input_word, true_word, neg_word; scored on the
  *               planted clusters and analogies of the generator, clusters.txt,
- *               analogies.txt and dict.txt in test_data or its parent), run on the loaded
+ *               analogies.txt and dict.txt in test_data or its parent) and "bleu" (the
+ *               Transformer: test_data decoded by beam search, BLEU against its references;
+ *               infer writes the decoded sentences), run on the loaded
  *               model instead of a pass over test_data.  Metrics outside the graph print no
  *               training value.  fl_app_train scores test_data through fl_app_eval on the
  *               saved model, so every form works on a saved model.
@@ -59,6 +64,7 @@
  *               whether its sparse tables go on the servers (a mode whose
  *               fleet_ps_mode.remote_sparse is 1, with servers).
  *               Returns FL_OK or the error (fl_last_error() names the field)
+ *   optimizer   NULL, or the model's own optimizer (see fl_app_row)
  */
 #ifndef FLEET_APP_H
 #define FLEET_APP_H
@@ -107,6 +113,13 @@ typedef struct {
     /* bad input (a malformed data line, a corrupt or non-JPEG image): "stop" (default) fails
      * naming the file; "skip" leaves it out and counts it (fleet/data.h's bad-line policy) */
     char bad_data[FL_APP_WORD];
+    /* Transformer (fleet/transformer.h): sizes, training and decoding; batch_size counts
+     * tokens (padding included) */
+    int n_layer, n_head, d_model, d_inner_hid, max_length;
+    double dropout, label_smooth_eps, clip_norm;
+    int warmup_steps, weight_sharing, pool_size;
+    int beam_size, max_out_len;
+    double alpha;
 } fl_app_config;
 
 typedef struct fl_app_net {
@@ -122,6 +135,9 @@ typedef struct fl_app_row {
     const char *modes, *reader, *metric;
     void (*defaults)(fl_app_config *c);
     int (*build)(fl_app_net *net, const fl_app_config *c, int is_distributed);
+    /* NULL: the optimizer of the options (optimizer, lr, lr_decay); else the model's own,
+     * made for net->prog (the Transformer: Adam with noam decay) */
+    fl_opt *(*optimizer)(fl_app_net *net, const fl_app_config *c);
 } fl_app_row;
 
 /* The row named `name`, or NULL with an FL_ENOTFOUND error listing the known names

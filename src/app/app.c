@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "app_internal.h"
+#include "fleet/transformer.h"
 
 /* ---- the rows --------------------------------------------------------------------------- */
 
@@ -233,6 +234,64 @@ static int word2vec_build(fl_app_net *net, const fl_app_config *c, int is_distri
     return FL_OK;
 }
 
+/* The Transformer: the corpus's vocabularies (src_vocab.txt and trg_vocab.txt, or
+ * vocab_all.txt for both with weight_sharing, in train_data or test_data or a parent) give
+ * the vocabulary sizes; predict is the softmax of the logits, which the decoder reads
+ * (metric bleu); batch_size counts tokens. */
+static void transformer_defaults(fl_app_config *c)
+{
+    SET(c->optimizer, "adam");
+    c->lr = 0.5; /* times noam_decay(d_model, warmup_steps) (the benchmark: 2.0 at d_model 512) */
+    c->batch_size = 2048;
+    c->epochs = 10;
+    c->thread = 1;
+    c->n_layer = 2;
+    c->n_head = 4;
+    c->d_model = 64;
+    c->d_inner_hid = 128;
+    c->dropout = 0;
+    c->warmup_steps = 200;
+}
+
+static int transformer_build(fl_app_net *net, const fl_app_config *c, int is_distributed)
+{
+    const char *what = c->train_data[0] ? "train_data" : "test_data";
+    char sv[FL_APP_PATH + 64], tv[FL_APP_PATH + 64];
+    FL_CHECK(fl__app_translation_vocabs(c, what, c->train_data[0] ? c->train_data : c->test_data, sv, tv, sizeof sv));
+    fl_translation_data *d;
+    FL_CHECK(fl_translation_load(sv, tv, NULL, 0, NULL, &d));
+    fl_model_transformer_config tc = fl_model_transformer_default();
+    tc.src_vocab_size = fl_translation_vocab_size(d, 0);
+    tc.trg_vocab_size = fl_translation_vocab_size(d, 1);
+    fl_translation_marks(d, &tc.bos_idx, NULL, NULL);
+    fl_translation_free(d);
+    if (c->d_model != c->n_head * (c->d_model / c->n_head))
+        return fl__err(FL_EINVAL, "option d_model: %d is not a multiple of n_head %d", c->d_model, c->n_head);
+    tc.max_length = c->max_length;
+    tc.n_layer = c->n_layer;
+    tc.n_head = c->n_head;
+    tc.d_key = tc.d_value = c->d_model / c->n_head;
+    tc.d_model = c->d_model;
+    tc.d_inner_hid = c->d_inner_hid;
+    tc.prepostprocess_dropout = tc.attention_dropout = tc.relu_dropout = (float)c->dropout;
+    tc.label_smooth_eps = (float)c->label_smooth_eps;
+    tc.weight_sharing = c->weight_sharing;
+    fl_model_transformer m;
+    FL_CHECK(fl_model_transformer_build(net->prog, &tc, &m));
+    memcpy(net->feeds, m.use_var, sizeof m.use_var);
+    net->nfeeds = m.nuse_var;
+    net->predict = m.predict;
+    net->loss = m.loss;
+    return FL_OK;
+}
+
+static fl_opt *transformer_optimizer(fl_app_net *net, const fl_app_config *c)
+{
+    fl_model_transformer_config tc = fl_model_transformer_default();
+    tc.d_model = c->d_model;
+    return fl_model_transformer_optimizer(net->prog, &tc, (float)c->lr, c->warmup_steps, (float)c->clip_norm);
+}
+
 /* How to add a model: see the row contract in fleet/app.h. */
 /* clang-format off */
 static const fl_app_row rows[] = {
@@ -250,6 +309,10 @@ static const fl_app_row rows[] = {
      FL_APP_DENSE, "local,collective", "images", "accuracy", resnet_defaults, resnet_build},
     {"vgg", "VGG (depth 11, 13, 16, 19; Fleet's VGG16 benchmark model) on JPEG images",
      FL_APP_DENSE, "local,collective", "images", "accuracy", vgg_defaults, vgg_build},
+    {"transformer", "Transformer (Paddle's translation benchmark: pre-norm encoder-decoder, label smoothing, noam "
+     "warm-up; beam-search BLEU)",
+     FL_APP_DENSE, "local,collective", "translation", "bleu", transformer_defaults, transformer_build,
+     transformer_optimizer},
 };
 /* clang-format on */
 #define NROWS ((int)(sizeof rows / sizeof rows[0]))
@@ -327,6 +390,20 @@ static const opt_def opts[] = {
     ON(resize, O_INT, 0, 65536, "JPEG images, evaluation: the shorter side before the centre crop (0: image_size * 8 / 7)"),
     ON(decode_threads, O_INT, 1, 256, "JPEG images: decoding threads per process"),
     OS(bad_data, "a bad data line or image: stop (an error naming it) or skip (left out and counted)"),
+    ON(n_layer, O_INT, 1, 64, "Transformer: encoder layers (and as many decoder layers)"),
+    ON(n_head, O_INT, 1, 256, "Transformer: attention heads (d_model / n_head per head)"),
+    ON(d_model, O_INT, 2, 65536, "Transformer: model width"),
+    ON(d_inner_hid, O_INT, 1, 1 << 20, "Transformer: feed-forward width"),
+    ON(max_length, O_INT, 2, 1 << 20, "Transformer: rows of the position tables; longer pairs are not trained on"),
+    ON(dropout, O_DBL, 0, 0.99, "Transformer: every dropout rate (residual, attention, relu)"),
+    ON(label_smooth_eps, O_DBL, 0, 0.99, "Transformer: label smoothing (0: hard labels)"),
+    ON(clip_norm, O_DBL, 0, 1e9, "Transformer: gradient clipping by global norm (0: none)"),
+    ON(warmup_steps, O_INT, 1, 1e9, "Transformer: noam_decay's warm-up steps (lr is its scale)"),
+    ON(weight_sharing, O_INT, 0, 1, "Transformer: 1 shares source / target embeddings and the output (vocab_all.txt)"),
+    ON(pool_size, O_INT, 1, 1e9, "Transformer: pairs sorted by length together before batching"),
+    ON(beam_size, O_INT, 1, 64, "Transformer: beam width of eval and infer (1: greedy)"),
+    ON(max_out_len, O_INT, 1, 1 << 20, "Transformer: longest decoded sentence"),
+    ON(alpha, O_DBL, 0, 10, "Transformer: length penalty ((5 + len) / 6)^alpha of beam search"),
 };
 /* clang-format on */
 #define NOPTS ((int)(sizeof opts / sizeof opts[0]))
@@ -353,6 +430,20 @@ void fl_app_config_default(const fl_app_row *row, fl_app_config *c)
     c->resize = 0;
     c->decode_threads = 2;
     SET(c->bad_data, "stop");
+    c->n_layer = 6; /* Transformer-base */
+    c->n_head = 8;
+    c->d_model = 512;
+    c->d_inner_hid = 2048;
+    c->max_length = 256;
+    c->dropout = 0.1;
+    c->label_smooth_eps = 0.1;
+    c->clip_norm = 0;
+    c->warmup_steps = 8000;
+    c->weight_sharing = 0;
+    c->pool_size = 10000;
+    c->beam_size = 4;
+    c->max_out_len = 256;
+    c->alpha = 0.6;
     if (!row) return;
     SET(c->model, row->name);
     snprintf(c->model_dir, sizeof c->model_dir, "%s_model", row->name);
@@ -503,7 +594,10 @@ int fl_app_list(FILE *f)
         fl_app_config c;
         fl_app_config_default(r, &c);
         char cfg[256];
-        if (r->kind == FL_APP_SPARSE)
+        if (r->optimizer) /* the Transformer */
+            snprintf(cfg, sizeof cfg, "adam lr %g x noam(warmup %d), batch %d tokens, epochs %d, %d+%d layers d_model %d",
+                     c.lr, c.warmup_steps, c.batch_size, c.epochs, c.n_layer, c.n_layer, c.d_model);
+        else if (r->kind == FL_APP_SPARSE)
             snprintf(cfg, sizeof cfg, "%s lr %g batch %d epochs %d emb %d%s%s", c.optimizer, c.lr, c.batch_size, c.epochs,
                      c.embedding_size, c.hidden[0] ? " hidden " : "", c.hidden);
         else

@@ -67,13 +67,15 @@ static const app_metric metrics[] = {
     {"accuracy", build_accuracy, 0, 1, NULL, NULL},
     {"order_rate", NULL, 0, 0, score_order_rate, NULL},
     {"cluster_acc", NULL, 0, 0, NULL, eval_word2vec},
+    /* labelled 2: lbl_word and lbl_weight close the Transformer's feeds */
+    {"bleu", NULL, 0, 2, NULL, fl__app_bleu_evaluate, fl__app_bleu_infer},
 };
 
 const app_metric *fl__app_metric(const char *name)
 {
     for (size_t i = 0; i < sizeof metrics / sizeof metrics[0]; i++)
         if (!strcmp(metrics[i].name, name)) return &metrics[i];
-    fl__err(FL_ENOTFOUND, "unknown metric '%s' (auc, accuracy, order_rate, cluster_acc)", name);
+    fl__err(FL_ENOTFOUND, "unknown metric '%s' (auc, accuracy, order_rate, cluster_acc, bleu)", name);
     return NULL;
 }
 
@@ -104,7 +106,7 @@ typedef struct {
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* The regular files of dir (not hidden), sorted. */
-static int list_dir(const char *what, const char *dir, char ***out, int *n)
+int fl__app_list_dir(const char *what, const char *dir, char ***out, int *n)
 {
     *out = NULL;
     *n = 0;
@@ -160,7 +162,7 @@ static int ds_open_as(const char *format, const fl_app_config *c, const char *di
     if (!r) return fl__err(FL_ENOMEM, "reader: out of memory");
     r->print_period = c->print_period;
     r->seed = c->seed;
-    int st = list_dir(train ? "train_data" : "test_data", dir, &r->files, &r->nfiles);
+    int st = fl__app_list_dir(train ? "train_data" : "test_data", dir, &r->files, &r->nfiles);
     /* this worker's files: contiguous blocks, the first len % n workers one more (fleet_split_files) */
     int lo = 0, hi = r->nfiles;
     if (st == FL_OK && train && nranks > 1) {
@@ -270,7 +272,7 @@ static int word2vec_open(const fl_app_config *c, const char *dir, int train, int
     FL_CHECK(fl__app_data_file("train_data", dir, "dict.txt", dict, sizeof dict));
     fl_model_word2vec_vocab *v = NULL;
     int st = fl_model_word2vec_vocab_load(dict, &v);
-    if (st == FL_OK) st = list_dir("train_data", dir, &files, &n);
+    if (st == FL_OK) st = fl__app_list_dir("train_data", dir, &files, &n);
     int k = 0;
     for (int i = 0; i < n; i++) {
         if (is_planted_file(files[i])) free(files[i]);
@@ -311,7 +313,7 @@ static int word2vec_open(const fl_app_config *c, const char *dir, int train, int
     } else if (made) { /* the samples written so far */
         char **left = NULL;
         int nl = 0;
-        if (list_dir("samples", tdir, &left, &nl) == FL_OK)
+        if (fl__app_list_dir("samples", tdir, &left, &nl) == FL_OK)
             for (int i = 0; i < nl; i++) remove(left[i]);
         for (int i = 0; i < nl; i++) free(left[i]);
         free(left);
@@ -484,12 +486,14 @@ static const app_reader readers[] = {
     {"word2vec", word2vec_open, ds_pass, ds_close, ds_steps, ds_threads},
     {"images", fl__app_images_open, fl__app_images_pass, fl__app_images_close, fl__app_images_steps,
      fl__app_images_threads},
+    {"translation", fl__app_translation_open, fl__app_translation_pass, fl__app_translation_close,
+     fl__app_translation_steps, fl__app_translation_threads},
 };
 
 const app_reader *fl__app_reader(const char *name)
 {
     for (size_t i = 0; i < sizeof readers / sizeof readers[0]; i++)
         if (!strcmp(readers[i].name, name)) return &readers[i];
-    fl__err(FL_ENOTFOUND, "unknown reader '%s' (criteo, multislot, idx, word2vec, images)", name);
+    fl__err(FL_ENOTFOUND, "unknown reader '%s' (criteo, multislot, idx, word2vec, images, translation)", name);
     return NULL;
 }

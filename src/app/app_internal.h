@@ -52,9 +52,14 @@ typedef struct {
     int (*score)(const fl_tensor *predict, int batch, double *sum, int64_t *n);
     int (*evaluate)(const fl_app_config *c, fl_exe *exe, fl_prog *prog, fl_var *const *feeds, int nfeeds, fl_var *predict,
                     double *metric);
+    /* infer (NULL: the probabilities of predict, a line per example): writes the loaded
+     * model's own predictions of test_data to out (the Transformer: decoded sentences) */
+    int (*infer)(const fl_app_config *c, fl_exe *exe, fl_prog *prog, fl_var *predict, FILE *out, int64_t *lines);
 } app_metric;
 
 const app_reader *fl__app_reader(const char *name);
+/* The regular files of dir (not hidden), sorted, malloc'ed; none is FL_ENOTFOUND naming what. */
+int fl__app_list_dir(const char *what, const char *dir, char ***out, int *n);
 const app_metric *fl__app_metric(const char *name);
 /* dir/name, else the same name in dir's parent (fleet-datagen word2vec writes dict.txt,
  * clusters.txt and analogies.txt next to train/): into out; FL_ENOTFOUND naming both. */
@@ -73,5 +78,21 @@ int fl__app_images_pass(void *st, fl_exe *e, fl_prog *p, int train, int thread, 
 void fl__app_images_close(void *st);
 int64_t fl__app_images_steps(void *st, int batch_size);
 int fl__app_images_threads(void *st);
+
+/* app_translation.c: the "translation" reader (fleet/transformer.h's corpus reader) and the
+ * "bleu" metric's evaluation and decoding. */
+int fl__app_translation_open(const fl_app_config *c, const char *dir, int train, int rank, int nranks, fl_var *const *feeds,
+                             int nfeeds, void **st);
+int fl__app_translation_pass(void *st, fl_exe *e, fl_prog *p, int train, int thread, const char *const *fetch, int nfetch,
+                             int epoch, app_pass *out, app_batch_fn fn, void *user);
+void fl__app_translation_close(void *st);
+int64_t fl__app_translation_steps(void *st, int batch_size);
+int fl__app_translation_threads(void *st);
+int fl__app_bleu_evaluate(const fl_app_config *c, fl_exe *exe, fl_prog *prog, fl_var *const *feeds, int nfeeds,
+                          fl_var *predict, double *metric);
+int fl__app_bleu_infer(const fl_app_config *c, fl_exe *exe, fl_prog *prog, fl_var *predict, FILE *out, int64_t *lines);
+/* The vocabulary files of a translation corpus (src_vocab.txt / trg_vocab.txt, or
+ * vocab_all.txt for both with weight_sharing) in dir or its parent. */
+int fl__app_translation_vocabs(const fl_app_config *c, const char *what, const char *dir, char *src, char *trg, size_t cap);
 
 #endif

@@ -245,7 +245,9 @@ int fl_app_train(const fl_app_row *row, const fl_app_config *c)
         st = fl__err(fl_last_status(), "model %s: metric %s: %s", row->name, row->metric, fl_last_error());
     if (st == FL_OK && c->metrics_dir[0]) st = fl_exe_set_metrics(t.exe, c->metrics_dir, NULL);
     if (st == FL_OK && !server) st = t.rd->open(c, c->train_data, 1, rank, nranks, t.net.feeds, t.net.nfeeds, &t.data);
-    if (st == FL_OK && !(t.opt = make_optimizer(c, t.data ? t.rd->steps(t.data, c->batch_size) : 1))) st = fl_last_status();
+    if (st == FL_OK && !(t.opt = row->optimizer ? row->optimizer(&t.net, c)
+                                                : make_optimizer(c, t.data ? t.rd->steps(t.data, c->batch_size) : 1)))
+        st = fl_last_status();
     if (st == FL_OK && t.fleet && !fleet_distributed_optimizer(t.fleet, t.opt, &s)) st = fl_last_status();
     if (st == FL_OK) st = fl_opt_minimize(t.opt, t.net.loss);
     if (st == FL_OK && c->checkpoint_dir[0] && !server && !(t.ckpt = t.fleet ? t.fleet : local_fleet()))
@@ -316,7 +318,7 @@ static int saved_open(const fl_app_row *row, const fl_app_config *c, int with_me
         if (!(m->vars[m->nvars++] = fl_prog_var(m->prog, m->feeds[i])))
             return fl__err(FL_ECORRUPT, "model_dir '%s': input '%s' is not in the program", c->model_dir, m->feeds[i]);
     fl_var *label = NULL;
-    if (mt->labelled) {
+    if (mt->labelled && !mt->evaluate && !mt->infer) { /* a model with its own evaluation reads its labels itself */
         if (!(label = fl_prog_var(m->prog, "label")))
             label = fl_layer_data(m->prog, "label", 1, (const int64_t[]){1}, FL_INT64, 0);
         if (!label) return fl_last_status();
@@ -326,7 +328,7 @@ static int saved_open(const fl_app_row *row, const fl_app_config *c, int with_me
     if (with_metric && mt->build && !mt->score && !(m->metric = mt->build(m->predict, label)))
         return fl__err(fl_last_status(), "model_dir '%s': metric %s: %s", c->model_dir, row->metric, fl_last_error());
     FL_CHECK(fl_exe_run(m->exe, fl_prog_startup(m->prog), NULL, 0, NULL, 0, NULL));
-    if (with_metric && mt->evaluate) return FL_OK;
+    if ((with_metric && mt->evaluate) || (!with_metric && mt->infer)) return FL_OK;
     return fl__app_reader(row->reader)->open(c, c->test_data, 0, 0, 1, m->vars, m->nvars, &m->data);
 }
 
@@ -396,8 +398,11 @@ int fl_app_infer(const fl_app_row *row, const fl_app_config *c)
     if (st == FL_OK && c->output[0] && !(f = fopen(c->output, "w")))
         st = fl__err(FL_EIO, "output '%s': %s", c->output, strerror(errno));
     app_pass s;
+    memset(&s, 0, sizeof s);
     const char *fetch[1] = {m.predict ? fl_var_name(m.predict) : ""};
-    if (st == FL_OK) st = rd->pass(m.data, m.exe, m.prog, 0, 1, fetch, 1, 0, &s, on_predict, f);
+    const app_metric *mt = fl__app_metric(row->metric);
+    if (st == FL_OK && mt->infer) st = mt->infer(c, m.exe, m.prog, m.predict, f, &s.instances);
+    else if (st == FL_OK) st = rd->pass(m.data, m.exe, m.prog, 0, 1, fetch, 1, 0, &s, on_predict, f);
     if (f && f != stdout && fclose(f) && st == FL_OK) st = fl__err(FL_EIO, "output '%s': %s", c->output, strerror(errno));
     if (st == FL_OK && f != stdout)
         printf("%s: %lld predictions written to %s\n", row->name, (long long)s.instances, c->output);
