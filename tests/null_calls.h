@@ -288,6 +288,13 @@ static long long nc_fl_model_wide_deep_build(void *h) { return (long long)fl_mod
 static long long nc_fl_model_resnet_default(void *h) { (void)h; return 0; }
 static long long nc_fl_model_resnet50(void *h) { (void)h; return 0; }
 static long long nc_fl_model_resnet_build(void *h) { return (long long)fl_model_resnet_build((fl_prog *)h, (const fl_model_resnet_config *){0}, (fl_model_resnet *){0}); }
+static long long nc_fl_model_attn_attr_default(void *h) { (void)h; return 0; }
+static long long nc_fl_model_multi_head_attention(void *h) { (void)h; return fl_model_multi_head_attention((fl_var *){0}, (fl_var *){0}, (fl_var *){0}, (fl_var *){0}, (int){0}, (int){0}, (int){0}, (int){0}, (float){0}, (const char *){0}, (const fl_model_attn_attr *){0}) != NULL; }
+static long long nc_fl_model_positionwise_ffn(void *h) { (void)h; return fl_model_positionwise_ffn((fl_var *){0}, (int){0}, (int){0}, (float){0}, (const char *){0}, (const char *){0}, (const fl_model_attn_attr *){0}) != NULL; }
+static long long nc_fl_model_pre_post_process(void *h) { (void)h; return fl_model_pre_post_process((fl_var *){0}, (fl_var *){0}, (const char *){0}, (float){0}, (const char *){0}, (const fl_model_attn_attr *){0}) != NULL; }
+static long long nc_fl_model_encoder_default(void *h) { (void)h; return 0; }
+static long long nc_fl_model_encoder_layer(void *h) { (void)h; return fl_model_encoder_layer((fl_var *){0}, (fl_var *){0}, (const fl_model_encoder_config *){0}, (const char *){0}) != NULL; }
+static long long nc_fl_model_encoder(void *h) { (void)h; return fl_model_encoder((fl_var *){0}, (fl_var *){0}, (const fl_model_encoder_config *){0}, (const char *){0}, (fl_var **){0}) != NULL; }
 static long long nc_fl_model_simnet_default(void *h) { (void)h; return 0; }
 static long long nc_fl_model_simnet_build(void *h) { return (long long)fl_model_simnet_build((fl_prog *)h, (const fl_model_simnet_config *){0}, (fl_model_simnet *){0}); }
 static long long nc_fl_model_simnet_dataset(void *h) { (void)h; return fl_model_simnet_dataset((const fl_model_simnet *){0}, (const char *){0}, (int){0}, (int){0}, (const char *const *){0}, (int){0}) != NULL; }
@@ -692,6 +699,13 @@ static const nc_row nc_rows[] = {
     {"fl_model_resnet_default", "models.h", NC_SKIP, 0, nc_fl_model_resnet_default},
     {"fl_model_resnet50", "models.h", NC_SKIP, 0, nc_fl_model_resnet50},
     {"fl_model_resnet_build", "models.h", NC_ERR, 1, nc_fl_model_resnet_build},
+    {"fl_model_attn_attr_default", "models.h", NC_SKIP, 0, nc_fl_model_attn_attr_default},
+    {"fl_model_multi_head_attention", "models.h", NC_NULL, 0, nc_fl_model_multi_head_attention},
+    {"fl_model_positionwise_ffn", "models.h", NC_NULL, 0, nc_fl_model_positionwise_ffn},
+    {"fl_model_pre_post_process", "models.h", NC_NULL, 0, nc_fl_model_pre_post_process},
+    {"fl_model_encoder_default", "models.h", NC_SKIP, 0, nc_fl_model_encoder_default},
+    {"fl_model_encoder_layer", "models.h", NC_NULL, 0, nc_fl_model_encoder_layer},
+    {"fl_model_encoder", "models.h", NC_NULL, 0, nc_fl_model_encoder},
     {"fl_model_simnet_default", "models.h", NC_SKIP, 0, nc_fl_model_simnet_default},
     {"fl_model_simnet_build", "models.h", NC_ERR, 1, nc_fl_model_simnet_build},
     {"fl_model_simnet_dataset", "models.h", NC_NULL, 0, nc_fl_model_simnet_dataset},

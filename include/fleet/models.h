@@ -224,6 +224,80 @@ FL_API fl_model_resnet_config fl_model_resnet50(void);
  * stride-2 layer pads, so any image size of at least 1 x 1 builds.  *out is zeroed first. */
 FL_API int fl_model_resnet_build(fl_prog *p, const fl_model_resnet_config *cfg, fl_model_resnet *out);
 
+/* ---- Transformer building blocks (src/models/attention.c) ---------------------------------
+ *
+ * The blocks of Paddle's Transformer and BERT benchmarks (model.py, transformer_encoder.py),
+ * with their signatures and parameter names.  Each appends layers to the program of its
+ * input and returns the output variable, or NULL with fl_last_error() naming the block and
+ * the bad argument (or the program's build error).  Inputs are float32 [N, S, d] (batch,
+ * sequence, features; S may be -1).  A name prefix `name` gives the parameters Paddle's
+ * names ("<name>_query_fc.w_0", "<name>_ffn_fc_0.b_0", "<name>_layer_norm_scale", ...); NULL
+ * or "" gives automatic names (fc_<k>.w_0 ...).  As in Paddle, building a block again with
+ * the same name shares its parameters (same shapes), a different shape is a build error. */
+
+/* What the two benchmark models do differently.  Zero-initialised fields are the defaults
+ * (fl_model_attn_attr_default() returns them): */
+typedef struct {
+    fl_initializer init;                /* weights of every fc (FL_INIT_DEFAULT: Xavier, Paddle's
+                                         * fc default; BERT: truncated normal(0, initializer_range)) */
+    int attn_no_bias;                   /* 1: the q, k, v and output fcs have no bias (Paddle's
+                                         * Transformer); 0: biases "<name>_*_fc.b_0" (BERT) */
+    int gelu_approximate;               /* gelu's tanh form (0: erf, BERT's) */
+    float layer_norm_epsilon;           /* default 1e-5 (Paddle's layer_norm) */
+    const char *dropout_implementation; /* NULL: "upscale_in_train", as both models */
+} fl_model_attn_attr;
+FL_API fl_model_attn_attr fl_model_attn_attr_default(void);
+
+/* Paddle's multi_head_attention: q = fc(queries, d_key * n_head), k = fc(keys, d_key * n_head),
+ * v = fc(values, d_value * n_head) (over the last dim), each split into n_head heads
+ * [N, n_head, S, d]; weights = dropout(softmax(q k^T / sqrt(d_key) + attn_bias)); context
+ * = weights v, heads combined -> fc(d_model) -> [N, Sq, d_model].  keys NULL means queries,
+ * values NULL means keys (self-attention); cross-attention passes the encoder output as
+ * keys and values (Sk may differ from Sq).  attn_bias (NULL: none) is an additive mask,
+ * float32 [N, n_head, Sq, Sk], or [N, 1, Sq, Sk] / [N, Sq, Sk], broadcast over the heads
+ * (expand); it gets no gradient of use (mark it stop_gradient).  dropout_rate in [0, 1)
+ * drops attention weights (0: no dropout op).  Parameters: <name>_query_fc, _key_fc,
+ * _value_fc, _output_fc (.w_0 and, unless attr->attn_no_bias, .b_0).  attr NULL: defaults. */
+FL_API fl_var *fl_model_multi_head_attention(fl_var *queries, fl_var *keys, fl_var *values, fl_var *attn_bias, int d_key,
+                                             int d_value, int d_model, int n_head, float dropout_rate, const char *name,
+                                             const fl_model_attn_attr *attr);
+/* Paddle's positionwise_feed_forward: fc(d_inner_hid, hidden_act) -> dropout(dropout_rate)
+ * -> fc(d_hid), over the last dim.  hidden_act "relu" or "gelu" (erf form unless
+ * attr->gelu_approximate), NULL for none.  Parameters <name>_fc_0 and <name>_fc_1 (.w_0,
+ * .b_0). */
+FL_API fl_var *fl_model_positionwise_ffn(fl_var *x, int d_inner_hid, int d_hid, float dropout_rate, const char *hidden_act,
+                                         const char *name, const fl_model_attn_attr *attr);
+/* Paddle's pre_post_process_layer: applies cmd left to right to out: 'a' adds the residual
+ * prev_out (skipped when prev_out is NULL), 'n' layer_norm over the last dim (scale
+ * "<name>_layer_norm_scale" init 1, bias "<name>_layer_norm_bias" init 0), 'd' dropout of
+ * dropout_rate (none when 0).  cmd NULL or "" returns out unchanged; another letter is
+ * FL_EINVAL.  pre_process_layer is this with prev_out NULL. */
+FL_API fl_var *fl_model_pre_post_process(fl_var *prev_out, fl_var *out, const char *cmd, float dropout_rate,
+                                         const char *name, const fl_model_attn_attr *attr);
+
+/* An encoder (Paddle's encoder / encoder_layer).  BERT: preprocess_cmd "", postprocess_cmd
+ * "dan" (post-norm), hidden_act "gelu"; the Transformer: "n" and "da" (pre-norm), "relu". */
+typedef struct {
+    int n_layer, n_head, d_key, d_value, d_model, d_inner_hid;     /* default 6, 8, 64, 64, 512, 2048 */
+    float prepostprocess_dropout, attention_dropout, relu_dropout; /* default 0.1 each */
+    const char *hidden_act;                                        /* default "relu" */
+    const char *preprocess_cmd, *postprocess_cmd;                  /* default "n", "da" */
+    fl_model_attn_attr attr;                                       /* default fl_model_attn_attr_default() */
+} fl_model_encoder_config;
+/* The Transformer-base encoder: the defaults above. */
+FL_API fl_model_encoder_config fl_model_encoder_default(void);
+/* One layer: x = pre(enc_input) -> self-attention (attn_bias) -> post(enc_input, .) = a;
+ * pre(a) -> ffn -> post(a, .).  Names: <name>_pre_att, <name>_multi_head_att,
+ * <name>_post_att, <name>_pre_ffn, <name>_ffn, <name>_post_ffn. */
+FL_API fl_var *fl_model_encoder_layer(fl_var *enc_input, fl_var *attn_bias, const fl_model_encoder_config *c,
+                                      const char *name);
+/* n_layer layers named <name>_layer_<i>, then pre_process(preprocess_cmd) named
+ * <name>_post_encoder ("post_encoder" when name is empty) -> [N, S, d_model].
+ * layer_outputs (NULL, or room for n_layer variables) gets each layer's output: the
+ * recompute checkpoints (fl_opt_set_recompute). */
+FL_API fl_var *fl_model_encoder(fl_var *enc_input, fl_var *attn_bias, const fl_model_encoder_config *c, const char *name,
+                                fl_var **layer_outputs);
+
 /* ---- text models: simnet-bow and word2vec ------------------------------------------------
  *
  * Each model has a builder (as above), a data reader setup (a dataset whose slots are the
