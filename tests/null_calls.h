@@ -243,6 +243,7 @@ static long long nc_fl_opt_adam(void *h) { (void)h; return 0; }
 static long long nc_fl_opt_lars(void *h) { (void)h; return 0; }
 static long long nc_fl_opt_lamb(void *h) { (void)h; return 0; }
 static long long nc_fl_opt_set_exclude_from_weight_decay(void *h) { return (long long)fl_opt_set_exclude_from_weight_decay((fl_opt *)h, (const char *){0}); }
+static long long nc_fl_opt_set_weight_decay(void *h) { return (long long)fl_opt_set_weight_decay((fl_opt *)h, (float){0}); }
 static long long nc_fl_opt_set_l2(void *h) { return (long long)fl_opt_set_l2((fl_opt *)h, (float){0}); }
 static long long nc_fl_opt_set_exponential_decay(void *h) { return (long long)fl_opt_set_exponential_decay((fl_opt *)h, (int64_t){0}, (float){0}, (int){0}); }
 static long long nc_fl_opt_set_cosine_decay(void *h) { return (long long)fl_opt_set_cosine_decay((fl_opt *)h, (int64_t){0}, (int64_t){0}); }
@@ -665,6 +666,7 @@ static const nc_row nc_rows[] = {
     {"fl_opt_lars", "graph.h", NC_SKIP, 0, nc_fl_opt_lars},
     {"fl_opt_lamb", "graph.h", NC_SKIP, 0, nc_fl_opt_lamb},
     {"fl_opt_set_exclude_from_weight_decay", "graph.h", NC_ERR, 1, nc_fl_opt_set_exclude_from_weight_decay},
+    {"fl_opt_set_weight_decay", "graph.h", NC_ERR, 1, nc_fl_opt_set_weight_decay},
     {"fl_opt_set_l2", "graph.h", NC_ERR, 1, nc_fl_opt_set_l2},
     {"fl_opt_set_exponential_decay", "graph.h", NC_ERR, 1, nc_fl_opt_set_exponential_decay},
     {"fl_opt_set_cosine_decay", "graph.h", NC_ERR, 1, nc_fl_opt_set_cosine_decay},
