@@ -409,7 +409,7 @@ static void *worker(void *arg)
     for (;;) {
         pthread_mutex_lock(&r->mu);
         /* at most 2 batches per thread ahead of the consumer */
-        while (!r->stop && r->claim < r->nbatch && r->claim >= r->mine_next + 2 * r->nth * r->o.nranks)
+        while (!r->stop && r->claim < r->nbatch && r->claim >= r->mine_next + 2 * r->o.threads * r->o.nranks)
             pthread_cond_wait(&r->cv, &r->mu);
         if (r->stop || r->claim >= r->nbatch) {
             pthread_mutex_unlock(&r->mu);
