@@ -320,18 +320,18 @@ FL_API fl_var *fl_model_encoder(fl_var *enc_input, fl_var *attn_bias, const fl_m
 #define FL_MODEL_BERT_MAX_HEADS 64
 
 typedef struct {
-    int64_t vocab_size;                              /* default 21128 (the demo's vocab.txt) */
-    int hidden_size;                                 /* default 768 */
-    int num_hidden_layers;                           /* default 12 */
-    int num_attention_heads;                         /* default 12 */
-    int intermediate_size;                           /* default 3072 */
-    char hidden_act[16];                             /* "gelu" (default, erf form) or "relu" */
-    float hidden_dropout_prob;                       /* default 0.1 */
-    float attention_probs_dropout_prob;              /* default 0.1 */
-    int max_position_embeddings;                     /* default 512 */
-    int type_vocab_size;                             /* default 2 */
-    float initializer_range;                         /* default 0.02 */
-    int weight_sharing;                              /* default 1: the masked-LM output is the word embedding */
+    int64_t vocab_size;                 /* default 21128 (the demo's vocab.txt) */
+    int hidden_size;                    /* default 768 */
+    int num_hidden_layers;              /* default 12 */
+    int num_attention_heads;            /* default 12 */
+    int intermediate_size;              /* default 3072 */
+    char hidden_act[16];                /* "gelu" (default, erf form) or "relu" */
+    float hidden_dropout_prob;          /* default 0.1 */
+    float attention_probs_dropout_prob; /* default 0.1 */
+    int max_position_embeddings;        /* default 512 */
+    int type_vocab_size;                /* default 2 */
+    float initializer_range;            /* default 0.02 */
+    int weight_sharing;                 /* default 1: the masked-LM output is the word embedding */
 } fl_model_bert_config;
 
 typedef struct {
@@ -376,16 +376,16 @@ FL_API int fl_model_bert_build(fl_prog *p, const fl_model_bert_config *cfg, fl_m
  * epoch, batch index): the same whatever threads.  A malformed line fails create with
  * FL_ECORRUPT "FILE:LINE: what". */
 typedef struct {
-    int max_seq_len;         /* default 512 */
-    int batch_size;          /* default 32 examples */
-    int in_tokens;           /* default 0: batch_size counts padded tokens when 1 */
-    int generate_neg_sample; /* default 1 */
-    int shuffle;             /* default 0: without negatives, keep file order unless 1 */
-    int threads;             /* batch-preparing threads, default 1 (at most 32) */
-    uint64_t seed;           /* default 1 */
-    int64_t vocab_size;      /* default 21128; every id must be below it */
+    int max_seq_len;                         /* default 512 */
+    int batch_size;                          /* default 32 examples */
+    int in_tokens;                           /* default 0: batch_size counts padded tokens when 1 */
+    int generate_neg_sample;                 /* default 1 */
+    int shuffle;                             /* default 0: without negatives, keep file order unless 1 */
+    int threads;                             /* batch-preparing threads, default 1 (at most 32) */
+    uint64_t seed;                           /* default 1 */
+    int64_t vocab_size;                      /* default 21128; every id must be below it */
     int64_t pad_id, cls_id, sep_id, mask_id; /* default 0, 1, 2, 3 (the demo data's) */
-    int rank, nranks;        /* default 0, 1: this rank reads batches rank, rank + nranks, ... */
+    int rank, nranks;                        /* default 0, 1: this rank reads batches rank, rank + nranks, ... */
 } fl_model_bert_reader_opts;
 
 typedef struct fl_model_bert_reader fl_model_bert_reader;
