@@ -13,7 +13,7 @@ CFLAGS  ?=
 CFLAGS  += -std=c11 -D_GNU_SOURCE -fPIC -fvisibility=hidden $(OPT) -fno-trapping-math -fno-math-errno -g $(WARN) -Iinclude -pthread $(SAN)
 # fl_version() (src/base/version.c) and the tools' --version print this.
 CFLAGS  += -DFLEET_VERSION_STRING=\"$(VERSION)\"
-LDLIBS  := -lopenblas -lcrypto -lcjson -lm -pthread
+LDLIBS  := -lopenblas -lcrypto -lcjson -lz -lm -pthread
 LDFLAGS += $(SAN)
 
 # Open MPI, optional: when pkg-config finds ompi-c (Debian: libopenmpi-dev) the MPI role

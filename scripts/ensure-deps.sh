@@ -24,7 +24,7 @@
 #          dataset-fashion-mnist (the collective job), python3 (compares parameter dumps)
 set -euo pipefail
 profile=${1:-test}
-pkgs=(gcc make libc6-dev libopenblas-dev libssl-dev libcjson-dev libdnnl-dev librocksdb-dev libturbojpeg0-dev pkg-config gnuplot-nox)
+pkgs=(gcc make libc6-dev libopenblas-dev libssl-dev libcjson-dev zlib1g-dev libdnnl-dev librocksdb-dev libturbojpeg0-dev pkg-config gnuplot-nox)
 case "$profile" in
   build) ;;
   test) pkgs+=(python3 python3-numpy python3-venv clang libclang-rt-dev openmpi-bin libopenmpi-dev cmake clang-format) ;;

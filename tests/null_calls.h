@@ -260,6 +260,7 @@ static long long nc_fl_opt_adam(void *h) { (void)h; return 0; }
 static long long nc_fl_opt_lars(void *h) { (void)h; return 0; }
 static long long nc_fl_opt_lamb(void *h) { (void)h; return 0; }
 static long long nc_fl_opt_set_exclude_from_weight_decay(void *h) { return (long long)fl_opt_set_exclude_from_weight_decay((fl_opt *)h, (const char *){0}); }
+static long long nc_fl_opt_set_weight_decay(void *h) { return (long long)fl_opt_set_weight_decay((fl_opt *)h, (float){0}); }
 static long long nc_fl_opt_set_l2(void *h) { return (long long)fl_opt_set_l2((fl_opt *)h, (float){0}); }
 static long long nc_fl_opt_rmsprop(void *h) { (void)h; return 0; }
 static long long nc_fl_opt_set_l1(void *h) { return (long long)fl_opt_set_l1((fl_opt *)h, (float){0}); }
@@ -321,6 +322,17 @@ static long long nc_fl_model_pre_post_process(void *h) { (void)h; return fl_mode
 static long long nc_fl_model_encoder_default(void *h) { (void)h; return 0; }
 static long long nc_fl_model_encoder_layer(void *h) { (void)h; return fl_model_encoder_layer((fl_var *){0}, (fl_var *){0}, (const fl_model_encoder_config *){0}, (const char *){0}) != NULL; }
 static long long nc_fl_model_encoder(void *h) { (void)h; return fl_model_encoder((fl_var *){0}, (fl_var *){0}, (const fl_model_encoder_config *){0}, (const char *){0}, (fl_var **){0}) != NULL; }
+static long long nc_fl_model_bert_default(void *h) { (void)h; return 0; }
+static long long nc_fl_model_bert_config_load(void *h) { (void)h; return (long long)fl_model_bert_config_load((const char *){0}, (fl_model_bert_config *){0}); }
+static long long nc_fl_model_bert_build(void *h) { return (long long)fl_model_bert_build((fl_prog *)h, (const fl_model_bert_config *){0}, (fl_model_bert *){0}); }
+static long long nc_fl_model_bert_reader_default(void *h) { (void)h; return 0; }
+static long long nc_fl_model_bert_reader_create(void *h) { (void)h; return (long long)fl_model_bert_reader_create((const char *const *){0}, (int){0}, (const fl_model_bert_reader_opts *){0}, (fl_model_bert_reader **){0}); }
+static long long nc_fl_model_bert_reader_free(void *h) { (void)h; fl_model_bert_reader_free((fl_model_bert_reader *){0}); return 0; }
+static long long nc_fl_model_bert_reader_num_lines(void *h) { (void)h; return (long long)fl_model_bert_reader_num_lines((const fl_model_bert_reader *){0}); }
+static long long nc_fl_model_bert_reader_begin(void *h) { (void)h; return (long long)fl_model_bert_reader_begin((fl_model_bert_reader *){0}, (int){0}); }
+static long long nc_fl_model_bert_reader_num_batches(void *h) { (void)h; return (long long)fl_model_bert_reader_num_batches((const fl_model_bert_reader *){0}); }
+static long long nc_fl_model_bert_reader_next(void *h) { (void)h; return (long long)fl_model_bert_reader_next((fl_model_bert_reader *){0}, (fl_model_bert_batch *){0}); }
+static long long nc_fl_model_bert_batch_clear(void *h) { (void)h; fl_model_bert_batch_clear((fl_model_bert_batch *){0}); return 0; }
 static long long nc_fl_model_simnet_default(void *h) { (void)h; return 0; }
 static long long nc_fl_model_simnet_build(void *h) { return (long long)fl_model_simnet_build((fl_prog *)h, (const fl_model_simnet_config *){0}, (fl_model_simnet *){0}); }
 static long long nc_fl_model_simnet_dataset(void *h) { (void)h; return fl_model_simnet_dataset((const fl_model_simnet *){0}, (const char *){0}, (int){0}, (int){0}, (const char *const *){0}, (int){0}) != NULL; }
@@ -725,6 +737,7 @@ static const nc_row nc_rows[] = {
     {"fl_opt_lars", "graph.h", NC_SKIP, 0, nc_fl_opt_lars},
     {"fl_opt_lamb", "graph.h", NC_SKIP, 0, nc_fl_opt_lamb},
     {"fl_opt_set_exclude_from_weight_decay", "graph.h", NC_ERR, 1, nc_fl_opt_set_exclude_from_weight_decay},
+    {"fl_opt_set_weight_decay", "graph.h", NC_ERR, 1, nc_fl_opt_set_weight_decay},
     {"fl_opt_set_l2", "graph.h", NC_ERR, 1, nc_fl_opt_set_l2},
     {"fl_opt_rmsprop", "graph.h", NC_SKIP, 0, nc_fl_opt_rmsprop},
     {"fl_opt_set_l1", "graph.h", NC_ERR, 1, nc_fl_opt_set_l1},
@@ -786,6 +799,17 @@ static const nc_row nc_rows[] = {
     {"fl_model_encoder_default", "models.h", NC_SKIP, 0, nc_fl_model_encoder_default},
     {"fl_model_encoder_layer", "models.h", NC_NULL, 0, nc_fl_model_encoder_layer},
     {"fl_model_encoder", "models.h", NC_NULL, 0, nc_fl_model_encoder},
+    {"fl_model_bert_default", "models.h", NC_SKIP, 0, nc_fl_model_bert_default},
+    {"fl_model_bert_config_load", "models.h", NC_ERR, 0, nc_fl_model_bert_config_load},
+    {"fl_model_bert_build", "models.h", NC_ERR, 1, nc_fl_model_bert_build},
+    {"fl_model_bert_reader_default", "models.h", NC_SKIP, 0, nc_fl_model_bert_reader_default},
+    {"fl_model_bert_reader_create", "models.h", NC_ERR, 0, nc_fl_model_bert_reader_create},
+    {"fl_model_bert_reader_free", "models.h", NC_SAFE, 0, nc_fl_model_bert_reader_free},
+    {"fl_model_bert_reader_num_lines", "models.h", NC_VAL, 0, nc_fl_model_bert_reader_num_lines},
+    {"fl_model_bert_reader_begin", "models.h", NC_ERR, 0, nc_fl_model_bert_reader_begin},
+    {"fl_model_bert_reader_num_batches", "models.h", NC_VAL, 0, nc_fl_model_bert_reader_num_batches},
+    {"fl_model_bert_reader_next", "models.h", NC_ERR, 0, nc_fl_model_bert_reader_next},
+    {"fl_model_bert_batch_clear", "models.h", NC_SAFE, 0, nc_fl_model_bert_batch_clear},
     {"fl_model_simnet_default", "models.h", NC_SKIP, 0, nc_fl_model_simnet_default},
     {"fl_model_simnet_build", "models.h", NC_ERR, 1, nc_fl_model_simnet_build},
     {"fl_model_simnet_dataset", "models.h", NC_NULL, 0, nc_fl_model_simnet_dataset},

@@ -432,11 +432,17 @@ FL_API fl_opt *fl_opt_lars(float learning_rate, float momentum, float lars_coeff
  * epsilon) + lamb_weight_decay * p, and p -= lr * (||p|| / ||r||) * r (ratio 1 when a norm
  * is 0).  Dense gradients only. */
 FL_API fl_opt *fl_opt_lamb(float learning_rate, float beta1, float beta2, float epsilon, float lamb_weight_decay);
-/* Parameters exempt from the weight decay of lars_momentum or lamb: a comma-separated list
- * ("b_0,.b" ...; NULL or "" clears it).  As in Paddle, a LARS entry matches a parameter
- * whose name contains it, a LAMB entry one whose name ends with it.  Other optimizers:
- * FL_EINVAL. */
+/* Parameters exempt from the weight decay of lars_momentum, lamb or adam: a comma-separated
+ * list ("b_0,.b" ...; NULL or "" clears it).  As in Paddle, a LARS or Adam entry matches a
+ * parameter whose name contains it, a LAMB entry one whose name ends with it.  Other
+ * optimizers: FL_EINVAL.  BERT's recipe is FL_OPT_BERT_NO_DECAY. */
 FL_API int fl_opt_set_exclude_from_weight_decay(fl_opt *o, const char *names);
+/* Paddle's BERT exclusion (optimization.py): layer-norm parameters and biases. */
+#define FL_OPT_BERT_NO_DECAY "layer_norm,_bias,.b_0"
+/* Decoupled weight decay of adam (Paddle's BERT optimization.py, AdamW): after each update
+ * param -= lr * coeff * param_before, for every parameter not excluded above (0: none, the
+ * default).  FL_EINVAL for another optimizer or a negative or non-finite coeff. */
+FL_API int fl_opt_set_weight_decay(fl_opt *o, float coeff);
 /* L2 regularization coefficient applied to every parameter's gradient (grad += c*param;
  * for sparse gradients only on the touched rows). */
 FL_API int fl_opt_set_l2(fl_opt *o, float coeff);

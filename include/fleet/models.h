@@ -18,6 +18,7 @@
 #define FLEET_MODELS_H
 
 #include "fleet/graph.h"
+#include "fleet/exec.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -329,6 +330,126 @@ FL_API fl_var *fl_model_encoder_layer(fl_var *enc_input, fl_var *attn_bias, cons
  * recompute checkpoints (fl_opt_set_recompute). */
 FL_API fl_var *fl_model_encoder(fl_var *enc_input, fl_var *attn_bias, const fl_model_encoder_config *c, const char *name,
                                 fl_var **layer_outputs);
+
+/* ---- BERT pre-training (src/models/bert.c, bert_data.c) ------------------------------------
+ *
+ * Paddle's BERT of the Fleet collective benchmark (model/bert.py): data src_ids, pos_ids,
+ * sent_ids int64 [N, S, 1] and input_mask float32 [N, S, 1] (1 for tokens, 0 for padding);
+ * embeddings "word_embedding" [vocab_size, H], "pos_embedding" [max_position_embeddings, H],
+ * "sent_embedding" [type_vocab_size, H] summed, layer_norm and dropout ("pre_encoder"); the
+ * self-attention bias (input_mask input_mask^T - 1) * 10000 stacked over the heads; the
+ * encoder of the blocks above named "encoder" (post-norm "dan", hidden_act, no dropout in
+ * the ffn); pooled = fc(H, tanh) of position 0 ("pooled_fc"); masked LM: the rows mask_pos
+ * (int64 [M, 1], indices into the [N * S, H] flattened output, as Paddle's reader writes
+ * them) -> fc(H, hidden_act) "mask_lm_trans_fc" -> layer_norm (scale 1, bias 1 as Paddle's
+ * initializers) -> matmul with word_embedding transposed (weight_sharing) + bias
+ * "mask_lm_out_fc.b_0" [vocab_size] -> softmax cross-entropy with mask_label int64 [M, 1];
+ * next sentence: fc(2) "next_sent_fc" of pooled -> softmax cross-entropy with labels int64
+ * [N, 1].  loss = mean masked-LM loss + mean next-sentence loss.  Weights are truncated
+ * normal(0, initializer_range), biases 0, layer norms 1 and 0 (epsilon 1e-5). */
+
+#define FL_MODEL_BERT_MAX_LAYERS 48
+#define FL_MODEL_BERT_MAX_HEADS 64
+
+typedef struct {
+    int64_t vocab_size;                 /* default 21128 (the demo's vocab.txt) */
+    int hidden_size;                    /* default 768 */
+    int num_hidden_layers;              /* default 12 */
+    int num_attention_heads;            /* default 12 */
+    int intermediate_size;              /* default 3072 */
+    char hidden_act[16];                /* "gelu" (default, erf form) or "relu" */
+    float hidden_dropout_prob;          /* default 0.1 */
+    float attention_probs_dropout_prob; /* default 0.1 */
+    int max_position_embeddings;        /* default 512 */
+    int type_vocab_size;                /* default 2 */
+    float initializer_range;            /* default 0.02 */
+    int weight_sharing;                 /* default 1: the masked-LM output is the word embedding */
+} fl_model_bert_config;
+
+typedef struct {
+    fl_var *src_ids, *pos_ids, *sent_ids, *input_mask; /* [N, S, 1] */
+    fl_var *mask_label, *mask_pos;                     /* int64 [M, 1] */
+    fl_var *labels;                                    /* int64 [N, 1], 1 = the true next sentence */
+    fl_var *enc_out;                                   /* [N, S, H] */
+    fl_var *pooled;                                    /* [N, H] */
+    fl_var *mlm_logits;                                /* [M, vocab_size] */
+    fl_var *nsp_prob;                                  /* [N, 2] */
+    fl_var *mlm_loss, *nsp_loss, *loss;                /* [1] each */
+    fl_var *mlm_acc, *nsp_acc;                         /* top-1 accuracies of the batch, [1] */
+    fl_var *feeds[7]; /* src_ids, pos_ids, sent_ids, input_mask, mask_label, mask_pos, labels */
+    int nfeeds;
+    fl_var *checkpoints[FL_MODEL_BERT_MAX_LAYERS]; /* each encoder layer's output (recompute) */
+    int ncheckpoints;
+} fl_model_bert;
+
+/* BERT-base with the demo vocabulary (the demo's bert_config.json). */
+FL_API fl_model_bert_config fl_model_bert_default(void);
+/* Reads Paddle's bert_config.json: the keys of the struct above (others are ignored; a
+ * missing key keeps the default).  Errors name the file and the key (FL_EINVAL), FL_EIO for
+ * an unreadable file. */
+FL_API int fl_model_bert_config_load(const char *path, fl_model_bert_config *out);
+/* Builds the network into p; *out is zeroed first. */
+FL_API int fl_model_bert_build(fl_prog *p, const fl_model_bert_config *cfg, fl_model_bert *out);
+
+/* The reader of Paddle's BERT pre-training data (the demo's demo_wiki_*.gz): files of lines
+ * `token_ids;sent_ids;pos_ids;label` (ids separated by blanks; gzip or plain text), a
+ * sentence pair per line, label 1 for a true next sentence.  As Paddle's
+ * reader/pretraining.py: lines longer than max_seq_len are skipped; with
+ * generate_neg_sample every line must be a true pair, and each buffer of 1000 lines is
+ * shuffled, example i's first sentence (through its first sep_id) is joined to example
+ * i + 1's second sentence as a false pair (label 0; missed when max_seq_len or longer), and
+ * the 2x examples are shuffled; batches hold batch_size examples (in_tokens: as many as fit
+ * batch_size padded tokens); in each batch 15% of the tokens other than cls_id / sep_id are
+ * predicted (80% of them replaced by mask_id, 10% by a random id in [1, vocab_size), 10%
+ * kept; a line with none gets one [MASK]); then padding to the batch's longest line.
+ * The demo's lines start with id 1 and end each sentence with id 2 (ERNIE's [CLS] and
+ * [SEP]; its vocab.txt names [CLS], [SEP], [MASK] 101, 102, 103), hence the defaults.
+ * Determinism: the order of a pass depends on (seed, epoch), a batch's masks on (seed,
+ * epoch, batch index): the same whatever threads.  A malformed line fails create with
+ * FL_ECORRUPT "FILE:LINE: what". */
+typedef struct {
+    int max_seq_len;                         /* default 512 */
+    int batch_size;                          /* default 32 examples */
+    int in_tokens;                           /* default 0: batch_size counts padded tokens when 1 */
+    int generate_neg_sample;                 /* default 1 */
+    int shuffle;                             /* default 0: without negatives, keep file order unless 1 */
+    int threads;                             /* batch-preparing threads, default 1 (at most 32) */
+    uint64_t seed;                           /* default 1 */
+    int64_t vocab_size;                      /* default 21128; every id must be below it */
+    int64_t pad_id, cls_id, sep_id, mask_id; /* default 0, 1, 2, 3 (the demo data's) */
+    int rank, nranks;                        /* default 0, 1: this rank reads batches rank, rank + nranks, ... */
+} fl_model_bert_reader_opts;
+
+typedef struct fl_model_bert_reader fl_model_bert_reader;
+
+/* A batch: tensors in fl_model_bert.feeds order, owned by the batch (freed by the next
+ * fl_model_bert_reader_next into it or by fl_model_bert_batch_clear); feed is ready for
+ * fl_exe_run (names src_ids ... labels). */
+typedef struct {
+    fl_tensor *t[7];
+    fl_feed feed[7];
+    int examples, masked; /* examples and predicted tokens */
+    int64_t tokens;       /* unpadded tokens */
+} fl_model_bert_batch;
+
+FL_API fl_model_bert_reader_opts fl_model_bert_reader_default(void);
+/* Reads every line of files into memory (o NULL: defaults).  Errors name the option, or the
+ * file and line. */
+FL_API int fl_model_bert_reader_create(const char *const *files, int nfiles, const fl_model_bert_reader_opts *o,
+                                       fl_model_bert_reader **out);
+/* Stops a pass (joins its threads) and frees.  NULL ok. */
+FL_API void fl_model_bert_reader_free(fl_model_bert_reader *r);
+/* Lines kept (true pairs of at most max_seq_len tokens). */
+FL_API int64_t fl_model_bert_reader_num_lines(const fl_model_bert_reader *r);
+/* Starts pass `epoch` (ending one in progress): orders the examples, then threads prepare
+ * the batches ahead of fl_model_bert_reader_next (at most 2 per thread). */
+FL_API int fl_model_bert_reader_begin(fl_model_bert_reader *r, int epoch);
+/* Batches of this rank in the pass begun. */
+FL_API int64_t fl_model_bert_reader_num_batches(const fl_model_bert_reader *r);
+/* The next batch of this rank: 1, 0 at the end of the pass, < 0 on error.  Waits for the
+ * threads at most 600 s (FL_ETIMEDOUT).  One caller thread. */
+FL_API int fl_model_bert_reader_next(fl_model_bert_reader *r, fl_model_bert_batch *b);
+FL_API void fl_model_bert_batch_clear(fl_model_bert_batch *b);
 
 /* ---- text models: simnet-bow and word2vec ------------------------------------------------
  *

@@ -331,6 +331,7 @@ static pthread_mutex_t adam_locks[16] = {
  *   m1 = beta1 * m1 + (1 - beta1) * g;  m2 = beta2 * m2 + (1 - beta2) * g * g
  *   param -= lr_t * m1 / (sqrt(m2) + epsilon * sqrt(1 - beta2_pow))
  *   beta1_pow *= beta1;  beta2_pow *= beta2   (once per step, also for sparse gradients)
+ * With attribute weight_decay wd > 0 (fl_opt_set_weight_decay), param -= lr * wd * param too.
  * The pow accumulators start at beta1 and beta2 (optimizer.c), so step t uses beta^t. */
 static int run_adam_locked(fl_kctx *c, update *up);
 
@@ -360,6 +361,17 @@ static int run_adam_locked(fl_kctx *c, update *up)
     if (fl__adam_coef_init(&k, u.lr, u.l2, b1, b2, eps, pw1, pw2))
         return fl__err(FL_EINVAL, "adam: beta pow accumulators of parameter '%s' must be in [0, 1), got %g and %g",
                        c->op->in[0].vars[0]->name, (double)pw1, (double)pw2);
+    /* decoupled weight decay (BERT's recipe): param -= lr * weight_decay * param before the
+     * step, the same as subtracting it from the updated value (the Adam step does not read
+     * param); sparse gradients decay only their rows */
+    const double wd = fl__attr_f(c->op, "weight_decay", 0.0);
+    if (wd > 0) {
+        const float keep = (float)(1.0 - (double)u.lr * wd);
+        for (int64_t i = 0; i < u.nseg; i++) {
+            float *w = (float *)u.w->data + seg_off(&u, i);
+            for (int64_t j = 0; j < u.seg; j++) w[j] *= keep;
+        }
+    }
     for (int64_t i = 0; i < u.nseg; i++)
         fl__adam_seg((float *)u.w->data + seg_off(&u, i), (float *)m1t->data + seg_off(&u, i),
                      (float *)m2t->data + seg_off(&u, i), u.gv + i * u.seg, u.seg, &k);

@@ -197,16 +197,30 @@ int fl_opt_set_exclude_from_weight_decay(fl_opt *o, const char *names)
 {
     if (!o || o->magic != FL_OPT_MAGIC)
         return fl__err(FL_EINVAL, "fl_opt_set_exclude_from_weight_decay: optimizer is NULL");
-    if (strcmp(o->type, "lars_momentum") && strcmp(o->type, "lamb"))
+    if (strcmp(o->type, "lars_momentum") && strcmp(o->type, "lamb") && strcmp(o->type, "adam"))
         return fl__err(FL_EINVAL,
                        "fl_opt_set_exclude_from_weight_decay: optimizer '%s' has no weight decay of its own "
-                       "(lars_momentum and lamb have)",
+                       "(lars_momentum, lamb and adam have)",
                        o->type);
     char *copy = NULL;
     if (names && *names && !(copy = strdup(names)))
         return fl__err(FL_ENOMEM, "fl_opt_set_exclude_from_weight_decay: out of memory");
     free(o->exclude);
     o->exclude = copy;
+    return FL_OK;
+}
+
+int fl_opt_set_weight_decay(fl_opt *o, float coeff)
+{
+    if (!o || o->magic != FL_OPT_MAGIC) return fl__err(FL_EINVAL, "fl_opt_set_weight_decay: optimizer is NULL");
+    if (strcmp(o->type, "adam"))
+        return fl__err(FL_EINVAL,
+                       "fl_opt_set_weight_decay: optimizer '%s' is not adam (lamb and lars_momentum take "
+                       "their decay when created)",
+                       o->type);
+    if (!(coeff >= 0.0f) || !isfinite(coeff))
+        return fl__err(FL_EINVAL, "fl_opt_set_weight_decay: coeff must be finite and >= 0, got %g", (double)coeff);
+    o->decay = coeff;
     return FL_OK;
 }
 
@@ -439,9 +453,11 @@ static int attrs_adagrad(const fl_opt *o, fl_op *op, const fl_var *w)
 
 static int attrs_adam(const fl_opt *o, fl_op *op, const fl_var *w)
 {
-    (void)w;
     FL_CHECK(fl__attr_set_f(op, "beta1", o->beta1));
     FL_CHECK(fl__attr_set_f(op, "beta2", o->beta2));
+    /* decoupled weight decay of adam (not lamb, whose decay is its own attribute) */
+    if (!strcmp(o->type, "adam") && o->decay > 0 && !excluded(o->exclude, w->name, 0))
+        FL_CHECK(fl__attr_set_f(op, "weight_decay", o->decay));
     return fl__attr_set_f(op, "epsilon", o->eps);
 }
 

@@ -81,13 +81,11 @@ static fl_var *combine_heads(fl_var *x, int n_head, int d)
     return t ? fl_layer_reshape(t, 3, (const int64_t[]){0, 0, (int64_t)n_head * d}) : NULL;
 }
 
-/* attn_bias [N, n_head | 1, Sq, Sk] or [N, Sq, Sk] -> [N, n_head, Sq, Sk] */
+/* attn_bias [N, n_head | 1, Sq, Sk] or [N, Sq, Sk] -> [N, n_head, Sq, Sk]: a rank-3 bias gets
+ * its head dim from stack (its Sq, Sk may be unknown at build time), one head is expanded */
 static fl_var *bias_over_heads(fl_var *bias, int n_head)
 {
-    if (fl_var_ndim(bias) == 3) {
-        bias = fl_layer_reshape(bias, 4, (const int64_t[]){0, 1, fl_var_shape(bias)[1], fl_var_shape(bias)[2]});
-        if (!bias) return NULL;
-    }
+    if (fl_var_ndim(bias) == 3 && !(bias = fl_layer_stack(&bias, 1, 1))) return NULL;
     if (fl_var_shape(bias)[1] == 1 && n_head > 1) bias = fl_layer_expand(bias, 4, (const int64_t[]){1, n_head, 1, 1});
     return bias;
 }
