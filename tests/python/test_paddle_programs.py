@@ -432,7 +432,7 @@ def _local_cluster(d, env, train_method, sync_mode, extra, timeout=300):
                     procs[log] = subprocess.Popen(cmd, cwd=str(d), stdout=fh, stderr=subprocess.STDOUT,
                                                   env=dict(base, TRAINING_ROLE=role, PADDLE_TRAINER_ID=str(i)))
         deadline = time.time() + timeout
-        for log, p in procs.items():
+        for log, p in sorted(procs.items(), key=lambda kv: "pserver" in kv[0]):  # a trainer's error first
             try:
                 p.wait(timeout=max(1, deadline - time.time()))
             except subprocess.TimeoutExpired:
@@ -450,9 +450,12 @@ def _local_cluster(d, env, train_method, sync_mode, extra, timeout=300):
 def _result_value(log, key):
     """key's value in the last "{..., 'key': V, ...}" result dict a log prints (V a float,
     a NumPy scalar or a one-element array, as str() writes them)."""
-    vals = costs(log, r"'%s': (?:np\.float\d+\(|array\(\[?|FetchedArray\(\[)*\[?([0-9.e-]+)" % key)
+    vals = costs(log, r"'%s': (?:np\.float\d+\(|array\(|FetchedArray\()?\[?([0-9.e-]+)" % key)
     assert vals, "no %r in:\n%s" % (key, log[-3000:])
     return vals[-1]
+
+
+DEEPFM_ARGS = ["-l", "2e-3", "-e", "4"]
 
 
 @needs_programs
@@ -460,12 +463,14 @@ def _result_value(log, key):
 def test_deepfm_parameter_server(tmp_path, penv, method, mode):
     """model.py as local_cluster.sh runs it (README: `dataset async`, `pyreader sync`), on
     planted Criteo-format data (paddle_programs.write_deepfm; --num_feat as preprocess.py
-    prints it), 2 epochs; trainer 0 then scores the test file with the saved model
-    (run_infer).  Tolerance: the inferred AUC at least 0.65 (the planted model's own AUC on
-    such data is about 0.8; a model that learned nothing scores 0.5)."""
+    prints it), 4 epochs at rate 2e-3 (-e, -l: the defaults, 2 epochs at 1e-4, learn
+    nothing in the 40 steps such data makes); trainer 0 then scores the test file with the
+    saved model (run_infer).  Tolerance: the inferred AUC at least 0.65 (the planted model's
+    own AUC on the test file is 0.89; measured: 0.79 dataset/async, 0.71 pyreader/sync, where
+    each trainer's batch is half the size; a model that learned nothing scores 0.5)."""
     d = _prog(tmp_path, "deepFM")
     num_feat = pp.write_deepfm(d)
-    logs = _local_cluster(d, penv, method, mode, ["--num_feat", str(num_feat)])
+    logs = _local_cluster(d, penv, method, mode, ["--num_feat", str(num_feat)] + DEEPFM_ARGS)
     for i in (0, 1):
         assert "Train Success!" in logs["trainer.%d.log" % i], logs["trainer.%d.log" % i][-3000:]
     auc = _result_value(logs["trainer.0.log"], "auc")
@@ -474,14 +479,19 @@ def test_deepfm_parameter_server(tmp_path, penv, method, mode):
 
 
 @needs_programs
-@pytest.mark.parametrize("method, mode", [("dataset", "async"), ("pyreader", "sync")])
+@pytest.mark.parametrize("method, mode", [("dataset", "async"), pytest.param("pyreader", "sync", marks=pytest.mark.xfail(
+    strict=True, reason="simnet_bow/distribute_base.py's run_pserver minimizes with Adam, its run_pyreader_trainer with "
+    "SGD, over the same tables: Paddle's servers apply their own program's Adam and ignore the trainer's optimizer "
+    "(the trainer program only sends gradients); fleet_c's workers bring their tables' optimizer to the servers, and "
+    "the handshake refuses a table whose optimizer differs (\"table 0 '__emb__' is configured differently on worker "
+    "0 and on this server\")"))])
 def test_simnet_bow_parameter_server(tmp_path, penv, method, mode):
     """model.py as local_cluster.sh runs it (README: `dataset async`, `pyreader sync`), on
     topic data (paddle_programs.write_simnet: the query and its positive titles share a
     topic; --dict_dim its size), 1 epoch; trainer 0 then scores the test file with the saved
     model (run_infer writes result/infer_result.log).  Tolerance: the inferred accuracy (the
     share of pairs ranked positive over negative, divided by the full batch size as the
-    program does) at least 0.7 (chance: 0.5)."""
+    program does) at least 0.7 (chance: 0.5; measured: 1.0, dataset/async)."""
     d = _prog(tmp_path, "simnet_bow")
     dict_dim = pp.write_simnet(d)
     logs = _local_cluster(d, penv, method, mode, ["--dict_dim", str(dict_dim)])
