@@ -349,8 +349,7 @@ def test_dgc_example_collective_dgc(tmp_path, penv, build_dir):
     assert costs(read(d / "log" / "workerlog.1"), r"Pass \d+, Epoch 0, Cost ([0-9.]+)")
 
 
-# ---- not running yet (not run: each would first build tables of hundreds of MB or start
-# parameter servers by hand, to fail on the reason given) ---------------------------------------------------
+# ---- word2vec ----------------------------------------------------------------------------------------------
 
 
 @needs_programs
