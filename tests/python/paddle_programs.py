@@ -184,3 +184,70 @@ def write_digit_png(path, digit=3):
     a = np.full(784, 50, np.uint8)
     a[digit * 78:(digit + 1) * 78] = 200
     Image.fromarray(a.reshape(28, 28)).save(str(path))
+
+
+def write_deepfm(d, rows=2000, files=2, test_rows=600, values=12, seed=5):
+    """deepFM's inputs (data/get_data.sh's layout): data/train_data/part-N and
+    data/test_data/part-0 in Criteo's format (label, 13 integer and 26 categorical
+    features, tab-separated) and feat_dict_10.pkl2, data/preprocess.py's dictionary (the
+    13 integer columns as ids 1..13, then each categorical value seen at least 10 times).
+    The labels come from one planted logistic model over the categorical values (each a
+    weight) and the first integer column.  Returns num_feat (len(dict) + 1, as preprocess.py
+    prints it)."""
+    import pickle
+
+    import numpy as np
+    rng = np.random.RandomState(seed)
+    weight = rng.normal(0, 1.0, size=(26, values))
+
+    def lines(n):
+        out = []
+        for _ in range(n):
+            cats = rng.randint(0, values, size=26)
+            ints = rng.randint(0, 20, size=13)
+            logit = weight[np.arange(26), cats].sum() / 2.0 + (ints[0] - 10) / 5.0
+            label = int(rng.rand() < 1.0 / (1.0 + np.exp(-logit)))
+            row = [str(label)] + [("" if rng.rand() < 0.05 else str(int(v))) for v in ints]
+            row += ["%02x%06x" % (f, int(c)) for f, c in enumerate(cats)]
+            out.append("\t".join(row) + "\n")
+        return out
+
+    for sub, n, k in (("train_data", rows, files), ("test_data", test_rows, 1)):
+        os.makedirs(os.path.join(str(d), "data", sub), exist_ok=True)
+        for i in range(k):
+            with open(os.path.join(str(d), "data", sub, "part-%d" % i), "w") as f:
+                f.writelines(lines(n))
+    feat = {i: i for i in range(1, 14)}
+    for f in range(26):
+        for c in range(values):
+            feat["%02x%06x" % (f, c)] = len(feat) + 1
+    with open(os.path.join(str(d), "feat_dict_10.pkl2"), "wb") as fh:
+        pickle.dump(feat, fh)
+    return len(feat) + 1
+
+
+def write_simnet(d, lines=1500, files=2, test_lines=300, topics=20, words=20, pos=5, neg=20, seed=9):
+    """simnet_bow's inputs (get_data.sh's layout): train_data/part-N and test_data/part-0,
+    lines of "label;P N;query;title_1;...;title_P+N;" (word ids separated by spaces; the P
+    positive titles first).  The query and its positive titles draw words from one topic
+    (words ids topic * words ...), the negative titles from other topics.  Returns the
+    dictionary size (topics * words)."""
+    import numpy as np
+    rng = np.random.RandomState(seed)
+
+    def ids(topic, n):
+        return " ".join(str(topic * words + int(w)) for w in rng.randint(0, words, size=n))
+
+    def line():
+        t = int(rng.randint(0, topics))
+        others = [int(o) for o in rng.randint(1, topics, size=neg)]
+        titles = [ids(t, int(rng.randint(2, 6))) for _ in range(pos)]
+        titles += [ids((t + o) % topics, int(rng.randint(2, 6))) for o in others]
+        return "1;%d %d;%s;%s;\n" % (pos, neg, ids(t, int(rng.randint(2, 5))), ";".join(titles))
+
+    for sub, n, k in (("train_data", lines, files), ("test_data", test_lines, 1)):
+        os.makedirs(os.path.join(str(d), sub), exist_ok=True)
+        for i in range(k):
+            with open(os.path.join(str(d), sub, "part-%d" % i), "w") as f:
+                f.writelines(line() for _ in range(n))
+    return topics * words
