@@ -31,7 +31,7 @@
 #include "tensor/tensor_internal.h"
 
 #define CLI_NAME "bench_resnet50"
-#define CLI_HELP_HINT \
+#define CLI_HELP_HINT                                                                                              \
     "usage: bench_resnet50 [--mode train|eval|prims] [--batch N] [--steps N] [--warmup N] [--size S] [--depth D] " \
     "[--width W] [--amp 0|1]"
 #include "bench_args.h"
@@ -96,8 +96,8 @@ static int conv_shapes(const fl_prog *p, conv_shape *cs, int max)
         int64_t st[2] = {1, 1}, pd[2] = {0, 0};
         fl__conv_attr2(op, "strides", 1, st);
         fl__conv_attr2(op, "paddings", 0, pd);
-        conv_shape s = {x->shape[1], x->shape[2], x->shape[3], f->shape[0], f->shape[2], st[0], pd[0], y->shape[2],
-                        y->shape[3], 1, dgrad};
+        conv_shape s = {x->shape[1], x->shape[2], x->shape[3], f->shape[0], f->shape[2], st[0],
+                        pd[0],       y->shape[2], y->shape[3], 1,           dgrad};
         int k = 0;
         while (k < n && !(cs[k].c == s.c && cs[k].h == s.h && cs[k].m == s.m && cs[k].k == s.k && cs[k].s == s.s &&
                           cs[k].dgrad == s.dgrad))
@@ -195,13 +195,12 @@ static void run_net(const opts *o)
 
 #ifdef FL_HAVE_DNNL
 /* Median ms of `reps` runs of prim with memories in the layouts its descriptor asks for. */
-static double time_prim(dnnl_engine_t eng, dnnl_stream_t st, dnnl_primitive_desc_t pd, const int *args, int nargs,
-                        int reps)
+static double time_prim(dnnl_engine_t eng, dnnl_stream_t st, dnnl_primitive_desc_t pd, const int *args, int nargs, int reps)
 {
-    static const dnnl_query_t q[] = {dnnl_query_src_md,      dnnl_query_weights_md,      dnnl_query_dst_md,
-                                     dnnl_query_diff_src_md, dnnl_query_diff_weights_md, dnnl_query_diff_dst_md,
+    static const dnnl_query_t q[] = {dnnl_query_src_md,       dnnl_query_weights_md,      dnnl_query_dst_md,
+                                     dnnl_query_diff_src_md,  dnnl_query_diff_weights_md, dnnl_query_diff_dst_md,
                                      dnnl_query_scratchpad_md};
-    static const int qa[] = {DNNL_ARG_SRC,       DNNL_ARG_WEIGHTS,      DNNL_ARG_DST,       DNNL_ARG_DIFF_SRC,
+    static const int qa[] = {DNNL_ARG_SRC,          DNNL_ARG_WEIGHTS,  DNNL_ARG_DST,       DNNL_ARG_DIFF_SRC,
                              DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_DST, DNNL_ARG_SCRATCHPAD};
     dnnl_exec_arg_t ea[8];
     int n = 0;
@@ -298,8 +297,9 @@ static void run_prims(const opts *o)
     char key[96];
     snprintf(key, sizeof key, "resnet%d.prims%s.s%d.b%d", o->depth, o->amp ? ".bf16" : "", o->size, o->batch);
     double tt = ms[0] + ms[1] + ms[2], ft = fl[0] + fl[1] + fl[2];
-    printf("# %s: forward %.1f ms %.1f GFLOP/s, backward-data %.1f ms %.1f GFLOP/s, backward-weights %.1f ms %.1f GFLOP/s\n",
-           key, ms[0], fl[0] / ms[0] / 1e6, ms[1], fl[1] / ms[1] / 1e6, ms[2], fl[2] / ms[2] / 1e6);
+    printf(
+        "# %s: forward %.1f ms %.1f GFLOP/s, backward-data %.1f ms %.1f GFLOP/s, backward-weights %.1f ms %.1f GFLOP/s\n",
+        key, ms[0], fl[0] / ms[0] / 1e6, ms[1], fl[1] / ms[1] / 1e6, ms[2], fl[2] / ms[2] / 1e6);
     printf("R\t%s.train_images_per_s\t%.3f\timages/s\n", key, o->batch / (tt / 1e3));
     printf("R\t%s.eval_images_per_s\t%.3f\timages/s\n", key, o->batch / (ms[0] / 1e3));
     printf("R\t%s.train_gflops\t%.1f\tGFLOP/s\n", key, ft / tt / 1e6);
@@ -320,9 +320,9 @@ static void run_prims(const opts *o)
 int main(int argc, char **argv)
 {
     opts o = {"train", 8, 5, 1, 224, 50, 64, 0};
-    const bench_opt t[] = {{"mode", BA_STR, &o.mode},   {"batch", BA_INT, &o.batch}, {"steps", BA_INT, &o.steps},
+    const bench_opt t[] = {{"mode", BA_STR, &o.mode},     {"batch", BA_INT, &o.batch}, {"steps", BA_INT, &o.steps},
                            {"warmup", BA_INT, &o.warmup}, {"size", BA_INT, &o.size},   {"depth", BA_INT, &o.depth},
-                           {"width", BA_INT, &o.width}, {"amp", BA_INT, &o.amp}};
+                           {"width", BA_INT, &o.width},   {"amp", BA_INT, &o.amp}};
     bench_args(argc, argv, 1, t, BA_COUNT(t), NULL, NULL);
     if (o.batch < 1 || o.steps < 1 || o.warmup < 0 || o.size < 32 || o.width < 1 || o.amp < 0 || o.amp > 1)
         cli_die(2, "--batch, --steps >= 1, --warmup >= 0, --size >= 32, --width >= 1, --amp 0|1");

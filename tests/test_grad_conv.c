@@ -335,6 +335,5 @@ TEST_MAIN(T(grad_conv_s1_p0), T(grad_conv_s2_p1), T(grad_conv_dilation2), T(grad
           T(grad_pool_max_overlap_pad), T(grad_pool_avg_exclusive), T(grad_pool_avg_inclusive),
           T(grad_pool_max2_ties_and_edges), T(grad_pool_max2_tiling_and_odd), T(grad_pool_global_max),
           T(grad_pool_global_avg), T(grad_pool_ceil_mode), T(grad_bn_2d), T(grad_bn_4d), T(grad_bn_4d_tanh),
-          T(grad_bn_is_test), T(grad_bn_use_global_stats), T(grad_bn_relu_fused),
-          T(grad_bn_relu_fused_is_test), T(bn_training_output_ignores_moving_stats),
-          T(grad_conv_bn_pool_chain))
+          T(grad_bn_is_test), T(grad_bn_use_global_stats), T(grad_bn_relu_fused), T(grad_bn_relu_fused_is_test),
+          T(bn_training_output_ignores_moving_stats), T(grad_conv_bn_pool_chain))

@@ -196,9 +196,10 @@ int fleet_transpile(fleet_t *f, fl_opt *opt, fl_prog *prog, const fleet_strategy
     if (!opt) return fl__err(FL_EINVAL, "fleet_transpile: opt is NULL");
     if (!prog) return fl__err(FL_EINVAL, "fleet_transpile: prog is NULL");
     if (f->runtime != &fl__runtime_ps)
-        return fl__err(FL_EUNSUPPORTED, "fleet_transpile: this fleet's role is %s, not a parameter-server job; a "
-                                        "collective program is made distributed by fleet_distributed_optimizer "
-                                        "before minimize",
+        return fl__err(FL_EUNSUPPORTED,
+                       "fleet_transpile: this fleet's role is %s, not a parameter-server job; a "
+                       "collective program is made distributed by fleet_distributed_optimizer "
+                       "before minimize",
                        f->runtime->name);
     if (!fleet_distributed_optimizer(f, opt, strategy)) return fl_last_status();
     return fl__opt_rehook(opt, prog);

@@ -267,9 +267,14 @@ int fleet_strategy_check(const fleet_strategy *s)
     if (s->dgc || s->dgc_configs.sparsity[0]) /* empty (a zeroed struct) passes while dgc is off */
         FL_CHECK(fl__strategy_dgc_sparsity(s, sp, &nsp));
     if (s->dgc && (s->localsgd || s->adaptive_localsgd || s->gradient_merge || s->lars || s->lamb))
-        return fl__err(FL_EINVAL, "strategy: dgc cannot be combined with %s (DGC replaces the Momentum update and the "
-                       "gradient allreduce itself)", s->localsgd ? "localsgd" : s->adaptive_localsgd ? "adaptive_localsgd"
-                       : s->gradient_merge ? "gradient_merge" : s->lars ? "lars" : "lamb");
+        return fl__err(FL_EINVAL,
+                       "strategy: dgc cannot be combined with %s (DGC replaces the Momentum update and the "
+                       "gradient allreduce itself)",
+                       s->localsgd            ? "localsgd"
+                       : s->adaptive_localsgd ? "adaptive_localsgd"
+                       : s->gradient_merge    ? "gradient_merge"
+                       : s->lars              ? "lars"
+                                              : "lamb");
     const char *dt = s->amp_configs.dtype;
     static const char *const amp_dtypes[] = {"bfloat16", "bf16", "float16", "fp16"};
     int amp_ok = 0;

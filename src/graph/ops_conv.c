@@ -748,8 +748,8 @@ static int run_batch_norm(fl_kctx *c)
     FL_CHECK(fl__tensor_reshape_raw(vo, FL_FLOAT32, FL_IN(c, 4)->ndim, FL_IN(c, 4)->shape));
     FL_CHECK(fl__tensor_reshape_raw(sm, FL_FLOAT32, 1, &C));
     FL_CHECK(fl__tensor_reshape_raw(sv, FL_FLOAT32, 1, &C));
-    bn_fwd_job j = {N, C, S, x->data, y->data, scale, bias, mean_in, var_in, mo->data, vo->data, sm->data, sv->data, eps,
-                    mom, global, relu};
+    bn_fwd_job j = {N,        C,        S,        x->data,  y->data, scale, bias,   mean_in, var_in,
+                    mo->data, vo->data, sm->data, sv->data, eps,     mom,   global, relu};
     bn_fwd_range(&j, 0, C);
     return FL_OK;
 }
@@ -826,8 +826,8 @@ static int run_batch_norm_grad(fl_kctx *c)
     }
     if (ds) FL_CHECK(fl__tensor_reshape_raw(ds, FL_FLOAT32, 1, &C));
     if (db) FL_CHECK(fl__tensor_reshape_raw(db, FL_FLOAT32, 1, &C));
-    bn_grad_job j = {N, C, S, xd, dy, yd, scale, mean, inv, dx ? dx->data : NULL, ds ? ds->data : NULL,
-                     db ? db->data : NULL, global};
+    bn_grad_job j = {
+        N, C, S, xd, dy, yd, scale, mean, inv, dx ? dx->data : NULL, ds ? ds->data : NULL, db ? db->data : NULL, global};
     bn_grad_range(&j, 0, C);
     return FL_OK;
 }

@@ -71,8 +71,10 @@ int fl__opt_rehook(fl_opt *o, fl_prog *p)
     for (int i = 0; i < p->nops; i++)
         if (p->ops[i]->role == FL_ROLE_OPTIMIZE && !strcmp(p->ops[i]->def->type, o->type)) n++;
     if (!n)
-        return fl__prog_error(p, FL_EINVAL, "transpile: the program has no %s update op: call minimize with this "
-                              "optimizer first", o->type);
+        return fl__prog_error(p, FL_EINVAL,
+                              "transpile: the program has no %s update op: call minimize with this "
+                              "optimizer first",
+                              o->type);
     fl_param_grad *pairs = calloc((size_t)n, sizeof *pairs);
     if (!pairs) return fl__prog_error(p, FL_ENOMEM, "out of memory");
     fl_opt_hook_ctx hc = {p, pairs, 0, NULL, o->type};

@@ -339,8 +339,8 @@ static const fl_op_def def_gm_zero = {"gm_zero", {"Merged"}, {"MergedOut"}, fl__
 static const fl_op_def def_allreduce = {"c_allreduce", {"X"}, {"Out"}, infer_allreduce, run_allreduce, NULL};
 static const fl_op_def def_allgather = {"c_allgather", {"X"}, {"Out"}, infer_allgather, run_allgather, NULL};
 
-const fl_op_def *const fl__ops_collective[] = {&def_broadcast, &def_ar_start, &def_ar_wait, &def_sparse_ag,
-                                               &def_localsgd,  &def_gm_acc,   &def_gm_zero,  &def_allreduce,
+const fl_op_def *const fl__ops_collective[] = {&def_broadcast, &def_ar_start,  &def_ar_wait, &def_sparse_ag,
+                                               &def_localsgd,  &def_gm_acc,    &def_gm_zero, &def_allreduce,
                                                &def_alsgd,     &def_allgather, NULL};
 
 fl_var *fl__c_collective_layer(const char *type, fl_var *x, int ring_id, int nranks, const char *reduce_type)

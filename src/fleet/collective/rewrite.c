@@ -235,7 +235,10 @@ static int adaptive_localsgd(fleet_t *f, fl_prog *p, fl_opt_hook_ctx *h)
     if (step && !state) state = fl__persistable_create(p, "@ADAPTIVE_LOCALSGD@", FL_FLOAT32, 1, &four, 0.0f);
     int st = step && state ? FL_OK : fl_prog_status(p);
     if (st == FL_OK) {
-        fl_io in[5] = {{"Param", ps, n}, FL_IO1("Step", step), FL_IO1("Loss", loss), FL_IO1("LearningRate", lr),
+        fl_io in[5] = {{"Param", ps, n},
+                       FL_IO1("Step", step),
+                       FL_IO1("Loss", loss),
+                       FL_IO1("LearningRate", lr),
                        FL_IO1("State", state)};
         fl_io out[3] = {{"ParamOut", ps, n}, FL_IO1("StepOut", step), FL_IO1("StateOut", state)};
         fl_op *op = fl__op_new(p, "c_adaptive_localsgd", in, 5, out, 3);

@@ -538,8 +538,8 @@ static int run_lr_scale(fl_kctx *k)
 }
 
 static const fl_op_def def_send = {"ps_send", {"Grad", "Batch"}, {NULL}, infer_nop, run_send, NULL, scratch_free};
-static const fl_op_def def_lr_scale = {"ps_lr_scale", {"Grad", "LearningRate"}, {"GradOut"}, infer_nop, run_lr_scale,
-                                       NULL, NULL};
+static const fl_op_def def_lr_scale = {"ps_lr_scale", {"Grad", "LearningRate"}, {"GradOut"}, infer_nop, run_lr_scale, NULL,
+                                       NULL};
 static const fl_op_def def_recv = {"ps_recv", {NULL}, {"Param"}, infer_nop, run_recv, NULL, scratch_free};
 static const fl_op_def def_geo = {"ps_geo", {"Param", "Batch"}, {"ParamOut"}, infer_nop, run_geo, NULL, scratch_free};
 static const fl_op_def def_init = {"ps_init", {"Param"}, {"ParamOut"}, infer_nop, run_init, NULL};
