@@ -282,7 +282,7 @@ extern const fl_op_def *const fl__ops_seq[];    /* ops_seq.c: embedding, sequenc
 extern const fl_op_def *const fl__ops_loss[];   /* ops_loss.c */
 extern const fl_op_def *const fl__ops_metric[]; /* ops_metric.c */
 extern const fl_op_def *const fl__ops_optim[];  /* ops_optim.c */
-extern const fl_op_def *const fl__ops_conv[];   /* ops_conv.c: conv2d, pool2d, batch_norm */
+extern const fl_op_def *const fl__ops_conv[];   /* ops_conv.c: conv2d; ops_pool.c, ops_bn.c */
 extern const fl_op_def *const fl__ops_extra[];  /* ops_extra.c: matmul, fill_constant_batch_size_like */
 extern const fl_op_def *const fl__ops_math[];   /* ops_math.c: square, reduce_mean, dtype_cast */
 extern const fl_op_def *const fl__ops_amp[];    /* amp.c: cast */

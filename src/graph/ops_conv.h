@@ -1,6 +1,6 @@
 /*
- * ops_conv.h - what the image ops share between ops_conv.c (conv2d, batch_norm, and the
- * group's op table) and ops_pool.c (pool2d).  Private to those two files.
+ * ops_conv.h - what the image ops share between ops_conv.c (conv2d and the group's op
+ * table), ops_pool.c (pool2d) and ops_bn.c (batch_norm).  Private to those files.
  */
 #ifndef FL_OPS_CONV_H
 #define FL_OPS_CONV_H
@@ -14,7 +14,32 @@ int fl__conv_need_nchw(fl_op *op, const char *attr, const fl_var *x);
  * or well formed, -1 otherwise. */
 int fl__conv_attr2(const fl_op *op, const char *name, int64_t def, int64_t v[2]);
 
+/* Layer activations: relu, tanh and sigmoid (codes up to ACT_SIGMOID) can be fused into an
+ * op; the others are appended as their own op. */
+enum { ACT_NONE = 0, ACT_RELU, ACT_TANH, ACT_SIGMOID, ACT_POST_SOFTMAX, ACT_POST_SOFTSIGN };
+/* ACT_* code of a layer's act string (NULL, "", "none", "linear": ACT_NONE); -1 if unknown. */
+int fl__conv_act_code(const char *a);
+/* Layer tail: activations that are not fused become their own op (as fluid's
+ * append_activation); y (NULL passes through) for ACT_NONE. */
+fl_var *fl__conv_post_act(fl_var *y, int a);
+/* Sum of r[0..n) in 16 float lanes the compiler vectorises (a single running sum is one
+ * dependent add per element), then added up in double. */
+static inline double fl__conv_lane_sum(const float *restrict r, int64_t n)
+{
+    enum { L = 16 };
+    float acc[L] = {0};
+    int64_t i = 0;
+    for (; i + L <= n; i += L)
+        for (int l = 0; l < L; l++) acc[l] += r[i + l];
+    double s = 0.0;
+    for (; i < n; i++) s += r[i];
+    for (int l = 0; l < L; l++) s += acc[l];
+    return s;
+}
+
 /* ops_pool.c: pool2d and its gradient, listed in fl__ops_conv. */
 extern const fl_op_def fl__def_pool2d, fl__def_pool2d_grad;
+/* ops_bn.c: batch_norm and its gradient, listed in fl__ops_conv. */
+extern const fl_op_def fl__def_batch_norm, fl__def_batch_norm_grad;
 
 #endif

@@ -1,0 +1,375 @@
+/*
+ * ops_bn.c - batch_norm (with a fused relu) and its gradient and layer builder, following
+ * Paddle's fluid op (NCHW); part of the "conv" op group (listed in ops_conv.c's
+ * fl__ops_conv).  The per-channel sums run in float lanes the compiler vectorises, added
+ * up in double.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ops_conv.h"
+
+enum { LANES = 16 };
+
+/* Sum of (r[i] - m)^2 in LANES float lanes (vectorised; one running sum would be a chain
+ * of dependent adds, four cycles each), added up in double. */
+static double lane_sq_dev(const float *restrict r, int64_t n, float m)
+{
+    float acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] += (r[i + l] - m) * (r[i + l] - m);
+    double s = 0.0;
+    for (; i < n; i++) s += (double)((r[i] - m) * (r[i] - m));
+    for (int l = 0; l < LANES; l++) s += acc[l];
+    return s;
+}
+
+/* *sb += sum g, *ss += sum g * (r - m) over n elements in LANES lanes, where g is dy, or
+ * dy masked by y > 0 when y is given (relu fused). */
+static void lane_grad_sums(const float *restrict r, const float *restrict dy, const float *restrict y, int64_t n, float m,
+                           double *sb, double *ss)
+{
+    float ab[LANES] = {0}, as[LANES] = {0};
+    int64_t i = 0;
+    if (y)
+        for (; i + LANES <= n; i += LANES)
+            for (int l = 0; l < LANES; l++) {
+                const float g = y[i + l] > 0.0f ? dy[i + l] : 0.0f;
+                ab[l] += g;
+                as[l] += g * (r[i + l] - m);
+            }
+    else
+        for (; i + LANES <= n; i += LANES)
+            for (int l = 0; l < LANES; l++) {
+                ab[l] += dy[i + l];
+                as[l] += dy[i + l] * (r[i + l] - m);
+            }
+    double b = 0.0, s = 0.0;
+    for (; i < n; i++) {
+        const float g = !y || y[i] > 0.0f ? dy[i] : 0.0f;
+        b += g;
+        s += (double)(g * (r[i] - m));
+    }
+    for (int l = 0; l < LANES; l++) b += ab[l], s += as[l];
+    *sb += b;
+    *ss += s;
+}
+
+/* Paddle's batch_norm over axis 1 of X [N, C, ...] (rank 2 to 5; statistics over N and the
+ * trailing dims).  Inputs X, Scale, Bias, Mean, Variance (the moving statistics); outputs
+ * Y, MeanOut, VarianceOut (the same variables as Mean / Variance: updated in place),
+ * SavedMean, SavedVariance (the batch mean and the inverse std 1/sqrt(var + eps), for the
+ * gradient).  Training: batch statistics, variance biased (divided by N*S) as Paddle, and
+ * moving = moving*momentum + batch*(1 - momentum).  is_test or use_global_stats: the
+ * moving statistics normalise, nothing is updated, Saved* hold them (so the gradient then
+ * is the one of a fixed affine map).  Attributes momentum, epsilon, is_test,
+ * use_global_stats, data_layout, and Paddle's fuse_with_relu: Y = relu(normalised X) in the
+ * same pass (fl_layer_batch_norm(..., "relu") sets it instead of appending a relu op: one
+ * pass over the activations less each way, and no pre-activation tensor). */
+static int infer_batch_norm(fl_op *op)
+{
+    FL_CHECK(fl__op_check_slots(op));
+    fl_var *x = op->in[0].vars[0];
+    FL_CHECK(fl__op_need_f32(op, x));
+    FL_CHECK(fl__conv_need_nchw(op, "data_layout", x));
+    char xs[96];
+    fl__shape_str(x, xs, sizeof xs);
+    if (x->ndim < 2 || x->ndim > 5)
+        return fl__op_error(op, "input '%s' must have rank 2 to 5 ([N, C] or NCHW), is %s", x->name, xs);
+    int64_t C = x->shape[1];
+    for (int s = 1; s < 5; s++) {
+        fl_var *v = op->in[s].vars[0];
+        FL_CHECK(fl__op_need_f32(op, v));
+        if (C > 0 && fl__dims_prod(v->shape, 0, v->ndim) != C)
+            return fl__op_error(op, "%s '%s' must have %lld elements (channels of input '%s' %s)", op->def->in_names[s],
+                                v->name, (long long)C, x->name, xs);
+    }
+    double eps = fl__attr_f(op, "epsilon", 1e-5), mom = fl__attr_f(op, "momentum", 0.9);
+    if (!((float)eps >= 0.0f && (float)eps <= 0.001f) || !(mom >= 0.0 && mom <= 1.0)) /* Paddle: float compare */
+        return fl__op_error(op, "epsilon %g must be in [0, 0.001] and momentum %g in [0, 1] (input '%s')", eps, mom,
+                            x->name);
+    fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, x->ndim, x->shape);
+    op->out[0].vars[0]->lod_level = x->lod_level;
+    for (int s = 1; s < 5; s++) {
+        fl_var *v = op->out[s].vars[0];
+        if (!v->persistable) fl__var_set_shape(v, FL_FLOAT32, 1, &C);
+    }
+    return FL_OK;
+}
+
+/* Run-time layout [N, C, S] of X, with Scale .. Variance checked to hold C values. */
+static int bn_dims(fl_kctx *c, int64_t *n, int64_t *ch, int64_t *s, int nparam)
+{
+    FL_CHECK(fl__kctx_dense_f32(c, 0));
+    const fl_tensor *x = FL_IN(c, 0);
+    if (x->ndim < 2 || x->ndim > 5)
+        return fl__err(FL_EINVAL, "%s: input '%s' must have rank 2 to 5, has %d", c->op->def->type,
+                       fl__kctx_var_name(c, 0, 0), x->ndim);
+    *n = x->shape[0], *ch = x->shape[1], *s = fl__dims_prod(x->shape, 2, x->ndim);
+    for (int k = 1; k <= nparam; k++) {
+        FL_CHECK(fl__kctx_dense_f32(c, k));
+        if (FL_IN(c, k)->numel != *ch)
+            return fl__err(FL_EINVAL, "%s: '%s' has %lld values, input '%s' has %lld channels", c->op->def->type,
+                           fl__kctx_var_name(c, k, 0), (long long)FL_IN(c, k)->numel, fl__kctx_var_name(c, 0, 0),
+                           (long long)*ch);
+    }
+    return FL_OK;
+}
+
+/* batch_norm over channels [lo, hi). */
+typedef struct {
+    int64_t N, C, S;
+    const float *x;
+    float *y;
+    const float *scale, *bias, *mean_in, *var_in;
+    float *mout, *vout, *smd, *svd;
+    float eps, mom;
+    int global, relu;
+} bn_fwd_job;
+
+static void bn_fwd_range(void *arg, int64_t lo, int64_t hi)
+{
+    const bn_fwd_job *j = arg;
+    const int64_t N = j->N, C = j->C, S = j->S;
+    const float *xd = j->x, *mean_in = j->mean_in, *var_in = j->var_in;
+    const float mom = j->mom;
+    for (int64_t ch = lo; ch < hi; ch++) {
+        double mean, var;
+        if (j->global) {
+            mean = mean_in[ch], var = var_in[ch];
+        } else {
+            double s1 = 0.0, s2 = 0.0;
+            for (int64_t n = 0; n < N; n++) s1 += fl__conv_lane_sum(xd + (n * C + ch) * S, S);
+            mean = s1 / (double)(N * S);
+            const float m = (float)mean;
+            for (int64_t n = 0; n < N; n++) s2 += lane_sq_dev(xd + (n * C + ch) * S, S, m);
+            var = s2 / (double)(N * S);
+        }
+        float inv = (float)(1.0 / sqrt(var + j->eps));
+        j->smd[ch] = (float)mean;
+        j->svd[ch] = inv;
+        j->mout[ch] = j->global ? mean_in[ch] : mean_in[ch] * mom + (float)mean * (1.0f - mom);
+        j->vout[ch] = j->global ? var_in[ch] : var_in[ch] * mom + (float)var * (1.0f - mom);
+        const float a = j->scale[ch] * inv, b = j->bias[ch] - (float)mean * a;
+        for (int64_t n = 0; n < N; n++) {
+            const float *restrict r = xd + (n * C + ch) * S;
+            float *restrict o = j->y + (n * C + ch) * S;
+            if (j->relu)
+                for (int64_t i = 0; i < S; i++) o[i] = r[i] * a + b > 0.0f ? r[i] * a + b : 0.0f;
+            else
+                for (int64_t i = 0; i < S; i++) o[i] = r[i] * a + b;
+        }
+    }
+}
+
+static int run_batch_norm(fl_kctx *c)
+{
+    int64_t N, C, S;
+    FL_CHECK(bn_dims(c, &N, &C, &S, 4));
+    fl_tensor *x = FL_IN(c, 0), *y = FL_OUT(c, 0);
+    const float *scale = FL_IN(c, 1)->data, *bias = FL_IN(c, 2)->data;
+    const float *mean_in = FL_IN(c, 3)->data, *var_in = FL_IN(c, 4)->data;
+    float eps = (float)fl__attr_f(c->op, "epsilon", 1e-5), mom = (float)fl__attr_f(c->op, "momentum", 0.9);
+    int global = fl__attr_i(c->op, "is_test", 0) || fl__attr_i(c->op, "use_global_stats", 0);
+    int relu = fl__attr_i(c->op, "fuse_with_relu", 0) != 0;
+    if (!global && N * S == 0)
+        return fl__err(FL_EINVAL, "batch_norm: input '%s' is empty: no batch statistics", fl__kctx_var_name(c, 0, 0));
+    FL_CHECK(fl__tensor_reshape_raw(y, FL_FLOAT32, x->ndim, x->shape));
+    FL_CHECK(fl__tensor_share_lod(y, x));
+    fl_tensor *mo = FL_OUT(c, 1), *vo = FL_OUT(c, 2), *sm = FL_OUT(c, 3), *sv = FL_OUT(c, 4);
+    /* MeanOut / VarianceOut are normally the input tensors themselves: same shape, no
+     * reallocation, updated element by element below */
+    FL_CHECK(fl__tensor_reshape_raw(mo, FL_FLOAT32, FL_IN(c, 3)->ndim, FL_IN(c, 3)->shape));
+    FL_CHECK(fl__tensor_reshape_raw(vo, FL_FLOAT32, FL_IN(c, 4)->ndim, FL_IN(c, 4)->shape));
+    FL_CHECK(fl__tensor_reshape_raw(sm, FL_FLOAT32, 1, &C));
+    FL_CHECK(fl__tensor_reshape_raw(sv, FL_FLOAT32, 1, &C));
+    bn_fwd_job j = {N,        C,        S,        x->data,  y->data, scale, bias,   mean_in, var_in,
+                    mo->data, vo->data, sm->data, sv->data, eps,     mom,   global, relu};
+    bn_fwd_range(&j, 0, C);
+    return FL_OK;
+}
+
+/* batch_norm_grad over channels [lo, hi). */
+typedef struct {
+    int64_t N, C, S;
+    const float *x, *dy, *y, *scale, *mean, *inv;
+    float *dx, *ds, *db;
+    int global;
+} bn_grad_job;
+
+static void bn_grad_range(void *arg, int64_t lo, int64_t hi)
+{
+    const bn_grad_job *j = arg;
+    const int64_t N = j->N, C = j->C, S = j->S;
+    const float *xd = j->x, *dy = j->dy, *yd = j->y;
+    const double M = (double)(N * S);
+    for (int64_t ch = lo; ch < hi; ch++) {
+        const float m = j->mean[ch], iv = j->inv[ch];
+        double sb = 0.0, ss = 0.0;
+        for (int64_t n = 0; n < N; n++) {
+            const int64_t at = (n * C + ch) * S;
+            lane_grad_sums(xd + at, dy + at, yd ? yd + at : NULL, S, m, &sb, &ss);
+        }
+        ss *= iv; /* sum dy * xh */
+        if (j->ds) j->ds[ch] = (float)ss;
+        if (j->db) j->db[ch] = (float)sb;
+        if (!j->dx) continue;
+        const float k = j->scale[ch] * iv;
+        const float kb = j->global || M == 0 ? 0.0f : (float)(sb / M), ks = j->global || M == 0 ? 0.0f : (float)(ss / M);
+        for (int64_t n = 0; n < N; n++) {
+            const float *restrict r = xd + (n * C + ch) * S, *restrict g = dy + (n * C + ch) * S;
+            float *restrict o = j->dx + (n * C + ch) * S;
+            if (yd) {
+                const float *restrict yr = yd + (n * C + ch) * S;
+                for (int64_t i = 0; i < S; i++) o[i] = k * ((yr[i] > 0.0f ? g[i] : 0.0f) - kb - (r[i] - m) * iv * ks);
+            } else {
+                for (int64_t i = 0; i < S; i++) o[i] = k * (g[i] - kb - (r[i] - m) * iv * ks);
+            }
+        }
+    }
+}
+
+/* Grad op: inputs X, Scale, SavedMean, SavedVariance (inverse std), Y@GRAD, and Y with
+ * fuse_with_relu (dy is taken as 0 where Y is 0: relu_grad in the same pass); outputs
+ * X@GRAD, Scale@GRAD, Bias@GRAD (as requested).  With xh = (x - mean) * inv, M = N*S:
+ *   dBias = sum dy, dScale = sum dy * xh,
+ *   dX = scale * inv / M * (M dy - dBias - xh dScale)   (training: the batch statistics
+ *        depend on X), or scale * inv * dy (is_test / use_global_stats). */
+static int run_batch_norm_grad(fl_kctx *c)
+{
+    int64_t N, C, S;
+    FL_CHECK(bn_dims(c, &N, &C, &S, 3));
+    FL_CHECK(fl__kctx_dense_f32(c, 4));
+    fl_tensor *x = FL_IN(c, 0), *dyt = FL_IN(c, 4), *dx = FL_OUT(c, 0), *ds = FL_OUT(c, 1), *db = FL_OUT(c, 2);
+    if (dyt->numel != x->numel)
+        return fl__err(FL_EINVAL, "batch_norm_grad: gradient '%s' has %lld elements, input '%s' %lld",
+                       fl__kctx_var_name(c, 4, 0), (long long)dyt->numel, fl__kctx_var_name(c, 0, 0), (long long)x->numel);
+    const float *xd = x->data, *dy = dyt->data, *scale = FL_IN(c, 1)->data, *mean = FL_IN(c, 2)->data,
+                *inv = FL_IN(c, 3)->data;
+    int global = fl__attr_i(c->op, "is_test", 0) || fl__attr_i(c->op, "use_global_stats", 0);
+    const float *yd = NULL; /* fuse_with_relu: Y, whose zeros stop the gradient */
+    if (fl__attr_i(c->op, "fuse_with_relu", 0)) {
+        const fl_tensor *yt = FL_IN(c, 5);
+        if (!yt || yt->dtype != FL_FLOAT32 || yt->numel != x->numel)
+            return fl__err(FL_EINVAL, "batch_norm_grad: fuse_with_relu needs Y, float32 of %lld elements (input '%s')",
+                           (long long)x->numel, fl__kctx_var_name(c, 0, 0));
+        yd = yt->data;
+    }
+    if (dx) {
+        FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, x->ndim, x->shape));
+        FL_CHECK(fl__tensor_share_lod(dx, x));
+    }
+    if (ds) FL_CHECK(fl__tensor_reshape_raw(ds, FL_FLOAT32, 1, &C));
+    if (db) FL_CHECK(fl__tensor_reshape_raw(db, FL_FLOAT32, 1, &C));
+    bn_grad_job j = {
+        N, C, S, xd, dy, yd, scale, mean, inv, dx ? dx->data : NULL, ds ? ds->data : NULL, db ? db->data : NULL, global};
+    bn_grad_range(&j, 0, C);
+    return FL_OK;
+}
+
+static int grad_batch_norm(fl_op *op, fl_grad_ctx *g)
+{
+    fl_var *dy = fl__grad_of(g, op->out[0].vars[0]);
+    if (!dy) return FL_OK;
+    fl_var *gv[3] = {fl__grad_for(g, op->in[0].vars[0]), fl__grad_for(g, op->in[1].vars[0]),
+                     fl__grad_for(g, op->in[2].vars[0])};
+    static const char *const names[3] = {"X@GRAD", "Scale@GRAD", "Bias@GRAD"};
+    fl_io o[3];
+    int no = 0;
+    for (int i = 0; i < 3; i++)
+        if (gv[i]) o[no++] = (fl_io){names[i], &gv[i], 1};
+    if (!no) return FL_OK;
+    fl_io in[6] = {FL_IO1("X", op->in[0].vars[0]),
+                   FL_IO1("Scale", op->in[1].vars[0]),
+                   FL_IO1("SavedMean", op->out[3].vars[0]),
+                   FL_IO1("SavedVariance", op->out[4].vars[0]),
+                   FL_IO1("Y@GRAD", dy),
+                   FL_IO1("Y", op->out[0].vars[0])};
+    return fl__grad_append(op, "batch_norm_grad", in, fl__attr_i(op, "fuse_with_relu", 0) ? 6 : 5, o, no);
+}
+
+const fl_op_def fl__def_batch_norm = {"batch_norm",
+                                      {"X", "Scale", "Bias", "Mean", "Variance"},
+                                      {"Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"},
+                                      infer_batch_norm,
+                                      run_batch_norm,
+                                      grad_batch_norm,
+                                      NULL};
+const fl_op_def fl__def_batch_norm_grad = {"batch_norm_grad",
+                                           {"X", "Scale", "SavedMean", "SavedVariance", "Y@GRAD", "Y"},
+                                           {"X@GRAD", "Scale@GRAD", "Bias@GRAD"},
+                                           fl__infer_nop,
+                                           run_batch_norm_grad,
+                                           NULL,
+                                           NULL};
+
+/* Moving statistic: an existing persistable [C] variable of that name is shared. */
+static fl_var *bn_moving(fl_prog *p, const char *name, int64_t C, float init, const fl_var *x)
+{
+    fl_var *v = fl_prog_var(p, name);
+    if (!v) return fl__persistable_create(p, name, FL_FLOAT32, 1, &C, init);
+    if (v->persistable && v->dtype == FL_FLOAT32 && fl__dims_prod(v->shape, 0, v->ndim) == C) return v;
+    char vs[96];
+    fl__shape_str(v, vs, sizeof vs);
+    fl__prog_error(p, FL_EINVAL,
+                   "batch_norm: moving statistic '%s' %s cannot be shared with input '%s' of %lld "
+                   "channels (needs a persistable float32 [%lld])",
+                   name, vs, x->name, (long long)C, (long long)C);
+    return NULL;
+}
+
+fl_var *fl_layer_batch_norm(fl_var *input, const char *act, int is_test, float momentum, float epsilon,
+                            const fl_batch_norm_attr *attr)
+{
+    fl_prog *p = fl__prog_of(&input, 1);
+    if (!p || p->status != FL_OK) return NULL;
+    fl_batch_norm_attr none;
+    memset(&none, 0, sizeof none);
+    if (!attr) attr = &none;
+    char xs[96];
+    fl__shape_str(input, xs, sizeof xs);
+    int a = fl__conv_act_code(act);
+    if (input->ndim < 2 || input->ndim > 5 || input->shape[1] <= 0 || a < 0) {
+        fl__prog_error(p, FL_EINVAL,
+                       "batch_norm: input '%s' %s must have rank 2 to 5 with a known channel count "
+                       "(dim 1), and act '%s' must be relu, tanh, sigmoid, softmax, softsign or NULL",
+                       input->name, xs, act ? act : "NULL");
+        return NULL;
+    }
+    int64_t C = input->shape[1];
+    char base[128], nm[4][192];
+    fl__unique_name(p, "batch_norm", base, sizeof base);
+    const char *given[4] = {attr->scale.name, attr->bias.name, attr->moving_mean_name, attr->moving_variance_name};
+    static const char *const suffix[4] = {"w_0", "b_0", "w_1", "w_2"}; /* Paddle's names */
+    for (int i = 0; i < 4; i++) {
+        if (given[i]) snprintf(nm[i], sizeof nm[i], "%s", given[i]);
+        else snprintf(nm[i], sizeof nm[i], "%s.%s", base, suffix[i]);
+    }
+    fl_var *v[5];
+    v[0] = input;
+    if (!(v[1] = fl__param_create(p, nm[0], 1, &C, &attr->scale, fl_init_constant(1.0f), 0, 0)) ||
+        !(v[2] = fl__param_create(p, nm[1], 1, &C, &attr->bias, fl_init_constant(0.0f), 0, 0)) ||
+        !(v[3] = bn_moving(p, nm[2], C, 0.0f, input)) || !(v[4] = bn_moving(p, nm[3], C, 1.0f, input)))
+        return NULL;
+    fl_var *sm = fl__tmp_var(p, base, FL_FLOAT32, 1, &C), *sv = sm ? fl__tmp_var(p, base, FL_FLOAT32, 1, &C) : NULL;
+    fl_var *y = sv ? fl__tmp_var(p, base, FL_FLOAT32, input->ndim, input->shape) : NULL;
+    if (!y) return NULL;
+    sm->stop_gradient = sv->stop_gradient = 1;
+    static const char *const in_names[5] = {"X", "Scale", "Bias", "Mean", "Variance"};
+    static const char *const out_names[5] = {"Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"};
+    fl_var *ov[5] = {y, v[3], v[4], sm, sv};
+    fl_io ins[5], outs[5];
+    for (int i = 0; i < 5; i++) {
+        ins[i] = (fl_io){in_names[i], &v[i], 1};
+        outs[i] = (fl_io){out_names[i], &ov[i], 1};
+    }
+    fl_op *op = fl__op_new(p, "batch_norm", ins, 5, outs, 5);
+    if (!op || fl__attr_set_f(op, "momentum", momentum) || fl__attr_set_f(op, "epsilon", epsilon) ||
+        fl__attr_set_i(op, "is_test", is_test != 0) ||
+        fl__attr_set_i(op, "use_global_stats", attr->use_global_stats != 0) || fl__attr_set_s(op, "data_layout", "NCHW") ||
+        (a == ACT_RELU && fl__attr_set_i(op, "fuse_with_relu", 1)) || fl__op_finish(op))
+        return NULL;
+    return a == ACT_RELU ? y : fl__conv_post_act(y, a);
+}
