@@ -261,9 +261,10 @@ TEST(cosine_decay_follows_paddle)
 
 TEST(registry_rows_and_options)
 {
-    const char *want[] = {"ctr_dnn", "deepfm", "wide_deep", "simnet_bow", "word2vec", "resnet", "vgg", "transformer"};
-    CHECK_EQ_INT(fl_app_count(), 7);
-    for (int i = 0; i < 7; i++) CHECK(fl_app_at(i) == fl_app_find(want[i]));
+    const char *want[] = {"ctr_dnn", "deepfm",      "wide_deep", "simnet_bow", "word2vec",
+                          "resnet",  "vgg", "transformer", "bert"};
+    CHECK_EQ_INT(fl_app_count(), 9);
+    for (int i = 0; i < 9; i++) CHECK(fl_app_at(i) == fl_app_find(want[i]));
     CHECK_EQ_INT(fl_app_find("simnet_bow")->kind, FL_APP_SPARSE);
     CHECK_EQ_INT(fl_app_find("word2vec")->kind, FL_APP_SPARSE);
     CHECK(fl_app_find("nope") == NULL);
@@ -472,7 +473,7 @@ TEST(cli_errors_are_clear)
     char *o = run_rc("e1", 20, &rc, "%s/tools/fleet-lightning train --model nope --train_data x", BIN);
     CHECK_EQ_INT(rc, 2);
     CHECK_STR_HAS(o, "unknown model 'nope' (models: ctr_dnn, deepfm, wide_deep, simnet_bow, word2vec, resnet, vgg, "
-                     "transformer)");
+                     "transformer, bert)");
     free(o);
     o = run_rc("e2", 20, &rc, "%s/tools/fleet-lightning train --model deepfm --train_data x --lr fast", BIN);
     CHECK_EQ_INT(rc, 2);
