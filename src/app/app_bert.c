@@ -14,6 +14,7 @@
 typedef struct {
     const fl_app_config *c;
     fl_model_bert_reader *r;
+    int nranks;
     int64_t vocab_size;
     int64_t planned_epoch; /* the pass begun (-1: none) */
 } bert_reader;
@@ -101,6 +102,7 @@ int fl__app_bert_open(const fl_app_config *c, const char *dir, int train, int ra
     if (!r) return fl__err(FL_ENOMEM, "bert reader: out of memory");
     r->c = c;
     r->planned_epoch = -1;
+    r->nranks = train ? nranks : 1;
     int s = open_reader(c, dir, train, rank, nranks, r);
     if (s != FL_OK) {
         fl__app_bert_close(r);
@@ -118,10 +120,16 @@ static int begin(bert_reader *r, int epoch)
     return FL_OK;
 }
 
+/* Steps of a pass: the same on every rank (the shortest share; one rank: every batch). */
+static int64_t steps(bert_reader *r)
+{
+    return r->nranks > 1 ? fl_model_bert_reader_total_batches(r->r) / r->nranks : fl_model_bert_reader_num_batches(r->r);
+}
+
 int64_t fl__app_bert_steps(void *p, int batch_size)
 {
     bert_reader *r = p;
-    return begin(r, 0) == FL_OK ? fl_model_bert_reader_num_batches(r->r) : 1;
+    return begin(r, 0) == FL_OK ? steps(r) : 1;
 }
 
 int fl__app_bert_threads(void *p) { return 1; }
@@ -136,11 +144,11 @@ int fl__app_bert_pass(void *p, fl_exe *e, fl_prog *prog, int train, int thread, 
     FL_CHECK(begin(r, epoch));
     r->planned_epoch = -1; /* the next pass begins anew */
     double t0 = fl__now(), loss = 0, mlm = 0, nsp = 0;
-    int64_t masked = 0, nb = fl_model_bert_reader_num_batches(r->r);
+    int64_t masked = 0, nb = steps(r);
     fl_model_bert_batch b;
     memset(&b, 0, sizeof b);
-    int st = FL_OK, got;
-    while (st == FL_OK && (got = fl_model_bert_reader_next(r->r, &b)) == 1) {
+    int st = FL_OK, got = 0;
+    while (st == FL_OK && out->batches < nb && (got = fl_model_bert_reader_next(r->r, &b)) == 1) {
         fl_tensor *res[2] = {NULL, NULL};
         st = fl_exe_run(e, prog, b.feed, 7, fetch, nfetch, res);
         if (st != FL_OK) break;
