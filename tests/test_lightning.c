@@ -261,8 +261,8 @@ TEST(cosine_decay_follows_paddle)
 
 TEST(registry_rows_and_options)
 {
-    const char *want[] = {"ctr_dnn", "deepfm",      "wide_deep", "simnet_bow", "word2vec",
-                          "resnet",  "vgg", "transformer", "bert"};
+    const char *want[] = {"ctr_dnn", "deepfm", "wide_deep",   "simnet_bow", "word2vec",
+                          "resnet",  "vgg",    "transformer", "bert"};
     CHECK_EQ_INT(fl_app_count(), 9);
     for (int i = 0; i < 9; i++) CHECK(fl_app_at(i) == fl_app_find(want[i]));
     CHECK_EQ_INT(fl_app_find("simnet_bow")->kind, FL_APP_SPARSE);

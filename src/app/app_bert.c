@@ -211,7 +211,8 @@ static int on_batch(void *user, fl_tensor **res, int nfetch, int n)
     for (int i = 0; i < n; i++)
         if (lab[i] >= 0 && lab[i] < v->vocab) v->count[lab[i]]++;
     if (v->out)
-        fprintf(v->out, "batch %lld: %lld examples, %d masked tokens, masked-LM accuracy %.4f, next-sentence accuracy %.4f\n",
+        fprintf(v->out,
+                "batch %lld: %lld examples, %d masked tokens, masked-LM accuracy %.4f, next-sentence accuracy %.4f\n",
                 (long long)v->batches, (long long)fl_tensor_shape(res[6])[0], n, a[0], a[1]);
     return FL_OK;
 }

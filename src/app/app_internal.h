@@ -101,8 +101,8 @@ int fl__app_translation_vocabs(const fl_app_config *c, const char *what, const c
 int fl__app_bert_config(const fl_app_config *c, fl_model_bert_config *out);
 int fl__app_bert_open(const fl_app_config *c, const char *dir, int train, int rank, int nranks, fl_var *const *feeds,
                       int nfeeds, void **st);
-int fl__app_bert_pass(void *st, fl_exe *e, fl_prog *p, int train, int thread, const char *const *fetch, int nfetch, int epoch,
-                      app_pass *out, app_batch_fn fn, void *user);
+int fl__app_bert_pass(void *st, fl_exe *e, fl_prog *p, int train, int thread, const char *const *fetch, int nfetch,
+                      int epoch, app_pass *out, app_batch_fn fn, void *user);
 void fl__app_bert_close(void *st);
 int64_t fl__app_bert_steps(void *st, int batch_size);
 int fl__app_bert_threads(void *st);
