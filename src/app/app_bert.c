@@ -22,7 +22,13 @@ typedef struct {
 int fl__app_bert_config(const fl_app_config *c, fl_model_bert_config *out)
 {
     *out = fl_model_bert_default();
-    if (c->bert_config[0]) return fl_model_bert_config_load(c->bert_config, out);
+    if (c->bert_config[0]) {
+        FL_CHECK(fl_model_bert_config_load(c->bert_config, out));
+        if (c->max_length > out->max_position_embeddings)
+            return fl__err(FL_EINVAL, "option max_length: %d is above max_position_embeddings %d of bert_config '%s'",
+                           c->max_length, out->max_position_embeddings, c->bert_config);
+        return FL_OK;
+    }
     if (c->d_model != c->n_head * (c->d_model / c->n_head))
         return fl__err(FL_EINVAL, "option d_model: %d is not a multiple of n_head %d", c->d_model, c->n_head);
     out->num_hidden_layers = c->n_layer;
