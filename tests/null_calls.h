@@ -331,6 +331,7 @@ static long long nc_fl_model_bert_reader_free(void *h) { (void)h; fl_model_bert_
 static long long nc_fl_model_bert_reader_num_lines(void *h) { (void)h; return (long long)fl_model_bert_reader_num_lines((const fl_model_bert_reader *){0}); }
 static long long nc_fl_model_bert_reader_begin(void *h) { (void)h; return (long long)fl_model_bert_reader_begin((fl_model_bert_reader *){0}, (int){0}); }
 static long long nc_fl_model_bert_reader_num_batches(void *h) { (void)h; return (long long)fl_model_bert_reader_num_batches((const fl_model_bert_reader *){0}); }
+static long long nc_fl_model_bert_reader_total_batches(void *h) { (void)h; return (long long)fl_model_bert_reader_total_batches((const fl_model_bert_reader *){0}); }
 static long long nc_fl_model_bert_reader_next(void *h) { (void)h; return (long long)fl_model_bert_reader_next((fl_model_bert_reader *){0}, (fl_model_bert_batch *){0}); }
 static long long nc_fl_model_bert_batch_clear(void *h) { (void)h; fl_model_bert_batch_clear((fl_model_bert_batch *){0}); return 0; }
 static long long nc_fl_model_simnet_default(void *h) { (void)h; return 0; }
@@ -808,6 +809,7 @@ static const nc_row nc_rows[] = {
     {"fl_model_bert_reader_num_lines", "models.h", NC_VAL, 0, nc_fl_model_bert_reader_num_lines},
     {"fl_model_bert_reader_begin", "models.h", NC_ERR, 0, nc_fl_model_bert_reader_begin},
     {"fl_model_bert_reader_num_batches", "models.h", NC_VAL, 0, nc_fl_model_bert_reader_num_batches},
+    {"fl_model_bert_reader_total_batches", "models.h", NC_VAL, 0, nc_fl_model_bert_reader_total_batches},
     {"fl_model_bert_reader_next", "models.h", NC_ERR, 0, nc_fl_model_bert_reader_next},
     {"fl_model_bert_batch_clear", "models.h", NC_SAFE, 0, nc_fl_model_bert_batch_clear},
     {"fl_model_simnet_default", "models.h", NC_SKIP, 0, nc_fl_model_simnet_default},

@@ -261,7 +261,8 @@ TEST(cosine_decay_follows_paddle)
 
 TEST(registry_rows_and_options)
 {
-    const char *want[] = {"ctr_dnn", "deepfm", "wide_deep", "simnet_bow", "word2vec", "resnet", "vgg", "transformer"};
+    const char *want[] = {"ctr_dnn", "deepfm", "wide_deep",   "simnet_bow", "word2vec",
+                          "resnet",  "vgg",    "transformer", "bert"};
     int n = (int)(sizeof want / sizeof *want);
     CHECK_EQ_INT(fl_app_count(), n);
     for (int i = 0; i < n; i++) CHECK(fl_app_at(i) == fl_app_find(want[i]));
@@ -473,7 +474,7 @@ TEST(cli_errors_are_clear)
     char *o = run_rc("e1", 20, &rc, "%s/tools/fleet-lightning train --model nope --train_data x", BIN);
     CHECK_EQ_INT(rc, 2);
     CHECK_STR_HAS(o, "unknown model 'nope' (models: ctr_dnn, deepfm, wide_deep, simnet_bow, word2vec, resnet, vgg, "
-                     "transformer)");
+                     "transformer, bert)");
     free(o);
     o = run_rc("e2", 20, &rc, "%s/tools/fleet-lightning train --model deepfm --train_data x --lr fast", BIN);
     CHECK_EQ_INT(rc, 2);

@@ -120,6 +120,11 @@ typedef struct {
     int warmup_steps, weight_sharing, pool_size;
     int beam_size, max_out_len;
     double alpha;
+    /* BERT (fleet/models.h "BERT pre-training"): bert_config.json giving the shape (empty:
+     * n_layer, n_head, d_model, d_inner_hid, dropout, max_length of the options); Adam's
+     * decoupled weight decay (layer norms and biases excluded) */
+    char bert_config[FL_APP_PATH];
+    double weight_decay;
 } fl_app_config;
 
 typedef struct fl_app_net {

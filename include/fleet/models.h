@@ -446,6 +446,9 @@ FL_API int64_t fl_model_bert_reader_num_lines(const fl_model_bert_reader *r);
 FL_API int fl_model_bert_reader_begin(fl_model_bert_reader *r, int epoch);
 /* Batches of this rank in the pass begun. */
 FL_API int64_t fl_model_bert_reader_num_batches(const fl_model_bert_reader *r);
+/* Batches of every rank together in the pass begun (collective training runs
+ * total / nranks steps on each rank, so that every rank makes the same allreduces). */
+FL_API int64_t fl_model_bert_reader_total_batches(const fl_model_bert_reader *r);
 /* The next batch of this rank: 1, 0 at the end of the pass, < 0 on error.  Waits for the
  * threads at most 600 s (FL_ETIMEDOUT).  One caller thread. */
 FL_API int fl_model_bert_reader_next(fl_model_bert_reader *r, fl_model_bert_batch *b);

@@ -292,6 +292,55 @@ static fl_opt *transformer_optimizer(fl_app_net *net, const fl_app_config *c)
     return fl_model_transformer_optimizer(net->prog, &tc, (float)c->lr, c->warmup_steps, (float)c->clip_norm);
 }
 
+/* BERT pre-training: the shape of bert_config (else of the options: BERT-base by default);
+ * predict is the [2] pair of the batch's masked-LM and next-sentence accuracies (the
+ * "bert_acc" metric); batch_size counts examples. */
+static void bert_defaults(fl_app_config *c)
+{
+    SET(c->optimizer, "adam");
+    c->lr = 1e-4;
+    c->batch_size = 32;
+    c->epochs = 1;
+    c->thread = 1;
+    c->n_layer = 12;
+    c->n_head = 12;
+    c->d_model = 768;
+    c->d_inner_hid = 3072;
+    c->max_length = 512;
+    c->dropout = 0.1;
+    c->warmup_steps = 100;
+    c->weight_decay = 0.01;
+}
+
+static int bert_build(fl_app_net *net, const fl_app_config *c, int is_distributed)
+{
+    fl_model_bert_config bc;
+    FL_CHECK(fl__app_bert_config(c, &bc));
+    fl_model_bert m;
+    FL_CHECK(fl_model_bert_build(net->prog, &bc, &m));
+    memcpy(net->feeds, m.feeds, (size_t)m.nfeeds * sizeof m.feeds[0]);
+    net->nfeeds = m.nfeeds;
+    fl_var *acc[2] = {m.mlm_acc, m.nsp_acc};
+    net->predict = fl_layer_concat(acc, 2, 0);
+    net->loss = m.loss;
+    return net->predict ? FL_OK : fl_last_status();
+}
+
+/* Adam with decoupled weight decay except layer norms and biases, linear warm-up to lr */
+static fl_opt *bert_optimizer(fl_app_net *net, const fl_app_config *c)
+{
+    fl_opt *o = fl_opt_adam((float)c->lr, 0.9f, 0.999f, 1e-6f);
+    fl_var *lr = fl_layer_linear_lr_warmup(net->prog, NULL, (float)c->lr, c->warmup_steps, 0, (float)c->lr);
+    int st = o && lr ? FL_OK : fl_last_status();
+    if (st == FL_OK) st = fl_opt_set_lr_var(o, lr);
+    if (st == FL_OK) st = fl_opt_set_exclude_from_weight_decay(o, FL_OPT_BERT_NO_DECAY);
+    if (st == FL_OK) st = fl_opt_set_weight_decay(o, (float)c->weight_decay);
+    if (st == FL_OK && c->clip_norm > 0) st = fl_opt_set_grad_clip(o, FL_CLIP_GLOBAL_NORM, (float)c->clip_norm, 0);
+    if (st == FL_OK) return o;
+    fl_opt_free(o);
+    return NULL;
+}
+
 /* How to add a model: see the row contract in fleet/app.h. */
 /* clang-format off */
 static const fl_app_row rows[] = {
@@ -313,6 +362,9 @@ static const fl_app_row rows[] = {
      "warm-up; beam-search BLEU)",
      FL_APP_DENSE, "local,collective", "translation", "bleu", transformer_defaults, transformer_build,
      transformer_optimizer},
+    {"bert", "BERT pre-training (Paddle's collective benchmark: masked LM + next sentence, Adam with weight decay, "
+     "linear warm-up)",
+     FL_APP_DENSE, "local,collective", "bert", "bert_acc", bert_defaults, bert_build, bert_optimizer},
 };
 /* clang-format on */
 #define NROWS ((int)(sizeof rows / sizeof rows[0]))
@@ -404,6 +456,8 @@ static const opt_def opts[] = {
     ON(beam_size, O_INT, 1, 64, "Transformer: beam width of eval and infer (1: greedy)"),
     ON(max_out_len, O_INT, 1, 1 << 20, "Transformer: longest decoded sentence"),
     ON(alpha, O_DBL, 0, 10, "Transformer: length penalty ((5 + len) / 6)^alpha of beam search"),
+    OS(bert_config, "BERT: a bert_config.json giving the shape (empty: n_layer, n_head, d_model, d_inner_hid, dropout)"),
+    ON(weight_decay, O_DBL, 0, 1, "BERT: Adam's decoupled weight decay (layer norms and biases excluded)"),
 };
 /* clang-format on */
 #define NOPTS ((int)(sizeof opts / sizeof opts[0]))
@@ -444,6 +498,7 @@ void fl_app_config_default(const fl_app_row *row, fl_app_config *c)
     c->beam_size = 4;
     c->max_out_len = 256;
     c->alpha = 0.6;
+    c->weight_decay = 0.01;
     if (!row) return;
     SET(c->model, row->name);
     snprintf(c->model_dir, sizeof c->model_dir, "%s_model", row->name);
@@ -594,7 +649,10 @@ int fl_app_list(FILE *f)
         fl_app_config c;
         fl_app_config_default(r, &c);
         char cfg[256];
-        if (r->optimizer) /* the Transformer */
+        if (!strcmp(r->reader, "bert"))
+            snprintf(cfg, sizeof cfg, "adam lr %g (warmup %d, weight decay %g), batch %d, epochs %d, %d layers hidden %d",
+                     c.lr, c.warmup_steps, c.weight_decay, c.batch_size, c.epochs, c.n_layer, c.d_model);
+        else if (r->optimizer) /* the Transformer */
             snprintf(cfg, sizeof cfg, "adam lr %g x noam(warmup %d), batch %d tokens, epochs %d, %d+%d layers d_model %d",
                      c.lr, c.warmup_steps, c.batch_size, c.epochs, c.n_layer, c.n_layer, c.d_model);
         else if (r->kind == FL_APP_SPARSE)

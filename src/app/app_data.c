@@ -69,13 +69,15 @@ static const app_metric metrics[] = {
     {"cluster_acc", NULL, 0, 0, NULL, eval_word2vec},
     /* labelled 2: lbl_word and lbl_weight close the Transformer's feeds */
     {"bleu", NULL, 0, 2, NULL, fl__app_bleu_evaluate, fl__app_bleu_infer},
+    /* BERT: every feed is an input of the saved model, predict holds the accuracies */
+    {"bert_acc", fl__app_bert_metric, 0, 0, NULL, fl__app_bert_evaluate, fl__app_bert_infer},
 };
 
 const app_metric *fl__app_metric(const char *name)
 {
     for (size_t i = 0; i < sizeof metrics / sizeof metrics[0]; i++)
         if (!strcmp(metrics[i].name, name)) return &metrics[i];
-    fl__err(FL_ENOTFOUND, "unknown metric '%s' (auc, accuracy, order_rate, cluster_acc, bleu)", name);
+    fl__err(FL_ENOTFOUND, "unknown metric '%s' (auc, accuracy, order_rate, cluster_acc, bleu, bert_acc)", name);
     return NULL;
 }
 
@@ -488,12 +490,13 @@ static const app_reader readers[] = {
      fl__app_images_threads},
     {"translation", fl__app_translation_open, fl__app_translation_pass, fl__app_translation_close,
      fl__app_translation_steps, fl__app_translation_threads},
+    {"bert", fl__app_bert_open, fl__app_bert_pass, fl__app_bert_close, fl__app_bert_steps, fl__app_bert_threads},
 };
 
 const app_reader *fl__app_reader(const char *name)
 {
     for (size_t i = 0; i < sizeof readers / sizeof readers[0]; i++)
         if (!strcmp(readers[i].name, name)) return &readers[i];
-    fl__err(FL_ENOTFOUND, "unknown reader '%s' (criteo, multislot, idx, word2vec, images, translation)", name);
+    fl__err(FL_ENOTFOUND, "unknown reader '%s' (criteo, multislot, idx, word2vec, images, translation, bert)", name);
     return NULL;
 }

@@ -6,6 +6,7 @@
 #define FLEET_APP_APP_INTERNAL_H
 
 #include "fleet/app.h"
+#include "fleet/models.h"
 #include "../base/base_internal.h"
 
 /* One pass's results.  loss and metric: the mean over batches of the fetched values
@@ -94,5 +95,20 @@ int fl__app_bleu_infer(const fl_app_config *c, fl_exe *exe, fl_prog *prog, fl_va
 /* The vocabulary files of a translation corpus (src_vocab.txt / trg_vocab.txt, or
  * vocab_all.txt for both with weight_sharing) in dir or its parent. */
 int fl__app_translation_vocabs(const fl_app_config *c, const char *what, const char *dir, char *src, char *trg, size_t cap);
+
+/* app_bert.c: the "bert" reader (fleet/models.h's BERT reader over train_data, a file or a
+ * directory of files) and the "bert_acc" metric (masked-LM and next-sentence accuracy). */
+int fl__app_bert_config(const fl_app_config *c, fl_model_bert_config *out);
+int fl__app_bert_open(const fl_app_config *c, const char *dir, int train, int rank, int nranks, fl_var *const *feeds,
+                      int nfeeds, void **st);
+int fl__app_bert_pass(void *st, fl_exe *e, fl_prog *p, int train, int thread, const char *const *fetch, int nfetch,
+                      int epoch, app_pass *out, app_batch_fn fn, void *user);
+void fl__app_bert_close(void *st);
+int64_t fl__app_bert_steps(void *st, int batch_size);
+int fl__app_bert_threads(void *st);
+fl_var *fl__app_bert_metric(fl_var *predict, fl_var *label);
+int fl__app_bert_evaluate(const fl_app_config *c, fl_exe *exe, fl_prog *prog, fl_var *const *feeds, int nfeeds,
+                          fl_var *predict, double *metric);
+int fl__app_bert_infer(const fl_app_config *c, fl_exe *exe, fl_prog *prog, fl_var *predict, FILE *out, int64_t *lines);
 
 #endif

@@ -497,6 +497,12 @@ int64_t fl_model_bert_reader_num_batches(const fl_model_bert_reader *r)
     return r->nbatch > r->o.rank ? (r->nbatch - r->o.rank + r->o.nranks - 1) / r->o.nranks : 0;
 }
 
+int64_t fl_model_bert_reader_total_batches(const fl_model_bert_reader *r)
+{
+    if (!r) return fl__err(FL_EINVAL, "fl_model_bert_reader_total_batches: reader is NULL");
+    return r->nbatch;
+}
+
 void fl_model_bert_batch_clear(fl_model_bert_batch *b)
 {
     if (!b) return;
