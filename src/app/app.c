@@ -86,6 +86,17 @@ static int wide_deep_build(fl_app_net *net, const fl_app_config *c, int d)
     return build_ctr(net, c, d, fl_model_wide_deep_default(), fl_model_wide_deep_build);
 }
 
+/* The net of an image classifier (resnet, vgg): feeds image and label. */
+static int classifier_net(fl_app_net *net, fl_var *input, fl_var *label, fl_var *predict, fl_var *loss)
+{
+    net->feeds[0] = input;
+    net->feeds[1] = label;
+    net->nfeeds = 2;
+    net->predict = predict;
+    net->loss = loss;
+    return FL_OK;
+}
+
 static void resnet_defaults(fl_app_config *c)
 {
     SET(c->optimizer, "momentum");
@@ -115,12 +126,7 @@ static int resnet_build(fl_app_net *net, const fl_app_config *c, int is_distribu
     }
     fl_model_resnet m;
     FL_CHECK(fl_model_resnet_build(net->prog, &rc, &m));
-    net->feeds[0] = m.input;
-    net->feeds[1] = m.label;
-    net->nfeeds = 2;
-    net->predict = m.predict;
-    net->loss = m.loss;
-    return FL_OK;
+    return classifier_net(net, m.input, m.label, m.predict, m.loss);
 }
 
 /* VGG (Fleet's collective benchmark model): depth 11/13/16/19, width its first stage's
@@ -158,12 +164,7 @@ static int vgg_build(fl_app_net *net, const fl_app_config *c, int is_distributed
     FL_CHECK(fl__app_image_classes(c->train_data[0] ? "train_data" : "test_data", data, &vc.num_classes, NULL));
     fl_model_vgg m;
     FL_CHECK(fl_model_vgg_build(net->prog, &vc, &m));
-    net->feeds[0] = m.input;
-    net->feeds[1] = m.label;
-    net->nfeeds = 2;
-    net->predict = m.predict;
-    net->loss = m.loss;
-    return FL_OK;
+    return classifier_net(net, m.input, m.label, m.predict, m.loss);
 }
 
 /* simnet-bow: sparse_feature_dim is dict_dim (fleet-datagen simnet's default 1200),

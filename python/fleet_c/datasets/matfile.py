@@ -52,11 +52,11 @@ def loadmat(path):
     if end is None:
         raise ValueError("%s: not a MATLAB level-5 MAT file (no endian mark at byte 126)" % path)
     out = {}
-    todo = [(t, p) for t, p in _elements(raw[128:], end, path)]
-    while todo:
-        t, p = todo.pop(0)
+    pending = [(t, p) for t, p in _elements(raw[128:], end, path)]
+    while pending:
+        t, p = pending.pop(0)
         if t == _MI_COMPRESSED:
-            todo[0:0] = list(_elements(zlib.decompress(p), end, path))
+            pending[0:0] = list(_elements(zlib.decompress(p), end, path))
         elif t == _MI_MATRIX:
             name, arr = _matrix(p, end, path)
             if arr is not None:
