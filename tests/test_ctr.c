@@ -31,15 +31,12 @@ static void setup(void)
     char self[PATH_MAX];
     th_tests_dir(self, sizeof self);
     snprintf(BIN, sizeof BIN, "%s/..", self); /* BUILD */
-    snprintf(DIR_, sizeof DIR_, "/tmp/fl_ctrXXXXXX");
-    CHECK(mkdtemp(DIR_));
+    th_mktemp(DIR_, sizeof DIR_, "fl_ctr");
 }
 
 static void cleanup(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
-    CHECK(system(cmd) == 0);
+    th_rmtree(DIR_);
 }
 
 #define run(name, seconds, ...) th_cmd(DIR_, name, seconds, NULL, __VA_ARGS__)

@@ -29,9 +29,7 @@ static const char *path_in(const char *name)
 
 static void cleanup(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
-    CHECK(system(cmd) == 0);
+    th_rmtree(DIR_);
 }
 
 typedef struct {
@@ -105,8 +103,7 @@ static int has_name(char **names, int n, const char *name)
 /* Saved by rows, loaded back bit for bit; the model scores the same. */
 TEST(sparse_table_round_trip_is_bit_exact)
 {
-    snprintf(DIR_, sizeof DIR_, "/tmp/fl_iorowsXXXXXX");
-    CHECK(mkdtemp(DIR_));
+    th_mktemp(DIR_, sizeof DIR_, "fl_iorows");
     model m = build();
     const char *feeds[] = {"ids", "ids2"};
     CHECK_OK(fl_io_save_inference_model(m.e, DIR_, feeds, 2, &m.pred, 1, m.p));
@@ -178,8 +175,7 @@ TEST(sparse_table_reads_in_numpy)
     if (!py) {
         TSKIP("no python3 with numpy (install python3-numpy)");
     }
-    snprintf(DIR_, sizeof DIR_, "/tmp/fl_iorowsXXXXXX");
-    CHECK(mkdtemp(DIR_));
+    th_mktemp(DIR_, sizeof DIR_, "fl_iorows");
     model m = build();
     const char *feeds[] = {"ids", "ids2"};
     CHECK_OK(fl_io_save_inference_model(m.e, DIR_, feeds, 2, &m.pred, 1, m.p));
@@ -276,8 +272,7 @@ static void ids_swapped(int64_t *ids, int64_t n)
 
 TEST(sparse_table_bad_ids_are_errors)
 {
-    snprintf(DIR_, sizeof DIR_, "/tmp/fl_iorowsXXXXXX");
-    CHECK(mkdtemp(DIR_));
+    th_mktemp(DIR_, sizeof DIR_, "fl_iorows");
     model m = build();
     const char *feeds[] = {"ids", "ids2"};
     CHECK_OK(fl_io_save_inference_model(m.e, DIR_, feeds, 2, &m.pred, 1, m.p));

@@ -30,15 +30,12 @@ static void setup(void)
     char self[PATH_MAX];
     th_tests_dir(self, sizeof self);
     snprintf(BIN, sizeof BIN, "%s/..", self); /* BUILD */
-    snprintf(DIR_, sizeof DIR_, "/tmp/fl_lightXXXXXX");
-    CHECK(mkdtemp(DIR_));
+    th_mktemp(DIR_, sizeof DIR_, "fl_light");
 }
 
 static void cleanup(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
-    CHECK(system(cmd) == 0);
+    th_rmtree(DIR_);
 }
 
 #define run_rc(name, seconds, rc, ...) th_cmd(DIR_, name, seconds, rc, __VA_ARGS__)

@@ -17,15 +17,12 @@ static char DIR_[64];
 
 static void tmpdir(void)
 {
-    snprintf(DIR_, sizeof DIR_, "/tmp/fl_metricsXXXXXX");
-    CHECK(mkdtemp(DIR_));
+    th_mktemp(DIR_, sizeof DIR_, "fl_metrics");
 }
 
 static void rmdir_all(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
-    CHECK(system(cmd) == 0);
+    th_rmtree(DIR_);
 }
 
 static char *slurp(const char *path, size_t *len)

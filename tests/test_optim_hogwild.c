@@ -114,8 +114,7 @@ static void gen(int rows)
 {
     char self[PATH_MAX], cmd[PATH_MAX * 2];
     th_tests_dir(self, sizeof self);
-    snprintf(DIR_, sizeof DIR_, "/tmp/fl_hogwildXXXXXX");
-    CHECK(mkdtemp(DIR_));
+    th_mktemp(DIR_, sizeof DIR_, "fl_hogwild");
     snprintf(cmd, sizeof cmd,
              "%s/../tools/fleet-datagen criteo --rows %d --files 4 --test-rows 100 --out %s --seed 5 "
              "--vocab-scale 0.002 --dense-scale 0.1 > %s/gen.log 2>&1",
@@ -125,9 +124,7 @@ static void gen(int rows)
 
 static void cleanup(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
-    CHECK(system(cmd) == 0);
+    th_rmtree(DIR_);
 }
 
 typedef struct {

@@ -157,6 +157,21 @@ static inline void th_tests_dir(char *out, size_t cap)
     if (slash) *slash = 0;
 }
 
+/* A fresh directory /tmp/<prefix>XXXXXX into dir (cap >= strlen(prefix) + 12); fails the test
+ * when it cannot be made. th_rmtree removes it and all it holds. */
+static inline void th_mktemp(char *dir, size_t cap, const char *prefix)
+{
+    if ((size_t)snprintf(dir, cap, "/tmp/%sXXXXXX", prefix) >= cap) TFAIL("th_mktemp: prefix '%s' too long", prefix);
+    if (!mkdtemp(dir)) TFAIL("mkdtemp %s failed", dir);
+}
+
+static inline void th_rmtree(const char *dir)
+{
+    char cmd[4096 + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) TFAIL("%s failed", cmd);
+}
+
 /* A free TCP port on 127.0.0.1, from the kernel: binds port 0, reads the port back and
  * closes the socket, so another process could still take it before the caller binds it.
  * Fails the test (or benchmark) when the kernel gives none. */
