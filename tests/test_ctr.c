@@ -34,10 +34,7 @@ static void setup(void)
     th_mktemp(DIR_, sizeof DIR_, "fl_ctr");
 }
 
-static void cleanup(void)
-{
-    th_rmtree(DIR_);
-}
+static void cleanup(void) { th_rmtree(DIR_); }
 
 #define run(name, seconds, ...) th_cmd(DIR_, name, seconds, NULL, __VA_ARGS__)
 #define run_rc(name, seconds, rc, ...) th_cmd(DIR_, name, seconds, rc, __VA_ARGS__)

@@ -27,10 +27,7 @@ static const char *path_in(const char *name)
     return buf[k];
 }
 
-static void cleanup(void)
-{
-    th_rmtree(DIR_);
-}
+static void cleanup(void) { th_rmtree(DIR_); }
 
 typedef struct {
     fl_prog *p;

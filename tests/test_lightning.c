@@ -33,10 +33,7 @@ static void setup(void)
     th_mktemp(DIR_, sizeof DIR_, "fl_light");
 }
 
-static void cleanup(void)
-{
-    th_rmtree(DIR_);
-}
+static void cleanup(void) { th_rmtree(DIR_); }
 
 #define run_rc(name, seconds, rc, ...) th_cmd(DIR_, name, seconds, rc, __VA_ARGS__)
 #define after th_after

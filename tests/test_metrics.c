@@ -15,15 +15,9 @@
 
 static char DIR_[64];
 
-static void tmpdir(void)
-{
-    th_mktemp(DIR_, sizeof DIR_, "fl_metrics");
-}
+static void tmpdir(void) { th_mktemp(DIR_, sizeof DIR_, "fl_metrics"); }
 
-static void rmdir_all(void)
-{
-    th_rmtree(DIR_);
-}
+static void rmdir_all(void) { th_rmtree(DIR_); }
 
 static char *slurp(const char *path, size_t *len)
 {

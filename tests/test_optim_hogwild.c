@@ -122,10 +122,7 @@ static void gen(int rows)
     CHECK(system(cmd) == 0);
 }
 
-static void cleanup(void)
-{
-    th_rmtree(DIR_);
-}
+static void cleanup(void) { th_rmtree(DIR_); }
 
 typedef struct {
     fl_prog *p;
