@@ -13,6 +13,7 @@ from ._lib import lib
 from .framework import Program, Variable
 from .layers import ExponentialDecay
 from .lr import LRScheduler
+from .clip import ClipGradBase
 from .regularizer import l1_coeff, l2_coeff
 
 sys.modules[__name__ + ".lr"] = lr  # import paddle.optimizer.lr
@@ -25,12 +26,14 @@ class Optimizer:
     """Common arguments: learning_rate (a float, layers.exponential_decay(...), or a
     schedule's variable: layers.piecewise_decay(...) and the like), regularization (fluid)
     or weight_decay (paddle: a float, L2Decay or L1Decay); parameter_list / parameters
-    restrict the update to those parameters.  grad_clip is not supported."""
+    restrict the update to those parameters; grad_clip: paddle.nn.ClipGradBy* (clip.py)."""
 
     def __init__(self, learning_rate, regularization=None, weight_decay=None, parameter_list=None,
                  parameters=None, grad_clip=None, name=None):
-        if grad_clip is not None:
-            raise NotImplementedError("%s: grad_clip is not supported by Fleet" % type(self).__name__)
+        if grad_clip is not None and not isinstance(grad_clip, ClipGradBase):
+            raise TypeError("%s: grad_clip must be paddle.nn.ClipGradByValue, ClipGradByNorm or ClipGradByGlobalNorm "
+                            "(fluid.clip.GradientClipBy...), got %s" % (type(self).__name__, type(grad_clip).__name__))
+        self._grad_clip = grad_clip
         if not isinstance(learning_rate, (int, float, ExponentialDecay, Variable, LRScheduler)):
             raise TypeError("%s: learning_rate must be a float, a paddle.optimizer.lr scheduler, "
                             "fluid.layers.exponential_decay(...) or a schedule's variable, got %s"
@@ -63,6 +66,8 @@ class Optimizer:
                 _lib.check(lib.fl_opt_set_l2(o, self._l2))
             if self._l1:
                 _lib.check(lib.fl_opt_set_l1(o, self._l1))
+            if getattr(self, "_grad_clip", None) is not None:
+                self._grad_clip._apply(o)
             if isinstance(lr, Variable):
                 _lib.check(lib.fl_opt_set_lr_var(o, lr._p))
             if isinstance(lr, ExponentialDecay):

@@ -15,7 +15,8 @@ _METHODS = ["init", "distributed_optimizer", "is_collective", "is_distributed", 
             "save_persistables", "save_inference_model", "split_files", "util", "dgc_stats"]
 _CLASSES = {"DistributedStrategy": "...strategy", "PaddleCloudRoleMaker": "...role_maker",
             "UserDefinedRoleMaker": "...role_maker", "Role": "...role_maker", "Fleet": "..._fleet",
-            "UtilBase": "..._fleet", "DistributedOptimizer": "..._fleet"}
+            "UtilBase": "..._fleet", "DistributedOptimizer": "..._fleet",
+            "MultiSlotDataGenerator": ".data_generator", "MultiSlotStringDataGenerator": ".data_generator"}
 
 __all__ = _METHODS + sorted(_CLASSES) + ["base", "data_generator"]
 
