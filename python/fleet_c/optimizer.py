@@ -13,7 +13,7 @@ from ._lib import lib
 from .framework import Program, Variable
 from .layers import ExponentialDecay
 from .lr import LRScheduler
-from .clip import ClipGradBase
+from .grad_clip import ClipGradBase
 from .regularizer import l1_coeff, l2_coeff
 
 sys.modules[__name__ + ".lr"] = lr  # import paddle.optimizer.lr
@@ -26,7 +26,7 @@ class Optimizer:
     """Common arguments: learning_rate (a float, layers.exponential_decay(...), or a
     schedule's variable: layers.piecewise_decay(...) and the like), regularization (fluid)
     or weight_decay (paddle: a float, L2Decay or L1Decay); parameter_list / parameters
-    restrict the update to those parameters; grad_clip: paddle.nn.ClipGradBy* (clip.py)."""
+    restrict the update to those parameters; grad_clip: paddle.nn.ClipGradBy* (grad_clip.py)."""
 
     def __init__(self, learning_rate, regularization=None, weight_decay=None, parameter_list=None,
                  parameters=None, grad_clip=None, name=None):

@@ -1,4 +1,4 @@
-"""grad_clip given to an optimizer (python/fleet_c/clip.py over fl_opt_set_grad_clip):
+"""grad_clip given to an optimizer (python/fleet_c/grad_clip.py over fl_opt_set_grad_clip):
 paddle.nn.ClipGradByValue / ByNorm / ByGlobalNorm and fluid.clip's 1.x names.  One step of
 SGD at rate 1 on y = x w + b with loss mean(y): the gradients are x (w) and 1 (b), so the
 step each parameter takes is its clipped gradient, checked against NumPy."""

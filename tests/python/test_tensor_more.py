@@ -1,0 +1,36 @@
+"""paddle.squeeze / unsqueeze (reshape ops) and paddle.clip (elementwise_max / min with a
+filled scalar) in static programs, against NumPy on fed data."""
+import numpy as np
+import pytest
+
+import fleet_c as paddle
+import fleet_c.fluid as fluid
+import fleet_c.static as static
+
+
+def test_squeeze_unsqueeze_clip_match_numpy():
+    main, startup = static.Program(), static.Program()
+    with static.program_guard(main, startup), fluid.scope_guard(fluid.Scope()):
+        x = static.data("x", [None, 1, 3], "float32")
+        outs = [paddle.squeeze(x, 1), paddle.squeeze(x), paddle.unsqueeze(x, [0, 4]), paddle.unsqueeze(x, -1),
+                paddle.clip(x, -0.5, 0.5), paddle.clip(x, min=0.0)]
+        assert outs[0].shape == (-1, 3) and outs[2].shape == (1, -1, 1, 3, 1)
+        exe = static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        xv = np.random.RandomState(0).uniform(-1, 1, (5, 1, 3)).astype("float32")
+        got = [np.asarray(g) for g in exe.run(main, feed={"x": xv}, fetch_list=outs)]
+    want = [np.squeeze(xv, 1), np.squeeze(xv), xv[None, :, :, :, None], xv[..., None], np.clip(xv, -0.5, 0.5),
+            np.maximum(xv, 0.0)]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_wrong_axis_is_refused():
+    main, startup = static.Program(), static.Program()
+    with static.program_guard(main, startup):
+        x = static.data("x", [None, 3], "float32")
+        with pytest.raises(ValueError, match="axis 3 outside"):
+            paddle.unsqueeze(x, 3)
+        y = static.data("y", [None, None], "float32")
+        with pytest.raises(ValueError, match="more than one unknown dimension"):
+            paddle.unsqueeze(y, 0)
