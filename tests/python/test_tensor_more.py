@@ -1,5 +1,6 @@
 """paddle.squeeze / unsqueeze (reshape ops) and paddle.clip (elementwise_max / min with a
-filled scalar) in static programs, against NumPy on fed data."""
+filled scalar) in static programs, against NumPy on fed data; paddle.static.save / load
+(the persistables) round trip."""
 import numpy as np
 import pytest
 
@@ -34,3 +35,24 @@ def test_wrong_axis_is_refused():
         y = static.data("y", [None, None], "float32")
         with pytest.raises(ValueError, match="more than one unknown dimension"):
             paddle.unsqueeze(y, 0)
+
+
+def test_static_save_load_round_trip(tmp_path):
+    main, startup = static.Program(), static.Program()
+    with static.program_guard(main, startup), fluid.scope_guard(fluid.Scope()):
+        x = static.data("x", [None, 3], "float32")
+        y = static.nn.fc(x, 2)
+        paddle.optimizer.Adam(learning_rate=0.1).minimize(paddle.mean(y))
+        exe = static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        xv = np.ones((4, 3), "float32")
+        exe.run(main, feed={"x": xv})
+        static.save(main, str(tmp_path / "ckpt"))
+        w = main.global_block().all_parameters()[0]
+        before = [np.asarray(a) for a in exe.run(main, feed={"x": xv}, fetch_list=[y, w])]
+        exe.run(main, feed={"x": xv})  # moves the weights and Adam's moments on
+        static.load(main, str(tmp_path / "ckpt"))
+        # the restored state makes the same step again (the same output and updated weight)
+        after = [np.asarray(a) for a in exe.run(main, feed={"x": xv}, fetch_list=[y, w])]
+    np.testing.assert_array_equal(before[0], after[0])
+    np.testing.assert_array_equal(before[1], after[1])
