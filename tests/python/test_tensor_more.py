@@ -56,3 +56,21 @@ def test_static_save_load_round_trip(tmp_path):
         after = [np.asarray(a) for a in exe.run(main, feed={"x": xv}, fetch_list=[y, w])]
     np.testing.assert_array_equal(before[0], after[0])
     np.testing.assert_array_equal(before[1], after[1])
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_nll_loss_matches_numpy(reduction):
+    main, startup = static.Program(), static.Program()
+    with static.program_guard(main, startup), fluid.scope_guard(fluid.Scope()):
+        x = static.data("x", [None, 4], "float32")
+        lab = static.data("lab", [None], "int64")
+        out = paddle.nn.functional.nll_loss(x, lab, reduction=reduction)
+        exe = static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        rng = np.random.RandomState(1)
+        xv = np.log(rng.dirichlet(np.ones(4), 6)).astype("float32")
+        lv = rng.randint(0, 4, 6).astype("int64")
+        got = np.asarray(exe.run(main, feed={"x": xv, "lab": lv}, fetch_list=[out])[0]).reshape(-1)
+    per = -xv[np.arange(6), lv]
+    want = {"mean": [per.mean()], "sum": [per.sum()], "none": per}[reduction]
+    np.testing.assert_allclose(got, want, rtol=1e-5)
