@@ -40,7 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (m.shows)
             for (uint64_t i = 0; i < m.n; i++) sink += (uint64_t)(m.shows[i] != 0) + (uint64_t)(m.clicks[i] != 0);
         for (uint32_t i = 0; m.str && i < m.str_len; i++) sink += (uint8_t)m.str[i];
-        for (uint32_t i = 0; m.table_hash && i < m.ntables; i++) sink += m.table_hash[i];
+        for (uint32_t i = 0; m.tables_wire && i < m.ntables; i++) sink += m.tables_wire[FL__PS_HELLO_TABLE * i];
         (void)sink;
     }
     free(buf);

@@ -102,6 +102,8 @@ typedef struct {
     double epsilon;  /* 0 means 1e-6 for Adagrad, 1e-8 for Adam */
     double momentum; /* Momentum: mu in [0, 1) (0 is plain accumulation) */
     int nesterov;    /* Momentum: 1 for Nesterov's update */
+    int scaled;      /* SGD without L2 only: 1 = the pushed gradients are already multiplied
+                      * by the worker's scheduled learning rate (lr is then its lr_scale) */
 } fl_ps_optimizer;
 
 /* CtrCommonAccessor statistics of sparse rows (defaults are the_one_ps defaults).
@@ -119,9 +121,15 @@ typedef struct {
 
 typedef enum { FL_PS_DENSE = 0, FL_PS_SPARSE = 1 } fl_ps_table_kind;
 
-/* One table.  Servers and clients must be given the same list (same order, same fields):
- * tables are addressed by their index in it, and a client whose list differs from a
- * server's is refused at connect time with a message naming the first differing table. */
+/* One table.  Servers and clients must be given the same list (same order): tables are
+ * addressed by their index in it.  At connect time a client is refused, with a message
+ * naming the first differing table, when a table's name, kind, shape (dim), or what its
+ * pushes carry differs from the server's: gradients, gradients already scaled by the
+ * worker's rate (opt.scaled), or parameter deltas (FL_PS_OPT_SUM).  The rest (the update
+ * rule and its hyperparameters, the sparse initializer, entry and accessor) is the
+ * server's: a client configured otherwise is accepted and the server's settings apply, as
+ * Paddle's parameter server runs the optimizer of its own program whatever the trainers
+ * minimize with (the server logs it once per table). */
 typedef struct {
     const char *name; /* [A-Za-z0-9_.@-]{1,127}; used as a directory name */
     fl_ps_table_kind kind;
@@ -142,7 +150,7 @@ typedef struct {
      * rest in a RocksDB database under ssd_path (a directory of its own per server and
      * table, created, and removed when the table is freed).  Pulls, pushes, save, load,
      * shrink and entry policies behave as for an in-memory table, bit for bit.  Server-local:
-     * not part of the table hash that client and server compare. */
+     * never compared between client and server. */
     const char *ssd_path;  /* NULL or "": in memory only */
     int64_t mem_budget_mb; /* with ssd_path: >= 1 */
 } fl_ps_table_config;

@@ -298,6 +298,7 @@ _PROTOS = {
     "fl_layer_polynomial_decay": (P, [P, c_float, c_int64, c_float, c_float, c_int]),
     "fl_layer_linear_lr_warmup": (P, [P, P, c_float, c_int64, c_float, c_float]),
     "fl_opt_rmsprop": (P, [c_float, c_float, c_float, c_float, c_int]), "fl_opt_set_l1": (c_int, [P, c_float]),
+    "fl_opt_set_grad_clip": (c_int, [P, c_int, c_float, c_float]),
     "fl_opt_set_lr_var": (c_int, [P, P]),
     "fl_layer_matmul_v2": (P, [P, P, c_int, c_int]),
     "fl_layer_layer_norm": (P, [P, c_int, c_float, c_int, c_int, POINTER(ParamAttr), POINTER(ParamAttr)]),

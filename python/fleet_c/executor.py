@@ -16,6 +16,7 @@ from . import _lib
 from ._lib import lib
 from ._tensor import LoDTensor, from_c, to_c
 from .framework import Program, Variable, default_main_program
+from .lr import before_run as _lr_before_run
 
 __all__ = ["CPUPlace", "CUDAPlace", "CUDAPinnedPlace", "Executor", "Scope", "global_scope", "scope_guard",
            "CompiledProgram", "ExecutionStrategy", "BuildStrategy", "FetchHandler", "cpu_places", "cuda_places"]
@@ -296,6 +297,7 @@ class Executor:
             raise TypeError("Executor.run: feed must be a dict of name -> array, got %s" % type(feed).__name__)
         h = program._main()
         names = _fetch_names(fetch_list)
+        _lr_before_run(program, scope if scope is not None else global_scope())
         tensors = []
         try:
             feeds = (_lib.Feed * max(1, len(feed)))()
@@ -332,6 +334,7 @@ class Executor:
         if len(names) > 16:
             raise ValueError("at most 16 fetches, got %d" % len(names))
         stats = _lib.DatasetStats()
+        _lr_before_run(program, scope if scope is not None else global_scope())
         _lib.check(fn(self._exe(scope), program._main(), dataset._h, int(thread or 0), _lib.cstr_array(names),
                       _lib.cstr_array(info) if info else None, len(names), int(print_period), ctypes.byref(stats)))
         return {"instances": stats.instances, "batches": stats.batches, "seconds": stats.seconds,

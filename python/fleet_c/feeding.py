@@ -94,6 +94,24 @@ def _as_feed(names, batch):
     return dict(zip(names, batch))
 
 
+class _BlockingQueue:
+    """What a py_reader's ``queue`` attribute answers (Paddle's LoDTensorBlockingQueue):
+    size(), the batches made ahead and waiting, and capacity()."""
+
+    def __init__(self, capacity):
+        self._capacity = capacity
+        self._q = None
+
+    def _attach(self, q):
+        self._q = q
+
+    def size(self):
+        return self._q.qsize() if self._q is not None else 0
+
+    def capacity(self):
+        return self._capacity
+
+
 class _Loader:
     """What DataLoader.from_generator and the py_reader functions return."""
 
@@ -108,6 +126,7 @@ class _Loader:
         self._drop_last = bool(drop_last)
         self._batches = None    # a function returning an iterator of feed dicts
         self._it = None
+        self._queue = _BlockingQueue(self._capacity)
         if not self._iterable:
             prog = program or default_main_program()
             prog._readers = getattr(prog, "_readers", [])
@@ -154,7 +173,12 @@ class _Loader:
         if self._batches is None:
             raise ValueError("DataLoader: no generator set (set_sample_generator, set_sample_list_generator "
                              "or set_batch_generator)")
-        return _reader.buffered(self._batches, self._capacity)()
+        return _reader.buffered(self._batches, self._capacity, self._queue._attach)()
+
+    @property
+    def queue(self):
+        """The py_reader's blocking queue (size(): batches made ahead, waiting)."""
+        return self._queue
 
     # -- iterable ------------------------------------------------------------------------------
     def __call__(self):

@@ -181,6 +181,10 @@ def square_error_cost(input, label):
 
 def _sched(ptr, what):
     prog, _ = current_main()
+    s = getattr(prog, "_lr_scheduler", None)
+    if s is not None and s[2]:
+        raise ValueError("%s: the program has a paddle.optimizer.lr scheduler (%s), stepped by step(); a fluid.layers "
+                         "schedule would read its counter: use one kind" % (what, type(s[0]).__name__))
     return prog._layer_result(ptr, what)
 
 

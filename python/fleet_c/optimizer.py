@@ -5,11 +5,18 @@ loss's program (fl_opt_minimize).  Each minimize makes a fresh C optimizer, kept
 with the program.  A fleet distributed optimizer (fleet.distributed_optimizer) wraps one
 of these and passes the C optimizer through fleet_distributed_optimizer first.
 """
+import sys
+
 from . import _lib
+from . import lr
 from ._lib import lib
 from .framework import Program, Variable
 from .layers import ExponentialDecay
+from .lr import LRScheduler
+from .grad_clip import ClipGradBase
 from .regularizer import l1_coeff, l2_coeff
+
+sys.modules[__name__ + ".lr"] = lr  # import paddle.optimizer.lr
 
 __all__ = ["SGD", "Momentum", "Adagrad", "Adam", "RMSProp", "SGDOptimizer", "MomentumOptimizer", "AdagradOptimizer",
            "AdamOptimizer", "RMSPropOptimizer", "Optimizer", "DGCMomentumOptimizer"]
@@ -19,15 +26,18 @@ class Optimizer:
     """Common arguments: learning_rate (a float, layers.exponential_decay(...), or a
     schedule's variable: layers.piecewise_decay(...) and the like), regularization (fluid)
     or weight_decay (paddle: a float, L2Decay or L1Decay); parameter_list / parameters
-    restrict the update to those parameters.  grad_clip is not supported."""
+    restrict the update to those parameters; grad_clip: paddle.nn.ClipGradBy* (grad_clip.py)."""
 
     def __init__(self, learning_rate, regularization=None, weight_decay=None, parameter_list=None,
                  parameters=None, grad_clip=None, name=None):
-        if grad_clip is not None:
-            raise NotImplementedError("%s: grad_clip is not supported by Fleet" % type(self).__name__)
-        if not isinstance(learning_rate, (int, float, ExponentialDecay, Variable)):
-            raise TypeError("%s: learning_rate must be a float, fluid.layers.exponential_decay(...) or a schedule's "
-                            "variable, got %s" % (type(self).__name__, type(learning_rate).__name__))
+        if grad_clip is not None and not isinstance(grad_clip, ClipGradBase):
+            raise TypeError("%s: grad_clip must be paddle.nn.ClipGradByValue, ClipGradByNorm or ClipGradByGlobalNorm "
+                            "(fluid.clip.GradientClipBy...), got %s" % (type(self).__name__, type(grad_clip).__name__))
+        self._grad_clip = grad_clip
+        if not isinstance(learning_rate, (int, float, ExponentialDecay, Variable, LRScheduler)):
+            raise TypeError("%s: learning_rate must be a float, a paddle.optimizer.lr scheduler, "
+                            "fluid.layers.exponential_decay(...) or a schedule's variable, got %s"
+                            % (type(self).__name__, type(learning_rate).__name__))
         self._learning_rate = learning_rate
         reg = regularization if regularization is not None else weight_decay
         self._l2 = l2_coeff(reg, type(self).__name__)
@@ -38,9 +48,17 @@ class Optimizer:
     def _create(self):
         raise NotImplementedError
 
-    def _c_optimizer(self):
-        """A new C optimizer with this one's settings (the caller keeps or frees it)."""
+    def _c_optimizer(self, prog=None):
+        """A new C optimizer with this one's settings (the caller keeps or frees it); prog:
+        the program minimize builds (a paddle.optimizer.lr scheduler's variable goes there)."""
         lr = self._learning_rate
+        if isinstance(lr, LRScheduler):
+            if prog is None:
+                raise ValueError("%s: a paddle.optimizer.lr scheduler needs the program (minimize)" % type(self).__name__)
+            lr = lr._variable(prog)
+        elif isinstance(lr, ExponentialDecay) and getattr(prog, "_lr_scheduler", None) is not None:
+            raise ValueError("%s: the program has a paddle.optimizer.lr scheduler; fluid.layers.exponential_decay would "
+                             "read its counter: use one kind" % type(self).__name__)
         base = lr.learning_rate if isinstance(lr, ExponentialDecay) else 0.0 if isinstance(lr, Variable) else float(lr)
         o = _lib.check_ptr(self._create(base), type(self).__name__)
         try:
@@ -48,6 +66,8 @@ class Optimizer:
                 _lib.check(lib.fl_opt_set_l2(o, self._l2))
             if self._l1:
                 _lib.check(lib.fl_opt_set_l1(o, self._l1))
+            if getattr(self, "_grad_clip", None) is not None:
+                self._grad_clip._apply(o)
             if isinstance(lr, Variable):
                 _lib.check(lib.fl_opt_set_lr_var(o, lr._p))
             if isinstance(lr, ExponentialDecay):
@@ -60,6 +80,8 @@ class Optimizer:
 
     def get_lr(self):
         lr = self._learning_rate
+        if isinstance(lr, LRScheduler):
+            return lr()
         if isinstance(lr, Variable):
             raise NotImplementedError("get_lr: the learning rate is the schedule variable '%s'; fetch it" % lr.name)
         return lr.learning_rate if isinstance(lr, ExponentialDecay) else float(lr)
@@ -96,7 +118,7 @@ def _minimize(opt, loss, startup_program, parameter_list, no_grad_set, fleet, st
     if params is not None:
         keep = {p.name if isinstance(p, Variable) else str(p) for p in params}
         no_grad |= {p.name for p in prog.all_parameters() if p.name not in keep}
-    c = _COpt(opt._c_optimizer())
+    c = _COpt(opt._c_optimizer(prog))
     if fleet is not None:
         wrapped = lib.fleet_distributed_optimizer(fleet._handle(), c.h, strategy)
         if not wrapped:

@@ -158,13 +158,16 @@ def _get(q, who):
         raise TimeoutError("%s: no sample from the producer thread in %.0f s" % (who, _DEADLINE_S))
 
 
-def buffered(reader, size):
-    """Reads ahead up to size samples in a thread."""
+def buffered(reader, size, _observe=None):
+    """Reads ahead up to size samples in a thread.  (_observe, internal: called with each
+    pass's queue, for the loaders' queue.size().)"""
     _check_reader(reader, "paddle.reader.buffered")
 
     def read_ahead():
         q = queue.Queue(maxsize=max(1, int(size)))
         stop = threading.Event()
+        if _observe is not None:
+            _observe(q)
 
         def produce():
             try:

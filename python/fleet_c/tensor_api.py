@@ -5,7 +5,7 @@ from . import layers as _L
 __all__ = ["full", "zeros", "ones", "shape", "assign", "cast", "sqrt", "abs", "exp", "log", "square", "maximum",
            "minimum", "less_than", "less_equal", "greater_than", "greater_equal", "equal", "not_equal",
            "logical_and", "logical_or", "logical_xor", "logical_not", "matmul", "topk", "subtract", "divide",
-           "transpose", "gather", "one_hot"]
+           "transpose", "gather", "one_hot", "squeeze", "unsqueeze", "clip"]
 
 
 def full(shape, fill_value, dtype=None, name=None):
@@ -100,3 +100,52 @@ def gather(x, index, axis=None, name=None):
 
 def one_hot(x, num_classes, name=None):
     return _L.one_hot(x, num_classes)
+
+
+def _reshape_to(x, dims, what):
+    """reshape (op reshape) to dims, where the one unknown dimension (-1) of x stays -1."""
+    if sum(1 for d in dims if d < 0) > 1:
+        raise ValueError("%s: x has more than one unknown dimension (%s); reshape needs all but one known"
+                         % (what, list(x.shape)))
+    return _L.reshape(x, [int(d) if d >= 0 else -1 for d in dims])
+
+
+def _axes(axis, ndim, what):
+    axes = [axis] if isinstance(axis, int) else list(axis)
+    out = []
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ValueError("%s: axis %d outside [-%d, %d)" % (what, a, ndim, ndim))
+        out.append(a % ndim)
+    return out
+
+
+def squeeze(x, axis=None, name=None):
+    """Drops the size-1 dimensions (those in axis only, when given): a reshape."""
+    shape = list(x.shape)
+    drop = [i for i, d in enumerate(shape) if d == 1] if axis is None else \
+        [a for a in _axes(axis, len(shape), "squeeze") if shape[a] == 1]
+    return _reshape_to(x, [d for i, d in enumerate(shape) if i not in drop], "squeeze")
+
+
+def unsqueeze(x, axis, name=None):
+    """Inserts size-1 dimensions at axis (positions in the output): a reshape."""
+    shape = list(x.shape)
+    axes = [axis] if isinstance(axis, int) else list(axis)
+    for a in axes:
+        n = len(shape) + 1
+        if not -n <= a < n:
+            raise ValueError("unsqueeze: axis %d outside [-%d, %d)" % (a, n, n))
+        shape.insert(a % n, 1)
+    return _reshape_to(x, shape, "unsqueeze")
+
+
+def clip(x, min=None, max=None, name=None):
+    """min(max(x, min), max) elementwise (ops elementwise_max / elementwise_min with a
+    filled scalar)."""
+    out = x
+    if min is not None:
+        out = _L.elementwise_max(out, _L.fill_constant([1], x.dtype, float(min)))
+    if max is not None:
+        out = _L.elementwise_min(out, _L.fill_constant([1], x.dtype, float(max)))
+    return out

@@ -355,7 +355,12 @@ int fl_ps_client_create(const fl_ps_client_opts *opts, fl_ps_client **out)
                          (uint32_t)c->ntables,
                          0};
         if (!st) st = fl__ps_put(&k->fixed, f, sizeof f);
-        for (int t = 0; t < c->ntables && !st; t++) st = fl__ps_put_u64(&k->fixed, fl__ps_table_hash(&c->cfgs[t]));
+        for (int t = 0; t < c->ntables && !st; t++) {
+            uint32_t pw[2] = {(uint32_t)fl__ps_table_pushes(&c->cfgs[t]), 0};
+            st = fl__ps_put_u64(&k->fixed, fl__ps_table_shape_hash(&c->cfgs[t]));
+            if (!st) st = fl__ps_put_u64(&k->fixed, fl__ps_table_rule_hash(&c->cfgs[t]));
+            if (!st) st = fl__ps_put(&k->fixed, pw, sizeof pw);
+        }
     }
     if (st == FL_OK) st = fl__ps_client_run(c, c->calls, c->ns, fl_net_deadline(c->o.request_timeout_ms), 1);
     if (st == FL_OK) {

@@ -114,6 +114,9 @@ int fl_ps_table_config_check(const fl_ps_table_config *t)
         return fl__err(FL_EINVAL, "table '%s': momentum must be in [0, 1), got %g", n, o->momentum);
     if (!(o->epsilon >= 0 && isfinite(o->epsilon)))
         return fl__err(FL_EINVAL, "table '%s': epsilon must be finite and >= 0, got %g", n, o->epsilon);
+    if (o->scaled && (o->kind != FL_PS_OPT_SGD || o->l2 != 0))
+        return fl__err(FL_EINVAL, "table '%s': scaled gradients need sgd without l2 (got %s, l2 %g)", n,
+                       fl__ps_opt_name(o->kind), o->l2);
     if (t->kind == FL_PS_DENSE) {
         if (t->rows < 1 || t->cols < 1 || t->rows > ((int64_t)1 << 40) || t->cols > ((int64_t)1 << 30) ||
             t->rows > (((int64_t)1 << 46) / t->cols))
@@ -161,18 +164,41 @@ int fl_ps_table_config_check(const fl_ps_table_config *t)
 
 static uint64_t mix(uint64_t h, const void *p, size_t n) { return fl__hash_u64(h ^ fl__hash_bytes(p, n)); }
 
-uint64_t fl__ps_table_hash(const fl_ps_table_config *t)
+int fl__ps_table_pushes(const fl_ps_table_config *t)
+{
+    return t->opt.kind == FL_PS_OPT_SUM ? FL__PS_PUSH_DELTAS : t->opt.scaled ? FL__PS_PUSH_SCALED : FL__PS_PUSH_GRADS;
+}
+
+const char *fl__ps_pushes_name(int pushes)
+{
+    switch (pushes) {
+    case FL__PS_PUSH_GRADS: return "gradients (the server applies its optimizer)";
+    case FL__PS_PUSH_SCALED:
+        return "gradients already multiplied by the worker's learning-rate schedule (the server applies sgd at "
+               "rate lr_scale)";
+    case FL__PS_PUSH_DELTAS: return "parameter deltas (the workers optimize, GEO; the server sums)";
+    }
+    return "?";
+}
+
+uint64_t fl__ps_table_shape_hash(const fl_ps_table_config *t)
 {
     uint64_t h = 0x5053u;
     h = mix(h, t->name, strlen(t->name));
-    int32_t k = (int32_t)t->kind;
-    h = mix(h, &k, sizeof k);
+    int32_t k[3] = {(int32_t)t->kind, t->kind == FL_PS_DENSE ? 0 : t->dim, fl__ps_table_pushes(t)};
+    h = mix(h, k, sizeof k);
     if (t->kind == FL_PS_DENSE) {
         h = mix(h, &t->rows, 8);
         h = mix(h, &t->cols, 8);
-    } else {
-        int32_t d = t->dim, ik = (int32_t)t->init.kind;
-        h = mix(h, &d, 4);
+    }
+    return h;
+}
+
+uint64_t fl__ps_table_rule_hash(const fl_ps_table_config *t)
+{
+    uint64_t h = 0x5255u;
+    if (t->kind == FL_PS_SPARSE) {
+        int32_t ik = (int32_t)t->init.kind;
         h = mix(h, &ik, 4);
         h = mix(h, &t->init.a, 4);
         h = mix(h, &t->init.b, 4);

@@ -132,8 +132,10 @@ static int decode_request(const fl__ps_hdr *h, const uint8_t *b, fl__ps_msg *m)
         if (ld32(b + 28)) return BAD("hello: reserved field is not zero");
         if (m->ntables > FL_PS_MAX_TABLES)
             return BAD("hello: %u tables exceeds the limit of %d", m->ntables, FL_PS_MAX_TABLES);
-        FL_CHECK(exact(h, 32 + 8ull * m->ntables));
-        m->table_hash = (const uint64_t *)(b + 32);
+        FL_CHECK(exact(h, 32 + (uint64_t)FL__PS_HELLO_TABLE * m->ntables));
+        m->tables_wire = b + 32;
+        for (uint32_t i = 0; i < m->ntables; i++)
+            if (ld32(b + 32 + FL__PS_HELLO_TABLE * i + 20)) return BAD("hello: reserved field of table %u is not zero", i);
         return FL_OK;
     case FL__PS_PULL_DENSE:
         FL_CHECK(exact(h, 24));

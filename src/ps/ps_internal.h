@@ -35,7 +35,8 @@
  * FL__PS_F_ERROR and the body {status i32, message length u32, message bytes}.
  * Request bodies (offsets are multiples of 8 so ids and floats are aligned):
  *   HELLO       session u64, worker_rank u32, num_workers u32, num_servers u32,
- *               server_index u32, ntables u32, reserved u32, table_hash u64[ntables]
+ *               server_index u32, ntables u32, reserved u32, then per table: shape hash
+ *               u64, rule hash u64, pushes u32, reserved u32 (config.c)
  *   PULL_DENSE  table u32, flags u32 (BF16), offset u64, count u64   (values of this shard)
  *   PUSH_DENSE  table u32, flags u32 (LAST | BF16), session u64, seq u64, offset u64,
  *               count u64, f32[count] (BF16: bf16[count])
@@ -67,6 +68,7 @@
 #define FL__PS_MAGIC 0x31535046u
 #define FL__PS_VERSION 1
 #define FL__PS_HDR 32
+#define FL__PS_HELLO_TABLE 24
 #define FL__PS_DIR_MAX 4096
 #define FL__PS_MSG_MAX 4096
 
@@ -125,7 +127,7 @@ typedef struct {
     uint32_t str_len;
     int32_t status; /* error replies */
     uint32_t worker_rank, num_workers, num_servers, server_index, ntables, applied;
-    const uint64_t *table_hash;
+    const uint8_t *tables_wire; /* HELLO: ntables entries of FL__PS_HELLO_TABLE bytes */
     int64_t i64[3];
     double f64;
 } fl__ps_msg;
@@ -219,7 +221,16 @@ int fl__ps_entry_parse(const char *s, const char *table, fl__ps_entry *out);
 /* Accessor with defaults filled. */
 void fl__ps_accessor_fill(const fl_ps_accessor *in, fl_ps_accessor *out);
 /* A stable 64-bit hash of a table's configuration (what client and server compare). */
-uint64_t fl__ps_table_hash(const fl_ps_table_config *t);
+/* What a table's pushes carry (FL__PS_PUSH_*), and its words for messages. */
+enum { FL__PS_PUSH_GRADS = 0, FL__PS_PUSH_SCALED = 1, FL__PS_PUSH_DELTAS = 2 };
+int fl__ps_table_pushes(const fl_ps_table_config *t);
+const char *fl__ps_pushes_name(int pushes);
+/* The hello's two hashes per table: what client and server must share (name, kind, shape
+ * or dim, what pushes carry), and the server's own settings (optimizer and its
+ * hyperparameters, sparse initializer, entry, accessor), which apply when a client's
+ * differ. */
+uint64_t fl__ps_table_shape_hash(const fl_ps_table_config *t);
+uint64_t fl__ps_table_rule_hash(const fl_ps_table_config *t);
 /* Deep copy of a table list (names and entries strdup'ed); free with fl__ps_tables_free. */
 int fl__ps_tables_copy(const fl_ps_table_config *in, int n, fl_ps_table_config **out);
 void fl__ps_tables_free(fl_ps_table_config *t, int n);
@@ -600,7 +611,7 @@ struct fl_ps_server {
     fl_net_acceptor_stats acc_logged; /* counts at the last log line about refusals */
     uint64_t acc_log_ns;
     char endpoint[FL_NET_HOST_MAX + 16];
-    char me[64]; /* "server 0 (host:port)" for messages */
+    char me[64];         /* "server 0 (host:port)" for messages */
     fl__live_clock live; /* the loop's stopped-self clock (src/net/liveness.h) */
 
     pthread_rwlock_t tab_lk; /* read: any request; write: load swaps tables */
@@ -610,6 +621,7 @@ struct fl_ps_server {
     pthread_mutex_t mu; /* everything below */
     pthread_cond_t cv;
     int wake[2];
+    uint8_t rule_noted[FL_PS_MAX_TABLES]; /* a worker's table settings differed (logged once) */
     fl__ps_sconn **conns;
     int nconns, conns_cap;
     fl__ps_job *jobs;

@@ -169,13 +169,32 @@ static int on_hello(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m)
     if (m->ntables != (uint32_t)s->ntables)
         REJECT(FL_EINVAL, "worker %d has %u tables, this server %d", c->rank, m->ntables, s->ntables);
     for (int i = 0; i < s->ntables; i++) {
-        uint64_t h;
-        memcpy(&h, &m->table_hash[i], 8);
-        if (h != fl__ps_table_hash(&s->cfgs[i]))
-            REJECT(FL_EINVAL,
-                   "table %d '%s' is configured differently on worker %d and on this server (kind, shape, "
-                   "optimizer, initializer, entry or accessor)",
-                   i, s->cfgs[i].name, c->rank);
+        const fl_ps_table_config *t = &s->cfgs[i];
+        const uint8_t *w = m->tables_wire + FL__PS_HELLO_TABLE * i;
+        uint64_t shape, rule;
+        uint32_t pushes;
+        memcpy(&shape, w, 8);
+        memcpy(&rule, w + 8, 8);
+        memcpy(&pushes, w + 16, 4);
+        if (pushes != (uint32_t)fl__ps_table_pushes(t))
+            REJECT(FL_EINVAL, "table %d '%s': worker %d pushes %s, but this server expects %s", i, t->name, c->rank,
+                   fl__ps_pushes_name((int)pushes), fl__ps_pushes_name(fl__ps_table_pushes(t)));
+        if (shape != fl__ps_table_shape_hash(t))
+            REJECT(FL_EINVAL, "table %d '%s' is configured differently on worker %d and on this server (name, kind, shape)",
+                   i, t->name, c->rank);
+        /* Paddle's parameter server runs the optimizer of its own program, whatever the
+         * trainers minimize with: the server's rule applies, said once per table */
+        if (rule == fl__ps_table_rule_hash(t)) continue;
+        pthread_mutex_lock(&s->mu);
+        int first = !s->rule_noted[i];
+        s->rule_noted[i] = 1;
+        pthread_mutex_unlock(&s->mu);
+        if (first) {
+            FL_INFO(FL_SUB_PS,
+                    "%s: table %d '%s': worker %d configures the optimizer, its hyperparameters, the initializer, entry "
+                    "or accessor differently; this server's apply (%s, rate %g)",
+                    s->me, i, t->name, c->rank, fl__ps_opt_name(t->opt.kind), (double)t->opt.lr);
+        }
     }
     if (!fl__ps_session_get(s, m->session)) REJECT(FL_ENOMEM, "out of memory");
     fl__ps_wbuf *b = &c->wb;

@@ -7,8 +7,13 @@
  *
  * A retried push (same session and sequence) whose step is still open joins the waiters
  * without being added again; one whose step is over is answered at once.  A second push of
- * the same table by a worker within one step is refused (FL_ESTATE).  A worker that stops
- * while a step waits for it fails that step's waiters instead of leaving them hanging.
+ * the same table by a worker within one step is refused (FL_ESTATE).
+ *
+ * A worker that called stop has finished its data (Paddle's trainer "complete"): the steps
+ * after it complete with the pushes of the workers still training, scaled by
+ * 1/num_workers all the same (Paddle's pserver counts a completed trainer's gradient as
+ * zero), so workers whose passes have different numbers of batches train to their end.
+ * Only a worker that stops in the middle of a step's chunked push fails that step.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,6 +156,20 @@ static int apply_step(fl_ps_server *s, fl__ps_sync *y, fl__ps_table *t)
 
 /* ---- a push ---------------------------------------------------------------------------------- */
 
+static void finish_step(fl_ps_server *s, fl__ps_sync *y, fl__ps_table *t);
+
+/* Has every worker still training pushed the open step (a worker that called stop pushes
+ * no more)?  With y->mu held. */
+static int step_ready(fl_ps_server *s, fl__ps_sync *y)
+{
+    if (y->ncomplete == 0) return 0;
+    int waiting = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int k = 0; k < s->o.num_workers; k++) waiting += y->pushed[k] != 2 && !s->stopped[k];
+    pthread_mutex_unlock(&s->mu);
+    return waiting == 0;
+}
+
 int fl__ps_sync_push(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m, fl__ps_table *t)
 {
     fl__ps_sync *y = &s->sync[m->table];
@@ -203,29 +222,20 @@ int fl__ps_sync_push(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m, fl__
     y->pushed[r] = 2;
     y->pend_seq[r] = m->seq;
     y->pend_session[r] = m->session;
-    if (++y->ncomplete < s->o.num_workers) {
-        /* a worker that already stopped will never push this step: fail it now */
-        int gone = -1;
-        pthread_mutex_lock(&s->mu);
-        for (int k = 0; k < s->o.num_workers && gone < 0; k++)
-            if (s->stopped[k] && y->pushed[k] != 2) gone = k;
-        pthread_mutex_unlock(&s->mu);
-        if (gone < 0) {
-            pthread_mutex_unlock(&y->mu);
-            return FL_OK;
-        }
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s: sync step %llu of table '%s' can not complete: worker %d has stopped", s->me,
-                 (unsigned long long)y->step, t->cfg.name, gone);
-        reset_step(s, y);
-        fl__ps_waitlist done = y->waiters;
-        y->waiters = (fl__ps_waitlist){0};
+    ++y->ncomplete;
+    if (!step_ready(s, y)) {
         pthread_mutex_unlock(&y->mu);
-        fl__ps_waiters_finish(s, &done, FL_EREMOTE, msg);
-        free(done.w);
         return FL_OK;
     }
-    st = apply_step(s, y, t);
+    finish_step(s, y, t);
+    return FL_OK;
+}
+
+/* Applies the step, opens the next one and answers its waiters; called with y->mu held,
+ * returns with it released. */
+static void finish_step(fl_ps_server *s, fl__ps_sync *y, fl__ps_table *t)
+{
+    int st = apply_step(s, y, t);
     char msg[1024] = "";
     if (st)
         snprintf(msg, sizeof msg, "%s: applying sync step %llu of table '%s' failed: %s", s->me,
@@ -237,7 +247,6 @@ int fl__ps_sync_push(fl_ps_server *s, fl__ps_sconn *c, const fl__ps_msg *m, fl__
     pthread_mutex_unlock(&y->mu);
     fl__ps_waiters_finish(s, &done, st, msg);
     free(done.w);
-    return FL_OK;
 }
 
 /* ---- failures ---------------------------------------------------------------------------------- */
@@ -253,9 +262,14 @@ static void fail_table(fl_ps_server *s, int i, int only_rank, int st, const char
         pthread_mutex_unlock(&y->mu);
         return;
     }
+    if (only_rank >= 0 && y->pushed[only_rank] == 0) { /* it finished its data */
+        if (step_ready(s, y)) finish_step(s, y, &s->tab[i]);
+        else pthread_mutex_unlock(&y->mu);
+        return;
+    }
     if (only_rank >= 0)
-        snprintf(msg, sizeof msg, "%s: worker %d stopped before pushing sync step %llu of table '%s'", s->me, only_rank,
-                 (unsigned long long)y->step, s->cfgs[i].name);
+        snprintf(msg, sizeof msg, "%s: worker %d stopped in the middle of its push of sync step %llu of table '%s'", s->me,
+                 only_rank, (unsigned long long)y->step, s->cfgs[i].name);
     else snprintf(msg, sizeof msg, "%s", msg_in);
     reset_step(s, y);
     fl__ps_waitlist done = y->waiters;

@@ -19,13 +19,14 @@ from ..strategy import DistributeTranspilerConfig
 from ..transpiler import DistributeTranspiler
 from . import compiler, contrib, core, incubate, metrics, nets, transpiler
 
+from .. import grad_clip as clip  # noqa: E402  fluid.clip.GradientClipBy...
 from .. import collective as _collective
 
 layers.collective = _collective  # fluid.layers.collective._c_allreduce
 _sys.modules[__name__ + ".layers.collective"] = _collective
 
-for _name in ("executor", "framework", "initializer", "io", "layers", "optimizer", "param_attr", "regularizer",
-              "unique_name"):
+for _name in ("clip", "executor", "framework", "initializer", "io", "layers", "optimizer", "param_attr",
+              "regularizer", "unique_name"):
     _sys.modules[__name__ + "." + _name] = globals()[_name]
 
 

@@ -3,7 +3,7 @@ from .. import layers as _L
 
 __all__ = ["cross_entropy", "softmax_with_cross_entropy", "relu", "tanh", "sigmoid", "softmax", "dropout",
            "embedding", "mse_loss", "l1_loss", "binary_cross_entropy_with_logits", "binary_cross_entropy",
-           "square_error_cost", "linear", "one_hot", "gelu", "label_smooth", "normalize"]
+           "square_error_cost", "linear", "one_hot", "gelu", "label_smooth", "normalize", "nll_loss"]
 
 
 def _reduce(loss, reduction, what):
@@ -117,3 +117,18 @@ def normalize(x, p=2, axis=1, epsilon=1e-12, name=None):
     if p != 2:
         raise NotImplementedError("normalize: p=%r (the L2 norm only)" % p)
     return _L.l2_normalize(x, axis, epsilon)
+
+
+def nll_loss(input, label, weight=None, ignore_index=-100, reduction="mean", name=None):
+    """-input[i, label[i]] for log-probabilities input [N, C] and int64 labels [N] or [N, 1]:
+    one_hot(label) times input, summed over the classes (C ops).  weight is not supported,
+    and a label outside [0, C) (ignore_index included) fails in one_hot at run time."""
+    if weight is not None:
+        raise NotImplementedError("nll_loss: weight is not supported")
+    if len(input.shape) != 2:
+        raise ValueError("nll_loss: input must be [N, C] log-probabilities, got shape %s" % (list(input.shape),))
+    if len(label.shape) == 1:
+        from ..tensor_api import unsqueeze
+        label = unsqueeze(label, 1)
+    picked = _L.reduce_sum(_L.elementwise_mul(_L.one_hot(label, int(input.shape[1])), input), dim=1, keep_dim=True)
+    return _reduce(_L.scale(picked, -1.0), reduction, "nll_loss")

@@ -11,7 +11,7 @@ from . import nn
 __all__ = ["data", "Program", "Variable", "default_main_program", "default_startup_program", "program_guard",
            "Executor", "CompiledProgram", "Scope", "global_scope", "scope_guard", "save_inference_model",
            "load_inference_model", "nn", "ParamAttr", "InputSpec", "BuildStrategy", "ExecutionStrategy",
-           "create_global_var"]
+           "create_global_var", "save", "load"]
 
 
 def data(name, shape, dtype=None, lod_level=0):
@@ -34,3 +34,24 @@ def save_inference_model(path_prefix, feed_vars, fetch_vars, executor, program=N
 
 def load_inference_model(path_prefix, executor, **kwargs):
     return _io.load_inference_model(path_prefix, executor)
+
+
+def save(program, model_path, protocol=4, **configs):
+    """paddle.static.save: program's persistable variables (parameters, optimizer state) from
+    the global scope, as fluid.io.save_persistables writes them: into the directory
+    model_path (persistables.safetensors), not Paddle's model_path.pdparams / .pdopt files;
+    paddle.static.load reads it back."""
+    exe = Executor()
+    try:
+        _io.save_persistables(exe, model_path, program)
+    finally:
+        exe.close()
+
+
+def load(program, model_path, executor=None, var_list=None):
+    """paddle.static.load: what paddle.static.save wrote, into the global scope (the
+    startup program must have run).  var_list (a subset) is not supported."""
+    if var_list is not None:
+        raise NotImplementedError("paddle.static.load: var_list is not supported (every persistable variable loads)")
+    exe = executor if executor is not None else Executor()
+    _io.load_persistables(exe, model_path, program)

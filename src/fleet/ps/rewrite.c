@@ -20,8 +20,12 @@
  *      (latest - old) / trainers, pull);
  *   3. appends ps_init to the startup program (worker 0 offers the initial dense values,
  *      barrier, every worker pulls them).
- * The server process builds the same program and runs the same hook, so both sides
- * derive the same table list from the same code (the client and server compare it).
+ * The server process builds its program and runs the same hook, so both sides derive the
+ * table list from the same code.  The client and server compare names, shapes and what
+ * the pushes carry (gradients, gradients scaled by a schedule, GEO deltas); the update
+ * rule is the server's own, as Paddle's pserver runs the optimizer of its program while
+ * the trainers' update ops are dropped (a trainer minimizing with SGD against servers
+ * that minimize with Adam trains with Adam).
  *
  * The update ops are emitted by optimizer.c and removed here, because the optimizer hook
  * has no per-pair "skip update" flag yet; removing them also removes their state
@@ -197,6 +201,7 @@ static int table_opt(fl__ps_ctx *c, fl_prog *p, const pinfo *pi, fl_ps_optimizer
                                   c->lr_sched->name, lrv->name);
         c->lr_sched = lrv;
         o->lr = (float)fl__attr_f(u, "lr_scale", 1.0);
+        o->scaled = 1;
     } else {
         const fl_op *lop = init_op(p, lrv->name);
         if (!lop || strcmp(lop->def->type, "fill_constant") != 0)

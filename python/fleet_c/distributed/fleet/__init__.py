@@ -15,9 +15,10 @@ _METHODS = ["init", "distributed_optimizer", "is_collective", "is_distributed", 
             "save_persistables", "save_inference_model", "split_files", "util", "dgc_stats"]
 _CLASSES = {"DistributedStrategy": "...strategy", "PaddleCloudRoleMaker": "...role_maker",
             "UserDefinedRoleMaker": "...role_maker", "Role": "...role_maker", "Fleet": "..._fleet",
-            "UtilBase": "..._fleet", "DistributedOptimizer": "..._fleet"}
+            "UtilBase": "..._fleet", "DistributedOptimizer": "..._fleet",
+            "MultiSlotDataGenerator": ".data_generator", "MultiSlotStringDataGenerator": ".data_generator"}
 
-__all__ = _METHODS + sorted(_CLASSES) + ["base", "data_generator"]
+__all__ = _METHODS + sorted(_CLASSES) + ["base", "data_generator", "metrics"]
 
 
 def __getattr__(name):
@@ -28,7 +29,7 @@ def __getattr__(name):
         value = getattr(the_fleet, name)
     elif name in _CLASSES:
         value = getattr(_importlib.import_module(_CLASSES[name], __name__), name)
-    elif name in ("base", "data_generator"):
+    elif name in ("base", "data_generator", "metrics"):
         value = _importlib.import_module("." + name, __name__)
     else:
         raise AttributeError("module 'fleet_c.distributed.fleet' has no attribute '%s'" % name)
