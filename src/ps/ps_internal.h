@@ -66,7 +66,7 @@
  * the counts imply. */
 
 #define FL__PS_MAGIC 0x31535046u
-#define FL__PS_VERSION 1
+#define FL__PS_VERSION 2 /* 2: hello tables of 24 bytes (shape and rule hashes, push kind) */
 #define FL__PS_HDR 32
 #define FL__PS_HELLO_TABLE 24
 #define FL__PS_DIR_MAX 4096
