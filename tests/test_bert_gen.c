@@ -155,6 +155,9 @@ TEST(datagen_deterministic_demo_format)
     g.seed = 2, g.files = 1;
     CHECK_OK(fl_model_bert_generate(&g, d2, &i2));
     CHECK(!same_file(d1, d2, "test/part-00000.gz"));
+    char stale[600];
+    snprintf(stale, sizeof stale, "%s/train/part-00001.gz", d2);
+    CHECK(access(stale, F_OK) != 0); /* the 3 files of the run before are gone */
     /* errors name the argument */
     fl_model_bert_datagen bad = small(10);
     bad.successors = 40;

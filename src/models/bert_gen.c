@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "fleet/models.h"
@@ -200,6 +201,15 @@ static int write_split(const planted *m, const char *out, const char *split, uin
         st = path ? write_part(m, path, sid, rows * f / files, rows * (f + 1) / files, tokens, l)
                   : fl__err(FL_ENOMEM, "bert datagen: out of memory");
         free(path);
+    }
+    /* part files of an earlier run with more files would be read with these */
+    for (int f = files; st == FL_OK; f++) {
+        char name[32];
+        snprintf(name, sizeof name, "part-%05d.gz", f);
+        char *path = fl__path_join(dir, name);
+        int gone = !path || unlink(path) != 0;
+        free(path);
+        if (gone) break;
     }
     free(l);
     free(dir);
