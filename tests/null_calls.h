@@ -334,6 +334,8 @@ static long long nc_fl_model_bert_reader_num_batches(void *h) { (void)h; return 
 static long long nc_fl_model_bert_reader_total_batches(void *h) { (void)h; return (long long)fl_model_bert_reader_total_batches((const fl_model_bert_reader *){0}); }
 static long long nc_fl_model_bert_reader_next(void *h) { (void)h; return (long long)fl_model_bert_reader_next((fl_model_bert_reader *){0}, (fl_model_bert_batch *){0}); }
 static long long nc_fl_model_bert_batch_clear(void *h) { (void)h; fl_model_bert_batch_clear((fl_model_bert_batch *){0}); return 0; }
+static long long nc_fl_model_bert_datagen_default(void *h) { (void)h; return 0; }
+static long long nc_fl_model_bert_generate(void *h) { (void)h; return (long long)fl_model_bert_generate((const fl_model_bert_datagen *){0}, (const char *){0}, (fl_model_bert_datagen_info *){0}); }
 static long long nc_fl_model_simnet_default(void *h) { (void)h; return 0; }
 static long long nc_fl_model_simnet_build(void *h) { return (long long)fl_model_simnet_build((fl_prog *)h, (const fl_model_simnet_config *){0}, (fl_model_simnet *){0}); }
 static long long nc_fl_model_simnet_dataset(void *h) { (void)h; return fl_model_simnet_dataset((const fl_model_simnet *){0}, (const char *){0}, (int){0}, (int){0}, (const char *const *){0}, (int){0}) != NULL; }
@@ -812,6 +814,8 @@ static const nc_row nc_rows[] = {
     {"fl_model_bert_reader_total_batches", "models.h", NC_VAL, 0, nc_fl_model_bert_reader_total_batches},
     {"fl_model_bert_reader_next", "models.h", NC_ERR, 0, nc_fl_model_bert_reader_next},
     {"fl_model_bert_batch_clear", "models.h", NC_SAFE, 0, nc_fl_model_bert_batch_clear},
+    {"fl_model_bert_datagen_default", "models.h", NC_SKIP, 0, nc_fl_model_bert_datagen_default},
+    {"fl_model_bert_generate", "models.h", NC_ERR, 0, nc_fl_model_bert_generate},
     {"fl_model_simnet_default", "models.h", NC_SKIP, 0, nc_fl_model_simnet_default},
     {"fl_model_simnet_build", "models.h", NC_ERR, 1, nc_fl_model_simnet_build},
     {"fl_model_simnet_dataset", "models.h", NC_NULL, 0, nc_fl_model_simnet_dataset},

@@ -109,10 +109,11 @@ static void usage(void)
          "Also: fleet-datagen simnet --rows N --out DIR (query/positive/negative triples),\n"
          "fleet-datagen word2vec --sentences N --out DIR (a corpus with planted clusters and\n"
          "analogies), fleet-datagen images --out DIR (JPEG files of planted classes, class\n"
-         "folders and train.txt/val.txt lists) and fleet-datagen translation --sentences N --out\n"
-         "DIR (a parallel corpus with a planted transduction); their options are in\n"
-         "docs/datagen.md, tools/datagen_text.h, tools/datagen_images.h and\n"
-         "tools/datagen_translation.h.");
+         "folders and train.txt/val.txt lists), fleet-datagen translation --sentences N --out\n"
+         "DIR (a parallel corpus with a planted transduction) and fleet-datagen bert --lines N\n"
+         "--out DIR (BERT pre-training lines from planted topics and word chains); their options\n"
+         "are in docs/datagen.md, tools/datagen_text.h, tools/datagen_images.h,\n"
+         "tools/datagen_translation.h and tools/datagen_bert.h.");
 }
 
 /* ---------------------------------------------------------------- random numbers */
@@ -555,6 +556,7 @@ static void dg_parse(int argc, char **argv, const dg_opt *opts, int n, const cha
 #include "datagen_text.h"        /* the simnet and word2vec subcommands */
 #include "datagen_images.h"      /* the images subcommand */
 #include "datagen_translation.h" /* the translation subcommand */
+#include "datagen_bert.h"        /* the bert subcommand */
 
 int main(int argc, char **argv)
 {
@@ -567,8 +569,9 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "word2vec")) return datagen_word2vec(argc, argv);
     if (!strcmp(argv[1], "images")) return datagen_images(argc, argv);
     if (!strcmp(argv[1], "translation")) return datagen_translation(argc, argv);
+    if (!strcmp(argv[1], "bert")) return datagen_bert(argc, argv);
     if (strcmp(argv[1], "criteo"))
-        cli_die(2, "unknown subcommand '%s' (expected: criteo, simnet, word2vec, images or translation)", argv[1]);
+        cli_die(2, "unknown subcommand '%s' (expected: criteo, simnet, word2vec, images, translation or bert)", argv[1]);
 
     int64_t rows = -1, test_rows = -1;
     int files = 1, test_files = 1;

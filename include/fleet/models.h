@@ -454,6 +454,54 @@ FL_API int64_t fl_model_bert_reader_total_batches(const fl_model_bert_reader *r)
 FL_API int fl_model_bert_reader_next(fl_model_bert_reader *r, fl_model_bert_batch *b);
 FL_API void fl_model_bert_batch_clear(fl_model_bert_batch *b);
 
+/* The planted BERT corpus of `fleet-datagen bert` (src/models/bert_gen.c, docs/datagen.md):
+ * lines of the demo format above, [CLS] A [SEP] B [SEP], label 1, with ids into the written
+ * vocab.txt ([PAD] 0, [CLS] 1, [SEP] 2, [MASK] 3, [UNK] 4, then function words shared by
+ * every topic, then each topic's own words).  A line is a document: a topic drawn
+ * uniformly, then its two sentences A and B, each a first-order Markov chain over the
+ * topic's words (the function words and its own): the first word uniform over the topic's
+ * own words, each next word with probability 1 - noise one of `successors` successors of
+ * the previous word in that topic (weights 2^-k), else uniform over the topic's words;
+ * min_len..max_len words each, the length uniform.  The reader's negatives (A of one line,
+ * B of another) thus differ in topic but in one case out of `topics`.
+ * The ceilings are the Bayes-optimal accuracies under this generator and the reader's
+ * masking (15%; 80% [MASK], 10% a random id below vocab_size, 10% kept; one [MASK] when a
+ * line has none; half the examples negatives), computed exactly by forward-backward over
+ * each sentence under every topic and both pair hypotheses, on the test lines with masks and
+ * negatives drawn as the reader draws them; the accuracy of a model is below them up to the
+ * sampling error (the _se fields).  The unigram baseline is the share of the most frequent
+ * word among the predicted tokens. */
+typedef struct {
+    int64_t lines;         /* training lines (required, >= 1) */
+    int64_t test_lines;    /* default -1: lines / 10, at least 1 */
+    int files;             /* training files part-NNNNN.gz (default 1; the test split is one file) */
+    uint64_t seed;         /* default 1 */
+    int topics;            /* default 32 */
+    int topic_words;       /* each topic's own words, default 64 */
+    int function_words;    /* words of every topic, default 32 */
+    int successors;        /* likely successors of a word in a topic, default 4 (<= its words) */
+    double noise;          /* share of uniform next words, default 0.1, in [0, 1] */
+    int shared_grammar;    /* 1: a word's successors are the same slots in every topic (one grammar,
+                            * each topic its own words); default 0: drawn per topic */
+    int min_len, max_len;  /* words per sentence, default 8, 60 (lines of at most 123 tokens) */
+    int64_t ceiling_lines; /* test lines the ceilings average over, default 4000 (0: all) */
+} fl_model_bert_datagen;
+
+typedef struct {
+    int64_t vocab_size;                       /* with the five marks */
+    int64_t train_tokens, test_tokens;        /* tokens of the lines, marks included */
+    int64_t ceiling_examples, ceiling_masked; /* what the ceilings average over */
+    double mlm_ceiling, mlm_ceiling_se;       /* Bayes-optimal masked-LM accuracy, its standard error */
+    double nsp_ceiling, nsp_ceiling_se;       /* Bayes-optimal next-sentence accuracy */
+    double mlm_unigram;                       /* the unigram baseline */
+} fl_model_bert_datagen_info;
+
+FL_API fl_model_bert_datagen fl_model_bert_datagen_default(void);
+/* Writes DIR/train/part-NNNNN.gz, DIR/test/part-00000.gz, DIR/vocab.txt,
+ * DIR/bert_config.json (the demo's, with this vocab_size) and DIR/planted.json (options
+ * and ceilings); each file atomically, byte-identical for the same configuration. */
+FL_API int fl_model_bert_generate(const fl_model_bert_datagen *g, const char *out, fl_model_bert_datagen_info *info);
+
 /* ---- text models: simnet-bow and word2vec ------------------------------------------------
  *
  * Each model has a builder (as above), a data reader setup (a dataset whose slots are the
