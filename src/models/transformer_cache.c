@@ -47,8 +47,9 @@ struct fl__tr_cache {
     int *src_len;
     /* the feeds, reused */
     fl_tensor *tw, *tp, *tb, *tsb, **cfeed, **kfeed;
-    int *rows; /* source rows of the cross feeds now (-1: none yet) */
+    int *rows; /* source rows of the cross feeds now (NULL: none yet) */
     int64_t nrows;
+    int next_fed;     /* 1: enext's scope holds the cross feeds of these rows (fed at its last run) */
     fl_tensor **prev; /* the last step's fetched keys / values (borrowed) */
 };
 
@@ -191,7 +192,7 @@ int fl__tr_cache_create(const fl_prog *test, fl_scope *scope, int64_t H, const c
     fl_prog_free(re);
     if (st == FL_OK && found) {
         if (!(c->ecross = fl_exe_create(scope)) || !(c->efirst = fl_exe_create(scope)) ||
-            !(c->enext = fl_exe_create(scope)))
+            !(c->enext = fl_exe_create(scope)) || fl_exe_set_eager_deletion(c->enext, 0) != FL_OK)
             st = fl_last_status();
         fl_tensor **t[4] = {&c->tw, &c->tp, &c->tb, &c->tsb};
         for (int i = 0; st == FL_OK && i < 4; i++)
@@ -240,6 +241,7 @@ int fl__tr_cache_encode(fl__tr_cache *c, const fl_tensor *sw, const fl_tensor *s
     }
     free(kv);
     free(c->rows), c->rows = NULL, c->nrows = 0; /* the cross feeds are refilled at the first step */
+    c->next_fed = 0;
     return st;
 }
 
@@ -247,6 +249,7 @@ int fl__tr_cache_encode(fl__tr_cache *c, const fl_tensor *sw, const fl_tensor *s
 static int cross_feeds(fl__tr_cache *c, const int *src_row, int64_t R)
 {
     if (c->rows && c->nrows == R && !memcmp(c->rows, src_row, (size_t)R * sizeof *src_row)) return FL_OK;
+    c->next_fed = 0;
     const int64_t S = c->S, H = c->H;
     for (int i = 0; i < 2 * c->nl; i++) {
         const int64_t blk = H * S * c->cross_d[i];
@@ -306,12 +309,15 @@ int fl__tr_cache_step(fl__tr_cache *c, const int64_t *seq, int64_t stride, int64
         feed[nf++] = (fl_feed){"trg_pos", c->tp};
         feed[nf++] = (fl_feed){"trg_slf_attn_bias", c->tb};
         feed[nf++] = (fl_feed){"trg_src_attn_bias", c->tsb};
-        for (int i = 0; i < n2; i++) feed[nf++] = (fl_feed){c->cross_kv[i], c->cfeed[i]};
+        /* the cross keys / values only when next's scope lacks them (it keeps its buffers) */
+        int cross = t == 0 || !c->next_fed;
+        for (int i = 0; cross && i < n2; i++) feed[nf++] = (fl_feed){c->cross_kv[i], c->cfeed[i]};
         for (int i = 0; t > 0 && i < n2; i++) feed[nf++] = (fl_feed){c->cache_kv[i], c->kfeed[i]};
         fetch[0] = c->predict;
         for (int i = 0; i < n2; i++) fetch[1 + i] = t > 0 ? c->full_kv[i] : c->self_kv[i];
         st = t > 0 ? fl_exe_run(c->enext, c->next, feed, nf, fetch, 1 + n2, res)
                    : fl_exe_run(c->efirst, c->first, feed, nf, fetch, 1 + n2, res);
+        if (t > 0) c->next_fed = st == FL_OK;
     }
     if (st == FL_OK && (fl_tensor_ndim(res[0]) != 2 || fl_tensor_dim(res[0], 0) != R || fl_tensor_dim(res[0], 1) != V))
         st = fl__err(FL_EINVAL, "transformer decoder: predict '%s' is not [%lld, %lld]", c->predict, (long long)R,
