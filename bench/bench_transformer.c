@@ -5,6 +5,8 @@
  * defaults are Transformer-base (d_model 512, 6 + 6 layers, 8 heads, d_ff 2048, dropout
  * 0.1) at 2048 target tokens per batch.  Threads: FLEET_NUM_THREADS (bench/transformer.sh
  * runs 1 and 2 next to bench/transformer_torch.py, PyTorch on the same model and batch).
+ * Beam search runs twice, with the key / value cache and over the whole prefix each step;
+ * the two must give the same words (checked, exit 1 otherwise).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,22 +107,34 @@ int main(int argc, char **argv)
     int *nsrc = malloc((size_t)decode * sizeof *nsrc), *nout = malloc((size_t)decode * sizeof *nout);
     int64_t **out = malloc((size_t)decode * sizeof *out);
     for (int i = 0; i < decode; i++) src[i] = fl_tensor_i64(t[0]) + (i % B) * S, nsrc[i] = (int)S;
+    int *nout2 = malloc((size_t)decode * sizeof *nout2);
+    int64_t **out2 = malloc((size_t)decode * sizeof *out2);
     fl_transformer_decode_opts d = fl_transformer_decode_opts_default();
     d.beam_size = beam;
     d.max_out_len = out_len;
     d.batch_size = decode;
-    t0 = now();
-    if (fl_transformer_decode(dec, &d, src, nsrc, decode, out, nout) != FL_OK) die("decode");
-    double dec_s = now() - t0;
-    int64_t words = 0;
-    for (int i = 0; i < decode; i++) words += nout[i], free(out[i]);
-    printf("fleet beam search: %.2f sentences/s (beam %d, %d sentences of %d source tokens, %lld words out, %.2f s)\n",
-           decode / dec_s, beam, decode, seq, (long long)words, dec_s);
+    double dec_s[2];
+    for (int u = 0; u < 2; u++) {
+        d.use_cache = !u;
+        t0 = now();
+        if (fl_transformer_decode(dec, &d, src, nsrc, decode, u ? out2 : out, u ? nout2 : nout) != FL_OK) die("decode");
+        dec_s[u] = now() - t0;
+    }
+    int64_t words = 0, same = 1;
+    for (int i = 0; i < decode; i++) {
+        same &= nout[i] == nout2[i] && !memcmp(out[i], out2[i], (size_t)nout[i] * sizeof *out[i]);
+        words += nout[i], free(out[i]), free(out2[i]);
+    }
+    for (int u = 0; u < 2; u++)
+        printf("fleet beam search, %s: %.2f sentences/s (beam %d, %d sentences of %d source tokens, %lld words out, "
+               "%.2f s)\n",
+               u ? "full prefix" : "kv cache", decode / dec_s[u], beam, decode, seq, (long long)words, dec_s[u]);
+    printf("fleet kv cache / full prefix: %.2fx, the same words: %s\n", dec_s[1] / dec_s[0], same ? "yes" : "NO");
     fl_transformer_decoder_free(dec);
-    free(src), free(nsrc), free(nout), free(out);
+    free(src), free(nsrc), free(nout), free(out), free(nout2), free(out2);
     for (int i = 0; i < FL_MODEL_TRANSFORMER_FEEDS; i++) fl_tensor_free(t[i]);
     fl_exe_free(e);
     fl_opt_free(o);
     fl_prog_free(p);
-    return 0;
+    return same ? 0 : 1;
 }

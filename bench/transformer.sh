@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # transformer.sh [BUILD_DIR] - Transformer-base training tokens/s and beam-search
-# sentences/s: bench_transformer (this library, float32) next to bench/transformer_torch.py
+# sentences/s (with the key / value cache and over the whole prefix, each checked to give
+# the same words): bench_transformer (this library, float32) next to bench/transformer_torch.py
 # (PyTorch float32 from PyPI, the same model and batch) at 1 and 2 threads, with the CPU's
 # ISA.  PEER_TORCH_VENV: the PyTorch venv (default BUILD_DIR/torch-venv, bench/peer_venv.sh).
 # ARGS: extra options for both (default: Transformer-base, 2048 tokens of 32, 3 steps).

@@ -3,8 +3,12 @@
 bench_transformer.c (Paddle's benchmark Transformer: pre-norm layers, attention without
 biases, embeddings x sqrt(d_model) plus sinusoid positions, output projection without bias,
 label smoothing 0.1, Adam(0.9, 0.997, 1e-9)) in float32 on the same synthetic batch shape;
-prints training tokens/s and beam-search sentences/s (the decoder re-run over the whole
-prefix each step, no cache, as bench_transformer does)."""
+prints training tokens/s and beam-search sentences/s twice, as bench_transformer does: with
+a key / value cache (nn.Transformer has no incremental decoding, so the loop below runs its
+layers' own weights one position at a time: self-attention keys / values cached per layer
+and reordered with the beams, cross-attention keys / values of the memory computed once)
+and with the decoder re-run over the whole prefix each step; the two must give the same
+words (printed)."""
 import argparse
 import math
 import time
@@ -80,20 +84,74 @@ print("torch train: %.1f tokens/s (%d x %d target tokens per batch, %d steps in 
 
 m.eval()
 K, n = a.beam, a.decode
-with torch.no_grad():
-    t0 = time.perf_counter()
+H, dh = a.heads, a.d_model // a.heads
+
+
+def heads(x):  # [R, L, d] -> [R, H, L, dh]
+    return x.view(x.shape[0], x.shape[1], H, dh).transpose(1, 2)
+
+
+def merge(x):  # [R, H, L, dh] -> [R, L, d]
+    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], H * dh)
+
+
+class Cached:
+    """One position per step through nn.TransformerDecoder's layers (norm_first, relu,
+    no biases, eval): the keys / values of earlier positions kept per layer."""
+
+    def __init__(self, mem):
+        d = a.d_model
+        self.layers = m.t.decoder.layers
+        self.cross = [(heads(F.linear(mem, L.multihead_attn.in_proj_weight[d:2 * d])),
+                       heads(F.linear(mem, L.multihead_attn.in_proj_weight[2 * d:]))) for L in self.layers]
+        self.kv = [None] * len(self.layers)
+
+    def reorder(self, rows):
+        self.kv = [(k[rows], v[rows]) for k, v in self.kv]
+
+    def step(self, last, i):  # last [R] word ids at position i -> logits [R, V]
+        x = m.trg_emb(last)[:, None] * math.sqrt(a.d_model) + m.pos[i]
+        for li, L in enumerate(self.layers):
+            q, k, v = map(heads, F.linear(L.norm1(x), L.self_attn.in_proj_weight).chunk(3, -1))
+            if self.kv[li] is not None:
+                k, v = torch.cat([self.kv[li][0], k], 2), torch.cat([self.kv[li][1], v], 2)
+            self.kv[li] = (k, v)
+            x = x + L.self_attn.out_proj(merge(F.scaled_dot_product_attention(q, k, v)))
+            q = heads(F.linear(L.norm2(x), L.multihead_attn.in_proj_weight[:a.d_model]))
+            ck, cv = self.cross[li]
+            x = x + L.multihead_attn.out_proj(merge(F.scaled_dot_product_attention(q, ck, cv)))
+            x = x + L.linear2(F.relu(L.linear1(L.norm3(x))))
+        return m.out(m.t.decoder.norm(x))[:, -1]
+
+
+def beam(cached):
     mem = m.encode(src[:n]).repeat_interleave(K, 0)
+    c = Cached(mem) if cached else None
     seq = torch.zeros(n * K, 1, dtype=torch.long)
     score = torch.full((n, K), float("-inf"))
     score[:, 0] = 0
     for i in range(a.out_len):
-        logp = F.log_softmax(m.decode(seq, mem)[:, -1], -1).view(n, K, -1)
+        logits = c.step(seq[:, -1], i) if cached else m.decode(seq, mem)[:, -1]
+        logp = F.log_softmax(logits, -1).view(n, K, -1)
         cand = (score[:, :, None] + logp).view(n, -1) / ((5.0 + i + 1) / 6.0) ** 0.6
         top, idx = cand.topk(K, 1)
         beam_idx = idx // a.vocab
         score = top * ((5.0 + i + 1) / 6.0) ** 0.6
         rows = (torch.arange(n)[:, None] * K + beam_idx).view(-1)
         seq = torch.cat([seq[rows], (idx % a.vocab).view(-1, 1)], 1)
-    dt = time.perf_counter() - t0
-print("torch beam search: %.2f sentences/s (beam %d, %d sentences of %d source tokens, %d steps, %.2f s)"
-      % (n / dt, K, n, a.seq, a.out_len, dt))
+        if cached:
+            c.reorder(rows)
+    return seq
+
+
+secs, out = [], []
+with torch.no_grad():
+    for cached in (True, False):
+        t0 = time.perf_counter()
+        out.append(beam(cached))
+        secs.append(time.perf_counter() - t0)
+for name, dt in zip(("kv cache", "full prefix"), secs):
+    print("torch beam search, %s: %.2f sentences/s (beam %d, %d sentences of %d source tokens, %d steps, %.2f s)"
+          % (name, n / dt, K, n, a.seq, a.out_len, dt))
+print("torch kv cache / full prefix: %.2fx, the same words: %s"
+      % (secs[1] / secs[0], "yes" if torch.equal(out[0], out[1]) else "NO"))

@@ -470,11 +470,14 @@ static long long nc_fl_translation_batch_free(void *h) { (void)h; fl_translation
 static long long nc_fl_translation_batch_fill(void *h) { (void)h; return (long long)fl_translation_batch_fill((const fl_translation_data *){0}, (int64_t){0}, (fl_translation_batch *){0}); }
 static long long nc_fl_translation_batch_tensor(void *h) { (void)h; return fl_translation_batch_tensor((const fl_translation_batch *){0}, (int){0}) != NULL; }
 static long long nc_fl_translation_batch_name(void *h) { (void)h; return 0; }
+static long long nc_fl_translation_begin(void *h) { (void)h; return (long long)fl_translation_begin((fl_translation_data *){0}, (int){0}); }
+static long long nc_fl_translation_next(void *h) { (void)h; return (long long)fl_translation_next((fl_translation_data *){0}, (fl_translation_batch *){0}); }
 static long long nc_fl_translation_batch_counts(void *h) { (void)h; return (long long)fl_translation_batch_counts((const fl_translation_batch *){0}, (int64_t *){0}, (int64_t *){0}); }
 static long long nc_fl_transformer_decode_opts_default(void *h) { (void)h; return 0; }
 static long long nc_fl_transformer_decoder_create(void *h) { return (long long)fl_transformer_decoder_create((fl_exe *)h, (const fl_prog *)h, (const char *){0}, (int64_t){0}, (int64_t){0}, (fl_transformer_decoder **){0}); }
 static long long nc_fl_transformer_decoder_free(void *h) { (void)h; fl_transformer_decoder_free((fl_transformer_decoder *){0}); return 0; }
 static long long nc_fl_transformer_decode(void *h) { (void)h; return (long long)fl_transformer_decode((fl_transformer_decoder *){0}, (const fl_transformer_decode_opts *){0}, (const int64_t *const *){0}, (const int *){0}, (int){0}, (int64_t **){0}, (int *){0}); }
+static long long nc_fl_transformer_decoder_scores(void *h) { (void)h; return (long long)fl_transformer_decoder_scores((const fl_transformer_decoder *){0}, (float *){0}, (int){0}); }
 static long long nc_fl_transformer_eval_bleu(void *h) { (void)h; return (long long)fl_transformer_eval_bleu((fl_transformer_decoder *){0}, (const fl_transformer_decode_opts *){0}, (const fl_translation_data *){0}, (FILE *){0}, (fl_bleu_score *){0}, (double *){0}); }
 static long long nc_fl_translation_datagen_default(void *h) { (void)h; return 0; }
 static long long nc_fl_translation_generate(void *h) { (void)h; return (long long)fl_translation_generate((const fl_translation_datagen *){0}, (const char *){0}, (fl_translation_datagen_info *){0}); }
@@ -950,11 +953,14 @@ static const nc_row nc_rows[] = {
     {"fl_translation_batch_fill", "transformer.h", NC_ERR, 0, nc_fl_translation_batch_fill},
     {"fl_translation_batch_tensor", "transformer.h", NC_NULL, 0, nc_fl_translation_batch_tensor},
     {"fl_translation_batch_name", "transformer.h", NC_SKIP, 0, nc_fl_translation_batch_name},
+    {"fl_translation_begin", "transformer.h", NC_VAL, 0, nc_fl_translation_begin},
+    {"fl_translation_next", "transformer.h", NC_ERR, 0, nc_fl_translation_next},
     {"fl_translation_batch_counts", "transformer.h", NC_ERR, 0, nc_fl_translation_batch_counts},
     {"fl_transformer_decode_opts_default", "transformer.h", NC_SKIP, 0, nc_fl_transformer_decode_opts_default},
     {"fl_transformer_decoder_create", "transformer.h", NC_ERR, 1, nc_fl_transformer_decoder_create},
     {"fl_transformer_decoder_free", "transformer.h", NC_SAFE, 0, nc_fl_transformer_decoder_free},
     {"fl_transformer_decode", "transformer.h", NC_ERR, 0, nc_fl_transformer_decode},
+    {"fl_transformer_decoder_scores", "transformer.h", NC_ERR, 0, nc_fl_transformer_decoder_scores},
     {"fl_transformer_eval_bleu", "transformer.h", NC_ERR, 0, nc_fl_transformer_eval_bleu},
     {"fl_translation_datagen_default", "transformer.h", NC_SKIP, 0, nc_fl_translation_datagen_default},
     {"fl_translation_generate", "transformer.h", NC_ERR, 0, nc_fl_translation_generate},

@@ -135,6 +135,7 @@ typedef struct {
     int n_head;            /* heads of the bias tensors (default 8) */
     uint64_t seed;         /* default 1 */
     int rank, nranks;      /* default 0, 1 */
+    int threads;           /* reader threads of fl_translation_begin (default 1, at most 32) */
 } fl_translation_opts;
 
 FL_API fl_translation_opts fl_translation_opts_default(void);
@@ -167,6 +168,18 @@ FL_API void fl_translation_batch_free(fl_translation_batch *b);
 FL_API int fl_translation_batch_fill(const fl_translation_data *d, int64_t k, fl_translation_batch *b);
 FL_API const fl_tensor *fl_translation_batch_tensor(const fl_translation_batch *b, int i);
 FL_API const char *fl_translation_batch_name(int i);
+/* The threaded pass (the dataset path): fl_translation_begin cuts epoch `epoch` as
+ * fl_translation_epoch does (ending a pass in progress) and starts o.threads reader threads
+ * that fill this rank's batches in order, at most 2 x threads batches ahead of the
+ * consumer; it returns the number of batches of this rank, or a negative status.
+ * fl_translation_next moves the next batch into b (its old tensors go back to the readers):
+ * 1, 0 at the end of the pass, or a negative status (a reader's error, or FL_ETIMEDOUT
+ * after 600 s).  Batch k is the same whatever the number of threads (the cut depends on
+ * (seed, epoch) only, a batch's content on k only).  fl_translation_epoch and
+ * fl_translation_free end the pass.  One consumer thread; d is not otherwise used while a
+ * pass runs. */
+FL_API int64_t fl_translation_begin(fl_translation_data *d, int epoch);
+FL_API int fl_translation_next(fl_translation_data *d, fl_translation_batch *b);
 /* Sentences and real target tokens (the label weights' sum) of the batch. */
 FL_API int fl_translation_batch_counts(const fl_translation_batch *b, int64_t *sentences, int64_t *tokens);
 
@@ -176,8 +189,14 @@ FL_API int fl_translation_batch_counts(const fl_translation_batch *b, int64_t *s
  * network (a trained main program, its clone for test, or a loaded inference model whose
  * inputs are the seven source and target inputs and whose output is predict).  The
  * program is split once at "enc_output" into an encoder and a decoder program
- * (fl_prog_prune); per batch of sentences the encoder runs once and the decoder once per
- * output position over the growing prefix.  Beam search is Paddle's (beam_search_v2 of the
+ * (fl_prog_prune); per batch of sentences the encoder runs once, then the decoder once per
+ * output position.  With use_cache (the default) a step computes only the new position: the
+ * self-attention keys and values of earlier positions are kept per layer and per hypothesis
+ * (gathered when beam search reselects its hypotheses) and the cross-attention keys and
+ * values of the encoder output are computed once per batch (src/models/transformer_cache.c;
+ * a program whose decoder does not carry fl_model_transformer_build's parameter names is
+ * decoded without it).  Without the cache the decoder re-runs over the whole prefix; both
+ * give the same words, the scores equal within float rounding.  Beam search is Paddle's (beam_search_v2 of the
  * dygraph Transformer): at step i every alive hypothesis is extended by every word,
  * scored by log-probability / ((5 + i + 1) / 6)^alpha, the best 2 x beam_size
  * candidates are split into finished ones (ending in <e>) and the beam_size best alive
@@ -191,6 +210,7 @@ typedef struct {
     float alpha;     /* length penalty exponent, default 0.6 */
     int max_out_len; /* default 256; the output never exceeds the model's max_length - 1 */
     int batch_size;  /* sentences per encoder run (default 32) */
+    int use_cache;   /* default 1: the key / value cache; 0: the decoder over the whole prefix */
 } fl_transformer_decode_opts;
 
 FL_API fl_transformer_decode_opts fl_transformer_decode_opts_default(void);
@@ -205,6 +225,12 @@ FL_API void fl_transformer_decoder_free(fl_transformer_decoder *d);
  * caller frees each) of nout[i] ids. */
 FL_API int fl_transformer_decode(fl_transformer_decoder *d, const fl_transformer_decode_opts *o, const int64_t *const *src,
                                  const int *nsrc, int n, int64_t **out, int *nout);
+
+/* The scores of the outputs of the last successful fl_transformer_decode on d (its first
+ * n sentences): beam search, the length-penalised log-probability of the hypothesis;
+ * greedy, the sum of the chosen words' log-probabilities (<e> included).  FL_EINVAL when n
+ * exceeds the sentences last decoded. */
+FL_API int fl_transformer_decoder_scores(const fl_transformer_decoder *d, float *scores, int n);
 
 /* Decodes every pair of data and scores the outputs against the references; *score gets
  * the BLEU, *sentences_per_s (may be NULL) the decoding speed.  fout (may be NULL) gets one

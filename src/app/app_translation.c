@@ -51,6 +51,7 @@ static int load(const fl_app_config *c, const char *dir, int train, int rank, in
     o.seed = c->seed;
     o.rank = train ? rank : 0;
     o.nranks = train ? nranks : 1;
+    o.threads = c->thread < 1 ? 1 : c->thread > 32 ? 32 : c->thread; /* reader threads of the pass */
     int st = fl_translation_load(sv, tv, (const char *const *)files, n, &o, out);
     for (int i = 0; i < n; i++) free(files[i]);
     free(files);
@@ -121,14 +122,20 @@ int fl__app_translation_pass(void *p, fl_exe *e, fl_prog *prog, int train, int t
 {
     tr_reader *r = p;
     memset(out, 0, sizeof *out);
-    FL_CHECK(plan(r, epoch));
+    int64_t nb = fl_translation_begin(r->d, epoch); /* batches prepared on reader threads */
+    if (nb < 0) return (int)nb;
+    r->nbatch = nb, r->planned_epoch = epoch;
     double t0 = fl__now(), loss = 0;
     int64_t tokens = 0;
     fl_feed feed[FL_APP_MAX_FEEDS];
     const char *f[2] = {fetch[0], nfetch > 1 ? fetch[1] : NULL};
     int nf = nfetch > 2 ? 2 : nfetch;
     for (int64_t k = 0; k < r->nbatch; k++) {
-        FL_CHECK(fl_translation_batch_fill(r->d, k, r->b));
+        int got = fl_translation_next(r->d, r->b);
+        if (got < 0) return got;
+        if (!got)
+            return fl__err(FL_EINVAL, "translation reader: the pass ended after %lld of %lld batches", (long long)k,
+                           (long long)r->nbatch);
         for (int i = 0; i < r->nfeeds; i++) {
             int j = 0;
             while (strcmp(fl_translation_batch_name(j), r->names[i])) j++;

@@ -1,8 +1,9 @@
 /*
  * transformer_decode.c - greedy and beam-search decoding of the Transformer through the
  * executor, and its BLEU evaluation (fleet/transformer.h).  The program is split at
- * "enc_output": the encoder runs once per batch of sentences, the decoder once per output
- * position over the whole prefix (no key / value cache).
+ * "enc_output": the encoder runs once per batch of sentences; with the key / value cache
+ * (transformer_cache.c, the default) each output position then computes only itself,
+ * without it the decoder re-runs over the whole prefix (the reference path).
  */
 #include <math.h>
 #include <stdio.h>
@@ -12,7 +13,7 @@
 #include "../base/base_internal.h"
 #include "transformer_internal.h"
 
-#define NEG_INF (-1e30f)
+#define NEG_INF FL_TR_NEG_INF
 
 struct fl_transformer_decoder {
     fl_prog *test, *enc, *dec;
@@ -21,17 +22,21 @@ struct fl_transformer_decoder {
     int64_t bos, eos, H, V, max_pos;
     /* feeds, reused */
     fl_tensor *sw, *sp, *sb, *tw, *tp, *tb, *tsb, *eo;
+    fl__tr_cache *cache; /* NULL: the program has no cacheable decoder */
+    float *scores;       /* of the last fl_transformer_decode's outputs */
+    int nscores;
 };
 
 fl_transformer_decode_opts fl_transformer_decode_opts_default(void)
 {
-    fl_transformer_decode_opts o = {4, 0.6f, 256, 32};
+    fl_transformer_decode_opts o = {4, 0.6f, 256, 32, 1};
     return o;
 }
 
 void fl_transformer_decoder_free(fl_transformer_decoder *d)
 {
     if (!d) return;
+    fl__tr_cache_free(d->cache);
     fl_exe_free(d->eenc);
     fl_exe_free(d->edec);
     fl_prog_free(d->enc);
@@ -40,6 +45,7 @@ void fl_transformer_decoder_free(fl_transformer_decoder *d)
     fl_tensor *t[] = {d->sw, d->sp, d->sb, d->tw, d->tp, d->tb, d->tsb, d->eo};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) fl_tensor_free(t[i]);
     free(d->predict);
+    free(d->scores);
     free(d);
 }
 
@@ -72,6 +78,7 @@ int fl_transformer_decoder_create(fl_exe *exe, const fl_prog *prog, const char *
         const char *dt[1] = {predict};
         st = fl_prog_prune(d->test, ef, 3, et, 1, &d->enc);
         if (st == FL_OK) st = fl_prog_prune(d->test, df, 5, dt, 1, &d->dec);
+        if (st == FL_OK) st = fl__tr_cache_create(d->test, fl_exe_scope(exe), d->H, predict, &d->cache);
     }
     if (st == FL_OK && (!(d->eenc = fl_exe_create(fl_exe_scope(exe))) || !(d->edec = fl_exe_create(fl_exe_scope(exe)))))
         st = fl_last_status();
@@ -130,6 +137,16 @@ static int step(fl_transformer_decoder *d, const float *enc, int64_t S, int64_t 
     return FL_OK;
 }
 
+/* The next word's log-probabilities for R rows: the cached step when enc is NULL (parent[r]:
+ * the row of the previous step that row r extends), else the decoder over the prefix. */
+static int next_logp(fl_transformer_decoder *d, const float *enc, int64_t S, int64_t D, const int *src_len,
+                     const int64_t *seq, int64_t stride, int64_t L, const int *src_row, const int *parent, int64_t R,
+                     float *logp)
+{
+    if (!enc) return fl__tr_cache_step(d->cache, seq, stride, L - 1, src_row, parent, R, d->V, logp);
+    return step(d, enc, S, D, src_len, seq, stride, L, src_row, R, logp);
+}
+
 /* ---- beam search --------------------------------------------------------------------------- */
 
 typedef struct {
@@ -155,14 +172,16 @@ typedef struct {
     int64_t *alive, *fin; /* [K, T + 1] sequences, bos first */
     float *alive_lp, *fin_score;
     int *fin_flag, *fin_len;
+    int *par; /* [K] the alive hypothesis of the previous step that each alive one extends */
     int done;
 } beam_state;
 
 static float penalty(int64_t len, float alpha) { return powf((5.0f + (float)len) / 6.0f, alpha); }
 
-/* Decodes sentences [0, n) of a batch whose encoder output is enc; writes out / nout. */
+/* Decodes sentences [0, n) of a batch whose encoder output is enc (NULL: the cache holds
+ * the batch); writes out / nout. */
 static int beam_batch(fl_transformer_decoder *d, const fl_transformer_decode_opts *o, const float *enc, int64_t S,
-                      int64_t D, const int *src_len, int n, int64_t **out, int *nout)
+                      int64_t D, const int *src_len, int n, int64_t **out, int *nout, float *score)
 {
     const int K = o->beam_size;
     const int64_t V = d->V;
@@ -172,9 +191,12 @@ static int beam_batch(fl_transformer_decoder *d, const fl_transformer_decode_opt
     beam_state *b = calloc((size_t)n, sizeof *b);
     int64_t *seq = malloc((size_t)(n * K * W) * sizeof *seq);
     int *rows = malloc((size_t)(n * K) * sizeof *rows), *sent = malloc((size_t)n * sizeof *sent);
+    int *parent = malloc((size_t)(n * K) * sizeof *parent), *blk = calloc((size_t)n, sizeof *blk);
     float *logp = malloc((size_t)(n * K * V) * sizeof *logp);
     cand *c = malloc((size_t)(K * V) * sizeof *c), *top = malloc((size_t)(2 * K) * sizeof *top);
-    int st = b && seq && rows && sent && logp && c && top ? FL_OK : fl__err(FL_ENOMEM, "beam search: out of memory");
+    int st = b && seq && rows && sent && parent && blk && logp && c && top
+                 ? FL_OK
+                 : fl__err(FL_ENOMEM, "beam search: out of memory");
     for (int s = 0; st == FL_OK && s < n; s++) {
         beam_state *e = &b[s];
         e->alive = calloc((size_t)(K * W), sizeof *e->alive);
@@ -183,7 +205,8 @@ static int beam_batch(fl_transformer_decoder *d, const fl_transformer_decode_opt
         e->fin_score = malloc((size_t)K * sizeof *e->fin_score);
         e->fin_flag = calloc((size_t)K, sizeof *e->fin_flag);
         e->fin_len = calloc((size_t)K, sizeof *e->fin_len);
-        if (!e->alive || !e->fin || !e->alive_lp || !e->fin_score || !e->fin_flag || !e->fin_len) {
+        e->par = calloc((size_t)K, sizeof *e->par);
+        if (!e->alive || !e->fin || !e->alive_lp || !e->fin_score || !e->fin_flag || !e->fin_len || !e->par) {
             st = fl__err(FL_ENOMEM, "beam search: out of memory");
             break;
         }
@@ -203,8 +226,10 @@ static int beam_batch(fl_transformer_decoder *d, const fl_transformer_decode_opt
             for (int k = 0; k < K; k++) {
                 memcpy(seq + ((int64_t)a * K + k) * W, b[sent[a]].alive + k * W, (size_t)(i + 1) * sizeof *seq);
                 rows[a * K + k] = sent[a];
+                parent[a * K + k] = blk[sent[a]] * K + b[sent[a]].par[k];
             }
-        if ((st = step(d, enc, S, D, src_len, seq, W, i + 1, rows, (int64_t)na * K, logp)) != FL_OK) break;
+        if ((st = next_logp(d, enc, S, D, src_len, seq, W, i + 1, rows, parent, (int64_t)na * K, logp)) != FL_OK) break;
+        for (int a = 0; a < na; a++) blk[sent[a]] = a;
         const float lp = penalty(i + 1, o->alpha);
         for (int a = 0; a < na; a++) {
             beam_state *e = &b[sent[a]];
@@ -253,10 +278,12 @@ static int beam_batch(fl_transformer_decoder *d, const fl_transformer_decode_opt
                 if (top[j].id == d->eos) continue;
                 memcpy(nal + q * W, e->alive + top[j].beam * W, (size_t)(i + 1) * sizeof *nal);
                 nal[q * W + i + 1] = top[j].id;
+                e->par[q] = top[j].beam;
                 nlp[q++] = top[j].logp;
             }
             for (; q < K; q++) {
                 memcpy(nal + q * W, e->alive, (size_t)(i + 2) * sizeof *nal);
+                e->par[q] = 0;
                 nlp[q] = NEG_INF;
             }
             memcpy(e->alive, nal, sizeof nal);
@@ -274,6 +301,7 @@ static int beam_batch(fl_transformer_decoder *d, const fl_transformer_decode_opt
         beam_state *e = &b[s];
         const int64_t *best = e->fin_flag[0] ? e->fin : e->alive;
         int64_t len = e->fin_flag[0] ? e->fin_len[0] : T + 1;
+        score[s] = e->fin_flag[0] ? e->fin_score[0] : e->alive_lp[0] / max_lp;
         int64_t k = 0;
         out[s] = malloc((size_t)(len > 1 ? len : 1) * sizeof **out);
         if (!out[s]) {
@@ -285,39 +313,44 @@ static int beam_batch(fl_transformer_decoder *d, const fl_transformer_decode_opt
     }
     for (int s = 0; b && s < n; s++) {
         free(b[s].alive), free(b[s].fin), free(b[s].alive_lp), free(b[s].fin_score), free(b[s].fin_flag);
-        free(b[s].fin_len);
+        free(b[s].fin_len), free(b[s].par);
     }
-    free(b), free(seq), free(rows), free(sent), free(logp), free(c), free(top);
+    free(b), free(seq), free(rows), free(sent), free(parent), free(blk), free(logp), free(c), free(top);
     return st;
 }
 
 /* Greedy: the most probable word at each step, until <e> or T words. */
 static int greedy_batch(fl_transformer_decoder *d, const fl_transformer_decode_opts *o, const float *enc, int64_t S,
-                        int64_t D, const int *src_len, int n, int64_t **out, int *nout)
+                        int64_t D, const int *src_len, int n, int64_t **out, int *nout, float *score)
 {
     int64_t T = o->max_out_len < d->max_pos - 1 ? o->max_out_len : d->max_pos - 1;
     if (T < 1) T = 1;
     const int64_t W = T + 1, V = d->V;
     int64_t *seq = malloc((size_t)(n * W) * sizeof *seq), *cur = malloc((size_t)(n * W) * sizeof *cur);
     int *rows = malloc((size_t)n * sizeof *rows), *done = calloc((size_t)n, sizeof *done);
+    int *parent = malloc((size_t)n * sizeof *parent), *prev = calloc((size_t)n, sizeof *prev);
     float *logp = malloc((size_t)(n * V) * sizeof *logp);
-    int st = seq && cur && rows && done && logp ? FL_OK : fl__err(FL_ENOMEM, "greedy decoding: out of memory");
-    for (int s = 0; st == FL_OK && s < n; s++) seq[s * W] = d->bos, nout[s] = 0;
+    int st = seq && cur && rows && done && parent && prev && logp ? FL_OK
+                                                                  : fl__err(FL_ENOMEM, "greedy decoding: out of memory");
+    for (int s = 0; st == FL_OK && s < n; s++) seq[s * W] = d->bos, nout[s] = 0, score[s] = 0;
     for (int64_t i = 0; st == FL_OK && i < T; i++) {
         int na = 0;
         for (int s = 0; s < n; s++)
             if (!done[s]) {
                 memcpy(cur + na * W, seq + s * W, (size_t)(i + 1) * sizeof *cur);
+                parent[na] = prev[s];
                 rows[na++] = s;
             }
         if (!na) break;
-        if ((st = step(d, enc, S, D, src_len, cur, W, i + 1, rows, na, logp)) != FL_OK) break;
+        if ((st = next_logp(d, enc, S, D, src_len, cur, W, i + 1, rows, parent, na, logp)) != FL_OK) break;
+        for (int a = 0; a < na; a++) prev[rows[a]] = a;
         for (int a = 0; a < na; a++) {
             int64_t best = 0;
             for (int64_t v = 1; v < V; v++)
                 if (logp[a * V + v] > logp[a * V + best]) best = v;
             int s = rows[a];
             seq[s * W + i + 1] = best;
+            score[s] += logp[a * V + best];
             if (best == d->eos) done[s] = 1;
             else nout[s]++;
         }
@@ -329,7 +362,7 @@ static int greedy_batch(fl_transformer_decoder *d, const fl_transformer_decode_o
         }
         memcpy(out[s], seq + s * W + 1, (size_t)nout[s] * sizeof **out);
     }
-    free(seq), free(cur), free(rows), free(done), free(logp);
+    free(seq), free(cur), free(rows), free(done), free(parent), free(prev), free(logp);
     return st;
 }
 
@@ -347,6 +380,10 @@ int fl_transformer_decode(fl_transformer_decoder *d, const fl_transformer_decode
             "%d, %d, %g)",
             o->beam_size, o->max_out_len, o->batch_size, (double)o->alpha);
     for (int i = 0; i < n; i++) out[i] = NULL;
+    d->nscores = 0;
+    float *sc = realloc(d->scores, (size_t)(n ? n : 1) * sizeof *sc);
+    if (!sc) return fl__err(FL_ENOMEM, "fl_transformer_decode: out of memory");
+    d->scores = sc;
     int st = FL_OK;
     for (int s0 = 0; st == FL_OK && s0 < n; s0 += o->batch_size) {
         int m = n - s0 < o->batch_size ? n - s0 : o->batch_size;
@@ -358,6 +395,13 @@ int fl_transformer_decode(fl_transformer_decoder *d, const fl_transformer_decode
             }
         if (st != FL_OK) break;
         if ((st = fl__tr_src_feeds(src + s0, nsrc + s0, m, d->H, d->eos, d->sw, d->sp, d->sb)) != FL_OK) break;
+        if (o->use_cache && d->cache) {
+            st = fl__tr_cache_encode(d->cache, d->sw, d->sp, d->sb, nsrc + s0, m);
+            if (st == FL_OK)
+                st = o->beam_size == 1 ? greedy_batch(d, o, NULL, 0, 0, nsrc + s0, m, out + s0, nout + s0, sc + s0)
+                                       : beam_batch(d, o, NULL, 0, 0, nsrc + s0, m, out + s0, nout + s0, sc + s0);
+            continue;
+        }
         fl_feed feed[3] = {{"src_word", d->sw}, {"src_pos", d->sp}, {"src_slf_attn_bias", d->sb}};
         const char *fetch[1] = {"enc_output"};
         fl_tensor *enc;
@@ -369,13 +413,25 @@ int fl_transformer_decode(fl_transformer_decoder *d, const fl_transformer_decode
             break;
         }
         memcpy(e, fl_tensor_cdata(enc), (size_t)fl_tensor_numel(enc) * sizeof *e);
-        st = o->beam_size == 1 ? greedy_batch(d, o, e, S, D, nsrc + s0, m, out + s0, nout + s0)
-                               : beam_batch(d, o, e, S, D, nsrc + s0, m, out + s0, nout + s0);
+        st = o->beam_size == 1 ? greedy_batch(d, o, e, S, D, nsrc + s0, m, out + s0, nout + s0, sc + s0)
+                               : beam_batch(d, o, e, S, D, nsrc + s0, m, out + s0, nout + s0, sc + s0);
         free(e);
     }
     if (st != FL_OK)
         for (int i = 0; i < n; i++) free(out[i]), out[i] = NULL;
+    else d->nscores = n;
     return st;
+}
+
+int fl_transformer_decoder_scores(const fl_transformer_decoder *d, float *scores, int n)
+{
+    if (!d || !scores || n < 0)
+        return fl__err(FL_EINVAL, "fl_transformer_decoder_scores: decoder or scores is NULL, or n %d < 0", n);
+    if (n > d->nscores)
+        return fl__err(FL_EINVAL, "fl_transformer_decoder_scores: n %d exceeds the %d sentences last decoded", n,
+                       d->nscores);
+    memcpy(scores, d->scores, (size_t)n * sizeof *scores);
+    return FL_OK;
 }
 
 int fl_transformer_eval_bleu(fl_transformer_decoder *dec, const fl_transformer_decode_opts *o,

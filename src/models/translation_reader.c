@@ -1,9 +1,11 @@
 /*
  * translation_reader.c - the Transformer benchmark's corpus reader (fleet/transformer.h):
  * vocabularies, the parallel corpus in memory, token-count batches grouped by length, and
- * the padded feeds with their attention biases.
+ * the padded feeds with their attention biases, prepared ahead by reader threads.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,12 +14,27 @@
 #include "transformer_internal.h"
 
 #define MAX_TOKEN 4096
+#define MAX_THREADS 32
+#define WAIT_S 600 /* how long fl_translation_next waits for a batch */
 
 typedef struct {
     fl_strmap ids;
     char **tok;
     int64_t n;
 } vocab;
+
+/* The pass of fl_translation_begin: batch k is prepared by a reader thread into ring slot
+ * k mod nslot, at most nslot batches ahead of the consumer. */
+typedef struct {
+    fl_translation_batch **slot;
+    int *ready, *st; /* per slot */
+    char (*err)[256];
+    int nslot, nth, stop, running;
+    int64_t claim, next; /* the next batch to prepare, to hand out */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t th[MAX_THREADS];
+} tr_pass;
 
 struct fl_translation_data {
     vocab v[2];
@@ -29,6 +46,7 @@ struct fl_translation_data {
     int64_t *ids, nids, cap_ids;
     int64_t *order, norder;  /* this epoch's pairs, batch after batch */
     int64_t *bstart, nbatch; /* this rank's batches: order[bstart[k] .. bstart[k+1]) */
+    tr_pass ps;
 };
 
 struct fl_translation_batch {
@@ -42,7 +60,7 @@ static const char *const feed_names[FL_MODEL_TRANSFORMER_FEEDS] = {"src_word",  
 
 fl_translation_opts fl_translation_opts_default(void)
 {
-    fl_translation_opts o = {4096, 1, 10000, "pool", 1, 1, 0, 256, 8, 1, 0, 1};
+    fl_translation_opts o = {4096, 1, 10000, "pool", 1, 1, 0, 256, 8, 1, 0, 1, 1};
     return o;
 }
 
@@ -212,9 +230,14 @@ static int load_file(fl_translation_data *d, const char *path)
     return st;
 }
 
+static void stop_pass(fl_translation_data *d);
+
 void fl_translation_free(fl_translation_data *d)
 {
     if (!d) return;
+    stop_pass(d);
+    pthread_mutex_destroy(&d->ps.mu);
+    pthread_cond_destroy(&d->ps.cv);
     vocab_free(&d->v[0]);
     vocab_free(&d->v[1]);
     free(d->src_off), free(d->trg_off), free(d->src_len), free(d->trg_len), free(d->ids);
@@ -236,11 +259,15 @@ int fl_translation_load(const char *src_vocab, const char *trg_vocab, const char
                        "fl_translation_load: batch_size, pool_size, n_head, max_length and nranks must be >= 1 and "
                        "rank in [0, nranks) (got %d, %d, %d, %d, %d, %d)",
                        o->batch_size, o->pool_size, o->n_head, o->max_length, o->nranks, o->rank);
+    if (o->threads < 1 || o->threads > MAX_THREADS)
+        return fl__err(FL_EINVAL, "fl_translation_load: threads must be in [1, %d], got %d", MAX_THREADS, o->threads);
     const char *sort = o->sort_type ? o->sort_type : "pool";
     if (strcmp(sort, "pool") && strcmp(sort, "global") && strcmp(sort, "none"))
         return fl__err(FL_EINVAL, "fl_translation_load: sort_type must be pool, global or none, got '%s'", sort);
     fl_translation_data *d = calloc(1, sizeof *d);
     if (!d) return fl__err(FL_ENOMEM, "translation data: out of memory");
+    pthread_mutex_init(&d->ps.mu, NULL);
+    pthread_cond_init(&d->ps.cv, NULL);
     d->o = *o;
     d->o.sort_type = !strcmp(sort, "pool") ? "pool" : !strcmp(sort, "global") ? "global" : "none";
     int st = vocab_load(&d->v[0], src_vocab);
@@ -340,6 +367,7 @@ static void shuffle_i64(int64_t *a, int64_t n, fl_rng *r)
 int64_t fl_translation_epoch(fl_translation_data *d, int epoch)
 {
     if (!d || epoch < 0) return fl__err(FL_EINVAL, "fl_translation_epoch: data is NULL or epoch %d < 0", epoch);
+    stop_pass(d); /* its threads read the plan replaced here */
     const fl_translation_opts *o = &d->o;
     info *in = malloc((size_t)(d->n ? d->n : 1) * sizeof *in);
     int64_t *order = malloc((size_t)(d->n ? d->n : 1) * sizeof *order);
@@ -507,4 +535,108 @@ int fl_translation_batch_fill(const fl_translation_data *d, int64_t k, fl_transl
     free(src), free(slen);
     b->sentences = B;
     return FL_OK;
+}
+
+/* ---- the threaded pass ------------------------------------------------------------------- */
+
+static void stop_pass(fl_translation_data *d)
+{
+    tr_pass *p = &d->ps;
+    if (!p->running) return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->nth; i++) pthread_join(p->th[i], NULL);
+    for (int i = 0; i < p->nslot; i++) fl_translation_batch_free(p->slot[i]);
+    free(p->slot), free(p->ready), free(p->st), free(p->err);
+    p->slot = NULL, p->ready = p->st = NULL, p->err = NULL;
+    p->nslot = p->nth = p->stop = p->running = 0;
+}
+
+/* A reader thread: claims the next batch while the ring has room, fills its slot. */
+static void *pass_worker(void *arg)
+{
+    fl_translation_data *d = arg;
+    tr_pass *p = &d->ps;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->stop && p->claim < d->nbatch && p->claim >= p->next + p->nslot) pthread_cond_wait(&p->cv, &p->mu);
+        if (p->stop || p->claim >= d->nbatch) break;
+        int64_t k = p->claim++;
+        int s = (int)(k % p->nslot);
+        pthread_mutex_unlock(&p->mu);
+        /* the slot is free: its previous batch (k - nslot) was handed out */
+        int st = fl_translation_batch_fill(d, k, p->slot[s]);
+        pthread_mutex_lock(&p->mu);
+        p->st[s] = st;
+        if (st != FL_OK) snprintf(p->err[s], sizeof p->err[s], "%s", fl_last_error());
+        p->ready[s] = 1;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+int64_t fl_translation_begin(fl_translation_data *d, int epoch)
+{
+    if (!d || epoch < 0) return fl__err(FL_EINVAL, "fl_translation_begin: data is NULL or epoch %d < 0", epoch);
+    int64_t nb = fl_translation_epoch(d, epoch); /* ends the pass in progress */
+    if (nb < 0) return nb;
+    tr_pass *p = &d->ps;
+    p->nslot = 2 * d->o.threads;
+    p->slot = calloc((size_t)p->nslot, sizeof *p->slot);
+    p->ready = calloc((size_t)p->nslot, sizeof *p->ready);
+    p->st = calloc((size_t)p->nslot, sizeof *p->st);
+    p->err = calloc((size_t)p->nslot, sizeof *p->err);
+    p->running = 1;
+    int st = p->slot && p->ready && p->st && p->err ? FL_OK : fl__err(FL_ENOMEM, "translation pass: out of memory");
+    for (int i = 0; st == FL_OK && i < p->nslot; i++)
+        if (!(p->slot[i] = fl_translation_batch_create())) st = fl_last_status();
+    p->claim = p->next = 0;
+    for (int t = 0; st == FL_OK && t < d->o.threads; t++) {
+        if (pthread_create(&p->th[t], NULL, pass_worker, d)) {
+            st = fl__err(FL_EIO, "fl_translation_begin: cannot start reader thread %d", t);
+            break;
+        }
+        p->nth = t + 1;
+    }
+    if (st != FL_OK) {
+        if (!p->slot) p->nslot = 0;
+        stop_pass(d);
+        return st;
+    }
+    return nb;
+}
+
+int fl_translation_next(fl_translation_data *d, fl_translation_batch *b)
+{
+    if (!d || !b) return fl__err(FL_EINVAL, "fl_translation_next: data or batch is NULL");
+    tr_pass *p = &d->ps;
+    if (!p->running) return fl__err(FL_ESTATE, "fl_translation_next: no pass (call fl_translation_begin)");
+    if (p->next >= d->nbatch) return 0;
+    const int s = (int)(p->next % p->nslot);
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += WAIT_S;
+    pthread_mutex_lock(&p->mu);
+    int w = 0;
+    while (!p->ready[s] && w != ETIMEDOUT) w = pthread_cond_timedwait(&p->cv, &p->mu, &dl);
+    int ready = p->ready[s], st = p->st[s];
+    char err[256];
+    snprintf(err, sizeof err, "%s", p->err[s]);
+    if (ready && st == FL_OK) {
+        /* hand the slot's tensors over; the caller's old ones are refilled later */
+        fl_translation_batch tmp = *b;
+        *b = *p->slot[s];
+        *p->slot[s] = tmp;
+        p->ready[s] = 0;
+        p->next++;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (!ready)
+        return fl__err(FL_ETIMEDOUT, "translation reader: batch %lld not prepared in %d s", (long long)p->next, WAIT_S);
+    if (st != FL_OK) return fl__err(st, "translation reader: batch %lld: %s", (long long)p->next, err);
+    return 1;
 }
