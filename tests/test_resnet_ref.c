@@ -38,6 +38,13 @@
  * at means up to 60, Y 7e-6 and Scale@GRAD 3e-6: one float32 rounding of a mean of 60 (ulp 3.8e-6)
  * shifts X - mean by that much against a spread of 0.58.
  *
+ * resnet50_two_ranks_equal_merged_half_batches: ResNet-50's layout at width 8 and 64 x 64, 3
+ * Momentum steps on 2 collective ranks of 4 images each (forked, fleet_init_collective) against
+ * one process merging the gradients of the same two half batches (gradient merge, k_steps 2):
+ * the ranks stay identical and equal the merging process (observed bit for bit; allowed 1e-5),
+ * while one process taking the 8 images in one batch ends elsewhere (batch_norm's statistics are
+ * each rank's own, as in Paddle without sync_batch_norm).
+ *
  * Runtime: about 3 s of CPU (the ResNet case: graph, 25.6 M weights from the hash, 3 steps at
  * batch 2; 15 s wall on the loaded 2-core machine it was written on).
  */
@@ -364,4 +371,167 @@ TEST(batch_norm_vs_float64)
     CHECK(bn_case(2, 64, 56, 20.0) <= 1e-4);
 }
 
-TEST_MAIN(T(resnet50_vs_pytorch), T(batch_norm_vs_float64))
+/* ---- two collective ranks against one process ----------------------------------------------- */
+
+/* Data parallelism with batch_norm: each rank normalises with its own batch's statistics (as
+ * Paddle's collective training without sync_batch_norm), so 2 ranks of B images are not one
+ * process with 2B images; they are one process that merges the gradients of the two half
+ * batches (gradient merge, k_steps 2, avg) - the same arithmetic up to the order of two float
+ * additions.  ResNet-50's layout (bottlenecks, projections, max pool) at width 8, 64 x 64. */
+#define DP_B 4
+#define DP_STEPS 3
+
+static fl_prog *dp_build(fl_var **loss, fl_var **in, fl_var **lab)
+{
+    fl_prog *p = fl_prog_create();
+    fl_model_resnet_config c = fl_model_resnet50();
+    c.height = c.width = 64;
+    c.base_filters = 8;
+    c.num_classes = 10;
+    fl_model_resnet m;
+    CHECK_OK(fl_model_resnet_build(p, &c, &m));
+    *loss = m.loss;
+    *in = m.input;
+    *lab = m.label;
+    return p;
+}
+
+/* Trains `micro` steps of b images each: global samples (2i + rank) b .. + b on a rank of 2,
+ * i b .. + b on one process. */
+static void dp_train(fl_prog *p, fl_var *in, fl_var *lab, fl_exe *e, int rank, int world, int micro, int b)
+{
+    const int64_t xs[4] = {b, 3, 64, 64}, ys[2] = {b, 1};
+    fl_tensor *x = fl_tensor_create(FL_FLOAT32, 4, xs), *y = fl_tensor_create(FL_INT64, 2, ys);
+    CHECK(x && y);
+    const int64_t per = 3 * 64 * 64;
+    float *buf = malloc((size_t)(per * DP_B * 2 * DP_STEPS) * sizeof *buf);
+    CHECK(buf);
+    fill(2000, per * DP_B * 2 * DP_STEPS, 0.0, 1.0, buf);
+    for (int i = 0; i < micro; i++) {
+        const int64_t first = (world == 2 ? 2 * i + rank : i) * (int64_t)b;
+        memcpy(fl_tensor_f32(x), buf + first * per, (size_t)(b * per) * sizeof *buf);
+        for (int j = 0; j < b; j++) fl_tensor_i64(y)[j] = (first + j) * 7 % 10;
+        fl_feed feed[2] = {{fl_var_name(in), x}, {fl_var_name(lab), y}};
+        CHECK_OK(fl_exe_run(e, p, feed, 2, NULL, 0, NULL));
+    }
+    free(buf);
+    fl_tensor_free(x);
+    fl_tensor_free(y);
+}
+
+/* Writes every parameter (creation order) to path. */
+static void dp_dump(fl_prog *p, fl_exe *e, const char *path)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f);
+    for (int i = 0; i < fl_prog_num_vars(p); i++) {
+        fl_var *v = fl_prog_var_at(p, i);
+        if (!fl_var_is_param(v)) continue;
+        fl_tensor *t = fl_scope_find(fl_exe_scope(e), fl_var_name(v));
+        CHECK(t);
+        CHECK(fwrite(fl_tensor_f32(t), sizeof(float), (size_t)fl_tensor_numel(t), f) == (size_t)fl_tensor_numel(t));
+    }
+    CHECK(fclose(f) == 0);
+}
+
+/* world 2: rank `rank` of a collective job; world 1: one process, merging the gradients of 2
+ * micro steps of DP_B images (merge 1) or taking 2 DP_B images a step (merge 0); init_path:
+ * where to write the parameters before training (NULL: nowhere). */
+static void dp_side(int rank, int world, int merge, const char *eps, const char *path, const char *init_path)
+{
+    if (world == 2) {
+        char id[16];
+        snprintf(id, sizeof id, "%d", rank);
+        setenv("PADDLE_TRAINER_ID", id, 1);
+        setenv("PADDLE_TRAINER_ENDPOINTS", eps, 1);
+        setenv("FLEET_JOB_SECRET", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
+        setenv("FLEET_COLL_TIMEOUT_MS", "20000", 1);
+    } else {
+        unsetenv("PADDLE_TRAINER_ENDPOINTS");
+    }
+    fl_var *loss, *in, *lab;
+    fl_prog *p = dp_build(&loss, &in, &lab);
+    fleet_strategy s = fleet_strategy_default();
+    s.gradient_merge = merge;
+    s.gradient_merge_configs.k_steps = 2;
+    fleet_t *f = fleet_init_collective(NULL, &s);
+    CHECK(f);
+    CHECK_EQ_INT(fleet_worker_num(f), world);
+    fl_opt *o = fleet_distributed_optimizer(f, fl_opt_momentum(0.01f, 0.9f, 0), NULL);
+    CHECK(o);
+    CHECK_OK(fl_opt_minimize(o, loss));
+    fl_prog_set_seed(p, 100);
+    fl_exe *e = fl_exe_create(NULL);
+    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
+    if (init_path) dp_dump(p, e, init_path);
+    dp_train(p, in, lab, e, rank, world, merge ? 2 * DP_STEPS : DP_STEPS, world == 1 && !merge ? 2 * DP_B : DP_B);
+    dp_dump(p, e, path);
+    fl_exe_free(e);
+    fl_opt_free(o);
+    fleet_free(f);
+    fl_prog_free(p);
+}
+
+static float *dp_read(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    CHECK(f);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f) / sizeof(float);
+    fseek(f, 0, SEEK_SET);
+    float *a = malloc(*n * sizeof *a);
+    CHECK(a && fread(a, sizeof *a, *n, f) == *n);
+    fclose(f);
+    return a;
+}
+
+TEST(resnet50_two_ranks_equal_merged_half_batches)
+{
+    /* 0, 1: the two ranks; 2: one process merging half batches; 3: one process, whole batches;
+     * 4: the parameters before training (written by 2) */
+    char dir[] = "/tmp/fl_rndpXXXXXX", path[5][64], eps[128];
+    CHECK(mkdtemp(dir));
+    for (int i = 0; i < 5; i++) snprintf(path[i], sizeof path[i], "%s/p%d", dir, i);
+    th_free_endpoints(eps, sizeof eps, 2);
+    pid_t pid[4];
+    for (int r = 0; r < 4; r++) {
+        pid[r] = fork();
+        CHECK(pid[r] >= 0);
+        if (pid[r] == 0) {
+            alarm(100);
+            dp_side(r < 2 ? r : 0, r < 2 ? 2 : 1, r == 2, eps, path[r], r == 2 ? path[4] : NULL);
+            _exit(0);
+        }
+    }
+    static const char *const who[4] = {"rank 0", "rank 1", "the merging process", "the whole-batch process"};
+    for (int r = 0; r < 4; r++) {
+        int ws;
+        CHECK(waitpid(pid[r], &ws, 0) == pid[r]);
+        if (!WIFEXITED(ws) || WEXITSTATUS(ws)) TFAIL("%s failed (status %d)", who[r], ws);
+    }
+    size_t n[5];
+    float *a[5];
+    for (int i = 0; i < 5; i++) a[i] = dp_read(path[i], &n[i]);
+    for (int i = 1; i < 5; i++) CHECK_EQ_INT(n[i], n[0]);
+    double d01 = 0, d02 = 0, d03 = 0, moved = 0;
+    for (size_t i = 0; i < n[0]; i++) {
+        d01 = fmax(d01, fabs(a[0][i] - a[1][i]));
+        d02 = fmax(d02, fabs(a[0][i] - a[2][i]) / (1 + fabs(a[2][i])));
+        d03 = fmax(d03, fabs(a[0][i] - a[3][i]) / (1 + fabs(a[3][i])));
+        moved = fmax(moved, fabs(a[2][i] - a[4][i]));
+    }
+    printf("  %zu parameters after %d Momentum steps (largest change %.3g): rank 0 - rank 1 %.3g, rank 0 - merged half "
+           "batches %.3g, rank 0 - whole batches %.3g (relative)\n",
+           n[0], DP_STEPS, moved, d01, d02, d03);
+    CHECK(d01 == 0);               /* the replicas stay identical */
+    CHECK(d02 <= 1e-5);            /* the same arithmetic (observed: 0, bit for bit) */
+    CHECK(moved > 1e-2);           /* the steps did move the parameters */
+    CHECK(d03 > 100 * d02 + 1e-4); /* and whole batches (one batch_norm over 2B) are not the same thing */
+    for (int i = 0; i < 5; i++) {
+        free(a[i]);
+        unlink(path[i]);
+    }
+    rmdir(dir);
+}
+
+TEST_MAIN(T(resnet50_vs_pytorch), T(batch_norm_vs_float64), T(resnet50_two_ranks_equal_merged_half_batches))
