@@ -37,7 +37,7 @@ trap 'rm -rf "$out" "$tmp"' EXIT
 echo "# $(date -u '+%F %T') UTC, $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# flags: $(grep -o -w -E 'avx2|avx512f|avx512_bf16|amx_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 echo "# $model at $size, configurations (processes:threads:global batch): $configs; $rounds rounds of $steps steps"
-for r in $(seq 1 "$rounds"); do
+for _ in $(seq 1 "$rounds"); do
   for c in $configs; do
     IFS=: read -r np nt gb <<< "$c"
     if [ "$np" = 1 ]; then
