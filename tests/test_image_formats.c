@@ -39,16 +39,6 @@ static void write_bytes(const char *path, const void *p, size_t n)
     CHECK(fclose(f) == 0);
 }
 
-static size_t read_bytes(const char *path, uint8_t *buf, size_t cap)
-{
-    FILE *f = fopen(path, "rb");
-    CHECK(f != NULL);
-    size_t n = fread(buf, 1, cap, f);
-    fclose(f);
-    CHECK(n < cap);
-    return n;
-}
-
 /* A photograph-like picture (gradients, a soft disc and a wave of 48 pixels that a shift of a
  * pixel changes by several levels), h x w RGB. */
 static uint8_t *smooth(int h, int w)
@@ -291,6 +281,16 @@ TEST(cmyk_jpeg_converted)
 }
 
 #ifdef FL_HAVE_PNG
+static size_t read_bytes(const char *path, uint8_t *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    size_t n = fread(buf, 1, cap, f);
+    fclose(f);
+    CHECK(n < cap);
+    return n;
+}
+
 /* One PNG kind: colour type, bit depth, interlacing. */
 typedef struct {
     const char *name;
