@@ -331,8 +331,8 @@ TEST(resize_is_a_normalised_filter)
             q[1] = (uint8_t)(2 * x);
             q[2] = (uint8_t)(3 * y);
         }
-    const int sizes[][2] = {{30, 45}, {17, 29}, {120, 100}, {60, 30}};
-    for (int s = 0; s < 4; s++) {
+    const int sizes[][2] = {{30, 45}, {17, 29}, {120, 100}, {60, 30}, {25, 90}}; /* both, width only, height only */
+    for (int s = 0; s < 5; s++) {
         const int oh = sizes[s][0], ow = sizes[s][1];
         CHECK_OK(fl__image_resize(&src, 0, 0, 60, 90, NULL, oh, ow, &tmpi, &dst));
         CHECK_EQ_INT(dst.h, oh);
