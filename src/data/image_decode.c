@@ -28,8 +28,7 @@ struct fl__decoder {
     uint8_t *buf; /* the file read last: len bytes of cap */
     size_t cap, len;
     const struct format *fmt; /* its format (NULL: none open) */
-    int h, w;
-    uint8_t *cmyk; /* a CMYK JPEG's pixels before the conversion */
+    uint8_t *cmyk;            /* a CMYK JPEG's pixels before the conversion */
     size_t cmyk_cap;
 };
 
@@ -259,8 +258,6 @@ int fl__image_open(fl__decoder *d, const char *file, int *h, int *w, int *scalab
         return fl__err(FL_ECORRUPT, "%s: %s of %d x %d pixels is outside the limit of %lld pixels", file, f->name, *w, *h,
                        (long long)FL__IMAGE_MAX_PIXELS);
     d->fmt = f;
-    d->h = *h;
-    d->w = *w;
     *scalable = f->scalable;
     return FL_OK;
 }
