@@ -65,6 +65,18 @@ CFLAGS   += -DFL_HAVE_TURBOJPEG $(shell pkg-config --cflags libturbojpeg)
 LDLIBS   += $(TURBOJPEG_LIBS)
 endif
 
+# libpng, optional: when pkg-config finds libpng (Debian: libpng-dev) the image reader also
+# decodes PNG files (src/data/image_png.c); without it a PNG file is refused by name with
+# FL_EUNSUPPORTED.  `make LIBPNG=0` leaves it out even when installed.
+ifndef LIBPNG
+LIBPNG := $(shell pkg-config --exists libpng 2>/dev/null && echo 1 || echo 0)
+endif
+ifeq ($(LIBPNG),1)
+PNG_LIBS := $(shell pkg-config --libs libpng)
+CFLAGS   += -DFL_HAVE_PNG $(shell pkg-config --cflags libpng)
+LDLIBS   += $(PNG_LIBS)
+endif
+
 # The compile and link flags of the last build: objects are rebuilt when they change (for
 # example when Open MPI was installed since), not only when a source changes.
 # NOBUILD=1 (an install from a finished build, see install) leaves the stamp alone.
@@ -233,7 +245,7 @@ valgrind: all
 # NOBUILD=1 installs what BUILD already holds without building it: the install test uses
 # it so that a sanitizer build dir is never rebuilt with other flags.
 INSTALL_DEPS := $(if $(filter 1,$(NOBUILD)),,lib $(TOOL_BIN))
-INSTALL_SED  := sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@MPI_LIBS@|$(MPI_LIBS)|g' -e 's|@DNNL_LIBS@|$(DNNL_LIBS)|g' -e 's|@ROCKSDB_LIBS@|$(ROCKSDB_LIBS)|g' -e 's|@TURBOJPEG_LIBS@|$(TURBOJPEG_LIBS)|g'
+INSTALL_SED  := sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@MPI_LIBS@|$(MPI_LIBS)|g' -e 's|@DNNL_LIBS@|$(DNNL_LIBS)|g' -e 's|@ROCKSDB_LIBS@|$(ROCKSDB_LIBS)|g' -e 's|@TURBOJPEG_LIBS@|$(TURBOJPEG_LIBS)|g' -e 's|@PNG_LIBS@|$(PNG_LIBS)|g'
 install: $(INSTALL_DEPS)
 	@test -f $(BUILD)/libfleet.so.$(VERSION) || { echo "install: $(BUILD)/libfleet.so.$(VERSION) is missing: run make first" >&2; exit 1; }
 	install -d $(DESTDIR)$(PREFIX)/include/fleet $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/cmake/Fleet $(DESTDIR)$(PREFIX)/bin

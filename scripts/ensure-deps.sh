@@ -9,7 +9,8 @@
 #          build works without it, on OpenBLAS alone),
 #          RocksDB (the disk tier of SSD sparse tables),
 #          libjpeg-turbo (libturbojpeg0-dev: the image reader's JPEG decoding; optional at build
-#          time, then an image reader is refused)
+#          time, then an image reader is refused), libpng (libpng-dev: PNG files in an image
+#          directory; optional at build time, then a PNG file is refused by name)
 #   test:  build + python3-numpy (reads our safetensors files back in a test), clang with
 #          libFuzzer (the frame and data-parser fuzz harnesses run briefly in the tests),
 #          Open MPI (the MPI role maker is built in and tested under mpirun), cmake (an
@@ -24,7 +25,7 @@
 #          dataset-fashion-mnist (the collective job), python3 (compares parameter dumps)
 set -euo pipefail
 profile=${1:-test}
-pkgs=(gcc make libc6-dev libopenblas-dev libssl-dev libcjson-dev zlib1g-dev libdnnl-dev librocksdb-dev libturbojpeg0-dev pkg-config gnuplot-nox)
+pkgs=(gcc make libc6-dev libopenblas-dev libssl-dev libcjson-dev zlib1g-dev libdnnl-dev librocksdb-dev libturbojpeg0-dev libpng-dev pkg-config gnuplot-nox)
 case "$profile" in
   build) ;;
   test) pkgs+=(python3 python3-numpy python3-venv clang libclang-rt-dev openmpi-bin libopenmpi-dev cmake clang-format) ;;

@@ -12,6 +12,13 @@
 #ifdef FL_HAVE_TURBOJPEG
 #include <turbojpeg.h>
 
+/* A PNG cut after its IHDR: corrupt with libpng, refused by name without it. */
+#ifdef FL_HAVE_PNG
+#define PNG_BAD FL_ECORRUPT
+#else
+#define PNG_BAD FL_EUNSUPPORTED
+#endif
+
 static char tmp[256];
 
 static void mktmp(void)
@@ -79,10 +86,10 @@ TEST(decode_matches_source)
     const int h = 48, w = 64;
     uint8_t *px = pattern(h, w, 77);
     write_jpeg(path, px, h, w);
-    fl__jpeg *d = NULL;
-    CHECK_OK(fl__jpeg_create(&d));
+    fl__decoder *d = NULL;
+    CHECK_OK(fl__decoder_create(&d));
     fl__image im = {0};
-    CHECK_OK(fl__jpeg_decode(d, path, &im));
+    CHECK_OK(fl__image_read(d, path, &im));
     CHECK_EQ_INT(im.h, h);
     CHECK_EQ_INT(im.w, w);
     int worst = 0;
@@ -97,12 +104,12 @@ TEST(decode_matches_source)
     /* the decoder and its buffer are reused for a second, larger image */
     snprintf(path, sizeof path, "%s/b.jpg", tmp);
     pattern_jpeg(path, 100, 90, 5);
-    CHECK_OK(fl__jpeg_decode(d, path, &im));
+    CHECK_OK(fl__image_read(d, path, &im));
     CHECK_EQ_INT(im.h, 100);
     CHECK_EQ_INT(im.w, 90);
     CHECK_NEAR(im.px[3 * (50 * 90 + 45) + 2], 5, 3);
     fl__image_free(&im);
-    fl__jpeg_free(d);
+    fl__decoder_free(d);
     free(px);
     rmtmp();
 }
@@ -151,7 +158,7 @@ TEST(bad_files_are_named)
 
     snprintf(p, sizeof p, "%s/pic.png", tmp);
     write_bytes(p, "\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16);
-    CHECK_FAILS(fl_data_image_load(p, NULL, 0, out), FL_EUNSUPPORTED, p);
+    CHECK_FAILS(fl_data_image_load(p, NULL, 0, out), PNG_BAD, p);
     CHECK_STR_HAS(fl_last_error(), "PNG");
 
     snprintf(p, sizeof p, "%s/missing.jpg", tmp);
@@ -280,10 +287,10 @@ TEST(eval_transform_geometry)
     snprintf(p, sizeof p, "%s/wide.jpg", tmp);
     const int h = 40, w = 75, crop = 32; /* (75 - 32) / 2 = 21.5 -> 22 (half to even) */
     pattern_jpeg(p, h, w, 99);
-    fl__jpeg *d = NULL;
+    fl__decoder *d = NULL;
     fl__image im = {0};
-    CHECK_OK(fl__jpeg_create(&d));
-    CHECK_OK(fl__jpeg_decode(d, p, &im));
+    CHECK_OK(fl__decoder_create(&d));
+    CHECK_OK(fl__image_read(d, p, &im));
     fl_data_image_options o;
     fl_data_image_options_init(&o);
     o.resize = h;
@@ -307,7 +314,7 @@ TEST(eval_transform_geometry)
     CHECK_EQ_INT(rh, 384);
     free(out);
     fl__image_free(&im);
-    fl__jpeg_free(d);
+    fl__decoder_free(d);
     rmtmp();
 }
 
@@ -324,10 +331,10 @@ TEST(resize_is_a_normalised_filter)
             q[1] = (uint8_t)(2 * x);
             q[2] = (uint8_t)(3 * y);
         }
-    const int sizes[][2] = {{30, 45}, {17, 29}, {120, 100}, {60, 30}};
-    for (int s = 0; s < 4; s++) {
+    const int sizes[][2] = {{30, 45}, {17, 29}, {120, 100}, {60, 30}, {25, 90}}; /* both, width only, height only */
+    for (int s = 0; s < 5; s++) {
         const int oh = sizes[s][0], ow = sizes[s][1];
-        CHECK_OK(fl__image_resize(&src, 0, 0, 60, 90, oh, ow, &tmpi, &dst));
+        CHECK_OK(fl__image_resize(&src, 0, 0, 60, 90, NULL, oh, ow, &tmpi, &dst));
         CHECK_EQ_INT(dst.h, oh);
         CHECK_EQ_INT(dst.w, ow);
         for (int y = 2; y < oh - 2; y++)
@@ -517,7 +524,7 @@ TEST(reader_reports_bad_file)
 }
 
 /* The bad kinds: each written over image `i` of a set made by make_set. */
-static const char *const bad_kinds[] = {"zero-byte", "truncated", "corrupt", "not a JPEG", "PNG", "cut in the header"};
+static const char *const bad_kinds[] = {"zero-byte", "truncated", "corrupt", "not a JPEG", "cut PNG", "cut in the header"};
 #define NBAD_KINDS 6
 
 static void write_bad(int kind, int i)
@@ -549,19 +556,19 @@ TEST(decoder_recovers_after_each_bad_kind)
     char list[400], p[400];
     make_set(NBAD_KINDS + 1, list, sizeof list);
     for (int k = 0; k < NBAD_KINDS; k++) write_bad(k, k + 1);
-    fl__jpeg *d = NULL;
+    fl__decoder *d = NULL;
     fl__image im = {0};
-    CHECK_OK(fl__jpeg_create(&d));
+    CHECK_OK(fl__decoder_create(&d));
     for (int k = 0; k < NBAD_KINDS; k++) {
         snprintf(p, sizeof p, "%s/%03d.jpg", tmp, k + 1);
-        CHECK(fl__jpeg_decode(d, p, &im) != FL_OK);
+        CHECK(fl__image_read(d, p, &im) != FL_OK);
         snprintf(p, sizeof p, "%s/%03d.jpg", tmp, 0);
-        if (fl__jpeg_decode(d, p, &im) != FL_OK) TFAIL("after a %s file: %s", bad_kinds[k], fl_last_error());
+        if (fl__image_read(d, p, &im) != FL_OK) TFAIL("after a %s file: %s", bad_kinds[k], fl_last_error());
         CHECK_EQ_INT(im.h, 24);
         CHECK_EQ_INT(im.w, 30);
     }
     fl__image_free(&im);
-    fl__jpeg_free(d);
+    fl__decoder_free(d);
     rmtmp();
 }
 
@@ -586,7 +593,7 @@ TEST(reader_stops_on_each_bad_kind)
         int st;
         while ((st = fl_data_image_reader_next(r, img, lab)) > 0) {
         }
-        if (st != (kind == 4 ? FL_EUNSUPPORTED : FL_ECORRUPT) || !strstr(fl_last_error(), p))
+        if (st != (kind == 4 ? PNG_BAD : FL_ECORRUPT) || !strstr(fl_last_error(), p))
             TFAIL("%s file: status %d, message '%s'", bad_kinds[kind], st, fl_last_error());
         CHECK_EQ_INT(fl_data_image_reader_bad_images(r), 0);
         fl_data_image_reader_free(r);

@@ -148,8 +148,13 @@ FL_API uint64_t fl_data_criteo_id(int k, const char *field, size_t len, uint64_t
  *                path relative to the list's directory (or absolute), the label the last
  *                token, a non-negative integer; blank lines are skipped.  A bad line fails
  *                with FL_ECORRUPT "LIST:LINE: what".
- * Decoding: JPEG through libjpeg-turbo, to RGB.  An empty, truncated, corrupt or non-JPEG file
- * fails with FL_ECORRUPT naming the file (a PNG or CMYK file: FL_EUNSUPPORTED naming it).
+ * Decoding, the format told by the file's first bytes (not its name): JPEG through libjpeg-turbo
+ * (RGB, greyscale and CMYK, converted as Pillow converts them), PNG through libpng (grey,
+ * palette, RGB, with or without alpha, 1 to 16 bits: to RGB, alpha dropped, 16-bit samples to
+ * their high byte).  An empty, truncated or corrupt file, or one in neither format, fails with
+ * FL_ECORRUPT naming the file (a PNG in a build without libpng: FL_EUNSUPPORTED naming it).
+ * A JPEG is decoded at 1/2, 1/4 or 1/8 of its size (libjpeg-turbo's DCT scaling) when that
+ * still leaves the resize at least the pixels it outputs (dct_scale, see docs/data.md).
  * The bad-image policy is the datasets' bad-line policy: "stop" (skip_bad 0, the default)
  * fails the pass with that message; "skip" (skip_bad 1) leaves such a file out of its batch
  * (which is then smaller; a batch with no good image is left out), counts it
@@ -184,6 +189,10 @@ typedef struct {
     int rank, nranks;      /* this reader reads the images whose position in the epoch's order
                             * is rank modulo nranks (default 0, 1) */
     int skip_bad;          /* bad-image policy: 0 "stop", 1 "skip" (see above; default 0) */
+    int dct_scale;         /* 1: decode a JPEG at 1/2, 1/4 or 1/8 of its size when the crop
+                            * (train) or the resized image (eval) is at least that much smaller
+                            * (default 1); 0: always at full size, the bytes torchvision's
+                            * transforms give */
 } fl_data_image_options;
 
 /* Fills o with the defaults above.  NULL is ignored. */

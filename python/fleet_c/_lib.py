@@ -208,7 +208,8 @@ class ImageOptions(ctypes.Structure):
     _fields_ = [("batch_size", c_int), ("threads", c_int), ("prefetch", c_int), ("train", c_int), ("crop", c_int),
                 ("resize", c_int), ("scale", c_float * 2), ("ratio", c_float * 2), ("flip", c_float),
                 ("mean", c_float * 3), ("std", c_float * 3), ("shuffle", c_int), ("drop_last", c_int),
-                ("seed", c_uint64), ("rank", c_int), ("nranks", c_int), ("skip_bad", c_int)]
+                ("seed", c_uint64), ("rank", c_int), ("nranks", c_int), ("skip_bad", c_int),
+                ("dct_scale", c_int)]
 
 
 class ResnetConfig(ctypes.Structure):

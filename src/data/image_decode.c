@@ -1,9 +1,13 @@
 /*
- * image_decode.c - a JPEG file to interleaved RGB uint8 through libjpeg-turbo's TurboJPEG API
- * (accurate integer DCT and fancy upsampling, libjpeg's defaults, as Pillow decodes).  A
- * warning from the decoder (a truncated file, a corrupt segment) is an error here: a partial
- * image filled with grey must not be trained on.  Built without libjpeg-turbo, every entry
- * point fails with FL_EUNSUPPORTED.
+ * image_decode.c - an image file to interleaved RGB uint8.  The format is told by the file's
+ * first bytes (a PNG named .JPEG, as one in ImageNet's training set, is read as the PNG it is),
+ * one row of `formats` per kind: JPEG through libjpeg-turbo's TurboJPEG API (accurate integer
+ * DCT and fancy upsampling, libjpeg's defaults, as Pillow decodes), PNG through libpng
+ * (image_png.c).  A JPEG decodes at 1/2, 1/4 or 1/8 scale on request (DCT scaling: the IDCT
+ * of each 8 x 8 block outputs 4 x 4, 2 x 2 or 1 x 1 pixels, as Pillow's draft() asks libjpeg).
+ * A warning from the JPEG decoder (a truncated file, a corrupt segment) is an error here: a
+ * partial image filled with grey must not be trained on.  Built without libjpeg-turbo, every
+ * entry point fails with FL_EUNSUPPORTED.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,10 +23,24 @@
 #include <turbojpeg.h>
 #endif
 
-struct fl__jpeg {
+struct fl__decoder {
     void *tj; /* tjhandle */
-    uint8_t *buf;
-    size_t cap;
+    uint8_t *buf; /* the file read last: len bytes of cap */
+    size_t cap, len;
+    const struct format *fmt; /* its format (NULL: none open) */
+    uint8_t *cmyk;            /* a CMYK JPEG's pixels before the conversion */
+    size_t cmyk_cap;
+};
+
+/* A kind of image file: told by `magic` at its start; header sets the full size; decode writes
+ * the image at 1/denom (denom > 1 only when scalable). */
+struct format {
+    const char *name;
+    const char *magic;
+    size_t magic_len;
+    int scalable;
+    int (*header)(fl__decoder *d, const char *file, int *h, int *w);
+    int (*decode)(fl__decoder *d, const char *file, int denom, fl__image *im);
 };
 
 int fl__image_reserve(fl__image *im, int h, int w)
@@ -59,11 +77,11 @@ int fl__image_supported(const char *fn)
 #endif
 }
 
-int fl__jpeg_create(fl__jpeg **out)
+int fl__decoder_create(fl__decoder **out)
 {
     *out = NULL;
     FL_CHECK(fl__image_supported("image decoder"));
-    fl__jpeg *d = calloc(1, sizeof *d);
+    fl__decoder *d = calloc(1, sizeof *d);
     if (!d) return fl__err(FL_ENOMEM, "image decoder: out of memory");
 #ifdef FL_HAVE_TURBOJPEG
     d->tj = tjInitDecompress();
@@ -76,13 +94,14 @@ int fl__jpeg_create(fl__jpeg **out)
     return FL_OK;
 }
 
-void fl__jpeg_free(fl__jpeg *d)
+void fl__decoder_free(fl__decoder *d)
 {
     if (!d) return;
 #ifdef FL_HAVE_TURBOJPEG
     if (d->tj) tjDestroy(d->tj);
 #endif
     free(d->buf);
+    free(d->cmyk);
     free(d);
 }
 
@@ -90,7 +109,7 @@ void fl__jpeg_free(fl__jpeg *d)
 /* After a failed header or decode a TurboJPEG handle may keep the failed state (the next
  * valid file's header then reads as 0 x 0 pixels): a decoder that goes on after a bad file
  * (policy skip) starts from a fresh handle.  Returns st. */
-static int reset_after(fl__jpeg *d, int st)
+static int reset_after(fl__decoder *d, int st)
 {
     tjDestroy(d->tj);
     d->tj = tjInitDecompress();
@@ -100,7 +119,7 @@ static int reset_after(fl__jpeg *d, int st)
 #endif
 
 /* Reads the whole file into d->buf; *len its size. */
-static int read_file(fl__jpeg *d, const char *file, size_t *len)
+static int read_file(fl__decoder *d, const char *file, size_t *len)
 {
     int fd = open(file, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return fl__err(errno == ENOENT ? FL_ENOTFOUND : FL_EIO, "%s: cannot open image: %s", file, strerror(errno));
@@ -142,35 +161,120 @@ out:
     return status;
 }
 
-int fl__jpeg_decode(fl__jpeg *d, const char *file, fl__image *im)
-{
-    size_t len = 0;
-    FL_CHECK(read_file(d, file, &len));
-    const uint8_t *p = d->buf;
-    if (len == 0) return fl__err(FL_ECORRUPT, "%s: empty image file (0 bytes)", file);
-    if (len >= 8 && !memcmp(p, "\x89PNG\r\n\x1a\n", 8))
-        return fl__err(FL_EUNSUPPORTED, "%s: a PNG image; the image reader decodes JPEG only (convert it to JPEG)", file);
-    if (len < 3 || p[0] != 0xFF || p[1] != 0xD8 || p[2] != 0xFF)
-        return fl__err(FL_ECORRUPT, "%s: not a JPEG file (no JPEG start-of-image marker)", file);
 #ifdef FL_HAVE_TURBOJPEG
+static int jpeg_header(fl__decoder *d, const char *file, int *h, int *w)
+{
+    int sub = 0, cs = 0;
+    if (!d->tj) return fl__err(FL_ENOMEM, "%s: no image decoder (tjInitDecompress failed earlier)", file);
+    if (tjDecompressHeader3(d->tj, d->buf, (unsigned long)d->len, w, h, &sub, &cs))
+        return reset_after(d, fl__err(FL_ECORRUPT, "%s: corrupt JPEG header: %s", file, tjGetErrorStr2(d->tj)));
+    return FL_OK;
+}
+
+/* Pillow's conversion of a CMYK JPEG to RGB: libjpeg's CMYK samples are taken as Adobe's
+ * inverted ones (Pillow's rawmode "CMYK;I"), then its cmyk2rgb: with c, k the stored samples,
+ * R = k - (255 - c) * k / 255 rounded as its MULDIV255. */
+static void cmyk_to_rgb(const uint8_t *in, size_t n, uint8_t *out)
+{
+    for (size_t i = 0; i < n; i++, in += 4, out += 3) {
+        const int nk = in[3];
+        for (int c = 0; c < 3; c++) {
+            const int t = (255 - in[c]) * nk + 128;
+            const int v = nk - (((t >> 8) + t) >> 8);
+            out[c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+        }
+    }
+}
+
+static int jpeg_decode(fl__decoder *d, const char *file, int denom, fl__image *im)
+{
     int w = 0, h = 0, sub = 0, cs = 0;
     if (!d->tj) return fl__err(FL_ENOMEM, "%s: no image decoder (tjInitDecompress failed earlier)", file);
-    if (tjDecompressHeader3(d->tj, p, (unsigned long)len, &w, &h, &sub, &cs))
+    if (tjDecompressHeader3(d->tj, d->buf, (unsigned long)d->len, &w, &h, &sub, &cs))
         return reset_after(d, fl__err(FL_ECORRUPT, "%s: corrupt JPEG header: %s", file, tjGetErrorStr2(d->tj)));
-    if (w <= 0 || h <= 0 || (int64_t)w * h > FL__IMAGE_MAX_PIXELS)
-        return fl__err(FL_ECORRUPT, "%s: JPEG of %d x %d pixels is outside the limit of %lld pixels", file, w, h,
-                       (long long)FL__IMAGE_MAX_PIXELS);
-    if (cs == TJCS_CMYK || cs == TJCS_YCCK)
-        return fl__err(FL_EUNSUPPORTED, "%s: a CMYK JPEG; the image reader decodes RGB and greyscale JPEG only", file);
-    if (fl__image_reserve(im, h, w)) return fl__err(FL_ENOMEM, "%s: out of memory for a %d x %d image", file, w, h);
-    if (tjDecompress2(d->tj, p, (unsigned long)len, im->px, w, 0, h, TJPF_RGB, TJFLAG_STOPONWARNING)) {
+    /* TurboJPEG picks the largest of its scaling factors whose output fits the size asked:
+     * 1/denom (for an image of a few pixels, a larger factor of the same output size). */
+    const tjscalingfactor sf = {1, denom};
+    const int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
+    const int cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
+    if (fl__image_reserve(im, sh, sw)) return fl__err(FL_ENOMEM, "%s: out of memory for a %d x %d image", file, sw, sh);
+    uint8_t *dst = im->px;
+    if (cmyk) {
+        const size_t need = (size_t)sh * (size_t)sw * 4;
+        if (need > d->cmyk_cap) {
+            uint8_t *np = realloc(d->cmyk, need);
+            if (!np) return fl__err(FL_ENOMEM, "%s: out of memory for a %d x %d CMYK image", file, sw, sh);
+            d->cmyk = np;
+            d->cmyk_cap = need;
+        }
+        dst = d->cmyk;
+    }
+    if (tjDecompress2(d->tj, d->buf, (unsigned long)d->len, dst, sw, 0, sh, cmyk ? TJPF_CMYK : TJPF_RGB,
+                      TJFLAG_STOPONWARNING)) {
         const int fatal = tjGetErrorCode(d->tj) == TJERR_FATAL;
         return reset_after(d, fl__err(FL_ECORRUPT, "%s: %s JPEG: %s", file, fatal ? "corrupt" : "truncated or corrupt",
                                       tjGetErrorStr2(d->tj)));
     }
+    if (cmyk) cmyk_to_rgb(d->cmyk, (size_t)sh * (size_t)sw, im->px);
     return FL_OK;
-#else
-    (void)im;
-    return fl__image_supported(file);
+}
 #endif
+
+static int png_header(fl__decoder *d, const char *file, int *h, int *w)
+{
+    return fl__png_header(file, d->buf, d->len, h, w);
+}
+
+static int png_decode(fl__decoder *d, const char *file, int denom, fl__image *im)
+{
+    (void)denom;
+    return fl__png_decode(file, d->buf, d->len, im);
+}
+
+/* The formats read here; a new one is a row (its magic bytes, whether it scales, two functions). */
+static const struct format formats[] = {
+#ifdef FL_HAVE_TURBOJPEG
+    {"JPEG", "\xFF\xD8\xFF", 3, 1, jpeg_header, jpeg_decode},
+#endif
+    {"PNG", "\x89PNG\r\n\x1a\n", 8, 0, png_header, png_decode},
+};
+
+int fl__image_open(fl__decoder *d, const char *file, int *h, int *w, int *scalable)
+{
+    d->fmt = NULL;
+    FL_CHECK(fl__image_supported(file));
+    size_t len = 0;
+    FL_CHECK(read_file(d, file, &len));
+    d->len = len;
+    if (len == 0) return fl__err(FL_ECORRUPT, "%s: empty image file (0 bytes)", file);
+    const struct format *f = NULL;
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0] && !f; i++)
+        if (len >= formats[i].magic_len && !memcmp(d->buf, formats[i].magic, formats[i].magic_len)) f = &formats[i];
+    if (!f)
+        return fl__err(FL_ECORRUPT, "%s: not a JPEG or PNG file (neither a JPEG start-of-image marker nor a PNG signature)",
+                       file);
+    FL_CHECK(f->header(d, file, h, w));
+    if (*w <= 0 || *h <= 0 || (int64_t)*w * *h > FL__IMAGE_MAX_PIXELS)
+        return fl__err(FL_ECORRUPT, "%s: %s of %d x %d pixels is outside the limit of %lld pixels", file, f->name, *w, *h,
+                       (long long)FL__IMAGE_MAX_PIXELS);
+    d->fmt = f;
+    *scalable = f->scalable;
+    return FL_OK;
+}
+
+int fl__image_decode(fl__decoder *d, const char *file, int denom, fl__image *im)
+{
+    if (!d->fmt) return fl__err(FL_ESTATE, "%s: no image open to decode", file);
+    if (denom != 1 && (!d->fmt->scalable || (denom != 2 && denom != 4 && denom != 8)))
+        return fl__err(FL_EINVAL, "%s: cannot decode a %s at 1/%d scale", file, d->fmt->name, denom);
+    const int st = d->fmt->decode(d, file, denom, im);
+    if (st) d->fmt = NULL;
+    return st;
+}
+
+int fl__image_read(fl__decoder *d, const char *file, fl__image *im)
+{
+    int h = 0, w = 0, scalable = 0;
+    FL_CHECK(fl__image_open(d, file, &h, &w, &scalable));
+    return fl__image_decode(d, file, 1, im);
 }

@@ -61,7 +61,8 @@ void fl_data_image_options_init(fl_data_image_options *o)
                                             .seed = 0,
                                             .rank = 0,
                                             .nranks = 1,
-                                            .skip_bad = 0};
+                                            .skip_bad = 0,
+                                            .dct_scale = 1};
     *o = d;
 }
 
@@ -228,10 +229,9 @@ static void *decode_thread(void *arg)
 {
     fl_data_image_reader *r = arg;
     const int B = r->o.batch_size, P = r->o.prefetch;
-    fl__jpeg *dec = NULL;
-    fl__image im = {0};
-    fl__image_scratch scratch = {{0}, {0}};
-    int st = fl__jpeg_create(&dec);
+    fl__decoder *dec = NULL;
+    fl__image_scratch scratch = {{0}, {0}, {0}};
+    int st = fl__decoder_create(&dec);
     if (st) {
         fail(r, st);
         return NULL;
@@ -249,10 +249,9 @@ static void *decode_thread(void *arg)
         const int64_t idx = r->order[k];
         const size_t at = (size_t)(b % P) * B + (size_t)(k % B);
         fl_rng rng = image_rng(r->o.seed, r->epoch, idx);
-        st = fl__jpeg_decode(dec, r->set.paths[idx], &im);
+        st = fl__image_process(dec, r->set.paths[idx], &r->o, &rng, &scratch, r->slot_img + at * r->chw);
         r->slot_ok[at] = 1;
         if (st && skip_bad(r, st)) r->slot_ok[at] = 0;
-        else if (!st) st = fl__image_transform(&im, &r->o, &rng, &scratch, r->slot_img + at * r->chw);
         if (st && r->slot_ok[at]) {
             fail(r, st);
             pthread_mutex_lock(&r->mu);
@@ -264,9 +263,8 @@ static void *decode_thread(void *arg)
         pthread_cond_broadcast(&r->cv);
     }
     pthread_mutex_unlock(&r->mu);
-    fl__image_free(&im);
     fl__image_scratch_free(&scratch);
-    fl__jpeg_free(dec);
+    fl__decoder_free(dec);
     return NULL;
 }
 
@@ -368,15 +366,12 @@ int fl_data_image_load(const char *file, const fl_data_image_options *o, uint64_
     FL_CHECK(fl__image_supported(fn));
     fl_data_image_options opt;
     FL_CHECK(resolve(fn, o, &opt));
-    fl__jpeg *dec = NULL;
-    FL_CHECK(fl__jpeg_create(&dec));
-    fl__image im = {0};
-    fl__image_scratch s = {{0}, {0}};
+    fl__decoder *dec = NULL;
+    FL_CHECK(fl__decoder_create(&dec));
+    fl__image_scratch s = {{0}, {0}, {0}};
     fl_rng rng = {fl__hash_u64(seed)};
-    int st = fl__jpeg_decode(dec, file, &im);
-    if (!st) st = fl__image_transform(&im, &opt, &rng, &s, out);
-    fl__image_free(&im);
+    const int st = fl__image_process(dec, file, &opt, &rng, &s, out);
     fl__image_scratch_free(&s);
-    fl__jpeg_free(dec);
+    fl__decoder_free(dec);
     return st;
 }

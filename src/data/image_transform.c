@@ -7,6 +7,15 @@
  * a horizontal pass then a vertical one, each rounded to uint8.  Done the same way here, the
  * result is the same bytes as Pillow's.  The crop draws follow torchvision's
  * RandomResizedCrop.get_params; Python's round (half to even) is nearbyint.
+ *
+ * DCT scaling (dct_scale): the crop (train) or the resized size (eval) is known from the
+ * JPEG's header before decoding, so the decode can stop at 1/2, 1/4 or 1/8 of the size when
+ * that still holds at least the pixels the resize outputs (Pillow's draft() rule).  Eval then
+ * resizes the whole scaled image as Pillow does after draft(); train resizes the crop's box in
+ * the scaled image's coordinates (fractional: a scaled pixel i covers the full-size pixels
+ * [i * denom, (i + 1) * denom)), as Pillow's resize(box=...) does, its filter reaching past the
+ * box into the image.  The random draws are made on the full size, so a seed gives the same
+ * crops and flips with or without the scaling.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -19,6 +28,7 @@
 void fl__image_scratch_free(fl__image_scratch *s)
 {
     if (!s) return;
+    fl__image_free(&s->im);
     fl__image_free(&s->a);
     fl__image_free(&s->b);
 }
@@ -47,6 +57,8 @@ int fl__image_check_options(const char *fn, const fl_data_image_options *o)
             return fl__err(FL_EINVAL, "%s: mean[%d] and std[%d] must be finite and std non-zero, got %g and %g", fn, c, c,
                            (double)o->mean[c], (double)o->std[c]);
     }
+    if (o->dct_scale != 0 && o->dct_scale != 1)
+        return fl__err(FL_EINVAL, "%s: dct_scale must be 0 or 1, got %d", fn, o->dct_scale);
     if (o->nranks < 1 || o->rank < 0 || o->rank >= o->nranks)
         return fl__err(FL_EINVAL, "%s: need 0 <= rank < nranks, got rank %d of %d", fn, o->rank, o->nranks);
     return FL_OK;
@@ -101,11 +113,18 @@ void fl__image_eval_size(int h, int w, int resize, int *rh, int *rw)
     }
 }
 
-/* Pillow's precompute_coeffs + normalize_coeffs_8bpc for one axis: out_size windows over
- * in_size samples; bounds[2 * i] = first sample, bounds[2 * i + 1] = count; k[ksize * i ...]. */
-static int coeffs(int in_size, int out_size, int **bounds_out, int32_t **k_out, int *ksize_out)
+int fl__image_denom(int ch, int cw, int oh, int ow)
 {
-    const double scale = (double)in_size / out_size;
+    const int q = ch / oh < cw / ow ? ch / oh : cw / ow;
+    return q >= 8 ? 8 : q >= 4 ? 4 : q >= 2 ? 2 : 1;
+}
+
+/* Pillow's precompute_coeffs + normalize_coeffs_8bpc for one axis: out_size windows over the
+ * box [in0, in1) of in_size samples (single precision, as Pillow's box); bounds[2 * i] = first
+ * sample, bounds[2 * i + 1] = count; k[ksize * i ...]. */
+static int coeffs(int in_size, float in0, float in1, int out_size, int **bounds_out, int32_t **k_out, int *ksize_out)
+{
+    const double scale = (double)(in1 - in0) / out_size;
     const double filterscale = scale < 1.0 ? 1.0 : scale;
     const double support = 1.0 * filterscale;
     const int ksize = (int)ceil(support) * 2 + 1;
@@ -119,7 +138,7 @@ static int coeffs(int in_size, int out_size, int **bounds_out, int32_t **k_out, 
         return fl__err(FL_ENOMEM, "image resize: out of memory for %d x %d coefficients", out_size, ksize);
     }
     for (int xx = 0; xx < out_size; xx++) {
-        const double center = (xx + 0.5) * scale, ss = 1.0 / filterscale;
+        const double center = in0 + (xx + 0.5) * scale, ss = 1.0 / filterscale;
         int xmin = (int)(center - support + 0.5), xmax = (int)(center + support + 0.5);
         if (xmin < 0) xmin = 0;
         if (xmax > in_size) xmax = in_size;
@@ -151,29 +170,19 @@ static inline uint8_t clip8(int32_t v)
     return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
-/* One pass along x (horizontal) or y (vertical) of the region (top, left, h, w) of src into dst. */
-static int pass(const fl__image *src, int top, int left, int h, int w, int horizontal, int out_size, fl__image *dst)
+/* The horizontal pass: rows of `in` (stride bytes apart, their first pixel at in) to ow pixels. */
+static void hpass(const uint8_t *in, size_t stride, int rows, const int *b, const int32_t *kk, int ksize, int ow,
+                  uint8_t *out)
 {
-    int *b = NULL, ksize = 0;
-    int32_t *kk = NULL;
-    FL_CHECK(coeffs(horizontal ? w : h, out_size, &b, &kk, &ksize));
-    const int oh = horizontal ? h : out_size, ow = horizontal ? out_size : w;
-    if (fl__image_reserve(dst, oh, ow)) {
-        free(b);
-        free(kk);
-        return fl__err(FL_ENOMEM, "image resize: out of memory for %d x %d", oh, ow);
-    }
-    const size_t stride = (size_t)src->w * 3;
-    for (int y = 0; y < oh; y++) {
-        uint8_t *o = dst->px + (size_t)y * ow * 3;
+    for (int y = 0; y < rows; y++) {
+        const uint8_t *row = in + (size_t)y * stride;
+        uint8_t *o = out + (size_t)y * ow * 3;
         for (int x = 0; x < ow; x++) {
-            const int i = horizontal ? x : y;
-            const int32_t *k = kk + (size_t)i * ksize;
-            const int lo = b[2 * i], n = b[2 * i + 1];
+            const int32_t *k = kk + (size_t)x * ksize;
+            const uint8_t *p = row + (size_t)b[2 * x] * 3;
+            const int n = b[2 * x + 1];
             int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
-            for (int j = 0; j < n; j++) {
-                const uint8_t *p = horizontal ? src->px + (size_t)(top + y) * stride + (size_t)(left + lo + j) * 3
-                                              : src->px + (size_t)(top + lo + j) * stride + (size_t)(left + x) * 3;
+            for (int j = 0; j < n; j++, p += 3) {
                 s0 += p[0] * k[j];
                 s1 += p[1] * k[j];
                 s2 += p[2] * k[j];
@@ -183,23 +192,74 @@ static int pass(const fl__image *src, int top, int left, int h, int w, int horiz
             o[3 * x + 2] = clip8(s2);
         }
     }
-    free(b);
-    free(kk);
-    return FL_OK;
 }
 
-int fl__image_resize(const fl__image *src, int top, int left, int h, int w, int oh, int ow, fl__image *tmp, fl__image *dst)
+/* The vertical pass: `cols` pixels of the rows of `in` (stride bytes apart) to oh rows, each
+ * output row summed row by row into acc (cols * 3 sums: the same integers as Pillow's). */
+static void vpass(const uint8_t *in, size_t stride, int cols, const int *b, const int32_t *kk, int ksize, int oh,
+                  uint8_t *out, int32_t *acc)
 {
-    if (w != ow && h != oh) {
-        FL_CHECK(pass(src, top, left, h, w, 1, ow, tmp));
-        return pass(tmp, 0, 0, h, ow, 0, oh, dst);
+    const int n3 = cols * 3;
+    for (int y = 0; y < oh; y++) {
+        const int32_t *k = kk + (size_t)y * ksize;
+        for (int i = 0; i < n3; i++) acc[i] = 1 << (PRECISION_BITS - 1);
+        for (int j = 0; j < b[2 * y + 1]; j++) {
+            const uint8_t *row = in + (size_t)(b[2 * y] + j) * stride;
+            const int32_t kj = k[j];
+            for (int i = 0; i < n3; i++) acc[i] += row[i] * kj;
+        }
+        uint8_t *o = out + (size_t)y * n3;
+        for (int i = 0; i < n3; i++) o[i] = clip8(acc[i]);
     }
-    if (w != ow) return pass(src, top, left, h, w, 1, ow, dst);
-    if (h != oh) return pass(src, top, left, h, w, 0, oh, dst);
-    if (fl__image_reserve(dst, h, w)) return fl__err(FL_ENOMEM, "image resize: out of memory for %d x %d", h, w);
-    for (int y = 0; y < h; y++)
-        memcpy(dst->px + (size_t)y * w * 3, src->px + ((size_t)(top + y) * src->w + left) * 3, (size_t)w * 3);
-    return FL_OK;
+}
+
+int fl__image_resize(const fl__image *src, int top, int left, int h, int w, const float *box, int oh, int ow,
+                     fl__image *tmp, fl__image *dst)
+{
+    const float whole[4] = {0.0f, 0.0f, (float)w, (float)h};
+    if (!box) box = whole;
+    /* Pillow's need_horizontal / need_vertical */
+    const int need_h = ow != w || box[0] != 0.0f || box[2] != (float)w;
+    const int need_v = oh != h || box[1] != 0.0f || box[3] != (float)h;
+    const size_t stride = (size_t)src->w * 3;
+    const uint8_t *at = src->px + (size_t)top * stride + (size_t)left * 3;
+    if (!need_h && !need_v) {
+        if (fl__image_reserve(dst, h, w)) return fl__err(FL_ENOMEM, "image resize: out of memory for %d x %d", h, w);
+        for (int y = 0; y < h; y++) memcpy(dst->px + (size_t)y * w * 3, at + (size_t)y * stride, (size_t)w * 3);
+        return FL_OK;
+    }
+    int *bh = NULL, *bv = NULL, kh = 0, kv = 0;
+    int32_t *kkh = NULL, *kkv = NULL, *acc = NULL;
+    int st = coeffs(w, box[0], box[2], ow, &bh, &kkh, &kh);
+    if (!st) st = coeffs(h, box[1], box[3], oh, &bv, &kkv, &kv);
+    if (st) goto out;
+    /* the rows the vertical pass reads: the only ones the horizontal pass makes */
+    const int first = bv[0], last = bv[2 * oh - 2] + bv[2 * oh - 1];
+    if (need_h) {
+        const int rows = need_v ? last - first : h;
+        if (fl__image_reserve(need_v ? tmp : dst, rows, ow)) {
+            st = fl__err(FL_ENOMEM, "image resize: out of memory for %d x %d", rows, ow);
+            goto out;
+        }
+        hpass(at + (need_v ? (size_t)first * stride : 0), stride, rows, bh, kkh, kh, ow, (need_v ? tmp : dst)->px);
+        if (!need_v) goto out;
+        for (int y = 0; y < oh; y++) bv[2 * y] -= first;
+    }
+    const int cols = need_h ? ow : w;
+    acc = malloc(sizeof *acc * 3 * (size_t)cols);
+    if (!acc || fl__image_reserve(dst, oh, cols)) {
+        st = fl__err(FL_ENOMEM, "image resize: out of memory for %d x %d", oh, cols);
+        goto out;
+    }
+    if (need_h) vpass(tmp->px, (size_t)ow * 3, cols, bv, kkv, kv, oh, dst->px, acc);
+    else vpass(at, stride, cols, bv, kkv, kv, oh, dst->px, acc);
+out:
+    free(bh);
+    free(bv);
+    free(kkh);
+    free(kkv);
+    free(acc);
+    return st;
 }
 
 void fl__image_to_chw(const fl__image *src, int top, int left, int crop, int flip, const float mean[3], const float stdv[3],
@@ -221,17 +281,30 @@ void fl__image_to_chw(const fl__image *src, int top, int left, int crop, int fli
     }
 }
 
-int fl__image_transform(const fl__image *im, const fl_data_image_options *o, fl_rng *rng, fl__image_scratch *s, float *out)
+int fl__image_process(fl__decoder *d, const char *file, const fl_data_image_options *o, fl_rng *rng, fl__image_scratch *s,
+                      float *out)
 {
+    int h = 0, w = 0, scalable = 0;
+    FL_CHECK(fl__image_open(d, file, &h, &w, &scalable));
     if (o->train) {
-        const fl__crop c = fl__image_random_crop(im->h, im->w, o, rng);
-        FL_CHECK(fl__image_resize(im, c.top, c.left, c.h, c.w, o->crop, o->crop, &s->a, &s->b));
+        const fl__crop c = fl__image_random_crop(h, w, o, rng);
+        const int den = scalable && o->dct_scale ? fl__image_denom(c.h, c.w, o->crop, o->crop) : 1;
+        FL_CHECK(fl__image_decode(d, file, den, &s->im));
+        if (den == 1) {
+            FL_CHECK(fl__image_resize(&s->im, c.top, c.left, c.h, c.w, NULL, o->crop, o->crop, &s->a, &s->b));
+        } else {
+            const float box[4] = {(float)c.left / (float)den, (float)c.top / (float)den, (float)(c.left + c.w) / (float)den,
+                                  (float)(c.top + c.h) / (float)den};
+            FL_CHECK(fl__image_resize(&s->im, 0, 0, s->im.h, s->im.w, box, o->crop, o->crop, &s->a, &s->b));
+        }
         fl__image_to_chw(&s->b, 0, 0, o->crop, c.flip, o->mean, o->std, out);
         return FL_OK;
     }
     int rh = 0, rw = 0;
-    fl__image_eval_size(im->h, im->w, o->resize, &rh, &rw);
-    FL_CHECK(fl__image_resize(im, 0, 0, im->h, im->w, rh, rw, &s->a, &s->b));
+    fl__image_eval_size(h, w, o->resize, &rh, &rw);
+    const int den = scalable && o->dct_scale ? fl__image_denom(h, w, rh, rw) : 1;
+    FL_CHECK(fl__image_decode(d, file, den, &s->im));
+    FL_CHECK(fl__image_resize(&s->im, 0, 0, s->im.h, s->im.w, NULL, rh, rw, &s->a, &s->b));
     const int top = (int)nearbyint((rh - o->crop) / 2.0), left = (int)nearbyint((rw - o->crop) / 2.0);
     fl__image_to_chw(&s->b, top, left, o->crop, 0, o->mean, o->std, out);
     return FL_OK;

@@ -115,6 +115,7 @@ int main(void)
     F(fl_data_image_options, rank);
     F(fl_data_image_options, nranks);
     F(fl_data_image_options, skip_bad);
+    F(fl_data_image_options, dct_scale);
 
     S(fl_model_resnet_config);
     F(fl_model_resnet_config, input_name);
