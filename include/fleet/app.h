@@ -129,8 +129,7 @@ typedef struct {
     double weight_decay;
     /* 1: minimize recomputes the activations between the builder's checkpoints
      * (fl_app_net.checkpoints: the Transformer's and BERT's layer outputs) during backward
-     * (Paddle's RecomputeOptimizer; a strategy file with recompute = true and no
-     * checkpoints does the same) */
+     * (Paddle's RecomputeOptimizer) */
     int recompute;
 } fl_app_config;
 
