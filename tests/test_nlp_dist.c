@@ -35,8 +35,8 @@ typedef struct {
     int lamb;      /* strategy.lamb (BERT's Adam becomes LAMB) */
     float clip;    /* gradient clipping by the global norm (0: none) */
     float dropout;
-    int micro;     /* examples per run and process */
-    int steps;     /* runs */
+    int micro; /* examples per run and process */
+    int steps; /* runs */
 } job;
 
 typedef struct {
@@ -117,7 +117,8 @@ static int tr_feeds(int64_t first, int n, fl_feed *feed, fl_tensor **t)
     int64_t *tw = malloc(sizeof(int64_t) * (size_t)(n * S)), *tp = malloc(sizeof(int64_t) * (size_t)(n * S));
     int64_t *lw = malloc(sizeof(int64_t) * (size_t)(n * S));
     float *lwt = malloc(sizeof(float) * (size_t)(n * S));
-    float *sb = calloc((size_t)(n * NHEAD * S * S), sizeof(float)), *tb = malloc(sizeof(float) * (size_t)(n * NHEAD * S * S));
+    float *sb = calloc((size_t)(n * NHEAD * S * S), sizeof(float)),
+          *tb = malloc(sizeof(float) * (size_t)(n * NHEAD * S * S));
     float *xb = calloc((size_t)(n * NHEAD * S * S), sizeof(float));
     for (int b = 0; b < n; b++) {
         int64_t src[S], trg[S];
@@ -180,7 +181,8 @@ static int bert_feeds(int64_t first, int n, fl_feed *feed, fl_tensor **t)
     const int64_t d3[3] = {n, BS, 1}, dm[2] = {n * BM, 1}, dl[2] = {n, 1};
     t[0] = th_i64(3, d3, ids), t[1] = th_i64(3, d3, pos), t[2] = th_i64(3, d3, sent), t[3] = th_f32(3, d3, mask);
     t[4] = th_i64(2, dm, mlab), t[5] = th_i64(2, dm, mpos), t[6] = th_i64(2, dl, lab);
-    static const char *const names[7] = {"src_ids", "pos_ids", "sent_ids", "input_mask", "mask_label", "mask_pos", "labels"};
+    static const char *const names[7] = {"src_ids",    "pos_ids",  "sent_ids", "input_mask",
+                                         "mask_label", "mask_pos", "labels"};
     for (int i = 0; i < 7; i++) feed[i] = (fl_feed){names[i], t[i]};
     free(ids), free(pos), free(sent), free(mlab), free(mpos), free(lab), free(mask);
     return 7;
@@ -190,8 +192,12 @@ static int bert_feeds(int64_t first, int n, fl_feed *feed, fl_tensor **t)
 
 static void job_env(int rank, const char *eps)
 {
-    static const char *const vars[] = {"PADDLE_TRAINER_ENDPOINTS", "PADDLE_PSERVERS_IP_PORT_LIST", "TRAINING_ROLE",
-                                       "PADDLE_TRAINERS_NUM",      "PADDLE_TRAINER_ID",            "PADDLE_PORT",
+    static const char *const vars[] = {"PADDLE_TRAINER_ENDPOINTS",
+                                       "PADDLE_PSERVERS_IP_PORT_LIST",
+                                       "TRAINING_ROLE",
+                                       "PADDLE_TRAINERS_NUM",
+                                       "PADDLE_TRAINER_ID",
+                                       "PADDLE_PORT",
                                        "POD_IP"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
     if (!eps) return; /* one process: no distributed environment */
@@ -210,7 +216,8 @@ static void run_proc(const job *j, int rank, const char *eps, result *r)
     fl_prog_set_seed(p, 11);
     char cps[1024];
     fl_opt *opt = NULL;
-    fl_var *loss = j->model == TR ? build_transformer(p, j, cps, sizeof cps, &opt) : build_bert(p, j, cps, sizeof cps, &opt);
+    fl_var *loss = j->model == TR ? build_transformer(p, j, cps, sizeof cps, &opt)
+                                  : build_bert(p, j, cps, sizeof cps, &opt);
     CHECK(loss);
     fleet_strategy s = fleet_strategy_default();
     if (j->amp) {
@@ -436,8 +443,8 @@ static void all_options(int model, int level)
     printf("  %s%s, bf16 O%d: two processes with recompute, gradient merge 2, clip: loss %.5f -> %.5f; one process: "
            "%.5f -> %.5f (float32 %.5f -> %.5f); parameter difference largest %.3g, mean %.3g; between the ranks "
            "%.3g\n",
-           model_name(model), model == BE ? " with LAMB" : "", level, l[0], l[3], a[0].loss[0], a[0].loss[3],
-           c[0].loss[0], c[0].loss[3], d, mean, dr);
+           model_name(model), model == BE ? " with LAMB" : "", level, l[0], l[3], a[0].loss[0], a[0].loss[3], c[0].loss[0],
+           c[0].loss[3], d, mean, dr);
     fflush(stdout);
     CHECK(b[0].recomputed && !a[0].recomputed);
     for (int u = 0; u < 4; u++) CHECK_NEAR(l[u], a[0].loss[u], (level == 1 ? 5e-3 : 1e-4) * a[0].loss[u]);
@@ -497,7 +504,8 @@ static void bert_accuracy(int amp, int steps, double *mlm, double *nsp, double *
         fl_tensor *ts[7], *out[3];
         bert_feeds((int64_t)t * 16, 16, feed, ts);
         CHECK_OK(fl_exe_run(e, p, feed, 7, fetch, 3, out));
-        if (t >= steps - 32) sl += fl_tensor_f32(out[0])[0], sm += fl_tensor_f32(out[1])[0], sn += fl_tensor_f32(out[2])[0], n++;
+        if (t >= steps - 32)
+            sl += fl_tensor_f32(out[0])[0], sm += fl_tensor_f32(out[1])[0], sn += fl_tensor_f32(out[2])[0], n++;
         for (int i = 0; i < 7; i++) fl_tensor_free(ts[i]);
     }
     *mlm = sm / n, *nsp = sn / n, *loss = sl / n;

@@ -59,12 +59,12 @@ TEST(transformer_row_resumes_after_a_restart)
              "%s/tools/fleet-lightning train --model transformer --mode local --train_data %s/train --n_layer 1 "
              "--d_model 32 --n_head 2 --d_inner_hid 64 --batch_size 512 --dropout 0",
              BIN, data);
-    char *whole = th_cmd(DIR_, "whole", 100, NULL, "%s --epochs 3 --checkpoint_dir %s/ck1 --model_dir %s/m1", common,
-                         DIR_, DIR_);
-    char *first = th_cmd(DIR_, "first", 100, NULL, "%s --epochs 2 --checkpoint_dir %s/ck2 --model_dir %s/m2", common,
-                         DIR_, DIR_);
-    char *again = th_cmd(DIR_, "again", 100, NULL,
-                         "%s --epochs 3 --checkpoint_dir %s/ck2 --model_dir %s/m3 --recompute 1", common, DIR_, DIR_);
+    char *whole = th_cmd(DIR_, "whole", 100, NULL, "%s --epochs 3 --checkpoint_dir %s/ck1 --model_dir %s/m1", common, DIR_,
+                         DIR_);
+    char *first = th_cmd(DIR_, "first", 100, NULL, "%s --epochs 2 --checkpoint_dir %s/ck2 --model_dir %s/m2", common, DIR_,
+                         DIR_);
+    char *again = th_cmd(DIR_, "again", 100, NULL, "%s --epochs 3 --checkpoint_dir %s/ck2 --model_dir %s/m3 --recompute 1",
+                         common, DIR_, DIR_);
     CHECK(!strstr(whole, "resumed"));
     CHECK_STR_HAS(again, "transformer: recompute between 2 checkpoints");
     CHECK_STR_HAS(again, "transformer: resumed after epoch 2 (step ");
@@ -126,12 +126,13 @@ TEST(bert_row_max_restart_resumes_after_a_killed_trainer)
     char cmd[8192], log[128], ck[128];
     snprintf(log, sizeof log, "%s/job.log", DIR_);
     snprintf(ck, sizeof ck, "%s/ck", DIR_);
-    snprintf(cmd, sizeof cmd,
-             "exec %s/tools/fleetrun --nproc_per_node 2 --max_restart 1 --log_dir %s/log %s/tools/fleet-lightning train "
-             "--model bert --model_dir %s/m --checkpoint_dir %s --train_data %s --n_layer 2 --n_head 2 --d_model 64 "
-             "--d_inner_hid 128 --dropout 0 --max_length 64 --lr 3e-3 --warmup_steps 10 --batch_size 8 --epochs 4 --max_steps 6 "
-             "--recompute 1 > %s 2>&1",
-             BIN, DIR_, BIN, DIR_, ck, demo, log);
+    snprintf(
+        cmd, sizeof cmd,
+        "exec %s/tools/fleetrun --nproc_per_node 2 --max_restart 1 --log_dir %s/log %s/tools/fleet-lightning train "
+        "--model bert --model_dir %s/m --checkpoint_dir %s --train_data %s --n_layer 2 --n_head 2 --d_model 64 "
+        "--d_inner_hid 128 --dropout 0 --max_length 64 --lr 3e-3 --warmup_steps 10 --batch_size 8 --epochs 4 --max_steps 6 "
+        "--recompute 1 > %s 2>&1",
+        BIN, DIR_, BIN, DIR_, ck, demo, log);
     fflush(stdout);
     pid_t job = fork();
     CHECK(job >= 0);
