@@ -62,7 +62,8 @@
  *   build       appends the model to net->prog as the config says and fills net (feeds in
  *               reader order with the label last if the metric has one, predict, loss); is_distributed says
  *               whether its sparse tables go on the servers (a mode whose
- *               fleet_ps_mode.remote_sparse is 1, with servers).
+ *               fleet_ps_mode.remote_sparse is 1, with servers); net->checkpoints (may
+ *               be left empty) are the variables option recompute keeps.
  *               Returns FL_OK or the error (fl_last_error() names the field)
  *   optimizer   NULL, or the model's own optimizer (see fl_app_row)
  */
@@ -83,6 +84,7 @@ typedef enum { FL_APP_SPARSE = 1, FL_APP_DENSE = 2 } fl_app_kind;
 #define FL_APP_PATH 1024
 #define FL_APP_WORD 32
 #define FL_APP_MAX_FEEDS 72
+#define FL_APP_MAX_CHECKPOINTS 128
 
 /* Everything a run is told; a plain value (strings are copied in).  Set fields by name
  * with fl_app_config_set (the names are the command line's, listed by fl_app_options). */
@@ -125,6 +127,10 @@ typedef struct {
      * decoupled weight decay (layer norms and biases excluded) */
     char bert_config[FL_APP_PATH];
     double weight_decay;
+    /* 1: minimize recomputes the activations between the builder's checkpoints
+     * (fl_app_net.checkpoints: the Transformer's and BERT's layer outputs) during backward
+     * (Paddle's RecomputeOptimizer) */
+    int recompute;
 } fl_app_config;
 
 typedef struct fl_app_net {
@@ -132,6 +138,8 @@ typedef struct fl_app_net {
     fl_var *feeds[FL_APP_MAX_FEEDS]; /* reader order, the label last */
     int nfeeds;
     fl_var *predict, *loss;
+    fl_var *checkpoints[FL_APP_MAX_CHECKPOINTS]; /* the recompute checkpoints (may be none) */
+    int ncheckpoints;
 } fl_app_net;
 
 typedef struct fl_app_row {

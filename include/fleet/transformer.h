@@ -84,6 +84,7 @@ FL_API fl_model_transformer_config fl_model_transformer_default(void);
 FL_API fl_model_transformer_config fl_model_transformer_small(void);
 
 #define FL_MODEL_TRANSFORMER_FEEDS 9
+#define FL_MODEL_TRANSFORMER_MAX_LAYERS 64 /* n_layer at most */
 
 typedef struct {
     /* inputs, the benchmark's names and layout (B sentences, S / T padded lengths, H heads):
@@ -100,6 +101,10 @@ typedef struct {
     fl_var *loss;                                /* avg_cost = sum_cost / token_num */
     fl_var *use_var[FL_MODEL_TRANSFORMER_FEEDS]; /* the inputs above, in that order */
     int nuse_var;
+    /* the recompute checkpoints (fl_opt_set_recompute): each encoder layer's output, then
+     * each decoder layer's, 2 * n_layer in all */
+    fl_var *checkpoints[2 * FL_MODEL_TRANSFORMER_MAX_LAYERS];
+    int ncheckpoints;
 } fl_model_transformer;
 
 /* Builds the network into p (fleet/models.h's contract).  FL_EINVAL names a bad field. */

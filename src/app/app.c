@@ -283,8 +283,14 @@ static int transformer_build(fl_app_net *net, const fl_app_config *c, int is_dis
     net->nfeeds = m.nuse_var;
     net->predict = m.predict;
     net->loss = m.loss;
+    memcpy(net->checkpoints, m.checkpoints, (size_t)m.ncheckpoints * sizeof m.checkpoints[0]);
+    net->ncheckpoints = m.ncheckpoints;
     return FL_OK;
 }
+
+_Static_assert(FL_APP_MAX_CHECKPOINTS >= 2 * FL_MODEL_TRANSFORMER_MAX_LAYERS &&
+                   FL_APP_MAX_CHECKPOINTS >= FL_MODEL_BERT_MAX_LAYERS,
+               "fl_app_net.checkpoints holds every layer output of the Transformer and BERT");
 
 static fl_opt *transformer_optimizer(fl_app_net *net, const fl_app_config *c)
 {
@@ -324,6 +330,8 @@ static int bert_build(fl_app_net *net, const fl_app_config *c, int is_distribute
     fl_var *acc[2] = {m.mlm_acc, m.nsp_acc};
     net->predict = fl_layer_concat(acc, 2, 0);
     net->loss = m.loss;
+    memcpy(net->checkpoints, m.checkpoints, (size_t)m.ncheckpoints * sizeof m.checkpoints[0]);
+    net->ncheckpoints = m.ncheckpoints;
     return net->predict ? FL_OK : fl_last_status();
 }
 
@@ -459,6 +467,7 @@ static const opt_def opts[] = {
     ON(alpha, O_DBL, 0, 10, "Transformer: length penalty ((5 + len) / 6)^alpha of beam search"),
     OS(bert_config, "BERT: a bert_config.json giving the shape (empty: n_layer, n_head, d_model, d_inner_hid, dropout)"),
     ON(weight_decay, O_DBL, 0, 1, "BERT: Adam's decoupled weight decay (layer norms and biases excluded)"),
+    ON(recompute, O_INT, 0, 1, "Transformer, BERT: 1 recomputes each layer's activations in backward (less memory)"),
 };
 /* clang-format on */
 #define NOPTS ((int)(sizeof opts / sizeof opts[0]))

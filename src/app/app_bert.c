@@ -17,6 +17,7 @@ typedef struct {
     int nranks;
     int64_t vocab_size;
     int64_t planned_epoch; /* the pass begun (-1: none) */
+    int64_t max_steps;     /* option max_steps of a training reader (0: none) */
 } bert_reader;
 
 int fl__app_bert_config(const fl_app_config *c, fl_model_bert_config *out)
@@ -109,6 +110,7 @@ int fl__app_bert_open(const fl_app_config *c, const char *dir, int train, int ra
     r->c = c;
     r->planned_epoch = -1;
     r->nranks = train ? nranks : 1;
+    r->max_steps = train ? c->max_steps : 0;
     int s = open_reader(c, dir, train, rank, nranks, r);
     if (s != FL_OK) {
         fl__app_bert_close(r);
@@ -126,10 +128,13 @@ static int begin(bert_reader *r, int epoch)
     return FL_OK;
 }
 
-/* Steps of a pass: the same on every rank (the shortest share; one rank: every batch). */
+/* Steps of a pass: the same on every rank (the shortest share; one rank: every batch), at
+ * most max_steps. */
 static int64_t steps(bert_reader *r)
 {
-    return r->nranks > 1 ? fl_model_bert_reader_total_batches(r->r) / r->nranks : fl_model_bert_reader_num_batches(r->r);
+    int64_t n = r->nranks > 1 ? fl_model_bert_reader_total_batches(r->r) / r->nranks
+                              : fl_model_bert_reader_num_batches(r->r);
+    return r->max_steps && n > r->max_steps ? r->max_steps : n;
 }
 
 int64_t fl__app_bert_steps(void *p, int batch_size)

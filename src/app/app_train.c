@@ -111,6 +111,26 @@ static int make_strategy(const fl_app_config *c, const char *mode, int ps, fleet
     return FL_OK;
 }
 
+/* Option recompute: the builder's checkpoints on opt (a strategy file's recompute_configs,
+ * which fleet_distributed_optimizer applies after this, take precedence). */
+static int set_recompute(const fl_app_row *row, const fl_app_config *c, const fl_app_net *net, fl_opt *opt)
+{
+    if (!c->recompute) return FL_OK;
+    if (!net->ncheckpoints)
+        return fl__err(FL_EINVAL, "option recompute: model %s names no checkpoints to recompute between", row->name);
+    size_t cap = 1, off = 0;
+    for (int i = 0; i < net->ncheckpoints; i++) cap += strlen(fl_var_name(net->checkpoints[i])) + 1;
+    char *names = malloc(cap);
+    if (!names) return fl__err(FL_ENOMEM, "option recompute: out of memory");
+    names[0] = 0;
+    for (int i = 0; i < net->ncheckpoints; i++)
+        off += (size_t)snprintf(names + off, cap - off, "%s%s", i ? "," : "", fl_var_name(net->checkpoints[i]));
+    int st = fl_opt_set_recompute(opt, names);
+    if (st == FL_OK) printf("%s: recompute between %d checkpoints\n", row->name, net->ncheckpoints);
+    free(names);
+    return st;
+}
+
 typedef struct {
     fl_app_net net;
     fl_var *metric;
@@ -248,6 +268,7 @@ int fl_app_train(const fl_app_row *row, const fl_app_config *c)
     if (st == FL_OK && !(t.opt = row->optimizer ? row->optimizer(&t.net, c)
                                                 : make_optimizer(c, t.data ? t.rd->steps(t.data, c->batch_size) : 1)))
         st = fl_last_status();
+    if (st == FL_OK) st = set_recompute(row, c, &t.net, t.opt);
     if (st == FL_OK && t.fleet && !fleet_distributed_optimizer(t.fleet, t.opt, &s)) st = fl_last_status();
     if (st == FL_OK) st = fl_opt_minimize(t.opt, t.net.loss);
     if (st == FL_OK && c->checkpoint_dir[0] && !server && !(t.ckpt = t.fleet ? t.fleet : local_fleet()))

@@ -19,6 +19,7 @@ typedef struct {
     const char *names[FL_APP_MAX_FEEDS + 1];
     int nfeeds;
     int64_t planned_epoch; /* the epoch whose batches d holds (-1: none) */
+    int64_t max_steps;     /* option max_steps of a training reader (0: none) */
     int64_t nbatch;
 } tr_reader;
 
@@ -80,6 +81,7 @@ int fl__app_translation_open(const fl_app_config *c, const char *dir, int train,
     if (!r) return fl__err(FL_ENOMEM, "translation reader: out of memory");
     r->c = c;
     r->planned_epoch = -1;
+    r->max_steps = train ? c->max_steps : 0;
     int s = load(c, dir, train, rank, nranks, (int)fl_var_shape(bias)[1], &r->d);
     if (s == FL_OK && !(r->b = fl_translation_batch_create())) s = fl_last_status();
     for (int i = 0; s == FL_OK && i < nfeeds; i++) {
@@ -104,7 +106,7 @@ static int plan(tr_reader *r, int epoch)
     if (r->planned_epoch == epoch) return FL_OK;
     int64_t n = fl_translation_epoch(r->d, epoch);
     if (n < 0) return (int)n;
-    r->nbatch = n;
+    r->nbatch = r->max_steps && n > r->max_steps ? r->max_steps : n;
     r->planned_epoch = epoch;
     return FL_OK;
 }

@@ -307,8 +307,10 @@ int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts)
     if (o.dtype != FL_BFLOAT16 && o.dtype != FL_FLOAT16)
         return fl__prog_error(p, FL_EINVAL, "fl_amp_decorate: dtype %s is not a low-precision type (bfloat16 or float16)",
                               fl_dtype_name(o.dtype));
+    /* learning-rate schedule ops (role LRSCHED, e.g. noam_decay's counter at the front) stay
+     * float32 and are no sign that backward was appended */
     for (int i = 0; i < p->nops; i++)
-        if (p->ops[i]->role != FL_ROLE_FORWARD)
+        if (p->ops[i]->role != FL_ROLE_FORWARD && p->ops[i]->role != FL_ROLE_LRSCHED)
             return fl__prog_error(p, FL_EINVAL,
                                   "fl_amp_decorate: op %d (%s) is a backward or optimizer op: decorate before "
                                   "fl_opt_minimize / append_backward",
@@ -318,7 +320,7 @@ int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts)
     int done = 0;
     for (int i = 0; i < p->nops; i++) {
         fl_op *op = p->ops[i];
-        if (op->cond) continue;
+        if (op->cond || op->role == FL_ROLE_LRSCHED) continue;
         int changed = 0, white = is_white(&o, op->def->type);
         /* white ops: float32 inputs cast to low precision (fc: Input and W; the bias stays
          * float32).  Level O2, other ops (cast excepted): low-precision inputs cast to

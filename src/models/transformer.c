@@ -175,6 +175,9 @@ static int check_config(const fl_model_transformer_config *c)
     if (c->weight_sharing && c->src_vocab_size != c->trg_vocab_size)
         return fl__err(FL_EINVAL, "transformer: weight_sharing needs src_vocab_size == trg_vocab_size (got %lld, %lld)",
                        (long long)c->src_vocab_size, (long long)c->trg_vocab_size);
+    if (c->n_layer > FL_MODEL_TRANSFORMER_MAX_LAYERS)
+        return fl__err(FL_EINVAL, "transformer: n_layer must be at most %d, got %d", FL_MODEL_TRANSFORMER_MAX_LAYERS,
+                       c->n_layer);
     if (c->max_length < 2 || c->n_layer < 1 || c->n_head < 1 || c->d_key < 1 || c->d_value < 1 || c->d_model < 2 ||
         c->d_inner_hid < 1)
         return fl__err(FL_EINVAL,
@@ -223,13 +226,16 @@ int fl_model_transformer_build(fl_prog *p, const fl_model_transformer_config *cf
     ec.preprocess_cmd = c->preprocess_cmd, ec.postprocess_cmd = c->postprocess_cmd;
     ec.hidden_act = "relu";
     ec.attr = attn_attr();
-    fl_var *enc = enc_in ? fl_model_encoder(enc_in, m->src_slf_attn_bias, &ec, "encoder", NULL) : NULL;
+    fl_var *enc = enc_in ? fl_model_encoder(enc_in, m->src_slf_attn_bias, &ec, "encoder", m->checkpoints) : NULL;
     if (enc && fl__var_rename(enc, "enc_output") != FL_OK) enc = NULL;
     m->enc_output = enc;
 
     /* decoder */
     fl_var *x = enc ? embed(p, c, m->trg_word, m->trg_pos, c->trg_vocab_size, trg_table, "trg_pos_enc_table") : NULL;
-    for (int i = 0; i < c->n_layer && x; i++) x = decoder_layer(c, x, enc, m->trg_slf_attn_bias, m->trg_src_attn_bias, i);
+    for (int i = 0; i < c->n_layer && x; i++) {
+        x = decoder_layer(c, x, enc, m->trg_slf_attn_bias, m->trg_src_attn_bias, i);
+        m->checkpoints[c->n_layer + i] = x;
+    }
     x = x ? fl_model_pre_post_process(NULL, x, c->preprocess_cmd, c->prepostprocess_dropout, "post_decoder", NULL) : NULL;
     x = x ? fl_layer_reshape(x, 2, (const int64_t[]){-1, c->d_model}) : NULL;
     if (x && c->weight_sharing) {
@@ -259,6 +265,7 @@ int fl_model_transformer_build(fl_prog *p, const fl_model_transformer_config *cf
                                                  m->trg_src_attn_bias, m->lbl_word, m->lbl_weight};
     memcpy(m->use_var, feeds, sizeof feeds);
     m->nuse_var = FL_MODEL_TRANSFORMER_FEEDS;
+    m->ncheckpoints = 2 * c->n_layer;
     return FL_OK;
 }
 

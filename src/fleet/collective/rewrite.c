@@ -189,6 +189,32 @@ static int gradient_merge(fleet_t *f, fl_prog *p, fl_opt_hook_ctx *h, int distri
     return st;
 }
 
+/* Gradient merge, after the update ops: the learning-rate schedule advances once per update,
+ * as with the k-times larger batch (not once per micro-batch): its ops (role LRSCHED: the
+ * @LR_DECAY_COUNTER@ increment and the schedules, at the front of the program or appended
+ * by minimize) move after gm_accumulate, in their order, and run under the apply-step
+ * condition.  Only the update ops read the learning rate. */
+static int gm_schedule(fl_prog *p, fl_var *cond)
+{
+    int acc = -1;
+    for (int i = 0; i < p->nops && acc < 0; i++)
+        if (!strcmp(p->ops[i]->def->type, "gm_accumulate")) acc = i;
+    if (acc < 0) return fl__prog_error(p, FL_EINVAL, "gradient merge: the program has no gm_accumulate op");
+    fl_op **lr = malloc((size_t)(acc + 1) * sizeof *lr);
+    if (!lr) return fl__err(FL_ENOMEM, "out of memory");
+    int k = 0, m = 0;
+    for (int i = 0; i <= acc; i++) {
+        if (p->ops[i]->role == FL_ROLE_LRSCHED) lr[m++] = p->ops[i];
+        else p->ops[k++] = p->ops[i];
+    }
+    memcpy(p->ops + k, lr, (size_t)m * sizeof *lr);
+    free(lr);
+    for (int i = 0; i < p->nops; i++)
+        if (p->ops[i]->role == FL_ROLE_LRSCHED) p->ops[i]->cond = cond;
+    p->version++;
+    return FL_OK;
+}
+
 /* The loss: the variable whose gradient backward seeds with fill_constant (1). */
 static fl_var *loss_of(fl_prog *p)
 {
@@ -298,7 +324,15 @@ static int hook(void *user, int phase, fl_opt_hook_ctx *h)
         int n = h->npairs;
         fl_var **accs = malloc((size_t)(n ? n : 1) * sizeof *accs);
         if (!accs) return fl__err(FL_ENOMEM, "out of memory");
-        for (int i = 0; i < n; i++) accs[i] = h->pairs[i].grad;
+        /* the accumulators by name: h->pairs' gradients may be their clipped copies now */
+        for (int i = 0; i < n; i++) {
+            char name[512];
+            snprintf(name, sizeof name, "%s@GradientMerge", h->pairs[i].param->name);
+            if (!(accs[i] = fl_prog_var(p, name))) {
+                free(accs);
+                return fl__prog_error(p, FL_EINVAL, "gradient merge: no accumulator '%s'", name);
+            }
+        }
         fl_io in = {"Merged", accs, n}, out = {"MergedOut", accs, n};
         fl_op *op = fl__op_new(p, "gm_zero", &in, 1, &out, 1);
         int st = !op ? fl_prog_status(p) : FL_OK;
@@ -307,7 +341,7 @@ static int hook(void *user, int phase, fl_opt_hook_ctx *h)
             st = fl__op_finish(op);
         }
         free(accs);
-        return st;
+        return st == FL_OK ? gm_schedule(p, rt_of(f)->gm_cond) : st;
     }
     if (s->adaptive_localsgd && distributed) return adaptive_localsgd(f, p, h);
     if (s->localsgd && distributed) {
