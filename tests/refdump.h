@@ -1,9 +1,9 @@
 /*
  * refdump.h - reads the PyTorch reference dumps in tests/ref ("FLREF 1", written by
- * tests/ref/make_reference.py and make_resnet50_reference.py) with libc only: a line
- * "FLREF 1", then per tensor a line "NAME DTYPE NDIM D0 D1 ..." (DTYPE f32/f64/i64) followed by
- * the raw little-endian row-major data, and a closing line "end".  Used by test_reference.c
- * and test_resnet_ref.c; failures end the test case (TFAIL).
+ * tests/ref/make_reference.py, make_resnet50_reference.py and make_bert_reference.py) with libc
+ * only: a line "FLREF 1", then per tensor a line "NAME DTYPE NDIM D0 D1 ..." (DTYPE f32/f64/i64)
+ * followed by the raw little-endian row-major data, and a closing line "end".  Used by
+ * test_reference.c, test_resnet_ref.c and test_bert_ref.c; failures end the test case (TFAIL).
  */
 #ifndef FLEET_TESTS_REFDUMP_H
 #define FLEET_TESTS_REFDUMP_H

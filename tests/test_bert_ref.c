@@ -8,66 +8,11 @@
  *   step-0 gradients:        |ours - ref| <= 1e-6 + 1e-4 |ref|   (elementwise)
  *   final parameters:        |ours - ref| <= 1e-5 + 1e-4 |ref|   (elementwise)
  *   update (final - init):   max |d_ours - d_ref| <= 1e-2 max |d_ref|   (per parameter)
- * The dump's format is tests/ref/README.md's FLREF 1, read here with libc.
+ * The dump (tests/ref/README.md's FLREF 1) is read by refdump.h.
  */
-#include <errno.h>
+#include "refdump.h"
 
-#include "testhelp.h"
-
-#define MAX_T 512
-
-typedef struct {
-    char name[128], dtype[4];
-    int ndim;
-    int64_t dims[8], numel;
-    const char *data;
-} rt;
-
-typedef struct {
-    char *buf;
-    int n;
-    rt t[MAX_T];
-} rfile;
-
-static void load(rfile *rf, const char *file)
-{
-    const char *d = getenv("FLEET_REF_DIR");
-    char path[600];
-    snprintf(path, sizeof path, "%s/%s",
-             d && *d                                   ? d
-             : access("tests/ref/bert.ref", R_OK) == 0 ? "tests/ref"
-                                                       : "../../tests/ref",
-             file);
-    FILE *f = fopen(path, "rb");
-    if (!f) TFAIL("cannot open reference dump %s: %s (set FLEET_REF_DIR to tests/ref)", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    rf->buf = malloc((size_t)size + 1);
-    CHECK(rf->buf && fread(rf->buf, 1, (size_t)size, f) == (size_t)size);
-    fclose(f);
-    char *p = rf->buf, *end = rf->buf + size;
-    if (size < 8 || strncmp(p, "FLREF 1\n", 8)) TFAIL("%s: not an FLREF 1 dump", path);
-    for (p += 8, rf->n = 0;;) {
-        char *nl = memchr(p, '\n', (size_t)(end - p));
-        if (!nl) TFAIL("%s: truncated header", path);
-        *nl = 0;
-        if (!strcmp(p, "end")) break;
-        if (rf->n == MAX_T) TFAIL("%s: more than %d tensors", path, MAX_T);
-        rt *t = &rf->t[rf->n++];
-        int used = 0;
-        if (sscanf(p, "%127s %3s %d%n", t->name, t->dtype, &t->ndim, &used) != 3 || t->ndim < 0 || t->ndim > 8)
-            TFAIL("%s: bad header '%s'", path, p);
-        t->numel = 1;
-        for (int i = 0; i < t->ndim; i++) t->dims[i] = strtoll(p + used, &p, 10), used = 0, t->numel *= t->dims[i];
-        size_t esz = !strcmp(t->dtype, "f32") ? 4 : 8;
-        t->data = nl + 1;
-        p = nl + 1 + (size_t)t->numel * esz;
-        if (p > end) TFAIL("%s: tensor %s truncated", path, t->name);
-    }
-}
-
-static const rt *get(const rfile *rf, const char *prefix, const char *name)
+static const ref_tensor *get(const ref_file *rf, const char *prefix, const char *name)
 {
     char key[160];
     snprintf(key, sizeof key, "%s%s", prefix, name);
@@ -76,26 +21,7 @@ static const rt *get(const rfile *rf, const char *prefix, const char *name)
     TFAIL("reference tensor %s missing from the dump", key);
     return NULL;
 }
-static float f32_at(const rt *t, int64_t i)
-{
-    float v;
-    memcpy(&v, t->data + 4 * i, 4);
-    return v;
-}
-static double f64_at(const rt *t, int64_t i)
-{
-    double v;
-    memcpy(&v, t->data + 8 * i, 8);
-    return v;
-}
-static int64_t i64_at(const rt *t, int64_t i)
-{
-    int64_t v;
-    memcpy(&v, t->data + 8 * i, 8);
-    return v;
-}
-
-static fl_tensor *tensor_of(const rt *t)
+static fl_tensor *tensor_of(const ref_tensor *t)
 {
     fl_tensor *o = fl_tensor_create(!strcmp(t->dtype, "f32") ? FL_FLOAT32 : FL_INT64, t->ndim, t->dims);
     CHECK(o);
@@ -107,10 +33,10 @@ static double worst_frac;
 static char worst_what[200];
 
 /* elementwise |ours - ref| <= atol + rtol |ref| */
-static void close_to(const char *what, const char *name, const float *ours, const rt *ref, double atol, double rtol)
+static void close_to(const char *what, const char *name, const float *ours, const ref_tensor *ref, double atol, double rtol)
 {
     for (int64_t i = 0; i < ref->numel; i++) {
-        double r = f32_at(ref, i), e = fabs((double)ours[i] - r), lim = atol + rtol * fabs(r);
+        double r = ref_f32(ref, i), e = fabs((double)ours[i] - r), lim = atol + rtol * fabs(r);
         if (!(e <= lim))
             TFAIL("%s %s[%lld]: ours %.9g, PyTorch %.9g, |diff| %.3g > %.3g", what, name, (long long)i, ours[i], r, e, lim);
         if (e / lim > worst_frac) worst_frac = e / lim, snprintf(worst_what, sizeof worst_what, "%s %s", what, name);
@@ -118,7 +44,7 @@ static void close_to(const char *what, const char *name, const float *ours, cons
 }
 
 /* The parameters of the program, which must be exactly the dump's init.* tensors. */
-static int params_of(fl_prog *p, const rfile *rf, const char **names)
+static int params_of(fl_prog *p, const ref_file *rf, const char **names)
 {
     int n = 0;
     for (int i = 0; i < fl_prog_num_vars(p); i++) {
@@ -135,19 +61,19 @@ static int params_of(fl_prog *p, const rfile *rf, const char **names)
 
 TEST(bert_two_layers_vs_pytorch)
 {
-    rfile *rf = calloc(1, sizeof *rf);
+    ref_file *rf = calloc(1, sizeof *rf);
     CHECK(rf);
-    load(rf, "bert.ref");
+    ref_load(rf, "bert.ref");
     fl_model_bert_config c = fl_model_bert_default();
-    c.vocab_size = i64_at(get(rf, "config.", "vocab"), 0);
-    c.hidden_size = (int)i64_at(get(rf, "config.", "hidden"), 0);
-    c.num_hidden_layers = (int)i64_at(get(rf, "config.", "layers"), 0);
-    c.num_attention_heads = (int)i64_at(get(rf, "config.", "heads"), 0);
-    c.intermediate_size = (int)i64_at(get(rf, "config.", "intermediate"), 0);
-    c.max_position_embeddings = (int)i64_at(get(rf, "config.", "max_pos"), 0);
+    c.vocab_size = ref_i64(get(rf, "config.", "vocab"), 0);
+    c.hidden_size = (int)ref_i64(get(rf, "config.", "hidden"), 0);
+    c.num_hidden_layers = (int)ref_i64(get(rf, "config.", "layers"), 0);
+    c.num_attention_heads = (int)ref_i64(get(rf, "config.", "heads"), 0);
+    c.intermediate_size = (int)ref_i64(get(rf, "config.", "intermediate"), 0);
+    c.max_position_embeddings = (int)ref_i64(get(rf, "config.", "max_pos"), 0);
     c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;
-    const int steps = (int)i64_at(get(rf, "config.", "steps"), 0);
-    const double lr = f64_at(get(rf, "config.", "lr"), 0);
+    const int steps = (int)ref_i64(get(rf, "config.", "steps"), 0);
+    const double lr = ref_f64(get(rf, "config.", "lr"), 0);
     CHECK(steps >= 1 && steps <= 16);
 
     fl_prog *p = fl_prog_create();
@@ -161,7 +87,7 @@ TEST(bert_two_layers_vs_pytorch)
     fl_exe *e = fl_exe_create(NULL);
     CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
     for (int i = 0; i < np; i++) { /* the dump's initial values */
-        const rt *r = get(rf, "init.", names[i]);
+        const ref_tensor *r = get(rf, "init.", names[i]);
         fl_tensor *t = fl_scope_find(fl_exe_scope(e), names[i]);
         CHECK(t);
         CHECK_EQ_INT(fl_tensor_numel(t), r->numel);
@@ -177,20 +103,20 @@ TEST(bert_two_layers_vs_pytorch)
     char gname[64][160];
     fetch[0] = fl_var_name(m.loss);
     for (int i = 0; i < np; i++) snprintf(gname[i], sizeof gname[i], "%s@GRAD", names[i]), fetch[i + 1] = gname[i];
-    const rt *l32 = get(rf, "loss.", "f32");
+    const ref_tensor *l32 = get(rf, "loss.", "f32");
     CHECK_EQ_INT(l32->numel, steps);
     worst_frac = 0;
     for (int s = 0; s < steps; s++) {
         fl_tensor *out[65];
         CHECK_OK(fl_exe_run(e, p, feed, 7, fetch, s == 0 ? np + 1 : 1, out));
-        double ours = fl_tensor_f32(out[0])[0], ref = f64_at(l32, s), lim = 1e-5 + 1e-4 * fabs(ref);
+        double ours = fl_tensor_f32(out[0])[0], ref = ref_f64(l32, s), lim = 1e-5 + 1e-4 * fabs(ref);
         if (!(fabs(ours - ref) <= lim)) TFAIL("step %d loss: ours %.9g, PyTorch %.9g", s, ours, ref);
         if (fabs(ours - ref) / lim > worst_frac)
             worst_frac = fabs(ours - ref) / lim, snprintf(worst_what, sizeof worst_what, "loss");
         if (s) continue;
-        printf("  step 0 loss: ours %.7f, PyTorch %.7f (f64 %.7f)\n", ours, ref, f64_at(get(rf, "loss.", "f64"), 0));
+        printf("  step 0 loss: ours %.7f, PyTorch %.7f (f64 %.7f)\n", ours, ref, ref_f64(get(rf, "loss.", "f64"), 0));
         for (int i = 0; i < np; i++) {
-            const rt *r = get(rf, "grad0.", names[i]);
+            const ref_tensor *r = get(rf, "grad0.", names[i]);
             CHECK(!fl_tensor_rows(out[i + 1], NULL, NULL)); /* dense: every table is looked up densely */
             CHECK_EQ_INT(fl_tensor_numel(out[i + 1]), r->numel);
             close_to("step-0 gradient of", names[i], fl_tensor_cdata(out[i + 1]), r, 1e-6, 1e-4);
@@ -198,12 +124,12 @@ TEST(bert_two_layers_vs_pytorch)
     }
     int still = 0;
     for (int i = 0; i < np; i++) {
-        const rt *fin = get(rf, "final.", names[i]), *ini = get(rf, "init.", names[i]);
+        const ref_tensor *fin = get(rf, "final.", names[i]), *ini = get(rf, "init.", names[i]);
         const float *ours = fl_tensor_f32(fl_scope_find(fl_exe_scope(e), names[i]));
         close_to("final", names[i], ours, fin, 1e-5, 1e-4);
         double dmax = 0, emax = 0;
         for (int64_t j = 0; j < fin->numel; j++) {
-            double dref = (double)f32_at(fin, j) - f32_at(ini, j), dours = (double)ours[j] - f32_at(ini, j);
+            double dref = (double)ref_f32(fin, j) - ref_f32(ini, j), dours = (double)ours[j] - ref_f32(ini, j);
             dmax = fmax(dmax, fabs(dref)), emax = fmax(emax, fabs(dours - dref));
         }
         /* the key biases add q . b_k to every score of a query row: the softmax does not see
