@@ -10,7 +10,9 @@
  * to bench/bert_torch.py (PyTorch, the same model and batch).
  *
  * Memory: "rss" is getrusage's ru_maxrss (the process's peak resident set, MiB) after the
- * startup program (parameters and optimizer state made) and after the timed steps.
+ * startup program (parameters and optimizer state made) and after the timed steps.  cpu_s:
+ * the process's user + system CPU seconds over the timed steps (on a shared machine,
+ * examples per CPU second at one thread is less disturbed by the other jobs than wall time).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +33,15 @@ static double now(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* user + system CPU seconds of the process (all its threads) */
+static double cpu_s(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + (double)u.ru_utime.tv_usec * 1e-6 + (double)u.ru_stime.tv_sec +
+           (double)u.ru_stime.tv_usec * 1e-6;
 }
 
 static double maxrss_mib(void)
@@ -129,14 +140,14 @@ int main(int argc, char **argv)
     fl_tensor *loss = NULL;
     for (int s = 0; s < warmup; s++)
         if (fl_exe_run(e, p, feed, 7, fetch, 1, &loss) != FL_OK) die("warm-up step");
-    double t0 = now();
+    double t0 = now(), c0 = cpu_s();
     for (int s = 0; s < steps; s++)
         if (fl_exe_run(e, p, feed, 7, fetch, 1, &loss) != FL_OK) die("step");
-    double dt = now() - t0;
+    double dt = now() - t0, dc = cpu_s() - c0;
     printf("fleet%s train: %.3f examples/s (%lld x %lld, %d masked each, %d steps in %.2f s, loss %.3f; amp %d "
-           "level %d, recompute %d) rss_startup_mib %.0f rss_peak_mib %.0f\n",
+           "level %d, recompute %d) cpu_s %.2f rss_startup_mib %.0f rss_peak_mib %.0f\n",
            tag, (double)(B * steps) / dt, (long long)B, (long long)S, mask, steps, dt,
-           *(const float *)fl_tensor_cdata(loss), amp, amp_level, recompute, rss_startup, maxrss_mib());
+           *(const float *)fl_tensor_cdata(loss), amp, amp_level, recompute, dc, rss_startup, maxrss_mib());
     for (int i = 0; i < 7; i++) fl_tensor_free(t[i]);
     fl_exe_free(e);
     fl_opt_free(o);

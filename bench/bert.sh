@@ -73,27 +73,31 @@ fi
 echo "# uptime at the end: $(uptime)" | tee -a "$raw"
 python3 - "$raw" <<'EOF'
 import re, statistics, sys
-runs = {}
-mem = []
+runs, cpu, mem = {}, {}, []
 for line in open(sys.argv[1]):
-    m = re.match(r"(\S+) t=(\d) \S+ train: ([\d.]+) examples/s", line)
+    m = re.match(r"(\S+) t=(\d) \S+ train: ([\d.]+) examples/s \((\d+) x \d+, \d+ masked each, (\d+) steps", line)
     if not m:
         continue
+    c = float(re.search(r"cpu_s ([\d.]+)", line).group(1))
     if m.group(1).startswith("mem_"):
         mem.append((m.group(1), re.search(r"rss_startup_mib (\d+) rss_peak_mib (\d+)", line).groups(),
                     float(m.group(3))))
     else:
-        runs.setdefault((m.group(1), int(m.group(2))), []).append(float(m.group(3)))
+        k = (m.group(1), int(m.group(2)))
+        runs.setdefault(k, []).append(float(m.group(3)))
+        cpu.setdefault(k, []).append(int(m.group(4)) * int(m.group(5)) / c)
 med = {k: statistics.median(v) for k, v in runs.items()}
-print("\n| threads | side | examples/s median (min-max, runs) |\n|---|---|---|")
+mc = {k: statistics.median(v) for k, v in cpu.items()}
+print("\n| threads | side | examples/s median (min-max, runs) | examples per CPU second, median |\n|---|---|---|---|")
 for (side, t), v in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-    print("| %d | %s | %.3f (%.3f-%.3f, %d) |" % (t, side, med[side, t], min(v), max(v), len(v)))
+    print("| %d | %s | %.3f (%.3f-%.3f, %d) | %.3f |" % (t, side, med[side, t], min(v), max(v), len(v), mc[side, t]))
 for t in (1, 2):
     if ("ours", t) in med and ("torch", t) in med:
-        print("%d thread(s): ours f32 / PyTorch f32 = %.2f (target >= 1.5)" % (t, med["ours", t] / med["torch", t]))
+        print("%d thread(s): ours f32 / PyTorch f32 = %.2f wall, %.2f per CPU second (target >= 1.5)"
+              % (t, med["ours", t] / med["torch", t], mc["ours", t] / mc["torch", t]))
     if ("ours", t) in med and ("ours_bf16", t) in med:
-        print("%d thread(s): ours bf16 / ours f32 = %.2f (target >= 1.3 with AVX512-BF16)"
-              % (t, med["ours_bf16", t] / med["ours", t]))
+        print("%d thread(s): ours bf16 / ours f32 = %.2f wall, %.2f per CPU second (target >= 1.3 with AVX512-BF16)"
+              % (t, med["ours_bf16", t] / med["ours", t], mc["ours_bf16", t] / mc["ours", t]))
 if mem:
     print("\n| run | rss after startup MiB | peak rss MiB | examples/s |\n|---|---|---|---|")
     for tag, (s, p), ex in mem:

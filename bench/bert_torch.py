@@ -119,10 +119,10 @@ def step():
 
 for _ in range(a.warmup):
     step()
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 for _ in range(a.steps):
     loss = step()
-dt = time.perf_counter() - t0
+dt, dc = time.perf_counter() - t0, time.process_time() - c0
 print("torch train: %.3f examples/s (%d x %d, %d masked each, %d steps in %.2f s, loss %.3f; amp %d, recompute %d) "
-      "rss_startup_mib %.0f rss_peak_mib %.0f" % (B * a.steps / dt, B, S, a.mask, a.steps, dt, loss, a.amp,
-                                                   a.recompute, rss_model, rss_mib()))
+      "cpu_s %.2f rss_startup_mib %.0f rss_peak_mib %.0f" % (B * a.steps / dt, B, S, a.mask, a.steps, dt, loss, a.amp,
+                                                             a.recompute, dc, rss_model, rss_mib()))
