@@ -11,7 +11,8 @@
 #   torch.utils.checkpoint around each layer): peak ru_maxrss, each in its own process.
 # PEER_TORCH_VENV: the PyTorch venv (default BUILD_DIR/torch-venv, bench/peer_venv.sh).
 # ARGS: extra options for both sides (e.g. "--layers 2" for a quick check).
-# Output: the lines of every run in BUILD_DIR/bench/bert.raw, the summary on stdout.
+# Output: the lines of every run in BERT_RAW (BUILD_DIR/bench/bert.raw), the summary on stdout.
+# BERT_ROUNDS=0 BERT_RAW=... runs the memory part alone (e.g. next to a speed run with BERT_MEM=0).
 set -euo pipefail
 build=${1:-build}
 venv=${PEER_TORCH_VENV:-$build/torch-venv}
@@ -21,7 +22,7 @@ batch=${BERT_BATCH:-8}
 seq=${BERT_SEQ:-128}
 args=${ARGS:-}
 ours="$build/bench/bench_bert"
-raw="$build/bench/bert.raw"
+raw=${BERT_RAW:-$build/bench/bert.raw}
 [ -x "$ours" ] || { echo "bert.sh: $ours not built (run: make BUILD=$build all)" >&2; exit 1; }
 [ -x "$venv/bin/python" ] || { echo "bert.sh: no PyTorch venv at $venv (PEER_TORCH_VENV, bench/peer_venv.sh)" >&2; exit 1; }
 : >"$raw"
