@@ -150,6 +150,23 @@ static int mm_lp(fl_kctx *c, int ta, int tb, const void *a, fl_dtype at, int64_t
 
 static int is_low(const fl_tensor *t) { return t->dtype == FL_BFLOAT16 || t->dtype == FL_FLOAT16; }
 
+/* Low-precision batches of small products (attention's per-head QK^T and .V: 128 x 128 x 64
+ * at BERT's sequence 128) run oneDNN on one thread: with FLEET_NUM_THREADS=2 each of the
+ * B * heads calls otherwise forks an OpenMP team of 2 for about 1 M multiply-adds, and the
+ * step's matmuls took 20x longer than on one thread when the other core was busy
+ * (BENCHMARKS.md, BERT).  Large products keep the team. */
+#define MM_LP_SMALL (1ll << 22)
+static int lp_single_begin(const mm_dims *d)
+{
+    int on = d->batch > 1 && d->m * d->n * d->k <= MM_LP_SMALL;
+    if (on) fl__dnn_single(1);
+    return on;
+}
+static void lp_single_end(int on)
+{
+    if (on) fl__dnn_single(0);
+}
+
 static int mm_runtime(fl_kctx *c, mm_dims *d, int *tx, int *ty)
 {
     const fl_tensor *x = FL_IN(c, 0), *y = FL_IN(c, 1);
@@ -188,7 +205,7 @@ static int run_matmul_low_out(fl_kctx *c, const mm_dims *d, int tx, int ty, floa
         if (!tmp) return fl__err(FL_ENOMEM, "%s: out of memory", c->op->def->type);
     }
     size_t xe = fl_dtype_size(x->dtype), ye = fl_dtype_size(y->dtype);
-    int st = FL_OK;
+    int st = FL_OK, single = lp_single_begin(d);
     for (int64_t b = 0; b < d->batch && st == FL_OK; b++) {
         const char *xb = (const char *)x->data + (d->xb ? b * d->xr * d->xc : 0) * xe;
         const char *yb = (const char *)y->data + (d->yb ? b * d->yr * d->yc : 0) * ye;
@@ -197,6 +214,7 @@ static int run_matmul_low_out(fl_kctx *c, const mm_dims *d, int tx, int ty, floa
         else st = mm_lp_to(c, tx, ty, xb, x->dtype, d->xr, d->xc, yb, y->dtype, d->yr, d->yc, 0.0f,
                            (uint16_t *)out->data + b * mn, odt);
     }
+    lp_single_end(single);
     if (tmp && st == FL_OK) {
         for (int64_t i = 0; i < out->numel; i++) tmp[i] *= alpha;
         st = fl__cvt_any(out->data, odt, tmp, FL_FLOAT32, out->numel);
@@ -222,10 +240,13 @@ static int run_matmul(fl_kctx *c)
     float *od = out->data;
     if (is_low(x) || is_low(y)) {
         size_t xe = fl_dtype_size(x->dtype), ye = fl_dtype_size(y->dtype);
-        for (int64_t b = 0; b < d.batch; b++)
-            FL_CHECK(mm_lp(c, tx, ty, (const char *)x->data + (d.xb ? b * d.xr * d.xc : 0) * xe, x->dtype, d.xr, d.xc,
-                           (const char *)y->data + (d.yb ? b * d.yr * d.yc : 0) * ye, y->dtype, d.yr, d.yc, 0.0f,
-                           od + b * d.m * d.n));
+        int st = FL_OK, single = lp_single_begin(&d);
+        for (int64_t b = 0; b < d.batch && st == FL_OK; b++)
+            st = mm_lp(c, tx, ty, (const char *)x->data + (d.xb ? b * d.xr * d.xc : 0) * xe, x->dtype, d.xr, d.xc,
+                       (const char *)y->data + (d.yb ? b * d.yr * d.yc : 0) * ye, y->dtype, d.yr, d.yc, 0.0f,
+                       od + b * d.m * d.n);
+        lp_single_end(single);
+        FL_CHECK(st);
         if (alpha != 1.0f)
             for (int64_t i = 0; i < out->numel; i++) od[i] *= alpha;
         out->lod_n = 0;
@@ -253,7 +274,7 @@ static int matmul_grad_lp(fl_kctx *c, const mm_dims *d, int tx, int ty, float al
         gd = scaled;
     }
     size_t xe = fl_dtype_size(x->dtype), ye = fl_dtype_size(y->dtype);
-    int st = FL_OK;
+    int st = FL_OK, single = lp_single_begin(d);
     for (int64_t b = 0; b < d->batch && st == FL_OK; b++) {
         const char *xb = (const char *)x->data + (d->xb ? b * d->xr * d->xc : 0) * xe;
         const char *yb = (const char *)y->data + (d->yb ? b * d->yr * d->yc : 0) * ye;
@@ -271,6 +292,7 @@ static int matmul_grad_lp(fl_kctx *c, const mm_dims *d, int tx, int ty, float al
             else st = mm_lp(c, 1, tx, gb, FL_FLOAT32, d->m, d->n, xb, x->dtype, d->xr, d->xc, beta, o);
         }
     }
+    lp_single_end(single);
     free(scaled);
     return st;
 }
