@@ -67,6 +67,13 @@ typedef struct {
 
 /* ResNet-14 (basic blocks, 16 to 64 channels, 12x12 images) trained STEPS steps with
  * momentum under FLEET_DNN_LAYOUT=layout; eager deletion off when keep. */
+/* ResNet-50's layout (bottlenecks, 7x7 stem and max pool, 64x64 images) instead: one
+ * step, and the gradients of the last convolution and batch_norm.  Deeper in the backward
+ * the two runs drift apart by the order of the sums alone (batch_norm over 4 images
+ * amplifies it layer by layer: the first convolution's filter gradient differs by about 1 %
+ * with the layouts on, the last one's by 1e-5), so those are not compared. */
+static int stem50;
+
 static void train(int layout, int keep, run_result *r)
 {
     setenv("FLEET_DNN_LAYOUT", layout ? "1" : "0", 1);
@@ -74,6 +81,7 @@ static void train(int layout, int keep, run_result *r)
     fl_prog *p = fl_prog_create();
     fl_model_resnet_config c = fl_model_resnet_default();
     c.channels = 3, c.height = c.width = 12, c.depth = 14, c.base_filters = 16, c.num_classes = 5;
+    if (stem50) c.height = c.width = 64, c.depth = 50, c.imagenet_stem = 1;
     fl_model_resnet m;
     CHECK_OK(fl_model_resnet_build(p, &c, &m));
     fl_opt *o = fl_opt_momentum(0.05f, 0.9f, 0);
@@ -81,12 +89,15 @@ static void train(int layout, int keep, run_result *r)
     /* a blocked intermediate (the second stage's last batch_norm + relu output), the first
      * convolution's filter and the last one's */
     const char *names[NF] = {fl_var_name(m.loss), "batch_norm_9.tmp_2", "conv2d_0.w_0", "conv2d_13.w_0"};
+    if (stem50)
+        names[1] = "batch_norm_20.tmp_2", names[2] = "conv2d_52.w_0@GRAD", names[3] = "batch_norm_52.w_0@GRAD";
+    const int steps = stem50 ? 1 : STEPS;
     CHECK(fl_prog_var(p, names[1]) != NULL);
     CHECK(fl_prog_var(p, names[3]) != NULL);
     fl_exe *e = fl_exe_create(NULL);
     CHECK_OK(fl_exe_set_eager_deletion(e, !keep));
     CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
-    fl_tensor *x = fl_tensor_create(FL_FLOAT32, FL_SHAPE(N, 3, 12, 12));
+    fl_tensor *x = fl_tensor_create(FL_FLOAT32, FL_SHAPE(N, 3, c.height, c.width));
     fl_tensor *y = fl_tensor_create(FL_INT64, FL_SHAPE(N, 1));
     for (int64_t i = 0; i < x->numel; i++) ((float *)x->data)[i] = (float)sin((double)i * 0.37);
     for (int64_t i = 0; i < N; i++) ((int64_t *)y->data)[i] = i % 5;
@@ -94,8 +105,8 @@ static void train(int layout, int keep, run_result *r)
     f[0].name = fl_var_name(m.input), f[1].name = fl_var_name(m.label);
     uint64_t c0 = fl__layout_conversions(), c1 = 0;
     fl_tensor *out[NF];
-    for (int s = 0; s < STEPS; s++) {
-        if (s == STEPS - 1) c1 = fl__layout_conversions();
+    for (int s = 0; s < steps; s++) {
+        if (s == steps - 1) c1 = fl__layout_conversions();
         CHECK_OK(fl_exe_run(e, p, f, 2, names, NF, out));
         r->loss[s] = ((float *)out[0]->data)[0];
         for (int k = 0; k < NF; k++) CHECK_EQ_INT(fl__tensor_layout(out[k]), FL_LAYOUT_PLAIN);
@@ -131,7 +142,6 @@ static void compare(int keep)
            (unsigned long long)on.conversions, (unsigned long long)on.steady);
     CHECK(on.conversions > 0); /* blocked tensors did flow (and met plain readers: pool, fc) */
     CHECK_EQ_INT((int)off.conversions, 0);
-    for (int s = 0; s < STEPS; s++) CHECK_NEAR(on.loss[s], off.loss[s], 1e-4 * (1.0 + fabs(off.loss[s])));
     for (int k = 1; k < NF; k++) {
         CHECK_EQ_INT((int)on.n[k], (int)off.n[k]);
         double md = 0.0, mx = 0.0;
@@ -142,6 +152,7 @@ static void compare(int keep)
         }
         if (md > 1e-4 * (1.0 + mx)) TFAIL("%s differs by %g (max |value| %g) with layouts on and off", fetch[k], md, mx);
     }
+    for (int s = 0; s < (stem50 ? 1 : STEPS); s++) CHECK_NEAR(on.loss[s], off.loss[s], 1e-4 * (1.0 + fabs(off.loss[s])));
     /* the steady state converts only at the plain readers: the global pool and its
      * gradient, the fetched intermediate and the end of the run, never per block (with
      * eager deletion off every kept activation is made plain at the end instead) */
@@ -151,6 +162,11 @@ static void compare(int keep)
 
 TEST(test_resnet_same_on_and_off) { compare(0); }
 TEST(test_resnet_kept_intermediates_plain) { compare(1); }
+TEST(test_resnet50_layout_same_on_and_off)
+{
+    stem50 = 1;
+    compare(0);
+}
 
 TEST_MAIN(T(test_conversions_exact), T(test_op_table), T(test_resnet_same_on_and_off),
-          T(test_resnet_kept_intermediates_plain))
+          T(test_resnet_kept_intermediates_plain), T(test_resnet50_layout_same_on_and_off))
