@@ -5,7 +5,8 @@
  * three steps with FLEET_DNN_LAYOUT=1 and 0 (losses, a fetched intermediate, the parameters),
  * and with layouts on its convolutions do hand blocked tensors on (fewer conversions, none
  * of them in the steady state around the residual adds); an intermediate kept in the scope
- * (eager deletion off) reads plain after the run. */
+ * (eager deletion off) reads plain after the run; the same with bf16 AMP, whose casts keep
+ * the layout. */
 #include "gradcheck.h"
 
 #include "graph/op_layout.h"
@@ -73,6 +74,7 @@ typedef struct {
  * amplifies it layer by layer: the first convolution's filter gradient differs by about 1 %
  * with the layouts on, the last one's by 1e-5), so those are not compared. */
 static int stem50;
+static int amp; /* bf16 AMP (casts to bfloat16 before each convolution): one step */
 
 static void train(int layout, int keep, run_result *r)
 {
@@ -85,13 +87,15 @@ static void train(int layout, int keep, run_result *r)
     fl_model_resnet m;
     CHECK_OK(fl_model_resnet_build(p, &c, &m));
     fl_opt *o = fl_opt_momentum(0.05f, 0.9f, 0);
+    fl_amp_opts ao = {FL_BFLOAT16};
+    if (amp) CHECK_OK(fl_amp_decorate_optimizer(o, &ao));
     CHECK_OK(fl_opt_minimize(o, m.loss));
     /* a blocked intermediate (the second stage's last batch_norm + relu output), the first
      * convolution's filter and the last one's */
     const char *names[NF] = {fl_var_name(m.loss), "batch_norm_9.tmp_2", "conv2d_0.w_0", "conv2d_13.w_0"};
     if (stem50)
         names[1] = "batch_norm_20.tmp_2", names[2] = "conv2d_52.w_0@GRAD", names[3] = "batch_norm_52.w_0@GRAD";
-    const int steps = stem50 ? 1 : STEPS;
+    const int steps = stem50 || amp ? 1 : STEPS;
     CHECK(fl_prog_var(p, names[1]) != NULL);
     CHECK(fl_prog_var(p, names[3]) != NULL);
     fl_exe *e = fl_exe_create(NULL);
@@ -136,6 +140,9 @@ static void compare(int keep)
     fl__gemm_lib_reload();
     run_result on, off;
     memset(&on, 0, sizeof on), memset(&off, 0, sizeof off);
+    /* bf16: a last-bit difference in a float32 batch_norm output (the order of its sums)
+     * can move the bfloat16 it is cast to by one unit, 2^-8 of it */
+    const double tol = amp ? 1e-2 : 1e-4;
     train(1, keep, &on);
     train(0, keep, &off);
     printf("  %s: %llu conversions in 3 steps, %llu in the last\n", keep ? "kept" : "eager",
@@ -150,9 +157,9 @@ static void compare(int keep)
             md = d > md ? d : md;
             mx = fabs(off.v[k][i]) > mx ? fabs(off.v[k][i]) : mx;
         }
-        if (md > 1e-4 * (1.0 + mx)) TFAIL("%s differs by %g (max |value| %g) with layouts on and off", fetch[k], md, mx);
+        if (md > tol * (1.0 + mx)) TFAIL("%s differs by %g (max |value| %g) with layouts on and off", fetch[k], md, mx);
     }
-    for (int s = 0; s < (stem50 ? 1 : STEPS); s++) CHECK_NEAR(on.loss[s], off.loss[s], 1e-4 * (1.0 + fabs(off.loss[s])));
+    for (int s = 0; s < (stem50 || amp ? 1 : STEPS); s++) CHECK_NEAR(on.loss[s], off.loss[s], tol * (1.0 + fabs(off.loss[s])));
     /* the steady state converts only at the plain readers: the global pool and its
      * gradient, the fetched intermediate and the end of the run, never per block (with
      * eager deletion off every kept activation is made plain at the end instead) */
@@ -162,6 +169,12 @@ static void compare(int keep)
 
 TEST(test_resnet_same_on_and_off) { compare(0); }
 TEST(test_resnet_kept_intermediates_plain) { compare(1); }
+TEST(test_resnet_amp_same_on_and_off)
+{
+    if (!fl__gemm_bf16_native()) TSKIP("no bf16 instructions here");
+    amp = 1;
+    compare(0);
+}
 TEST(test_resnet50_layout_same_on_and_off)
 {
     stem50 = 1;
@@ -169,4 +182,5 @@ TEST(test_resnet50_layout_same_on_and_off)
 }
 
 TEST_MAIN(T(test_conversions_exact), T(test_op_table), T(test_resnet_same_on_and_off),
-          T(test_resnet_kept_intermediates_plain), T(test_resnet50_layout_same_on_and_off))
+          T(test_resnet_kept_intermediates_plain), T(test_resnet_amp_same_on_and_off),
+          T(test_resnet50_layout_same_on_and_off))

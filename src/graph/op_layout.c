@@ -28,6 +28,7 @@ static const op_layout_row table[] = {
     {"relu", FL_OPLAY_SAME, 0},
     {"relu_grad", FL_OPLAY_SAME, 0},
     {"sum", FL_OPLAY_SAME, 0},
+    {"cast", FL_OPLAY_SAME, 0}, /* AMP: float32 <-> bfloat16 in the same order */
 };
 
 int fl__op_layout_kind(const char *type, unsigned *slots)
@@ -55,6 +56,8 @@ int fl__layout_enabled(void)
 
 void fl__layout_enabled_reload(void) { env_on = -1; }
 
+static int blocked_type(fl_dtype dt) { return dt == FL_FLOAT32 || dt == FL_BFLOAT16; }
+
 static int same_shape(const fl_tensor *a, const fl_tensor *b)
 {
     if (a->ndim != b->ndim) return 0;
@@ -75,9 +78,12 @@ int fl__op_layout_before(fl_kctx *c, int kind, unsigned slots, int *same)
             if (t->layout && !blocked) blocked = t->layout;
             if (kind != FL_OPLAY_SAME) continue;
             if (!ref) ref = t;
-            if (t->dtype != FL_FLOAT32 || t->is_rows || !same_shape(t, ref)) fits = 0;
+            if (!blocked_type(t->dtype) || t->is_rows || !same_shape(t, ref)) fits = 0;
         }
     if (!blocked) return FL_OK;
+    for (int s = 0; s < FL_OP_MAX_SLOTS && kind == FL_OPLAY_SAME; s++) /* outputs it can mark */
+        for (int k = 0; k < c->op->out[s].n; k++)
+            if (!blocked_type(c->op->out[s].vars[k]->dtype)) fits = 0;
     if (kind == FL_OPLAY_SAME && fits && fl__layout_fits(blocked, ref->ndim, ref->shape)) {
         for (int s = 0; s < FL_OP_MAX_SLOTS; s++)
             for (int k = 0; k < c->nin[s]; k++)
@@ -102,7 +108,7 @@ int fl__op_layout_after(fl_kctx *c, int same)
     for (int s = 0; s < FL_OP_MAX_SLOTS; s++)
         for (int k = 0; k < c->nout[s]; k++) {
             fl_tensor *t = c->out[s][k];
-            if (t && t->data && t->dtype == FL_FLOAT32 && !t->is_rows && ref && same_shape(t, ref))
+            if (t && t->data && blocked_type(t->dtype) && !t->is_rows && ref && same_shape(t, ref))
                 FL_CHECK(fl__tensor_set_layout(t, same));
         }
     return FL_OK;

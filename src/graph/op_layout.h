@@ -5,7 +5,7 @@
  *                    before it runs;
  *   FL_OPLAY_NATIVE  its kernel reads the layouts itself in the listed input slots (the
  *                    others are made plain) and sets its outputs' layouts;
- *   FL_OPLAY_SAME    an elementwise op: when its float32 inputs all have one shape, those in
+ *   FL_OPLAY_SAME    an elementwise op: when its inputs (float32 or bfloat16) all have one shape, those in
  *                    another layout are converted to the first blocked one, the kernel runs
  *                    on the data as it is, and outputs of that shape get that layout.
  */
@@ -21,7 +21,7 @@ int fl__op_layout_kind(const char *type, unsigned *slots);
 /* Before running c's op of that kind: converts its inputs as above; *same gets the layout
  * a SAME op's outputs take after it (FL_LAYOUT_PLAIN otherwise).  Status. */
 int fl__op_layout_before(fl_kctx *c, int kind, unsigned slots, int *same);
-/* After a SAME op ran: its float32 outputs of its inputs' shape take layout `same`. */
+/* After a SAME op ran: its float32 / bfloat16 outputs of its inputs' shape take layout `same`. */
 int fl__op_layout_after(fl_kctx *c, int same);
 /* 1 when blocked layouts are in use (FLEET_DNN_LAYOUT, default on): the convolutions hand
  * their outputs on in oneDNN's blocked layout. */

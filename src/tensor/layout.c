@@ -36,11 +36,14 @@ int fl__layout_fits(int lay, int ndim, const int64_t *shape)
     return b > 0 && ndim == 4 && shape[1] > 0 && shape[1] % b == 0;
 }
 
+/* The element types a blocked layout can hold: float32, and bfloat16 (AMP's casts). */
+static int layout_dtype(fl_dtype dt) { return dt == FL_FLOAT32 || dt == FL_BFLOAT16; }
+
 int fl__tensor_layout(const fl_tensor *t) { return t ? t->layout : FL_LAYOUT_PLAIN; }
 
 int fl__tensor_set_layout(fl_tensor *t, int lay)
 {
-    if (lay != FL_LAYOUT_PLAIN && (t->dtype != FL_FLOAT32 || t->is_rows || !fl__layout_fits(lay, t->ndim, t->shape))) {
+    if (lay != FL_LAYOUT_PLAIN && (!layout_dtype(t->dtype) || t->is_rows || !fl__layout_fits(lay, t->ndim, t->shape))) {
         char d[96];
         fl_tensor_describe(t, d, sizeof d);
         return fl__err(FL_EINVAL, "tensor layout: %s cannot be held as %s", d, fl__layout_name(lay));
@@ -49,21 +52,32 @@ int fl__tensor_set_layout(fl_tensor *t, int lay)
     return FL_OK;
 }
 
-/* dst = src moved between plain NCHW and blocks of B channels (to_blocked: plain -> blocked). */
-static void convert(float *restrict dst, const float *restrict src, int64_t N, int64_t C, int64_t S, int B, int to_blocked)
+/* dst = src moved between plain NCHW and blocks of B channels (to_blocked: plain ->
+ * blocked), for elements of type T. */
+#define CONVERT(name, T)                                                                              \
+    static void name(void *dv, const void *sv, int64_t N, int64_t C, int64_t S, int B, int to_blocked) \
+    {                                                                                                 \
+        T *restrict dst = dv;                                                                         \
+        const T *restrict src = sv;                                                                   \
+        const int64_t CB = C / B;                                                                     \
+        for (int64_t n = 0; n < N; n++)                                                               \
+            for (int64_t cb = 0; cb < CB; cb++) {                                                     \
+                const int64_t blk = (n * CB + cb) * S * B, pl = (n * C + cb * B) * S;                 \
+                if (to_blocked)                                                                       \
+                    for (int64_t s = 0; s < S; s++)                                                   \
+                        for (int l = 0; l < B; l++) dst[blk + s * B + l] = src[pl + l * S + s];       \
+                else                                                                                  \
+                    for (int l = 0; l < B; l++)                                                       \
+                        for (int64_t s = 0; s < S; s++) dst[pl + l * S + s] = src[blk + s * B + l];   \
+            }                                                                                         \
+    }
+CONVERT(convert32, uint32_t)
+CONVERT(convert16, uint16_t)
+
+static void convert(void *dst, const void *src, fl_dtype dt, int64_t N, int64_t C, int64_t S, int B, int to_blocked)
 {
-    const int64_t CB = C / B;
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t cb = 0; cb < CB; cb++) {
-            float *restrict blk = (to_blocked ? dst : (float *)src) + (n * CB + cb) * S * B;
-            float *restrict pl = (to_blocked ? (float *)src : dst) + (n * C + cb * B) * S;
-            if (to_blocked)
-                for (int64_t s = 0; s < S; s++)
-                    for (int l = 0; l < B; l++) blk[s * B + l] = pl[l * S + s];
-            else
-                for (int l = 0; l < B; l++)
-                    for (int64_t s = 0; s < S; s++) pl[l * S + s] = blk[s * B + l];
-        }
+    if (dt == FL_BFLOAT16) convert16(dst, src, N, C, S, B, to_blocked);
+    else convert32(dst, src, N, C, S, B, to_blocked);
 }
 
 int fl__tensor_to_layout(fl_tensor *t, int lay)
@@ -72,23 +86,23 @@ int fl__tensor_to_layout(fl_tensor *t, int lay)
         if (t && !t->numel) t->layout = lay;
         return FL_OK;
     }
-    if (lay != FL_LAYOUT_PLAIN && (t->dtype != FL_FLOAT32 || t->is_rows || !fl__layout_fits(lay, t->ndim, t->shape)))
+    if (lay != FL_LAYOUT_PLAIN && (!layout_dtype(t->dtype) || t->is_rows || !fl__layout_fits(lay, t->ndim, t->shape)))
         return fl__tensor_set_layout(t, lay); /* the error naming both */
     float *nd = fl__alloc_aligned(t->cap);
     if (!nd) return fl__err(FL_ENOMEM, "tensor layout: cannot allocate %zu bytes", t->cap);
     const int64_t N = t->shape[0], C = t->shape[1], S = t->shape[2] * t->shape[3];
     if (t->layout == FL_LAYOUT_PLAIN) {
-        convert(nd, t->data, N, C, S, fl__layout_block(lay), 1);
+        convert(nd, t->data, t->dtype, N, C, S, fl__layout_block(lay), 1);
     } else if (lay == FL_LAYOUT_PLAIN) {
-        convert(nd, t->data, N, C, S, fl__layout_block(t->layout), 0);
+        convert(nd, t->data, t->dtype, N, C, S, fl__layout_block(t->layout), 0);
     } else { /* blocked to another blocking: through plain */
         float *mid = fl__alloc_aligned(t->cap);
         if (!mid) {
             fl__free_aligned(nd);
             return fl__err(FL_ENOMEM, "tensor layout: cannot allocate %zu bytes", t->cap);
         }
-        convert(mid, t->data, N, C, S, fl__layout_block(t->layout), 0);
-        convert(nd, mid, N, C, S, fl__layout_block(lay), 1);
+        convert(mid, t->data, t->dtype, N, C, S, fl__layout_block(t->layout), 0);
+        convert(nd, mid, t->dtype, N, C, S, fl__layout_block(lay), 1);
         fl__free_aligned(mid);
     }
     fl__free_aligned(t->data);

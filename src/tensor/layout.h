@@ -1,5 +1,5 @@
 /*
- * layout.h - memory layouts of activation tensors (layout.c).  A float32 4-D tensor
+ * layout.h - memory layouts of activation tensors (layout.c).  A float32 or bfloat16 4-D tensor
  * [N, C, H, W] may hold its data in a channel-blocked layout (oneDNN's nChw16c / nChw8c:
  * element (n, c, s) at ((n * C/B + c/B) * H*W + s) * B + c%B, with C a multiple of B, so
  * the buffer holds exactly numel values).  Its shape stays the logical NCHW one.  Only ops
@@ -24,7 +24,7 @@ enum { FL_LAYOUT_PLAIN = 0, FL_LAYOUT_NCHW16C, FL_LAYOUT_NCHW8C, FL_LAYOUT_COUNT
 int fl__layout_block(int lay);
 /* The layout's name ("NCHW", "nChw16c", ...). */
 const char *fl__layout_name(int lay);
-/* 1 when a float32 tensor of this shape can take layout lay (4-D, C a multiple of its block). */
+/* 1 when a float32 / bfloat16 tensor of this shape can take layout lay (4-D, C a multiple of its block). */
 int fl__layout_fits(int lay, int ndim, const int64_t *shape);
 /* The tensor's layout (FL_LAYOUT_PLAIN when t is NULL). */
 int fl__tensor_layout(const fl_tensor *t);
