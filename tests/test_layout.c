@@ -93,8 +93,7 @@ static void train(int layout, int keep, run_result *r)
     /* a blocked intermediate (the second stage's last batch_norm + relu output), the first
      * convolution's filter and the last one's */
     const char *names[NF] = {fl_var_name(m.loss), "batch_norm_9.tmp_2", "conv2d_0.w_0", "conv2d_13.w_0"};
-    if (stem50)
-        names[1] = "batch_norm_20.tmp_2", names[2] = "conv2d_52.w_0@GRAD", names[3] = "batch_norm_52.w_0@GRAD";
+    if (stem50) names[1] = "batch_norm_20.tmp_2", names[2] = "conv2d_52.w_0@GRAD", names[3] = "batch_norm_52.w_0@GRAD";
     const int steps = stem50 || amp ? 1 : STEPS;
     CHECK(fl_prog_var(p, names[1]) != NULL);
     CHECK(fl_prog_var(p, names[3]) != NULL);
@@ -159,7 +158,8 @@ static void compare(int keep)
         }
         if (md > tol * (1.0 + mx)) TFAIL("%s differs by %g (max |value| %g) with layouts on and off", fetch[k], md, mx);
     }
-    for (int s = 0; s < (stem50 || amp ? 1 : STEPS); s++) CHECK_NEAR(on.loss[s], off.loss[s], tol * (1.0 + fabs(off.loss[s])));
+    for (int s = 0; s < (stem50 || amp ? 1 : STEPS); s++)
+        CHECK_NEAR(on.loss[s], off.loss[s], tol * (1.0 + fabs(off.loss[s])));
     /* the steady state converts only at the plain readers: the global pool and its
      * gradient, the fetched intermediate and the end of the run, never per block (with
      * eager deletion off every kept activation is made plain at the end instead) */

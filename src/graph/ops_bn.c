@@ -376,7 +376,7 @@ static int run_batch_norm_grad(fl_kctx *c)
     const float *xd = x->data, *dy = dyt->data, *scale = FL_IN(c, 1)->data, *mean = FL_IN(c, 2)->data,
                 *inv = FL_IN(c, 3)->data;
     int global = fl__attr_i(c->op, "is_test", 0) || fl__attr_i(c->op, "use_global_stats", 0);
-    const float *yd = NULL; /* fuse_with_relu: Y, whose zeros stop the gradient */
+    const float *yd = NULL;                         /* fuse_with_relu: Y, whose zeros stop the gradient */
     FL_CHECK(fl__tensor_to_layout(dyt, x->layout)); /* dy and Y read in X's layout */
     dy = dyt->data;
     if (fl__attr_i(c->op, "fuse_with_relu", 0)) {

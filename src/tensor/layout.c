@@ -54,22 +54,22 @@ int fl__tensor_set_layout(fl_tensor *t, int lay)
 
 /* dst = src moved between plain NCHW and blocks of B channels (to_blocked: plain ->
  * blocked), for elements of type T. */
-#define CONVERT(name, T)                                                                              \
+#define CONVERT(name, T)                                                                               \
     static void name(void *dv, const void *sv, int64_t N, int64_t C, int64_t S, int B, int to_blocked) \
-    {                                                                                                 \
-        T *restrict dst = dv;                                                                         \
-        const T *restrict src = sv;                                                                   \
-        const int64_t CB = C / B;                                                                     \
-        for (int64_t n = 0; n < N; n++)                                                               \
-            for (int64_t cb = 0; cb < CB; cb++) {                                                     \
-                const int64_t blk = (n * CB + cb) * S * B, pl = (n * C + cb * B) * S;                 \
-                if (to_blocked)                                                                       \
-                    for (int64_t s = 0; s < S; s++)                                                   \
-                        for (int l = 0; l < B; l++) dst[blk + s * B + l] = src[pl + l * S + s];       \
-                else                                                                                  \
-                    for (int l = 0; l < B; l++)                                                       \
-                        for (int64_t s = 0; s < S; s++) dst[pl + l * S + s] = src[blk + s * B + l];   \
-            }                                                                                         \
+    {                                                                                                  \
+        T *restrict dst = dv;                                                                          \
+        const T *restrict src = sv;                                                                    \
+        const int64_t CB = C / B;                                                                      \
+        for (int64_t n = 0; n < N; n++)                                                                \
+            for (int64_t cb = 0; cb < CB; cb++) {                                                      \
+                const int64_t blk = (n * CB + cb) * S * B, pl = (n * C + cb * B) * S;                  \
+                if (to_blocked)                                                                        \
+                    for (int64_t s = 0; s < S; s++)                                                    \
+                        for (int l = 0; l < B; l++) dst[blk + s * B + l] = src[pl + l * S + s];        \
+                else                                                                                   \
+                    for (int l = 0; l < B; l++)                                                        \
+                        for (int64_t s = 0; s < S; s++) dst[pl + l * S + s] = src[blk + s * B + l];    \
+            }                                                                                          \
     }
 CONVERT(convert32, uint32_t)
 CONVERT(convert16, uint16_t)
