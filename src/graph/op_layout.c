@@ -78,7 +78,10 @@ int fl__op_layout_before(fl_kctx *c, int kind, unsigned slots, int *same)
             if (t->layout && !blocked) blocked = t->layout;
             if (kind != FL_OPLAY_SAME) continue;
             if (!ref) ref = t;
-            if (!blocked_type(t->dtype) || t->is_rows || !same_shape(t, ref)) fits = 0;
+            /* a persistable (a parameter, shared by trainer threads) is never converted to blocked */
+            if (!blocked_type(t->dtype) || t->is_rows || !same_shape(t, ref) ||
+                (!t->layout && c->op->in[s].vars[k]->persistable))
+                fits = 0;
         }
     if (!blocked) return FL_OK;
     for (int s = 0; s < FL_OP_MAX_SLOTS && kind == FL_OPLAY_SAME; s++) /* outputs it can mark */

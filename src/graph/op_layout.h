@@ -7,7 +7,9 @@
  *                    others are made plain) and sets its outputs' layouts;
  *   FL_OPLAY_SAME    an elementwise op: when its inputs (float32 or bfloat16) all have one shape, those in
  *                    another layout are converted to the first blocked one, the kernel runs
- *                    on the data as it is, and outputs of that shape get that layout.
+ *                    on the data as it is, and outputs of that shape get that layout (a plain
+ *                    persistable input, a parameter trainer threads share, makes them all plain
+ *                    instead: parameters are never converted).
  */
 #ifndef FL_OP_LAYOUT_H
 #define FL_OP_LAYOUT_H
