@@ -20,6 +20,8 @@
  *   FLEET_DIVERGENCE_STOP   1: such a value stops the pass with an error instead (default 0)
  *   FLEET_PROFILE_OPS  1: executors time every op; the time per op type goes to stderr at
  *                      process exit (default 0; src/exec/profile.c)
+ *   FLEET_DNN_LAYOUT   0: oneDNN's convolutions hand on plain NCHW tensors instead of their
+ *                      blocked layouts (default 1; src/graph/op_layout.c, src/tensor/layout.h)
  *
  * Paddle's launcher variables, read by the role makers (src/fleet/role.c):
  *   PADDLE_TRAINER_ID            this trainer's index (integer in [0, trainers)); also the

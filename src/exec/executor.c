@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "exec_internal.h"
+#include "../graph/op_layout.h"
 
 typedef struct {
     const fl_op *op;
@@ -21,6 +22,8 @@ typedef struct {
      * after the program it ran), so freeing the state must not read the op */
     void (*state_free)(void *state);
     const fl_tensor *cond; /* run only when its first element is non-zero */
+    int lay_kind;          /* FL_OPLAY_* of the op (op_layout.h) */
+    unsigned lay_slots;
 } plan_op;
 
 typedef struct plan {
@@ -158,6 +161,7 @@ static int plan_build(fl_exe *e, const fl_prog *p, plan **out)
         po->ctx.op = op;
         po->ctx.state = &po->state;
         po->state_free = op->def->state_free;
+        po->lay_kind = fl__op_layout_kind(op->def->type, &po->lay_slots);
         if (op->cond) po->cond = pl->tensors[op->cond->idx];
         for (int s = 0; s < FL_OP_MAX_SLOTS; s++) {
             if (op->in[s].n) {
@@ -323,7 +327,12 @@ int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed, const char
         po->ctx.step = pl->runs;
         fl__eager_before_op(&pl->eager, po->op, pl->tensors);
         uint64_t t0 = prof ? fl__now_ns() : 0;
-        st = po->op->def->run(&po->ctx);
+        int same = 0;
+        uint64_t nconv = prof ? fl__layout_conversions() : 0;
+        st = fl__op_layout_before(&po->ctx, po->lay_kind, po->lay_slots, &same);
+        if (prof && fl__layout_conversions() != nconv) fl__prof_add("(to plain)", fl__now_ns() - t0), t0 = fl__now_ns();
+        if (st == FL_OK) st = po->op->def->run(&po->ctx);
+        if (st == FL_OK && same) st = fl__op_layout_after(&po->ctx, same);
         if (prof) fl__prof_add(po->op->def->type, fl__now_ns() - t0);
         if (st == FL_OK) fl__eager_after_op(&pl->eager, i, po->op, pl->tensors);
         if (st != FL_OK) {
@@ -337,6 +346,9 @@ int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed, const char
     }
     pl->runs++;
     e->peak_bytes = (int64_t)pl->eager.peak;
+    /* what outlives the run (fetches, variables read from the scope later) is plain */
+    for (int i = 0; i < p->nvars; i++)
+        if (pl->tensors[i]->layout) FL_CHECK_GOTO(fl__tensor_to_plain(pl->tensors[i]), st, out);
     for (int i = 0; i < nfetch; i++) {
         fl_var *v = fl_prog_var(p, fetch[i]);
         out[i] = v ? pl->tensors[v->idx] : fl_scope_find(e->scope, fetch[i]);

@@ -164,6 +164,70 @@ static void bn_fwd_range(void *arg, int64_t lo, int64_t hi)
     }
 }
 
+/* The same over X in channel blocks of B (nChw16c / nChw8c, layout.h): element (n, c, s)
+ * at ((n * C/B + c/B) * S + s) * B + c%B; the B channels of a block are the vector lanes.
+ * Sums run in float over CHUNK positions at a time, then in double, as the plain kernel's
+ * lanes do. */
+enum { CHUNK = 256, MAXB = 16 };
+static inline __attribute__((always_inline)) void bn_fwd_blk(const bn_fwd_job *j, const int B)
+{
+    const int64_t N = j->N, C = j->C, S = j->S, CB = C / B;
+    const double M = (double)(N * S);
+    for (int64_t cb = 0; cb < CB; cb++) {
+        const int64_t c0 = cb * B;
+        float m[MAXB], a[MAXB], b[MAXB];
+        double s1[MAXB] = {0}, s2[MAXB] = {0};
+        if (!j->global) {
+            for (int64_t n = 0; n < N; n++) {
+                const float *restrict r = j->x + (n * CB + cb) * S * B;
+                for (int64_t s0 = 0; s0 < S; s0 += CHUNK) {
+                    const int64_t e = S - s0 < CHUNK ? S : s0 + CHUNK;
+                    float acc[MAXB] = {0};
+                    for (int64_t i = s0; i < e; i++)
+                        for (int l = 0; l < B; l++) acc[l] += r[i * B + l];
+                    for (int l = 0; l < B; l++) s1[l] += acc[l];
+                }
+            }
+            for (int l = 0; l < B; l++) m[l] = (float)(s1[l] / M);
+            for (int64_t n = 0; n < N; n++) {
+                const float *restrict r = j->x + (n * CB + cb) * S * B;
+                for (int64_t s0 = 0; s0 < S; s0 += CHUNK) {
+                    const int64_t e = S - s0 < CHUNK ? S : s0 + CHUNK;
+                    float acc[MAXB] = {0};
+                    for (int64_t i = s0; i < e; i++)
+                        for (int l = 0; l < B; l++) acc[l] += (r[i * B + l] - m[l]) * (r[i * B + l] - m[l]);
+                    for (int l = 0; l < B; l++) s2[l] += acc[l];
+                }
+            }
+        }
+        for (int l = 0; l < B; l++) {
+            const int64_t ch = c0 + l;
+            const double mean = j->global ? j->mean_in[ch] : s1[l] / M, var = j->global ? j->var_in[ch] : s2[l] / M;
+            const float inv = (float)(1.0 / sqrt(var + j->eps));
+            j->smd[ch] = (float)mean;
+            j->svd[ch] = inv;
+            j->mout[ch] = j->global ? j->mean_in[ch] : j->mean_in[ch] * j->mom + (float)mean * (1.0f - j->mom);
+            j->vout[ch] = j->global ? j->var_in[ch] : j->var_in[ch] * j->mom + (float)var * (1.0f - j->mom);
+            a[l] = j->scale[ch] * inv, b[l] = j->bias[ch] - (float)mean * a[l];
+        }
+        for (int64_t n = 0; n < N; n++) {
+            const float *restrict r = j->x + (n * CB + cb) * S * B;
+            float *restrict o = j->y + (n * CB + cb) * S * B;
+            if (j->relu)
+                for (int64_t i = 0; i < S; i++)
+                    for (int l = 0; l < B; l++) {
+                        const float v = r[i * B + l] * a[l] + b[l];
+                        o[i * B + l] = v > 0.0f ? v : 0.0f;
+                    }
+            else
+                for (int64_t i = 0; i < S; i++)
+                    for (int l = 0; l < B; l++) o[i * B + l] = r[i * B + l] * a[l] + b[l];
+        }
+    }
+}
+static FL_CLONE_TARGETS void bn_fwd_blk16(const bn_fwd_job *j) { bn_fwd_blk(j, 16); }
+static FL_CLONE_TARGETS void bn_fwd_blk8(const bn_fwd_job *j) { bn_fwd_blk(j, 8); }
+
 static int run_batch_norm(fl_kctx *c)
 {
     int64_t N, C, S;
@@ -187,8 +251,11 @@ static int run_batch_norm(fl_kctx *c)
     FL_CHECK(fl__tensor_reshape_raw(sv, FL_FLOAT32, 1, &C));
     bn_fwd_job j = {N,        C,        S,        x->data,  y->data, scale, bias,   mean_in, var_in,
                     mo->data, vo->data, sm->data, sv->data, eps,     mom,   global, relu};
-    bn_fwd_range(&j, 0, C);
-    return FL_OK;
+    const int B = fl__layout_block(x->layout);
+    if (B == 16) bn_fwd_blk16(&j);
+    else if (B == 8) bn_fwd_blk8(&j);
+    else bn_fwd_range(&j, 0, C);
+    return fl__tensor_set_layout(y, x->layout);
 }
 
 /* batch_norm_grad over channels [lo, hi). */
@@ -231,6 +298,66 @@ static void bn_grad_range(void *arg, int64_t lo, int64_t hi)
     }
 }
 
+/* bn_grad_range over X, dy and Y in channel blocks of B (as bn_fwd_blk). */
+static inline __attribute__((always_inline)) void bn_grad_blk(const bn_grad_job *j, const int B)
+{
+    const int64_t N = j->N, C = j->C, S = j->S, CB = C / B;
+    const double M = (double)(N * S);
+    for (int64_t cb = 0; cb < CB; cb++) {
+        const int64_t c0 = cb * B;
+        float m[MAXB], iv[MAXB], k[MAXB], kb[MAXB], ks[MAXB];
+        double sb[MAXB] = {0}, ss[MAXB] = {0};
+        for (int l = 0; l < B; l++) m[l] = j->mean[c0 + l], iv[l] = j->inv[c0 + l];
+        for (int64_t n = 0; n < N; n++) {
+            const int64_t at = (n * CB + cb) * S * B;
+            const float *restrict r = j->x + at, *restrict g = j->dy + at, *restrict yr = j->y ? j->y + at : NULL;
+            for (int64_t s0 = 0; s0 < S; s0 += CHUNK) {
+                const int64_t e = S - s0 < CHUNK ? S : s0 + CHUNK;
+                float ab[MAXB] = {0}, as[MAXB] = {0};
+                if (yr)
+                    for (int64_t i = s0; i < e; i++)
+                        for (int l = 0; l < B; l++) {
+                            const float gv = yr[i * B + l] > 0.0f ? g[i * B + l] : 0.0f;
+                            ab[l] += gv;
+                            as[l] += gv * (r[i * B + l] - m[l]);
+                        }
+                else
+                    for (int64_t i = s0; i < e; i++)
+                        for (int l = 0; l < B; l++) {
+                            ab[l] += g[i * B + l];
+                            as[l] += g[i * B + l] * (r[i * B + l] - m[l]);
+                        }
+                for (int l = 0; l < B; l++) sb[l] += ab[l], ss[l] += as[l];
+            }
+        }
+        for (int l = 0; l < B; l++) {
+            ss[l] *= iv[l];
+            if (j->ds) j->ds[c0 + l] = (float)ss[l];
+            if (j->db) j->db[c0 + l] = (float)sb[l];
+            k[l] = j->scale[c0 + l] * iv[l];
+            kb[l] = j->global || M == 0 ? 0.0f : (float)(sb[l] / M);
+            ks[l] = j->global || M == 0 ? 0.0f : (float)(ss[l] / M);
+        }
+        if (!j->dx) continue;
+        for (int64_t n = 0; n < N; n++) {
+            const int64_t at = (n * CB + cb) * S * B;
+            const float *restrict r = j->x + at, *restrict g = j->dy + at, *restrict yr = j->y ? j->y + at : NULL;
+            float *restrict o = j->dx + at;
+            if (yr)
+                for (int64_t i = 0; i < S; i++)
+                    for (int l = 0; l < B; l++)
+                        o[i * B + l] = k[l] * ((yr[i * B + l] > 0.0f ? g[i * B + l] : 0.0f) - kb[l] -
+                                               (r[i * B + l] - m[l]) * iv[l] * ks[l]);
+            else
+                for (int64_t i = 0; i < S; i++)
+                    for (int l = 0; l < B; l++)
+                        o[i * B + l] = k[l] * (g[i * B + l] - kb[l] - (r[i * B + l] - m[l]) * iv[l] * ks[l]);
+        }
+    }
+}
+static FL_CLONE_TARGETS void bn_grad_blk16(const bn_grad_job *j) { bn_grad_blk(j, 16); }
+static FL_CLONE_TARGETS void bn_grad_blk8(const bn_grad_job *j) { bn_grad_blk(j, 8); }
+
 /* Grad op: inputs X, Scale, SavedMean, SavedVariance (inverse std), Y@GRAD, and Y with
  * fuse_with_relu (dy is taken as 0 where Y is 0: relu_grad in the same pass); outputs
  * X@GRAD, Scale@GRAD, Bias@GRAD (as requested).  With xh = (x - mean) * inv, M = N*S:
@@ -249,9 +376,12 @@ static int run_batch_norm_grad(fl_kctx *c)
     const float *xd = x->data, *dy = dyt->data, *scale = FL_IN(c, 1)->data, *mean = FL_IN(c, 2)->data,
                 *inv = FL_IN(c, 3)->data;
     int global = fl__attr_i(c->op, "is_test", 0) || fl__attr_i(c->op, "use_global_stats", 0);
-    const float *yd = NULL; /* fuse_with_relu: Y, whose zeros stop the gradient */
+    const float *yd = NULL;                         /* fuse_with_relu: Y, whose zeros stop the gradient */
+    FL_CHECK(fl__tensor_to_layout(dyt, x->layout)); /* dy and Y read in X's layout */
+    dy = dyt->data;
     if (fl__attr_i(c->op, "fuse_with_relu", 0)) {
-        const fl_tensor *yt = FL_IN(c, 5);
+        fl_tensor *yt = FL_IN(c, 5);
+        if (yt && yt->dtype == FL_FLOAT32 && yt->numel == x->numel) FL_CHECK(fl__tensor_to_layout(yt, x->layout));
         if (!yt || yt->dtype != FL_FLOAT32 || yt->numel != x->numel)
             return fl__err(FL_EINVAL, "batch_norm_grad: fuse_with_relu needs Y, float32 of %lld elements (input '%s')",
                            (long long)x->numel, fl__kctx_var_name(c, 0, 0));
@@ -265,8 +395,11 @@ static int run_batch_norm_grad(fl_kctx *c)
     if (db) FL_CHECK(fl__tensor_reshape_raw(db, FL_FLOAT32, 1, &C));
     bn_grad_job j = {
         N, C, S, xd, dy, yd, scale, mean, inv, dx ? dx->data : NULL, ds ? ds->data : NULL, db ? db->data : NULL, global};
-    bn_grad_range(&j, 0, C);
-    return FL_OK;
+    const int B = fl__layout_block(x->layout);
+    if (B == 16) bn_grad_blk16(&j);
+    else if (B == 8) bn_grad_blk8(&j);
+    else bn_grad_range(&j, 0, C);
+    return dx ? fl__tensor_set_layout(dx, x->layout) : FL_OK;
 }
 
 static int grad_batch_norm(fl_op *op, fl_grad_ctx *g)

@@ -21,6 +21,7 @@
 
 #include "../tensor/dnn_conv.h"
 #include "ops_conv.h"
+#include "op_layout.h"
 
 extern const fl_op_def *const fl__ops_conv[];
 
@@ -327,8 +328,11 @@ static int run_conv2d(fl_kctx *c)
         fl_conv_desc d = dnn_desc(&g, x, f);
         d.act = act == ACT_RELU ? FL_ACT_RELU : act == ACT_TANH ? FL_ACT_TANH : act == ACT_SIGMOID ? FL_ACT_SIGMOID : 0;
         d.has_bias = bd != NULL;
-        return fl__conv_fwd(&st->dnn, &d, x->data, f->data, bd, out->data);
+        d.x_lay = x->layout, d.blocked_out = fl__layout_enabled();
+        FL_CHECK(fl__conv_fwd(&st->dnn, &d, x->data, f->data, bd, out->data));
+        return out->numel ? fl__tensor_set_layout(out, fl__conv_out_layout(st->dnn)) : FL_OK;
     }
+    FL_CHECK(fl__tensor_to_plain(x));
     const float *fd = f32_data(c, 1), *xd = fd ? f32_data(c, 0) : NULL;
     if (!xd) return fl_last_status();
     /* nb images at a time when K is large: their column matrices side by side
@@ -395,6 +399,7 @@ static int run_conv2d_grad(fl_kctx *c)
         return fl__err(FL_EINVAL, "conv2d_grad: gradient '%s' has %lld elements, the output of '%s' has %lld",
                        fl__kctx_var_name(c, 2, 0), (long long)dy->numel, fl__kctx_var_name(c, 0, 0),
                        (long long)(g.n * g.m * g.ohw));
+    if (db) FL_CHECK(fl__tensor_to_plain(dy));
     FL_CHECK(bias_grad(&g, dy, db));
     int lib = fl__gemm_lib();
     if (lib < 0) return lib;
@@ -407,8 +412,12 @@ static int run_conv2d_grad(fl_kctx *c)
             dx->lod_n = 0;
         }
         if (df) FL_CHECK(fl__tensor_reshape_raw(df, FL_FLOAT32, 4, f->shape));
-        return fl__conv_bwd(&st->dnn, &d, x->data, dy->data, f->data, dx ? dx->data : NULL, df ? df->data : NULL);
+        d.x_lay = x->layout, d.y_lay = dy->layout, d.blocked_out = fl__layout_enabled();
+        FL_CHECK(fl__conv_bwd(&st->dnn, &d, x->data, dy->data, f->data, dx ? dx->data : NULL, df ? df->data : NULL));
+        return dx && dx->numel ? fl__tensor_set_layout(dx, fl__conv_out_layout(st->dnn)) : FL_OK;
     }
+    FL_CHECK(fl__tensor_to_plain(x));
+    FL_CHECK(fl__tensor_to_plain(dy));
     const float *fd = f32_data(c, 1), *xd = fd ? f32_data(c, 0) : NULL;
     if (!xd) return fl_last_status();
     int direct = conv_direct(&g);

@@ -58,6 +58,11 @@ int fl__conv_bwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, co
     return no_dnnl();
 }
 void fl__conv_cache_free(fl_conv_cache *cache) { (void)cache; }
+int fl__conv_out_layout(const fl_conv_cache *cache)
+{
+    (void)cache;
+    return FL_LAYOUT_PLAIN;
+}
 int fl__conv_channels_last(const fl_conv_desc *d)
 {
     (void)d;
@@ -91,6 +96,7 @@ typedef struct {
 typedef struct {
     conv_key key;
     int used, np;
+    int out_lay; /* layout of the caller's output activation */
     uint64_t last;
     dnnl_primitive_t prim;
     port p[MAX_PORTS];
@@ -98,6 +104,7 @@ typedef struct {
 
 struct fl_conv_cache {
     uint64_t tick;
+    int out_lay; /* of the last call */
     dnnl_stream_t stream;
     entry e[SLOTS];
 };
@@ -161,6 +168,16 @@ static dnnl_status_t desc_init(dnnl_convolution_desc_t *cd, const fl_conv_desc *
                                                                 pl, pr);
     return dnnl_dilated_convolution_backward_weights_desc_init(cd, dnnl_convolution_direct, &m->x, &m->w, NULL, &m->y, st,
                                                                di, pl, pr);
+}
+
+/* m (NCHW) in layout lay of layout.h instead. */
+static dnnl_status_t md_in_layout(dnnl_memory_desc_t *m, int lay)
+{
+    int b = fl__layout_block(lay);
+    dnnl_format_tag_t tag = b == 16 ? dnnl_nChw16c : b == 8 ? dnnl_nChw8c : dnnl_nchw;
+    dnnl_dims_t dims;
+    memcpy(dims, m->dims, sizeof dims);
+    return dnnl_memory_desc_init_by_tag(m, m->ndims, dims, m->data_type, tag);
 }
 
 #define TRY(call, what)          \
@@ -297,6 +314,17 @@ static int entry_make(entry *e, dnnl_engine_t eng, const conv_key *k)
     dnnl_data_type_t wt = k->dir == BWD_WEIGHTS ? dnnl_f32 : dt_of(d->w_type);
     TRY(mds_init(&u, d, xt, wt, dnnl_f32, LAY_PLAIN), "caller's descriptors");
     const dnnl_memory_desc_t *um[3] = {&u.x, &u.w, &u.y};
+    if (k->dir != BWD_DATA && d->x_lay) TRY(md_in_layout(&u.x, d->x_lay), "caller's descriptors");
+    if (k->dir != FWD && d->y_lay) TRY(md_in_layout(&u.y, d->y_lay), "caller's descriptors");
+    if (d->blocked_out && k->dir != BWD_WEIGHTS) { /* the output as the convolution writes it, if layout.h has it */
+        dnnl_memory_desc_t *o = k->dir == FWD ? &u.y : &u.x;
+        const dnnl_memory_desc_t *want = dnnl_primitive_desc_query_md(pd, q[k->dir][k->dir == FWD ? 2 : 0], 0);
+        for (int ol = 1; ol < FL_LAYOUT_COUNT && !e->out_lay; ol++) {
+            dnnl_memory_desc_t m = *o;
+            if (fl__layout_fits(ol, 4, m.dims) && md_in_layout(&m, ol) == dnnl_success && dnnl_memory_desc_equal(&m, want))
+                *o = m, e->out_lay = ol;
+        }
+    }
     for (int i = 0; i < 3; i++)
         TRY(port_add(e, eng, args[k->dir][i], outs[k->dir][i], um[i], dnnl_primitive_desc_query_md(pd, q[k->dir][i], 0)),
             "operand reorder");
@@ -351,6 +379,9 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
     k.d = *dd;
     k.dir = dir;
     if (dir != FWD) k.d.act = 0, k.d.has_bias = 0;
+    if (dir == FWD) k.d.y_lay = 0;
+    if (dir == BWD_DATA) k.d.x_lay = 0;
+    if (dir == BWD_WEIGHTS) k.d.blocked_out = 0;
     entry *e = NULL, *victim = &cache->e[0];
     for (int i = 0; i < SLOTS && !e; i++) {
         entry *x = &cache->e[i];
@@ -404,6 +435,7 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
                        (long long)dd->n, (long long)dd->c, (long long)dd->h, (long long)dd->w, step, dnnl_status2str(s));
     if (dy_in && !*dy_in) *dy_in = e->p[DY].inner;
     if (reuse) atomic_fetch_add(&n_shared, 1);
+    if (dir != BWD_WEIGHTS) cache->out_lay = e->out_lay;
     return FL_OK;
 }
 
@@ -452,6 +484,8 @@ int fl__conv_channels_last(const fl_conv_desc *d)
     int bf16 = d->x_type == FL_BFLOAT16 || d->w_type == FL_BFLOAT16;
     return pick_layout(eng, d, bf16 ? dnnl_bf16 : dnnl_f32) == LAY_NHWC;
 }
+
+int fl__conv_out_layout(const fl_conv_cache *cache) { return cache ? cache->out_lay : FL_LAYOUT_PLAIN; }
 
 void fl__conv_cache_free(fl_conv_cache *cache)
 {

@@ -26,6 +26,11 @@ typedef struct {
     int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g;
     int act, has_bias;
     fl_dtype x_type, w_type;
+    /* Layouts (FL_LAYOUT_*, layout.h) of the caller's x (forward, backward-weights) and of
+     * its output gradient dy (backward directions); with blocked_out the output activation
+     * (forward y, backward-data dx) is left in the layout the convolution computes it in
+     * when layout.h has it (fl__conv_out_layout says which), instead of reordered to NCHW. */
+    int x_lay, y_lay, blocked_out;
 } fl_conv_desc;
 
 /* Primitives of one op in one executor: up to 8 (shape, direction) pairs, the least
@@ -50,6 +55,9 @@ int fl__conv_bwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, co
  * its channels by more than a quarter of the work), 0 when in oneDNN's own layouts or
  * without oneDNN. */
 int fl__conv_channels_last(const fl_conv_desc *d);
+/* The layout (FL_LAYOUT_*) of the output activation the last call with this cache wrote
+ * (y of fl__conv_fwd, dx of fl__conv_bwd_data / fl__conv_bwd); plain when cache is NULL. */
+int fl__conv_out_layout(const fl_conv_cache *cache);
 /* Frees a cache (NULL is fine). */
 void fl__conv_cache_free(fl_conv_cache *cache);
 /* Convolution and reorder primitives created so far (tests check the steady state makes

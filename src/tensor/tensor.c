@@ -58,6 +58,7 @@ int fl__tensor_reshape_raw(fl_tensor *t, fl_dtype dt, int ndim, const int64_t *s
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
     t->numel = numel;
+    t->layout = FL_LAYOUT_PLAIN;
     return FL_OK;
 }
 
@@ -109,6 +110,7 @@ int fl_tensor_copy(fl_tensor *dst, const fl_tensor *src)
     if (dst == src) return FL_OK;
     FL_CHECK(fl__tensor_reshape_raw(dst, src->dtype, src->ndim, src->shape));
     memcpy(dst->data, src->data, fl_tensor_nbytes(src));
+    dst->layout = src->layout;
     FL_CHECK(fl__tensor_share_lod(dst, src));
     if (src->is_rows) FL_CHECK(fl_tensor_set_rows(dst, src->rows, src->shape[0], src->height));
     else dst->is_rows = 0;
@@ -153,6 +155,7 @@ void *fl_tensor_data(fl_tensor *t)
         fl__err(FL_EINVAL, "fl_tensor_data: tensor is NULL");
         return NULL;
     }
+    if (fl__tensor_to_plain(t) != FL_OK) return NULL;
     return t->data;
 }
 const void *fl_tensor_cdata(const fl_tensor *t)
@@ -161,6 +164,8 @@ const void *fl_tensor_cdata(const fl_tensor *t)
         fl__err(FL_EINVAL, "fl_tensor_cdata: tensor is NULL");
         return NULL;
     }
+    /* logically const: the values stay, their order becomes the plain one */
+    if (fl__tensor_to_plain((fl_tensor *)t) != FL_OK) return NULL;
     return t->data;
 }
 float *fl_tensor_f32(fl_tensor *t)
@@ -169,6 +174,7 @@ float *fl_tensor_f32(fl_tensor *t)
         fl__err(FL_EINVAL, "fl_tensor_f32: tensor is NULL");
         return NULL;
     }
+    if (fl__tensor_to_plain(t) != FL_OK) return NULL;
     return t && t->dtype == FL_FLOAT32 ? t->data : NULL;
 }
 int64_t *fl_tensor_i64(fl_tensor *t)

@@ -10,6 +10,7 @@
 
 #include "fleet/tensor.h"
 #include "half.h"
+#include "layout.h"
 #include "../base/base_internal.h"
 
 /* Hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and the loader picks the
@@ -40,6 +41,7 @@ struct fl_tensor {
     int64_t rows_cap;
     int is_rows;
     int64_t height; /* SelectedRows: rows of the full matrix */
+    int layout;     /* FL_LAYOUT_* (layout.h): how data is ordered; 0 plain */
 };
 
 /* Resize keeping LoD/rows untouched (kernels set them explicitly). */
