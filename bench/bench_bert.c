@@ -68,13 +68,12 @@ int main(int argc, char **argv)
     int batch = 8, seq = 128, mask = 20, steps = 2, warmup = 1, hidden = 768, layers = 12, heads = 12, ffn = 3072;
     int vocab = 21128, amp = 0, amp_level = 1, recompute = 0;
     const char *tag = "";
-    const bench_opt opts[] = {{"batch", BA_INT, &batch},   {"seq", BA_INT, &seq},
-                              {"mask", BA_INT, &mask},     {"steps", BA_INT, &steps},
-                              {"warmup", BA_INT, &warmup}, {"hidden", BA_INT, &hidden},
-                              {"layers", BA_INT, &layers}, {"heads", BA_INT, &heads},
-                              {"ffn", BA_INT, &ffn},       {"vocab", BA_INT, &vocab},
-                              {"amp", BA_INT, &amp},       {"amp-level", BA_INT, &amp_level},
-                              {"recompute", BA_INT, &recompute}, {"tag", BA_STR, &tag}};
+    const bench_opt opts[] = {
+        {"batch", BA_INT, &batch},         {"seq", BA_INT, &seq},       {"mask", BA_INT, &mask},
+        {"steps", BA_INT, &steps},         {"warmup", BA_INT, &warmup}, {"hidden", BA_INT, &hidden},
+        {"layers", BA_INT, &layers},       {"heads", BA_INT, &heads},   {"ffn", BA_INT, &ffn},
+        {"vocab", BA_INT, &vocab},         {"amp", BA_INT, &amp},       {"amp-level", BA_INT, &amp_level},
+        {"recompute", BA_INT, &recompute}, {"tag", BA_STR, &tag}};
     bench_args(argc, argv, 1, opts, BA_COUNT(opts), NULL, NULL);
     if (batch < 1 || seq < 2 || seq > 512 || mask < 1 || mask > seq || steps < 1 || warmup < 0 || heads < 1 ||
         hidden % heads || vocab < 8 || (amp_level != 1 && amp_level != 2))
