@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../tensor/fastmath.h"
 #include "graph_internal.h"
 
 /* One variable in slot s of op's inputs (out = 0) or outputs (out = 1), or NULL. */
@@ -258,35 +259,11 @@ static inline float gelu_erf(float v)
     return x * p / q;
 }
 
-/* exp(x), x <= 0 here (exp(-x^2 / 2)): 2^k p(r), r = x - k ln2, degree-6 polynomial, as
- * src/tensor/kernels.c's fast_expf; below -87 it returns about 2^-126 (gelu_grad multiplies
- * it by x, so the term is 0 to float precision there). */
-static inline float gelu_exp(float x)
-{
-    x = x > -87.3365447504f ? x : -87.3365447504f;
-    float kf = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = x - kf * 0.693359375f;
-    r = r + kf * 2.12194440e-4f;
-    float r2 = r * r;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r2 + r + 1.0f;
-    int32_t ki = (int32_t)kf;
-    uint32_t bits = (uint32_t)(ki + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-}
-
 /* tanh through exp: 1 - 2 / (exp(2x) + 1), x clamped to [-9, 9] (tanh rounds to +-1). */
 static inline float gelu_tanh(float v)
 {
     float x = v < -9.0f ? -9.0f : (v > 9.0f ? 9.0f : v);
-    float e = x > 0 ? gelu_exp(-2.0f * x) : gelu_exp(2.0f * x); /* in (0, 1] */
+    float e = x > 0 ? fl__fast_expf(-2.0f * x) : fl__fast_expf(2.0f * x); /* in (0, 1] */
     float t = (1.0f - e) / (1.0f + e);
     return x > 0 ? t : -t;
 }
@@ -311,7 +288,7 @@ FL_CLONE_TARGETS static void gelu_bwd(float *restrict o, const float *restrict a
     else
         for (int64_t i = 0; i < n; i++) {
             float v = a[i];
-            o[i] = g[i] * (0.5f * (1.0f + gelu_erf(v * (float)M_SQRT1_2)) + v * gelu_exp(-0.5f * v * v) * GELU_R);
+            o[i] = g[i] * (0.5f * (1.0f + gelu_erf(v * (float)M_SQRT1_2)) + v * fl__fast_expf(-0.5f * v * v) * GELU_R);
         }
 }
 

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "fastmath.h"
 #include "tensor_internal.h"
 
 /* Hot elementwise kernels carry FL_CLONES (tensor_internal.h). */
@@ -67,31 +68,6 @@ FL_CLONES void fl__col_sum(float *restrict db, const float *restrict dy, int64_t
     }
 }
 
-/* exp(x) for x in float range: 2^k * p(r), r = x - k ln2, |r| <= ln2/2, degree-6 minimax.
- * Branch-free (selects and integer bit tricks only) so loops calling it vectorise. */
-static inline float fast_expf(float x)
-{
-    x = x < 88.3762626647949f ? x : 88.3762626647949f;
-    x = x > -87.3365447504f ? x : -87.3365447504f;
-    /* round to nearest with the 1.5*2^23 trick */
-    float kf = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = x - kf * 0.693359375f;
-    r = r + kf * 2.12194440e-4f;
-    float r2 = r * r;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r2 + r + 1.0f;
-    int32_t ki = (int32_t)kf;
-    uint32_t bits = (uint32_t)(ki + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-}
-
 /* tanh as a rational function (odd degree 13 over even degree 6, the minimax fit Eigen
  * uses), clamped where tanh rounds to +-1 in float: one division, no exp; about 6 ulp. */
 static inline float tanh1(float v)
@@ -113,7 +89,7 @@ static inline float tanh1(float v)
     q = q * x2 + 4.89352518554385e-03f;
     return p / q;
 }
-static inline float sigmoid1(float v) { return 1.0f / (1.0f + fast_expf(-v)); }
+static inline float sigmoid1(float v) { return 1.0f / (1.0f + fl__fast_expf(-v)); }
 static inline float relu1(float v) { return v > 0.0f ? v : 0.0f; }
 
 /* In-place (y == x) and out-of-place loops are separate so both vectorise: a possibly
@@ -169,7 +145,7 @@ FL_CLONES void fl__softmax_rows(float *restrict y, const float *restrict x, int6
         for (int64_t j = 1; j < n; j++) mx = xr[j] > mx ? xr[j] : mx;
         float s = 0.0f;
         for (int64_t j = 0; j < n; j++) {
-            yr[j] = fast_expf(xr[j] - mx);
+            yr[j] = fl__fast_expf(xr[j] - mx);
             s += yr[j];
         }
         float inv = 1.0f / s;
