@@ -21,26 +21,9 @@
 
 static char tmp[256];
 
-static void mktmp(void)
-{
-    snprintf(tmp, sizeof tmp, "/tmp/fleet-test-image-XXXXXX");
-    CHECK(mkdtemp(tmp) != NULL);
-}
+static void mktmp(void) { th_mktemp(tmp, sizeof tmp, "fleet-test-image-"); }
 
-static void rmtmp(void)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    CHECK(system(cmd) == 0);
-}
-
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    CHECK(fwrite(p, 1, n, f) == n);
-    CHECK(fclose(f) == 0);
-}
+static void rmtmp(void) { th_rmtree(tmp); }
 
 /* A smooth pattern: r ramps along x, g along y, b a constant plus the image's tag. */
 static uint8_t *pattern(int h, int w, int tag)
@@ -65,7 +48,7 @@ static size_t write_jpeg(const char *path, const uint8_t *px, int h, int w)
     unsigned char *jpeg = NULL;
     unsigned long len = 0;
     CHECK(tjCompress2(tj, px, w, 0, h, TJPF_RGB, &jpeg, &len, TJSAMP_444, 100, 0) == 0);
-    write_bytes(path, jpeg, len);
+    th_write_bytes(path, jpeg, len);
     tjFree(jpeg);
     tjDestroy(tj);
     return len;
@@ -130,16 +113,16 @@ TEST(bad_files_are_named)
     CHECK_OK(fl_data_image_load(good, NULL, 0, out));
 
     snprintf(p, sizeof p, "%s/empty.jpg", tmp);
-    write_bytes(p, buf, 0);
+    th_write_bytes(p, buf, 0);
     CHECK_FAILS(fl_data_image_load(p, NULL, 0, out), FL_ECORRUPT, p);
     CHECK_STR_HAS(fl_last_error(), "empty");
 
     snprintf(p, sizeof p, "%s/truncated.jpg", tmp);
-    write_bytes(p, buf, n / 2);
+    th_write_bytes(p, buf, n / 2);
     CHECK_FAILS(fl_data_image_load(p, NULL, 0, out), FL_ECORRUPT, p);
 
     snprintf(p, sizeof p, "%s/header.jpg", tmp);
-    write_bytes(p, buf, 40);
+    th_write_bytes(p, buf, 40);
     CHECK_FAILS(fl_data_image_load(p, NULL, 0, out), FL_ECORRUPT, p);
 
     /* the entropy-coded data replaced by noise after the headers */
@@ -148,16 +131,16 @@ TEST(bad_files_are_named)
     fl_rng g = {42};
     for (size_t i = n / 3; i < n - 2; i++) bad[i] = (uint8_t)fl__rng_next(&g);
     snprintf(p, sizeof p, "%s/corrupt.jpg", tmp);
-    write_bytes(p, bad, n);
+    th_write_bytes(p, bad, n);
     CHECK_FAILS(fl_data_image_load(p, NULL, 0, out), FL_ECORRUPT, p);
 
     snprintf(p, sizeof p, "%s/text.jpg", tmp);
-    write_bytes(p, "hello, not an image\n", 20);
+    th_write_bytes(p, "hello, not an image\n", 20);
     CHECK_FAILS(fl_data_image_load(p, NULL, 0, out), FL_ECORRUPT, p);
     CHECK_STR_HAS(fl_last_error(), "not a JPEG");
 
     snprintf(p, sizeof p, "%s/pic.png", tmp);
-    write_bytes(p, "\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16);
+    th_write_bytes(p, "\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16);
     CHECK_FAILS(fl_data_image_load(p, NULL, 0, out), PNG_BAD, p);
     CHECK_STR_HAS(fl_last_error(), "PNG");
 
@@ -229,10 +212,10 @@ TEST(directory_layout_and_labels)
             pattern_jpeg(p, 16, 16, c);
         }
         snprintf(p, sizeof p, "%s/%s/notes.txt", tmp, classes[c]);
-        write_bytes(p, "x", 1);
+        th_write_bytes(p, "x", 1);
     }
     snprintf(p, sizeof p, "%s/README", tmp); /* a file at the top is not a class */
-    write_bytes(p, "x", 1);
+    th_write_bytes(p, "x", 1);
     fl_data_image_reader *r = fl_data_image_reader_create(tmp, NULL);
     CHECK(r != NULL);
     CHECK_EQ_INT(fl_data_image_reader_size(r), 6);
@@ -502,7 +485,7 @@ TEST(reader_reports_bad_file)
     make_set(9, list, sizeof list);
     char p[400];
     snprintf(p, sizeof p, "%s/005.jpg", tmp);
-    write_bytes(p, "GIF89a....", 10);
+    th_write_bytes(p, "GIF89a....", 10);
     fl_data_image_options o;
     fl_data_image_options_init(&o);
     o.batch_size = 2;
@@ -537,16 +520,16 @@ static void write_bad(int kind, int i)
     size_t n = fread(buf, 1, sizeof buf, f);
     fclose(f);
     CHECK(n > 300);
-    if (kind == 0) write_bytes(p, buf, 0);
-    if (kind == 1) write_bytes(p, buf, n / 2);
+    if (kind == 0) th_write_bytes(p, buf, 0);
+    if (kind == 1) th_write_bytes(p, buf, n / 2);
     if (kind == 2) { /* the entropy-coded data replaced by noise after the headers */
         fl_rng g = {(uint64_t)i + 7};
         for (size_t k = n / 2; k < n - 2; k++) buf[k] = (uint8_t)fl__rng_next(&g);
-        write_bytes(p, buf, n);
+        th_write_bytes(p, buf, n);
     }
-    if (kind == 3) write_bytes(p, "hello, not an image\n", 20);
-    if (kind == 4) write_bytes(p, "\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16);
-    if (kind == 5) write_bytes(p, buf, 200);
+    if (kind == 3) th_write_bytes(p, "hello, not an image\n", 20);
+    if (kind == 4) th_write_bytes(p, "\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16);
+    if (kind == 5) th_write_bytes(p, buf, 200);
 }
 
 /* One decoder goes on after each kind of bad file (policy skip): the next good file decodes

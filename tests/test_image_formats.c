@@ -18,26 +18,9 @@
 
 static char tmp[256];
 
-static void mktmp(void)
-{
-    snprintf(tmp, sizeof tmp, "/tmp/fleet-test-imgfmt-XXXXXX");
-    CHECK(mkdtemp(tmp) != NULL);
-}
+static void mktmp(void) { th_mktemp(tmp, sizeof tmp, "fleet-test-imgfmt-"); }
 
-static void rmtmp(void)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    CHECK(system(cmd) == 0);
-}
-
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    CHECK(fwrite(p, 1, n, f) == n);
-    CHECK(fclose(f) == 0);
-}
+static void rmtmp(void) { th_rmtree(tmp); }
 
 /* A photograph-like picture (gradients, a soft disc and a wave of 48 pixels that a shift of a
  * pixel changes by several levels), h x w RGB. */
@@ -66,7 +49,7 @@ static void write_jpeg(const char *path, const uint8_t *px, int h, int w, int pf
     unsigned char *jpeg = NULL;
     unsigned long len = 0;
     if (tjCompress2(tj, px, w, 0, h, pf, &jpeg, &len, sub, q, 0)) TFAIL("tjCompress2: %s", tjGetErrorStr2(tj));
-    write_bytes(path, jpeg, len);
+    th_write_bytes(path, jpeg, len);
     tjFree(jpeg);
     tjDestroy(tj);
 }
@@ -500,7 +483,7 @@ TEST(bad_png_named_or_skipped)
         if (k == 2) len = 20;
         if (k == 3) bad[29] ^= 1; /* the IHDR's CRC */
         snprintf(p, sizeof p, "%s/%d.png", tmp, k + 1);
-        write_bytes(p, bad, len);
+        th_write_bytes(p, bad, len);
         fprintf(lf, "%d.png %d\n", k + 1, k + 1);
         const int st = fl__image_read(d, p, &im);
         if (st != FL_ECORRUPT || !strstr(fl_last_error(), p) || !strstr(fl_last_error(), "PNG"))
@@ -543,7 +526,7 @@ TEST(png_unsupported)
     mktmp();
     char p[400];
     snprintf(p, sizeof p, "%s/a.jpg", tmp);
-    write_bytes(p, "\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x10\0\0\0\x10\x08\x02\0\0\0\0\0\0\0", 33);
+    th_write_bytes(p, "\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x10\0\0\0\x10\x08\x02\0\0\0\0\0\0\0", 33);
     float out[3 * 8 * 8];
     fl_data_image_options o;
     fl_data_image_options_init(&o);

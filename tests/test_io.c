@@ -60,14 +60,6 @@ static char *join(const char *dir, const char *name)
     return b;
 }
 
-static void write_bytes(const char *path, const void *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    CHECK(fwrite(data, 1, n, f) == n);
-    CHECK(fclose(f) == 0);
-}
-
 static unsigned char *read_bytes(const char *path, size_t *n)
 {
     char *p = NULL;
@@ -113,7 +105,7 @@ TEST(atomic_write_failures_leave_nothing_behind)
     CHECK_STR_HAS(fl_last_error(), "Is a directory");
     CHECK_EQ_INT(count_entries(d, ".tmp."), 0);
     /* a parent that is a file */
-    write_bytes(join(d, "plain"), "x", 1);
+    th_write_bytes(join(d, "plain"), "x", 1);
     char under[512];
     snprintf(under, sizeof under, "%s/plain/sub/f", d);
     CHECK_FAILS(fl__write_file_atomic(under, "x", 1), FL_EIO, "plain");
@@ -201,13 +193,13 @@ static int plant_temporaries(const char *d, char *kept_live, char *kept_other, c
     CHECK(c > 0 && waitpid(c, &ws, 0) == c && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
     char name[128];
     snprintf(name, sizeof name, "tables.bin.tmp.%d", (int)dead_pid());
-    write_bytes(join(d, name), "old", 3);
+    th_write_bytes(join(d, name), "old", 3);
     snprintf(kept_live, 128, "live.bin.tmp.%d", (int)getpid()); /* a save in progress */
-    write_bytes(join(d, kept_live), "x", 1);
+    th_write_bytes(join(d, kept_live), "x", 1);
     snprintf(kept_other, 128, "x.bin.tmp.%d.some-other-host", (int)dead_pid()); /* a shared file system */
-    write_bytes(join(d, kept_other), "x", 1);
+    th_write_bytes(join(d, kept_other), "x", 1);
     snprintf(kept_plain, 128, "notes.tmp.txt");
-    write_bytes(join(d, kept_plain), "x", 1);
+    th_write_bytes(join(d, kept_plain), "x", 1);
     return 2;
 }
 
@@ -270,9 +262,9 @@ TEST(temporary_of_a_zombie_is_stale)
     CHECK(state == 'Z');
     CHECK(kill(z, 0) == 0); /* what the sweep used to go by */
     snprintf(name, sizeof name, "part-00000.safetensors.tmp.%d", (int)z);
-    write_bytes(join(d, name), "half", 4);
+    th_write_bytes(join(d, name), "half", 4);
     snprintf(name, sizeof name, "live.safetensors.tmp.%d", (int)getpid());
-    write_bytes(join(d, name), "x", 1);
+    th_write_bytes(join(d, name), "x", 1);
     CHECK_EQ_INT(fl__tmp_sweep(d), 1);
     CHECK_EQ_INT(count_entries(d, "part-00000.safetensors.tmp."), 0);
     CHECK_EQ_INT(count_entries(d, "live.safetensors.tmp."), 1);
@@ -410,7 +402,7 @@ TEST(safetensors_reads_in_numpy)
         "from safetensors.numpy import save_file\n"
         "save_file({'a': a, 'b.w@GRAD': b}, sys.argv[3], metadata={'who': 'safetensors'})\n"
         "print('  numpy OK')\n";
-    write_bytes(script, src, strlen(src));
+    th_write_bytes(script, src, strlen(src));
     char cmd[8192];
     char py1[512], py2[512];
     snprintf(py1, sizeof py1, "%s", join(d, "py_plain.safetensors"));
@@ -450,7 +442,7 @@ TEST(safetensors_every_truncation_is_corrupt)
     size_t len;
     unsigned char *b = read_bytes(path, &len);
     for (size_t k = 0; k < len; k++) {
-        write_bytes(cut, b, k);
+        th_write_bytes(cut, b, k);
         char **names = (char **)1;
         fl_tensor **ts = (fl_tensor **)1;
         int n = -1;
@@ -463,7 +455,7 @@ TEST(safetensors_every_truncation_is_corrupt)
     unsigned char *longer = malloc(len + 1);
     memcpy(longer, b, len);
     longer[len] = 0;
-    write_bytes(cut, longer, len + 1);
+    th_write_bytes(cut, longer, len + 1);
     char **names;
     fl_tensor **ts;
     int n;
@@ -482,7 +474,7 @@ static void write_raw(const char *path, const char *hdr, uint64_t hlen_override,
     unsigned char *b = calloc(1, 8 + h + data + 1);
     for (int k = 0; k < 8; k++) b[k] = (unsigned char)(hl >> (8 * k));
     memcpy(b + 8, hdr, h);
-    write_bytes(path, b, 8 + h + data);
+    th_write_bytes(path, b, 8 + h + data);
     free(b);
 }
 
@@ -553,7 +545,7 @@ TEST(safetensors_corrupt_files)
         nul[3] = 0; /* a NUL byte inside the header */
         unsigned char b[8 + 7] = {7};
         memcpy(b + 8, nul, 7);
-        write_bytes(p, b, sizeof b);
+        th_write_bytes(p, b, sizeof b);
         CHECK_FAILS(fl_io_read_safetensors(p, &names, &ts, &n), FL_ECORRUPT, p);
     }
     /* dtype, offsets, sizes */
@@ -765,7 +757,7 @@ TEST(checkpoint_mismatch_changes_nothing)
     const char *f = join(d, "persistables.safetensors");
     size_t len;
     unsigned char *bytes = read_bytes(f, &len);
-    write_bytes(f, bytes, len - 1);
+    th_write_bytes(f, bytes, len - 1);
     free(bytes);
     z = take_snap(fl_exe_scope(eb));
     CHECK_FAILS(fl_io_load_persistables(eb, d, b.p), FL_ECORRUPT, f);
@@ -854,7 +846,7 @@ TEST(inference_model_errors)
     memcpy(at, "op softmux", 10);
     int line = 1;
     for (char *c = model; c < at; c++) line += *c == '\n';
-    write_bytes(join(d, "__model__"), model, len);
+    th_write_bytes(join(d, "__model__"), model, len);
     char want[64];
     snprintf(want, sizeof want, "line %d: unknown operator type 'softmux'", line);
     fl_exe *e2 = fl_exe_create(NULL);
@@ -864,13 +856,13 @@ TEST(inference_model_errors)
     /* a fetch of an unknown variable */
     char *f2 = malloc(len + 64);
     snprintf(f2, len + 64, "fetch \"nope\"\n%s", model);
-    write_bytes(join(d, "__model__"), f2, strlen(f2));
+    th_write_bytes(join(d, "__model__"), f2, strlen(f2));
     CHECK_FAILS(fl_io_load_inference_model(e2, d, &q, &fd, &nfd, &ft, &nft), FL_ECORRUPT, "'nope'");
     snprintf(f2, len + 64, "fetch nope\n%s", model);
-    write_bytes(join(d, "__model__"), f2, strlen(f2));
+    th_write_bytes(join(d, "__model__"), f2, strlen(f2));
     CHECK_FAILS(fl_io_load_inference_model(e2, d, &q, &fd, &nfd, &ft, &nft), FL_ECORRUPT, "line 1: bad fetch line");
     /* params that do not fit the program */
-    write_bytes(join(d, "__model__"), model, len);
+    th_write_bytes(join(d, "__model__"), model, len);
     unlink(join(d, "params.safetensors"));
     CHECK_FAILS(fl_io_load_inference_model(e2, d, &q, &fd, &nfd, &ft, &nft), FL_ENOTFOUND, "params.safetensors");
     CHECK(q == NULL);

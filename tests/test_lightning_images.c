@@ -245,16 +245,6 @@ TEST(resnet_reaches_the_ceiling_and_two_processes_train_as_one)
 #endif
 }
 
-#ifdef FL_HAVE_TURBOJPEG
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    CHECK(fwrite(p, 1, n, f) == n);
-    CHECK(fclose(f) == 0);
-}
-#endif
-
 /* Bad files in the training list: --bad_data stop (the default) fails naming the file;
  * --bad_data skip trains on the rest, saying how many it skipped.  --thread 2 is refused
  * with the way out (decode_threads, more processes). */
@@ -275,7 +265,7 @@ TEST(bad_images_stop_or_skip_and_thread_is_refused)
     snprintf(p, sizeof p, "%s/d/bad", DIR_);
     CHECK(mkdir(p, 0755) == 0);
     snprintf(p, sizeof p, "%s/d/bad/empty.jpg", DIR_);
-    write_bytes(p, "", 0);
+    th_write_bytes(p, "", 0);
     snprintf(p, sizeof p, "%s/d/bad/half.jpg", DIR_);
     char src[PATH_MAX];
     snprintf(src, sizeof src, "%s/d/train/000_red_disc_plain", DIR_);
@@ -285,9 +275,9 @@ TEST(bad_images_stop_or_skip_and_thread_is_refused)
     CHECK_EQ_INT(rc, 0);
     free(o);
     snprintf(p, sizeof p, "%s/d/bad/text.jpg", DIR_);
-    write_bytes(p, "not an image\n", 13);
+    th_write_bytes(p, "not an image\n", 13);
     snprintf(p, sizeof p, "%s/d/bad/pic.png", DIR_);
-    write_bytes(p, "\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16);
+    th_write_bytes(p, "\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16);
 
     const char *common = "--model resnet --mode local --depth 8 --width 4 --image_size 32 --batch_size 20 --epochs 1";
     o = run_rc("stop", 120, &rc, "%s/tools/fleet-lightning train %s --train_data %s/d/train.txt --model_dir %s/m", BIN,

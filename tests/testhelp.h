@@ -172,6 +172,14 @@ static inline void th_rmtree(const char *dir)
     if (system(cmd) != 0) TFAIL("%s failed", cmd);
 }
 
+/* Writes n bytes to path (a new or truncated file); fails the test on any error. */
+static inline void th_write_bytes(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) TFAIL("cannot create %s", path);
+    if (fwrite(p, 1, n, f) != n || fclose(f) != 0) TFAIL("cannot write %s", path);
+}
+
 /* A free TCP port on 127.0.0.1, from the kernel: binds port 0, reads the port back and
  * closes the socket, so another process could still take it before the caller binds it.
  * Fails the test (or benchmark) when the kernel gives none. */
