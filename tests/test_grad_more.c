@@ -427,11 +427,9 @@ static void where_grad(const int64_t *cs, const int64_t *xs, int xn, const int64
 
 TEST(grad_where_broadcasts_three_ways)
 {
-    where_grad((const int64_t[]){3, 4}, (const int64_t[]){3, 4}, 2, (const int64_t[]){3, 4}, 2,
-               (const int64_t[]){3, 4});
+    where_grad((const int64_t[]){3, 4}, (const int64_t[]){3, 4}, 2, (const int64_t[]){3, 4}, 2, (const int64_t[]){3, 4});
     where_grad((const int64_t[]){3, 4}, (const int64_t[]){3, 4}, 2, (const int64_t[]){4}, 1, (const int64_t[]){3, 4});
-    where_grad((const int64_t[]){3, 1}, (const int64_t[]){1, 4}, 2, (const int64_t[]){3, 4}, 2,
-               (const int64_t[]){3, 4});
+    where_grad((const int64_t[]){3, 1}, (const int64_t[]){1, 4}, 2, (const int64_t[]){3, 4}, 2, (const int64_t[]){3, 4});
 }
 
 /* An inf or a NaN in the branch not taken reaches neither Out nor a gradient; x and y start
@@ -464,7 +462,7 @@ TEST(where_keeps_the_unused_branch_out)
     const float want[4] = {1.0f, 20.0f, 3.0f, 40.0f};
     for (int i = 0; i < 4; i++) {
         CHECK_NEAR(fl_tensor_f32(r[0])[i], want[i], 0);
-        CHECK_NEAR(fl_tensor_f32(r[1])[i], (float)cv[i], 0);     /* x@GRAD: 1 where taken */
+        CHECK_NEAR(fl_tensor_f32(r[1])[i], (float)cv[i], 0);       /* x@GRAD: 1 where taken */
         CHECK_NEAR(fl_tensor_f32(r[2])[i], (float)(1 - cv[i]), 0); /* y@GRAD: the others */
     }
     fl_exe_free(e);

@@ -534,9 +534,8 @@ int fl__init_assign_append(fl_prog *sp, fl_var *sv, uint64_t id)
     if (sv->dtype != FL_FLOAT32 || want != have) {
         char sh[96];
         fl__shape_str(sv, sh, sizeof sh);
-        return fl__prog_error(sp, FL_EINVAL,
-                              "parameter '%s' %s %s has %lld elements, its assigned initial values %lld", sv->name,
-                              fl_dtype_name(sv->dtype), sh, (long long)want, (long long)have);
+        return fl__prog_error(sp, FL_EINVAL, "parameter '%s' %s %s has %lld elements, its assigned initial values %lld",
+                              sv->name, fl_dtype_name(sv->dtype), sh, (long long)want, (long long)have);
     }
     fl_io out = FL_IO1("Out", sv);
     fl_op *op = fl__op_new(sp, "assign_value", NULL, 0, &out, 1);

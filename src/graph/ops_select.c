@@ -64,7 +64,10 @@ static int where_runtime(fl_kctx *c, where_it *w)
     for (int k = 0; k < 3; k++)
         if (!t[k] || t[k]->is_rows || !num_type_ok(t[k]->dtype))
             return fl__err(FL_EINVAL, "where: %s '%s' must be a dense float32, float64, int32 or int64 tensor",
-                           k == 0 ? "Condition" : k == 1 ? "X" : "Y", fl__kctx_var_name(c, k, 0));
+                           k == 0   ? "Condition"
+                           : k == 1 ? "X"
+                                    : "Y",
+                           fl__kctx_var_name(c, k, 0));
     if (where_plan(t[0]->shape, t[0]->ndim, t[1]->shape, t[1]->ndim, t[2]->shape, t[2]->ndim, 0, &w->b)) {
         char d[3][96];
         for (int k = 0; k < 3; k++) fl_tensor_describe(t[k], d[k], sizeof d[k]);
@@ -82,21 +85,21 @@ static int where_runtime(fl_kctx *c, where_it *w)
 }
 
 /* Calls BODY with i (output index) and ci, xi, yi (operand indices) for every output element. */
-#define WHERE_EACH(W, BODY)                                                          \
-    do {                                                                             \
-        int64_t idx_[FL_MAX_DIMS] = {0}, off_[3] = {0, 0, 0};                        \
-        const int nd_ = (W)->b.nd;                                                   \
-        const int64_t n_ = fl__dims_prod((W)->b.out, 0, nd_);                        \
-        for (int64_t i = 0; i < n_; i++) {                                           \
-            const int64_t ci = off_[0], xi = off_[1], yi = off_[2];                  \
-            BODY;                                                                    \
-            for (int d_ = nd_ - 1; d_ >= 0; d_--) {                                  \
-                for (int k_ = 0; k_ < 3; k_++) off_[k_] += (W)->st[k_][d_];          \
-                if (++idx_[d_] < (W)->b.out[d_]) break;                              \
+#define WHERE_EACH(W, BODY)                                                            \
+    do {                                                                               \
+        int64_t idx_[FL_MAX_DIMS] = {0}, off_[3] = {0, 0, 0};                          \
+        const int nd_ = (W)->b.nd;                                                     \
+        const int64_t n_ = fl__dims_prod((W)->b.out, 0, nd_);                          \
+        for (int64_t i = 0; i < n_; i++) {                                             \
+            const int64_t ci = off_[0], xi = off_[1], yi = off_[2];                    \
+            BODY;                                                                      \
+            for (int d_ = nd_ - 1; d_ >= 0; d_--) {                                    \
+                for (int k_ = 0; k_ < 3; k_++) off_[k_] += (W)->st[k_][d_];            \
+                if (++idx_[d_] < (W)->b.out[d_]) break;                                \
                 for (int k_ = 0; k_ < 3; k_++) off_[k_] -= (W)->st[k_][d_] * idx_[d_]; \
-                idx_[d_] = 0;                                                        \
-            }                                                                        \
-        }                                                                            \
+                idx_[d_] = 0;                                                          \
+            }                                                                          \
+        }                                                                              \
     } while (0)
 
 static int cond_at(const fl_tensor *t, int64_t i)
