@@ -190,6 +190,7 @@ static long long nc_fl_init_uniform(void *h) { (void)h; return 0; }
 static long long nc_fl_init_normal(void *h) { (void)h; return 0; }
 static long long nc_fl_init_truncated_normal(void *h) { (void)h; return 0; }
 static long long nc_fl_init_xavier(void *h) { (void)h; return 0; }
+static long long nc_fl_init_assign(void *h) { return (long long)fl_init_assign((fl_prog *)h, (const float *){0}, (int64_t){0}, (fl_initializer *){0}); }
 static long long nc_fl_layer_data(void *h) { return fl_layer_data((fl_prog *)h, (const char *){0}, (int){0}, (const int64_t *){0}, (fl_dtype){0}, (int){0}) != NULL; }
 static long long nc_fl_layer_create_parameter(void *h) { return fl_layer_create_parameter((fl_prog *)h, (int){0}, (const int64_t *){0}, (fl_dtype){0}, (const fl_param_attr *){0}) != NULL; }
 static long long nc_fl_layer_fc(void *h) { (void)h; return fl_layer_fc((fl_var *const *){0}, (int){0}, (int64_t){0}, (const char *){0}) != NULL; }
@@ -236,6 +237,7 @@ static long long nc_fl_layer_elementwise_max(void *h) { (void)h; return fl_layer
 static long long nc_fl_layer_elementwise_min(void *h) { (void)h; return fl_layer_elementwise_min((fl_var *){0}, (fl_var *){0}, (int){0}) != NULL; }
 static long long nc_fl_layer_compare(void *h) { (void)h; return fl_layer_compare((fl_var *){0}, (fl_var *){0}, (const char *){0}) != NULL; }
 static long long nc_fl_layer_logical(void *h) { (void)h; return fl_layer_logical((fl_var *){0}, (fl_var *){0}, (const char *){0}) != NULL; }
+static long long nc_fl_layer_where(void *h) { (void)h; return fl_layer_where((fl_var *){0}, (fl_var *){0}, (fl_var *){0}) != NULL; }
 static long long nc_fl_layer_fill_constant(void *h) { return fl_layer_fill_constant((fl_prog *)h, (int){0}, (const int64_t *){0}, (fl_dtype){0}, (double){0}) != NULL; }
 static long long nc_fl_layer_l2_normalize(void *h) { (void)h; return fl_layer_l2_normalize((fl_var *){0}, (int){0}, (float){0}) != NULL; }
 static long long nc_fl_layer_topk(void *h) { (void)h; return fl_layer_topk((fl_var *){0}, (int){0}, (fl_var **){0}) != NULL; }
@@ -673,6 +675,7 @@ static const nc_row nc_rows[] = {
     {"fl_init_normal", "graph.h", NC_SKIP, 0, nc_fl_init_normal},
     {"fl_init_truncated_normal", "graph.h", NC_SKIP, 0, nc_fl_init_truncated_normal},
     {"fl_init_xavier", "graph.h", NC_SKIP, 0, nc_fl_init_xavier},
+    {"fl_init_assign", "graph.h", NC_ERR, 1, nc_fl_init_assign},
     {"fl_layer_data", "graph.h", NC_STICKY, 1, nc_fl_layer_data},
     {"fl_layer_create_parameter", "graph.h", NC_STICKY, 1, nc_fl_layer_create_parameter},
     {"fl_layer_fc", "graph.h", NC_STICKY, 0, nc_fl_layer_fc},
@@ -719,6 +722,7 @@ static const nc_row nc_rows[] = {
     {"fl_layer_elementwise_min", "graph.h", NC_STICKY, 0, nc_fl_layer_elementwise_min},
     {"fl_layer_compare", "graph.h", NC_STICKY, 0, nc_fl_layer_compare},
     {"fl_layer_logical", "graph.h", NC_STICKY, 0, nc_fl_layer_logical},
+    {"fl_layer_where", "graph.h", NC_STICKY, 0, nc_fl_layer_where},
     {"fl_layer_fill_constant", "graph.h", NC_STICKY, 1, nc_fl_layer_fill_constant},
     {"fl_layer_l2_normalize", "graph.h", NC_STICKY, 0, nc_fl_layer_l2_normalize},
     {"fl_layer_topk", "graph.h", NC_STICKY, 0, nc_fl_layer_topk},

@@ -1,6 +1,7 @@
 /* test_grad_more.c - the ops of ops_bcast.c, ops_more.c, ops_lr.c and ops_rmsprop.c:
  * finite-difference checks of elementwise_add / sub / mul / div broadcast both ways and of
- * elementwise_max / min; the comparisons and logical ops against plain loops; shape errors.
+ * elementwise_max / min; the comparisons and logical ops against plain loops; shape errors;
+ * where (ops_select.c) and the assign initializer.
  * Tolerances: see gradcheck.h. */
 #include "gradcheck.h"
 
@@ -404,8 +405,138 @@ TEST(float64_accuracy_chain_of_simnet_bow)
     fl_prog_free(p);
 }
 
+/* where(c, x, y): x, y parameters, c an int64 0 / 1 feed of shape [cs] (its first dim the
+ * batch), checked by finite differences; the result has shape [os]. */
+static void where_grad(const int64_t *cs, const int64_t *xs, int xn, const int64_t *ys, int yn, const int64_t *os)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *c = fl_layer_data(p, "c", 1, &cs[1], FL_INT64, 0);
+    fl_var *x = gc_input(p, "x", xn, xs, -1, 1), *y = gc_input(p, "y", yn, ys, -1, 1);
+    fl_var *o = fl_layer_where(c, x, y);
+    if (!o) TFAIL("where: %s", fl_prog_error(p));
+    CHECK_EQ_INT(fl_var_ndim(o), 2);
+    CHECK_EQ_INT(fl_var_shape(o)[1], os[1]);
+    int64_t cv[12];
+    for (int i = 0; i < 12; i++) cv[i] = (i * 7 + 3) % 5 < 2; /* a mix of both branches */
+    fl_tensor *ct = th_i64(2, cs, cv);
+    fl_feed feed[1] = {{"c", ct}};
+    gc_check(gc_loss(o), feed, 1, NULL, defaults);
+    fl_tensor_free(ct);
+    fl_prog_free(p);
+}
+
+TEST(grad_where_broadcasts_three_ways)
+{
+    where_grad((const int64_t[]){3, 4}, (const int64_t[]){3, 4}, 2, (const int64_t[]){3, 4}, 2, (const int64_t[]){3, 4});
+    where_grad((const int64_t[]){3, 4}, (const int64_t[]){3, 4}, 2, (const int64_t[]){4}, 1, (const int64_t[]){3, 4});
+    where_grad((const int64_t[]){3, 1}, (const int64_t[]){1, 4}, 2, (const int64_t[]){3, 4}, 2, (const int64_t[]){3, 4});
+}
+
+/* An inf or a NaN in the branch not taken reaches neither Out nor a gradient; x and y start
+ * from fl_init_assign's values. */
+TEST(where_keeps_the_unused_branch_out)
+{
+    fl_prog *p = fl_prog_create();
+    const float xv[4] = {1.0f, INFINITY, 3.0f, NAN}, yv[4] = {-INFINITY, 20.0f, NAN, 40.0f};
+    fl_param_attr ax, ay;
+    memset(&ax, 0, sizeof ax);
+    memset(&ay, 0, sizeof ay);
+    ax.name = "x", ay.name = "y";
+    CHECK_OK(fl_init_assign(p, xv, 4, &ax.init));
+    CHECK_OK(fl_init_assign(p, yv, 4, &ay.init));
+    fl_var *c = fl_layer_data(p, "c", 1, (const int64_t[]){4}, FL_INT64, 0);
+    fl_var *x = fl_layer_create_parameter(p, 2, (const int64_t[]){1, 4}, FL_FLOAT32, &ax);
+    fl_var *y = fl_layer_create_parameter(p, 2, (const int64_t[]){1, 4}, FL_FLOAT32, &ay);
+    fl_var *o = fl_layer_where(c, x, y), *loss = fl_layer_reduce_sum(o, NULL, 0, 0);
+    if (!loss) TFAIL("where: %s", fl_prog_error(p));
+    fl_param_grad *pairs = NULL;
+    int n = 0;
+    CHECK_OK(fl_append_backward(loss, NULL, 0, &pairs, &n));
+    CHECK_EQ_INT(n, 2);
+    const int64_t cv[4] = {1, 0, 1, 0};
+    fl_tensor *ct = th_i64(2, (const int64_t[]){1, 4}, cv), *r[3];
+    fl_feed feed[1] = {{"c", ct}};
+    int xi = strcmp(fl_var_name(pairs[0].param), "x") != 0; /* the pair of x */
+    const char *f[3] = {fl_var_name(o), fl_var_name(pairs[xi].grad), fl_var_name(pairs[1 - xi].grad)};
+    fl_exe *e = gc_run_once(p, feed, 1, f, 3, r);
+    const float want[4] = {1.0f, 20.0f, 3.0f, 40.0f};
+    for (int i = 0; i < 4; i++) {
+        CHECK_NEAR(fl_tensor_f32(r[0])[i], want[i], 0);
+        CHECK_NEAR(fl_tensor_f32(r[1])[i], (float)cv[i], 0);       /* x@GRAD: 1 where taken */
+        CHECK_NEAR(fl_tensor_f32(r[2])[i], (float)(1 - cv[i]), 0); /* y@GRAD: the others */
+    }
+    fl_exe_free(e);
+    fl_tensor_free(ct);
+    free(pairs);
+    fl_prog_free(p);
+}
+
+TEST(where_errors_name_the_inputs)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *c = fl_layer_data(p, "cond", 1, (const int64_t[]){3}, FL_INT32, 0);
+    fl_var *x = fl_layer_data(p, "xa", 1, (const int64_t[]){4}, FL_FLOAT32, 0);
+    fl_var *y = fl_layer_data(p, "yb", 1, (const int64_t[]){4}, FL_FLOAT32, 0);
+    CHECK(fl_layer_where(c, x, y) == NULL);
+    CHECK_STR_HAS(fl_prog_error(p), "where");
+    CHECK_STR_HAS(fl_prog_error(p), "'cond'");
+    CHECK_STR_HAS(fl_prog_error(p), "do not broadcast");
+    fl_prog_free(p);
+    p = fl_prog_create();
+    c = fl_layer_data(p, "cond", 1, (const int64_t[]){4}, FL_INT32, 0);
+    x = fl_layer_data(p, "xa", 1, (const int64_t[]){4}, FL_FLOAT32, 0);
+    y = fl_layer_data(p, "yb", 1, (const int64_t[]){4}, FL_INT64, 0);
+    CHECK(fl_layer_where(c, x, y) == NULL);
+    CHECK_STR_HAS(fl_prog_error(p), "one dtype");
+    fl_prog_free(p);
+}
+
+/* fl_init_assign: the parameter holds the values after the startup program; a size that is
+ * not the parameter's, or a value set of another program, is an error naming it. */
+TEST(assign_initializer_sets_the_parameter)
+{
+    fl_prog *p = fl_prog_create();
+    const float v[6] = {0.5f, -1.0f, 2.0f, 3.5f, -4.0f, 6.25f};
+    fl_param_attr a;
+    memset(&a, 0, sizeof a);
+    a.name = "w_given";
+    CHECK_OK(fl_init_assign(p, v, 6, &a.init));
+    fl_var *w = fl_layer_create_parameter(p, 2, (const int64_t[]){2, 3}, FL_FLOAT32, &a);
+    CHECK(w);
+    fl_tensor *r;
+    const char *f[1] = {"w_given"};
+    fl_exe *e = gc_run_once(p, NULL, 0, f, 1, &r);
+    for (int i = 0; i < 6; i++) CHECK_NEAR(fl_tensor_f32(r)[i], v[i], 0);
+    fl_exe_free(e);
+    a.name = "w_wrong";
+    CHECK_OK(fl_init_assign(p, v, 5, &a.init));
+    CHECK(fl_layer_create_parameter(p, 2, (const int64_t[]){2, 3}, FL_FLOAT32, &a) == NULL);
+    CHECK_STR_HAS(fl_prog_error(p), "'w_wrong'");
+    CHECK_STR_HAS(fl_prog_error(p), "6 elements, its assigned initial values 5");
+    fl_prog *q = fl_prog_create();
+    a.name = "w_other";
+    CHECK_OK(fl_init_assign(q, v, 6, &a.init));
+    fl_prog_free(p);
+    p = fl_prog_create();
+    CHECK(fl_layer_create_parameter(p, 2, (const int64_t[]){2, 3}, FL_FLOAT32, &a) == NULL);
+    CHECK_STR_HAS(fl_prog_error(p), "'w_other'");
+    fl_prog_free(p);
+    fl_prog_free(q);
+    CHECK(fl_init_assign(NULL, v, 6, &a.init) == FL_EINVAL);
+    CHECK_STR_HAS(fl_last_error(), "fl_init_assign");
+    p = fl_prog_create();
+    CHECK(fl_init_assign(p, v, 0, &a.init) == FL_EINVAL);
+    CHECK_STR_HAS(fl_last_error(), "1 to 2^24");
+    a.name = "w_failed";
+    CHECK(fl_layer_create_parameter(p, 1, (const int64_t[]){6}, FL_FLOAT32, &a) == NULL);
+    CHECK_STR_HAS(fl_prog_error(p), "'w_failed'");
+    fl_prog_free(p);
+}
+
 TEST_MAIN(T(grad_elementwise_two_way_broadcast), T(grad_elementwise_max_min), T(max_min_forward_broadcasts_both_ways),
           T(comparisons_and_logical_ops_match_loops), T(broadcast_errors_name_the_inputs), T(grad_l2_normalize),
           T(l2_normalize_rows_have_unit_norm), T(grad_topk_and_its_indices), T(fill_constant_values_and_dtypes),
           T(lr_schedules_follow_their_formulas), T(rmsprop_matches_its_reference), T(l1_decay_adds_coeff_times_sign),
-          T(grad_sqrt_abs_exp_log), T(shape_assign_value_and_global_var), T(float64_accuracy_chain_of_simnet_bow))
+          T(grad_sqrt_abs_exp_log), T(shape_assign_value_and_global_var), T(float64_accuracy_chain_of_simnet_bow),
+          T(grad_where_broadcasts_three_ways), T(where_keeps_the_unused_branch_out), T(where_errors_name_the_inputs),
+          T(assign_initializer_sets_the_parameter))

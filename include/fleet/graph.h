@@ -148,7 +148,8 @@ typedef enum {
     FL_INIT_UNIFORM,          /* a = low, b = high */
     FL_INIT_NORMAL,           /* a = mean, b = std */
     FL_INIT_TRUNCATED_NORMAL, /* a = mean, b = std, values beyond 2 std redrawn */
-    FL_INIT_XAVIER            /* a = 0: uniform(+-sqrt(6/(fan_in+fan_out))), a = 1: normal */
+    FL_INIT_XAVIER,           /* a = 0: uniform(+-sqrt(6/(fan_in+fan_out))), a = 1: normal */
+    FL_INIT_ASSIGN            /* given values (fl_init_assign; seed: the value set's id) */
 } fl_init_kind;
 
 typedef struct {
@@ -162,6 +163,13 @@ FL_API fl_initializer fl_init_uniform(float low, float high);
 FL_API fl_initializer fl_init_normal(float mean, float std);
 FL_API fl_initializer fl_init_truncated_normal(float mean, float std);
 FL_API fl_initializer fl_init_xavier(int normal);
+/* Paddle's NumpyArrayInitializer / nn.initializer.Assign: *out makes a parameter start as
+ * these n float32 values (row-major; n must be its element count, else creating it is
+ * FL_EINVAL naming it), set by an assign_value op in the startup program.  The values are
+ * copied into p (a main program, or its startup program), which owns them until freed;
+ * *out is good for parameters of p only.  Returns FL_EINVAL naming the call for bad
+ * arguments (1 to 2^24 values), FL_ENOMEM; *out is then an initializer that fails when used. */
+FL_API int fl_init_assign(fl_prog *p, const float *values, int64_t n, fl_initializer *out);
 
 /* Zero-initialised means "defaults": automatic name, layer's default initializer,
  * learning-rate scale 1, no extra L2, trainable. */
@@ -305,6 +313,12 @@ FL_API fl_var *fl_layer_compare(fl_var *x, fl_var *y, const char *type);
 /* "logical_and", "logical_or", "logical_xor" (x, y broadcast) or "logical_not" (y NULL):
  * non-zero is true; int32 0 / 1, no gradient. */
 FL_API fl_var *fl_layer_logical(fl_var *x, fl_var *y, const char *type);
+/* ops_select.c: Paddle's where: condition ? x : y elementwise (a select: an inf in the
+ * branch not taken stays out of the result and the gradients).  condition of any numeric
+ * dtype (non-zero is true, as the comparisons' int32 0 / 1), x and y of one dtype (float32,
+ * float64, int32, int64); the three broadcast together as NumPy does.  Gradient (float32)
+ * to x where condition holds, to y elsewhere; none to condition. */
+FL_API fl_var *fl_layer_where(fl_var *condition, fl_var *x, fl_var *y);
 /* ops_more.c: Paddle's fill_constant: a tensor of shape (every dim >= 1) filled with value,
  * dtype float32, float64, int32 or int64, computed in p each run; no gradient. */
 FL_API fl_var *fl_layer_fill_constant(fl_prog *p, int ndim, const int64_t *shape, fl_dtype dtype, double value);

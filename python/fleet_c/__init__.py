@@ -28,7 +28,8 @@ _LAZY = {
     ".tensor_api": ["full", "zeros", "ones", "shape", "assign", "cast", "sqrt", "abs", "exp", "log", "square",
                     "maximum", "minimum", "less_than", "less_equal", "greater_than", "greater_equal", "equal",
                     "not_equal", "logical_and", "logical_or", "logical_xor", "logical_not", "matmul", "topk",
-                    "subtract", "divide", "transpose", "gather", "one_hot", "squeeze", "unsqueeze", "clip"],
+                    "subtract", "divide", "transpose", "gather", "one_hot", "squeeze", "unsqueeze", "clip",
+                    "where"],
 }
 _WHERE = {name: mod for mod, names in _LAZY.items() for name in names}
 _SUBMODULES = ["dataset", "distributed", "fluid", "framework", "initializer", "io", "layers", "metric", "nn",

@@ -285,6 +285,8 @@ _PROTOS = {
     # layers_more.py
     "fl_layer_elementwise_max": (P, [P, P, c_int]), "fl_layer_elementwise_min": (P, [P, P, c_int]),
     "fl_layer_compare": (P, [P, P, c_char_p]), "fl_layer_logical": (P, [P, P, c_char_p]),
+    "fl_layer_where": (P, [P, P, P]),
+    "fl_init_assign": (c_int, [P, POINTER(c_float), c_int64, POINTER(Initializer)]),
     "fl_layer_fill_constant": (P, [P, c_int, I64P, c_int, c_double]),
     "fl_layer_l2_normalize": (P, [P, c_int, c_float]), "fl_layer_topk": (P, [P, c_int, PP]),
     "fl_layer_unary": (P, [P, c_char_p]), "fl_layer_shape": (P, [P]),

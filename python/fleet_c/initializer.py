@@ -1,9 +1,15 @@
 """Initializers (fluid.initializer and paddle.nn.initializer names).
 
-Each maps onto one fl_initializer of the C library (fleet/graph.h).  seed 0 derives the
+Each maps onto one fl_initializer of the C library (fleet/graph.h); NumpyArrayInitializer
+(Assign) onto fl_init_assign, whose values the program holds.  seed 0 derives the
 seed from the program's seed and the parameter, so runs are reproducible by default.
 """
+import ctypes
+
+import numpy as np
+
 from ._lib import Initializer as _CInit
+from ._lib import check, lib
 
 _DEFAULT, _CONSTANT, _UNIFORM, _NORMAL, _TRUNCATED_NORMAL, _XAVIER = range(6)
 
@@ -67,6 +73,33 @@ class XavierNormal(Xavier):
     def __init__(self, fan_in=None, fan_out=None, name=None):
         super().__init__(False, fan_in, fan_out)
 
+
+class NumpyArrayInitializer(Initializer):
+    """The parameter starts as the given array (fluid.initializer.NumpyArrayInitializer,
+    paddle.nn.initializer.Assign): an assign_value op in the startup program carries the
+    values (copied into the program being built, as float32).  Its size must be the
+    parameter's element count; otherwise creating the parameter fails naming it."""
+
+    def __init__(self, value, name=None):
+        if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
+            value = value.numpy()
+        self.value = np.ascontiguousarray(np.asarray(value, dtype=np.float32))
+        if self.value.size == 0:
+            raise ValueError("NumpyArrayInitializer: the array is empty")
+
+    def _c(self):
+        from .framework import current_main
+        flat = self.value.reshape(-1)
+        out = _CInit()
+        check(lib.fl_init_assign(current_main()[1], flat.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), flat.size,
+                                 ctypes.byref(out)))
+        return out
+
+    def __repr__(self):
+        return "NumpyArrayInitializer(shape=%s)" % (list(self.value.shape),)
+
+
+Assign = NumpyArrayInitializer
 
 # fluid 1.x spellings
 ConstantInitializer = Constant

@@ -8,7 +8,7 @@ library's schedule ops (src/graph/ops_lr.c and the schedules of fluid.layers) fr
 counter that the executor sets to the scheduler's ``last_epoch`` before every run (one
 integer per run; the counter has no increment op, so ``step()`` alone advances it):
 
-    NoamDecay               noam_decay (Paddle gives 0 at epoch 0, the op clamps to step 1)
+    NoamDecay               noam_decay (0 at epoch 0, as Paddle's)
     PiecewiseDecay          piecewise_decay(boundaries, values)
     MultiStepDecay          piecewise_decay(milestones, lr * gamma^i)
     ExponentialDecay        exponential_decay(lr, 1, gamma)

@@ -1,11 +1,13 @@
 """Paddle 2.x tensor functions on static programs (paddle.full, paddle.shape, paddle.maximum
 ...), each the fluid layer of the same op (layers.py, layers_more.py)."""
 from . import layers as _L
+from ._lib import lib
+from .framework import Variable
 
 __all__ = ["full", "zeros", "ones", "shape", "assign", "cast", "sqrt", "abs", "exp", "log", "square", "maximum",
            "minimum", "less_than", "less_equal", "greater_than", "greater_equal", "equal", "not_equal",
            "logical_and", "logical_or", "logical_xor", "logical_not", "matmul", "topk", "subtract", "divide",
-           "transpose", "gather", "one_hot", "squeeze", "unsqueeze", "clip"]
+           "transpose", "gather", "one_hot", "squeeze", "unsqueeze", "clip", "where"]
 
 
 def full(shape, fill_value, dtype=None, name=None):
@@ -149,3 +151,23 @@ def clip(x, min=None, max=None, name=None):
     if max is not None:
         out = _L.elementwise_min(out, _L.fill_constant([1], x.dtype, float(max)))
     return out
+
+
+def where(condition, x=None, y=None, name=None):
+    """condition ? x : y elementwise (op where; condition non-zero is true, e.g. a comparison's
+    int32 0 / 1), the three broadcast together; gradients to x where condition holds, to y
+    elsewhere.  x or y may be a Python number (a filled [1] tensor of the other's dtype)."""
+    if x is None and y is None:
+        raise NotImplementedError("where(condition) alone (the indices of the true elements, Paddle's op "
+                                  "where_index) is not supported; give x and y")
+    if x is None or y is None:
+        raise ValueError("where: give both x and y, or neither")
+    if not isinstance(condition, Variable):
+        raise TypeError("where: condition must be a Variable, got %s" % type(condition).__name__)
+    if not isinstance(x, Variable) and not isinstance(y, Variable):
+        raise TypeError("where: x or y must be a Variable, got %s and %s" % (type(x).__name__, type(y).__name__))
+    if not isinstance(x, Variable):
+        x = _L.fill_constant([1], y.dtype, float(x))
+    if not isinstance(y, Variable):
+        y = _L.fill_constant([1], x.dtype, float(y))
+    return x.program._layer_result(lib.fl_layer_where(condition._p, x._p, y._p), "where")

@@ -89,6 +89,10 @@ struct fl_prog {
     fl_strmap names; /* name -> var index */
     fl_strmap uniq;  /* prefix -> next counter for unique names */
     int cur_role;    /* role of ops appended now */
+    /* fl_init_assign's value sets of a main program: id k is [k - 1]; freed with it */
+    float **assign_vals;
+    int64_t *assign_n;
+    int nassign;
 };
 
 /* ---- kernel context ----------------------------------------------------------------- */
@@ -295,6 +299,7 @@ extern const fl_op_def *const fl__ops_nlp[], *const fl__ops_nlp_idx[], *const fl
  * layer, l2_normalize, top_k's gradient; ops_lr.c: piecewise and other schedules; ops_optim_more.c:
  * rmsprop, l1_decay */
 extern const fl_op_def *const fl__ops_bcast[], *const fl__ops_more[], *const fl__ops_lr[], *const fl__ops_optim_more[];
+extern const fl_op_def *const fl__ops_select[]; /* ops_select.c: where */
 /* ops_more.c: top_k's gradient maker (top_k_grad), named in ops_metric.c's top_k. */
 int fl__grad_top_k(fl_op *op, fl_grad_ctx *g);
 /* Learning-rate schedules (ops_nlp_train.c): begin appends schedule op `type` in the LR role
@@ -307,6 +312,10 @@ fl_var *fl__lr_sched_finish(fl_prog *p, fl_op *op, fl_var *lr, int bad);
  * grad + (coeff + the parameter's l1_decay) * sign(param) (op l1_decay); nothing where that
  * sum is 0. */
 int fl__l1_decay_apply(fl_prog *p, fl_param_grad *pairs, int n, float coeff);
+/* ops_more.c: the startup op of a parameter initialised by FL_INIT_ASSIGN: assign_value of
+ * value set `id` of sp's main program into sv (FL_EINVAL naming the parameter when the set
+ * is not the program's or its size differs from the parameter's). */
+int fl__init_assign_append(fl_prog *sp, fl_var *sv, uint64_t id);
 /* Gradient clipping set on an optimizer (FL_CLIP_*; a: max / max_norm / clip_norm, b: min),
  * appended by minimize after backward (ops_nlp_train.c); the optimizer's fields. */
 typedef struct {

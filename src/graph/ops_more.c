@@ -496,6 +496,58 @@ fl_var *fl_layer_assign_value(fl_prog *p, int ndim, const int64_t *shape, fl_dty
     return st || fl__op_finish(op) ? NULL : o;
 }
 
+/* ---- the assign initializer (Paddle's NumpyArrayInitializer) ---------------------------------- */
+
+int fl_init_assign(fl_prog *p, const float *values, int64_t n, fl_initializer *out)
+{
+    if (out) *out = (fl_initializer){FL_INIT_ASSIGN, 0.0f, 0.0f, 0}; /* id 0: fails when used */
+    if (!p || p->magic != FL_PROG_MAGIC) return fl__err_handle(p, "fl_init_assign: program is NULL or invalid");
+    if (!out) return fl__err(FL_EINVAL, "fl_init_assign: out is NULL");
+    fl_prog *m = p->main ? p->main : p;
+    if (!values || n < 1 || n > (int64_t)1 << 24)
+        return fl__err(FL_EINVAL, "fl_init_assign: needs values and 1 to 2^24 of them, got %lld", (long long)n);
+    float *copy = malloc((size_t)n * sizeof *copy);
+    float **nv = realloc(m->assign_vals, (size_t)(m->nassign + 1) * sizeof *nv);
+    if (nv) m->assign_vals = nv;
+    int64_t *nn = nv ? realloc(m->assign_n, (size_t)(m->nassign + 1) * sizeof *nn) : NULL;
+    if (nn) m->assign_n = nn;
+    if (!copy || !nn) {
+        free(copy);
+        return fl__err(FL_ENOMEM, "fl_init_assign: out of memory for %lld values", (long long)n);
+    }
+    memcpy(copy, values, (size_t)n * sizeof *copy);
+    m->assign_vals[m->nassign] = copy;
+    m->assign_n[m->nassign++] = n;
+    out->seed = (uint64_t)m->nassign;
+    return FL_OK;
+}
+
+int fl__init_assign_append(fl_prog *sp, fl_var *sv, uint64_t id)
+{
+    fl_prog *m = sp->main ? sp->main : sp;
+    if (id < 1 || id > (uint64_t)m->nassign)
+        return fl__prog_error(sp, FL_EINVAL,
+                              "parameter '%s': its assign initializer is not one of this program's (make it with "
+                              "fl_init_assign on the program that holds the parameter)",
+                              sv->name);
+    int64_t want = fl__dims_prod(sv->shape, 0, sv->ndim), have = m->assign_n[id - 1];
+    if (sv->dtype != FL_FLOAT32 || want != have) {
+        char sh[96];
+        fl__shape_str(sv, sh, sizeof sh);
+        return fl__prog_error(sp, FL_EINVAL, "parameter '%s' %s %s has %lld elements, its assigned initial values %lld",
+                              sv->name, fl_dtype_name(sv->dtype), sh, (long long)want, (long long)have);
+    }
+    fl_io out = FL_IO1("Out", sv);
+    fl_op *op = fl__op_new(sp, "assign_value", NULL, 0, &out, 1);
+    if (!op) return fl_prog_status(m);
+    int64_t shape[FL_MAX_DIMS];
+    memcpy(shape, sv->shape, sizeof shape);
+    FL_CHECK(fl__attr_set_ints(op, "shape", shape, sv->ndim));
+    FL_CHECK(fl__attr_set_i(op, "dtype", FL_FLOAT32));
+    FL_CHECK(fl__attr_set_floats(op, "fp32_values", m->assign_vals[id - 1], (int)have));
+    return fl__op_finish(op);
+}
+
 /* ---- create_global_var ----------------------------------------------------------------------- */
 
 fl_var *fl_layer_create_global_var(fl_prog *p, const char *name, int ndim, const int64_t *shape, fl_dtype dtype,

@@ -15,7 +15,8 @@
  * @LR_DECAY_COUNTER@, incremented by an op at the start of the program (Paddle's
  * autoincreased_step_counter: the first schedule built sets where it begins):
  *   noam_decay          d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) * learning_rate
- *                       (step from 1)
+ *                       (the layer's step from 1; step 0, as paddle.optimizer.lr.NoamDecay's
+ *                       epoch 0 sets it, gives 0 as Paddle's: min(1, 0))
  *   polynomial_decay    (lr - end_lr) * (1 - min(step, decay_steps) / decay_steps)^power + end_lr;
  *                       with cycle, decay_steps grows to the next multiple covering step
  *   linear_lr_warmup    start_lr + (end_lr - start_lr) * step / warmup_steps while step <
@@ -204,9 +205,11 @@ static int run_noam(fl_kctx *c)
 {
     double step = 0.0;
     FL_CHECK(step_of(c, &step));
-    if (step < 1) step = 1;
+    /* Paddle 2.x's NoamDecay at step 0 (its scheduler's epoch 0): min(1, 0) = 0.  The 1.x
+     * layer's counter starts at 1, so its first run is the step-1 rate, as Paddle's. */
+    if (step < 0) step = 0;
     double d = (double)fl__attr_i(c->op, "d_model", 512), w = (double)fl__attr_i(c->op, "warmup_steps", 1);
-    double a = pow(step, -0.5), b = pow(w, -1.5) * step;
+    double a = step > 0 ? pow(step, -0.5) : 1.0, b = pow(w, -1.5) * step;
     return set_lr(c, fl__attr_f(c->op, "learning_rate", 1.0) * pow(d, -0.5) * (a < b ? a : b));
 }
 

@@ -21,6 +21,7 @@ static int append_init(fl_prog *sp, fl_var *sv, fl_initializer in, int64_t fan_i
     case FL_INIT_UNIFORM: type = "uniform_random"; break;
     case FL_INIT_NORMAL: type = "gaussian_random"; break;
     case FL_INIT_TRUNCATED_NORMAL: type = "truncated_gaussian_random"; break;
+    case FL_INIT_ASSIGN: return fl__init_assign_append(sp, sv, in.seed);
     case FL_INIT_XAVIER: {
         double fi = (double)(fan_in > 0 ? fan_in : 1), fo = (double)(fan_out > 0 ? fan_out : 1);
         if (in.a != 0.0f) {

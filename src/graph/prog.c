@@ -49,6 +49,9 @@ static void prog_free1(fl_prog *p)
         p->vars[i]->magic = 0;
         free(p->vars[i]);
     }
+    for (int i = 0; i < p->nassign; i++) free(p->assign_vals[i]);
+    free(p->assign_vals);
+    free(p->assign_n);
     free(p->ops);
     free(p->vars);
     fl__strmap_free(&p->names);

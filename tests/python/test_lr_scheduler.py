@@ -61,8 +61,6 @@ def test_rate_follows_paddle_formula(case, runs_per_step):
             got, w1 = exe.run(main, feed={"x": x}, fetch_list=[rate, w])
             want = formula(e)
             assert abs(sched() - want) <= 1e-6 + 1e-5 * abs(want)
-            if isinstance(sched, lr.NoamDecay) and e == 0:
-                want = 2.0 * 64 ** -0.5 * 4 ** -1.5  # the op clamps the step to 1 (Paddle: 0)
             assert abs(float(got[0]) - want) <= 1e-6 + 1e-5 * abs(want), (type(sched).__name__, e, got, want)
             if w0 is not None:  # d mean(x w) / dw = 1 per element (x = 1): the step is this run's rate
                 np.testing.assert_allclose(w0 - w1, np.full_like(w1, got[0]), rtol=1e-4, atol=1e-6)
@@ -105,3 +103,20 @@ def test_optimizer_get_lr_is_the_scheduler_value():
     opt = paddle.optimizer.Adam(learning_rate=sched)
     sched.step()
     assert opt.get_lr() == 0.25
+
+
+def test_fluid_noam_decay_starts_at_the_step_1_rate():
+    """fluid.layers.noam_decay counts its steps from 1 (Paddle 1.x's _decay_step_counter(1)):
+    run k uses step k; paddle.optimizer.lr.NoamDecay's epoch 0 (above) is 0 instead."""
+    main, startup = static.Program(), static.Program()
+    with static.program_guard(main, startup):
+        rate = fluid.layers.noam_decay(64, 4, 2.0)
+        x = static.data("x", [None, 4], "float32")
+        fluid.optimizer.SGD(learning_rate=rate).minimize(paddle.mean(static.nn.fc(x, 1)))
+    with fluid.scope_guard(fluid.Scope()):
+        exe = static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        for step in range(1, 7):
+            got, = exe.run(main, feed={"x": np.ones((2, 4), "float32")}, fetch_list=[rate])
+            want = 2.0 * 64 ** -0.5 * min(step ** -0.5, 4 ** -1.5 * step)
+            assert abs(float(got[0]) - want) <= 1e-7 + 1e-6 * want, (step, got, want)

@@ -1,3 +1,3 @@
 """paddle.nn.initializer names."""
-from ..initializer import (Constant, Initializer, Normal, TruncatedNormal, Uniform, XavierNormal,  # noqa: F401
-                           XavierUniform)
+from ..initializer import (Assign, Constant, Initializer, Normal, TruncatedNormal, Uniform,  # noqa: F401
+                           XavierNormal, XavierUniform)
