@@ -62,12 +62,8 @@ int main(int argc, char **argv)
 {
     const char *model = "resnet50";
     int batch = 8, steps = 3, warmup = 1, size = 224, v1 = 0;
-    const bench_opt t[] = {{"model", BA_STR, &model},
-                           {"batch", BA_INT, &batch},
-                           {"steps", BA_INT, &steps},
-                           {"warmup", BA_INT, &warmup},
-                           {"size", BA_INT, &size},
-                           {"v1", BA_INT, &v1}};
+    const bench_opt t[] = {{"model", BA_STR, &model},   {"batch", BA_INT, &batch}, {"steps", BA_INT, &steps},
+                           {"warmup", BA_INT, &warmup}, {"size", BA_INT, &size},   {"v1", BA_INT, &v1}};
     bench_args(argc, argv, 1, t, BA_COUNT(t), NULL, NULL);
     if (batch < 1 || steps < 1 || steps > 100 || warmup < 0 || size < 32 || v1 < 0 || v1 > 1)
         cli_die(2, "--batch >= 1, --steps in [1, 100], --warmup >= 0, --size >= 32, --v1 0|1");

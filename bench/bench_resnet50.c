@@ -330,8 +330,8 @@ int main(int argc, char **argv)
                            {"warmup", BA_INT, &o.warmup}, {"size", BA_INT, &o.size},   {"depth", BA_INT, &o.depth},
                            {"width", BA_INT, &o.width},   {"amp", BA_INT, &o.amp},     {"v1", BA_INT, &o.v1}};
     bench_args(argc, argv, 1, t, BA_COUNT(t), NULL, NULL);
-    if (o.batch < 1 || o.steps < 1 || o.warmup < 0 || o.size < 32 || o.width < 1 || o.amp < 0 || o.amp > 1 ||
-        o.v1 < 0 || o.v1 > 1)
+    if (o.batch < 1 || o.steps < 1 || o.warmup < 0 || o.size < 32 || o.width < 1 || o.amp < 0 || o.amp > 1 || o.v1 < 0 ||
+        o.v1 > 1)
         cli_die(2, "--batch, --steps >= 1, --warmup >= 0, --size >= 32, --width >= 1, --amp 0|1, --v1 0|1");
     char info[256];
     printf("# %s\n", fl__gemm_info(info, sizeof info));

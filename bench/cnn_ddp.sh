@@ -23,10 +23,12 @@ case $model in
   vgg16) configs=${CNN_CONFIGS:-1:1:8 1:2:8} ;;
   *) echo "cnn_ddp.sh: CNN_MODEL must be resnet50 or vgg16, got '$model'" >&2; exit 2 ;;
 esac
-v1= ours_v1=()
+v1=''
+ours_v1=()
 if [ "${CNN_V1:-0}" = 1 ]; then
   [ "$model" = resnet50 ] || { echo "cnn_ddp.sh: CNN_V1 is for resnet50" >&2; exit 2; }
-  v1=--v1 ours_v1=(--v1 1)
+  v1=--v1
+  ours_v1=(--v1 1)
 fi
 rounds=${CNN_ROUNDS:-2}
 steps=${CNN_STEPS:-2}
