@@ -4,9 +4,11 @@
  * collective processes fleetrun starts (fleet_init_collective: each rank trains its share of
  * the global batch, gradients allreduced every step).
  *
- * usage: bench_cnn_ddp [--model resnet50|vgg16] [--batch GLOBAL] [--steps N] [--warmup N] [--size S]
+ * usage: bench_cnn_ddp [--model resnet50|vgg16] [--batch GLOBAL] [--steps N] [--warmup N] [--size S] [--v1 0|1]
  *   one process:    FLEET_NUM_THREADS=2 bench_cnn_ddp --batch 8
  *   two processes:  FLEET_NUM_THREADS=1 fleetrun --nproc_per_node 2 bench_cnn_ddp --batch 8
+ * ResNet-50 is v1.5 (stride on each downsampling bottleneck's 3x3, as torchvision's resnet50);
+ * --v1 1 puts it on the first 1x1 (stride_in_1x1, ResNet v1; said in the '# ' line).
  * Momentum 0.9 lr 0.01 (VGG: dropout 0.5 as built); images uniform [-1, 1) (each rank its
  * own), labels (i * 7919) % 1000.  Each rank times whole steps (a step ends after its
  * allreduce, so the ranks keep in step); rank 0 prints the median step's images/s of the
@@ -21,7 +23,8 @@
 #include <time.h>
 
 #define CLI_NAME "bench_cnn_ddp"
-#define CLI_HELP_HINT "usage: bench_cnn_ddp [--model resnet50|vgg16] [--batch GLOBAL] [--steps N] [--warmup N] [--size S]"
+#define CLI_HELP_HINT \
+    "usage: bench_cnn_ddp [--model resnet50|vgg16] [--batch GLOBAL] [--steps N] [--warmup N] [--size S] [--v1 0|1]"
 #include "bench_args.h"
 
 static void die(const char *what)
@@ -58,15 +61,12 @@ static int cmp_d(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     const char *model = "resnet50";
-    int batch = 8, steps = 3, warmup = 1, size = 224;
-    const bench_opt t[] = {{"model", BA_STR, &model},
-                           {"batch", BA_INT, &batch},
-                           {"steps", BA_INT, &steps},
-                           {"warmup", BA_INT, &warmup},
-                           {"size", BA_INT, &size}};
+    int batch = 8, steps = 3, warmup = 1, size = 224, v1 = 0;
+    const bench_opt t[] = {{"model", BA_STR, &model},   {"batch", BA_INT, &batch}, {"steps", BA_INT, &steps},
+                           {"warmup", BA_INT, &warmup}, {"size", BA_INT, &size},   {"v1", BA_INT, &v1}};
     bench_args(argc, argv, 1, t, BA_COUNT(t), NULL, NULL);
-    if (batch < 1 || steps < 1 || steps > 100 || warmup < 0 || size < 32)
-        cli_die(2, "--batch >= 1, --steps in [1, 100], --warmup >= 0, --size >= 32");
+    if (batch < 1 || steps < 1 || steps > 100 || warmup < 0 || size < 32 || v1 < 0 || v1 > 1)
+        cli_die(2, "--batch >= 1, --steps in [1, 100], --warmup >= 0, --size >= 32, --v1 0|1");
 
     fl_prog *p = fl_prog_create();
     fl_var *loss = NULL;
@@ -75,6 +75,7 @@ int main(int argc, char **argv)
     if (!strcmp(model, "resnet50")) {
         fl_model_resnet_config c = fl_model_resnet50();
         c.height = c.width = size;
+        c.stride_in_1x1 = v1;
         fl_model_resnet m;
         if (fl_model_resnet_build(p, &c, &m) != FL_OK) die("building resnet50");
         loss = m.loss;
@@ -87,6 +88,7 @@ int main(int argc, char **argv)
     } else {
         cli_die(2, "--model must be resnet50 or vgg16, got '%s'", model);
     }
+    if (v1 && strcmp(model, "resnet50") != 0) cli_die(2, "--v1 is for --model resnet50");
     fleet_t *f = fleet_init_collective(NULL, NULL);
     if (!f) die("fleet_init_collective");
     const int nranks = fleet_worker_num(f), rank = fleet_worker_index(f);
@@ -123,9 +125,9 @@ int main(int argc, char **argv)
     qsort(dt, (size_t)steps, sizeof *dt, cmp_d);
     const double med = steps % 2 ? dt[steps / 2] : (dt[steps / 2 - 1] + dt[steps / 2]) / 2;
     if (rank == 0) {
-        printf("# %s %dx%d, global batch %d on %d process(es) (%lld each), FLEET_NUM_THREADS %s; step median %.3f s "
+        printf("# %s%s %dx%d, global batch %d on %d process(es) (%lld each), FLEET_NUM_THREADS %s; step median %.3f s "
                "(min %.3f max %.3f); loss %.4f; all processes together kept %.2f cores busy during the timed steps\n",
-               model, size, size, batch, nranks, (long long)B,
+               model, v1 ? " (v1 strides)" : "", size, size, batch, nranks, (long long)B,
                getenv("FLEET_NUM_THREADS") ? getenv("FLEET_NUM_THREADS") : "-", med, dt[0], dt[steps - 1], lossv, other);
         printf("R\tcnn.%s.s%d.b%d.p%d.images_per_s\t%.3f\timages/s\n", model, size, batch, nranks, batch / med);
         fflush(stdout);

@@ -3,7 +3,7 @@
  * synthetic in-memory batch, and the convolution primitives of the same network alone.
  *
  * usage: bench_resnet50 [--mode train|eval|prims] [--batch N] [--steps N] [--warmup N]
- *                       [--size S] [--depth D] [--width W] [--amp 0|1]
+ *                       [--size S] [--depth D] [--width W] [--amp 0|1] [--v1 0|1]
  *   train  Momentum 0.9 lr 0.01 steps on one random batch (images uniform [-1, 1), labels
  *          uniform over 1000 classes); reports the median step's images/s and the
  *          convolutions' GFLOP/s over the whole step (forward, backward-data where the input
@@ -15,6 +15,8 @@
  *          picks (no reorders, no other op): the time a training step and a forward pass
  *          would take if they were only their convolutions, and their GFLOP/s: the limit
  *          the step's GFLOP/s is measured against.
+ * The network is ResNet v1.5 (stride on each downsampling bottleneck's 3x3, as torchvision's
+ * resnet50); --v1 1 puts it on the first 1x1 (stride_in_1x1, ResNet v1; keys get ".v1").
  * --amp 1: bfloat16 AMP (fl_amp_decorate_optimizer; prims: bf16 primitives).  Threads:
  * FLEET_NUM_THREADS (1 or 2).  Output: "R<TAB>key<TAB>value<TAB>unit" lines and "# " comments
  * (ISA, kernels, the CPU time other processes took during the timed steps).
@@ -33,7 +35,7 @@
 #define CLI_NAME "bench_resnet50"
 #define CLI_HELP_HINT                                                                                              \
     "usage: bench_resnet50 [--mode train|eval|prims] [--batch N] [--steps N] [--warmup N] [--size S] [--depth D] " \
-    "[--width W] [--amp 0|1]"
+    "[--width W] [--amp 0|1] [--v1 0|1]"
 #include "bench_args.h"
 
 static void die(const char *what)
@@ -116,7 +118,7 @@ static double conv_flops(const conv_shape *s, int64_t batch, int train)
 
 typedef struct {
     const char *mode;
-    int batch, steps, warmup, size, depth, width, amp;
+    int batch, steps, warmup, size, depth, width, amp, v1;
 } opts;
 
 static void run_net(const opts *o)
@@ -127,6 +129,7 @@ static void run_net(const opts *o)
     cfg.height = cfg.width = o->size;
     cfg.depth = o->depth;
     cfg.base_filters = o->width;
+    cfg.stride_in_1x1 = o->v1;
     fl_model_resnet net;
     if (fl_model_resnet_build(p, &cfg, &net) != FL_OK) die("building the network");
     fl_opt *opt = NULL;
@@ -174,7 +177,8 @@ static void run_net(const opts *o)
     for (int i = 0; i < ncs; i++) flops += conv_flops(&cs[i], B, train);
     double med = median(dt, o->steps);
     char key[96];
-    snprintf(key, sizeof key, "resnet%d.%s%s.s%d.b%d", o->depth, o->mode, o->amp ? ".bf16" : "", o->size, o->batch);
+    snprintf(key, sizeof key, "resnet%d.%s%s%s.s%d.b%d", o->depth, o->mode, o->amp ? ".bf16" : "", o->v1 ? ".v1" : "",
+             o->size, o->batch);
     printf("# %s: step median %.3f s (min %.3f max %.3f), first value %g, other processes %.2f cores\n", key, med, dt[0],
            dt[o->steps - 1], (double)loss, wall > 0 ? others / wall : 0.0);
     printf("R\t%s.images_per_s\t%.3f\timages/s\n", key, (double)B / med);
@@ -236,6 +240,7 @@ static void run_prims(const opts *o)
     cfg.height = cfg.width = o->size;
     cfg.depth = o->depth;
     cfg.base_filters = o->width;
+    cfg.stride_in_1x1 = o->v1;
     fl_model_resnet net;
     if (fl_model_resnet_build(p, &cfg, &net) != FL_OK) die("building the network");
     fl_opt *opt = fl_opt_sgd(0.01f);
@@ -295,7 +300,8 @@ static void run_prims(const opts *o)
                s->count, t[0], t[1], t[2], impls);
     }
     char key[96];
-    snprintf(key, sizeof key, "resnet%d.prims%s.s%d.b%d", o->depth, o->amp ? ".bf16" : "", o->size, o->batch);
+    snprintf(key, sizeof key, "resnet%d.prims%s%s.s%d.b%d", o->depth, o->amp ? ".bf16" : "", o->v1 ? ".v1" : "", o->size,
+             o->batch);
     double tt = ms[0] + ms[1] + ms[2], ft = fl[0] + fl[1] + fl[2];
     printf(
         "# %s: forward %.1f ms %.1f GFLOP/s, backward-data %.1f ms %.1f GFLOP/s, backward-weights %.1f ms %.1f GFLOP/s\n",
@@ -319,13 +325,14 @@ static void run_prims(const opts *o)
 
 int main(int argc, char **argv)
 {
-    opts o = {"train", 8, 5, 1, 224, 50, 64, 0};
+    opts o = {"train", 8, 5, 1, 224, 50, 64, 0, 0};
     const bench_opt t[] = {{"mode", BA_STR, &o.mode},     {"batch", BA_INT, &o.batch}, {"steps", BA_INT, &o.steps},
                            {"warmup", BA_INT, &o.warmup}, {"size", BA_INT, &o.size},   {"depth", BA_INT, &o.depth},
-                           {"width", BA_INT, &o.width},   {"amp", BA_INT, &o.amp}};
+                           {"width", BA_INT, &o.width},   {"amp", BA_INT, &o.amp},     {"v1", BA_INT, &o.v1}};
     bench_args(argc, argv, 1, t, BA_COUNT(t), NULL, NULL);
-    if (o.batch < 1 || o.steps < 1 || o.warmup < 0 || o.size < 32 || o.width < 1 || o.amp < 0 || o.amp > 1)
-        cli_die(2, "--batch, --steps >= 1, --warmup >= 0, --size >= 32, --width >= 1, --amp 0|1");
+    if (o.batch < 1 || o.steps < 1 || o.warmup < 0 || o.size < 32 || o.width < 1 || o.amp < 0 || o.amp > 1 || o.v1 < 0 ||
+        o.v1 > 1)
+        cli_die(2, "--batch, --steps >= 1, --warmup >= 0, --size >= 32, --width >= 1, --amp 0|1, --v1 0|1");
     char info[256];
     printf("# %s\n", fl__gemm_info(info, sizeof info));
     if (!strcmp(o.mode, "prims")) run_prims(&o);

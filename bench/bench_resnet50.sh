@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# bench/bench_resnet50.sh [BUILD_DIR] - ResNet-50 at 224 against torchvision's resnet50 (PyPI
-# PyTorch, float32): training and inference images/s on one synthetic in-memory batch, same
+# bench/bench_resnet50.sh [BUILD_DIR] - ResNet-50 (v1.5) at 224 against torchvision's resnet50 as
+# it is (PyPI PyTorch, float32): training and inference images/s on one synthetic in-memory batch, same
 # batch, same threads, the two sides interleaved run by run, ROUNDS rounds, medians; then our
 # convolution primitives alone (build/bench/bench_resnet50 --mode prims) as the limit.
 #
 # Environment: RN50_ROUNDS (3), RN50_BATCHES ("8 32"), RN50_THREADS ("1 2"), RN50_MODES
 # ("train eval"), RN50_STEPS (3, after 1 warm-up), RN50_AMP (0; 1 adds our bf16 AMP runs),
 # RN50_OURS (space-separated bench_resnet50 binaries, default BUILD_DIR/bench/bench_resnet50:
-# several compare trees), RN50_TORCH (1; 0 leaves PyTorch out), RN50_TORCH_V1 (0; 1 adds
-# torchvision's model with ResNet v1 strides, the layout of ours), RN50_PRIMS (1),
+# several compare trees), RN50_TORCH (1; 0 leaves PyTorch out), RN50_V1 (0; 1 adds ResNet v1 runs
+# on both sides: ours with --v1 1, keys ".v1", and torchvision's model with the strides moved to
+# the first 1x1, keys "torchv1"), RN50_PRIMS (1),
 # PEER_TORCH_VENV (bench/peer_venv.sh), RN50_VERBOSE (0; 1 prints each side's oneDNN kernels
 # from ONEDNN_VERBOSE, once per configuration, from a batch-2 run at 64x64).
 # Output: every run's R line, then "M<TAB>key<TAB>median<TAB>min<TAB>max" per key.
@@ -45,6 +46,10 @@ for r in $(seq 1 "$rounds"); do
           i=$((i + 1))
           FLEET_NUM_THREADS=$t OMP_NUM_THREADS=$t "$bin" --mode "$mode" --batch "$b" --steps "$steps" |
             sed "s/resnet50\./ours$i.t$t.resnet50./" | tee -a "$out" | grep -v '^# gemm'
+          if [ "${RN50_V1:-0}" = 1 ]; then
+            FLEET_NUM_THREADS=$t OMP_NUM_THREADS=$t "$bin" --mode "$mode" --batch "$b" --steps "$steps" --v1 1 |
+              sed "s/resnet50\./ours$i.t$t.resnet50./" | tee -a "$out" | grep -v '^# gemm'
+          fi
           if [ "${RN50_AMP:-0}" = 1 ]; then
             FLEET_NUM_THREADS=$t OMP_NUM_THREADS=$t "$bin" --mode "$mode" --batch "$b" --steps "$steps" --amp 1 |
               sed "s/resnet50\./ours$i.t$t.resnet50./" | tee -a "$out" | grep -v '^# gemm'
@@ -53,7 +58,7 @@ for r in $(seq 1 "$rounds"); do
         if [ -n "$py" ]; then
           "$py" "$here/resnet50_torch.py" --mode "$mode" --batch "$b" --threads "$t" --steps "$steps" |
             sed "s/torch\.resnet50/torch.t$t.resnet50/" | tee -a "$out" | grep -v '^# torch '
-          if [ "${RN50_TORCH_V1:-0}" = 1 ]; then
+          if [ "${RN50_V1:-0}" = 1 ]; then
             "$py" "$here/resnet50_torch.py" --mode "$mode" --batch "$b" --threads "$t" --steps "$steps" --v1 |
               sed "s/torch\.resnet50/torchv1.t$t.resnet50/" | tee -a "$out" | grep -v '^# torch '
           fi

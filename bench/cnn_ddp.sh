@@ -3,13 +3,14 @@
 # (BUILD_DIR/bench/bench_cnn_ddp; several processes through BUILD_DIR/tools/fleetrun) against
 # torchvision's model in PyPI PyTorch (bench/cnn_torch.py; several processes: DDP over gloo), on
 # the same synthetic global batch, the configurations interleaved run by run, ROUNDS rounds,
-# medians.  ResNet-50 runs with v1 strides on the PyTorch side (fl_model_resnet50's layout).
+# medians.  ResNet-50 is v1.5 on both sides (torchvision's resnet50 as it is); CNN_V1=1 runs
+# ResNet v1 on both (bench_cnn_ddp --v1 1, cnn_torch.py --v1).
 #
 # Environment: CNN_MODEL (resnet50; or vgg16), CNN_CONFIGS (processes:threads:global batch,
 # space-separated; default "1:1:4 1:2:8 2:1:8" for resnet50 - the one-core baseline at the
 # per-process batch, then 1 process x 2 threads and 2 processes x 1 thread on the same global
 # batch - and "1:1:8 1:2:8" for vgg16), CNN_ROUNDS (2), CNN_STEPS (2, after 1 warm-up),
-# CNN_SIZE (224), CNN_TORCH (1; 0 leaves PyTorch out), PEER_TORCH_VENV (bench/peer_venv.sh).
+# CNN_SIZE (224), CNN_V1 (0), CNN_TORCH (1; 0 leaves PyTorch out), PEER_TORCH_VENV (bench/peer_venv.sh).
 # Output: every run's '# ' and R lines, the load between runs, then
 # "M<TAB>key<TAB>median<TAB>min<TAB>max" per key and, for resnet50, the scaling efficiency of each
 # 2-core configuration: its images/s over twice the one-core baseline's.
@@ -18,10 +19,17 @@ build=${1:-build}
 here=$(cd "$(dirname "$0")" && pwd)
 model=${CNN_MODEL:-resnet50}
 case $model in
-  resnet50) configs=${CNN_CONFIGS:-1:1:4 1:2:8 2:1:8}; v1=--v1 ;;
-  vgg16) configs=${CNN_CONFIGS:-1:1:8 1:2:8}; v1= ;;
+  resnet50) configs=${CNN_CONFIGS:-1:1:4 1:2:8 2:1:8} ;;
+  vgg16) configs=${CNN_CONFIGS:-1:1:8 1:2:8} ;;
   *) echo "cnn_ddp.sh: CNN_MODEL must be resnet50 or vgg16, got '$model'" >&2; exit 2 ;;
 esac
+v1=''
+ours_v1=()
+if [ "${CNN_V1:-0}" = 1 ]; then
+  [ "$model" = resnet50 ] || { echo "cnn_ddp.sh: CNN_V1 is for resnet50" >&2; exit 2; }
+  v1=--v1
+  ours_v1=(--v1 1)
+fi
 rounds=${CNN_ROUNDS:-2}
 steps=${CNN_STEPS:-2}
 size=${CNN_SIZE:-224}
@@ -41,10 +49,11 @@ for _ in $(seq 1 "$rounds"); do
   for c in $configs; do
     IFS=: read -r np nt gb <<< "$c"
     if [ "$np" = 1 ]; then
-      FLEET_NUM_THREADS=$nt OMP_NUM_THREADS=$nt timeout 1200 "$ours" --model "$model" --batch "$gb" --steps "$steps" --size "$size"
+      FLEET_NUM_THREADS=$nt OMP_NUM_THREADS=$nt timeout 1200 "$ours" --model "$model" --batch "$gb" --steps "$steps" --size "$size" \
+        "${ours_v1[@]}"
     else
       FLEET_NUM_THREADS=$nt OMP_NUM_THREADS=$nt timeout 1200 "$build/tools/fleetrun" --nproc_per_node "$np" --log_dir "$tmp/log" \
-        "$ours" --model "$model" --batch "$gb" --steps "$steps" --size "$size" 2>/dev/null
+        "$ours" --model "$model" --batch "$gb" --steps "$steps" --size "$size" "${ours_v1[@]}" 2>/dev/null
     fi | grep -E '^(R|# )' | sed "s/\.images_per_s/.t$nt.images_per_s/" | tee -a "$out"
     if [ -n "$py" ]; then
       # shellcheck disable=SC2086 # $v1 is empty or one flag

@@ -8,8 +8,9 @@ usage: python bench/cnn_torch.py [--model resnet50|vgg16] [--batch GLOBAL] [--wo
 --world 1: one process.  --world N > 1: N processes (torch.multiprocessing.spawn), each with
 --threads intra-op threads and GLOBAL / N images, DistributedDataParallel over gloo on
 tcp://127.0.0.1.  SGD momentum 0.9 lr 0.01, CrossEntropyLoss, images uniform [-1, 1) (each rank
-its own), labels (i * 7919) % 1000.  --v1 moves the stride of each downsampling bottleneck of
-resnet50 from its 3x3 to its first 1x1 convolution (ResNet v1, fl_model_resnet50's layout).
+its own), labels (i * 7919) % 1000.  resnet50 is torchvision's as it is (ResNet v1.5, as
+fl_model_resnet50 by default); --v1 moves the stride of each downsampling bottleneck from its 3x3
+to its first 1x1 convolution (ResNet v1, fl_model_resnet50 with stride_in_1x1).
 Rank 0 prints the median step's images/s of the global batch as 'R<TAB>key<TAB>value<TAB>unit'
 with key torch.MODEL.sSIZE.bGLOBAL.pN.images_per_s, and '# ' lines.
 """

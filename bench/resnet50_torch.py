@@ -5,9 +5,10 @@ usage: python bench/resnet50_torch.py [--mode train|eval] [--batch 8] [--steps 3
            [--threads 1] [--size 224] [--v1]
 
 train: SGD momentum 0.9 lr 0.01, CrossEntropyLoss, images uniform [-1, 1), labels i*7919 % 1000;
-eval: model.eval() under torch.no_grad().  --v1 moves the stride of each downsampling bottleneck
-from its 3x3 to its first 1x1 convolution (ResNet v1, Paddle's and fl_model_resnet50's layout;
-torchvision's default is v1.5, about 7% more arithmetic).  Prints the median step's images/s (and images per
+eval: model.eval() under torch.no_grad().  The model is torchvision's resnet50 as it is (ResNet
+v1.5, the stride of each downsampling bottleneck on its 3x3, as PaddleCV's ResNet50 and
+fl_model_resnet50 by default); --v1 moves that stride to the first 1x1 convolution (ResNet v1,
+fl_model_resnet50 with stride_in_1x1, about 6% fewer multiply-adds).  Prints the median step's images/s (and images per
 second of the process's CPU time) as 'R<TAB>key<TAB>value<TAB>unit', and '# ' lines: torch version, its CPU capability and the oneDNN
 (mkldnn) kernels the convolutions dispatch to (ONEDNN_VERBOSE is read from the environment).
 """

@@ -190,8 +190,10 @@ FL_API int fl_model_wide_deep_build(fl_prog *p, const fl_model_ctr_config *cfg, 
  *   18, 34:  four stages of basic blocks (2,2,2,2 / 3,4,6,3), base_filters x 1, 2, 4, 8;
  *   50, 101, 152: four stages of bottleneck blocks (1x1, 3x3, 1x1 x4; 3,4,6,3 / 3,4,23,3 /
  *            3,8,36,3), Paddle's ResNet50 of the lightning seed at base_filters 64.
- * Every stage after the first halves the image (stride 2 on the block's first 3x3 conv, or
- * the 1x1 of a bottleneck); a block whose shape changes adds a 1x1 conv + batch_norm
+ * Every stage after the first halves the image: stride 2 on the block's first 3x3 conv, in a
+ * bottleneck its 3x3 (ResNet v1.5, as PaddleCV's ResNet50 and torchvision's resnet50), or its
+ * first 1x1 with stride_in_1x1 (ResNet v1, the original paper's Caffe model, about 6% fewer
+ * multiply-adds at 224); a block whose shape changes adds a 1x1 conv + batch_norm
  * projection to its shortcut; each block ends relu(branch + shortcut).  Stem: conv 3x3
  * stride 1 + batch_norm relu (imagenet_stem 0, for small images), or conv 7x7 stride 2 +
  * batch_norm relu + max pool 3x3 stride 2 (imagenet_stem 1).  Then global average pool ->
@@ -207,6 +209,7 @@ typedef struct {
     int base_filters;             /* default 16 */
     int imagenet_stem;            /* default 0 */
     int num_classes;              /* default 10 */
+    int stride_in_1x1;            /* default 0: bottleneck stride on the 3x3 (v1.5); 1: on the first 1x1 (v1) */
 } fl_model_resnet_config;
 
 typedef struct {

@@ -216,7 +216,7 @@ class ResnetConfig(ctypes.Structure):
     """fl_model_resnet_config (include/fleet/models.h)."""
     _fields_ = [("input_name", c_char_p), ("label_name", c_char_p), ("channels", c_int), ("height", c_int),
                 ("width", c_int), ("depth", c_int), ("base_filters", c_int), ("imagenet_stem", c_int),
-                ("num_classes", c_int)]
+                ("num_classes", c_int), ("stride_in_1x1", c_int)]
 
 
 class VggConfig(ctypes.Structure):

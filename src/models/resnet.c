@@ -72,6 +72,8 @@ static int check_cfg(const fl_model_resnet_config *c, layout *l)
                        c->width);
     if (c->base_filters < 1) return fl__err(FL_EINVAL, "resnet: base_filters must be >= 1, got %d", c->base_filters);
     if (c->num_classes < 2) return fl__err(FL_EINVAL, "resnet: num_classes must be >= 2, got %d", c->num_classes);
+    if (c->stride_in_1x1 != 0 && c->stride_in_1x1 != 1)
+        return fl__err(FL_EINVAL, "resnet: stride_in_1x1 must be 0 or 1, got %d", c->stride_in_1x1);
     FL_CHECK(layout_of(c->depth, l));
     return FL_OK;
 }
@@ -88,14 +90,15 @@ static fl_var *conv_bn(fl_var *x, int filters, int k, int stride, const char *ac
 }
 
 /* One residual block: relu(branch(x) + shortcut(x)); the shortcut projects with a 1x1 conv
- * + batch_norm when the channels or the size change. */
-static fl_var *block(fl_var *x, int in_ch, int filters, int stride, int bottleneck, int *out_ch)
+ * + batch_norm when the channels or the size change.  A bottleneck strides on its 3x3 (v1.5)
+ * or, with stride_in_1x1, on its first 1x1 (v1). */
+static fl_var *block(fl_var *x, int in_ch, int filters, int stride, int bottleneck, int stride_in_1x1, int *out_ch)
 {
     fl_var *y;
     int out = bottleneck ? filters * 4 : filters;
     if (bottleneck) {
-        y = conv_bn(x, filters, 1, stride, "relu");
-        y = conv_bn(y, filters, 3, 1, "relu");
+        y = conv_bn(x, filters, 1, stride_in_1x1 ? stride : 1, "relu");
+        y = conv_bn(y, filters, 3, stride_in_1x1 ? 1 : stride, "relu");
         y = conv_bn(y, out, 1, 1, NULL);
     } else {
         y = conv_bn(x, filters, 3, stride, "relu");
@@ -125,7 +128,7 @@ int fl_model_resnet_build(fl_prog *p, const fl_model_resnet_config *cfg, fl_mode
     int ch = cfg->base_filters;
     for (int s = 0; s < l.nstage; s++)
         for (int b = 0; b < l.blocks[s]; b++)
-            h = block(h, ch, cfg->base_filters << s, s > 0 && b == 0 ? 2 : 1, l.bottleneck, &ch);
+            h = block(h, ch, cfg->base_filters << s, s > 0 && b == 0 ? 2 : 1, l.bottleneck, cfg->stride_in_1x1, &ch);
     h = fl_layer_pool2d(h, 1, "avg", 1, 0, 1, 1);
     m->predict = fl_layer_fc(FL_VARS(h), cfg->num_classes, "softmax");
     m->loss = fl_layer_mean(fl_layer_cross_entropy(m->predict, m->label));

@@ -127,6 +127,7 @@ int main(void)
     F(fl_model_resnet_config, base_filters);
     F(fl_model_resnet_config, imagenet_stem);
     F(fl_model_resnet_config, num_classes);
+    F(fl_model_resnet_config, stride_in_1x1);
 
     S(fl_model_vgg_config);
     F(fl_model_vgg_config, input_name);

@@ -2,14 +2,15 @@
 """Generates tests/ref/resnet50.ref, the PyTorch reference that tests/test_resnet_ref.c checks
 fl_model_resnet50 against.
 
-usage: PYTHON tests/ref/make_resnet50_reference.py [OUTDIR]     (default: tests/ref)
+usage: PYTHON tests/ref/make_resnet50_reference.py [--v1] [OUTDIR]     (default: tests/ref)
 
 PYTHON: one with torch, torchvision and numpy (PEER_TORCH_VENV=/work/torch-venv, tests/ref/README.md).
 
-The network is torchvision's resnet50 with the stride of each downsampling bottleneck moved from
-its 3x3 to its first 1x1 convolution: ResNet v1, the layout fl_model_resnet50 builds (torchvision's
-default and PaddleCV's ResNet50 are v1.5, stride on the 3x3).  Everything else is the same in the
-two: 7x7/2 stem + batch_norm relu + max pool 3x3/2 pad 1, bottlenecks 3,4,6,3 with a 1x1 conv +
+The network is torchvision's resnet50 as it is: ResNet v1.5, the stride of each downsampling
+bottleneck on its 3x3 convolution, as PaddleCV's ResNet50 and fl_model_resnet50 by default.  --v1
+moves that stride to the first 1x1 (ResNet v1, fl_model_resnet50 with stride_in_1x1) and writes
+resnet50_v1.ref instead (not committed; for comparing by hand).  The rest is the same in the two
+networks: 7x7/2 stem + batch_norm relu + max pool 3x3/2 pad 1, bottlenecks 3,4,6,3 with a 1x1 conv +
 batch_norm projection on the first block of each stage, global average pool, fc 1000.
 
 No weights are stored (25.6 M of them): both sides generate them from the same counter-based hash
@@ -84,11 +85,15 @@ def sample_idx(p, numel):
     return idx
 
 
+V1 = "--v1" in sys.argv[1:]
+
+
 def build():
     m = torchvision.models.resnet50(num_classes=CLASSES)
-    for layer in (m.layer2, m.layer3, m.layer4):  # v1: stride on the first 1x1
-        b = layer[0]
-        b.conv1.stride, b.conv2.stride = (2, 2), (1, 1)
+    if V1:
+        for layer in (m.layer2, m.layer3, m.layer4):  # v1: stride on the first 1x1
+            b = layer[0]
+            b.conv1.stride, b.conv2.stride = (2, 2), (1, 1)
     return m
 
 
@@ -145,9 +150,11 @@ def summaries(arrs, idx):
 
 
 def main():
-    outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+    args = [a for a in sys.argv[1:] if a != "--v1"]
+    outdir = args[0] if args else os.path.dirname(os.path.abspath(__file__))
     os.makedirs(outdir, exist_ok=True)
-    print("torch %s, torchvision %s, numpy %s" % (torch.__version__, torchvision.__version__, np.__version__))
+    print("torch %s, torchvision %s, numpy %s; ResNet %s" % (torch.__version__, torchvision.__version__, np.__version__,
+                                                           "v1" if V1 else "v1.5"))
     specs, l32, g32, u32 = train(torch.float32)
     _, l64, g64, u64 = train(torch.float64)
     P = len(specs)
@@ -167,7 +174,7 @@ def main():
     for key, arrs in (("grad0", g32), ("grad0_f64", g64), ("update", u32), ("update_f64", u64)):
         s, q, v = summaries(arrs, idx)
         out += [(key + ".sum", s), (key + ".sumsq", q), (key + ".val", v.astype(np.float32))]
-    write_dump(os.path.join(outdir, "resnet50.ref"), out)
+    write_dump(os.path.join(outdir, "resnet50_v1.ref" if V1 else "resnet50.ref"), out)
     print("loss f32 %s" % " ".join("%.7f" % v for v in l32))
     print("max |loss f32 - f64| = %.3g" % np.abs(l32 - l64).max())
     for key, a32, a64 in (("grad0", g32, g64), ("update", u32, u64)):
