@@ -58,7 +58,8 @@ TEST(test_op_table)
 
 enum { N = 4, STEPS = 3, NF = 4 };
 static const char *const fetch[NF] = {"loss", "inter", "w_first", "w_last"};
-static const char *const names_of_stem50[NF] = {"loss", "batch_norm_20.tmp_2", "conv2d_52.w_0@GRAD", "batch_norm_52.w_0@GRAD"};
+static const char *const names_of_stem50[NF] = {"loss", "batch_norm_20.tmp_2", "conv2d_52.w_0@GRAD",
+                                                "batch_norm_52.w_0@GRAD"};
 
 typedef struct {
     float loss[STEPS];
