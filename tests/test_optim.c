@@ -440,6 +440,22 @@ TEST(sparse_l2_lr_scale_momentum) { sparse_lazy(&O_MOM, 0.05, 2.0); }
 TEST(sparse_l2_lr_scale_adagrad) { sparse_lazy(&O_ADAGRAD_EPS, 0.05, 2.0); }
 TEST(sparse_l2_lr_scale_adam) { sparse_lazy(&O_ADAM_EPS, 0.05, 2.0); }
 
+/* SGD without L2 leaves a parameter at +-inf where it is (Paddle's sgd op: p - lr * g), with
+ * L2 the decay term is applied as before. */
+TEST(sgd_without_l2_keeps_infinite_parameters)
+{
+    float p[4] = {INFINITY, -INFINITY, 1.0f, 2.0f}, g[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+    fl__sgd_seg(p, g, 4, 0.1f, 0.0f);
+    CHECK(isinf(p[0]) && p[0] > 0);
+    CHECK(isinf(p[1]) && p[1] < 0);
+    CHECK_NEAR(p[2], 0.95, 1e-7);
+    CHECK_NEAR(p[3], 1.95, 1e-7);
+    float q[2] = {1.0f, 2.0f};
+    fl__sgd_seg(q, g, 2, 0.1f, 0.5f);
+    CHECK_NEAR(q[0], 1.0 - 0.1 * (0.5 + 0.5), 1e-7);
+    CHECK_NEAR(q[1], 2.0 - 0.1 * (0.5 + 1.0), 1e-7);
+}
+
 /* ---- no subnormal state ---------------------------------------------------------------- */
 
 static int64_t count_subnormal(const float *x, int64_t n)
@@ -864,7 +880,7 @@ TEST(null_handle_keeps_the_earlier_error)
     fl_opt_free(o);
 }
 
-TEST_MAIN(T(null_handle_keeps_the_earlier_error), T(dense_sgd), T(dense_momentum), T(dense_momentum_nesterov),
+TEST_MAIN(T(null_handle_keeps_the_earlier_error), T(dense_sgd), T(sgd_without_l2_keeps_infinite_parameters), T(dense_momentum), T(dense_momentum_nesterov),
           T(dense_adagrad), T(dense_adam), T(l2_lr_scale_sgd), T(l2_lr_scale_momentum), T(l2_lr_scale_nesterov),
           T(l2_lr_scale_adagrad), T(l2_lr_scale_adam), T(exp_decay_continuous_sgd), T(exp_decay_staircase_sgd),
           T(exp_decay_staircase_adam_l2), T(setters_reject_bad_arguments), T(update_ops_reject_bad_hyperparameters),

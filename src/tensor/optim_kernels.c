@@ -15,9 +15,14 @@
 
 #include "tensor_internal.h"
 
+/* Without L2 the term is left out, not multiplied by 0: a parameter at +-inf stays there (as
+ * Paddle's sgd op leaves it) instead of becoming 0 * inf = NaN. */
 FL_CLONES void fl__sgd_seg(float *restrict p, const float *restrict g, int64_t n, float lr, float l2)
 {
-    for (int64_t j = 0; j < n; j++) p[j] -= lr * (g[j] + l2 * p[j]);
+    if (l2 == 0.0f)
+        for (int64_t j = 0; j < n; j++) p[j] -= lr * g[j];
+    else
+        for (int64_t j = 0; j < n; j++) p[j] -= lr * (g[j] + l2 * p[j]);
 }
 
 FL_CLONES void fl__momentum_seg(float *restrict p, float *restrict v, const float *restrict g, int64_t n, float lr,
