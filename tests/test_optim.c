@@ -880,11 +880,12 @@ TEST(null_handle_keeps_the_earlier_error)
     fl_opt_free(o);
 }
 
-TEST_MAIN(T(null_handle_keeps_the_earlier_error), T(dense_sgd), T(sgd_without_l2_keeps_infinite_parameters), T(dense_momentum), T(dense_momentum_nesterov),
-          T(dense_adagrad), T(dense_adam), T(l2_lr_scale_sgd), T(l2_lr_scale_momentum), T(l2_lr_scale_nesterov),
-          T(l2_lr_scale_adagrad), T(l2_lr_scale_adam), T(exp_decay_continuous_sgd), T(exp_decay_staircase_sgd),
-          T(exp_decay_staircase_adam_l2), T(setters_reject_bad_arguments), T(update_ops_reject_bad_hyperparameters),
-          T(sparse_lazy_sgd), T(sparse_lazy_momentum), T(sparse_lazy_nesterov), T(sparse_lazy_adagrad), T(sparse_lazy_adam),
+TEST_MAIN(T(null_handle_keeps_the_earlier_error), T(dense_sgd), T(sgd_without_l2_keeps_infinite_parameters),
+          T(dense_momentum), T(dense_momentum_nesterov), T(dense_adagrad), T(dense_adam), T(l2_lr_scale_sgd),
+          T(l2_lr_scale_momentum), T(l2_lr_scale_nesterov), T(l2_lr_scale_adagrad), T(l2_lr_scale_adam),
+          T(exp_decay_continuous_sgd), T(exp_decay_staircase_sgd), T(exp_decay_staircase_adam_l2),
+          T(setters_reject_bad_arguments), T(update_ops_reject_bad_hyperparameters), T(sparse_lazy_sgd),
+          T(sparse_lazy_momentum), T(sparse_lazy_nesterov), T(sparse_lazy_adagrad), T(sparse_lazy_adam),
           T(sparse_l2_lr_scale_sgd), T(sparse_l2_lr_scale_momentum), T(sparse_l2_lr_scale_adagrad),
           T(sparse_l2_lr_scale_adam), T(sparse_adam_pow_once_per_step), T(sparse_empty_gradient_kernel),
           T(sparse_bad_height_is_an_error), T(sparse_row_out_of_range_kernel), T(embedding_sparse_sgd),
