@@ -164,11 +164,11 @@ TEST(truncated_normal_distribution)
         double v = z[i];
         s1 += v, s2 += v * v, s4 += v * v * v * v, in1 += fabs(v) < 1, zmax = fmax(zmax, fabs(v));
     }
-    CHECK_NEAR(s1 / n, 0.0, 0.005);        /* the mean's sd: 0.0009 */
-    CHECK_NEAR(s2 / n, m2, 0.005);         /* 0.7737; sd 0.0009 */
-    CHECK_NEAR(s4 / n, m4, 0.02);          /* 1.4162; sd 0.002 */
+    CHECK_NEAR(s1 / n, 0.0, 0.005);                     /* the mean's sd: 0.0009 */
+    CHECK_NEAR(s2 / n, m2, 0.005);                      /* 0.7737; sd 0.0009 */
+    CHECK_NEAR(s4 / n, m4, 0.02);                       /* 1.4162; sd 0.002 */
     CHECK_NEAR(in1 / n, erf(1 / sqrt(2.0)) / Z, 0.003); /* 0.7152; sd 0.0004 */
-    CHECK(zmax > 1.995);                   /* the whole support is reached */
+    CHECK(zmax > 1.995);                                /* the whole support is reached */
     qsort(z, (size_t)n, sizeof *z, cmp_float);
     double ks = 0;
     for (int64_t i = 0; i < n; i++) {

@@ -430,6 +430,31 @@ TEST(dropout_bad_attributes)
     fl_prog_free(p);
 }
 
+/* dropout_grad reads a uint8 Mask; a float32 one (the layout before uint8, or a hand-made
+ * program) is refused with the variable's name. */
+TEST(dropout_grad_needs_uint8_mask)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *m = fl_layer_data(p, "m", FL_SHAPE(3), FL_FLOAT32, 0);
+    fl_var *g = fl_layer_data(p, "g", FL_SHAPE(3), FL_FLOAT32, 0);
+    fl_var *dx = fl__tmp_var(p, "dx", FL_FLOAT32, 2, (const int64_t[]){-1, 3});
+    CHECK(m && g && dx);
+    fl_io in[2] = {FL_IO1("Mask", m), FL_IO1("Out@GRAD", g)}, out = FL_IO1("X@GRAD", dx);
+    fl_op *op = fl__op_new(p, "dropout_grad", in, 2, &out, 1);
+    CHECK(op != NULL);
+    CHECK_OK(fl__attr_set_f(op, "dropout_prob", 0.5));
+    CHECK_OK(fl__op_finish(op));
+    fl_tensor *xt = th_f32(2, (const int64_t[]){2, 3}, X23);
+    fl_feed feed[] = {{"m", xt}, {"g", xt}};
+    const char *f[1] = {fl_var_name(dx)};
+    fl_tensor *r = NULL;
+    fl_exe *e = fl_exe_create(NULL);
+    CHECK_FAILS(fl_exe_run(e, p, feed, 2, f, 1, &r), FL_EINVAL, "Mask 'm' must be a dense uint8 tensor");
+    fl_exe_free(e);
+    fl_tensor_free(xt);
+    fl_prog_free(p);
+}
+
 /* ---- reduce_sum ---- */
 
 static void reduce_case(const int *dims, int nd, int keep, int on, const int64_t *os, const float *want)
@@ -589,5 +614,5 @@ TEST_MAIN(T(ew_rows_all_ops), T(ew_same_shape), T(ew_middle_axis), T(ew_trailing
           T(ew_runtime_mismatch_error), T(scale_values), T(scale_selected_rows), T(dropout_downgrade_stats),
           T(dropout_upscale_stats), T(dropout_default_impl_high_prob), T(dropout_mask_steps_and_seeds), T(dropout_fix_seed),
           T(dropout_is_test_downgrade), T(dropout_is_test_upscale), T(dropout_prob_zero_and_one), T(dropout_bad_attributes),
-          T(reduce_sum_small), T(reduce_sum_all_subsets), T(reduce_sum_lod_and_errors), T(cos_sim_values),
-          T(cos_sim_errors))
+          T(dropout_grad_needs_uint8_mask), T(reduce_sum_small), T(reduce_sum_all_subsets), T(reduce_sum_lod_and_errors),
+          T(cos_sim_values), T(cos_sim_errors))

@@ -152,8 +152,8 @@ static int run_truncated_gaussian(fl_kctx *c)
 static const fl_op_def def_fill_constant = {"fill_constant", {NULL}, {"Out"}, infer_init, run_fill_constant, NULL};
 static const fl_op_def def_uniform = {"uniform_random", {NULL}, {"Out"}, infer_init, run_uniform, NULL};
 static const fl_op_def def_gaussian = {"gaussian_random", {NULL}, {"Out"}, infer_init, run_gaussian, NULL};
-static const fl_op_def def_tgaussian = {"truncated_gaussian_random", {NULL}, {"Out"}, infer_init, run_truncated_gaussian,
-                                        NULL};
+static const fl_op_def def_tgaussian = {"truncated_gaussian_random", {NULL}, {"Out"}, infer_init,
+                                        run_truncated_gaussian,      NULL};
 
 /* ---- data layer ---------------------------------------------------------------------- */
 
