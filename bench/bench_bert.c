@@ -10,7 +10,8 @@
  * to bench/bert_torch.py (PyTorch, the same model and batch).
  *
  * Memory: "rss" is getrusage's ru_maxrss (the process's peak resident set, MiB) after the
- * startup program (parameters and optimizer state made) and after the timed steps.  cpu_s:
+ * startup program (parameters and optimizer state made) and after the timed steps; startup_s:
+ * the wall time of the startup program (the initializers).  cpu_s:
  * the process's user + system CPU seconds over the timed steps (on a shared machine,
  * examples per CPU second at one thread is less disturbed by the other jobs than wall time).
  */
@@ -106,8 +107,9 @@ int main(int argc, char **argv)
     }
     if (fl_opt_minimize(o, m.loss) != FL_OK) die("minimize");
     fl_exe *e = fl_exe_create(NULL);
+    double ts = now();
     if (fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL) != FL_OK) die("startup");
-    double rss_startup = maxrss_mib();
+    double startup_s = now() - ts, rss_startup = maxrss_mib();
 
     const int64_t B = batch, S = seq, M = (int64_t)batch * mask;
     fl_tensor *t[7];
@@ -144,9 +146,9 @@ int main(int argc, char **argv)
         if (fl_exe_run(e, p, feed, 7, fetch, 1, &loss) != FL_OK) die("step");
     double dt = now() - t0, dc = cpu_s() - c0;
     printf("fleet%s train: %.3f examples/s (%lld x %lld, %d masked each, %d steps in %.2f s, loss %.3f; amp %d "
-           "level %d, recompute %d) cpu_s %.2f rss_startup_mib %.0f rss_peak_mib %.0f\n",
+           "level %d, recompute %d) cpu_s %.2f rss_startup_mib %.0f rss_peak_mib %.0f startup_s %.2f\n",
            tag, (double)(B * steps) / dt, (long long)B, (long long)S, mask, steps, dt,
-           *(const float *)fl_tensor_cdata(loss), amp, amp_level, recompute, dc, rss_startup, maxrss_mib());
+           *(const float *)fl_tensor_cdata(loss), amp, amp_level, recompute, dc, rss_startup, maxrss_mib(), startup_s);
     for (int i = 0; i < 7; i++) fl_tensor_free(t[i]);
     fl_exe_free(e);
     fl_opt_free(o);

@@ -117,6 +117,68 @@ TEST(initializers)
     CHECK_NEAR(s, sqrt(2.0 / 300.0), 0.01);
 }
 
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* truncated_gaussian_random against the exact law of N(0, 1) truncated to [-2, 2]: the
+ * support, the second and fourth moments (E z^n = (n-1) E z^(n-2) - 2 a^(n-1) phi(a) / Z,
+ * Z = erf(a / sqrt 2), a = 2), the share inside one std, the Kolmogorov distance to the
+ * truncated CDF over 2^20 draws (1.95 / sqrt(n) is the 0.1% critical value), and the same
+ * values from a second executor (seeded, deterministic). */
+TEST(truncated_normal_distribution)
+{
+    const float mean = 0.5f, sd = 2.0f;
+    const int64_t n = 1 << 20;
+    float *z = malloc((size_t)n * sizeof *z);
+    CHECK(z != NULL);
+    for (int run = 0; run < 2; run++) {
+        fl_prog *p = fl_prog_create();
+        fl_prog_set_seed(p, 7);
+        fl_param_attr a;
+        memset(&a, 0, sizeof a);
+        a.name = "w";
+        a.init = fl_init_truncated_normal(mean, sd);
+        CHECK(fl_layer_create_parameter(p, FL_SHAPE(1024, 1024), FL_FLOAT32, &a));
+        fl_exe *e;
+        const float *d = fl_tensor_f32(startup_param(p, &e, "w"));
+        if (run == 0) {
+            for (int64_t i = 0; i < n; i++) {
+                CHECK(d[i] >= mean - 2 * sd && d[i] <= mean + 2 * sd);
+                z[i] = (d[i] - mean) / sd;
+            }
+        } else {
+            int same = 1;
+            for (int64_t i = 0; i < n; i++) same &= (d[i] - mean) / sd == z[i];
+            CHECK(same);
+        }
+        fl_exe_free(e);
+        fl_prog_free(p);
+    }
+    const double A = 2.0, phi = exp(-A * A / 2) / sqrt(2 * M_PI), Z = erf(A / sqrt(2.0));
+    const double m2 = 1 - 2 * A * phi / Z, m4 = 3 * m2 - 2 * A * A * A * phi / Z;
+    double s1 = 0, s2 = 0, s4 = 0, in1 = 0, zmax = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double v = z[i];
+        s1 += v, s2 += v * v, s4 += v * v * v * v, in1 += fabs(v) < 1, zmax = fmax(zmax, fabs(v));
+    }
+    CHECK_NEAR(s1 / n, 0.0, 0.005);                     /* the mean's sd: 0.0009 */
+    CHECK_NEAR(s2 / n, m2, 0.005);                      /* 0.7737; sd 0.0009 */
+    CHECK_NEAR(s4 / n, m4, 0.02);                       /* 1.4162; sd 0.002 */
+    CHECK_NEAR(in1 / n, erf(1 / sqrt(2.0)) / Z, 0.003); /* 0.7152; sd 0.0004 */
+    CHECK(zmax > 1.995);                                /* the whole support is reached */
+    qsort(z, (size_t)n, sizeof *z, cmp_float);
+    double ks = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double f = (erf(z[i] / sqrt(2.0)) + Z) / (2 * Z);
+        ks = fmax(ks, fmax(fabs(f - (double)i / n), fabs(f - (double)(i + 1) / n)));
+    }
+    CHECK(ks < 1.95 / sqrt((double)n));
+    free(z);
+}
+
 TEST(seed_changes_initial_values)
 {
     float v[2];
@@ -174,4 +236,5 @@ TEST(null_inputs_propagate)
 }
 
 TEST_MAIN(T(backward_stop_gradient_and_no_grad), T(backward_needs_scalar_loss), T(backward_shared_parameter),
-          T(initializers), T(seed_changes_initial_values), T(clone_for_test_drops_training_ops), T(null_inputs_propagate))
+          T(initializers), T(truncated_normal_distribution), T(seed_changes_initial_values),
+          T(clone_for_test_drops_training_ops), T(null_inputs_propagate))

@@ -248,6 +248,7 @@ static drop_case drop_build(float prob, const char *impl)
     CHECK(!strcmp(fl_var_name(d.out), "dropout_0.tmp_0"));
     d.mask = fl_prog_var(d.p, "dropout_0.tmp_1");
     CHECK(d.mask != NULL);
+    CHECK_EQ_INT(fl_var_dtype(d.mask), FL_UINT8);
     float *ones = malloc(sizeof(float) * DN * DW);
     for (int i = 0; i < DN * DW; i++) ones[i] = 1.0f + (float)(i % 7);
     d.xt = th_f32(2, (const int64_t[]){DN, DW}, ones);
@@ -262,7 +263,7 @@ static void drop_free(drop_case *d)
 }
 
 /* Runs d's program (or `p`) once in e; copies Out and Mask into out/mask (may be NULL). */
-static void drop_run(fl_exe *e, fl_prog *p, drop_case *d, float *out, float *mask)
+static void drop_run(fl_exe *e, fl_prog *p, drop_case *d, float *out, uint8_t *mask)
 {
     fl_feed feed[] = {{"x", d->xt}};
     const char *f[2] = {fl_var_name(d->out), fl_var_name(d->mask)};
@@ -272,21 +273,23 @@ static void drop_run(fl_exe *e, fl_prog *p, drop_case *d, float *out, float *mas
     if (out) memcpy(out, fl_tensor_f32(r[0]), sizeof(float) * DN * DW);
     if (mask) {
         CHECK_EQ_INT(fl_tensor_numel(r[1]), DN * DW);
-        memcpy(mask, fl_tensor_f32(r[1]), sizeof(float) * DN * DW);
+        CHECK_EQ_INT(fl_tensor_dtype(r[1]), FL_UINT8); /* Paddle 2.x's mask dtype, 1 byte */
+        memcpy(mask, fl_tensor_cdata(r[1]), DN * DW);
     }
 }
 
 static void drop_stats(const char *impl, float prob, float keep_scale)
 {
     drop_case d = drop_build(prob, impl);
-    float *out = malloc(sizeof(float) * DN * DW), *mask = malloc(sizeof(float) * DN * DW);
+    float *out = malloc(sizeof(float) * DN * DW);
+    uint8_t *mask = malloc(DN * DW);
     fl_exe *e = fl_exe_create(NULL);
     drop_run(e, d.p, &d, out, mask);
     const float *x = fl_tensor_f32(d.xt);
     int64_t kept = 0;
     for (int i = 0; i < DN * DW; i++) {
-        CHECK(mask[i] == 0.0f || mask[i] == 1.0f);
-        kept += mask[i] == 1.0f;
+        CHECK(mask[i] == 0 || mask[i] == 1);
+        kept += mask[i] == 1;
         CHECK_NEAR(out[i], mask[i] * x[i] * keep_scale, 1e-5);
     }
     /* binomial: std of the kept fraction is sqrt(p(1-p)/n) < 0.0016; allow 0.01 */
@@ -306,8 +309,8 @@ TEST(dropout_default_impl_high_prob) { drop_stats(NULL, 0.8f, 1.0f); }
 TEST(dropout_mask_steps_and_seeds)
 {
     drop_case d = drop_build(0.5f, "upscale_in_train");
-    size_t nb = sizeof(float) * DN * DW;
-    float *m0 = malloc(nb), *m1 = malloc(nb), *m2 = malloc(nb);
+    size_t nb = DN * DW;
+    uint8_t *m0 = malloc(nb), *m1 = malloc(nb), *m2 = malloc(nb);
     fl_exe *e = fl_exe_create(NULL);
     drop_run(e, d.p, &d, NULL, m0);
     drop_run(e, d.p, &d, NULL, m1);
@@ -343,8 +346,8 @@ TEST(dropout_fix_seed)
     CHECK_EQ_INT(fl__attr_i(op, "is_test", -1), 0);
     CHECK_OK(fl__attr_set_i(op, "fix_seed", 1));
     CHECK_OK(fl__attr_set_i(op, "seed", 42));
-    size_t nb = sizeof(float) * DN * DW;
-    float *m0 = malloc(nb), *m1 = malloc(nb);
+    size_t nb = DN * DW;
+    uint8_t *m0 = malloc(nb), *m1 = malloc(nb);
     fl_exe *e = fl_exe_create(NULL);
     drop_run(e, d.p, &d, NULL, m0);
     drop_run(e, d.p, &d, NULL, m1);
@@ -424,6 +427,31 @@ TEST(dropout_bad_attributes)
     fl_var *x = fl_layer_data(p, "feat", FL_SHAPE(4), FL_FLOAT32, 0);
     CHECK(fl_layer_dropout(x, 0.5f, "upscale_in_infer") == NULL);
     CHECK_STR_HAS(fl_prog_error(p), "dropout_implementation 'upscale_in_infer'");
+    fl_prog_free(p);
+}
+
+/* dropout_grad reads a uint8 Mask; a float32 one (the layout before uint8, or a hand-made
+ * program) is refused with the variable's name. */
+TEST(dropout_grad_needs_uint8_mask)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *m = fl_layer_data(p, "m", FL_SHAPE(3), FL_FLOAT32, 0);
+    fl_var *g = fl_layer_data(p, "g", FL_SHAPE(3), FL_FLOAT32, 0);
+    fl_var *dx = fl__tmp_var(p, "dx", FL_FLOAT32, 2, (const int64_t[]){-1, 3});
+    CHECK(m && g && dx);
+    fl_io in[2] = {FL_IO1("Mask", m), FL_IO1("Out@GRAD", g)}, out = FL_IO1("X@GRAD", dx);
+    fl_op *op = fl__op_new(p, "dropout_grad", in, 2, &out, 1);
+    CHECK(op != NULL);
+    CHECK_OK(fl__attr_set_f(op, "dropout_prob", 0.5));
+    CHECK_OK(fl__op_finish(op));
+    fl_tensor *xt = th_f32(2, (const int64_t[]){2, 3}, X23);
+    fl_feed feed[] = {{"m", xt}, {"g", xt}};
+    const char *f[1] = {fl_var_name(dx)};
+    fl_tensor *r = NULL;
+    fl_exe *e = fl_exe_create(NULL);
+    CHECK_FAILS(fl_exe_run(e, p, feed, 2, f, 1, &r), FL_EINVAL, "Mask 'm' must be a dense uint8 tensor");
+    fl_exe_free(e);
+    fl_tensor_free(xt);
     fl_prog_free(p);
 }
 
@@ -586,5 +614,5 @@ TEST_MAIN(T(ew_rows_all_ops), T(ew_same_shape), T(ew_middle_axis), T(ew_trailing
           T(ew_runtime_mismatch_error), T(scale_values), T(scale_selected_rows), T(dropout_downgrade_stats),
           T(dropout_upscale_stats), T(dropout_default_impl_high_prob), T(dropout_mask_steps_and_seeds), T(dropout_fix_seed),
           T(dropout_is_test_downgrade), T(dropout_is_test_upscale), T(dropout_prob_zero_and_one), T(dropout_bad_attributes),
-          T(reduce_sum_small), T(reduce_sum_all_subsets), T(reduce_sum_lod_and_errors), T(cos_sim_values),
-          T(cos_sim_errors))
+          T(dropout_grad_needs_uint8_mask), T(reduce_sum_small), T(reduce_sum_all_subsets), T(reduce_sum_lod_and_errors),
+          T(cos_sim_values), T(cos_sim_errors))

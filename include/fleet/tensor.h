@@ -31,6 +31,7 @@ typedef enum {
     FL_INT32 = 3,
     FL_FLOAT16 = 4,  /* AMP: cast, fc / matmul operands (docs/engine.md) */
     FL_BFLOAT16 = 5, /* AMP: cast, fc / matmul operands (docs/engine.md) */
+    FL_UINT8 = 6,    /* dropout's Mask (Paddle 2.x: uint8) */
     FL_DTYPE_COUNT
 } fl_dtype;
 

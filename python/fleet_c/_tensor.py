@@ -10,13 +10,13 @@ import numpy as np
 
 from ._lib import check, check_ptr, lib
 
-FLOAT32, INT64, FLOAT64, INT32, FLOAT16, BFLOAT16 = range(6)
+FLOAT32, INT64, FLOAT64, INT32, FLOAT16, BFLOAT16, UINT8 = range(7)
 
 _NP_TO_FL = {np.dtype(np.float32): FLOAT32, np.dtype(np.int64): INT64, np.dtype(np.float64): FLOAT64,
-             np.dtype(np.int32): INT32, np.dtype(np.float16): FLOAT16}
+             np.dtype(np.int32): INT32, np.dtype(np.float16): FLOAT16, np.dtype(np.uint8): UINT8}
 _FL_TO_NP = {v: k for k, v in _NP_TO_FL.items()}
 NAMES = {FLOAT32: "float32", INT64: "int64", FLOAT64: "float64", INT32: "int32", FLOAT16: "float16",
-         BFLOAT16: "bfloat16"}
+         BFLOAT16: "bfloat16", UINT8: "uint8"}
 
 
 def dtype_code(dtype):

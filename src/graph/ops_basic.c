@@ -83,21 +83,77 @@ static int run_gaussian(fl_kctx *c)
     FL_CHECK(init_out(c, &t));
     if (t->dtype != FL_FLOAT32) return fl__err(FL_EUNSUPPORTED, "gaussian_random: only float32");
     double m = fl__attr_f(c->op, "mean", 0.0), s = fl__attr_f(c->op, "std", 1.0);
-    int trunc = !strcmp(c->op->def->type, "truncated_gaussian_random");
     fl_rng r = init_rng(c);
     float *d = t->data;
-    for (int64_t i = 0; i < t->numel; i++) {
-        double z = fl__rng_normal(&r);
-        while (trunc && fabs(z) > 2.0) z = fl__rng_normal(&r);
-        d[i] = (float)(m + s * z);
+    for (int64_t i = 0; i < t->numel; i++) d[i] = (float)(m + s * fl__rng_normal(&r));
+    return FL_OK;
+}
+
+/* log(q) for q in [FLT_MIN, 1] (no zero, negative, subnormal or infinite argument): musl's logf
+ * without its special cases, so that the loop below vectorises (within 1 ulp). */
+static inline float trunc_logf(float q)
+{
+    uint32_t ix;
+    memcpy(&ix, &q, sizeof ix);
+    ix += 0x3f800000u - 0x3f3504f3u; /* reduce the mantissa to [sqrt(2)/2, sqrt(2)) */
+    float k = (float)((int32_t)(ix >> 23) - 0x7f);
+    ix = (ix & 0x007fffffu) + 0x3f3504f3u;
+    float f;
+    memcpy(&f, &ix, sizeof f);
+    f -= 1.0f;
+    float sv = f / (2.0f + f), z = sv * sv, w = z * z;
+    float r = z * (0.66666662693f + w * 0.28498786688f) + w * (0.40000972152f + w * 0.24279078841f);
+    float hfsq = 0.5f * f * f;
+    return sv * (hfsq + r) + k * 9.0580006145e-06f - hfsq + f + k * 6.9313812256e-01f;
+}
+
+/* truncated_gaussian_random: N(mean, std) truncated at 2 std (Paddle's rule), by inversion:
+ * element i draws one 24-bit uniform from splitmix64 at counter i (as dropout_mask in
+ * ops_nn.c), maps it into (-erf(sqrt 2), erf(sqrt 2)) and returns mean + std * sqrt(2) *
+ * erfinv of it, with M. Giles' single-precision erfinv (within 1.2e-7 relative; on this
+ * range only its central branch is needed, since -log(1 - x^2) <= 2.43 < 5).  No rejection
+ * loop and no state carried between elements, so the loop vectorises: BERT-base's 110 M
+ * parameters take a fraction of a second instead of about 15 s of Box-Muller draws. */
+FL_CLONE_TARGETS static void trunc_normal_fill(float *restrict d, int64_t n, uint64_t seed, float mean, float sd)
+{
+    const float scale = 0.9544997361036416f / 16777216.0f; /* erf(sqrt(2)) / 2^24 */
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t z = seed + (uint64_t)(i + 1) * 0x9e3779b97f4a7c15ULL;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        z ^= z >> 31;
+        /* 2u - 1 for u = (k + 1/2) / 2^24: the odd integers in (-2^24, 2^24), exact in float */
+        float x = (float)((int32_t)((z >> 40) * 2 + 1) - (1 << 24)) * scale;
+        float w = -trunc_logf((1.0f - x) * (1.0f + x)) - 2.5f;
+        float p = 2.81022636e-08f;
+        p = 3.43273939e-07f + p * w;
+        p = -3.5233877e-06f + p * w;
+        p = -4.39150654e-06f + p * w;
+        p = 0.00021858087f + p * w;
+        p = -0.00125372503f + p * w;
+        p = -0.00417768164f + p * w;
+        p = 0.246640727f + p * w;
+        p = 1.50140941f + p * w;
+        d[i] = mean + sd * (1.41421356237f * p * x);
     }
+}
+
+static int run_truncated_gaussian(fl_kctx *c)
+{
+    fl_tensor *t;
+    FL_CHECK(init_out(c, &t));
+    if (t->dtype != FL_FLOAT32) return fl__err(FL_EUNSUPPORTED, "truncated_gaussian_random: only float32");
+    double m = fl__attr_f(c->op, "mean", 0.0), s = fl__attr_f(c->op, "std", 1.0);
+    fl_rng r = init_rng(c);
+    trunc_normal_fill(t->data, t->numel, r.s, (float)m, (float)s);
     return FL_OK;
 }
 
 static const fl_op_def def_fill_constant = {"fill_constant", {NULL}, {"Out"}, infer_init, run_fill_constant, NULL};
 static const fl_op_def def_uniform = {"uniform_random", {NULL}, {"Out"}, infer_init, run_uniform, NULL};
 static const fl_op_def def_gaussian = {"gaussian_random", {NULL}, {"Out"}, infer_init, run_gaussian, NULL};
-static const fl_op_def def_tgaussian = {"truncated_gaussian_random", {NULL}, {"Out"}, infer_init, run_gaussian, NULL};
+static const fl_op_def def_tgaussian = {"truncated_gaussian_random", {NULL}, {"Out"}, infer_init,
+                                        run_truncated_gaussian,      NULL};
 
 /* ---- data layer ---------------------------------------------------------------------- */
 

@@ -354,7 +354,8 @@ fl_var *fl_layer_scale(fl_var *x, float scale, float bias, int bias_after_scale)
  * fl_prog_clone(p, 1)), fix_seed, seed, dropout_implementation:
  *   downgrade_in_infer (default): train Out = X*Mask, test Out = X*(1-p);
  *   upscale_in_train: train Out = X*Mask/(1-p) (0 when p = 1, as Paddle), test Out = X.
- * Mask is float32 0/1 (Paddle: uint8, a dtype this port lacks), written in training only.
+ * Mask is uint8 0/1 (as Paddle 2.x; a quarter of a float32 mask's memory: BERT-base keeps
+ * 37 of them until the backward pass), written in training only and read by dropout_grad.
  * With fix_seed the mask comes from `seed` alone and repeats every step (Paddle); otherwise
  * from the program seed, the name of Out (or the attribute rng_name) and the executor's
  * step: reproducible runs, and a new mask every step. */
@@ -379,7 +380,7 @@ static int infer_dropout(fl_op *op)
                             "'upscale_in_train'",
                             fl__attr_s(op, "dropout_implementation", ""), x->name);
     out_like_x(op, 0);
-    out_like_x(op, 1);
+    fl__var_set_shape(out_like_x(op, 1), FL_UINT8, x->ndim, x->shape);
     return FL_OK;
 }
 
@@ -387,7 +388,7 @@ static int infer_dropout(fl_op *op)
  * `seed` after i draws (splitmix64 is a counter: state seed + (i + 1) * golden), computed
  * from i so the loop vectorises (AVX-512 has the 64-bit multiplies); the same masks as
  * drawing in sequence. */
-FL_CLONE_TARGETS static void dropout_mask(float *restrict m, float *restrict y, const float *restrict a, int64_t n,
+FL_CLONE_TARGETS static void dropout_mask(uint8_t *restrict m, float *restrict y, const float *restrict a, int64_t n,
                                           uint64_t seed, float p, float k)
 {
     for (int64_t i = 0; i < n; i++) {
@@ -396,8 +397,8 @@ FL_CLONE_TARGETS static void dropout_mask(float *restrict m, float *restrict y, 
         z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
         z ^= z >> 31;
         float u = (float)(z >> 40) * (1.0f / 16777216.0f);
-        m[i] = u < p ? 0.0f : 1.0f;
-        y[i] = a[i] * m[i] * k;
+        m[i] = u >= p;
+        y[i] = u < p ? 0.0f : a[i] * k;
     }
 }
 
@@ -418,9 +419,9 @@ static int run_dropout(fl_kctx *c)
         for (int64_t i = 0; i < n; i++) y[i] = k * a[i];
         return FL_OK;
     }
-    FL_CHECK(fl__tensor_reshape_raw(mask, FL_FLOAT32, x->ndim, x->shape));
+    FL_CHECK(fl__tensor_reshape_raw(mask, FL_UINT8, x->ndim, x->shape));
     FL_CHECK(fl__tensor_share_lod(mask, x));
-    float *restrict m = mask->data;
+    uint8_t *restrict m = mask->data;
     uint64_t seed;
     if (fl__attr_i(c->op, "fix_seed", 0)) {
         seed = fl__hash_u64((uint64_t)fl__attr_i(c->op, "seed", 0) + 0x6a09e667f3bcc909ULL);
@@ -436,14 +437,22 @@ static int run_dropout(fl_kctx *c)
     return FL_OK;
 }
 
+FL_CLONE_TARGETS static void dropout_grad_apply(float *restrict o, const float *restrict d, const uint8_t *restrict m,
+                                                int64_t n, float k)
+{
+    for (int64_t i = 0; i < n; i++) o[i] = d[i] * ((float)m[i] * k);
+}
+
 /* dX = dOut*Mask (downgrade_in_infer) or dOut*Mask/(1-p) (upscale_in_train). */
 static int run_dropout_grad(fl_kctx *c)
 {
     if (fl__attr_i(c->op, "is_test", 0))
         return fl__err(FL_EINVAL, "dropout_grad: the gradient of dropout is only defined when is_test is 0");
-    FL_CHECK(fl__kctx_dense_f32(c, 0));
     FL_CHECK(fl__kctx_dense_f32(c, 1));
     fl_tensor *mask = FL_IN(c, 0), *g = FL_IN(c, 1), *dx = FL_OUT(c, 0);
+    if (!mask || mask->dtype != FL_UINT8 || mask->is_rows)
+        return fl__err(FL_EINVAL, "dropout_grad: Mask '%s' must be a dense uint8 tensor (dropout's Mask), is %s",
+                       fl__kctx_var_name(c, 0, 0), mask ? fl_dtype_name(mask->dtype) : "missing");
     if (mask->numel != g->numel)
         return fl__err(FL_EINVAL, "dropout_grad: Mask '%s' has %lld elements, gradient '%s' %lld",
                        fl__kctx_var_name(c, 0, 0), (long long)mask->numel, fl__kctx_var_name(c, 1, 0), (long long)g->numel);
@@ -452,9 +461,7 @@ static int run_dropout_grad(fl_kctx *c)
     dropout_impl(c->op, &up);
     float k = (up && p < 1.0f) ? 1.0f / (1.0f - p) : up ? 0.0f : 1.0f;
     FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, g->ndim, g->shape));
-    const float *restrict m = mask->data, *restrict d = g->data;
-    float *restrict o = dx->data;
-    for (int64_t i = 0; i < g->numel; i++) o[i] = d[i] * m[i] * k;
+    dropout_grad_apply(dx->data, g->data, mask->data, g->numel, k);
     return fl__tensor_share_lod(dx, g);
 }
 

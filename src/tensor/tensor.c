@@ -4,8 +4,9 @@
 
 #include "tensor_internal.h"
 
-static const size_t dtype_sizes[FL_DTYPE_COUNT] = {4, 8, 8, 4, 2, 2};
-static const char *const dtype_names[FL_DTYPE_COUNT] = {"float32", "int64", "float64", "int32", "float16", "bfloat16"};
+static const size_t dtype_sizes[FL_DTYPE_COUNT] = {4, 8, 8, 4, 2, 2, 1};
+static const char *const dtype_names[FL_DTYPE_COUNT] = {"float32", "int64",    "float64", "int32",
+                                                        "float16", "bfloat16", "uint8"};
 
 size_t fl_dtype_size(fl_dtype dt) { return (unsigned)dt < FL_DTYPE_COUNT ? dtype_sizes[dt] : 0; }
 const char *fl_dtype_name(fl_dtype dt) { return (unsigned)dt < FL_DTYPE_COUNT ? dtype_names[dt] : "invalid"; }
