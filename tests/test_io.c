@@ -158,7 +158,9 @@ static tset sample_tensors(void)
     s.t[6] = fl_tensor_from_data(FL_FLOAT32, 0, NULL, &sc);
     s.names[7] = "empty";
     s.t[7] = fl_tensor_create(FL_FLOAT32, 2, (const int64_t[]){0, 4});
-    s.n = 8;
+    s.names[8] = "mask";
+    s.t[8] = fl_tensor_from_data(FL_UINT8, 1, (const int64_t[]){5}, (const uint8_t[]){1, 0, 255, 1, 0});
+    s.n = 9;
     for (int i = 0; i < s.n; i++) CHECK(s.t[i] != NULL);
     return s;
 }
@@ -368,7 +370,7 @@ TEST(safetensors_reads_in_numpy)
         "(n,) = struct.unpack('<Q', raw[:8])\n"
         "hdr = json.loads(raw[8:8 + n].decode('utf-8'))\n"
         "buf = raw[8 + n:]\n"
-        "dt = {'F32': '<f4', 'I64': '<i8', 'F64': '<f8', 'I32': '<i4', 'F16': '<f2', 'BF16': '<u2'}\n"
+        "dt = {'F32': '<f4', 'I64': '<i8', 'F64': '<f8', 'I32': '<i4', 'F16': '<f2', 'BF16': '<u2', 'U8': 'u1'}\n"
         "def get(name):\n"
         "    e = hdr[name]\n"
         "    b, t = e['data_offsets']\n"
@@ -383,6 +385,7 @@ TEST(safetensors_reads_in_numpy)
         "assert get('bf16.\\u00e9t\\u00e9')[0] == 0x3f80\n"
         "assert get('scalar').shape == () and get('scalar') == 42.0\n"
         "assert get('empty').shape == (0, 4)\n"
+        "assert list(get('mask')) == [1, 0, 255, 1, 0]\n"
         "import safetensors, safetensors.numpy\n"
         "from safetensors import safe_open\n"
         "with safe_open(sys.argv[1], framework='np') as f:\n"
@@ -390,7 +393,7 @@ TEST(safetensors_reads_in_numpy)
         "    assert f.metadata() == {'format': 'fleet'}\n"
         "    t = {k: f.get_tensor(k) for k in f.keys() if hdr[k]['dtype'] != 'BF16'}\n"
         "assert t['fc_0.w_0'][0, 1] == -1.25 and t['scalar'] == 42.0 and t['half'][1] == -2.0\n"
-        "assert t['ids@GRAD'][2] == 1234567890123 and t['empty'].shape == (0, 4)\n"
+        "assert t['ids@GRAD'][2] == 1234567890123 and t['empty'].shape == (0, 4) and t['mask'][2] == 255\n"
         "print('  checked with safetensors', safetensors.__version__, 'too')\n"
         "# files written by Python for the C reader: plain json + numpy, and safetensors itself\n"
         "a = np.arange(6, dtype='<f4').reshape(2, 3) / 4\n"
