@@ -29,8 +29,8 @@
 static const struct {
     const char *name;
     fl_dtype dt;
-} st_dtypes[] = {{"F32", FL_FLOAT32}, {"I64", FL_INT64},   {"F64", FL_FLOAT64},
-                 {"I32", FL_INT32},   {"F16", FL_FLOAT16}, {"BF16", FL_BFLOAT16}, {"U8", FL_UINT8}};
+} st_dtypes[] = {{"F32", FL_FLOAT32}, {"I64", FL_INT64},     {"F64", FL_FLOAT64}, {"I32", FL_INT32},
+                 {"F16", FL_FLOAT16}, {"BF16", FL_BFLOAT16}, {"U8", FL_UINT8}};
 #define ST_NDTYPES ((int)(sizeof st_dtypes / sizeof st_dtypes[0]))
 
 static const char *st_dtype_name(fl_dtype dt)
