@@ -3,7 +3,7 @@
  * tests/ref/make_reference.py, make_resnet50_reference.py and make_bert_reference.py) with libc
  * only: a line "FLREF 1", then per tensor a line "NAME DTYPE NDIM D0 D1 ..." (DTYPE f32/f64/i64)
  * followed by the raw little-endian row-major data, and a closing line "end".  Used by
- * test_reference.c, test_resnet_ref.c and test_bert_ref.c; failures end the test case (TFAIL).
+ * test_reference.c, test_resnet_ref.c, test_bert_ref.c and test_transformer_ref.c; failures end the test case (TFAIL).
  */
 #ifndef FLEET_TESTS_REFDUMP_H
 #define FLEET_TESTS_REFDUMP_H
@@ -112,6 +112,45 @@ static inline int64_t ref_i64(const ref_tensor *t, int64_t i)
     return v;
 }
 static inline int64_t ref_scalar_i(const ref_file *rf, const char *name) { return ref_i64(ref_get(rf, name, "i64"), 0); }
+
+/* prefix + name (e.g. "init." + a parameter's name), of any dtype; a missing one fails. */
+static inline const ref_tensor *ref_at(const ref_file *rf, const char *prefix, const char *name)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s%s", prefix, name);
+    for (int i = 0; i < rf->n; i++)
+        if (!strcmp(rf->t[i].name, key)) return &rf->t[i];
+    TFAIL("reference tensor %s missing from the dump", key);
+    return NULL;
+}
+
+/* A new tensor holding an f32 or i64 dump tensor's values (a batch to feed). */
+static inline fl_tensor *ref_tensor_new(const ref_tensor *t)
+{
+    int f32 = !strcmp(t->dtype, "f32");
+    fl_tensor *o = fl_tensor_create(f32 ? FL_FLOAT32 : FL_INT64, t->ndim, t->dims);
+    CHECK(o);
+    memcpy(fl_tensor_data(o), t->data, (size_t)t->numel * (f32 ? 4 : 8));
+    return o;
+}
+
+/* The check that came closest to its tolerance, as a fraction of it, for the summary line. */
+typedef struct {
+    double frac;
+    char what[200];
+} ref_worst;
+
+/* elementwise |ours - ref| <= atol + rtol |ref|, failing with the first element that is not */
+static inline void ref_close(ref_worst *w, const char *what, const char *name, const float *ours, const ref_tensor *ref,
+                             double atol, double rtol)
+{
+    for (int64_t i = 0; i < ref->numel; i++) {
+        double r = ref_f32(ref, i), e = fabs((double)ours[i] - r), lim = atol + rtol * fabs(r);
+        if (!(e <= lim))
+            TFAIL("%s %s[%lld]: ours %.9g, PyTorch %.9g, |diff| %.3g > %.3g", what, name, (long long)i, ours[i], r, e, lim);
+        if (e / lim > w->frac) w->frac = e / lim, snprintf(w->what, sizeof w->what, "%s %s", what, name);
+    }
+}
 
 static inline void check_little_endian(void)
 {

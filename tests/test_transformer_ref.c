@@ -17,36 +17,7 @@
 
 #define MAXP 96
 
-static const ref_tensor *get(const ref_file *rf, const char *prefix, const char *name)
-{
-    char key[160];
-    snprintf(key, sizeof key, "%s%s", prefix, name);
-    for (int i = 0; i < rf->n; i++)
-        if (!strcmp(rf->t[i].name, key)) return &rf->t[i];
-    TFAIL("reference tensor %s missing from the dump", key);
-    return NULL;
-}
-static fl_tensor *tensor_of(const ref_tensor *t)
-{
-    fl_tensor *o = fl_tensor_create(!strcmp(t->dtype, "f32") ? FL_FLOAT32 : FL_INT64, t->ndim, t->dims);
-    CHECK(o);
-    memcpy(fl_tensor_data(o), t->data, (size_t)t->numel * (!strcmp(t->dtype, "f32") ? 4 : 8));
-    return o;
-}
-
-static double worst_frac;
-static char worst_what[200];
-
-/* elementwise |ours - ref| <= atol + rtol |ref| */
-static void close_to(const char *what, const char *name, const float *ours, const ref_tensor *ref, double atol, double rtol)
-{
-    for (int64_t i = 0; i < ref->numel; i++) {
-        double r = ref_f32(ref, i), e = fabs((double)ours[i] - r), lim = atol + rtol * fabs(r);
-        if (!(e <= lim))
-            TFAIL("%s %s[%lld]: ours %.9g, PyTorch %.9g, |diff| %.3g > %.3g", what, name, (long long)i, ours[i], r, e, lim);
-        if (e / lim > worst_frac) worst_frac = e / lim, snprintf(worst_what, sizeof worst_what, "%s %s", what, name);
-    }
-}
+static ref_worst worst;
 
 static int frozen(const char *name) { return strstr(name, "_pos_enc_table") != NULL; }
 
@@ -57,7 +28,7 @@ static int params_of(fl_prog *p, const ref_file *rf, const char **names)
     for (int i = 0; i < fl_prog_num_vars(p); i++) {
         fl_var *v = fl_prog_var_at(p, i);
         if (!fl_var_is_param(v)) continue;
-        get(rf, "init.", fl_var_name(v));
+        ref_at(rf, "init.", fl_var_name(v));
         CHECK(n < MAXP);
         names[n++] = fl_var_name(v);
     }
@@ -74,18 +45,18 @@ TEST(transformer_two_layers_vs_pytorch)
     ref_load(rf, "transformer.ref");
     check_little_endian();
     fl_model_transformer_config c = fl_model_transformer_default();
-    c.src_vocab_size = c.trg_vocab_size = ref_i64(get(rf, "config.", "vocab"), 0);
-    c.d_model = (int)ref_i64(get(rf, "config.", "d_model"), 0);
-    c.n_layer = (int)ref_i64(get(rf, "config.", "layers"), 0);
-    c.n_head = (int)ref_i64(get(rf, "config.", "heads"), 0);
-    c.d_key = c.d_value = (int)ref_i64(get(rf, "config.", "d_key"), 0);
-    c.d_inner_hid = (int)ref_i64(get(rf, "config.", "d_inner"), 0);
-    c.max_length = (int)ref_i64(get(rf, "config.", "max_length"), 0);
-    c.label_smooth_eps = (float)ref_f64(get(rf, "config.", "label_smooth"), 0);
+    c.src_vocab_size = c.trg_vocab_size = ref_i64(ref_at(rf, "config.", "vocab"), 0);
+    c.d_model = (int)ref_i64(ref_at(rf, "config.", "d_model"), 0);
+    c.n_layer = (int)ref_i64(ref_at(rf, "config.", "layers"), 0);
+    c.n_head = (int)ref_i64(ref_at(rf, "config.", "heads"), 0);
+    c.d_key = c.d_value = (int)ref_i64(ref_at(rf, "config.", "d_key"), 0);
+    c.d_inner_hid = (int)ref_i64(ref_at(rf, "config.", "d_inner"), 0);
+    c.max_length = (int)ref_i64(ref_at(rf, "config.", "max_length"), 0);
+    c.label_smooth_eps = (float)ref_f64(ref_at(rf, "config.", "label_smooth"), 0);
     c.prepostprocess_dropout = c.attention_dropout = c.relu_dropout = 0;
     CHECK(!c.weight_sharing && c.label_smooth_eps > 0); /* the defaults the dump was made with */
-    const int steps = (int)ref_i64(get(rf, "config.", "steps"), 0);
-    const double lr = ref_f64(get(rf, "config.", "lr"), 0);
+    const int steps = (int)ref_i64(ref_at(rf, "config.", "steps"), 0);
+    const double lr = ref_f64(ref_at(rf, "config.", "lr"), 0);
     CHECK(steps >= 1 && steps <= 16);
 
     fl_prog *p = fl_prog_create();
@@ -100,12 +71,12 @@ TEST(transformer_two_layers_vs_pytorch)
     CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
     int nt = 0, nfrozen = 0;
     for (int i = 0; i < np; i++) {
-        const ref_tensor *r = get(rf, "init.", names[i]);
+        const ref_tensor *r = ref_at(rf, "init.", names[i]);
         fl_tensor *t = fl_scope_find(fl_exe_scope(e), names[i]);
         CHECK(t);
         CHECK_EQ_INT(fl_tensor_numel(t), r->numel);
         if (frozen(names[i])) { /* the sinusoid table our startup wrote, against NumPy's */
-            close_to("sinusoid table", names[i], fl_tensor_cdata(t), r, 1e-6, 1e-6);
+            ref_close(&worst, "sinusoid table", names[i], fl_tensor_cdata(t), r, 1e-6, 1e-6);
             nfrozen++;
             continue;
         }
@@ -118,35 +89,35 @@ TEST(transformer_two_layers_vs_pytorch)
     CHECK_EQ_INT(m.nuse_var, FL_MODEL_TRANSFORMER_FEEDS);
     for (int k = 0; k < m.nuse_var; k++) {
         feed[k].name = fl_var_name(m.use_var[k]);
-        feed[k].value = in[k] = tensor_of(get(rf, "batch.", feed[k].name));
+        feed[k].value = in[k] = ref_tensor_new(ref_at(rf, "batch.", feed[k].name));
     }
     const char *fetch[MAXP + 1];
     char gname[MAXP][160];
     fetch[0] = fl_var_name(m.loss);
     for (int i = 0; i < nt; i++) snprintf(gname[i], sizeof gname[i], "%s@GRAD", trained[i]), fetch[i + 1] = gname[i];
-    const ref_tensor *l32 = get(rf, "loss.", "f32");
+    const ref_tensor *l32 = ref_at(rf, "loss.", "f32");
     CHECK_EQ_INT(l32->numel, steps);
-    worst_frac = 0;
+    worst.frac = 0;
     for (int s = 0; s < steps; s++) {
         fl_tensor *out[MAXP + 1];
         CHECK_OK(fl_exe_run(e, p, feed, m.nuse_var, fetch, s == 0 ? nt + 1 : 1, out));
         double ours = fl_tensor_f32(out[0])[0], ref = ref_f64(l32, s), lim = 1e-5 + 1e-4 * fabs(ref);
         if (!(fabs(ours - ref) <= lim)) TFAIL("step %d loss: ours %.9g, PyTorch %.9g", s, ours, ref);
-        if (fabs(ours - ref) / lim > worst_frac)
-            worst_frac = fabs(ours - ref) / lim, snprintf(worst_what, sizeof worst_what, "loss");
+        if (fabs(ours - ref) / lim > worst.frac)
+            worst.frac = fabs(ours - ref) / lim, snprintf(worst.what, sizeof worst.what, "loss");
         if (s) continue;
-        printf("  step 0 loss: ours %.7f, PyTorch %.7f (f64 %.7f)\n", ours, ref, ref_f64(get(rf, "loss.", "f64"), 0));
+        printf("  step 0 loss: ours %.7f, PyTorch %.7f (f64 %.7f)\n", ours, ref, ref_f64(ref_at(rf, "loss.", "f64"), 0));
         for (int i = 0; i < nt; i++) {
-            const ref_tensor *r = get(rf, "grad0.", trained[i]);
+            const ref_tensor *r = ref_at(rf, "grad0.", trained[i]);
             CHECK(!fl_tensor_rows(out[i + 1], NULL, NULL)); /* dense: the tables are looked up densely */
             CHECK_EQ_INT(fl_tensor_numel(out[i + 1]), r->numel);
-            close_to("step-0 gradient of", trained[i], fl_tensor_cdata(out[i + 1]), r, 1e-6, 1e-4);
+            ref_close(&worst, "step-0 gradient of", trained[i], fl_tensor_cdata(out[i + 1]), r, 1e-6, 1e-4);
         }
     }
     for (int i = 0; i < nt; i++) {
-        const ref_tensor *fin = get(rf, "final.", trained[i]), *ini = get(rf, "init.", trained[i]);
+        const ref_tensor *fin = ref_at(rf, "final.", trained[i]), *ini = ref_at(rf, "init.", trained[i]);
         const float *ours = fl_tensor_f32(fl_scope_find(fl_exe_scope(e), trained[i]));
-        close_to("final", trained[i], ours, fin, 1e-5, 1e-4);
+        ref_close(&worst, "final", trained[i], ours, fin, 1e-5, 1e-4);
         double dmax = 0, emax = 0;
         for (int64_t j = 0; j < fin->numel; j++) {
             double dref = (double)ref_f32(fin, j) - ref_f32(ini, j), dours = (double)ours[j] - ref_f32(ini, j);
@@ -155,16 +126,16 @@ TEST(transformer_two_layers_vs_pytorch)
         if (!(dmax > 0)) TFAIL("parameter %s does not move in PyTorch's 5 steps", trained[i]);
         if (!(emax <= 1e-2 * dmax))
             TFAIL("update of %s: max |ours - PyTorch| %.3g > 1%% of max |update| %.3g", trained[i], emax, dmax);
-        if (emax / (1e-2 * dmax) > worst_frac)
-            worst_frac = emax / (1e-2 * dmax), snprintf(worst_what, sizeof worst_what, "update of %s", trained[i]);
+        if (emax / (1e-2 * dmax) > worst.frac)
+            worst.frac = emax / (1e-2 * dmax), snprintf(worst.what, sizeof worst.what, "update of %s", trained[i]);
     }
     for (int i = 0; i < np; i++) /* the sinusoid tables stay as they were */
         if (frozen(names[i]))
-            close_to("frozen", names[i], fl_tensor_f32(fl_scope_find(fl_exe_scope(e), names[i])), get(rf, "final.", names[i]),
-                     1e-6, 1e-6);
+            ref_close(&worst, "frozen", names[i], fl_tensor_f32(fl_scope_find(fl_exe_scope(e), names[i])),
+                      ref_at(rf, "final.", names[i]), 1e-6, 1e-6);
     printf("  transformer: 2 sinusoid tables, %d losses, %d step-0 gradients, final parameters and updates match "
            "PyTorch; closest to its tolerance: %s at %.1f%%\n",
-           steps, nt, worst_what, 100 * worst_frac);
+           steps, nt, worst.what, 100 * worst.frac);
     for (int k = 0; k < m.nuse_var; k++) fl_tensor_free(in[k]);
     fl_exe_free(e);
     fl_opt_free(opt);
