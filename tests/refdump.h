@@ -152,6 +152,24 @@ static inline void ref_close(ref_worst *w, const char *what, const char *name, c
     }
 }
 
+/* The parameters of program p, which must be exactly the dump's init.* tensors: their names
+ * into names (at most cap), their count returned. */
+static inline int ref_params(fl_prog *p, const ref_file *rf, const char **names, int cap)
+{
+    int n = 0;
+    for (int i = 0; i < fl_prog_num_vars(p); i++) {
+        fl_var *v = fl_prog_var_at(p, i);
+        if (!fl_var_is_param(v)) continue;
+        ref_at(rf, "init.", fl_var_name(v));
+        CHECK(n < cap);
+        names[n++] = fl_var_name(v);
+    }
+    int dumped = 0;
+    for (int i = 0; i < rf->n; i++) dumped += !strncmp(rf->t[i].name, "init.", 5);
+    CHECK_EQ_INT(n, dumped);
+    return n;
+}
+
 static inline void check_little_endian(void)
 {
     uint32_t one = 1;

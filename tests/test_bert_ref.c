@@ -14,22 +14,6 @@
 
 static ref_worst worst;
 
-/* The parameters of the program, which must be exactly the dump's init.* tensors. */
-static int params_of(fl_prog *p, const ref_file *rf, const char **names)
-{
-    int n = 0;
-    for (int i = 0; i < fl_prog_num_vars(p); i++) {
-        fl_var *v = fl_prog_var_at(p, i);
-        if (!fl_var_is_param(v)) continue;
-        ref_at(rf, "init.", fl_var_name(v));
-        names[n++] = fl_var_name(v);
-    }
-    int dumped = 0;
-    for (int i = 0; i < rf->n; i++) dumped += !strncmp(rf->t[i].name, "init.", 5);
-    CHECK_EQ_INT(n, dumped);
-    return n;
-}
-
 TEST(bert_two_layers_vs_pytorch)
 {
     ref_file *rf = calloc(1, sizeof *rf);
@@ -53,7 +37,7 @@ TEST(bert_two_layers_vs_pytorch)
     fl_opt *opt = fl_opt_sgd((float)lr);
     CHECK_OK(fl_opt_minimize(opt, m.loss));
     const char *names[64];
-    const int np = params_of(p, rf, names);
+    const int np = ref_params(p, rf, names, 64);
     CHECK(np > 40 && np <= 64);
     fl_exe *e = fl_exe_create(NULL);
     CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));

@@ -21,23 +21,6 @@ static ref_worst worst;
 
 static int frozen(const char *name) { return strstr(name, "_pos_enc_table") != NULL; }
 
-/* The parameters of the program, which must be exactly the dump's init.* tensors. */
-static int params_of(fl_prog *p, const ref_file *rf, const char **names)
-{
-    int n = 0;
-    for (int i = 0; i < fl_prog_num_vars(p); i++) {
-        fl_var *v = fl_prog_var_at(p, i);
-        if (!fl_var_is_param(v)) continue;
-        ref_at(rf, "init.", fl_var_name(v));
-        CHECK(n < MAXP);
-        names[n++] = fl_var_name(v);
-    }
-    int dumped = 0;
-    for (int i = 0; i < rf->n; i++) dumped += !strncmp(rf->t[i].name, "init.", 5);
-    CHECK_EQ_INT(n, dumped);
-    return n;
-}
-
 TEST(transformer_two_layers_vs_pytorch)
 {
     ref_file *rf = calloc(1, sizeof *rf);
@@ -65,7 +48,7 @@ TEST(transformer_two_layers_vs_pytorch)
     fl_opt *opt = fl_opt_sgd((float)lr);
     CHECK_OK(fl_opt_minimize(opt, m.loss));
     const char *names[MAXP], *trained[MAXP];
-    const int np = params_of(p, rf, names);
+    const int np = ref_params(p, rf, names, MAXP);
     CHECK(np > 40);
     fl_exe *e = fl_exe_create(NULL);
     CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
