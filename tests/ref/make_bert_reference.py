@@ -7,7 +7,7 @@ PYTHON: one with torch and numpy (tests/ref/README.md).  Writes bert.ref (determ
 PCG64, one thread): the configuration, the initial value of every parameter, one batch, the loss of 5
 SGD steps on that batch (float32 and float64 runs), the step-0 gradient of every parameter (float32
 run), the final parameters (float32 run) and, per parameter, how far the float32 run ends from the
-float64 run.  File format: tests/ref/make_reference.py ("FLREF 1").
+float64 run.  File format and the training loop: tests/ref/refdump.py ("FLREF 1").
 
 The network is written op by op as fl_model_bert_build (src/models/bert.c) builds Paddle's BERT:
 word + position + sentence embeddings -> layer_norm ("pre_encoder"); per layer: q, k, v fc, the
@@ -21,18 +21,11 @@ cross-entropy, mean; loss = the two means added.  Dropout 0.  Weights in Paddle'
 """
 import math
 import os
-import sys
 
-os.environ["OPENBLAS_NUM_THREADS"] = "1"
-os.environ["OMP_NUM_THREADS"] = "1"
+import refdump  # one thread; before numpy and torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_reference import write_dump  # noqa: E402
-
-torch.set_num_threads(1)
+import numpy as np
+import torch
 
 STEPS, LR = 5, 0.05
 VOCAB, HID, LAYERS, HEADS, INTER, MAXPOS, TYPES = 100, 32, 2, 4, 64, 16, 2
@@ -151,46 +144,12 @@ def forward(P, b):
     return mlm + nsp
 
 
-def train(init, batch, dtype):
-    P = {n: torch.tensor(a, dtype=dtype, requires_grad=True) for n, a in init.items()}
-    opt = torch.optim.SGD(list(P.values()), lr=LR)
-    losses, grad0 = [], None
-    for s in range(STEPS):
-        loss = forward(P, batch)
-        opt.zero_grad()
-        loss.backward()
-        if s == 0:
-            grad0 = {n: t.grad.detach().numpy().astype(np.float64) for n, t in P.items()}
-        opt.step()
-        losses.append(loss.item())
-    final = {n: t.detach().numpy().astype(np.float64) for n, t in P.items()}
-    return np.array(losses), grad0, final
-
-
 def main():
-    outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
-    os.makedirs(outdir, exist_ok=True)
     init, batch = make_data()
-    l32, g32, f32 = train(init, batch, torch.float32)
-    l64, g64, f64 = train(init, batch, torch.float64)
-    names = [n for n, _ in param_shapes()]
-    t = [("config.steps", np.array([STEPS], np.int64)), ("config.lr", np.array([LR], np.float64)),
-         ("config.vocab", np.array([VOCAB], np.int64)), ("config.hidden", np.array([HID], np.int64)),
-         ("config.layers", np.array([LAYERS], np.int64)), ("config.heads", np.array([HEADS], np.int64)),
-         ("config.intermediate", np.array([INTER], np.int64)), ("config.max_pos", np.array([MAXPOS], np.int64))]
-    t += [("batch." + k, v) for k, v in batch.items()]
-    t += [("loss.f32", l32), ("loss.f64", l64)]
-    t += [("init." + n, init[n]) for n in names]
-    t += [("grad0." + n, g32[n].astype(np.float32)) for n in names]
-    t += [("final." + n, f32[n].astype(np.float32)) for n in names]
-    t += [("f32err." + n, np.array([np.abs(f32[n] - f64[n]).max()])) for n in names]
-    t += [("update." + n, np.array([np.abs(f32[n] - init[n]).max()])) for n in names]
-    for s in range(STEPS):
-        print("step %d loss: f32 %.8f  f64 %.8f" % (s, l32[s], l64[s]))
-    worst = max(names, key=lambda n: np.abs(g32[n] - g64[n]).max())
-    print("largest f32-f64 gradient gap: %s %.2e; largest final gap: %.2e" %
-          (worst, np.abs(g32[worst] - g64[worst]).max(), max(np.abs(f32[n] - f64[n]).max() for n in names)))
-    write_dump(os.path.join(outdir, "bert.ref"), t)
+    cfg = [("steps", STEPS), ("lr", LR), ("vocab", VOCAB), ("hidden", HID), ("layers", LAYERS), ("heads", HEADS),
+           ("intermediate", INTER), ("max_pos", MAXPOS)]
+    refdump.write_network_dump(os.path.join(refdump.out_dir(), "bert.ref"), cfg, init, batch, forward, LR, STEPS,
+                               spreads=True)
 
 
 if __name__ == "__main__":

@@ -15,41 +15,20 @@ Writes (all deterministic: seeded numpy PCG64, one OpenBLAS thread):
                  fc 8 relu -> fc 2 -> softmax -> cross_entropy -> mean, SGD lr 0.1, batch 8, 5 steps:
                  same contents as mlp.ref plus the step-0 gradients (the whole model is tiny).
 
-File format ("FLREF 1", readable without any library): the first line is "FLREF 1\\n"; then for each
-tensor one ASCII header line "NAME DTYPE NDIM D0 D1 ...\\n" (DTYPE f32, f64 or i64) immediately
-followed by numel * size bytes of little-endian row-major data; the file ends with the line "end\\n".
-Weights are stored in Paddle's fc layout [in, out] (PyTorch's nn.Linear holds [out, in]; the script
+File format ("FLREF 1"), its writer and the training loop: tests/ref/refdump.py.  Weights are stored in Paddle's fc layout [in, out] (PyTorch's nn.Linear holds [out, in]; the script
 transposes).  Losses are the value computed in the forward pass of that step, before the update, as
 Fleet's executor returns them when the loss is fetched.
 """
 import os
-import sys
 
-# Determinism: one OpenBLAS thread (summation order fixed), one OpenMP thread.
-os.environ["OPENBLAS_NUM_THREADS"] = "1"
-os.environ["OMP_NUM_THREADS"] = "1"
+import refdump  # one thread (the summation order is fixed); before numpy and torch
+from refdump import config, write_dump
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
+import numpy as np
+import torch
+import torch.nn as nn
 
-torch.set_num_threads(1)
 STEPS = 5
-
-
-def write_dump(path, tensors):
-    """tensors: list of (name, np.ndarray with dtype float32/float64/int64)."""
-    codes = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.int64): "i64"}
-    with open(path, "wb") as f:
-        f.write(b"FLREF 1\n")
-        for name, a in tensors:
-            a = np.ascontiguousarray(a)
-            assert " " not in name and a.dtype in codes, (name, a.dtype)
-            dims = " ".join(str(d) for d in a.shape)
-            f.write(("%s %s %d%s%s\n" % (name, codes[a.dtype], a.ndim, " " if a.ndim else "", dims)).encode())
-            f.write(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
-        f.write(b"end\n")
-    print("wrote %s (%d bytes, %d tensors)" % (path, os.path.getsize(path), len(tensors)))
 
 
 def xavier(rng, fan_in, fan_out):
@@ -95,25 +74,18 @@ def mlp_train(init, xs, ys, dtype):
             lin.bias.copy_(torch.from_numpy(init["fc%d.b" % (i + 1)]).to(dtype))
     params = [t for lin in layers for t in (lin.weight, lin.bias)]
     opt = torch.optim.SGD(params, lr=MLP_LR)
-    losses, grad0 = [], None
-    for s in range(STEPS):
+
+    def loss_of_step(s):
         x = torch.from_numpy(xs[s]).to(dtype)
         y = torch.from_numpy(ys[s])
         h = torch.tanh(layers[0](x))
         h = torch.tanh(layers[1](h))
-        loss = paddle_ce_mean(layers[2](h), y)
-        opt.zero_grad()
-        loss.backward()
-        if s == 0:
-            grad0 = {n: paddle_layout(n, p.grad) for n, p in zip(MLP_PARAMS, params)}
-        opt.step()
-        losses.append(loss.item())
-    final = {n: paddle_layout(n, p.detach()) for n, p in zip(MLP_PARAMS, params)}
-    return np.array(losses, dtype=np.float64), grad0, final
+        return paddle_ce_mean(layers[2](h), y)
+
+    return refdump.train_steps(zip(MLP_PARAMS, params), opt, loss_of_step, STEPS, paddle_layout)
 
 
-def paddle_layout(name, t):
-    a = t.detach().numpy().astype(np.float64)
+def paddle_layout(name, a):
     return a.T.copy() if name.endswith(".w") else a
 
 
@@ -121,8 +93,7 @@ def make_mlp(outdir):
     init, xs, ys = mlp_data()
     l32, g32, f32 = mlp_train(init, xs, ys, torch.float32)
     l64, g64, f64 = mlp_train(init, xs, ys, torch.float64)
-    out = [("config.batch", np.array([MLP_BATCH], np.int64)), ("config.steps", np.array([STEPS], np.int64)),
-           ("config.lr", np.array([MLP_LR], np.float64))]
+    out = config([("batch", MLP_BATCH), ("steps", STEPS), ("lr", MLP_LR)])
     out += [("init." + n, init[n]) for n in MLP_PARAMS]
     out += [("x", xs), ("y", ys), ("loss.f32", l32), ("loss.f64", l64)]
     out += [("final." + n, f32[n].astype(np.float32)) for n in MLP_PARAMS]
@@ -185,29 +156,22 @@ def ctr_train(init, batches, dtype):
         fc2.bias.copy_(torch.from_numpy(init["fc2.b"]).to(dtype))
     params = [emb.weight, fc1.weight, fc1.bias, fc2.weight, fc2.bias]
     opt = torch.optim.SGD(params, lr=CTR_LR)
-    losses, grad0 = [], None
-    for s, (slots, dense, label) in enumerate(batches):
+
+    def loss_of_step(s):
+        slots, dense, label = batches[s]
         pooled = [emb(torch.from_numpy(ids[:, 0]), torch.from_numpy(lod[:-1])) for ids, lod in slots]
         h = torch.cat(pooled + [torch.from_numpy(dense).to(dtype)], dim=1)
         h = torch.relu(fc1(h))
-        loss = paddle_ce_mean(fc2(h), torch.from_numpy(label))
-        opt.zero_grad()
-        loss.backward()
-        if s == 0:
-            grad0 = {n: paddle_layout(n, p.grad) for n, p in zip(CTR_PARAMS, params)}
-        opt.step()
-        losses.append(loss.item())
-    final = {n: paddle_layout(n, p.detach()) for n, p in zip(CTR_PARAMS, params)}
-    return np.array(losses, dtype=np.float64), grad0, final
+        return paddle_ce_mean(fc2(h), torch.from_numpy(label))
+
+    return refdump.train_steps(zip(CTR_PARAMS, params), opt, loss_of_step, len(batches), paddle_layout)
 
 
 def make_ctr(outdir):
     init, batches = ctr_data()
     l32, g32, f32 = ctr_train(init, batches, torch.float32)
     l64, g64, f64 = ctr_train(init, batches, torch.float64)
-    out = [("config.batch", np.array([CTR_BATCH], np.int64)), ("config.steps", np.array([STEPS], np.int64)),
-           ("config.lr", np.array([CTR_LR], np.float64)), ("config.vocab", np.array([CTR_VOCAB], np.int64)),
-           ("config.dim", np.array([CTR_DIM], np.int64))]
+    out = config([("batch", CTR_BATCH), ("steps", STEPS), ("lr", CTR_LR), ("vocab", CTR_VOCAB), ("dim", CTR_DIM)])
     out += [("init." + n, init[n]) for n in CTR_PARAMS]
     for s, (slots, dense, label) in enumerate(batches):
         for k, (ids, lod) in enumerate(slots):
@@ -228,8 +192,7 @@ def make_ctr(outdir):
 
 
 def main():
-    outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
-    os.makedirs(outdir, exist_ok=True)
+    outdir = refdump.out_dir()
     print("torch %s, numpy %s" % (torch.__version__, np.__version__))
     make_mlp(outdir)
     make_ctr(outdir)

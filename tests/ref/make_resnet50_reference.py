@@ -28,7 +28,7 @@ Momentum (lr 1e-4, momentum 0.9; torch.optim.SGD with momentum is Paddle's Momen
 batch; batch_norm in training mode (batch statistics, eps 1e-5).  Loss: softmax, -log p[label],
 mean, as Paddle's graph computes it.
 
-Stored ("FLREF 1", see make_reference.py), per parameter p in creation order (P = 161):
+Stored ("FLREF 1", see refdump.py), per parameter p in creation order (P = 161):
     param.numel [P], param.dims [P, 4] (Paddle layout, padded with 1), param.center/bound [P]
     grad0.{sum,sumsq} [P] (f64), grad0.idx [P, K] (i64), grad0.val [P, K] (f32): the step-0
         gradient's sum, sum of squares and K sampled elements, from the float32 run
@@ -41,18 +41,12 @@ Deterministic: one thread.  The script prints the float32-vs-float64 gaps.
 import os
 import sys
 
-os.environ["OMP_NUM_THREADS"] = "1"
-os.environ["OPENBLAS_NUM_THREADS"] = "1"
-os.environ["MKL_NUM_THREADS"] = "1"
+import refdump  # one thread; before numpy and torch
+from refdump import config, write_dump
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torchvision  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_reference import write_dump  # noqa: E402
-
-torch.set_num_threads(1)
+import numpy as np
+import torch
+import torchvision
 
 BATCH, SIZE, CLASSES, STEPS, LR, MOMENTUM, K = 2, 224, 1000, 3, 0.0001, 0.9, 32
 IMAGE_SEED, LABELS = 1000, [7, 444]
@@ -127,20 +121,17 @@ def train(dtype):
     x = torch.from_numpy(hashed(IMAGE_SEED, BATCH * 3 * SIZE * SIZE, 0.0, 1.0).reshape(BATCH, 3, SIZE, SIZE)).to(dtype)
     y = torch.tensor(LABELS, dtype=torch.int64).reshape(BATCH, 1)
     opt = torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM)
-    params = list(m.named_parameters())
-    losses, grad0 = [], None
-    for s in range(STEPS):
-        opt.zero_grad()
+
+    def loss_of_step(s):
         p = torch.softmax(m(x), dim=1)
-        loss = -torch.log(p.gather(1, y)).mean()
-        loss.backward()
-        if s == 0:
-            grad0 = [to_paddle(n, t.grad.detach().numpy().astype(np.float64)) for n, t in params]
-        opt.step()
-        losses.append(loss.item())
-        print("  %s step %d loss %.8f" % (dtype, s, losses[-1]), flush=True)
-    upd = [to_paddle(n, t.detach().numpy().astype(np.float64)) - sp[4] for (n, t), sp in zip(params, specs)]
-    return specs, np.array(losses), grad0, upd
+        return -torch.log(p.gather(1, y)).mean()
+
+    def log(s, loss):
+        print("  %s step %d loss %.8f" % (dtype, s, loss), flush=True)
+
+    names = [n for n, _ in m.named_parameters()]
+    losses, g, final = refdump.train_steps(m.named_parameters(), opt, loss_of_step, STEPS, to_paddle, log)
+    return specs, losses, [g[n] for n in names], [final[n] - sp[4] for n, sp in zip(names, specs)]
 
 
 def summaries(arrs, idx):
@@ -150,9 +141,7 @@ def summaries(arrs, idx):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--v1"]
-    outdir = args[0] if args else os.path.dirname(os.path.abspath(__file__))
-    os.makedirs(outdir, exist_ok=True)
+    outdir = refdump.out_dir([a for a in sys.argv[1:] if a != "--v1"])
     print("torch %s, torchvision %s, numpy %s; ResNet %s" % (torch.__version__, torchvision.__version__, np.__version__,
                                                            "v1" if V1 else "v1.5"))
     specs, l32, g32, u32 = train(torch.float32)
@@ -163,14 +152,12 @@ def main():
     for p, s in enumerate(specs):
         dims[p, :len(s[1])] = s[1]
     idx = np.stack([sample_idx(p, int(numel[p])) for p in range(P)])
-    out = [("config.batch", np.array([BATCH], np.int64)), ("config.size", np.array([SIZE], np.int64)),
-           ("config.classes", np.array([CLASSES], np.int64)), ("config.steps", np.array([STEPS], np.int64)),
-           ("config.lr", np.array([LR], np.float64)), ("config.momentum", np.array([MOMENTUM], np.float64)),
-           ("config.image_seed", np.array([IMAGE_SEED], np.int64)), ("config.labels", np.array(LABELS, np.int64)),
-           ("param.numel", numel), ("param.dims", dims),
-           ("param.center", np.array([s[2] for s in specs], np.float64)),
-           ("param.bound", np.array([s[3] for s in specs], np.float64)),
-           ("loss.f32", l32), ("loss.f64", l64), ("grad0.idx", idx)]
+    out = config([("batch", BATCH), ("size", SIZE), ("classes", CLASSES), ("steps", STEPS), ("lr", LR),
+                  ("momentum", MOMENTUM), ("image_seed", IMAGE_SEED)])
+    out += [("config.labels", np.array(LABELS, np.int64)), ("param.numel", numel), ("param.dims", dims),
+            ("param.center", np.array([s[2] for s in specs], np.float64)),
+            ("param.bound", np.array([s[3] for s in specs], np.float64)),
+            ("loss.f32", l32), ("loss.f64", l64), ("grad0.idx", idx)]
     for key, arrs in (("grad0", g32), ("grad0_f64", g64), ("update", u32), ("update_f64", u64)):
         s, q, v = summaries(arrs, idx)
         out += [(key + ".sum", s), (key + ".sumsq", q), (key + ".val", v.astype(np.float32))]

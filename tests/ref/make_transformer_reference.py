@@ -8,7 +8,7 @@ numpy PCG64, one thread): the configuration, the initial value of every paramete
 sinusoid tables included), one batch, the loss of 5 SGD steps on that batch (float32 and float64 runs),
 the step-0 gradient of every trained parameter (float32 run) and the final parameters (float32 run);
 the largest float32 / float64 gaps are printed (refdump.h reads at most 256 tensors).  File format:
-tests/ref/make_reference.py ("FLREF 1").
+tests/ref/refdump.py ("FLREF 1"), which holds the training loop too.
 
 The network is written op by op as fl_model_transformer_build (src/models/transformer.c,
 attention.c) builds the benchmark's model.py with its default configuration (separate source and
@@ -25,18 +25,11 @@ Paddle's fc layout [in, out], used as x @ W + b.  Layer norm: biased variance, e
 """
 import math
 import os
-import sys
 
-os.environ["OPENBLAS_NUM_THREADS"] = "1"
-os.environ["OMP_NUM_THREADS"] = "1"
+import refdump  # one thread; before numpy and torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_reference import write_dump  # noqa: E402
-
-torch.set_num_threads(1)
+import numpy as np
+import torch
 
 STEPS, LR = 5, 0.05
 VOCAB, DM, LAYERS, HEADS, DK, INNER, MAXLEN, EPS_LS = 40, 16, 2, 2, 8, 32, 16, 0.1
@@ -185,47 +178,13 @@ def forward(P, b):
     return (cost * w).sum() / w.sum()
 
 
-def train(init, batch, dtype):
-    P = {n: torch.tensor(a, dtype=dtype, requires_grad=not n.endswith("_pos_enc_table")) for n, a in init.items()}
-    opt = torch.optim.SGD([t for t in P.values() if t.requires_grad], lr=LR)
-    losses, grad0 = [], None
-    for s in range(STEPS):
-        loss = forward(P, batch)
-        opt.zero_grad()
-        loss.backward()
-        if s == 0:
-            grad0 = {n: t.grad.detach().numpy().astype(np.float64) for n, t in P.items() if t.requires_grad}
-        opt.step()
-        losses.append(loss.item())
-    final = {n: t.detach().numpy().astype(np.float64) for n, t in P.items()}
-    return np.array(losses), grad0, final
-
-
 def main():
-    outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
-    os.makedirs(outdir, exist_ok=True)
     init, batch = make_data()
-    l32, g32, f32 = train(init, batch, torch.float32)
-    l64, g64, f64 = train(init, batch, torch.float64)
-    names = [n for n, _ in param_shapes()]
-    trained = [n for n in names if n in g32]
-    t = [("config.steps", np.array([STEPS], np.int64)), ("config.lr", np.array([LR], np.float64)),
-         ("config.vocab", np.array([VOCAB], np.int64)), ("config.d_model", np.array([DM], np.int64)),
-         ("config.layers", np.array([LAYERS], np.int64)), ("config.heads", np.array([HEADS], np.int64)),
-         ("config.d_key", np.array([DK], np.int64)), ("config.d_inner", np.array([INNER], np.int64)),
-         ("config.max_length", np.array([MAXLEN], np.int64)),
-         ("config.label_smooth", np.array([EPS_LS], np.float64))]
-    t += [("batch." + k, v) for k, v in batch.items()]
-    t += [("loss.f32", l32), ("loss.f64", l64)]
-    t += [("init." + n, init[n]) for n in names]
-    t += [("grad0." + n, g32[n].astype(np.float32)) for n in trained]
-    t += [("final." + n, f32[n].astype(np.float32)) for n in names]
-    for s in range(STEPS):
-        print("step %d loss: f32 %.8f  f64 %.8f" % (s, l32[s], l64[s]))
-    worst = max(trained, key=lambda n: np.abs(g32[n] - g64[n]).max())
-    print("largest f32-f64 gradient gap: %s %.2e; largest final gap: %.2e" %
-          (worst, np.abs(g32[worst] - g64[worst]).max(), max(np.abs(f32[n] - f64[n]).max() for n in names)))
-    write_dump(os.path.join(outdir, "transformer.ref"), t)
+    cfg = [("steps", STEPS), ("lr", LR), ("vocab", VOCAB), ("d_model", DM), ("layers", LAYERS), ("heads", HEADS),
+           ("d_key", DK), ("d_inner", INNER), ("max_length", MAXLEN), ("label_smooth", EPS_LS)]
+    frozen = [n for n in init if n.endswith("_pos_enc_table")]
+    refdump.write_network_dump(os.path.join(refdump.out_dir(), "transformer.ref"), cfg, init, batch, forward, LR,
+                               STEPS, frozen=frozen)
 
 
 if __name__ == "__main__":
