@@ -16,17 +16,26 @@ CFLAGS  += -DFLEET_VERSION_STRING=\"$(VERSION)\"
 LDLIBS  := -lopenblas -lcrypto -lcjson -lz -lm -pthread
 LDFLAGS += $(SAN)
 
+# An optional library that pkg-config finds, one row each:
+#   $(eval $(call optional_pkg,VAR,PACKAGE,MACRO,LIBS))
+# VAR is 1 when PACKAGE is installed, unless given (`make VAR=0` leaves it out even when
+# installed; then `make clean`); with VAR 1 the sources see -DMACRO and the package's link
+# flags go in LIBS (fleet.pc and FleetConfig.cmake list them) and LDLIBS.
+define optional_pkg
+ifndef $(1)
+$(1) := $$(shell pkg-config --exists $(2) 2>/dev/null && echo 1 || echo 0)
+endif
+ifeq ($$($(1)),1)
+$(4) := $$(shell pkg-config --libs $(2))
+CFLAGS   += -D$(3) $$(shell pkg-config --cflags $(2))
+LDLIBS   += $$($(4))
+endif
+endef
+
 # Open MPI, optional: when pkg-config finds ompi-c (Debian: libopenmpi-dev) the MPI role
 # maker (src/fleet/role_mpi.c) is built in; without it fleet_role_mpi returns
-# FL_EUNSUPPORTED.  `make MPI=0` leaves it out even when installed (then `make clean`).
-ifndef MPI
-MPI := $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1 || echo 0)
-endif
-ifeq ($(MPI),1)
-MPI_LIBS := $(shell pkg-config --libs ompi-c)
-CFLAGS   += -DFL_HAVE_MPI $(shell pkg-config --cflags ompi-c)
-LDLIBS   += $(MPI_LIBS)
-endif
+# FL_EUNSUPPORTED.
+$(eval $(call optional_pkg,MPI,ompi-c,FL_HAVE_MPI,MPI_LIBS))
 
 # oneDNN, optional: when its header is found (Debian: libdnnl-dev, which has no pkg-config
 # file; a dnnl.pc is used where one exists) fc and mul_grad run on oneDNN's matmul
@@ -43,39 +52,18 @@ endif
 
 # RocksDB, optional: when pkg-config finds rocksdb (Debian: librocksdb-dev) sparse tables
 # can keep their cold rows on disk (src/ps/table_ssd.c); without it a table with ssd_path
-# is refused with FL_EUNSUPPORTED.  `make ROCKSDB=0` leaves it out even when installed.
-ifndef ROCKSDB
-ROCKSDB := $(shell pkg-config --exists rocksdb 2>/dev/null && echo 1 || echo 0)
-endif
-ifeq ($(ROCKSDB),1)
-ROCKSDB_LIBS := $(shell pkg-config --libs rocksdb)
-CFLAGS   += -DFL_HAVE_ROCKSDB $(shell pkg-config --cflags rocksdb)
-LDLIBS   += $(ROCKSDB_LIBS)
-endif
+# is refused with FL_EUNSUPPORTED.
+$(eval $(call optional_pkg,ROCKSDB,rocksdb,FL_HAVE_ROCKSDB,ROCKSDB_LIBS))
 
 # libjpeg-turbo, optional: when pkg-config finds libturbojpeg (Debian: libturbojpeg0-dev) the
 # image reader decodes JPEG files (src/data/image_decode.c); without it asking for an image
-# reader is refused with FL_EUNSUPPORTED.  `make TURBOJPEG=0` leaves it out even when installed.
-ifndef TURBOJPEG
-TURBOJPEG := $(shell pkg-config --exists libturbojpeg 2>/dev/null && echo 1 || echo 0)
-endif
-ifeq ($(TURBOJPEG),1)
-TURBOJPEG_LIBS := $(shell pkg-config --libs libturbojpeg)
-CFLAGS   += -DFL_HAVE_TURBOJPEG $(shell pkg-config --cflags libturbojpeg)
-LDLIBS   += $(TURBOJPEG_LIBS)
-endif
+# reader is refused with FL_EUNSUPPORTED.
+$(eval $(call optional_pkg,TURBOJPEG,libturbojpeg,FL_HAVE_TURBOJPEG,TURBOJPEG_LIBS))
 
 # libpng, optional: when pkg-config finds libpng (Debian: libpng-dev) the image reader also
 # decodes PNG files (src/data/image_png.c); without it a PNG file is refused by name with
-# FL_EUNSUPPORTED.  `make LIBPNG=0` leaves it out even when installed.
-ifndef LIBPNG
-LIBPNG := $(shell pkg-config --exists libpng 2>/dev/null && echo 1 || echo 0)
-endif
-ifeq ($(LIBPNG),1)
-PNG_LIBS := $(shell pkg-config --libs libpng)
-CFLAGS   += -DFL_HAVE_PNG $(shell pkg-config --cflags libpng)
-LDLIBS   += $(PNG_LIBS)
-endif
+# FL_EUNSUPPORTED.
+$(eval $(call optional_pkg,LIBPNG,libpng,FL_HAVE_PNG,PNG_LIBS))
 
 # The compile and link flags of the last build: objects are rebuilt when they change (for
 # example when Open MPI was installed since), not only when a source changes.
