@@ -15,11 +15,7 @@
 
 static char tdir[64];
 
-static inline void mk_tmpdir(void)
-{
-    snprintf(tdir, sizeof tdir, "/tmp/fl_dataset_XXXXXX");
-    CHECK(mkdtemp(tdir));
-}
+static inline void mk_tmpdir(void) { th_mktemp(tdir, sizeof tdir, "fl_dataset_"); }
 
 static inline const char *write_file(const char *name, const char *text)
 {
@@ -27,19 +23,11 @@ static inline const char *write_file(const char *name, const char *text)
     static int np;
     char *p = paths[np++ % 64];
     snprintf(p, 128, "%s/%s", tdir, name);
-    FILE *f = fopen(p, "w");
-    CHECK(f);
-    fputs(text, f);
-    fclose(f);
+    th_write_bytes(p, text, strlen(text));
     return p;
 }
 
-static inline void rm_tmpdir(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tdir);
-    CHECK(system(cmd) == 0);
-}
+static inline void rm_tmpdir(void) { th_rmtree(tdir); }
 
 /* MultiSlot layout used by most cases: ids int64 LoD, w float32 LoD, dense float32 [3], label int64 [1]. */
 static fl_prog *g_prog;

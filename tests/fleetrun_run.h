@@ -16,7 +16,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -57,17 +56,15 @@ static inline void setup(run_t *r)
     if (access(FR, X_OK) || access(CH, X_OK)) TFAIL("%s or %s is not built (make all)", FR, CH);
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     memset(r, 0, sizeof *r);
-    strcpy(r->dir, "/tmp/fr_test.XXXXXX");
-    if (!mkdtemp(r->dir)) TFAIL("mkdtemp failed");
+    th_mktemp(r->dir, sizeof r->dir, "fr_test.");
 }
 
-static inline int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) { return remove(p); }
 static inline void cleanup(run_t *r)
 {
     for (int i = 0; i < nruns; i++) /* r may go out of scope now */
         if (runs[i] == r) runs[i--] = runs[--nruns];
     free(r->out);
-    nftw(r->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    th_rmtree(r->dir);
 }
 
 static char *slurp(const char *path)

@@ -60,8 +60,7 @@ typedef struct {
 static inline void job_init(job *j, int ns, int nw)
 {
     memset(j, 0, sizeof *j);
-    snprintf(j->dir, sizeof j->dir, "/tmp/fleet_psf_XXXXXX");
-    if (!mkdtemp(j->dir)) TFAIL("mkdtemp failed");
+    th_mktemp(j->dir, sizeof j->dir, "fleet_psf_");
     j->ns = ns;
     j->nw = nw;
     for (int i = 0; i < ns; i++)
@@ -206,13 +205,6 @@ static inline void job_start(job *j, const char *const *common, const char *cons
             spawn(j, r == 0, i, 0, args);
         }
     }
-}
-
-static inline void rm_rf(const char *dir)
-{
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
 }
 
 /* The last cost printed by a worker, or with avg > 0 the mean of its last avg costs. */

@@ -365,8 +365,8 @@ TEST(o2_fp16_overflow_leaves_masters_bit_identical)
  * saved from it reads the copies and predicts what the trained program predicts. */
 TEST(o2_save_keeps_float32_masters)
 {
-    char dir[] = "/tmp/fl_amp_o2XXXXXX";
-    CHECK(mkdtemp(dir) != NULL);
+    char dir[64];
+    th_mktemp(dir, sizeof dir, "fl_amp_o2");
     net n;
     net_make(&n, fl_opt_adam(0.01f, 0.9f, 0.999f, 1e-8f), FL_BFLOAT16, 2, NULL);
     for (int s = 0; s < 5; s++) net_step(&n);
@@ -427,9 +427,7 @@ TEST(o2_save_keeps_float32_masters)
     fl_exe_free(e3);
     fl_exe_free(e2);
     net_free(&n);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    th_rmtree(dir);
 }
 
 /* ---- the dtype checks and refusals -------------------------------------------------------- */

@@ -48,19 +48,18 @@ TEST(config_json_demo_and_errors)
     CHECK(!strcmp(c.hidden_act, "gelu"));
     CHECK_NEAR(c.initializer_range, 0.02, 1e-7);
     CHECK_NEAR(c.hidden_dropout_prob, 0.1, 1e-7);
-    char tmp[] = "/tmp/bert_cfg_XXXXXX";
-    int fd = mkstemp(tmp);
-    CHECK(fd >= 0);
+    char dir[64], tmp[96];
+    th_mktemp(dir, sizeof dir, "bert_cfg_");
+    snprintf(tmp, sizeof tmp, "%s/config.json", dir);
     const char *bad = "{\"hidden_size\": 100, \"num_attention_heads\": 12}";
-    CHECK(write(fd, bad, strlen(bad)) == (ssize_t)strlen(bad));
-    close(fd);
+    th_write_bytes(tmp, bad, strlen(bad));
     CHECK_FAILS(fl_model_bert_config_load(tmp, &c), FL_EINVAL, "not a multiple of num_attention_heads");
-    FILE *f = fopen(tmp, "w");
-    fputs("{\"hidden_act\": \"swish\"}", f);
-    fclose(f);
+    const char *act = "{\"hidden_act\": \"swish\"}";
+    th_write_bytes(tmp, act, strlen(act));
     CHECK_FAILS(fl_model_bert_config_load(tmp, &c), FL_EINVAL, "hidden_act");
     unlink(tmp);
     CHECK_FAILS(fl_model_bert_config_load(tmp, &c), FL_EIO, tmp);
+    th_rmtree(dir);
 }
 
 /* The demo file: 1,012 lines, at most 512 tokens kept; negatives double the examples; masks
@@ -140,20 +139,13 @@ TEST(reader_demo_data)
     fl_model_bert_reader_free(r3);
 }
 
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    CHECK(f);
-    fputs(text, f);
-    fclose(f);
-}
+static void write_text(const char *path, const char *text) { th_write_bytes(path, text, strlen(text)); }
 
 TEST(reader_malformed_lines_name_file_and_line)
 {
-    char path[] = "/tmp/bert_bad_XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    close(fd);
+    char dir[64], path[96];
+    th_mktemp(dir, sizeof dir, "bert_bad_");
+    snprintf(path, sizeof path, "%s/lines.txt", dir);
     const char *files[1] = {path};
     fl_model_bert_reader *r = NULL;
     static const struct {
@@ -192,6 +184,7 @@ TEST(reader_malformed_lines_name_file_and_line)
     CHECK_FAILS(fl_model_bert_reader_create(files, 1, &o, &r), FL_EIO, path);
     o.rank = 2;
     CHECK_FAILS(fl_model_bert_reader_create(files, 1, &o, &r), FL_EINVAL, "rank 2");
+    th_rmtree(dir);
 }
 
 static fl_model_bert_config tiny(void)
@@ -445,10 +438,10 @@ TEST(amp_bf16_follows_float32)
 TEST(lightning_row_local_and_collective)
 {
     const char *demo = demo_dir();
-    char self[4096], bin[4200], dir[64] = "/tmp/fl_bertXXXXXX";
+    char self[4096], bin[4200], dir[64];
     th_tests_dir(self, sizeof self);
     snprintf(bin, sizeof bin, "%s/..", self);
-    CHECK(mkdtemp(dir));
+    th_mktemp(dir, sizeof dir, "fl_bert");
     char *o = th_cmd(dir, "list", 30, NULL, "%s/tools/fleet-lightning list", bin);
     CHECK_STR_HAS(o, "bert       coll   bert      bert_acc");
     free(o);
@@ -485,9 +478,7 @@ TEST(lightning_row_local_and_collective)
     CHECK_NEAR(coll, local, 0.02);
     CHECK(coll > 1.3 * base);
     free(o);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    th_rmtree(dir);
 }
 
 TEST_MAIN(T(config_json_demo_and_errors), T(reader_demo_data), T(reader_malformed_lines_name_file_and_line),

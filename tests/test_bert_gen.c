@@ -79,8 +79,9 @@ static fl_model_bert_datagen small(int64_t lines)
 
 TEST(datagen_deterministic_demo_format)
 {
-    char d1[] = "/tmp/fl_bg1XXXXXX", d2[] = "/tmp/fl_bg2XXXXXX";
-    CHECK(mkdtemp(d1) && mkdtemp(d2));
+    char d1[64], d2[64];
+    th_mktemp(d1, sizeof d1, "fl_bg1");
+    th_mktemp(d2, sizeof d2, "fl_bg2");
     fl_model_bert_datagen g = small(400);
     fl_model_bert_datagen_info i1, i2;
     CHECK_OK(fl_model_bert_generate(&g, d1, &i1));
@@ -167,9 +168,8 @@ TEST(datagen_deterministic_demo_format)
     bad = small(10), bad.noise = 1.5;
     CHECK_FAILS(fl_model_bert_generate(&bad, d2, &i2), FL_EINVAL, "noise");
     CHECK_FAILS(fl_model_bert_generate(NULL, d2, &i2), FL_EINVAL, "config");
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s %s", d1, d2);
-    CHECK(system(cmd) == 0);
+    th_rmtree(d1);
+    th_rmtree(d2);
 }
 
 /* The ceilings of a noiseless chain with one successor: every masked word but the first of
@@ -177,8 +177,8 @@ TEST(datagen_deterministic_demo_format)
  * topic no false pair can be told apart, the next-sentence ceiling is 1/2. */
 TEST(datagen_ceilings_at_the_extremes)
 {
-    char d[] = "/tmp/fl_bg3XXXXXX";
-    CHECK(mkdtemp(d));
+    char d[64];
+    th_mktemp(d, sizeof d, "fl_bg3");
     fl_model_bert_datagen g = small(200);
     g.topics = 1, g.successors = 1, g.noise = 0;
     fl_model_bert_datagen_info i;
@@ -192,17 +192,15 @@ TEST(datagen_ceilings_at_the_extremes)
     printf("  uniform words: masked-LM ceiling %.4f, next-sentence ceiling %.4f\n", i.mlm_ceiling, i.nsp_ceiling);
     CHECK(i.mlm_ceiling < 0.3);
     CHECK(i.nsp_ceiling > 0.94 && i.nsp_ceiling < 0.99); /* 1 - 1/(2 * 16) when topics are always told apart */
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
-    CHECK(system(cmd) == 0);
+    th_rmtree(d);
 }
 
 /* `fleet-datagen bert` prints the ceilings and writes the same files as the function. */
 TEST(datagen_cli)
 {
-    char self[4096], dir[] = "/tmp/fl_bg4XXXXXX";
+    char self[4096], dir[64];
     th_tests_dir(self, sizeof self);
-    CHECK(mkdtemp(dir));
+    th_mktemp(dir, sizeof dir, "fl_bg4");
     char *o = th_cmd(dir, "gen", 60, NULL,
                      "%s/../tools/fleet-datagen bert --lines 400 --test-lines 50 --out %s/cli --topics 16 --topic-words "
                      "16 --function-words 16 --min-len 6 --max-len 16",
@@ -226,9 +224,7 @@ TEST(datagen_cli)
     CHECK_EQ_INT(rc, 2);
     CHECK_STR_HAS(o, "--noise");
     free(o);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    th_rmtree(dir);
 }
 
 /* A small BERT (hidden 64, 2 layers, no dropout) trained with Adam on 4,000 generated lines
@@ -239,8 +235,8 @@ TEST(datagen_cli)
 TEST(train_generated_nsp_and_mlm)
 {
     alarm(600); /* 20-25 s of CPU; minutes on a loaded machine or under a sanitizer (asan: 280 s) */
-    char d[] = "/tmp/fl_bg5XXXXXX";
-    CHECK(mkdtemp(d));
+    char d[64];
+    th_mktemp(d, sizeof d, "fl_bg5");
     fl_model_bert_datagen g = small(4000);
     g.test_lines = 500;
     g.shared_grammar = 1; /* learnt in a few epochs; per-topic chains take many more */
@@ -322,9 +318,7 @@ TEST(train_generated_nsp_and_mlm)
     fl_prog_free(p);
     fl_model_bert_reader_free(rtr);
     fl_model_bert_reader_free(rte);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", d);
-    CHECK(system(cmd) == 0);
+    th_rmtree(d);
 }
 
 TEST_MAIN(T(datagen_deterministic_demo_format), T(datagen_ceilings_at_the_extremes), T(datagen_cli),

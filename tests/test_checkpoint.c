@@ -96,16 +96,13 @@ static void write_text(const char *root, const char *rel, const char *text)
 {
     char p[4096];
     snprintf(p, sizeof p, "%s/%s", root, rel);
-    FILE *f = fopen(p, "w");
-    CHECK(f);
-    fputs(text, f);
-    fclose(f);
+    th_write_bytes(p, text, strlen(text));
 }
 
 TEST(save_load_keep_and_commit_point)
 {
-    char root[] = "/tmp/fleet_ckpt_XXXXXX";
-    CHECK(mkdtemp(root));
+    char root[64];
+    th_mktemp(root, sizeof root, "fleet_ckpt_");
     net a;
     net_make(&a);
     fleet_checkpoint_pos pos = {0, 0, 0, 0}, got;
@@ -160,16 +157,14 @@ TEST(save_load_keep_and_commit_point)
     free(wb);
     net_free(&a);
     net_free(&b);
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    CHECK(system(cmd) == 0);
+    th_rmtree(root);
 }
 
 /* A checkpoint of another job size is refused, not half-loaded. */
 TEST(worker_count_must_match)
 {
-    char root[] = "/tmp/fleet_ckpt_XXXXXX";
-    CHECK(mkdtemp(root));
+    char root[64];
+    th_mktemp(root, sizeof root, "fleet_ckpt_");
     net a;
     net_make(&a);
     fleet_checkpoint_pos pos = {0, 0, 0, 1}, got;
@@ -178,24 +173,15 @@ TEST(worker_count_must_match)
                "{\"format\": \"fleet-checkpoint\", \"version\": 1, \"seq\": 1, \"workers\": 4, \"step\": 1}\n");
     CHECK_FAILS(fleet_load_checkpoint(a.f, a.e, root, a.p, &got), FL_EINVAL, "saved by 4 workers; this job has 1");
     net_free(&a);
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    CHECK(system(cmd) == 0);
-}
-
-static void rm_root(const char *root)
-{
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    CHECK(system(cmd) == 0);
+    th_rmtree(root);
 }
 
 /* A save that fails (here: worker-0 cannot be made, as on a full disk) says which worker
  * and why, and leaves no unfinished directory; the next save takes the same number. */
 TEST(failed_save_is_named_and_removed)
 {
-    char root[] = "/tmp/fleet_ckpt_XXXXXX";
-    CHECK(mkdtemp(root));
+    char root[64];
+    th_mktemp(root, sizeof root, "fleet_ckpt_");
     net a;
     net_make(&a);
     fleet_checkpoint_pos pos = {0, 0, 0, 1};
@@ -207,15 +193,15 @@ TEST(failed_save_is_named_and_removed)
     CHECK_OK(fleet_save_checkpoint(a.f, a.e, root, a.p, &pos, 1));
     CHECK(exists(root, "ckpt-0000000001/checkpoint.json"));
     net_free(&a);
-    rm_root(root);
+    th_rmtree(root);
 }
 
 /* Three workers, worker 1's part fails: every worker's error names worker 1, and worker 0
  * removed the unfinished directory before any of them returned. */
 TEST(failed_save_names_the_worker_on_every_worker)
 {
-    char root[] = "/tmp/fleet_ckpt_XXXXXX", eps[128];
-    CHECK(mkdtemp(root));
+    char root[64], eps[128];
+    th_mktemp(root, sizeof root, "fleet_ckpt_");
     th_free_endpoints(eps, sizeof eps, 3);
     make_dir(root, "ckpt-0000000001");
     write_text(root, "ckpt-0000000001/worker-1", "a file where the worker's directory goes");
@@ -244,7 +230,7 @@ TEST(failed_save_names_the_worker_on_every_worker)
         bad += !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
     }
     CHECK_EQ_INT(bad, 0);
-    rm_root(root);
+    th_rmtree(root);
 }
 
 /* This host's tag in temporary names (src/io/atomic.c host_tag). */
@@ -272,8 +258,8 @@ static pid_t dead_pid(void)
  * keeps those of a live one. */
 TEST(load_removes_temporaries_of_killed_saves)
 {
-    char root[] = "/tmp/fleet_ckpt_XXXXXX", host[64], name[256];
-    CHECK(mkdtemp(root));
+    char root[64], host[64], name[256];
+    th_mktemp(root, sizeof root, "fleet_ckpt_");
     host_tag(host, sizeof host);
     net a;
     net_make(&a);
@@ -302,7 +288,7 @@ TEST(load_removes_temporaries_of_killed_saves)
     CHECK(exists(root, name));
     net_free(&a);
     net_free(&b);
-    rm_root(root);
+    th_rmtree(root);
 }
 
 TEST_MAIN(T(save_load_keep_and_commit_point), T(worker_count_must_match), T(failed_save_is_named_and_removed),

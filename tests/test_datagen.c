@@ -9,7 +9,6 @@
 
 #include <ctype.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <sys/stat.h>
 
@@ -28,15 +27,13 @@ static void setup(env_t *e)
     snprintf(DG, sizeof DG, "%s/../tools/fleet-datagen", self);
     if (access(DG, X_OK)) TFAIL("%s is not built (make all)", DG);
     memset(e, 0, sizeof *e);
-    strcpy(e->dir, "/tmp/dg_test.XXXXXX");
-    if (!mkdtemp(e->dir)) TFAIL("mkdtemp failed");
+    th_mktemp(e->dir, sizeof e->dir, "dg_test.");
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) { return remove(p); }
 static void cleanup(env_t *e)
 {
     free(e->out);
-    nftw(e->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    th_rmtree(e->dir);
 }
 
 /* Reads a whole file; *len gets its size.  NULL when it cannot be opened. */

@@ -339,31 +339,25 @@ TEST(strategy_parse_text_and_json)
     CHECK_OK(fleet_strategy_parse(&r, t));
     CHECK(memcmp(&r, &s, sizeof r) == 0);
     free(t);
-    char path[] = "/tmp/fleet_strategy_XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    CHECK(write(fd, "gradient_merge=true\n", 20) == 20);
-    close(fd);
+    char dir[64], path[96];
+    th_mktemp(dir, sizeof dir, "fleet_strategy_");
+    snprintf(path, sizeof path, "%s/strategy.txt", dir);
+    th_write_bytes(path, "gradient_merge=true\n", 20);
     fleet_strategy l = fleet_strategy_default();
     CHECK_OK(fleet_strategy_load(&l, path));
     CHECK(l.gradient_merge == 1);
-    unlink(path);
+    th_rmtree(dir);
     CHECK_FAILS(fleet_strategy_load(&l, "/nonexistent/strategy.txt"), FL_EIO, "/nonexistent/strategy.txt");
 }
 
-/* Writes text to a new temporary file; path receives its name. */
-static void strategy_file(char *path, const char *text)
-{
-    strcpy(path, "/tmp/fleet_strategy_XXXXXX");
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
-    close(fd);
-}
+/* Writes text to path (a new or truncated file). */
+static void strategy_file(const char *path, const char *text) { th_write_bytes(path, text, strlen(text)); }
 
 TEST(strategy_json_errors_name_the_file_and_key)
 {
-    char path[64], want[160];
+    char dir[64], path[96], want[160];
+    th_mktemp(dir, sizeof dir, "fleet_strategy_");
+    snprintf(path, sizeof path, "%s/strategy", dir);
     fleet_strategy s = fleet_strategy_default(), before = s;
     /* a file cut short */
     strategy_file(path, "{\n  \"a_sync\": false,\n  \"a_sync_configs\": {\"k_steps\": 10");
@@ -410,6 +404,7 @@ TEST(strategy_json_errors_name_the_file_and_key)
     CHECK_EQ_INT(s.a_sync_configs.k_steps, 0);
     CHECK_OK(fleet_strategy_parse(&s, "{\"a_sync\": true, \"a_sync_configs\": {\"k_steps\": 7}}"));
     CHECK_EQ_INT(s.a_sync_configs.k_steps, 7);
+    th_rmtree(dir);
 }
 
 TEST(split_files_as_paddle)

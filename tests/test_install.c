@@ -54,8 +54,7 @@ static void install(void)
 {
     char out[16384], cmd[12288];
     th_build_dirs(build, root);
-    snprintf(tmp, sizeof tmp, "/tmp/fl_installXXXXXX");
-    if (!mkdtemp(tmp)) TFAIL("mkdtemp failed");
+    th_mktemp(tmp, sizeof tmp, "fl_install");
     snprintf(prefix, sizeof prefix, "%s/prefix", tmp);
     /* a child make must not join the jobserver of a `make test` above this test */
     snprintf(cmd, sizeof cmd,
@@ -68,12 +67,7 @@ static void install(void)
     if (san[0]) printf("  (sanitizer build: the outside program is built with %s)\n", san);
 }
 
-static void cleanup(void)
-{
-    char cmd[128], out[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    run(cmd, out, sizeof out);
-}
+static void cleanup(void) { th_rmtree(tmp); }
 
 /* The outside program's two lines: the version and a falling cost. */
 static void check_embed_output(const char *out)

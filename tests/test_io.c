@@ -14,29 +14,8 @@
 static char *tmpdir(void)
 {
     static char buf[64];
-    snprintf(buf, sizeof buf, "/tmp/fleet_io_XXXXXX");
-    CHECK(mkdtemp(buf) != NULL);
+    th_mktemp(buf, sizeof buf, "fleet_io_");
     return buf;
-}
-
-static void rm_tree(const char *path)
-{
-    struct stat sb;
-    if (lstat(path, &sb) != 0) return;
-    if (S_ISDIR(sb.st_mode)) {
-        DIR *d = opendir(path);
-        struct dirent *de;
-        while (d && (de = readdir(d))) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-            char sub[1024];
-            snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
-            rm_tree(sub);
-        }
-        if (d) closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
 }
 
 /* Number of entries of dir whose name contains sub. */
@@ -90,7 +69,7 @@ TEST(atomic_write_creates_dirs_and_replaces)
     CHECK(n == 3 && !memcmp(b, "bye", 3));
     free(b);
     CHECK_EQ_INT(count_entries(join(d, "a/b/c"), ".tmp."), 0);
-    rm_tree(d);
+    th_rmtree(d);
 }
 
 TEST(atomic_write_failures_leave_nothing_behind)
@@ -120,7 +99,7 @@ TEST(atomic_write_failures_leave_nothing_behind)
     CHECK_FAILS(fl_io_write_safetensors(target, names, (const fl_tensor *const *)&t, 1), FL_EIO, target);
     CHECK_EQ_INT(count_entries(d, ".tmp."), 0);
     fl_tensor_free(t);
-    rm_tree(d);
+    th_rmtree(d);
 }
 
 /* ---- safetensors --------------------------------------------------------------------------- */
@@ -235,7 +214,7 @@ TEST(stale_temporaries_removed_by_next_save_or_load)
         unlink(join(d, live)), unlink(join(d, other)), unlink(join(d, plain));
     }
     CHECK_EQ_INT(fl__tmp_sweep(d), 0);
-    rm_tree(d);
+    th_rmtree(d);
 }
 
 /* A save's process killed together with its parent stays a zombie where nothing reaps
@@ -271,7 +250,7 @@ TEST(temporary_of_a_zombie_is_stale)
     CHECK_EQ_INT(count_entries(d, "part-00000.safetensors.tmp."), 0);
     CHECK_EQ_INT(count_entries(d, "live.safetensors.tmp."), 1);
     CHECK(waitpid(z, NULL, 0) == z);
-    rm_tree(d);
+    th_rmtree(d);
 }
 
 TEST(safetensors_round_trip_all_dtypes)
@@ -311,7 +290,7 @@ TEST(safetensors_round_trip_all_dtypes)
     CHECK_EQ_INT(n, 0);
     fl_io_free_tensors(names, ts, n);
     tset_free(&s);
-    rm_tree(d);
+    th_rmtree(d);
 }
 
 TEST(safetensors_write_rejects_bad_input)
@@ -333,7 +312,7 @@ TEST(safetensors_write_rejects_bad_input)
     CHECK_EQ_INT(count_entries(d, "bad"), 0);
     fl_tensor_free(rows);
     tset_free(&s);
-    rm_tree(d);
+    th_rmtree(d);
 }
 
 /* The tests' Python into py (4200 bytes): BUILD/pyenv/bin/python, the virtual environment
@@ -433,7 +412,7 @@ TEST(safetensors_reads_in_numpy)
         fl_io_free_tensors(names, ts, n);
     }
     tset_free(&s);
-    rm_tree(d);
+    th_rmtree(d);
 }
 
 TEST(safetensors_every_truncation_is_corrupt)
@@ -466,7 +445,7 @@ TEST(safetensors_every_truncation_is_corrupt)
     free(longer);
     free(b);
     tset_free(&s);
-    rm_tree(d);
+    th_rmtree(d);
 }
 
 /* Writes an 8-byte size (hlen_override if nonzero), the header text and `data` bytes. */
@@ -570,7 +549,7 @@ TEST(safetensors_corrupt_files)
                  0, 12, "belong to no tensor");
     /* not there at all */
     CHECK_FAILS(fl_io_read_safetensors(join(d, "missing"), &names, &ts, &n), FL_ENOTFOUND, "missing");
-    rm_tree(d);
+    th_rmtree(d);
 }
 
 /* ---- checkpoints --------------------------------------------------------------------------- */
@@ -686,7 +665,7 @@ TEST(checkpoint_round_trip_is_bit_exact)
     fl_exe_free(e1);
     fl_exe_free(e2);
     fl_prog_free(m.p);
-    rm_tree(d);
+    th_rmtree(d);
 }
 
 TEST(checkpoint_save_needs_initialised_state)
@@ -700,7 +679,7 @@ TEST(checkpoint_save_needs_initialised_state)
     CHECK_FAILS(fl_io_load_persistables(e, d, m.p), FL_ENOTFOUND, "persistables.safetensors");
     fl_exe_free(e);
     fl_prog_free(m.p);
-    rm_tree(d);
+    th_rmtree(d);
 }
 
 /* Snapshot of every tensor in a scope, to prove that a failed load changed nothing. */
@@ -771,7 +750,7 @@ TEST(checkpoint_mismatch_changes_nothing)
     fl_prog_free(a.p);
     fl_prog_free(b.p);
     fl_prog_free(c.p);
-    rm_tree(d);
+    th_rmtree(d);
 }
 
 /* ---- inference models ---------------------------------------------------------------------- */
@@ -824,7 +803,7 @@ TEST(inference_model_round_trip)
     fl_exe_free(e1);
     fl_exe_free(e2);
     fl_prog_free(m.p);
-    rm_tree(d);
+    th_rmtree(d);
 }
 
 TEST(inference_model_errors)
@@ -875,7 +854,7 @@ TEST(inference_model_errors)
     fl_exe_free(e);
     fl_exe_free(e2);
     fl_prog_free(m.p);
-    rm_tree(d);
+    th_rmtree(d);
 }
 
 TEST_MAIN(T(atomic_write_creates_dirs_and_replaces), T(atomic_write_failures_leave_nothing_behind),

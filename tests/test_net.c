@@ -430,11 +430,10 @@ TEST(secret_loading)
     fl_net_secret_clear(&g);
     CHECK_EQ_INT(g.len, 0);
 
-    char path[] = "/tmp/fleet-net-secret-XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    CHECK(write(fd, hex, strlen(hex)) == (ssize_t)strlen(hex));
-    close(fd);
+    char dir[64], path[96];
+    th_mktemp(dir, sizeof dir, "fleet-net-secret-");
+    snprintf(path, sizeof path, "%s/secret", dir);
+    th_write_bytes(path, hex, strlen(hex));
     CHECK(chmod(path, 0600) == 0);
     CHECK_OK(fl_net_secret_from_file(path, &g));
     CHECK(g.len == 32 && !memcmp(s.bytes, g.bytes, 32));
@@ -458,7 +457,7 @@ TEST(secret_loading)
     CHECK(!memcmp(s.bytes, g.bytes, 32));
     unsetenv("FLEET_JOB_SECRET");
     CHECK_FAILS(fl_net_secret_from_file("/nonexistent/secret", &g), FL_EIO, "/nonexistent/secret");
-    unlink(path);
+    th_rmtree(dir);
 }
 
 /* ---- the acceptor ---------------------------------------------------------------------------- */

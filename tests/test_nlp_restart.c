@@ -19,16 +19,10 @@ static void setup(void)
     char self[1024];
     th_tests_dir(self, sizeof self);
     snprintf(BIN, sizeof BIN, "%s/..", self);
-    snprintf(DIR_, sizeof DIR_, "/tmp/fl_nlprXXXXXX");
-    CHECK(mkdtemp(DIR_));
+    th_mktemp(DIR_, sizeof DIR_, "fl_nlpr");
 }
 
-static void cleanup(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
-    CHECK(system(cmd) == 0);
-}
+static void cleanup(void) { th_rmtree(DIR_); }
 
 /* The text after key in out up to the end of its line, the " in N s" timing cut off. */
 static void line_after(const char *out, const char *key, char *buf, size_t cap)

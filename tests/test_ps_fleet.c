@@ -134,7 +134,7 @@ static void sync_equals_local(const char *opt, const char *lr, const char *l2, c
     free_dump(&want);
     free_dump(&got);
     free_dump(&ini);
-    rm_rf(j.dir);
+    th_rmtree(j.dir);
 }
 
 TEST(sync_sgd_l2_equals_local) { sync_equals_local("sgd", "0.1", "0.01", "init_first", 0); }
@@ -164,7 +164,7 @@ static void converges(const char *mode, const char *extra, double threshold)
             TFAIL("%s mode: worker %d's cost %.4f is not below %.2f", mode, w, c, threshold);
         }
     }
-    rm_rf(j.dir);
+    th_rmtree(j.dir);
 }
 
 /* Cost at the start: 0.69.  Local training (one worker, batch 128, SGD 0.01) averages 0.28
@@ -184,7 +184,7 @@ TEST(async_sparse_runs)
     job_wait_ok(&j, 60);
     /* the task is easy: local training gets to ~0 within 60 steps */
     for (int w = 0; w < 2; w++) CHECK(worker_cost(&j, w, 10) < 0.3);
-    rm_rf(j.dir);
+    th_rmtree(j.dir);
 }
 
 /* ---- save, stop, restart, continue --------------------------------------------------------------------------- */
@@ -233,9 +233,9 @@ TEST(save_restart_is_bit_exact)
     compare(&x, &y, 0);
     free_dump(&x);
     free_dump(&y);
-    rm_rf(a.dir);
-    rm_rf(b.dir);
-    rm_rf(b2.dir);
+    th_rmtree(a.dir);
+    th_rmtree(b.dir);
+    th_rmtree(b2.dir);
 }
 
 /* The SSD tier chosen the way a Paddle user does (strategy fleet_desc_configs): the servers'
@@ -277,9 +277,9 @@ TEST(ssd_table_from_strategy)
     compare(&x, &y, 0);
     free_dump(&x);
     free_dump(&y);
-    rm_rf(a.dir);
-    rm_rf(b.dir);
-    rm_rf(b2.dir);
+    th_rmtree(a.dir);
+    th_rmtree(b.dir);
+    th_rmtree(b2.dir);
 #endif
 }
 
@@ -329,9 +329,9 @@ TEST(checkpoint_restart_is_bit_exact)
     struct stat sb;
     CHECK(stat(path_in(&b, "ck/ckpt-0000000003/checkpoint.json"), &sb) == 0);
     CHECK(stat(path_in(&b, "ck/ckpt-0000000002"), &sb) != 0);
-    rm_rf(a.dir);
-    rm_rf(b.dir);
-    rm_rf(b2.dir);
+    th_rmtree(a.dir);
+    th_rmtree(b.dir);
+    th_rmtree(b2.dir);
 }
 
 /* Loads the inference model in dir and checks every parameter of the dump is in it with
@@ -393,7 +393,7 @@ TEST(inference_model_from_the_servers)
     job_start(&j, common, NULL, w0);
     job_wait_ok(&j, 60);
     CHECK_EQ_INT(check_model_holds(path_in(&j, "model"), path_in(&j, "ps.st"), 0), 1);
-    rm_rf(j.dir);
+    th_rmtree(j.dir);
     /* with the sparse table on two servers: the exported "emb" equals the servers' rows
      * (pulled without creating: rows never trained are zeros on both sides) */
     job k;
@@ -404,7 +404,7 @@ TEST(inference_model_from_the_servers)
     job_start(&k, c2, NULL, w0);
     job_wait_ok(&k, 60);
     CHECK_EQ_INT(check_model_holds(path_in(&k, "model"), path_in(&k, "ps.st"), 1), 3);
-    rm_rf(k.dir);
+    th_rmtree(k.dir);
 }
 
 /* ---- failures ------------------------------------------------------------------------------------------------ */
@@ -454,14 +454,14 @@ TEST(killed_worker_fails_the_servers)
         CHECK_STR_HAS(s, "without calling stop");
         free(s);
     }
-    rm_rf(j.dir);
+    th_rmtree(j.dir);
 }
 
 TEST(killed_worker_reported_by_fleetrun)
 {
     paths();
-    char dir[] = "/tmp/fleet_psfr_XXXXXX", logdir[64], out[96];
-    CHECK(mkdtemp(dir));
+    char dir[32], logdir[64], out[96];
+    th_mktemp(dir, sizeof dir, "fleet_psfr_");
     snprintf(logdir, sizeof logdir, "%s/log", dir);
     snprintf(out, sizeof out, "%s/fleetrun.out", dir);
     double t0 = now();
@@ -492,7 +492,7 @@ TEST(killed_worker_reported_by_fleetrun)
     CHECK_STR_HAS(s, "rank:   1");
     CHECK_STR_HAS(s, "SIGKILL");
     free(s);
-    rm_rf(dir);
+    th_rmtree(dir);
 }
 
 /* A small program for in-process checks: fc + three lookups of one table (two merge into
@@ -731,8 +731,8 @@ TEST(unsupported_combinations_are_refused)
 TEST(example_runs_under_fleetrun)
 {
     paths();
-    char dir[] = "/tmp/fleet_psex_XXXXXX", logdir[64], out[96];
-    CHECK(mkdtemp(dir));
+    char dir[32], logdir[64], out[96];
+    th_mktemp(dir, sizeof dir, "fleet_psex_");
     snprintf(logdir, sizeof logdir, "%s/log", dir);
     snprintf(out, sizeof out, "%s/fleetrun.out", dir);
     pid_t pid = fork();
@@ -763,7 +763,7 @@ TEST(example_runs_under_fleetrun)
     s = slurp(w1);
     CHECK_STR_HAS(s, "worker_index: 1, step39 cost = ");
     free(s);
-    rm_rf(dir);
+    th_rmtree(dir);
 }
 
 TEST_MAIN(T(checkpoint_restart_is_bit_exact), T(rewrite_sync_and_async), T(rewrite_geo_keeps_the_local_optimizer),

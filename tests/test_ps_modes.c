@@ -97,7 +97,7 @@ static void equals_local(const char *const *args, int ns, int remote_table, doub
             TFAIL("step %d: cost %.7f distributed, %.7f local", i, a[i], b[i]);
         }
     printf("  %d step costs equal local training within %g\n", na, tol);
-    rm_rf(j.dir);
+    th_rmtree(j.dir);
 }
 
 /* One worker, half-async: its push is applied before its pull (it waits for its own
@@ -153,7 +153,7 @@ static void converges(const char *const *args, double threshold)
             TFAIL("%s: worker %d's cost %.4f is not below %.2f", args[1], w, c, threshold);
         }
     }
-    rm_rf(j.dir);
+    th_rmtree(j.dir);
 }
 
 /* Cost at the start 0.69; local training averages 0.28 over steps 250-299 (see
@@ -199,7 +199,7 @@ TEST(bf16_wire_halves_dense_bytes)
         job_wait_ok(&j, 90);
         t[r] = worker_traffic(&j, 0);
         cost[r] = worker_cost(&j, 0, 50);
-        rm_rf(j.dir);
+        th_rmtree(j.dir);
     }
     for (int r = 0; r < 2; r++)
         printf("  %s: %.0f examples, per example %.1f bytes sent, %.1f received (dense %.1f, %.1f); cost %.4f\n",
@@ -254,10 +254,10 @@ static double after(const char *s, const char *key)
  * the same data (test_ctr.c's settings), and the workers log their traffic. */
 TEST(ctr_merged_async_bf16_matches_local_auc)
 {
-    char self[512], bin[600], dir[64] = "/tmp/fl_psmodesXXXXXX", cmd[8192], log[128];
+    char self[512], bin[600], dir[64], cmd[8192], log[128];
     th_tests_dir(self, sizeof self);
     snprintf(bin, sizeof bin, "%s/..", self);
-    CHECK(mkdtemp(dir));
+    th_mktemp(dir, sizeof dir, "fl_psmodes");
     snprintf(cmd, sizeof cmd,
              "%s/tools/fleet-datagen criteo --rows " CTR_ROWS
              " --files 4 --out %s/data --seed 5 --vocab-scale 0.002 --dense-scale 0.1",
@@ -293,8 +293,7 @@ TEST(ctr_merged_async_bf16_matches_local_auc)
     free(w0);
     free(ps);
     free(loc);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    th_rmtree(dir);
 }
 
 /* Half-async with 2 Hogwild threads per worker: the threads meet at the end of each step and
@@ -327,10 +326,10 @@ static void half_async_run(const char *bin, const char *dir, int threads, double
 
 TEST(half_async_threads_meet_once_per_step)
 {
-    char self[512], bin[600], dir[64] = "/tmp/fl_halfasyncXXXXXX", cmd[8192], log[128];
+    char self[512], bin[600], dir[64], cmd[8192], log[128];
     th_tests_dir(self, sizeof self);
     snprintf(bin, sizeof bin, "%s/..", self);
-    CHECK(mkdtemp(dir));
+    th_mktemp(dir, sizeof dir, "fl_halfasync");
     snprintf(cmd, sizeof cmd,
              "%s/tools/fleet-datagen criteo --rows 20000 --files 2 --out %s/data --seed 7 --vocab-scale 0.002 "
              "--dense-scale 0.1",
@@ -344,8 +343,7 @@ TEST(half_async_threads_meet_once_per_step)
     CHECK(two < 0.75 * one); /* about 0.5: two threads' gradients per push */
     CHECK(auc1 > 0.6);
     CHECK_NEAR(auc2, auc1, 0.05);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    th_rmtree(dir);
 }
 
 /* ---- in process: the strategy --------------------------------------------------------------- */

@@ -750,8 +750,8 @@ TEST(save_load_bit_exact_through_clients)
     fl_ps_client_opts co = client_opts(&c, t, 2, 0, 1);
     fl_ps_client *cl;
     CHECK_OK(fl_ps_client_create(&co, &cl));
-    char dir[] = "/tmp/fl_ps_ckptXXXXXX";
-    CHECK(mkdtemp(dir));
+    char dir[64];
+    th_mktemp(dir, sizeof dir, "fl_ps_ckpt");
     int64_t step = -1;
     CHECK_FAILS(fl_ps_client_load(cl, dir, &step), FL_ENOTFOUND, "ps_manifest.json");
     train_steps(cl, 10, 1);
@@ -781,8 +781,7 @@ TEST(save_load_bit_exact_through_clients)
     CHECK_OK(fl_ps_client_stop(cl));
     fl_ps_client_free(cl);
     cluster_join(&c, FL_OK);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    th_rmtree(dir);
 }
 
 TEST(interrupted_save_keeps_previous_checkpoint)
@@ -793,8 +792,8 @@ TEST(interrupted_save_keeps_previous_checkpoint)
     fl_ps_client_opts co = client_opts(&c, t, 2, 0, 1);
     fl_ps_client *cl;
     CHECK_OK(fl_ps_client_create(&co, &cl));
-    char dir[] = "/tmp/fl_ps_intrXXXXXX";
-    CHECK(mkdtemp(dir));
+    char dir[64];
+    th_mktemp(dir, sizeof dir, "fl_ps_intr");
     train_steps(cl, 3, 1);
     CHECK_OK(fl_ps_client_save(cl, dir, 0, 3));
     static float s1[3000 * 8], s2[3000 * 8];
@@ -817,9 +816,7 @@ TEST(interrupted_save_keeps_previous_checkpoint)
     CHECK_OK(fl_ps_client_stop(cl));
     fl_ps_client_free(cl);
     cluster_join(&c, FL_OK);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    th_rmtree(dir);
 }
 
 /* ---- failures ------------------------------------------------------------------------------------------ */

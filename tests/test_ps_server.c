@@ -258,8 +258,8 @@ TEST(killed_server_fails_a_round_within_one_retry_budget)
 TEST(save_interrupted_by_killed_server_keeps_previous)
 {
     init_tables();
-    char dir[] = "/tmp/fl_ps_killsaveXXXXXX";
-    CHECK(mkdtemp(dir));
+    char dir[64];
+    th_mktemp(dir, sizeof dir, "fl_ps_killsave");
     char ep0[128], ep1[128];
     pid_t s0 = spawn_server(0, 2, 1, NULL, ep0, sizeof ep0);
     pid_t s1 = spawn_server(1, 2, 1, NULL, ep1, sizeof ep1);
@@ -289,9 +289,7 @@ TEST(save_interrupted_by_killed_server_keeps_previous)
     fl_ps_client_free(c);
     CHECK_EQ_INT(wait_exit(s0), 0); /* servers exit by themselves once every worker stopped */
     CHECK_EQ_INT(wait_exit(s1), 0);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    th_rmtree(dir);
 }
 
 /* ---- scanning a sparse table ------------------------------------------------------------------------- */

@@ -162,13 +162,6 @@ static int64_t compare_saves(const char *pa, const char *pb, int dim)
     return n;
 }
 
-static void rm_tree(const char *dir)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0);
-}
-
 static int count_entries(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -185,8 +178,8 @@ static int count_entries(const char *dir)
 
 TEST(ssd_table_matches_memory_table)
 {
-    char dir[] = "/tmp/fl_ps_ssdXXXXXX";
-    CHECK(mkdtemp(dir));
+    char dir[64];
+    th_mktemp(dir, sizeof dir, "fl_ps_ssd");
     char ssd[300], pa[300], pb[300];
     snprintf(ssd, sizeof ssd, "%s/ssd", dir);
     snprintf(pa, sizeof pa, "%s/mem.safetensors", dir);
@@ -329,7 +322,7 @@ TEST(ssd_table_matches_memory_table)
     fl__ps_sparse_free(m);
     fl__ps_sparse_free(s);
     CHECK_EQ_INT(count_entries(ssd), 0);
-    rm_tree(dir);
+    th_rmtree(dir);
 }
 
 TEST(ssd_config_errors)
@@ -395,8 +388,8 @@ static pid_t spawn_server(const fl_ps_table_config *t, char *ep, size_t epcap)
 
 TEST(ssd_server_memory_within_budget)
 {
-    char dir[] = "/tmp/fl_ps_ssdsrvXXXXXX";
-    CHECK(mkdtemp(dir));
+    char dir[64];
+    th_mktemp(dir, sizeof dir, "fl_ps_ssdsrv");
     char ssd[300], ck[300], part[400];
     snprintf(ssd, sizeof ssd, "%s/ssd", dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
@@ -487,7 +480,7 @@ TEST(ssd_server_memory_within_budget)
     CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
     CHECK_EQ_INT(count_entries(ssd), 0); /* the server removed its databases */
     fl__ps_sparse_free(ref);
-    rm_tree(dir);
+    th_rmtree(dir);
 }
 
 TEST_MAIN(T(ssd_config_errors), T(ssd_table_matches_memory_table), T(ssd_server_memory_within_budget))
@@ -500,7 +493,6 @@ TEST(ssd_unsupported_without_rocksdb)
     CHECK_FAILS(fl_ps_table_config_check(&t), FL_EUNSUPPORTED, "needs RocksDB and this build has none");
     (void)train_both;
     (void)compare_saves;
-    (void)rm_tree;
     (void)count_entries;
 }
 

@@ -385,8 +385,8 @@ TEST(shrink_decays_and_deletes)
     fl__ps_sparse *t2;
     CHECK_OK(fl__ps_sparse_create(&c2, 0, 1, &t2));
     CHECK_OK(fl__ps_sparse_push(t2, ids, 1, g, shows, clicks, 1.0f, 1));
-    char dir[] = "/tmp/fl_ps_shrinkXXXXXX";
-    CHECK(mkdtemp(dir));
+    char dir[64];
+    th_mktemp(dir, sizeof dir, "fl_ps_shrink");
     char path[256];
     snprintf(path, sizeof path, "%s/p.safetensors", dir);
     for (int day = 0; day < 2; day++) CHECK_OK(fl__ps_sparse_save(t2, path, 3));
@@ -402,8 +402,7 @@ TEST(shrink_decays_and_deletes)
     CHECK_OK(fl__ps_sparse_push(t, many, 200, gm, NULL, NULL, 1.0f, 1));
     CHECK_OK(fl__ps_sparse_pull(t, many, 200, out, 0));
     for (int i = 0; i < 200; i++) CHECK(fl__ps_sparse_get(t, many[i], NULL, NULL, NULL));
-    unlink(path);
-    rmdir(dir);
+    th_rmtree(dir);
     fl__ps_sparse_free(t);
 }
 
@@ -474,8 +473,8 @@ static void train(fl__ps_sparse *t, int steps, unsigned seed)
 
 TEST(sparse_save_load_bit_exact)
 {
-    char dir[] = "/tmp/fl_ps_saveXXXXXX";
-    CHECK(mkdtemp(dir));
+    char dir[64];
+    th_mktemp(dir, sizeof dir, "fl_ps_save");
     char path[256];
     snprintf(path, sizeof path, "%s/emb/part-00000.safetensors", dir);
     fl_ps_opt_kind kinds[4] = {FL_PS_OPT_ADAM, FL_PS_OPT_ADAGRAD, FL_PS_OPT_SGD, FL_PS_OPT_MOMENTUM};
@@ -512,13 +511,13 @@ TEST(sparse_save_load_bit_exact)
     CHECK_OK(fl__ps_sparse_create(&cfg, 1, 2, &c));
     CHECK_FAILS(fl__ps_sparse_load(c, path), FL_ECORRUPT, "expected server 1 of 2");
     fl__ps_sparse_free(c);
-    unlink(path);
+    th_rmtree(dir);
 }
 
 TEST(dense_save_load_bit_exact)
 {
-    char dir[] = "/tmp/fl_ps_dsaveXXXXXX";
-    CHECK(mkdtemp(dir));
+    char dir[64];
+    th_mktemp(dir, sizeof dir, "fl_ps_dsave");
     char path[256];
     snprintf(path, sizeof path, "%s/w.safetensors", dir);
     fl_ps_table_config cfg = dense_cfg(FL_PS_OPT_ADAM, 7, 3);
@@ -548,8 +547,7 @@ TEST(dense_save_load_bit_exact)
     CHECK_FAILS(fl__ps_dense_load(b, path), FL_ECORRUPT, "");
     fl__ps_dense_free(a);
     fl__ps_dense_free(b);
-    unlink(path);
-    rmdir(dir);
+    th_rmtree(dir);
 }
 
 /* ---- the checkpoint manifest ------------------------------------------------------------------- */
@@ -567,8 +565,8 @@ static void damage(const char *path, const char *text, const char *from, const c
 
 TEST(manifest_round_trip_and_damage)
 {
-    char dir[] = "/tmp/fl_ps_manXXXXXX", path[128];
-    CHECK(mkdtemp(dir));
+    char dir[64], path[128];
+    th_mktemp(dir, sizeof dir, "fl_ps_man");
     snprintf(path, sizeof path, "%s/" FL__PS_MANIFEST, dir);
     fl_ps_table_config t[2] = {sparse_cfg(5, FL_PS_OPT_ADAM, NULL), dense_cfg(FL_PS_OPT_SGD, 7, 3)};
     uint64_t gen = 0;
@@ -624,8 +622,7 @@ TEST(manifest_round_trip_and_damage)
     other.name = "v";
     CHECK_FAILS(fl__ps_manifest_read(dir, &other, 1, 2, &gen, &step), FL_ENOTFOUND, "has no table 'v'");
     free(text);
-    unlink(path);
-    rmdir(dir);
+    th_rmtree(dir);
 }
 
 /* ---- memory per key -------------------------------------------------------------------------------- */

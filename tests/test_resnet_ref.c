@@ -506,8 +506,8 @@ TEST(resnet50_two_ranks_equal_merged_half_batches)
 {
     /* 0, 1: the two ranks; 2: one process merging half batches; 3: one process, whole batches;
      * 4: the parameters before training (written by 2) */
-    char dir[] = "/tmp/fl_rndpXXXXXX", path[5][64], eps[128];
-    CHECK(mkdtemp(dir));
+    char dir[32], path[5][64], eps[128];
+    th_mktemp(dir, sizeof dir, "fl_rndp");
     for (int i = 0; i < 5; i++) snprintf(path[i], sizeof path[i], "%s/p%d", dir, i);
     th_free_endpoints(eps, sizeof eps, 2);
     pid_t pid[4];
@@ -544,11 +544,8 @@ TEST(resnet50_two_ranks_equal_merged_half_batches)
     CHECK(d02 <= 1e-5);            /* the same arithmetic (observed: 0, bit for bit) */
     CHECK(moved > 1e-2);           /* the steps did move the parameters */
     CHECK(d03 > 100 * d02 + 1e-4); /* and whole batches (one batch_norm over 2B) are not the same thing */
-    for (int i = 0; i < 5; i++) {
-        free(a[i]);
-        unlink(path[i]);
-    }
-    rmdir(dir);
+    for (int i = 0; i < 5; i++) free(a[i]);
+    th_rmtree(dir);
 }
 
 /* ---- where the bottlenecks stride ---------------------------------------------------------- */

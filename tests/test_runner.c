@@ -57,8 +57,10 @@ static void fails(void) { TFAIL("a failure"); }
  * not as passed, and the exit status stays 0 when nothing failed. */
 TEST(harness_counts_a_skip_apart)
 {
-    char path[] = "/tmp/fl_runner_outXXXXXX";
-    int fd = mkstemp(path);
+    char dir[64], path[96];
+    th_mktemp(dir, sizeof dir, "fl_runner_out");
+    snprintf(path, sizeof path, "%s/out", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
     CHECK(fd >= 0);
     fflush(stdout);
     int saved = dup(1);
@@ -74,7 +76,7 @@ TEST(harness_counts_a_skip_apart)
     char out[4096];
     ssize_t n = pread(fd, out, sizeof out - 1, 0);
     close(fd);
-    unlink(path);
+    th_rmtree(dir);
     CHECK(n > 0);
     out[n] = 0;
     show(out);
@@ -90,8 +92,8 @@ TEST(harness_counts_a_skip_apart)
  * line reads "N passed, N failed, N skipped". */
 TEST(run_tests_sh_reports_skips_with_reasons)
 {
-    char dir[] = "/tmp/fl_runner_XXXXXX", p[4200], cmd[9000], out[8192];
-    CHECK(mkdtemp(dir));
+    char dir[64], p[4200], cmd[9000], out[8192];
+    th_mktemp(dir, sizeof dir, "fl_runner_");
     snprintf(p, sizeof p, "%s/tests", dir);
     CHECK(mkdir(p, 0700) == 0);
     snprintf(p, sizeof p, "%s/tests/test_a", dir);
@@ -125,8 +127,7 @@ TEST(run_tests_sh_reports_skips_with_reasons)
     CHECK_STR_HAS(
         out, "== test_a\n  (TSan suppressions: /x/hogwild.supp)\n  tsan: halt_on_error=1:suppressions=/x/hogwild.supp\n");
     CHECK_STR_HAS(out, "== test_b\n  tsan: halt_on_error=1\n");
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0);
+    th_rmtree(dir);
 }
 
 /* tests/cluster/run.sh where `ip netns add` is refused (a sandbox): a failure (exit 1) that
@@ -135,8 +136,8 @@ TEST(cluster_without_namespaces_fails_unless_skips_are_allowed)
 {
     if (getuid() != 0) TSKIP("tests/cluster/run.sh needs root");
     if (system("command -v ip >/dev/null 2>&1") != 0) TSKIP("no 'ip' command (Debian package iproute2)");
-    char dir[] = "/tmp/fl_runner_XXXXXX", p[4200], cmd[9000], out[16384];
-    CHECK(mkdtemp(dir));
+    char dir[64], p[4200], cmd[9000], out[16384];
+    th_mktemp(dir, sizeof dir, "fl_runner_");
     snprintf(p, sizeof p, "%s/ip", dir);
     write_exe(p, "#!/bin/sh\n"
                  "if [ \"$1\" = netns ] && [ \"$2\" = add ]; then\n"
@@ -161,8 +162,7 @@ TEST(cluster_without_namespaces_fails_unless_skips_are_allowed)
             CHECK_STR_HAS(out, "0 passed, 1 failed, 2 skipped");
         }
     }
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0);
+    th_rmtree(dir);
 }
 
 int main(int argc, char **argv)

@@ -26,8 +26,8 @@ TEST(a_local_worker_saves_alone)
     CHECK(y != NULL);
     fl_exe *e = fl_exe_create(NULL);
     CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
-    char dir[] = "/tmp/fl_save_oneXXXXXX", sub[64];
-    if (!mkdtemp(dir)) TFAIL("mkdtemp failed");
+    char dir[32], sub[64];
+    th_mktemp(dir, sizeof dir, "fl_save_one");
     snprintf(sub, sizeof sub, "%s/persist", dir);
     CHECK_OK(fleet_save_persistables_alone(f, e, sub, p));
     CHECK(exists(sub, "persistables.safetensors"));
@@ -44,9 +44,7 @@ TEST(a_local_worker_saves_alone)
     CHECK_STR_HAS(fl_last_error(), "fleet_save_inference_model_alone: directory");
     CHECK(fleet_save_persistables_alone(f, e, sub, NULL) == FL_EINVAL);
     CHECK_STR_HAS(fl_last_error(), "program is NULL");
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0);
+    th_rmtree(dir);
     fl_exe_free(e);
     fl_prog_free(p);
     fleet_free(f);

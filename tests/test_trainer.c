@@ -19,20 +19,14 @@ static void gen(int rows, const char *extra)
     char self[PATH_MAX];
     th_tests_dir(self, sizeof self);
     snprintf(DG, sizeof DG, "%s/../tools/fleet-datagen", self);
-    snprintf(DIR_, sizeof DIR_, "/tmp/fl_trainerXXXXXX");
-    CHECK(mkdtemp(DIR_));
+    th_mktemp(DIR_, sizeof DIR_, "fl_trainer");
     char cmd[PATH_MAX * 2];
     snprintf(cmd, sizeof cmd, "%s criteo --rows %d --files 4 --out %s --seed 3 %s > %s/gen.log 2>&1", DG, rows, DIR_, extra,
              DIR_);
     CHECK(system(cmd) == 0);
 }
 
-static void cleanup(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
-    CHECK(system(cmd) == 0);
-}
+static void cleanup(void) { th_rmtree(DIR_); }
 
 static double ceiling_test(void)
 {

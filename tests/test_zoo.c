@@ -17,16 +17,10 @@ static char BIN[4096], DIR_[64];
 static void setup(void)
 {
     th_build_dirs(BIN, NULL);
-    snprintf(DIR_, sizeof DIR_, "/tmp/fl_zooXXXXXX");
-    CHECK(mkdtemp(DIR_));
+    th_mktemp(DIR_, sizeof DIR_, "fl_zoo");
 }
 
-static void cleanup(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
-    CHECK(system(cmd) == 0);
-}
+static void cleanup(void) { th_rmtree(DIR_); }
 
 #define run(name, seconds, rc, ...) th_cmd(DIR_, name, seconds, rc, __VA_ARGS__)
 #define after th_after

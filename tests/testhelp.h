@@ -326,8 +326,7 @@ static inline int th_fuzz_build(char dir[32], const char *sources)
     if (system("command -v clang >/dev/null 2>&1") != 0) {
         TSKIP("clang not found; build the harness by hand (see its header)");
     }
-    snprintf(dir, 32, "/tmp/fl_fuzzXXXXXX");
-    if (!mkdtemp(dir)) TFAIL("mkdtemp failed");
+    th_mktemp(dir, 32, "fl_fuzz");
     char cmd[2048];
     /* libFuzzer itself first: without it the harness is skipped; with it, a harness that
      * does not build is a failure (the library's sources changed under it) */
