@@ -571,12 +571,7 @@ static void crun(fl_dtype dt, int rank, const char *eps, int fd)
     fl_opt *o = fl_opt_adam(0.05f, 0.9f, 0.999f, 1e-8f);
     fleet_t *f = NULL;
     if (rank >= 0) {
-        char id[16];
-        snprintf(id, sizeof id, "%d", rank);
-        setenv("PADDLE_TRAINER_ID", id, 1);
-        setenv("PADDLE_TRAINER_ENDPOINTS", eps, 1);
-        setenv("FLEET_JOB_SECRET", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
-        setenv("FLEET_COLL_TIMEOUT_MS", "10000", 1);
+        th_trainer_env(rank, eps, 10000);
         fleet_strategy s = fleet_strategy_default();
         s.amp = 1;
         s.amp_configs.use_pure_fp16 = 1;

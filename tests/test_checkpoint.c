@@ -24,14 +24,7 @@ static void net_make_rank(net *n, const char *eps, int rank)
 {
     unsetenv("PADDLE_TRAINER_ENDPOINTS");
     unsetenv("PADDLE_PSERVERS_IP_PORT_LIST");
-    if (eps) {
-        char id[16];
-        snprintf(id, sizeof id, "%d", rank);
-        setenv("PADDLE_TRAINER_ID", id, 1);
-        setenv("PADDLE_TRAINER_ENDPOINTS", eps, 1);
-        setenv("FLEET_JOB_SECRET", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
-        setenv("FLEET_COLL_TIMEOUT_MS", "20000", 1);
-    }
+    if (eps) th_trainer_env(rank, eps, 20000);
     n->p = fl_prog_create();
     fl_model_mlp_config c = fl_model_mlp_default();
     CHECK_OK(fl_model_mlp_build(n->p, &c, &n->m));

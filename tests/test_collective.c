@@ -117,12 +117,7 @@ static void dump(fl_scope *s, int fd)
 
 static void run_rank(const cfg *c, int rank, int world, const char *eps, int fd)
 {
-    char id[16];
-    snprintf(id, sizeof id, "%d", rank);
-    setenv("PADDLE_TRAINER_ID", id, 1);
-    setenv("PADDLE_TRAINER_ENDPOINTS", eps, 1);
-    setenv("FLEET_JOB_SECRET", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
-    setenv("FLEET_COLL_TIMEOUT_MS", "10000", 1);
+    th_trainer_env(rank, eps, 10000);
     fl_var *cost;
     fl_prog *p = build(c, &cost);
     fleet_strategy s = fleet_strategy_default();

@@ -254,12 +254,7 @@ static void sample(int64_t i, float *x, int64_t *y)
  * : past the last step (every step dense). */
 static void run_rank(int dgc, int rank, const char *eps, int fd)
 {
-    char id[16];
-    snprintf(id, sizeof id, "%d", rank);
-    setenv("PADDLE_TRAINER_ID", id, 1);
-    setenv("PADDLE_TRAINER_ENDPOINTS", eps, 1);
-    setenv("FLEET_JOB_SECRET", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
-    setenv("FLEET_COLL_TIMEOUT_MS", "20000", 1);
+    th_trainer_env(rank, eps, 20000);
     fl_prog *p = fl_prog_create();
     fl_var *x = fl_layer_data(p, "x", FL_SHAPE(IN), FL_FLOAT32, 0);
     fl_var *y = fl_layer_data(p, "y", FL_SHAPE(1), FL_INT64, 0);

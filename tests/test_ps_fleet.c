@@ -202,6 +202,17 @@ static void uninterrupted(job *a)
     job_wait_ok(a, 90);
 }
 
+/* The parameters worker 0 of a restarted job dumped to b.st in b's directory: bit-exact
+ * those of the uninterrupted run a. */
+static void same_as_uninterrupted(job *a, job *b)
+{
+    dump_t x = read_dump(path_in(a, "a.st")), y = read_dump(path_in(b, "b.st"));
+    CHECK_EQ_INT(x.n, y.n);
+    compare(&x, &y, 0);
+    free_dump(&x);
+    free_dump(&y);
+}
+
 TEST(save_restart_is_bit_exact)
 {
     paths();
@@ -228,11 +239,7 @@ TEST(save_restart_is_bit_exact)
     const char *wb2[] = {b_dump, NULL};
     job_start(&b2, cb2, sb2, wb2);
     job_wait_ok(&b2, 90);
-    dump_t x = read_dump(path_in(&a, "a.st")), y = read_dump(path_in(&b, "b.st"));
-    CHECK_EQ_INT(x.n, y.n);
-    compare(&x, &y, 0);
-    free_dump(&x);
-    free_dump(&y);
+    same_as_uninterrupted(&a, &b);
     th_rmtree(a.dir);
     th_rmtree(b.dir);
     th_rmtree(b2.dir);
@@ -272,11 +279,7 @@ TEST(ssd_table_from_strategy)
     const char *wb2[] = {b_dump, NULL};
     job_start(&b2, cb2, sb2, wb2);
     job_wait_ok(&b2, 90);
-    dump_t x = read_dump(path_in(&a, "a.st")), y = read_dump(path_in(&b, "b.st"));
-    CHECK_EQ_INT(x.n, y.n);
-    compare(&x, &y, 0);
-    free_dump(&x);
-    free_dump(&y);
+    same_as_uninterrupted(&a, &b);
     th_rmtree(a.dir);
     th_rmtree(b.dir);
     th_rmtree(b2.dir);
@@ -318,11 +321,7 @@ TEST(checkpoint_restart_is_bit_exact)
     char *log = slurp(b2.p[b2.n - 2].log); /* worker 0 */
     CHECK_STR_HAS(log, "resumed at step 4");
     free(log);
-    dump_t x = read_dump(path_in(&a, "a.st")), y = read_dump(path_in(&b, "b.st"));
-    CHECK_EQ_INT(x.n, y.n);
-    compare(&x, &y, 0);
-    free_dump(&x);
-    free_dump(&y);
+    same_as_uninterrupted(&a, &b);
     /* keep=2: the checkpoints of steps 6 and 8 remain */
     CHECK_OK(fleet_checkpoint_latest(path_in(&b, "ck"), latest, sizeof latest, &seq));
     CHECK_EQ_INT(seq, 4);

@@ -457,12 +457,7 @@ static void dp_dump(fl_prog *p, fl_exe *e, const char *path)
 static void dp_side(int rank, int world, int merge, const char *eps, const char *path, const char *init_path)
 {
     if (world == 2) {
-        char id[16];
-        snprintf(id, sizeof id, "%d", rank);
-        setenv("PADDLE_TRAINER_ID", id, 1);
-        setenv("PADDLE_TRAINER_ENDPOINTS", eps, 1);
-        setenv("FLEET_JOB_SECRET", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
-        setenv("FLEET_COLL_TIMEOUT_MS", "20000", 1);
+        th_trainer_env(rank, eps, 20000);
     } else {
         unsetenv("PADDLE_TRAINER_ENDPOINTS");
     }

@@ -272,6 +272,20 @@ static inline char *th_mpirun(int n, const char *env, const char *bin, const cha
     return out;
 }
 
+/* The environment of trainer `rank` of a collective job on the endpoints eps
+ * ("127.0.0.1:P1,..."), as fleetrun gives it to a trainer: PADDLE_TRAINER_ID,
+ * PADDLE_TRAINER_ENDPOINTS, a job secret, and FLEET_COLL_TIMEOUT_MS = timeout_ms. */
+static inline void th_trainer_env(int rank, const char *eps, int timeout_ms)
+{
+    char v[16];
+    snprintf(v, sizeof v, "%d", rank);
+    setenv("PADDLE_TRAINER_ID", v, 1);
+    setenv("PADDLE_TRAINER_ENDPOINTS", eps, 1);
+    setenv("FLEET_JOB_SECRET", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
+    snprintf(v, sizeof v, "%d", timeout_ms);
+    setenv("FLEET_COLL_TIMEOUT_MS", v, 1);
+}
+
 /* How many times sub occurs in s. */
 static inline int th_count(const char *s, const char *sub)
 {
