@@ -15,9 +15,10 @@ Writes (all deterministic: seeded numpy PCG64, one OpenBLAS thread):
                  fc 8 relu -> fc 2 -> softmax -> cross_entropy -> mean, SGD lr 0.1, batch 8, 5 steps:
                  same contents as mlp.ref plus the step-0 gradients (the whole model is tiny).
 
-File format ("FLREF 1"), its writer and the training loop: tests/ref/refdump.py.  Weights are stored in Paddle's fc layout [in, out] (PyTorch's nn.Linear holds [out, in]; the script
-transposes).  Losses are the value computed in the forward pass of that step, before the update, as
-Fleet's executor returns them when the loss is fetched.
+File format ("FLREF 1"), its writer and the training loop: tests/ref/refdump.py.  Weights are stored
+in Paddle's fc layout [in, out] (PyTorch's nn.Linear holds [out, in]; the script transposes).  Losses
+are the value computed in the forward pass of that step, before the update, as Fleet's executor
+returns them when the loss is fetched.
 """
 import os
 
