@@ -139,13 +139,6 @@ TEST(wide_deep_builder_shapes_and_gradients)
     ctr_gradcheck(fl_model_wide_deep_build, tiny_ctr(fl_model_wide_deep_default()));
 }
 
-static int count_ops(const fl_prog *p, const char *type)
-{
-    int n = 0;
-    for (int i = 0; i < fl_prog_num_ops(p); i++) n += !strcmp(fl_prog_op_type(p, i), type);
-    return n;
-}
-
 TEST(resnet_builder_shapes_gradients_and_errors)
 {
     fl_prog *p = fl_prog_create();
@@ -153,8 +146,8 @@ TEST(resnet_builder_shapes_gradients_and_errors)
     CHECK_EQ_INT(c.depth, 20);
     fl_model_resnet m;
     CHECK_OK(fl_model_resnet_build(p, &c, &m));
-    CHECK_EQ_INT(count_ops(p, "conv2d"), 21); /* stem + 9 blocks x 2 + 2 projections */
-    CHECK_EQ_INT(count_ops(p, "batch_norm"), 21);
+    CHECK_EQ_INT(th_count_ops(p, "conv2d"), 21); /* stem + 9 blocks x 2 + 2 projections */
+    CHECK_EQ_INT(th_count_ops(p, "batch_norm"), 21);
     CHECK_EQ_INT(fl_var_shape(m.predict)[1], 10);
     fl_prog_free(p);
 
@@ -194,7 +187,7 @@ TEST(resnet50_builds_and_runs_a_few_steps)
     c.num_classes = 10;
     fl_model_resnet m;
     CHECK_OK(fl_model_resnet_build(p, &c, &m));
-    CHECK_EQ_INT(count_ops(p, "conv2d"), 53); /* stem + 16 bottlenecks x 3 + 4 projections */
+    CHECK_EQ_INT(th_count_ops(p, "conv2d"), 53); /* stem + 16 bottlenecks x 3 + 4 projections */
     fl_opt *o = fl_opt_momentum(0.01f, 0.9f, 0);
     CHECK_OK(fl_opt_set_cosine_decay(o, 2, 2));
     CHECK_OK(fl_opt_minimize(o, m.loss));

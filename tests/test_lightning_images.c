@@ -28,13 +28,6 @@ static void cleanup(void) { th_rmtree(DIR_); }
 
 #define run_rc(name, seconds, rc, ...) th_cmd(DIR_, name, seconds, rc, __VA_ARGS__)
 
-static int count_ops(fl_prog *p, const char *type)
-{
-    int n = 0;
-    for (int i = 0; i < fl_prog_num_ops(p); i++) n += !strcmp(fl_prog_op_type(p, i), type);
-    return n;
-}
-
 /* VGG-16's layers and parameters (at a small width), its errors, three steps. */
 TEST(vgg_builder_layers_params_and_errors)
 {
@@ -63,9 +56,9 @@ TEST(vgg_builder_layers_params_and_errors)
     c.fc_dim = 16;
     c.num_classes = 5;
     CHECK_OK(fl_model_vgg_build(p, &c, &m));
-    CHECK_EQ_INT(count_ops(p, "conv2d"), 13);
-    CHECK_EQ_INT(count_ops(p, "pool2d"), 5);
-    CHECK_EQ_INT(count_ops(p, "dropout"), 2);
+    CHECK_EQ_INT(th_count_ops(p, "conv2d"), 13);
+    CHECK_EQ_INT(th_count_ops(p, "pool2d"), 5);
+    CHECK_EQ_INT(th_count_ops(p, "dropout"), 2);
     CHECK_EQ_INT(fl_var_shape(m.predict)[1], 5);
     fl_opt *o = fl_opt_momentum(0.01f, 0.9f, 0);
     CHECK_OK(fl_opt_minimize(o, m.loss));

@@ -47,13 +47,6 @@ static fl_prog *parse(const char *t)
     return p;
 }
 
-static int count_op(const fl_prog *p, const char *type)
-{
-    int n = 0;
-    for (int i = 0; i < fl_prog_num_ops(p); i++) n += !strcmp(fl_prog_op_type(p, i), type);
-    return n;
-}
-
 TEST(text_round_trip_training_program)
 {
     mlp_t m = build_mlp(1);
@@ -326,8 +319,8 @@ TEST(prune_keeps_only_needed_forward_ops)
     CHECK_OK(fl_prog_prune(m.p, feeds, 1, targets, 1, &q));
     /* fc(tanh), fc, softmax: no loss, no gradients, no optimizer, no lr schedule */
     CHECK_EQ_INT(fl_prog_num_ops(q), 3);
-    CHECK_EQ_INT(count_op(q, "fc"), 2);
-    CHECK_EQ_INT(count_op(q, "softmax"), 1);
+    CHECK_EQ_INT(th_count_ops(q, "fc"), 2);
+    CHECK_EQ_INT(th_count_ops(q, "softmax"), 1);
     for (int i = 0; i < fl_prog_num_ops(q); i++) CHECK_EQ_INT(q->ops[i]->role, FL_ROLE_FORWARD);
     for (int i = 0; i < fl_prog_num_vars(q); i++) {
         const char *n = fl_var_name(fl_prog_var_at(q, i));
@@ -401,9 +394,9 @@ TEST(prune_errors)
     CHECK_FAILS(fl_prog_prune(m.p, feeds, 1, cost, 0, &q), FL_EINVAL, "no targets");
     const char *both[] = {"x", "y"};
     CHECK_OK(fl_prog_prune(m.p, both, 2, cost, 1, &q));
-    CHECK_EQ_INT(count_op(q, "mean"), 1);
-    CHECK_EQ_INT(count_op(q, "sgd"), 0);
-    CHECK_EQ_INT(count_op(q, "mean_grad"), 0);
+    CHECK_EQ_INT(th_count_ops(q, "mean"), 1);
+    CHECK_EQ_INT(th_count_ops(q, "sgd"), 0);
+    CHECK_EQ_INT(th_count_ops(q, "mean_grad"), 0);
     fl_prog_free(q);
     fl_prog_free(m.p);
 }

@@ -528,13 +528,6 @@ static void ps_env(const char *role, int workers, const char *list)
     setenv("FLEET_JOB_SECRET", SECRET, 1);
 }
 
-static int count_ops(const fl_prog *p, const char *type)
-{
-    int n = 0;
-    for (int i = 0; i < fl_prog_num_ops(p); i++) n += !strcmp(fl_prog_op_type(p, i), type);
-    return n;
-}
-
 TEST(missing_server_fails_init_worker_in_time)
 {
     char list[64];
@@ -575,14 +568,14 @@ TEST(rewrite_sync_and_async)
         CHECK_OK(fl_opt_minimize(o, cost));
         fl_prog *sp = fl_prog_startup(p);
         /* the servers optimize: no update op, no optimizer state, no learning rate here */
-        CHECK_EQ_INT(count_ops(p, "adam"), 0);
-        CHECK_EQ_INT(count_ops(p, "lookup_table"), 0);
-        CHECK_EQ_INT(count_ops(p, "lookup_table_grad"), 0);
-        CHECK_EQ_INT(count_ops(p, "distributed_lookup_table"), 2); /* a+b merged, b with padding */
-        CHECK_EQ_INT(count_ops(p, "distributed_lookup_table_grad"), 3);
-        CHECK_EQ_INT(count_ops(p, "ps_send"), 1);
-        CHECK_EQ_INT(count_ops(p, "ps_recv"), 1);
-        CHECK_EQ_INT(count_ops(sp, "ps_init"), 1);
+        CHECK_EQ_INT(th_count_ops(p, "adam"), 0);
+        CHECK_EQ_INT(th_count_ops(p, "lookup_table"), 0);
+        CHECK_EQ_INT(th_count_ops(p, "lookup_table_grad"), 0);
+        CHECK_EQ_INT(th_count_ops(p, "distributed_lookup_table"), 2); /* a+b merged, b with padding */
+        CHECK_EQ_INT(th_count_ops(p, "distributed_lookup_table_grad"), 3);
+        CHECK_EQ_INT(th_count_ops(p, "ps_send"), 1);
+        CHECK_EQ_INT(th_count_ops(p, "ps_recv"), 1);
+        CHECK_EQ_INT(th_count_ops(sp, "ps_init"), 1);
         CHECK(!fl_prog_var(p, "tab") && !fl_prog_var(sp, "tab")); /* the table lives on the servers */
         CHECK(!fl_prog_var(p, "fc_0.w_0_moment1_0") && !fl_prog_var(sp, "fc_0.w_0_moment1_0"));
         CHECK(!fl_prog_var(p, "learning_rate_0"));
@@ -617,7 +610,7 @@ TEST(rewrite_sync_and_async)
         CHECK_FAILS(fl_exe_run(e, p, feed, 4, NULL, 0, NULL), FL_ESTATE, "call fleet_init_worker before running");
         /* clones for inference keep the remote lookup (as is_test) and nothing of training */
         fl_prog *inf = fl_prog_clone(p, 1);
-        CHECK(inf && count_ops(inf, "distributed_lookup_table") == 2 && count_ops(inf, "ps_send") == 0);
+        CHECK(inf && th_count_ops(inf, "distributed_lookup_table") == 2 && th_count_ops(inf, "ps_send") == 0);
         fl_prog_free(inf);
         /* the text form round-trips the new ops */
         char *text;
@@ -649,10 +642,10 @@ TEST(rewrite_geo_keeps_the_local_optimizer)
     fl_opt *o = fleet_distributed_optimizer(f, fl_opt_momentum(0.1f, 0.9f, 0), NULL);
     CHECK(o);
     CHECK_OK(fl_opt_minimize(o, cost));
-    CHECK_EQ_INT(count_ops(p, "momentum"), 8); /* 7 fc parameters + the table, updated locally */
-    CHECK_EQ_INT(count_ops(p, "ps_geo"), 1);
-    CHECK_EQ_INT(count_ops(p, "ps_send"), 0);
-    CHECK_EQ_INT(count_ops(p, "lookup_table"), 3);
+    CHECK_EQ_INT(th_count_ops(p, "momentum"), 8); /* 7 fc parameters + the table, updated locally */
+    CHECK_EQ_INT(th_count_ops(p, "ps_geo"), 1);
+    CHECK_EQ_INT(th_count_ops(p, "ps_send"), 0);
+    CHECK_EQ_INT(th_count_ops(p, "lookup_table"), 3);
     const fl_ps_table_config *t;
     int n;
     CHECK_OK(fl__ps_fleet_tables(f, &t, &n));

@@ -286,6 +286,14 @@ static inline void th_trainer_env(int rank, const char *eps, int timeout_ms)
     setenv("FLEET_COLL_TIMEOUT_MS", v, 1);
 }
 
+/* How many ops of program p have the type `type`. */
+static inline int th_count_ops(const fl_prog *p, const char *type)
+{
+    int n = 0;
+    for (int i = 0; i < fl_prog_num_ops(p); i++) n += !strcmp(fl_prog_op_type(p, i), type);
+    return n;
+}
+
 /* How many times sub occurs in s. */
 static inline int th_count(const char *s, const char *sub)
 {
