@@ -3,26 +3,9 @@
  * misuse errors.  InMemoryDataset (load, preload, local and global shuffle):
  * test_dataset_inmemory.c; the helpers both use: datasethelp.h. */
 #include "datasethelp.h"
+#include "logcap.h"
 
 /* ---- helpers ---------------------------------------------------------------------------- */
-
-/* Log capture. */
-static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
-static char log_text[16384];
-static void log_sink(fl_log_level lvl, const char *line, void *user)
-{
-    (void)user;
-    pthread_mutex_lock(&log_mu);
-    size_t o = strlen(log_text);
-    snprintf(log_text + o, sizeof log_text - o, "%c %s\n", "EWIDT"[lvl], line);
-    pthread_mutex_unlock(&log_mu);
-}
-static int count_in_log(const char *sub)
-{
-    int n = 0;
-    for (const char *p = log_text; (p = strstr(p, sub)); p++) n++;
-    return n;
-}
 
 /* The process is gone, or dead and waiting for its (new) parent to reap it. */
 static int gone_or_zombie(int pid)

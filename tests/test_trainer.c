@@ -9,6 +9,7 @@
 #include <pthread.h>
 
 #include "testhelp.h"
+#include "logcap.h"
 #include "graph/graph_internal.h"
 
 static char DG[PATH_MAX + 32], DIR_[64];
@@ -239,23 +240,7 @@ TEST(infer_pass_threads_and_progress)
     cleanup();
 }
 
-/* Log lines, captured by a sink (FLEET_LOG_LEVEL=info is set before the first line). */
-static char log_text[16384];
-static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
-static void log_sink(fl_log_level lvl, const char *line, void *user)
-{
-    (void)user;
-    pthread_mutex_lock(&log_mu);
-    size_t o = strlen(log_text);
-    snprintf(log_text + o, sizeof log_text - o, "%c %s\n", "EWIDT"[lvl], line);
-    pthread_mutex_unlock(&log_mu);
-}
-static int count_in_log(const char *sub)
-{
-    int n = 0;
-    for (const char *p = log_text; (p = strstr(p, sub)); p++) n++;
-    return n;
-}
+/* Log lines, captured by logcap.h's sink (FLEET_LOG_LEVEL=info is set before the first line). */
 
 #define FORGOT "no backward or optimizer op"
 
