@@ -6,7 +6,6 @@
  */
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -128,12 +127,8 @@ TEST(a_stopped_process_does_not_time_out_its_peer)
     int sv[2], pfd[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
     CHECK(pipe(pfd) == 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    pid_t pid = th_fork(30);
     if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        alarm(30);
         close(sv[0]), close(pfd[0]);
         struct sockaddr_in lo = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         fl_net_conn *c;

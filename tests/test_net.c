@@ -9,7 +9,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -48,13 +47,8 @@ typedef void (*server_fn)(fl_net_listener *l, void *arg);
 /* Runs fn(l, arg) in a child that exits 0 unless a CHECK failed; the parent drops l. */
 static pid_t serve(fl_net_listener *l, server_fn fn, void *arg)
 {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    pid_t pid = th_fork(20);
     if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        alarm(20);
         fn(l, arg);
         if (l) fl_net_listener_free(l);
         _exit(0);

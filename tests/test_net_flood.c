@@ -17,7 +17,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -161,13 +160,8 @@ static void flooder(int port)
 
 static pid_t start_flood(int port)
 {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    pid_t pid = th_fork(60);
     if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        alarm(60);
         flooder(port);
     }
     usleep(500000); /* let it open its connections before the job starts */
@@ -342,13 +336,8 @@ static double coll_job(int flood)
     CHECK(pipe(pfd) == 0);
     pid_t pids[2];
     for (int r = 0; r < 2; r++) {
-        fflush(stdout);
-        fflush(stderr);
-        pids[r] = fork();
-        CHECK(pids[r] >= 0);
+        pids[r] = th_fork(60);
         if (pids[r] == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            alarm(60);
             fl_net_listener_free(ls[1 - r]);
             double t0 = now_s(), first = 0;
             fl_coll_opts o = {0};

@@ -7,7 +7,6 @@
  * libFuzzer run of the frame decoder when clang with libFuzzer is installed.
  */
 #include <pthread.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -147,13 +146,8 @@ TEST(killed_worker_fails_server_within_10s)
     const char *eps[1] = {ep};
     int ready[2];
     CHECK(pipe(ready) == 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t child = fork();
-    CHECK(child >= 0);
+    pid_t child = th_fork(60);
     if (child == 0) { /* worker 1: trains a little, then waits to be killed */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        alarm(60);
         fl_ps_client *c = client_for(eps, 1, 1, 2);
         train(c, 3, 9);
         CHECK(write(ready[1], "r", 1) == 1);
@@ -370,14 +364,9 @@ static proc spawn_worker(const char *ep, int rank, int nw)
 {
     int pfd[2];
     CHECK(pipe(pfd) == 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    pid_t pid = th_fork(60);
     if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
         close(pfd[0]);
-        alarm(60);
         const char *eps[1] = {ep};
         fl_ps_client_opts o = {0};
         o.endpoints = eps;

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -284,6 +285,22 @@ static inline void th_trainer_env(int rank, const char *eps, int timeout_ms)
     setenv("FLEET_JOB_SECRET", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
     snprintf(v, sizeof v, "%d", timeout_ms);
     setenv("FLEET_COLL_TIMEOUT_MS", v, 1);
+}
+
+/* fork() for a child that must not outlive the test: every output stream flushed first (so
+ * nothing is printed twice), then the child is killed with its parent (PR_SET_PDEATHSIG)
+ * and, when alarm_s > 0, after alarm_s seconds.  Returns 0 in the child and its pid in the
+ * parent; fails the test when fork fails. */
+static inline pid_t th_fork(unsigned alarm_s)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) TFAIL("fork failed: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (alarm_s) alarm(alarm_s);
+    }
+    return pid;
 }
 
 /* How many ops of program p have the type `type`. */
