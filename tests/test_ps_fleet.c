@@ -456,35 +456,53 @@ TEST(killed_worker_fails_the_servers)
     th_rmtree(j.dir);
 }
 
-TEST(killed_worker_reported_by_fleetrun)
+/* Runs `fleetrun --server_num 2 --worker_num 2 --log_dir DIR/log ARGS...` (args: the program
+ * and its arguments, at most 16, NULL-terminated) with its output in DIR/fleetrun.out, for at
+ * most limit_s seconds (then kills it and fails the test).  Returns its wait status and its
+ * output (malloc'd) in *out. */
+static int fleetrun_2x2(const char *dir, const char *const *args, double limit_s, char **out)
 {
-    paths();
-    char dir[32], logdir[64], out[96];
-    th_mktemp(dir, sizeof dir, "fleet_psfr_");
+    char logdir[64], path[96];
     snprintf(logdir, sizeof logdir, "%s/log", dir);
-    snprintf(out, sizeof out, "%s/fleetrun.out", dir);
+    snprintf(path, sizeof path, "%s/fleetrun.out", dir);
+    const char *argv[24] = {FLEETRUN, "--server_num", "2", "--worker_num", "2", "--log_dir", logdir};
+    for (int i = 0; args[i]; i++) {
+        if (i == 16) TFAIL("fleetrun_2x2: more than 16 arguments");
+        argv[7 + i] = args[i];
+    }
     double t0 = now();
     pid_t pid = fork();
+    CHECK(pid >= 0);
     if (pid == 0) {
-        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(127);
         alarm(0);
-        unsetenv("FLEET_JOB_SECRET");
-        setenv("FLEET_PS_RECONNECT_GRACE_MS", "2000", 1);
-        execl(FLEETRUN, FLEETRUN, "--server_num", "2", "--worker_num", "2", "--log_dir", logdir, PS_TRAIN, "task=tiny",
-              "mode=sync", "steps=100000", "quiet=1", "kill_self_at=3", "kill_rank=1", (char *)NULL);
+        execv(FLEETRUN, (char *const *)argv);
         _exit(127);
     }
     int ws = 0;
     while (waitpid(pid, &ws, WNOHANG) == 0) {
-        if (now() - t0 > 60) {
+        if (now() - t0 > limit_s) {
             kill(pid, SIGKILL);
             waitpid(pid, &ws, 0);
             TFAIL("fleetrun did not finish");
         }
         usleep(20000);
     }
-    char *s = slurp(out);
+    *out = slurp(path);
+    return ws;
+}
+
+TEST(killed_worker_reported_by_fleetrun)
+{
+    paths();
+    char dir[32], *s;
+    th_mktemp(dir, sizeof dir, "fleet_psfr_");
+    unsetenv("FLEET_JOB_SECRET");
+    setenv("FLEET_PS_RECONNECT_GRACE_MS", "2000", 1);
+    const char *args[] = {PS_TRAIN,  "task=tiny",      "mode=sync",   "steps=100000",
+                          "quiet=1", "kill_self_at=3", "kill_rank=1", NULL};
+    int ws = fleetrun_2x2(dir, args, 60, &s);
     if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 128 + SIGKILL)
         TFAIL("fleetrun status 0x%x, expected exit 137; output:\n%s", ws, s);
     CHECK_STR_HAS(s, "role:   worker");
@@ -723,35 +741,15 @@ TEST(unsupported_combinations_are_refused)
 TEST(example_runs_under_fleetrun)
 {
     paths();
-    char dir[32], logdir[64], out[96];
+    char dir[32], *s;
     th_mktemp(dir, sizeof dir, "fleet_psex_");
-    snprintf(logdir, sizeof logdir, "%s/log", dir);
-    snprintf(out, sizeof out, "%s/fleetrun.out", dir);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(127);
-        alarm(0);
-        execl(FLEETRUN, FLEETRUN, "--server_num", "2", "--worker_num", "2", "--log_dir", logdir, EXAMPLE, "40", "sync",
-              (char *)NULL);
-        _exit(127);
-    }
-    int ws = 0;
-    double t0 = now();
-    while (waitpid(pid, &ws, WNOHANG) == 0) {
-        if (now() - t0 > 90) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &ws, 0);
-            TFAIL("fleetrun did not finish");
-        }
-        usleep(20000);
-    }
-    char *s = slurp(out);
+    const char *args[] = {EXAMPLE, "40", "sync", NULL};
+    int ws = fleetrun_2x2(dir, args, 90, &s);
     if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) TFAIL("fleetrun status 0x%x; output:\n%s", ws, s);
     CHECK_STR_HAS(s, "worker_index: 0, step39 cost = ");
     free(s);
     char w1[128];
-    snprintf(w1, sizeof w1, "%s/workerlog.1", logdir);
+    snprintf(w1, sizeof w1, "%s/log/workerlog.1", dir);
     s = slurp(w1);
     CHECK_STR_HAS(s, "worker_index: 1, step39 cost = ");
     free(s);
