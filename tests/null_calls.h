@@ -249,6 +249,7 @@ static long long nc_fl_layer_scale(void *h) { (void)h; return fl_layer_scale((fl
 static long long nc_fl_layer_dropout(void *h) { (void)h; return fl_layer_dropout((fl_var *){0}, (float){0}, (const char *){0}) != NULL; }
 static long long nc_fl_layer_accuracy(void *h) { (void)h; return fl_layer_accuracy((fl_var *){0}, (fl_var *){0}, (int){0}) != NULL; }
 static long long nc_fl_layer_auc(void *h) { (void)h; return fl_layer_auc((fl_var *){0}, (fl_var *){0}, (int){0}, (int){0}, (fl_var **){0}) != NULL; }
+static long long nc_fl_auc_from_stats(void *h) { (void)h; return (long long)fl_auc_from_stats((const int64_t *){0}, (const int64_t *){0}, (int64_t){0}, (double *){0}); }
 static long long nc_fl_layer_conv2d(void *h) { (void)h; return fl_layer_conv2d((fl_var *){0}, (int64_t){0}, (int){0}, (int){0}, (const char *){0}, (const fl_conv2d_attr *){0}) != NULL; }
 static long long nc_fl_layer_pool2d(void *h) { (void)h; return fl_layer_pool2d((fl_var *){0}, (int){0}, (const char *){0}, (int){0}, (int){0}, (int){0}, (int){0}) != NULL; }
 static long long nc_fl_layer_pool2d_ex(void *h) { (void)h; return fl_layer_pool2d_ex((fl_var *){0}, (const char *){0}, (const fl_pool2d_attr *){0}) != NULL; }
@@ -734,6 +735,7 @@ static const nc_row nc_rows[] = {
     {"fl_layer_dropout", "graph.h", NC_STICKY, 0, nc_fl_layer_dropout},
     {"fl_layer_accuracy", "graph.h", NC_STICKY, 0, nc_fl_layer_accuracy},
     {"fl_layer_auc", "graph.h", NC_STICKY, 0, nc_fl_layer_auc},
+    {"fl_auc_from_stats", "graph.h", NC_ERR, 0, nc_fl_auc_from_stats},
     {"fl_layer_conv2d", "graph.h", NC_STICKY, 0, nc_fl_layer_conv2d},
     {"fl_layer_pool2d", "graph.h", NC_STICKY, 0, nc_fl_layer_pool2d},
     {"fl_layer_pool2d_ex", "graph.h", NC_STICKY, 0, nc_fl_layer_pool2d_ex},
