@@ -137,6 +137,7 @@ static long long nc_fleet_server_endpoints_str(void *h) { return fleet_server_en
 static long long nc_fleet_get_strategy(void *h) { return fleet_get_strategy((const fleet_t *)h) != NULL; }
 static long long nc_fleet_distributed_optimizer(void *h) { return fleet_distributed_optimizer((fleet_t *)h, (fl_opt *)h, (const fleet_strategy *){0}) != NULL; }
 static long long nc_fleet_transpile(void *h) { return (long long)fleet_transpile((fleet_t *)h, (fl_opt *)h, (fl_prog *)h, (const fleet_strategy *){0}); }
+static long long nc_fleet_dist_infer_program(void *h) { return (long long)fleet_dist_infer_program((fleet_t *)h, (fl_prog *)h); }
 static long long nc_fleet_init_worker(void *h) { return (long long)fleet_init_worker((fleet_t *)h); }
 static long long nc_fleet_stop_worker(void *h) { return (long long)fleet_stop_worker((fleet_t *)h); }
 static long long nc_fleet_init_server(void *h) { return (long long)fleet_init_server((fleet_t *)h, (const char *){0}); }
@@ -623,6 +624,7 @@ static const nc_row nc_rows[] = {
     {"fleet_get_strategy", "fleet.h", NC_NULL, 1, nc_fleet_get_strategy},
     {"fleet_distributed_optimizer", "fleet.h", NC_NULL, 1, nc_fleet_distributed_optimizer},
     {"fleet_transpile", "fleet.h", NC_ERR, 1, nc_fleet_transpile},
+    {"fleet_dist_infer_program", "fleet.h", NC_ERR, 1, nc_fleet_dist_infer_program},
     {"fleet_init_worker", "fleet.h", NC_ERR, 1, nc_fleet_init_worker},
     {"fleet_stop_worker", "fleet.h", NC_ERR, 1, nc_fleet_stop_worker},
     {"fleet_init_server", "fleet.h", NC_ERR, 1, nc_fleet_init_server},

@@ -361,6 +361,7 @@ _PROTOS = {
     "fleet_run_server": (c_int, [P]), "fleet_barrier_worker": (c_int, [P]),
     "fleet_util_all_reduce": (c_int, [P, c_void_p, c_size_t, c_int, c_char_p]),
     "fl_auc_from_stats": (c_int, [I64P, I64P, c_int64, POINTER(c_double)]),
+    "fleet_dist_infer_program": (c_int, [P, P]),
     "fleet_util_all_gather": (c_int, [P, c_void_p, c_void_p, c_size_t, c_int]), "fleet_util_barrier": (c_int, [P]),
     "fleet_save_persistables": (c_int, [P, P, c_char_p, P]),
     "fleet_save_inference_model": (c_int, [P, P, c_char_p, SP, c_int, PP, c_int, P]),
