@@ -246,6 +246,7 @@ static long long nc_fl_layer_unary(void *h) { (void)h; return fl_layer_unary((fl
 static long long nc_fl_layer_shape(void *h) { (void)h; return fl_layer_shape((fl_var *){0}) != NULL; }
 static long long nc_fl_layer_assign_value(void *h) { return fl_layer_assign_value((fl_prog *)h, (int){0}, (const int64_t *){0}, (fl_dtype){0}, (const void *){0}) != NULL; }
 static long long nc_fl_layer_create_global_var(void *h) { return fl_layer_create_global_var((fl_prog *)h, (const char *){0}, (int){0}, (const int64_t *){0}, (fl_dtype){0}, (float){0}) != NULL; }
+static long long nc_fl_layer_create_global_var_ex(void *h) { return fl_layer_create_global_var_ex((fl_prog *)h, (const char *){0}, (int){0}, (const int64_t *){0}, (fl_dtype){0}, (float){0}, (int){0}) != NULL; }
 static long long nc_fl_layer_scale(void *h) { (void)h; return fl_layer_scale((fl_var *){0}, (float){0}, (float){0}, (int){0}) != NULL; }
 static long long nc_fl_layer_dropout(void *h) { (void)h; return fl_layer_dropout((fl_var *){0}, (float){0}, (const char *){0}) != NULL; }
 static long long nc_fl_layer_accuracy(void *h) { (void)h; return fl_layer_accuracy((fl_var *){0}, (fl_var *){0}, (int){0}) != NULL; }
@@ -733,6 +734,7 @@ static const nc_row nc_rows[] = {
     {"fl_layer_shape", "graph.h", NC_STICKY, 0, nc_fl_layer_shape},
     {"fl_layer_assign_value", "graph.h", NC_STICKY, 1, nc_fl_layer_assign_value},
     {"fl_layer_create_global_var", "graph.h", NC_STICKY, 1, nc_fl_layer_create_global_var},
+    {"fl_layer_create_global_var_ex", "graph.h", NC_STICKY, 1, nc_fl_layer_create_global_var_ex},
     {"fl_layer_scale", "graph.h", NC_STICKY, 0, nc_fl_layer_scale},
     {"fl_layer_dropout", "graph.h", NC_STICKY, 0, nc_fl_layer_dropout},
     {"fl_layer_accuracy", "graph.h", NC_STICKY, 0, nc_fl_layer_accuracy},

@@ -340,6 +340,13 @@ FL_API fl_var *fl_layer_assign_value(fl_prog *p, int ndim, const int64_t *shape,
  * existing name is an error) filled with value by the startup program; no gradient. */
 FL_API fl_var *fl_layer_create_global_var(fl_prog *p, const char *name, int ndim, const int64_t *shape, fl_dtype dtype,
                                           float value);
+/* The same with Paddle's persistable flag (create_global_var(persistable=False) when 0): a
+ * non-persistable variable, left out of saved persistables and inference models, which a
+ * fill_constant op appended here to p sets to value in every run (Paddle makes its main
+ * program's variable afresh in each run: the startup program's copy does not reach it), so
+ * no value carries from one run to the next. */
+FL_API fl_var *fl_layer_create_global_var_ex(fl_prog *p, const char *name, int ndim, const int64_t *shape, fl_dtype dtype,
+                                             float value, int persistable);
 /* scale*x + bias (bias_after_scale) or scale*(x + bias). */
 FL_API fl_var *fl_layer_scale(fl_var *x, float scale, float bias, int bias_after_scale);
 /* implementation: "downgrade_in_infer" (Paddle's default) or "upscale_in_train". */

@@ -292,6 +292,7 @@ _PROTOS = {
     "fl_layer_unary": (P, [P, c_char_p]), "fl_layer_shape": (P, [P]),
     "fl_layer_assign_value": (P, [P, c_int, I64P, c_int, c_void_p]),
     "fl_layer_create_global_var": (P, [P, c_char_p, c_int, I64P, c_int, c_float]),
+    "fl_layer_create_global_var_ex": (P, [P, c_char_p, c_int, I64P, c_int, c_float, c_int]),
     "fl_layer_piecewise_decay": (P, [P, I64P, c_int, POINTER(c_float)]),
     "fl_layer_cosine_decay": (P, [P, c_float, c_int64, c_int64]),
     "fl_layer_exponential_decay": (P, [P, c_float, c_int64, c_float, c_int]),
