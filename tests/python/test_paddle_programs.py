@@ -206,8 +206,9 @@ def test_ctr_infer(tmp_path, penv, build_dir):
     epoch), then runs infer.py as its README does, on raw_data's files 80 to 85 % (6 files:
     part-4).  --sparse_feature_dim 100003 in both (infer.py's default, 1000001, differs from
     train.py's 10000001; a uniform-initialised table of either, saved 20 times, is 0.8 or 8
-    GB).  Tolerance: the last model's AUC on part-4 within 0.1 of the training's last epoch
-    AUC (the global one over all 20 epochs of all 6 files), and both above 0.55."""
+    GB).  Tolerance: the last model's AUC on part-4 (400 lines) within 0.1 of the AUC of the
+    training's last epoch over all 6 files (the driver zeroes the AUC statistics before each
+    epoch), and both above 0.55 (measured: 0.70 training, 0.73 inferred)."""
     d = _prog(tmp_path, "ctr")
     _criteo(build_dir, penv, [d / "raw_data" / ("part-%d" % i) for i in range(6)], 400)
     out = run(["python3", TRAIN_SAVE, str(CTR_INFER_DIM)], d, penv, timeout=300)

@@ -6,7 +6,8 @@ infer.py loads.  Run in a prepared copy of the ctr folder (its imports rewritten
 
     python3 ctr_train_save.py SPARSE_FEATURE_DIM
 
-Prints "epoch <i> auc <global auc>" per epoch."""
+Prints "epoch <i> auc <AUC>" per epoch: the auc layer's global statistics are zeroed before
+each epoch (infer.py's idiom), so it is that epoch's AUC."""
 import os
 import sys
 
@@ -33,6 +34,9 @@ exe = fluid.Executor(fluid.CPUPlace())
 exe.run(fluid.default_startup_program())
 feeds = ["dense_input"] + ["C%d" % i for i in range(1, 27)] + ["label"]
 for epoch in range(1, 21):
+    for name in ("_generated_var_2", "_generated_var_3"):  # the global AUC's statistics: this epoch's AUC
+        t = fluid.global_scope().var(name).get_tensor()
+        t.set(np.zeros(t._get_dims()).astype("int64"), fluid.CPUPlace())
     res = exe.train_from_dataset(program=fluid.default_main_program(), dataset=dataset, fetch_list=[auc_var],
                                  fetch_info=["auc"], print_period=10 ** 9)
     value = list(res["fetch"].values())[0]
