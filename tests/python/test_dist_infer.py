@@ -40,6 +40,7 @@ def test_dist_infer_after_training_and_in_jobs_of_its_own(env, tmp_path, build_d
     trained = _pred(logs[0], "trained")
     assert len(set(round(v, 4) for v in trained)) > 2, "the model learned nothing: %s" % trained
     for r in (0, 1):
+        assert "before minimize: fleet_dist_infer_program" in logs[r], logs[r][-3000:]
         _close(_pred(logs[r], "distinfer", r), _pred(logs[r], "trained", r), "worker %d in the training job" % r)
     assert os.path.exists(os.path.join(save, "ps_manifest.json")), os.listdir(save)
 

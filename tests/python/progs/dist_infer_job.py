@@ -17,6 +17,7 @@ import numpy as np
 
 import fleet_c as paddle
 import fleet_c.fluid as fluid
+from fleet_c._lib import FleetError
 from fleet_c.distributed import fleet
 from fleet_c.distributed.fleet.utils import DistributedInfer
 
@@ -60,6 +61,12 @@ if mode == "train":
     with fluid.unique_name.guard():
         pred, loss = net()
     fleet.init()
+    try:  # before minimize the servers' tables are not known yet
+        DistributedInfer(*test_program()[:2]).get_dist_infer_program()
+        raise AssertionError("get_dist_infer_program before minimize was accepted")
+    except FleetError as e:
+        assert "fleet_dist_infer_program" in str(e), e
+        print("before minimize: %s" % e, flush=True)
     strategy = fleet.DistributedStrategy()
     strategy.a_sync = False
     fleet.distributed_optimizer(paddle.optimizer.SGD(learning_rate=0.5), strategy).minimize(loss)
