@@ -137,6 +137,7 @@ static long long nc_fleet_server_endpoints_str(void *h) { return fleet_server_en
 static long long nc_fleet_get_strategy(void *h) { return fleet_get_strategy((const fleet_t *)h) != NULL; }
 static long long nc_fleet_distributed_optimizer(void *h) { return fleet_distributed_optimizer((fleet_t *)h, (fl_opt *)h, (const fleet_strategy *){0}) != NULL; }
 static long long nc_fleet_transpile(void *h) { return (long long)fleet_transpile((fleet_t *)h, (fl_opt *)h, (fl_prog *)h, (const fleet_strategy *){0}); }
+static long long nc_fleet_dist_infer_program(void *h) { return (long long)fleet_dist_infer_program((fleet_t *)h, (fl_prog *)h); }
 static long long nc_fleet_init_worker(void *h) { return (long long)fleet_init_worker((fleet_t *)h); }
 static long long nc_fleet_stop_worker(void *h) { return (long long)fleet_stop_worker((fleet_t *)h); }
 static long long nc_fleet_init_server(void *h) { return (long long)fleet_init_server((fleet_t *)h, (const char *){0}); }
@@ -245,10 +246,12 @@ static long long nc_fl_layer_unary(void *h) { (void)h; return fl_layer_unary((fl
 static long long nc_fl_layer_shape(void *h) { (void)h; return fl_layer_shape((fl_var *){0}) != NULL; }
 static long long nc_fl_layer_assign_value(void *h) { return fl_layer_assign_value((fl_prog *)h, (int){0}, (const int64_t *){0}, (fl_dtype){0}, (const void *){0}) != NULL; }
 static long long nc_fl_layer_create_global_var(void *h) { return fl_layer_create_global_var((fl_prog *)h, (const char *){0}, (int){0}, (const int64_t *){0}, (fl_dtype){0}, (float){0}) != NULL; }
+static long long nc_fl_layer_create_global_var_ex(void *h) { return fl_layer_create_global_var_ex((fl_prog *)h, (const char *){0}, (int){0}, (const int64_t *){0}, (fl_dtype){0}, (float){0}, (int){0}) != NULL; }
 static long long nc_fl_layer_scale(void *h) { (void)h; return fl_layer_scale((fl_var *){0}, (float){0}, (float){0}, (int){0}) != NULL; }
 static long long nc_fl_layer_dropout(void *h) { (void)h; return fl_layer_dropout((fl_var *){0}, (float){0}, (const char *){0}) != NULL; }
 static long long nc_fl_layer_accuracy(void *h) { (void)h; return fl_layer_accuracy((fl_var *){0}, (fl_var *){0}, (int){0}) != NULL; }
 static long long nc_fl_layer_auc(void *h) { (void)h; return fl_layer_auc((fl_var *){0}, (fl_var *){0}, (int){0}, (int){0}, (fl_var **){0}) != NULL; }
+static long long nc_fl_auc_from_stats(void *h) { (void)h; return (long long)fl_auc_from_stats((const int64_t *){0}, (const int64_t *){0}, (int64_t){0}, (double *){0}); }
 static long long nc_fl_layer_conv2d(void *h) { (void)h; return fl_layer_conv2d((fl_var *){0}, (int64_t){0}, (int){0}, (int){0}, (const char *){0}, (const fl_conv2d_attr *){0}) != NULL; }
 static long long nc_fl_layer_pool2d(void *h) { (void)h; return fl_layer_pool2d((fl_var *){0}, (int){0}, (const char *){0}, (int){0}, (int){0}, (int){0}, (int){0}) != NULL; }
 static long long nc_fl_layer_pool2d_ex(void *h) { (void)h; return fl_layer_pool2d_ex((fl_var *){0}, (const char *){0}, (const fl_pool2d_attr *){0}) != NULL; }
@@ -622,6 +625,7 @@ static const nc_row nc_rows[] = {
     {"fleet_get_strategy", "fleet.h", NC_NULL, 1, nc_fleet_get_strategy},
     {"fleet_distributed_optimizer", "fleet.h", NC_NULL, 1, nc_fleet_distributed_optimizer},
     {"fleet_transpile", "fleet.h", NC_ERR, 1, nc_fleet_transpile},
+    {"fleet_dist_infer_program", "fleet.h", NC_ERR, 1, nc_fleet_dist_infer_program},
     {"fleet_init_worker", "fleet.h", NC_ERR, 1, nc_fleet_init_worker},
     {"fleet_stop_worker", "fleet.h", NC_ERR, 1, nc_fleet_stop_worker},
     {"fleet_init_server", "fleet.h", NC_ERR, 1, nc_fleet_init_server},
@@ -730,10 +734,12 @@ static const nc_row nc_rows[] = {
     {"fl_layer_shape", "graph.h", NC_STICKY, 0, nc_fl_layer_shape},
     {"fl_layer_assign_value", "graph.h", NC_STICKY, 1, nc_fl_layer_assign_value},
     {"fl_layer_create_global_var", "graph.h", NC_STICKY, 1, nc_fl_layer_create_global_var},
+    {"fl_layer_create_global_var_ex", "graph.h", NC_STICKY, 1, nc_fl_layer_create_global_var_ex},
     {"fl_layer_scale", "graph.h", NC_STICKY, 0, nc_fl_layer_scale},
     {"fl_layer_dropout", "graph.h", NC_STICKY, 0, nc_fl_layer_dropout},
     {"fl_layer_accuracy", "graph.h", NC_STICKY, 0, nc_fl_layer_accuracy},
     {"fl_layer_auc", "graph.h", NC_STICKY, 0, nc_fl_layer_auc},
+    {"fl_auc_from_stats", "graph.h", NC_ERR, 0, nc_fl_auc_from_stats},
     {"fl_layer_conv2d", "graph.h", NC_STICKY, 0, nc_fl_layer_conv2d},
     {"fl_layer_pool2d", "graph.h", NC_STICKY, 0, nc_fl_layer_pool2d},
     {"fl_layer_pool2d_ex", "graph.h", NC_STICKY, 0, nc_fl_layer_pool2d_ex},

@@ -351,6 +351,16 @@ FL_API fl_opt *fleet_distributed_optimizer(fleet_t *f, fl_opt *opt, const fleet_
  * local fleet: FL_EUNSUPPORTED); once per fleet handle. */
 FL_API int fleet_transpile(fleet_t *f, fl_opt *opt, fl_prog *prog, const fleet_strategy *strategy);
 
+/* Paddle's DistributedInfer.get_dist_infer_program: makes prog, a main program built with
+ * the names of the trained one (e.g. its test form, built again under a fresh unique-name
+ * guard), a program for inference on this worker.  Parameter server (after minimize): the
+ * lookups of the servers' sparse tables become remote lookups that pull without creating
+ * rows (an id never trained reads zeros), and those tables leave prog and its startup
+ * program; dense parameters are the scope's (the trained worker's, or load them).  A
+ * collective or local fleet: prog is left as it is.  Modifies prog in place; a server's
+ * call, a startup program or a call before minimize is an error. */
+FL_API int fleet_dist_infer_program(fleet_t *f, fl_prog *prog);
+
 /* Lifecycle.  Collective and non-distributed: init_worker / stop_worker do nothing.
  * Parameter-server mode (docs/parameter_server.md): init_server binds this server's
  * endpoint and restores model_dir when given; run_server serves until every worker has

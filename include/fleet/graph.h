@@ -340,6 +340,13 @@ FL_API fl_var *fl_layer_assign_value(fl_prog *p, int ndim, const int64_t *shape,
  * existing name is an error) filled with value by the startup program; no gradient. */
 FL_API fl_var *fl_layer_create_global_var(fl_prog *p, const char *name, int ndim, const int64_t *shape, fl_dtype dtype,
                                           float value);
+/* The same with Paddle's persistable flag (create_global_var(persistable=False) when 0): a
+ * non-persistable variable, left out of saved persistables and inference models, which a
+ * fill_constant op appended here to p sets to value in every run (Paddle makes its main
+ * program's variable afresh in each run: the startup program's copy does not reach it), so
+ * no value carries from one run to the next. */
+FL_API fl_var *fl_layer_create_global_var_ex(fl_prog *p, const char *name, int ndim, const int64_t *shape, fl_dtype dtype,
+                                             float value, int persistable);
 /* scale*x + bias (bias_after_scale) or scale*(x + bias). */
 FL_API fl_var *fl_layer_scale(fl_var *x, float scale, float bias, int bias_after_scale);
 /* implementation: "downgrade_in_infer" (Paddle's default) or "upscale_in_train". */
@@ -353,6 +360,13 @@ FL_API fl_var *fl_layer_accuracy(fl_var *input, fl_var *label, int k);
  * the batch AUC over the last slide_steps batches.  Both are float64 [1] (as in Paddle):
  * read them with *(const double *)fl_tensor_cdata(t).  Returns the global AUC. */
 FL_API fl_var *fl_layer_auc(fl_var *input, fl_var *label, int num_thresholds, int slide_steps, fl_var **batch_auc);
+/* The ROC AUC of bucket statistics as the auc op keeps them (its [1, B] global StatPos and
+ * StatNeg, B = num_thresholds + 1 counts of positives and negatives per bucket), e.g. summed
+ * over every worker (Paddle's fleet.metrics.auc): the auc op's trapezoid sum into *auc.
+ * With no positive or no negative example *auc is 0.5, as fleet.metrics.auc answers (the
+ * auc op says 0 there).  A NULL pointer, num_buckets < 1 or a negative count is FL_EINVAL,
+ * naming the argument.  Pure: thread-safe, reads num_buckets elements of each array. */
+FL_API int fl_auc_from_stats(const int64_t *stat_pos, const int64_t *stat_neg, int64_t num_buckets, double *auc);
 
 /* ---- convolution, pooling, batch normalisation (NCHW, float32) ----------------------- */
 #define FLEET_GRAPH_HAS_CONV 1

@@ -91,7 +91,6 @@ class _ScopeTensor(LoDTensor):
         LoDTensor.set(self, array, place)
 
 
-_AUC_STATE = re.compile(r"^auc_(\d+)\.tmp_([2-5])$")
 _GENERATED = re.compile(r"^_generated_var_(\d+)$")
 
 
@@ -106,22 +105,18 @@ class Scope:
         return Scope(self)
 
     def _resolve(self, name):
-        """Paddle 1.x's names of the AUC statistics: ``_generated_var_N`` is the Nth of the
-        scope's auc_<k>.tmp_2..5 (batch StatPos, StatNeg, then global StatPos, StatNeg per
-        auc layer, in the order Paddle creates them), so the programs' reset idiom
-        ``set_zero('_generated_var_0')`` works."""
+        """Paddle 1.x's names of the AUC statistics: ``_generated_var_N`` is auc_<k>.tmp_<j>
+        with N = 4 k + j - 2 (each auc layer makes four: batch StatPos, StatNeg, then global
+        StatPos, StatNeg, in the order Paddle creates them), so the programs' reset idiom
+        ``set_zero('_generated_var_0')`` works, also in a scope that holds only some of
+        them (an inference model pruned to the global AUC keeps tmp_4 and tmp_5:
+        ``_generated_var_2`` and ``_3``)."""
         if lib.fl_scope_find(self._h, _lib.cstr(name)):
             return name
         m = _GENERATED.match(name)
         if m:
-            states = []
-            for n in self.local_var_names():
-                a = _AUC_STATE.match(n)
-                if a:
-                    states.append((int(a.group(1)), int(a.group(2)), n))
-            states.sort()
-            if int(m.group(1)) < len(states):
-                return states[int(m.group(1))][2]
+            k, j = divmod(int(m.group(1)), 4)
+            return "auc_%d.tmp_%d" % (k, j + 2)
         return name
 
     def find_var(self, name):

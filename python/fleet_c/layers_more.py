@@ -160,11 +160,13 @@ def assign(input, output=None):
 
 
 def create_global_var(shape, value, dtype, persistable=False, force_cpu=False, name=None):
-    """A variable of the main program filled with value by the startup program.  It is
-    always persistable here (kept in the scope between runs, saved with the persistables)."""
+    """A variable of the main program.  persistable: filled with value by the startup
+    program, kept in the scope between runs and saved with the persistables; not (Paddle's
+    default): not saved, and set to value in every run (fl_layer_create_global_var_ex)."""
     prog, h = current_main()
     arr, n = _shape(list(shape), "create_global_var")
-    ptr = lib.fl_layer_create_global_var(h, _lib.cstr(name), n, arr, dtype_code(dtype), float(value))
+    ptr = lib.fl_layer_create_global_var_ex(h, _lib.cstr(name), n, arr, dtype_code(dtype), float(value),
+                                            1 if persistable else 0)
     return prog._layer_result(ptr, "create_global_var")
 
 

@@ -437,4 +437,21 @@ fl_var *fl_layer_auc(fl_var *input, fl_var *label, int num_thresholds, int slide
     return g;
 }
 
+int fl_auc_from_stats(const int64_t *stat_pos, const int64_t *stat_neg, int64_t num_buckets, double *auc)
+{
+    if (!stat_pos || !stat_neg || !auc)
+        return fl__err(FL_EINVAL, "fl_auc_from_stats: %s is NULL", !stat_pos ? "stat_pos" : !stat_neg ? "stat_neg" : "auc");
+    if (num_buckets < 1)
+        return fl__err(FL_EINVAL, "fl_auc_from_stats: num_buckets must be >= 1, got %lld", (long long)num_buckets);
+    for (int64_t b = 0; b < num_buckets; b++)
+        if (stat_pos[b] < 0 || stat_neg[b] < 0)
+            return fl__err(FL_EINVAL, "fl_auc_from_stats: %s[%lld] = %lld is negative (a count)",
+                           stat_pos[b] < 0 ? "stat_pos" : "stat_neg", (long long)b,
+                           (long long)(stat_pos[b] < 0 ? stat_pos[b] : stat_neg[b]));
+    int64_t np = 0, nn = 0;
+    for (int64_t b = 0; b < num_buckets; b++) np += stat_pos[b], nn += stat_neg[b];
+    *auc = np > 0 && nn > 0 ? auc_area(stat_pos, stat_neg, num_buckets - 1) : 0.5;
+    return FL_OK;
+}
+
 const fl_op_def *const fl__ops_metric[] = {&def_top_k, &def_accuracy, &def_auc, NULL};

@@ -21,6 +21,19 @@
 
 /* ---- fill_constant ------------------------------------------------------------------------ */
 
+/* Appends a fill_constant op writing value into o (NULL: the error is set); returns o. */
+static fl_var *fill_into(fl_prog *p, fl_var *o, double value)
+{
+    if (!o) return NULL;
+    o->stop_gradient = 1;
+    fl_io out = FL_IO1("Out", o);
+    fl_op *op = fl__op_new(p, "fill_constant", NULL, 0, &out, 1);
+    if (!op || fl__attr_set_ints(op, "shape", o->shape, o->ndim) || fl__attr_set_i(op, "dtype", o->dtype) ||
+        fl__attr_set_f(op, "value", value) || fl__op_finish(op))
+        return NULL;
+    return o;
+}
+
 fl_var *fl_layer_fill_constant(fl_prog *p, int ndim, const int64_t *shape, fl_dtype dtype, double value)
 {
     if (!p || p->magic != FL_PROG_MAGIC) {
@@ -44,15 +57,7 @@ fl_var *fl_layer_fill_constant(fl_prog *p, int ndim, const int64_t *shape, fl_dt
     }
     char base[128];
     fl__unique_name(p, "fill_constant", base, sizeof base);
-    fl_var *o = fl__tmp_var(p, base, dtype, ndim, shape);
-    if (!o) return NULL;
-    o->stop_gradient = 1;
-    fl_io out = FL_IO1("Out", o);
-    fl_op *op = fl__op_new(p, "fill_constant", NULL, 0, &out, 1);
-    if (!op || fl__attr_set_ints(op, "shape", shape, ndim) || fl__attr_set_i(op, "dtype", dtype) ||
-        fl__attr_set_f(op, "value", value) || fl__op_finish(op))
-        return NULL;
-    return o;
+    return fill_into(p, fl__tmp_var(p, base, dtype, ndim, shape), value);
 }
 
 /* ---- norm (l2_normalize) ------------------------------------------------------------------- */
@@ -553,6 +558,12 @@ int fl__init_assign_append(fl_prog *sp, fl_var *sv, uint64_t id)
 fl_var *fl_layer_create_global_var(fl_prog *p, const char *name, int ndim, const int64_t *shape, fl_dtype dtype,
                                    float value)
 {
+    return fl_layer_create_global_var_ex(p, name, ndim, shape, dtype, value, 1);
+}
+
+fl_var *fl_layer_create_global_var_ex(fl_prog *p, const char *name, int ndim, const int64_t *shape, fl_dtype dtype,
+                                      float value, int persistable)
+{
     if (!p || p->magic != FL_PROG_MAGIC) {
         fl__err(FL_EINVAL, "create_global_var: program is NULL or invalid");
         return NULL;
@@ -578,7 +589,9 @@ fl_var *fl_layer_create_global_var(fl_prog *p, const char *name, int ndim, const
         fl__prog_error(p, FL_EINVAL, "create_global_var: a variable named '%s' exists already", name);
         return NULL;
     }
-    fl_var *v = fl__persistable_create(p, name && *name ? name : gen, dtype, ndim, shape, value);
+    const char *vn = name && *name ? name : gen;
+    if (!persistable) return fill_into(p, fl__var_create(p, vn, dtype, ndim, shape), value);
+    fl_var *v = fl__persistable_create(p, vn, dtype, ndim, shape, value);
     if (v) v->stop_gradient = 1;
     return v;
 }

@@ -3,12 +3,15 @@
 The programs live outside the project, in ../shared/paddle-programs from the repository
 root (FLEET_PADDLE_PROGRAMS names another copy); they are never copied into the tree.  A
 test copies one program's folder into its temporary directory with ``prepare``, which
-changes the text of each .py file in exactly three ways, all listed here:
+changes the text of each .py file in at most four ways, all listed here:
 
 1. ``rewrite_imports``: the import lines, by one mechanical rule (below).
 2. ``PY3_FIXES``: Python-2 idioms that fail on Python 3 with real Paddle as well
    (``import commands``, ``time.clock``), per file.
 3. ``UPSTREAM_FIXES``: upstream bugs that fail on Paddle too, per file, each with why.
+
+and, where a test asks for it, a fourth: ``CONFIGURATION``, values of a program's own
+configuration file (word2vec's conf.py) set for the small generated data, each with why.
 
 Nothing else in a program is changed; what a program needs beyond that is fleet_c's to
 provide (docs/python.md lists, per program, what it needed).
@@ -89,12 +92,32 @@ UPSTREAM_FIXES = {
          "too): the path gets its own name"),
         ("dirname=model_path)", "dirname=save_path)", "the same"),
     ],
+    "word2vec/local_train_example.py": [
+        ("model_path = str(model_path) + '/trainer_' + str(role.worker_index()) + '_epoch_'",
+         "save_path = str(model_path) + '/trainer_0_epoch_'",
+         "train() reads `role`, which the local program never defines (NameError on Paddle too; one local trainer: "
+         "index 0), and assigns model_path, so reading the module's model_path there raises UnboundLocalError (on "
+         "Paddle too): the path gets its own name"),
+        ("dirname=model_path)", "dirname=save_path)", "the same"),
+    ],
     "dgc_example/train.py": [_ANTIALIAS],
     "dgc_example/train_with_fleet.py": [
         _ANTIALIAS,
         ("\n    infer(\n", "\n    fleet.worker_index() == 0 and infer(\n",
          "every trainer loads the model only trainer 0 saves, with nothing making them wait for it: trainer 1 fails "
          "when it gets there first (on Paddle too); only trainer 0 infers"),
+    ],
+}
+
+
+# A program's configuration file set for the test's small generated data: file -> [(old,
+# new, why)].  Applied only where a test asks for it (prepare(..., configure=True)): the
+# other programs of the folder run with the file as shipped.
+CONFIGURATION = {
+    "word2vec/conf.py": [
+        ("dict_size = 354051", "dict_size = 50",
+         "the dictionary of the generated data (write_word2vec: 50 words); the shipped 354051 x 300 tables, twice, "
+         "are 850 MB, saved after each of ten epochs"),
     ],
 }
 
@@ -108,16 +131,18 @@ def _apply(text, rel, fixes, what):
     return text
 
 
-def transform(rel, text):
-    """One file's text as the tests run it: imports rewritten, then its listed fixes."""
+def transform(rel, text, configure=False):
+    """One file's text as the tests run it: imports rewritten, then its listed fixes (and,
+    with configure, its CONFIGURATION values)."""
     text = rewrite_imports(text)
     text = _apply(text, rel, PY3_FIXES, "Python-3")
-    return _apply(text, rel, UPSTREAM_FIXES, "upstream")
+    text = _apply(text, rel, UPSTREAM_FIXES, "upstream")
+    return _apply(text, rel, CONFIGURATION, "configuration") if configure else text
 
 
-def prepare(name, dest):
+def prepare(name, dest, configure=False):
     """Copies program folder ``name`` to dest (which must not exist), transforming its .py
-    files; returns dest."""
+    files (configure: with their CONFIGURATION values too); returns dest."""
     src = os.path.join(programs_dir(), name)
     shutil.copytree(src, str(dest))
     for base, _, files in os.walk(str(dest)):
@@ -128,7 +153,7 @@ def prepare(name, dest):
                 with open(p, encoding="utf-8") as fh:
                     text = fh.read()
                 with open(p, "w", encoding="utf-8") as fh:
-                    fh.write(transform(rel.replace(os.sep, "/"), text))
+                    fh.write(transform(rel.replace(os.sep, "/"), text, configure))
     return dest
 
 

@@ -176,6 +176,10 @@ fl_ps_client *fl__ps_fleet_client(const fleet_t *f);
 
 /* Installs the rewrite (rewrite.c) as opt's optimizer hook. */
 int fl__ps_install(fl__ps_ctx *c, fl_opt *opt);
+/* The inference form of a program over c's tables (rewrite.c; fleet_dist_infer_program). */
+int fl__ps_rewrite_infer(fl__ps_ctx *c, fl_prog *p);
+/* fleet_dist_infer_program of a parameter-server fleet: FL_ESTATE before minimize. */
+int fl__ps_infer_program(fleet_t *f, fl_prog *prog);
 
 /* ---- ops.c --------------------------------------------------------------------------- */
 

@@ -393,6 +393,31 @@ static int rewrite_lookups(fl__ps_ctx *c, fl_prog *p, fl_var *w, int table)
     return FL_OK;
 }
 
+/* fleet_dist_infer_program: p's lookups of c's remote sparse tables become
+ * distributed_lookup_table ops in test mode (a pull that creates no row: an id never trained
+ * reads zeros), and those tables leave p and its startup program, as the training rewrite
+ * does; the dense parameters and every other op stay (their values are the scope's). */
+int fl__ps_rewrite_infer(fl__ps_ctx *c, fl_prog *p)
+{
+    for (int i = 0; i < c->nparams; i++) {
+        if (!c->params[i].sparse) continue;
+        fl_var *w = fl_prog_var(p, c->params[i].name);
+        if (!w) continue;
+        const fl_ps_table_config *t = &c->tables[c->params[i].table];
+        if (w->ndim != 2 || w->shape[1] != t->dim)
+            return fl__prog_error(p, FL_EINVAL,
+                                  "fleet_dist_infer_program: '%s' is not a [rows, %lld] table as the servers' "
+                                  "sparse table of that name",
+                                  w->name, (long long)t->dim);
+        FL_CHECK(rewrite_lookups(c, p, w, c->params[i].table));
+        FL_CHECK(drop_if_unused(p, c->params[i].name));
+    }
+    for (int i = 0; i < p->nops; i++)
+        if (!strcmp(p->ops[i]->def->type, "distributed_lookup_table")) FL_CHECK(fl__attr_set_i(p->ops[i], "is_test", 1));
+    p->version++;
+    return FL_OK;
+}
+
 /* Appends op `type` with list slot `slot` (and the same list as output `oslot` if given)
  * and the attributes ps_id and tables. */
 /* The first data variable of p with a batch dimension (NULL if none): ps_send and ps_geo

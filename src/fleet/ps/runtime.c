@@ -435,6 +435,13 @@ static int save_inference_model(fleet_t *f, fl_exe *exe, const char *dir, const 
 
 /* One worker alone, with no barrier (fleet_save_*_alone, save_one.c): this worker's queued
  * pushes are flushed, then it does what the first worker does in ps_first_worker_does. */
+int fl__ps_infer_program(fleet_t *f, fl_prog *prog)
+{
+    fl__ps_ctx *c = NULL;
+    FL_CHECK(ps_ctx(f, "fleet_dist_infer_program", &c));
+    return fl__ps_rewrite_infer(c, prog);
+}
+
 int fl__ps_save_alone(fleet_t *f, fl_exe *exe, const char *dir, const char *const *feeds, int nfeed, fl_var *const *targets,
                       int ntarget, const fl_prog *prog, int inference)
 {

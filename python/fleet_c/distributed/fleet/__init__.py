@@ -18,7 +18,7 @@ _CLASSES = {"DistributedStrategy": "...strategy", "PaddleCloudRoleMaker": "...ro
             "UtilBase": "..._fleet", "DistributedOptimizer": "..._fleet",
             "MultiSlotDataGenerator": ".data_generator", "MultiSlotStringDataGenerator": ".data_generator"}
 
-__all__ = _METHODS + sorted(_CLASSES) + ["base", "data_generator", "metrics"]
+__all__ = _METHODS + sorted(_CLASSES) + ["base", "data_generator", "metrics", "utils"]
 
 
 def __getattr__(name):
@@ -29,7 +29,7 @@ def __getattr__(name):
         value = getattr(the_fleet, name)
     elif name in _CLASSES:
         value = getattr(_importlib.import_module(_CLASSES[name], __name__), name)
-    elif name in ("base", "data_generator", "metrics"):
+    elif name in ("base", "data_generator", "metrics", "utils"):
         value = _importlib.import_module("." + name, __name__)
     else:
         raise AttributeError("module 'fleet_c.distributed.fleet' has no attribute '%s'" % name)
