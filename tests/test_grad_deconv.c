@@ -62,8 +62,8 @@ static fl_var *weigh(fl_var *o)
     memset(&a, 0, sizeof a);
     a.frozen = 1;
     a.init = fl_init_uniform(-1, 1);
-    return fl_layer_elementwise_mul(o, fl_layer_create_parameter(fl_var_prog(o), fl_var_ndim(o), fl_var_shape(o), FL_FLOAT32, &a),
-                                    0);
+    return fl_layer_elementwise_mul(
+        o, fl_layer_create_parameter(fl_var_prog(o), fl_var_ndim(o), fl_var_shape(o), FL_FLOAT32, &a), 0);
 }
 
 /* Paddle's definition of the output, in double: the paddings the op used (SAME computed
@@ -74,7 +74,8 @@ static void reference(const dcfg *k, const float *x, const float *f, int64_t oh,
     int64_t sh = k->sh ? k->sh : 1, sw = k->sw ? k->sw : 1, g = k->g ? k->g : 1;
     if (k->alg && !strcmp(k->alg, "VALID")) pt = pl = 0;
     if (k->alg && !strcmp(k->alg, "SAME")) {
-        int64_t sumh = ((k->h + sh - 1) / sh - 1) * sh + k->kh - k->h, sumw = ((k->w + sw - 1) / sw - 1) * sw + k->kw - k->w;
+        int64_t sumh = ((k->h + sh - 1) / sh - 1) * sh + k->kh - k->h,
+                sumw = ((k->w + sw - 1) / sw - 1) * sw + k->kw - k->w;
         pt = sumh > 0 ? sumh / 2 : 0, pl = sumw > 0 ? sumw / 2 : 0, dh = dw = 1;
     }
     int64_t cg = k->c / g, mg = k->m / g;
@@ -262,6 +263,6 @@ TEST(foreign_filter_fails)
 TEST_MAIN(T(forward_stride1), T(forward_stride2_padding1), T(forward_dilation), T(forward_groups),
           T(forward_asymmetric_padding), T(forward_output_padding), T(forward_output_size), T(forward_same),
           T(forward_valid), T(forward_beyond_dnnl_padding), T(grad_stride1), T(grad_stride2_padding1), T(grad_dilation),
-          T(grad_groups), T(grad_asymmetric_padding), T(grad_output_padding), T(grad_output_size_filter_only),
-          T(grad_same), T(grad_beyond_dnnl_padding), T(filter_from_output_size_and_names),
-          T(bad_geometries_fail_naming_the_reason), T(foreign_filter_fails))
+          T(grad_groups), T(grad_asymmetric_padding), T(grad_output_padding), T(grad_output_size_filter_only), T(grad_same),
+          T(grad_beyond_dnnl_padding), T(filter_from_output_size_and_names), T(bad_geometries_fail_naming_the_reason),
+          T(foreign_filter_fails))

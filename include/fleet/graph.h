@@ -435,18 +435,18 @@ FL_API fl_var *fl_layer_batch_norm(fl_var *input, const char *act, int is_test, 
                                    const fl_batch_norm_attr *attr);
 
 typedef struct {
-    int stride[2];         /* [h, w]; 0 means 1 */
-    int padding[4];        /* [top, bottom, left, right] cut from the output (Paddle's 4-element paddings) */
-    int dilation[2];       /* [h, w]; 0 means 1 */
-    int groups;            /* 0 means 1; C and num_filters must be divisible by it */
-    int output_size[2];    /* [Ho, Wo] or {0, 0}: each in [inferred, inferred + stride) */
-    int output_padding[2]; /* rows / columns added at the bottom / right, < max(stride, dilation) */
+    int stride[2];                 /* [h, w]; 0 means 1 */
+    int padding[4];                /* [top, bottom, left, right] cut from the output (Paddle's 4-element paddings) */
+    int dilation[2];               /* [h, w]; 0 means 1 */
+    int groups;                    /* 0 means 1; C and num_filters must be divisible by it */
+    int output_size[2];            /* [Ho, Wo] or {0, 0}: each in [inferred, inferred + stride) */
+    int output_padding[2];         /* rows / columns added at the bottom / right, < max(stride, dilation) */
     const char *padding_algorithm; /* NULL or "EXPLICIT": padding; "SAME": Paddle's paddings for
                                       H, kh and stride, dilation 1 (Ho = H * stride when kh >= stride);
                                       "VALID": no padding */
-    fl_param_attr filter;  /* default "conv2d_transpose_<k>.w_0", Xavier as Paddle; naming an
-                              existing filter shares it (shapes must agree) */
-    fl_param_attr bias;    /* default "conv2d_transpose_<k>.b_0", init 0 */
+    fl_param_attr filter;          /* default "conv2d_transpose_<k>.w_0", Xavier as Paddle; naming an
+                                      existing filter shares it (shapes must agree) */
+    fl_param_attr bias;            /* default "conv2d_transpose_<k>.b_0", init 0 */
     int no_bias;
 } fl_conv2d_transpose_attr;
 /* fluid.layers.conv2d_transpose (op conv2d_transpose, the gradient of conv2d with respect to
@@ -456,8 +456,8 @@ typedef struct {
  * filter from output_size as Paddle does.  The bias is its own elementwise_add (axis 1) and
  * act (NULL, "relu", "tanh", "sigmoid", "softmax", "softsign") its own op, as Paddle's
  * layer.  attr NULL: stride 1, no padding, dilation 1, 1 group. */
-FL_API fl_var *fl_layer_conv2d_transpose(fl_var *input, int64_t num_filters, int filter_h, int filter_w,
-                                         const char *act, const fl_conv2d_transpose_attr *attr);
+FL_API fl_var *fl_layer_conv2d_transpose(fl_var *input, int64_t num_filters, int filter_h, int filter_w, const char *act,
+                                         const fl_conv2d_transpose_attr *attr);
 
 /* ---- backward and optimizers --------------------------------------------------------- */
 

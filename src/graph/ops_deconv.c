@@ -31,8 +31,8 @@
 
 /* Geometry of one conv2d_transpose, -1 for dims unknown at build time. */
 typedef struct {
-    int64_t n, c, h, w;         /* Input */
-    int64_t m, oh, ow;          /* Output channels and size */
+    int64_t n, c, h, w; /* Input */
+    int64_t m, oh, ow;  /* Output channels and size */
     int64_t kh, kw, sh, sw, dh, dw, g;
     int64_t pt, pb, pl, pr;     /* paddings: top, bottom, left, right */
     int64_t cg, mg, k, hw, ohw; /* C/g, M/g, K = M/g kh kw, H W, Ho Wo */
@@ -43,7 +43,10 @@ enum { PAD_EXPLICIT, PAD_SAME, PAD_VALID };
 static int pad_algorithm(const fl_op *op)
 {
     const char *a = fl__attr_s(op, "padding_algorithm", "EXPLICIT");
-    return !strcasecmp(a, "EXPLICIT") ? PAD_EXPLICIT : !strcasecmp(a, "SAME") ? PAD_SAME : !strcasecmp(a, "VALID") ? PAD_VALID : -1;
+    return !strcasecmp(a, "EXPLICIT") ? PAD_EXPLICIT
+           : !strcasecmp(a, "SAME")   ? PAD_SAME
+           : !strcasecmp(a, "VALID")  ? PAD_VALID
+                                      : -1;
 }
 
 /* A list attribute of 0 (absent or empty), 1 (both) or 2 entries into v; -1 if malformed. */
@@ -71,10 +74,8 @@ static const char *dim_out(int64_t in, int64_t k, int64_t s, int64_t d, int64_t 
     else if (op < 0 || (op && op >= (s > d ? s : d)))
         snprintf(why, cap, "output_padding %lld must be >= 0 and below max(stride, dilation) = %lld", (long long)op,
                  (long long)(s > d ? s : d));
-    else if (*o == 0 || *o < -1)
-        snprintf(why, cap, "the output would have size %lld", (long long)*o);
-    else
-        return NULL;
+    else if (*o == 0 || *o < -1) snprintf(why, cap, "the output would have size %lld", (long long)*o);
+    else return NULL;
     return why;
 }
 
@@ -86,8 +87,8 @@ static const char *dgeo_make(const fl_op *op, const int64_t *xs, const int64_t *
     const fl_attr *pa = fl__attr_find(op, "paddings");
     int alg = pad_algorithm(op);
     if (fl__conv_attr2(op, "strides", 1, s) || fl__conv_attr2(op, "dilations", 1, d) ||
-        (pa && (pa->type != FL_ATTR_INTS || (pa->n != 1 && pa->n != 2 && pa->n != 4))) || attr_pair(op, "output_size", os) < 0 ||
-        attr_pair(op, "output_padding", opad) < 0)
+        (pa && (pa->type != FL_ATTR_INTS || (pa->n != 1 && pa->n != 2 && pa->n != 4))) ||
+        attr_pair(op, "output_size", os) < 0 || attr_pair(op, "output_padding", opad) < 0)
         return "strides and dilations must be int lists of 1 or 2 entries, paddings of 1, 2 or 4, output_size and "
                "output_padding of 0, 1 or 2";
     if (alg < 0) return "padding_algorithm must be EXPLICIT, SAME or VALID";
@@ -152,7 +153,7 @@ static int dgeo_rt(fl_kctx *c, dgeo *g)
     const fl_tensor *x = FL_IN(c, 0), *f = FL_IN(c, 1);
     char why[160];
     const char *bad = x->ndim != 4 || f->ndim != 4 ? "input and filter must be 4-D"
-                                                  : dgeo_make(c->op, x->shape, f->shape, g, why, sizeof why);
+                                                   : dgeo_make(c->op, x->shape, f->shape, g, why, sizeof why);
     if (bad) {
         char xs[96], fs[96];
         fl_tensor_describe(x, xs, sizeof xs);
@@ -363,8 +364,8 @@ static int grad_deconv(fl_op *op, fl_grad_ctx *g)
     return fl__grad_append(op, "conv2d_transpose_grad", in, 3, o, no);
 }
 
-static const fl_op_def def_deconv = {
-    "conv2d_transpose", {"Input", "Filter"}, {"Output"}, infer_deconv, run_deconv, grad_deconv, deconv_state_free};
+static const fl_op_def def_deconv = {"conv2d_transpose", {"Input", "Filter"}, {"Output"},       infer_deconv,
+                                     run_deconv,         grad_deconv,         deconv_state_free};
 static const fl_op_def def_deconv_grad = {"conv2d_transpose_grad",
                                           {"Input", "Filter", "Output@GRAD"},
                                           {"Input@GRAD", "Filter@GRAD"},
@@ -413,13 +414,15 @@ fl_var *fl_layer_conv2d_transpose(fl_var *input, int64_t num_filters, int filter
     else if (input->shape[1] <= 0) bad = "needs a known channel count (dim 1)";
     else if (num_filters <= 0) bad = "needs num_filters > 0";
     else if (kh <= 0 || kw <= 0)
-        bad = filter_h > 0 && filter_w > 0 ? "has a filter size <= 0"
-                                           : "needs filter sizes > 0, or an output_size and known H and W to derive them from";
+        bad = filter_h > 0 && filter_w > 0
+                  ? "has a filter size <= 0"
+                  : "needs filter sizes > 0, or an output_size and known H and W to derive them from";
     else if (s[0] < 1 || s[1] < 1 || d[0] < 1 || d[1] < 1 || g < 1) bad = "needs stride, dilation, groups >= 1";
     else if (pd[0] < 0 || pd[1] < 0 || pd[2] < 0 || pd[3] < 0 || opad[0] < 0 || opad[1] < 0 || os[0] < 0 || os[1] < 0)
         bad = "needs padding, output_padding and output_size >= 0";
     else if ((os[0] > 0) != (os[1] > 0)) bad = "needs both output_size entries or neither";
-    else if (!same && !explicit && strcasecmp(alg, "VALID")) bad = "has a padding_algorithm other than EXPLICIT, SAME or VALID";
+    else if (!same && !explicit && strcasecmp(alg, "VALID"))
+        bad = "has a padding_algorithm other than EXPLICIT, SAME or VALID";
     else if (input->shape[1] % g || num_filters % g) bad = "has channels or num_filters not divisible by groups";
     else if (a < 0) bad = "got an unknown activation (expected relu, tanh, sigmoid, softmax, softsign or NULL)";
     if (bad) {
@@ -446,7 +449,10 @@ fl_var *fl_layer_conv2d_transpose(fl_var *input, int64_t num_filters, int filter
         fl__attr_set_ints(op, "dilations", d, 2) || fl__attr_set_i(op, "groups", g) ||
         fl__attr_set_ints(op, "output_size", os, os[0] > 0 ? 2 : 0) ||
         fl__attr_set_ints(op, "output_padding", opad, opad[0] || opad[1] ? 2 : 0) ||
-        fl__attr_set_s(op, "padding_algorithm", same ? "SAME" : explicit ? "EXPLICIT" : "VALID") ||
+        fl__attr_set_s(op, "padding_algorithm",
+                       same       ? "SAME"
+                       : explicit ? "EXPLICIT"
+                                  : "VALID") ||
         fl__attr_set_s(op, "data_format", "NCHW") || fl__op_finish(op))
         return NULL;
     if (!attr->no_bias) {

@@ -141,8 +141,7 @@ static int run_print(fl_kctx *c)
     int64_t first_n = fl__attr_i(c->op, "first_n", -1);
     int show = phase == PHASE_BOTH || (phase == PHASE_FORWARD) == fwd;
     if (show && first_n > 0) { /* Paddle: ++times_ > first_n */
-        if (!*c->state && !(*c->state = calloc(1, sizeof(int64_t))))
-            return fl__err(FL_ENOMEM, "print: out of memory");
+        if (!*c->state && !(*c->state = calloc(1, sizeof(int64_t)))) return fl__err(FL_ENOMEM, "print: out of memory");
         int64_t *times = *c->state;
         show = ++*times <= first_n;
     }
@@ -170,8 +169,10 @@ fl_var *fl_layer_print(fl_var *x, int first_n, const char *message, int summariz
     if (!p || p->status != FL_OK) return NULL;
     int phase = print_phase ? phase_code(print_phase) : PHASE_BOTH;
     if (phase < 0 || (flags & ~FL_PRINT_ALL)) {
-        fl__prog_error(p, FL_EINVAL, "print: input '%s': print_phase '%s' must be forward, backward or both, flags %#x "
-                       "FL_PRINT_* bits", x->name, print_phase ? print_phase : "(null)", (unsigned)flags);
+        fl__prog_error(p, FL_EINVAL,
+                       "print: input '%s': print_phase '%s' must be forward, backward or both, flags %#x "
+                       "FL_PRINT_* bits",
+                       x->name, print_phase ? print_phase : "(null)", (unsigned)flags);
         return NULL;
     }
     char base[128];

@@ -43,8 +43,8 @@ static int check_attrs(fl_op *op, const fl_var *x)
     int64_t len = fl__attr_i(op, "contextLength", 0), stride = fl__attr_i(op, "contextStride", 1);
     if (len < 1) return fl__op_error(op, "contextLength %lld (input '%s') must be >= 1", (long long)len, x->name);
     if (stride != 1)
-        return fl__op_error(op, "contextStride %lld (input '%s') is not supported: only 1 (as Paddle's op)", (long long)stride,
-                            x->name);
+        return fl__op_error(op, "contextStride %lld (input '%s') is not supported: only 1 (as Paddle's op)",
+                            (long long)stride, x->name);
     if (fl__attr_i(op, "paddingTrainable", 0) || op->in[2].n)
         return fl__op_error(op, "trainable padding (paddingTrainable, PaddingData; input '%s') is not supported", x->name);
     return FL_OK;
@@ -187,14 +187,13 @@ static int grad_seqconv(fl_op *op, fl_grad_ctx *g)
     return fl__grad_append(op, "sequence_conv_grad", in, 3, o, no);
 }
 
-static const fl_op_def def_seqconv = {"sequence_conv", {"X", "Filter", "PaddingData"}, {"Out"},
-                                      infer_seqconv,   run_seqconv,                    grad_seqconv};
-static const fl_op_def def_seqconv_grad = {"sequence_conv_grad", {"X", "Filter", "Out@GRAD"}, {"X@GRAD", "Filter@GRAD"},
-                                           fl__infer_nop,        run_seqconv_grad,            NULL};
+static const fl_op_def def_seqconv = {"sequence_conv", {"X", "Filter", "PaddingData"}, {"Out"}, infer_seqconv, run_seqconv,
+                                      grad_seqconv};
+static const fl_op_def def_seqconv_grad = {
+    "sequence_conv_grad", {"X", "Filter", "Out@GRAD"}, {"X@GRAD", "Filter@GRAD"}, fl__infer_nop, run_seqconv_grad, NULL};
 
-fl_var *fl_layer_sequence_conv(fl_var *x, int64_t num_filters, int context_length, int context_start,
-                               int context_stride, const char *act, const fl_param_attr *param, const fl_param_attr *bias,
-                               int no_bias)
+fl_var *fl_layer_sequence_conv(fl_var *x, int64_t num_filters, int context_length, int context_start, int context_stride,
+                               const char *act, const fl_param_attr *param, const fl_param_attr *bias, int no_bias)
 {
     fl_prog *p = fl__prog_of(&x, 1);
     if (!p || p->status != FL_OK) return NULL;
@@ -211,8 +210,8 @@ fl_var *fl_layer_sequence_conv(fl_var *x, int64_t num_filters, int context_lengt
         st = FL_EUNSUPPORTED;
     }
     if (bad) {
-        fl__prog_error(p, st, "sequence_conv: input '%s' %s %s (num_filters %lld, filter_size %d, stride %d, act %s)", x->name,
-                       xs, bad, (long long)num_filters, context_length, context_stride, act ? act : "NULL");
+        fl__prog_error(p, st, "sequence_conv: input '%s' %s %s (num_filters %lld, filter_size %d, stride %d, act %s)",
+                       x->name, xs, bad, (long long)num_filters, context_length, context_stride, act ? act : "NULL");
         return NULL;
     }
     int64_t fs[2] = {(int64_t)context_length * x->shape[1], num_filters};
