@@ -89,6 +89,9 @@ def test_nn_conv2d_transpose_and_functional_match_numpy(progs):
     g1, g2, g3 = run(main, startup, {"x": xv}, [y1, y2, y3])
     w, b = param("conv2d_transpose_0.w_0"), param("conv2d_transpose_0.b_0")
     w2, b2 = param("conv2d_transpose_1.w_0"), param("conv2d_transpose_1.b_0")
+    # Paddle's Xavier over the filter [in, out / groups, kh, kw]: fan_in 3 * 9, fan_out 4 * 9
+    lim = np.sqrt(6.0 / (27 + 36))
+    assert 0.8 * lim < np.abs(w).max() <= lim and not b.any()
     pads = (1, 1, 1, 1)
     np.testing.assert_allclose(g1, deconv_ref(xv, w, [2, 2], pads, [1, 1], 2, (6, 6)) + b.reshape(1, -1, 1, 1),
                                rtol=1e-5, atol=1e-5)
