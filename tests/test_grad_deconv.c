@@ -260,9 +260,47 @@ TEST(foreign_filter_fails)
     fl_prog_free(p);
 }
 
+/* The program text (fl_prog_to_text / from_text) keeps the op, its gradient and their
+ * attributes, empty lists (output_size) included, and the reloaded program computes the same. */
+TEST(text_round_trip)
+{
+    dcfg k = OUTPAD;
+    fl_prog *p = fl_prog_create();
+    fl_var *x = gc_input(p, "x", FL_SHAPE(k.n, k.c, k.h, k.w), -1, 1);
+    fl_conv2d_transpose_attr a = dattr(&k, 1);
+    CHECK_OK(fl_append_backward(gc_loss(fl_layer_conv2d_transpose(x, k.m, k.kh, k.kw, "tanh", &a)), NULL, 0, NULL, NULL));
+    char *t1, *t2;
+    size_t n1, n2;
+    CHECK_OK(fl_prog_to_text(p, &t1, &n1));
+    CHECK_STR_HAS(t1, "conv2d_transpose_grad");
+    CHECK_STR_HAS(t1, "output_size=ints:[]");
+    CHECK_STR_HAS(t1, "output_padding=ints:[1,2]");
+    fl_prog *q;
+    CHECK_OK(fl_prog_from_text(t1, n1, &q));
+    CHECK_OK(fl_prog_to_text(q, &t2, &n2));
+    CHECK(n1 == n2 && !memcmp(t1, t2, n1));
+    const char *fetch[1] = {"x@GRAD"};
+    fl_tensor *g1, *g2;
+    fl_scope *sc = fl_scope_create(NULL);
+    fl_exe *e = fl_exe_create(sc);
+    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
+    CHECK_OK(fl_exe_run(e, p, NULL, 0, fetch, 1, &g1));
+    fl_exe *e2 = fl_exe_create(sc);
+    CHECK_OK(fl_exe_run(e2, q, NULL, 0, fetch, 1, &g2));
+    CHECK_EQ_INT(fl_tensor_numel(g1), fl_tensor_numel(g2));
+    for (int64_t i = 0; i < fl_tensor_numel(g1); i++) CHECK_EQ_INT(fl_tensor_f32(g1)[i] == fl_tensor_f32(g2)[i], 1);
+    fl_exe_free(e2);
+    fl_exe_free(e);
+    fl_scope_free(sc);
+    fl_prog_free(q);
+    fl_prog_free(p);
+    free(t1);
+    free(t2);
+}
+
 TEST_MAIN(T(forward_stride1), T(forward_stride2_padding1), T(forward_dilation), T(forward_groups),
           T(forward_asymmetric_padding), T(forward_output_padding), T(forward_output_size), T(forward_same),
           T(forward_valid), T(forward_beyond_dnnl_padding), T(grad_stride1), T(grad_stride2_padding1), T(grad_dilation),
           T(grad_groups), T(grad_asymmetric_padding), T(grad_output_padding), T(grad_output_size_filter_only), T(grad_same),
           T(grad_beyond_dnnl_padding), T(filter_from_output_size_and_names), T(bad_geometries_fail_naming_the_reason),
-          T(foreign_filter_fails))
+          T(foreign_filter_fails), T(text_round_trip))

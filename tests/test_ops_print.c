@@ -207,5 +207,35 @@ TEST(bad_phase_fails)
     fl_prog_free(p);
 }
 
+/* The program text keeps the print ops (a message with spaces, a colon and quotes) and the
+ * reloaded program prints the same record. */
+TEST(text_round_trip)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *x = fl_layer_data(p, "x", FL_SHAPE(2), FL_FLOAT32, 1);
+    fl_var *y = fl_layer_print(x, 3, "say \"x\": =", 4, FL_PRINT_ALL, "both");
+    CHECK(y != NULL);
+    char *t1, *t2;
+    size_t n1, n2;
+    CHECK_OK(fl_prog_to_text(p, &t1, &n1));
+    fl_prog *q;
+    CHECK_OK(fl_prog_from_text(t1, n1, &q));
+    CHECK_OK(fl_prog_to_text(q, &t2, &n2));
+    CHECK(n1 == n2 && !memcmp(t1, t2, n1));
+    fl_exe *e = fl_exe_create(NULL);
+    capture();
+    run1(e, p, fl_var_name(y));
+    run1(e, q, fl_var_name(y));
+    char *text = captured();
+    const char *rec = "Variable: x\n  - message: say \"x\": =\n  - lod: {{0, 1, 3}}\n";
+    CHECK_EQ_INT(count(text, rec), 2);
+    free(text);
+    fl_exe_free(e);
+    fl_prog_free(q);
+    fl_prog_free(p);
+    free(t1);
+    free(t2);
+}
+
 TEST_MAIN(T(record_text_and_pass_through), T(flags_summarize_and_int64), T(first_n_counts_records), T(print_phase_forward),
-          T(print_phase_backward), T(print_phase_both), T(grad_through_print), T(bad_phase_fails))
+          T(print_phase_backward), T(print_phase_both), T(grad_through_print), T(bad_phase_fails), T(text_round_trip))
