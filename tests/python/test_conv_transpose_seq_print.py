@@ -132,6 +132,14 @@ def test_conv2d_transpose_program_trains(progs):
     assert losses[-1] < 0.5 * losses[0], losses[::10]
 
 
+def test_api_names():
+    assert paddle.static.nn.conv2d_transpose is fluid.layers.conv2d_transpose
+    assert paddle.static.nn.sequence_conv is fluid.layers.sequence_conv
+    assert paddle.static.Print is fluid.layers.Print
+    assert paddle.nn.Conv2DTranspose is paddle.nn.layer.Conv2DTranspose
+    assert "conv2d_transpose" in paddle.nn.functional.__all__
+
+
 def test_conv2d_transpose_errors(progs):
     x = fluid.data(name="img", shape=[None, 3, 4, 4], dtype="float32")
     with pytest.raises(ValueError, match="output_size 12 must be in"):
