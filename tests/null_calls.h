@@ -198,6 +198,8 @@ static long long nc_fl_layer_fc(void *h) { (void)h; return fl_layer_fc((fl_var *
 static long long nc_fl_layer_fc_ex(void *h) { (void)h; return fl_layer_fc_ex((fl_var *const *){0}, (int){0}, (int64_t){0}, (const char *){0}, (const fl_fc_attr *){0}) != NULL; }
 static long long nc_fl_layer_embedding(void *h) { (void)h; return fl_layer_embedding((fl_var *){0}, (int64_t){0}, (int64_t){0}, (const fl_embedding_attr *){0}) != NULL; }
 static long long nc_fl_layer_sequence_pool(void *h) { (void)h; return fl_layer_sequence_pool((fl_var *){0}, (const char *){0}) != NULL; }
+static long long nc_fl_layer_sequence_conv(void *h) { (void)h; return fl_layer_sequence_conv((fl_var *){0}, (int64_t){0}, (int){0}, (int){0}, (int){0}, (const char *){0}, (const fl_param_attr *){0}, (const fl_param_attr *){0}, (int){0}) != NULL; }
+static long long nc_fl_layer_print(void *h) { (void)h; return fl_layer_print((fl_var *){0}, (int){0}, (const char *){0}, (int){0}, (int){0}, (const char *){0}) != NULL; }
 static long long nc_fl_layer_concat(void *h) { (void)h; return fl_layer_concat((fl_var *const *){0}, (int){0}, (int){0}) != NULL; }
 static long long nc_fl_layer_reshape(void *h) { (void)h; return fl_layer_reshape((fl_var *){0}, (int){0}, (const int64_t *){0}) != NULL; }
 static long long nc_fl_layer_elementwise_add(void *h) { (void)h; return fl_layer_elementwise_add((fl_var *){0}, (fl_var *){0}, (int){0}) != NULL; }
@@ -256,6 +258,7 @@ static long long nc_fl_layer_conv2d(void *h) { (void)h; return fl_layer_conv2d((
 static long long nc_fl_layer_pool2d(void *h) { (void)h; return fl_layer_pool2d((fl_var *){0}, (int){0}, (const char *){0}, (int){0}, (int){0}, (int){0}, (int){0}) != NULL; }
 static long long nc_fl_layer_pool2d_ex(void *h) { (void)h; return fl_layer_pool2d_ex((fl_var *){0}, (const char *){0}, (const fl_pool2d_attr *){0}) != NULL; }
 static long long nc_fl_layer_batch_norm(void *h) { (void)h; return fl_layer_batch_norm((fl_var *){0}, (const char *){0}, (int){0}, (float){0}, (float){0}, (const fl_batch_norm_attr *){0}) != NULL; }
+static long long nc_fl_layer_conv2d_transpose(void *h) { (void)h; return fl_layer_conv2d_transpose((fl_var *){0}, (int64_t){0}, (int){0}, (int){0}, (const char *){0}, (const fl_conv2d_transpose_attr *){0}) != NULL; }
 static long long nc_fl_append_backward(void *h) { (void)h; return (long long)fl_append_backward((fl_var *){0}, (const char *const *){0}, (int){0}, (fl_param_grad **){0}, (int *){0}); }
 static long long nc_fl_append_backward_recompute(void *h) { (void)h; return (long long)fl_append_backward_recompute((fl_var *){0}, (const char *const *){0}, (int){0}, (const char *const *){0}, (int){0}, (fl_param_grad **){0}, (int *){0}); }
 static long long nc_fl_opt_sgd(void *h) { (void)h; return 0; }
@@ -686,6 +689,8 @@ static const nc_row nc_rows[] = {
     {"fl_layer_fc_ex", "graph.h", NC_STICKY, 0, nc_fl_layer_fc_ex},
     {"fl_layer_embedding", "graph.h", NC_STICKY, 0, nc_fl_layer_embedding},
     {"fl_layer_sequence_pool", "graph.h", NC_STICKY, 0, nc_fl_layer_sequence_pool},
+    {"fl_layer_sequence_conv", "graph.h", NC_STICKY, 0, nc_fl_layer_sequence_conv},
+    {"fl_layer_print", "graph.h", NC_STICKY, 0, nc_fl_layer_print},
     {"fl_layer_concat", "graph.h", NC_STICKY, 0, nc_fl_layer_concat},
     {"fl_layer_reshape", "graph.h", NC_STICKY, 0, nc_fl_layer_reshape},
     {"fl_layer_elementwise_add", "graph.h", NC_STICKY, 0, nc_fl_layer_elementwise_add},
@@ -744,6 +749,7 @@ static const nc_row nc_rows[] = {
     {"fl_layer_pool2d", "graph.h", NC_STICKY, 0, nc_fl_layer_pool2d},
     {"fl_layer_pool2d_ex", "graph.h", NC_STICKY, 0, nc_fl_layer_pool2d_ex},
     {"fl_layer_batch_norm", "graph.h", NC_STICKY, 0, nc_fl_layer_batch_norm},
+    {"fl_layer_conv2d_transpose", "graph.h", NC_STICKY, 0, nc_fl_layer_conv2d_transpose},
     {"fl_append_backward", "graph.h", NC_STICKY, 0, nc_fl_append_backward},
     {"fl_append_backward_recompute", "graph.h", NC_STICKY, 0, nc_fl_append_backward_recompute},
     {"fl_opt_sgd", "graph.h", NC_SKIP, 0, nc_fl_opt_sgd},

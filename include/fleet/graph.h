@@ -218,6 +218,35 @@ FL_API fl_var *fl_layer_embedding(fl_var *ids, int64_t vocab, int64_t dim, const
 
 /* pool_type: "sum", "average", "sqrt", "max".  x with LoD [N, d] -> [nseq, d]. */
 FL_API fl_var *fl_layer_sequence_pool(fl_var *x, const char *pool_type);
+/* fluid.layers.sequence_conv (op sequence_conv): x float32 [T, D] with one level of LoD ->
+ * [T, num_filters] with x's LoD; row t of a sequence is the product of the rows
+ * t + context_start .. t + context_start + context_length - 1 of its own sequence (zeros
+ * outside it), side by side, with the filter [context_length * D, num_filters] (Xavier
+ * unless param names another initializer; naming an existing filter shares it).  Paddle's
+ * defaults: context_length 3, context_start -(context_length / 2).  context_stride must be 1
+ * (Paddle's op has only that) and the padding is never trainable.  A bias [num_filters]
+ * (bias NULL: default name and init 0; no_bias: none) is its own elementwise_add, act its
+ * own op (as fl_layer_conv2d_transpose). */
+FL_API fl_var *fl_layer_sequence_conv(fl_var *x, int64_t num_filters, int context_length, int context_start,
+                                      int context_stride, const char *act, const fl_param_attr *param,
+                                      const fl_param_attr *bias, int no_bias);
+/* Paddle's Print (op print): a copy of x (any dtype, LoD kept) that, each time it runs,
+ * writes x's name, message, LoD, place, shape, layout, dtype and first `summarize` values
+ * (-1: all) in Paddle's format to stderr, in one write.  Its gradient is another print op,
+ * of the output's gradient, so print_phase "forward", "backward" or "both" (NULL: both;
+ * case ignored) chooses which runs write; first_n > 0 stops each op writing after that
+ * many runs (per executor).  flags: FL_PRINT_* bits of what to write (Paddle's
+ * print_tensor_* arguments; FL_PRINT_ALL as Paddle's defaults). */
+enum {
+    FL_PRINT_NAME = 1,
+    FL_PRINT_TYPE = 2,
+    FL_PRINT_SHAPE = 4,
+    FL_PRINT_LOD = 8,
+    FL_PRINT_LAYOUT = 16,
+    FL_PRINT_ALL = 31
+};
+FL_API fl_var *fl_layer_print(fl_var *x, int first_n, const char *message, int summarize, int flags,
+                              const char *print_phase);
 FL_API fl_var *fl_layer_concat(fl_var *const *inputs, int n, int axis);
 /* Paddle reshape: 0 copies the input dimension, one -1 is inferred. */
 FL_API fl_var *fl_layer_reshape(fl_var *x, int ndim, const int64_t *shape);
@@ -418,6 +447,31 @@ typedef struct {
  * [0, 1] (Paddle: 0.9), epsilon in [0, 0.001] (Paddle: 1e-5); act as for conv2d (own op). */
 FL_API fl_var *fl_layer_batch_norm(fl_var *input, const char *act, int is_test, float momentum, float epsilon,
                                    const fl_batch_norm_attr *attr);
+
+typedef struct {
+    int stride[2];                 /* [h, w]; 0 means 1 */
+    int padding[4];                /* [top, bottom, left, right] cut from the output (Paddle's 4-element paddings) */
+    int dilation[2];               /* [h, w]; 0 means 1 */
+    int groups;                    /* 0 means 1; C and num_filters must be divisible by it */
+    int output_size[2];            /* [Ho, Wo] or {0, 0}: each in [inferred, inferred + stride) */
+    int output_padding[2];         /* rows / columns added at the bottom / right, < max(stride, dilation) */
+    const char *padding_algorithm; /* NULL or "EXPLICIT": padding; "SAME": Paddle's paddings for
+                                      H, kh and stride, dilation 1 (Ho = H * stride when kh >= stride);
+                                      "VALID": no padding */
+    fl_param_attr filter;          /* default "conv2d_transpose_<k>.w_0", Xavier as Paddle; naming an
+                                      existing filter shares it (shapes must agree) */
+    fl_param_attr bias;            /* default "conv2d_transpose_<k>.b_0", init 0 */
+    int no_bias;
+} fl_conv2d_transpose_attr;
+/* fluid.layers.conv2d_transpose (op conv2d_transpose, the gradient of conv2d with respect to
+ * its input): input [N, C, H, W] -> [N, num_filters, Ho, Wo] with
+ * Ho = (H - 1) stride - pad_top - pad_bottom + dil (kh - 1) + 1 (+ output_padding, or
+ * output_size); filter [C, num_filters / groups, kh, kw]; filter_h / filter_w 0 derive the
+ * filter from output_size as Paddle does.  The bias is its own elementwise_add (axis 1) and
+ * act (NULL, "relu", "tanh", "sigmoid", "softmax", "softsign") its own op, as Paddle's
+ * layer.  attr NULL: stride 1, no padding, dilation 1, 1 group. */
+FL_API fl_var *fl_layer_conv2d_transpose(fl_var *input, int64_t num_filters, int filter_h, int filter_w, const char *act,
+                                         const fl_conv2d_transpose_attr *attr);
 
 /* ---- backward and optimizers --------------------------------------------------------- */
 

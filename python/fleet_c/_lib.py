@@ -163,6 +163,16 @@ class Conv2dAttr(ctypes.Structure):
                 ("filter", ParamAttr), ("bias", ParamAttr), ("no_bias", c_int)]
 
 
+class Conv2dTransposeAttr(ctypes.Structure):
+    _fields_ = [("stride", c_int * 2), ("padding", c_int * 4), ("dilation", c_int * 2), ("groups", c_int),
+                ("output_size", c_int * 2), ("output_padding", c_int * 2), ("padding_algorithm", c_char_p),
+                ("filter", ParamAttr), ("bias", ParamAttr), ("no_bias", c_int)]
+
+
+# fl_layer_print's flags (FL_PRINT_* of include/fleet/graph.h)
+PRINT_NAME, PRINT_TYPE, PRINT_SHAPE, PRINT_LOD, PRINT_LAYOUT = 1, 2, 4, 8, 16
+
+
 class Pool2dAttr(ctypes.Structure):
     _fields_ = [("pool_size", c_int * 2), ("stride", c_int * 2), ("padding", c_int * 2), ("global_pooling", c_int),
                 ("inclusive", c_int), ("ceil_mode", c_int)]
@@ -282,6 +292,10 @@ _PROTOS = {
     "fl_layer_conv2d": (P, [P, c_int64, c_int, c_int, c_char_p, POINTER(Conv2dAttr)]),
     "fl_layer_pool2d_ex": (P, [P, c_char_p, POINTER(Pool2dAttr)]),
     "fl_layer_batch_norm": (P, [P, c_char_p, c_int, c_float, c_float, POINTER(BatchNormAttr)]),
+    "fl_layer_conv2d_transpose": (P, [P, c_int64, c_int, c_int, c_char_p, POINTER(Conv2dTransposeAttr)]),
+    "fl_layer_sequence_conv": (P, [P, c_int64, c_int, c_int, c_int, c_char_p, POINTER(ParamAttr),
+                                   POINTER(ParamAttr), c_int]),
+    "fl_layer_print": (P, [P, c_int, c_char_p, c_int, c_int, c_char_p]),
     # layers_more.py
     "fl_layer_elementwise_max": (P, [P, P, c_int]), "fl_layer_elementwise_min": (P, [P, P, c_int]),
     "fl_layer_compare": (P, [P, P, c_char_p]), "fl_layer_logical": (P, [P, P, c_char_p]),

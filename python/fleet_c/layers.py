@@ -30,6 +30,23 @@ def _out(x, ptr, op):
     return x.program._layer_result(ptr, op)
 
 
+def _apply(op, fn, inputs, *args, act=None):
+    """The one op-appending preamble of the layers (here and in layers_more.py): inputs is a
+    list of (argument name, value) pairs that must be Variables; the C layer builder fn gets
+    their handles, then args; its result is a Variable of the first input's program (the
+    library's build error raised when it failed), with act appended as its own op."""
+    for arg, x in inputs:
+        _var(x, arg, op)
+    ptr = fn(*([x._p for _, x in inputs] + list(args)))
+    return _act(_out(inputs[0][1], ptr, op), act, op)
+
+
+def _apply_main(op, fn, *args):
+    """The same for layers without Variable inputs: fn gets the current main program first."""
+    prog, h = current_main()
+    return prog._layer_result(fn(h, *args), op)
+
+
 def _shape(dims, op):
     out = []
     for d in dims:
@@ -75,10 +92,9 @@ def _data(name, shape, dtype, lod_level, batch_included):
     shape = list(shape)
     if batch_included and shape and (shape[0] is None or shape[0] == -1):
         shape = shape[1:]
-    prog, h = current_main()
     arr, n = _shape(shape, "data")
-    ptr = lib.fl_layer_data(h, _lib.cstr(name), n, arr, dtype_code(dtype or "float32"), int(lod_level))
-    return prog._layer_result(ptr, "data '%s'" % name)
+    return _apply_main("data '%s'" % name, lib.fl_layer_data, _lib.cstr(name), n, arr, dtype_code(dtype or "float32"),
+                       int(lod_level))
 
 
 def data(name, shape, dtype="float32", lod_level=0, append_batch_size=True, type=None, stop_gradient=True):
@@ -118,7 +134,6 @@ def fc(input, size, num_flatten_dims=1, param_attr=None, bias_attr=None, act=Non
 def embedding(input, size, is_sparse=False, is_distributed=False, padding_idx=None, param_attr=None,
               dtype="float32"):
     """size = [vocabulary, dimension].  ids int64 [N, 1] (LoD allowed) -> [N, dimension]."""
-    _var(input, "input", "embedding")
     if dtype_code(dtype) != 0:
         raise NotImplementedError("embedding: dtype %s is not supported (float32 only)" % dtype)
     attr = _lib.EmbeddingAttr()
@@ -131,14 +146,13 @@ def embedding(input, size, is_sparse=False, is_distributed=False, padding_idx=No
     if pa is False:
         raise ValueError("embedding: param_attr=False makes no sense for a table")
     attr.param = pa._c()
-    ptr = lib.fl_layer_embedding(input._p, int(size[0]), int(size[1]), ctypes.byref(attr))
-    return _out(input, ptr, "embedding")
+    return _apply("embedding", lib.fl_layer_embedding, [("input", input)], int(size[0]), int(size[1]),
+                  ctypes.byref(attr))
 
 
 def sequence_pool(input, pool_type, is_test=False, pad_value=0.0):
-    _var(input, "input", "sequence_pool")
     _unsupported("sequence_pool", pad_value=(pad_value, 0.0))
-    return _out(input, lib.fl_layer_sequence_pool(input._p, _lib.cstr(pool_type.lower())), "sequence_pool")
+    return _apply("sequence_pool", lib.fl_layer_sequence_pool, [("input", input)], _lib.cstr(pool_type.lower()))
 
 
 def concat(input, axis=0, name=None):
@@ -150,21 +164,20 @@ def concat(input, axis=0, name=None):
 
 
 def reshape(x, shape, actual_shape=None, act=None, inplace=False, name=None):
-    _var(x, "x", "reshape")
     arr, n = _shape(shape, "reshape")
-    return _act(_out(x, lib.fl_layer_reshape(x._p, n, arr), "reshape"), act, "reshape")
+    return _apply("reshape", lib.fl_layer_reshape, [("x", x)], n, arr, act=act)
 
 
-def _elementwise(kind):
-    fn = getattr(lib, "fl_layer_elementwise_" + kind)
+def _elementwise(kind, doc="Paddle's elementwise_%s with its broadcasting rule (y matches x's dims from axis)."):
+    """elementwise_<kind>(x, y, axis, act) over the C builder fl_layer_elementwise_<kind>
+    (layers_more.py makes max and min with it)."""
+    op, fn = "elementwise_" + kind, getattr(lib, "fl_layer_elementwise_" + kind)
 
     def layer(x, y, axis=-1, act=None, name=None):
-        _var(x, "x", "elementwise_" + kind)
-        _var(y, "y", "elementwise_" + kind)
-        return _act(_out(x, fn(x._p, y._p, int(axis)), "elementwise_" + kind), act, "elementwise_" + kind)
+        return _apply(op, fn, [("x", x), ("y", y)], int(axis), act=act)
 
-    layer.__name__ = "elementwise_" + kind
-    layer.__doc__ = "Paddle's elementwise_%s with its broadcasting rule (y matches x's dims from axis)." % kind
+    layer.__name__ = op
+    layer.__doc__ = doc % kind
     return layer
 
 
@@ -174,12 +187,13 @@ elementwise_mul = _elementwise("mul")
 elementwise_div = _elementwise("div")
 
 
-def _unary(cname):
-    fn = getattr(lib, "fl_layer_" + cname)
+def _unary(cname, fn=None, *args):
+    """cname(x) over the C builder fl_layer_<cname>, or fn(x, *args) (layers_more.py's
+    fl_layer_unary(x, "sqrt") ...)."""
+    fn = fn or getattr(lib, "fl_layer_" + cname)
 
     def layer(x, name=None):
-        _var(x, "x", cname)
-        return _out(x, fn(x._p), cname)
+        return _apply(cname, fn, [("x", x)], *args)
 
     layer.__name__ = cname
     return layer
@@ -195,49 +209,43 @@ def softmax(input, use_cudnn=False, name=None, axis=-1):
     _var(input, "input", "softmax")
     if axis not in (-1, len(input.shape) - 1):
         raise NotImplementedError("softmax: only the last axis is supported, got axis=%d" % axis)
-    return _out(input, lib.fl_layer_softmax(input._p), "softmax")
+    return _apply("softmax", lib.fl_layer_softmax, [("input", input)])
 
 
 # ---- losses -----------------------------------------------------------------------------------------
 
 
 def cross_entropy(input, label, soft_label=False, ignore_index=-100):
-    _var(input, "input", "cross_entropy")
-    _var(label, "label", "cross_entropy")
     _unsupported("cross_entropy", soft_label=(soft_label, False), ignore_index=(ignore_index, -100))
-    return _out(input, lib.fl_layer_cross_entropy(input._p, label._p), "cross_entropy")
+    return _apply("cross_entropy", lib.fl_layer_cross_entropy, [("input", input), ("label", label)])
 
 
 def softmax_with_cross_entropy(logits, label, soft_label=False, ignore_index=-100, numeric_stable_mode=True,
                                return_softmax=False, axis=-1):
-    _var(logits, "logits", "softmax_with_cross_entropy")
-    _var(label, "label", "softmax_with_cross_entropy")
     _unsupported("softmax_with_cross_entropy", soft_label=(soft_label, False), ignore_index=(ignore_index, -100))
-    loss = _out(logits, lib.fl_layer_softmax_with_cross_entropy(logits._p, label._p), "softmax_with_cross_entropy")
+    loss = _apply("softmax_with_cross_entropy", lib.fl_layer_softmax_with_cross_entropy,
+                  [("logits", logits), ("label", label)])
     return (loss, softmax(logits, axis=axis)) if return_softmax else loss
 
 
 def sigmoid_cross_entropy_with_logits(x, label, ignore_index=-100, name=None, normalize=False):
-    _var(x, "x", "sigmoid_cross_entropy_with_logits")
     _unsupported("sigmoid_cross_entropy_with_logits", ignore_index=(ignore_index, -100), normalize=(normalize, False))
-    return _out(x, lib.fl_layer_sigmoid_cross_entropy_with_logits(x._p, label._p), "sigmoid_cross_entropy_with_logits")
+    return _apply("sigmoid_cross_entropy_with_logits", lib.fl_layer_sigmoid_cross_entropy_with_logits,
+                  [("x", x), ("label", label)])
 
 
 def log_loss(input, label, epsilon=1e-4, name=None):
-    _var(input, "input", "log_loss")
-    return _out(input, lib.fl_layer_log_loss(input._p, label._p, float(epsilon)), "log_loss")
+    return _apply("log_loss", lib.fl_layer_log_loss, [("input", input), ("label", label)], float(epsilon))
 
 
 def mean(x, name=None):
-    _var(x, "x", "mean")
-    return _out(x, lib.fl_layer_mean(x._p), "mean")
+    return _apply("mean", lib.fl_layer_mean, [("x", x)])
 
 
 def reduce_sum(input, dim=None, keep_dim=False, name=None):
-    _var(input, "input", "reduce_sum")
     dims = [] if dim is None else ([dim] if isinstance(dim, int) else list(dim))
     arr = (ctypes.c_int * max(1, len(dims)))(*dims)
-    return _out(input, lib.fl_layer_reduce_sum(input._p, arr, len(dims), 1 if keep_dim else 0), "reduce_sum")
+    return _apply("reduce_sum", lib.fl_layer_reduce_sum, [("input", input)], arr, len(dims), 1 if keep_dim else 0)
 
 
 def reduce_mean(input, dim=None, keep_dim=False, name=None):
@@ -248,48 +256,39 @@ def reduce_mean(input, dim=None, keep_dim=False, name=None):
         return mean(input)
     dims = [] if dim is None else ([dim] if isinstance(dim, int) else list(dim))
     arr = (ctypes.c_int * max(1, len(dims)))(*dims)
-    return _out(input, lib.fl_layer_reduce_mean(input._p, arr, len(dims), 1 if keep_dim else 0), "reduce_mean")
+    return _apply("reduce_mean", lib.fl_layer_reduce_mean, [("input", input)], arr, len(dims), 1 if keep_dim else 0)
 
 
-def square(x, name=None):
-    _var(x, "x", "square")
-    return _out(x, lib.fl_layer_square(x._p), "square")
+square = _unary("square")
 
 
 def cast(x, dtype):
     """x converted to dtype (float32, float64, int32, int64)."""
-    _var(x, "x", "cast")
-    return _out(x, lib.fl_layer_cast(x._p, dtype_code(dtype)), "cast")
+    return _apply("cast", lib.fl_layer_cast, [("x", x)], dtype_code(dtype))
 
 
 def cos_sim(X, Y):
-    _var(X, "X", "cos_sim")
-    _var(Y, "Y", "cos_sim")
-    return _out(X, lib.fl_layer_cos_sim(X._p, Y._p), "cos_sim")
+    return _apply("cos_sim", lib.fl_layer_cos_sim, [("X", X), ("Y", Y)])
 
 
 def matmul(x, y, transpose_x=False, transpose_y=False, alpha=1.0, name=None):
     """alpha * op(x) op(y) for rank-2 or rank-3 (batched) operands."""
-    _var(x, "x", "matmul")
-    _var(y, "y", "matmul")
-    ptr = lib.fl_layer_matmul(x._p, y._p, 1 if transpose_x else 0, 1 if transpose_y else 0, float(alpha))
-    return _out(x, ptr, "matmul")
+    return _apply("matmul", lib.fl_layer_matmul, [("x", x), ("y", y)], 1 if transpose_x else 0,
+                  1 if transpose_y else 0, float(alpha))
 
 
 def fill_constant_batch_size_like(input, shape, dtype, value, input_dim_idx=0, output_dim_idx=0,
                                   force_cpu=False):
     """A tensor of shape (its first dimension the batch of input) filled with value."""
-    _var(input, "input", "fill_constant_batch_size_like")
     _unsupported("fill_constant_batch_size_like", input_dim_idx=(input_dim_idx, 0), output_dim_idx=(output_dim_idx, 0))
     arr, n = _shape(list(shape), "fill_constant_batch_size_like")
-    ptr = lib.fl_layer_fill_constant_batch_size_like(input._p, n, arr, dtype_code(dtype), float(value))
-    return _out(input, ptr, "fill_constant_batch_size_like")
+    return _apply("fill_constant_batch_size_like", lib.fl_layer_fill_constant_batch_size_like, [("input", input)], n,
+                  arr, dtype_code(dtype), float(value))
 
 
 def scale(x, scale=1.0, bias=0.0, bias_after_scale=True, act=None, name=None):
-    _var(x, "x", "scale")
-    ptr = lib.fl_layer_scale(x._p, float(scale), float(bias), 1 if bias_after_scale else 0)
-    return _act(_out(x, ptr, "scale"), act, "scale")
+    return _apply("scale", lib.fl_layer_scale, [("x", x)], float(scale), float(bias), 1 if bias_after_scale else 0,
+                  act=act)
 
 
 def dropout(x, dropout_prob, is_test=False, seed=None, name=None, dropout_implementation="downgrade_in_infer"):
@@ -301,20 +300,17 @@ def dropout(x, dropout_prob, is_test=False, seed=None, name=None, dropout_implem
                          % dropout_implementation)
     if is_test:
         return scale(x, 1.0 - float(dropout_prob)) if dropout_implementation == "downgrade_in_infer" else x
-    ptr = lib.fl_layer_dropout(x._p, float(dropout_prob), _lib.cstr(dropout_implementation))
-    return _out(x, ptr, "dropout")
+    return _apply("dropout", lib.fl_layer_dropout, [("x", x)], float(dropout_prob), _lib.cstr(dropout_implementation))
 
 
 # ---- metrics --------------------------------------------------------------------------------------
 
 
 def accuracy(input, label, k=1, correct=None, total=None):
-    _var(input, "input", "accuracy")
-    _var(label, "label", "accuracy")
     if correct is not None or total is not None:
         raise NotImplementedError("accuracy: correct/total variables are not supported (they are "
                                   "accuracy.tmp_1 and accuracy.tmp_2 of the program)")
-    return _out(input, lib.fl_layer_accuracy(input._p, label._p, int(k)), "accuracy")
+    return _apply("accuracy", lib.fl_layer_accuracy, [("input", input), ("label", label)], int(k))
 
 
 def auc(input, label, curve="ROC", num_thresholds=2 ** 12 - 1, topk=1, slide_steps=1):
@@ -337,7 +333,6 @@ def auc(input, label, curve="ROC", num_thresholds=2 ** 12 - 1, topk=1, slide_ste
 
 def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, groups=None, param_attr=None,
            bias_attr=None, use_cudnn=True, act=None, name=None, data_format="NCHW"):
-    _var(input, "input", "conv2d")
     _unsupported("conv2d", data_format=(data_format, "NCHW"))
     if isinstance(padding, str):
         if padding.upper() != "VALID":
@@ -356,13 +351,12 @@ def conv2d(input, num_filters, filter_size, stride=1, padding=0, dilation=1, gro
         attr.no_bias = 1
     else:
         attr.bias = b._c()
-    ptr = lib.fl_layer_conv2d(input._p, int(num_filters), kh, kw, _lib.cstr(act), ctypes.byref(attr))
-    return _out(input, ptr, "conv2d")
+    return _apply("conv2d", lib.fl_layer_conv2d, [("input", input)], int(num_filters), kh, kw, _lib.cstr(act),
+                  ctypes.byref(attr))
 
 
 def pool2d(input, pool_size=-1, pool_type="max", pool_stride=1, pool_padding=0, global_pooling=False,
            use_cudnn=True, ceil_mode=False, name=None, exclusive=True, data_format="NCHW"):
-    _var(input, "input", "pool2d")
     _unsupported("pool2d", data_format=(data_format, "NCHW"))
     attr = _lib.Pool2dAttr()
     if not global_pooling:
@@ -376,13 +370,12 @@ def pool2d(input, pool_size=-1, pool_type="max", pool_stride=1, pool_padding=0, 
     attr.global_pooling = 1 if global_pooling else 0
     attr.inclusive = 0 if exclusive else 1
     attr.ceil_mode = 1 if ceil_mode else 0
-    return _out(input, lib.fl_layer_pool2d_ex(input._p, _lib.cstr(pool_type), ctypes.byref(attr)), "pool2d")
+    return _apply("pool2d", lib.fl_layer_pool2d_ex, [("input", input)], _lib.cstr(pool_type), ctypes.byref(attr))
 
 
 def batch_norm(input, act=None, is_test=False, momentum=0.9, epsilon=1e-05, param_attr=None, bias_attr=None,
                data_layout="NCHW", in_place=False, name=None, moving_mean_name=None, moving_variance_name=None,
                do_model_average_for_mean_and_var=True, use_global_stats=False):
-    _var(input, "input", "batch_norm")
     _unsupported("batch_norm", data_layout=(data_layout, "NCHW"))
     attr = _lib.BatchNormAttr()
     s = ParamAttr._to_attr(param_attr)
@@ -394,24 +387,21 @@ def batch_norm(input, act=None, is_test=False, momentum=0.9, epsilon=1e-05, para
     attr.moving_mean_name = _lib.cstr(moving_mean_name)
     attr.moving_variance_name = _lib.cstr(moving_variance_name)
     attr.use_global_stats = 1 if use_global_stats else 0
-    ptr = lib.fl_layer_batch_norm(input._p, _lib.cstr(act), 1 if is_test else 0, float(momentum), float(epsilon),
-                                  ctypes.byref(attr))
-    return _out(input, ptr, "batch_norm")
+    return _apply("batch_norm", lib.fl_layer_batch_norm, [("input", input)], _lib.cstr(act), 1 if is_test else 0,
+                  float(momentum), float(epsilon), ctypes.byref(attr))
 
 
 # ---- parameters and schedules --------------------------------------------------------------------
 
 
 def create_parameter(shape, dtype, name=None, attr=None, is_bias=False, default_initializer=None):
-    prog, h = current_main()
     pa = ParamAttr._to_attr(attr)
     if name is not None:
         pa = ParamAttr(name=name, initializer=pa.initializer, learning_rate=pa.learning_rate,
                        regularizer=pa.regularizer, trainable=pa.trainable)
     c = pa._c(default_initializer)
     arr, n = _shape(shape, "create_parameter")
-    return prog._layer_result(lib.fl_layer_create_parameter(h, n, arr, dtype_code(dtype), ctypes.byref(c)),
-                              "create_parameter")
+    return _apply_main("create_parameter", lib.fl_layer_create_parameter, n, arr, dtype_code(dtype), ctypes.byref(c))
 
 
 class ExponentialDecay:

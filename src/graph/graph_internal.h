@@ -300,6 +300,8 @@ extern const fl_op_def *const fl__ops_nlp[], *const fl__ops_nlp_idx[], *const fl
  * rmsprop, l1_decay */
 extern const fl_op_def *const fl__ops_bcast[], *const fl__ops_more[], *const fl__ops_lr[], *const fl__ops_optim_more[];
 extern const fl_op_def *const fl__ops_select[]; /* ops_select.c: where */
+/* ops_deconv.c: conv2d_transpose; ops_seqconv.c: sequence_conv; ops_print.c: print */
+extern const fl_op_def *const fl__ops_deconv[], *const fl__ops_seqconv[], *const fl__ops_print[];
 /* ops_more.c: top_k's gradient maker (top_k_grad), named in ops_metric.c's top_k. */
 int fl__grad_top_k(fl_op *op, fl_grad_ctx *g);
 /* Learning-rate schedules (ops_nlp_train.c): begin appends schedule op `type` in the LR role

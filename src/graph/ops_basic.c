@@ -217,7 +217,10 @@ fl_var *fl_layer_create_parameter(fl_prog *p, int ndim, const int64_t *shape, fl
         fl__unique_name(p, "create_parameter", base, sizeof base);
         snprintf(nm, sizeof nm, "%s.w_0", base);
     }
-    int64_t fan_in = shape[0], fan_out = ndim > 1 ? fl__dims_prod(shape, 1, ndim) : shape[0];
+    /* Paddle's XavierInitializer._compute_fans: [in, out] for rank 2, and for rank > 2 (filters)
+     * dims 1 and 0 times the receptive field prod(shape[2:]) */
+    int64_t rf = ndim > 2 ? fl__dims_prod(shape, 2, ndim) : 1;
+    int64_t fan_in = ndim > 2 ? shape[1] * rf : shape[0], fan_out = ndim > 2 ? shape[0] * rf : shape[ndim > 1];
     return fl__param_create(p, nm, ndim, shape, attr, fl_init_xavier(0), fan_in, fan_out);
 }
 

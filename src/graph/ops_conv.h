@@ -1,6 +1,8 @@
 /*
  * ops_conv.h - what the image ops share between ops_conv.c (conv2d and the group's op
- * table), ops_pool.c (pool2d) and ops_bn.c (batch_norm).  Private to those files.
+ * table), ops_pool.c (pool2d), ops_bn.c (batch_norm), and the layers' activation helpers
+ * with ops_deconv.c (conv2d_transpose) and ops_seqconv.c (sequence_conv).  Private to those
+ * files.
  */
 #ifndef FL_OPS_CONV_H
 #define FL_OPS_CONV_H

@@ -28,10 +28,11 @@ int fl__op_register_group(const fl_op_def *const *group)
 }
 
 static const fl_op_def *const *const groups[] = {
-    fl__ops_basic, fl__ops_act,  fl__ops_nn,         fl__ops_seq,     fl__ops_loss,       fl__ops_metric,
-    fl__ops_optim, fl__ops_conv, fl__ops_extra,      fl__ops_amp,     fl__ops_optim_lars, fl__ops_amp_scaling,
-    fl__ops_dgc,   fl__ops_math, fl__ops_nlp,        fl__ops_nlp_idx, fl__ops_nlp_train,  fl__ops_bcast,
-    fl__ops_more,  fl__ops_lr,   fl__ops_optim_more, fl__ops_select};
+    fl__ops_basic,      fl__ops_act,         fl__ops_nn,     fl__ops_seq,     fl__ops_loss,
+    fl__ops_metric,     fl__ops_optim,       fl__ops_conv,   fl__ops_extra,   fl__ops_amp,
+    fl__ops_optim_lars, fl__ops_amp_scaling, fl__ops_dgc,    fl__ops_math,    fl__ops_nlp,
+    fl__ops_nlp_idx,    fl__ops_nlp_train,   fl__ops_bcast,  fl__ops_more,    fl__ops_lr,
+    fl__ops_optim_more, fl__ops_select,      fl__ops_deconv, fl__ops_seqconv, fl__ops_print};
 
 const fl_op_def *fl__op_lookup(const char *type)
 {

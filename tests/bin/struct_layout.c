@@ -54,6 +54,18 @@ int main(void)
     F(fl_conv2d_attr, bias);
     F(fl_conv2d_attr, no_bias);
 
+    S(fl_conv2d_transpose_attr);
+    F(fl_conv2d_transpose_attr, stride);
+    F(fl_conv2d_transpose_attr, padding);
+    F(fl_conv2d_transpose_attr, dilation);
+    F(fl_conv2d_transpose_attr, groups);
+    F(fl_conv2d_transpose_attr, output_size);
+    F(fl_conv2d_transpose_attr, output_padding);
+    F(fl_conv2d_transpose_attr, padding_algorithm);
+    F(fl_conv2d_transpose_attr, filter);
+    F(fl_conv2d_transpose_attr, bias);
+    F(fl_conv2d_transpose_attr, no_bias);
+
     S(fl_pool2d_attr);
     F(fl_pool2d_attr, pool_size);
     F(fl_pool2d_attr, stride);

@@ -17,6 +17,7 @@ MIRRORS = {
     "FcAttr": "fl_fc_attr",
     "EmbeddingAttr": "fl_embedding_attr",
     "Conv2dAttr": "fl_conv2d_attr",
+    "Conv2dTransposeAttr": "fl_conv2d_transpose_attr",
     "Pool2dAttr": "fl_pool2d_attr",
     "BatchNormAttr": "fl_batch_norm_attr",
     "Feed": "fl_feed",
@@ -50,7 +51,7 @@ def test_every_mirror_has_a_row():
     mirrors = sorted(n for n, v in vars(_lib).items()
                      if isinstance(v, type) and issubclass(v, ctypes.Structure) and v is not ctypes.Structure)
     assert mirrors == sorted(list(MIRRORS) + list(OPAQUE)), "a ctypes struct of _lib.py without a row in MIRRORS"
-    assert len(MIRRORS) == 15
+    assert len(MIRRORS) == 16
 
 
 @pytest.mark.parametrize("py_name", sorted(MIRRORS))

@@ -3,7 +3,8 @@ from .. import layers as _L
 
 __all__ = ["cross_entropy", "softmax_with_cross_entropy", "relu", "tanh", "sigmoid", "softmax", "dropout",
            "embedding", "mse_loss", "l1_loss", "binary_cross_entropy_with_logits", "binary_cross_entropy",
-           "square_error_cost", "linear", "one_hot", "gelu", "label_smooth", "normalize", "nll_loss"]
+           "square_error_cost", "linear", "one_hot", "gelu", "label_smooth", "normalize", "nll_loss",
+           "conv2d_transpose"]
 
 
 def _reduce(loss, reduction, what):
@@ -132,3 +133,21 @@ def nll_loss(input, label, weight=None, ignore_index=-100, reduction="mean", nam
         label = unsqueeze(label, 1)
     picked = _L.reduce_sum(_L.elementwise_mul(_L.one_hot(label, int(input.shape[1])), input), dim=1, keep_dim=True)
     return _reduce(_L.scale(picked, -1.0), reduction, "nll_loss")
+
+
+def conv2d_transpose(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1,
+                     data_format="NCHW", output_size=None, name=None):
+    """Transposed convolution of x with the parameter weight [C, out / groups, kh, kw] (the
+    op reads that parameter by name), plus bias [out] along dim 1 (elementwise_add)."""
+    from ..layers_more import _conv2d_transpose
+    from ..param_attr import ParamAttr
+    if not weight.is_parameter or len(weight.shape) != 4:
+        raise TypeError("conv2d_transpose: weight must be a 4-D parameter [C, out / groups, kh, kw], got '%s' %s"
+                        % (weight.name, list(weight.shape)))
+    if output_size is not None and output_padding not in (0, [0, 0], (0, 0)):
+        raise ValueError("conv2d_transpose: output_padding option is mutually exclusive with output_size")
+    groups = int(groups or 1)
+    out = _conv2d_transpose("conv2d_transpose", x, int(weight.shape[1]) * groups, output_size,
+                            [int(weight.shape[2]), int(weight.shape[3])], padding, stride, dilation, groups,
+                            ParamAttr(name=weight.name), False, None, data_format, output_padding)
+    return _L.elementwise_add(out, bias, axis=1) if bias is not None else out

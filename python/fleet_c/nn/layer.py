@@ -17,7 +17,7 @@ from ..framework import Variable
 from ..initializer import Constant, Normal
 from ..param_attr import ParamAttr
 
-__all__ = ["Layer", "Linear", "Embedding", "Conv2D", "BatchNorm2D", "BatchNorm1D", "BatchNorm", "ReLU", "Sigmoid",
+__all__ = ["Layer", "Linear", "Embedding", "Conv2D", "Conv2DTranspose", "BatchNorm2D", "BatchNorm1D", "BatchNorm", "ReLU", "Sigmoid",
            "Tanh", "Softmax", "Dropout", "Flatten", "MaxPool2D", "AvgPool2D", "Sequential", "LayerList",
            "CrossEntropyLoss", "MSELoss", "L1Loss", "BCEWithLogitsLoss", "LayerNorm"]
 
@@ -172,6 +172,34 @@ class Conv2D(Layer):
         out, k, stride, padding, dilation, groups = self._args
         return _L.conv2d(x, out, k, stride, padding, dilation, groups, param_attr=self._wattr,
                          bias_attr=self._battr if self.bias is not None else False)
+
+
+class Conv2DTranspose(Layer):
+    """NCHW transposed convolution (conv2d_transpose op); weight [in, out / groups, kh, kw]
+    initialised as Paddle's Conv2DTranspose (Xavier over the filter's fans), bias [out];
+    forward(x, output_size=None) as Paddle's."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
+                 dilation=1, weight_attr=None, bias_attr=None, data_format="NCHW"):
+        super().__init__()
+        if data_format != "NCHW":
+            raise NotImplementedError("Conv2DTranspose: data_format 'NCHW' only")
+        if in_channels % groups or out_channels % groups:
+            raise ValueError("Conv2DTranspose: in_channels %d and out_channels %d must be divisible by groups %d"
+                             % (in_channels, out_channels, groups))
+        kh, kw = _L._pair(kernel_size, "Conv2DTranspose", "kernel_size")
+        self._pname = unique_name.generate("conv2d_transpose")
+        self._args = (stride, padding, output_padding, int(groups), dilation, data_format)
+        self.weight = self.create_parameter([in_channels, out_channels // groups, kh, kw],
+                                            _named(self, "conv2d_transpose", weight_attr, "w_0"))
+        self.bias = self.create_parameter([out_channels], _named(self, "conv2d_transpose", bias_attr, "b_0"),
+                                          is_bias=True)
+
+    def forward(self, x, output_size=None):
+        from .functional import conv2d_transpose
+        stride, padding, output_padding, groups, dilation, data_format = self._args
+        return conv2d_transpose(x, self.weight, self.bias, stride, padding, output_padding, groups, dilation,
+                                data_format, output_size)
 
 
 class BatchNorm2D(Layer):

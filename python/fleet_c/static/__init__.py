@@ -5,13 +5,14 @@ from ..framework import Program, Variable, default_main_program, default_startup
 from ..layers import _data
 from ..layers import accuracy, auc  # noqa: F401  (paddle.static.accuracy / auc)
 from ..layers import create_global_var  # noqa: F401
+from ..layers import Print  # noqa: F401  (paddle.static.Print)
 from ..param_attr import ParamAttr
 from . import nn
 
 __all__ = ["data", "Program", "Variable", "default_main_program", "default_startup_program", "program_guard",
            "Executor", "CompiledProgram", "Scope", "global_scope", "scope_guard", "save_inference_model",
            "load_inference_model", "nn", "ParamAttr", "InputSpec", "BuildStrategy", "ExecutionStrategy",
-           "create_global_var", "save", "load"]
+           "create_global_var", "save", "load", "Print"]
 
 
 def data(name, shape, dtype=None, lod_level=0):

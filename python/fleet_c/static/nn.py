@@ -1,8 +1,8 @@
 """paddle.static.nn: layers with 2.x argument names."""
 from .. import layers as _L
 
-__all__ = ["fc", "embedding", "sparse_embedding", "conv2d", "batch_norm", "sequence_pool", "create_parameter",
-           "layer_norm"]
+__all__ = ["fc", "embedding", "sparse_embedding", "conv2d", "conv2d_transpose", "batch_norm", "sequence_pool",
+           "sequence_conv", "create_parameter", "layer_norm"]
 
 
 def fc(x, size, num_flatten_dims=1, weight_attr=None, bias_attr=None, activation=None, name=None):
@@ -34,6 +34,8 @@ def sequence_pool(input, pool_type, is_test=False, pad_value=0.0):
 
 create_parameter = _L.create_parameter
 layer_norm = _L.layer_norm
+conv2d_transpose = _L.conv2d_transpose  # the same arguments in 1.x and 2.x
+sequence_conv = _L.sequence_conv
 
 
 def sparse_embedding(input, size, padding_idx=None, is_test=False, entry=None, table_class="CommonSparseTable",
