@@ -50,11 +50,19 @@ int main(int argc, char **argv)
 {
     int d_model = 512, layers = 6, heads = 8, ffn = 2048, vocab = 8000, tokens = 2048, seq = 32, steps = 3, beam = 4;
     int decode = 8, out_len = 32, amp = 0, amp_level = 1;
-    const bench_opt opts[] = {{"d_model", BA_INT, &d_model}, {"layers", BA_INT, &layers},  {"heads", BA_INT, &heads},
-                              {"ffn", BA_INT, &ffn},         {"vocab", BA_INT, &vocab},    {"tokens", BA_INT, &tokens},
-                              {"seq", BA_INT, &seq},         {"steps", BA_INT, &steps},    {"beam", BA_INT, &beam},
-                              {"decode", BA_INT, &decode},   {"out_len", BA_INT, &out_len},
-                              {"amp", BA_INT, &amp},         {"amp-level", BA_INT, &amp_level}};
+    const bench_opt opts[] = {{"d_model", BA_INT, &d_model},
+                              {"layers", BA_INT, &layers},
+                              {"heads", BA_INT, &heads},
+                              {"ffn", BA_INT, &ffn},
+                              {"vocab", BA_INT, &vocab},
+                              {"tokens", BA_INT, &tokens},
+                              {"seq", BA_INT, &seq},
+                              {"steps", BA_INT, &steps},
+                              {"beam", BA_INT, &beam},
+                              {"decode", BA_INT, &decode},
+                              {"out_len", BA_INT, &out_len},
+                              {"amp", BA_INT, &amp},
+                              {"amp-level", BA_INT, &amp_level}};
     bench_args(argc, argv, 1, opts, BA_COUNT(opts), NULL, NULL);
     if (seq < 2 || tokens < seq || steps < 1 || heads < 1 || d_model % heads || vocab < 4 || decode < 0 ||
         (amp_level != 1 && amp_level != 2))

@@ -92,8 +92,8 @@ TEST(cache_decodes_the_words_of_the_full_prefix)
     double c1, f1, c4, f4;
     same_with_and_without_cache(dec, td, 100, 1, 40, &c1, &f1);
     same_with_and_without_cache(dec, td, 100, 4, 40, &c4, &f4);
-    printf("  loss %.3f -> %.3f; greedy %.1f sentences/s cached, %.1f without; beam 4 %.1f cached, %.1f without\n",
-           t.first, t.last, c1, f1, c4, f4);
+    printf("  loss %.3f -> %.3f; greedy %.1f sentences/s cached, %.1f without; beam 4 %.1f cached, %.1f without\n", t.first,
+           t.last, c1, f1, c4, f4);
     float s;
     CHECK_FAILS(fl_transformer_decoder_scores(dec, &s, 101), FL_EINVAL, "exceeds the 100 sentences");
     trs_free(&t);

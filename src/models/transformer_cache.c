@@ -51,7 +51,7 @@ struct fl__tr_cache {
     /* the feeds, reused */
     fl_tensor *tw, *tp, *tb, *tsb, **cfeed;
     fl_tensor **kscope; /* the scope's tensors of cache_kv (borrowed): the step writes them */
-    int *rows; /* source rows of the cross feeds now (NULL: none yet) */
+    int *rows;          /* source rows of the cross feeds now (NULL: none yet) */
     int64_t nrows;
     int next_fed;     /* 1: enext's scope holds the cross feeds of these rows (fed at its last run) */
     fl_tensor **prev; /* the last step's fetched keys / values (borrowed) */
