@@ -6,11 +6,15 @@
  * 0.1) at 2048 target tokens per batch.  Threads: FLEET_NUM_THREADS (bench/transformer.sh
  * runs 1 and 2 next to bench/transformer_torch.py, PyTorch on the same model and batch).
  * Beam search runs twice, with the key / value cache and over the whole prefix each step;
- * the two must give the same words (checked, exit 1 otherwise).
+ * the two must give the same words (checked, exit 1 otherwise); --decode 0 leaves it out.
+ * --amp 1: AMP bf16 (fl_amp_decorate_optimizer; --amp-level 2: O2).  cpu_s: the process's
+ * user + system CPU seconds over the timed steps (on a shared machine, tokens per CPU second
+ * at one thread is less disturbed by the other jobs than wall time).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "fleet.h"
@@ -18,7 +22,7 @@
 #define CLI_NAME "bench_transformer"
 #define CLI_HELP_HINT                                                                                                \
     "usage: bench_transformer [--d_model 512] [--layers 6] [--heads 8] [--ffn 2048] [--vocab 8000] [--tokens 2048] " \
-    "[--seq 32] [--steps 3] [--beam 4] [--decode 8] [--out_len 32]"
+    "[--seq 32] [--steps 3] [--beam 4] [--decode 8] [--out_len 32] [--amp 0|1] [--amp-level 1|2]"
 #include "bench_args.h"
 
 static double now(void)
@@ -26,6 +30,14 @@ static double now(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static double cpu_s(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + (double)u.ru_utime.tv_usec * 1e-6 + (double)u.ru_stime.tv_sec +
+           (double)u.ru_stime.tv_usec * 1e-6;
 }
 
 static void die(const char *what)
@@ -37,14 +49,25 @@ static void die(const char *what)
 int main(int argc, char **argv)
 {
     int d_model = 512, layers = 6, heads = 8, ffn = 2048, vocab = 8000, tokens = 2048, seq = 32, steps = 3, beam = 4;
-    int decode = 8, out_len = 32;
-    const bench_opt opts[] = {{"d_model", BA_INT, &d_model}, {"layers", BA_INT, &layers},  {"heads", BA_INT, &heads},
-                              {"ffn", BA_INT, &ffn},         {"vocab", BA_INT, &vocab},    {"tokens", BA_INT, &tokens},
-                              {"seq", BA_INT, &seq},         {"steps", BA_INT, &steps},    {"beam", BA_INT, &beam},
-                              {"decode", BA_INT, &decode},   {"out_len", BA_INT, &out_len}};
+    int decode = 8, out_len = 32, amp = 0, amp_level = 1;
+    const bench_opt opts[] = {{"d_model", BA_INT, &d_model},
+                              {"layers", BA_INT, &layers},
+                              {"heads", BA_INT, &heads},
+                              {"ffn", BA_INT, &ffn},
+                              {"vocab", BA_INT, &vocab},
+                              {"tokens", BA_INT, &tokens},
+                              {"seq", BA_INT, &seq},
+                              {"steps", BA_INT, &steps},
+                              {"beam", BA_INT, &beam},
+                              {"decode", BA_INT, &decode},
+                              {"out_len", BA_INT, &out_len},
+                              {"amp", BA_INT, &amp},
+                              {"amp-level", BA_INT, &amp_level}};
     bench_args(argc, argv, 1, opts, BA_COUNT(opts), NULL, NULL);
-    if (seq < 2 || tokens < seq || steps < 1 || heads < 1 || d_model % heads || vocab < 4 || decode < 1)
-        cli_die(2, "need seq >= 2, tokens >= seq, steps >= 1, d_model a multiple of heads, vocab >= 4, decode >= 1");
+    if (seq < 2 || tokens < seq || steps < 1 || heads < 1 || d_model % heads || vocab < 4 || decode < 0 ||
+        (amp_level != 1 && amp_level != 2))
+        cli_die(2, "need seq >= 2, tokens >= seq, steps >= 1, d_model a multiple of heads, vocab >= 4, decode >= 0, "
+                   "amp-level 1 or 2");
     fl_model_transformer_config c = fl_model_transformer_default();
     c.src_vocab_size = c.trg_vocab_size = vocab;
     c.n_layer = layers, c.n_head = heads, c.d_model = d_model, c.d_inner_hid = ffn;
@@ -54,7 +77,15 @@ int main(int argc, char **argv)
     fl_model_transformer m;
     if (fl_model_transformer_build(p, &c, &m) != FL_OK) die("build");
     fl_opt *o = fl_model_transformer_optimizer(p, &c, 2.0f, 8000, 0);
-    if (!o || fl_opt_minimize(o, m.loss) != FL_OK) die("minimize");
+    if (!o) die("optimizer");
+    if (amp) {
+        fl_amp_opts a;
+        memset(&a, 0, sizeof a);
+        a.dtype = FL_BFLOAT16;
+        a.use_pure_fp16 = amp_level == 2;
+        if (fl_amp_decorate_optimizer(o, &a) != FL_OK) die("amp");
+    }
+    if (fl_opt_minimize(o, m.loss) != FL_OK) die("minimize");
     fl_exe *e = fl_exe_create(NULL);
     if (fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL) != FL_OK) die("startup");
     /* one batch: B sentences of seq tokens, source and target */
@@ -92,13 +123,21 @@ int main(int argc, char **argv)
     const char *fetch[1] = {fl_var_name(m.loss)};
     fl_tensor *loss;
     if (fl_exe_run(e, p, feed, FL_MODEL_TRANSFORMER_FEEDS, fetch, 1, &loss) != FL_OK) die("warm-up step");
-    double t0 = now();
+    double t0 = now(), c0 = cpu_s();
     for (int s = 0; s < steps; s++)
         if (fl_exe_run(e, p, feed, FL_MODEL_TRANSFORMER_FEEDS, fetch, 1, &loss) != FL_OK) die("step");
-    double train_s = now() - t0;
-    printf("fleet train: %.1f tokens/s (%lld x %lld target tokens per batch, %d steps in %.2f s, loss %.3f)\n",
+    double train_s = now() - t0, train_c = cpu_s() - c0;
+    printf("fleet train: %.1f tokens/s (%lld x %lld target tokens per batch, %d steps in %.2f s, loss %.3f; amp %d "
+           "level %d) cpu_s %.2f\n",
            (double)(B * T * steps) / train_s, (long long)B, (long long)T, steps, train_s,
-           *(const float *)fl_tensor_cdata(loss));
+           *(const float *)fl_tensor_cdata(loss), amp, amp_level, train_c);
+    if (!decode) {
+        for (int i = 0; i < FL_MODEL_TRANSFORMER_FEEDS; i++) fl_tensor_free(t[i]);
+        fl_exe_free(e);
+        fl_opt_free(o);
+        fl_prog_free(p);
+        return 0;
+    }
     /* beam search on the first `decode` sources, exactly out_len steps (the model is untrained:
      * max_out_len bounds it) */
     fl_transformer_decoder *dec;

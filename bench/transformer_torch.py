@@ -8,7 +8,8 @@ a key / value cache (nn.Transformer has no incremental decoding, so the loop bel
 layers' own weights one position at a time: self-attention keys / values cached per layer
 and reordered with the beams, cross-attention keys / values of the memory computed once)
 and with the decoder re-run over the whole prefix each step; the two must give the same
-words (printed)."""
+words (printed).  --decode 0 leaves the beam search out.  cpu_s: the process's CPU seconds
+over the timed steps."""
 import argparse
 import math
 import time
@@ -75,12 +76,14 @@ def step():
 
 
 step()
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 for _ in range(a.steps):
     loss = step()
-dt = time.perf_counter() - t0
-print("torch train: %.1f tokens/s (%d x %d target tokens per batch, %d steps in %.2f s, loss %.3f)"
-      % (B * a.seq * a.steps / dt, B, a.seq, a.steps, dt, loss))
+dt, dc = time.perf_counter() - t0, time.process_time() - c0
+print("torch train: %.1f tokens/s (%d x %d target tokens per batch, %d steps in %.2f s, loss %.3f) cpu_s %.2f"
+      % (B * a.seq * a.steps / dt, B, a.seq, a.steps, dt, loss, dc))
+if not a.decode:
+    raise SystemExit(0)
 
 m.eval()
 K, n = a.beam, a.decode

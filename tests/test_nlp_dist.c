@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "testhelp.h"
-#include "fleet/transformer.h"
+#include "trsmall.h"
 
 #define SECRET "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 
@@ -462,13 +462,6 @@ TEST(bert_two_processes_amp_o2_recompute_gm_lamb_clip) { all_options(BE, 2); }
 
 /* ---- AMP against float32: accuracy and BLEU ------------------------------------------------- */
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* BERT on the chains: steps of 16 new examples (so each batch is held out before its
  * update); the masked-LM and next-sentence accuracy of the last 32 batches (512 examples).
  * amp: 0 float32, 1 bf16 O1, 2 bf16 O2. */
@@ -520,11 +513,11 @@ static void bert_accuracy(int amp, int steps, double *mlm, double *nsp, double *
  * 0.710 float32, 0.762 O1, 0.750 O2), so the comparison is at the end. */
 TEST(bert_amp_accuracy_within_001_of_float32)
 {
-    double m[3], n[3], l[3], t0 = now_s();
+    double m[3], n[3], l[3], t0 = trs_now();
     for (int a = 0; a < 3; a++) bert_accuracy(a, 300, &m[a], &n[a], &l[a]);
     printf("  bert, 300 steps of 16 (%.1f s for the three): masked-LM / next-sentence accuracy float32 %.4f / %.4f "
            "(loss %.4f), bf16 O1 %.4f / %.4f (%.4f), O2 %.4f / %.4f (%.4f)\n",
-           now_s() - t0, m[0], n[0], l[0], m[1], n[1], l[1], m[2], n[2], l[2]);
+           trs_now() - t0, m[0], n[0], l[0], m[1], n[1], l[1], m[2], n[2], l[2]);
     fflush(stdout);
     CHECK(m[0] > 0.5 && n[0] > 0.7); /* it learned the chains (chance: 1/36 and 1/2) */
     for (int a = 1; a < 3; a++) {
@@ -538,63 +531,12 @@ TEST(bert_amp_accuracy_within_001_of_float32)
  * the greedy BLEU of the test split. */
 static double transformer_bleu(const char *dir, int amp, int steps, double *seconds)
 {
-    char sv[300], tv[300], tr[300], te[300];
-    snprintf(sv, sizeof sv, "%s/src_vocab.txt", dir);
-    snprintf(tv, sizeof tv, "%s/trg_vocab.txt", dir);
-    snprintf(tr, sizeof tr, "%s/train/part-00000", dir);
-    snprintf(te, sizeof te, "%s/test/part-00000", dir);
-    fl_translation_opts to = fl_translation_opts_default();
-    to.batch_size = 1024;
-    to.n_head = 4;
-    fl_translation_data *d = NULL, *td = NULL;
-    const char *trf[1] = {tr}, *tef[1] = {te};
-    CHECK_OK(fl_translation_load(sv, tv, trf, 1, &to, &d));
-    CHECK_OK(fl_translation_load(sv, tv, tef, 1, &to, &td));
-    fl_model_transformer_config c = fl_model_transformer_small();
-    c.src_vocab_size = fl_translation_vocab_size(d, 0);
-    c.trg_vocab_size = fl_translation_vocab_size(d, 1);
-    fl_prog *p = fl_prog_create();
-    fl_model_transformer m;
-    CHECK_OK(fl_model_transformer_build(p, &c, &m));
-    fl_opt *opt = fl_model_transformer_optimizer(p, &c, 1.0f, 100, 5.0f);
-    CHECK(opt);
-    if (amp) {
-        fl_amp_opts a;
-        memset(&a, 0, sizeof a);
-        a.dtype = FL_BFLOAT16;
-        a.use_pure_fp16 = amp == 2;
-        CHECK_OK(fl_amp_decorate_optimizer(opt, &a));
-    }
-    CHECK_OK(fl_opt_minimize(opt, m.loss));
-    fl_exe *e = fl_exe_create(NULL);
-    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
-    fl_translation_batch *b = fl_translation_batch_create();
-    double t0 = now_s();
-    int step = 0;
-    for (int ep = 0; step < steps; ep++) {
-        int64_t nb = fl_translation_epoch(d, ep);
-        for (int64_t k = 0; k < nb && step < steps; k++, step++) {
-            CHECK_OK(fl_translation_batch_fill(d, k, b));
-            fl_feed feed[FL_MODEL_TRANSFORMER_FEEDS];
-            for (int i = 0; i < FL_MODEL_TRANSFORMER_FEEDS; i++)
-                feed[i] = (fl_feed){fl_translation_batch_name(i), fl_translation_batch_tensor(b, i)};
-            CHECK_OK(fl_exe_run(e, p, feed, FL_MODEL_TRANSFORMER_FEEDS, NULL, 0, NULL));
-        }
-    }
-    *seconds = now_s() - t0;
-    fl_transformer_decoder *dec;
-    CHECK_OK(fl_transformer_decoder_create(e, p, fl_var_name(m.predict), 0, 1, &dec));
-    fl_transformer_decode_opts dop = fl_transformer_decode_opts_default();
-    dop.beam_size = 1;
-    fl_bleu_score sc;
-    CHECK_OK(fl_transformer_eval_bleu(dec, &dop, td, NULL, &sc, NULL));
-    fl_transformer_decoder_free(dec);
-    fl_translation_batch_free(b);
-    fl_exe_free(e);
-    fl_opt_free(opt);
-    fl_prog_free(p);
-    fl_translation_free(d), fl_translation_free(td);
-    return sc.bleu;
+    trs_model t;
+    trs_train(dir, &(trs_opts){.steps = steps, .lr_scale = 1.0f, .warmup = 100, .clip = 5.0f, .amp = amp}, &t);
+    *seconds = t.seconds;
+    double bleu = trs_bleu(&t, 1, NULL, NULL);
+    trs_free(&t);
+    return bleu;
 }
 
 /* The Transformer with AMP bf16 O1 and O2 (the noam schedule and the clip included) on the
@@ -603,16 +545,16 @@ static double transformer_bleu(const char *dir, int amp, int steps, double *seco
  * trains in seconds the three runs have not converged, and their trajectories (the same
  * data, different rounding) end several BLEU apart, in either direction by chance, more
  * than bf16's bias.  Measured here: float32 93.59, O1 95.64, O2 95.33; with the full
- * lexicon at 350 steps 92.84, 95.01, 95.39; at 600 steps float32 92.26, O1 99.19. */
+ * lexicon at 350 steps 92.84, 95.01, 95.39; at 600 steps float32 92.26, O1 99.19.  A
+ * two-sided |AMP - float32| <= 0.5 does not hold at a test's size either with a gentler
+ * schedule (0.5 x noam_decay(64, 200)): at 600 steps 97.38, 98.26, 98.53; at 1,000 steps
+ * 98.87, 99.50, 98.86 (O1 0.63 above float32). */
 TEST(transformer_amp_bleu_not_below_float32)
 {
-    char dir[] = "/tmp/fl_nlpXXXXXX";
-    CHECK(mkdtemp(dir));
-    fl_translation_datagen g = fl_translation_datagen_default();
-    g.sentences = 3000, g.seed = 1, g.max_len = 15;
-    g.nouns = 16, g.adjectives = 8, g.verbs = 8, g.adverbs = 4;
+    char dir[64];
+    th_mktemp(dir, sizeof dir, "fl_nlp");
     fl_translation_datagen_info info;
-    CHECK_OK(fl_translation_generate(&g, dir, &info));
+    trs_gen(dir, 1, 3000, 15, 1, &info);
     const int steps = 300;
     double bleu[3], sec[3];
     for (int a = 0; a < 3; a++) bleu[a] = transformer_bleu(dir, a, steps, &sec[a]);
@@ -620,9 +562,7 @@ TEST(transformer_amp_bleu_not_below_float32)
            "word-by-word baseline %.2f\n",
            steps, bleu[0], sec[0], bleu[1], sec[1], bleu[2], sec[2], info.baseline_bleu);
     fflush(stdout);
-    char cmd[64];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    th_rmtree(dir);
     CHECK(bleu[0] >= 85);
     CHECK(bleu[1] >= bleu[0] - 0.5);
     CHECK(bleu[2] >= bleu[0] - 0.5);

@@ -8,36 +8,28 @@
 #include <limits.h>
 #include <math.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "testhelp.h"
 #include "cmdrun.h"
-#include "fleet.h"
-#include "fleet/transformer.h"
+#include "trsmall.h"
 
 static char BIN[PATH_MAX + 8], DIR_[64];
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static void setup(void)
 {
     char self[PATH_MAX];
     th_tests_dir(self, sizeof self);
     snprintf(BIN, sizeof BIN, "%s/..", self); /* BUILD */
-    snprintf(DIR_, sizeof DIR_, "/tmp/fl_trXXXXXX");
-    CHECK(mkdtemp(DIR_));
+    th_mktemp(DIR_, sizeof DIR_, "fl_tr");
 }
 
-static void cleanup(void)
+static void cleanup(void) { th_rmtree(DIR_); }
+
+/* DIR_/sub */
+static const char *sub_dir(const char *sub, char *buf, size_t cap)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
-    CHECK(system(cmd) == 0);
+    snprintf(buf, cap, "%s/%s", DIR_, sub);
+    return buf;
 }
 
 static char *slurp(const char *path)
@@ -97,15 +89,10 @@ TEST(bleu_matches_hand_computed_cases)
     CHECK_FAILS(fl_bleu_add(NULL, a, 1, a, 1), FL_EINVAL, "fl_bleu_add");
 }
 
-static int gen(const char *sub, uint64_t seed, int64_t n, int max_len, fl_translation_datagen_info *info)
+static void gen(const char *sub, uint64_t seed, int64_t n, int max_len, fl_translation_datagen_info *info)
 {
-    fl_translation_datagen g = fl_translation_datagen_default();
-    g.sentences = n;
-    g.seed = seed;
-    g.max_len = max_len;
-    char out[256];
-    snprintf(out, sizeof out, "%s/%s", DIR_, sub);
-    return fl_translation_generate(&g, out, info);
+    char d[256];
+    trs_gen(sub_dir(sub, d, sizeof d), seed, n, max_len, 0, info);
 }
 
 static char *file_of(const char *sub, const char *name)
@@ -119,9 +106,9 @@ TEST(datagen_is_deterministic_with_a_known_ceiling)
 {
     setup();
     fl_translation_datagen_info i1, i2, i3;
-    CHECK_OK(gen("a", 7, 500, 50, &i1));
-    CHECK_OK(gen("b", 7, 500, 50, &i2));
-    CHECK_OK(gen("c", 8, 500, 50, &i3));
+    gen("a", 7, 500, 50, &i1);
+    gen("b", 7, 500, 50, &i2);
+    gen("c", 8, 500, 50, &i3);
     const char *files[] = {"train/part-00000", "test/part-00000", "src_vocab.txt",
                            "trg_vocab.txt",    "vocab_all.txt",   "planted.json"};
     for (int k = 0; k < 6; k++) {
@@ -161,21 +148,15 @@ TEST(datagen_is_deterministic_with_a_known_ceiling)
 
 static fl_translation_data *load(const char *sub, const char *split, const fl_translation_opts *o)
 {
-    char sv[512], tv[512], f[512];
-    snprintf(sv, sizeof sv, "%s/%s/src_vocab.txt", DIR_, sub);
-    snprintf(tv, sizeof tv, "%s/%s/trg_vocab.txt", DIR_, sub);
-    snprintf(f, sizeof f, "%s/%s/%s/part-00000", DIR_, sub, split);
-    const char *files[1] = {f};
-    fl_translation_data *d = NULL;
-    CHECK_OK(fl_translation_load(sv, tv, files, 1, o, &d));
-    return d;
+    char d[256];
+    return trs_load(sub_dir(sub, d, sizeof d), split, o);
 }
 
 TEST(reader_batches_by_tokens)
 {
     setup();
     fl_translation_datagen_info info;
-    CHECK_OK(gen("d", 3, 600, 30, &info));
+    gen("d", 3, 600, 30, &info);
     fl_translation_opts o = fl_translation_opts_default();
     o.batch_size = 400;
     o.pool_size = 200;
@@ -303,62 +284,23 @@ TEST(converges_to_bleu_90_on_the_planted_task)
 {
     setup();
     fl_translation_datagen_info info;
-    CHECK_OK(gen("t", 1, 3000, 15, &info));
-    fl_translation_opts o = fl_translation_opts_default();
-    o.batch_size = 1024;
-    o.n_head = 4;
-    fl_translation_data *d = load("t", "train", &o), *td = load("t", "test", &o);
-    fl_model_transformer_config c = fl_model_transformer_small();
-    c.src_vocab_size = fl_translation_vocab_size(d, 0);
-    c.trg_vocab_size = fl_translation_vocab_size(d, 1);
-    fl_prog *p = fl_prog_create();
-    fl_model_transformer m;
-    CHECK_OK(fl_model_transformer_build(p, &c, &m));
-    fl_opt *opt = fl_model_transformer_optimizer(p, &c, 0.5f, 200, 5.0f);
-    CHECK(opt);
-    CHECK_OK(fl_opt_minimize(opt, m.loss));
-    fl_exe *e = fl_exe_create(NULL);
-    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
-    fl_translation_batch *b = fl_translation_batch_create();
+    gen("t", 1, 3000, 15, &info);
+    char dir[256];
+    trs_model t;
     const int steps = 500;
-    double t0 = now_s(), first = 0, last = 0;
-    int step = 0;
-    for (int ep = 0; step < steps; ep++) {
-        int64_t nb = fl_translation_epoch(d, ep);
-        for (int64_t k = 0; k < nb && step < steps; k++, step++) {
-            CHECK_OK(fl_translation_batch_fill(d, k, b));
-            fl_feed feed[FL_MODEL_TRANSFORMER_FEEDS];
-            for (int i = 0; i < FL_MODEL_TRANSFORMER_FEEDS; i++)
-                feed[i] = (fl_feed){fl_translation_batch_name(i), fl_translation_batch_tensor(b, i)};
-            const char *fetch[1] = {fl_var_name(m.loss)};
-            fl_tensor *loss;
-            CHECK_OK(fl_exe_run(e, p, feed, FL_MODEL_TRANSFORMER_FEEDS, fetch, 1, &loss));
-            last = *(const float *)fl_tensor_cdata(loss);
-            if (!step) first = last;
-        }
-    }
-    double train_s = now_s() - t0;
-    fl_transformer_decoder *dec;
-    CHECK_OK(fl_transformer_decoder_create(e, p, fl_var_name(m.predict), 0, 1, &dec));
-    fl_transformer_decode_opts dop = fl_transformer_decode_opts_default();
-    dop.beam_size = 1;
+    trs_train(sub_dir("t", dir, sizeof dir), &(trs_opts){.steps = steps, .lr_scale = 0.5f, .warmup = 200, .clip = 5.0f},
+              &t);
     fl_bleu_score greedy, beam;
     double sps1, sps4;
-    CHECK_OK(fl_transformer_eval_bleu(dec, &dop, td, NULL, &greedy, &sps1));
-    dop.beam_size = 4;
-    CHECK_OK(fl_transformer_eval_bleu(dec, &dop, td, NULL, &beam, &sps4));
+    trs_bleu(&t, 1, &greedy, &sps1);
+    trs_bleu(&t, 4, &beam, &sps4);
     printf("  %d steps in %.1f s (loss %.3f -> %.3f); test BLEU greedy %.2f (%.0f sentences/s), beam 4 %.2f (%.0f "
            "sentences/s); word-by-word baseline %.2f, ceiling %.2f\n",
-           steps, train_s, first, last, greedy.bleu, sps1, beam.bleu, sps4, info.baseline_bleu, info.ceiling_bleu);
-    CHECK(last < first / 3);
+           steps, t.seconds, t.first, t.last, greedy.bleu, sps1, beam.bleu, sps4, info.baseline_bleu, info.ceiling_bleu);
+    CHECK(t.last < t.first / 3);
     CHECK(greedy.bleu >= 90);
     CHECK(beam.bleu >= 90);
-    fl_transformer_decoder_free(dec);
-    fl_translation_batch_free(b);
-    fl_exe_free(e);
-    fl_opt_free(opt);
-    fl_prog_free(p);
-    fl_translation_free(d), fl_translation_free(td);
+    trs_free(&t);
     cleanup();
 }
 
@@ -369,7 +311,7 @@ TEST(converges_to_bleu_90_on_the_planted_task)
 static void light_data(void)
 {
     fl_translation_datagen_info info;
-    CHECK_OK(gen("l", 2, 1500, 15, &info));
+    gen("l", 2, 1500, 15, &info);
 }
 
 /* train, eval and infer locally */

@@ -6,57 +6,29 @@
  */
 #include <limits.h>
 #include <math.h>
-#include <time.h>
 
 #include "testhelp.h"
-#include "fleet.h"
-#include "fleet/transformer.h"
+#include "trsmall.h"
 
 static char DIR_[64];
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+static void setup(void) { th_mktemp(DIR_, sizeof DIR_, "fl_trd"); }
 
-static void setup(void)
-{
-    snprintf(DIR_, sizeof DIR_, "/tmp/fl_trdXXXXXX");
-    CHECK(mkdtemp(DIR_));
-}
-
-static void cleanup(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", DIR_);
-    CHECK(system(cmd) == 0);
-}
+static void cleanup(void) { th_rmtree(DIR_); }
 
 /* The planted task in DIR_/sub: n training pairs of 5..max_len source tokens. */
 static void gen(const char *sub, uint64_t seed, int64_t n, int max_len)
 {
-    fl_translation_datagen g = fl_translation_datagen_default();
-    g.sentences = n;
-    g.seed = seed;
-    g.max_len = max_len;
-    char out[256];
-    fl_translation_datagen_info info;
-    snprintf(out, sizeof out, "%s/%s", DIR_, sub);
-    CHECK_OK(fl_translation_generate(&g, out, &info));
+    char d[256];
+    snprintf(d, sizeof d, "%s/%s", DIR_, sub);
+    trs_gen(d, seed, n, max_len, 0, NULL);
 }
 
 static fl_translation_data *load(const char *sub, const char *split, const fl_translation_opts *o)
 {
-    char sv[256], tv[256], f[256];
-    snprintf(sv, sizeof sv, "%s/%s/src_vocab.txt", DIR_, sub);
-    snprintf(tv, sizeof tv, "%s/%s/trg_vocab.txt", DIR_, sub);
-    snprintf(f, sizeof f, "%s/%s/%s/part-00000", DIR_, sub, split);
-    const char *files[1] = {f};
-    fl_translation_data *d = NULL;
-    CHECK_OK(fl_translation_load(sv, tv, files, 1, o, &d));
-    return d;
+    char d[256];
+    snprintf(d, sizeof d, "%s/%s", DIR_, sub);
+    return trs_load(d, split, o);
 }
 
 /* Decodes the first n pairs of td with and without the cache (beam) and checks the same
@@ -80,9 +52,9 @@ static void same_with_and_without_cache(fl_transformer_decoder *dec, const fl_tr
         out[c] = malloc((size_t)n * sizeof *out[c]);
         nout[c] = malloc((size_t)n * sizeof *nout[c]);
         sc[c] = malloc((size_t)n * sizeof *sc[c]);
-        double t0 = now_s();
+        double t0 = trs_now();
         CHECK_OK(fl_transformer_decode(dec, &o, src, nsrc, n, out[c], nout[c]));
-        secs[c] = now_s() - t0;
+        secs[c] = trs_now() - t0;
         CHECK_OK(fl_transformer_decoder_scores(dec, sc[c], n));
     }
     int64_t words = 0;
@@ -104,64 +76,27 @@ static void same_with_and_without_cache(fl_transformer_decoder *dec, const fl_tr
     free(src), free(nsrc);
 }
 
-static void feed_batch(const fl_translation_batch *b, fl_feed *feed)
-{
-    for (int i = 0; i < FL_MODEL_TRANSFORMER_FEEDS; i++)
-        feed[i] = (fl_feed){fl_translation_batch_name(i), fl_translation_batch_tensor(b, i)};
-}
-
 /* A small Transformer trained briefly on the planted task decodes the test split to the
  * same words with the cache as without, greedy and beam 4. */
 TEST(cache_decodes_the_words_of_the_full_prefix)
 {
     setup();
     gen("t", 3, 1500, 15);
-    fl_translation_opts to = fl_translation_opts_default();
-    to.batch_size = 1024;
-    to.n_head = 4;
-    fl_translation_data *d = load("t", "train", &to), *td = load("t", "test", &to);
-    fl_model_transformer_config c = fl_model_transformer_small();
-    c.src_vocab_size = fl_translation_vocab_size(d, 0);
-    c.trg_vocab_size = fl_translation_vocab_size(d, 1);
-    fl_prog *p = fl_prog_create();
-    fl_model_transformer m;
-    CHECK_OK(fl_model_transformer_build(p, &c, &m));
-    fl_opt *opt = fl_model_transformer_optimizer(p, &c, 0.5f, 200, 5.0f);
-    CHECK(opt);
-    CHECK_OK(fl_opt_minimize(opt, m.loss));
-    fl_exe *e = fl_exe_create(NULL);
-    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
-    fl_translation_batch *b = fl_translation_batch_create();
-    float first = 0, last = 0;
-    for (int step = 0, ep = 0; step < 200; ep++) {
-        int64_t nb = fl_translation_epoch(d, ep);
-        for (int64_t k = 0; k < nb && step < 200; k++, step++) {
-            fl_feed feed[FL_MODEL_TRANSFORMER_FEEDS];
-            CHECK_OK(fl_translation_batch_fill(d, k, b));
-            feed_batch(b, feed);
-            const char *fetch[1] = {fl_var_name(m.loss)};
-            fl_tensor *loss;
-            CHECK_OK(fl_exe_run(e, p, feed, FL_MODEL_TRANSFORMER_FEEDS, fetch, 1, &loss));
-            last = *(const float *)fl_tensor_cdata(loss);
-            if (!step) first = last;
-        }
-    }
-    CHECK(last < first / 2);
-    fl_transformer_decoder *dec;
-    CHECK_OK(fl_transformer_decoder_create(e, p, fl_var_name(m.predict), 0, 1, &dec));
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/t", DIR_);
+    trs_model t;
+    trs_train(dir, &(trs_opts){.steps = 200, .lr_scale = 0.5f, .warmup = 200, .clip = 5.0f}, &t);
+    CHECK(t.last < t.first / 2);
+    fl_transformer_decoder *dec = t.dec;
+    const fl_translation_data *td = t.test;
     double c1, f1, c4, f4;
     same_with_and_without_cache(dec, td, 100, 1, 40, &c1, &f1);
     same_with_and_without_cache(dec, td, 100, 4, 40, &c4, &f4);
-    printf("  loss %.3f -> %.3f; greedy %.1f sentences/s cached, %.1f without; beam 4 %.1f cached, %.1f without\n", first,
-           last, c1, f1, c4, f4);
+    printf("  loss %.3f -> %.3f; greedy %.1f sentences/s cached, %.1f without; beam 4 %.1f cached, %.1f without\n", t.first,
+           t.last, c1, f1, c4, f4);
     float s;
     CHECK_FAILS(fl_transformer_decoder_scores(dec, &s, 101), FL_EINVAL, "exceeds the 100 sentences");
-    fl_transformer_decoder_free(dec);
-    fl_translation_batch_free(b);
-    fl_exe_free(e);
-    fl_opt_free(opt);
-    fl_prog_free(p);
-    fl_translation_free(d), fl_translation_free(td);
+    trs_free(&t);
     cleanup();
 }
 

@@ -14,7 +14,10 @@
  *     matmuls, fetching the prediction and the concatenated keys / values (the cache of
  *     the next step).
  * Between steps the cache rows are gathered by parent (beam search reselects hypotheses;
- * finished sentences drop out).  The programs are found by the parameter names of
+ * finished sentences drop out) straight into the scope's tensors of next's cache variables:
+ * those are not data variables of next (nothing is fed, so nothing is copied in), and
+ * where every row is its own parent (greedy decoding before a sentence finishes) the last
+ * step's keys / values are swapped in without a copy.  The programs are found by the parameter names of
  * fl_model_transformer_build ("decoder_layer_<i>_slf_att_key_fc.w_0", ...): from each
  * key / value projection weight the single-reader chain of forward ops leads to the
  * attention's matmul, and the variable read there is the split-heads key or value.  A
@@ -38,7 +41,7 @@ struct fl__tr_cache {
     char **cross_kv; /* cross-attention keys / values (fetched from cross, fed to the steps) */
     char **self_kv;  /* the new position's self-attention keys / values (fetched from first) */
     char **full_kv;  /* cache + new position (fetched from next) */
-    char **cache_kv; /* data variables of next: the cache of positions 0 .. t-1 */
+    char **cache_kv; /* variables of next read before written: the cache of positions 0 .. t-1 */
     char *predict;
     int64_t H;
     /* the batch: its cross keys / values [n, H, S, d] (private copies), source lengths */
@@ -46,8 +49,9 @@ struct fl__tr_cache {
     int64_t n, S, *cross_d;
     int *src_len;
     /* the feeds, reused */
-    fl_tensor *tw, *tp, *tb, *tsb, **cfeed, **kfeed;
-    int *rows; /* source rows of the cross feeds now (NULL: none yet) */
+    fl_tensor *tw, *tp, *tb, *tsb, **cfeed;
+    fl_tensor **kscope; /* the scope's tensors of cache_kv (borrowed): the step writes them */
+    int *rows;          /* source rows of the cross feeds now (NULL: none yet) */
     int64_t nrows;
     int next_fed;     /* 1: enext's scope holds the cross feeds of these rows (fed at its last run) */
     fl_tensor **prev; /* the last step's fetched keys / values (borrowed) */
@@ -68,8 +72,7 @@ void fl__tr_cache_free(fl__tr_cache *c)
     free_names(c->cross_kv, n2), free_names(c->self_kv, n2), free_names(c->full_kv, n2), free_names(c->cache_kv, n2);
     for (int i = 0; c->cross && i < n2; i++) free(c->cross[i]);
     for (int i = 0; c->cfeed && i < n2; i++) fl_tensor_free(c->cfeed[i]);
-    for (int i = 0; c->kfeed && i < n2; i++) fl_tensor_free(c->kfeed[i]);
-    free(c->cross), free(c->cross_d), free(c->cfeed), free(c->kfeed), free(c->prev), free(c->src_len), free(c->rows);
+    free(c->cross), free(c->cross_d), free(c->cfeed), free(c->kscope), free(c->prev), free(c->src_len), free(c->rows);
     fl_tensor_free(c->tw), fl_tensor_free(c->tp), fl_tensor_free(c->tb), fl_tensor_free(c->tsb);
     free(c->predict);
     free(c);
@@ -140,10 +143,10 @@ int fl__tr_cache_create(const fl_prog *test, fl_scope *scope, int64_t H, const c
     c->cross = calloc((size_t)n2, sizeof *c->cross);
     c->cross_d = calloc((size_t)n2, sizeof *c->cross_d);
     c->cfeed = calloc((size_t)n2, sizeof *c->cfeed);
-    c->kfeed = calloc((size_t)n2, sizeof *c->kfeed);
+    c->kscope = calloc((size_t)n2, sizeof *c->kscope);
     c->prev = calloc((size_t)n2, sizeof *c->prev);
     fl_prog *re = fl_prog_clone(test, 1); /* the copy that gets the concats */
-    int st = c->cross_kv && c->self_kv && c->full_kv && c->cache_kv && c->cross && c->cross_d && c->cfeed && c->kfeed &&
+    int st = c->cross_kv && c->self_kv && c->full_kv && c->cache_kv && c->cross && c->cross_d && c->cfeed && c->kscope &&
                      c->prev && re && (c->predict = fl__strdup(predict))
                  ? FL_OK
                  : fl__err(FL_ENOMEM, "transformer decoder: out of memory");
@@ -186,6 +189,12 @@ int fl__tr_cache_create(const fl_prog *test, fl_scope *scope, int64_t H, const c
                 found = 0;
             for (int i = 0; i < n2; i++) t[1 + i] = c->full_kv[i];
             if (found && fl_prog_prune(re, f, 4 + 2 * n2, t, 1 + n2, &c->next) != FL_OK) found = 0;
+            /* the cache is written into the scope, not fed */
+            for (int i = 0; found && i < n2; i++) {
+                fl_var *v = fl_prog_var(c->next, c->cache_kv[i]);
+                if (v) v->is_data = 0;
+                else found = 0;
+            }
         }
         free(f), free(t);
     }
@@ -199,7 +208,7 @@ int fl__tr_cache_create(const fl_prog *test, fl_scope *scope, int64_t H, const c
             if (!(*t[i] = fl_tensor_create(FL_FLOAT32, 1, (const int64_t[]){1}))) st = fl_last_status();
         for (int i = 0; st == FL_OK && i < n2; i++)
             if (!(c->cfeed[i] = fl_tensor_create(FL_FLOAT32, 1, (const int64_t[]){1})) ||
-                !(c->kfeed[i] = fl_tensor_create(FL_FLOAT32, 1, (const int64_t[]){1})))
+                !(c->kscope[i] = fl_scope_var(scope, c->cache_kv[i])))
                 st = fl_last_status();
     }
     if (st != FL_OK || !found) {
@@ -283,23 +292,31 @@ int fl__tr_cache_step(fl__tr_cache *c, const int64_t *seq, int64_t stride, int64
     FL_CHECK(fl_tensor_resize(c->tb, FL_FLOAT32, 4, (const int64_t[]){R, H, 1, t + 1}));
     for (int64_t r = 0; r < R; r++) fl_tensor_i64(c->tw)[r] = seq[r * stride + t], fl_tensor_i64(c->tp)[r] = t;
     memset(fl_tensor_data(c->tb), 0, fl_tensor_nbytes(c->tb)); /* every earlier position is visible */
-    /* the cache of positions 0 .. t-1: the last step's keys / values gathered by parent */
+    /* the cache of positions 0 .. t-1: the last step's keys / values gathered by parent into
+     * the scope's tensors that next reads, or swapped in when every row is its own parent */
+    int same_rows = t > 0 && fl_tensor_dim(c->prev[0], 0) == R;
+    for (int64_t r = 0; same_rows && r < R; r++) same_rows = parent[r] == r;
     for (int i = 0; t > 0 && i < n2; i++) {
-        const fl_tensor *pv = c->prev[i];
+        fl_tensor *pv = c->prev[i], *o = c->kscope[i];
         const int64_t d = fl_tensor_dim(pv, 3), blk = H * t * d, np = fl_tensor_dim(pv, 0);
         if (fl_tensor_dim(pv, 2) != t)
             return fl__err(FL_EINVAL, "transformer decoder: cached '%s' holds %lld positions, expected %lld", c->full_kv[i],
                            (long long)fl_tensor_dim(pv, 2), (long long)t);
-        FL_CHECK(fl_tensor_resize(c->kfeed[i], FL_FLOAT32, 4, (const int64_t[]){R, H, t, d}));
-        float *o = fl_tensor_f32(c->kfeed[i]);
+        if (same_rows && pv->dtype == FL_FLOAT32 && !pv->layout && !pv->lod_n && !o->layout && !o->lod_n) {
+            fl_tensor tmp = *o;
+            *o = *pv, *pv = tmp;
+            continue;
+        }
+        FL_CHECK(fl_tensor_resize(o, FL_FLOAT32, 4, (const int64_t[]){R, H, t, d}));
+        float *ov = fl_tensor_f32(o);
         const float *in = fl_tensor_cdata(pv);
         for (int64_t r = 0; r < R; r++) {
             if (parent[r] < 0 || parent[r] >= np)
                 return fl__err(FL_EINVAL, "transformer decoder: parent row %d of %lld", parent[r], (long long)np);
-            memcpy(o + r * blk, in + parent[r] * blk, (size_t)blk * sizeof *o);
+            memcpy(ov + r * blk, in + parent[r] * blk, (size_t)blk * sizeof *ov);
         }
     }
-    fl_feed *feed = malloc((size_t)(4 + 2 * n2) * sizeof *feed);
+    fl_feed *feed = malloc((size_t)(4 + n2) * sizeof *feed);
     const char **fetch = malloc((size_t)(1 + n2) * sizeof *fetch);
     fl_tensor **res = malloc((size_t)(1 + n2) * sizeof *res);
     int st = feed && fetch && res ? FL_OK : fl__err(FL_ENOMEM, "transformer decoder: out of memory");
@@ -312,7 +329,6 @@ int fl__tr_cache_step(fl__tr_cache *c, const int64_t *seq, int64_t stride, int64
         /* the cross keys / values only when next's scope lacks them (it keeps its buffers) */
         int cross = t == 0 || !c->next_fed;
         for (int i = 0; cross && i < n2; i++) feed[nf++] = (fl_feed){c->cross_kv[i], c->cfeed[i]};
-        for (int i = 0; t > 0 && i < n2; i++) feed[nf++] = (fl_feed){c->cache_kv[i], c->kfeed[i]};
         fetch[0] = c->predict;
         for (int i = 0; i < n2; i++) fetch[1 + i] = t > 0 ? c->full_kv[i] : c->self_kv[i];
         st = t > 0 ? fl_exe_run(c->enext, c->next, feed, nf, fetch, 1 + n2, res)
