@@ -4,7 +4,7 @@
  * FLEET_FUSE_BN_ADD_ACT=1 and 0, with the blocked layouts on and off, and gives the same
  * losses, filter and batch_norm gradients and parameters; every block end is fused (one
  * fused op per block, no relu or elementwise_add left); a variable named in no_grad is
- * never fused away.  The finite-difference checks of the fused op are in test_grad_conv. */
+ * never fused away, nor a block whose residual is the batch_norm's own input.  The finite-difference checks of the fused op are in test_grad_conv. */
 #include "gradcheck.h"
 
 #include "graph/op_layout.h"
@@ -132,4 +132,25 @@ TEST(kept_name_not_fused)
     fl_prog_free(p);
 }
 
-TEST_MAIN(T(fused_same_as_unfused_blocked), T(fused_same_as_unfused_plain), T(kept_name_not_fused))
+/* relu(batch_norm(x) + x): Z would be X, whose two gradients would come from one op; left as
+ * three ops.  relu(batch_norm(x) + z) next to it is fused. */
+TEST(z_same_as_x_not_fused)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *x = fl_layer_data(p, "x", FL_SHAPE(4, 3, 3), FL_FLOAT32, 0);
+    fl_var *z = fl_layer_data(p, "z", FL_SHAPE(4, 3, 3), FL_FLOAT32, 0);
+    fl_var *a = fl_layer_relu(fl_layer_elementwise_add(fl_layer_batch_norm(x, NULL, 0, 0.9f, 1e-5f, NULL), x, -1));
+    fl_var *b = fl_layer_relu(fl_layer_elementwise_add(fl_layer_batch_norm(a, NULL, 0, 0.9f, 1e-5f, NULL), z, -1));
+    fl_var *loss = fl_layer_mean(b);
+    CHECK(loss != NULL);
+    CHECK_OK(fl_append_backward(loss, NULL, 0, NULL, NULL));
+    run_result r;
+    memset(&r, 0, sizeof r);
+    count_ops(p, &r);
+    CHECK_EQ_INT(r.fused, 1);
+    CHECK_EQ_INT(r.relu, 2);
+    fl_prog_free(p);
+}
+
+TEST_MAIN(T(fused_same_as_unfused_blocked), T(fused_same_as_unfused_plain), T(kept_name_not_fused),
+          T(z_same_as_x_not_fused))

@@ -228,11 +228,13 @@ int fl__fuse_bn_add_act(fl_prog *p, const char *const *keep, int nkeep, const ch
                 continue;
             k = q, which = w;
         }
-        if (k < 0) continue;
+        fl_var *z = ab[1 - which];
+        /* in place (Y is X or Z) or Z = X (two gradients from one op): left as they are */
+        if (k < 0 || z == y || p->ops[k]->in[0].vars[0] == y || p->ops[k]->in[0].vars[0] == z) continue;
         int clash = 0; /* the fused op writes y at j: ops between j and i must not touch it */
         for (int q = j + 1; q < i && !clash; q++) clash = op_reads(p->ops[q], y) || op_writes(p->ops[q], y);
         if (clash) continue;
-        FL_CHECK(fuse_one(p, k, j, i, ab[1 - which]));
+        FL_CHECK(fuse_one(p, k, j, i, z));
         fused++;
         i = k - 1; /* the ops from k on shifted: look again from there */
     }
