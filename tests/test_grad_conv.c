@@ -8,7 +8,8 @@
  *     counting padding, global max and avg, ceil_mode;
  *   batch_norm: 2-D and 4-D inputs in training mode (X, Scale and Bias), with a fused-in
  *     activation, relu fused into the op (fuse_with_relu, no relu op either way), and with
- *     use_global_stats / is_test; the training-mode output does not
+ *     use_global_stats / is_test; relu(batch_norm(x) + z) as the one fused_bn_add_activation
+ *     append_backward makes of it (Z an input or a second batch_norm's output); the training-mode output does not
  *     depend on the moving statistics that every evaluation updates (checked directly).
  * Every output is first multiplied by frozen random weights of its own shape, so that
  * each element gets its own weight in the loss (gc_loss alone weighs only the last dim).
@@ -281,6 +282,45 @@ static void bn_relu_grad(int is_test)
 TEST(grad_bn_relu_fused) { bn_relu_grad(0); }
 TEST(grad_bn_relu_fused_is_test) { bn_relu_grad(1); }
 
+/* relu(batch_norm(x) + z), which append_backward fuses into one fused_bn_add_activation and
+ * its gradient op (src/graph/fuse.c): the gradients of X, Z, Scale and Bias, with z an input
+ * (an identity shortcut) or a second batch_norm's output (a projection shortcut; then the
+ * later batch_norm is the fused one), training mode and is_test. */
+static void bn_add_relu_grad(int z_bn, int is_test)
+{
+    fl_prog *p = newprog();
+    fl_var *x = gc_input(p, "x", 4, (const int64_t[]){3, 4, 3, 2}, -1, 1);
+    fl_var *z = gc_input(p, "z", 4, (const int64_t[]){3, 4, 3, 2}, -1, 1);
+    fl_batch_norm_attr a;
+    memset(&a, 0, sizeof a);
+    a.scale.init = fl_init_uniform(0.5f, 1.5f);
+    a.bias.init = fl_init_uniform(-0.5f, 0.5f);
+    fl_var *b = fl_layer_batch_norm(x, NULL, is_test, 0.9f, 1e-5f, &a);
+    if (z_bn) z = fl_layer_batch_norm(z, NULL, is_test, 0.9f, 1e-5f, &a);
+    fl_var *y = fl_layer_relu(fl_layer_elementwise_add(b, z, -1));
+    gc_check(gc_loss(weigh(y)), NULL, 0, NULL, fine_eps);
+    int fused = 0, fused_grad = 0, bn = 0, bng = 0, other = 0;
+    for (int i = 0; i < p->nops; i++) {
+        const char *t = p->ops[i]->def->type;
+        fused += !strcmp(t, "fused_bn_add_activation");
+        fused_grad += !strcmp(t, "fused_bn_add_activation_grad");
+        bn += !strcmp(t, "batch_norm");
+        bng += !strcmp(t, "batch_norm_grad");
+        other += !strncmp(t, "relu", 4) || !strncmp(t, "elementwise_add", 15);
+        if (!strcmp(t, "fused_bn_add_activation")) CHECK(p->ops[i]->out[0].vars[0] == y);
+    }
+    CHECK_EQ_INT(fused, 1);
+    CHECK_EQ_INT(fused_grad, 1);
+    CHECK_EQ_INT(bn, z_bn);
+    CHECK_EQ_INT(bng, z_bn);
+    CHECK_EQ_INT(other, 0);
+    fl_prog_free(p);
+}
+
+TEST(grad_bn_add_relu_fused) { bn_add_relu_grad(0, 0); }
+TEST(grad_bn_add_relu_fused_two_bn) { bn_add_relu_grad(1, 0); }
+TEST(grad_bn_add_relu_fused_is_test) { bn_add_relu_grad(0, 1); }
+
 /* Each evaluation updates the moving statistics; the training output ignores them. */
 TEST(bn_training_output_ignores_moving_stats)
 {
@@ -336,4 +376,5 @@ TEST_MAIN(T(grad_conv_s1_p0), T(grad_conv_s2_p1), T(grad_conv_dilation2), T(grad
           T(grad_pool_max2_ties_and_edges), T(grad_pool_max2_tiling_and_odd), T(grad_pool_global_max),
           T(grad_pool_global_avg), T(grad_pool_ceil_mode), T(grad_bn_2d), T(grad_bn_4d), T(grad_bn_4d_tanh),
           T(grad_bn_is_test), T(grad_bn_use_global_stats), T(grad_bn_relu_fused), T(grad_bn_relu_fused_is_test),
+          T(grad_bn_add_relu_fused), T(grad_bn_add_relu_fused_two_bn), T(grad_bn_add_relu_fused_is_test),
           T(bn_training_output_ignores_moving_stats), T(grad_conv_bn_pool_chain))

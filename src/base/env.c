@@ -22,6 +22,9 @@
  *                      process exit (default 0; src/exec/profile.c)
  *   FLEET_DNN_LAYOUT   0: oneDNN's convolutions hand on plain NCHW tensors instead of their
  *                      blocked layouts (default 1; src/graph/op_layout.c, src/tensor/layout.h)
+ *   FLEET_FUSE_BN_ADD_ACT  0: append_backward leaves batch_norm + elementwise_add + relu as
+ *                      three ops instead of one fused_bn_add_activation (default 1;
+ *                      src/graph/fuse.c)
  *
  * Paddle's launcher variables, read by the role makers (src/fleet/role.c):
  *   PADDLE_TRAINER_ID            this trainer's index (integer in [0, trainers)); also the

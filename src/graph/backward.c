@@ -148,6 +148,8 @@ static int append_backward(fl_var *loss, const char *const *no_grad, int n_no_gr
                               "append_backward: loss '%s' must have one element (use mean or reduce_sum), "
                               "its shape has %d dims",
                               loss->name, loss->ndim);
+    int nfused = fl__fuse_bn_add_act(p, cps, ncps, no_grad, n_no_grad);
+    if (nfused < 0) return nfused;
     fl_recompute *rc = NULL;
     FL_CHECK(fl__recompute_plan(p, cps, ncps, &rc));
     fl_grad_ctx g = {p, p->nvars, calloc((size_t)p->nvars + 1, 1), calloc((size_t)p->nvars + 1, sizeof(contrib)), FL_OK};

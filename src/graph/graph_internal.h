@@ -183,6 +183,10 @@ int fl__prog_remove_var(fl_prog *p, fl_var *v);
 int fl__prog_move_last_op(fl_prog *p, int pos);
 /* Role given to ops appended from now on (FL_ROLE_*). */
 void fl__prog_set_role(fl_prog *p, int role);
+/* fuse.c: batch_norm + elementwise_add + relu on forward ops made one fused_bn_add_activation
+ * (unless FLEET_FUSE_BN_ADD_ACT=0), never removing a variable named in keep or keep2; the
+ * number fused, or a status < 0.  append_backward calls it first. */
+int fl__fuse_bn_add_act(fl_prog *p, const char *const *keep, int nkeep, const char *const *keep2, int nkeep2);
 
 int fl__attr_set_i(fl_op *op, const char *name, int64_t v);
 int fl__attr_set_f(fl_op *op, const char *name, double v);

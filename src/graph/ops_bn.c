@@ -127,6 +127,7 @@ typedef struct {
     float *mout, *vout, *smd, *svd;
     float eps, mom;
     int global, relu;
+    const float *z; /* fused_bn_add_activation: added before the relu (NULL: none) */
 } bn_fwd_job;
 
 static void bn_fwd_range(void *arg, int64_t lo, int64_t hi)
@@ -156,10 +157,14 @@ static void bn_fwd_range(void *arg, int64_t lo, int64_t hi)
         for (int64_t n = 0; n < N; n++) {
             const float *restrict r = xd + (n * C + ch) * S;
             float *restrict o = j->y + (n * C + ch) * S;
-            if (j->relu)
+            if (j->z) {
+                const float *restrict zr = j->z + (n * C + ch) * S;
+                for (int64_t i = 0; i < S; i++) o[i] = r[i] * a + b + zr[i] > 0.0f ? r[i] * a + b + zr[i] : 0.0f;
+            } else if (j->relu) {
                 for (int64_t i = 0; i < S; i++) o[i] = r[i] * a + b > 0.0f ? r[i] * a + b : 0.0f;
-            else
+            } else {
                 for (int64_t i = 0; i < S; i++) o[i] = r[i] * a + b;
+            }
         }
     }
 }
@@ -213,20 +218,46 @@ static inline __attribute__((always_inline)) void bn_fwd_blk(const bn_fwd_job *j
         for (int64_t n = 0; n < N; n++) {
             const float *restrict r = j->x + (n * CB + cb) * S * B;
             float *restrict o = j->y + (n * CB + cb) * S * B;
-            if (j->relu)
+            if (j->z) {
+                const float *restrict zr = j->z + (n * CB + cb) * S * B;
+                for (int64_t i = 0; i < S; i++)
+                    for (int l = 0; l < B; l++) {
+                        const float v = r[i * B + l] * a[l] + b[l] + zr[i * B + l];
+                        o[i * B + l] = v > 0.0f ? v : 0.0f;
+                    }
+            } else if (j->relu) {
                 for (int64_t i = 0; i < S; i++)
                     for (int l = 0; l < B; l++) {
                         const float v = r[i * B + l] * a[l] + b[l];
                         o[i * B + l] = v > 0.0f ? v : 0.0f;
                     }
-            else
+            } else {
                 for (int64_t i = 0; i < S; i++)
                     for (int l = 0; l < B; l++) o[i * B + l] = r[i * B + l] * a[l] + b[l];
+            }
         }
     }
 }
 static FL_CLONE_TARGETS void bn_fwd_blk16(const bn_fwd_job *j) { bn_fwd_blk(j, 16); }
 static FL_CLONE_TARGETS void bn_fwd_blk8(const bn_fwd_job *j) { bn_fwd_blk(j, 8); }
+
+/* fused_bn_add_activation's Z (input slot `slot`): float32 with X's shape, converted to X's
+ * layout (or X to plain when Z is a persistable, which is never converted). */
+static int bn_residual(fl_kctx *c, int slot, fl_tensor *x)
+{
+    FL_CHECK(fl__kctx_dense_f32(c, slot));
+    fl_tensor *z = FL_IN(c, slot);
+    if (z->ndim != x->ndim || memcmp(z->shape, x->shape, (size_t)x->ndim * sizeof *x->shape)) {
+        char zs[96], xs[96];
+        fl_tensor_describe(z, zs, sizeof zs);
+        fl_tensor_describe(x, xs, sizeof xs);
+        return fl__err(FL_EINVAL, "%s: Z '%s' %s must have the shape of X '%s' %s", c->op->def->type,
+                       fl__kctx_var_name(c, slot, 0), zs, fl__kctx_var_name(c, 0, 0), xs);
+    }
+    if (z->layout == x->layout) return FL_OK;
+    if (c->op->in[slot].vars[0]->persistable) return fl__tensor_to_plain(x);
+    return fl__tensor_to_layout(z, x->layout);
+}
 
 static int run_batch_norm(fl_kctx *c)
 {
@@ -238,6 +269,12 @@ static int run_batch_norm(fl_kctx *c)
     float eps = (float)fl__attr_f(c->op, "epsilon", 1e-5), mom = (float)fl__attr_f(c->op, "momentum", 0.9);
     int global = fl__attr_i(c->op, "is_test", 0) || fl__attr_i(c->op, "use_global_stats", 0);
     int relu = fl__attr_i(c->op, "fuse_with_relu", 0) != 0;
+    const float *zd = NULL;
+    if (c->op->def == &fl__def_fused_bn_add_act) { /* Z, added before the relu, read in X's layout */
+        FL_CHECK(bn_residual(c, 5, x));
+        zd = FL_IN(c, 5)->data;
+        relu = 1;
+    }
     if (!global && N * S == 0)
         return fl__err(FL_EINVAL, "batch_norm: input '%s' is empty: no batch statistics", fl__kctx_var_name(c, 0, 0));
     FL_CHECK(fl__tensor_reshape_raw(y, FL_FLOAT32, x->ndim, x->shape));
@@ -250,7 +287,7 @@ static int run_batch_norm(fl_kctx *c)
     FL_CHECK(fl__tensor_reshape_raw(sm, FL_FLOAT32, 1, &C));
     FL_CHECK(fl__tensor_reshape_raw(sv, FL_FLOAT32, 1, &C));
     bn_fwd_job j = {N,        C,        S,        x->data,  y->data, scale, bias,   mean_in, var_in,
-                    mo->data, vo->data, sm->data, sv->data, eps,     mom,   global, relu};
+                    mo->data, vo->data, sm->data, sv->data, eps,     mom,   global, relu,    zd};
     const int B = fl__layout_block(x->layout);
     if (B == 16) bn_fwd_blk16(&j);
     else if (B == 8) bn_fwd_blk8(&j);
@@ -264,15 +301,21 @@ typedef struct {
     const float *x, *dy, *y, *scale, *mean, *inv;
     float *dx, *ds, *db;
     int global;
+    float *dz; /* fused_bn_add_activation_grad: Z@GRAD, dy masked by Y > 0 (NULL: not asked) */
 } bn_grad_job;
 
 static void bn_grad_range(void *arg, int64_t lo, int64_t hi)
 {
     const bn_grad_job *j = arg;
     const int64_t N = j->N, C = j->C, S = j->S;
-    const float *xd = j->x, *dy = j->dy, *yd = j->y;
     const double M = (double)(N * S);
     for (int64_t ch = lo; ch < hi; ch++) {
+        const float *xd = j->x, *dy = j->dy, *yd = j->y;
+        if (j->dz) { /* Z@GRAD is the masked dy, which then stands for dy and Y */
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t i = (n * C + ch) * S, e = i + S; i < e; i++) j->dz[i] = yd[i] > 0.0f ? dy[i] : 0.0f;
+            dy = j->dz, yd = NULL;
+        }
         const float m = j->mean[ch], iv = j->inv[ch];
         double sb = 0.0, ss = 0.0;
         for (int64_t n = 0; n < N; n++) {
@@ -314,7 +357,15 @@ static inline __attribute__((always_inline)) void bn_grad_blk(const bn_grad_job 
             for (int64_t s0 = 0; s0 < S; s0 += CHUNK) {
                 const int64_t e = S - s0 < CHUNK ? S : s0 + CHUNK;
                 float ab[MAXB] = {0}, as[MAXB] = {0};
-                if (yr)
+                if (yr && j->dz)
+                    for (int64_t i = s0; i < e; i++)
+                        for (int l = 0; l < B; l++) {
+                            const float gv = yr[i * B + l] > 0.0f ? g[i * B + l] : 0.0f;
+                            j->dz[at + i * B + l] = gv;
+                            ab[l] += gv;
+                            as[l] += gv * (r[i * B + l] - m[l]);
+                        }
+                else if (yr)
                     for (int64_t i = s0; i < e; i++)
                         for (int l = 0; l < B; l++) {
                             const float gv = yr[i * B + l] > 0.0f ? g[i * B + l] : 0.0f;
@@ -341,7 +392,9 @@ static inline __attribute__((always_inline)) void bn_grad_blk(const bn_grad_job 
         if (!j->dx) continue;
         for (int64_t n = 0; n < N; n++) {
             const int64_t at = (n * CB + cb) * S * B;
-            const float *restrict r = j->x + at, *restrict g = j->dy + at, *restrict yr = j->y ? j->y + at : NULL;
+            /* with Z@GRAD written above, it is dy masked already */
+            const float *restrict r = j->x + at, *restrict g = (j->dz ? j->dz : j->dy) + at;
+            const float *restrict yr = j->y && !j->dz ? j->y + at : NULL;
             float *restrict o = j->dx + at;
             if (yr)
                 for (int64_t i = 0; i < S; i++)
@@ -379,11 +432,13 @@ static int run_batch_norm_grad(fl_kctx *c)
     const float *yd = NULL;                         /* fuse_with_relu: Y, whose zeros stop the gradient */
     FL_CHECK(fl__tensor_to_layout(dyt, x->layout)); /* dy and Y read in X's layout */
     dy = dyt->data;
-    if (fl__attr_i(c->op, "fuse_with_relu", 0)) {
+    const int fused = c->op->def == &fl__def_fused_bn_add_act_grad; /* relu always, and Z@GRAD */
+    fl_tensor *dz = fused ? FL_OUT(c, 3) : NULL;
+    if (fused || fl__attr_i(c->op, "fuse_with_relu", 0)) {
         fl_tensor *yt = FL_IN(c, 5);
         if (yt && yt->dtype == FL_FLOAT32 && yt->numel == x->numel) FL_CHECK(fl__tensor_to_layout(yt, x->layout));
         if (!yt || yt->dtype != FL_FLOAT32 || yt->numel != x->numel)
-            return fl__err(FL_EINVAL, "batch_norm_grad: fuse_with_relu needs Y, float32 of %lld elements (input '%s')",
+            return fl__err(FL_EINVAL, "%s: the fused relu needs Y, float32 of %lld elements (input '%s')", c->op->def->type,
                            (long long)x->numel, fl__kctx_var_name(c, 0, 0));
         yd = yt->data;
     }
@@ -391,14 +446,31 @@ static int run_batch_norm_grad(fl_kctx *c)
         FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, x->ndim, x->shape));
         FL_CHECK(fl__tensor_share_lod(dx, x));
     }
+    if (dz) {
+        FL_CHECK(fl__tensor_reshape_raw(dz, FL_FLOAT32, x->ndim, x->shape));
+        FL_CHECK(fl__tensor_share_lod(dz, x));
+    }
     if (ds) FL_CHECK(fl__tensor_reshape_raw(ds, FL_FLOAT32, 1, &C));
     if (db) FL_CHECK(fl__tensor_reshape_raw(db, FL_FLOAT32, 1, &C));
-    bn_grad_job j = {
-        N, C, S, xd, dy, yd, scale, mean, inv, dx ? dx->data : NULL, ds ? ds->data : NULL, db ? db->data : NULL, global};
+    bn_grad_job j = {N,
+                     C,
+                     S,
+                     xd,
+                     dy,
+                     yd,
+                     scale,
+                     mean,
+                     inv,
+                     dx ? dx->data : NULL,
+                     ds ? ds->data : NULL,
+                     db ? db->data : NULL,
+                     global,
+                     dz ? dz->data : NULL};
     const int B = fl__layout_block(x->layout);
     if (B == 16) bn_grad_blk16(&j);
     else if (B == 8) bn_grad_blk8(&j);
     else bn_grad_range(&j, 0, C);
+    if (dz) FL_CHECK(fl__tensor_set_layout(dz, x->layout));
     return dx ? fl__tensor_set_layout(dx, x->layout) : FL_OK;
 }
 
@@ -406,12 +478,13 @@ static int grad_batch_norm(fl_op *op, fl_grad_ctx *g)
 {
     fl_var *dy = fl__grad_of(g, op->out[0].vars[0]);
     if (!dy) return FL_OK;
-    fl_var *gv[3] = {fl__grad_for(g, op->in[0].vars[0]), fl__grad_for(g, op->in[1].vars[0]),
-                     fl__grad_for(g, op->in[2].vars[0])};
-    static const char *const names[3] = {"X@GRAD", "Scale@GRAD", "Bias@GRAD"};
-    fl_io o[3];
+    const int fused = op->def == &fl__def_fused_bn_add_act; /* Z (input 5) gets dy masked by Y > 0 */
+    fl_var *gv[4] = {fl__grad_for(g, op->in[0].vars[0]), fl__grad_for(g, op->in[1].vars[0]),
+                     fl__grad_for(g, op->in[2].vars[0]), fused ? fl__grad_for(g, op->in[5].vars[0]) : NULL};
+    static const char *const names[4] = {"X@GRAD", "Scale@GRAD", "Bias@GRAD", "Z@GRAD"};
+    fl_io o[4];
     int no = 0;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (gv[i]) o[no++] = (fl_io){names[i], &gv[i], 1};
     if (!no) return FL_OK;
     fl_io in[6] = {FL_IO1("X", op->in[0].vars[0]),
@@ -420,6 +493,7 @@ static int grad_batch_norm(fl_op *op, fl_grad_ctx *g)
                    FL_IO1("SavedVariance", op->out[4].vars[0]),
                    FL_IO1("Y@GRAD", dy),
                    FL_IO1("Y", op->out[0].vars[0])};
+    if (fused) return fl__grad_append(op, "fused_bn_add_activation_grad", in, 6, o, no);
     return fl__grad_append(op, "batch_norm_grad", in, fl__attr_i(op, "fuse_with_relu", 0) ? 6 : 5, o, no);
 }
 
@@ -437,6 +511,43 @@ const fl_op_def fl__def_batch_norm_grad = {"batch_norm_grad",
                                            run_batch_norm_grad,
                                            NULL,
                                            NULL};
+
+/* Paddle's fused_bn_add_activation (its fuse_bn_add_act pass; here fl__fuse_bn_add_act,
+ * src/graph/fuse.c): Y = act(batch_norm(X) + Z) in batch_norm's normalising pass, act_type
+ * relu only.  Inputs X, Scale, Bias, Mean, Variance as batch_norm's, then Z (X's shape; the
+ * slot order is this port's, Paddle's op lists Z second), outputs and the other attributes
+ * as batch_norm's.  Its gradient op reads what batch_norm_grad with the fused relu reads and
+ * writes Z@GRAD (dy masked by Y > 0) as well, in the pass that sums the gradient. */
+static int infer_fused_bn_add_act(fl_op *op)
+{
+    FL_CHECK(infer_batch_norm(op));
+    fl_var *x = op->in[0].vars[0], *z = op->in[5].vars[0];
+    FL_CHECK(fl__op_need_f32(op, z));
+    if (z->ndim != x->ndim || memcmp(z->shape, x->shape, (size_t)x->ndim * sizeof *x->shape)) {
+        char xs[96], zs[96];
+        fl__shape_str(x, xs, sizeof xs);
+        fl__shape_str(z, zs, sizeof zs);
+        return fl__op_error(op, "Z '%s' %s must have the shape of X '%s' %s", z->name, zs, x->name, xs);
+    }
+    const char *act = fl__attr_s(op, "act_type", "relu");
+    if (strcmp(act, "relu") != 0) return fl__op_error(op, "act_type '%s' (input '%s') must be relu", act, x->name);
+    return FL_OK;
+}
+
+const fl_op_def fl__def_fused_bn_add_act = {"fused_bn_add_activation",
+                                            {"X", "Scale", "Bias", "Mean", "Variance", "Z"},
+                                            {"Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"},
+                                            infer_fused_bn_add_act,
+                                            run_batch_norm,
+                                            grad_batch_norm,
+                                            NULL};
+const fl_op_def fl__def_fused_bn_add_act_grad = {"fused_bn_add_activation_grad",
+                                                 {"X", "Scale", "SavedMean", "SavedVariance", "Y@GRAD", "Y"},
+                                                 {"X@GRAD", "Scale@GRAD", "Bias@GRAD", "Z@GRAD"},
+                                                 fl__infer_nop,
+                                                 run_batch_norm_grad,
+                                                 NULL,
+                                                 NULL};
 
 /* Moving statistic: an existing persistable [C] variable of that name is shared. */
 static fl_var *bn_moving(fl_prog *p, const char *name, int64_t C, float init, const fl_var *x)

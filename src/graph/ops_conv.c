@@ -562,6 +562,12 @@ fl_var *fl_layer_conv2d(fl_var *input, int64_t num_filters, int filter_h, int fi
     return a > ACT_SIGMOID ? fl__conv_post_act(out, a) : out;
 }
 
-const fl_op_def *const fl__ops_conv[] = {
-    &def_conv2d, &def_conv2d_grad, &fl__def_pool2d, &fl__def_pool2d_grad, &fl__def_batch_norm, &fl__def_batch_norm_grad,
-    NULL};
+const fl_op_def *const fl__ops_conv[] = {&def_conv2d,
+                                         &def_conv2d_grad,
+                                         &fl__def_pool2d,
+                                         &fl__def_pool2d_grad,
+                                         &fl__def_batch_norm,
+                                         &fl__def_batch_norm_grad,
+                                         &fl__def_fused_bn_add_act,
+                                         &fl__def_fused_bn_add_act_grad,
+                                         NULL};

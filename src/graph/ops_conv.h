@@ -43,5 +43,7 @@ static inline double fl__conv_lane_sum(const float *restrict r, int64_t n)
 extern const fl_op_def fl__def_pool2d, fl__def_pool2d_grad;
 /* ops_bn.c: batch_norm and its gradient, listed in fl__ops_conv. */
 extern const fl_op_def fl__def_batch_norm, fl__def_batch_norm_grad;
+/* batch_norm + elementwise_add + relu as one op (ops_bn.c; made by fl__fuse_bn_add_act). */
+extern const fl_op_def fl__def_fused_bn_add_act, fl__def_fused_bn_add_act_grad;
 
 #endif
