@@ -22,6 +22,9 @@
  *                      process exit (default 0; src/exec/profile.c)
  *   FLEET_DNN_LAYOUT   0: oneDNN's convolutions hand on plain NCHW tensors instead of their
  *                      blocked layouts (default 1; src/graph/op_layout.c, src/tensor/layout.h)
+ *   FLEET_INFER_FUSE   0: programs cloned for test and loaded inference models keep their
+ *                      batch_norm, relu and residual add ops instead of having them folded
+ *                      and fused into the convolutions (default 1; src/graph/fold_infer.c)
  *
  * Paddle's launcher variables, read by the role makers (src/fleet/role.c):
  *   PADDLE_TRAINER_ID            this trainer's index (integer in [0, trainers)); also the

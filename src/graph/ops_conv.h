@@ -41,5 +41,7 @@ static inline double fl__conv_lane_sum(const float *restrict r, int64_t n)
 extern const fl_op_def fl__def_pool2d, fl__def_pool2d_grad;
 /* ops_bn.c: batch_norm and its gradient, listed in fl__ops_conv. */
 extern const fl_op_def fl__def_batch_norm, fl__def_batch_norm_grad;
+/* fold_infer.c: batch_norm's statistics folded into a filter and bias, listed in fl__ops_conv. */
+extern const fl_op_def fl__def_conv_bn_fold;
 
 #endif

@@ -41,6 +41,12 @@ int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, co
     (void)cache, (void)d, (void)x, (void)w, (void)bias, (void)y;
     return no_dnnl();
 }
+int fl__conv_fwd_sum(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias,
+                     fl_tensor *res, float *y)
+{
+    (void)cache, (void)d, (void)x, (void)w, (void)bias, (void)res, (void)y;
+    return no_dnnl();
+}
 int fl__conv_bwd_data(fl_conv_cache **cache, const fl_conv_desc *d, const float *dy, const void *w, float *dx)
 {
     (void)cache, (void)d, (void)dy, (void)w, (void)dx;
@@ -91,6 +97,7 @@ typedef struct {
     dnnl_memory_t user;
     dnnl_memory_t inner; /* NULL: the convolution uses `user` directly */
     dnnl_primitive_t re; /* user -> inner, or inner -> user for an output */
+    dnnl_primitive_t pre; /* the sum post-op's output: user -> inner before the convolution */
 } port;
 
 typedef struct {
@@ -104,6 +111,7 @@ typedef struct {
 
 struct fl_conv_cache {
     uint64_t tick;
+    fl_tensor *res; /* fl__conv_fwd_sum's residual, for the call in progress */
     int out_lay; /* of the last call */
     dnnl_stream_t stream;
     entry e[SLOTS];
@@ -114,6 +122,7 @@ static void entry_clear(entry *e)
     if (e->prim) dnnl_primitive_destroy(e->prim);
     for (int i = 0; i < e->np; i++) {
         if (e->p[i].re) dnnl_primitive_destroy(e->p[i].re);
+        if (e->p[i].pre) dnnl_primitive_destroy(e->p[i].pre);
         if (e->p[i].inner) dnnl_memory_destroy(e->p[i].inner);
         if (e->p[i].user) dnnl_memory_destroy(e->p[i].user);
     }
@@ -286,6 +295,7 @@ static int entry_make(entry *e, dnnl_engine_t eng, const conv_key *k)
     int bf16 = d->x_type == FL_BFLOAT16 || d->w_type == FL_BFLOAT16;
     memset(e, 0, sizeof *e);
     TRY(dnnl_post_ops_create(&po), "post-ops");
+    if (d->sum) TRY(dnnl_post_ops_append_sum(po, 1.0f), "sum post-op");
     if (d->act) TRY(dnnl_post_ops_append_eltwise(po, 1.0f, act_alg(d->act), 0.0f, 0.0f), "eltwise post-op");
     TRY(dnnl_primitive_attr_create(&attr), "attributes");
     TRY(dnnl_primitive_attr_set_post_ops(attr, po), "attributes");
@@ -329,6 +339,15 @@ static int entry_make(entry *e, dnnl_engine_t eng, const conv_key *k)
         TRY(port_add(e, eng, args[k->dir][i], outs[k->dir][i], um[i], dnnl_primitive_desc_query_md(pd, q[k->dir][i], 0)),
             "operand reorder");
     if (k->dir == FWD && d->has_bias) TRY(port_add(e, eng, DNNL_ARG_BIAS, 0, &u.b, &u.b), "bias memory");
+    if (k->dir == FWD && d->sum && e->p[2].inner) { /* the residual, in the caller's y, goes in first */
+        dnnl_primitive_desc_t rpd = NULL;
+        const dnnl_memory_desc_t *in_md = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+        s = dnnl_reorder_primitive_desc_create(&rpd, &u.y, eng, in_md, eng, NULL);
+        if (s == dnnl_success) s = dnnl_primitive_create(&e->p[2].pre, rpd);
+        if (rpd) dnnl_primitive_desc_destroy(rpd);
+        TRY(s, "residual reorder");
+        atomic_fetch_add(&n_prims, 1);
+    }
     if (fl__log_enabled(FL_LOG_DEBUG, FL_SUB_TENSOR)) {
         const char *impl = "?";
         dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
@@ -378,7 +397,7 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
     memset(&k, 0, sizeof k);
     k.d = *dd;
     k.dir = dir;
-    if (dir != FWD) k.d.act = 0, k.d.has_bias = 0;
+    if (dir != FWD) k.d.act = 0, k.d.has_bias = 0, k.d.sum = 0;
     if (dir == FWD) k.d.y_lay = 0;
     if (dir == BWD_DATA) k.d.x_lay = 0;
     if (dir == BWD_WEIGHTS) k.d.blocked_out = 0;
@@ -394,6 +413,14 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
         e = victim;
     }
     e->last = ++cache->tick;
+    if (k.d.sum) { /* the residual into y, in the layout y is written in */
+        fl_tensor *r = cache->res;
+        size_t bytes = (size_t)(dd->n * dd->m * dd->oh * dd->ow) * sizeof(float);
+        if (!r || r->dtype != FL_FLOAT32 || (size_t)r->numel * sizeof(float) != bytes)
+            return fl__err(FL_EINVAL, "conv2d: the residual must be float32 of the output's %zu values", bytes / 4);
+        FL_CHECK(fl__tensor_to_layout(r, e->out_lay));
+        if (r->data != data[2]) memcpy(data[2], r->data, bytes);
+    }
     dnnl_exec_arg_t args[MAX_PORTS];
     dnnl_status_t s = dnnl_success;
     const char *step = "reorder";
@@ -413,9 +440,9 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
             args[i].memory = *dy_in;
             continue;
         }
-        if (p->re && !p->out) {
+        if ((p->re && !p->out) || p->pre) {
             dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, p->user}, {DNNL_ARG_TO, p->inner}};
-            s = dnnl_primitive_execute(p->re, cache->stream, 2, ra);
+            s = dnnl_primitive_execute(p->pre ? p->pre : p->re, cache->stream, 2, ra);
         }
     }
     if (s == dnnl_success) {
@@ -444,6 +471,18 @@ int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, co
     if (d->n == 0) return FL_OK;
     void *data[MAX_PORTS] = {(void *)x, (void *)w, y, (void *)bias};
     return conv_run(cache, d, FWD, data, NULL);
+}
+
+int fl__conv_fwd_sum(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias,
+                     fl_tensor *res, float *y)
+{
+    if (d->n == 0) return FL_OK;
+    if (!*cache && !(*cache = calloc(1, sizeof **cache))) return fl__err(FL_ENOMEM, "conv2d: out of memory");
+    void *data[MAX_PORTS] = {(void *)x, (void *)w, y, (void *)bias};
+    (*cache)->res = res;
+    int st = conv_run(cache, d, FWD, data, NULL);
+    (*cache)->res = NULL;
+    return st;
 }
 
 int fl__conv_bwd_data(fl_conv_cache **cache, const fl_conv_desc *d, const float *dy, const void *w, float *dx)
