@@ -6,7 +6,7 @@
  * fused program; a batch_norm statistic or a filter changed between two runs changes the
  * next output as the unfused program's (no stale fold); an inference model saved and loaded
  * is fused and computes the same; bf16 AMP eval agrees within bf16's precision; a training
- * clone is left alone. */
+ * clone is left alone; pool2d on blocked tensors computes what it computes on plain ones. */
 #include "gradcheck.h"
 
 #include "graph/op_layout.h"
@@ -287,6 +287,53 @@ TEST(test_amp_bf16_eval)
     net_free(&n);
 }
 
+/* pool2d on a convolution's blocked output (nChw16c, and nChw8c-sized channels) gives the
+ * plain path's values bit for bit: max 3x3 stride 2 padding 1 (ResNet's), avg with padding
+ * (exclusive and not), global avg. */
+TEST(test_pool_blocked_same_as_plain)
+{
+    if (!fl__dnn_available()) TSKIP("no oneDNN in this build");
+    enum { NP = 4 };
+    float *res[2][NP];
+    int64_t cnt[NP];
+    for (int lay = 0; lay < 2; lay++) {
+        setenv("FLEET_DNN_LAYOUT", lay ? "1" : "0", 1);
+        fl__layout_enabled_reload();
+        fl_prog *p = fl_prog_create();
+        fl_var *x = fl_layer_data(p, "x", FL_SHAPE(8, 9, 11), FL_FLOAT32, 0);
+        fl_var *c = fl_layer_conv2d(x, 32, 3, 3, "relu", &(fl_conv2d_attr){.padding = {1, 1}});
+        fl_var *out[NP] = {fl_layer_pool2d(c, 3, "max", 2, 1, 0, 1), fl_layer_pool2d(c, 3, "avg", 2, 1, 0, 1),
+                           fl_layer_pool2d(c, 2, "avg", 1, 1, 0, 0), fl_layer_pool2d(c, 1, "avg", 1, 0, 1, 1)};
+        const char *names[NP];
+        for (int k = 0; k < NP; k++) {
+            CHECK(out[k] != NULL);
+            names[k] = fl_var_name(out[k]);
+        }
+        fl_exe *e = fl_exe_create(NULL);
+        CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
+        fl_tensor *xt = fl_tensor_create(FL_FLOAT32, FL_SHAPE(2, 8, 9, 11)), *o[NP];
+        for (int64_t i = 0; i < xt->numel; i++) ((float *)xt->data)[i] = (float)sin((double)i * 0.71);
+        fl_feed f = {"x", xt};
+        uint64_t c0 = fl__layout_conversions();
+        CHECK_OK(fl_exe_run(e, p, &f, 1, names, NP, o));
+        if (lay) CHECK(fl__layout_conversions() - c0 <= 3); /* the three pooled outputs fetched, not the input */
+        for (int k = 0; k < NP; k++) {
+            cnt[k] = o[k]->numel;
+            res[lay][k] = malloc((size_t)cnt[k] * sizeof(float));
+            memcpy(res[lay][k], o[k]->data, (size_t)cnt[k] * sizeof(float));
+        }
+        fl_tensor_free(xt);
+        fl_exe_free(e);
+        fl_prog_free(p);
+    }
+    for (int k = 0; k < NP; k++) {
+        CHECK(!memcmp(res[0][k], res[1][k], (size_t)cnt[k] * sizeof(float)));
+        free(res[0][k]), free(res[1][k]);
+    }
+    unsetenv("FLEET_DNN_LAYOUT");
+    fl__layout_enabled_reload();
+}
+
 TEST_MAIN(T(test_resnet_same_on_and_off), T(test_resnet_same_plain_layouts), T(test_resnet50_same_on_and_off),
           T(test_training_clone_untouched), T(test_params_unchanged_and_no_stale_fold), T(test_save_load_inference_model),
-          T(test_amp_bf16_eval))
+          T(test_amp_bf16_eval), T(test_pool_blocked_same_as_plain))

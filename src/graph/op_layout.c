@@ -22,6 +22,7 @@ static const op_layout_row table[] = {
     {"conv2d", FL_OPLAY_NATIVE, 1u << 0 | 1u << 3},                    /* Input, ResidualData */
     {"conv2d_grad", FL_OPLAY_NATIVE, 1u << 0 | 1u << 2},               /* Input, Output@GRAD */
     {"batch_norm", FL_OPLAY_NATIVE, 1u << 0},                          /* X */
+    {"pool2d", FL_OPLAY_NATIVE, 1u << 0},                              /* X */
     {"batch_norm_grad", FL_OPLAY_NATIVE, 1u << 0 | 1u << 4 | 1u << 5}, /* X, Y@GRAD, Y */
     {"elementwise_add", FL_OPLAY_SAME, 0},
     {"elementwise_add_grad", FL_OPLAY_SAME, 0},
