@@ -347,8 +347,8 @@ static int run_conv2d(fl_kctx *c)
         fl_conv_desc d = dnn_desc(&g, x, f);
         d.act = act == ACT_RELU ? FL_ACT_RELU : act == ACT_TANH ? FL_ACT_TANH : act == ACT_SIGMOID ? FL_ACT_SIGMOID : 0;
         d.has_bias = bd != NULL;
-        d.x_lay = x->layout, d.blocked_out = fl__layout_enabled(), d.sum = res != NULL;
-        if (res) FL_CHECK(fl__conv_fwd_sum(&st->dnn, &d, x->data, f->data, bd, res, out->data));
+        d.x_lay = x->layout, d.blocked_out = fl__layout_enabled(), d.sum = res != NULL, d.res_lay = res ? res->layout : 0;
+        if (res) FL_CHECK(fl__conv_fwd_sum(&st->dnn, &d, x->data, f->data, bd, res->data, out->data));
         else FL_CHECK(fl__conv_fwd(&st->dnn, &d, x->data, f->data, bd, out->data));
         return out->numel ? fl__tensor_set_layout(out, fl__conv_out_layout(st->dnn)) : FL_OK;
     }

@@ -42,7 +42,7 @@ int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, co
     return no_dnnl();
 }
 int fl__conv_fwd_sum(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias,
-                     fl_tensor *res, float *y)
+                     const float *res, float *y)
 {
     (void)cache, (void)d, (void)x, (void)w, (void)bias, (void)res, (void)y;
     return no_dnnl();
@@ -97,7 +97,6 @@ typedef struct {
     dnnl_memory_t user;
     dnnl_memory_t inner; /* NULL: the convolution uses `user` directly */
     dnnl_primitive_t re; /* user -> inner, or inner -> user for an output */
-    dnnl_primitive_t pre; /* the sum post-op's output: user -> inner before the convolution */
 } port;
 
 typedef struct {
@@ -107,11 +106,13 @@ typedef struct {
     uint64_t last;
     dnnl_primitive_t prim;
     port p[MAX_PORTS];
+    dnnl_memory_t res;      /* the sum post-op's residual (layout d.res_lay) */
+    dnnl_primitive_t res_re; /* residual -> the memory the convolution writes, before it */
 } entry;
 
 struct fl_conv_cache {
     uint64_t tick;
-    fl_tensor *res; /* fl__conv_fwd_sum's residual, for the call in progress */
+    const void *res; /* fl__conv_fwd_sum's residual, for the call in progress */
     int out_lay; /* of the last call */
     dnnl_stream_t stream;
     entry e[SLOTS];
@@ -120,9 +121,10 @@ struct fl_conv_cache {
 static void entry_clear(entry *e)
 {
     if (e->prim) dnnl_primitive_destroy(e->prim);
+    if (e->res_re) dnnl_primitive_destroy(e->res_re);
+    if (e->res) dnnl_memory_destroy(e->res);
     for (int i = 0; i < e->np; i++) {
         if (e->p[i].re) dnnl_primitive_destroy(e->p[i].re);
-        if (e->p[i].pre) dnnl_primitive_destroy(e->p[i].pre);
         if (e->p[i].inner) dnnl_memory_destroy(e->p[i].inner);
         if (e->p[i].user) dnnl_memory_destroy(e->p[i].user);
     }
@@ -339,11 +341,16 @@ static int entry_make(entry *e, dnnl_engine_t eng, const conv_key *k)
         TRY(port_add(e, eng, args[k->dir][i], outs[k->dir][i], um[i], dnnl_primitive_desc_query_md(pd, q[k->dir][i], 0)),
             "operand reorder");
     if (k->dir == FWD && d->has_bias) TRY(port_add(e, eng, DNNL_ARG_BIAS, 0, &u.b, &u.b), "bias memory");
-    if (k->dir == FWD && d->sum && e->p[2].inner) { /* the residual, in the caller's y, goes in first */
+    if (k->dir == FWD && d->sum) { /* the residual goes in first: a reorder (threaded, any layout) */
+        dnnl_memory_desc_t rm;
+        dnnl_dims_t yd = {d->n, d->m, d->oh, d->ow};
         dnnl_primitive_desc_t rpd = NULL;
-        const dnnl_memory_desc_t *in_md = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-        s = dnnl_reorder_primitive_desc_create(&rpd, &u.y, eng, in_md, eng, NULL);
-        if (s == dnnl_success) s = dnnl_primitive_create(&e->p[2].pre, rpd);
+        const dnnl_memory_desc_t *to = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+        TRY(dnnl_memory_desc_init_by_tag(&rm, 4, yd, dnnl_f32, dnnl_nchw), "residual memory");
+        if (d->res_lay) TRY(md_in_layout(&rm, d->res_lay), "residual memory");
+        TRY(dnnl_memory_create(&e->res, &rm, eng, DNNL_MEMORY_NONE), "residual memory");
+        s = dnnl_reorder_primitive_desc_create(&rpd, &rm, eng, to, eng, NULL);
+        if (s == dnnl_success) s = dnnl_primitive_create(&e->res_re, rpd);
         if (rpd) dnnl_primitive_desc_destroy(rpd);
         TRY(s, "residual reorder");
         atomic_fetch_add(&n_prims, 1);
@@ -397,7 +404,7 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
     memset(&k, 0, sizeof k);
     k.d = *dd;
     k.dir = dir;
-    if (dir != FWD) k.d.act = 0, k.d.has_bias = 0, k.d.sum = 0;
+    if (dir != FWD) k.d.act = 0, k.d.has_bias = 0, k.d.sum = 0, k.d.res_lay = 0;
     if (dir == FWD) k.d.y_lay = 0;
     if (dir == BWD_DATA) k.d.x_lay = 0;
     if (dir == BWD_WEIGHTS) k.d.blocked_out = 0;
@@ -413,14 +420,6 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
         e = victim;
     }
     e->last = ++cache->tick;
-    if (k.d.sum) { /* the residual into y, in the layout y is written in */
-        fl_tensor *r = cache->res;
-        size_t bytes = (size_t)(dd->n * dd->m * dd->oh * dd->ow) * sizeof(float);
-        if (!r || r->dtype != FL_FLOAT32 || (size_t)r->numel * sizeof(float) != bytes)
-            return fl__err(FL_EINVAL, "conv2d: the residual must be float32 of the output's %zu values", bytes / 4);
-        FL_CHECK(fl__tensor_to_layout(r, e->out_lay));
-        if (r->data != data[2]) memcpy(data[2], r->data, bytes);
-    }
     dnnl_exec_arg_t args[MAX_PORTS];
     dnnl_status_t s = dnnl_success;
     const char *step = "reorder";
@@ -440,10 +439,15 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
             args[i].memory = *dy_in;
             continue;
         }
-        if ((p->re && !p->out) || p->pre) {
+        if (p->re && !p->out) {
             dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, p->user}, {DNNL_ARG_TO, p->inner}};
-            s = dnnl_primitive_execute(p->pre ? p->pre : p->re, cache->stream, 2, ra);
+            s = dnnl_primitive_execute(p->re, cache->stream, 2, ra);
         }
+    }
+    if (e->res_re && s == dnnl_success) { /* the sum post-op's residual into the output */
+        dnnl_memory_set_data_handle(e->res, (void *)cache->res);
+        dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, e->res}, {DNNL_ARG_TO, e->p[2].inner ? e->p[2].inner : e->p[2].user}};
+        s = dnnl_primitive_execute(e->res_re, cache->stream, 2, ra);
     }
     if (s == dnnl_success) {
         step = "convolution";
@@ -474,7 +478,7 @@ int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, co
 }
 
 int fl__conv_fwd_sum(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias,
-                     fl_tensor *res, float *y)
+                     const float *res, float *y)
 {
     if (d->n == 0) return FL_OK;
     if (!*cache && !(*cache = calloc(1, sizeof **cache))) return fl__err(FL_ENOMEM, "conv2d: out of memory");
