@@ -264,6 +264,24 @@ TEST(test_save_load_inference_model)
     fl_io_free_names(fd, nfd), fl_io_free_names(ft, nft);
     fl_prog_free(lp);
     fl_exe_free(e2);
+    /* a fused clone saved as it is (conv_bn_fold, ResidualData in the text) loads and runs the same */
+    fl_prog *on = clone_test(&n, 1);
+    fl_var *ton[1] = {fl_prog_var(on, fl_var_name(n.m.predict))};
+    CHECK(ton[0] != NULL);
+    CHECK_OK(fl_io_save_inference_model(n.e, dir, feeds, 1, ton, 1, on));
+    e2 = fl_exe_create(NULL);
+    CHECK_OK(fl_io_load_inference_model(e2, dir, &lp, &fd, &nfd, &ft, &nft));
+    CHECK_EQ_INT(count_ops(lp, "conv_bn_fold", 0), count_ops(n.p, "conv2d", 0));
+    CHECK_EQ_INT(count_ops(lp, "conv2d", 1), count_ops(off, "elementwise_add", 0));
+    f.name = fd[0];
+    lg = logits(lp);
+    CHECK_OK(fl_exe_run(e2, lp, &f, 1, &lg, 1, &o));
+    memcpy(a, o->data, sizeof a);
+    check_close(a, b, N, 5, 2e-5);
+    fl_io_free_names(fd, nfd), fl_io_free_names(ft, nft);
+    fl_prog_free(lp);
+    fl_exe_free(e2);
+    fl_prog_free(on);
     fl_prog_free(off);
     th_rmtree(dir);
     net_free(&n);
