@@ -296,6 +296,8 @@ TEST(test_amp_bf16_eval)
     fl_prog *on = clone_test(&n, 1), *off = clone_test(&n, 0);
     CHECK_EQ_INT(count_ops(on, "batch_norm", 0), 0);
     CHECK_EQ_INT(count_ops(on, "conv_bn_fold", 0), count_ops(n.p, "conv2d", 0));
+    /* the filters' casts became the folds' bfloat16 outputs; the activations' casts stay */
+    CHECK_EQ_INT(count_ops(on, "cast", 0), count_ops(off, "cast", 0) - count_ops(n.p, "conv2d", 0));
     float a[N * 5], b[N * 5];
     predict(&n, on, a);
     predict(&n, off, b);

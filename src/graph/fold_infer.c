@@ -7,7 +7,8 @@
  *       batch_norm is folded into the convolution: a conv_bn_fold op, run just before the
  *       conv2d, computes Filter * s and (Bias - Mean) * s + BnBias per output channel, with
  *       s = Scale / sqrt(Variance + epsilon), into two derived, non-persistable variables the
- *       conv2d reads instead of its filter and bias.  The parameters in the scope are never
+ *       conv2d reads instead of its filter and bias (with AMP, the cast of the filter to bfloat16
+ *       becomes the fold's output type: one pass and one rounding).  The parameters in the scope are never
  *       written: saving, training and fetches see them unchanged, and since the fold runs on
  *       every run, a parameter changed between runs (a test program run during training
  *       shares the training scope) is seen at once.  batch_norm's fuse_with_relu becomes the
@@ -37,8 +38,8 @@
 /* ---- conv_bn_fold ------------------------------------------------------------------------ */
 
 /* Inputs Filter [M, ...] (float32 or bfloat16), ConvBias [M] (optional), Scale, Bias, Mean,
- * Variance [M] (batch_norm's); outputs FilterOut (Filter's type and shape) and BiasOut [M];
- * attribute epsilon. */
+ * Variance [M] (batch_norm's); outputs FilterOut (Filter's shape, type out_dtype: float32 or
+ * bfloat16, default Filter's) and BiasOut [M]; attribute epsilon. */
 enum { F_W, F_CB, F_SCALE, F_BIAS, F_MEAN, F_VAR };
 
 static int infer_conv_bn_fold(fl_op *op)
@@ -58,7 +59,11 @@ static int infer_conv_bn_fold(fl_op *op)
             return fl__op_error(op, "%s '%s' must have %lld elements (one per filter of '%s')", op->def->in_names[s],
                                 v->name, (long long)w->shape[0], w->name);
     }
-    fl__var_set_shape(op->out[0].vars[0], w->dtype, w->ndim, w->shape);
+    fl_dtype to = (fl_dtype)fl__attr_i(op, "out_dtype", w->dtype);
+    if (to != FL_FLOAT32 && to != FL_BFLOAT16)
+        return fl__op_error(op, "out_dtype %s is not supported (float32 or bfloat16; filter '%s')", fl_dtype_name(to),
+                            w->name);
+    fl__var_set_shape(op->out[0].vars[0], to, w->ndim, w->shape);
     fl__var_set_shape(op->out[1].vars[0], FL_FLOAT32, 1, w->shape);
     return FL_OK;
 }
@@ -78,7 +83,10 @@ static int run_conv_bn_fold(fl_kctx *c)
                            c->op->def->in_names[s], fl__kctx_var_name(c, s, 0), (long long)FL_IN(c, s)->numel,
                            fl__kctx_var_name(c, F_W, 0), (long long)M);
     }
-    FL_CHECK(fl__tensor_reshape_raw(wo, w->dtype, w->ndim, w->shape));
+    const fl_dtype to = (fl_dtype)fl__attr_i(c->op, "out_dtype", w->dtype);
+    if (to != FL_FLOAT32 && to != FL_BFLOAT16)
+        return fl__err(FL_EINVAL, "conv_bn_fold: out_dtype %s is not supported", fl_dtype_name(to));
+    FL_CHECK(fl__tensor_reshape_raw(wo, to, w->ndim, w->shape));
     FL_CHECK(fl__tensor_reshape_raw(bo, FL_FLOAT32, 1, &M));
     const float *scale = FL_IN(c, F_SCALE)->data, *beta = FL_IN(c, F_BIAS)->data;
     const float *mean = FL_IN(c, F_MEAN)->data, *var = FL_IN(c, F_VAR)->data;
@@ -89,15 +97,18 @@ static int run_conv_bn_fold(fl_kctx *c)
         /* batch_norm's own arithmetic (ops_bn.c): y = x * a + (bias - mean * a) */
         const float a = scale[m] * (float)(1.0 / sqrt((double)var[m] + eps));
         bd[m] = beta[m] - mean[m] * a + (b0 ? b0[m] * a : 0.0f);
-        if (w->dtype == FL_FLOAT32) {
-            const float *restrict src = (const float *)w->data + m * K;
-            float *restrict dst = (float *)wo->data + m * K;
-            for (int64_t i = 0; i < K; i++) dst[i] = src[i] * a;
-        } else {
-            const uint16_t *restrict src = (const uint16_t *)w->data + m * K;
-            uint16_t *restrict dst = (uint16_t *)wo->data + m * K;
-            for (int64_t i = 0; i < K; i++) dst[i] = fl__f32_to_bf16(fl__bf16_to_f32(src[i]) * a);
-        }
+        const float *restrict sf = (const float *)w->data + m * K;
+        const uint16_t *restrict sh = (const uint16_t *)w->data + m * K;
+        float *restrict df = (float *)wo->data + m * K;
+        uint16_t *restrict dh = (uint16_t *)wo->data + m * K;
+        if (w->dtype == FL_FLOAT32 && to == FL_FLOAT32)
+            for (int64_t i = 0; i < K; i++) df[i] = sf[i] * a;
+        else if (w->dtype == FL_FLOAT32)
+            for (int64_t i = 0; i < K; i++) dh[i] = fl__f32_to_bf16(sf[i] * a);
+        else if (to == FL_FLOAT32)
+            for (int64_t i = 0; i < K; i++) df[i] = fl__bf16_to_f32(sh[i]) * a;
+        else
+            for (int64_t i = 0; i < K; i++) dh[i] = fl__f32_to_bf16(fl__bf16_to_f32(sh[i]) * a);
     }
     return FL_OK;
 }
@@ -211,6 +222,15 @@ static int fold_bn(fl_prog *p, int j)
     fl_op *cv = p->ops[i];
     fl_var *w = cv->in[1].vars[0], *cb = cv->in[2].n ? cv->in[2].vars[0] : NULL;
     if (w->ndim != 4 || x->ndim != 4 || (x->shape[1] > 0 && x->shape[1] != w->shape[0])) return 0;
+    /* AMP's cast of a float32 filter read by this conv only: the fold reads the float32 one */
+    fl_var *wsrc = w;
+    int ci = writer_before(p, w, i);
+    if (ci >= 0 && !w->persistable && !strcmp(p->ops[ci]->def->type, "cast") && plain_fwd(p->ops[ci]) &&
+        p->ops[ci]->in[0].n == 1 && only_reader(p, w) == i) {
+        fl_var *src = p->ops[ci]->in[0].vars[0];
+        if (src->dtype == FL_FLOAT32 && fl__shapes_equal(src, w) && untouched(p, ci, i, src, 1)) wsrc = src;
+    }
+    if (wsrc == w) ci = -1;
     /* the statistics and the filter are not written between the two ops */
     for (int s = 1; s < 5; s++)
         if (!untouched(p, i, j, bn->in[s].vars[0], 1)) return 0;
@@ -222,11 +242,12 @@ static int fold_bn(fl_prog *p, int j)
     fl_var *bf = wf ? fl__tmp_var(p, base, FL_FLOAT32, 1, w->shape) : NULL;
     if (!bf) return fl_prog_status(p);
     fl_var *bnv[4] = {bn->in[1].vars[0], bn->in[2].vars[0], bn->in[3].vars[0], bn->in[4].vars[0]};
-    fl_io ins[6] = {FL_IO1("Filter", w), {"ConvBias", &cb, cb ? 1 : 0}, FL_IO1("Scale", bnv[0]),
+    fl_io ins[6] = {FL_IO1("Filter", wsrc), {"ConvBias", &cb, cb ? 1 : 0}, FL_IO1("Scale", bnv[0]),
                     FL_IO1("Bias", bnv[1]),  FL_IO1("Mean", bnv[2]),   FL_IO1("Variance", bnv[3])};
     fl_io outs[2] = {FL_IO1("FilterOut", wf), FL_IO1("BiasOut", bf)};
     fl_op *fo = fl__op_new(p, "conv_bn_fold", ins, 6, outs, 2);
-    if (!fo || fl__attr_set_f(fo, "epsilon", fl__attr_f(bn, "epsilon", 1e-5)) || fl__op_finish(fo))
+    if (!fo || fl__attr_set_f(fo, "epsilon", fl__attr_f(bn, "epsilon", 1e-5)) ||
+        fl__attr_set_i(fo, "out_dtype", w->dtype) || fl__op_finish(fo))
         return fl_prog_status(p);
     FL_CHECK(fl__prog_move_last_op(p, i)); /* the conv2d is now i + 1, the batch_norm j + 1 */
     cv->in[1].vars[0] = wf;
@@ -235,7 +256,9 @@ static int fold_bn(fl_prog *p, int j)
     if (fl__attr_i(bn, "fuse_with_relu", 0)) FL_CHECK(fl__attr_set_s(cv, "act", "relu"));
     fl_var *dead[3] = {x, bn->out[3].n ? bn->out[3].vars[0] : NULL, bn->out[4].n ? bn->out[4].vars[0] : NULL};
     fl__prog_remove_op(p, j + 1);
+    if (ci >= 0) fl__prog_remove_op(p, ci); /* the cast, before the conv: op j + 1 is now op j */
     for (int k = 0; k < 3; k++) FL_CHECK(drop_if_unused(p, dead[k]));
+    if (ci >= 0) FL_CHECK(drop_if_unused(p, w));
     p->version++;
     return 1;
 }
@@ -302,7 +325,7 @@ int fl__infer_fuse(fl_prog *p)
         for (int j = 0; j < p->nops; j++) {
             int r = pass[k](p, j);
             if (r < 0) return r;
-            if (r) n[k]++, j -= k > 0; /* relu and add: op j was removed, the next one is at j */
+            if (r) n[k]++, j--; /* ops at or before j were removed: look at op j again (a no-op if it was seen) */
         }
     if (n[0] + n[1] + n[2])
         FL_DEBUG(FL_SUB_GRAPH, "inference pass: %d batch_norm folded, %d relu and %d residual sums fused", n[0], n[1], n[2]);
