@@ -212,9 +212,12 @@ static int fold_bn(fl_prog *p, int j)
     if (strcmp(fl__attr_s(bn, "data_layout", "NCHW"), "NCHW") != 0) return 0;
     for (int s = 0; s < 5; s++)
         if (bn->in[s].n != 1) return 0;
-    for (int s = 3; s < 5; s++) /* SavedMean / SavedVariance: unread */
+    for (int s = 1; s < 5; s++) { /* MeanOut / VarianceOut: Mean / Variance or unread; the saved ones unread */
+        if (bn->in[s].vars[0]->dtype != FL_FLOAT32) return 0;
+        if (!bn->out[s].n || (s < 3 && bn->out[s].vars[0] == bn->in[s + 2].vars[0])) continue;
         for (int k = 0; k < p->nops; k++)
-            if (bn->out[s].n && reads(p->ops[k], bn->out[s].vars[0])) return 0;
+            if (reads(p->ops[k], bn->out[s].vars[0])) return 0;
+    }
     fl_var *x = bn->in[0].vars[0], *y = bn->out[0].vars[0];
     int i = writer_before(p, x, j);
     const fl_var *cy;
@@ -222,6 +225,7 @@ static int fold_bn(fl_prog *p, int j)
     fl_op *cv = p->ops[i];
     fl_var *w = cv->in[1].vars[0], *cb = cv->in[2].n ? cv->in[2].vars[0] : NULL;
     if (w->ndim != 4 || x->ndim != 4 || (x->shape[1] > 0 && x->shape[1] != w->shape[0])) return 0;
+    if ((w->dtype != FL_FLOAT32 && w->dtype != FL_BFLOAT16) || (cb && cb->dtype != FL_FLOAT32)) return 0;
     /* AMP's cast of a float32 filter read by this conv only: the fold reads the float32 one */
     fl_var *wsrc = w;
     int ci = writer_before(p, w, i);
@@ -243,7 +247,7 @@ static int fold_bn(fl_prog *p, int j)
     if (!bf) return fl_prog_status(p);
     fl_var *bnv[4] = {bn->in[1].vars[0], bn->in[2].vars[0], bn->in[3].vars[0], bn->in[4].vars[0]};
     fl_io ins[6] = {FL_IO1("Filter", wsrc), {"ConvBias", &cb, cb ? 1 : 0}, FL_IO1("Scale", bnv[0]),
-                    FL_IO1("Bias", bnv[1]),  FL_IO1("Mean", bnv[2]),   FL_IO1("Variance", bnv[3])};
+                    FL_IO1("Bias", bnv[1]), FL_IO1("Mean", bnv[2]),        FL_IO1("Variance", bnv[3])};
     fl_io outs[2] = {FL_IO1("FilterOut", wf), FL_IO1("BiasOut", bf)};
     fl_op *fo = fl__op_new(p, "conv_bn_fold", ins, 6, outs, 2);
     if (!fo || fl__attr_set_f(fo, "epsilon", fl__attr_f(bn, "epsilon", 1e-5)) ||
@@ -328,6 +332,7 @@ int fl__infer_fuse(fl_prog *p)
             if (r) n[k]++, j--; /* ops at or before j were removed: look at op j again (a no-op if it was seen) */
         }
     if (n[0] + n[1] + n[2])
-        FL_DEBUG(FL_SUB_GRAPH, "inference pass: %d batch_norm folded, %d relu and %d residual sums fused", n[0], n[1], n[2]);
+        FL_DEBUG(FL_SUB_GRAPH, "inference pass: %d batch_norm folded, %d relu and %d residual sums fused", n[0], n[1],
+                 n[2]);
     return n[0] + n[1] + n[2];
 }

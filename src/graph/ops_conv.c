@@ -510,7 +510,7 @@ static int grad_conv2d(fl_op *op, fl_grad_ctx *g)
 }
 
 static const fl_op_def def_conv2d = {
-    "conv2d", {"Input", "Filter", "Bias", "ResidualData"}, {"Output"}, infer_conv2d, run_conv2d, grad_conv2d,
+    "conv2d",       {"Input", "Filter", "Bias", "ResidualData"}, {"Output"}, infer_conv2d, run_conv2d, grad_conv2d,
     conv_state_free};
 static const fl_op_def def_conv2d_grad = {"conv2d_grad",
                                           {"Input", "Filter", "Output@GRAD"},
@@ -592,5 +592,5 @@ fl_var *fl_layer_conv2d(fl_var *input, int64_t num_filters, int filter_h, int fi
 }
 
 const fl_op_def *const fl__ops_conv[] = {
-    &def_conv2d, &def_conv2d_grad, &fl__def_pool2d, &fl__def_pool2d_grad, &fl__def_batch_norm, &fl__def_batch_norm_grad,
-    &fl__def_conv_bn_fold, NULL};
+    &def_conv2d,         &def_conv2d_grad,         &fl__def_pool2d,       &fl__def_pool2d_grad,
+    &fl__def_batch_norm, &fl__def_batch_norm_grad, &fl__def_conv_bn_fold, NULL};

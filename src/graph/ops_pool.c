@@ -234,7 +234,7 @@ static void pool_bwd_full(const pool_geo *g, const float *restrict img, const fl
  * average per lane, in pool_argmax's and the plain loop's order, so the values are those of
  * the plain path bit for bit. */
 static inline __attribute__((always_inline)) void pool_fwd_blk(const pool_geo *g, const float *restrict x,
-                                                              float *restrict out, const int B)
+                                                               float *restrict out, const int B)
 {
     enum { MAXB = 16 };
     const int64_t nb = g->n * (g->c / B), hw = g->h * g->w, ohw = g->oh * g->ow;

@@ -106,7 +106,7 @@ typedef struct {
     uint64_t last;
     dnnl_primitive_t prim;
     port p[MAX_PORTS];
-    dnnl_memory_t res;      /* the sum post-op's residual (layout d.res_lay) */
+    dnnl_memory_t res;       /* the sum post-op's residual (layout d.res_lay) */
     dnnl_primitive_t res_re; /* residual -> the memory the convolution writes, before it */
 } entry;
 
