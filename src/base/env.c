@@ -25,6 +25,9 @@
  *   FLEET_FUSE_BN_ADD_ACT  0: append_backward leaves batch_norm + elementwise_add + relu as
  *                      three ops instead of one fused_bn_add_activation (default 1;
  *                      src/graph/fuse.c)
+ *   FLEET_INFER_FUSE   0: programs cloned for test and loaded inference models keep their
+ *                      batch_norm, relu and residual add ops instead of having them folded
+ *                      and fused into the convolutions (default 1; src/graph/fold_infer.c)
  *
  * Paddle's launcher variables, read by the role makers (src/fleet/role.c):
  *   PADDLE_TRAINER_ID            this trainer's index (integer in [0, trainers)); also the

@@ -243,6 +243,12 @@ int fl__recompute_enter(fl_recompute *r, int op_index);
 void fl__recompute_rewrite(fl_recompute *r, int first_op);
 void fl__recompute_free(fl_recompute *r);
 
+/* fold_infer.c: the inference pass of a program that runs forward only with batch_norm on
+ * its global statistics (fl_prog_clone(p, 1), fl_io_load_inference_model): batch_norm folded
+ * into the convolution before it, relu and the residual elementwise_add fused into it.
+ * FLEET_INFER_FUSE=0 turns it off.  Returns the number of rewrites or a negative status. */
+int fl__infer_fuse(fl_prog *p);
+
 /* Optimizer hook, used by fleet/ to turn minimize() into a distributed minimize.
  * Phase AFTER_BACKWARD runs after append_backward and before the learning-rate and update
  * ops: it may append ops (allreduce of gradients), replace pairs[i].grad, and set

@@ -8,6 +8,9 @@
  *   - data_format / data_layout other than "NCHW" (NHWC) and adaptive pooling are rejected
  *     with an error naming the option.
  *   - conv2d takes a bfloat16 Input and Filter (AMP's casts); its outputs stay float32.
+ *   - ResidualData (Paddle's oneDNN conv2d input, with fuse_residual_connection) is added
+ *     to the output before the activation: Output = act(conv + Bias + ResidualData).  Only
+ *     the inference pass (fold_infer.c) sets it; such an op has no gradient.
  * Kernels: when FLEET_GEMM picks oneDNN, conv2d and conv2d_grad run oneDNN's convolution
  * primitives (src/tensor/dnn_conv.c, cached in the op's state).  Otherwise conv2d is
  * im2col + fl__sgemm per group and image (or per batch of images when the filter is large,
@@ -170,8 +173,8 @@ static int need_f32_or_bf16(fl_op *op, const fl_var *v)
 
 static int infer_conv2d(fl_op *op)
 {
-    if (op->in[0].n != 1 || op->in[1].n != 1 || op->in[2].n > 1 || op->out[0].n != 1)
-        return fl__op_error(op, "needs one Input, one Filter, at most one Bias and one Output");
+    if (op->in[0].n != 1 || op->in[1].n != 1 || op->in[2].n > 1 || op->in[3].n > 1 || op->out[0].n != 1)
+        return fl__op_error(op, "needs one Input, one Filter, at most one Bias and one ResidualData, and one Output");
     fl_var *x = op->in[0].vars[0], *f = op->in[1].vars[0];
     FL_CHECK(need_f32_or_bf16(op, x));
     FL_CHECK(need_f32_or_bf16(op, f));
@@ -197,6 +200,19 @@ static int infer_conv2d(fl_op *op)
                                 f->name);
     }
     int64_t os[4] = {g.n, g.m, g.oh, g.ow};
+    if (op->in[3].n) {
+        fl_var *r = op->in[3].vars[0];
+        FL_CHECK(fl__op_need_f32(op, r));
+        int same = r->ndim == 4;
+        for (int i = 0; same && i < 4; i++) same = r->shape[i] < 0 || os[i] < 0 || r->shape[i] == os[i];
+        if (!same) {
+            char rs[96];
+            fl__shape_str(r, rs, sizeof rs);
+            return fl__op_error(op, "residual '%s' %s must have the output's shape [%lld, %lld, %lld, %lld] (input '%s')",
+                                r->name, rs, (long long)os[0], (long long)os[1], (long long)os[2], (long long)os[3],
+                                x->name);
+        }
+    }
     fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, 4, os);
     return FL_OK;
 }
@@ -311,10 +327,13 @@ static int run_conv2d(fl_kctx *c)
 {
     conv_geo g;
     FL_CHECK(conv_geo_rt(c, &g));
-    fl_tensor *x = FL_IN(c, 0), *f = FL_IN(c, 1), *b = FL_IN(c, 2), *out = FL_OUT(c, 0);
+    fl_tensor *x = FL_IN(c, 0), *f = FL_IN(c, 1), *b = FL_IN(c, 2), *res = FL_IN(c, 3), *out = FL_OUT(c, 0);
     if (b && (b->dtype != FL_FLOAT32 || b->numel != g.m))
         return fl__err(FL_EINVAL, "conv2d: bias '%s' must be float32 with %lld elements", fl__kctx_var_name(c, 2, 0),
                        (long long)g.m);
+    if (res && (res->dtype != FL_FLOAT32 || res->numel != g.n * g.m * g.ohw))
+        return fl__err(FL_EINVAL, "conv2d: residual '%s' must be float32 with the output's %lld elements",
+                       fl__kctx_var_name(c, 3, 0), (long long)(g.n * g.m * g.ohw));
     int64_t os[4] = {g.n, g.m, g.oh, g.ow};
     FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, 4, os));
     out->lod_n = 0;
@@ -328,11 +347,13 @@ static int run_conv2d(fl_kctx *c)
         fl_conv_desc d = dnn_desc(&g, x, f);
         d.act = act == ACT_RELU ? FL_ACT_RELU : act == ACT_TANH ? FL_ACT_TANH : act == ACT_SIGMOID ? FL_ACT_SIGMOID : 0;
         d.has_bias = bd != NULL;
-        d.x_lay = x->layout, d.blocked_out = fl__layout_enabled();
-        FL_CHECK(fl__conv_fwd(&st->dnn, &d, x->data, f->data, bd, out->data));
+        d.x_lay = x->layout, d.blocked_out = fl__layout_enabled(), d.sum = res != NULL, d.res_lay = res ? res->layout : 0;
+        if (res) FL_CHECK(fl__conv_fwd_sum(&st->dnn, &d, x->data, f->data, bd, res->data, out->data));
+        else FL_CHECK(fl__conv_fwd(&st->dnn, &d, x->data, f->data, bd, out->data));
         return out->numel ? fl__tensor_set_layout(out, fl__conv_out_layout(st->dnn)) : FL_OK;
     }
     FL_CHECK(fl__tensor_to_plain(x));
+    if (res) FL_CHECK(fl__tensor_to_plain(res));
     const float *fd = f32_data(c, 1), *xd = fd ? f32_data(c, 0) : NULL;
     if (!xd) return fl_last_status();
     /* nb images at a time when K is large: their column matrices side by side
@@ -358,7 +379,11 @@ static int run_conv2d(fl_kctx *c)
                     const float *restrict src = prod + m * ld + j * g.ohw;
                     float *restrict o = (float *)out->data + ((n0 + j) * g.m + gr * g.mg + m) * g.ohw;
                     const float v = bd ? bd[gr * g.mg + m] : 0.0f;
-                    if (act == ACT_RELU)
+                    if (res) {
+                        const float *restrict r = (const float *)res->data + ((n0 + j) * g.m + gr * g.mg + m) * g.ohw;
+                        for (int64_t i = 0; i < g.ohw; i++) o[i] = src[i] + v + r[i];
+                        if (act == ACT_RELU) fl__relu(o, o, g.ohw);
+                    } else if (act == ACT_RELU)
                         for (int64_t i = 0; i < g.ohw; i++) o[i] = src[i] + v > 0.0f ? src[i] + v : 0.0f;
                     else
                         for (int64_t i = 0; i < g.ohw; i++) o[i] = src[i] + v;
@@ -460,6 +485,9 @@ static int grad_conv2d(fl_op *op, fl_grad_ctx *g)
     fl_var *out = op->out[0].vars[0], *dz = fl__grad_of(g, out);
     if (!dz) return FL_OK;
     fl_var *x = op->in[0].vars[0], *w = op->in[1].vars[0], *b = op->in[2].n ? op->in[2].vars[0] : NULL;
+    if (op->in[3].n)
+        return fl__op_error(op, "input '%s': a convolution with ResidualData (fused for inference) has no gradient",
+                            x->name);
     fl_var *gv[3] = {fl__grad_for(g, x), fl__grad_for(g, w), b ? fl__grad_for(g, b) : NULL};
     static const char *const names[3] = {"Input@GRAD", "Filter@GRAD", "Bias@GRAD"};
     fl_io o[3];
@@ -482,7 +510,8 @@ static int grad_conv2d(fl_op *op, fl_grad_ctx *g)
 }
 
 static const fl_op_def def_conv2d = {
-    "conv2d", {"Input", "Filter", "Bias"}, {"Output"}, infer_conv2d, run_conv2d, grad_conv2d, conv_state_free};
+    "conv2d",       {"Input", "Filter", "Bias", "ResidualData"}, {"Output"}, infer_conv2d, run_conv2d, grad_conv2d,
+    conv_state_free};
 static const fl_op_def def_conv2d_grad = {"conv2d_grad",
                                           {"Input", "Filter", "Output@GRAD"},
                                           {"Input@GRAD", "Filter@GRAD", "Bias@GRAD"},
@@ -570,4 +599,5 @@ const fl_op_def *const fl__ops_conv[] = {&def_conv2d,
                                          &fl__def_batch_norm_grad,
                                          &fl__def_fused_bn_add_act,
                                          &fl__def_fused_bn_add_act_grad,
+                                         &fl__def_conv_bn_fold,
                                          NULL};

@@ -45,5 +45,7 @@ extern const fl_op_def fl__def_pool2d, fl__def_pool2d_grad;
 extern const fl_op_def fl__def_batch_norm, fl__def_batch_norm_grad;
 /* batch_norm + elementwise_add + relu as one op (ops_bn.c; made by fl__fuse_bn_add_act). */
 extern const fl_op_def fl__def_fused_bn_add_act, fl__def_fused_bn_add_act_grad;
+/* fold_infer.c: batch_norm's statistics folded into a filter and bias, listed in fl__ops_conv. */
+extern const fl_op_def fl__def_conv_bn_fold;
 
 #endif

@@ -3,6 +3,8 @@
  * following Paddle's fluid op; part of the "conv" op group (listed in ops_conv.c's
  * fl__ops_conv).  Windows that lie entirely in the padding (possible with ceil_mode or a
  * padding >= the window) output 0 and pass no gradient (Paddle leaves them undefined).
+ * pool2d reads an input in a blocked layout (nChw16c / nChw8c, src/tensor/layout.h) as it is,
+ * the block's channels as the vector lanes, and leaves its output in that layout.
  */
 #include <string.h>
 
@@ -228,6 +230,44 @@ static void pool_bwd_full(const pool_geo *g, const float *restrict img, const fl
         }
 }
 
+/* Blocked input (B channels per block, the lanes): each output is the window's max or
+ * average per lane, in pool_argmax's and the plain loop's order, so the values are those of
+ * the plain path bit for bit. */
+static inline __attribute__((always_inline)) void pool_fwd_blk(const pool_geo *g, const float *restrict x,
+                                                               float *restrict out, const int B)
+{
+    enum { MAXB = 16 };
+    const int64_t nb = g->n * (g->c / B), hw = g->h * g->w, ohw = g->oh * g->ow;
+    for (int64_t b = 0; b < nb; b++) {
+        const float *restrict img = x + b * hw * B;
+        float *restrict o = out + b * ohw * B;
+        for (int64_t y = 0; y < g->oh; y++)
+            for (int64_t xx = 0; xx < g->ow; xx++) {
+                float *restrict r = o + (y * g->ow + xx) * B;
+                int64_t w[4];
+                if (!pool_window(g, y, xx, w)) {
+                    for (int l = 0; l < B; l++) r[l] = 0.0f;
+                    continue;
+                }
+                float acc[MAXB];
+                const float *restrict first = img + (w[0] * g->w + w[2]) * B;
+                for (int l = 0; l < B; l++) acc[l] = g->max ? first[l] : 0.0f;
+                for (int64_t i = w[0]; i < w[1]; i++)
+                    for (int64_t j = w[2]; j < w[3]; j++) {
+                        const float *restrict v = img + (i * g->w + j) * B;
+                        if (g->max)
+                            for (int l = 0; l < B; l++) acc[l] = v[l] > acc[l] ? v[l] : acc[l];
+                        else
+                            for (int l = 0; l < B; l++) acc[l] += v[l];
+                    }
+                const float div = g->max ? 1.0f : pool_div(g, w);
+                for (int l = 0; l < B; l++) r[l] = g->max ? acc[l] : acc[l] / div;
+            }
+    }
+}
+static FL_CLONE_TARGETS void pool_fwd_blk16(const pool_geo *g, const float *x, float *o) { pool_fwd_blk(g, x, o, 16); }
+static FL_CLONE_TARGETS void pool_fwd_blk8(const pool_geo *g, const float *x, float *o) { pool_fwd_blk(g, x, o, 8); }
+
 static int run_pool2d(fl_kctx *c)
 {
     pool_geo g;
@@ -236,6 +276,13 @@ static int run_pool2d(fl_kctx *c)
     int64_t os[4] = {g.n, g.c, g.oh, g.ow}, hw = g.h * g.w;
     FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, 4, os));
     out->lod_n = 0;
+    const int B = fl__layout_block(x->layout);
+    if (B == 16 || B == 8) {
+        (B == 16 ? pool_fwd_blk16 : pool_fwd_blk8)(&g, x->data, out->data);
+        /* a 1x1 output is ordered the same in both layouts: plain, converted by nobody */
+        return fl__tensor_set_layout(out, g.oh * g.ow == 1 ? FL_LAYOUT_PLAIN : x->layout);
+    }
+    FL_CHECK(fl__tensor_to_plain(x));
     int full = pool_full(&g), max2 = pool_max2(&g);
     for (int64_t nc = 0; nc < g.n * g.c; nc++) {
         const float *img = (const float *)x->data + nc * hw;

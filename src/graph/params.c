@@ -207,6 +207,10 @@ fl_prog *fl_prog_clone(const fl_prog *p, int for_test)
         fl__err(FL_ENOMEM, "fl_prog_clone: out of memory");
         return NULL;
     }
+    if (for_test && p->status == FL_OK && fl__infer_fuse(d) < 0) {
+        fl_prog_free(d);
+        return NULL;
+    }
     if (p->startup) {
         d->startup = clone1(p->startup, 0);
         if (!d->startup) {

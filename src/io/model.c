@@ -356,6 +356,8 @@ int fl_io_load_inference_model(fl_exe *e, const char *dir, fl_prog **prog, char 
             }
         }
     FL_CHECK_GOTO(load_vars(e, p, ppath), st, out);
+    if ((st = fl__infer_fuse(p)) < 0) goto out;
+    st = FL_OK;
     *prog = p;
     *feeds = fd;
     *nfeed = nfd;

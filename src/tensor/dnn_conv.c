@@ -41,6 +41,12 @@ int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, co
     (void)cache, (void)d, (void)x, (void)w, (void)bias, (void)y;
     return no_dnnl();
 }
+int fl__conv_fwd_sum(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias,
+                     const float *res, float *y)
+{
+    (void)cache, (void)d, (void)x, (void)w, (void)bias, (void)res, (void)y;
+    return no_dnnl();
+}
 int fl__conv_bwd_data(fl_conv_cache **cache, const fl_conv_desc *d, const float *dy, const void *w, float *dx)
 {
     (void)cache, (void)d, (void)dy, (void)w, (void)dx;
@@ -100,10 +106,13 @@ typedef struct {
     uint64_t last;
     dnnl_primitive_t prim;
     port p[MAX_PORTS];
+    dnnl_memory_t res;       /* the sum post-op's residual (layout d.res_lay) */
+    dnnl_primitive_t res_re; /* residual -> the memory the convolution writes, before it */
 } entry;
 
 struct fl_conv_cache {
     uint64_t tick;
+    const void *res; /* fl__conv_fwd_sum's residual, for the call in progress */
     int out_lay; /* of the last call */
     dnnl_stream_t stream;
     entry e[SLOTS];
@@ -112,6 +121,8 @@ struct fl_conv_cache {
 static void entry_clear(entry *e)
 {
     if (e->prim) dnnl_primitive_destroy(e->prim);
+    if (e->res_re) dnnl_primitive_destroy(e->res_re);
+    if (e->res) dnnl_memory_destroy(e->res);
     for (int i = 0; i < e->np; i++) {
         if (e->p[i].re) dnnl_primitive_destroy(e->p[i].re);
         if (e->p[i].inner) dnnl_memory_destroy(e->p[i].inner);
@@ -286,6 +297,7 @@ static int entry_make(entry *e, dnnl_engine_t eng, const conv_key *k)
     int bf16 = d->x_type == FL_BFLOAT16 || d->w_type == FL_BFLOAT16;
     memset(e, 0, sizeof *e);
     TRY(dnnl_post_ops_create(&po), "post-ops");
+    if (d->sum) TRY(dnnl_post_ops_append_sum(po, 1.0f), "sum post-op");
     if (d->act) TRY(dnnl_post_ops_append_eltwise(po, 1.0f, act_alg(d->act), 0.0f, 0.0f), "eltwise post-op");
     TRY(dnnl_primitive_attr_create(&attr), "attributes");
     TRY(dnnl_primitive_attr_set_post_ops(attr, po), "attributes");
@@ -329,6 +341,20 @@ static int entry_make(entry *e, dnnl_engine_t eng, const conv_key *k)
         TRY(port_add(e, eng, args[k->dir][i], outs[k->dir][i], um[i], dnnl_primitive_desc_query_md(pd, q[k->dir][i], 0)),
             "operand reorder");
     if (k->dir == FWD && d->has_bias) TRY(port_add(e, eng, DNNL_ARG_BIAS, 0, &u.b, &u.b), "bias memory");
+    if (k->dir == FWD && d->sum) { /* the residual goes in first: a reorder (threaded, any layout) */
+        dnnl_memory_desc_t rm;
+        dnnl_dims_t yd = {d->n, d->m, d->oh, d->ow};
+        dnnl_primitive_desc_t rpd = NULL;
+        const dnnl_memory_desc_t *to = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+        TRY(dnnl_memory_desc_init_by_tag(&rm, 4, yd, dnnl_f32, dnnl_nchw), "residual memory");
+        if (d->res_lay) TRY(md_in_layout(&rm, d->res_lay), "residual memory");
+        TRY(dnnl_memory_create(&e->res, &rm, eng, DNNL_MEMORY_NONE), "residual memory");
+        s = dnnl_reorder_primitive_desc_create(&rpd, &rm, eng, to, eng, NULL);
+        if (s == dnnl_success) s = dnnl_primitive_create(&e->res_re, rpd);
+        if (rpd) dnnl_primitive_desc_destroy(rpd);
+        TRY(s, "residual reorder");
+        atomic_fetch_add(&n_prims, 1);
+    }
     if (fl__log_enabled(FL_LOG_DEBUG, FL_SUB_TENSOR)) {
         const char *impl = "?";
         dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
@@ -378,7 +404,7 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
     memset(&k, 0, sizeof k);
     k.d = *dd;
     k.dir = dir;
-    if (dir != FWD) k.d.act = 0, k.d.has_bias = 0;
+    if (dir != FWD) k.d.act = 0, k.d.has_bias = 0, k.d.sum = 0, k.d.res_lay = 0;
     if (dir == FWD) k.d.y_lay = 0;
     if (dir == BWD_DATA) k.d.x_lay = 0;
     if (dir == BWD_WEIGHTS) k.d.blocked_out = 0;
@@ -418,6 +444,11 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
             s = dnnl_primitive_execute(p->re, cache->stream, 2, ra);
         }
     }
+    if (e->res_re && s == dnnl_success) { /* the sum post-op's residual into the output */
+        dnnl_memory_set_data_handle(e->res, (void *)cache->res);
+        dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, e->res}, {DNNL_ARG_TO, e->p[2].inner ? e->p[2].inner : e->p[2].user}};
+        s = dnnl_primitive_execute(e->res_re, cache->stream, 2, ra);
+    }
     if (s == dnnl_success) {
         step = "convolution";
         s = dnnl_primitive_execute(e->prim, cache->stream, e->np, args);
@@ -444,6 +475,18 @@ int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, co
     if (d->n == 0) return FL_OK;
     void *data[MAX_PORTS] = {(void *)x, (void *)w, y, (void *)bias};
     return conv_run(cache, d, FWD, data, NULL);
+}
+
+int fl__conv_fwd_sum(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias,
+                     const float *res, float *y)
+{
+    if (d->n == 0) return FL_OK;
+    if (!*cache && !(*cache = calloc(1, sizeof **cache))) return fl__err(FL_ENOMEM, "conv2d: out of memory");
+    void *data[MAX_PORTS] = {(void *)x, (void *)w, y, (void *)bias};
+    (*cache)->res = res;
+    int st = conv_run(cache, d, FWD, data, NULL);
+    (*cache)->res = NULL;
+    return st;
 }
 
 int fl__conv_bwd_data(fl_conv_cache **cache, const fl_conv_desc *d, const float *dy, const void *w, float *dx)

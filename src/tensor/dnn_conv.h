@@ -25,6 +25,9 @@ dnnl_engine_t fl__dnn_enter(void);
 typedef struct {
     int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g;
     int act, has_bias;
+    /* Forward only: y = act(conv(x, w) + bias + r) with r the residual (layout res_lay)
+     * fl__conv_fwd_sum reorders into y first (oneDNN's "sum" post-op, before the activation). */
+    int sum, res_lay;
     fl_dtype x_type, w_type;
     /* Layouts (FL_LAYOUT_*, layout.h) of the caller's x (forward, backward-weights) and of
      * its output gradient dy (backward directions); with blocked_out the output activation
@@ -42,6 +45,11 @@ typedef struct fl_conv_cache fl_conv_cache;
  * Returns FL_OK, FL_EUNSUPPORTED (no oneDNN, or oneDNN failed: the message names the
  * shape and step) or FL_ENOMEM. */
 int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias, float *y);
+/* fl__conv_fwd with d->sum set: res (float32, y's shape, in layout d->res_lay; not y) is
+ * reordered into the memory the convolution writes y in, which it then adds to; the
+ * activation comes after the sum. */
+int fl__conv_fwd_sum(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias,
+                     const float *res, float *y);
 /* dx = the gradient of the convolution's input for output gradient dy (overwritten). */
 int fl__conv_bwd_data(fl_conv_cache **cache, const fl_conv_desc *d, const float *dy, const void *w, float *dx);
 /* dw = the gradient of the filter for output gradient dy (overwritten). */
