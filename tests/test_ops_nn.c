@@ -455,6 +455,48 @@ TEST(dropout_grad_needs_uint8_mask)
     fl_prog_free(p);
 }
 
+/* ---- sum: one to three dense inputs, the first two added in one pass ---- */
+
+static void sum_case(int n)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *x[3], *o = fl__tmp_var(p, "o", FL_FLOAT32, 2, (const int64_t[]){-1, 3});
+    static const char *const names[3] = {"a", "b", "c"};
+    for (int i = 0; i < n; i++) x[i] = fl_layer_data(p, names[i], FL_SHAPE(3), FL_FLOAT32, 0);
+    fl_io in = {"X", x, n}, out = FL_IO1("Out", o);
+    fl_op *op = fl__op_new(p, "sum", &in, 1, &out, 1);
+    CHECK(op != NULL);
+    CHECK_OK(fl__op_finish(op));
+    fl_tensor *t[3];
+    fl_feed feed[3];
+    for (int i = 0; i < n; i++) {
+        float v[6];
+        for (int k = 0; k < 6; k++) v[k] = (float)((i + 1) * 10 + k);
+        t[i] = th_f32(2, (const int64_t[]){2, 3}, v);
+        feed[i] = (fl_feed){names[i], t[i]};
+    }
+    const char *f[1] = {fl_var_name(o)};
+    fl_tensor *r = NULL;
+    fl_exe *e = fl_exe_create(NULL);
+    for (int run = 0; run < 2; run++) { /* the second run writes the output buffer of the first */
+        CHECK_OK(fl_exe_run(e, p, feed, n, f, 1, &r));
+        CHECK_EQ_INT((int)r->numel, 6);
+        for (int k = 0; k < 6; k++) {
+            float want = 0;
+            for (int i = 0; i < n; i++) want += (float)((i + 1) * 10 + k);
+            CHECK_NEAR(((float *)r->data)[k], want, 0);
+        }
+    }
+    fl_exe_free(e);
+    for (int i = 0; i < n; i++) fl_tensor_free(t[i]);
+    fl_prog_free(p);
+}
+
+TEST(sum_one_two_three_inputs)
+{
+    for (int n = 1; n <= 3; n++) sum_case(n);
+}
+
 /* ---- reduce_sum ---- */
 
 static void reduce_case(const int *dims, int nd, int keep, int on, const int64_t *os, const float *want)
@@ -614,5 +656,5 @@ TEST_MAIN(T(ew_rows_all_ops), T(ew_same_shape), T(ew_middle_axis), T(ew_trailing
           T(ew_runtime_mismatch_error), T(scale_values), T(scale_selected_rows), T(dropout_downgrade_stats),
           T(dropout_upscale_stats), T(dropout_default_impl_high_prob), T(dropout_mask_steps_and_seeds), T(dropout_fix_seed),
           T(dropout_is_test_downgrade), T(dropout_is_test_upscale), T(dropout_prob_zero_and_one), T(dropout_bad_attributes),
-          T(dropout_grad_needs_uint8_mask), T(reduce_sum_small), T(reduce_sum_all_subsets), T(reduce_sum_lod_and_errors),
+          T(dropout_grad_needs_uint8_mask), T(sum_one_two_three_inputs), T(reduce_sum_small), T(reduce_sum_all_subsets), T(reduce_sum_lod_and_errors),
           T(cos_sim_values), T(cos_sim_errors))

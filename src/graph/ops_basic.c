@@ -572,6 +572,7 @@ static int run_sum(fl_kctx *c)
     FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, d0->ndim, d0->shape));
     out->is_rows = 0;
     float *y = out->data;
+    const float *prev = NULL; /* the first dense input, not yet in y */
     int first = 1;
     for (int i = 0; i < n; i++) {
         fl_tensor *x = c->in[0][i];
@@ -579,10 +580,17 @@ static int run_sum(fl_kctx *c)
         if (x->numel != out->numel)
             return fl__err(FL_EINVAL, "sum: input %d has %lld elements, expected %lld", i, (long long)x->numel,
                            (long long)out->numel);
-        if (first) memcpy(y, x->data, (size_t)x->numel * sizeof(float));
-        else fl__vaxpy(y, 1.0f, x->data, x->numel);
+        const float *xd = x->data;
+        if (first) prev = xd; /* the first two dense inputs are added in one pass: y = a + b */
+        else if (prev) {
+            if (prev == y) fl__vaxpy(y, 1.0f, xd, x->numel);
+            else if (xd == y) fl__vaxpy(y, 1.0f, prev, x->numel);
+            else fl__vadd(y, prev, xd, x->numel);
+            prev = NULL;
+        } else fl__vaxpy(y, 1.0f, xd, x->numel);
         first = 0;
     }
+    if (prev && prev != y) memcpy(y, prev, (size_t)out->numel * sizeof(float)); /* one dense input */
     for (int i = 0; i < n; i++) {
         fl_tensor *x = c->in[0][i];
         if (!x->is_rows) continue;
