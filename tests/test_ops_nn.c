@@ -656,5 +656,5 @@ TEST_MAIN(T(ew_rows_all_ops), T(ew_same_shape), T(ew_middle_axis), T(ew_trailing
           T(ew_runtime_mismatch_error), T(scale_values), T(scale_selected_rows), T(dropout_downgrade_stats),
           T(dropout_upscale_stats), T(dropout_default_impl_high_prob), T(dropout_mask_steps_and_seeds), T(dropout_fix_seed),
           T(dropout_is_test_downgrade), T(dropout_is_test_upscale), T(dropout_prob_zero_and_one), T(dropout_bad_attributes),
-          T(dropout_grad_needs_uint8_mask), T(sum_one_two_three_inputs), T(reduce_sum_small), T(reduce_sum_all_subsets), T(reduce_sum_lod_and_errors),
-          T(cos_sim_values), T(cos_sim_errors))
+          T(dropout_grad_needs_uint8_mask), T(sum_one_two_three_inputs), T(reduce_sum_small), T(reduce_sum_all_subsets),
+          T(reduce_sum_lod_and_errors), T(cos_sim_values), T(cos_sim_errors))
