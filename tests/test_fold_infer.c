@@ -5,11 +5,14 @@
  * with blocked layouts on and off; the parameters in the scope are unchanged by runs of the
  * fused program; a batch_norm statistic or a filter changed between two runs changes the
  * next output as the unfused program's (no stale fold); an inference model saved and loaded
- * is fused and computes the same; bf16 AMP eval agrees within bf16's precision; a training
+ * is fused and computes the same; the folds are skipped while their inputs keep their write
+ * versions and redone after each kind of write; bf16 AMP eval agrees within bf16's precision; a training
  * clone is left alone; pool2d on blocked tensors computes what it computes on plain ones. */
 #include "gradcheck.h"
 
 #include "graph/op_layout.h"
+#include "graph/ops_conv.h"
+#include "tensor/dnn_conv.h"
 #include "fleet/io.h"
 #include "fleet/models.h"
 
@@ -22,6 +25,8 @@ typedef struct {
     fl_exe *e;
     fl_tensor *x, *y;
 } net;
+
+static void bn_away(net *n);
 
 /* ResNet-14 (basic blocks, 16 to 64 channels, 12x12) or ResNet-50's layout at 32x32. */
 static void net_build(net *n, int deep, int amp)
@@ -40,17 +45,23 @@ static void net_build(net *n, int deep, int amp)
     n->y = fl_tensor_create(FL_INT64, FL_SHAPE(N, 1));
     for (int64_t i = 0; i < n->x->numel; i++) ((float *)n->x->data)[i] = (float)sin((double)i * 0.37);
     for (int64_t i = 0; i < N; i++) ((int64_t *)n->y->data)[i] = i % 5;
-    /* batch_norm's parameters and statistics away from their initial 1 / 0 / 0 / 1 */
+    bn_away(n);
+}
+
+/* batch_norm's parameters and statistics away from their initial 1 / 0 / 0 / 1 */
+static void bn_away(net *n)
+{
     fl_scope *s = fl_exe_scope(n->e);
     for (int i = 0; i < n->p->nops; i++) {
         const fl_op *op = n->p->ops[i];
-        if (strcmp(op->def->type, "batch_norm")) continue;
+        if (strcmp(op->def->type, "batch_norm") && strcmp(op->def->type, "fused_bn_add_activation")) continue;
         for (int k = 1; k < 5; k++) {
             fl_tensor *t = fl_scope_find(s, op->in[k].vars[0]->name);
             CHECK(t != NULL);
+            float *d = fl_tensor_f32(t);
             for (int64_t j = 0; j < t->numel; j++) {
                 double u = sin((double)(i * 31 + k * 7 + j) * 1.3);
-                ((float *)t->data)[j] = (float)(k == 4 ? 0.6 + 0.5 * u * u : k == 1 ? 0.6 + 0.3 * u : 0.2 * u);
+                d[j] = (float)(k == 4 ? 0.6 + 0.5 * u * u : k == 1 ? 0.6 + 0.3 * u : 0.2 * u);
             }
         }
     }
@@ -242,7 +253,8 @@ TEST(test_params_unchanged_and_no_stale_fold)
     for (int k = 0; k < 3; k++) {
         fl_tensor *t = fl_scope_find(fl_exe_scope(n.e), changed[k]);
         CHECK(t != NULL);
-        for (int64_t j = 0; j < t->numel; j++) ((float *)t->data)[j] *= k == 0 ? 2.5f : 0.5f;
+        float *v = fl_tensor_f32(t); /* the public accessor: a write the fold's cache sees */
+        for (int64_t j = 0; j < t->numel; j++) v[j] *= k == 0 ? 2.5f : 0.5f;
         float before[N * 5];
         memcpy(before, a, sizeof a);
         predict(&n, on, a);
@@ -254,6 +266,116 @@ TEST(test_params_unchanged_and_no_stale_fold)
     }
     snap_free(&s);
     fl_prog_free(on), fl_prog_free(off);
+    net_free(&n);
+}
+
+/* Scales a scope tensor through the public accessor (a direct set). */
+static void scale_var(net *n, const char *name, float by)
+{
+    fl_tensor *t = fl_scope_find(fl_exe_scope(n->e), name);
+    CHECK(t != NULL);
+    float *v = fl_tensor_f32(t);
+    CHECK(v != NULL);
+    for (int64_t j = 0; j < t->numel; j++) v[j] *= by;
+}
+
+/* The unfused clone's logits on a copy of n's persistables in an executor of its own: its
+ * batch_norms (which write their statistics in place) leave n's scope alone. */
+static void reference(net *n, fl_prog *off, float *b)
+{
+    fl_exe *e = fl_exe_create(NULL);
+    for (int i = 0; i < off->nvars; i++) {
+        const fl_var *v = off->vars[i];
+        const fl_tensor *t = v->persistable ? fl_scope_find(fl_exe_scope(n->e), v->name) : NULL;
+        if (t) CHECK_OK(fl_tensor_copy(fl_scope_var(fl_exe_scope(e), v->name), t));
+    }
+    fl_exe *keep = n->e;
+    n->e = e;
+    predict(n, off, b);
+    n->e = keep;
+    fl_exe_free(e);
+}
+
+/* Runs the fused clone, checks it agrees with the unfused one, and returns the folds that
+ * were skipped (their inputs unchanged) in the fused run. */
+static int cached_run(net *n, fl_prog *on, fl_prog *off, float *a)
+{
+    float b[N * 5];
+    uint64_t h0 = fl__conv_bn_fold_hits();
+    predict(n, on, a);
+    int hits = (int)(fl__conv_bn_fold_hits() - h0);
+    reference(n, off, b);
+    check_close(a, b, N, 5, 2e-5);
+    return hits;
+}
+
+/* conv_bn_fold skips its work while its inputs keep their write versions, and folds again
+ * after each kind of input changes through each writer: a set through the public accessor
+ * (scale, bias, mean, variance, filter), an optimizer step of the training program sharing
+ * the scope, fl_io_load_persistables; the convolutions keep their reordered filters while
+ * the folded ones are unchanged; each run computes what the unfused program computes. */
+TEST(test_fold_cache)
+{
+    if (!fl__dnn_available()) TSKIP("no oneDNN in this build");
+    net n;
+    net_build(&n, 0, 0);
+    fl_opt *o = fl_opt_momentum(0.05f, 0.9f, 0);
+    CHECK_OK(fl_opt_minimize(o, n.m.loss));
+    CHECK_OK(fl_exe_run(n.e, fl_prog_startup(n.p), NULL, 0, NULL, 0, NULL)); /* the optimizer's variables too */
+    bn_away(&n);
+    fl_prog *on = clone_test(&n, 1), *off = clone_test(&n, 0);
+    const int folds = count_ops(on, "conv_bn_fold", 0);
+    CHECK(folds >= 10);
+    float a[N * 5], first[N * 5];
+    CHECK_EQ_INT(cached_run(&n, on, off, first), 0);
+    uint64_t w0 = fl__conv_filter_reorders_skipped();
+    CHECK_EQ_INT(cached_run(&n, on, off, a), folds); /* nothing changed: every fold skipped */
+    CHECK_EQ_INT(cached_run(&n, on, off, a), folds);
+    CHECK(!memcmp(a, first, sizeof a));
+    /* the filter reorders skipped too, where oneDNN's layout differs from OIHW */
+    CHECK(fl__conv_filter_reorders_skipped() > w0);
+    /* one input of each kind of one batch_norm (folded in front of one convolution), and a filter */
+    const fl_op *bn = NULL, *cv = NULL;
+    for (int i = 0; i < off->nops && (!bn || !cv); i++) {
+        if (!bn && !strcmp(off->ops[i]->def->type, "batch_norm")) bn = off->ops[i];
+        if (!cv && i > 0 && !strcmp(off->ops[i]->def->type, "conv2d") && bn) cv = off->ops[i];
+    }
+    CHECK(bn != NULL && cv != NULL);
+    const char *changed[5] = {bn->in[1].vars[0]->name, bn->in[2].vars[0]->name, bn->in[3].vars[0]->name,
+                              bn->in[4].vars[0]->name, cv->in[1].vars[0]->name};
+    for (int k = 0; k < 5; k++) {
+        memcpy(first, a, sizeof a);
+        scale_var(&n, changed[k], k == 3 ? 1.7f : 0.6f);
+        CHECK_EQ_INT(cached_run(&n, on, off, a), folds - 1); /* that one folds again */
+        double moved = 0;
+        for (int i = 0; i < N * 5; i++) moved += fabs(a[i] - first[i]);
+        CHECK(moved > 1e-4);
+        CHECK_EQ_INT(cached_run(&n, on, off, a), folds);
+    }
+    /* checkpoint now, then a training step: every filter and statistic changes */
+    char dir[64];
+    th_mktemp(dir, sizeof dir, "fold_cache");
+    CHECK_OK(fl_io_save_persistables(n.e, dir, n.p));
+    float saved[N * 5];
+    memcpy(saved, a, sizeof a);
+    fl_feed f[2] = {{fl_var_name(n.m.input), n.x}, {fl_var_name(n.m.label), n.y}};
+    CHECK_OK(fl_exe_run(n.e, n.p, f, 2, NULL, 0, NULL));
+    CHECK_EQ_INT(cached_run(&n, on, off, a), 0);
+    double moved = 0;
+    for (int i = 0; i < N * 5; i++) moved += fabs(a[i] - saved[i]);
+    CHECK(moved > 1e-4);
+    CHECK_EQ_INT(cached_run(&n, on, off, a), folds);
+    /* loading the checkpoint swaps every persistable back: every fold again, the saved outputs */
+    CHECK_OK(fl_io_load_persistables(n.e, dir, n.p));
+    CHECK_EQ_INT(cached_run(&n, on, off, a), 0);
+    check_close(a, saved, N, 5, 2e-5);
+    CHECK_EQ_INT(cached_run(&n, on, off, a), folds);
+    /* zeroing a statistic through the scope */
+    CHECK_OK(fl_scope_zero(fl_exe_scope(n.e), changed[2]));
+    CHECK_EQ_INT(cached_run(&n, on, off, a), folds - 1);
+    th_rmtree(dir);
+    fl_prog_free(on), fl_prog_free(off);
+    fl_opt_free(o);
     net_free(&n);
 }
 
@@ -381,5 +503,5 @@ TEST(test_pool_blocked_same_as_plain)
 }
 
 TEST_MAIN(T(test_resnet_same_on_and_off), T(test_resnet_same_plain_layouts), T(test_resnet50_same_on_and_off),
-          T(test_training_clone_untouched), T(test_clone_after_minimize), T(test_params_unchanged_and_no_stale_fold),
+          T(test_training_clone_untouched), T(test_clone_after_minimize), T(test_params_unchanged_and_no_stale_fold), T(test_fold_cache),
           T(test_save_load_inference_model), T(test_amp_bf16_eval), T(test_pool_blocked_same_as_plain))

@@ -66,9 +66,13 @@ FL_API int64_t fl_tensor_dim(const fl_tensor *t, int i);
 FL_API const int64_t *fl_tensor_shape(const fl_tensor *t);
 FL_API int64_t fl_tensor_numel(const fl_tensor *t);
 FL_API size_t fl_tensor_nbytes(const fl_tensor *t);
+/* The data, writable.  Each call marks the tensor as written (caches derived from it, such
+ * as an inference program's folded filters, are recomputed on the next run): write through
+ * the pointer before the next run that reads the tensor, and call again to write after it.
+ * fl_tensor_cdata is the read-only view and marks nothing. */
 FL_API void *fl_tensor_data(fl_tensor *t);
 FL_API const void *fl_tensor_cdata(const fl_tensor *t);
-/* Typed views; NULL if the dtype differs. */
+/* Typed views, writable as fl_tensor_data; NULL if the dtype differs. */
 FL_API float *fl_tensor_f32(fl_tensor *t);
 FL_API int64_t *fl_tensor_i64(fl_tensor *t);
 

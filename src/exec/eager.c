@@ -5,7 +5,8 @@
  * Computed once per plan: for each op, the non-persistable variables whose last use in the
  * program is that op.  Never released: persistable variables, variables read before any
  * op writes them (state carried between steps; fed data excepted), variables an op with a
- * run condition touches, and those the current run fetches.
+ * run condition touches, the outputs of ops that keep them as a cache between runs
+ * (FL_OPDEF_OWN_OUTPUTS: conv_bn_fold's folded filters), and those the current run fetches.
  *
  * A released buffer goes to the plan's pool instead of the allocator.  Before an op runs,
  * each of its outputs that has no buffer takes the smallest pooled one that holds what the
@@ -47,6 +48,8 @@ int fl__eager_build(fl__eager *g, const fl_prog *p, const char *is_input)
     for (int i = 0; i < no; i++) {
         const fl_op *op = p->ops[i];
         if (op->cond) never[op->cond->idx] = 1;
+        for (int s = 0; (op->def->flags & FL_OPDEF_OWN_OUTPUTS) && s < FL_OP_MAX_SLOTS; s++)
+            for (int k = 0; k < op->out[s].n; k++) never[op->out[s].vars[k]->idx] = 1; /* the op's cache */
         for (int s = 0; s < FL_OP_MAX_SLOTS; s++) {
             for (int k = 0; k < op->in[s].n; k++) {
                 last[op->in[s].vars[k]->idx] = i;
@@ -125,6 +128,7 @@ cleared:
     t->numel = 0;
     t->lod_n = 0;
     t->is_rows = 0;
+    fl__tensor_bump(t);
 }
 
 /* Gives var v (no buffer) the smallest pooled buffer of at least what it held last step,
@@ -142,6 +146,7 @@ static void attach(fl__eager *g, fl_tensor *t, int v)
     if (best < 0) return;
     t->data = pool[best].p;
     t->cap = pool[best].cap;
+    fl__tensor_bump(t); /* another variable's buffer */
     g->pool_bytes -= pool[best].cap;
     g->held[v] = pool[best].cap;
     pool[best] = pool[--g->npool];

@@ -234,6 +234,18 @@ static int cond_true(const fl_tensor *t)
     }
 }
 
+/* New write versions for what op po may have written (tensor_internal.h): its outputs, and
+ * its inputs too unless its definition says it only reads them (ops updating a state they
+ * take as an input).  Called after the op, whether or not it succeeded. */
+static void bump_written(const plan_op *po)
+{
+    const unsigned fl = po->op->def->flags;
+    for (int s = 0; s < FL_OP_MAX_SLOTS; s++) {
+        for (int k = 0; !(fl & FL_OPDEF_OWN_OUTPUTS) && k < po->ctx.nout[s]; k++) fl__tensor_bump(po->ctx.out[s][k]);
+        for (int k = 0; !(fl & FL_OPDEF_READS_INPUTS) && k < po->ctx.nin[s]; k++) fl__tensor_bump(po->ctx.in[s][k]);
+    }
+}
+
 static int check_feed(const fl_prog *p, const fl_feed *f, fl_var **vout)
 {
     if (!f->name) return fl__err(FL_EINVAL, "feed: name is NULL");
@@ -333,6 +345,7 @@ int fl_exe_run(fl_exe *e, fl_prog *p, const fl_feed *feed, int nfeed, const char
         if (prof && fl__layout_conversions() != nconv) fl__prof_add("(to plain)", fl__now_ns() - t0), t0 = fl__now_ns();
         if (st == FL_OK) st = po->op->def->run(&po->ctx);
         if (st == FL_OK && same) st = fl__op_layout_after(&po->ctx, same);
+        bump_written(po);
         if (prof) fl__prof_add(po->op->def->type, fl__now_ns() - t0);
         if (st == FL_OK) fl__eager_after_op(&pl->eager, i, po->op, pl->tensors);
         if (st != FL_OK) {

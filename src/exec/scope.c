@@ -104,5 +104,6 @@ int fl_scope_zero(fl_scope *s, const char *name)
     fl_tensor *t = fl_scope_find(s, name);
     if (!t) return fl__err(FL_ENOTFOUND, "fl_scope_zero: no variable '%s' in the scope or its parents", name);
     if (t->numel) memset(t->data, 0, fl_tensor_nbytes(t));
+    fl__tensor_bump(t);
     return FL_OK;
 }

@@ -9,10 +9,13 @@
  *       s = Scale / sqrt(Variance + epsilon), into two derived, non-persistable variables the
  *       conv2d reads instead of its filter and bias (with AMP, the cast of the filter to bfloat16
  *       becomes the fold's output type: one pass and one rounding).  The parameters in the scope are never
- *       written: saving, training and fetches see them unchanged, and since the fold runs on
- *       every run, a parameter changed between runs (a test program run during training
- *       shares the training scope) is seen at once.  batch_norm's fuse_with_relu becomes the
- *       conv2d's act.
+ *       written: saving, training and fetches see them unchanged.  The fold keeps its
+ *       outputs between runs (FL_OPDEF_OWN_OUTPUTS) and skips its work while its inputs and
+ *       outputs keep the write versions of its last run (tensor_internal.h), so a parameter
+ *       changed between runs by any writer (a test program run during training shares the
+ *       training scope; a load; a set through the API) is folded again at once, and an
+ *       inference program run repeatedly folds once; the conv2d then keeps its reordered
+ *       filter too.  batch_norm's fuse_with_relu becomes the conv2d's act.
  *   conv2d -> fused_bn_add_activation (is_test; relu(batch_norm(X) + Z), the block end of a
  *       program cloned after minimize) as batch_norm, with Z as the residual below and relu
  *       the act;
@@ -32,6 +35,7 @@
  * only_reader and rewrites the first op (see fuse_relu), called from fl__infer_fuse.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -71,7 +75,63 @@ static int infer_conv_bn_fold(fl_op *op)
     return FL_OK;
 }
 
+/* The last fold: the tensors it read and wrote (inputs in slot order, ConvBias NULL when
+ * absent, then FilterOut and BiasOut) and their write versions then. */
+enum { FOLD_T = 8 };
+typedef struct {
+    int valid;
+    const fl_tensor *t[FOLD_T];
+    uint64_t ver[FOLD_T];
+} fold_state;
+
+static atomic_uint_fast64_t n_hits;
+uint64_t fl__conv_bn_fold_hits(void) { return atomic_load(&n_hits); }
+
+static void fold_tensors(fl_kctx *c, const fl_tensor *t[FOLD_T])
+{
+    for (int s = 0; s < 6; s++) t[s] = FL_IN(c, s);
+    t[6] = FL_OUT(c, 0), t[7] = FL_OUT(c, 1);
+}
+
+/* 1 when the last fold read these very inputs at their current versions and its outputs
+ * are unwritten since (no other writer, no buffer released by eager deletion): they still
+ * hold the fold of the current inputs. */
+static int fold_current(const fold_state *f, const fl_tensor *const t[FOLD_T])
+{
+    if (!f || !f->valid) return 0;
+    for (int k = 0; k < FOLD_T; k++)
+        if (t[k] != f->t[k] || (t[k] && fl__tensor_version(t[k]) != f->ver[k])) return 0;
+    return 1;
+}
+
+static int fold_compute(fl_kctx *c);
+
 static int run_conv_bn_fold(fl_kctx *c)
+{
+    const fl_tensor *t[FOLD_T];
+    fold_tensors(c, t);
+    fold_state *f = *c->state;
+    if (fold_current(f, t)) {
+        atomic_fetch_add(&n_hits, 1);
+        return FL_OK;
+    }
+    if (!f && !(f = *c->state = calloc(1, sizeof *f)))
+        return fl__err(FL_ENOMEM, "conv_bn_fold: out of memory (filter '%s')", fl__kctx_var_name(c, F_W, 0));
+    /* the inputs' versions before reading them: a write during the fold moves them on */
+    f->valid = 0;
+    for (int k = 0; k < 6; k++) f->t[k] = t[k], f->ver[k] = t[k] ? fl__tensor_version(t[k]) : 0;
+    FL_CHECK(fold_compute(c));
+    for (int k = 6; k < FOLD_T; k++) { /* FL_OPDEF_OWN_OUTPUTS: the executor does not bump them */
+        fl__tensor_bump(FL_OUT(c, k - 6));
+        f->t[k] = t[k], f->ver[k] = fl__tensor_version(t[k]);
+    }
+    for (int k = 0; k < 6; k++) /* an input the fold converted (a layout) has moved on: next run folds again */
+        if (t[k] && fl__tensor_version(t[k]) != f->ver[k]) return FL_OK;
+    f->valid = 1;
+    return FL_OK;
+}
+
+static int fold_compute(fl_kctx *c)
 {
     fl_tensor *w = FL_IN(c, F_W), *cb = FL_IN(c, F_CB), *wo = FL_OUT(c, 0), *bo = FL_OUT(c, 1);
     if (w->is_rows || (w->dtype != FL_FLOAT32 && w->dtype != FL_BFLOAT16) || w->ndim < 1)
@@ -122,7 +182,8 @@ const fl_op_def fl__def_conv_bn_fold = {"conv_bn_fold",
                                         infer_conv_bn_fold,
                                         run_conv_bn_fold,
                                         NULL,
-                                        NULL};
+                                        NULL,
+                                        FL_OPDEF_READS_INPUTS | FL_OPDEF_OWN_OUTPUTS};
 
 /* ---- the pass ---------------------------------------------------------------------------- */
 

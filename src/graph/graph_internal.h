@@ -132,6 +132,19 @@ struct fl_op_def {
     int (*grad)(fl_op *op, fl_grad_ctx *g);
     /* Frees what run() left in *ctx->state (NULL: plain free()). */
     void (*state_free)(void *state);
+    /* FL_OPDEF_* bits: what the executor may assume of run() (0 for most ops). */
+    unsigned flags;
+};
+
+/* Bits of fl_op_def.flags.  After each op the executor gives every tensor the op may have
+ * written a new write version (fl__tensor_bump, tensor_internal.h): its outputs and, unless
+ * FL_OPDEF_READS_INPUTS, its inputs (ops that update a state passed as an input). */
+enum {
+    FL_OPDEF_READS_INPUTS = 1, /* run() never writes its inputs */
+    /* run() keeps its outputs between runs as a cache (conv_bn_fold) and bumps their versions
+     * itself when it writes them: the executor neither bumps them nor releases their buffers
+     * (eager deletion) */
+    FL_OPDEF_OWN_OUTPUTS = 2,
 };
 
 /* ---- registry and building ------------------------------------------------------------ */

@@ -348,6 +348,7 @@ static int run_conv2d(fl_kctx *c)
         d.act = act == ACT_RELU ? FL_ACT_RELU : act == ACT_TANH ? FL_ACT_TANH : act == ACT_SIGMOID ? FL_ACT_SIGMOID : 0;
         d.has_bias = bd != NULL;
         d.x_lay = x->layout, d.blocked_out = fl__layout_enabled(), d.sum = res != NULL, d.res_lay = res ? res->layout : 0;
+        FL_CHECK(fl__conv_filter_stamp(&st->dnn, f));
         if (res) FL_CHECK(fl__conv_fwd_sum(&st->dnn, &d, x->data, f->data, bd, res->data, out->data));
         else FL_CHECK(fl__conv_fwd(&st->dnn, &d, x->data, f->data, bd, out->data));
         return out->numel ? fl__tensor_set_layout(out, fl__conv_out_layout(st->dnn)) : FL_OK;
@@ -511,7 +512,7 @@ static int grad_conv2d(fl_op *op, fl_grad_ctx *g)
 
 static const fl_op_def def_conv2d = {
     "conv2d",       {"Input", "Filter", "Bias", "ResidualData"}, {"Output"}, infer_conv2d, run_conv2d, grad_conv2d,
-    conv_state_free};
+    conv_state_free, FL_OPDEF_READS_INPUTS};
 static const fl_op_def def_conv2d_grad = {"conv2d_grad",
                                           {"Input", "Filter", "Output@GRAD"},
                                           {"Input@GRAD", "Filter@GRAD", "Bias@GRAD"},

@@ -47,5 +47,7 @@ extern const fl_op_def fl__def_batch_norm, fl__def_batch_norm_grad;
 extern const fl_op_def fl__def_fused_bn_add_act, fl__def_fused_bn_add_act_grad;
 /* fold_infer.c: batch_norm's statistics folded into a filter and bias, listed in fl__ops_conv. */
 extern const fl_op_def fl__def_conv_bn_fold;
+/* Runs of conv_bn_fold that found their inputs and outputs unchanged and skipped the fold. */
+uint64_t fl__conv_bn_fold_hits(void);
 
 #endif

@@ -163,6 +163,7 @@ static int load_vars(fl_exe *e, const fl_prog *p, const char *path)
         fl_tensor tmp = *dst[i];
         *dst[i] = *ts[src[i]];
         *ts[src[i]] = tmp;
+        fl__tensor_bump(dst[i]);
     }
     st = FL_OK;
 out:

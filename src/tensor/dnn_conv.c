@@ -25,10 +25,11 @@
 
 #include "dnn_conv.h"
 
-static atomic_uint_fast64_t n_prims, n_shared;
+static atomic_uint_fast64_t n_prims, n_shared, n_wskip;
 
 uint64_t fl__conv_primitives_created(void) { return atomic_load(&n_prims); }
 uint64_t fl__conv_dy_reorders_shared(void) { return atomic_load(&n_shared); }
+uint64_t fl__conv_filter_reorders_skipped(void) { return atomic_load(&n_wskip); }
 
 #ifndef FL_HAVE_DNNL
 
@@ -62,6 +63,11 @@ int fl__conv_bwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, co
 {
     (void)cache, (void)d, (void)x, (void)dy, (void)w, (void)dx, (void)dw;
     return no_dnnl();
+}
+int fl__conv_filter_stamp(fl_conv_cache **cache, const fl_tensor *w)
+{
+    (void)cache, (void)w;
+    return FL_OK; /* nothing is cached without oneDNN */
 }
 void fl__conv_cache_free(fl_conv_cache *cache) { (void)cache; }
 int fl__conv_out_layout(const fl_conv_cache *cache)
@@ -108,11 +114,18 @@ typedef struct {
     port p[MAX_PORTS];
     dnnl_memory_t res;       /* the sum post-op's residual (layout d.res_lay) */
     dnnl_primitive_t res_re; /* residual -> the memory the convolution writes, before it */
+    /* forward: the filter tensor, version and data the reordered filter was made from (w_t
+     * NULL: unknown, reorder again) */
+    const fl_tensor *w_t;
+    uint64_t w_ver;
+    const void *w_data;
 } entry;
 
 struct fl_conv_cache {
     uint64_t tick;
     const void *res; /* fl__conv_fwd_sum's residual, for the call in progress */
+    const fl_tensor *w_t; /* fl__conv_filter_stamp's, for the next forward call */
+    uint64_t w_ver;
     int out_lay; /* of the last call */
     dnnl_stream_t stream;
     entry e[SLOTS];
@@ -396,6 +409,9 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
     if (!eng) return fl_last_status();
     if (!*cp && !(*cp = calloc(1, sizeof **cp))) return fl__err(FL_ENOMEM, "conv2d: out of memory");
     fl_conv_cache *cache = *cp;
+    const fl_tensor *w_t = dir == FWD ? cache->w_t : NULL; /* the stamp serves one call */
+    const uint64_t w_ver = cache->w_ver;
+    cache->w_t = NULL, cache->w_ver = 0;
     if (!cache->stream) {
         dnnl_status_t s = dnnl_stream_create(&cache->stream, eng, dnnl_stream_default_flags);
         if (s != dnnl_success) return fl__err(FL_EUNSUPPORTED, "oneDNN: could not create a stream: %s", dnnl_status2str(s));
@@ -423,7 +439,7 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
     dnnl_exec_arg_t args[MAX_PORTS];
     dnnl_status_t s = dnnl_success;
     const char *step = "reorder";
-    enum { DY = 2 }; /* the output gradient's port in both backward directions */
+    enum { W = 1, DY = 2 }; /* the filter's port; the output gradient's in both backward directions */
     int reuse = 0;
     if (dy_in && *dy_in && e->p[DY].inner) {
         const dnnl_memory_desc_t *have = NULL, *want = NULL;
@@ -438,6 +454,15 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
         if (i == DY && reuse) {
             args[i].memory = *dy_in;
             continue;
+        }
+        if (i == W && dir == FWD && p->re) { /* the reordered filter is still w's: keep it */
+            int keep = w_t && e->w_t == w_t && e->w_ver == w_ver && e->w_data == data[i];
+            e->w_t = NULL; /* until the reorder below has run */
+            if (keep) {
+                e->w_t = w_t;
+                atomic_fetch_add(&n_wskip, 1);
+                continue;
+            }
         }
         if (p->re && !p->out) {
             dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, p->user}, {DNNL_ARG_TO, p->inner}};
@@ -466,7 +491,16 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
                        (long long)dd->n, (long long)dd->c, (long long)dd->h, (long long)dd->w, step, dnnl_status2str(s));
     if (dy_in && !*dy_in) *dy_in = e->p[DY].inner;
     if (reuse) atomic_fetch_add(&n_shared, 1);
+    if (dir == FWD && w_t) e->w_t = w_t, e->w_ver = w_ver, e->w_data = data[W];
     if (dir != BWD_WEIGHTS) cache->out_lay = e->out_lay;
+    return FL_OK;
+}
+
+int fl__conv_filter_stamp(fl_conv_cache **cache, const fl_tensor *w)
+{
+    if (!*cache && !(*cache = calloc(1, sizeof **cache))) return fl__err(FL_ENOMEM, "conv2d: out of memory");
+    (*cache)->w_t = w;
+    (*cache)->w_ver = fl__tensor_version(w);
     return FL_OK;
 }
 

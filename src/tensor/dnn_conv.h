@@ -50,6 +50,15 @@ int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, co
  * activation comes after the sum. */
 int fl__conv_fwd_sum(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias,
                      const float *res, float *y);
+/* The forward call that comes next with *cache reads its filter from tensor w, at w's current
+ * write version (tensor_internal.h): while the same tensor at the same version and data
+ * comes again, the forward reuses the filter it reordered into oneDNN's layout last time
+ * instead of reordering it again (an inference program's filters; in training the optimizer
+ * writes them every step).  Without this call the reorder always runs.  *cache is created
+ * when NULL; FL_ENOMEM. */
+int fl__conv_filter_stamp(fl_conv_cache **cache, const fl_tensor *w);
+/* Forward filter reorders skipped so far by fl__conv_filter_stamp (tests count them). */
+uint64_t fl__conv_filter_reorders_skipped(void);
 /* dx = the gradient of the convolution's input for output gradient dy (overwritten). */
 int fl__conv_bwd_data(fl_conv_cache **cache, const fl_conv_desc *d, const float *dy, const void *w, float *dx);
 /* dw = the gradient of the filter for output gradient dy (overwritten). */

@@ -49,6 +49,7 @@ int fl__tensor_set_layout(fl_tensor *t, int lay)
         return fl__err(FL_EINVAL, "tensor layout: %s cannot be held as %s", d, fl__layout_name(lay));
     }
     t->layout = lay;
+    fl__tensor_bump(t);
     return FL_OK;
 }
 
@@ -108,6 +109,7 @@ int fl__tensor_to_layout(fl_tensor *t, int lay)
     fl__free_aligned(t->data);
     t->data = nd;
     t->layout = lay;
+    fl__tensor_bump(t);
     atomic_fetch_add(&n_conv, 1);
     return FL_OK;
 }

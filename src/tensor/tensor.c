@@ -8,6 +8,14 @@ static const size_t dtype_sizes[FL_DTYPE_COUNT] = {4, 8, 8, 4, 2, 2, 1};
 static const char *const dtype_names[FL_DTYPE_COUNT] = {"float32", "int64",    "float64", "int32",
                                                         "float16", "bfloat16", "uint8"};
 
+/* The last write version handed out: one counter for every tensor of the process. */
+static uint64_t version_clock;
+
+void fl__tensor_bump(fl_tensor *t)
+{
+    if (t) __atomic_store_n(&t->version, __atomic_add_fetch(&version_clock, 1, __ATOMIC_RELAXED), __ATOMIC_RELEASE);
+}
+
 size_t fl_dtype_size(fl_dtype dt) { return (unsigned)dt < FL_DTYPE_COUNT ? dtype_sizes[dt] : 0; }
 const char *fl_dtype_name(fl_dtype dt) { return (unsigned)dt < FL_DTYPE_COUNT ? dtype_names[dt] : "invalid"; }
 
@@ -60,6 +68,7 @@ int fl__tensor_reshape_raw(fl_tensor *t, fl_dtype dt, int ndim, const int64_t *s
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
     t->numel = numel;
     t->layout = FL_LAYOUT_PLAIN;
+    fl__tensor_bump(t);
     return FL_OK;
 }
 
@@ -83,6 +92,7 @@ fl_tensor *fl_tensor_from_data(fl_dtype dt, int ndim, const int64_t *shape, cons
 {
     fl_tensor *t = fl_tensor_create(dt, ndim, shape);
     if (t && data) memcpy(t->data, data, fl_tensor_nbytes(t));
+    fl__tensor_bump(t);
     return t;
 }
 
@@ -115,6 +125,7 @@ int fl_tensor_copy(fl_tensor *dst, const fl_tensor *src)
     FL_CHECK(fl__tensor_share_lod(dst, src));
     if (src->is_rows) FL_CHECK(fl_tensor_set_rows(dst, src->rows, src->shape[0], src->height));
     else dst->is_rows = 0;
+    fl__tensor_bump(dst);
     return FL_OK;
 }
 
@@ -157,6 +168,7 @@ void *fl_tensor_data(fl_tensor *t)
         return NULL;
     }
     if (fl__tensor_to_plain(t) != FL_OK) return NULL;
+    fl__tensor_bump(t); /* the caller may write through the pointer */
     return t->data;
 }
 const void *fl_tensor_cdata(const fl_tensor *t)
@@ -176,7 +188,8 @@ float *fl_tensor_f32(fl_tensor *t)
         return NULL;
     }
     if (fl__tensor_to_plain(t) != FL_OK) return NULL;
-    return t && t->dtype == FL_FLOAT32 ? t->data : NULL;
+    fl__tensor_bump(t);
+    return t->dtype == FL_FLOAT32 ? t->data : NULL;
 }
 int64_t *fl_tensor_i64(fl_tensor *t)
 {
@@ -184,7 +197,8 @@ int64_t *fl_tensor_i64(fl_tensor *t)
         fl__err(FL_EINVAL, "fl_tensor_i64: tensor is NULL");
         return NULL;
     }
-    return t && t->dtype == FL_INT64 ? t->data : NULL;
+    fl__tensor_bump(t);
+    return t->dtype == FL_INT64 ? t->data : NULL;
 }
 
 int fl_tensor_set_lod(fl_tensor *t, const int64_t *off, int64_t n)
@@ -192,6 +206,7 @@ int fl_tensor_set_lod(fl_tensor *t, const int64_t *off, int64_t n)
     if (!t) return fl__err(FL_EINVAL, "fl_tensor_set_lod: tensor is NULL");
     if (!off || n == 0) {
         t->lod_n = 0;
+        fl__tensor_bump(t);
         return FL_OK;
     }
     if (n < 1 || off[0] != 0) return fl__err(FL_EINVAL, "LoD offsets must start at 0");
@@ -211,6 +226,7 @@ int fl_tensor_set_lod(fl_tensor *t, const int64_t *off, int64_t n)
     }
     memcpy(t->lod, off, (size_t)n * sizeof *off);
     t->lod_n = n;
+    fl__tensor_bump(t);
     return FL_OK;
 }
 
@@ -246,6 +262,7 @@ int fl_tensor_set_rows(fl_tensor *t, const int64_t *rows, int64_t nrows, int64_t
     if (!t) return fl__err(FL_EINVAL, "fl_tensor_set_rows: tensor is NULL");
     if (!rows) {
         t->is_rows = 0;
+        fl__tensor_bump(t);
         return FL_OK;
     }
     if (t->ndim < 1 || t->shape[0] != nrows)
@@ -265,6 +282,7 @@ int fl_tensor_set_rows(fl_tensor *t, const int64_t *rows, int64_t nrows, int64_t
     if (nrows) memmove(t->rows, rows, (size_t)nrows * sizeof *rows);
     t->is_rows = 1;
     t->height = height;
+    fl__tensor_bump(t);
     return FL_OK;
 }
 

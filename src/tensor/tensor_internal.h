@@ -42,7 +42,27 @@ struct fl_tensor {
     int is_rows;
     int64_t height; /* SelectedRows: rows of the full matrix */
     int layout;     /* FL_LAYOUT_* (layout.h): how data is ordered; 0 plain */
+    uint64_t version; /* write version (fl__tensor_bump); read with fl__tensor_version */
 };
+
+/* Write versions.  Every path that writes a tensor's data, shape or layout gives it a new
+ * version: a value of one process-wide counter, so no two writes anywhere ever share one,
+ * and a struct copied or swapped whole (a loaded checkpoint swapped into the scope) keeps
+ * the version of the contents it carries.  So a tensor seen twice with the same pointer and
+ * version was not written in between, and a cache derived from it (conv_bn_fold's folded
+ * filter, a convolution's reordered filter) is still good.  The writers: the executor after
+ * each op (its outputs, and its inputs unless the op's definition says it only reads them),
+ * feeds and fl_tensor_copy, resizes, layout conversions, eager deletion's release and reuse
+ * of buffers, the public writable accessors (fl_tensor_data / _f32 / _i64: bumped when the
+ * pointer is handed out, so a caller writes before its next run and asks again after),
+ * fl_scope_zero, loads swapped into the scope, and the parameter-server pulls and
+ * communicator copies into parameters outside ops.  Library code writing t->data anywhere
+ * else must call fl__tensor_bump after the write.  Thread safe (atomic). */
+void fl__tensor_bump(fl_tensor *t);
+static inline uint64_t fl__tensor_version(const fl_tensor *t)
+{
+    return __atomic_load_n(&t->version, __ATOMIC_ACQUIRE);
+}
 
 /* Resize keeping LoD/rows untouched (kernels set them explicitly). */
 int fl__tensor_reshape_raw(fl_tensor *t, fl_dtype dt, int ndim, const int64_t *shape);

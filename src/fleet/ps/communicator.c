@@ -438,6 +438,7 @@ int fl__ps_comm_recv(fl__ps_comm *c, int var, fl_tensor *w, int *copied)
     int st = c->err ? report(c) : FL_OK;
     if (st == FL_OK && v->version != v->seen) {
         memcpy(w->data, v->staged, (size_t)v->v.numel * sizeof(float));
+        fl__tensor_bump(w);
         v->seen = v->version;
         if (copied) *copied = 1;
     }
@@ -496,6 +497,7 @@ static int step_end_leader(void *arg)
         v->pullbuf = t;
         v->version++;
         memcpy(e->ws[i]->data, v->staged, (size_t)v->v.numel * sizeof(float));
+        fl__tensor_bump(e->ws[i]);
         v->half_w = e->ws[i];
     }
     pthread_mutex_unlock(&c->mu);
@@ -523,7 +525,7 @@ int fl__ps_comm_pull_now(fl__ps_comm *c, int n, const int *vars, fl_tensor *cons
     pthread_mutex_lock(&c->mu);
     for (int i = 0; i < n; i++) {
         const cvar *v = &c->vars[vars[i]];
-        if (v->half_w != ws[i]) memcpy(ws[i]->data, v->staged, (size_t)v->v.numel * sizeof(float));
+        if (v->half_w != ws[i]) memcpy(ws[i]->data, v->staged, (size_t)v->v.numel * sizeof(float)), fl__tensor_bump(ws[i]);
     }
     pthread_mutex_unlock(&c->mu);
     return FL_OK;

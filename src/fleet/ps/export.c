@@ -55,7 +55,9 @@ static int local_table(fl__ps_ctx *c, fl_ps_client *cl, fl_scope *tmp, int table
     FL_CHECK(fl_tensor_resize(t, FL_FLOAT32, 2, (const int64_t[]){height, dim}));
     memset(t->data, 0, (size_t)(height * dim) * sizeof(float));
     fill_ctx f = {t->data, height, (int)dim, tc->name, 0};
-    FL_CHECK(fl_ps_client_scan_sparse(cl, table, fill_rows, &f));
+    int st = fl_ps_client_scan_sparse(cl, table, fill_rows, &f);
+    fl__tensor_bump(t);
+    FL_CHECK(st);
     FL_INFO(FL_SUB_PS, "inference model: table '%s' exported with %lld trained rows of %lld", tc->name, (long long)f.rows,
             (long long)height);
     return FL_OK;

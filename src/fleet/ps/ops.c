@@ -267,7 +267,12 @@ int fl__ps_push_now(fl_kctx *k, fl__ps_ctx *c, int t, const fl_tensor *g, const 
     return fl_ps_client_push_dense(c->client, t, g->data);
 }
 
-int fl__ps_pull_now(fl__ps_ctx *c, int t, fl_tensor *w) { return fl_ps_client_pull_dense(c->client, t, w->data); }
+int fl__ps_pull_now(fl__ps_ctx *c, int t, fl_tensor *w)
+{
+    int st = fl_ps_client_pull_dense(c->client, t, w->data);
+    fl__tensor_bump(w);
+    return st;
+}
 
 int fl__ps_push_queued(fl_kctx *k, fl__ps_ctx *c, int t, const fl_tensor *g, const char *name)
 {
@@ -333,6 +338,7 @@ int fl__ps_pull_now_dense(fl__ps_ctx *c, int n, const int *tables, fl_tensor *co
     if (!w) return FL_ENOMEM;
     int st = fl_ps_client_pull_dense_many(c->client, n, tables, w);
     free(w);
+    for (int i = 0; i < n; i++) fl__tensor_bump(params[i]);
     return st;
 }
 
@@ -470,7 +476,11 @@ int fl__ps_init_exchange(fl__ps_ctx *c, fl_tensor *const *ts, const int *tables,
     if (c->worker_index == 0)
         for (int i = 0; i < n; i++) FL_CHECK(fl_ps_client_init_dense(cl, tables[i], ts[i]->data, 0, NULL));
     FL_CHECK(fl_ps_client_barrier(cl));
-    for (int i = 0; i < n; i++) FL_CHECK(fl_ps_client_pull_dense(cl, tables[i], ts[i]->data));
+    for (int i = 0; i < n; i++) {
+        int st = fl_ps_client_pull_dense(cl, tables[i], ts[i]->data);
+        fl__tensor_bump(ts[i]);
+        FL_CHECK(st);
+    }
     if (c->mode->after_init) FL_CHECK(c->mode->after_init(c, ts, tables, n));
     pthread_mutex_lock(&c->mu);
     c->inited = 1;

@@ -413,7 +413,9 @@ static int act_save_inference(fleet_t *f, fl__ps_ctx *c, fl_ps_client *cl, void 
         const fl_ps_table_config *tc = &c->tables[c->params[i].table];
         if (!t || t->dtype != FL_FLOAT32 || t->numel != tc->rows * tc->cols)
             return fl__err(FL_ESTATE, "parameter '%s' is not initialized in the executor's scope", tc->name);
-        FL_CHECK(fl_ps_client_pull_dense(cl, c->params[i].table, t->data));
+        int st = fl_ps_client_pull_dense(cl, c->params[i].table, t->data);
+        fl__tensor_bump(t);
+        FL_CHECK(st);
     }
     /* sparse tables come to the model as local tables (export.c) */
     return fl__ps_export_inference(c, cl, a->exe, a->dir, a->feeds, a->nfeed, a->targets, a->ntarget, a->prog);
