@@ -510,9 +510,10 @@ static int grad_conv2d(fl_op *op, fl_grad_ctx *g)
     return fl__grad_append(op, "conv2d_grad", in, 3, o, no);
 }
 
-static const fl_op_def def_conv2d = {
-    "conv2d",       {"Input", "Filter", "Bias", "ResidualData"}, {"Output"}, infer_conv2d, run_conv2d, grad_conv2d,
-    conv_state_free, FL_OPDEF_READS_INPUTS};
+static const fl_op_def def_conv2d = {"conv2d",        {"Input", "Filter", "Bias", "ResidualData"},
+                                     {"Output"},      infer_conv2d,
+                                     run_conv2d,      grad_conv2d,
+                                     conv_state_free, FL_OPDEF_READS_INPUTS};
 static const fl_op_def def_conv2d_grad = {"conv2d_grad",
                                           {"Input", "Filter", "Output@GRAD"},
                                           {"Input@GRAD", "Filter@GRAD", "Bias@GRAD"},

@@ -123,7 +123,7 @@ typedef struct {
 
 struct fl_conv_cache {
     uint64_t tick;
-    const void *res; /* fl__conv_fwd_sum's residual, for the call in progress */
+    const void *res;      /* fl__conv_fwd_sum's residual, for the call in progress */
     const fl_tensor *w_t; /* fl__conv_filter_stamp's, for the next forward call */
     uint64_t w_ver;
     int out_lay; /* of the last call */

@@ -59,10 +59,7 @@ struct fl_tensor {
  * communicator copies into parameters outside ops.  Library code writing t->data anywhere
  * else must call fl__tensor_bump after the write.  Thread safe (atomic). */
 void fl__tensor_bump(fl_tensor *t);
-static inline uint64_t fl__tensor_version(const fl_tensor *t)
-{
-    return __atomic_load_n(&t->version, __ATOMIC_ACQUIRE);
-}
+static inline uint64_t fl__tensor_version(const fl_tensor *t) { return __atomic_load_n(&t->version, __ATOMIC_ACQUIRE); }
 
 /* Resize keeping LoD/rows untouched (kernels set them explicitly). */
 int fl__tensor_reshape_raw(fl_tensor *t, fl_dtype dt, int ndim, const int64_t *shape);
