@@ -55,6 +55,48 @@ TEST(layer_norm_values)
     fl_prog_free(p);
 }
 
+/* Rows of 37 (two blocks of the kernel's 16 partial sums and a tail of 5), one far from zero
+ * (mean near 1000, so the variance is taken about the mean): values against a double-precision
+ * reference, and the gradient check with scale and bias. */
+TEST(layer_norm_wide_rows_values_and_grad)
+{
+    enum { W = 37 };
+    fl_prog *p = fl_prog_create();
+    fl_var *x = fl_layer_data(p, "x", FL_SHAPE(W), FL_FLOAT32, 0);
+    fl_var *y = fl_layer_layer_norm(x, 1, 1e-5f, 0, 0, NULL, NULL);
+    CHECK(y);
+    float xv[2 * W];
+    for (int j = 0; j < W; j++) xv[j] = (float)sin(0.7 * j) * 3.0f, xv[W + j] = 1000.0f + (float)(j % 7) * 0.25f;
+    fl_tensor *xt = th_f32(2, (const int64_t[]){2, W}, xv);
+    fl_feed feed[] = {{"x", xt}};
+    const char *f[1] = {fl_var_name(y)};
+    fl_tensor *out = NULL;
+    fl_exe *e = gc_run_once(p, feed, 1, f, 1, &out);
+    const float *o = fl_tensor_f32(out);
+    for (int r = 0; r < 2; r++) {
+        double m = 0, v = 0;
+        for (int j = 0; j < W; j++) m += xv[r * W + j];
+        m /= W;
+        for (int j = 0; j < W; j++) v += (xv[r * W + j] - m) * (xv[r * W + j] - m);
+        v /= W;
+        for (int j = 0; j < W; j++) CHECK_NEAR(o[r * W + j], (xv[r * W + j] - m) / sqrt(v + 1e-5), 2e-4);
+    }
+    fl_exe_free(e);
+    fl_tensor_free(xt);
+    fl_prog_free(p);
+
+    p = fl_prog_create();
+    x = gc_input(p, "x", FL_SHAPE(2, W), -2, 2);
+    fl_param_attr sa, ba;
+    memset(&sa, 0, sizeof sa);
+    memset(&ba, 0, sizeof ba);
+    sa.init = fl_init_uniform(0.5f, 1.5f), ba.init = fl_init_uniform(-1, 1);
+    y = fl_layer_layer_norm(x, 1, 1e-5f, 1, 1, &sa, &ba);
+    if (!y) TFAIL("layer_norm: %s", fl_prog_error(p));
+    gc_check(gc_loss(y), NULL, 0, NULL, defaults);
+    fl_prog_free(p);
+}
+
 TEST(layer_norm_build_errors)
 {
     fl_prog *p = fl_prog_create();
@@ -718,7 +760,8 @@ TEST(encoder_layer_recompute_same_gradients)
     CHECK(mx > 0);
 }
 
-TEST_MAIN(T(grad_layer_norm_scale_bias), T(grad_layer_norm_plain_axis1), T(layer_norm_values), T(layer_norm_build_errors),
+TEST_MAIN(T(grad_layer_norm_scale_bias), T(grad_layer_norm_plain_axis1), T(layer_norm_values),
+          T(layer_norm_wide_rows_values_and_grad), T(layer_norm_build_errors),
           T(grad_gelu_exact_and_tanh), T(gelu_values), T(grad_transpose2), T(transpose2_values), T(grad_softmax_4d),
           T(softmax_rows_sum_to_one), T(grad_matmul_4d_all_transposes), T(grad_matmul_4d_shared_weight),
           T(matmul_4d_values_and_errors), T(grad_attention_block), T(grad_gather), T(grad_gather_nd_and_range_error),
