@@ -761,13 +761,12 @@ TEST(encoder_layer_recompute_same_gradients)
 }
 
 TEST_MAIN(T(grad_layer_norm_scale_bias), T(grad_layer_norm_plain_axis1), T(layer_norm_values),
-          T(layer_norm_wide_rows_values_and_grad), T(layer_norm_build_errors),
-          T(grad_gelu_exact_and_tanh), T(gelu_values), T(grad_transpose2), T(transpose2_values), T(grad_softmax_4d),
-          T(softmax_rows_sum_to_one), T(grad_matmul_4d_all_transposes), T(grad_matmul_4d_shared_weight),
-          T(matmul_4d_values_and_errors), T(grad_attention_block), T(grad_gather), T(grad_gather_nd_and_range_error),
-          T(grad_stack_axes), T(grad_split_sections_and_num), T(grad_slice_negative_and_clamped),
-          T(one_hot_values_and_range), T(grad_soft_label_cross_entropy_with_label_smooth),
-          T(soft_label_cross_entropy_and_label_smooth_values), T(grad_label_smooth_with_prior), T(grad_expand_and_values),
-          T(grad_attention_expanded_mask), T(grad_clip_by_global_norm_value_and_norm),
-          T(lr_schedules_noam_polynomial_warmup), T(minimize_with_schedule_lr_var), T(nlp_program_text_round_trip),
-          T(encoder_layer_recompute_same_gradients))
+          T(layer_norm_wide_rows_values_and_grad), T(layer_norm_build_errors), T(grad_gelu_exact_and_tanh), T(gelu_values),
+          T(grad_transpose2), T(transpose2_values), T(grad_softmax_4d), T(softmax_rows_sum_to_one),
+          T(grad_matmul_4d_all_transposes), T(grad_matmul_4d_shared_weight), T(matmul_4d_values_and_errors),
+          T(grad_attention_block), T(grad_gather), T(grad_gather_nd_and_range_error), T(grad_stack_axes),
+          T(grad_split_sections_and_num), T(grad_slice_negative_and_clamped), T(one_hot_values_and_range),
+          T(grad_soft_label_cross_entropy_with_label_smooth), T(soft_label_cross_entropy_and_label_smooth_values),
+          T(grad_label_smooth_with_prior), T(grad_expand_and_values), T(grad_attention_expanded_mask),
+          T(grad_clip_by_global_norm_value_and_norm), T(lr_schedules_noam_polynomial_warmup),
+          T(minimize_with_schedule_lr_var), T(nlp_program_text_round_trip), T(encoder_layer_recompute_same_gradients))

@@ -191,8 +191,7 @@ static int run_layer_norm(fl_kctx *c)
     float eps = (float)fl__attr_f(c->op, "epsilon", 1e-5);
     const float *xd = x->data;
     float *yd = y->data, *md = mt->data, *vd = vt->data;
-    for (int64_t r = 0; r < left; r++)
-        ln_row(yd + r * right, md + r, vd + r, xd + r * right, sc, bi, right, eps);
+    for (int64_t r = 0; r < left; r++) ln_row(yd + r * right, md + r, vd + r, xd + r * right, sc, bi, right, eps);
     return FL_OK;
 }
 
@@ -222,8 +221,8 @@ static int run_layer_norm_grad(fl_kctx *c)
     float eps = (float)fl__attr_f(c->op, "epsilon", 1e-5);
     const float *xd = x->data, *md = mt->data, *vd = vt->data, *dyd = dyt->data;
     for (int64_t r = 0; r < left; r++)
-        ln_grad_row(dx ? (float *)dx->data + r * right : NULL, ds ? ds->data : NULL, db ? db->data : NULL,
-                    xd + r * right, dyd + r * right, sc, md[r], 1.0f / sqrtf(vd[r] + eps), right);
+        ln_grad_row(dx ? (float *)dx->data + r * right : NULL, ds ? ds->data : NULL, db ? db->data : NULL, xd + r * right,
+                    dyd + r * right, sc, md[r], 1.0f / sqrtf(vd[r] + eps), right);
     return FL_OK;
 }
 
