@@ -109,74 +109,6 @@ static int ln_runtime(fl_kctx *c, int scale_slot, int bias_slot, int64_t *left, 
     return FL_OK;
 }
 
-/* Sums over a row in LN_LANES partial sums (lane j % LN_LANES), added pairwise at the end:
- * a fixed order the compiler can keep in vector registers (a single running float sum
- * cannot be reordered without -ffast-math). */
-enum { LN_LANES = 16 };
-
-static inline float ln_lanes_total(float *acc)
-{
-    for (int w = LN_LANES / 2; w > 0; w /= 2)
-        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
-    return acc[0];
-}
-
-/* One row of layer_norm: *mean and *var (biased) of x[0, n), y = (x - mean) / sqrt(var + eps)
- * times sc plus bi (each optional). */
-FL_CLONE_TARGETS static void ln_row(float *restrict y, float *mean_out, float *var_out, const float *restrict x,
-                                    const float *restrict sc, const float *restrict bi, int64_t n, float eps)
-{
-    float acc[LN_LANES] = {0};
-    int64_t nv = n - n % LN_LANES, j;
-    for (j = 0; j < nv; j += LN_LANES)
-        for (int l = 0; l < LN_LANES; l++) acc[l] += x[j + l];
-    for (; j < n; j++) acc[j % LN_LANES] += x[j];
-    float mean = n ? ln_lanes_total(acc) / (float)n : 0.0f;
-    for (int l = 0; l < LN_LANES; l++) acc[l] = 0.0f;
-    for (j = 0; j < nv; j += LN_LANES)
-        for (int l = 0; l < LN_LANES; l++) acc[l] += (x[j + l] - mean) * (x[j + l] - mean);
-    for (; j < n; j++) acc[j % LN_LANES] += (x[j] - mean) * (x[j] - mean);
-    float var = n ? ln_lanes_total(acc) / (float)n : 0.0f, rstd = 1.0f / sqrtf(var + eps);
-    *mean_out = mean, *var_out = var;
-    if (sc && bi)
-        for (j = 0; j < n; j++) y[j] = (x[j] - mean) * rstd * sc[j] + bi[j];
-    else if (sc)
-        for (j = 0; j < n; j++) y[j] = (x[j] - mean) * rstd * sc[j];
-    else if (bi)
-        for (j = 0; j < n; j++) y[j] = (x[j] - mean) * rstd + bi[j];
-    else
-        for (j = 0; j < n; j++) y[j] = (x[j] - mean) * rstd;
-}
-
-/* One row of layer_norm_grad: ds += dy * xhat and db += dy (each optional), and with
- * g = dy * sc (or dy), dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) when dx is given. */
-FL_CLONE_TARGETS static void ln_grad_row(float *restrict dx, float *restrict ds, float *restrict db,
-                                         const float *restrict x, const float *restrict dy, const float *restrict sc,
-                                         float mean, float rstd, int64_t n)
-{
-    if (ds)
-        for (int64_t j = 0; j < n; j++) ds[j] += dy[j] * ((x[j] - mean) * rstd);
-    if (db)
-        for (int64_t j = 0; j < n; j++) db[j] += dy[j];
-    if (!dx) return;
-    float sa[LN_LANES] = {0}, sb[LN_LANES] = {0};
-    int64_t nv = n - n % LN_LANES, j;
-    for (j = 0; j < nv; j += LN_LANES)
-        for (int l = 0; l < LN_LANES; l++) {
-            float g = sc ? dy[j + l] * sc[j + l] : dy[j + l];
-            sa[l] += g, sb[l] += g * ((x[j + l] - mean) * rstd);
-        }
-    for (; j < n; j++) {
-        float g = sc ? dy[j] * sc[j] : dy[j];
-        sa[j % LN_LANES] += g, sb[j % LN_LANES] += g * ((x[j] - mean) * rstd);
-    }
-    float inv_n = n ? 1.0f / (float)n : 0.0f, a = ln_lanes_total(sa) * inv_n, b = ln_lanes_total(sb) * inv_n;
-    for (j = 0; j < n; j++) {
-        float g = sc ? dy[j] * sc[j] : dy[j];
-        dx[j] = rstd * (g - a - ((x[j] - mean) * rstd) * b);
-    }
-}
-
 static int run_layer_norm(fl_kctx *c)
 {
     int64_t left, right;
@@ -191,7 +123,22 @@ static int run_layer_norm(fl_kctx *c)
     float eps = (float)fl__attr_f(c->op, "epsilon", 1e-5);
     const float *xd = x->data;
     float *yd = y->data, *md = mt->data, *vd = vt->data;
-    for (int64_t r = 0; r < left; r++) ln_row(yd + r * right, md + r, vd + r, xd + r * right, sc, bi, right, eps);
+    float inv_n = right ? 1.0f / (float)right : 0.0f;
+    for (int64_t r = 0; r < left; r++) {
+        const float *restrict xr = xd + r * right;
+        float *restrict yr = yd + r * right;
+        float s = 0.0f;
+        for (int64_t j = 0; j < right; j++) s += xr[j];
+        float mean = s * inv_n, ss = 0.0f;
+        for (int64_t j = 0; j < right; j++) ss += (xr[j] - mean) * (xr[j] - mean);
+        float var = ss * inv_n, rstd = 1.0f / sqrtf(var + eps);
+        md[r] = mean, vd[r] = var;
+        for (int64_t j = 0; j < right; j++) yr[j] = (xr[j] - mean) * rstd;
+        if (sc)
+            for (int64_t j = 0; j < right; j++) yr[j] *= sc[j];
+        if (bi)
+            for (int64_t j = 0; j < right; j++) yr[j] += bi[j];
+    }
     return FL_OK;
 }
 
@@ -218,11 +165,32 @@ static int run_layer_norm_grad(fl_kctx *c)
     if (db) FL_CHECK(fl__tensor_reshape_raw(db, FL_FLOAT32, 1, &right));
     if (ds) memset(ds->data, 0, (size_t)right * sizeof(float));
     if (db) memset(db->data, 0, (size_t)right * sizeof(float));
-    float eps = (float)fl__attr_f(c->op, "epsilon", 1e-5);
+    float *g = malloc((size_t)(right ? right : 1) * 2 * sizeof *g);
+    if (!g) return fl__err(FL_ENOMEM, "layer_norm_grad: out of memory");
+    float *xh = g + right;
+    float eps = (float)fl__attr_f(c->op, "epsilon", 1e-5), inv_n = right ? 1.0f / (float)right : 0.0f;
     const float *xd = x->data, *md = mt->data, *vd = vt->data, *dyd = dyt->data;
-    for (int64_t r = 0; r < left; r++)
-        ln_grad_row(dx ? (float *)dx->data + r * right : NULL, ds ? ds->data : NULL, db ? db->data : NULL, xd + r * right,
-                    dyd + r * right, sc, md[r], 1.0f / sqrtf(vd[r] + eps), right);
+    for (int64_t r = 0; r < left; r++) {
+        const float *restrict xr = xd + r * right, *restrict dy = dyd + r * right;
+        float mean = md[r], rstd = 1.0f / sqrtf(vd[r] + eps);
+        for (int64_t j = 0; j < right; j++) xh[j] = (xr[j] - mean) * rstd;
+        if (ds) {
+            float *restrict s = ds->data;
+            for (int64_t j = 0; j < right; j++) s[j] += dy[j] * xh[j];
+        }
+        if (db) {
+            float *restrict b = db->data;
+            for (int64_t j = 0; j < right; j++) b[j] += dy[j];
+        }
+        if (!dx) continue;
+        for (int64_t j = 0; j < right; j++) g[j] = sc ? dy[j] * sc[j] : dy[j];
+        float a = 0.0f, b = 0.0f;
+        for (int64_t j = 0; j < right; j++) a += g[j], b += g[j] * xh[j];
+        a *= inv_n, b *= inv_n;
+        float *restrict o = (float *)dx->data + r * right;
+        for (int64_t j = 0; j < right; j++) o[j] = rstd * (g[j] - a - xh[j] * b);
+    }
+    free(g);
     return FL_OK;
 }
 
