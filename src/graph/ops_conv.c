@@ -49,17 +49,9 @@ int fl__conv_attr2(const fl_op *op, const char *name, int64_t def, int64_t v[2])
     return 0;
 }
 
-/* Per-executor state of conv2d and conv2d_grad in the op's state slot: the oneDNN
- * primitives (dnn_conv.c) and the im2col path's scratch. */
-typedef struct {
-    fl_conv_cache *dnn;
-    size_t n, wide_n[2];
-    float *buf, *wide[2]; /* scratch; bfloat16 Input and Filter widened */
-} conv_state;
-
-static void conv_state_free(void *p)
+void fl__conv_state_free(void *p)
 {
-    conv_state *st = p;
+    fl__conv_state *st = p;
     if (!st) return;
     fl__conv_cache_free(st->dnn);
     free(st->buf);
@@ -68,16 +60,16 @@ static void conv_state_free(void *p)
     free(st);
 }
 
-static conv_state *state_get(fl_kctx *c)
+fl__conv_state *fl__conv_state_get(fl_kctx *c)
 {
-    if (!*c->state && !(*c->state = calloc(1, sizeof(conv_state))))
+    if (!*c->state && !(*c->state = calloc(1, sizeof(fl__conv_state))))
         fl__err(FL_ENOMEM, "%s: out of memory", c->op->def->type);
     return *c->state;
 }
 
-static float *scratch_get(fl_kctx *c, int64_t n)
+float *fl__conv_scratch(fl_kctx *c, int64_t n)
 {
-    conv_state *s = state_get(c);
+    fl__conv_state *s = fl__conv_state_get(c);
     if (s && s->n < (size_t)n + 1) {
         float *nb = realloc(s->buf, ((size_t)n + 1) * sizeof(float));
         if (!nb) {
@@ -308,7 +300,7 @@ static float *f32_data(fl_kctx *c, int slot)
 {
     fl_tensor *t = FL_IN(c, slot);
     if (t->dtype == FL_FLOAT32) return t->data;
-    conv_state *st = state_get(c);
+    fl__conv_state *st = fl__conv_state_get(c);
     if (!st) return NULL;
     if (st->wide_n[slot] < (size_t)t->numel + 1) {
         float *nb = realloc(st->wide[slot], ((size_t)t->numel + 1) * sizeof(float));
@@ -342,7 +334,7 @@ static int run_conv2d(fl_kctx *c)
     int lib = fl__gemm_lib();
     if (lib < 0) return lib;
     if (lib == FL_GEMM_DNNL) {
-        conv_state *st = state_get(c);
+        fl__conv_state *st = fl__conv_state_get(c);
         if (!st) return fl_last_status();
         fl_conv_desc d = dnn_desc(&g, x, f);
         d.act = act == ACT_RELU ? FL_ACT_RELU : act == ACT_TANH ? FL_ACT_TANH : act == ACT_SIGMOID ? FL_ACT_SIGMOID : 0;
@@ -364,7 +356,7 @@ static int run_conv2d(fl_kctx *c)
      * are applied on the way to the NCHW output, so the output is written once. */
     int64_t nb = direct || g.k < 64 ? 1 : 262144 / (g.k * g.ohw > 0 ? g.k * g.ohw : 1);
     nb = nb < 1 ? 1 : nb > g.n ? (g.n > 0 ? g.n : 1) : nb;
-    float *col = scratch_get(c, (direct ? 0 : g.k * nb * g.ohw) + g.mg * nb * g.ohw);
+    float *col = fl__conv_scratch(c, (direct ? 0 : g.k * nb * g.ohw) + g.mg * nb * g.ohw);
     if (!col) return fl_last_status();
     float *prod = direct ? col : col + g.k * nb * g.ohw;
     const int64_t ld = nb * g.ohw;
@@ -430,7 +422,7 @@ static int run_conv2d_grad(fl_kctx *c)
     int lib = fl__gemm_lib();
     if (lib < 0) return lib;
     if (lib == FL_GEMM_DNNL) {
-        conv_state *st = state_get(c);
+        fl__conv_state *st = fl__conv_state_get(c);
         if (!st) return fl_last_status();
         fl_conv_desc d = dnn_desc(&g, x, f);
         if (dx) {
@@ -449,7 +441,7 @@ static int run_conv2d_grad(fl_kctx *c)
     int direct = conv_direct(&g);
     float *col = NULL, *dcol = NULL;
     if (!direct) {
-        if (!(col = scratch_get(c, 2 * g.k * g.ohw))) return fl_last_status();
+        if (!(col = fl__conv_scratch(c, 2 * g.k * g.ohw))) return fl_last_status();
         dcol = col + g.k * g.ohw;
     }
     if (dx) {
@@ -510,17 +502,21 @@ static int grad_conv2d(fl_op *op, fl_grad_ctx *g)
     return fl__grad_append(op, "conv2d_grad", in, 3, o, no);
 }
 
-static const fl_op_def def_conv2d = {"conv2d",        {"Input", "Filter", "Bias", "ResidualData"},
-                                     {"Output"},      infer_conv2d,
-                                     run_conv2d,      grad_conv2d,
-                                     conv_state_free, FL_OPDEF_READS_INPUTS};
+static const fl_op_def def_conv2d = {"conv2d",
+                                     {"Input", "Filter", "Bias", "ResidualData"},
+                                     {"Output"},
+                                     infer_conv2d,
+                                     run_conv2d,
+                                     grad_conv2d,
+                                     fl__conv_state_free,
+                                     FL_OPDEF_READS_INPUTS};
 static const fl_op_def def_conv2d_grad = {"conv2d_grad",
                                           {"Input", "Filter", "Output@GRAD"},
                                           {"Input@GRAD", "Filter@GRAD", "Bias@GRAD"},
                                           fl__infer_nop,
                                           run_conv2d_grad,
                                           NULL,
-                                          conv_state_free};
+                                          fl__conv_state_free};
 
 fl_var *fl_layer_conv2d(fl_var *input, int64_t num_filters, int filter_h, int filter_w, const char *act,
                         const fl_conv2d_attr *attr)

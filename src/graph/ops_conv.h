@@ -7,6 +7,7 @@
 #ifndef FL_OPS_CONV_H
 #define FL_OPS_CONV_H
 
+#include "../tensor/dnn_conv.h"
 #include "graph_internal.h"
 
 /* FL_OK when the string attribute `attr` (data_format / data_layout) is NCHW or AnyLayout;
@@ -49,5 +50,17 @@ extern const fl_op_def fl__def_fused_bn_add_act, fl__def_fused_bn_add_act_grad;
 extern const fl_op_def fl__def_conv_bn_fold;
 /* Runs of conv_bn_fold that found their inputs and outputs unchanged and skipped the fold. */
 uint64_t fl__conv_bn_fold_hits(void);
+
+/* Per-executor state of conv2d, conv2d_grad and the transposed convolution (ops_deconv.c) in
+ * the op's state slot: the oneDNN primitives (dnn_conv.c) and the im2col path's scratch. */
+typedef struct {
+    fl_conv_cache *dnn;
+    size_t n, wide_n[2];
+    float *buf, *wide[2]; /* scratch; bfloat16 Input and Filter widened */
+} fl__conv_state;
+
+void fl__conv_state_free(void *p);              /* the ops' state_free */
+fl__conv_state *fl__conv_state_get(fl_kctx *c); /* NULL (error set) when out of memory */
+float *fl__conv_scratch(fl_kctx *c, int64_t n); /* n + 1 floats kept in the state */
 
 #endif

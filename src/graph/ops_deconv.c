@@ -166,44 +166,6 @@ static int dgeo_rt(fl_kctx *c, dgeo *g)
 
 /* ---- kernels ----------------------------------------------------------------------------- */
 
-/* Per-executor state of both ops: the oneDNN primitives and the im2col path's scratch. */
-typedef struct {
-    fl_conv_cache *dnn;
-    float *buf;
-    size_t n;
-} deconv_state;
-
-static void deconv_state_free(void *p)
-{
-    deconv_state *st = p;
-    if (!st) return;
-    fl__conv_cache_free(st->dnn);
-    free(st->buf);
-    free(st);
-}
-
-static deconv_state *state_get(fl_kctx *c)
-{
-    if (!*c->state && !(*c->state = calloc(1, sizeof(deconv_state))))
-        fl__err(FL_ENOMEM, "%s: out of memory", c->op->def->type);
-    return *c->state;
-}
-
-static float *scratch_get(fl_kctx *c, int64_t n)
-{
-    deconv_state *s = state_get(c);
-    if (s && s->n < (size_t)n + 1) {
-        float *nb = realloc(s->buf, ((size_t)n + 1) * sizeof(float));
-        if (!nb) {
-            fl__err(FL_ENOMEM, "%s: cannot allocate %lld floats of scratch", c->op->def->type, (long long)n);
-            return NULL;
-        }
-        s->buf = nb;
-        s->n = (size_t)n + 1;
-    }
-    return s ? s->buf : NULL;
-}
-
 /* The convolution that g runs backwards, for dnn_conv.c (NCHW in and out). */
 static fl_conv_desc dnn_desc(const dgeo *g)
 {
@@ -285,14 +247,14 @@ static int run_deconv(fl_kctx *c)
     int64_t os[4] = {g.n, g.m, g.oh, g.ow};
     FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, 4, os));
     out->lod_n = 0;
-    deconv_state *st = state_get(c);
+    fl__conv_state *st = fl__conv_state_get(c);
     if (!st) return fl_last_status();
     if (use_dnn(&g)) {
         fl_conv_desc d = dnn_desc(&g);
         int r = dnn_refused(fl__conv_bwd_data(&st->dnn, &d, x->data, f->data, out->data));
         if (r != 1) return r;
     }
-    float *col = scratch_get(c, g.k * g.hw);
+    float *col = fl__conv_scratch(c, g.k * g.hw);
     if (!col) return fl_last_status();
     memset(out->data, 0, (size_t)out->numel * sizeof(float));
     const float *xd = x->data, *fd = f->data;
@@ -322,7 +284,7 @@ static int run_deconv_grad(fl_kctx *c)
         dx->lod_n = 0;
     }
     if (df) FL_CHECK(fl__tensor_reshape_raw(df, FL_FLOAT32, 4, f->shape));
-    deconv_state *st = state_get(c);
+    fl__conv_state *st = fl__conv_state_get(c);
     if (!st) return fl_last_status();
     if (use_dnn(&g)) {
         fl_conv_desc d = dnn_desc(&g);
@@ -330,7 +292,7 @@ static int run_deconv_grad(fl_kctx *c)
         if (r == FL_OK && df) r = dnn_refused(fl__conv_bwd_weights(&st->dnn, &d, dy->data, x->data, df->data));
         if (r != 1) return r;
     }
-    float *col = scratch_get(c, g.k * g.hw);
+    float *col = fl__conv_scratch(c, g.k * g.hw);
     if (!col) return fl_last_status();
     if (df) memset(df->data, 0, (size_t)df->numel * sizeof(float));
     const float *xd = x->data, *fd = f->data;
@@ -364,15 +326,15 @@ static int grad_deconv(fl_op *op, fl_grad_ctx *g)
     return fl__grad_append(op, "conv2d_transpose_grad", in, 3, o, no);
 }
 
-static const fl_op_def def_deconv = {"conv2d_transpose", {"Input", "Filter"}, {"Output"},       infer_deconv,
-                                     run_deconv,         grad_deconv,         deconv_state_free};
+static const fl_op_def def_deconv = {"conv2d_transpose", {"Input", "Filter"}, {"Output"},         infer_deconv,
+                                     run_deconv,         grad_deconv,         fl__conv_state_free};
 static const fl_op_def def_deconv_grad = {"conv2d_transpose_grad",
                                           {"Input", "Filter", "Output@GRAD"},
                                           {"Input@GRAD", "Filter@GRAD"},
                                           fl__infer_nop,
                                           run_deconv_grad,
                                           NULL,
-                                          deconv_state_free};
+                                          fl__conv_state_free};
 
 /* ---- layer ---------------------------------------------------------------------------------- */
 
