@@ -9,22 +9,25 @@
  *     gradient op's record names the gradient variable and holds its values), "both" both;
  *   - a bad print_phase fails naming the input.
  * stderr of each case goes to a temporary file (each case runs in its own process). */
+#include <fcntl.h>
+
 #include "gradcheck.h"
 
-static char err_path[64];
+static char err_dir[64], err_path[96];
 
-/* Sends stderr to a fresh file. */
+/* Sends stderr to a fresh file in a th_mktemp directory. */
 static void capture(void)
 {
-    snprintf(err_path, sizeof err_path, "/tmp/fleet_print_XXXXXX");
-    int fd = mkstemp(err_path);
+    th_mktemp(err_dir, sizeof err_dir, "fleet_print");
+    snprintf(err_path, sizeof err_path, "%s/stderr", err_dir);
+    int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     CHECK(fd >= 0);
     fflush(stderr);
     CHECK(dup2(fd, 2) == 2);
     close(fd);
 }
 
-/* What stderr got since capture() (malloc'ed); the file is removed. */
+/* What stderr got since capture() (malloc'ed); the directory is removed. */
 static char *captured(void)
 {
     fflush(stderr);
@@ -34,7 +37,7 @@ static char *captured(void)
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     buf[n] = 0;
     fclose(f);
-    unlink(err_path);
+    th_rmtree(err_dir);
     return strdup(buf);
 }
 
