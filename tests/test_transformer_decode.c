@@ -138,11 +138,12 @@ TEST(cache_decodes_the_words_of_the_full_prefix_amp_o1) { cache_decodes_at(1); }
 TEST(cache_decodes_the_words_of_the_full_prefix_amp_o2) { cache_decodes_at(2); }
 
 /* Untrained decoders of other shapes: shared embeddings, post-norm ("dan") layers, three
- * layers of unequal key and value widths: the cache follows the program's own structure
- * (the same words and scores as the full prefix, greedy and beam 3). */
+ * layers of unequal key and value widths, AMP float16 at level O2 (a float16 cache): the
+ * cache follows the program's own structure (the same words and scores as the full
+ * prefix, greedy and beam 3). */
 TEST(cache_follows_decoder_variants)
 {
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < 4; v++) {
         fl_model_transformer_config c = fl_model_transformer_small();
         c.src_vocab_size = c.trg_vocab_size = 40;
         c.max_length = 32;
@@ -152,6 +153,16 @@ TEST(cache_follows_decoder_variants)
         fl_prog *p = fl_prog_create();
         fl_model_transformer m;
         CHECK_OK(fl_model_transformer_build(p, &c, &m));
+        fl_opt *opt = NULL;
+        if (v == 3) { /* the optimizer's update ops and O2's refreshed parameter copies */
+            CHECK(opt = fl_model_transformer_optimizer(p, &c, 1.0f, 100, 0));
+            fl_amp_opts a;
+            memset(&a, 0, sizeof a);
+            a.dtype = FL_FLOAT16;
+            a.use_pure_fp16 = 1;
+            CHECK_OK(fl_amp_decorate_optimizer(opt, &a));
+            CHECK_OK(fl_opt_minimize(opt, m.loss));
+        }
         fl_exe *e = fl_exe_create(NULL);
         CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
         fl_transformer_decoder *dec;
@@ -178,8 +189,12 @@ TEST(cache_follows_decoder_variants)
                 free(out[0][i]), free(out[1][i]);
             }
         }
+        const fl_tensor *k0 = fl_scope_find(fl_exe_scope(e), "decoder_cache_key_0");
+        CHECK(k0 && fl_tensor_ndim(k0) == 4);
+        CHECK_EQ_INT(fl_tensor_dtype(k0), v == 3 ? FL_FLOAT16 : FL_FLOAT32);
         fl_transformer_decoder_free(dec);
         fl_exe_free(e);
+        fl_opt_free(opt);
         fl_prog_free(p);
     }
 }
