@@ -1,11 +1,12 @@
 /*
  * test_transformer_decode.c - the Transformer's decoding with a key / value cache against
  * the decoder re-run over the whole prefix (the same words, scores within float rounding)
- * on a trained small model and on decoder variants, and the threaded corpus reader
- * (fleet/transformer.h).
+ * on a trained small model (float32 and AMP bf16 O1 / O2) and on decoder variants, and the
+ * threaded corpus reader (fleet/transformer.h).
  */
 #include <limits.h>
 #include <math.h>
+#include <time.h>
 
 #include "testhelp.h"
 #include "trsmall.h"
@@ -31,8 +32,16 @@ static fl_translation_data *load(const char *sub, const char *split, const fl_tr
     return trs_load(d, split, o);
 }
 
+/* The process's CPU seconds (decoding speed per CPU second, whatever else the machine runs). */
+static double cpu_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 /* Decodes the first n pairs of td with and without the cache (beam) and checks the same
- * words and scores; returns the cached and uncached sentences per second. */
+ * words and scores; returns the cached and uncached sentences per CPU second. */
 static void same_with_and_without_cache(fl_transformer_decoder *dec, const fl_translation_data *td, int n, int beam,
                                         int max_out_len, double *sps_cached, double *sps_full)
 {
@@ -52,9 +61,9 @@ static void same_with_and_without_cache(fl_transformer_decoder *dec, const fl_tr
         out[c] = malloc((size_t)n * sizeof *out[c]);
         nout[c] = malloc((size_t)n * sizeof *nout[c]);
         sc[c] = malloc((size_t)n * sizeof *sc[c]);
-        double t0 = trs_now();
+        double t0 = cpu_now();
         CHECK_OK(fl_transformer_decode(dec, &o, src, nsrc, n, out[c], nout[c]));
-        secs[c] = trs_now() - t0;
+        secs[c] = cpu_now() - t0;
         CHECK_OK(fl_transformer_decoder_scores(dec, sc[c], n));
     }
     int64_t words = 0;
@@ -76,36 +85,65 @@ static void same_with_and_without_cache(fl_transformer_decoder *dec, const fl_tr
     free(src), free(nsrc);
 }
 
-/* A small Transformer trained briefly on the planted task decodes the test split to the
- * same words with the cache as without, greedy and beam 4. */
-TEST(cache_decodes_the_words_of_the_full_prefix)
+/* The cache variables of the trained small model (2 decoder layers, 4 heads of 16) after a
+ * cached decode: in the scope, of dtype dt (the dtype of the AMP program's keys and values),
+ * [R, 4, t, 16] with t >= 1 positions: the cached steps ran. */
+static void cache_used(const trs_model *t, fl_dtype dt)
+{
+    for (int l = 0; l < 2; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "decoder_cache_%s_%d", kv ? "value" : "key", l);
+            const fl_tensor *c = fl_scope_find(fl_exe_scope(t->e), nm);
+            if (!c) TFAIL("no cache variable %s in the scope: the decoder has no key / value cache", nm);
+            if (fl_tensor_dtype(c) != dt || fl_tensor_ndim(c) != 4 || fl_tensor_dim(c, 1) != 4 || fl_tensor_dim(c, 2) < 1 ||
+                fl_tensor_dim(c, 3) != 16)
+                TFAIL("cache %s is %s of rank %d, expected %s [R, 4, t, 16]", nm, fl_dtype_name(fl_tensor_dtype(c)),
+                      fl_tensor_ndim(c), fl_dtype_name(dt));
+        }
+}
+
+/* A small Transformer trained briefly on the planted task (float32, or AMP bf16 at level
+ * amp) decodes the test split to the same words with the cache as without, greedy and beam
+ * 4; the cache holds the dtype the program's attention reads. */
+static void cache_decodes_at(int amp)
 {
     setup();
     gen("t", 3, 1500, 15);
     char dir[256];
     snprintf(dir, sizeof dir, "%s/t", DIR_);
     trs_model t;
-    trs_train(dir, &(trs_opts){.steps = 200, .lr_scale = 0.5f, .warmup = 200, .clip = 5.0f}, &t);
+    trs_train(dir, &(trs_opts){.steps = 200, .lr_scale = 0.5f, .warmup = 200, .clip = 5.0f, .amp = amp}, &t);
     CHECK(t.last < t.first / 2);
     fl_transformer_decoder *dec = t.dec;
     const fl_translation_data *td = t.test;
     double c1, f1, c4, f4;
     same_with_and_without_cache(dec, td, 100, 1, 40, &c1, &f1);
+    cache_used(&t, amp ? FL_BFLOAT16 : FL_FLOAT32);
     same_with_and_without_cache(dec, td, 100, 4, 40, &c4, &f4);
-    printf("  loss %.3f -> %.3f; greedy %.1f sentences/s cached, %.1f without; beam 4 %.1f cached, %.1f without\n", t.first,
-           t.last, c1, f1, c4, f4);
+    cache_used(&t, amp ? FL_BFLOAT16 : FL_FLOAT32);
+    printf("  %s: loss %.3f -> %.3f; sentences per CPU second: greedy %.1f cached, %.1f without; beam 4 %.1f cached, "
+           "%.1f without\n",
+           amp ? amp == 1 ? "AMP bf16 O1" : "AMP bf16 O2" : "float32", t.first, t.last, c1, f1, c4, f4);
     float s;
     CHECK_FAILS(fl_transformer_decoder_scores(dec, &s, 101), FL_EINVAL, "exceeds the 100 sentences");
     trs_free(&t);
     cleanup();
 }
 
+TEST(cache_decodes_the_words_of_the_full_prefix) { cache_decodes_at(0); }
+
+TEST(cache_decodes_the_words_of_the_full_prefix_amp_o1) { cache_decodes_at(1); }
+
+TEST(cache_decodes_the_words_of_the_full_prefix_amp_o2) { cache_decodes_at(2); }
+
 /* Untrained decoders of other shapes: shared embeddings, post-norm ("dan") layers, three
- * layers of unequal key and value widths: the cache follows the program's own structure
- * (the same words and scores as the full prefix, greedy and beam 3). */
+ * layers of unequal key and value widths, AMP float16 at level O2 (a float16 cache): the
+ * cache follows the program's own structure (the same words and scores as the full
+ * prefix, greedy and beam 3). */
 TEST(cache_follows_decoder_variants)
 {
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < 4; v++) {
         fl_model_transformer_config c = fl_model_transformer_small();
         c.src_vocab_size = c.trg_vocab_size = 40;
         c.max_length = 32;
@@ -115,6 +153,16 @@ TEST(cache_follows_decoder_variants)
         fl_prog *p = fl_prog_create();
         fl_model_transformer m;
         CHECK_OK(fl_model_transformer_build(p, &c, &m));
+        fl_opt *opt = NULL;
+        if (v == 3) { /* the optimizer's update ops and O2's refreshed parameter copies */
+            CHECK(opt = fl_model_transformer_optimizer(p, &c, 1.0f, 100, 0));
+            fl_amp_opts a;
+            memset(&a, 0, sizeof a);
+            a.dtype = FL_FLOAT16;
+            a.use_pure_fp16 = 1;
+            CHECK_OK(fl_amp_decorate_optimizer(opt, &a));
+            CHECK_OK(fl_opt_minimize(opt, m.loss));
+        }
         fl_exe *e = fl_exe_create(NULL);
         CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
         fl_transformer_decoder *dec;
@@ -141,8 +189,12 @@ TEST(cache_follows_decoder_variants)
                 free(out[0][i]), free(out[1][i]);
             }
         }
+        const fl_tensor *k0 = fl_scope_find(fl_exe_scope(e), "decoder_cache_key_0");
+        CHECK(k0 && fl_tensor_ndim(k0) == 4);
+        CHECK_EQ_INT(fl_tensor_dtype(k0), v == 3 ? FL_FLOAT16 : FL_FLOAT32);
         fl_transformer_decoder_free(dec);
         fl_exe_free(e);
+        fl_opt_free(opt);
         fl_prog_free(p);
     }
 }
@@ -225,5 +277,6 @@ TEST(reader_threads_give_the_same_batches)
     cleanup();
 }
 
-TEST_MAIN(T(cache_decodes_the_words_of_the_full_prefix), T(cache_follows_decoder_variants),
+TEST_MAIN(T(cache_decodes_the_words_of_the_full_prefix), T(cache_decodes_the_words_of_the_full_prefix_amp_o1),
+          T(cache_decodes_the_words_of_the_full_prefix_amp_o2), T(cache_follows_decoder_variants),
           T(reader_threads_give_the_same_batches))

@@ -20,8 +20,13 @@
  * step's keys / values are swapped in without a copy.  The programs are found by the parameter names of
  * fl_model_transformer_build ("decoder_layer_<i>_slf_att_key_fc.w_0", ...): from each
  * key / value projection weight the single-reader chain of forward ops leads to the
- * attention's matmul, and the variable read there is the split-heads key or value.  A
- * program without that structure gets no cache (the decoder falls back to the full prefix).
+ * attention's matmul, and the variable read there is the split-heads key or value.  Under
+ * AMP that variable is the matmul's low-precision operand (the cast after split_heads; at
+ * level O2 the chain starts from the parameter's cast copy): the cache variables take its
+ * dtype from the program, and the cross-attention keys / values, the gathers and the swaps
+ * move the bytes of whatever dtype the step wrote, so the cache holds exactly what the
+ * uncached decoder's matmuls read.  A program without that structure gets no cache (the
+ * decoder falls back to the full prefix).
  */
 #include <math.h>
 #include <stdio.h>
@@ -44,8 +49,10 @@ struct fl__tr_cache {
     char **cache_kv; /* variables of next read before written: the cache of positions 0 .. t-1 */
     char *predict;
     int64_t H;
-    /* the batch: its cross keys / values [n, H, S, d] (private copies), source lengths */
-    float **cross;
+    /* the batch: its cross keys / values [n, H, S, d] (private copies, of dtype cross_dt),
+     * source lengths */
+    char **cross;
+    fl_dtype *cross_dt;
     int64_t n, S, *cross_d;
     int *src_len;
     /* the feeds, reused */
@@ -72,34 +79,61 @@ void fl__tr_cache_free(fl__tr_cache *c)
     free_names(c->cross_kv, n2), free_names(c->self_kv, n2), free_names(c->full_kv, n2), free_names(c->cache_kv, n2);
     for (int i = 0; c->cross && i < n2; i++) free(c->cross[i]);
     for (int i = 0; c->cfeed && i < n2; i++) fl_tensor_free(c->cfeed[i]);
-    free(c->cross), free(c->cross_d), free(c->cfeed), free(c->kscope), free(c->prev), free(c->src_len), free(c->rows);
+    free(c->cross), free(c->cross_dt), free(c->cross_d), free(c->cfeed), free(c->kscope), free(c->prev), free(c->src_len),
+        free(c->rows);
     fl_tensor_free(c->tw), fl_tensor_free(c->tp), fl_tensor_free(c->tb), fl_tensor_free(c->tsb);
     free(c->predict);
     free(c);
 }
 
+static int reads_var(const fl_op *op, const fl_var *v)
+{
+    if (op->cond == v) return 1;
+    for (int s = 0; s < FL_OP_MAX_SLOTS; s++)
+        for (int k = 0; k < op->in[s].n; k++)
+            if (op->in[s].vars[k] == v) return 1;
+    return 0;
+}
+
+/* The variable of p that a cast in program q (any role) writes from the variable named
+ * `name`: a parameter's low-precision copy whose cast is not a forward op of p (AMP level
+ * O2 refreshes the copy after the update and in the startup program).  NULL if none. */
+static fl_var *cast_copy(const fl_prog *p, const fl_prog *q, const char *name)
+{
+    for (int i = 0; q && i < q->nops; i++) {
+        const fl_op *op = q->ops[i];
+        if (!strcmp(op->def->type, "cast") && op->in[0].n && !strcmp(op->in[0].vars[0]->name, name) && op->out[0].n)
+            return fl_prog_var(p, op->out[0].vars[0]->name);
+    }
+    return NULL;
+}
+
 /* The variable that the attention matmul reads, reached from parameter `param` through a
  * chain of forward ops each the only reader of the previous one's first output (the fc,
- * reshape2 and transpose2 of split_heads); *mm gets the matmul's index.  NULL if none. */
+ * reshape2 and transpose2 of split_heads, and under AMP the casts to low precision: the
+ * variable is then the matmul's bfloat16 / float16 operand); a parameter that no forward
+ * op reads continues from its cast copy (level O2).  *mm gets the matmul's index.  NULL
+ * if none. */
 static fl_var *follow_to_matmul(const fl_prog *p, const char *param, int *mm)
 {
     fl_var *v = fl_prog_var(p, param);
-    for (int hop = 0; v && hop < 8; hop++) {
+    for (int hop = 0; v && hop < 10; hop++) {
         int who = -1, readers = 0;
-        for (int i = 0; i < p->nops; i++) {
-            const fl_op *op = p->ops[i];
-            if (op->role != FL_ROLE_FORWARD) continue;
-            int reads = op->cond == v;
-            for (int s = 0; s < FL_OP_MAX_SLOTS && !reads; s++)
-                for (int k = 0; k < op->in[s].n; k++)
-                    if (op->in[s].vars[k] == v) reads = 1;
-            if (reads) readers++, who = i;
+        for (int i = 0; i < p->nops; i++)
+            if (p->ops[i]->role == FL_ROLE_FORWARD && reads_var(p->ops[i], v)) readers++, who = i;
+        if (!readers && !hop) {
+            fl_var *cv = cast_copy(p, p, param);
+            if (!cv) cv = cast_copy(p, p->startup, param);
+            if (cv && cv != v) {
+                v = cv;
+                continue;
+            }
         }
         if (readers != 1) return NULL;
         const fl_op *op = p->ops[who];
         if (!strncmp(op->def->type, "matmul", 6)) {
             *mm = who;
-            return hop ? v : NULL; /* the parameter itself is not a key */
+            return v->persistable ? NULL : v; /* the parameter (or its copy) itself is not a key */
         }
         v = op->out[0].n ? op->out[0].vars[0] : NULL;
     }
@@ -113,7 +147,8 @@ static fl_var *insert_cache(fl_prog *p, fl_var *v, int mm, const char *cache_nam
 {
     const int64_t *sh = fl_var_shape(v);
     if (fl_var_ndim(v) != 4 || sh[3] < 1) return NULL;
-    fl_var *cache = fl_layer_data(p, cache_name, 3, (const int64_t[]){sh[1], -1, sh[3]}, FL_FLOAT32, 0);
+    /* in the dtype the matmul reads (bfloat16 / float16 under AMP) */
+    fl_var *cache = fl_layer_data(p, cache_name, 3, (const int64_t[]){sh[1], -1, sh[3]}, v->dtype, 0);
     fl_var *ins[2] = {cache, v};
     fl_var *full = cache ? fl_layer_concat(ins, 2, 2) : NULL;
     if (!full || fl__prog_move_last_op(p, mm) != FL_OK) return NULL;
@@ -142,12 +177,13 @@ int fl__tr_cache_create(const fl_prog *test, fl_scope *scope, int64_t H, const c
     c->cache_kv = calloc((size_t)n2, sizeof *c->cache_kv);
     c->cross = calloc((size_t)n2, sizeof *c->cross);
     c->cross_d = calloc((size_t)n2, sizeof *c->cross_d);
+    c->cross_dt = calloc((size_t)n2, sizeof *c->cross_dt);
     c->cfeed = calloc((size_t)n2, sizeof *c->cfeed);
     c->kscope = calloc((size_t)n2, sizeof *c->kscope);
     c->prev = calloc((size_t)n2, sizeof *c->prev);
     fl_prog *re = fl_prog_clone(test, 1); /* the copy that gets the concats */
-    int st = c->cross_kv && c->self_kv && c->full_kv && c->cache_kv && c->cross && c->cross_d && c->cfeed && c->kscope &&
-                     c->prev && re && (c->predict = fl__strdup(predict))
+    int st = c->cross_kv && c->self_kv && c->full_kv && c->cache_kv && c->cross && c->cross_d && c->cross_dt && c->cfeed &&
+                     c->kscope && c->prev && re && (c->predict = fl__strdup(predict))
                  ? FL_OK
                  : fl__err(FL_ENOMEM, "transformer decoder: out of memory");
     int found = st == FL_OK;
@@ -240,13 +276,14 @@ int fl__tr_cache_encode(fl__tr_cache *c, const fl_tensor *sw, const fl_tensor *s
                          c->cross_kv[i], n, (long long)c->H, (long long)c->S, (long long)c->cross_d[i]);
             break;
         }
-        float *b = realloc(c->cross[i], (size_t)fl_tensor_numel(kv[i]) * sizeof *b);
+        char *b = realloc(c->cross[i], fl_tensor_nbytes(kv[i]));
         if (!b) {
             st = fl__err(FL_ENOMEM, "transformer decoder: out of memory");
             break;
         }
         c->cross[i] = b;
-        memcpy(b, fl_tensor_cdata(kv[i]), (size_t)fl_tensor_numel(kv[i]) * sizeof *b);
+        c->cross_dt[i] = fl_tensor_dtype(kv[i]);
+        memcpy(b, fl_tensor_cdata(kv[i]), fl_tensor_nbytes(kv[i]));
     }
     free(kv);
     free(c->rows), c->rows = NULL, c->nrows = 0; /* the cross feeds are refilled at the first step */
@@ -261,10 +298,10 @@ static int cross_feeds(fl__tr_cache *c, const int *src_row, int64_t R)
     c->next_fed = 0;
     const int64_t S = c->S, H = c->H;
     for (int i = 0; i < 2 * c->nl; i++) {
-        const int64_t blk = H * S * c->cross_d[i];
-        FL_CHECK(fl_tensor_resize(c->cfeed[i], FL_FLOAT32, 4, (const int64_t[]){R, H, S, c->cross_d[i]}));
-        float *o = fl_tensor_f32(c->cfeed[i]);
-        for (int64_t r = 0; r < R; r++) memcpy(o + r * blk, c->cross[i] + src_row[r] * blk, (size_t)blk * sizeof *o);
+        const size_t blk = (size_t)(H * S * c->cross_d[i]) * fl_dtype_size(c->cross_dt[i]);
+        FL_CHECK(fl_tensor_resize(c->cfeed[i], c->cross_dt[i], 4, (const int64_t[]){R, H, S, c->cross_d[i]}));
+        char *o = fl_tensor_data(c->cfeed[i]);
+        for (int64_t r = 0; r < R; r++) memcpy(o + (size_t)r * blk, c->cross[i] + (size_t)src_row[r] * blk, blk);
     }
     FL_CHECK(fl_tensor_resize(c->tsb, FL_FLOAT32, 4, (const int64_t[]){R, H, 1, S}));
     int *lens = malloc((size_t)(R ? R : 1) * sizeof *lens), *rows = realloc(c->rows, (size_t)(R ? R : 1) * sizeof *rows);
@@ -298,22 +335,24 @@ int fl__tr_cache_step(fl__tr_cache *c, const int64_t *seq, int64_t stride, int64
     for (int64_t r = 0; same_rows && r < R; r++) same_rows = parent[r] == r;
     for (int i = 0; t > 0 && i < n2; i++) {
         fl_tensor *pv = c->prev[i], *o = c->kscope[i];
-        const int64_t d = fl_tensor_dim(pv, 3), blk = H * t * d, np = fl_tensor_dim(pv, 0);
+        const int64_t d = fl_tensor_dim(pv, 3), np = fl_tensor_dim(pv, 0);
+        const size_t blk = (size_t)(H * t * d) * fl_dtype_size(pv->dtype);
         if (fl_tensor_dim(pv, 2) != t)
             return fl__err(FL_EINVAL, "transformer decoder: cached '%s' holds %lld positions, expected %lld", c->full_kv[i],
                            (long long)fl_tensor_dim(pv, 2), (long long)t);
-        if (same_rows && pv->dtype == FL_FLOAT32 && !pv->layout && !pv->lod_n && !o->layout && !o->lod_n) {
+        if (same_rows && !pv->layout && !pv->lod_n && !o->layout && !o->lod_n) {
             fl_tensor tmp = *o;
             *o = *pv, *pv = tmp;
             continue;
         }
-        FL_CHECK(fl_tensor_resize(o, FL_FLOAT32, 4, (const int64_t[]){R, H, t, d}));
-        float *ov = fl_tensor_f32(o);
-        const float *in = fl_tensor_cdata(pv);
+        /* in the dtype the step wrote (bfloat16 / float16 under AMP) */
+        FL_CHECK(fl_tensor_resize(o, pv->dtype, 4, (const int64_t[]){R, H, t, d}));
+        char *ov = fl_tensor_data(o);
+        const char *in = fl_tensor_cdata(pv);
         for (int64_t r = 0; r < R; r++) {
             if (parent[r] < 0 || parent[r] >= np)
                 return fl__err(FL_EINVAL, "transformer decoder: parent row %d of %lld", parent[r], (long long)np);
-            memcpy(ov + r * blk, in + parent[r] * blk, (size_t)blk * sizeof *ov);
+            memcpy(ov + (size_t)r * blk, in + (size_t)parent[r] * blk, blk);
         }
     }
     fl_feed *feed = malloc((size_t)(4 + n2) * sizeof *feed);
