@@ -337,8 +337,9 @@ TEST(dnnl_winograd_matches_direct)
 }
 
 /* FLEET_CONV_ALGO: the rule (auto) and the forced values, for the shape alone: float32 3x3
- * stride 1 convolutions of 16 channels and more take Winograd, the first layer's 3 channels,
- * bf16 (AMP), strides, 1x1, dilations and groups stay direct whatever the switch says; a bad
+ * stride 1 convolutions of 32 channels and more over enough pixels take Winograd, the first
+ * layer's 3 channels, 16 channels and few pixels direct; bf16 (AMP), strides, 1x1, dilations
+ * and groups stay direct whatever the switch says; a bad
  * value is an error naming the variable, from the rule and from a convolution; a cache keeps
  * the two algorithms' primitives apart (the key holds the choice). */
 TEST(conv_algo_switch)
@@ -365,8 +366,19 @@ TEST(conv_algo_switch)
         for (int i = 0; i < 5; i++) CHECK_EQ_INT(fl__conv_winograd(never[i], dir), 0);
         unsetenv("FLEET_CONV_ALGO");
     }
-    CHECK_EQ_INT(fl__conv_winograd(&first, FL_CONV_FWD), 0);
-    CHECK_EQ_INT(fl__conv_winograd(&first, FL_CONV_BWD_WEIGHTS), 0);
+    /* auto: the first layer's 3 channels, 16 channels, few pixels stay direct; backward-weights
+     * takes Winograd from fewer pixels than the other two */
+    fl_conv_desc c16 = desc_of((cfg){8, 16, 56, 56, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NULL});
+    fl_conv_desc last8 = desc_of((cfg){8, 512, 7, 7, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NULL});
+    fl_conv_desc last2 = last8, tiny = desc_of((cfg){8, 64, 4, 4, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NULL});
+    last2.n = 2;
+    for (int dir = FL_CONV_FWD; dir <= FL_CONV_BWD_WEIGHTS; dir++) {
+        CHECK_EQ_INT(fl__conv_winograd(&first, dir), 0);
+        CHECK_EQ_INT(fl__conv_winograd(&c16, dir), 0);
+        CHECK_EQ_INT(fl__conv_winograd(&last8, dir), 1);
+        CHECK_EQ_INT(fl__conv_winograd(&last2, dir), 0);
+        CHECK_EQ_INT(fl__conv_winograd(&tiny, dir), dir == FL_CONV_BWD_WEIGHTS);
+    }
     setenv("FLEET_CONV_ALGO", "fast", 1);
     CHECK_FAILS(fl__conv_winograd(&rn, FL_CONV_FWD), FL_EINVAL, "FLEET_CONV_ALGO='fast'");
     CHECK_STR_HAS(fl_last_error(), "auto|direct|winograd");

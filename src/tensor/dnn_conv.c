@@ -36,17 +36,31 @@ enum { ALGO_AUTO, ALGO_DIRECT, ALGO_WINOGRAD };
 static const char *const algo_names[] = {"auto", "direct", "winograd", NULL};
 
 /* Shapes oneDNN 2.6 has Winograd kernels for (F(4x4, 3x3), jit_wino_4x3, AVX-512; bias,
- * relu and sum post-ops): float32, groups 1, 3x3, stride 1, dilation 1. */
+ * relu and sum post-ops, not tanh or sigmoid): float32, groups 1, 3x3, stride 1, dilation 1. */
 static int wino_shape(const fl_conv_desc *d)
 {
     return d->x_type == FL_FLOAT32 && d->w_type == FL_FLOAT32 && d->g == 1 && d->kh == 3 && d->kw == 3 && d->sh == 1 &&
            d->sw == 1 && d->dh == 1 && d->dw == 1;
 }
 
+/* Where Winograd pays, per direction: at least min_ch input and output channels and at least
+ * min_px output pixels over the batch (n x oh x ow).  F(4x4, 3x3) does a quarter of the
+ * multiplications on 4x4 output tiles, but transforms the filter (c x m x 36) on every call,
+ * pads the image to whole tiles and runs its products over the tiles: it takes 0.3-0.6 of
+ * direct's time on every 3x3 convolution of ResNet-50 and VGG-16 at batch 8 and 32 (64x56x56
+ * at batch 8: 0.41, 512x7x7: 0.80 forward, 0.52 backward-weights), and loses where there are
+ * few tiles (512x7x7 at batch 2: 1.65x; 512x4x4 at batch 8: 1.8x forward, 0.93 backward-weights)
+ * or few channels (16x14x14 at batch 8: 1.3x); backward-weights wins from fewer pixels.  One
+ * thread, oneDNN 2.6.3 on AVX-512, interleaved medians (BENCHMARKS.md, "Winograd for 3x3
+ * convolutions").  The rule reads the shape only: every rank and every run choose alike. */
+static const struct {
+    int64_t min_ch, min_px;
+} wino_rule[3] = {{32, 392}, {32, 392}, {32, 128}}; /* FL_CONV_FWD, _BWD_DATA, _BWD_WEIGHTS */
+
 static int wino_pays(const fl_conv_desc *d, int dir)
 {
-    (void)dir;
-    return d->c >= 16 && d->m >= 16;
+    return d->c >= wino_rule[dir].min_ch && d->m >= wino_rule[dir].min_ch &&
+           d->n * d->oh * d->ow >= wino_rule[dir].min_px;
 }
 
 int fl__conv_winograd(const fl_conv_desc *d, int dir)
