@@ -266,12 +266,18 @@ static float *rand_buf(int64_t n, uint64_t seed)
 }
 
 /* The three directions of d (bias and relu fused in the forward) by FLEET_CONV_ALGO=algo, in
- * a fresh cache: y, dx, dw, and each direction's kernel name into impl. */
+ * a fresh cache: y, dx, dw, and each direction's kernel name into impl[0..2]; ys gets the
+ * forward with the residual r added by the sum post-op before the relu (the inference
+ * pass's), its kernel name into impl[3]. */
 static void conv3(const char *algo, const fl_conv_desc *d, const float *x, const float *w, const float *b,
-                  const float *dy, float *y, float *dx, float *dw, char impl[3][48])
+                  const float *dy, const float *r, float *y, float *ys, float *dx, float *dw, char impl[4][48])
 {
     setenv("FLEET_CONV_ALGO", algo, 1);
     fl_conv_cache *c = NULL;
+    fl_conv_desc ds = *d;
+    ds.sum = 1;
+    CHECK_OK(fl__conv_fwd_sum(&c, &ds, x, w, b, r, ys));
+    snprintf(impl[3], 48, "%s", fl__conv_impl(c, FL_CONV_FWD));
     CHECK_OK(fl__conv_fwd(&c, d, x, w, b, y));
     snprintf(impl[0], 48, "%s", fl__conv_impl(c, FL_CONV_FWD));
     CHECK_OK(fl__conv_bwd(&c, d, x, dy, w, dx, dw));
@@ -290,8 +296,9 @@ static double scaled_diff(const float *a, const float *b, int64_t n)
 }
 
 /* Winograd against direct on the same inputs, each direction, on ResNet-50's 3x3 shapes made
- * small (the 56/28/14/7 stages' channels at batch 2) and an odd size (tiles cut at the edge):
- * each output's largest difference within WINO_TOL_E6 millionths of its largest magnitude
+ * small (the 56/28/14/7 stages' channels at batch 2) and an odd size (tiles cut at the edge),
+ * the forward with bias and relu, and with the sum post-op too (the inference pass's fused
+ * residual): each output's largest difference within WINO_TOL_E6 millionths of its largest magnitude
  * (F(4x4, 3x3) rounds more than a direct sum: measured up to 2.5e-6 forward, 3.0e-6
  * backward-data and 8.5e-7 backward-weights with inputs, filters and output gradients uniform
  * in [-1, 1), against float32's 6e-8 per rounding).  Where this oneDNN has
@@ -303,28 +310,30 @@ static void wino_case(int64_t n, int64_t c, int64_t h, int64_t m)
     fl_conv_desc d = desc_of((cfg){n, c, h, h, m, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, "relu"});
     d.has_bias = 1, d.act = FL_ACT_RELU;
     int64_t nx = n * c * h * h, nw = m * c * 9, ny = n * m * h * h;
-    float *x = rand_buf(nx, 1), *w = rand_buf(nw, 2), *b = rand_buf(m, 3), *dy = rand_buf(ny, 4);
-    float *y[2], *dx[2], *dw[2];
-    char impl[2][3][48];
+    float *x = rand_buf(nx, 1), *w = rand_buf(nw, 2), *b = rand_buf(m, 3), *dy = rand_buf(ny, 4), *r = rand_buf(ny, 5);
+    float *y[2], *ys[2], *dx[2], *dw[2];
+    char impl[2][4][48];
     for (int a = 0; a < 2; a++) {
-        y[a] = malloc((size_t)ny * sizeof(float)), dx[a] = malloc((size_t)nx * sizeof(float));
-        dw[a] = malloc((size_t)nw * sizeof(float));
-        conv3(a ? "winograd" : "direct", &d, x, w, b, dy, y[a], dx[a], dw[a], impl[a]);
+        y[a] = malloc((size_t)ny * sizeof(float)), ys[a] = malloc((size_t)ny * sizeof(float));
+        dx[a] = malloc((size_t)nx * sizeof(float)), dw[a] = malloc((size_t)nw * sizeof(float));
+        conv3(a ? "winograd" : "direct", &d, x, w, b, dy, r, y[a], ys[a], dx[a], dw[a], impl[a]);
     }
-    double e[3] = {scaled_diff(y[1], y[0], ny), scaled_diff(dx[1], dx[0], nx), scaled_diff(dw[1], dw[0], nw)};
+    double e[4] = {scaled_diff(y[1], y[0], ny), scaled_diff(dx[1], dx[0], nx), scaled_diff(dw[1], dw[0], nw),
+                   scaled_diff(ys[1], ys[0], ny)};
     int isa = (int)dnnl_get_effective_cpu_isa(), avx512 = (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
-    printf("  n%lld c%lld %lldx%lld m%lld: winograd vs direct %.1e / %.1e / %.1e (%s / %s / %s against %s)\n",
-           (long long)n, (long long)c, (long long)h, (long long)h, (long long)m, e[0], e[1], e[2], impl[1][0], impl[1][1],
-           impl[1][2], impl[0][0]);
-    for (int i = 0; i < 3; i++) {
+    printf("  n%lld c%lld %lldx%lld m%lld: winograd vs direct %.1e / %.1e / %.1e, with the sum post-op %.1e (%s / %s / %s "
+           "/ %s against %s)\n",
+           (long long)n, (long long)c, (long long)h, (long long)h, (long long)m, e[0], e[1], e[2], e[3], impl[1][0],
+           impl[1][1], impl[1][2], impl[1][3], impl[0][0]);
+    for (int i = 0; i < 4; i++) {
         CHECK(e[i] <= WINO_TOL_E6 * 1e-6);
         CHECK(!strstr(impl[0][i], "wino"));
         if (avx512) CHECK_STR_HAS(impl[1][i], "wino");
         if (!strstr(impl[1][i], "wino")) CHECK(e[i] == 0); /* made direct: the same kernel */
     }
     if (avx512) CHECK(e[0] > 0); /* another algorithm did run */
-    for (int a = 0; a < 2; a++) free(y[a]), free(dx[a]), free(dw[a]);
-    free(x), free(w), free(b), free(dy);
+    for (int a = 0; a < 2; a++) free(y[a]), free(ys[a]), free(dx[a]), free(dw[a]);
+    free(x), free(w), free(b), free(dy), free(r);
 }
 
 TEST(dnnl_winograd_matches_direct)
@@ -341,7 +350,8 @@ TEST(dnnl_winograd_matches_direct)
  * layer's 3 channels, 16 channels and few pixels direct; bf16 (AMP), strides, 1x1, dilations
  * and groups stay direct whatever the switch says; a bad
  * value is an error naming the variable, from the rule and from a convolution; a cache keeps
- * the two algorithms' primitives apart (the key holds the choice). */
+ * the two algorithms' primitives apart (the key holds the choice); a forced Winograd that
+ * oneDNN has no kernel for (tanh post-op) is made direct. */
 TEST(conv_algo_switch)
 {
     fl_conv_desc rn = desc_of((cfg){8, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NULL});
@@ -405,6 +415,12 @@ TEST(conv_algo_switch)
     CHECK_OK(fl__conv_fwd(&c, &d, x, w, NULL, y)); /* direct's entry again, still cached */
     CHECK(!strstr(fl__conv_impl(c, FL_CONV_FWD), "wino"));
     CHECK_EQ_INT(fl__conv_primitives_created(), made);
+    /* no Winograd kernel with a tanh post-op: made direct, without an error */
+    setenv("FLEET_CONV_ALGO", "winograd", 1);
+    d.act = FL_ACT_TANH;
+    CHECK_OK(fl__conv_fwd(&c, &d, x, w, NULL, y));
+    CHECK(!strstr(fl__conv_impl(c, FL_CONV_FWD), "wino"));
+    CHECK(*fl__conv_impl(c, FL_CONV_FWD) != 0);
     unsetenv("FLEET_CONV_ALGO");
     fl__conv_cache_free(c);
     free(x), free(w), free(y);
