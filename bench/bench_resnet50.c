@@ -224,8 +224,9 @@ static dnnl_primitive_desc_t conv_pd(dnnl_engine_t eng, const fl_conv_desc *d, i
         dnnl_primitive_desc_destroy(fwd);
         if (st == dnnl_success) return pd;
     }
-    die(dir == FL_CONV_FWD ? "forward descriptor" : dir == FL_CONV_BWD_DATA ? "backward-data descriptor"
-                                                                           : "backward-weights descriptor");
+    die(dir == FL_CONV_FWD        ? "forward descriptor"
+        : dir == FL_CONV_BWD_DATA ? "backward-data descriptor"
+                                  : "backward-weights descriptor");
     return NULL;
 }
 

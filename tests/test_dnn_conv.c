@@ -269,8 +269,8 @@ static float *rand_buf(int64_t n, uint64_t seed)
  * a fresh cache: y, dx, dw, and each direction's kernel name into impl[0..2]; ys gets the
  * forward with the residual r added by the sum post-op before the relu (the inference
  * pass's), its kernel name into impl[3]. */
-static void conv3(const char *algo, const fl_conv_desc *d, const float *x, const float *w, const float *b,
-                  const float *dy, const float *r, float *y, float *ys, float *dx, float *dw, char impl[4][48])
+static void conv3(const char *algo, const fl_conv_desc *d, const float *x, const float *w, const float *b, const float *dy,
+                  const float *r, float *y, float *ys, float *dx, float *dw, char impl[4][48])
 {
     setenv("FLEET_CONV_ALGO", algo, 1);
     fl_conv_cache *c = NULL;

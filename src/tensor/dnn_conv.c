@@ -59,8 +59,7 @@ static const struct {
 
 static int wino_pays(const fl_conv_desc *d, int dir)
 {
-    return d->c >= wino_rule[dir].min_ch && d->m >= wino_rule[dir].min_ch &&
-           d->n * d->oh * d->ow >= wino_rule[dir].min_px;
+    return d->c >= wino_rule[dir].min_ch && d->m >= wino_rule[dir].min_ch && d->n * d->oh * d->ow >= wino_rule[dir].min_px;
 }
 
 int fl__conv_winograd(const fl_conv_desc *d, int dir)
@@ -174,7 +173,7 @@ struct fl_conv_cache {
     const void *res;      /* fl__conv_fwd_sum's residual, for the call in progress */
     const fl_tensor *w_t; /* fl__conv_filter_stamp's, for the next forward call */
     uint64_t w_ver;
-    int out_lay; /* of the last call */
+    int out_lay;      /* of the last call */
     char impl[3][48]; /* entry.impl of each direction's last call */
     dnnl_stream_t stream;
     entry e[SLOTS];
@@ -295,7 +294,8 @@ static int pick_layout(dnnl_engine_t eng, const fl_conv_desc *d, dnnl_data_type_
     conv_mds any;
     dnnl_convolution_desc_t cd;
     dnnl_primitive_desc_t pd = NULL;
-    if (mds_init(&any, d, ct, ct, dnnl_f32, LAY_ANY) != dnnl_success || desc_init(&cd, d, FWD, &any, 0, dnnl_convolution_direct) != dnnl_success ||
+    if (mds_init(&any, d, ct, ct, dnnl_f32, LAY_ANY) != dnnl_success ||
+        desc_init(&cd, d, FWD, &any, 0, dnnl_convolution_direct) != dnnl_success ||
         dnnl_primitive_desc_create(&pd, &cd, NULL, eng, NULL) != dnnl_success)
         return LAY_ANY;
     const dnnl_memory_desc_t *x = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
