@@ -12,9 +12,10 @@
  *          loaded machine disturbs least).
  *   eval   the forward program cloned for test (batch_norm on the moving statistics).
  *   prims  each convolution of the network as bare oneDNN primitives in the layouts oneDNN
- *          picks (no reorders, no other op): the time a training step and a forward pass
- *          would take if they were only their convolutions, and their GFLOP/s: the limit
- *          the step's GFLOP/s is measured against.
+ *          picks (no reorders, no other op), each direction by the algorithm the library
+ *          would use (FLEET_CONV_ALGO and its rule: direct or Winograd): the time a training
+ *          step and a forward pass would take if they were only their convolutions, and their
+ *          GFLOP/s: the limit the step's GFLOP/s is measured against.
  * The network is ResNet v1.5 (stride on each downsampling bottleneck's 3x3, as torchvision's
  * resnet50); --v1 1 puts it on the first 1x1 (stride_in_1x1, ResNet v1; keys get ".v1").
  * --amp 1: bfloat16 AMP (fl_amp_decorate_optimizer; prims: bf16 primitives).  Threads:
@@ -198,6 +199,37 @@ static void run_net(const opts *o)
 }
 
 #ifdef FL_HAVE_DNNL
+/* The primitive descriptor of direction dir (FL_CONV_*) of convolution d over the "any"
+ * descriptors x, w, y (dx, dw: the gradients'), by the algorithm the library's convolutions
+ * use (fl__conv_winograd: FLEET_CONV_ALGO and its rule; direct where oneDNN has no Winograd
+ * kernel), with a forward hint by the same algorithm for a backward direction. */
+static dnnl_primitive_desc_t conv_pd(dnnl_engine_t eng, const fl_conv_desc *d, int dir, const dnnl_memory_desc_t *x,
+                                     const dnnl_memory_desc_t *w, const dnnl_memory_desc_t *y, const dnnl_memory_desc_t *dx,
+                                     const dnnl_memory_desc_t *dw)
+{
+    dnnl_dims_t str = {d->sh, d->sw}, pl = {d->ph, d->pw};
+    dnnl_dims_t pr = {(d->oh - 1) * d->sh + d->kh - d->h - d->ph, (d->ow - 1) * d->sw + d->kw - d->w - d->pw};
+    int wino = fl__conv_winograd(d, dir);
+    if (wino < 0) die("FLEET_CONV_ALGO");
+    for (int a = wino; a >= 0; a--) {
+        dnnl_alg_kind_t alg = a ? dnnl_convolution_winograd : dnnl_convolution_direct;
+        dnnl_convolution_desc_t cd;
+        dnnl_primitive_desc_t fwd = NULL, pd = NULL;
+        dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, alg, x, w, NULL, y, str, pl, pr);
+        if (dnnl_primitive_desc_create(&fwd, &cd, NULL, eng, NULL) != dnnl_success) continue;
+        if (dir == FL_CONV_FWD) return fwd;
+        if (dir == FL_CONV_BWD_DATA) dnnl_convolution_backward_data_desc_init(&cd, alg, dx, w, y, str, pl, pr);
+        else dnnl_convolution_backward_weights_desc_init(&cd, alg, x, dw, NULL, y, str, pl, pr);
+        dnnl_status_t st = dnnl_primitive_desc_create(&pd, &cd, NULL, eng, fwd);
+        dnnl_primitive_desc_destroy(fwd);
+        if (st == dnnl_success) return pd;
+    }
+    die(dir == FL_CONV_FWD        ? "forward descriptor"
+        : dir == FL_CONV_BWD_DATA ? "backward-data descriptor"
+                                  : "backward-weights descriptor");
+    return NULL;
+}
+
 /* Median ms of `reps` runs of prim with memories in the layouts its descriptor asks for. */
 static double time_prim(dnnl_engine_t eng, dnnl_stream_t st, dnnl_primitive_desc_t pd, const int *args, int nargs, int reps)
 {
@@ -258,18 +290,17 @@ static void run_prims(const opts *o)
         const conv_shape *s = &cs[i];
         dnnl_memory_desc_t x, w, y, dx, dw;
         dnnl_dims_t xd = {o->batch, s->c, s->h, s->w}, yd = {o->batch, s->m, s->oh, s->ow}, wd = {s->m, s->c, s->k, s->k};
-        dnnl_dims_t str = {s->s, s->s}, pl = {s->p, s->p};
-        dnnl_dims_t pr = {(s->oh - 1) * s->s + s->k - s->h - s->p, (s->ow - 1) * s->s + s->k - s->w - s->p};
+        fl_conv_desc cd;
+        memset(&cd, 0, sizeof cd);
+        cd.n = o->batch, cd.c = s->c, cd.h = s->h, cd.w = s->w, cd.m = s->m, cd.kh = cd.kw = s->k, cd.oh = s->oh;
+        cd.ow = s->ow, cd.sh = cd.sw = s->s, cd.ph = cd.pw = s->p, cd.dh = cd.dw = cd.g = 1;
+        cd.x_type = cd.w_type = o->amp ? FL_BFLOAT16 : FL_FLOAT32;
         dnnl_memory_desc_init_by_tag(&x, 4, xd, dt, dnnl_format_tag_any);
         dnnl_memory_desc_init_by_tag(&y, 4, yd, dt, dnnl_format_tag_any);
         dnnl_memory_desc_init_by_tag(&w, 4, wd, dt, dnnl_format_tag_any);
         dnnl_memory_desc_init_by_tag(&dx, 4, xd, dnnl_f32, dnnl_format_tag_any);
         dnnl_memory_desc_init_by_tag(&dw, 4, wd, dnnl_f32, dnnl_format_tag_any);
-        dnnl_convolution_desc_t cd;
-        dnnl_primitive_desc_t fwd = NULL, pd = NULL;
-        dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct, &x, &w, NULL, &y, str, pl,
-                                           pr);
-        if (dnnl_primitive_desc_create(&fwd, &cd, NULL, eng, NULL) != dnnl_success) die("forward descriptor");
+        dnnl_primitive_desc_t fwd = conv_pd(eng, &cd, FL_CONV_FWD, &x, &w, &y, &dx, &dw), pd = NULL;
         const char *impl = "?";
         dnnl_primitive_desc_query(fwd, dnnl_query_impl_info_str, 0, &impl);
         double f1 = conv_flops(&(conv_shape){s->c, s->h, s->w, s->m, s->k, s->s, s->p, s->oh, s->ow, 1, 0}, o->batch, 0);
@@ -277,15 +308,13 @@ static void run_prims(const opts *o)
         char impls[160];
         snprintf(impls, sizeof impls, "%s", impl);
         if (s->dgrad) {
-            dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &dx, &w, &y, str, pl, pr);
-            if (dnnl_primitive_desc_create(&pd, &cd, NULL, eng, fwd) != dnnl_success) die("backward-data descriptor");
+            pd = conv_pd(eng, &cd, FL_CONV_BWD_DATA, &x, &w, &y, &dx, &dw);
             dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
             snprintf(impls + strlen(impls), sizeof impls - strlen(impls), " / %s", impl);
             t[1] = time_prim(eng, st, pd, (const int[]){DNNL_ARG_DIFF_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST}, 3, reps);
             dnnl_primitive_desc_destroy(pd);
         }
-        dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &x, &dw, NULL, &y, str, pl, pr);
-        if (dnnl_primitive_desc_create(&pd, &cd, NULL, eng, fwd) != dnnl_success) die("backward-weights descriptor");
+        pd = conv_pd(eng, &cd, FL_CONV_BWD_WEIGHTS, &x, &w, &y, &dx, &dw);
         dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
         snprintf(impls + strlen(impls), sizeof impls - strlen(impls), " / %s", impl);
         t[2] = time_prim(eng, st, pd, (const int[]){DNNL_ARG_SRC, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_DST}, 3, reps);

@@ -5,8 +5,9 @@
  * step); bfloat16 inputs (AMP) against float32; the choice of NHWC activations where
  * oneDNN's blocked layouts would pad the channels (LeNet's 20 and 50), and those NHWC
  * convolutions against im2col, with the output gradient reordered once for both backward
- * directions.  Without oneDNN in the build the tests check the errors and
- * return. */
+ * directions; oneDNN's Winograd convolutions (FLEET_CONV_ALGO) against its direct ones in each
+ * direction, the kernel the switch and the rule choose, and a bad value's error.  Without
+ * oneDNN in the build the tests check the errors and return. */
 #include "gradcheck.h"
 
 #include "tensor/dnn_conv.h"
@@ -253,5 +254,177 @@ TEST(amp_bf16_conv_openblas)
     amp_case("openblas", amp_nhwc);
 }
 
+/* Uniform [-1, 1) from a fixed seed. */
+static float *rand_buf(int64_t n, uint64_t seed)
+{
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        v[i] = (float)((seed >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+    }
+    return v;
+}
+
+/* The three directions of d (bias and relu fused in the forward) by FLEET_CONV_ALGO=algo, in
+ * a fresh cache: y, dx, dw, and each direction's kernel name into impl[0..2]; ys gets the
+ * forward with the residual r added by the sum post-op before the relu (the inference
+ * pass's), its kernel name into impl[3]. */
+static void conv3(const char *algo, const fl_conv_desc *d, const float *x, const float *w, const float *b, const float *dy,
+                  const float *r, float *y, float *ys, float *dx, float *dw, char impl[4][48])
+{
+    setenv("FLEET_CONV_ALGO", algo, 1);
+    fl_conv_cache *c = NULL;
+    fl_conv_desc ds = *d;
+    ds.sum = 1;
+    CHECK_OK(fl__conv_fwd_sum(&c, &ds, x, w, b, r, ys));
+    snprintf(impl[3], 48, "%s", fl__conv_impl(c, FL_CONV_FWD));
+    CHECK_OK(fl__conv_fwd(&c, d, x, w, b, y));
+    snprintf(impl[0], 48, "%s", fl__conv_impl(c, FL_CONV_FWD));
+    CHECK_OK(fl__conv_bwd(&c, d, x, dy, w, dx, dw));
+    snprintf(impl[1], 48, "%s", fl__conv_impl(c, FL_CONV_BWD_DATA));
+    snprintf(impl[2], 48, "%s", fl__conv_impl(c, FL_CONV_BWD_WEIGHTS));
+    fl__conv_cache_free(c);
+    unsetenv("FLEET_CONV_ALGO");
+}
+
+/* Largest |a - b| over the largest |b|: the error on the tensor's own scale. */
+static double scaled_diff(const float *a, const float *b, int64_t n)
+{
+    double e = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) e = fmax(e, fabs((double)a[i] - b[i])), m = fmax(m, fabs((double)b[i]));
+    return m > 0 ? e / m : e;
+}
+
+/* Winograd against direct on the same inputs, each direction, on ResNet-50's 3x3 shapes made
+ * small (the 56/28/14/7 stages' channels at batch 2) and an odd size (tiles cut at the edge),
+ * the forward with bias and relu, and with the sum post-op too (the inference pass's fused
+ * residual): each output's largest difference within WINO_TOL_E6 millionths of its largest magnitude
+ * (F(4x4, 3x3) rounds more than a direct sum: measured up to 2.5e-6 forward, 3.0e-6
+ * backward-data and 8.5e-7 backward-weights with inputs, filters and output gradients uniform
+ * in [-1, 1), against float32's 6e-8 per rounding).  Where this oneDNN has
+ * Winograd kernels (AVX-512) the forced switch runs them, named jit_wino; direct's kernels
+ * are not; elsewhere the convolution is made direct silently and the results agree exactly. */
+enum { WINO_TOL_E6 = 20 };
+static void wino_case(int64_t n, int64_t c, int64_t h, int64_t m)
+{
+    fl_conv_desc d = desc_of((cfg){n, c, h, h, m, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, "relu"});
+    d.has_bias = 1, d.act = FL_ACT_RELU;
+    int64_t nx = n * c * h * h, nw = m * c * 9, ny = n * m * h * h;
+    float *x = rand_buf(nx, 1), *w = rand_buf(nw, 2), *b = rand_buf(m, 3), *dy = rand_buf(ny, 4), *r = rand_buf(ny, 5);
+    float *y[2], *ys[2], *dx[2], *dw[2];
+    char impl[2][4][48];
+    for (int a = 0; a < 2; a++) {
+        y[a] = malloc((size_t)ny * sizeof(float)), ys[a] = malloc((size_t)ny * sizeof(float));
+        dx[a] = malloc((size_t)nx * sizeof(float)), dw[a] = malloc((size_t)nw * sizeof(float));
+        conv3(a ? "winograd" : "direct", &d, x, w, b, dy, r, y[a], ys[a], dx[a], dw[a], impl[a]);
+    }
+    double e[4] = {scaled_diff(y[1], y[0], ny), scaled_diff(dx[1], dx[0], nx), scaled_diff(dw[1], dw[0], nw),
+                   scaled_diff(ys[1], ys[0], ny)};
+    int isa = (int)dnnl_get_effective_cpu_isa(), avx512 = (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+    printf("  n%lld c%lld %lldx%lld m%lld: winograd vs direct %.1e / %.1e / %.1e, with the sum post-op %.1e (%s / %s / %s "
+           "/ %s against %s)\n",
+           (long long)n, (long long)c, (long long)h, (long long)h, (long long)m, e[0], e[1], e[2], e[3], impl[1][0],
+           impl[1][1], impl[1][2], impl[1][3], impl[0][0]);
+    for (int i = 0; i < 4; i++) {
+        CHECK(e[i] <= WINO_TOL_E6 * 1e-6);
+        CHECK(!strstr(impl[0][i], "wino"));
+        if (avx512) CHECK_STR_HAS(impl[1][i], "wino");
+        if (!strstr(impl[1][i], "wino")) CHECK(e[i] == 0); /* made direct: the same kernel */
+    }
+    if (avx512) CHECK(e[0] > 0); /* another algorithm did run */
+    for (int a = 0; a < 2; a++) free(y[a]), free(ys[a]), free(dx[a]), free(dw[a]);
+    free(x), free(w), free(b), free(dy), free(r);
+}
+
+TEST(dnnl_winograd_matches_direct)
+{
+    if (!have_dnnl()) return;
+    wino_case(2, 64, 14, 64);  /* the 56x56 stage's channels */
+    wino_case(2, 128, 7, 128); /* 28's, on 7x7: one tile and the edge of the next */
+    wino_case(1, 256, 9, 256); /* 14's, odd size */
+    wino_case(1, 512, 7, 512); /* 7's */
+}
+
+/* FLEET_CONV_ALGO: the rule (auto) and the forced values, for the shape alone: float32 3x3
+ * stride 1 convolutions of 32 channels and more over enough pixels take Winograd, the first
+ * layer's 3 channels, 16 channels and few pixels direct; bf16 (AMP), strides, 1x1, dilations
+ * and groups stay direct whatever the switch says; a bad
+ * value is an error naming the variable, from the rule and from a convolution; a cache keeps
+ * the two algorithms' primitives apart (the key holds the choice); a forced Winograd that
+ * oneDNN has no kernel for (tanh post-op) is made direct. */
+TEST(conv_algo_switch)
+{
+    fl_conv_desc rn = desc_of((cfg){8, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NULL});
+    fl_conv_desc first = desc_of((cfg){8, 3, 224, 224, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NULL});
+    fl_conv_desc bf = rn, strided = desc_of((cfg){8, 64, 56, 56, 64, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, NULL});
+    fl_conv_desc one = desc_of((cfg){8, 64, 56, 56, 256, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, NULL});
+    fl_conv_desc dil = desc_of((cfg){8, 64, 56, 56, 64, 3, 3, 1, 1, 2, 2, 2, 2, 1, 1, NULL});
+    fl_conv_desc grp = desc_of((cfg){8, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1, NULL});
+    bf.x_type = FL_BFLOAT16;
+    const fl_conv_desc *never[] = {&bf, &strided, &one, &dil, &grp};
+    unsetenv("FLEET_CONV_ALGO");
+    for (int dir = FL_CONV_FWD; dir <= FL_CONV_BWD_WEIGHTS; dir++) {
+        CHECK_EQ_INT(fl__conv_winograd(&rn, dir), 1);
+        setenv("FLEET_CONV_ALGO", "direct", 1);
+        CHECK_EQ_INT(fl__conv_winograd(&rn, dir), 0);
+        setenv("FLEET_CONV_ALGO", "winograd", 1);
+        CHECK_EQ_INT(fl__conv_winograd(&rn, dir), 1);
+        CHECK_EQ_INT(fl__conv_winograd(&first, dir), 1);
+        for (int i = 0; i < 5; i++) CHECK_EQ_INT(fl__conv_winograd(never[i], dir), 0);
+        setenv("FLEET_CONV_ALGO", "auto", 1);
+        CHECK_EQ_INT(fl__conv_winograd(&rn, dir), 1);
+        for (int i = 0; i < 5; i++) CHECK_EQ_INT(fl__conv_winograd(never[i], dir), 0);
+        unsetenv("FLEET_CONV_ALGO");
+    }
+    /* auto: the first layer's 3 channels, 16 channels, few pixels stay direct; backward-weights
+     * takes Winograd from fewer pixels than the other two */
+    fl_conv_desc c16 = desc_of((cfg){8, 16, 56, 56, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NULL});
+    fl_conv_desc last8 = desc_of((cfg){8, 512, 7, 7, 512, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NULL});
+    fl_conv_desc last2 = last8, tiny = desc_of((cfg){8, 64, 4, 4, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NULL});
+    last2.n = 2;
+    for (int dir = FL_CONV_FWD; dir <= FL_CONV_BWD_WEIGHTS; dir++) {
+        CHECK_EQ_INT(fl__conv_winograd(&first, dir), 0);
+        CHECK_EQ_INT(fl__conv_winograd(&c16, dir), 0);
+        CHECK_EQ_INT(fl__conv_winograd(&last8, dir), 1);
+        CHECK_EQ_INT(fl__conv_winograd(&last2, dir), 0);
+        CHECK_EQ_INT(fl__conv_winograd(&tiny, dir), dir == FL_CONV_BWD_WEIGHTS);
+    }
+    setenv("FLEET_CONV_ALGO", "fast", 1);
+    CHECK_FAILS(fl__conv_winograd(&rn, FL_CONV_FWD), FL_EINVAL, "FLEET_CONV_ALGO='fast'");
+    CHECK_STR_HAS(fl_last_error(), "auto|direct|winograd");
+    unsetenv("FLEET_CONV_ALGO");
+    if (!have_dnnl()) return;
+    fl_conv_desc d = desc_of((cfg){2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NULL});
+    float *x = rand_buf(2 * 16 * 64, 5), *w = rand_buf(16 * 16 * 9, 6), *y = malloc(2 * 16 * 64 * sizeof(float));
+    fl_conv_cache *c = NULL;
+    setenv("FLEET_CONV_ALGO", "fast", 1);
+    CHECK_FAILS(fl__conv_fwd(&c, &d, x, w, NULL, y), FL_EINVAL, "FLEET_CONV_ALGO");
+    setenv("FLEET_CONV_ALGO", "direct", 1);
+    CHECK_OK(fl__conv_fwd(&c, &d, x, w, NULL, y));
+    CHECK(!strstr(fl__conv_impl(c, FL_CONV_FWD), "wino"));
+    uint64_t made = fl__conv_primitives_created();
+    setenv("FLEET_CONV_ALGO", "winograd", 1);
+    CHECK_OK(fl__conv_fwd(&c, &d, x, w, NULL, y));
+    int isa = (int)dnnl_get_effective_cpu_isa();
+    if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core) {
+        CHECK_STR_HAS(fl__conv_impl(c, FL_CONV_FWD), "wino");
+        CHECK(fl__conv_primitives_created() > made); /* its own entry, not direct's */
+    }
+    setenv("FLEET_CONV_ALGO", "direct", 1);
+    made = fl__conv_primitives_created();
+    CHECK_OK(fl__conv_fwd(&c, &d, x, w, NULL, y)); /* direct's entry again, still cached */
+    CHECK(!strstr(fl__conv_impl(c, FL_CONV_FWD), "wino"));
+    CHECK_EQ_INT(fl__conv_primitives_created(), made);
+    /* no Winograd kernel with a tanh post-op: made direct, without an error */
+    setenv("FLEET_CONV_ALGO", "winograd", 1);
+    d.act = FL_ACT_TANH;
+    CHECK_OK(fl__conv_fwd(&c, &d, x, w, NULL, y));
+    CHECK(!strstr(fl__conv_impl(c, FL_CONV_FWD), "wino"));
+    CHECK(*fl__conv_impl(c, FL_CONV_FWD) != 0);
+    unsetenv("FLEET_CONV_ALGO");
+    fl__conv_cache_free(c);
+    free(x), free(w), free(y);
+}
+
 TEST_MAIN(T(dnnl_matches_im2col_on_odd_shapes), T(dnnl_nhwc_where_blocks_would_pad), T(dnnl_steady_step_makes_no_primitive),
-          T(amp_bf16_conv_dnnl), T(amp_bf16_conv_openblas))
+          T(amp_bf16_conv_dnnl), T(amp_bf16_conv_openblas), T(dnnl_winograd_matches_direct), T(conv_algo_switch))

@@ -22,6 +22,10 @@
  *                      process exit (default 0; src/exec/profile.c)
  *   FLEET_DNN_LAYOUT   0: oneDNN's convolutions hand on plain NCHW tensors instead of their
  *                      blocked layouts (default 1; src/graph/op_layout.c, src/tensor/layout.h)
+ *   FLEET_CONV_ALGO    auto|direct|winograd: algorithm of oneDNN's float32 3x3 stride-1
+ *                      convolutions (default auto: Winograd where the shape rule of
+ *                      src/tensor/dnn_conv.c has it faster, direct elsewhere; bfloat16 and
+ *                      other shapes always direct; src/tensor/dnn_conv.c)
  *   FLEET_FUSE_BN_ADD_ACT  0: append_backward leaves batch_norm + elementwise_add + relu as
  *                      three ops instead of one fused_bn_add_activation (default 1;
  *                      src/graph/fuse.c)

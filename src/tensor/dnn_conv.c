@@ -31,6 +31,46 @@ uint64_t fl__conv_primitives_created(void) { return atomic_load(&n_prims); }
 uint64_t fl__conv_dy_reorders_shared(void) { return atomic_load(&n_shared); }
 uint64_t fl__conv_filter_reorders_skipped(void) { return atomic_load(&n_wskip); }
 
+/* FLEET_CONV_ALGO's values, in fl__env_choice order. */
+enum { ALGO_AUTO, ALGO_DIRECT, ALGO_WINOGRAD };
+static const char *const algo_names[] = {"auto", "direct", "winograd", NULL};
+
+/* Shapes oneDNN 2.6 has Winograd kernels for (F(4x4, 3x3), jit_wino_4x3, AVX-512; bias,
+ * relu and sum post-ops, not tanh or sigmoid): float32, groups 1, 3x3, stride 1, dilation 1. */
+static int wino_shape(const fl_conv_desc *d)
+{
+    return d->x_type == FL_FLOAT32 && d->w_type == FL_FLOAT32 && d->g == 1 && d->kh == 3 && d->kw == 3 && d->sh == 1 &&
+           d->sw == 1 && d->dh == 1 && d->dw == 1;
+}
+
+/* Where Winograd pays, per direction: at least min_ch input and output channels and at least
+ * min_px output pixels over the batch (n x oh x ow).  F(4x4, 3x3) does a quarter of the
+ * multiplications on 4x4 output tiles, but transforms the filter (c x m x 36) on every call,
+ * pads the image to whole tiles and runs its products over the tiles: it takes 0.3-0.6 of
+ * direct's time on every 3x3 convolution of ResNet-50 and VGG-16 at batch 8 and 32 (64x56x56
+ * at batch 8: 0.41, 512x7x7: 0.80 forward, 0.52 backward-weights), and loses where there are
+ * few tiles (512x7x7 at batch 2: 1.65x; 512x4x4 at batch 8: 1.8x forward, 0.93 backward-weights)
+ * or few channels (16x14x14 at batch 8: 1.3x); backward-weights wins from fewer pixels.  One
+ * thread, oneDNN 2.6.3 on AVX-512, interleaved medians (BENCHMARKS.md, "Winograd for 3x3
+ * convolutions").  The rule reads the shape only: every rank and every run choose alike. */
+static const struct {
+    int64_t min_ch, min_px;
+} wino_rule[3] = {{32, 392}, {32, 392}, {32, 128}}; /* FL_CONV_FWD, _BWD_DATA, _BWD_WEIGHTS */
+
+static int wino_pays(const fl_conv_desc *d, int dir)
+{
+    return d->c >= wino_rule[dir].min_ch && d->m >= wino_rule[dir].min_ch && d->n * d->oh * d->ow >= wino_rule[dir].min_px;
+}
+
+int fl__conv_winograd(const fl_conv_desc *d, int dir)
+{
+    int algo;
+    int st = fl__env_choice("FLEET_CONV_ALGO", algo_names, ALGO_AUTO, &algo);
+    if (st != FL_OK) return st;
+    if (algo == ALGO_DIRECT || !wino_shape(d)) return 0;
+    return algo == ALGO_WINOGRAD || wino_pays(d, dir);
+}
+
 #ifndef FL_HAVE_DNNL
 
 static int no_dnnl(void)
@@ -80,19 +120,25 @@ int fl__conv_channels_last(const fl_conv_desc *d)
     (void)d;
     return 0;
 }
+const char *fl__conv_impl(const fl_conv_cache *cache, int dir)
+{
+    (void)cache, (void)dir;
+    return "";
+}
 
 #else
 
 #define SLOTS 8
 #define MAX_PORTS 4
 
-enum { FWD, BWD_DATA, BWD_WEIGHTS };
+enum { FWD = FL_CONV_FWD, BWD_DATA = FL_CONV_BWD_DATA, BWD_WEIGHTS = FL_CONV_BWD_WEIGHTS };
 enum { PLAIN_BELOW = 4 }; /* channels per group under which backward-data stays NCHW */
 static const char *const dir_name[] = {"forward", "backward-data", "backward-weights"};
 
 typedef struct {
     fl_conv_desc d; /* act and has_bias zero for the backward directions */
     int dir;
+    int wino; /* fl__conv_winograd's choice (made direct where oneDNN has no Winograd kernel) */
 } conv_key;
 
 /* One operand: the caller's memory and, when oneDNN chose another layout or type, its
@@ -119,6 +165,7 @@ typedef struct {
     const fl_tensor *w_t;
     uint64_t w_ver;
     const void *w_data;
+    char impl[48]; /* oneDNN's name of the convolution's implementation */
 } entry;
 
 struct fl_conv_cache {
@@ -126,7 +173,8 @@ struct fl_conv_cache {
     const void *res;      /* fl__conv_fwd_sum's residual, for the call in progress */
     const fl_tensor *w_t; /* fl__conv_filter_stamp's, for the next forward call */
     uint64_t w_ver;
-    int out_lay; /* of the last call */
+    int out_lay;      /* of the last call */
+    char impl[3][48]; /* entry.impl of each direction's last call */
     dnnl_stream_t stream;
     entry e[SLOTS];
 };
@@ -178,20 +226,19 @@ static dnnl_status_t mds_init(conv_mds *m, const fl_conv_desc *d, dnnl_data_type
 }
 
 /* The convolution descriptor of one direction over the descriptors m. */
-static dnnl_status_t desc_init(dnnl_convolution_desc_t *cd, const fl_conv_desc *d, int dir, const conv_mds *m, int bias)
+static dnnl_status_t desc_init(dnnl_convolution_desc_t *cd, const fl_conv_desc *d, int dir, const conv_mds *m, int bias,
+                               dnnl_alg_kind_t alg)
 {
     dnnl_dims_t st = {d->sh, d->sw}, di = {d->dh - 1, d->dw - 1}, pl = {d->ph, d->pw};
     /* right padding so that (h + pl + pr - extent) / s + 1 == oh exactly */
     dnnl_dims_t pr = {(d->oh - 1) * d->sh + (d->kh - 1) * d->dh + 1 - d->h - d->ph,
                       (d->ow - 1) * d->sw + (d->kw - 1) * d->dw + 1 - d->w - d->pw};
     if (dir == FWD)
-        return dnnl_dilated_convolution_forward_desc_init(cd, dnnl_forward_training, dnnl_convolution_direct, &m->x, &m->w,
-                                                          bias ? &m->b : NULL, &m->y, st, di, pl, pr);
+        return dnnl_dilated_convolution_forward_desc_init(cd, dnnl_forward_training, alg, &m->x, &m->w, bias ? &m->b : NULL,
+                                                          &m->y, st, di, pl, pr);
     if (dir == BWD_DATA)
-        return dnnl_dilated_convolution_backward_data_desc_init(cd, dnnl_convolution_direct, &m->x, &m->w, &m->y, st, di,
-                                                                pl, pr);
-    return dnnl_dilated_convolution_backward_weights_desc_init(cd, dnnl_convolution_direct, &m->x, &m->w, NULL, &m->y, st,
-                                                               di, pl, pr);
+        return dnnl_dilated_convolution_backward_data_desc_init(cd, alg, &m->x, &m->w, &m->y, st, di, pl, pr);
+    return dnnl_dilated_convolution_backward_weights_desc_init(cd, alg, &m->x, &m->w, NULL, &m->y, st, di, pl, pr);
 }
 
 /* m (NCHW) in layout lay of layout.h instead. */
@@ -247,7 +294,8 @@ static int pick_layout(dnnl_engine_t eng, const fl_conv_desc *d, dnnl_data_type_
     conv_mds any;
     dnnl_convolution_desc_t cd;
     dnnl_primitive_desc_t pd = NULL;
-    if (mds_init(&any, d, ct, ct, dnnl_f32, LAY_ANY) != dnnl_success || desc_init(&cd, d, FWD, &any, 0) != dnnl_success ||
+    if (mds_init(&any, d, ct, ct, dnnl_f32, LAY_ANY) != dnnl_success ||
+        desc_init(&cd, d, FWD, &any, 0, dnnl_convolution_direct) != dnnl_success ||
         dnnl_primitive_desc_create(&pd, &cd, NULL, eng, NULL) != dnnl_success)
         return LAY_ANY;
     const dnnl_memory_desc_t *x = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
@@ -258,16 +306,18 @@ static int pick_layout(dnnl_engine_t eng, const fl_conv_desc *d, dnnl_data_type_
 }
 
 /* The primitive descriptor of key k computing in `ct` (f32 or bf16) with activations in
- * layout `lay`; *hint gets the forward one a backward direction needs. */
+ * layout `lay` by algorithm `alg`; *hint gets the forward one a backward direction needs (by
+ * the same algorithm). */
 static dnnl_status_t pd_make_in(dnnl_primitive_desc_t *pd, dnnl_primitive_desc_t *hint, dnnl_engine_t eng,
-                                const conv_key *k, dnnl_data_type_t ct, const dnnl_primitive_attr_t attr, int lay)
+                                const conv_key *k, dnnl_data_type_t ct, const dnnl_primitive_attr_t attr, int lay,
+                                dnnl_alg_kind_t alg)
 {
     const fl_conv_desc *d = &k->d;
     conv_mds any;
     dnnl_convolution_desc_t cd;
     dnnl_status_t s = mds_init(&any, d, ct, ct, dnnl_f32, lay);
     if (s == dnnl_success && k->dir != FWD) { /* the hint: a forward convolution of the same shape */
-        s = desc_init(&cd, d, FWD, &any, 0);
+        s = desc_init(&cd, d, FWD, &any, 0, alg);
         if (s == dnnl_success) s = dnnl_primitive_desc_create(hint, &cd, NULL, eng, NULL);
     }
     if (s != dnnl_success) return s;
@@ -278,23 +328,31 @@ static dnnl_status_t pd_make_in(dnnl_primitive_desc_t *pd, dnnl_primitive_desc_t
      * (oneDNN's gemm-based kernel; ONEDNN_VERBOSE=1 build/bench/bench_conv, loaded machine). */
     if (k->dir == BWD_DATA) s = mds_init(&m, d, dnnl_f32, ct, ct, d->c / d->g < PLAIN_BELOW ? LAY_PLAIN : lay);
     if (k->dir == BWD_WEIGHTS) s = mds_init(&m, d, ct, dnnl_f32, ct, lay);
-    if (s == dnnl_success) s = desc_init(&cd, d, k->dir, &m, d->has_bias);
+    if (s == dnnl_success) s = desc_init(&cd, d, k->dir, &m, d->has_bias, alg);
     if (s == dnnl_success) s = dnnl_primitive_desc_create(pd, &cd, attr, eng, *hint);
     return s;
 }
 
 /* pd_make_in in the layout pick_layout chooses (*lay), or in oneDNN's layouts when this
- * oneDNN has no NHWC kernel for it. */
+ * oneDNN has no NHWC kernel for it; by Winograd when k asks for it and oneDNN has it (in f32
+ * only), else direct. */
 static dnnl_status_t pd_make(dnnl_primitive_desc_t *pd, dnnl_primitive_desc_t *hint, dnnl_engine_t eng, const conv_key *k,
                              dnnl_data_type_t ct, const dnnl_primitive_attr_t attr, int *lay)
 {
+    dnnl_status_t s = dnnl_unimplemented;
     *lay = pick_layout(eng, &k->d, ct);
-    dnnl_status_t s = pd_make_in(pd, hint, eng, k, ct, attr, *lay);
+    if (k->wino && ct == dnnl_f32 && *lay == LAY_ANY) {
+        s = pd_make_in(pd, hint, eng, k, ct, attr, *lay, dnnl_convolution_winograd);
+        if (s != dnnl_unimplemented) return s;
+        if (*hint) dnnl_primitive_desc_destroy(*hint);
+        *hint = NULL;
+    }
+    s = pd_make_in(pd, hint, eng, k, ct, attr, *lay, dnnl_convolution_direct);
     if (s == dnnl_unimplemented && *lay == LAY_NHWC) {
         if (*hint) dnnl_primitive_desc_destroy(*hint);
         *hint = NULL;
         *lay = LAY_ANY;
-        s = pd_make_in(pd, hint, eng, k, ct, attr, *lay);
+        s = pd_make_in(pd, hint, eng, k, ct, attr, *lay, dnnl_convolution_direct);
     }
     return s;
 }
@@ -368,9 +426,10 @@ static int entry_make(entry *e, dnnl_engine_t eng, const conv_key *k)
         TRY(s, "residual reorder");
         atomic_fetch_add(&n_prims, 1);
     }
+    const char *impl = "?";
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    snprintf(e->impl, sizeof e->impl, "%s", impl);
     if (fl__log_enabled(FL_LOG_DEBUG, FL_SUB_TENSOR)) {
-        const char *impl = "?";
-        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
         int nre = 0;
         for (int i = 0; i < e->np; i++) nre += e->p[i].re != NULL;
         FL_DEBUG(FL_SUB_TENSOR, "oneDNN conv %s n%lld c%lld %lldx%lld -> m%lld k%lldx%lld g%lld %s: %s in %s, %d reorders",
@@ -420,6 +479,8 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
     memset(&k, 0, sizeof k);
     k.d = *dd;
     k.dir = dir;
+    k.wino = fl__conv_winograd(dd, dir);
+    if (k.wino < 0) return k.wino;
     if (dir != FWD) k.d.act = 0, k.d.has_bias = 0, k.d.sum = 0, k.d.res_lay = 0;
     if (dir == FWD) k.d.y_lay = 0;
     if (dir == BWD_DATA) k.d.x_lay = 0;
@@ -493,6 +554,7 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
     if (reuse) atomic_fetch_add(&n_shared, 1);
     if (dir == FWD && w_t) e->w_t = w_t, e->w_ver = w_ver, e->w_data = data[W];
     if (dir != BWD_WEIGHTS) cache->out_lay = e->out_lay;
+    memcpy(cache->impl[dir], e->impl, sizeof e->impl);
     return FL_OK;
 }
 
@@ -563,6 +625,11 @@ int fl__conv_channels_last(const fl_conv_desc *d)
 }
 
 int fl__conv_out_layout(const fl_conv_cache *cache) { return cache ? cache->out_lay : FL_LAYOUT_PLAIN; }
+
+const char *fl__conv_impl(const fl_conv_cache *cache, int dir)
+{
+    return cache && dir >= FWD && dir <= BWD_WEIGHTS ? cache->impl[dir] : "";
+}
 
 void fl__conv_cache_free(fl_conv_cache *cache)
 {

@@ -75,6 +75,18 @@ int fl__conv_channels_last(const fl_conv_desc *d);
 /* The layout (FL_LAYOUT_*) of the output activation the last call with this cache wrote
  * (y of fl__conv_fwd, dx of fl__conv_bwd_data / fl__conv_bwd); plain when cache is NULL. */
 int fl__conv_out_layout(const fl_conv_cache *cache);
+/* The three directions of a convolution, as fl__conv_winograd and fl__conv_impl name them. */
+enum { FL_CONV_FWD, FL_CONV_BWD_DATA, FL_CONV_BWD_WEIGHTS };
+/* 1 when direction dir of d asks oneDNN for its Winograd convolution, 0 for its direct one:
+ * FLEET_CONV_ALGO=direct|winograd forces one (float32, groups 1, 3x3, stride 1, dilation 1
+ * only: anything else stays direct), auto (the default) follows the rule of dnn_conv.c, which
+ * reads only the shape, so every rank and every run choose alike.  Where oneDNN has no
+ * Winograd kernel for the shape the convolution is made direct, silently.  A bad value of
+ * the variable: FL_EINVAL (negative), the message naming it. */
+int fl__conv_winograd(const fl_conv_desc *d, int dir);
+/* oneDNN's implementation (dnnl_query_impl_info_str, e.g. "jit_wino_4x3:avx512_core") of the
+ * primitive the last call of direction dir made or ran with this cache; "" when none. */
+const char *fl__conv_impl(const fl_conv_cache *cache, int dir);
 /* Frees a cache (NULL is fine). */
 void fl__conv_cache_free(fl_conv_cache *cache);
 /* Convolution and reorder primitives created so far (tests check the steady state makes
