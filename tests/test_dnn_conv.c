@@ -289,5 +289,4 @@ TEST(amp_bf16_conv_openblas)
 }
 
 TEST_MAIN(T(dnnl_matches_im2col_on_odd_shapes), T(dnnl_nhwc_where_blocks_would_pad), T(dnnl_steady_step_makes_no_primitive),
-          T(dnnl_no_backward_data_for_an_input_without_gradient),
-          T(amp_bf16_conv_dnnl), T(amp_bf16_conv_openblas))
+          T(dnnl_no_backward_data_for_an_input_without_gradient), T(amp_bf16_conv_dnnl), T(amp_bf16_conv_openblas))

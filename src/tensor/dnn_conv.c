@@ -305,10 +305,9 @@ static dnnl_status_t pd_make(dnnl_primitive_desc_t *pd, dnnl_primitive_desc_t *h
  * of each operand, the residual's copy, the convolution itself), reported at exit after the
  * executor's per-op rows as "profile: conv DIRECTION PART calls N ms T". */
 enum { PART_PORT0, PART_RES = MAX_PORTS, PART_CONV, PART_MAKE, PARTS };
-static const char *const port_name[3][MAX_PORTS] = {
-    {"reorder of x", "reorder of the filter", "reorder of y", "bias"},
-    {"reorder of dx", "reorder of the filter", "reorder of dy", ""},
-    {"reorder of x", "reorder of dw", "reorder of dy", ""}};
+static const char *const port_name[3][MAX_PORTS] = {{"reorder of x", "reorder of the filter", "reorder of y", "bias"},
+                                                    {"reorder of dx", "reorder of the filter", "reorder of dy", ""},
+                                                    {"reorder of x", "reorder of dw", "reorder of dy", ""}};
 static struct {
     pthread_once_t once;
     int on;
