@@ -6,8 +6,9 @@
  * oneDNN's blocked layouts would pad the channels (LeNet's 20 and 50), and those NHWC
  * convolutions against im2col, with the output gradient reordered once for both backward
  * directions; oneDNN's Winograd convolutions (FLEET_CONV_ALGO) against its direct ones in each
- * direction, the kernel the switch and the rule choose, and a bad value's error.  Without
- * oneDNN in the build the tests check the errors and return. */
+ * direction, the kernel the switch and the rule choose, and a bad value's error; no
+ * backward-data for a convolution whose input needs no gradient.  Without oneDNN in the build
+ * the tests check the errors and return. */
 #include "gradcheck.h"
 
 #include "tensor/dnn_conv.h"
@@ -200,6 +201,41 @@ TEST(dnnl_steady_step_makes_no_primitive)
     CHECK(made >= 3); /* forward, backward-data, backward-weights (+ reorders) */
     for (int s = 0; s < 5; s++) CHECK_OK(fl_exe_run(e, p, NULL, 0, NULL, 0, NULL));
     CHECK_EQ_INT(fl__conv_primitives_created(), made);
+    fl_exe_free(e);
+    fl_scope_free(sc);
+    fl_prog_free(p);
+}
+
+/* Two convolutions on an input that needs no gradient (a frozen parameter, as a network's
+ * images): each step runs 2 forward and 2 backward-weights convolutions and 1 backward-data,
+ * the second's (the first convolution's input gradient is never computed). */
+TEST(dnnl_no_backward_data_for_an_input_without_gradient)
+{
+    if (!have_dnnl()) return;
+    fl_prog *p = fl_prog_create();
+    fl_param_attr xa;
+    memset(&xa, 0, sizeof xa);
+    xa.name = "img";
+    xa.frozen = 1;
+    xa.init = fl_init_uniform(-1, 1);
+    fl_var *x = fl_layer_create_parameter(p, FL_SHAPE(2, 16, 8, 8), FL_FLOAT32, &xa);
+    fl_conv2d_attr a;
+    memset(&a, 0, sizeof a);
+    a.padding[0] = a.padding[1] = 1, a.no_bias = 1;
+    fl_var *y = fl_layer_conv2d(fl_layer_conv2d(x, 16, 3, 3, "relu", &a), 16, 3, 3, NULL, &a);
+    CHECK(y != NULL);
+    CHECK_OK(fl_append_backward(gc_loss(y), NULL, 0, NULL, NULL));
+    CHECK(fl_prog_var(p, "img@GRAD") == NULL);
+    fl_scope *sc = fl_scope_create(NULL);
+    use_lib("dnnl");
+    fl_exe *e = fl_exe_create(sc);
+    CHECK_OK(fl_exe_run(e, fl_prog_startup(p), NULL, 0, NULL, 0, NULL));
+    uint64_t r0[3];
+    for (int d = 0; d < 3; d++) r0[d] = fl__conv_runs(d);
+    for (int s = 0; s < 3; s++) CHECK_OK(fl_exe_run(e, p, NULL, 0, NULL, 0, NULL));
+    CHECK_EQ_INT(fl__conv_runs(FL_CONV_FWD) - r0[FL_CONV_FWD], 6);
+    CHECK_EQ_INT(fl__conv_runs(FL_CONV_BWD_DATA) - r0[FL_CONV_BWD_DATA], 3);
+    CHECK_EQ_INT(fl__conv_runs(FL_CONV_BWD_WEIGHTS) - r0[FL_CONV_BWD_WEIGHTS], 6);
     fl_exe_free(e);
     fl_scope_free(sc);
     fl_prog_free(p);
@@ -427,4 +463,5 @@ TEST(conv_algo_switch)
 }
 
 TEST_MAIN(T(dnnl_matches_im2col_on_odd_shapes), T(dnnl_nhwc_where_blocks_would_pad), T(dnnl_steady_step_makes_no_primitive),
-          T(amp_bf16_conv_dnnl), T(amp_bf16_conv_openblas), T(dnnl_winograd_matches_direct), T(conv_algo_switch))
+          T(dnnl_no_backward_data_for_an_input_without_gradient), T(amp_bf16_conv_dnnl), T(amp_bf16_conv_openblas),
+          T(dnnl_winograd_matches_direct), T(conv_algo_switch))

@@ -19,7 +19,8 @@
  *                      src/exec/trainer.c)
  *   FLEET_DIVERGENCE_STOP   1: such a value stops the pass with an error instead (default 0)
  *   FLEET_PROFILE_OPS  1: executors time every op; the time per op type goes to stderr at
- *                      process exit (default 0; src/exec/profile.c)
+ *                      process exit, and the convolutions' reorders and primitives by
+ *                      direction (default 0; src/exec/profile.c, src/tensor/dnn_conv.c)
  *   FLEET_DNN_LAYOUT   0: oneDNN's convolutions hand on plain NCHW tensors instead of their
  *                      blocked layouts (default 1; src/graph/op_layout.c, src/tensor/layout.h)
  *   FLEET_CONV_ALGO    auto|direct|winograd: algorithm of oneDNN's float32 3x3 stride-1

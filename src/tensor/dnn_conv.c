@@ -21,15 +21,17 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dnn_conv.h"
 
-static atomic_uint_fast64_t n_prims, n_shared, n_wskip;
+static atomic_uint_fast64_t n_prims, n_shared, n_wskip, n_runs[3];
 
 uint64_t fl__conv_primitives_created(void) { return atomic_load(&n_prims); }
 uint64_t fl__conv_dy_reorders_shared(void) { return atomic_load(&n_shared); }
 uint64_t fl__conv_filter_reorders_skipped(void) { return atomic_load(&n_wskip); }
+uint64_t fl__conv_runs(int dir) { return dir >= 0 && dir < 3 ? atomic_load(&n_runs[dir]) : 0; }
 
 /* FLEET_CONV_ALGO's values, in fl__env_choice order. */
 enum { ALGO_AUTO, ALGO_DIRECT, ALGO_WINOGRAD };
@@ -357,6 +359,56 @@ static dnnl_status_t pd_make(dnnl_primitive_desc_t *pd, dnnl_primitive_desc_t *h
     return s;
 }
 
+/* FLEET_PROFILE_OPS=1: time inside the convolution ops by direction and part (the reorder
+ * of each operand, the residual's copy, the convolution itself), reported at exit after the
+ * executor's per-op rows as "profile: conv DIRECTION PART calls N ms T". */
+enum { PART_PORT0, PART_RES = MAX_PORTS, PART_CONV, PART_MAKE, PARTS };
+static const char *const port_name[3][MAX_PORTS] = {{"reorder of x", "reorder of the filter", "reorder of y", "bias"},
+                                                    {"reorder of dx", "reorder of the filter", "reorder of dy", ""},
+                                                    {"reorder of x", "reorder of dw", "reorder of dy", ""}};
+static struct {
+    pthread_once_t once;
+    int on;
+    atomic_uint_fast64_t ns[3][PARTS], calls[3][PARTS];
+} prof = {PTHREAD_ONCE_INIT, 0, {{0}}, {{0}}};
+
+static void prof_report(void)
+{
+    double total = 0;
+    for (int d = 0; d < 3; d++)
+        for (int p = 0; p < PARTS; p++) {
+            uint64_t n = atomic_load(&prof.calls[d][p]);
+            if (!n) continue;
+            double ms = (double)atomic_load(&prof.ns[d][p]) / 1e6;
+            total += ms;
+            fprintf(stderr, "profile: conv %s %s calls %llu ms %.1f\n", dir_name[d],
+                    p == PART_RES    ? "residual copy"
+                    : p == PART_CONV ? "convolution"
+                    : p == PART_MAKE ? "primitive creation"
+                                     : port_name[d][p],
+                    (unsigned long long)n, ms);
+        }
+    fprintf(stderr, "profile: conv primitives and reorders ms %.1f\n", total);
+}
+
+static void prof_init(void)
+{
+    int64_t on = 0;
+    if (fl__env_int("FLEET_PROFILE_OPS", 0, 0, 1, &on) != FL_OK) on = 0;
+    prof.on = (int)on;
+    if (on) atexit(prof_report);
+}
+
+/* t0 (when profiling) moved to now after adding the time since it to (dir, part). */
+static void prof_part(int dir, int part, uint64_t *t0)
+{
+    if (!*t0) return;
+    uint64_t t = fl__now_ns();
+    atomic_fetch_add(&prof.ns[dir][part], t - *t0);
+    atomic_fetch_add(&prof.calls[dir][part], 1);
+    *t0 = t;
+}
+
 static int entry_make(entry *e, dnnl_engine_t eng, const conv_key *k)
 {
     const fl_conv_desc *d = &k->d;
@@ -491,10 +543,13 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
         if (x->used && !memcmp(&x->key, &k, sizeof k)) e = x;
         else if (!x->used || (victim->used && x->last < victim->last)) victim = x;
     }
+    pthread_once(&prof.once, prof_init);
+    uint64_t t0 = prof.on ? fl__now_ns() : 0;
     if (!e) {
         entry_clear(victim);
         FL_CHECK(entry_make(victim, eng, &k));
         e = victim;
+        prof_part(dir, PART_MAKE, &t0);
     }
     e->last = ++cache->tick;
     dnnl_exec_arg_t args[MAX_PORTS];
@@ -508,6 +563,7 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
         dnnl_memory_get_memory_desc(e->p[DY].inner, &want);
         reuse = have && want && dnnl_memory_desc_equal(have, want);
     }
+    if (t0) t0 = fl__now_ns();
     for (int i = 0; i < e->np && s == dnnl_success; i++) {
         port *p = &e->p[i];
         dnnl_memory_set_data_handle(p->user, data[i]);
@@ -528,16 +584,20 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
         if (p->re && !p->out) {
             dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, p->user}, {DNNL_ARG_TO, p->inner}};
             s = dnnl_primitive_execute(p->re, cache->stream, 2, ra);
+            prof_part(dir, PART_PORT0 + i, &t0);
         }
     }
     if (e->res_re && s == dnnl_success) { /* the sum post-op's residual into the output */
         dnnl_memory_set_data_handle(e->res, (void *)cache->res);
         dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, e->res}, {DNNL_ARG_TO, e->p[2].inner ? e->p[2].inner : e->p[2].user}};
         s = dnnl_primitive_execute(e->res_re, cache->stream, 2, ra);
+        prof_part(dir, PART_RES, &t0);
     }
     if (s == dnnl_success) {
         step = "convolution";
         s = dnnl_primitive_execute(e->prim, cache->stream, e->np, args);
+        atomic_fetch_add(&n_runs[dir], 1);
+        prof_part(dir, PART_CONV, &t0);
     }
     for (int i = 0; i < e->np && s == dnnl_success; i++) {
         port *p = &e->p[i];
@@ -545,6 +605,7 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
         step = "reorder";
         dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, p->inner}, {DNNL_ARG_TO, p->user}};
         s = dnnl_primitive_execute(p->re, cache->stream, 2, ra);
+        prof_part(dir, PART_PORT0 + i, &t0);
     }
     if (s == dnnl_success) s = dnnl_stream_wait(cache->stream);
     if (s != dnnl_success)

@@ -95,5 +95,12 @@ uint64_t fl__conv_primitives_created(void);
 /* Backward-weights steps that read the output gradient backward-data had reordered
  * (fl__conv_bwd; tests check it happens). */
 uint64_t fl__conv_dy_reorders_shared(void);
+/* The directions of a convolution, as fl__conv_runs counts them. */
+enum { FL_CONV_FWD, FL_CONV_BWD_DATA, FL_CONV_BWD_WEIGHTS };
+/* Convolution primitives of direction dir (FL_CONV_*) run so far (tests check that a
+ * convolution whose input needs no gradient runs no backward-data).  With
+ * FLEET_PROFILE_OPS=1 the time of each direction's convolution and of each operand's reorder
+ * goes to stderr at exit ("profile: conv ..."). */
+uint64_t fl__conv_runs(int dir);
 
 #endif
