@@ -75,7 +75,8 @@ int fl__conv_channels_last(const fl_conv_desc *d);
 /* The layout (FL_LAYOUT_*) of the output activation the last call with this cache wrote
  * (y of fl__conv_fwd, dx of fl__conv_bwd_data / fl__conv_bwd); plain when cache is NULL. */
 int fl__conv_out_layout(const fl_conv_cache *cache);
-/* The three directions of a convolution, as fl__conv_winograd and fl__conv_impl name them. */
+/* The three directions of a convolution, as fl__conv_winograd, fl__conv_impl and fl__conv_runs
+ * name them. */
 enum { FL_CONV_FWD, FL_CONV_BWD_DATA, FL_CONV_BWD_WEIGHTS };
 /* 1 when direction dir of d asks oneDNN for its Winograd convolution, 0 for its direct one:
  * FLEET_CONV_ALGO=direct|winograd forces one (float32, groups 1, 3x3, stride 1, dilation 1
@@ -95,8 +96,6 @@ uint64_t fl__conv_primitives_created(void);
 /* Backward-weights steps that read the output gradient backward-data had reordered
  * (fl__conv_bwd; tests check it happens). */
 uint64_t fl__conv_dy_reorders_shared(void);
-/* The directions of a convolution, as fl__conv_runs counts them. */
-enum { FL_CONV_FWD, FL_CONV_BWD_DATA, FL_CONV_BWD_WEIGHTS };
 /* Convolution primitives of direction dir (FL_CONV_*) run so far (tests check that a
  * convolution whose input needs no gradient runs no backward-data).  With
  * FLEET_PROFILE_OPS=1 the time of each direction's convolution and of each operand's reorder
