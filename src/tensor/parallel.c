@@ -1,14 +1,19 @@
 /*
- * parallel.c - splits large sgemm calls over two threads.
+ * parallel.c - the one helper thread that splits our own work over FLEET_NUM_THREADS=2:
+ * large sgemm calls and the parallel-for of the elementwise and per-channel kernels.
  *
  * OpenBLAS's own threads cost about 30 us to wake on this kind of machine and split
  * small matrices poorly; a training step of a small model is a chain of 100-500 us
  * GEMMs.  With FLEET_NUM_THREADS=2 one helper thread takes half of the rows of C of each
- * sgemm of at least 2^20 multiply-adds; it spins for a short while after each job (so the
- * next GEMM of the step starts at once) and then sleeps on a condition variable.  OpenBLAS
- * is then kept single-threaded.  When the helper is busy (another thread of the process is
- * using it) a call simply runs on its own thread.  Default FLEET_NUM_THREADS=1: no helper,
- * OpenBLAS threads as configured by the user.
+ * sgemm of at least 2^20 multiply-adds, or the second part of a fl__parallel_for range; it
+ * spins for a short while after each job (so the next job of the step starts at once) and
+ * then sleeps on a condition variable.  OpenBLAS is then kept single-threaded.  When the
+ * helper is busy (another thread of the process is using it) a call simply runs on its own
+ * thread.  Default FLEET_NUM_THREADS=1: no helper, OpenBLAS threads as configured by the user.
+ *
+ * The spin after a parallel-for job is shorter than after a GEMM: in a convolution network
+ * the next op is often a oneDNN primitive whose OpenMP team wants both cores, and a helper
+ * spinning meanwhile would take one of them.
  */
 #include <cblas.h>
 #include <pthread.h>
@@ -17,7 +22,8 @@
 
 #include "tensor_internal.h"
 
-#define SPIN_NS 200000ull /* helper spins this long after a job before sleeping */
+#define SPIN_GEMM_NS 200000ull /* helper spins this long after a GEMM before sleeping */
+#define SPIN_FOR_NS 20000ull   /* ... and this long after a parallel-for job */
 #define MIN_WORK (1ll << 20)
 
 typedef struct {
@@ -37,22 +43,40 @@ static struct {
     atomic_int busy;     /* a caller owns the helper */
     atomic_int state;    /* 0 idle, 1 job posted, 2 job done */
     atomic_int sleeping; /* helper waits on cv */
-    gemm_job job;
-} pool = {PTHREAD_ONCE_INIT, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, {0}};
+    /* the posted job: fn(arg, lo, hi), then spin spin_ns for the next */
+    fl__range_fn fn;
+    void *arg;
+    int64_t lo, hi;
+    uint64_t spin_ns;
+} pool = {PTHREAD_ONCE_INIT, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, NULL, 0, 0, 0};
 
-static void run_job(const gemm_job *j)
+static void run_gemm(const gemm_job *j)
 {
     cblas_sgemm(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans, j->tb ? CblasTrans : CblasNoTrans, (int)j->m, (int)j->n,
                 (int)j->k, j->alpha, j->a, (int)j->lda, j->b, (int)j->ldb, j->beta, j->c, (int)j->ldc);
 }
 
+static void gemm_range(void *arg, int64_t lo, int64_t hi)
+{
+    (void)lo, (void)hi;
+    run_gemm(arg);
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+}
+
 static void *helper_main(void *arg)
 {
     (void)arg;
+    uint64_t spin = SPIN_GEMM_NS;
     for (;;) {
         uint64_t t0 = fl__now_ns();
         while (atomic_load(&pool.state) != 1) {
-            if (fl__now_ns() - t0 > SPIN_NS) {
+            if (fl__now_ns() - t0 > spin) {
                 pthread_mutex_lock(&pool.mu);
                 atomic_store(&pool.sleeping, 1);
                 while (atomic_load(&pool.state) != 1) pthread_cond_wait(&pool.cv, &pool.mu);
@@ -60,11 +84,10 @@ static void *helper_main(void *arg)
                 pthread_mutex_unlock(&pool.mu);
                 break;
             }
-#if defined(__x86_64__)
-            __builtin_ia32_pause();
-#endif
+            cpu_relax();
         }
-        run_job(&pool.job);
+        spin = pool.spin_ns;
+        pool.fn(pool.arg, pool.lo, pool.hi);
         atomic_store(&pool.state, 2);
     }
     return NULL;
@@ -88,34 +111,69 @@ static void pool_init(void)
     pthread_attr_destroy(&at);
 }
 
-int fl__sgemm_parallel(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-                       const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+/* Takes the helper (1) or finds it absent or busy (0). */
+static int helper_take(void)
 {
-    if (m < 16 || m * n * k < MIN_WORK) return 0;
     pthread_once(&pool.once, pool_init);
     if (!pool.enabled) return 0;
     int expected = 0;
-    if (!atomic_compare_exchange_strong(&pool.busy, &expected, 1)) return 0;
-    /* the helper takes the second half of C's rows (rows of A, or columns of A when transposed) */
-    int64_t m1 = (m / 2 + 7) & ~(int64_t)7;
-    gemm_job j = {ta, tb, m - m1, n, k, lda, ldb, ldc, alpha, beta, ta ? a + m1 : a + m1 * lda, b, c + m1 * ldc};
-    pool.job = j;
+    return atomic_compare_exchange_strong(&pool.busy, &expected, 1);
+}
+
+/* Posts fn(arg, lo, hi) to the taken helper. */
+static void helper_post(fl__range_fn fn, void *arg, int64_t lo, int64_t hi, uint64_t spin_ns)
+{
+    pool.fn = fn, pool.arg = arg, pool.lo = lo, pool.hi = hi, pool.spin_ns = spin_ns;
     atomic_store(&pool.state, 1);
     if (atomic_load(&pool.sleeping)) {
         pthread_mutex_lock(&pool.mu);
         pthread_cond_signal(&pool.cv);
         pthread_mutex_unlock(&pool.mu);
     }
-    gemm_job mine = {ta, tb, m1, n, k, lda, ldb, ldc, alpha, beta, a, b, c};
-    run_job(&mine);
-    while (atomic_load(&pool.state) != 2) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
-    }
+}
+
+/* Waits for the posted job and gives the helper back. */
+static void helper_join(void)
+{
+    while (atomic_load(&pool.state) != 2) cpu_relax();
     atomic_store(&pool.state, 0);
     atomic_store(&pool.busy, 0);
+}
+
+int fl__sgemm_parallel(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                       const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    if (m < 16 || m * n * k < MIN_WORK) return 0;
+    if (!helper_take()) return 0;
+    /* the helper takes the second half of C's rows (rows of A, or columns of A when transposed) */
+    int64_t m1 = (m / 2 + 7) & ~(int64_t)7;
+    gemm_job j = {ta, tb, m - m1, n, k, lda, ldb, ldc, alpha, beta, ta ? a + m1 : a + m1 * lda, b, c + m1 * ldc};
+    helper_post(gemm_range, &j, 0, 0, SPIN_GEMM_NS);
+    gemm_job mine = {ta, tb, m1, n, k, lda, ldb, ldc, alpha, beta, a, b, c};
+    run_gemm(&mine);
+    helper_join();
     return 1;
+}
+
+int fl__parallel_threads(void)
+{
+    pthread_once(&pool.once, pool_init);
+    return pool.enabled ? 2 : 1;
+}
+
+int fl__parallel_for(int64_t n, int64_t grain, int64_t cost, fl__range_fn fn, void *arg)
+{
+    if (n <= 0) return 1;
+    if (grain < 1) grain = 1;
+    int64_t mid = (n / 2 + grain - 1) / grain * grain; /* the caller's part, a multiple of grain */
+    if (mid >= n || n * (cost > 0 ? cost : 1) < FL_PAR_MIN_WORK || !helper_take()) {
+        fn(arg, 0, n);
+        return 1;
+    }
+    helper_post(fn, arg, mid, n, SPIN_FOR_NS);
+    fn(arg, 0, mid);
+    helper_join();
+    return 2;
 }
 
 int fl__blas_single_begin(void)
