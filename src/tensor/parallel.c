@@ -155,18 +155,22 @@ int fl__sgemm_parallel(int ta, int tb, int64_t m, int64_t n, int64_t k, float al
     return 1;
 }
 
+static atomic_int par_limit = 2; /* fl__parallel_limit */
+
 int fl__parallel_threads(void)
 {
     pthread_once(&pool.once, pool_init);
     return pool.enabled ? 2 : 1;
 }
 
+int fl__parallel_limit(int parts) { return atomic_exchange(&par_limit, parts < 2 ? 1 : 2); }
+
 int fl__parallel_for(int64_t n, int64_t grain, int64_t cost, fl__range_fn fn, void *arg)
 {
     if (n <= 0) return 1;
     if (grain < 1) grain = 1;
     int64_t mid = (n / 2 + grain - 1) / grain * grain; /* the caller's part, a multiple of grain */
-    if (mid >= n || n * (cost > 0 ? cost : 1) < FL_PAR_MIN_WORK || !helper_take()) {
+    if (mid >= n || n * (cost > 0 ? cost : 1) < FL_PAR_MIN_WORK || atomic_load(&par_limit) < 2 || !helper_take()) {
         fn(arg, 0, n);
         return 1;
     }

@@ -102,6 +102,9 @@ typedef void (*fl__range_fn)(void *arg, int64_t lo, int64_t hi);
 int fl__parallel_for(int64_t n, int64_t grain, int64_t cost, fl__range_fn fn, void *arg);
 /* 2 when the helper runs (FLEET_NUM_THREADS=2), else 1. */
 int fl__parallel_threads(void);
+/* Tests: at most `parts` (1 or 2) parts per fl__parallel_for from now on; returns the
+ * previous limit. */
+int fl__parallel_limit(int parts);
 void fl__vadd(float *restrict y, const float *restrict a, const float *restrict b, int64_t n);
 void fl__vaxpy(float *restrict y, float alpha, const float *restrict x, int64_t n);  /* y += a*x */
 void fl__vscale(float *restrict y, float alpha, const float *restrict x, int64_t n); /* y = a*x */
