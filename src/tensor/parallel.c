@@ -5,7 +5,7 @@
  * OpenBLAS's own threads cost about 30 us to wake on this kind of machine and split
  * small matrices poorly; a training step of a small model is a chain of 100-500 us
  * GEMMs.  With FLEET_NUM_THREADS=2 one helper thread takes half of the rows of C of each
- * sgemm of at least 2^20 multiply-adds, or the second part of a fl__parallel_for range; it
+ * sgemm of at least 2^20 multiply-adds, or chunks of a fl__parallel_for range; it
  * spins for a short while after each job (so the next job of the step starts at once) and
  * then sleeps on a condition variable.  OpenBLAS is then kept single-threaded.  When the
  * helper is busy (another thread of the process is using it) a call simply runs on its own
@@ -25,6 +25,7 @@
 #define SPIN_GEMM_NS 200000ull /* helper spins this long after a GEMM before sleeping */
 #define SPIN_FOR_NS 20000ull   /* ... and this long after a parallel-for job */
 #define MIN_WORK (1ll << 20)
+#define PAR_CHUNKS 8 /* chunks of a parallel-for */
 
 typedef struct {
     int ta, tb;
@@ -34,6 +35,16 @@ typedef struct {
     float *c;
 } gemm_job;
 
+/* A posted range: chunks of `chunk` indices of [0, n) claimed one at a time by whichever
+ * thread asks first (the caller and the helper), so that a helper that wakes late, or that
+ * another process keeps off its core, takes fewer chunks instead of holding the caller up. */
+typedef struct {
+    fl__range_fn fn;
+    void *arg;
+    int64_t n, chunk;
+    atomic_llong next; /* start of the next unclaimed chunk */
+} par_job;
+
 static struct {
     pthread_once_t once;
     int enabled;
@@ -41,14 +52,11 @@ static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     atomic_int busy;     /* a caller owns the helper */
-    atomic_int state;    /* 0 idle, 1 job posted, 2 job done */
+    atomic_int state;    /* 0 idle, 1 job posted, 3 helper on it, 2 helper done with it */
     atomic_int sleeping; /* helper waits on cv */
-    /* the posted job: fn(arg, lo, hi), then spin spin_ns for the next */
-    fl__range_fn fn;
-    void *arg;
-    int64_t lo, hi;
-    uint64_t spin_ns;
-} pool = {PTHREAD_ONCE_INIT, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, NULL, 0, 0, 0};
+    par_job *job;        /* the posted job */
+    uint64_t spin_ns;    /* how long the helper spins after it */
+} pool = {PTHREAD_ONCE_INIT, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, 0};
 
 static void run_gemm(const gemm_job *j)
 {
@@ -56,10 +64,24 @@ static void run_gemm(const gemm_job *j)
                 (int)j->k, j->alpha, j->a, (int)j->lda, j->b, (int)j->ldb, j->beta, j->c, (int)j->ldc);
 }
 
-static void gemm_range(void *arg, int64_t lo, int64_t hi)
+/* Rows [lo, hi) of C (rows of A, or columns of A when transposed). */
+static void gemm_rows(void *arg, int64_t lo, int64_t hi)
 {
-    (void)lo, (void)hi;
-    run_gemm(arg);
+    const gemm_job *j = arg;
+    gemm_job r = *j;
+    r.m = hi - lo;
+    r.a = j->ta ? j->a + lo : j->a + lo * j->lda;
+    r.c = j->c + lo * j->ldc;
+    run_gemm(&r);
+}
+
+static void run_claims(par_job *j)
+{
+    for (;;) {
+        const int64_t lo = (int64_t)atomic_fetch_add(&j->next, j->chunk);
+        if (lo >= j->n) return;
+        j->fn(j->arg, lo, lo + j->chunk < j->n ? lo + j->chunk : j->n);
+    }
 }
 
 static inline void cpu_relax(void)
@@ -86,8 +108,10 @@ static void *helper_main(void *arg)
             }
             cpu_relax();
         }
+        int posted = 1;
+        if (!atomic_compare_exchange_strong(&pool.state, &posted, 3)) continue; /* the caller took it back */
         spin = pool.spin_ns;
-        pool.fn(pool.arg, pool.lo, pool.hi);
+        run_claims(pool.job);
         atomic_store(&pool.state, 2);
     }
     return NULL;
@@ -120,23 +144,24 @@ static int helper_take(void)
     return atomic_compare_exchange_strong(&pool.busy, &expected, 1);
 }
 
-/* Posts fn(arg, lo, hi) to the taken helper. */
-static void helper_post(fl__range_fn fn, void *arg, int64_t lo, int64_t hi, uint64_t spin_ns)
+/* Runs j's chunks on the calling thread and the taken helper, and gives the helper back. */
+static void helper_run(par_job *j, uint64_t spin_ns)
 {
-    pool.fn = fn, pool.arg = arg, pool.lo = lo, pool.hi = hi, pool.spin_ns = spin_ns;
+    pool.job = j, pool.spin_ns = spin_ns;
     atomic_store(&pool.state, 1);
     if (atomic_load(&pool.sleeping)) {
         pthread_mutex_lock(&pool.mu);
         pthread_cond_signal(&pool.cv);
         pthread_mutex_unlock(&pool.mu);
     }
-}
-
-/* Waits for the posted job and gives the helper back. */
-static void helper_join(void)
-{
-    while (atomic_load(&pool.state) != 2) cpu_relax();
-    atomic_store(&pool.state, 0);
+    run_claims(j);
+    /* every chunk is claimed: take the job back if the helper has not started it, else wait
+     * for the chunk it is on */
+    int posted = 1;
+    if (!atomic_compare_exchange_strong(&pool.state, &posted, 0)) {
+        while (atomic_load(&pool.state) != 2) cpu_relax();
+        atomic_store(&pool.state, 0);
+    }
     atomic_store(&pool.busy, 0);
 }
 
@@ -145,13 +170,10 @@ int fl__sgemm_parallel(int ta, int tb, int64_t m, int64_t n, int64_t k, float al
 {
     if (m < 16 || m * n * k < MIN_WORK) return 0;
     if (!helper_take()) return 0;
-    /* the helper takes the second half of C's rows (rows of A, or columns of A when transposed) */
-    int64_t m1 = (m / 2 + 7) & ~(int64_t)7;
-    gemm_job j = {ta, tb, m - m1, n, k, lda, ldb, ldc, alpha, beta, ta ? a + m1 : a + m1 * lda, b, c + m1 * ldc};
-    helper_post(gemm_range, &j, 0, 0, SPIN_GEMM_NS);
-    gemm_job mine = {ta, tb, m1, n, k, lda, ldb, ldc, alpha, beta, a, b, c};
-    run_gemm(&mine);
-    helper_join();
+    /* two halves of C's rows, the first a multiple of 8 */
+    gemm_job g = {ta, tb, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c};
+    par_job j = {gemm_rows, &g, m, (m / 2 + 7) & ~(int64_t)7, 0};
+    helper_run(&j, SPIN_GEMM_NS);
     return 1;
 }
 
@@ -169,14 +191,15 @@ int fl__parallel_for(int64_t n, int64_t grain, int64_t cost, fl__range_fn fn, vo
 {
     if (n <= 0) return 1;
     if (grain < 1) grain = 1;
-    int64_t mid = (n / 2 + grain - 1) / grain * grain; /* the caller's part, a multiple of grain */
-    if (mid >= n || n * (cost > 0 ? cost : 1) < FL_PAR_MIN_WORK || atomic_load(&par_limit) < 2 || !helper_take()) {
+    /* about PAR_CHUNKS chunks, each a multiple of grain */
+    int64_t chunk = (n + PAR_CHUNKS - 1) / PAR_CHUNKS;
+    chunk = (chunk + grain - 1) / grain * grain;
+    if (chunk >= n || n * (cost > 0 ? cost : 1) < FL_PAR_MIN_WORK || atomic_load(&par_limit) < 2 || !helper_take()) {
         fn(arg, 0, n);
         return 1;
     }
-    helper_post(fn, arg, mid, n, SPIN_FOR_NS);
-    fn(arg, 0, mid);
-    helper_join();
+    par_job j = {fn, arg, n, chunk, 0};
+    helper_run(&j, SPIN_FOR_NS);
     return 2;
 }
 
