@@ -126,7 +126,7 @@ TEST(test_parallel_for)
     for (int64_t i = 0; i < n; i++)
         if (hits[i] != 1) TFAIL("index %lld covered %d times", (long long)i, hits[i]);
     CHECK(atomic_load(&j.calls) >= 2 && atomic_load(&j.odd) == 0); /* chunks, each at a multiple of 16 */
-    CHECK_EQ_INT(fl__parallel_for(100, 16, 64, cover, &j), 1); /* small: one part, here */
+    CHECK_EQ_INT(fl__parallel_for(100, 16, 64, cover, &j), 1);     /* small: one part, here */
     CHECK_EQ_INT(fl__parallel_for(0, 16, 64, cover, &j), 1);
     fl__parallel_limit(1);
     CHECK_EQ_INT(fl__parallel_for(n, 16, 64, cover, &j), 1);
@@ -236,10 +236,15 @@ static void bn_run(int fused, int layout, int threads, const fl_tensor *x0, cons
                         FL_IO1("SavedMean", bn->out[3].vars[0]), FL_IO1("SavedVariance", bn->out[4].vars[0])};
         fwd = grad_op(p, bn, "fused_bn_add_activation", in, 6, out, 5);
     }
-    fl_io gin[6] = {FL_IO1("X", xv), FL_IO1("Scale", bn->in[1].vars[0]), FL_IO1("SavedMean", bn->out[3].vars[0]), FL_IO1("SavedVariance", bn->out[4].vars[0]),
-                    FL_IO1("Y@GRAD", gy), FL_IO1("Y", yv)};
+    fl_io gin[6] = {FL_IO1("X", xv),
+                    FL_IO1("Scale", bn->in[1].vars[0]),
+                    FL_IO1("SavedMean", bn->out[3].vars[0]),
+                    FL_IO1("SavedVariance", bn->out[4].vars[0]),
+                    FL_IO1("Y@GRAD", gy),
+                    FL_IO1("Y", yv)};
     fl_io gout[4] = {FL_IO1("X@GRAD", gx), FL_IO1("Scale@GRAD", gs), FL_IO1("Bias@GRAD", gb), FL_IO1("Z@GRAD", gz)};
-    const fl_op *bwd = grad_op(p, fwd, fused ? "fused_bn_add_activation_grad" : "batch_norm_grad", gin, 6, gout, fused ? 4 : 3);
+    const fl_op *bwd = grad_op(p, fwd, fused ? "fused_bn_add_activation_grad" : "batch_norm_grad", gin, 6, gout,
+                               fused ? 4 : 3);
 
     fl_tensor *scale = randt(1, &C, 7, 1.0f, 0.5f), *bias = randt(1, &C, 8, 0.0f, 0.5f);
     memset(r, 0, sizeof *r);
@@ -273,14 +278,18 @@ static void bn_check(int fused)
             bn_run(fused, lay, 2, x, z, dy, &b2);
             fl_tensor *const got[8] = {b1.y, b1.mean, b1.var, b1.saved_mean, b1.saved_inv, b1.dx, b1.dscale, b1.dbias};
             fl_tensor *const two[8] = {b2.y, b2.mean, b2.var, b2.saved_mean, b2.saved_inv, b2.dx, b2.dscale, b2.dbias};
-            fl_tensor *const want[8] = {plain.y,  plain.mean, plain.var,    plain.saved_mean,
+            fl_tensor *const want[8] = {plain.y,         plain.mean, plain.var,    plain.saved_mean,
                                         plain.saved_inv, plain.dx,   plain.dscale, plain.dbias};
-            static const char *const nm[8] = {"Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance", "X@GRAD",
-                                              "Scale@GRAD", "Bias@GRAD"};
+            static const char *const nm[8] = {"Y",      "MeanOut",    "VarianceOut", "SavedMean", "SavedVariance",
+                                              "X@GRAD", "Scale@GRAD", "Bias@GRAD"};
             for (int i = 0; i < 8; i++) {
                 double d = max_rel_diff(got[i], want[i]);
-                if (!(d <= 2e-5)) TFAIL("%s %s (%s): blocked differs from plain by %g", fused ? "fused" : "batch_norm", nm[i], fl__layout_name(lay), d);
-                if (!same_bits(got[i], two[i])) TFAIL("%s %s (%s): 1 and 2 threads differ", fused ? "fused" : "batch_norm", nm[i], fl__layout_name(lay));
+                if (!(d <= 2e-5))
+                    TFAIL("%s %s (%s): blocked differs from plain by %g", fused ? "fused" : "batch_norm", nm[i],
+                          fl__layout_name(lay), d);
+                if (!same_bits(got[i], two[i]))
+                    TFAIL("%s %s (%s): 1 and 2 threads differ", fused ? "fused" : "batch_norm", nm[i],
+                          fl__layout_name(lay));
             }
             if (fused && (!same_bits(b1.dz, b2.dz) || max_rel_diff(b1.dz, plain.dz) != 0.0))
                 TFAIL("Z@GRAD (%s): not the masked dY of the plain kernel on 1 and 2 threads", fl__layout_name(lay));
@@ -316,7 +325,8 @@ TEST(test_batch_norm_variance_far_from_zero)
             for (int64_t i = 0; i < S; i++) s2 += (xd[(n * C + c) * S + i] - mean) * (xd[(n * C + c) * S + i] - mean);
         const double var = s2 / (double)(N * S), want = 1.0 / sqrt(var + 1e-5);
         CHECK_NEAR(sm[c], mean, 1e-4);
-        if (!(fabs(inv[c] - want) <= 1e-5 * want)) TFAIL("channel %lld: inverse std %.7g, want %.7g", (long long)c, inv[c], want);
+        if (!(fabs(inv[c] - want) <= 1e-5 * want))
+            TFAIL("channel %lld: inverse std %.7g, want %.7g", (long long)c, inv[c], want);
     }
     bn_result_free(&r);
     fl_tensor_free(x), fl_tensor_free(z), fl_tensor_free(dy);

@@ -181,22 +181,22 @@ enum { CHUNK = 256, MAXB = 16 };
 
 /* p1 = sum over positions [s0, e) of d = r - K, p2 = sum of d^2, per lane of B (GCC vector
  * types: one register of B floats, lowered to narrower ones by the baseline clones). */
-#define BN_SHIFT_SUMS(NAME, B)                                                                                        \
-    static inline __attribute__((always_inline)) void NAME(const float *restrict r, int64_t s0, int64_t e,            \
-                                                           const float *K, float *p1, float *p2)                     \
-    {                                                                                                                 \
-        typedef float v __attribute__((vector_size((B) * sizeof(float))));                                          \
-        v k, a1 = {0}, a2 = {0};                                                                                      \
-        memcpy(&k, K, sizeof k);                                                                                      \
-        for (int64_t i = s0; i < e; i++) {                                                                            \
-            v x;                                                                                                      \
-            memcpy(&x, r + i * (B), sizeof x);                                                                        \
-            const v d = x - k;                                                                                        \
-            a1 += d;                                                                                                  \
-            a2 += d * d;                                                                                              \
-        }                                                                                                             \
-        memcpy(p1, &a1, sizeof a1);                                                                                   \
-        memcpy(p2, &a2, sizeof a2);                                                                                   \
+#define BN_SHIFT_SUMS(NAME, B)                                                                                             \
+    static inline __attribute__((always_inline)) void NAME(const float *restrict r, int64_t s0, int64_t e, const float *K, \
+                                                           float *p1, float *p2)                                           \
+    {                                                                                                                      \
+        typedef float v __attribute__((vector_size((B) * sizeof(float))));                                                 \
+        v k, a1 = {0}, a2 = {0};                                                                                           \
+        memcpy(&k, K, sizeof k);                                                                                           \
+        for (int64_t i = s0; i < e; i++) {                                                                                 \
+            v x;                                                                                                           \
+            memcpy(&x, r + i * (B), sizeof x);                                                                             \
+            const v d = x - k;                                                                                             \
+            a1 += d;                                                                                                       \
+            a2 += d * d;                                                                                                   \
+        }                                                                                                                  \
+        memcpy(p1, &a1, sizeof a1);                                                                                        \
+        memcpy(p2, &a2, sizeof a2);                                                                                        \
     }
 BN_SHIFT_SUMS(bn_shift_sums16, 16)
 BN_SHIFT_SUMS(bn_shift_sums8, 8)
@@ -366,16 +366,16 @@ static void bn_grad_range(void *arg, int64_t lo, int64_t hi)
 /* bn_grad_range over X, dy and Y in channel blocks of B (as bn_fwd_blk: channel blocks
  * [cb0, cb1), the sums in float over CHUNK positions in two interleaved sets of lanes, then
  * in double). */
-#define BN_GRAD_SUMS(G)                                \
-    do {                                               \
-        float ab[MAXB] = {0}, as[MAXB] = {0};          \
-        for (int64_t i = s0; i < e; i++)               \
-            for (int l = 0; l < B; l++) {              \
-                const int64_t q = i * B + l;           \
-                const float gv = (G);                  \
-                ab[l] += gv;                           \
-                as[l] += gv * (r[q] - m[l]);           \
-            }                                          \
+#define BN_GRAD_SUMS(G)                                             \
+    do {                                                            \
+        float ab[MAXB] = {0}, as[MAXB] = {0};                       \
+        for (int64_t i = s0; i < e; i++)                            \
+            for (int l = 0; l < B; l++) {                           \
+                const int64_t q = i * B + l;                        \
+                const float gv = (G);                               \
+                ab[l] += gv;                                        \
+                as[l] += gv * (r[q] - m[l]);                        \
+            }                                                       \
         for (int l = 0; l < B; l++) sb[l] += ab[l], ss[l] += as[l]; \
     } while (0)
 

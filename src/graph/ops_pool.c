@@ -263,13 +263,13 @@ typedef struct {
 #define VLD(V, p) (*(const V *)(p))
 #define VSEL(VI, V, m, a, b) ((V)(((VI)(a) & (m)) | ((VI)(b) & ~(m))))
 #define POOL_BLK(B)                                                                                                 \
-    typedef float v##B __attribute__((vector_size((B) * sizeof(float)), aligned(sizeof(float)), may_alias));      \
-    typedef int32_t vi##B __attribute__((vector_size((B) * sizeof(float)), aligned(sizeof(float)), may_alias));   \
+    typedef float v##B __attribute__((vector_size((B) * sizeof(float)), aligned(sizeof(float)), may_alias));        \
+    typedef int32_t vi##B __attribute__((vector_size((B) * sizeof(float)), aligned(sizeof(float)), may_alias));     \
     static FL_CLONE_TARGETS void pool_fwd_blk##B(void *arg, int64_t b0, int64_t b1)                                 \
     {                                                                                                               \
         const pool_fwd_job *jf = arg;                                                                               \
         const pool_geo *g = jf->g;                                                                                  \
-        const int64_t hw = g->h * g->w, ohw = g->oh * g->ow;                                                       \
+        const int64_t hw = g->h * g->w, ohw = g->oh * g->ow;                                                        \
         for (int64_t b = b0; b < b1; b++) {                                                                         \
             const float *img = jf->x + b * hw * (B);                                                                \
             float *o = jf->out + b * ohw * (B);                                                                     \
@@ -278,16 +278,16 @@ typedef struct {
                     int64_t w[4];                                                                                   \
                     v##B acc = {0};                                                                                 \
                     if (pool_window(g, y, xx, w)) {                                                                 \
-                        if (g->max) acc = VLD(v##B, img + (w[0] * g->w + w[2]) * (B));                                  \
+                        if (g->max) acc = VLD(v##B, img + (w[0] * g->w + w[2]) * (B));                              \
                         for (int64_t i = w[0]; i < w[1]; i++)                                                       \
                             for (int64_t j = w[2]; j < w[3]; j++) {                                                 \
-                                const v##B v = VLD(v##B, img + (i * g->w + j) * (B));                                   \
-                                if (g->max) acc = VSEL(vi##B, v##B, v > acc, v, acc);                                          \
+                                const v##B v = VLD(v##B, img + (i * g->w + j) * (B));                               \
+                                if (g->max) acc = VSEL(vi##B, v##B, v > acc, v, acc);                               \
                                 else acc += v;                                                                      \
                             }                                                                                       \
                         if (!g->max) acc /= pool_div(g, w);                                                         \
                     }                                                                                               \
-                    *(v##B *)(o + (y * g->ow + xx) * (B)) = acc;                                                         \
+                    *(v##B *)(o + (y * g->ow + xx) * (B)) = acc;                                                    \
                 }                                                                                                   \
         }                                                                                                           \
     }                                                                                                               \
@@ -295,7 +295,7 @@ typedef struct {
     {                                                                                                               \
         const pool_bwd_job *jb = arg;                                                                               \
         const pool_geo *g = jb->g;                                                                                  \
-        const int64_t hw = g->h * g->w, ohw = g->oh * g->ow, rowlen = g->w * (B);                                  \
+        const int64_t hw = g->h * g->w, ohw = g->oh * g->ow, rowlen = g->w * (B);                                   \
         for (int64_t b = b0; b < b1; b++) {                                                                         \
             const float *img = jb->x + b * hw * (B), *d = jb->dy + b * ohw * (B);                                   \
             float *gi = jb->dx + b * hw * (B);                                                                      \
@@ -304,35 +304,35 @@ typedef struct {
                 int64_t h1 = y * g->sh - g->ph + g->kh;                                                             \
                 h1 = h1 < g->h ? h1 : g->h;                                                                         \
                 if (h1 > zeroed) {                                                                                  \
-                    memset(gi + zeroed * rowlen, 0, (size_t)((h1 - zeroed) * rowlen) * sizeof(float));             \
+                    memset(gi + zeroed * rowlen, 0, (size_t)((h1 - zeroed) * rowlen) * sizeof(float));              \
                     zeroed = h1;                                                                                    \
                 }                                                                                                   \
                 for (int64_t xx = 0; xx < g->ow; xx++) {                                                            \
                     int64_t w[4];                                                                                   \
                     if (!pool_window(g, y, xx, w)) continue;                                                        \
-                    const v##B dv = VLD(v##B, d + (y * g->ow + xx) * (B));                                              \
+                    const v##B dv = VLD(v##B, d + (y * g->ow + xx) * (B));                                          \
                     if (!g->max) {                                                                                  \
                         const v##B share = dv / pool_div(g, w);                                                     \
                         for (int64_t i = w[0]; i < w[1]; i++)                                                       \
                             for (int64_t j = w[2]; j < w[3]; j++) {                                                 \
                                 float *o = gi + (i * g->w + j) * (B);                                               \
-                                *(v##B *)o += share;                                                         \
+                                *(v##B *)o += share;                                                                \
                             }                                                                                       \
                         continue;                                                                                   \
                     }                                                                                               \
-                    v##B m = VLD(v##B, img + (w[0] * g->w + w[2]) * (B)), left = dv;                                    \
+                    v##B m = VLD(v##B, img + (w[0] * g->w + w[2]) * (B)), left = dv;                                \
                     for (int64_t i = w[0]; i < w[1]; i++)                                                           \
                         for (int64_t j = w[2]; j < w[3]; j++) {                                                     \
-                            const v##B v = VLD(v##B, img + (i * g->w + j) * (B));                                       \
-                            m = VSEL(vi##B, v##B, v > m, v, m);                                                                \
+                            const v##B v = VLD(v##B, img + (i * g->w + j) * (B));                                   \
+                            m = VSEL(vi##B, v##B, v > m, v, m);                                                     \
                         }                                                                                           \
-                    /* the first position equal to the maximum takes dOut; `left` is what is */                    \
+                    /* the first position equal to the maximum takes dOut; `left` is what is */                     \
                     /* still to be placed there (dOut, then 0 once placed) */                                       \
                     for (int64_t i = w[0]; i < w[1]; i++)                                                           \
                         for (int64_t j = w[2]; j < w[3]; j++) {                                                     \
-                            const vi##B hit = VLD(v##B, img + (i * g->w + j) * (B)) == m;                               \
+                            const vi##B hit = VLD(v##B, img + (i * g->w + j) * (B)) == m;                           \
                             float *o = gi + (i * g->w + j) * (B);                                                   \
-                            *(v##B *)o += (v##B)((vi##B)left & hit);                                         \
+                            *(v##B *)o += (v##B)((vi##B)left & hit);                                                \
                             left = (v##B)((vi##B)left & ~hit);                                                      \
                         }                                                                                           \
                 }                                                                                                   \
