@@ -1,12 +1,12 @@
 /* test_ops_blocked.c - the kernels that read oneDNN's blocked layouts themselves and split
  * their work over FLEET_NUM_THREADS=2 (src/tensor/parallel.c's fl__parallel_for):
  * fl__parallel_for covers a range once, in chunks at multiples of the grain, on the helper
- * only when asked and worth it; pool2d and
- * pool2d_grad (max and avg, padded, clipped, ceil_mode and global windows, odd sizes) in
- * nChw16c and nChw8c give the plain kernels' values bit for bit, on 1 and 2 threads;
- * batch_norm, fused_bn_add_activation and their gradients in both layouts agree with the
- * plain kernels within float rounding, give the same bits on 1 and 2 threads, and keep
- * the batch variance of data far from 0 (mean 1000, std 0.01) to float precision. */
+ * only when asked and worth it; pool2d and pool2d_grad (max and avg, padded, clipped,
+ * ceil_mode and global windows, odd sizes), plain and in nChw16c and nChw8c, on 1 and 2
+ * threads, give the values of the plain kernels on 1 thread bit for bit; batch_norm,
+ * fused_bn_add_activation and their gradients in both layouts agree with the plain kernels
+ * within float rounding, give the same bits on 1 and 2 threads, and keep the batch variance
+ * of data far from 0 (mean 1000, std 0.01) to float precision. */
 #include "testhelp.h"
 
 #include <stdatomic.h>
@@ -171,10 +171,19 @@ static void pool_check(int threads)
         fl_io gi[3] = {FL_IO1("X", xv), FL_IO1("Out", yv), FL_IO1("Out@GRAD", gy)}, go = FL_IO1("X@GRAD", gx);
         const fl_op *bwd = grad_op(p, fwd, "pool2d_grad", gi, 3, &go, 1);
 
+        /* the reference: the plain kernels on 1 thread; then plain on `threads` and blocked */
+        set_threads(1);
         fl_tensor *x = randt(4, shape, (unsigned)k + 1, 0.0f, 1.0f), *y = empty(), *dx = empty();
         CHECK_OK(run_kernel(fwd, (fl_tensor *[]){x}, 1, (fl_tensor *[]){y}, 1));
         fl_tensor *dy = randt(y->ndim, y->shape, (unsigned)k + 100, 0.0f, 1.0f);
         CHECK_OK(run_kernel(bwd, (fl_tensor *[]){x, y, dy}, 3, (fl_tensor *[]){dx}, 1));
+        set_threads(threads);
+        fl_tensor *y2 = empty(), *dx2 = empty();
+        CHECK_OK(run_kernel(fwd, (fl_tensor *[]){x}, 1, (fl_tensor *[]){y2}, 1));
+        CHECK_OK(run_kernel(bwd, (fl_tensor *[]){x, y, dy}, 3, (fl_tensor *[]){dx2}, 1));
+        if (!same_bits(y2, y) || !same_bits(dx2, dx))
+            TFAIL("pool2d %s case %zu: plain on %d threads differs", pc->type, k, threads);
+        fl_tensor_free(y2), fl_tensor_free(dx2);
         for (int lay = FL_LAYOUT_NCHW16C; lay <= FL_LAYOUT_NCHW8C; lay++) {
             fl_tensor *xb = copy_as(x, lay), *yb = empty(), *dxb = empty();
             CHECK_OK(run_kernel(fwd, (fl_tensor *[]){xb}, 1, (fl_tensor *[]){yb}, 1));

@@ -346,6 +346,82 @@ POOL_BLK(8)
 #undef VLD
 #undef VSEL
 
+/* Plain NCHW images [lo, hi) (image = one channel of one sample): forward and gradient, the
+ * gradient zeroing each image of dX just before its windows add into it (in cache), except
+ * where pool_max2's windows tile the image and write every element.  Each image on its own,
+ * so a split over threads gives the same values. */
+static void pool_fwd_plain(void *arg, int64_t lo, int64_t hi)
+{
+    const pool_fwd_job *jf = arg;
+    const pool_geo *g = jf->g;
+    const int64_t hw = g->h * g->w;
+    const int full = pool_full(g), max2 = pool_max2(g);
+    for (int64_t nc = lo; nc < hi; nc++) {
+        const float *img = jf->x + nc * hw;
+        float *o = jf->out + nc * g->oh * g->ow;
+        if (max2) {
+            pool_fwd_max2(g, img, o);
+            continue;
+        }
+        if (full) {
+            pool_fwd_full(g, img, o);
+            continue;
+        }
+        for (int64_t y = 0; y < g->oh; y++)
+            for (int64_t xx = 0; xx < g->ow; xx++) {
+                if (g->max) {
+                    int64_t a = pool_argmax(g, img, y, xx);
+                    o[y * g->ow + xx] = a < 0 ? 0.0f : img[a];
+                    continue;
+                }
+                int64_t w[4];
+                float s = 0.0f;
+                if (!pool_window(g, y, xx, w)) {
+                    o[y * g->ow + xx] = 0.0f;
+                    continue;
+                }
+                for (int64_t i = w[0]; i < w[1]; i++)
+                    for (int64_t j = w[2]; j < w[3]; j++) s += img[i * g->w + j];
+                o[y * g->ow + xx] = s / pool_div(g, w);
+            }
+    }
+}
+
+static void pool_bwd_plain(void *arg, int64_t lo, int64_t hi)
+{
+    const pool_bwd_job *jb = arg;
+    const pool_geo *g = jb->g;
+    const int64_t hw = g->h * g->w, ohw = g->oh * g->ow;
+    const int full = pool_full(g), max2 = pool_max2(g), tiles = pool_max2_tiles(g);
+    for (int64_t nc = lo; nc < hi; nc++) {
+        const float *img = jb->x + nc * hw, *d = jb->dy + nc * ohw;
+        float *gi = jb->dx + nc * hw;
+        if (!tiles) memset(gi, 0, (size_t)hw * sizeof(float));
+        if (max2) {
+            pool_bwd_max2(g, img, d, gi);
+            continue;
+        }
+        if (full) {
+            pool_bwd_full(g, img, d, gi);
+            continue;
+        }
+        for (int64_t y = 0; y < g->oh; y++)
+            for (int64_t xx = 0; xx < g->ow; xx++) {
+                float v = d[y * g->ow + xx];
+                if (g->max) {
+                    int64_t a = pool_argmax(g, img, y, xx);
+                    if (a >= 0) gi[a] += v;
+                    continue;
+                }
+                int64_t w[4];
+                if (!pool_window(g, y, xx, w)) continue;
+                v /= pool_div(g, w);
+                for (int64_t i = w[0]; i < w[1]; i++)
+                    for (int64_t j = w[2]; j < w[3]; j++) gi[i * g->w + j] += v;
+            }
+    }
+}
+
 static int run_pool2d(fl_kctx *c)
 {
     pool_geo g;
@@ -363,36 +439,8 @@ static int run_pool2d(fl_kctx *c)
         return fl__tensor_set_layout(out, g.oh * g.ow == 1 ? FL_LAYOUT_PLAIN : x->layout);
     }
     FL_CHECK(fl__tensor_to_plain(x));
-    int full = pool_full(&g), max2 = pool_max2(&g);
-    for (int64_t nc = 0; nc < g.n * g.c; nc++) {
-        const float *img = (const float *)x->data + nc * hw;
-        float *o = (float *)out->data + nc * g.oh * g.ow;
-        if (max2) {
-            pool_fwd_max2(&g, img, o);
-            continue;
-        }
-        if (full) {
-            pool_fwd_full(&g, img, o);
-            continue;
-        }
-        for (int64_t y = 0; y < g.oh; y++)
-            for (int64_t xx = 0; xx < g.ow; xx++) {
-                if (g.max) {
-                    int64_t a = pool_argmax(&g, img, y, xx);
-                    o[y * g.ow + xx] = a < 0 ? 0.0f : img[a];
-                    continue;
-                }
-                int64_t w[4];
-                float s = 0.0f;
-                if (!pool_window(&g, y, xx, w)) {
-                    o[y * g.ow + xx] = 0.0f;
-                    continue;
-                }
-                for (int64_t i = w[0]; i < w[1]; i++)
-                    for (int64_t j = w[2]; j < w[3]; j++) s += img[i * g.w + j];
-                o[y * g.ow + xx] = s / pool_div(&g, w);
-            }
-    }
+    pool_fwd_job jf = {&g, x->data, out->data};
+    fl__parallel_for(g.n * g.c, 1, hw * (int64_t)sizeof(float), pool_fwd_plain, &jf);
     return FL_OK;
 }
 
@@ -420,35 +468,9 @@ static int run_pool2d_grad(fl_kctx *c)
         return fl__tensor_set_layout(dx, x->layout);
     }
     FL_CHECK(fl__tensor_to_plain(dy));
-    if (!pool_max2_tiles(&g)) memset(dx->data, 0, (size_t)dx->numel * sizeof(float));
     dx->lod_n = 0;
-    int full = pool_full(&g), max2 = pool_max2(&g);
-    for (int64_t nc = 0; nc < g.n * g.c; nc++) {
-        const float *img = (const float *)x->data + nc * hw, *d = (const float *)dy->data + nc * ohw;
-        float *gi = (float *)dx->data + nc * hw;
-        if (max2) {
-            pool_bwd_max2(&g, img, d, gi);
-            continue;
-        }
-        if (full) {
-            pool_bwd_full(&g, img, d, gi);
-            continue;
-        }
-        for (int64_t y = 0; y < g.oh; y++)
-            for (int64_t xx = 0; xx < g.ow; xx++) {
-                float v = d[y * g.ow + xx];
-                if (g.max) {
-                    int64_t a = pool_argmax(&g, img, y, xx);
-                    if (a >= 0) gi[a] += v;
-                    continue;
-                }
-                int64_t w[4];
-                if (!pool_window(&g, y, xx, w)) continue;
-                v /= pool_div(&g, w);
-                for (int64_t i = w[0]; i < w[1]; i++)
-                    for (int64_t j = w[2]; j < w[3]; j++) gi[i * g.w + j] += v;
-            }
-    }
+    pool_bwd_job jb = {&g, x->data, dy->data, dx->data};
+    fl__parallel_for(g.n * g.c, 1, hw * 3 * (int64_t)sizeof(float), pool_bwd_plain, &jb);
     return FL_OK;
 }
 
