@@ -23,6 +23,7 @@ static const op_layout_row table[] = {
     {"conv2d_grad", FL_OPLAY_NATIVE, 1u << 0 | 1u << 2},                            /* Input, Output@GRAD */
     {"batch_norm", FL_OPLAY_NATIVE, 1u << 0},                                       /* X */
     {"pool2d", FL_OPLAY_NATIVE, 1u << 0},                                           /* X */
+    {"pool2d_grad", FL_OPLAY_NATIVE, 1u << 0 | 1u << 1 | 1u << 2},                  /* X, Out (unread), Out@GRAD */
     {"batch_norm_grad", FL_OPLAY_NATIVE, 1u << 0 | 1u << 4 | 1u << 5},              /* X, Y@GRAD, Y */
     {"fused_bn_add_activation", FL_OPLAY_NATIVE, 1u << 0 | 1u << 5},                /* X, Z */
     {"fused_bn_add_activation_grad", FL_OPLAY_NATIVE, 1u << 0 | 1u << 4 | 1u << 5}, /* X, Y@GRAD, Y */

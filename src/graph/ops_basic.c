@@ -540,6 +540,26 @@ static int infer_sum(fl_op *op)
     return FL_OK;
 }
 
+/* y = a + b (b NULL: y += a) over elements [lo, hi): the dense sums split over the threads
+ * (each element's sum is the same whichever thread makes it). */
+typedef struct {
+    float *y;
+    const float *a, *b;
+} sum_job;
+
+static void sum_range(void *arg, int64_t lo, int64_t hi)
+{
+    const sum_job *j = arg;
+    if (j->b) fl__vadd(j->y + lo, j->a + lo, j->b + lo, hi - lo);
+    else fl__vaxpy(j->y + lo, 1.0f, j->a + lo, hi - lo);
+}
+
+static void sum_dense(float *y, const float *a, const float *b, int64_t n)
+{
+    sum_job j = {y, a, b};
+    fl__parallel_for(n, 16, 3 * (int64_t)sizeof(float), sum_range, &j); /* 2 reads, 1 write */
+}
+
 static int run_sum(fl_kctx *c)
 {
     int n = c->nin[0], all_rows = 1;
@@ -583,11 +603,11 @@ static int run_sum(fl_kctx *c)
         const float *xd = x->data;
         if (first) prev = xd; /* the first two dense inputs are added in one pass: y = a + b */
         else if (prev) {
-            if (prev == y) fl__vaxpy(y, 1.0f, xd, x->numel);
-            else if (xd == y) fl__vaxpy(y, 1.0f, prev, x->numel);
-            else fl__vadd(y, prev, xd, x->numel);
+            if (prev == y) sum_dense(y, xd, NULL, x->numel);
+            else if (xd == y) sum_dense(y, prev, NULL, x->numel);
+            else sum_dense(y, prev, xd, x->numel);
             prev = NULL;
-        } else fl__vaxpy(y, 1.0f, xd, x->numel);
+        } else sum_dense(y, xd, NULL, x->numel);
         first = 0;
     }
     if (prev && prev != y) memcpy(y, prev, (size_t)out->numel * sizeof(float)); /* one dense input */

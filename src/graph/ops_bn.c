@@ -171,43 +171,64 @@ static void bn_fwd_range(void *arg, int64_t lo, int64_t hi)
 
 /* The same over X in channel blocks of B (nChw16c / nChw8c, layout.h): element (n, c, s)
  * at ((n * C/B + c/B) * S + s) * B + c%B; the B channels of a block are the vector lanes.
- * Sums run in float over CHUNK positions at a time, then in double, as the plain kernel's
- * lanes do. */
+ * The statistics take one pass: sums of d = x - K and of d^2, K the block's first value per
+ * lane (a shift inside the data's range, so that var = E[d^2] - E[d]^2 does not cancel as
+ * E[x^2] - E[x]^2 would), in float over CHUNK positions at a time in two interleaved sets
+ * of lanes (two independent chains of adds), then in double.  The normalising pass is the
+ * second and last.  Channel blocks [cb0, cb1), each on its own, so a split over threads
+ * gives the same values. */
 enum { CHUNK = 256, MAXB = 16 };
-static inline __attribute__((always_inline)) void bn_fwd_blk(const bn_fwd_job *j, const int B)
+
+/* p1 = sum over positions [s0, e) of d = r - K, p2 = sum of d^2, per lane of B (GCC vector
+ * types: one register of B floats, lowered to narrower ones by the baseline clones). */
+#define BN_SHIFT_SUMS(NAME, B)                                                                                             \
+    static inline __attribute__((always_inline)) void NAME(const float *restrict r, int64_t s0, int64_t e, const float *K, \
+                                                           float *p1, float *p2)                                           \
+    {                                                                                                                      \
+        typedef float v __attribute__((vector_size((B) * sizeof(float))));                                                 \
+        v k, a1 = {0}, a2 = {0};                                                                                           \
+        memcpy(&k, K, sizeof k);                                                                                           \
+        for (int64_t i = s0; i < e; i++) {                                                                                 \
+            v x;                                                                                                           \
+            memcpy(&x, r + i * (B), sizeof x);                                                                             \
+            const v d = x - k;                                                                                             \
+            a1 += d;                                                                                                       \
+            a2 += d * d;                                                                                                   \
+        }                                                                                                                  \
+        memcpy(p1, &a1, sizeof a1);                                                                                        \
+        memcpy(p2, &a2, sizeof a2);                                                                                        \
+    }
+BN_SHIFT_SUMS(bn_shift_sums16, 16)
+BN_SHIFT_SUMS(bn_shift_sums8, 8)
+#undef BN_SHIFT_SUMS
+static inline __attribute__((always_inline)) void bn_fwd_blk(const bn_fwd_job *j, int64_t cb0, int64_t cb1, const int B)
 {
     const int64_t N = j->N, C = j->C, S = j->S, CB = C / B;
     const double M = (double)(N * S);
-    for (int64_t cb = 0; cb < CB; cb++) {
+    for (int64_t cb = cb0; cb < cb1; cb++) {
         const int64_t c0 = cb * B;
-        float m[MAXB], a[MAXB], b[MAXB];
+        float a[MAXB], b[MAXB], K[MAXB];
         double s1[MAXB] = {0}, s2[MAXB] = {0};
         if (!j->global) {
+            for (int l = 0; l < B; l++) K[l] = j->x[cb * S * B + l];
             for (int64_t n = 0; n < N; n++) {
                 const float *restrict r = j->x + (n * CB + cb) * S * B;
                 for (int64_t s0 = 0; s0 < S; s0 += CHUNK) {
                     const int64_t e = S - s0 < CHUNK ? S : s0 + CHUNK;
-                    float acc[MAXB] = {0};
-                    for (int64_t i = s0; i < e; i++)
-                        for (int l = 0; l < B; l++) acc[l] += r[i * B + l];
-                    for (int l = 0; l < B; l++) s1[l] += acc[l];
-                }
-            }
-            for (int l = 0; l < B; l++) m[l] = (float)(s1[l] / M);
-            for (int64_t n = 0; n < N; n++) {
-                const float *restrict r = j->x + (n * CB + cb) * S * B;
-                for (int64_t s0 = 0; s0 < S; s0 += CHUNK) {
-                    const int64_t e = S - s0 < CHUNK ? S : s0 + CHUNK;
-                    float acc[MAXB] = {0};
-                    for (int64_t i = s0; i < e; i++)
-                        for (int l = 0; l < B; l++) acc[l] += (r[i * B + l] - m[l]) * (r[i * B + l] - m[l]);
-                    for (int l = 0; l < B; l++) s2[l] += acc[l];
+                    float p1[MAXB], p2[MAXB];
+                    if (B == 16) bn_shift_sums16(r, s0, e, K, p1, p2);
+                    else bn_shift_sums8(r, s0, e, K, p1, p2);
+                    for (int l = 0; l < B; l++) s1[l] += p1[l], s2[l] += p2[l];
                 }
             }
         }
         for (int l = 0; l < B; l++) {
             const int64_t ch = c0 + l;
-            const double mean = j->global ? j->mean_in[ch] : s1[l] / M, var = j->global ? j->var_in[ch] : s2[l] / M;
+            double mean = j->mean_in[ch], var = j->var_in[ch];
+            if (!j->global) {
+                const double d1 = s1[l] / M, v = s2[l] / M - d1 * d1;
+                mean = K[l] + d1, var = v > 0.0 ? v : 0.0;
+            }
             const float inv = (float)(1.0 / sqrt(var + j->eps));
             j->smd[ch] = (float)mean;
             j->svd[ch] = inv;
@@ -238,8 +259,8 @@ static inline __attribute__((always_inline)) void bn_fwd_blk(const bn_fwd_job *j
         }
     }
 }
-static FL_CLONE_TARGETS void bn_fwd_blk16(const bn_fwd_job *j) { bn_fwd_blk(j, 16); }
-static FL_CLONE_TARGETS void bn_fwd_blk8(const bn_fwd_job *j) { bn_fwd_blk(j, 8); }
+static FL_CLONE_TARGETS void bn_fwd_blk16(void *arg, int64_t lo, int64_t hi) { bn_fwd_blk(arg, lo, hi, 16); }
+static FL_CLONE_TARGETS void bn_fwd_blk8(void *arg, int64_t lo, int64_t hi) { bn_fwd_blk(arg, lo, hi, 8); }
 
 /* fused_bn_add_activation's Z (input slot `slot`): float32 with X's shape, converted to X's
  * layout (or X to plain when Z is a persistable, which is never converted). */
@@ -288,10 +309,11 @@ static int run_batch_norm(fl_kctx *c)
     FL_CHECK(fl__tensor_reshape_raw(sv, FL_FLOAT32, 1, &C));
     bn_fwd_job j = {N,        C,        S,        x->data,  y->data, scale, bias,   mean_in, var_in,
                     mo->data, vo->data, sm->data, sv->data, eps,     mom,   global, relu,    zd};
+    /* channels (channel blocks) split over the threads: each one's values do not depend on the split */
     const int B = fl__layout_block(x->layout);
-    if (B == 16) bn_fwd_blk16(&j);
-    else if (B == 8) bn_fwd_blk8(&j);
-    else bn_fwd_range(&j, 0, C);
+    const int64_t bytes = N * S * (zd ? 4 : 3) * (int64_t)sizeof(float); /* per channel */
+    if (B == 16 || B == 8) fl__parallel_for(C / B, 1, bytes * B, B == 16 ? bn_fwd_blk16 : bn_fwd_blk8, &j);
+    else fl__parallel_for(C, 1, bytes, bn_fwd_range, &j);
     return fl__tensor_set_layout(y, x->layout);
 }
 
@@ -341,12 +363,27 @@ static void bn_grad_range(void *arg, int64_t lo, int64_t hi)
     }
 }
 
-/* bn_grad_range over X, dy and Y in channel blocks of B (as bn_fwd_blk). */
-static inline __attribute__((always_inline)) void bn_grad_blk(const bn_grad_job *j, const int B)
+/* bn_grad_range over X, dy and Y in channel blocks of B (as bn_fwd_blk: channel blocks
+ * [cb0, cb1), the sums in float over CHUNK positions in two interleaved sets of lanes, then
+ * in double). */
+#define BN_GRAD_SUMS(G)                                             \
+    do {                                                            \
+        float ab[MAXB] = {0}, as[MAXB] = {0};                       \
+        for (int64_t i = s0; i < e; i++)                            \
+            for (int l = 0; l < B; l++) {                           \
+                const int64_t q = i * B + l;                        \
+                const float gv = (G);                               \
+                ab[l] += gv;                                        \
+                as[l] += gv * (r[q] - m[l]);                        \
+            }                                                       \
+        for (int l = 0; l < B; l++) sb[l] += ab[l], ss[l] += as[l]; \
+    } while (0)
+
+static inline __attribute__((always_inline)) void bn_grad_blk(const bn_grad_job *j, int64_t cb0, int64_t cb1, const int B)
 {
     const int64_t N = j->N, C = j->C, S = j->S, CB = C / B;
     const double M = (double)(N * S);
-    for (int64_t cb = 0; cb < CB; cb++) {
+    for (int64_t cb = cb0; cb < cb1; cb++) {
         const int64_t c0 = cb * B;
         float m[MAXB], iv[MAXB], k[MAXB], kb[MAXB], ks[MAXB];
         double sb[MAXB] = {0}, ss[MAXB] = {0};
@@ -354,31 +391,12 @@ static inline __attribute__((always_inline)) void bn_grad_blk(const bn_grad_job 
         for (int64_t n = 0; n < N; n++) {
             const int64_t at = (n * CB + cb) * S * B;
             const float *restrict r = j->x + at, *restrict g = j->dy + at, *restrict yr = j->y ? j->y + at : NULL;
+            float *restrict dz = j->dz ? j->dz + at : NULL;
             for (int64_t s0 = 0; s0 < S; s0 += CHUNK) {
                 const int64_t e = S - s0 < CHUNK ? S : s0 + CHUNK;
-                float ab[MAXB] = {0}, as[MAXB] = {0};
-                if (yr && j->dz)
-                    for (int64_t i = s0; i < e; i++)
-                        for (int l = 0; l < B; l++) {
-                            const float gv = yr[i * B + l] > 0.0f ? g[i * B + l] : 0.0f;
-                            j->dz[at + i * B + l] = gv;
-                            ab[l] += gv;
-                            as[l] += gv * (r[i * B + l] - m[l]);
-                        }
-                else if (yr)
-                    for (int64_t i = s0; i < e; i++)
-                        for (int l = 0; l < B; l++) {
-                            const float gv = yr[i * B + l] > 0.0f ? g[i * B + l] : 0.0f;
-                            ab[l] += gv;
-                            as[l] += gv * (r[i * B + l] - m[l]);
-                        }
-                else
-                    for (int64_t i = s0; i < e; i++)
-                        for (int l = 0; l < B; l++) {
-                            ab[l] += g[i * B + l];
-                            as[l] += g[i * B + l] * (r[i * B + l] - m[l]);
-                        }
-                for (int l = 0; l < B; l++) sb[l] += ab[l], ss[l] += as[l];
+                if (yr && dz) BN_GRAD_SUMS(dz[q] = yr[q] > 0.0f ? g[q] : 0.0f);
+                else if (yr) BN_GRAD_SUMS(yr[q] > 0.0f ? g[q] : 0.0f);
+                else BN_GRAD_SUMS(g[q]);
             }
         }
         for (int l = 0; l < B; l++) {
@@ -408,8 +426,9 @@ static inline __attribute__((always_inline)) void bn_grad_blk(const bn_grad_job 
         }
     }
 }
-static FL_CLONE_TARGETS void bn_grad_blk16(const bn_grad_job *j) { bn_grad_blk(j, 16); }
-static FL_CLONE_TARGETS void bn_grad_blk8(const bn_grad_job *j) { bn_grad_blk(j, 8); }
+#undef BN_GRAD_SUMS
+static FL_CLONE_TARGETS void bn_grad_blk16(void *arg, int64_t lo, int64_t hi) { bn_grad_blk(arg, lo, hi, 16); }
+static FL_CLONE_TARGETS void bn_grad_blk8(void *arg, int64_t lo, int64_t hi) { bn_grad_blk(arg, lo, hi, 8); }
 
 /* Grad op: inputs X, Scale, SavedMean, SavedVariance (inverse std), Y@GRAD, and Y with
  * fuse_with_relu (dy is taken as 0 where Y is 0: relu_grad in the same pass); outputs
@@ -466,10 +485,11 @@ static int run_batch_norm_grad(fl_kctx *c)
                      db ? db->data : NULL,
                      global,
                      dz ? dz->data : NULL};
+    /* channels (channel blocks) split over the threads, as in run_batch_norm */
     const int B = fl__layout_block(x->layout);
-    if (B == 16) bn_grad_blk16(&j);
-    else if (B == 8) bn_grad_blk8(&j);
-    else bn_grad_range(&j, 0, C);
+    const int64_t bytes = N * S * (5 + (yd != NULL) * 2 + (dz != NULL)) * (int64_t)sizeof(float); /* per channel */
+    if (B == 16 || B == 8) fl__parallel_for(C / B, 1, bytes * B, B == 16 ? bn_grad_blk16 : bn_grad_blk8, &j);
+    else fl__parallel_for(C, 1, bytes, bn_grad_range, &j);
     if (dz) FL_CHECK(fl__tensor_set_layout(dz, x->layout));
     return dx ? fl__tensor_set_layout(dx, x->layout) : FL_OK;
 }

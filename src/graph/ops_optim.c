@@ -278,6 +278,21 @@ static int run_sgd(fl_kctx *c)
     return FL_OK;
 }
 
+/* One dense momentum update, split over the threads by elements (each element's update is
+ * the same whichever thread makes it). */
+typedef struct {
+    float *p, *v;
+    const float *g;
+    float lr, l2, mu;
+    int nesterov;
+} momentum_job;
+
+static void momentum_range(void *arg, int64_t lo, int64_t hi)
+{
+    const momentum_job *j = arg;
+    fl__momentum_seg(j->p + lo, j->v + lo, j->g + lo, hi - lo, j->lr, j->l2, j->mu, j->nesterov);
+}
+
 /* Paddle's momentum: velocity = mu * velocity + g; param -= lr * velocity, or with Nesterov
  * param -= lr * (g + mu * velocity) using the new velocity. */
 static int run_momentum(fl_kctx *c)
@@ -288,6 +303,11 @@ static int run_momentum(fl_kctx *c)
     FL_CHECK(fl__optim_target(c, 1, u.w->numel, &vt));
     const float lr = u.lr, l2 = u.l2, mu = (float)fl__attr_f(c->op, "mu", 0.0);
     const int nesterov = fl__attr_i(c->op, "use_nesterov", 0) != 0;
+    if (!u.rows) { /* dense: param, velocity and gradient read and written once (5 floats an element) */
+        momentum_job j = {u.w->data, vt->data, u.gv, lr, l2, mu, nesterov};
+        fl__parallel_for(u.seg, 16, 5 * (int64_t)sizeof(float), momentum_range, &j);
+        return FL_OK;
+    }
     for (int64_t i = 0; i < u.nseg; i++)
         fl__momentum_seg((float *)u.w->data + seg_off(&u, i), (float *)vt->data + seg_off(&u, i), u.gv + i * u.seg, u.seg,
                          lr, l2, mu, nesterov);

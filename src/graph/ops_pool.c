@@ -230,43 +230,197 @@ static void pool_bwd_full(const pool_geo *g, const float *restrict img, const fl
         }
 }
 
-/* Blocked input (B channels per block, the lanes): each output is the window's max or
- * average per lane, in pool_argmax's and the plain loop's order, so the values are those of
- * the plain path bit for bit. */
-static inline __attribute__((always_inline)) void pool_fwd_blk(const pool_geo *g, const float *restrict x,
-                                                               float *restrict out, const int B)
+/* Blocked input (B channels per block, the lanes; nChw16c / nChw8c): the kernels below
+ * work on GCC vector types of B floats (one AVX-512 register for B = 16 in the
+ * x86-64-v4 clone, narrower ones in the others).  Selects are written with the compare
+ * masks: (a & m) | (b & ~m) on the bits.
+ *
+ * Forward: each output is the window's max (strict >, from the first) or average per lane,
+ * in pool_argmax's and the plain loop's order, so the values are those of the plain path
+ * bit for bit.
+ *
+ * Gradient, per lane: max sends each dOut to the first position of its window holding the
+ * window's maximum (found again from X, as pool_argmax: strict > from the first), avg
+ * spreads dOut / divisor over the window; the additions to each dX element come in the plain
+ * loop's order (windows row by row), so the values are the plain path's bit for bit.  dX
+ * rows are zeroed just before the first window that reaches them, while they are in cache,
+ * instead of in a separate pass over the whole tensor.  Both take the (image, channel
+ * block) pairs [b0, b1): each on its own, so a split over threads gives the same values. */
+typedef struct {
+    const pool_geo *g;
+    const float *x;
+    float *out;
+} pool_fwd_job;
+
+typedef struct {
+    const pool_geo *g;
+    const float *x, *dy;
+    float *dx;
+} pool_bwd_job;
+
+/* The vector types may alias floats at any float's alignment: VLD reads B floats at p,
+ * VSEL selects a where m is set, b elsewhere. */
+#define VLD(V, p) (*(const V *)(p))
+#define VSEL(VI, V, m, a, b) ((V)(((VI)(a) & (m)) | ((VI)(b) & ~(m))))
+#define POOL_BLK(B)                                                                                                 \
+    typedef float v##B __attribute__((vector_size((B) * sizeof(float)), aligned(sizeof(float)), may_alias));        \
+    typedef int32_t vi##B __attribute__((vector_size((B) * sizeof(float)), aligned(sizeof(float)), may_alias));     \
+    static FL_CLONE_TARGETS void pool_fwd_blk##B(void *arg, int64_t b0, int64_t b1)                                 \
+    {                                                                                                               \
+        const pool_fwd_job *jf = arg;                                                                               \
+        const pool_geo *g = jf->g;                                                                                  \
+        const int64_t hw = g->h * g->w, ohw = g->oh * g->ow;                                                        \
+        for (int64_t b = b0; b < b1; b++) {                                                                         \
+            const float *img = jf->x + b * hw * (B);                                                                \
+            float *o = jf->out + b * ohw * (B);                                                                     \
+            for (int64_t y = 0; y < g->oh; y++)                                                                     \
+                for (int64_t xx = 0; xx < g->ow; xx++) {                                                            \
+                    int64_t w[4];                                                                                   \
+                    v##B acc = {0};                                                                                 \
+                    if (pool_window(g, y, xx, w)) {                                                                 \
+                        if (g->max) acc = VLD(v##B, img + (w[0] * g->w + w[2]) * (B));                              \
+                        for (int64_t i = w[0]; i < w[1]; i++)                                                       \
+                            for (int64_t j = w[2]; j < w[3]; j++) {                                                 \
+                                const v##B v = VLD(v##B, img + (i * g->w + j) * (B));                               \
+                                if (g->max) acc = VSEL(vi##B, v##B, v > acc, v, acc);                               \
+                                else acc += v;                                                                      \
+                            }                                                                                       \
+                        if (!g->max) acc /= pool_div(g, w);                                                         \
+                    }                                                                                               \
+                    *(v##B *)(o + (y * g->ow + xx) * (B)) = acc;                                                    \
+                }                                                                                                   \
+        }                                                                                                           \
+    }                                                                                                               \
+    static FL_CLONE_TARGETS void pool_bwd_blk##B(void *arg, int64_t b0, int64_t b1)                                 \
+    {                                                                                                               \
+        const pool_bwd_job *jb = arg;                                                                               \
+        const pool_geo *g = jb->g;                                                                                  \
+        const int64_t hw = g->h * g->w, ohw = g->oh * g->ow, rowlen = g->w * (B);                                   \
+        for (int64_t b = b0; b < b1; b++) {                                                                         \
+            const float *img = jb->x + b * hw * (B), *d = jb->dy + b * ohw * (B);                                   \
+            float *gi = jb->dx + b * hw * (B);                                                                      \
+            int64_t zeroed = 0; /* rows [0, zeroed) of gi are zeroed */                                             \
+            for (int64_t y = 0; y < g->oh; y++) {                                                                   \
+                int64_t h1 = y * g->sh - g->ph + g->kh;                                                             \
+                h1 = h1 < g->h ? h1 : g->h;                                                                         \
+                if (h1 > zeroed) {                                                                                  \
+                    memset(gi + zeroed * rowlen, 0, (size_t)((h1 - zeroed) * rowlen) * sizeof(float));              \
+                    zeroed = h1;                                                                                    \
+                }                                                                                                   \
+                for (int64_t xx = 0; xx < g->ow; xx++) {                                                            \
+                    int64_t w[4];                                                                                   \
+                    if (!pool_window(g, y, xx, w)) continue;                                                        \
+                    const v##B dv = VLD(v##B, d + (y * g->ow + xx) * (B));                                          \
+                    if (!g->max) {                                                                                  \
+                        const v##B share = dv / pool_div(g, w);                                                     \
+                        for (int64_t i = w[0]; i < w[1]; i++)                                                       \
+                            for (int64_t j = w[2]; j < w[3]; j++) {                                                 \
+                                float *o = gi + (i * g->w + j) * (B);                                               \
+                                *(v##B *)o += share;                                                                \
+                            }                                                                                       \
+                        continue;                                                                                   \
+                    }                                                                                               \
+                    v##B m = VLD(v##B, img + (w[0] * g->w + w[2]) * (B)), left = dv;                                \
+                    for (int64_t i = w[0]; i < w[1]; i++)                                                           \
+                        for (int64_t j = w[2]; j < w[3]; j++) {                                                     \
+                            const v##B v = VLD(v##B, img + (i * g->w + j) * (B));                                   \
+                            m = VSEL(vi##B, v##B, v > m, v, m);                                                     \
+                        }                                                                                           \
+                    /* the first position equal to the maximum takes dOut; `left` is what is */                     \
+                    /* still to be placed there (dOut, then 0 once placed) */                                       \
+                    for (int64_t i = w[0]; i < w[1]; i++)                                                           \
+                        for (int64_t j = w[2]; j < w[3]; j++) {                                                     \
+                            const vi##B hit = VLD(v##B, img + (i * g->w + j) * (B)) == m;                           \
+                            float *o = gi + (i * g->w + j) * (B);                                                   \
+                            *(v##B *)o += (v##B)((vi##B)left & hit);                                                \
+                            left = (v##B)((vi##B)left & ~hit);                                                      \
+                        }                                                                                           \
+                }                                                                                                   \
+            }                                                                                                       \
+            if (zeroed < g->h) memset(gi + zeroed * rowlen, 0, (size_t)((g->h - zeroed) * rowlen) * sizeof(float)); \
+        }                                                                                                           \
+    }
+POOL_BLK(16)
+POOL_BLK(8)
+#undef POOL_BLK
+#undef VLD
+#undef VSEL
+
+/* Plain NCHW images [lo, hi) (image = one channel of one sample): forward and gradient, the
+ * gradient zeroing each image of dX just before its windows add into it (in cache), except
+ * where pool_max2's windows tile the image and write every element.  Each image on its own,
+ * so a split over threads gives the same values. */
+static void pool_fwd_plain(void *arg, int64_t lo, int64_t hi)
 {
-    enum { MAXB = 16 };
-    const int64_t nb = g->n * (g->c / B), hw = g->h * g->w, ohw = g->oh * g->ow;
-    for (int64_t b = 0; b < nb; b++) {
-        const float *restrict img = x + b * hw * B;
-        float *restrict o = out + b * ohw * B;
+    const pool_fwd_job *jf = arg;
+    const pool_geo *g = jf->g;
+    const int64_t hw = g->h * g->w;
+    const int full = pool_full(g), max2 = pool_max2(g);
+    for (int64_t nc = lo; nc < hi; nc++) {
+        const float *img = jf->x + nc * hw;
+        float *o = jf->out + nc * g->oh * g->ow;
+        if (max2) {
+            pool_fwd_max2(g, img, o);
+            continue;
+        }
+        if (full) {
+            pool_fwd_full(g, img, o);
+            continue;
+        }
         for (int64_t y = 0; y < g->oh; y++)
             for (int64_t xx = 0; xx < g->ow; xx++) {
-                float *restrict r = o + (y * g->ow + xx) * B;
-                int64_t w[4];
-                if (!pool_window(g, y, xx, w)) {
-                    for (int l = 0; l < B; l++) r[l] = 0.0f;
+                if (g->max) {
+                    int64_t a = pool_argmax(g, img, y, xx);
+                    o[y * g->ow + xx] = a < 0 ? 0.0f : img[a];
                     continue;
                 }
-                float acc[MAXB];
-                const float *restrict first = img + (w[0] * g->w + w[2]) * B;
-                for (int l = 0; l < B; l++) acc[l] = g->max ? first[l] : 0.0f;
+                int64_t w[4];
+                float s = 0.0f;
+                if (!pool_window(g, y, xx, w)) {
+                    o[y * g->ow + xx] = 0.0f;
+                    continue;
+                }
                 for (int64_t i = w[0]; i < w[1]; i++)
-                    for (int64_t j = w[2]; j < w[3]; j++) {
-                        const float *restrict v = img + (i * g->w + j) * B;
-                        if (g->max)
-                            for (int l = 0; l < B; l++) acc[l] = v[l] > acc[l] ? v[l] : acc[l];
-                        else
-                            for (int l = 0; l < B; l++) acc[l] += v[l];
-                    }
-                const float div = g->max ? 1.0f : pool_div(g, w);
-                for (int l = 0; l < B; l++) r[l] = g->max ? acc[l] : acc[l] / div;
+                    for (int64_t j = w[2]; j < w[3]; j++) s += img[i * g->w + j];
+                o[y * g->ow + xx] = s / pool_div(g, w);
             }
     }
 }
-static FL_CLONE_TARGETS void pool_fwd_blk16(const pool_geo *g, const float *x, float *o) { pool_fwd_blk(g, x, o, 16); }
-static FL_CLONE_TARGETS void pool_fwd_blk8(const pool_geo *g, const float *x, float *o) { pool_fwd_blk(g, x, o, 8); }
+
+static void pool_bwd_plain(void *arg, int64_t lo, int64_t hi)
+{
+    const pool_bwd_job *jb = arg;
+    const pool_geo *g = jb->g;
+    const int64_t hw = g->h * g->w, ohw = g->oh * g->ow;
+    const int full = pool_full(g), max2 = pool_max2(g), tiles = pool_max2_tiles(g);
+    for (int64_t nc = lo; nc < hi; nc++) {
+        const float *img = jb->x + nc * hw, *d = jb->dy + nc * ohw;
+        float *gi = jb->dx + nc * hw;
+        if (!tiles) memset(gi, 0, (size_t)hw * sizeof(float));
+        if (max2) {
+            pool_bwd_max2(g, img, d, gi);
+            continue;
+        }
+        if (full) {
+            pool_bwd_full(g, img, d, gi);
+            continue;
+        }
+        for (int64_t y = 0; y < g->oh; y++)
+            for (int64_t xx = 0; xx < g->ow; xx++) {
+                float v = d[y * g->ow + xx];
+                if (g->max) {
+                    int64_t a = pool_argmax(g, img, y, xx);
+                    if (a >= 0) gi[a] += v;
+                    continue;
+                }
+                int64_t w[4];
+                if (!pool_window(g, y, xx, w)) continue;
+                v /= pool_div(g, w);
+                for (int64_t i = w[0]; i < w[1]; i++)
+                    for (int64_t j = w[2]; j < w[3]; j++) gi[i * g->w + j] += v;
+            }
+    }
+}
 
 static int run_pool2d(fl_kctx *c)
 {
@@ -278,41 +432,15 @@ static int run_pool2d(fl_kctx *c)
     out->lod_n = 0;
     const int B = fl__layout_block(x->layout);
     if (B == 16 || B == 8) {
-        (B == 16 ? pool_fwd_blk16 : pool_fwd_blk8)(&g, x->data, out->data);
+        pool_fwd_job jf = {&g, x->data, out->data};
+        fl__parallel_for(g.n * (g.c / B), 1, hw * B * (int64_t)sizeof(float), B == 16 ? pool_fwd_blk16 : pool_fwd_blk8,
+                         &jf);
         /* a 1x1 output is ordered the same in both layouts: plain, converted by nobody */
         return fl__tensor_set_layout(out, g.oh * g.ow == 1 ? FL_LAYOUT_PLAIN : x->layout);
     }
     FL_CHECK(fl__tensor_to_plain(x));
-    int full = pool_full(&g), max2 = pool_max2(&g);
-    for (int64_t nc = 0; nc < g.n * g.c; nc++) {
-        const float *img = (const float *)x->data + nc * hw;
-        float *o = (float *)out->data + nc * g.oh * g.ow;
-        if (max2) {
-            pool_fwd_max2(&g, img, o);
-            continue;
-        }
-        if (full) {
-            pool_fwd_full(&g, img, o);
-            continue;
-        }
-        for (int64_t y = 0; y < g.oh; y++)
-            for (int64_t xx = 0; xx < g.ow; xx++) {
-                if (g.max) {
-                    int64_t a = pool_argmax(&g, img, y, xx);
-                    o[y * g.ow + xx] = a < 0 ? 0.0f : img[a];
-                    continue;
-                }
-                int64_t w[4];
-                float s = 0.0f;
-                if (!pool_window(&g, y, xx, w)) {
-                    o[y * g.ow + xx] = 0.0f;
-                    continue;
-                }
-                for (int64_t i = w[0]; i < w[1]; i++)
-                    for (int64_t j = w[2]; j < w[3]; j++) s += img[i * g.w + j];
-                o[y * g.ow + xx] = s / pool_div(&g, w);
-            }
-    }
+    pool_fwd_job jf = {&g, x->data, out->data};
+    fl__parallel_for(g.n * g.c, 1, hw * (int64_t)sizeof(float), pool_fwd_plain, &jf);
     return FL_OK;
 }
 
@@ -329,35 +457,20 @@ static int run_pool2d_grad(fl_kctx *c)
         return fl__err(FL_EINVAL, "pool2d_grad: gradient '%s' has %lld elements, expected %lld", fl__kctx_var_name(c, 2, 0),
                        (long long)dy->numel, (long long)(g.n * g.c * ohw));
     FL_CHECK(fl__tensor_reshape_raw(dx, FL_FLOAT32, 4, x->shape));
-    if (!pool_max2_tiles(&g)) memset(dx->data, 0, (size_t)dx->numel * sizeof(float));
-    dx->lod_n = 0;
-    int full = pool_full(&g), max2 = pool_max2(&g);
-    for (int64_t nc = 0; nc < g.n * g.c; nc++) {
-        const float *img = (const float *)x->data + nc * hw, *d = (const float *)dy->data + nc * ohw;
-        float *gi = (float *)dx->data + nc * hw;
-        if (max2) {
-            pool_bwd_max2(&g, img, d, gi);
-            continue;
-        }
-        if (full) {
-            pool_bwd_full(&g, img, d, gi);
-            continue;
-        }
-        for (int64_t y = 0; y < g.oh; y++)
-            for (int64_t xx = 0; xx < g.ow; xx++) {
-                float v = d[y * g.ow + xx];
-                if (g.max) {
-                    int64_t a = pool_argmax(&g, img, y, xx);
-                    if (a >= 0) gi[a] += v;
-                    continue;
-                }
-                int64_t w[4];
-                if (!pool_window(&g, y, xx, w)) continue;
-                v /= pool_div(&g, w);
-                for (int64_t i = w[0]; i < w[1]; i++)
-                    for (int64_t j = w[2]; j < w[3]; j++) gi[i * g.w + j] += v;
-            }
+    const int B = fl__layout_block(x->layout);
+    if (B == 16 || B == 8) {
+        /* a 1x1 dOut (global pooling) is ordered the same in both layouts: read as it is */
+        if (ohw != 1) FL_CHECK(fl__tensor_to_layout(dy, x->layout));
+        dx->lod_n = 0;
+        pool_bwd_job jb = {&g, x->data, dy->data, dx->data};
+        fl__parallel_for(g.n * (g.c / B), 1, hw * B * 3 * (int64_t)sizeof(float), B == 16 ? pool_bwd_blk16 : pool_bwd_blk8,
+                         &jb);
+        return fl__tensor_set_layout(dx, x->layout);
     }
+    FL_CHECK(fl__tensor_to_plain(dy));
+    dx->lod_n = 0;
+    pool_bwd_job jb = {&g, x->data, dy->data, dx->data};
+    fl__parallel_for(g.n * g.c, 1, hw * 3 * (int64_t)sizeof(float), pool_bwd_plain, &jb);
     return FL_OK;
 }
 

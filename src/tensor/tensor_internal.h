@@ -92,6 +92,20 @@ int fl__blas_single_begin(void);
 void fl__blas_single_end(int prev);
 int fl__sgemm_parallel(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                        const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* Parallel-for over [0, n) on the same helper (parallel.c): with FLEET_NUM_THREADS=2 and
+ * n * cost >= FL_PAR_MIN_WORK (cost: about the bytes each index touches), fn(arg, lo, hi)
+ * runs on chunks of about n/8 (lo a multiple of grain) claimed one at a time by the calling
+ * thread and the helper; else (one thread, small work, helper busy) fn(arg, 0, n) here.  fn
+ * must not call it again nor depend on the chunks for its values.  Returns 2 when the helper
+ * was offered chunks, else 1. */
+typedef void (*fl__range_fn)(void *arg, int64_t lo, int64_t hi);
+#define FL_PAR_MIN_WORK (1ll << 18)
+int fl__parallel_for(int64_t n, int64_t grain, int64_t cost, fl__range_fn fn, void *arg);
+/* 2 when the helper runs (FLEET_NUM_THREADS=2), else 1. */
+int fl__parallel_threads(void);
+/* Tests: at most `parts` (1 or 2) parts per fl__parallel_for from now on; returns the
+ * previous limit. */
+int fl__parallel_limit(int parts);
 void fl__vadd(float *restrict y, const float *restrict a, const float *restrict b, int64_t n);
 void fl__vaxpy(float *restrict y, float alpha, const float *restrict x, int64_t n);  /* y += a*x */
 void fl__vscale(float *restrict y, float alpha, const float *restrict x, int64_t n); /* y = a*x */
