@@ -14,7 +14,8 @@
  * Z (the identity shortcut, then rounded to bf16 as PyTorch's autocast keeps it) and the
  * gradient op of the normalisation (the fused relu's mask).  A Y read by anything else (a
  * pool, a fetch target the program names, the fc head) keeps float32 and its cast.
- * FLEET_AMP_BN_BF16=0 turns the rewrite off.
+ * FLEET_AMP_BN_BF16=0 turns the rewrite off; 2 rewrites the batch_norm ops only (the block
+ * ends keep float32 and their cast: the convolutions then read the very bits the casts gave).
  */
 #include <string.h>
 
