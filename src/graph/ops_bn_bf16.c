@@ -120,6 +120,27 @@ static inline __attribute__((always_inline)) void norm_rows(const fwd_job *j, in
         }
 }
 
+/* The sums over channel block cb of X (m NULL) or of (X - m)^2, added into s. */
+static inline __attribute__((always_inline)) void stat_sums(const fwd_job *j, int64_t cb, const int B, const float *m,
+                                                            double *s)
+{
+    const int64_t N = j->N, S = j->S, CB = j->C / B;
+    for (int64_t n = 0; n < N; n++) {
+        const float *restrict r = j->x + (n * CB + cb) * S * B;
+        for (int64_t s0 = 0; s0 < S; s0 += CHUNK) {
+            const int64_t e = S - s0 < CHUNK ? S : s0 + CHUNK;
+            float acc[MAXB] = {0}; /* a lane per channel; B = 1: 16 lanes over positions */
+            if (m)
+                for (int64_t i = s0; i < e; i++)
+                    for (int l = 0; l < B; l++) acc[LANE(B, i, l)] += (r[i * B + l] - m[l]) * (r[i * B + l] - m[l]);
+            else
+                for (int64_t i = s0; i < e; i++)
+                    for (int l = 0; l < B; l++) acc[LANE(B, i, l)] += r[i * B + l];
+            for (int q = 0; q < MAXB; q++) s[B == 1 ? 0 : q] += acc[q];
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) void fwd_blk(const fwd_job *j, const int B)
 {
     const int64_t N = j->N, C = j->C, S = j->S, CB = C / B;
@@ -127,21 +148,10 @@ static inline __attribute__((always_inline)) void fwd_blk(const fwd_job *j, cons
     for (int64_t cb = 0; cb < CB; cb++) {
         float m[MAXB], a[MAXB], b[MAXB];
         double s1[MAXB] = {0}, s2[MAXB] = {0};
-        for (int pass = 0; pass < 2 && !j->global; pass++) {
-            for (int l = 0; l < B && pass; l++) m[l] = (float)(s1[l] / M);
-            for (int64_t n = 0; n < N; n++) {
-                const float *restrict r = j->x + (n * CB + cb) * S * B;
-                for (int64_t s0 = 0; s0 < S; s0 += CHUNK) {
-                    const int64_t e = S - s0 < CHUNK ? S : s0 + CHUNK;
-                    float acc[MAXB] = {0}; /* a lane per channel; B = 1: 16 lanes over positions */
-                    for (int64_t i = s0; i < e; i++)
-                        for (int l = 0; l < B; l++) {
-                            const float v = pass ? (r[i * B + l] - m[l]) * (r[i * B + l] - m[l]) : r[i * B + l];
-                            acc[LANE(B, i, l)] += v;
-                        }
-                    for (int q = 0; q < MAXB; q++) (pass ? s2 : s1)[B == 1 ? 0 : q] += acc[q];
-                }
-            }
+        if (!j->global) {
+            stat_sums(j, cb, B, NULL, s1);
+            for (int l = 0; l < B; l++) m[l] = (float)(s1[l] / M);
+            stat_sums(j, cb, B, m, s2);
         }
         for (int l = 0; l < B; l++) {
             const int64_t ch = cb * B + l;
