@@ -123,7 +123,9 @@ static void train(int layout, int keep, run_result *r)
     for (int k = 0; k < NF; k++) {
         r->n[k] = out[k]->numel;
         r->v[k] = malloc((size_t)out[k]->numel * sizeof(float));
-        memcpy(r->v[k], out[k]->data, (size_t)out[k]->numel * sizeof(float));
+        if (out[k]->dtype == FL_BFLOAT16) /* AMP: a batch_norm output a convolution reads (amp_bn.c) */
+            fl__cvt_bf16_to_f32(r->v[k], out[k]->data, out[k]->numel);
+        else memcpy(r->v[k], out[k]->data, (size_t)out[k]->numel * sizeof(float));
     }
     if (keep) { /* a kept intermediate read from the scope after the run: plain */
         fl_tensor *t = fl_scope_find(fl_exe_scope(e), "batch_norm_3.tmp_2");

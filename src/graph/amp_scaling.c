@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "graph_internal.h"
+#include "ops_bn_bf16.h"
 
 static int is_finite_bits(float v)
 {
@@ -260,6 +261,10 @@ static int amp_opt_hook(void *user, int phase, fl_opt_hook_ctx *h)
         return FL_OK;
     }
     if (phase == FL_HOOK_AFTER_BACKWARD && o->dtype == FL_FLOAT16) return add_loss_scaling(h, o);
+    if (phase == FL_HOOK_AFTER_BACKWARD) { /* bfloat16: normalisations write the convolutions' bf16 Input */
+        int n = fl__amp_bn_bf16(h->prog);
+        return n < 0 ? n : FL_OK;
+    }
     if (phase == FL_HOOK_AFTER_UPDATE && o->use_pure_fp16) {
         int n = fl__amp_o2_master_refresh(h->prog);
         return n < 0 ? n : FL_OK;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ops_bn_bf16.h"
 #include "ops_conv.h"
 
 enum { LANES = 16 };
@@ -90,7 +91,7 @@ static int infer_batch_norm(fl_op *op)
     if (!((float)eps >= 0.0f && (float)eps <= 0.001f) || !(mom >= 0.0 && mom <= 1.0)) /* Paddle: float compare */
         return fl__op_error(op, "epsilon %g must be in [0, 0.001] and momentum %g in [0, 1] (input '%s')", eps, mom,
                             x->name);
-    fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, x->ndim, x->shape);
+    fl__var_set_shape(op->out[0].vars[0], fl__bn_out_dtype(op), x->ndim, x->shape); /* AMP: bf16 (ops_bn_bf16.c) */
     op->out[0].vars[0]->lod_level = x->lod_level;
     for (int s = 1; s < 5; s++) {
         fl_var *v = op->out[s].vars[0];
@@ -282,6 +283,7 @@ static int bn_residual(fl_kctx *c, int slot, fl_tensor *x)
 
 static int run_batch_norm(fl_kctx *c)
 {
+    if (fl__bn_bf16_fwd_wanted(c)) return fl__run_batch_norm_bf16(c); /* AMP: Y or Z in bfloat16 */
     int64_t N, C, S;
     FL_CHECK(bn_dims(c, &N, &C, &S, 4));
     fl_tensor *x = FL_IN(c, 0), *y = FL_OUT(c, 0);
@@ -438,6 +440,7 @@ static FL_CLONE_TARGETS void bn_grad_blk8(void *arg, int64_t lo, int64_t hi) { b
  *        depend on X), or scale * inv * dy (is_test / use_global_stats). */
 static int run_batch_norm_grad(fl_kctx *c)
 {
+    if (fl__bn_bf16_grad_wanted(c)) return fl__run_batch_norm_grad_bf16(c); /* AMP: a bfloat16 Y */
     int64_t N, C, S;
     FL_CHECK(bn_dims(c, &N, &C, &S, 3));
     FL_CHECK(fl__kctx_dense_f32(c, 4));
@@ -542,7 +545,7 @@ static int infer_fused_bn_add_act(fl_op *op)
 {
     FL_CHECK(infer_batch_norm(op));
     fl_var *x = op->in[0].vars[0], *z = op->in[5].vars[0];
-    FL_CHECK(fl__op_need_f32(op, z));
+    if (z->dtype != FL_BFLOAT16) FL_CHECK(fl__op_need_f32(op, z));
     if (z->ndim != x->ndim || memcmp(z->shape, x->shape, (size_t)x->ndim * sizeof *x->shape)) {
         char xs[96], zs[96];
         fl__shape_str(x, xs, sizeof xs);
