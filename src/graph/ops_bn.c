@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ops_bn.h"
 #include "ops_bn_bf16.h"
 #include "ops_conv.h"
 
@@ -172,64 +173,22 @@ static void bn_fwd_range(void *arg, int64_t lo, int64_t hi)
 
 /* The same over X in channel blocks of B (nChw16c / nChw8c, layout.h): element (n, c, s)
  * at ((n * C/B + c/B) * S + s) * B + c%B; the B channels of a block are the vector lanes.
- * The statistics take one pass: sums of d = x - K and of d^2, K the block's first value per
- * lane (a shift inside the data's range, so that var = E[d^2] - E[d]^2 does not cancel as
- * E[x^2] - E[x]^2 would), in float over CHUNK positions at a time in two interleaved sets
- * of lanes (two independent chains of adds), then in double.  The normalising pass is the
- * second and last.  Channel blocks [cb0, cb1), each on its own, so a split over threads
- * gives the same values. */
-enum { CHUNK = 256, MAXB = 16 };
+ * The statistics in one pass (fl__bn_blk_stats, ops_bn.h), then the normalising pass.
+ * Channel blocks [cb0, cb1), each on its own, so a split over threads gives the same
+ * values. */
+enum { CHUNK = FL_BN_CHUNK, MAXB = FL_BN_MAXB };
 
-/* p1 = sum over positions [s0, e) of d = r - K, p2 = sum of d^2, per lane of B (GCC vector
- * types: one register of B floats, lowered to narrower ones by the baseline clones). */
-#define BN_SHIFT_SUMS(NAME, B)                                                                                             \
-    static inline __attribute__((always_inline)) void NAME(const float *restrict r, int64_t s0, int64_t e, const float *K, \
-                                                           float *p1, float *p2)                                           \
-    {                                                                                                                      \
-        typedef float v __attribute__((vector_size((B) * sizeof(float))));                                                 \
-        v k, a1 = {0}, a2 = {0};                                                                                           \
-        memcpy(&k, K, sizeof k);                                                                                           \
-        for (int64_t i = s0; i < e; i++) {                                                                                 \
-            v x;                                                                                                           \
-            memcpy(&x, r + i * (B), sizeof x);                                                                             \
-            const v d = x - k;                                                                                             \
-            a1 += d;                                                                                                       \
-            a2 += d * d;                                                                                                   \
-        }                                                                                                                  \
-        memcpy(p1, &a1, sizeof a1);                                                                                        \
-        memcpy(p2, &a2, sizeof a2);                                                                                        \
-    }
-BN_SHIFT_SUMS(bn_shift_sums16, 16)
-BN_SHIFT_SUMS(bn_shift_sums8, 8)
-#undef BN_SHIFT_SUMS
 static inline __attribute__((always_inline)) void bn_fwd_blk(const bn_fwd_job *j, int64_t cb0, int64_t cb1, const int B)
 {
     const int64_t N = j->N, C = j->C, S = j->S, CB = C / B;
-    const double M = (double)(N * S);
     for (int64_t cb = cb0; cb < cb1; cb++) {
         const int64_t c0 = cb * B;
-        float a[MAXB], b[MAXB], K[MAXB];
-        double s1[MAXB] = {0}, s2[MAXB] = {0};
-        if (!j->global) {
-            for (int l = 0; l < B; l++) K[l] = j->x[cb * S * B + l];
-            for (int64_t n = 0; n < N; n++) {
-                const float *restrict r = j->x + (n * CB + cb) * S * B;
-                for (int64_t s0 = 0; s0 < S; s0 += CHUNK) {
-                    const int64_t e = S - s0 < CHUNK ? S : s0 + CHUNK;
-                    float p1[MAXB], p2[MAXB];
-                    if (B == 16) bn_shift_sums16(r, s0, e, K, p1, p2);
-                    else bn_shift_sums8(r, s0, e, K, p1, p2);
-                    for (int l = 0; l < B; l++) s1[l] += p1[l], s2[l] += p2[l];
-                }
-            }
-        }
+        float a[MAXB], b[MAXB];
+        double bm[MAXB], bv[MAXB];
+        if (!j->global) fl__bn_blk_stats(j->x, N, CB, cb, S, B, bm, bv);
         for (int l = 0; l < B; l++) {
             const int64_t ch = c0 + l;
-            double mean = j->mean_in[ch], var = j->var_in[ch];
-            if (!j->global) {
-                const double d1 = s1[l] / M, v = s2[l] / M - d1 * d1;
-                mean = K[l] + d1, var = v > 0.0 ? v : 0.0;
-            }
+            const double mean = j->global ? j->mean_in[ch] : bm[l], var = j->global ? j->var_in[ch] : bv[l];
             const float inv = (float)(1.0 / sqrt(var + j->eps));
             j->smd[ch] = (float)mean;
             j->svd[ch] = inv;

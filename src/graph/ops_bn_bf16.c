@@ -13,17 +13,19 @@
  * the fused relu's mask (Y > 0).
  *
  * Layouts: X in nChw16c / nChw8c (the block's channels as the vector lanes) or plain NCHW
- * (one lane); Z, dY and Y are read in X's layout.  Sums run in float over CHUNK positions,
- * then in double, as ops_bn.c's kernels.
+ * (one lane); Z, dY and Y are read in X's layout.  The blocked statistics are ops_bn.h's, as
+ * ops_bn.c's kernels; the other sums run in float over CHUNK positions, then in double, as
+ * theirs.
  */
 #include <math.h>
 #include <string.h>
 
 #include "../tensor/half.h"
 #include "op_layout.h"
+#include "ops_bn.h"
 #include "ops_bn_bf16.h"
 
-enum { CHUNK = 256, MAXB = 16 };
+enum { CHUNK = FL_BN_CHUNK, MAXB = FL_BN_MAXB };
 /* The float accumulator of channel lane l at position i: the lane itself in channel blocks,
  * one of 16 over the positions in plain NCHW (B = 1).  Lanes past B stay 0. */
 #define LANE(B, i, l) ((B) == 1 ? (int)((i) & 15) : (l))
@@ -147,15 +149,19 @@ static inline __attribute__((always_inline)) void fwd_blk(const fwd_job *j, cons
     const double M = (double)(N * S);
     for (int64_t cb = 0; cb < CB; cb++) {
         float m[MAXB], a[MAXB], b[MAXB];
-        double s1[MAXB] = {0}, s2[MAXB] = {0};
-        if (!j->global) {
+        double mu[MAXB], va[MAXB];
+        if (!j->global && B > 1) { /* ops_bn.c's blocked kernel's statistics */
+            fl__bn_blk_stats(j->x, N, CB, cb, S, B, mu, va);
+        } else if (!j->global) { /* plain: as ops_bn.c's bn_fwd_range */
+            double s1[MAXB] = {0}, s2[MAXB] = {0};
             stat_sums(j, cb, B, NULL, s1);
             for (int l = 0; l < B; l++) m[l] = (float)(s1[l] / M);
             stat_sums(j, cb, B, m, s2);
+            for (int l = 0; l < B; l++) mu[l] = s1[l] / M, va[l] = s2[l] / M;
         }
         for (int l = 0; l < B; l++) {
             const int64_t ch = cb * B + l;
-            const double mean = j->global ? j->mean_in[ch] : s1[l] / M, var = j->global ? j->var_in[ch] : s2[l] / M;
+            const double mean = j->global ? j->mean_in[ch] : mu[l], var = j->global ? j->var_in[ch] : va[l];
             const float inv = (float)(1.0 / sqrt(var + j->eps));
             j->smd[ch] = (float)mean;
             j->svd[ch] = inv;
