@@ -31,7 +31,7 @@ static int reader_ok(const fl_op *op, int s)
 {
     const char *t = op->def->type;
     if (s != 5) return 0;
-    if (!strcmp(t, "fused_bn_add_activation")) return op->role == FL_ROLE_FORWARD; /* Z */
+    if (!strcmp(t, "fused_bn_add_activation")) return op->role == FL_ROLE_FORWARD;      /* Z */
     return !strcmp(t, "batch_norm_grad") || !strcmp(t, "fused_bn_add_activation_grad"); /* Y, the relu's mask */
 }
 

@@ -28,7 +28,7 @@
 enum { CHUNK = FL_BN_CHUNK, MAXB = FL_BN_MAXB };
 /* The float accumulator of channel lane l at position i: the lane itself in channel blocks,
  * one of 16 over the positions in plain NCHW (B = 1).  Lanes past B stay 0. */
-#define LANE(B, i, l) ((B) == 1 ? (int)((i) & 15) : (l))
+#define LANE(B, i, l) ((B) == 1 ? (int)((i)&15) : (l))
 
 fl_dtype fl__bn_out_dtype(const fl_op *op)
 {
@@ -102,9 +102,8 @@ typedef struct {
 
 /* Y = act(X * a + b (+ Z)) over the S positions of one image's channel block at offset at;
  * zk: no Z (0), float32 Z (1), bfloat16 Z (2). */
-static inline __attribute__((always_inline)) void norm_rows(const fwd_job *j, int64_t at, const float *a,
-                                                            const float *b, const int B, const int zk,
-                                                            const int relu, const int yb)
+static inline __attribute__((always_inline)) void norm_rows(const fwd_job *j, int64_t at, const float *a, const float *b,
+                                                            const int B, const int zk, const int relu, const int yb)
 {
     const float *restrict r = j->x + at;
     const float *restrict zf = zk == 1 ? (const float *)j->z + at : NULL;
@@ -327,8 +326,7 @@ int fl__run_batch_norm_grad_bf16(fl_kctx *c)
                        c->op->def->type, fl__kctx_var_name(c, 5, 0));
     if (dyt->numel != x->numel)
         return fl__err(FL_EINVAL, "%s: gradient '%s' has %lld elements, input '%s' %lld", c->op->def->type,
-                       fl__kctx_var_name(c, 4, 0), (long long)dyt->numel, fl__kctx_var_name(c, 0, 0),
-                       (long long)x->numel);
+                       fl__kctx_var_name(c, 4, 0), (long long)dyt->numel, fl__kctx_var_name(c, 0, 0), (long long)x->numel);
     FL_CHECK(like_x(c, 5, x, "Y")); /* dy and Y read in X's layout */
     FL_CHECK(fl__tensor_to_layout(dyt, x->layout));
     fl_tensor *yt = FL_IN(c, 5), *dz = fused ? FL_OUT(c, 3) : NULL;
