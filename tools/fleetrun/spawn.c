@@ -149,6 +149,9 @@ static int own_env(const proc_t *p, char **own)
     own[m++] = fr_fmt("PADDLE_RESTART_COUNT=%d", J.restart);
     own[m++] = fr_fmt("PADDLE_JOB_ID=%s", J.job_id);
     if (J.log_level) own[m++] = fr_fmt("FLEET_LOG_LEVEL=%s", J.log_level);
+    /* OpenMP's (oneDNN's) idle team threads sleep instead of spinning against the node's
+     * other processes, unless the user chose a policy (docs/fleetrun.md) */
+    if (!getenv("OMP_WAIT_POLICY")) own[m++] = fr_fmt("OMP_WAIT_POLICY=passive");
     own[m++] = J.secret_env;
     return m;
 }
