@@ -112,10 +112,10 @@ static inline void start(run_t *r, const char *const *env, const char *const *ar
     fflush(NULL);
     r->pid = fork();
     if (r->pid == 0) {
-        static const char *const drop[] = {
-            "FLEET_JOB_SECRET", "FLEET_JOB_SECRET_FILE",  "POD_IP",          "FLAGS_START_PORT",     "PADDLE_TRAINER_ID",
-            "TRAINING_ROLE",    "FLEET_ALLOW_NO_DEVICES", "FLEET_LOG_LEVEL", "PADDLE_RESTART_COUNT", "PADDLE_JOB_ID",
-            "OMP_WAIT_POLICY"};
+        static const char *const drop[] = {"FLEET_JOB_SECRET",       "FLEET_JOB_SECRET_FILE", "POD_IP",
+                                           "FLAGS_START_PORT",       "PADDLE_TRAINER_ID",     "TRAINING_ROLE",
+                                           "FLEET_ALLOW_NO_DEVICES", "FLEET_LOG_LEVEL",       "PADDLE_RESTART_COUNT",
+                                           "PADDLE_JOB_ID",          "OMP_WAIT_POLICY"};
         if (chdir(r->dir) != 0) _exit(126);
         int fd = open("out.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644), nul = open("/dev/null", O_RDONLY);
         dup2(nul, 0), dup2(fd, 1), dup2(fd, 2);
