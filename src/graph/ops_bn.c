@@ -101,8 +101,7 @@ static int infer_batch_norm(fl_op *op)
     return FL_OK;
 }
 
-/* Run-time layout [N, C, S] of X, with Scale .. Variance checked to hold C values. */
-static int bn_dims(fl_kctx *c, int64_t *n, int64_t *ch, int64_t *s, int nparam)
+int fl__bn_dims(fl_kctx *c, int64_t *n, int64_t *ch, int64_t *s, int nparam)
 {
     FL_CHECK(fl__kctx_dense_f32(c, 0));
     const fl_tensor *x = FL_IN(c, 0);
@@ -244,7 +243,7 @@ static int run_batch_norm(fl_kctx *c)
 {
     if (fl__bn_bf16_fwd_wanted(c)) return fl__run_batch_norm_bf16(c); /* AMP: Y or Z in bfloat16 */
     int64_t N, C, S;
-    FL_CHECK(bn_dims(c, &N, &C, &S, 4));
+    FL_CHECK(fl__bn_dims(c, &N, &C, &S, 4));
     fl_tensor *x = FL_IN(c, 0), *y = FL_OUT(c, 0);
     const float *scale = FL_IN(c, 1)->data, *bias = FL_IN(c, 2)->data;
     const float *mean_in = FL_IN(c, 3)->data, *var_in = FL_IN(c, 4)->data;
@@ -401,7 +400,7 @@ static int run_batch_norm_grad(fl_kctx *c)
 {
     if (fl__bn_bf16_grad_wanted(c)) return fl__run_batch_norm_grad_bf16(c); /* AMP: a bfloat16 Y */
     int64_t N, C, S;
-    FL_CHECK(bn_dims(c, &N, &C, &S, 3));
+    FL_CHECK(fl__bn_dims(c, &N, &C, &S, 3));
     FL_CHECK(fl__kctx_dense_f32(c, 4));
     fl_tensor *x = FL_IN(c, 0), *dyt = FL_IN(c, 4), *dx = FL_OUT(c, 0), *ds = FL_OUT(c, 1), *db = FL_OUT(c, 2);
     if (dyt->numel != x->numel)

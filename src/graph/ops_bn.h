@@ -1,7 +1,7 @@
 /*
- * ops_bn.h - the batch_norm statistics of one channel block, shared by the float32 kernels
- * (ops_bn.c) and the bfloat16-output ones (ops_bn_bf16.c), so that both normalise with the
- * same mean and variance to the last bit.
+ * ops_bn.h - what batch_norm's float32 kernels (ops_bn.c) and its bfloat16-output ones
+ * (ops_bn_bf16.c) share: the run-time checks of X and the parameters, and the statistics of
+ * one channel block, so that both normalise with the same mean and variance to the last bit.
  *
  * X in channel blocks of B (nChw16c / nChw8c, layout.h): element (n, c, s) at
  * ((n * C/B + c/B) * S + s) * B + c%B; the B channels of a block are the vector lanes.  One
@@ -14,6 +14,13 @@
 
 #include <stdint.h>
 #include <string.h>
+
+#include "graph_internal.h"
+
+/* Run-time layout [N, C, S] of batch_norm's X (input 0, float32, rank 2 to 5), with inputs 1 ..
+ * nparam (Scale .. Variance) checked to be float32 with C values; the error names the op and
+ * the variables. */
+int fl__bn_dims(fl_kctx *c, int64_t *n, int64_t *ch, int64_t *s, int nparam);
 
 enum { FL_BN_CHUNK = 256, FL_BN_MAXB = 16 };
 

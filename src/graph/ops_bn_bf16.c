@@ -50,25 +50,6 @@ int fl__bn_bf16_grad_wanted(const fl_kctx *c)
     return y && y->dtype == FL_BFLOAT16;
 }
 
-/* X [N, C, S] float32 with Scale .. (nparam of them) float32 [C]. */
-static int dims(fl_kctx *c, int64_t *n, int64_t *ch, int64_t *s, int nparam)
-{
-    FL_CHECK(fl__kctx_dense_f32(c, 0));
-    const fl_tensor *x = FL_IN(c, 0);
-    if (x->ndim < 2 || x->ndim > 5)
-        return fl__err(FL_EINVAL, "%s: input '%s' must have rank 2 to 5, has %d", c->op->def->type,
-                       fl__kctx_var_name(c, 0, 0), x->ndim);
-    *n = x->shape[0], *ch = x->shape[1], *s = fl__dims_prod(x->shape, 2, x->ndim);
-    for (int k = 1; k <= nparam; k++) {
-        FL_CHECK(fl__kctx_dense_f32(c, k));
-        if (FL_IN(c, k)->numel != *ch)
-            return fl__err(FL_EINVAL, "%s: '%s' has %lld values, input '%s' has %lld channels", c->op->def->type,
-                           fl__kctx_var_name(c, k, 0), (long long)FL_IN(c, k)->numel, fl__kctx_var_name(c, 0, 0),
-                           (long long)*ch);
-    }
-    return FL_OK;
-}
-
 /* Input slot `slot`: float32 or bfloat16 with X's shape, in X's layout (X goes plain instead
  * when t is a persistable, which is never converted). */
 static int like_x(fl_kctx *c, int slot, fl_tensor *x, const char *what)
@@ -189,7 +170,7 @@ static FL_CLONE_TARGETS void fwd_plain(const fwd_job *j) { fwd_blk(j, 1); }
 int fl__run_batch_norm_bf16(fl_kctx *c)
 {
     int64_t N, C, S;
-    FL_CHECK(dims(c, &N, &C, &S, 4));
+    FL_CHECK(fl__bn_dims(c, &N, &C, &S, 4));
     fl_tensor *x = FL_IN(c, 0), *y = FL_OUT(c, 0), *z = NULL;
     const int fused = is_fused(c);
     if (fused) {
@@ -317,7 +298,7 @@ static FL_CLONE_TARGETS void grad_plain(const grad_job *j) { grad_blk(j, 1); }
 int fl__run_batch_norm_grad_bf16(fl_kctx *c)
 {
     int64_t N, C, S;
-    FL_CHECK(dims(c, &N, &C, &S, 3));
+    FL_CHECK(fl__bn_dims(c, &N, &C, &S, 3));
     FL_CHECK(fl__kctx_dense_f32(c, 4));
     fl_tensor *x = FL_IN(c, 0), *dyt = FL_IN(c, 4), *dx = FL_OUT(c, 0), *ds = FL_OUT(c, 1), *db = FL_OUT(c, 2);
     const int fused = !strcmp(c->op->def->type, "fused_bn_add_activation_grad");
