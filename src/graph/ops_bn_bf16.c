@@ -123,11 +123,12 @@ static inline __attribute__((always_inline)) void stat_sums(const fwd_job *j, in
     }
 }
 
-static inline __attribute__((always_inline)) void fwd_blk(const fwd_job *j, const int B)
+/* Channel blocks [cb0, cb1), each on its own (a split over the threads gives the same values). */
+static inline __attribute__((always_inline)) void fwd_blk(const fwd_job *j, int64_t cb0, int64_t cb1, const int B)
 {
     const int64_t N = j->N, C = j->C, S = j->S, CB = C / B;
     const double M = (double)(N * S);
-    for (int64_t cb = 0; cb < CB; cb++) {
+    for (int64_t cb = cb0; cb < cb1; cb++) {
         float m[MAXB], a[MAXB], b[MAXB];
         double mu[MAXB], va[MAXB];
         if (!j->global && B > 1) { /* ops_bn.c's blocked kernel's statistics */
@@ -163,9 +164,9 @@ static inline __attribute__((always_inline)) void fwd_blk(const fwd_job *j, cons
         }
     }
 }
-static FL_CLONE_TARGETS void fwd_blk16(const fwd_job *j) { fwd_blk(j, 16); }
-static FL_CLONE_TARGETS void fwd_blk8(const fwd_job *j) { fwd_blk(j, 8); }
-static FL_CLONE_TARGETS void fwd_plain(const fwd_job *j) { fwd_blk(j, 1); }
+static FL_CLONE_TARGETS void fwd_blk16(void *j, int64_t lo, int64_t hi) { fwd_blk(j, lo, hi, 16); }
+static FL_CLONE_TARGETS void fwd_blk8(void *j, int64_t lo, int64_t hi) { fwd_blk(j, lo, hi, 8); }
+static FL_CLONE_TARGETS void fwd_plain(void *j, int64_t lo, int64_t hi) { fwd_blk(j, lo, hi, 1); }
 
 int fl__run_batch_norm_bf16(fl_kctx *c)
 {
@@ -209,10 +210,10 @@ int fl__run_batch_norm_bf16(fl_kctx *c)
                  .svd = sv->data,
                  .eps = (float)fl__attr_f(c->op, "epsilon", 1e-5),
                  .mom = (float)fl__attr_f(c->op, "momentum", 0.9)};
-    const int B = fl__layout_block(x->layout);
-    if (B == 16) fwd_blk16(&j);
-    else if (B == 8) fwd_blk8(&j);
-    else fwd_plain(&j);
+    /* channel blocks (channels when plain) split over the threads, as ops_bn.c's kernels */
+    const int B = fl__layout_block(x->layout) > 1 ? fl__layout_block(x->layout) : 1;
+    const int64_t bytes = N * S * (4 + 2 + (j.z ? 4 : 0)) * (int64_t)B; /* per block: X, Y, Z */
+    fl__parallel_for(C / B, 1, bytes, B == 16 ? fwd_blk16 : B == 8 ? fwd_blk8 : fwd_plain, &j);
     return fl__tensor_set_layout(y, x->layout);
 }
 
@@ -226,11 +227,12 @@ typedef struct {
     int global;
 } grad_job;
 
-static inline __attribute__((always_inline)) void grad_blk(const grad_job *j, const int B)
+/* Channel blocks [cb0, cb1), as fwd_blk. */
+static inline __attribute__((always_inline)) void grad_blk(const grad_job *j, int64_t cb0, int64_t cb1, const int B)
 {
     const int64_t N = j->N, C = j->C, S = j->S, CB = C / B;
     const double M = (double)(N * S);
-    for (int64_t cb = 0; cb < CB; cb++) {
+    for (int64_t cb = cb0; cb < cb1; cb++) {
         const int64_t c0 = cb * B;
         float m[MAXB], iv[MAXB], k[MAXB], kb[MAXB], ks[MAXB];
         double sb[MAXB] = {0}, ss[MAXB] = {0};
@@ -288,9 +290,9 @@ static inline __attribute__((always_inline)) void grad_blk(const grad_job *j, co
         }
     }
 }
-static FL_CLONE_TARGETS void grad_blk16(const grad_job *j) { grad_blk(j, 16); }
-static FL_CLONE_TARGETS void grad_blk8(const grad_job *j) { grad_blk(j, 8); }
-static FL_CLONE_TARGETS void grad_plain(const grad_job *j) { grad_blk(j, 1); }
+static FL_CLONE_TARGETS void grad_blk16(void *j, int64_t lo, int64_t hi) { grad_blk(j, lo, hi, 16); }
+static FL_CLONE_TARGETS void grad_blk8(void *j, int64_t lo, int64_t hi) { grad_blk(j, lo, hi, 8); }
+static FL_CLONE_TARGETS void grad_plain(void *j, int64_t lo, int64_t hi) { grad_blk(j, lo, hi, 1); }
 
 /* batch_norm_grad (fuse_with_relu) and fused_bn_add_activation_grad on a bfloat16 Y: inputs
  * X, Scale, SavedMean, SavedVariance, Y@GRAD (float32), Y; outputs X@GRAD, Scale@GRAD,
@@ -335,10 +337,9 @@ int fl__run_batch_norm_grad_bf16(fl_kctx *c)
                   .db = db ? db->data : NULL,
                   .dz = dz ? dz->data : NULL,
                   .global = fl__attr_i(c->op, "is_test", 0) || fl__attr_i(c->op, "use_global_stats", 0)};
-    const int B = fl__layout_block(x->layout);
-    if (B == 16) grad_blk16(&j);
-    else if (B == 8) grad_blk8(&j);
-    else grad_plain(&j);
+    const int B = fl__layout_block(x->layout) > 1 ? fl__layout_block(x->layout) : 1;
+    const int64_t bytes = N * S * (4 + 4 + 2 + 4 + (j.dz ? 4 : 0)) * (int64_t)B; /* per block: X, dY, Y, dX, dZ */
+    fl__parallel_for(C / B, 1, bytes, B == 16 ? grad_blk16 : B == 8 ? grad_blk8 : grad_plain, &j);
     if (dz) FL_CHECK(fl__tensor_set_layout(dz, x->layout));
     return dx ? fl__tensor_set_layout(dx, x->layout) : FL_OK;
 }
