@@ -359,14 +359,7 @@ static inline __attribute__((always_inline)) void bn_grad_blk(const bn_grad_job 
                 else BN_GRAD_SUMS(g[q]);
             }
         }
-        for (int l = 0; l < B; l++) {
-            ss[l] *= iv[l];
-            if (j->ds) j->ds[c0 + l] = (float)ss[l];
-            if (j->db) j->db[c0 + l] = (float)sb[l];
-            k[l] = j->scale[c0 + l] * iv[l];
-            kb[l] = j->global || M == 0 ? 0.0f : (float)(sb[l] / M);
-            ks[l] = j->global || M == 0 ? 0.0f : (float)(ss[l] / M);
-        }
+        fl__bn_grad_coefs(B, c0, M, j->global, j->scale, iv, sb, ss, j->ds, j->db, k, kb, ks);
         if (!j->dx) continue;
         for (int64_t n = 0; n < N; n++) {
             const int64_t at = (n * CB + cb) * S * B;

@@ -71,4 +71,23 @@ static inline __attribute__((always_inline)) void fl__bn_blk_stats(const float *
     }
 }
 
+/* The gradient's coefficients of the B channels from c0, from their sums sb (of dY) and ss (of
+ * dY * (X - mean), multiplied here by the inverse std iv): Scale@GRAD ds and Bias@GRAD db (NULL:
+ * not wanted), and k, kb, ks of dX = k * (dY - kb - (X - mean) * iv * ks) over M = N*S values
+ * (kb = ks = 0 on global statistics). */
+static inline __attribute__((always_inline)) void fl__bn_grad_coefs(const int B, int64_t c0, double M, int global,
+                                                                    const float *scale, const float *iv, const double *sb,
+                                                                    double *ss, float *ds, float *db, float *k, float *kb,
+                                                                    float *ks)
+{
+    for (int l = 0; l < B; l++) {
+        ss[l] *= iv[l];
+        if (ds) ds[c0 + l] = (float)ss[l];
+        if (db) db[c0 + l] = (float)sb[l];
+        k[l] = scale[c0 + l] * iv[l];
+        kb[l] = global || M == 0 ? 0.0f : (float)(sb[l] / M);
+        ks[l] = global || M == 0 ? 0.0f : (float)(ss[l] / M);
+    }
+}
+
 #endif
