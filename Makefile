@@ -48,6 +48,12 @@ ifeq ($(DNNL),1)
 DNNL_LIBS := $(shell pkg-config --exists dnnl 2>/dev/null && pkg-config --libs dnnl || echo -ldnnl) -lgomp
 CFLAGS   += -DFL_HAVE_DNNL $(shell pkg-config --cflags dnnl 2>/dev/null)
 LDLIBS   += $(DNNL_LIBS)
+# Our own two-thread jobs run on the same OpenMP team as oneDNN's primitives
+# (src/tensor/parallel.c); the TSan build keeps them on parallel.c's own helper thread, as
+# libgomp is not instrumented.
+ifeq ($(findstring thread,$(SAN)),)
+PAR_CFLAGS := -fopenmp
+endif
 endif
 
 # RocksDB, optional: when pkg-config finds rocksdb (Debian: librocksdb-dev) sparse tables
@@ -107,6 +113,8 @@ $(BUILD)/%.o: %.c $(HEADERS) $(wildcard src/*/*.h src/*/*/*.h) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@$(if $(V),,echo "  CC      $<")
 	$(Q)$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/src/tensor/parallel.o: CFLAGS += $(PAR_CFLAGS)
 
 $(BUILD)/libfleet.a: $(LIB_OBJ)
 	@rm -f $@

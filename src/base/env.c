@@ -4,9 +4,10 @@
  *
  *   FLEET_LOG_LEVEL    error|warn|info|debug|trace (default warn)
  *   FLEET_LOG_SUBSYS   comma list of subsystems, "all", ^name excludes (default all)
- *   FLEET_NUM_THREADS  1 or 2: threads for large matrix products (default 1; see
- *                      src/tensor/parallel.c); oneDNN's threads as well (1 inside
- *                      Hogwild trainer threads; src/tensor/dnn.c)
+ *   FLEET_NUM_THREADS  1 or 2: threads for large matrix products and our per-channel and
+ *                      elementwise kernels (default 1; see src/tensor/parallel.c: on
+ *                      OpenMP's team in a build with oneDNN); oneDNN's threads as well (1
+ *                      inside Hogwild trainer threads; src/tensor/dnn.c)
  *   FLEET_GEMM         auto|dnnl|openblas: library of the matrix products of fc and
  *                      mul_grad (default auto: oneDNN when the build has it, else
  *                      OpenBLAS; dnnl in a build without oneDNN is an error; src/tensor/dnn.c)

@@ -1,19 +1,27 @@
 /*
- * parallel.c - the one helper thread that splits our own work over FLEET_NUM_THREADS=2:
- * large sgemm calls and the parallel-for of the elementwise and per-channel kernels.
+ * parallel.c - the one team that splits our own work over FLEET_NUM_THREADS=2: large sgemm
+ * calls and the parallel-for of the elementwise and per-channel kernels.
  *
- * OpenBLAS's own threads cost about 30 us to wake on this kind of machine and split
- * small matrices poorly; a training step of a small model is a chain of 100-500 us
- * GEMMs.  With FLEET_NUM_THREADS=2 one helper thread takes half of the rows of C of each
- * sgemm of at least 2^20 multiply-adds, or chunks of a fl__parallel_for range; it
- * spins for a short while after each job (so the next job of the step starts at once) and
- * then sleeps on a condition variable.  OpenBLAS is then kept single-threaded.  When the
- * helper is busy (another thread of the process is using it) a call simply runs on its own
- * thread.  Default FLEET_NUM_THREADS=1: no helper, OpenBLAS threads as configured by the user.
+ * Two ways to run it, one per build, chosen here and nowhere else:
+ * - OpenMP (a build with oneDNN, whose primitives run on libgomp's team: this file is then
+ *   compiled with -fopenmp).  Our jobs run as parallel regions of 2 threads on the same
+ *   team, so the worker that waits after a convolution is the one that takes half of the
+ *   next batch_norm: one set of threads for the whole step, and no second thread competing
+ *   with a spinning OpenMP worker for the cores.
+ * - A helper thread of our own (builds without OpenMP, and the TSan build, whose libgomp is
+ *   not instrumented).  OpenBLAS's own threads cost about 30 us to wake on this kind of
+ *   machine and split small matrices poorly; a training step of a small model is a chain of
+ *   100-500 us GEMMs.  The helper spins for a short while after each job (so the next job of
+ *   the step starts at once) and then sleeps on a condition variable.
+ * Either way, a job is a range of indices cut into chunks that the threads claim one at a
+ * time, so a thread that starts late, or that another process keeps off its core, takes
+ * fewer chunks instead of holding the others up; each index is computed by one thread in the
+ * same order whichever thread it is.  OpenBLAS is kept single-threaded.  When the team is
+ * busy (another thread of the process is using it) a call simply runs on its own thread.
+ * Default FLEET_NUM_THREADS=1: no team, OpenBLAS threads as configured by the user.
  *
- * The spin after a parallel-for job is shorter than after a GEMM: in a convolution network
- * the next op is often a oneDNN primitive whose OpenMP team wants both cores, and a helper
- * spinning meanwhile would take one of them.
+ * The helper's spin after a parallel-for job is shorter than after a GEMM: in a convolution
+ * network the next op is often a oneDNN primitive whose OpenMP team wants both cores.
  */
 #include <cblas.h>
 #include <pthread.h>
@@ -51,12 +59,13 @@ static struct {
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    atomic_int busy;     /* a caller owns the helper */
+    int omp;             /* the jobs run as OpenMP parallel regions (no helper thread) */
+    atomic_int busy;     /* a caller owns the team */
     atomic_int state;    /* 0 idle, 1 job posted, 3 helper on it, 2 helper done with it */
     atomic_int sleeping; /* helper waits on cv */
     par_job *job;        /* the posted job */
     uint64_t spin_ns;    /* how long the helper spins after it */
-} pool = {PTHREAD_ONCE_INIT, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, 0};
+} pool = {PTHREAD_ONCE_INIT, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL, 0};
 
 static void run_gemm(const gemm_job *j)
 {
@@ -125,6 +134,12 @@ static void pool_init(void)
         n = 1;
     }
     if (n < 2) return;
+#ifdef _OPENMP
+    pool.omp = 1;
+    openblas_set_num_threads(1);
+    pool.enabled = 1;
+    return;
+#endif
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
@@ -144,9 +159,18 @@ static int helper_take(void)
     return atomic_compare_exchange_strong(&pool.busy, &expected, 1);
 }
 
-/* Runs j's chunks on the calling thread and the taken helper, and gives the helper back. */
+/* Runs j's chunks on the calling thread and the taken helper (or OpenMP's second thread),
+ * and gives the team back. */
 static void helper_run(par_job *j, uint64_t spin_ns)
 {
+#ifdef _OPENMP
+    if (pool.omp) {
+#pragma omp parallel num_threads(2)
+        run_claims(j);
+        atomic_store(&pool.busy, 0);
+        return;
+    }
+#endif
     pool.job = j, pool.spin_ns = spin_ns;
     atomic_store(&pool.state, 1);
     if (atomic_load(&pool.sleeping)) {
