@@ -1,5 +1,5 @@
 /* test_amp_bn.c - bf16 AMP's normalisations writing bfloat16 (src/graph/amp_bn.c, kernels in
- * src/graph/ops_bn_bf16.c): the program loses the casts after batch_norm and the block ends
+ * src/graph/ops_bn.c): the program loses the casts after batch_norm and the block ends
  * and their Y is bfloat16; one training step (the forward loss, the filters after the update,
  * which every batch_norm gradient feeds) agrees within bf16 tolerance with the program that
  * keeps the casts, with the batch_norm ops alone rewritten (FLEET_AMP_BN_BF16=2) and with the

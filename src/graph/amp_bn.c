@@ -6,7 +6,7 @@
  * (fused_bn_add_activation, made by append_backward's fusion), so each step Y is written in
  * float32, read by the cast, and written again in bfloat16.  Here, once the backward ops
  * exist (amp_scaling.c's hook after backward), such a Y is written in bfloat16 by the
- * normalisation itself (attribute out_dtype, kernels in ops_bn_bf16.c: the same rounded
+ * normalisation itself (attribute out_dtype, ops_bn.c's kernels in their bf16 form: the same rounded
  * values) and the cast op and its output go: the convolutions and their gradient ops read Y.
  * As oneDNN's and PyTorch's bf16 models do, the statistics and every gradient stay float32.
  *

@@ -1,6 +1,6 @@
 /*
  * ops_bn.h - what batch_norm's float32 kernels (ops_bn.c) and its bfloat16-output ones
- * (ops_bn_bf16.c) share: the run-time checks of X and the parameters, and the statistics of
+ * (Y written in bfloat16) share: the run-time checks of X and the parameters, and the statistics of
  * one channel block, so that both normalise with the same mean and variance to the last bit.
  *
  * X in channel blocks of B (nChw16c / nChw8c, layout.h): element (n, c, s) at
