@@ -15,7 +15,7 @@
 #include "fleet/models.h"
 
 enum { N = 4, STEPS = 4, NF = 3 };
-static int steps = 1;              /* steps trained */
+static int steps = 1;             /* steps trained */
 static const char *dx_mode = "1"; /* FLEET_AMP_BN_DX_BF16 */
 
 typedef struct {

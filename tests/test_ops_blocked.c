@@ -268,8 +268,7 @@ static void bn_run(int fused, int layout, int threads, int bf, const fl_tensor *
                     FL_IO1("Y", yv)};
     fl_io gout[4] = {FL_IO1("X@GRAD", gx), FL_IO1("Scale@GRAD", gs), FL_IO1("Bias@GRAD", gb), FL_IO1("Z@GRAD", gz)};
     if (bf) CHECK_OK(fl__attr_set_i(fwd, "out_dtype", FL_BFLOAT16));
-    fl_op *bwd = grad_op(p, fwd, fused ? "fused_bn_add_activation_grad" : "batch_norm_grad", gin, 6, gout,
-                               fused ? 4 : 3);
+    fl_op *bwd = grad_op(p, fwd, fused ? "fused_bn_add_activation_grad" : "batch_norm_grad", gin, 6, gout, fused ? 4 : 3);
 
     fl_tensor *scale = randt(1, &C, 7, 1.0f, 0.5f), *bias = randt(1, &C, 8, 0.0f, 0.5f);
     memset(r, 0, sizeof *r);

@@ -135,8 +135,7 @@ static int amp_bn_dx_bf16(fl_prog *p)
     }
     if (done) {
         p->version++;
-        FL_DEBUG(FL_SUB_GRAPH, "AMP: %d batch_norm_grad / fused_bn_add_activation_grad ops write X@GRAD in bfloat16",
-                 done);
+        FL_DEBUG(FL_SUB_GRAPH, "AMP: %d batch_norm_grad / fused_bn_add_activation_grad ops write X@GRAD in bfloat16", done);
     }
     return done;
 }

@@ -246,8 +246,7 @@ static int bn_like_x(fl_kctx *c, int slot, fl_tensor *x, const char *what)
         if (t) fl_tensor_describe(t, ts, sizeof ts);
         fl_tensor_describe(x, xs, sizeof xs);
         return fl__err(FL_EINVAL, "%s: %s '%s' %s must be float32 or bfloat16 with the shape of X '%s' %s",
-                       c->op->def->type, what, t ? fl__kctx_var_name(c, slot, 0) : "", ts, fl__kctx_var_name(c, 0, 0),
-                       xs);
+                       c->op->def->type, what, t ? fl__kctx_var_name(c, slot, 0) : "", ts, fl__kctx_var_name(c, 0, 0), xs);
     }
     if (t->layout == x->layout) return FL_OK;
     if (c->op->in[slot].vars[0]->persistable) return fl__tensor_to_plain(x);
@@ -287,8 +286,24 @@ static int run_batch_norm(fl_kctx *c)
     FL_CHECK(fl__tensor_reshape_raw(vo, FL_FLOAT32, FL_IN(c, 4)->ndim, FL_IN(c, 4)->shape));
     FL_CHECK(fl__tensor_reshape_raw(sm, FL_FLOAT32, 1, &C));
     FL_CHECK(fl__tensor_reshape_raw(sv, FL_FLOAT32, 1, &C));
-    bn_fwd_job j = {N,        C,        S,        x->data,  y->data, scale, bias,   mean_in, var_in,
-                    mo->data, vo->data, sm->data, sv->data, eps,     mom,   global, relu,    z ? z->data : NULL,
+    bn_fwd_job j = {N,
+                    C,
+                    S,
+                    x->data,
+                    y->data,
+                    scale,
+                    bias,
+                    mean_in,
+                    var_in,
+                    mo->data,
+                    vo->data,
+                    sm->data,
+                    sv->data,
+                    eps,
+                    mom,
+                    global,
+                    relu,
+                    z ? z->data : NULL,
                     z && z->dtype == FL_BFLOAT16};
     /* channels (channel blocks) split over the threads: each one's values do not depend on the split */
     const int B = bn_lanes(x);
@@ -313,8 +328,8 @@ typedef struct {
  * Y > 0 (yk 1: float32 Y, 2: bfloat16) or as it is (yk 0). */
 static inline __attribute__((always_inline)) void bn_grad_rows(const bn_grad_job *j, int64_t at, const float *g0,
                                                                const float *m, const float *iv, const float *k,
-                                                               const float *kb, const float *ks, const int B,
-                                                               const int yk, const int dxb)
+                                                               const float *kb, const float *ks, const int B, const int yk,
+                                                               const int dxb)
 {
     const int yb = yk == 2;
     const float *restrict r = j->x + at, *restrict g = g0 + at;
@@ -369,8 +384,7 @@ static inline __attribute__((always_inline)) void bn_grad_blk(const bn_grad_job 
                 for (int64_t i = 0; i < S; i++) dz[i] = BN_YPOS(i) ? g[i] : 0.0f;
                 lane_grad_sums(r, dz, NULL, yb, S, m[0], &sb[0], &ss[0]);
             } else if (B == 1) {
-                lane_grad_sums(r, g, j->y ? (yb ? (const void *)yh : (const void *)yf) : NULL, yb, S, m[0], &sb[0],
-                               &ss[0]);
+                lane_grad_sums(r, g, j->y ? (yb ? (const void *)yh : (const void *)yf) : NULL, yb, S, m[0], &sb[0], &ss[0]);
             } else {
                 for (int64_t s0 = 0; s0 < S; s0 += CHUNK) {
                     const int64_t e = S - s0 < CHUNK ? S : s0 + CHUNK;
@@ -429,7 +443,7 @@ static int run_batch_norm_grad(fl_kctx *c)
         return fl__err(FL_EINVAL, "%s: gradient '%s' has %lld elements, input '%s' %lld", c->op->def->type,
                        fl__kctx_var_name(c, 4, 0), (long long)dyt->numel, fl__kctx_var_name(c, 0, 0), (long long)x->numel);
     int global = fl__attr_i(c->op, "is_test", 0) || fl__attr_i(c->op, "use_global_stats", 0);
-    FL_CHECK(fl__tensor_to_layout(dyt, x->layout)); /* dy and Y read in X's layout */
+    FL_CHECK(fl__tensor_to_layout(dyt, x->layout));                 /* dy and Y read in X's layout */
     const int fused = c->op->def == &fl__def_fused_bn_add_act_grad; /* relu always, and Z@GRAD */
     fl_tensor *yt = NULL, *dz = fused ? FL_OUT(c, 3) : NULL;
     if (fused || fl__attr_i(c->op, "fuse_with_relu", 0)) { /* Y, whose zeros stop the gradient */

@@ -399,8 +399,7 @@ static int bias_grad(fl_kctx *c, const conv_geo *g, fl_tensor *db)
     float *bd = db->data;
     for (int64_t m = 0; m < g->m; m++) {
         double s = 0.0;
-        for (int64_t n = 0; n < g->n; n++)
-            s += fl__conv_lane_sum(dyd + (n * g->m + m) * g->ohw, g->ohw);
+        for (int64_t n = 0; n < g->n; n++) s += fl__conv_lane_sum(dyd + (n * g->m + m) * g->ohw, g->ohw);
         bd[m] = (float)s;
     }
     return FL_OK;
