@@ -347,19 +347,49 @@ static inline __attribute__((always_inline)) void bn_grad_rows(const bn_grad_job
         }
 }
 
-/* The sums over one block's CHUNK positions [s0, e) in float lanes, then added in double. */
-#define BN_GRAD_SUMS(G)                                             \
-    do {                                                            \
-        float ab[MAXB] = {0}, as[MAXB] = {0};                       \
-        for (int64_t i = s0; i < e; i++)                            \
-            for (int l = 0; l < B; l++) {                           \
-                const int64_t q = i * B + l;                        \
-                const float gv = (G);                               \
-                ab[l] += gv;                                        \
-                as[l] += gv * (r[q] - m[l]);                        \
-            }                                                       \
-        for (int l = 0; l < B; l++) sb[l] += ab[l], ss[l] += as[l]; \
-    } while (0)
+/* The sums over one image's block at CHUNK positions [s0, e), in one GCC vector of B float
+ * lanes (as ops_bn.h's BN_SHIFT_SUMS: the accumulators stay in registers whatever the dtype
+ * of Y, where loops over lane arrays left a bfloat16 Y's to the stack), then added into sb and
+ * ss in double: g = dy masked by Y > 0 (yk 1: float32 Y, 2: bfloat16; 0: dy as it is), also
+ * written to dz with wdz. */
+#define BN_GRAD_VSUMS(NAME, B)                                                                                       \
+    static inline __attribute__((always_inline)) void NAME(const float *restrict r, const float *restrict g,         \
+                                                           const void *y, float *restrict dz, int64_t s0, int64_t e, \
+                                                           const float *m, const int yk, const int wdz, double *sb,  \
+                                                           double *ss)                                               \
+    {                                                                                                                \
+        typedef float vf __attribute__((vector_size((B) * sizeof(float))));                                         \
+        typedef int32_t vi __attribute__((vector_size((B) * sizeof(float))));                                       \
+        typedef uint32_t vu __attribute__((vector_size((B) * sizeof(float))));                                      \
+        typedef uint16_t vh __attribute__((vector_size((B) * sizeof(uint16_t))));                                   \
+        const vf zero = {0};                                                                                         \
+        vf mv, ab = {0}, as = {0};                                                                                   \
+        memcpy(&mv, m, sizeof mv);                                                                                   \
+        for (int64_t i = s0; i < e; i++) {                                                                           \
+            vf gv, x, yv;                                                                                            \
+            memcpy(&gv, g + i * (B), sizeof gv);                                                                     \
+            memcpy(&x, r + i * (B), sizeof x);                                                                       \
+            if (yk == 2) {                                                                                           \
+                vh hv;                                                                                               \
+                memcpy(&hv, (const uint16_t *)y + i * (B), sizeof hv);                                              \
+                const vu w = __builtin_convertvector(hv, vu) << 16;                                                  \
+                memcpy(&yv, &w, sizeof yv);                                                                          \
+            } else if (yk == 1) {                                                                                    \
+                memcpy(&yv, (const float *)y + i * (B), sizeof yv);                                                 \
+            }                                                                                                        \
+            if (yk) gv = (vf)((vi)gv & (yv > zero)); /* dy where Y > 0, else +0 */                                   \
+            if (wdz) memcpy(dz + i * (B), &gv, sizeof gv);                                                           \
+            ab += gv;                                                                                                \
+            as += gv * (x - mv);                                                                                     \
+        }                                                                                                            \
+        float pb[B], ps[B];                                                                                          \
+        memcpy(pb, &ab, sizeof pb);                                                                                  \
+        memcpy(ps, &as, sizeof ps);                                                                                  \
+        for (int l = 0; l < (B); l++) sb[l] += pb[l], ss[l] += ps[l];                                               \
+    }
+BN_GRAD_VSUMS(bn_grad_vsums16, 16)
+BN_GRAD_VSUMS(bn_grad_vsums8, 8)
+#undef BN_GRAD_VSUMS
 
 /* batch_norm_grad over channel blocks [cb0, cb1): the sums of dy (masked) and of
  * dy * (X - mean), writing Z@GRAD on the way (blocked: per CHUNK positions in float lanes;
@@ -386,11 +416,18 @@ static inline __attribute__((always_inline)) void bn_grad_blk(const bn_grad_job 
             } else if (B == 1) {
                 lane_grad_sums(r, g, j->y ? (yb ? (const void *)yh : (const void *)yf) : NULL, yb, S, m[0], &sb[0], &ss[0]);
             } else {
-                for (int64_t s0 = 0; s0 < S; s0 += CHUNK) {
+                const void *yr = yb ? (const void *)yh : (const void *)yf;
+                for (int64_t s0 = 0; s0 < S; s0 += CHUNK) { /* one call per case, the cases constants */
                     const int64_t e = S - s0 < CHUNK ? S : s0 + CHUNK;
-                    if (j->y && dz) BN_GRAD_SUMS(dz[q] = BN_YPOS(q) ? g[q] : 0.0f);
-                    else if (j->y) BN_GRAD_SUMS(BN_YPOS(q) ? g[q] : 0.0f);
-                    else BN_GRAD_SUMS(g[q]);
+#define BN_VSUMS(YK, WDZ)                                                          \
+    do {                                                                           \
+        if (B == 16) bn_grad_vsums16(r, g, yr, dz, s0, e, m, YK, WDZ, sb, ss);     \
+        else bn_grad_vsums8(r, g, yr, dz, s0, e, m, YK, WDZ, sb, ss);              \
+    } while (0)
+                    if (j->y && dz) BN_VSUMS(yb ? 2 : 1, 1);
+                    else if (j->y) BN_VSUMS(yb ? 2 : 1, 0);
+                    else BN_VSUMS(0, 0);
+#undef BN_VSUMS
                 }
             }
         }
@@ -404,7 +441,6 @@ static inline __attribute__((always_inline)) void bn_grad_blk(const bn_grad_job 
         }
     }
 }
-#undef BN_GRAD_SUMS
 #define BN_GRAD_KERNEL(NAME, B, YB, DXB) \
     static FL_CLONE_TARGETS void NAME(void *arg, int64_t lo, int64_t hi) { bn_grad_blk(arg, lo, hi, B, YB, DXB); }
 BN_GRAD_KERNEL(bn_grad16, 16, 0, 0)
