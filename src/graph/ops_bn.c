@@ -352,39 +352,38 @@ static inline __attribute__((always_inline)) void bn_grad_rows(const bn_grad_job
  * of Y, where loops over lane arrays left a bfloat16 Y's to the stack), then added into sb and
  * ss in double: g = dy masked by Y > 0 (yk 1: float32 Y, 2: bfloat16; 0: dy as it is), also
  * written to dz with wdz. */
-#define BN_GRAD_VSUMS(NAME, B)                                                                                       \
-    static inline __attribute__((always_inline)) void NAME(const float *restrict r, const float *restrict g,         \
-                                                           const void *y, float *restrict dz, int64_t s0, int64_t e, \
-                                                           const float *m, const int yk, const int wdz, double *sb,  \
-                                                           double *ss)                                               \
-    {                                                                                                                \
+#define BN_GRAD_VSUMS(NAME, B)                                                                                      \
+    static inline __attribute__((always_inline)) void NAME(                                                         \
+        const float *restrict r, const float *restrict g, const void *y, float *restrict dz, int64_t s0, int64_t e, \
+        const float *m, const int yk, const int wdz, double *sb, double *ss)                                        \
+    {                                                                                                               \
         typedef float vf __attribute__((vector_size((B) * sizeof(float))));                                         \
         typedef int32_t vi __attribute__((vector_size((B) * sizeof(float))));                                       \
         typedef uint32_t vu __attribute__((vector_size((B) * sizeof(float))));                                      \
         typedef uint16_t vh __attribute__((vector_size((B) * sizeof(uint16_t))));                                   \
-        const vf zero = {0};                                                                                         \
-        vf mv, ab = {0}, as = {0};                                                                                   \
-        memcpy(&mv, m, sizeof mv);                                                                                   \
-        for (int64_t i = s0; i < e; i++) {                                                                           \
-            vf gv, x, yv;                                                                                            \
-            memcpy(&gv, g + i * (B), sizeof gv);                                                                     \
-            memcpy(&x, r + i * (B), sizeof x);                                                                       \
-            if (yk == 2) {                                                                                           \
-                vh hv;                                                                                               \
+        const vf zero = {0};                                                                                        \
+        vf mv, ab = {0}, as = {0};                                                                                  \
+        memcpy(&mv, m, sizeof mv);                                                                                  \
+        for (int64_t i = s0; i < e; i++) {                                                                          \
+            vf gv, x, yv;                                                                                           \
+            memcpy(&gv, g + i * (B), sizeof gv);                                                                    \
+            memcpy(&x, r + i * (B), sizeof x);                                                                      \
+            if (yk == 2) {                                                                                          \
+                vh hv;                                                                                              \
                 memcpy(&hv, (const uint16_t *)y + i * (B), sizeof hv);                                              \
-                const vu w = __builtin_convertvector(hv, vu) << 16;                                                  \
-                memcpy(&yv, &w, sizeof yv);                                                                          \
-            } else if (yk == 1) {                                                                                    \
+                const vu w = __builtin_convertvector(hv, vu) << 16;                                                 \
+                memcpy(&yv, &w, sizeof yv);                                                                         \
+            } else if (yk == 1) {                                                                                   \
                 memcpy(&yv, (const float *)y + i * (B), sizeof yv);                                                 \
-            }                                                                                                        \
-            if (yk) gv = (vf)((vi)gv & (yv > zero)); /* dy where Y > 0, else +0 */                                   \
-            if (wdz) memcpy(dz + i * (B), &gv, sizeof gv);                                                           \
-            ab += gv;                                                                                                \
-            as += gv * (x - mv);                                                                                     \
-        }                                                                                                            \
-        float pb[B], ps[B];                                                                                          \
-        memcpy(pb, &ab, sizeof pb);                                                                                  \
-        memcpy(ps, &as, sizeof ps);                                                                                  \
+            }                                                                                                       \
+            if (yk) gv = (vf)((vi)gv & (yv > zero)); /* dy where Y > 0, else +0 */                                  \
+            if (wdz) memcpy(dz + i * (B), &gv, sizeof gv);                                                          \
+            ab += gv;                                                                                               \
+            as += gv * (x - mv);                                                                                    \
+        }                                                                                                           \
+        float pb[B], ps[B];                                                                                         \
+        memcpy(pb, &ab, sizeof pb);                                                                                 \
+        memcpy(ps, &as, sizeof ps);                                                                                 \
         for (int l = 0; l < (B); l++) sb[l] += pb[l], ss[l] += ps[l];                                               \
     }
 BN_GRAD_VSUMS(bn_grad_vsums16, 16)
@@ -419,10 +418,10 @@ static inline __attribute__((always_inline)) void bn_grad_blk(const bn_grad_job 
                 const void *yr = yb ? (const void *)yh : (const void *)yf;
                 for (int64_t s0 = 0; s0 < S; s0 += CHUNK) { /* one call per case, the cases constants */
                     const int64_t e = S - s0 < CHUNK ? S : s0 + CHUNK;
-#define BN_VSUMS(YK, WDZ)                                                          \
-    do {                                                                           \
-        if (B == 16) bn_grad_vsums16(r, g, yr, dz, s0, e, m, YK, WDZ, sb, ss);     \
-        else bn_grad_vsums8(r, g, yr, dz, s0, e, m, YK, WDZ, sb, ss);              \
+#define BN_VSUMS(YK, WDZ)                                                      \
+    do {                                                                       \
+        if (B == 16) bn_grad_vsums16(r, g, yr, dz, s0, e, m, YK, WDZ, sb, ss); \
+        else bn_grad_vsums8(r, g, yr, dz, s0, e, m, YK, WDZ, sb, ss);          \
     } while (0)
                     if (j->y && dz) BN_VSUMS(yb ? 2 : 1, 1);
                     else if (j->y) BN_VSUMS(yb ? 2 : 1, 0);

@@ -15,7 +15,9 @@ fl_dtype fl__bn_out_dtype(const fl_op *op);
 /* AMP (bfloat16, after the backward ops are appended): a batch_norm or
  * fused_bn_add_activation whose Y is read only through AMP's cast to bfloat16 (and as a later
  * block end's Z, and by its own gradient op) writes Y in bfloat16 itself and the cast op
- * goes.  Returns the number of ops rewritten, or a negative status. */
+ * goes; then a gradient op of either whose X@GRAD only bfloat16 convolutions' gradient ops read
+ * writes X@GRAD in bfloat16 (attribute dx_dtype).  Returns the number of ops rewritten (both
+ * kinds), or a negative status. */
 int fl__amp_bn_bf16(fl_prog *p);
 
 #endif
