@@ -1,5 +1,5 @@
 /* test_amp_bn.c - bf16 AMP's normalisations writing bfloat16 (src/graph/amp_bn.c, kernels in
- * src/graph/ops_bn_bf16.c): the program loses the casts after batch_norm and the block ends
+ * src/graph/ops_bn.c): the program loses the casts after batch_norm and the block ends
  * and their Y is bfloat16; one training step (the forward loss, the filters after the update,
  * which every batch_norm gradient feeds) agrees within bf16 tolerance with the program that
  * keeps the casts, with the batch_norm ops alone rewritten (FLEET_AMP_BN_BF16=2) and with the
@@ -15,13 +15,14 @@
 #include "fleet/models.h"
 
 enum { N = 4, STEPS = 4, NF = 3 };
-static int steps = 1; /* steps trained */
+static int steps = 1;             /* steps trained */
+static const char *dx_mode = "1"; /* FLEET_AMP_BN_DX_BF16 */
 
 typedef struct {
     float loss[STEPS];
     float *v[NF];
     int64_t n[NF];
-    int casts, bf16_bn, bn;
+    int casts, bf16_bn, bn, dx_bf16;
     float eval[2]; /* the loss of the test clone without and with the inference pass (fold_infer.c) */
 } run_result;
 
@@ -32,6 +33,10 @@ static void count_ops(fl_prog *p, run_result *r)
         const fl_op *op = p->ops[i];
         const char *t = op->def->type;
         if (!strcmp(t, "cast")) r->casts++;
+        if (fl__attr_i(op, "dx_dtype", FL_FLOAT32) == FL_BFLOAT16) {
+            r->dx_bf16++;
+            CHECK_EQ_INT(op->out[0].vars[0]->dtype, FL_BFLOAT16);
+        }
         if (strcmp(t, "batch_norm") && strcmp(t, "fused_bn_add_activation")) continue;
         r->bn++;
         if (fl__attr_i(op, "out_dtype", FL_FLOAT32) == FL_BFLOAT16) {
@@ -47,6 +52,7 @@ static void train(const char *mode, int layout, int amp, int stem50, run_result 
 {
     memset(r, 0, sizeof *r);
     setenv("FLEET_AMP_BN_BF16", mode, 1);
+    setenv("FLEET_AMP_BN_DX_BF16", dx_mode, 1);
     setenv("FLEET_DNN_LAYOUT", layout ? "1" : "0", 1);
     fl__layout_enabled_reload();
     fl_prog *p = fl_prog_create();
@@ -183,9 +189,60 @@ TEST(bf16_layouts_agree_learns_f32_untouched)
     CHECK(blk.loss[STEPS - 1] < 0.5 * blk.loss[0]);
     CHECK_EQ_INT(f32.bf16_bn, 0);
     CHECK_EQ_INT(f32.casts, 0);
+    CHECK_EQ_INT(f32.dx_bf16, 0);
     release(&blk), release(&f32);
 }
 
+/* The normalisations' gradients writing X@GRAD in bfloat16 for the convolutions: the loss and
+ * the filters after the step are the very bits of the program that leaves the rounding to the
+ * convolutions' reorder of dy. */
+static void dx_same_bits(int layout, int stem50)
+{
+    need_bf16();
+    run_result f, h;
+    dx_mode = "0";
+    train("1", layout, 1, stem50, &f);
+    dx_mode = "1";
+    train("1", layout, 1, stem50, &h);
+    printf("  %d of %d normalisations' gradients write X@GRAD in bf16; loss %.9g / %.9g\n", h.dx_bf16, h.bn, f.loss[0],
+           h.loss[0]);
+    CHECK_EQ_INT(f.dx_bf16, 0);
+    CHECK(h.dx_bf16 > 0);
+    CHECK(!memcmp(&f.loss[0], &h.loss[0], sizeof f.loss[0]));
+    for (int k = 1; k < NF; k++) {
+        CHECK_EQ_INT((int)f.n[k], (int)h.n[k]);
+        if (memcmp(f.v[k], h.v[k], (size_t)f.n[k] * sizeof(float))) TFAIL("filter %d differs", k);
+    }
+    release(&f), release(&h);
+}
+
+/* The im2col convolutions (FLEET_GEMM=openblas) widen the bfloat16 X@GRAD: close to the
+ * program that keeps it float32 (the gradient then rounded, as oneDNN's bf16 kernels read it). */
+TEST(dx_bf16_im2col)
+{
+    if (!fl__dnn_available()) TSKIP("no oneDNN in this build: nothing computes in bf16 here");
+    setenv("FLEET_GEMM", "openblas", 1);
+    fl__gemm_lib_reload();
+    run_result f, h;
+    dx_mode = "0";
+    train("1", 0, 1, 0, &f);
+    dx_mode = "1";
+    train("1", 0, 1, 0, &h);
+    setenv("FLEET_GEMM", "dnnl", 1);
+    fl__gemm_lib_reload();
+    double rd = rel_diff(&h, &f, 1);
+    printf("  loss %.7g / %.7g, filters differ by %.2g\n", f.loss[0], h.loss[0], rd);
+    CHECK(h.dx_bf16 > 0);
+    CHECK_NEAR(h.loss[0], f.loss[0], 1e-6 * (1.0 + fabs(f.loss[0]))); /* the forward is the same */
+    if (!(rd <= 2e-2)) TFAIL("the filters differ by %g in norm", rd);
+    release(&f), release(&h);
+}
+
+TEST(dx_bf16_same_bits_blocked) { dx_same_bits(1, 0); }
+TEST(dx_bf16_same_bits_plain) { dx_same_bits(0, 0); }
+TEST(dx_bf16_same_bits_resnet50_layout) { dx_same_bits(1, 1); }
+
 TEST_MAIN(T(bn_bf16_close_blocked), T(bn_bf16_close_plain), T(bn_bf16_close_resnet50_layout),
           T(block_ends_bf16_close_blocked), T(block_ends_bf16_close_plain), T(block_ends_bf16_close_resnet50_layout),
-          T(bf16_layouts_agree_learns_f32_untouched))
+          T(bf16_layouts_agree_learns_f32_untouched), T(dx_bf16_same_bits_blocked), T(dx_bf16_same_bits_plain),
+          T(dx_bf16_same_bits_resnet50_layout), T(dx_bf16_im2col))

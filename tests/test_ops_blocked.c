@@ -6,12 +6,15 @@
  * threads, give the values of the plain kernels on 1 thread bit for bit; batch_norm,
  * fused_bn_add_activation and their gradients in both layouts agree with the plain kernels
  * within float rounding, give the same bits on 1 and 2 threads, and keep the batch variance
- * of data far from 0 (mean 1000, std 0.01) to float precision. */
+ * of data far from 0 (mean 1000, std 0.01) to float precision; their bfloat16 forms (AMP: Y
+ * and X@GRAD written, Z and the relu's Y read in bf16) give the same bits on 1 and 2 threads,
+ * the float32 kernel's values rounded to nearest even. */
 #include "testhelp.h"
 
 #include <stdatomic.h>
 
 #include "graph/graph_internal.h"
+#include "tensor/half.h"
 
 enum { MAXT = 8 };
 
@@ -97,7 +100,19 @@ static double max_rel_diff(const fl_tensor *a, const fl_tensor *b)
 
 static int same_bits(fl_tensor *a, fl_tensor *b)
 {
-    return a->numel == b->numel && !memcmp(fl_tensor_data(a), fl_tensor_data(b), (size_t)a->numel * sizeof(float));
+    return a->dtype == b->dtype && a->numel == b->numel &&
+           !memcmp(fl_tensor_data(a), fl_tensor_data(b), (size_t)a->numel * fl_dtype_size(a->dtype));
+}
+
+/* A bfloat16 copy of float32 t (rounded to nearest even), in t's layout. */
+static fl_tensor *to_bf16(const fl_tensor *t)
+{
+    fl_tensor *h = fl_tensor_create(FL_BFLOAT16, t->ndim, t->shape);
+    const float *d = t->data;
+    uint16_t *o = h->data;
+    for (int64_t i = 0; i < t->numel; i++) o[i] = fl__f32_to_bf16(d[i]);
+    CHECK_OK(fl__tensor_set_layout(h, fl__tensor_layout(t)));
+    return h;
 }
 
 /* ---- fl__parallel_for --------------------------------------------------------------------- */
@@ -219,9 +234,9 @@ static void bn_result_free(bn_result *r)
 }
 
 /* batch_norm (+ relu) or fused_bn_add_activation forward and backward on X in `layout`,
- * on `threads` threads; everything returned plain. */
-static void bn_run(int fused, int layout, int threads, const fl_tensor *x0, const fl_tensor *z0, const fl_tensor *dy0,
-                   bn_result *r)
+ * on `threads` threads; bf: Y and X@GRAD written in bfloat16, Z given in bfloat16. */
+static void bn_run(int fused, int layout, int threads, int bf, const fl_tensor *x0, const fl_tensor *z0,
+                   const fl_tensor *dy0, bn_result *r)
 {
     set_threads(threads);
     const int64_t C = x0->shape[1];
@@ -233,7 +248,7 @@ static void bn_run(int fused, int layout, int threads, const fl_tensor *x0, cons
     fl_var *zv = fl__tmp_var(p, "z", FL_FLOAT32, 4, x0->shape), *gy = fl__tmp_var(p, "gy", FL_FLOAT32, 4, x0->shape);
     fl_var *gx = fl__tmp_var(p, "gx", FL_FLOAT32, 4, x0->shape), *gz = fl__tmp_var(p, "gz", FL_FLOAT32, 4, x0->shape);
     fl_var *gs = fl__tmp_var(p, "gs", FL_FLOAT32, 1, &C), *gb = fl__tmp_var(p, "gb", FL_FLOAT32, 1, &C);
-    const fl_op *fwd = bn;
+    fl_op *fwd = bn;
     if (fused) {
         fl_io in[6] = {FL_IO1("X", xv),
                        FL_IO1("Scale", bn->in[1].vars[0]),
@@ -252,15 +267,21 @@ static void bn_run(int fused, int layout, int threads, const fl_tensor *x0, cons
                     FL_IO1("Y@GRAD", gy),
                     FL_IO1("Y", yv)};
     fl_io gout[4] = {FL_IO1("X@GRAD", gx), FL_IO1("Scale@GRAD", gs), FL_IO1("Bias@GRAD", gb), FL_IO1("Z@GRAD", gz)};
-    const fl_op *bwd = grad_op(p, fwd, fused ? "fused_bn_add_activation_grad" : "batch_norm_grad", gin, 6, gout,
-                               fused ? 4 : 3);
+    if (bf) CHECK_OK(fl__attr_set_i(fwd, "out_dtype", FL_BFLOAT16));
+    fl_op *bwd = grad_op(p, fwd, fused ? "fused_bn_add_activation_grad" : "batch_norm_grad", gin, 6, gout, fused ? 4 : 3);
 
     fl_tensor *scale = randt(1, &C, 7, 1.0f, 0.5f), *bias = randt(1, &C, 8, 0.0f, 0.5f);
     memset(r, 0, sizeof *r);
     r->mean = randt(1, &C, 9, 0.0f, 0.1f), r->var = randt(1, &C, 10, 1.0f, 0.1f);
     r->y = empty(), r->saved_mean = empty(), r->saved_inv = empty();
     r->dx = empty(), r->dscale = empty(), r->dbias = empty(), r->dz = fused ? empty() : NULL;
+    if (bf) CHECK_OK(fl__attr_set_i(bwd, "dx_dtype", FL_BFLOAT16));
     fl_tensor *x = copy_as(x0, layout), *z = copy_as(z0, layout), *dy = copy_as(dy0, layout);
+    if (bf) {
+        fl_tensor *zh = to_bf16(z);
+        fl_tensor_free(z);
+        z = zh;
+    }
     CHECK_OK(run_kernel(fwd, (fl_tensor *[]){x, scale, bias, r->mean, r->var, fused ? z : NULL}, fused ? 6 : 5,
                         (fl_tensor *[]){r->y, r->mean, r->var, r->saved_mean, r->saved_inv}, 5));
     CHECK_EQ_INT(fl__tensor_layout(r->y), layout);
@@ -281,10 +302,10 @@ static void bn_check(int fused)
         fl_tensor *x = randt(4, shapes[k], 1, 0.5f, 2.0f), *z = randt(4, shapes[k], 2, 0.0f, 1.0f);
         fl_tensor *dy = randt(4, shapes[k], 3, 0.0f, 1.0f);
         bn_result plain, b1, b2;
-        bn_run(fused, FL_LAYOUT_PLAIN, 1, x, z, dy, &plain);
+        bn_run(fused, FL_LAYOUT_PLAIN, 1, 0, x, z, dy, &plain);
         for (int lay = FL_LAYOUT_NCHW16C; lay <= FL_LAYOUT_NCHW8C; lay++) {
-            bn_run(fused, lay, 1, x, z, dy, &b1);
-            bn_run(fused, lay, 2, x, z, dy, &b2);
+            bn_run(fused, lay, 1, 0, x, z, dy, &b1);
+            bn_run(fused, lay, 2, 0, x, z, dy, &b2);
             fl_tensor *const got[8] = {b1.y, b1.mean, b1.var, b1.saved_mean, b1.saved_inv, b1.dx, b1.dscale, b1.dbias};
             fl_tensor *const two[8] = {b2.y, b2.mean, b2.var, b2.saved_mean, b2.saved_inv, b2.dx, b2.dscale, b2.dbias};
             fl_tensor *const want[8] = {plain.y,         plain.mean, plain.var,    plain.saved_mean,
@@ -312,6 +333,50 @@ static void bn_check(int fused)
 TEST(test_batch_norm_blocked) { bn_check(0); }
 TEST(test_fused_bn_add_act_blocked) { bn_check(1); }
 
+/* The bfloat16 forms in each layout (plain, nChw16c, nChw8c): Y and X@GRAD the float32
+ * kernel's rounded to nearest even, the statistics, Scale@GRAD, Bias@GRAD and Z@GRAD its very
+ * bits (Z is exact in bf16 here, and no positive Y rounds to 0, so the relu's mask is the
+ * same); the same bits on 1 and 2 threads. */
+static void bn_bf16_check(int fused)
+{
+    setenv("FLEET_NUM_THREADS", "2", 1);
+    const int64_t shapes[2][4] = {{3, 48, 23, 19}, {2, 64, 56, 56}};
+    for (int k = 0; k < 2; k++) {
+        fl_tensor *x = randt(4, shapes[k], 1, 0.5f, 2.0f), *z = randt(4, shapes[k], 2, 0.0f, 1.0f);
+        fl_tensor *dy = randt(4, shapes[k], 3, 0.0f, 1.0f);
+        for (int lay = FL_LAYOUT_PLAIN; lay <= FL_LAYOUT_NCHW8C; lay++) {
+            bn_result f, h1, h2;
+            bn_run(fused, lay, 1, 0, x, z, dy, &f);
+            bn_run(fused, lay, 1, 1, x, z, dy, &h1);
+            bn_run(fused, lay, 2, 1, x, z, dy, &h2);
+            CHECK_EQ_INT(h1.y->dtype, FL_BFLOAT16);
+            CHECK_EQ_INT(h1.dx->dtype, FL_BFLOAT16);
+            fl_tensor *fy = to_bf16(f.y), *fdx = to_bf16(f.dx);
+            fl_tensor *const want[9] = {fy, f.mean, f.var, f.saved_mean, f.saved_inv, fdx, f.dscale, f.dbias, f.dz};
+            fl_tensor *const one[9] = {h1.y,  h1.mean,   h1.var,   h1.saved_mean, h1.saved_inv,
+                                       h1.dx, h1.dscale, h1.dbias, h1.dz};
+            fl_tensor *const two[9] = {h2.y,  h2.mean,   h2.var,   h2.saved_mean, h2.saved_inv,
+                                       h2.dx, h2.dscale, h2.dbias, h2.dz};
+            static const char *const nm[9] = {"Y",      "MeanOut",    "VarianceOut", "SavedMean", "SavedVariance",
+                                              "X@GRAD", "Scale@GRAD", "Bias@GRAD",   "Z@GRAD"};
+            for (int i = 0; i < (fused ? 9 : 8); i++) {
+                if (!same_bits(one[i], want[i]))
+                    TFAIL("%s %s (%s): the bf16 form is not the float32 kernel's value rounded",
+                          fused ? "fused" : "batch_norm", nm[i], fl__layout_name(lay));
+                if (!same_bits(one[i], two[i]))
+                    TFAIL("%s %s (%s, bf16): 1 and 2 threads differ", fused ? "fused" : "batch_norm", nm[i],
+                          fl__layout_name(lay));
+            }
+            fl_tensor_free(fy), fl_tensor_free(fdx);
+            bn_result_free(&f), bn_result_free(&h1), bn_result_free(&h2);
+        }
+        fl_tensor_free(x), fl_tensor_free(z), fl_tensor_free(dy);
+    }
+}
+
+TEST(test_batch_norm_bf16) { bn_bf16_check(0); }
+TEST(test_fused_bn_add_act_bf16) { bn_bf16_check(1); }
+
 /* Mean 1000, spread 0.01: the one-pass statistics of the blocked kernel (sums of the
  * differences from a value of the data) keep the variance, 1e-4, to float precision where
  * sums of squares would lose it entirely. */
@@ -322,7 +387,7 @@ TEST(test_batch_norm_variance_far_from_zero)
     fl_tensor *x = randt(4, shape, 5, 1000.0f, 0.0173f), *z = randt(4, shape, 2, 0.0f, 1.0f);
     fl_tensor *dy = randt(4, shape, 3, 0.0f, 1.0f);
     bn_result r;
-    bn_run(0, FL_LAYOUT_NCHW16C, 1, x, z, dy, &r);
+    bn_run(0, FL_LAYOUT_NCHW16C, 1, 0, x, z, dy, &r);
     const float *xd = x->data, *inv = fl_tensor_data(r.saved_inv), *sm = fl_tensor_data(r.saved_mean);
     const int64_t N = shape[0], C = shape[1], S = shape[2] * shape[3];
     for (int64_t c = 0; c < C; c++) {
@@ -342,4 +407,5 @@ TEST(test_batch_norm_variance_far_from_zero)
 }
 
 TEST_MAIN(T(test_parallel_for), T(test_pool_blocked_1_thread), T(test_pool_blocked_2_threads), T(test_batch_norm_blocked),
-          T(test_fused_bn_add_act_blocked), T(test_batch_norm_variance_far_from_zero))
+          T(test_fused_bn_add_act_blocked), T(test_batch_norm_bf16), T(test_fused_bn_add_act_bf16),
+          T(test_batch_norm_variance_far_from_zero))

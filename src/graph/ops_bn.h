@@ -1,7 +1,8 @@
 /*
- * ops_bn.h - what batch_norm's float32 kernels (ops_bn.c) and its bfloat16-output ones
- * (ops_bn_bf16.c) share: the run-time checks of X and the parameters, and the statistics of
- * one channel block, so that both normalise with the same mean and variance to the last bit.
+ * ops_bn.h - what batch_norm's kernels (ops_bn.c, float32 and their bfloat16 forms) share:
+ * the run-time checks of X and the parameters, the statistics of one channel block and the
+ * gradient's per-channel coefficients, so that every form normalises with the same mean and
+ * variance to the last bit.
  *
  * X in channel blocks of B (nChw16c / nChw8c, layout.h): element (n, c, s) at
  * ((n * C/B + c/B) * S + s) * B + c%B; the B channels of a block are the vector lanes.  One

@@ -58,6 +58,7 @@ void fl__conv_state_free(void *p)
     free(st->buf);
     free(st->wide[0]);
     free(st->wide[1]);
+    free(st->wide[2]);
     free(st);
 }
 
@@ -295,10 +296,10 @@ static fl_conv_desc dnn_desc(const conv_geo *g, const fl_tensor *x, const fl_ten
     return d;
 }
 
-/* The data of Input or Filter (slot 0 / 1) as float32 for the im2col path: a bfloat16 one
- * widened into the state's buffer, and a float32 Filter of a bfloat16 Input (AMP leaves the
- * filter float32: oneDNN's reorder rounds it) rounded to bfloat16 there first, so both
- * paths multiply the same operands. */
+/* The data of Input, Filter or conv2d_grad's Output@GRAD (slot 0 / 1 / 2) as float32 for the
+ * im2col path (and the bias gradient): a bfloat16 one widened into the state's buffer, and a
+ * float32 Filter of a bfloat16 Input (AMP leaves the filter float32: oneDNN's reorder rounds
+ * it) rounded to bfloat16 there first, so both paths multiply the same operands. */
 static float *f32_data(fl_kctx *c, int slot)
 {
     fl_tensor *t = FL_IN(c, slot);
@@ -393,17 +394,18 @@ static int run_conv2d(fl_kctx *c)
     return FL_OK;
 }
 
-/* Bias@GRAD = dOut summed per channel (when requested). */
-static int bias_grad(const conv_geo *g, const fl_tensor *dy, fl_tensor *db)
+/* Bias@GRAD = dOut (plain, slot 2) summed per channel (when requested). */
+static int bias_grad(fl_kctx *c, const conv_geo *g, fl_tensor *db)
 {
     if (!db) return FL_OK;
+    const float *dyd = f32_data(c, 2);
+    if (!dyd) return fl_last_status();
     int64_t bs[1] = {g->m};
     FL_CHECK(fl__tensor_reshape_raw(db, FL_FLOAT32, 1, bs));
     float *bd = db->data;
     for (int64_t m = 0; m < g->m; m++) {
         double s = 0.0;
-        for (int64_t n = 0; n < g->n; n++)
-            s += fl__conv_lane_sum((const float *)dy->data + (n * g->m + m) * g->ohw, g->ohw);
+        for (int64_t n = 0; n < g->n; n++) s += fl__conv_lane_sum(dyd + (n * g->m + m) * g->ohw, g->ohw);
         bd[m] = (float)s;
     }
     return FL_OK;
@@ -416,15 +418,16 @@ static int run_conv2d_grad(fl_kctx *c)
 {
     conv_geo g;
     FL_CHECK(conv_geo_rt(c, &g));
-    FL_CHECK(fl__kctx_dense_f32(c, 2));
-    fl_tensor *x = FL_IN(c, 0), *f = FL_IN(c, 1), *dy = FL_IN(c, 2);
+    fl_tensor *dy = FL_IN(c, 2); /* float32, or bfloat16 (AMP: the normalisation's gradient, amp_bn.c) */
+    if (!dy || dy->dtype != FL_BFLOAT16 || dy->is_rows) FL_CHECK(fl__kctx_dense_f32(c, 2));
+    fl_tensor *x = FL_IN(c, 0), *f = FL_IN(c, 1);
     fl_tensor *dx = FL_OUT(c, 0), *df = FL_OUT(c, 1), *db = FL_OUT(c, 2);
     if (dy->numel != g.n * g.m * g.ohw)
         return fl__err(FL_EINVAL, "conv2d_grad: gradient '%s' has %lld elements, the output of '%s' has %lld",
                        fl__kctx_var_name(c, 2, 0), (long long)dy->numel, fl__kctx_var_name(c, 0, 0),
                        (long long)(g.n * g.m * g.ohw));
     if (db) FL_CHECK(fl__tensor_to_plain(dy));
-    FL_CHECK(bias_grad(&g, dy, db));
+    FL_CHECK(bias_grad(c, &g, db));
     int lib = fl__gemm_lib();
     if (lib < 0) return lib;
     if (lib == FL_GEMM_DNNL) {
@@ -437,13 +440,14 @@ static int run_conv2d_grad(fl_kctx *c)
         }
         if (df) FL_CHECK(fl__tensor_reshape_raw(df, FL_FLOAT32, 4, f->shape));
         d.x_lay = x->layout, d.y_lay = dy->layout, d.blocked_out = fl__layout_enabled();
+        d.dy_type = dy->dtype;
         FL_CHECK(fl__conv_bwd(&st->dnn, &d, x->data, dy->data, f->data, dx ? dx->data : NULL, df ? df->data : NULL));
         return dx && dx->numel ? fl__tensor_set_layout(dx, fl__conv_out_layout(st->dnn)) : FL_OK;
     }
     FL_CHECK(fl__tensor_to_plain(x));
     FL_CHECK(fl__tensor_to_plain(dy));
-    const float *fd = f32_data(c, 1), *xd = fd ? f32_data(c, 0) : NULL;
-    if (!xd) return fl_last_status();
+    const float *fd = f32_data(c, 1), *xd = fd ? f32_data(c, 0) : NULL, *dyd = xd ? f32_data(c, 2) : NULL;
+    if (!dyd) return fl_last_status();
     int direct = conv_direct(&g);
     float *col = NULL, *dcol = NULL;
     if (!direct) {
@@ -462,7 +466,7 @@ static int run_conv2d_grad(fl_kctx *c)
     for (int64_t n = 0; n < g.n && (dx || df); n++)
         for (int64_t gr = 0; gr < g.g; gr++) {
             float *xg = (float *)xd + (n * g.c + gr * g.cg) * g.hw;
-            const float *og = (const float *)dy->data + (n * g.m + gr * g.mg) * g.ohw;
+            const float *og = dyd + (n * g.m + gr * g.mg) * g.ohw;
             if (df) {
                 if (!direct) im2col(&g, xg, col, g.ohw, 0);
                 fl__sgemm(0, 1, g.mg, g.k, g.ohw, 1.0f, og, g.ohw, direct ? xg : col, g.ohw, 1.0f,

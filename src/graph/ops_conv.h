@@ -55,8 +55,8 @@ uint64_t fl__conv_bn_fold_hits(void);
  * the op's state slot: the oneDNN primitives (dnn_conv.c) and the im2col path's scratch. */
 typedef struct {
     fl_conv_cache *dnn;
-    size_t n, wide_n[2];
-    float *buf, *wide[2]; /* scratch; bfloat16 Input and Filter widened */
+    size_t n, wide_n[3];
+    float *buf, *wide[3]; /* scratch; bfloat16 Input, Filter and Output@GRAD widened */
 } fl__conv_state;
 
 void fl__conv_state_free(void *p);              /* the ops' state_free */

@@ -90,17 +90,17 @@ int fl__conv_fwd_sum(fl_conv_cache **cache, const fl_conv_desc *d, const void *x
     (void)cache, (void)d, (void)x, (void)w, (void)bias, (void)res, (void)y;
     return no_dnnl();
 }
-int fl__conv_bwd_data(fl_conv_cache **cache, const fl_conv_desc *d, const float *dy, const void *w, float *dx)
+int fl__conv_bwd_data(fl_conv_cache **cache, const fl_conv_desc *d, const void *dy, const void *w, float *dx)
 {
     (void)cache, (void)d, (void)dy, (void)w, (void)dx;
     return no_dnnl();
 }
-int fl__conv_bwd_weights(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const float *dy, float *dw)
+int fl__conv_bwd_weights(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *dy, float *dw)
 {
     (void)cache, (void)d, (void)x, (void)dy, (void)dw;
     return no_dnnl();
 }
-int fl__conv_bwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const float *dy, const void *w, float *dx,
+int fl__conv_bwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *dy, const void *w, float *dx,
                  float *dw)
 {
     (void)cache, (void)d, (void)x, (void)dy, (void)w, (void)dx, (void)dw;
@@ -447,7 +447,8 @@ static int entry_make(entry *e, dnnl_engine_t eng, const conv_key *k)
     static const int outs[3][3] = {{0, 0, 1}, {1, 0, 0}, {0, 1, 0}};
     dnnl_data_type_t xt = k->dir == BWD_DATA ? dnnl_f32 : dt_of(d->x_type);
     dnnl_data_type_t wt = k->dir == BWD_WEIGHTS ? dnnl_f32 : dt_of(d->w_type);
-    TRY(mds_init(&u, d, xt, wt, dnnl_f32, LAY_PLAIN), "caller's descriptors");
+    dnnl_data_type_t yt = k->dir == FWD ? dnnl_f32 : dt_of(d->dy_type);
+    TRY(mds_init(&u, d, xt, wt, yt, LAY_PLAIN), "caller's descriptors");
     const dnnl_memory_desc_t *um[3] = {&u.x, &u.w, &u.y};
     if (k->dir != BWD_DATA && d->x_lay) TRY(md_in_layout(&u.x, d->x_lay), "caller's descriptors");
     if (k->dir != FWD && d->y_lay) TRY(md_in_layout(&u.y, d->y_lay), "caller's descriptors");
@@ -534,7 +535,7 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
     k.wino = fl__conv_winograd(dd, dir);
     if (k.wino < 0) return k.wino;
     if (dir != FWD) k.d.act = 0, k.d.has_bias = 0, k.d.sum = 0, k.d.res_lay = 0;
-    if (dir == FWD) k.d.y_lay = 0;
+    if (dir == FWD) k.d.y_lay = 0, k.d.dy_type = FL_FLOAT32;
     if (dir == BWD_DATA) k.d.x_lay = 0;
     if (dir == BWD_WEIGHTS) k.d.blocked_out = 0;
     entry *e = NULL, *victim = &cache->e[0];
@@ -646,14 +647,14 @@ int fl__conv_fwd_sum(fl_conv_cache **cache, const fl_conv_desc *d, const void *x
     return st;
 }
 
-int fl__conv_bwd_data(fl_conv_cache **cache, const fl_conv_desc *d, const float *dy, const void *w, float *dx)
+int fl__conv_bwd_data(fl_conv_cache **cache, const fl_conv_desc *d, const void *dy, const void *w, float *dx)
 {
     if (d->n == 0) return FL_OK;
     void *data[MAX_PORTS] = {dx, (void *)w, (void *)dy, NULL};
     return conv_run(cache, d, BWD_DATA, data, NULL);
 }
 
-int fl__conv_bwd_weights(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const float *dy, float *dw)
+int fl__conv_bwd_weights(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *dy, float *dw)
 {
     if (d->n == 0) {
         memset(dw, 0, (size_t)(d->m * (d->c / d->g) * d->kh * d->kw) * sizeof(float));
@@ -663,7 +664,7 @@ int fl__conv_bwd_weights(fl_conv_cache **cache, const fl_conv_desc *d, const voi
     return conv_run(cache, d, BWD_WEIGHTS, data, NULL);
 }
 
-int fl__conv_bwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const float *dy, const void *w, float *dx,
+int fl__conv_bwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *dy, const void *w, float *dx,
                  float *dw)
 {
     if (d->n == 0 || !dx || !dw) {

@@ -29,6 +29,10 @@ typedef struct {
      * fl__conv_fwd_sum reorders into y first (oneDNN's "sum" post-op, before the activation). */
     int sum, res_lay;
     fl_dtype x_type, w_type;
+    /* Backward directions: the type of the caller's output gradient dy, float32 (0) or
+     * bfloat16 (AMP: written so by the normalisation's gradient, graph/amp_bn.c; read as it
+     * is where the convolution computes in bf16, instead of reordered). */
+    fl_dtype dy_type;
     /* Layouts (FL_LAYOUT_*, layout.h) of the caller's x (forward, backward-weights) and of
      * its output gradient dy (backward directions); with blocked_out the output activation
      * (forward y, backward-data dx) is left in the layout the convolution computes it in
@@ -60,13 +64,13 @@ int fl__conv_filter_stamp(fl_conv_cache **cache, const fl_tensor *w);
 /* Forward filter reorders skipped so far by fl__conv_filter_stamp (tests count them). */
 uint64_t fl__conv_filter_reorders_skipped(void);
 /* dx = the gradient of the convolution's input for output gradient dy (overwritten). */
-int fl__conv_bwd_data(fl_conv_cache **cache, const fl_conv_desc *d, const float *dy, const void *w, float *dx);
+int fl__conv_bwd_data(fl_conv_cache **cache, const fl_conv_desc *d, const void *dy, const void *w, float *dx);
 /* dw = the gradient of the filter for output gradient dy (overwritten). */
-int fl__conv_bwd_weights(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const float *dy, float *dw);
+int fl__conv_bwd_weights(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *dy, float *dw);
 /* Both backward directions, either output NULL to skip it: dx as fl__conv_bwd_data, dw as
  * fl__conv_bwd_weights, with dy reordered once for both when they read it in the same
  * layout (NHWC, or the same blocked one). */
-int fl__conv_bwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const float *dy, const void *w, float *dx,
+int fl__conv_bwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *dy, const void *w, float *dx,
                  float *dw);
 /* 1 when the convolutions of d run with NHWC activations (oneDNN's blocked layouts would pad
  * its channels by more than a quarter of the work), 0 when in oneDNN's own layouts or
