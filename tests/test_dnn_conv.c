@@ -290,48 +290,6 @@ TEST(amp_bf16_conv_openblas)
     amp_case("openblas", amp_nhwc);
 }
 
-/* AMP leaves conv2d's float32 filter to the convolution, which rounds it to bf16 in its own
- * reorder (oneDNN) or before the product (im2col): the same bits as the program with the
- * filter's cast op (FLEET_AMP_CAST_WEIGHT=1), output and gradients, on both paths. */
-static void filter_rounding_case(const char *lib, cfg k)
-{
-    fl_scope *sc[2] = {NULL, NULL};
-    fl_prog *p[2];
-    results r[2];
-    for (int cast_w = 0; cast_w < 2; cast_w++) {
-        setenv("FLEET_AMP_CAST_WEIGHT", cast_w ? "1" : "0", 1);
-        p[cast_w] = build(&k, 1, &sc[cast_w]);
-        char *text = NULL;
-        size_t len = 0;
-        CHECK_OK(fl_prog_to_text(p[cast_w], &text, &len));
-        CHECK_EQ_INT(strstr(text, "conv2d_0.w_0.cast_bf16") != NULL, cast_w);
-        free(text);
-        run(p[cast_w], sc[cast_w], lib, 1, 1, &r[cast_w]);
-    }
-    unsetenv("FLEET_AMP_CAST_WEIGHT");
-    CHECK(worst_diff(&r[0], &r[1]) == 0);
-    for (int i = 0; i < 2; i++) {
-        results_free(&r[i]);
-        fl_scope_free(sc[i]);
-        fl_prog_free(p[i]);
-    }
-}
-
-TEST(amp_filter_rounded_by_the_convolution)
-{
-    setenv("FLEET_AMP_CAST_WEIGHT", "2", 1);
-    fl_prog *p = fl_prog_create();
-    fl_var *x = gc_input(p, "x", FL_SHAPE(1, 2, 5, 5), -1, 1);
-    CHECK(fl_layer_conv2d(x, 4, 3, 3, NULL, NULL) != NULL);
-    CHECK_FAILS(fl_amp_decorate(p, NULL), FL_EINVAL, "FLEET_AMP_CAST_WEIGHT");
-    fl_prog_free(p);
-    unsetenv("FLEET_AMP_CAST_WEIGHT");
-    filter_rounding_case("openblas", amp_small);
-    if (!fl__dnn_available()) return;
-    filter_rounding_case("dnnl", amp_small);
-    filter_rounding_case("dnnl", amp_nhwc);
-}
-
 /* Uniform [-1, 1) from a fixed seed. */
 static float *rand_buf(int64_t n, uint64_t seed)
 {
@@ -505,5 +463,5 @@ TEST(conv_algo_switch)
 }
 
 TEST_MAIN(T(dnnl_matches_im2col_on_odd_shapes), T(dnnl_nhwc_where_blocks_would_pad), T(dnnl_steady_step_makes_no_primitive),
-          T(dnnl_no_backward_data_for_an_input_without_gradient), T(amp_bf16_conv_dnnl), T(amp_bf16_conv_openblas), T(amp_filter_rounded_by_the_convolution),
+          T(dnnl_no_backward_data_for_an_input_without_gradient), T(amp_bf16_conv_dnnl), T(amp_bf16_conv_openblas),
           T(dnnl_winograd_matches_direct), T(conv_algo_switch))

@@ -169,39 +169,28 @@ enum { AMP_WHITE, AMP_GRAY, AMP_BLACK };
 typedef struct {
     const char *type;
     unsigned char list, bf16, fp16, low_out;
-    unsigned char w_rounds; /* the bf16 kernel rounds a float32 weight (slot 1) itself */
 } amp_kernel;
 static const amp_kernel kernels[] = {
-    {"fc", AMP_WHITE, 1, 1, 1, 0},
-    {"matmul", AMP_WHITE, 1, 1, 1, 0},
-    {"matmul_v2", AMP_WHITE, 1, 1, 1, 0},
-    {"conv2d", AMP_WHITE, 1, 0, 0, 1},
-    {"relu", AMP_GRAY, 1, 1, 1, 0},
-    {"tanh", AMP_GRAY, 1, 1, 1, 0},
-    {"sigmoid", AMP_GRAY, 1, 1, 1, 0},
-    {"gelu", AMP_GRAY, 0, 0, 0, 0},
-    {"transpose2", AMP_GRAY, 0, 0, 0, 0},
-    {"gather", AMP_GRAY, 0, 0, 0, 0},
-    {"slice", AMP_GRAY, 0, 0, 0, 0},
-    {"stack", AMP_GRAY, 0, 0, 0, 0},
-    {"split", AMP_GRAY, 0, 0, 0, 0},
-    {"expand", AMP_GRAY, 0, 0, 0, 0},
-    {"layer_norm", AMP_BLACK, 0, 0, 0, 0},
-    {"softmax", AMP_BLACK, 0, 0, 0, 0},
-    {"softmax_with_cross_entropy", AMP_BLACK, 0, 0, 0, 0},
-    {"label_smooth", AMP_BLACK, 0, 0, 0, 0}, /* on no Paddle list; it makes the loss's soft labels */
+    {"fc", AMP_WHITE, 1, 1, 1},
+    {"matmul", AMP_WHITE, 1, 1, 1},
+    {"matmul_v2", AMP_WHITE, 1, 1, 1},
+    {"conv2d", AMP_WHITE, 1, 0, 0},
+    {"relu", AMP_GRAY, 1, 1, 1},
+    {"tanh", AMP_GRAY, 1, 1, 1},
+    {"sigmoid", AMP_GRAY, 1, 1, 1},
+    {"gelu", AMP_GRAY, 0, 0, 0},
+    {"transpose2", AMP_GRAY, 0, 0, 0},
+    {"gather", AMP_GRAY, 0, 0, 0},
+    {"slice", AMP_GRAY, 0, 0, 0},
+    {"stack", AMP_GRAY, 0, 0, 0},
+    {"split", AMP_GRAY, 0, 0, 0},
+    {"expand", AMP_GRAY, 0, 0, 0},
+    {"layer_norm", AMP_BLACK, 0, 0, 0},
+    {"softmax", AMP_BLACK, 0, 0, 0},
+    {"softmax_with_cross_entropy", AMP_BLACK, 0, 0, 0},
+    {"label_smooth", AMP_BLACK, 0, 0, 0}, /* on no Paddle list; it makes the loss's soft labels */
 };
 static const char *const paddle_aliases[] = {"mul", NULL};
-
-/* Whether the bf16 kernels with w_rounds read their float32 weight (FLEET_AMP_CAST_WEIGHT=0,
- * the default: the convolution's own reorder of the filter into its blocked format rounds it
- * to bf16, to nearest even as the cast op does) or a cast op's copy (1), or an error status. */
-static int w_rounds_on(void)
-{
-    int64_t cast = 0;
-    FL_CHECK(fl__env_int("FLEET_AMP_CAST_WEIGHT", 0, 0, 1, &cast));
-    return !cast;
-}
 
 static const amp_kernel *kernel_of(fl_dtype dt, const char *type)
 {
@@ -349,15 +338,13 @@ int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts)
                                   i, p->ops[i]->def->type);
     FL_CHECK(check_list(p, o.custom_white_list, "custom_white_list", 1, o.dtype));
     FL_CHECK(check_list(p, o.custom_black_list, "custom_black_list", 0, o.dtype));
-    const int w_rounds = w_rounds_on();
-    if (w_rounds < 0) return fl__prog_error(p, w_rounds, "fl_amp_decorate: %s", fl_last_error());
     int done = 0;
     for (int i = 0; i < p->nops; i++) {
         fl_op *op = p->ops[i];
         if (op->cond || op->role == FL_ROLE_LRSCHED) continue;
         int changed = 0, white = is_white(&o, op->def->type);
         /* white ops: float32 inputs cast to low precision (fc: Input and W; the bias stays
-         * float32; conv2d's float32 Filter is rounded by the convolution's reorder).  Level O2, other ops (cast excepted): low-precision inputs cast to
+         * float32).  Level O2, other ops (cast excepted): low-precision inputs cast to
          * float32, since they have no low-precision kernel here. */
         fl_dtype to = white ? o.dtype : FL_FLOAT32;
         int nslots = white ? 2 : FL_OP_MAX_SLOTS;
@@ -367,12 +354,10 @@ int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts)
             p->version++;
             continue;
         }
-        const amp_kernel *kr = white ? kernel_of(o.dtype, op->def->type) : NULL;
         for (int s = 0; s < nslots; s++)
             for (int k = 0; k < op->in[s].n; k++) {
                 fl_var *v = op->in[s].vars[k];
                 if (white ? v->dtype != FL_FLOAT32 : v->dtype != FL_BFLOAT16 && v->dtype != FL_FLOAT16) continue;
-                if (kr && kr->w_rounds && s == 1 && o.dtype == FL_BFLOAT16 && w_rounds) continue;
                 int before = p->nops;
                 fl_var *cv = cast_before(p, v, i, to);
                 if (!cv) return fl_prog_status(p) ? fl_prog_status(p) : fl_last_status();
@@ -380,6 +365,7 @@ int fl_amp_decorate(fl_prog *p, const fl_amp_opts *opts)
                 op->in[s].vars[k] = cv;
                 changed = 1;
             }
+        const amp_kernel *kr = white ? kernel_of(o.dtype, op->def->type) : NULL;
         if (o.use_pure_fp16 && kr && kr->low_out && op->out[0].vars[0]->dtype != o.dtype &&
             read_after(p, op->out[0].vars[0], i)) {
             /* level O2: the output stays in low precision for the ops after it */

@@ -23,7 +23,6 @@
 #include <string.h>
 
 #include "../tensor/dnn_conv.h"
-#include "../tensor/half.h"
 #include "ops_conv.h"
 #include "op_layout.h"
 
@@ -296,15 +295,12 @@ static fl_conv_desc dnn_desc(const conv_geo *g, const fl_tensor *x, const fl_ten
     return d;
 }
 
-/* The data of Input, Filter or conv2d_grad's Output@GRAD (slot 0 / 1 / 2) as float32 for the
- * im2col path (and the bias gradient): a bfloat16 one widened into the state's buffer, and a
- * float32 Filter of a bfloat16 Input (AMP leaves the filter float32: oneDNN's reorder rounds
- * it) rounded to bfloat16 there first, so both paths multiply the same operands. */
+/* The data of Input, Filter or conv2d_grad's Output@GRAD (slot 0 / 1 / 2) as float32: a
+ * bfloat16 one widened into the state's buffer for the im2col path (and the bias gradient). */
 static float *f32_data(fl_kctx *c, int slot)
 {
     fl_tensor *t = FL_IN(c, slot);
-    const int round = slot == 1 && t->dtype == FL_FLOAT32 && FL_IN(c, 0)->dtype == FL_BFLOAT16;
-    if (t->dtype == FL_FLOAT32 && !round) return t->data;
+    if (t->dtype == FL_FLOAT32) return t->data;
     fl__conv_state *st = fl__conv_state_get(c);
     if (!st) return NULL;
     if (st->wide_n[slot] < (size_t)t->numel + 1) {
@@ -316,9 +312,7 @@ static float *f32_data(fl_kctx *c, int slot)
         st->wide[slot] = nb;
         st->wide_n[slot] = (size_t)t->numel + 1;
     }
-    if (round)
-        for (int64_t i = 0; i < t->numel; i++) st->wide[slot][i] = fl__bf16_to_f32(fl__f32_to_bf16(((const float *)t->data)[i]));
-    else fl__cvt_bf16_to_f32(st->wide[slot], t->data, t->numel);
+    fl__cvt_bf16_to_f32(st->wide[slot], t->data, t->numel);
     return st->wide[slot];
 }
 
