@@ -29,7 +29,8 @@ TEST(collective_env)
         CHECK_VAR(t, "PADDLE_TRAINERS_NUM", "3");
         CHECK_VAR(t, "PADDLE_TRAINING_ROLE", "TRAINER");
         CHECK_VAR(t, "FR_TEST_MARK", "kept");
-        CHECK_VAR(t, "OMP_WAIT_POLICY", "passive"); /* fleetrun's default */
+        CHECK_VAR(t, "GOMP_SPINCOUNT", "10000"); /* fleetrun's default */
+        CHECK(!get(t, "OMP_WAIT_POLICY"));
         CHECK(!get(t, "TRAINING_ROLE") && !get(t, "FLAGS_selected_gpus") && !get(t, "PADDLE_PSERVERS_IP_PORT_LIST"));
         CHECK_VAR(t, "PADDLE_TRAINER_ENDPOINTS", all);
         CHECK_VAR(t, "PADDLE_CURRENT_ENDPOINT", eps[i]);
@@ -358,7 +359,8 @@ TEST(ps_roles_and_env)
     RUN_EXPECT(&r, 30, 0);
     CHECK(!strstr(r.out, "warning"));
     char sv[4][64], wv[4][64], *w0 = file_of(&r, "w0", "env");
-    CHECK_VAR(w0, "OMP_WAIT_POLICY", "active"); /* the user's choice, not fleetrun's default */
+    CHECK_VAR(w0, "OMP_WAIT_POLICY", "active"); /* the user's choice, and no spin count of fleetrun's */
+    CHECK(!get(w0, "GOMP_SPINCOUNT"));
     const char *secret = get(w0, "FLEET_JOB_SECRET");
     char sec[80];
     snprintf(sec, sizeof sec, "%s", secret ? secret : "");

@@ -149,9 +149,10 @@ static int own_env(const proc_t *p, char **own)
     own[m++] = fr_fmt("PADDLE_RESTART_COUNT=%d", J.restart);
     own[m++] = fr_fmt("PADDLE_JOB_ID=%s", J.job_id);
     if (J.log_level) own[m++] = fr_fmt("FLEET_LOG_LEVEL=%s", J.log_level);
-    /* OpenMP's (oneDNN's) idle team threads sleep instead of spinning against the node's
-     * other processes, unless the user chose a policy (docs/fleetrun.md) */
-    if (!getenv("OMP_WAIT_POLICY")) own[m++] = fr_fmt("OMP_WAIT_POLICY=passive");
+    /* OpenMP's (oneDNN's and the library's) idle team threads spin briefly, then sleep,
+     * instead of spinning for milliseconds against the node's other processes, unless the
+     * user chose a policy or a spin count (docs/fleetrun.md) */
+    if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT")) own[m++] = fr_fmt("GOMP_SPINCOUNT=10000");
     own[m++] = J.secret_env;
     return m;
 }
