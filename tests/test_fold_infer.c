@@ -91,6 +91,19 @@ static int count_ops(const fl_prog *p, const char *type, int with_residual)
     return k;
 }
 
+/* The conv2d ops of p writing bfloat16 (out_dtype). */
+static int count_bf16_out(const fl_prog *p)
+{
+    int k = 0;
+    for (int i = 0; i < p->nops; i++)
+        if (!strcmp(p->ops[i]->def->type, "conv2d") && fl__attr_i(p->ops[i], "out_dtype", FL_FLOAT32) == FL_BFLOAT16) {
+            CHECK_EQ_INT(p->ops[i]->out[0].vars[0]->dtype, FL_BFLOAT16);
+            CHECK_EQ_INT(p->ops[i]->in[3].n, 0);
+            k++;
+        }
+    return k;
+}
+
 /* The logits (softmax's input) of prog on n's batch, copied into out[N * classes]. */
 static const char *logits(const fl_prog *p)
 {
@@ -444,14 +457,99 @@ TEST(test_amp_bf16_eval)
     fl_prog *on = clone_test(&n, 1), *off = clone_test(&n, 0);
     CHECK_EQ_INT(count_ops(on, "batch_norm", 0), 0);
     CHECK_EQ_INT(count_ops(on, "conv_bn_fold", 0), count_ops(n.p, "conv2d", 0));
-    /* the filters' casts became the folds' bfloat16 outputs; the activations' casts stay */
-    CHECK_EQ_INT(count_ops(on, "cast", 0), count_ops(off, "cast", 0) - count_ops(n.p, "conv2d", 0));
+    /* the filters' casts became the folds' bfloat16 outputs; the activations' casts stay,
+     * except those after a convolution that now writes bfloat16 */
+    CHECK_EQ_INT(count_ops(on, "cast", 0), count_ops(off, "cast", 0) - count_ops(n.p, "conv2d", 0) - count_bf16_out(on));
     float a[N * 5], b[N * 5];
     predict(&n, on, a);
     predict(&n, off, b);
     /* bf16 filters rounded after the fold against rounded before it: bf16's 2^-8 per product */
     check_close(a, b, N, 5, 2e-2);
     fl_prog_free(on), fl_prog_free(off);
+    net_free(&n);
+}
+
+/* The eval clone of n with FLEET_INFER_CONV_BF16 set to on. */
+static fl_prog *clone_conv_bf16(const net *n, const char *on)
+{
+    setenv("FLEET_INFER_CONV_BF16", on, 1);
+    fl_prog *t = fl_prog_clone(n->p, 1);
+    unsetenv("FLEET_INFER_CONV_BF16");
+    CHECK(t != NULL);
+    return t;
+}
+
+/* The fetch of v from prog on n's batch, copied into out (bytes, at most cap). */
+static int64_t fetch_bytes(net *n, fl_prog *prog, const char *v, fl_dtype want, void *out, size_t cap)
+{
+    fl_feed f[2] = {{fl_var_name(n->m.input), n->x}, {fl_var_name(n->m.label), n->y}};
+    fl_tensor *o;
+    CHECK_OK(fl_exe_run(n->e, prog, f, 2, &v, 1, &o));
+    CHECK_EQ_INT(o->dtype, want);
+    CHECK(fl__tensor_to_plain(o) == FL_OK);
+    size_t bytes = (size_t)o->numel * fl_dtype_size(o->dtype);
+    CHECK(bytes <= cap);
+    memcpy(out, o->data, bytes);
+    return (int64_t)bytes;
+}
+
+/* bf16 AMP eval: the convolutions whose output only casts to bfloat16 read write bfloat16
+ * themselves and the casts go; the logits are those of the clone that keeps the casts
+ * (FLEET_INFER_CONV_BF16=0) bit for bit, on oneDNN (a bf16 destination: the f32 result of the
+ * accumulation, bias and relu rounded to nearest even once, as the cast rounds) and on the
+ * im2col path (the f32 output rounded by the cast's own conversion); a fetch of such an output
+ * gives the bfloat16 values the cast's output held.  A float32 program is untouched. */
+TEST(test_amp_bf16_conv_out)
+{
+    if (!fl__dnn_available()) TSKIP("no oneDNN in this build");
+    for (int deep = 0; deep < 2; deep++)
+        for (int lib = 0; lib < 2; lib++) {
+            setenv("FLEET_GEMM", lib ? "openblas" : "dnnl", 1);
+            fl__gemm_lib_reload();
+            net n;
+            net_build(&n, deep, 1);
+            fl_prog *on = clone_conv_bf16(&n, "1"), *off = clone_conv_bf16(&n, "0");
+            const int k = count_bf16_out(on), conv = count_ops(on, "conv2d", 0);
+            printf("  %s, %s: %d of %d conv2d write bfloat16, casts %d -> %d\n", deep ? "ResNet-50" : "ResNet-14",
+                   lib ? "im2col" : "oneDNN", k, conv, count_ops(off, "cast", 0), count_ops(on, "cast", 0));
+            /* ResNet-14: the first convolution of each basic block; ResNet-50: two per bottleneck */
+            CHECK_EQ_INT(k, deep ? 2 * 16 : 6);
+            CHECK_EQ_INT(count_bf16_out(off), 0);
+            CHECK_EQ_INT(count_ops(on, "cast", 0), count_ops(off, "cast", 0) - k);
+            CHECK_EQ_INT(count_ops(on, "conv2d", 0), count_ops(off, "conv2d", 0));
+            CHECK_EQ_INT(count_bf16_out(n.p), 0); /* the decorated training program is untouched */
+            float a[N * 5], b[N * 5];
+            predict(&n, on, a);
+            predict(&n, off, b);
+            CHECK(!memcmp(a, b, sizeof a));
+            check_close(a, b, N, 5, 0);
+            /* the first such convolution's output fetched: the cast's output of the other clone */
+            const char *yv = NULL, *cv = NULL;
+            for (int i = 0; i < on->nops && !yv; i++)
+                if (!strcmp(on->ops[i]->def->type, "conv2d") && fl__attr_i(on->ops[i], "out_dtype", 0) == FL_BFLOAT16)
+                    yv = on->ops[i]->out[0].vars[0]->name;
+            for (int i = 0; yv && i < off->nops && !cv; i++)
+                if (!strcmp(off->ops[i]->def->type, "cast") && !strcmp(off->ops[i]->in[0].vars[0]->name, yv))
+                    cv = off->ops[i]->out[0].vars[0]->name;
+            CHECK(yv != NULL && cv != NULL);
+            enum { CAP = N * 64 * 32 * 32 * 2 };
+            void *ya = malloc(CAP), *yb = malloc(CAP);
+            int64_t na = fetch_bytes(&n, on, yv, FL_BFLOAT16, ya, CAP), nb = fetch_bytes(&n, off, cv, FL_BFLOAT16, yb, CAP);
+            CHECK(na == nb && na > 0 && !memcmp(ya, yb, (size_t)na));
+            fetch_bytes(&n, off, yv, FL_FLOAT32, ya, CAP); /* the other clone's own output stays float32 */
+            free(ya), free(yb);
+            fl_prog_free(on), fl_prog_free(off);
+            net_free(&n);
+        }
+    setenv("FLEET_GEMM", "dnnl", 1);
+    fl__gemm_lib_reload();
+    /* float32: nothing to rewrite */
+    net n;
+    net_build(&n, 0, 0);
+    fl_prog *on = clone_conv_bf16(&n, "1");
+    CHECK_EQ_INT(count_bf16_out(on), 0);
+    CHECK_EQ_INT(count_ops(on, "cast", 0), 0);
+    fl_prog_free(on);
     net_free(&n);
 }
 
@@ -504,4 +602,5 @@ TEST(test_pool_blocked_same_as_plain)
 
 TEST_MAIN(T(test_resnet_same_on_and_off), T(test_resnet_same_plain_layouts), T(test_resnet50_same_on_and_off),
           T(test_training_clone_untouched), T(test_clone_after_minimize), T(test_params_unchanged_and_no_stale_fold),
-          T(test_fold_cache), T(test_save_load_inference_model), T(test_amp_bf16_eval), T(test_pool_blocked_same_as_plain))
+          T(test_fold_cache), T(test_save_load_inference_model), T(test_amp_bf16_eval), T(test_amp_bf16_conv_out),
+          T(test_pool_blocked_same_as_plain))

@@ -7,7 +7,12 @@
  *     an elementwise_add (axis 1) and an activation op instead.  The results are the same.
  *   - data_format / data_layout other than "NCHW" (NHWC) and adaptive pooling are rejected
  *     with an error naming the option.
- *   - conv2d takes a bfloat16 Input and Filter (AMP's casts); its outputs stay float32.
+ *   - conv2d takes a bfloat16 Input and Filter (AMP's casts); its outputs stay float32,
+ *     except with attribute out_dtype bfloat16 (forward only: such an op has no gradient),
+ *     which the inference pass sets (fold_infer.c) where only AMP's casts to bfloat16 read
+ *     the output: bias, residual and activation are applied in float32 and the result is
+ *     rounded to nearest even once, as the cast did (oneDNN: a bf16 destination; im2col: the
+ *     float32 result rounded into the output).
  *   - ResidualData (Paddle's oneDNN conv2d input, with fuse_residual_connection) is added
  *     to the output before the activation: Output = act(conv + Bias + ResidualData).  Only
  *     the inference pass (fold_infer.c) sets it; such an op has no gradient.
@@ -206,7 +211,11 @@ static int infer_conv2d(fl_op *op)
                                 x->name);
         }
     }
-    fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, 4, os);
+    fl_dtype to = (fl_dtype)fl__attr_i(op, "out_dtype", FL_FLOAT32);
+    if (to != FL_FLOAT32 && to != FL_BFLOAT16)
+        return fl__op_error(op, "out_dtype %s is not supported (float32 or bfloat16; input '%s')", fl_dtype_name(to),
+                            x->name);
+    fl__var_set_shape(op->out[0].vars[0], to, 4, os);
     return FL_OK;
 }
 
@@ -316,6 +325,24 @@ static float *f32_data(fl_kctx *c, int slot)
     return st->wide[slot];
 }
 
+/* The float32 result of a conv2d writing bfloat16 (out_dtype) on the im2col path, before
+ * its rounding into the output: n floats in the state (wide[2], unused by the forward). */
+static float *f32_out(fl_kctx *c, int64_t n)
+{
+    fl__conv_state *st = fl__conv_state_get(c);
+    if (!st) return NULL;
+    if (st->wide_n[2] < (size_t)n + 1) {
+        float *nb = realloc(st->wide[2], ((size_t)n + 1) * sizeof(float));
+        if (!nb) {
+            fl__err(FL_ENOMEM, "conv2d: cannot allocate the float32 output of '%s'", fl__kctx_var_name(c, 0, 0));
+            return NULL;
+        }
+        st->wide[2] = nb;
+        st->wide_n[2] = (size_t)n + 1;
+    }
+    return st->wide[2];
+}
+
 static int run_conv2d(fl_kctx *c)
 {
     conv_geo g;
@@ -327,8 +354,12 @@ static int run_conv2d(fl_kctx *c)
     if (res && (res->dtype != FL_FLOAT32 || res->numel != g.n * g.m * g.ohw))
         return fl__err(FL_EINVAL, "conv2d: residual '%s' must be float32 with the output's %lld elements",
                        fl__kctx_var_name(c, 3, 0), (long long)(g.n * g.m * g.ohw));
+    const fl_dtype to = (fl_dtype)fl__attr_i(c->op, "out_dtype", FL_FLOAT32);
+    if (to != FL_FLOAT32 && to != FL_BFLOAT16)
+        return fl__err(FL_EINVAL, "conv2d: out_dtype %s is not supported (input '%s')", fl_dtype_name(to),
+                       fl__kctx_var_name(c, 0, 0));
     int64_t os[4] = {g.n, g.m, g.oh, g.ow};
-    FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, 4, os));
+    FL_CHECK(fl__tensor_reshape_raw(out, to, 4, os));
     out->lod_n = 0;
     const float *bd = b ? (const float *)b->data : NULL;
     int act = fl__conv_act_code(fl__attr_s(c->op, "act", "")), direct = conv_direct(&g);
@@ -339,7 +370,7 @@ static int run_conv2d(fl_kctx *c)
         if (!st) return fl_last_status();
         fl_conv_desc d = dnn_desc(&g, x, f);
         d.act = act == ACT_RELU ? FL_ACT_RELU : act == ACT_TANH ? FL_ACT_TANH : act == ACT_SIGMOID ? FL_ACT_SIGMOID : 0;
-        d.has_bias = bd != NULL;
+        d.has_bias = bd != NULL, d.y_type = to;
         d.x_lay = x->layout, d.blocked_out = fl__layout_enabled(), d.sum = res != NULL, d.res_lay = res ? res->layout : 0;
         FL_CHECK(fl__conv_filter_stamp(&st->dnn, f));
         if (res) FL_CHECK(fl__conv_fwd_sum(&st->dnn, &d, x->data, f->data, bd, res->data, out->data));
@@ -349,7 +380,8 @@ static int run_conv2d(fl_kctx *c)
     FL_CHECK(fl__tensor_to_plain(x));
     if (res) FL_CHECK(fl__tensor_to_plain(res));
     const float *fd = f32_data(c, 1), *xd = fd ? f32_data(c, 0) : NULL;
-    if (!xd) return fl_last_status();
+    float *yd = !xd ? NULL : to == FL_BFLOAT16 ? f32_out(c, out->numel) : out->data;
+    if (!yd) return fl_last_status();
     /* nb images at a time when K is large: their column matrices side by side
      * [K, nb*Ho*Wo] (about 1 MB of scratch) make one larger sgemm, which amortises
      * OpenBLAS's packing (for small K, per-image products take its faster small-matrix
@@ -371,7 +403,7 @@ static int run_conv2d(fl_kctx *c)
             for (int64_t j = 0; j < cnt; j++)
                 for (int64_t m = 0; m < g.mg; m++) {
                     const float *restrict src = prod + m * ld + j * g.ohw;
-                    float *restrict o = (float *)out->data + ((n0 + j) * g.m + gr * g.mg + m) * g.ohw;
+                    float *restrict o = yd + ((n0 + j) * g.m + gr * g.mg + m) * g.ohw;
                     const float v = bd ? bd[gr * g.mg + m] : 0.0f;
                     if (res) {
                         const float *restrict r = (const float *)res->data + ((n0 + j) * g.m + gr * g.mg + m) * g.ohw;
@@ -385,6 +417,7 @@ static int run_conv2d(fl_kctx *c)
                 }
         }
     }
+    if (to == FL_BFLOAT16) fl__cvt_f32_to_bf16(out->data, yd, out->numel);
     return FL_OK;
 }
 
@@ -484,6 +517,9 @@ static int grad_conv2d(fl_op *op, fl_grad_ctx *g)
     fl_var *x = op->in[0].vars[0], *w = op->in[1].vars[0], *b = op->in[2].n ? op->in[2].vars[0] : NULL;
     if (op->in[3].n)
         return fl__op_error(op, "input '%s': a convolution with ResidualData (fused for inference) has no gradient",
+                            x->name);
+    if (fl__attr_i(op, "out_dtype", FL_FLOAT32) != FL_FLOAT32)
+        return fl__op_error(op, "input '%s': a convolution writing bfloat16 (out_dtype, set for inference) has no gradient",
                             x->name);
     fl_var *gv[3] = {fl__grad_for(g, x), fl__grad_for(g, w), b ? fl__grad_for(g, b) : NULL};
     static const char *const names[3] = {"Input@GRAD", "Filter@GRAD", "Bias@GRAD"};

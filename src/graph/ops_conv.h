@@ -56,7 +56,8 @@ uint64_t fl__conv_bn_fold_hits(void);
 typedef struct {
     fl_conv_cache *dnn;
     size_t n, wide_n[3];
-    float *buf, *wide[3]; /* scratch; bfloat16 Input, Filter and Output@GRAD widened */
+    float *buf, *wide[3]; /* scratch; bfloat16 Input, Filter and Output@GRAD widened (wide[2]:
+                           * conv2d's float32 result before its rounding to out_dtype bfloat16) */
 } fl__conv_state;
 
 void fl__conv_state_free(void *p);              /* the ops' state_free */
