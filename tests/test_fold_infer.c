@@ -91,15 +91,15 @@ static int count_ops(const fl_prog *p, const char *type, int with_residual)
     return k;
 }
 
-/* The conv2d ops of p writing bfloat16 (out_dtype). */
-static int count_bf16_out(const fl_prog *p)
+/* The conv2d ops of p writing bfloat16 (out_dtype); with_residual: of those, the ones with a
+ * ResidualData. */
+static int count_bf16_out(const fl_prog *p, int with_residual)
 {
     int k = 0;
     for (int i = 0; i < p->nops; i++)
         if (!strcmp(p->ops[i]->def->type, "conv2d") && fl__attr_i(p->ops[i], "out_dtype", FL_FLOAT32) == FL_BFLOAT16) {
             CHECK_EQ_INT(p->ops[i]->out[0].vars[0]->dtype, FL_BFLOAT16);
-            CHECK_EQ_INT(p->ops[i]->in[3].n, 0);
-            k++;
+            k += !with_residual || p->ops[i]->in[3].n;
         }
     return k;
 }
@@ -454,12 +454,13 @@ TEST(test_amp_bf16_eval)
     net n;
     net_build(&n, 0, 1);
     CHECK(count_ops(n.p, "cast", 0) > 0);
+    setenv("FLEET_INFER_CONV_BF16", "0", 1); /* the convolutions' bf16 outputs: test_amp_bf16_conv_out */
     fl_prog *on = clone_test(&n, 1), *off = clone_test(&n, 0);
+    unsetenv("FLEET_INFER_CONV_BF16");
     CHECK_EQ_INT(count_ops(on, "batch_norm", 0), 0);
     CHECK_EQ_INT(count_ops(on, "conv_bn_fold", 0), count_ops(n.p, "conv2d", 0));
-    /* the filters' casts became the folds' bfloat16 outputs; the activations' casts stay,
-     * except those after a convolution that now writes bfloat16 */
-    CHECK_EQ_INT(count_ops(on, "cast", 0), count_ops(off, "cast", 0) - count_ops(n.p, "conv2d", 0) - count_bf16_out(on));
+    /* the filters' casts became the folds' bfloat16 outputs; the activations' casts stay */
+    CHECK_EQ_INT(count_ops(on, "cast", 0), count_ops(off, "cast", 0) - count_ops(n.p, "conv2d", 0));
     float a[N * 5], b[N * 5];
     predict(&n, on, a);
     predict(&n, off, b);
@@ -508,21 +509,38 @@ TEST(test_amp_bf16_conv_out)
             fl__gemm_lib_reload();
             net n;
             net_build(&n, deep, 1);
-            fl_prog *on = clone_conv_bf16(&n, "1"), *off = clone_conv_bf16(&n, "0");
-            const int k = count_bf16_out(on), conv = count_ops(on, "conv2d", 0);
+            fl_prog *on = clone_conv_bf16(&n, "1"), *off = clone_conv_bf16(&n, "0"), *res = clone_conv_bf16(&n, "2");
+            const int k = count_bf16_out(on, 0), conv = count_ops(on, "conv2d", 0);
             printf("  %s, %s: %d of %d conv2d write bfloat16, casts %d -> %d\n", deep ? "ResNet-50" : "ResNet-14",
                    lib ? "im2col" : "oneDNN", k, conv, count_ops(off, "cast", 0), count_ops(on, "cast", 0));
             /* ResNet-14: the first convolution of each basic block; ResNet-50: two per bottleneck */
             CHECK_EQ_INT(k, deep ? 2 * 16 : 6);
-            CHECK_EQ_INT(count_bf16_out(off), 0);
+            CHECK_EQ_INT(count_bf16_out(on, 1), 0);
+            CHECK_EQ_INT(count_bf16_out(off, 0), 0);
             CHECK_EQ_INT(count_ops(on, "cast", 0), count_ops(off, "cast", 0) - k);
             CHECK_EQ_INT(count_ops(on, "conv2d", 0), count_ops(off, "conv2d", 0));
-            CHECK_EQ_INT(count_bf16_out(n.p), 0); /* the decorated training program is untouched */
+            CHECK_EQ_INT(count_bf16_out(n.p, 0), 0); /* the decorated training program is untouched */
             float a[N * 5], b[N * 5];
             predict(&n, on, a);
             predict(&n, off, b);
             CHECK(!memcmp(a, b, sizeof a));
             check_close(a, b, N, 5, 0);
+            /* FLEET_INFER_CONV_BF16=2: the block ends too (all but the last, read by the pool),
+             * the projection shortcuts and ResNet-14's stem (read by the first block and its
+             * identity shortcut; ResNet-50's is pooled); their residual is then rounded to bf16
+             * before the sum: close to, not equal to, the float32 residual's result */
+            const int kr = count_bf16_out(res, 1), blocks = deep ? 16 : 6, proj = deep ? 4 : 2, stem = !deep;
+            printf("  ... and with the residuals: %d conv2d write bfloat16 (%d with ResidualData), casts %d\n",
+                   count_bf16_out(res, 0), kr, count_ops(res, "cast", 0));
+            CHECK_EQ_INT(kr, blocks - 1);
+            CHECK_EQ_INT(count_bf16_out(res, 0), k + blocks - 1 + proj + stem);
+            CHECK_EQ_INT(count_ops(res, "cast", 0), count_ops(on, "cast", 0) - (blocks - 1) - stem);
+            float r[N * 5];
+            predict(&n, res, r);
+            double big = 0, dmax = 0;
+            for (int i = 0; i < N * 5; i++) big = fmax(big, fabs(b[i])), dmax = fmax(dmax, fabs(r[i] - b[i]));
+            printf("  logits differ by up to %.2g of the largest\n", dmax / big);
+            check_close(r, b, N, 5, 2e-2);
             /* the first such convolution's output fetched: the cast's output of the other clone */
             const char *yv = NULL, *cv = NULL;
             for (int i = 0; i < on->nops && !yv; i++)
@@ -538,7 +556,7 @@ TEST(test_amp_bf16_conv_out)
             CHECK(na == nb && na > 0 && !memcmp(ya, yb, (size_t)na));
             fetch_bytes(&n, off, yv, FL_FLOAT32, ya, CAP); /* the other clone's own output stays float32 */
             free(ya), free(yb);
-            fl_prog_free(on), fl_prog_free(off);
+            fl_prog_free(on), fl_prog_free(off), fl_prog_free(res);
             net_free(&n);
         }
     setenv("FLEET_GEMM", "dnnl", 1);
@@ -547,7 +565,7 @@ TEST(test_amp_bf16_conv_out)
     net n;
     net_build(&n, 0, 0);
     fl_prog *on = clone_conv_bf16(&n, "1");
-    CHECK_EQ_INT(count_bf16_out(on), 0);
+    CHECK_EQ_INT(count_bf16_out(on, 0), 0);
     CHECK_EQ_INT(count_ops(on, "cast", 0), 0);
     fl_prog_free(on);
     net_free(&n);

@@ -418,30 +418,38 @@ static int bf16_cast_of(const fl_prog *p, const fl_op *op, const fl_var *v)
     return 1;
 }
 
-/* conv2d at op i computing in bfloat16 whose float32 output only casts to bfloat16 read:
- * returns 1 when it writes bfloat16 and the casts are gone. */
-static int conv_bf16_out(fl_prog *p, int i)
+/* conv2d at op i computing in bfloat16 whose float32 output only casts to bfloat16 read
+ * (with res, also a later conv2d's ResidualData, and the conv may have one itself): returns 1
+ * when it writes bfloat16 and the casts are gone. */
+static int conv_bf16_out(fl_prog *p, int i, int res)
 {
     fl_op *cv = p->ops[i];
-    if (strcmp(cv->def->type, "conv2d") || !plain_fwd(cv) || cv->in[3].n || cv->out[0].n != 1) return 0;
+    if (strcmp(cv->def->type, "conv2d") || !plain_fwd(cv) || (cv->in[3].n && !res) || cv->out[0].n != 1) return 0;
     if (fl__attr_i(cv, "out_dtype", FL_FLOAT32) != FL_FLOAT32) return 0;
     if (cv->in[0].vars[0]->dtype != FL_BFLOAT16 && cv->in[1].vars[0]->dtype != FL_BFLOAT16) return 0;
     fl_var *y = cv->out[0].vars[0];
     if (y->persistable || y->is_data || y->dtype != FL_FLOAT32) return 0;
-    int casts = 0;
+    int casts = 0, readers = 0; /* the casts; the ResidualData readers */
     for (int k = 0; k < p->nops; k++) {
         const fl_op *o = p->ops[k];
         if (o->cond == y || (k != i && writes(o, y))) return 0;
         if (k == i || !reads(o, y)) continue;
-        if (k < i || !bf16_cast_of(p, o, y)) return 0;
-        casts++;
+        if (k < i) return 0;
+        if (bf16_cast_of(p, o, y)) {
+            casts++;
+            continue;
+        }
+        if (!res || strcmp(o->def->type, "conv2d") || !plain_fwd(o) || o->in[3].n != 1 || o->in[3].vars[0] != y ||
+            o->in[0].vars[0] == y || o->in[1].vars[0] == y || (o->in[2].n && o->in[2].vars[0] == y))
+            return 0;
+        readers++;
     }
-    if (!casts) return 0;
+    if (!casts && !readers) return 0;
     FL_CHECK(fl__attr_set_i(cv, "out_dtype", FL_BFLOAT16));
     y->dtype = FL_BFLOAT16;
     for (int k = p->nops - 1; k > i; k--) {
         fl_op *o = p->ops[k];
-        if (!reads(o, y)) continue;
+        if (!reads(o, y) || strcmp(o->def->type, "cast")) continue;
         fl_var *c = o->out[0].vars[0];
         for (int q = 0; q < p->nops; q++) /* every reader of the copy reads y */
             for (int s = 0; s < FL_OP_MAX_SLOTS; s++)
@@ -454,12 +462,13 @@ static int conv_bf16_out(fl_prog *p, int i)
     return 1;
 }
 
-/* FLEET_INFER_CONV_BF16 (0 or 1, default 1): conv_bf16_out on or off. */
+/* FLEET_INFER_CONV_BF16: 0 off, 1 the convolutions without ResidualData, 2 (default) also
+ * those with it and those whose output is a ResidualData. */
 static int conv_bf16_pass(fl_prog *p, int i)
 {
-    int64_t on = 1;
-    FL_CHECK(fl__env_int("FLEET_INFER_CONV_BF16", 1, 0, 1, &on));
-    return on ? conv_bf16_out(p, i) : 0;
+    int64_t on = 2;
+    FL_CHECK(fl__env_int("FLEET_INFER_CONV_BF16", 2, 0, 2, &on));
+    return on ? conv_bf16_out(p, i, on == 2) : 0;
 }
 
 int fl__infer_fuse(fl_prog *p)

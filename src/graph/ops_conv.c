@@ -14,8 +14,9 @@
  *     rounded to nearest even once, as the cast did (oneDNN: a bf16 destination; im2col: the
  *     float32 result rounded into the output).
  *   - ResidualData (Paddle's oneDNN conv2d input, with fuse_residual_connection) is added
- *     to the output before the activation: Output = act(conv + Bias + ResidualData).  Only
- *     the inference pass (fold_infer.c) sets it; such an op has no gradient.
+ *     to the output before the activation: Output = act(conv + Bias + ResidualData); float32,
+ *     or bfloat16 where the inference pass made its writer write bfloat16.  Only the
+ *     inference pass (fold_infer.c) sets it; such an op has no gradient.
  * Kernels: when FLEET_GEMM picks oneDNN, conv2d and conv2d_grad run oneDNN's convolution
  * primitives (src/tensor/dnn_conv.c, cached in the op's state).  Otherwise conv2d is
  * im2col + fl__sgemm per group and image (or per batch of images when the filter is large,
@@ -63,6 +64,7 @@ void fl__conv_state_free(void *p)
     free(st->wide[0]);
     free(st->wide[1]);
     free(st->wide[2]);
+    free(st->wide[3]);
     free(st);
 }
 
@@ -200,7 +202,7 @@ static int infer_conv2d(fl_op *op)
     int64_t os[4] = {g.n, g.m, g.oh, g.ow};
     if (op->in[3].n) {
         fl_var *r = op->in[3].vars[0];
-        FL_CHECK(fl__op_need_f32(op, r));
+        FL_CHECK(need_f32_or_bf16(op, r));
         int same = r->ndim == 4;
         for (int i = 0; same && i < 4; i++) same = r->shape[i] < 0 || os[i] < 0 || r->shape[i] == os[i];
         if (!same) {
@@ -304,8 +306,9 @@ static fl_conv_desc dnn_desc(const conv_geo *g, const fl_tensor *x, const fl_ten
     return d;
 }
 
-/* The data of Input, Filter or conv2d_grad's Output@GRAD (slot 0 / 1 / 2) as float32: a
- * bfloat16 one widened into the state's buffer for the im2col path (and the bias gradient). */
+/* The data of Input, Filter, conv2d_grad's Output@GRAD or conv2d's ResidualData (slot 0 / 1 /
+ * 2 / 3) as float32: a bfloat16 one widened into the state's buffer for the im2col path (and
+ * the bias gradient). */
 static float *f32_data(fl_kctx *c, int slot)
 {
     fl_tensor *t = FL_IN(c, slot);
@@ -351,8 +354,8 @@ static int run_conv2d(fl_kctx *c)
     if (b && (b->dtype != FL_FLOAT32 || b->numel != g.m))
         return fl__err(FL_EINVAL, "conv2d: bias '%s' must be float32 with %lld elements", fl__kctx_var_name(c, 2, 0),
                        (long long)g.m);
-    if (res && (res->dtype != FL_FLOAT32 || res->numel != g.n * g.m * g.ohw))
-        return fl__err(FL_EINVAL, "conv2d: residual '%s' must be float32 with the output's %lld elements",
+    if (res && ((res->dtype != FL_FLOAT32 && res->dtype != FL_BFLOAT16) || res->is_rows || res->numel != g.n * g.m * g.ohw))
+        return fl__err(FL_EINVAL, "conv2d: residual '%s' must be float32 or bfloat16 with the output's %lld elements",
                        fl__kctx_var_name(c, 3, 0), (long long)(g.n * g.m * g.ohw));
     const fl_dtype to = (fl_dtype)fl__attr_i(c->op, "out_dtype", FL_FLOAT32);
     if (to != FL_FLOAT32 && to != FL_BFLOAT16)
@@ -372,6 +375,7 @@ static int run_conv2d(fl_kctx *c)
         d.act = act == ACT_RELU ? FL_ACT_RELU : act == ACT_TANH ? FL_ACT_TANH : act == ACT_SIGMOID ? FL_ACT_SIGMOID : 0;
         d.has_bias = bd != NULL, d.y_type = to;
         d.x_lay = x->layout, d.blocked_out = fl__layout_enabled(), d.sum = res != NULL, d.res_lay = res ? res->layout : 0;
+        d.res_type = res ? res->dtype : FL_FLOAT32;
         FL_CHECK(fl__conv_filter_stamp(&st->dnn, f));
         if (res) FL_CHECK(fl__conv_fwd_sum(&st->dnn, &d, x->data, f->data, bd, res->data, out->data));
         else FL_CHECK(fl__conv_fwd(&st->dnn, &d, x->data, f->data, bd, out->data));
@@ -381,7 +385,8 @@ static int run_conv2d(fl_kctx *c)
     if (res) FL_CHECK(fl__tensor_to_plain(res));
     const float *fd = f32_data(c, 1), *xd = fd ? f32_data(c, 0) : NULL;
     float *yd = !xd ? NULL : to == FL_BFLOAT16 ? f32_out(c, out->numel) : out->data;
-    if (!yd) return fl_last_status();
+    const float *rd = !yd || !res ? NULL : f32_data(c, 3);
+    if (!yd || (res && !rd)) return fl_last_status();
     /* nb images at a time when K is large: their column matrices side by side
      * [K, nb*Ho*Wo] (about 1 MB of scratch) make one larger sgemm, which amortises
      * OpenBLAS's packing (for small K, per-image products take its faster small-matrix
@@ -406,7 +411,7 @@ static int run_conv2d(fl_kctx *c)
                     float *restrict o = yd + ((n0 + j) * g.m + gr * g.mg + m) * g.ohw;
                     const float v = bd ? bd[gr * g.mg + m] : 0.0f;
                     if (res) {
-                        const float *restrict r = (const float *)res->data + ((n0 + j) * g.m + gr * g.mg + m) * g.ohw;
+                        const float *restrict r = rd + ((n0 + j) * g.m + gr * g.mg + m) * g.ohw;
                         for (int64_t i = 0; i < g.ohw; i++) o[i] = src[i] + v + r[i];
                         if (act == ACT_RELU) fl__relu(o, o, g.ohw);
                     } else if (act == ACT_RELU)

@@ -87,7 +87,7 @@ int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, co
     return no_dnnl();
 }
 int fl__conv_fwd_sum(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias,
-                     const float *res, void *y)
+                     const void *res, void *y)
 {
     (void)cache, (void)d, (void)x, (void)w, (void)bias, (void)res, (void)y;
     return no_dnnl();
@@ -475,7 +475,7 @@ static int entry_make(entry *e, dnnl_engine_t eng, const conv_key *k)
         dnnl_dims_t yd = {d->n, d->m, d->oh, d->ow};
         dnnl_primitive_desc_t rpd = NULL;
         const dnnl_memory_desc_t *to = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-        TRY(dnnl_memory_desc_init_by_tag(&rm, 4, yd, dnnl_f32, dnnl_nchw), "residual memory");
+        TRY(dnnl_memory_desc_init_by_tag(&rm, 4, yd, dt_of(d->res_type), dnnl_nchw), "residual memory");
         if (d->res_lay) TRY(md_in_layout(&rm, d->res_lay), "residual memory");
         TRY(dnnl_memory_create(&e->res, &rm, eng, DNNL_MEMORY_NONE), "residual memory");
         s = dnnl_reorder_primitive_desc_create(&rpd, &rm, eng, to, eng, NULL);
@@ -540,6 +540,7 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
     k.wino = fl__conv_winograd(dd, dir);
     if (k.wino < 0) return k.wino;
     if (dir != FWD) k.d.act = 0, k.d.has_bias = 0, k.d.sum = 0, k.d.res_lay = 0, k.d.y_type = FL_FLOAT32;
+    if (!k.d.sum) k.d.res_type = FL_FLOAT32;
     if (dir == FWD) k.d.y_lay = 0, k.d.dy_type = FL_FLOAT32;
     if (dir == BWD_DATA) k.d.x_lay = 0;
     if (dir == BWD_WEIGHTS) k.d.blocked_out = 0;
@@ -641,7 +642,7 @@ int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, co
 }
 
 int fl__conv_fwd_sum(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias,
-                     const float *res, void *y)
+                     const void *res, void *y)
 {
     if (d->n == 0) return FL_OK;
     if (!*cache && !(*cache = calloc(1, sizeof **cache))) return fl__err(FL_ENOMEM, "conv2d: out of memory");

@@ -25,9 +25,11 @@ dnnl_engine_t fl__dnn_enter(void);
 typedef struct {
     int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g;
     int act, has_bias;
-    /* Forward only: y = act(conv(x, w) + bias + r) with r the residual (layout res_lay)
-     * fl__conv_fwd_sum reorders into y first (oneDNN's "sum" post-op, before the activation). */
+    /* Forward only: y = act(conv(x, w) + bias + r) with r the residual (layout res_lay, type
+     * res_type: float32 (0) or bfloat16) fl__conv_fwd_sum reorders into y first (oneDNN's
+     * "sum" post-op, before the activation). */
     int sum, res_lay;
+    fl_dtype res_type;
     fl_dtype x_type, w_type;
     /* Forward only: the type of the output y, float32 (0) or bfloat16 (an inference conv2d
      * with out_dtype, graph/fold_infer.c): the accumulation, bias, residual sum and
@@ -54,11 +56,11 @@ typedef struct fl_conv_cache fl_conv_cache;
  * Returns FL_OK, FL_EUNSUPPORTED (no oneDNN, or oneDNN failed: the message names the
  * shape and step) or FL_ENOMEM. */
 int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias, void *y);
-/* fl__conv_fwd with d->sum set: res (float32, y's shape, in layout d->res_lay; not y) is
+/* fl__conv_fwd with d->sum set: res (d->res_type, y's shape, in layout d->res_lay; not y) is
  * reordered into the memory the convolution writes y in (in y_type: a bfloat16 y rounds the
  * residual to bfloat16 first), which it then adds to; the activation comes after the sum. */
 int fl__conv_fwd_sum(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias,
-                     const float *res, void *y);
+                     const void *res, void *y);
 /* The forward call that comes next with *cache reads its filter from tensor w, at w's current
  * write version (tensor_internal.h): while the same tensor at the same version and data
  * comes again, the forward reuses the filter it reordered into oneDNN's layout last time
