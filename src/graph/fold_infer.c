@@ -485,7 +485,7 @@ int fl__infer_fuse(fl_prog *p)
         }
     if (n[0] + n[1] + n[2] + n[3])
         FL_DEBUG(FL_SUB_GRAPH,
-                 "inference pass: %d batch_norm folded, %d relu and %d residual sums fused, %d conv2d write bfloat16",
-                 n[0], n[1], n[2], n[3]);
+                 "inference pass: %d batch_norm folded, %d relu and %d residual sums fused, %d conv2d write bfloat16", n[0],
+                 n[1], n[2], n[3]);
     return n[0] + n[1] + n[2] + n[3];
 }
