@@ -6,7 +6,8 @@
  * fused program; a batch_norm statistic or a filter changed between two runs changes the
  * next output as the unfused program's (no stale fold); an inference model saved and loaded
  * is fused and computes the same; the folds are skipped while their inputs keep their write
- * versions and redone after each kind of write; bf16 AMP eval agrees within bf16's precision; a training
+ * versions and redone after each kind of write; bf16 AMP eval agrees within bf16's precision,
+ * and its convolutions that write bfloat16 (no cast after them) give the casts' very bits; a training
  * clone is left alone; pool2d on blocked tensors computes what it computes on plain ones. */
 #include "gradcheck.h"
 
@@ -189,6 +190,37 @@ TEST(test_clone_after_minimize)
     predict(&n, on, a);
     predict(&n, off, b);
     check_close(a, b, N, 5, 2e-5);
+    fl_prog_free(on), fl_prog_free(off);
+    fl_opt_free(o);
+    net_free(&n);
+}
+
+/* bf16 AMP training (its normalisations write bfloat16, graph/amp_bn.c) cloned for test: each
+ * conv2d's output variable has the type the op writes, and the predictions are the unfused
+ * clone's within bf16's precision. */
+TEST(test_amp_clone_after_minimize)
+{
+    if (!fl__dnn_available()) TSKIP("no oneDNN in this build");
+    net n;
+    net_build(&n, 0, 0);
+    fl_opt *o = fl_opt_momentum(0.05f, 0.9f, 0);
+    fl_amp_opts ao = {FL_BFLOAT16};
+    CHECK_OK(fl_amp_decorate_optimizer(o, &ao));
+    CHECK_OK(fl_opt_minimize(o, n.m.loss));
+    CHECK_OK(fl_exe_run(n.e, fl_prog_startup(n.p), NULL, 0, NULL, 0, NULL));
+    bn_away(&n);
+    fl_prog *on = clone_test(&n, 1), *off = clone_test(&n, 0);
+    for (int i = 0; i < on->nops; i++) {
+        const fl_op *op = on->ops[i];
+        if (!strcmp(op->def->type, "conv2d"))
+            CHECK_EQ_INT(op->out[0].vars[0]->dtype, fl__attr_i(op, "out_dtype", FL_FLOAT32));
+    }
+    printf("  %d of %d conv2d write bfloat16\n", count_bf16_out(on, 0), count_ops(on, "conv2d", 0));
+    CHECK(count_bf16_out(on, 0) > 0);
+    float a[N * 5], b[N * 5];
+    predict(&n, on, a);
+    predict(&n, off, b);
+    check_close(a, b, N, 5, 2e-2);
     fl_prog_free(on), fl_prog_free(off);
     fl_opt_free(o);
     net_free(&n);
@@ -619,6 +651,6 @@ TEST(test_pool_blocked_same_as_plain)
 }
 
 TEST_MAIN(T(test_resnet_same_on_and_off), T(test_resnet_same_plain_layouts), T(test_resnet50_same_on_and_off),
-          T(test_training_clone_untouched), T(test_clone_after_minimize), T(test_params_unchanged_and_no_stale_fold),
+          T(test_training_clone_untouched), T(test_clone_after_minimize), T(test_amp_clone_after_minimize), T(test_params_unchanged_and_no_stale_fold),
           T(test_fold_cache), T(test_save_load_inference_model), T(test_amp_bf16_eval), T(test_amp_bf16_conv_out),
           T(test_pool_blocked_same_as_plain))

@@ -15,7 +15,9 @@
  *       changed between runs by any writer (a test program run during training shares the
  *       training scope; a load; a set through the API) is folded again at once, and an
  *       inference program run repeatedly folds once; the conv2d then keeps its reordered
- *       filter too.  batch_norm's fuse_with_relu becomes the conv2d's act.
+ *       filter too.  batch_norm's fuse_with_relu becomes the conv2d's act, its bfloat16
+ *       output (out_dtype, AMP's amp_bn.c in a training program cloned for test) the
+ *       conv2d's out_dtype.
  *   conv2d -> fused_bn_add_activation (is_test; relu(batch_norm(X) + Z), the block end of a
  *       program cloned after minimize) as batch_norm, with Z as the residual below and relu
  *       the act;
@@ -340,6 +342,8 @@ static int fold_bn(fl_prog *p, int j)
     FL_CHECK(slot_set(p, &cv->in[2], bf));
     cv->out[0].vars[0] = y;
     if (fused || fl__attr_i(bn, "fuse_with_relu", 0)) FL_CHECK(fl__attr_set_s(cv, "act", "relu"));
+    /* a normalisation writing bfloat16 (AMP training cloned for test, amp_bn.c): so does the conv */
+    if (y->dtype == FL_BFLOAT16) FL_CHECK(fl__attr_set_i(cv, "out_dtype", FL_BFLOAT16));
     if (fused) {
         FL_CHECK(slot_set(p, &cv->in[3], z));
         FL_CHECK(fl__attr_set_i(cv, "fuse_residual_connection", 1));
