@@ -603,6 +603,21 @@ TEST(test_amp_bf16_conv_out)
     net_free(&n);
 }
 
+/* A conv2d writing bfloat16 is an inference op: its gradient is refused, naming the input. */
+TEST(test_conv_bf16_out_no_gradient)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *x = fl_layer_data(p, "x", FL_SHAPE(3, 6, 6), FL_FLOAT32, 0);
+    fl_var *y = fl_layer_conv2d(x, 4, 3, 3, "relu", NULL);
+    CHECK(y != NULL);
+    fl_op *cv = p->ops[p->nops - 1];
+    CHECK(!strcmp(cv->def->type, "conv2d"));
+    CHECK_OK(fl__attr_set_i(cv, "out_dtype", FL_BFLOAT16));
+    CHECK(fl_append_backward(fl_layer_mean(y), NULL, 0, NULL, NULL) != FL_OK);
+    CHECK(strstr(fl_last_error(), "writing bfloat16") && strstr(fl_last_error(), "'x'"));
+    fl_prog_free(p);
+}
+
 /* pool2d on a convolution's blocked output (nChw16c, and nChw8c-sized channels) gives the
  * plain path's values bit for bit: max 3x3 stride 2 padding 1 (ResNet's), avg with padding
  * (exclusive and not), global avg. */
@@ -653,4 +668,4 @@ TEST(test_pool_blocked_same_as_plain)
 TEST_MAIN(T(test_resnet_same_on_and_off), T(test_resnet_same_plain_layouts), T(test_resnet50_same_on_and_off),
           T(test_training_clone_untouched), T(test_clone_after_minimize), T(test_amp_clone_after_minimize),
           T(test_params_unchanged_and_no_stale_fold), T(test_fold_cache), T(test_save_load_inference_model),
-          T(test_amp_bf16_eval), T(test_amp_bf16_conv_out), T(test_pool_blocked_same_as_plain))
+          T(test_amp_bf16_eval), T(test_amp_bf16_conv_out), T(test_conv_bf16_out_no_gradient), T(test_pool_blocked_same_as_plain))
