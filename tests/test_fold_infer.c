@@ -668,4 +668,5 @@ TEST(test_pool_blocked_same_as_plain)
 TEST_MAIN(T(test_resnet_same_on_and_off), T(test_resnet_same_plain_layouts), T(test_resnet50_same_on_and_off),
           T(test_training_clone_untouched), T(test_clone_after_minimize), T(test_amp_clone_after_minimize),
           T(test_params_unchanged_and_no_stale_fold), T(test_fold_cache), T(test_save_load_inference_model),
-          T(test_amp_bf16_eval), T(test_amp_bf16_conv_out), T(test_conv_bf16_out_no_gradient), T(test_pool_blocked_same_as_plain))
+          T(test_amp_bf16_eval), T(test_amp_bf16_conv_out), T(test_conv_bf16_out_no_gradient),
+          T(test_pool_blocked_same_as_plain))
