@@ -35,10 +35,13 @@
  *       convolution's own forward output type, so it lives here with the other rewrites that
  *       only a forward program allows (an op with out_dtype has no gradient) rather than in AMP's
  *       decoration, which also serves training; it runs last, on the fused convolutions.  Only
- *       a conv2d computing in bfloat16 (Input or Filter bf16), without ResidualData, whose
- *       output is read by such casts and nothing else and written by it alone; a fetch of that
- *       output then returns its bfloat16 values (what the cast's output held).
- *       FLEET_INFER_CONV_BF16=0 keeps the casts.
+ *       a conv2d computing in bfloat16 (Input or Filter bf16) whose output is written by it
+ *       alone and read by such casts and, by default, later convolutions' ResidualData (the
+ *       block ends and projection shortcuts of ResNet: the residual is then rounded to bf16
+ *       before the sum, as PyTorch's autocast keeps it; within bf16's tolerance, not the same
+ *       bits).  A fetch of that output returns its bfloat16 values (what the cast's output
+ *       held).  FLEET_INFER_CONV_BF16: 0 keeps the casts, 1 only convolutions without
+ *       ResidualData whose output only casts read (the casts' very bits), 2 (default) all.
  *
  * Each pattern needs the intermediate variable to be non-persistable and read by the next op
  * only; ops with a condition, backward and optimizer ops are left alone.  The intermediate
