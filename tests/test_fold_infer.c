@@ -6,7 +6,8 @@
  * fused program; a batch_norm statistic or a filter changed between two runs changes the
  * next output as the unfused program's (no stale fold); an inference model saved and loaded
  * is fused and computes the same; the folds are skipped while their inputs keep their write
- * versions and redone after each kind of write; bf16 AMP eval agrees within bf16's precision; a training
+ * versions and redone after each kind of write; bf16 AMP eval agrees within bf16's precision,
+ * and its convolutions that write bfloat16 (no cast after them) give the casts' very bits; a training
  * clone is left alone; pool2d on blocked tensors computes what it computes on plain ones. */
 #include "gradcheck.h"
 
@@ -88,6 +89,19 @@ static int count_ops(const fl_prog *p, const char *type, int with_residual)
     int k = 0;
     for (int i = 0; i < p->nops; i++)
         if (!strcmp(p->ops[i]->def->type, type) && (!with_residual || p->ops[i]->in[3].n)) k++;
+    return k;
+}
+
+/* The conv2d ops of p writing bfloat16 (out_dtype); with_residual: of those, the ones with a
+ * ResidualData. */
+static int count_bf16_out(const fl_prog *p, int with_residual)
+{
+    int k = 0;
+    for (int i = 0; i < p->nops; i++)
+        if (!strcmp(p->ops[i]->def->type, "conv2d") && fl__attr_i(p->ops[i], "out_dtype", FL_FLOAT32) == FL_BFLOAT16) {
+            CHECK_EQ_INT(p->ops[i]->out[0].vars[0]->dtype, FL_BFLOAT16);
+            k += !with_residual || p->ops[i]->in[3].n;
+        }
     return k;
 }
 
@@ -176,6 +190,37 @@ TEST(test_clone_after_minimize)
     predict(&n, on, a);
     predict(&n, off, b);
     check_close(a, b, N, 5, 2e-5);
+    fl_prog_free(on), fl_prog_free(off);
+    fl_opt_free(o);
+    net_free(&n);
+}
+
+/* bf16 AMP training (its normalisations write bfloat16, graph/amp_bn.c) cloned for test: each
+ * conv2d's output variable has the type the op writes, and the predictions are the unfused
+ * clone's within bf16's precision. */
+TEST(test_amp_clone_after_minimize)
+{
+    if (!fl__dnn_available()) TSKIP("no oneDNN in this build");
+    net n;
+    net_build(&n, 0, 0);
+    fl_opt *o = fl_opt_momentum(0.05f, 0.9f, 0);
+    fl_amp_opts ao = {FL_BFLOAT16};
+    CHECK_OK(fl_amp_decorate_optimizer(o, &ao));
+    CHECK_OK(fl_opt_minimize(o, n.m.loss));
+    CHECK_OK(fl_exe_run(n.e, fl_prog_startup(n.p), NULL, 0, NULL, 0, NULL));
+    bn_away(&n);
+    fl_prog *on = clone_test(&n, 1), *off = clone_test(&n, 0);
+    for (int i = 0; i < on->nops; i++) {
+        const fl_op *op = on->ops[i];
+        if (!strcmp(op->def->type, "conv2d"))
+            CHECK_EQ_INT(op->out[0].vars[0]->dtype, fl__attr_i(op, "out_dtype", FL_FLOAT32));
+    }
+    printf("  %d of %d conv2d write bfloat16\n", count_bf16_out(on, 0), count_ops(on, "conv2d", 0));
+    CHECK(count_bf16_out(on, 0) > 0);
+    float a[N * 5], b[N * 5];
+    predict(&n, on, a);
+    predict(&n, off, b);
+    check_close(a, b, N, 5, 2e-2);
     fl_prog_free(on), fl_prog_free(off);
     fl_opt_free(o);
     net_free(&n);
@@ -441,7 +486,9 @@ TEST(test_amp_bf16_eval)
     net n;
     net_build(&n, 0, 1);
     CHECK(count_ops(n.p, "cast", 0) > 0);
+    setenv("FLEET_INFER_CONV_BF16", "0", 1); /* the convolutions' bf16 outputs: test_amp_bf16_conv_out */
     fl_prog *on = clone_test(&n, 1), *off = clone_test(&n, 0);
+    unsetenv("FLEET_INFER_CONV_BF16");
     CHECK_EQ_INT(count_ops(on, "batch_norm", 0), 0);
     CHECK_EQ_INT(count_ops(on, "conv_bn_fold", 0), count_ops(n.p, "conv2d", 0));
     /* the filters' casts became the folds' bfloat16 outputs; the activations' casts stay */
@@ -453,6 +500,122 @@ TEST(test_amp_bf16_eval)
     check_close(a, b, N, 5, 2e-2);
     fl_prog_free(on), fl_prog_free(off);
     net_free(&n);
+}
+
+/* The eval clone of n with FLEET_INFER_CONV_BF16 set to on. */
+static fl_prog *clone_conv_bf16(const net *n, const char *on)
+{
+    setenv("FLEET_INFER_CONV_BF16", on, 1);
+    fl_prog *t = fl_prog_clone(n->p, 1);
+    unsetenv("FLEET_INFER_CONV_BF16");
+    CHECK(t != NULL);
+    return t;
+}
+
+/* The fetch of v from prog on n's batch, copied into out (bytes, at most cap). */
+static int64_t fetch_bytes(net *n, fl_prog *prog, const char *v, fl_dtype want, void *out, size_t cap)
+{
+    fl_feed f[2] = {{fl_var_name(n->m.input), n->x}, {fl_var_name(n->m.label), n->y}};
+    fl_tensor *o;
+    CHECK_OK(fl_exe_run(n->e, prog, f, 2, &v, 1, &o));
+    CHECK_EQ_INT(o->dtype, want);
+    CHECK(fl__tensor_to_plain(o) == FL_OK);
+    size_t bytes = (size_t)o->numel * fl_dtype_size(o->dtype);
+    CHECK(bytes <= cap);
+    memcpy(out, o->data, bytes);
+    return (int64_t)bytes;
+}
+
+/* bf16 AMP eval: the convolutions whose output only casts to bfloat16 read write bfloat16
+ * themselves and the casts go; the logits are those of the clone that keeps the casts
+ * (FLEET_INFER_CONV_BF16=0) bit for bit, on oneDNN (a bf16 destination: the f32 result of the
+ * accumulation, bias and relu rounded to nearest even once, as the cast rounds) and on the
+ * im2col path (the f32 output rounded by the cast's own conversion); a fetch of such an output
+ * gives the bfloat16 values the cast's output held.  A float32 program is untouched. */
+TEST(test_amp_bf16_conv_out)
+{
+    if (!fl__dnn_available()) TSKIP("no oneDNN in this build");
+    for (int deep = 0; deep < 2; deep++)
+        for (int lib = 0; lib < 2; lib++) {
+            setenv("FLEET_GEMM", lib ? "openblas" : "dnnl", 1);
+            fl__gemm_lib_reload();
+            net n;
+            net_build(&n, deep, 1);
+            fl_prog *on = clone_conv_bf16(&n, "1"), *off = clone_conv_bf16(&n, "0"), *res = clone_conv_bf16(&n, "2");
+            const int k = count_bf16_out(on, 0), conv = count_ops(on, "conv2d", 0);
+            printf("  %s, %s: %d of %d conv2d write bfloat16, casts %d -> %d\n", deep ? "ResNet-50" : "ResNet-14",
+                   lib ? "im2col" : "oneDNN", k, conv, count_ops(off, "cast", 0), count_ops(on, "cast", 0));
+            /* ResNet-14: the first convolution of each basic block; ResNet-50: two per bottleneck */
+            CHECK_EQ_INT(k, deep ? 2 * 16 : 6);
+            CHECK_EQ_INT(count_bf16_out(on, 1), 0);
+            CHECK_EQ_INT(count_bf16_out(off, 0), 0);
+            CHECK_EQ_INT(count_ops(on, "cast", 0), count_ops(off, "cast", 0) - k);
+            CHECK_EQ_INT(count_ops(on, "conv2d", 0), count_ops(off, "conv2d", 0));
+            CHECK_EQ_INT(count_bf16_out(n.p, 0), 0); /* the decorated training program is untouched */
+            float a[N * 5], b[N * 5];
+            predict(&n, on, a);
+            predict(&n, off, b);
+            CHECK(!memcmp(a, b, sizeof a));
+            check_close(a, b, N, 5, 0);
+            /* FLEET_INFER_CONV_BF16=2: the block ends too (all but the last, read by the pool),
+             * the projection shortcuts and ResNet-14's stem (read by the first block and its
+             * identity shortcut; ResNet-50's is pooled); their residual is then rounded to bf16
+             * before the sum: close to, not equal to, the float32 residual's result */
+            const int kr = count_bf16_out(res, 1), blocks = deep ? 16 : 6, proj = deep ? 4 : 2, stem = !deep;
+            printf("  ... and with the residuals: %d conv2d write bfloat16 (%d with ResidualData), casts %d\n",
+                   count_bf16_out(res, 0), kr, count_ops(res, "cast", 0));
+            CHECK_EQ_INT(kr, blocks - 1);
+            CHECK_EQ_INT(count_bf16_out(res, 0), k + blocks - 1 + proj + stem);
+            CHECK_EQ_INT(count_ops(res, "cast", 0), count_ops(on, "cast", 0) - (blocks - 1) - stem);
+            float r[N * 5];
+            predict(&n, res, r);
+            double big = 0, dmax = 0;
+            for (int i = 0; i < N * 5; i++) big = fmax(big, fabs(b[i])), dmax = fmax(dmax, fabs(r[i] - b[i]));
+            printf("  logits differ by up to %.2g of the largest\n", dmax / big);
+            check_close(r, b, N, 5, 2e-2);
+            /* the first such convolution's output fetched: the cast's output of the other clone */
+            const char *yv = NULL, *cv = NULL;
+            for (int i = 0; i < on->nops && !yv; i++)
+                if (!strcmp(on->ops[i]->def->type, "conv2d") && fl__attr_i(on->ops[i], "out_dtype", 0) == FL_BFLOAT16)
+                    yv = on->ops[i]->out[0].vars[0]->name;
+            for (int i = 0; yv && i < off->nops && !cv; i++)
+                if (!strcmp(off->ops[i]->def->type, "cast") && !strcmp(off->ops[i]->in[0].vars[0]->name, yv))
+                    cv = off->ops[i]->out[0].vars[0]->name;
+            CHECK(yv != NULL && cv != NULL);
+            enum { CAP = N * 64 * 32 * 32 * 2 };
+            void *ya = malloc(CAP), *yb = malloc(CAP);
+            int64_t na = fetch_bytes(&n, on, yv, FL_BFLOAT16, ya, CAP), nb = fetch_bytes(&n, off, cv, FL_BFLOAT16, yb, CAP);
+            CHECK(na == nb && na > 0 && !memcmp(ya, yb, (size_t)na));
+            fetch_bytes(&n, off, yv, FL_FLOAT32, ya, CAP); /* the other clone's own output stays float32 */
+            free(ya), free(yb);
+            fl_prog_free(on), fl_prog_free(off), fl_prog_free(res);
+            net_free(&n);
+        }
+    setenv("FLEET_GEMM", "dnnl", 1);
+    fl__gemm_lib_reload();
+    /* float32: nothing to rewrite */
+    net n;
+    net_build(&n, 0, 0);
+    fl_prog *on = clone_conv_bf16(&n, "1");
+    CHECK_EQ_INT(count_bf16_out(on, 0), 0);
+    CHECK_EQ_INT(count_ops(on, "cast", 0), 0);
+    fl_prog_free(on);
+    net_free(&n);
+}
+
+/* A conv2d writing bfloat16 is an inference op: its gradient is refused, naming the input. */
+TEST(test_conv_bf16_out_no_gradient)
+{
+    fl_prog *p = fl_prog_create();
+    fl_var *x = fl_layer_data(p, "x", FL_SHAPE(3, 6, 6), FL_FLOAT32, 0);
+    fl_var *y = fl_layer_conv2d(x, 4, 3, 3, "relu", NULL);
+    CHECK(y != NULL);
+    fl_op *cv = p->ops[p->nops - 1];
+    CHECK(!strcmp(cv->def->type, "conv2d"));
+    CHECK_OK(fl__attr_set_i(cv, "out_dtype", FL_BFLOAT16));
+    CHECK(fl_append_backward(fl_layer_mean(y), NULL, 0, NULL, NULL) != FL_OK);
+    CHECK(strstr(fl_last_error(), "writing bfloat16") && strstr(fl_last_error(), "'x'"));
+    fl_prog_free(p);
 }
 
 /* pool2d on a convolution's blocked output (nChw16c, and nChw8c-sized channels) gives the
@@ -503,5 +666,7 @@ TEST(test_pool_blocked_same_as_plain)
 }
 
 TEST_MAIN(T(test_resnet_same_on_and_off), T(test_resnet_same_plain_layouts), T(test_resnet50_same_on_and_off),
-          T(test_training_clone_untouched), T(test_clone_after_minimize), T(test_params_unchanged_and_no_stale_fold),
-          T(test_fold_cache), T(test_save_load_inference_model), T(test_amp_bf16_eval), T(test_pool_blocked_same_as_plain))
+          T(test_training_clone_untouched), T(test_clone_after_minimize), T(test_amp_clone_after_minimize),
+          T(test_params_unchanged_and_no_stale_fold), T(test_fold_cache), T(test_save_load_inference_model),
+          T(test_amp_bf16_eval), T(test_amp_bf16_conv_out), T(test_conv_bf16_out_no_gradient),
+          T(test_pool_blocked_same_as_plain))

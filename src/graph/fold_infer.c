@@ -15,7 +15,9 @@
  *       changed between runs by any writer (a test program run during training shares the
  *       training scope; a load; a set through the API) is folded again at once, and an
  *       inference program run repeatedly folds once; the conv2d then keeps its reordered
- *       filter too.  batch_norm's fuse_with_relu becomes the conv2d's act.
+ *       filter too.  batch_norm's fuse_with_relu becomes the conv2d's act, its bfloat16
+ *       output (out_dtype, AMP's amp_bn.c in a training program cloned for test) the
+ *       conv2d's out_dtype.
  *   conv2d -> fused_bn_add_activation (is_test; relu(batch_norm(X) + Z), the block end of a
  *       program cloned after minimize) as batch_norm, with Z as the residual below and relu
  *       the act;
@@ -25,6 +27,21 @@
  *       oneDNN's "sum" post-op adds the convolution to it), the relu its act.  Of the add's
  *       two operands the one whose convolution runs later is fused, so that the other is
  *       ready when it runs (a projection shortcut's convolution comes after the branch).
+ *
+ *   conv2d -> cast to bfloat16 (AMP, each reader of the output)
+ *       the convolution writes bfloat16 itself (attribute out_dtype: oneDNN's bf16 destination,
+ *       bias, residual and act in float32, rounded once to nearest even as the cast rounds: the
+ *       same bits) and the casts go, their readers reading the conv's output.  It is the
+ *       convolution's own forward output type, so it lives here with the other rewrites that
+ *       only a forward program allows (an op with out_dtype has no gradient) rather than in AMP's
+ *       decoration, which also serves training; it runs last, on the fused convolutions.  Only
+ *       a conv2d computing in bfloat16 (Input or Filter bf16) whose output is written by it
+ *       alone and read by such casts and, by default, later convolutions' ResidualData (the
+ *       block ends and projection shortcuts of ResNet: the residual is then rounded to bf16
+ *       before the sum, as PyTorch's autocast keeps it; within bf16's tolerance, not the same
+ *       bits).  A fetch of that output returns its bfloat16 values (what the cast's output
+ *       held).  FLEET_INFER_CONV_BF16: 0 keeps the casts, 1 only convolutions without
+ *       ResidualData whose output only casts read (the casts' very bits), 2 (default) all.
  *
  * Each pattern needs the intermediate variable to be non-persistable and read by the next op
  * only; ops with a condition, backward and optimizer ops are left alone.  The intermediate
@@ -328,6 +345,8 @@ static int fold_bn(fl_prog *p, int j)
     FL_CHECK(slot_set(p, &cv->in[2], bf));
     cv->out[0].vars[0] = y;
     if (fused || fl__attr_i(bn, "fuse_with_relu", 0)) FL_CHECK(fl__attr_set_s(cv, "act", "relu"));
+    /* a normalisation writing bfloat16 (AMP training cloned for test, amp_bn.c): so does the conv */
+    if (y->dtype == FL_BFLOAT16) FL_CHECK(fl__attr_set_i(cv, "out_dtype", FL_BFLOAT16));
     if (fused) {
         FL_CHECK(slot_set(p, &cv->in[3], z));
         FL_CHECK(fl__attr_set_i(cv, "fuse_residual_connection", 1));
@@ -393,20 +412,87 @@ static int fuse_residual(fl_prog *p, int j)
     return 1;
 }
 
+/* A forward cast of v to bfloat16 whose output is written by it alone. */
+static int bf16_cast_of(const fl_prog *p, const fl_op *op, const fl_var *v)
+{
+    if (strcmp(op->def->type, "cast") || !plain_fwd(op) || op->in[0].n != 1 || op->in[0].vars[0] != v ||
+        op->out[0].n != 1 || fl__attr_i(op, "out_dtype", FL_FLOAT32) != FL_BFLOAT16)
+        return 0;
+    const fl_var *cv = op->out[0].vars[0];
+    if (cv->dtype != FL_BFLOAT16 || cv->persistable || cv->is_data || !fl__shapes_equal(cv, v)) return 0;
+    for (int k = 0; k < p->nops; k++)
+        if (p->ops[k]->cond == cv || (p->ops[k] != op && writes(p->ops[k], cv))) return 0;
+    return 1;
+}
+
+/* conv2d at op i computing in bfloat16 whose float32 output only casts to bfloat16 read
+ * (with res, also a later conv2d's ResidualData, and the conv may have one itself): returns 1
+ * when it writes bfloat16 and the casts are gone. */
+static int conv_bf16_out(fl_prog *p, int i, int res)
+{
+    fl_op *cv = p->ops[i];
+    if (strcmp(cv->def->type, "conv2d") || !plain_fwd(cv) || (cv->in[3].n && !res) || cv->out[0].n != 1) return 0;
+    if (fl__attr_i(cv, "out_dtype", FL_FLOAT32) != FL_FLOAT32) return 0;
+    if (cv->in[0].vars[0]->dtype != FL_BFLOAT16 && cv->in[1].vars[0]->dtype != FL_BFLOAT16) return 0;
+    fl_var *y = cv->out[0].vars[0];
+    if (y->persistable || y->is_data || y->dtype != FL_FLOAT32) return 0;
+    int casts = 0, readers = 0; /* the casts; the ResidualData readers */
+    for (int k = 0; k < p->nops; k++) {
+        const fl_op *o = p->ops[k];
+        if (o->cond == y || (k != i && writes(o, y))) return 0;
+        if (k == i || !reads(o, y)) continue;
+        if (k < i) return 0;
+        if (bf16_cast_of(p, o, y)) {
+            casts++;
+            continue;
+        }
+        if (!res || strcmp(o->def->type, "conv2d") || !plain_fwd(o) || o->in[3].n != 1 || o->in[3].vars[0] != y ||
+            o->in[0].vars[0] == y || o->in[1].vars[0] == y || (o->in[2].n && o->in[2].vars[0] == y))
+            return 0;
+        readers++;
+    }
+    if (!casts && !readers) return 0;
+    FL_CHECK(fl__attr_set_i(cv, "out_dtype", FL_BFLOAT16));
+    y->dtype = FL_BFLOAT16;
+    for (int k = p->nops - 1; k > i; k--) {
+        fl_op *o = p->ops[k];
+        if (!reads(o, y) || strcmp(o->def->type, "cast")) continue;
+        fl_var *c = o->out[0].vars[0];
+        for (int q = 0; q < p->nops; q++) /* every reader of the copy reads y */
+            for (int s = 0; s < FL_OP_MAX_SLOTS; s++)
+                for (int m = 0; m < p->ops[q]->in[s].n; m++)
+                    if (p->ops[q]->in[s].vars[m] == c) p->ops[q]->in[s].vars[m] = y;
+        fl__prog_remove_op(p, k);
+        FL_CHECK(drop_if_unused(p, c));
+    }
+    p->version++;
+    return 1;
+}
+
+/* FLEET_INFER_CONV_BF16: 0 off, 1 the convolutions without ResidualData, 2 (default) also
+ * those with it and those whose output is a ResidualData. */
+static int conv_bf16_pass(fl_prog *p, int i)
+{
+    int64_t on = 2;
+    FL_CHECK(fl__env_int("FLEET_INFER_CONV_BF16", 2, 0, 2, &on));
+    return on ? conv_bf16_out(p, i, on == 2) : 0;
+}
+
 int fl__infer_fuse(fl_prog *p)
 {
     int64_t on = 1;
     if (fl__env_int("FLEET_INFER_FUSE", 1, 0, 1, &on) != FL_OK || !on || !p || p->status != FL_OK) return 0;
-    int n[3] = {0, 0, 0};
-    static int (*const pass[3])(fl_prog *, int) = {fold_bn, fuse_relu, fuse_residual};
-    for (int k = 0; k < 3; k++)
+    int n[4] = {0, 0, 0, 0};
+    static int (*const pass[4])(fl_prog *, int) = {fold_bn, fuse_relu, fuse_residual, conv_bf16_pass};
+    for (int k = 0; k < 4; k++)
         for (int j = 0; j < p->nops; j++) {
             int r = pass[k](p, j);
             if (r < 0) return r;
             if (r) n[k]++, j--; /* ops at or before j were removed: look at op j again (a no-op if it was seen) */
         }
-    if (n[0] + n[1] + n[2])
-        FL_DEBUG(FL_SUB_GRAPH, "inference pass: %d batch_norm folded, %d relu and %d residual sums fused", n[0], n[1],
-                 n[2]);
-    return n[0] + n[1] + n[2];
+    if (n[0] + n[1] + n[2] + n[3])
+        FL_DEBUG(FL_SUB_GRAPH,
+                 "inference pass: %d batch_norm folded, %d relu and %d residual sums fused, %d conv2d write bfloat16", n[0],
+                 n[1], n[2], n[3]);
+    return n[0] + n[1] + n[2] + n[3];
 }

@@ -7,10 +7,16 @@
  *     an elementwise_add (axis 1) and an activation op instead.  The results are the same.
  *   - data_format / data_layout other than "NCHW" (NHWC) and adaptive pooling are rejected
  *     with an error naming the option.
- *   - conv2d takes a bfloat16 Input and Filter (AMP's casts); its outputs stay float32.
+ *   - conv2d takes a bfloat16 Input and Filter (AMP's casts); its outputs stay float32,
+ *     except with attribute out_dtype bfloat16 (forward only: such an op has no gradient),
+ *     which the inference pass sets (fold_infer.c) where only AMP's casts to bfloat16 read
+ *     the output: bias, residual and activation are applied in float32 and the result is
+ *     rounded to nearest even once, as the cast did (oneDNN: a bf16 destination; im2col: the
+ *     float32 result rounded into the output).
  *   - ResidualData (Paddle's oneDNN conv2d input, with fuse_residual_connection) is added
- *     to the output before the activation: Output = act(conv + Bias + ResidualData).  Only
- *     the inference pass (fold_infer.c) sets it; such an op has no gradient.
+ *     to the output before the activation: Output = act(conv + Bias + ResidualData); float32,
+ *     or bfloat16 where the inference pass made its writer write bfloat16.  Only the
+ *     inference pass (fold_infer.c) sets it; such an op has no gradient.
  * Kernels: when FLEET_GEMM picks oneDNN, conv2d and conv2d_grad run oneDNN's convolution
  * primitives (src/tensor/dnn_conv.c, cached in the op's state).  Otherwise conv2d is
  * im2col + fl__sgemm per group and image (or per batch of images when the filter is large,
@@ -58,6 +64,7 @@ void fl__conv_state_free(void *p)
     free(st->wide[0]);
     free(st->wide[1]);
     free(st->wide[2]);
+    free(st->wide[3]);
     free(st);
 }
 
@@ -195,7 +202,7 @@ static int infer_conv2d(fl_op *op)
     int64_t os[4] = {g.n, g.m, g.oh, g.ow};
     if (op->in[3].n) {
         fl_var *r = op->in[3].vars[0];
-        FL_CHECK(fl__op_need_f32(op, r));
+        FL_CHECK(need_f32_or_bf16(op, r));
         int same = r->ndim == 4;
         for (int i = 0; same && i < 4; i++) same = r->shape[i] < 0 || os[i] < 0 || r->shape[i] == os[i];
         if (!same) {
@@ -206,7 +213,11 @@ static int infer_conv2d(fl_op *op)
                                 x->name);
         }
     }
-    fl__var_set_shape(op->out[0].vars[0], FL_FLOAT32, 4, os);
+    fl_dtype to = (fl_dtype)fl__attr_i(op, "out_dtype", FL_FLOAT32);
+    if (to != FL_FLOAT32 && to != FL_BFLOAT16)
+        return fl__op_error(op, "out_dtype %s is not supported (float32 or bfloat16; input '%s')", fl_dtype_name(to),
+                            x->name);
+    fl__var_set_shape(op->out[0].vars[0], to, 4, os);
     return FL_OK;
 }
 
@@ -295,8 +306,9 @@ static fl_conv_desc dnn_desc(const conv_geo *g, const fl_tensor *x, const fl_ten
     return d;
 }
 
-/* The data of Input, Filter or conv2d_grad's Output@GRAD (slot 0 / 1 / 2) as float32: a
- * bfloat16 one widened into the state's buffer for the im2col path (and the bias gradient). */
+/* The data of Input, Filter, conv2d_grad's Output@GRAD or conv2d's ResidualData (slot 0 / 1 /
+ * 2 / 3) as float32: a bfloat16 one widened into the state's buffer for the im2col path (and
+ * the bias gradient). */
 static float *f32_data(fl_kctx *c, int slot)
 {
     fl_tensor *t = FL_IN(c, slot);
@@ -316,6 +328,24 @@ static float *f32_data(fl_kctx *c, int slot)
     return st->wide[slot];
 }
 
+/* The float32 result of a conv2d writing bfloat16 (out_dtype) on the im2col path, before
+ * its rounding into the output: n floats in the state (wide[2], unused by the forward). */
+static float *f32_out(fl_kctx *c, int64_t n)
+{
+    fl__conv_state *st = fl__conv_state_get(c);
+    if (!st) return NULL;
+    if (st->wide_n[2] < (size_t)n + 1) {
+        float *nb = realloc(st->wide[2], ((size_t)n + 1) * sizeof(float));
+        if (!nb) {
+            fl__err(FL_ENOMEM, "conv2d: cannot allocate the float32 output of '%s'", fl__kctx_var_name(c, 0, 0));
+            return NULL;
+        }
+        st->wide[2] = nb;
+        st->wide_n[2] = (size_t)n + 1;
+    }
+    return st->wide[2];
+}
+
 static int run_conv2d(fl_kctx *c)
 {
     conv_geo g;
@@ -324,11 +354,15 @@ static int run_conv2d(fl_kctx *c)
     if (b && (b->dtype != FL_FLOAT32 || b->numel != g.m))
         return fl__err(FL_EINVAL, "conv2d: bias '%s' must be float32 with %lld elements", fl__kctx_var_name(c, 2, 0),
                        (long long)g.m);
-    if (res && (res->dtype != FL_FLOAT32 || res->numel != g.n * g.m * g.ohw))
-        return fl__err(FL_EINVAL, "conv2d: residual '%s' must be float32 with the output's %lld elements",
+    if (res && ((res->dtype != FL_FLOAT32 && res->dtype != FL_BFLOAT16) || res->is_rows || res->numel != g.n * g.m * g.ohw))
+        return fl__err(FL_EINVAL, "conv2d: residual '%s' must be float32 or bfloat16 with the output's %lld elements",
                        fl__kctx_var_name(c, 3, 0), (long long)(g.n * g.m * g.ohw));
+    const fl_dtype to = (fl_dtype)fl__attr_i(c->op, "out_dtype", FL_FLOAT32);
+    if (to != FL_FLOAT32 && to != FL_BFLOAT16)
+        return fl__err(FL_EINVAL, "conv2d: out_dtype %s is not supported (input '%s')", fl_dtype_name(to),
+                       fl__kctx_var_name(c, 0, 0));
     int64_t os[4] = {g.n, g.m, g.oh, g.ow};
-    FL_CHECK(fl__tensor_reshape_raw(out, FL_FLOAT32, 4, os));
+    FL_CHECK(fl__tensor_reshape_raw(out, to, 4, os));
     out->lod_n = 0;
     const float *bd = b ? (const float *)b->data : NULL;
     int act = fl__conv_act_code(fl__attr_s(c->op, "act", "")), direct = conv_direct(&g);
@@ -339,8 +373,9 @@ static int run_conv2d(fl_kctx *c)
         if (!st) return fl_last_status();
         fl_conv_desc d = dnn_desc(&g, x, f);
         d.act = act == ACT_RELU ? FL_ACT_RELU : act == ACT_TANH ? FL_ACT_TANH : act == ACT_SIGMOID ? FL_ACT_SIGMOID : 0;
-        d.has_bias = bd != NULL;
+        d.has_bias = bd != NULL, d.y_type = to;
         d.x_lay = x->layout, d.blocked_out = fl__layout_enabled(), d.sum = res != NULL, d.res_lay = res ? res->layout : 0;
+        d.res_type = res ? res->dtype : FL_FLOAT32;
         FL_CHECK(fl__conv_filter_stamp(&st->dnn, f));
         if (res) FL_CHECK(fl__conv_fwd_sum(&st->dnn, &d, x->data, f->data, bd, res->data, out->data));
         else FL_CHECK(fl__conv_fwd(&st->dnn, &d, x->data, f->data, bd, out->data));
@@ -349,7 +384,9 @@ static int run_conv2d(fl_kctx *c)
     FL_CHECK(fl__tensor_to_plain(x));
     if (res) FL_CHECK(fl__tensor_to_plain(res));
     const float *fd = f32_data(c, 1), *xd = fd ? f32_data(c, 0) : NULL;
-    if (!xd) return fl_last_status();
+    float *yd = !xd ? NULL : to == FL_BFLOAT16 ? f32_out(c, out->numel) : out->data;
+    const float *rd = !yd || !res ? NULL : f32_data(c, 3);
+    if (!yd || (res && !rd)) return fl_last_status();
     /* nb images at a time when K is large: their column matrices side by side
      * [K, nb*Ho*Wo] (about 1 MB of scratch) make one larger sgemm, which amortises
      * OpenBLAS's packing (for small K, per-image products take its faster small-matrix
@@ -371,10 +408,10 @@ static int run_conv2d(fl_kctx *c)
             for (int64_t j = 0; j < cnt; j++)
                 for (int64_t m = 0; m < g.mg; m++) {
                     const float *restrict src = prod + m * ld + j * g.ohw;
-                    float *restrict o = (float *)out->data + ((n0 + j) * g.m + gr * g.mg + m) * g.ohw;
+                    float *restrict o = yd + ((n0 + j) * g.m + gr * g.mg + m) * g.ohw;
                     const float v = bd ? bd[gr * g.mg + m] : 0.0f;
                     if (res) {
-                        const float *restrict r = (const float *)res->data + ((n0 + j) * g.m + gr * g.mg + m) * g.ohw;
+                        const float *restrict r = rd + ((n0 + j) * g.m + gr * g.mg + m) * g.ohw;
                         for (int64_t i = 0; i < g.ohw; i++) o[i] = src[i] + v + r[i];
                         if (act == ACT_RELU) fl__relu(o, o, g.ohw);
                     } else if (act == ACT_RELU)
@@ -385,6 +422,7 @@ static int run_conv2d(fl_kctx *c)
                 }
         }
     }
+    if (to == FL_BFLOAT16) fl__cvt_f32_to_bf16(out->data, yd, out->numel);
     return FL_OK;
 }
 
@@ -484,6 +522,9 @@ static int grad_conv2d(fl_op *op, fl_grad_ctx *g)
     fl_var *x = op->in[0].vars[0], *w = op->in[1].vars[0], *b = op->in[2].n ? op->in[2].vars[0] : NULL;
     if (op->in[3].n)
         return fl__op_error(op, "input '%s': a convolution with ResidualData (fused for inference) has no gradient",
+                            x->name);
+    if (fl__attr_i(op, "out_dtype", FL_FLOAT32) != FL_FLOAT32)
+        return fl__op_error(op, "input '%s': a convolution writing bfloat16 (out_dtype, set for inference) has no gradient",
                             x->name);
     fl_var *gv[3] = {fl__grad_for(g, x), fl__grad_for(g, w), b ? fl__grad_for(g, b) : NULL};
     static const char *const names[3] = {"Input@GRAD", "Filter@GRAD", "Bias@GRAD"};

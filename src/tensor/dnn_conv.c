@@ -15,7 +15,9 @@
  *
  * bfloat16: when Input or Filter is bfloat16 (AMP), the products run in bf16 and
  * accumulate in f32, and a float32 output gradient is rounded to bf16 by its reorder; the
- * outputs (Output, Input@GRAD, Filter@GRAD) stay float32.  If this oneDNN has no bf16
+ * outputs (Output, Input@GRAD, Filter@GRAD) stay float32, except a forward Output asked for in
+ * bfloat16 (y_type, an inference conv2d's out_dtype): the primitive's destination is then
+ * bf16, its post-ops (bias, sum, activation) run in f32 and the result is rounded once.  If this oneDNN has no bf16
  * convolution for the CPU at hand, the computation is widened to f32 by the same reorders.
  */
 #include <pthread.h>
@@ -79,13 +81,13 @@ static int no_dnnl(void)
 {
     return fl__err(FL_EUNSUPPORTED, "conv2d: this build has no oneDNN (install libdnnl-dev, then make clean all)");
 }
-int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias, float *y)
+int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias, void *y)
 {
     (void)cache, (void)d, (void)x, (void)w, (void)bias, (void)y;
     return no_dnnl();
 }
 int fl__conv_fwd_sum(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias,
-                     const float *res, float *y)
+                     const void *res, void *y)
 {
     (void)cache, (void)d, (void)x, (void)w, (void)bias, (void)res, (void)y;
     return no_dnnl();
@@ -317,7 +319,10 @@ static dnnl_status_t pd_make_in(dnnl_primitive_desc_t *pd, dnnl_primitive_desc_t
     const fl_conv_desc *d = &k->d;
     conv_mds any;
     dnnl_convolution_desc_t cd;
-    dnnl_status_t s = mds_init(&any, d, ct, ct, dnnl_f32, lay);
+    /* a bfloat16 forward output is written so by a bf16 convolution; computed in f32 (no bf16
+     * kernel here), the output's reorder rounds it */
+    dnnl_data_type_t yt = k->dir == FWD && ct == dnnl_bf16 ? dt_of(d->y_type) : dnnl_f32;
+    dnnl_status_t s = mds_init(&any, d, ct, ct, yt, lay);
     if (s == dnnl_success && k->dir != FWD) { /* the hint: a forward convolution of the same shape */
         s = desc_init(&cd, d, FWD, &any, 0, alg);
         if (s == dnnl_success) s = dnnl_primitive_desc_create(hint, &cd, NULL, eng, NULL);
@@ -447,7 +452,7 @@ static int entry_make(entry *e, dnnl_engine_t eng, const conv_key *k)
     static const int outs[3][3] = {{0, 0, 1}, {1, 0, 0}, {0, 1, 0}};
     dnnl_data_type_t xt = k->dir == BWD_DATA ? dnnl_f32 : dt_of(d->x_type);
     dnnl_data_type_t wt = k->dir == BWD_WEIGHTS ? dnnl_f32 : dt_of(d->w_type);
-    dnnl_data_type_t yt = k->dir == FWD ? dnnl_f32 : dt_of(d->dy_type);
+    dnnl_data_type_t yt = k->dir == FWD ? dt_of(d->y_type) : dt_of(d->dy_type);
     TRY(mds_init(&u, d, xt, wt, yt, LAY_PLAIN), "caller's descriptors");
     const dnnl_memory_desc_t *um[3] = {&u.x, &u.w, &u.y};
     if (k->dir != BWD_DATA && d->x_lay) TRY(md_in_layout(&u.x, d->x_lay), "caller's descriptors");
@@ -470,7 +475,7 @@ static int entry_make(entry *e, dnnl_engine_t eng, const conv_key *k)
         dnnl_dims_t yd = {d->n, d->m, d->oh, d->ow};
         dnnl_primitive_desc_t rpd = NULL;
         const dnnl_memory_desc_t *to = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-        TRY(dnnl_memory_desc_init_by_tag(&rm, 4, yd, dnnl_f32, dnnl_nchw), "residual memory");
+        TRY(dnnl_memory_desc_init_by_tag(&rm, 4, yd, dt_of(d->res_type), dnnl_nchw), "residual memory");
         if (d->res_lay) TRY(md_in_layout(&rm, d->res_lay), "residual memory");
         TRY(dnnl_memory_create(&e->res, &rm, eng, DNNL_MEMORY_NONE), "residual memory");
         s = dnnl_reorder_primitive_desc_create(&rpd, &rm, eng, to, eng, NULL);
@@ -534,7 +539,8 @@ static int conv_run(fl_conv_cache **cp, const fl_conv_desc *dd, int dir, void *c
     k.dir = dir;
     k.wino = fl__conv_winograd(dd, dir);
     if (k.wino < 0) return k.wino;
-    if (dir != FWD) k.d.act = 0, k.d.has_bias = 0, k.d.sum = 0, k.d.res_lay = 0;
+    if (dir != FWD) k.d.act = 0, k.d.has_bias = 0, k.d.sum = 0, k.d.res_lay = 0, k.d.y_type = FL_FLOAT32;
+    if (!k.d.sum) k.d.res_type = FL_FLOAT32;
     if (dir == FWD) k.d.y_lay = 0, k.d.dy_type = FL_FLOAT32;
     if (dir == BWD_DATA) k.d.x_lay = 0;
     if (dir == BWD_WEIGHTS) k.d.blocked_out = 0;
@@ -628,7 +634,7 @@ int fl__conv_filter_stamp(fl_conv_cache **cache, const fl_tensor *w)
     return FL_OK;
 }
 
-int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias, float *y)
+int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias, void *y)
 {
     if (d->n == 0) return FL_OK;
     void *data[MAX_PORTS] = {(void *)x, (void *)w, y, (void *)bias};
@@ -636,7 +642,7 @@ int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, co
 }
 
 int fl__conv_fwd_sum(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias,
-                     const float *res, float *y)
+                     const void *res, void *y)
 {
     if (d->n == 0) return FL_OK;
     if (!*cache && !(*cache = calloc(1, sizeof **cache))) return fl__err(FL_ENOMEM, "conv2d: out of memory");

@@ -19,16 +19,23 @@ dnnl_engine_t fl__dnn_enter(void);
 #endif
 
 /* One convolution: Input [n, c, h, w] (x_type), Filter [m, c/g, kh, kw] (w_type), each
- * float32 or bfloat16; Output [n, m, oh, ow] float32 with oh = (h + 2ph - dh(kh-1) - 1)/sh + 1
+ * float32 or bfloat16; Output [n, m, oh, ow] (y_type) with oh = (h + 2ph - dh(kh-1) - 1)/sh + 1
  * (likewise ow).  act is 0 or an FL_ACT_* code and has_bias adds Bias [m] (forward only).
  * Build one with memset(0) first: the whole struct is the cache key. */
 typedef struct {
     int64_t n, c, h, w, m, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, g;
     int act, has_bias;
-    /* Forward only: y = act(conv(x, w) + bias + r) with r the residual (layout res_lay)
-     * fl__conv_fwd_sum reorders into y first (oneDNN's "sum" post-op, before the activation). */
+    /* Forward only: y = act(conv(x, w) + bias + r) with r the residual (layout res_lay, type
+     * res_type: float32 (0) or bfloat16) fl__conv_fwd_sum reorders into y first (oneDNN's
+     * "sum" post-op, before the activation). */
     int sum, res_lay;
+    fl_dtype res_type;
     fl_dtype x_type, w_type;
+    /* Forward only: the type of the output y, float32 (0) or bfloat16 (an inference conv2d
+     * with out_dtype, graph/fold_infer.c): the accumulation, bias, residual sum and
+     * activation stay float32 inside oneDNN and are rounded once, to nearest even, when
+     * written. */
+    fl_dtype y_type;
     /* Backward directions: the type of the caller's output gradient dy, float32 (0) or
      * bfloat16 (AMP: written so by the normalisation's gradient, graph/amp_bn.c; read as it
      * is where the convolution computes in bf16, instead of reordered). */
@@ -48,12 +55,12 @@ typedef struct fl_conv_cache fl_conv_cache;
 /* y = act(conv(x, w) + bias); bias is read when d->has_bias.  *cache is created when NULL.
  * Returns FL_OK, FL_EUNSUPPORTED (no oneDNN, or oneDNN failed: the message names the
  * shape and step) or FL_ENOMEM. */
-int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias, float *y);
-/* fl__conv_fwd with d->sum set: res (float32, y's shape, in layout d->res_lay; not y) is
- * reordered into the memory the convolution writes y in, which it then adds to; the
- * activation comes after the sum. */
+int fl__conv_fwd(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias, void *y);
+/* fl__conv_fwd with d->sum set: res (d->res_type, y's shape, in layout d->res_lay; not y) is
+ * reordered into the memory the convolution writes y in (in y_type: a bfloat16 y rounds the
+ * residual to bfloat16 first), which it then adds to; the activation comes after the sum. */
 int fl__conv_fwd_sum(fl_conv_cache **cache, const fl_conv_desc *d, const void *x, const void *w, const float *bias,
-                     const float *res, float *y);
+                     const void *res, void *y);
 /* The forward call that comes next with *cache reads its filter from tensor w, at w's current
  * write version (tensor_internal.h): while the same tensor at the same version and data
  * comes again, the forward reuses the filter it reordered into oneDNN's layout last time
