@@ -180,8 +180,8 @@ static void run_net(const opts *o)
     char key[96];
     snprintf(key, sizeof key, "resnet%d.%s%s%s.s%d.b%d", o->depth, o->mode, o->amp ? ".bf16" : "", o->v1 ? ".v1" : "",
              o->size, o->batch);
-    printf("# %s: step median %.3f s (min %.3f max %.3f), last step's fetched value %g, other processes %.2f cores\n", key, med, dt[0],
-           dt[o->steps - 1], (double)loss, wall > 0 ? others / wall : 0.0);
+    printf("# %s: step median %.3f s (min %.3f max %.3f), last step's fetched value %g, other processes %.2f cores\n", key,
+           med, dt[0], dt[o->steps - 1], (double)loss, wall > 0 ? others / wall : 0.0);
     printf("R\t%s.images_per_s\t%.3f\timages/s\n", key, (double)B / med);
     printf("R\t%s.conv_gflops\t%.1f\tGFLOP/s\n", key, flops / med / 1e9);
     /* images per second of this process's CPU time: with 1 thread on a loaded machine, the
