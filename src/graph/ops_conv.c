@@ -306,6 +306,24 @@ static fl_conv_desc dnn_desc(const conv_geo *g, const fl_tensor *x, const fl_ten
     return d;
 }
 
+/* The state's float32 buffer `slot` with room for n floats (grown as needed; what names the
+ * contents in the out-of-memory message), or NULL with the message set. */
+static float *wide_buf(fl_kctx *c, int slot, int64_t n, const char *what)
+{
+    fl__conv_state *st = fl__conv_state_get(c);
+    if (!st) return NULL;
+    if (st->wide_n[slot] < (size_t)n + 1) {
+        float *nb = realloc(st->wide[slot], ((size_t)n + 1) * sizeof(float));
+        if (!nb) {
+            fl__err(FL_ENOMEM, "%s: cannot allocate %s", c->op->def->type, what);
+            return NULL;
+        }
+        st->wide[slot] = nb;
+        st->wide_n[slot] = (size_t)n + 1;
+    }
+    return st->wide[slot];
+}
+
 /* The data of Input, Filter, conv2d_grad's Output@GRAD or conv2d's ResidualData (slot 0 / 1 /
  * 2 / 3) as float32: a bfloat16 one widened into the state's buffer for the im2col path (and
  * the bias gradient). */
@@ -313,37 +331,20 @@ static float *f32_data(fl_kctx *c, int slot)
 {
     fl_tensor *t = FL_IN(c, slot);
     if (t->dtype == FL_FLOAT32) return t->data;
-    fl__conv_state *st = fl__conv_state_get(c);
-    if (!st) return NULL;
-    if (st->wide_n[slot] < (size_t)t->numel + 1) {
-        float *nb = realloc(st->wide[slot], ((size_t)t->numel + 1) * sizeof(float));
-        if (!nb) {
-            fl__err(FL_ENOMEM, "%s: cannot widen '%s' to float32", c->op->def->type, fl__kctx_var_name(c, slot, 0));
-            return NULL;
-        }
-        st->wide[slot] = nb;
-        st->wide_n[slot] = (size_t)t->numel + 1;
-    }
-    fl__cvt_bf16_to_f32(st->wide[slot], t->data, t->numel);
-    return st->wide[slot];
+    char what[160];
+    snprintf(what, sizeof what, "the float32 copy of '%s'", fl__kctx_var_name(c, slot, 0));
+    float *w = wide_buf(c, slot, t->numel, what);
+    if (w) fl__cvt_bf16_to_f32(w, t->data, t->numel);
+    return w;
 }
 
 /* The float32 result of a conv2d writing bfloat16 (out_dtype) on the im2col path, before
  * its rounding into the output: n floats in the state (wide[2], unused by the forward). */
 static float *f32_out(fl_kctx *c, int64_t n)
 {
-    fl__conv_state *st = fl__conv_state_get(c);
-    if (!st) return NULL;
-    if (st->wide_n[2] < (size_t)n + 1) {
-        float *nb = realloc(st->wide[2], ((size_t)n + 1) * sizeof(float));
-        if (!nb) {
-            fl__err(FL_ENOMEM, "conv2d: cannot allocate the float32 output of '%s'", fl__kctx_var_name(c, 0, 0));
-            return NULL;
-        }
-        st->wide[2] = nb;
-        st->wide_n[2] = (size_t)n + 1;
-    }
-    return st->wide[2];
+    char what[160];
+    snprintf(what, sizeof what, "the float32 output of '%s'", fl__kctx_var_name(c, 0, 0));
+    return wide_buf(c, 2, n, what);
 }
 
 static int run_conv2d(fl_kctx *c)
