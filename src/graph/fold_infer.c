@@ -469,22 +469,22 @@ static int conv_bf16_out(fl_prog *p, int i, int res)
     return 1;
 }
 
-/* FLEET_INFER_CONV_BF16: 0 off, 1 the convolutions without ResidualData, 2 (default) also
- * those with it and those whose output is a ResidualData. */
-static int conv_bf16_pass(fl_prog *p, int i)
-{
-    int64_t on = 2;
-    FL_CHECK(fl__env_int("FLEET_INFER_CONV_BF16", 2, 0, 2, &on));
-    return on ? conv_bf16_out(p, i, on == 2) : 0;
-}
+/* The two modes of the pass (FLEET_INFER_CONV_BF16 1 and 2), for fl__infer_fuse's table. */
+static int conv_bf16_plain(fl_prog *p, int i) { return conv_bf16_out(p, i, 0); }
+static int conv_bf16_res(fl_prog *p, int i) { return conv_bf16_out(p, i, 1); }
 
 int fl__infer_fuse(fl_prog *p)
 {
     int64_t on = 1;
     if (fl__env_int("FLEET_INFER_FUSE", 1, 0, 1, &on) != FL_OK || !on || !p || p->status != FL_OK) return 0;
+    /* FLEET_INFER_CONV_BF16: 0 off, 1 the convolutions without ResidualData, 2 (default) also
+     * those with it and those whose output is a ResidualData */
+    int64_t bf16_out = 2;
+    FL_CHECK(fl__env_int("FLEET_INFER_CONV_BF16", 2, 0, 2, &bf16_out));
     int n[4] = {0, 0, 0, 0};
-    static int (*const pass[4])(fl_prog *, int) = {fold_bn, fuse_relu, fuse_residual, conv_bf16_pass};
-    for (int k = 0; k < 4; k++)
+    int (*const pass[4])(fl_prog *, int) = {fold_bn, fuse_relu, fuse_residual,
+                                            bf16_out == 2 ? conv_bf16_res : conv_bf16_plain};
+    for (int k = 0; k < (bf16_out ? 4 : 3); k++)
         for (int j = 0; j < p->nops; j++) {
             int r = pass[k](p, j);
             if (r < 0) return r;
